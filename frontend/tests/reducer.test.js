@@ -1,0 +1,205 @@
+// The browser's reducer must agree with backend/loaderscope/state.py: the seed's worked example
+// step by step, protocol invariants over synthetic runs, and (when the venv exists) the Python
+// reducer itself on the same streams.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { LoaderState, reduce, summary, Where, WorkerStatus } from '../js/reducer.js';
+import { invalidReason } from '../js/schema.js';
+import { synthesize } from '../dev/synth.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+function stream(specs) {
+  let seq = 0;
+  return specs.map(([t, kind, fields]) => ({ seq: seq++, t, run: 'r', rank: 0, kind, ...fields }));
+}
+
+const CONFIG = { num_workers: 4, batch_size: 2, prefetch_factor: 1, in_order: true, persistent_workers: false };
+
+// Seed 001: 4 workers, prefetch 1, tasks 0–3 dispatched round-robin; task 1 arrives before task 0
+// and is parked in _task_info; then task 0 arrives and both are released in order.
+const SEED = stream([
+  [0.0, 'run_start', { mode: 'real', scenario: 'out_of_order', config: CONFIG }],
+  [0.0, 'epoch_start', { epoch: 0 }],
+  ...[0, 1, 2, 3].map((w) => [0.0, 'worker_start', { worker: w, pid: 100 + w }]),
+  ...[0, 1, 2, 3].map((i) => [0.01, 'dispatch', { idx: i, worker: i, indices: [2 * i, 2 * i + 1] }]),
+  ...[0, 1, 2, 3].map((i) => [0.02, 'fetch_start', { idx: i, worker: i }]),
+  [0.10, 'fetch_end', { idx: 1, worker: 1, dt: 0.08 }],
+  [0.11, 'arrive', { idx: 1, worker: 1 }],
+  [0.11, 'buffer', { idx: 1, worker: 1, waiting_for: 0 }],
+  [0.20, 'fetch_end', { idx: 0, worker: 0, dt: 0.18 }],
+  [0.21, 'arrive', { idx: 0, worker: 0 }],
+  [0.21, 'yield', { idx: 0, wait: 0.2, from_buffer: false }],
+  [0.21, 'dispatch', { idx: 4, worker: 0, indices: [8, 9] }],
+  [0.22, 'yield', { idx: 1, wait: 0.0, from_buffer: true }],
+  [0.22, 'dispatch', { idx: 5, worker: 1, indices: [10, 11] }],
+]);
+
+const at = (label) => SEED.findIndex((e, i) => label(e, i));
+
+test('seed example: after priming, send_idx is 4, rcvd_idx 0, one task per worker', () => {
+  const s = reduce(SEED, SEED[at((e) => e.kind === 'dispatch' && e.idx === 3)].seq);
+  assert.equal(s.send_idx, 4);
+  assert.equal(s.rcvd_idx, 0);
+  assert.equal(s.outstanding, 4);
+  assert.deepEqual([...s.tasks.keys()], [0, 1, 2, 3]);
+  for (const w of [0, 1, 2, 3]) assert.deepEqual(s.workers.get(w).queue, [w]);
+});
+
+test('seed example: fetching empties the index queues and marks workers busy', () => {
+  const s = reduce(SEED, SEED[at((e) => e.kind === 'fetch_start' && e.idx === 3)].seq);
+  for (const w of [0, 1, 2, 3]) {
+    assert.deepEqual(s.workers.get(w).queue, []);
+    assert.equal(s.workers.get(w).current, w);
+    assert.equal(s.workers.get(w).status, WorkerStatus.FETCHING);
+  }
+});
+
+test('seed example: task 1 finishes first and waits on the result queue', () => {
+  const s = reduce(SEED, SEED[at((e) => e.kind === 'fetch_end' && e.idx === 1)].seq);
+  assert.deepEqual(s.result_queue, [1]);
+  assert.equal(s.tasks.get(1).where, Where.RESULT_QUEUE);
+  assert.equal(s.workers.get(1).status, WorkerStatus.IDLE);
+});
+
+test('seed example: task 1 arrives out of order and is parked in the reorder buffer', () => {
+  const s = reduce(SEED, SEED[at((e) => e.kind === 'buffer')].seq);
+  assert.deepEqual(s.result_queue, []);
+  assert.deepEqual(s.buffer, [1]);
+  assert.equal(s.tasks.get(1).where, Where.BUFFER);
+  assert.equal(s.rcvd_idx, 0);
+  assert.equal(s.outstanding, 3);
+  assert.equal(s.buffer_high, 1);
+  assert.equal(s.out_of_order, 1);
+});
+
+test('seed example: task 0 arrives, is yielded; task 1 leaves the buffer next; cursors advance', () => {
+  let s = reduce(SEED, SEED[at((e) => e.kind === 'yield' && e.idx === 0)].seq);
+  assert.equal(s.rcvd_idx, 1);
+  assert.deepEqual(s.buffer, [1]);
+  assert.ok(Math.abs(s.head_of_line_wait - 0.2) < 1e-9, 'waited on the late head-of-line task');
+  s = reduce(SEED);
+  assert.equal(s.rcvd_idx, 2);
+  assert.equal(s.send_idx, 6);
+  assert.deepEqual(s.buffer, []);
+  assert.deepEqual(s.yield_order, [[0, 0], [0, 1]]);
+  assert.equal(s.batches, 2);
+  assert.deepEqual(s.violations, []);
+});
+
+test('epoch_start resets task numbering, keeps statistics', () => {
+  const events = synthesize({ num_workers: 3, batches: 7, epochs: 3 });
+  const s = reduce(events);
+  assert.equal(s.epochs_done, 3);
+  assert.equal(s.batches, 21);
+  assert.deepEqual(s.yield_order.slice(0, 8).map(([, i]) => i), [0, 1, 2, 3, 4, 5, 6, 0]);
+  assert.deepEqual(s.violations, []);
+});
+
+test('unknown kinds are kept as notes, not dropped', () => {
+  const s = reduce(stream([[0, 'run_start', { mode: 'sim', config: CONFIG }], [0.1, 'gpu_sync', { x: 1 }]]));
+  assert.equal(s.notes.length, 1);
+  assert.equal(s.notes[0].kind, 'gpu_sync');
+});
+
+test('num_workers=0 gets one lane (the main process), window 1', () => {
+  const s = reduce(synthesize({ num_workers: 0, batches: 5 }));
+  assert.equal(s.workers.size, 1);
+  assert.equal(s.window, 1);
+  assert.equal(s.batches, 5);
+  assert.deepEqual(s.violations, []);
+});
+
+test('invariants hold on synthetic runs; out-of-order arrival is parked', () => {
+  for (const W of [1, 2, 4, 8]) {
+    for (const pf of [1, 2, 4]) {
+      const events = synthesize({ num_workers: W, prefetch_factor: pf, batches: 40 });
+      const s = new LoaderState();
+      for (const e of events) {
+        assert.equal(invalidReason(e), null);
+        s.apply(e);
+        assert.ok(s.rcvd_idx <= s.send_idx, 'rcvd_idx never passes send_idx');
+        assert.ok(s.outstanding <= s.window, 'window bound');
+      }
+      assert.deepEqual(s.violations, [], `W=${W} pf=${pf}`);
+      assert.deepEqual(s.yield_order.map(([, i]) => i), [...Array(40).keys()]);
+      if (W > 1) assert.ok(s.buffer_high > 0, 'out_of_order parks results');
+    }
+  }
+});
+
+test('in_order=False yields in arrival order without violations', () => {
+  const s = reduce(synthesize({ num_workers: 4, batches: 16, in_order: false }));
+  assert.deepEqual(s.violations, []);
+  assert.equal(s.batches, 16);
+  assert.equal(s.buffer_high, 0);
+  assert.notDeepEqual(s.yield_order.map(([, i]) => i), [...Array(16).keys()]);
+});
+
+test('violations are reported like state.py does', () => {
+  const s = reduce(stream([
+    [0, 'run_start', { mode: 'sim', config: { ...CONFIG, num_workers: 1 } }],
+    [0, 'epoch_start', { epoch: 0 }],
+    [0, 'dispatch', { idx: 1, worker: 0 }],
+    [0, 'yield', { idx: 1, wait: 0 }],
+    [0, 'arrive', { idx: 9, worker: 0 }],
+  ]));
+  assert.equal(s.violations.length, 4);
+  assert.match(s.violations[0], /dispatch of task 1 but send_idx is 0/);
+});
+
+// --- the Python reducer on the same streams ---------------------------------------------------------
+const PY = join(ROOT, '.venv', 'bin', 'python');
+
+test('agrees with backend/loaderscope/state.py on the same events', { skip: !existsSync(PY) && 'no .venv' }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ls-reducer-'));
+  const cases = {
+    seed: SEED,
+    ooo: synthesize({ num_workers: 4, batches: 30, epochs: 2 }),
+    unordered: synthesize({ num_workers: 3, batches: 20, in_order: false }),
+    single: synthesize({ num_workers: 0, batches: 6 }),
+  };
+  const fields = ['send_idx', 'rcvd_idx', 'outstanding', 'batches', 'epochs_done', 'out_of_order', 'buffer_high',
+    'outstanding_high', 'consumer_wait', 'head_of_line_wait', 'skipped', 'seq', 'epoch', 'status'];
+  for (const [name, events] of Object.entries(cases)) {
+    const file = join(dir, `${name}.json`);
+    writeFileSync(file, JSON.stringify(events));
+    const script = `
+import json, sys
+from loaderscope.state import reduce
+s = reduce(json.load(open(sys.argv[1])))
+out = {f: getattr(s, f) for f in ${JSON.stringify(fields)}}
+out["buffer"] = s.buffer; out["result_queue"] = s.result_queue
+out["yield_order"] = [list(p) for p in s.yield_order]; out["violations"] = s.violations
+out["queues"] = {str(w.id): w.queue for w in s.workers.values()}
+out["window"] = s.window
+print(json.dumps(out))`;
+    const r = spawnSync(PY, ['-c', script, file], { encoding: 'utf8', cwd: ROOT, env: { ...process.env, PYTHONPATH: join(ROOT, 'backend') } });
+    assert.equal(r.status, 0, r.stderr);
+    const py = JSON.parse(r.stdout);
+    const js = reduce(events);
+    for (const f of fields) {
+      if (typeof py[f] === 'number' && !Number.isInteger(py[f])) assert.ok(Math.abs(py[f] - js[f]) < 1e-9, `${name}.${f}`);
+      else assert.deepEqual(js[f], py[f], `${name}.${f}`);
+    }
+    assert.deepEqual(js.buffer, py.buffer, `${name}.buffer`);
+    assert.deepEqual(js.result_queue, py.result_queue);
+    assert.deepEqual(js.yield_order, py.yield_order);
+    assert.deepEqual(js.violations, py.violations);
+    assert.equal(js.window, py.window);
+    assert.deepEqual(Object.fromEntries([...js.workers.values()].map((w) => [String(w.id), w.queue])), py.queues);
+  }
+});
+
+test('summary matches state.py formulas', () => {
+  const s = reduce(SEED);
+  const sum = summary(s);
+  assert.equal(sum.batches, 2);
+  assert.ok(Math.abs(sum.wall - 0.22) < 1e-9);
+  assert.ok(Math.abs(sum.input_bound - 0.2 / 0.22) < 1e-9);
+});
