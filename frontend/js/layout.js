@@ -1,0 +1,140 @@
+// Where every part of the pipeline picture goes, as plain rectangles. Pure math, shared by the
+// canvas drawing and the DOM overlay (lanes, cursors), and unit-tested.
+//
+//   sampler ─▶ dispatcher(send_idx) ─▶ worker lanes [index queue | fetch] ─▶ result queue
+//           ─▶ reorder buffer ─▶ rcvd_idx ─▶ consumer
+
+/** @typedef {{x:number, y:number, w:number, h:number}} Rect */
+
+export const MIN_WIDTH = 980;
+const M = 12; // outer margin
+const TITLE = 30; // column titles (and a hint line under them)
+const COL = { sampler: 150, result: 104, buffer: 164, consumer: 150 };
+const GAP = { toLanes: 34, toResult: 30, toBuffer: 26, toConsumer: 34 };
+const LABEL_W = 112; // lane label (worker name, status)
+const FETCH_W = 190; // current fetch: token, indices, elapsed
+
+const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
+
+/** Token size for a lane height and the widest task id. */
+export function tokenSize(laneH, digits) {
+  const h = Math.round(clamp(laneH * 0.56, 10, 22));
+  const w = Math.round(Math.max(h * 1.45, digits * h * 0.62 + 8));
+  return { w, h };
+}
+
+/**
+ * @param {{width:number, height:number, lanes:number, digits?:number, inProcess?:boolean}} o
+ */
+export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = false }) {
+  const W = Math.max(width, MIN_WIDTH);
+  const n = Math.max(lanes, 1);
+  const top = M + TITLE;
+  const areaH = Math.max(height - top - M, 60);
+  const laneGap = areaH / n > 30 ? 6 : areaH / n > 16 ? 3 : 1;
+  const laneH = Math.min(56, (areaH - laneGap * (n - 1)) / n);
+  const lanesH = laneH * n + laneGap * (n - 1);
+  const token = tokenSize(laneH, Math.max(digits, 1));
+
+  let x = M;
+  const samplerCol = { x, y: top, w: COL.sampler, h: areaH };
+  x += COL.sampler + GAP.toLanes;
+  const fixedRight = GAP.toResult + COL.result + GAP.toBuffer + COL.buffer + GAP.toConsumer + COL.consumer + M;
+  const lanesW = W - x - fixedRight;
+  const lanesX = x;
+  x += lanesW + GAP.toResult;
+  const result = { x, y: top, w: COL.result, h: areaH };
+  x += COL.result + GAP.toBuffer;
+  const buffer = { x, y: top, w: COL.buffer, h: areaH };
+  x += COL.buffer + GAP.toConsumer;
+  const consumer = { x, y: top, w: COL.consumer, h: areaH };
+
+  const samplerH = Math.min(areaH * 0.42, 150);
+  const sampler = { x: samplerCol.x, y: top, w: COL.sampler, h: samplerH };
+  const dispH = Math.min(92, areaH - samplerH - 16);
+  const dispatcher = { x: samplerCol.x, y: top + samplerH + 16, w: COL.sampler, h: Math.max(dispH, 40) };
+
+  const laneRects = [];
+  for (let i = 0; i < n; i++) {
+    const y = top + i * (laneH + laneGap);
+    const rect = { x: lanesX, y, w: lanesW, h: laneH };
+    const label = { x: lanesX, y, w: LABEL_W, h: laneH };
+    const fetch = { x: lanesX + lanesW - FETCH_W, y, w: FETCH_W, h: laneH };
+    const queue = { x: label.x + label.w + 4, y, w: fetch.x - (label.x + label.w) - 10, h: laneH };
+    laneRects.push({ rect, label, queue, fetch });
+  }
+  const rcvdCursor = { x: consumer.x, y: top, w: consumer.w, h: 46 };
+  const consumerBox = { x: consumer.x, y: top + 56, w: consumer.w, h: Math.max(areaH - 56, 40) };
+  const titles = [
+    { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
+    { x: lanesX, text: workersTitle(n, inProcess), hint: 'index queue (waiting) · fetching now' },
+    { x: result.x, text: 'result queue', hint: 'arrival order' },
+    { x: buffer.x, text: 'reorder buffer', hint: '_task_info, holding data' },
+    { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
+  ];
+  return { width: W, height, top, areaH, laneH, laneGap, lanesH, token, sampler, dispatcher, lanes: laneRects, result, buffer, rcvdCursor, consumer: consumerBox, titles };
+}
+
+function workersTitle(lanes, inProcess) {
+  return inProcess ? 'main process fetches (num_workers=0)' : `${lanes} worker process${lanes === 1 ? '' : 'es'}`;
+}
+
+/**
+ * Index-queue slot k (0 = head, next to the fetch box) of a lane; null when it does not fit.
+ * @returns {{x:number, y:number}|null} top-left of the token
+ */
+export function queueSlot(L, lane, k) {
+  const q = L.lanes[lane].queue;
+  const step = L.token.w + 3;
+  const x = q.x + q.w - (k + 1) * step;
+  if (x < q.x) return null;
+  return { x, y: q.y + (q.h - L.token.h) / 2 };
+}
+
+/** How many tokens a lane's index queue can show. */
+export function queueCapacity(L, lane) {
+  return Math.max(0, Math.floor(L.lanes[lane].queue.w / (L.token.w + 3)));
+}
+
+/** Where the task being fetched sits in its lane. */
+export function fetchSlot(L, lane) {
+  const f = L.lanes[lane].fetch;
+  return { x: f.x + 6, y: f.y + (f.h - L.token.h) / 2 };
+}
+
+/** Slot k of a grid filling rect r row by row (tokens of size t, 4 px apart, under a header). */
+export function gridSlot(r, t, k, header = 0) {
+  const cols = Math.max(1, Math.floor((r.w - 8) / (t.w + 4)));
+  const rows = Math.max(1, Math.floor((r.h - header - 8) / (t.h + 4)));
+  if (k >= cols * rows) return null;
+  const col = k % cols, row = Math.floor(k / cols);
+  return { x: r.x + 6 + col * (t.w + 4), y: r.y + header + 6 + row * (t.h + 4) };
+}
+
+export function gridCapacity(r, t, header = 0) {
+  const cols = Math.max(1, Math.floor((r.w - 8) / (t.w + 4)));
+  const rows = Math.max(1, Math.floor((r.h - header - 8) / (t.h + 4)));
+  return cols * rows;
+}
+
+/** Header heights inside the boxes (room for "waiting for task N" and similar). */
+export const HEADER = { result: 8, buffer: 40, consumer: 60 };
+
+export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result);
+export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, HEADER.buffer);
+export const consumerSlot = (L, k) => gridSlot(L.consumer, L.token, k, HEADER.consumer);
+
+/** Where a new task token appears: the dispatcher's out edge. */
+export function dispatchPoint(L) {
+  const d = L.dispatcher;
+  return { x: d.x + d.w - L.token.w - 6, y: d.y + d.h / 2 - L.token.h / 2 };
+}
+
+/** Do two rectangles overlap (by more than a hair)? */
+export function overlaps(a, b) {
+  return a.x < b.x + b.w - 0.5 && b.x < a.x + a.w - 0.5 && a.y < b.y + b.h - 0.5 && b.y < a.y + a.h - 0.5;
+}
+
+export function inside(p, size, r) {
+  return p.x >= r.x - 0.5 && p.y >= r.y - 0.5 && p.x + size.w <= r.x + r.w + 0.5 && p.y + size.h <= r.y + r.h + 0.5;
+}

@@ -1,0 +1,245 @@
+// Spans for the timeline, stored column-wise in growable typed arrays so a million events stay
+// cheap, with the queries the canvas needs: which spans are visible (binary search) and, when
+// zoomed out, how busy each pixel column is (prefix sums: O(width · log n), whatever n is). Pure.
+
+/** One row of non-overlapping spans, appended roughly in start order. */
+export class SpanColumn {
+  constructor(capacity = 256) {
+    this.n = 0;
+    this.start = new Float64Array(capacity);
+    this.end = new Float64Array(capacity);
+    this.idx = new Int32Array(capacity);
+    this.epoch = new Int32Array(capacity);
+    /** prefix sums of durations: cum[i] = total duration of spans 0..i-1 */
+    this.cum = new Float64Array(capacity + 1);
+    /** @type {Array<any>} per-span extra (sample indices, wait) for hover */
+    this.info = [];
+  }
+
+  grow() {
+    const cap = this.start.length * 2;
+    for (const key of ['start', 'end', 'cum']) {
+      const old = this[key];
+      const next = new Float64Array(key === 'cum' ? cap + 1 : cap);
+      next.set(old);
+      this[key] = next;
+    }
+    for (const key of ['idx', 'epoch']) {
+      const next = new Int32Array(cap);
+      next.set(this[key]);
+      this[key] = next;
+    }
+  }
+
+  /** Append a span; one that starts before the last is inserted in order (rare clock skew). */
+  push(start, end, idx, epoch, info) {
+    if (end < start) end = start;
+    if (this.n === this.start.length) this.grow();
+    let i = this.n;
+    if (i > 0 && start < this.start[i - 1]) {
+      i = upperBound(this.start, this.n, start);
+      this.start.copyWithin(i + 1, i, this.n);
+      this.end.copyWithin(i + 1, i, this.n);
+      this.idx.copyWithin(i + 1, i, this.n);
+      this.epoch.copyWithin(i + 1, i, this.n);
+      this.info.splice(i, 0, info);
+    } else {
+      this.info.push(info);
+    }
+    this.start[i] = start;
+    this.end[i] = end;
+    this.idx[i] = idx;
+    this.epoch[i] = epoch;
+    this.n += 1;
+    for (let k = i; k < this.n; k++) this.cum[k + 1] = this.cum[k] + (this.end[k] - this.start[k]);
+  }
+
+  /** [i0, i1): spans that intersect [t0, t1]. Ends are monotone because spans do not overlap. */
+  visible(t0, t1) {
+    const i0 = lowerBound(this.end, this.n, t0);
+    const i1 = upperBound(this.start, this.n, t1);
+    return [i0, Math.max(i0, i1)];
+  }
+
+  /** Total span time inside [a, b). */
+  busy(a, b) {
+    if (b <= a || this.n === 0) return 0;
+    const i = upperBound(this.end, this.n, a); // first span ending after a
+    const j = lowerBound(this.start, this.n, b); // first span starting at/after b
+    if (j <= i) return 0;
+    let sum = this.cum[j] - this.cum[i];
+    sum -= Math.max(0, a - this.start[i]);
+    sum -= Math.max(0, this.end[j - 1] - b);
+    return Math.max(0, sum);
+  }
+
+  /** Busy fraction of each of `buckets` equal slices of [t0, t1). */
+  occupancy(t0, t1, buckets) {
+    const out = new Float32Array(buckets);
+    const w = (t1 - t0) / buckets;
+    if (w <= 0) return out;
+    for (let k = 0; k < buckets; k++) {
+      const a = t0 + k * w;
+      out[k] = Math.min(1, this.busy(a, a + w) / w);
+    }
+    return out;
+  }
+
+  /** The span containing time t, or -1. */
+  at(t) {
+    const i = upperBound(this.start, this.n, t) - 1;
+    return i >= 0 && this.end[i] >= t ? i : -1;
+  }
+}
+
+/** First i in [0, n) with arr[i] >= v (n if none). */
+export function lowerBound(arr, n, v) {
+  let lo = 0, hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid] < v) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/** First i in [0, n) with arr[i] > v (n if none). */
+export function upperBound(arr, n, v) {
+  let lo = 0, hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid] <= v) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/** Everything the timeline draws, fed by the same events as the reducer. */
+export class TimelineStore {
+  constructor() {
+    /** @type {Map<number, SpanColumn>} fetch spans per worker */
+    this.workers = new Map();
+    /** consumer: one span per yield, from when it asked (t - wait) to when it got the batch */
+    this.consumer = new SpanColumn();
+    /** @type {Map<number, {start:number, idx:number, epoch:number, info:any}>} fetches still running */
+    this.open = new Map();
+    /** @type {Array<{t:number, epoch:number}>} */
+    this.epochs = [];
+    /** @type {Array<{t:number, kind:string, worker?:number, text:string}>} stuck / died / error / timeout markers */
+    this.marks = [];
+    this.epoch = 0;
+    this.tmin = Infinity;
+    this.tmax = 0;
+    /** sample indices of dispatched tasks, until their fetch ends: key `${epoch}:${idx}` */
+    this.indices = new Map();
+    this.version = 0; // bumps whenever something visible changes
+  }
+
+  row(worker) {
+    let col = this.workers.get(worker);
+    if (col === undefined) {
+      col = new SpanColumn();
+      this.workers.set(worker, col);
+    }
+    return col;
+  }
+
+  apply(e) {
+    const t = e.t;
+    if (typeof t === 'number') {
+      if (t < this.tmin) this.tmin = t;
+      if (t > this.tmax) this.tmax = t;
+    }
+    switch (e.kind) {
+      case 'run_start':
+        for (let w = 0; w < (e.config?.num_workers || 1); w++) this.row(w);
+        break;
+      case 'epoch_start':
+        this.epoch = e.epoch;
+        this.epochs.push({ t, epoch: e.epoch });
+        this.indices.clear();
+        this.open.clear();
+        break;
+      case 'dispatch':
+        this.indices.set(`${this.epoch}:${e.idx}`, { indices: e.indices ?? null, n: e.n ?? (e.indices ? e.indices.length : 0) });
+        break;
+      case 'fetch_start': {
+        this.row(e.worker);
+        this.open.set(e.worker, { start: t, idx: e.idx, epoch: this.epoch, info: this.indices.get(`${this.epoch}:${e.idx}`) ?? null });
+        break;
+      }
+      case 'fetch_end': {
+        const o = this.open.get(e.worker);
+        const start = o && o.idx === e.idx ? o.start : t - (e.dt ?? 0);
+        const key = `${this.epoch}:${e.idx}`;
+        const info = { ...(this.indices.get(key) ?? {}), nbytes: e.nbytes ?? null, worker: e.worker };
+        this.indices.delete(key);
+        this.row(e.worker).push(start, t, e.idx, this.epoch, info);
+        if (o && o.idx === e.idx) this.open.delete(e.worker);
+        break;
+      }
+      case 'yield':
+        this.consumer.push(t - (e.wait || 0), t, e.idx, this.epoch, { wait: e.wait, from_buffer: !!e.from_buffer });
+        break;
+      case 'worker_stuck':
+        this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} stuck on task ${e.idx} for ${(+e.elapsed).toFixed(1)} s` });
+        break;
+      case 'worker_died':
+        this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} died (${e.signal || `exit code ${e.exitcode}`})` });
+        this.open.delete(e.worker);
+        break;
+      case 'error':
+        this.marks.push({ t, kind: e.kind, worker: e.worker, text: `${e.type}: ${e.message}` });
+        break;
+      case 'timeout':
+        this.marks.push({ t, kind: e.kind, text: `timeout after ${e.seconds} s` });
+        break;
+      default:
+        return;
+    }
+    this.version += 1;
+  }
+}
+
+/**
+ * The time window to show. `follow` fits the whole run (plus running fetches up to `now`).
+ * @returns {{t0:number, t1:number}}
+ */
+export function fitWindow(store, now) {
+  const t0 = Number.isFinite(store.tmin) ? Math.min(store.tmin, 0) : 0;
+  const t1 = Math.max(store.tmax, now, t0 + 0.05);
+  return { t0, t1: t1 + (t1 - t0) * 0.02 };
+}
+
+/** Zoom [t0, t1] by `factor` (<1 zooms in) around time `at`, clamped to a sane range. */
+export function zoomWindow({ t0, t1 }, at, factor, minSpan = 1e-5) {
+  const span = Math.max((t1 - t0) * factor, minSpan);
+  const rel = (at - t0) / (t1 - t0 || 1);
+  const n0 = at - rel * span;
+  return { t0: n0, t1: n0 + span };
+}
+
+/** Pan by dt seconds. */
+export function panWindow({ t0, t1 }, dt) {
+  return { t0: t0 + dt, t1: t1 + dt };
+}
+
+/** "Nice" tick positions for an axis over [t0, t1] with about `count` ticks. */
+export function ticks(t0, t1, count = 8) {
+  const span = t1 - t0;
+  if (!(span > 0)) return { step: 1, values: [] };
+  const raw = span / count;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag;
+  const values = [];
+  for (let v = Math.ceil(t0 / step) * step; v <= t1 + 1e-12; v += step) values.push(+v.toFixed(12));
+  return { step, values };
+}
+
+/** Format seconds for humans: 850 µs, 12.3 ms, 1.25 s. */
+export function fmtDuration(s) {
+  if (!Number.isFinite(s)) return '–';
+  const a = Math.abs(s);
+  if (a < 1e-3) return `${(s * 1e6).toFixed(0)} µs`;
+  if (a < 1) return `${(s * 1e3).toFixed(a < 0.01 ? 2 : 1)} ms`;
+  if (a < 60) return `${s.toFixed(2)} s`;
+  return `${Math.floor(s / 60)} min ${(s % 60).toFixed(0)} s`;
+}

@@ -1,0 +1,57 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  pipelineLayout, queueSlot, queueCapacity, fetchSlot, resultSlot, bufferSlot, consumerSlot, gridCapacity,
+  overlaps, inside, HEADER, MIN_WIDTH, tokenSize,
+} from '../js/layout.js';
+
+const SIZES = [[1000, 360], [1400, 420], [1920, 700], [MIN_WIDTH, 300]];
+
+test('columns never overlap and stay inside the canvas', () => {
+  for (const [width, height] of SIZES) {
+    for (const lanes of [1, 2, 4, 8, 16, 32]) {
+      const L = pipelineLayout({ width, height, lanes });
+      const cols = [L.sampler, L.dispatcher, L.lanes[0].rect, L.result, L.buffer, L.consumer];
+      for (let i = 0; i < cols.length; i++) {
+        assert.ok(cols[i].x >= 0 && cols[i].x + cols[i].w <= L.width, `col ${i} inside at ${width}x${height}/${lanes}`);
+        for (let j = i + 1; j < cols.length; j++) assert.ok(!overlaps(cols[i], cols[j]), `cols ${i},${j} at ${width}/${lanes}`);
+      }
+    }
+  }
+});
+
+test('one lane per worker, stacked without overlap inside the area', () => {
+  for (const lanes of [1, 4, 8, 32]) {
+    const L = pipelineLayout({ width: 1400, height: 420, lanes });
+    assert.equal(L.lanes.length, lanes);
+    for (let i = 0; i < lanes; i++) {
+      const { rect, label, queue, fetch } = L.lanes[i];
+      assert.ok(rect.y + rect.h <= L.top + L.areaH + 0.5, `lane ${i} fits`);
+      assert.ok(!overlaps(label, queue) && !overlaps(queue, fetch) && !overlaps(label, fetch));
+      if (i) assert.ok(!overlaps(rect, L.lanes[i - 1].rect));
+    }
+  }
+});
+
+test('slots lie inside their boxes; head of the index queue sits next to the fetch box', () => {
+  for (const lanes of [1, 4, 8, 32]) {
+    const L = pipelineLayout({ width: 1400, height: 420, lanes, digits: 3 });
+    const cap = queueCapacity(L, 0);
+    assert.ok(cap >= 3, 'room for a few waiting tasks');
+    for (let k = 0; k < cap; k++) assert.ok(inside(queueSlot(L, 0, k), L.token, L.lanes[0].queue), `queue slot ${k}`);
+    assert.equal(queueSlot(L, 0, cap), null);
+    assert.ok(queueSlot(L, 0, 0).x > queueSlot(L, 0, 1).x, 'head is rightmost');
+    assert.ok(inside(fetchSlot(L, lanes - 1), L.token, L.lanes[lanes - 1].fetch));
+    for (const [slot, box, header] of [[resultSlot, L.result, HEADER.result], [bufferSlot, L.buffer, HEADER.buffer], [consumerSlot, L.consumer, HEADER.consumer]]) {
+      const n = gridCapacity(box, L.token, header);
+      assert.ok(n >= 4, 'room for a few tokens');
+      for (let k = 0; k < n; k++) assert.ok(inside(slot(L, k), L.token, box));
+      assert.equal(slot(L, n), null);
+    }
+  }
+});
+
+test('tokens grow with task id digits and shrink with lane height, within bounds', () => {
+  assert.ok(tokenSize(40, 5).w > tokenSize(40, 1).w);
+  assert.ok(tokenSize(60, 2).h <= 22 && tokenSize(5, 2).h >= 10);
+});

@@ -1,0 +1,113 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { SpanColumn, TimelineStore, fitWindow, zoomWindow, panWindow, ticks, fmtDuration, lowerBound, upperBound } from '../js/timeline-store.js';
+import { synthesize } from '../dev/synth.js';
+
+function column(spans) {
+  const c = new SpanColumn(2);
+  spans.forEach(([a, b], i) => c.push(a, b, i, 0, null));
+  return c;
+}
+
+test('binary searches', () => {
+  const a = new Float64Array([1, 2, 2, 3]);
+  assert.equal(lowerBound(a, 4, 2), 1);
+  assert.equal(upperBound(a, 4, 2), 3);
+  assert.equal(lowerBound(a, 4, 9), 4);
+});
+
+test('visible() returns exactly the spans intersecting the window', () => {
+  const c = column([[0, 1], [2, 3], [4, 5], [6, 7]]);
+  assert.deepEqual(c.visible(1.5, 4.5), [1, 3]);
+  assert.deepEqual(c.visible(0.5, 0.6), [0, 1]);
+  assert.deepEqual(c.visible(7.5, 9), [4, 4]);
+  assert.deepEqual(c.visible(-2, -1), [0, 0]);
+});
+
+test('busy() and occupancy() measure covered time, clipped at the edges', () => {
+  const c = column([[0, 1], [2, 3], [4, 5]]);
+  assert.equal(c.busy(0, 5), 3);
+  assert.equal(c.busy(0.5, 2.5), 1);
+  assert.equal(c.busy(2.2, 2.7), 0.5);
+  assert.equal(c.busy(1, 2), 0);
+  assert.deepEqual([...c.occupancy(0, 6, 3)], [0.5, 0.5, 0.5]);
+});
+
+test('occupancy over many spans equals the brute-force sum', () => {
+  const c = new SpanColumn();
+  let t = 0;
+  const spans = [];
+  for (let i = 0; i < 5000; i++) {
+    const gap = (i * 7919) % 13 / 1000, dur = ((i * 104729) % 17 + 1) / 1000;
+    spans.push([t + gap, t + gap + dur]);
+    c.push(t + gap, t + gap + dur, i, 0, null);
+    t += gap + dur;
+  }
+  for (const [a, b] of [[0, t], [0.1, 0.37], [3.3, 3.31]]) {
+    const brute = spans.reduce((s, [x, y]) => s + Math.max(0, Math.min(y, b) - Math.max(x, a)), 0);
+    assert.ok(Math.abs(c.busy(a, b) - brute) < 1e-9, `busy(${a}, ${b})`);
+  }
+});
+
+test('out-of-order starts are inserted in order; at() finds the span under a time', () => {
+  const c = column([[0, 1], [4, 5], [2, 3]]);
+  assert.deepEqual([...c.start.slice(0, 3)], [0, 2, 4]);
+  assert.equal(c.busy(0, 10), 3);
+  assert.equal(c.at(2.5), 1);
+  assert.equal(c.at(3.5), -1);
+});
+
+test('the store builds one fetch row per worker and a consumer row from the events', () => {
+  const store = new TimelineStore();
+  for (const e of synthesize({ num_workers: 4, batches: 20 })) store.apply(e);
+  assert.equal(store.workers.size, 4);
+  let fetches = 0;
+  for (const col of store.workers.values()) {
+    fetches += col.n;
+    for (let i = 1; i < col.n; i++) assert.ok(col.start[i] >= col.end[i - 1] - 1e-12, 'a worker fetches one task at a time');
+  }
+  assert.equal(fetches, 20);
+  assert.equal(store.consumer.n, 20);
+  assert.equal(store.open.size, 0);
+  assert.deepEqual(store.workers.get(1).info[0].indices, [4, 5, 6, 7]);
+});
+
+test('a running fetch stays open until its fetch_end', () => {
+  const store = new TimelineStore();
+  const events = synthesize({ num_workers: 2, batches: 4 });
+  const cut = events.findIndex((e) => e.kind === 'fetch_end');
+  events.slice(0, cut).forEach((e) => store.apply(e));
+  assert.equal(store.open.size, 2);
+});
+
+test('a million-event trace stays cheap to store and to query', () => {
+  const store = new TimelineStore();
+  const events = synthesize({ num_workers: 32, prefetch_factor: 2, batches: 1_000_000 / 6, cost: (i, w) => 0.01 + (w % 3) * 0.002, step: 0.0001 });
+  const t0 = performance.now();
+  for (const e of events) store.apply(e);
+  const ingest = performance.now() - t0;
+  const { t0: a, t1: b } = fitWindow(store, 0);
+  const q0 = performance.now();
+  for (const col of store.workers.values()) col.occupancy(a, b, 1200);
+  const query = performance.now() - q0;
+  assert.ok(events.length > 900_000);
+  assert.ok(query < 100, `occupancy of 32 rows × 1200 px took ${query.toFixed(1)} ms`);
+  assert.ok(ingest < 4000, `ingest took ${ingest.toFixed(0)} ms`);
+});
+
+test('window math: fit, zoom around a point, pan, ticks, durations', () => {
+  const store = new TimelineStore();
+  store.apply({ seq: 0, t: 0, kind: 'run_start', config: { num_workers: 1 } });
+  store.apply({ seq: 1, t: 2, kind: 'epoch_end', epoch: 0 });
+  const w = fitWindow(store, 3);
+  assert.equal(w.t0, 0);
+  assert.ok(w.t1 > 3);
+  const z = zoomWindow({ t0: 0, t1: 10 }, 5, 0.5);
+  assert.deepEqual(z, { t0: 2.5, t1: 7.5 });
+  const z2 = zoomWindow({ t0: 0, t1: 10 }, 0, 0.5);
+  assert.deepEqual(z2, { t0: 0, t1: 5 });
+  assert.deepEqual(panWindow({ t0: 0, t1: 1 }, 0.5), { t0: 0.5, t1: 1.5 });
+  assert.deepEqual(ticks(0, 1, 5).values, [0, 0.2, 0.4, 0.6, 0.8, 1]);
+  assert.equal(fmtDuration(0.0123), '12.3 ms');
+  assert.equal(fmtDuration(1.5), '1.50 s');
+});
