@@ -1,0 +1,149 @@
+"""The event schema (version 1): the one stream that probe, simulator and replay produce.
+
+Every event is a plain dict with the common fields ``seq``, ``t``, ``run``, ``rank`` and
+``kind`` plus the kind's own fields (DESIGN.md, "Events"). Consumers ignore unknown fields
+and show unknown kinds rather than dropping them, so the schema can grow without a version bump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+SCHEMA_VERSION = 1
+COMMON_FIELDS = ("seq", "t", "run", "rank", "kind")
+# A frame is one websocket message; a cap keeps a hostile producer from exhausting memory.
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+MAX_INDICES = 64  # sample indices kept per task; the rest is counted in ``n``
+
+Event = dict[str, Any]
+
+
+class Kind(StrEnum):
+    RUN_START = "run_start"
+    RUN_END = "run_end"
+    EPOCH_START = "epoch_start"
+    EPOCH_END = "epoch_end"
+    WORKER_START = "worker_start"
+    WORKER_EXIT = "worker_exit"
+    DISPATCH = "dispatch"
+    FETCH_START = "fetch_start"
+    FETCH_END = "fetch_end"
+    ARRIVE = "arrive"
+    PIN_START = "pin_start"
+    PIN_END = "pin_end"
+    BUFFER = "buffer"
+    YIELD = "yield"
+    SKIP = "skip"
+    WORKER_STUCK = "worker_stuck"
+    WORKER_DIED = "worker_died"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+# Fields each kind must carry (beyond the common ones); optional fields are not listed.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    Kind.RUN_START: ("mode", "config"),
+    Kind.RUN_END: ("reason",),
+    Kind.EPOCH_START: ("epoch",),
+    Kind.EPOCH_END: ("epoch",),
+    Kind.WORKER_START: ("worker", "pid"),
+    Kind.WORKER_EXIT: ("worker",),
+    Kind.DISPATCH: ("idx", "worker"),
+    Kind.FETCH_START: ("idx", "worker"),
+    Kind.FETCH_END: ("idx", "worker"),
+    Kind.ARRIVE: ("idx", "worker"),
+    Kind.PIN_START: ("idx",),
+    Kind.PIN_END: ("idx",),
+    Kind.BUFFER: ("idx", "worker", "waiting_for"),
+    Kind.YIELD: ("idx", "wait"),
+    Kind.SKIP: ("idx", "worker"),
+    Kind.WORKER_STUCK: ("worker", "idx", "elapsed"),
+    Kind.WORKER_DIED: ("worker",),
+    Kind.ERROR: ("type", "message"),
+    Kind.TIMEOUT: ("seconds",),
+}
+
+_INT_FIELDS = ("seq", "rank", "idx", "worker", "epoch", "waiting_for")
+_NUMBER_FIELDS = ("t", "wait", "dt", "elapsed", "seconds")
+
+
+class EventError(ValueError):
+    """An event or frame that does not follow the schema; the message says what and how to fix it."""
+
+
+def validate(event: Any) -> Event:
+    """Check one decoded event against the schema and return it.
+
+    Raises:
+        EventError: naming the field that is missing or of the wrong type.
+    """
+    if not isinstance(event, dict):
+        raise EventError(f"an event must be a JSON object, got {type(event).__name__}")
+    kind = event.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise EventError("an event needs a non-empty string 'kind'")
+    for name in ("t",):
+        if name not in event:
+            raise EventError(f"{kind} event is missing '{name}'")
+    for name in REQUIRED.get(kind, ()):
+        if name not in event:
+            raise EventError(f"{kind} event is missing its '{name}' field (see DESIGN.md, Events)")
+    for name in _INT_FIELDS:
+        value = event.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise EventError(f"{kind} event: '{name}' must be an integer, got {value!r}")
+    for name in _NUMBER_FIELDS:
+        value = event.get(name)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            raise EventError(f"{kind} event: '{name}' must be a number, got {value!r}")
+    return event
+
+
+def encode_frame(events: Iterable[Mapping[str, Any]]) -> bytes:
+    """A frame is a JSON array of events: many per websocket message, for throughput."""
+    return orjson.dumps(list(events))
+
+
+def decode_frame(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES) -> list[Event]:
+    """Parse and validate a frame (as data, never as code).
+
+    Raises:
+        EventError: when the frame is too large, not JSON, not an array, or holds a bad event.
+    """
+    if len(data) > max_bytes:
+        raise EventError(f"frame of {len(data)} bytes exceeds the {max_bytes}-byte limit; send smaller frames")
+    try:
+        decoded = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EventError(f"frame is not valid JSON: {exc}") from None
+    if isinstance(decoded, dict):
+        decoded = [decoded]
+    if not isinstance(decoded, list):
+        raise EventError(f"a frame must be a JSON array of events, got {type(decoded).__name__}")
+    return [validate(event) for event in decoded]
+
+
+def task_key(event: Mapping[str, Any]) -> tuple[int, int]:
+    """Tasks are numbered per epoch (``send_idx`` restarts at each reset): key them by both."""
+    return (event.get("epoch", 0), event["idx"])
+
+
+def clip_indices(indices: Any) -> tuple[list[Any] | None, int]:
+    """Sample indices for a task, cut to MAX_INDICES, and the full count."""
+    if indices is None:
+        return None, 0
+    if isinstance(indices, (list, tuple)):
+        return [_plain(i) for i in indices[:MAX_INDICES]], len(indices)
+    return [_plain(indices)], 1
+
+
+def _plain(value: Any) -> Any:
+    """Sampler outputs may be tensors or numpy ints; events hold JSON scalars."""
+    if value is None or isinstance(value, (int, float, str, bool)):
+        return value
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)

@@ -1,0 +1,297 @@
+"""torch's own DataLoader iterators, observed.
+
+The subclasses below call torch's code for every decision and only record what happened. The key
+observation: every protocol transition of a task in ``_MultiProcessingDataLoaderIter`` is a change
+to ``_task_info`` — set to ``(worker,)`` at dispatch, grown to ``(worker, data)`` when a result is
+parked out of order, popped when released to the consumer, deleted when skipped (its worker
+exhausted an iterable dataset). A dict subclass that watches those changes sees them all, including
+``in_order=False`` and persistent-worker resets, without copying torch's control flow.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import weakref
+from typing import Any
+
+from torch.utils.data._utils.worker import _worker_loop
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
+
+from loaderscope.probe.recorder import Recorder
+from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, batch_nbytes, new_ring, probed_worker_loop
+
+monotonic = time.monotonic
+
+
+class EpochCounter:
+    """Epoch numbering shared by every iterator of one loader (persistent or not)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.epoch = -1
+        self.open = False
+        self.batches = 0
+
+    def start(self) -> None:
+        if self.open:  # the previous epoch was abandoned mid-way (a `break`, a new iter())
+            self.end(abandoned=True)
+        self.epoch += 1
+        self.open = True
+        self.batches = 0
+        self.recorder.note("epoch_start", epoch=self.epoch)
+
+    def end(self, abandoned: bool = False) -> None:
+        if self.open:
+            self.open = False
+            self.recorder.note("epoch_end", epoch=self.epoch, batches=self.batches, abandoned=abandoned)
+
+
+class _TaskInfo(dict):
+    """``_task_info`` that reports parking, release and skipping of tasks to the probe."""
+
+    __slots__ = ("owner",)
+
+    def __setitem__(self, idx: int, info: tuple[Any, ...]) -> None:
+        dict.__setitem__(self, idx, info)
+        if len(info) == 2:  # `_task_info[idx] += (data,)`: arrived out of order, parked
+            it = self.owner()
+            if it is not None:
+                it._probe.record("buffer", monotonic(), idx, info[0], it._rcvd_idx)
+
+    def pop(self, idx: int, *default: Any) -> Any:
+        info = dict.pop(self, idx, *default)
+        it = self.owner()
+        if it is not None:
+            it._released = (idx, info[0], len(info) == 2)
+        return info
+
+    def __delitem__(self, idx: int) -> None:
+        worker = self[idx][0]
+        dict.__delitem__(self, idx)
+        it = self.owner()
+        if it is not None:
+            it._probe.record("skip", monotonic(), idx, worker)
+
+
+class _ProbedContext:
+    """Stands in for the multiprocessing context so each worker is started with a status ring."""
+
+    def __init__(self, context: Any, readers: dict[int, RingReader]) -> None:
+        self._context = context
+        self._readers = readers
+
+    def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:  # noqa: N802
+        if target is not _worker_loop:  # not a DataLoader worker: leave it alone
+            return self._context.Process(target=target, args=args, **kwargs)
+        ring = new_ring()
+        self._readers[args[WORKER_ID_ARG]] = RingReader(args[WORKER_ID_ARG], ring)
+        return self._context.Process(target=probed_worker_loop, args=(ring, target, *args), **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+class _LoaderView:
+    """The loader as torch's iterator sees it, with the probed multiprocessing context."""
+
+    def __init__(self, loader: Any, context: _ProbedContext) -> None:
+        self._loader = loader
+        self.multiprocessing_context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+def _exception_fields(wrapper: Any) -> dict[str, Any]:
+    """type / message / traceback of a worker's ExceptionWrapper, as torch will re-raise it."""
+    text = wrapper.exc_msg or ""
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    return {"type": wrapper.exc_type.__name__, "message": last, "traceback": text, "where": wrapper.where}
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
+    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter) -> None:
+        # torch dispatches the first prefetch_factor × num_workers tasks inside __init__ (_reset),
+        # so the probe must be ready before super().__init__.
+        self._probe = probe
+        self._epochs = epochs
+        self._released: tuple[int, int, bool] | None = None
+        self._last_index: Any = None
+        self._exited = False
+        context = loader.multiprocessing_context
+        if context is None:
+            import torch.multiprocessing as context  # what torch uses by default
+        super().__init__(_LoaderView(loader, _ProbedContext(context, probe.readers)))
+
+    # `_task_info` is reassigned in every _reset; a property swaps in the observing dict.
+    @property
+    def _task_info(self) -> _TaskInfo:
+        return self.__task_info
+
+    @_task_info.setter
+    def _task_info(self, value: dict[int, Any]) -> None:
+        observed = _TaskInfo(value)
+        observed.owner = weakref.ref(self)  # weak: a cycle would delay torch's worker shutdown
+        self.__task_info = observed
+
+    def _reset(self, loader: Any, first_iter: bool = False) -> None:
+        if first_iter:
+            for worker_id, process in enumerate(self._workers):
+                self._probe.note("worker_start", worker=worker_id, pid=process.pid)
+        self._epochs.start()
+        super()._reset(loader, first_iter)
+
+    def _next_index(self) -> Any:
+        self._last_index = index = super()._next_index()
+        return index
+
+    def _try_put_index(self) -> None:
+        sent = self._send_idx
+        super()._try_put_index()
+        if self._send_idx != sent:
+            self._probe.record("dispatch", monotonic(), sent, self._task_info[sent][0], self._last_index)
+
+    def _get_data(self) -> Any:
+        try:
+            result = super()._get_data()
+        except RuntimeError as exc:
+            self._record_failure(str(exc))
+            raise
+        idx = result[0]
+        info = self._task_info.get(idx) if type(idx) is int else None
+        if info is not None:  # None: a resume marker or a stale result of an abandoned epoch
+            self._probe.drain_worker(info[0])
+            self._probe.record("arrive", monotonic(), idx, info[0])
+        return result
+
+    def _process_data(self, data: Any, worker_idx: int) -> Any:
+        from torch._utils import ExceptionWrapper
+
+        if isinstance(data, ExceptionWrapper):
+            idx = self._released[0] if self._released else None
+            self._probe.note("error", idx=idx, worker=worker_idx, **_exception_fields(data))
+        return super()._process_data(data, worker_idx)
+
+    def __next__(self) -> Any:
+        start = monotonic()
+        try:
+            data = super().__next__()
+        except StopIteration:
+            self._epochs.end()
+            raise
+        now = monotonic()
+        idx, _, from_buffer = self._released  # type: ignore[misc]
+        self._probe.record("yield", now, idx, now - start, from_buffer)
+        self._epochs.batches += 1
+        return data
+
+    def _record_failure(self, message: str) -> None:
+        """Name what torch's RuntimeError is about, with what every worker was doing."""
+        self._probe.drain_all()
+        doing = self._worker_activity()
+        if "timed out" in message:
+            self._probe.note("timeout", seconds=self._timeout, workers=doing)
+            return
+        for worker_id, process in enumerate(self._workers):
+            if process.exitcode not in (None, 0):
+                self._note_died(worker_id, process, doing.get(worker_id))
+
+    def _note_died(self, worker_id: int, process: Any, doing: dict[str, Any] | None) -> None:
+        idx = doing["idx"] if doing else None
+        info = self._task_info.get(idx) if idx is not None else None
+        self._probe.note(
+            "worker_died",
+            worker=worker_id,
+            pid=process.pid,
+            exitcode=process.exitcode,
+            signal=signal_name(process.exitcode),
+            idx=idx,
+            holding=info is not None,
+        )
+
+    def _worker_activity(self) -> dict[int, dict[str, Any]]:
+        activity = {}
+        for worker_id, reader in self._probe.readers.items():
+            current = reader.current()
+            if current is not None:
+                activity[worker_id] = {"idx": current[0], "elapsed": round(current[1], 4)}
+        return activity
+
+    def _shutdown_workers(self) -> None:
+        super()._shutdown_workers()
+        if not self._exited and getattr(self, "_workers", None) is not None:
+            self._exited = True
+            self._epochs.end(abandoned=True)
+            for worker_id, process in enumerate(self._workers):
+                self._probe.note("worker_exit", worker=worker_id, pid=process.pid, exitcode=process.exitcode)
+
+
+class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
+    """num_workers=0: dispatch, fetch and release all happen in the main process (worker 0)."""
+
+    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter) -> None:
+        super().__init__(loader)
+        self._probe = probe
+        self._epochs = epochs
+        self._send = 0
+        epochs.start()
+
+    def _next_data(self) -> Any:
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        record = self._probe.record
+        try:
+            index = self._next_index()
+        except StopIteration:
+            self._epochs.end()
+            raise
+        idx = self._send
+        self._send += 1
+        start = monotonic()
+        record("dispatch", start, idx, 0, index)
+        record("fetch_start", start, 0, idx, len(index) if isinstance(index, (list, tuple)) else 1)
+        try:
+            data = self._dataset_fetcher.fetch(index)
+        except StopIteration:  # an iterable dataset ran out inside this task
+            record("skip", monotonic(), idx, 0)
+            self._epochs.end()
+            raise
+        except Exception as exc:
+            self._probe.note("error", idx=idx, worker=0, **_main_exception_fields(exc))
+            raise
+        end = monotonic()
+        record("fetch_end", end, 0, idx, end - start, batch_nbytes(data))
+        record("arrive", end, idx, 0)
+        if self._pin_memory:
+            data = pin_memory(data, self._pin_memory_device)
+        self._idx = idx
+        return data
+
+    def __next__(self) -> Any:
+        start = monotonic()
+        data = super().__next__()
+        now = monotonic()
+        self._probe.record("yield", now, self._idx, now - start, False)
+        self._epochs.batches += 1
+        return data
+
+
+def _main_exception_fields(exc: BaseException) -> dict[str, Any]:
+    import traceback
+
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+        "where": "in the main process",
+    }

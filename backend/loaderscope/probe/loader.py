@@ -1,0 +1,168 @@
+"""InstrumentedDataLoader: a real ``torch.utils.data.DataLoader`` that reports its protocol.
+
+Only ``_get_iterator`` is overridden; batches, order and exceptions are torch's own. The probe
+mixin also instruments loaders built by other libraries (see ``watch``) by subclassing their class.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from loaderscope.events import Event
+from loaderscope.probe.iterators import EpochCounter, ProbedMultiProcessIter, ProbedSingleProcessIter
+from loaderscope.probe.recorder import Recorder
+
+T_co = TypeVar("T_co", covariant=True)
+Sink = Callable[[list[Event]], None]
+
+
+def _name(obj: Any) -> str | None:
+    return None if obj is None else type(obj).__name__
+
+
+def _context_name(context: Any) -> str | None:
+    if context is None:
+        return None
+    getter = getattr(context, "get_start_method", None)
+    return getter() if callable(getter) else str(context)
+
+
+def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
+    """Every DataLoader argument that changes the protocol, for ``run_start.config``."""
+    dataset = loader.dataset
+    iterable = isinstance(dataset, IterableDataset)
+    batch_sampler = loader.batch_sampler
+    try:
+        batches: int | None = len(loader)
+    except TypeError:
+        batches = None
+    try:
+        length: int | None = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        length = None
+    workers = loader.num_workers
+    return {
+        "num_workers": workers,
+        "batch_size": loader.batch_size if loader.batch_size is not None else getattr(batch_sampler, "batch_size", None),
+        "prefetch_factor": loader.prefetch_factor if workers else None,
+        "persistent_workers": loader.persistent_workers,
+        "in_order": getattr(loader, "in_order", True),
+        "drop_last": loader.drop_last,
+        "timeout": loader.timeout,
+        "pin_memory": loader.pin_memory,
+        "pin_memory_active": bool(loader.pin_memory and torch.accelerator.is_available()),
+        "multiprocessing_context": _context_name(loader.multiprocessing_context) if workers else None,
+        "sampler": _name(loader.sampler),
+        "batch_sampler": _name(batch_sampler),
+        "collate_fn": getattr(loader.collate_fn, "__name__", _name(loader.collate_fn)),
+        "dataset": _name(dataset),
+        "dataset_kind": "iterable" if iterable else "map",
+        "dataset_length": length,
+        "batches_per_epoch": batches,
+    }
+
+
+class ProbeMixin:
+    """What makes a DataLoader class instrumented; mixed in before the DataLoader class."""
+
+    _probe: Recorder
+    _probe_epochs: EpochCounter
+    _probe_meta: dict[str, Any]
+    _probe_started: bool
+
+    def _init_probe(self, sink: Sink, *, run_id: str | None, rank: int | None, meta: dict[str, Any]) -> None:
+        if rank is None:
+            rank = int(os.environ.get("RANK", "0"))
+        recorder = Recorder(sink, run_id=run_id or uuid.uuid4().hex[:12], rank=rank)
+        # object.__setattr__: DataLoader.__setattr__ guards some names after init, not ours, but
+        # going around it keeps the probe invisible to subclasses that override __setattr__ too.
+        object.__setattr__(self, "_probe", recorder)
+        object.__setattr__(self, "_probe_epochs", EpochCounter(recorder))
+        object.__setattr__(self, "_probe_meta", meta)
+        object.__setattr__(self, "_probe_started", False)
+
+    def _start_probe(self) -> None:
+        if self._probe_started:
+            return
+        object.__setattr__(self, "_probe_started", True)
+        self._probe.note(
+            "run_start",
+            mode="real",
+            scenario=self._probe_meta.get("scenario"),
+            name=self._probe_meta.get("name"),
+            params=self._probe_meta.get("params"),
+            config=loader_config(self) | self._probe_meta.get("describe", {}),  # type: ignore[arg-type]
+            torch=torch.__version__,
+            python=platform.python_version(),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
+        self._probe.start()
+
+    def _get_iterator(self) -> Any:
+        self._start_probe()
+        if self.num_workers == 0:  # type: ignore[attr-defined]
+            return ProbedSingleProcessIter(self, self._probe, self._probe_epochs)
+        self.check_worker_number_rationality()  # type: ignore[attr-defined]
+        return ProbedMultiProcessIter(self, self._probe, self._probe_epochs)
+
+    @property
+    def run_id(self) -> str:
+        return self._probe.run_id
+
+    def flush(self) -> None:
+        """Hand every event recorded so far to the sink now."""
+        self._probe.flush()
+
+    def close(self, reason: str = "done", stats: dict[str, Any] | None = None) -> None:
+        """End the run: shut persistent workers down, emit ``run_end``, flush, stop the probe thread."""
+        iterator = getattr(self, "_iterator", None)
+        if iterator is not None:
+            iterator._shutdown_workers()
+        if self._probe_started:
+            self._probe.drain_all()  # the workers' last records belong before run_end
+            self._probe_epochs.end(abandoned=reason != "done")
+            self._probe.note("run_end", reason=reason, stats=stats or {})
+        self._probe.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self.close("done" if exc_type is None else "error")
+
+
+class InstrumentedDataLoader(ProbeMixin, DataLoader[T_co]):
+    """A drop-in ``DataLoader`` whose ``sink`` receives lists of ◆ event dicts.
+
+    Args:
+        sink: called from the probe's thread with lists of events (keep it quick, never block).
+        run_id: names the run in every event (random by default).
+        rank: distributed rank (default: ``$RANK`` or 0).
+        scenario, params, describe, name: recorded in ``run_start``.
+        Everything else: exactly ``torch.utils.data.DataLoader``'s arguments.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        sink: Sink,
+        run_id: str | None = None,
+        rank: int | None = None,
+        scenario: str | None = None,
+        params: dict[str, Any] | None = None,
+        describe: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        meta = {"scenario": scenario, "params": params, "describe": describe or {}, "name": name}
+        self._init_probe(sink, run_id=run_id, rank=rank, meta=meta)
+        super().__init__(*args, **kwargs)

@@ -1,0 +1,146 @@
+"""The worker side of the probe: what each worker process is doing, in shared memory.
+
+Each worker gets a small ``RawArray`` of doubles: a status slot (what it fetches right now, since
+when) and a ring of fixed-size records (fetch start/end). Writing costs well under a microsecond,
+needs no lock or syscall, passes through ``Process`` arguments under fork, spawn and forkserver, and
+stays readable after the worker dies, so the main process can say which task it died on.
+
+The worker loop itself is torch's ``_worker_loop``, unchanged: only the index queue and the result
+queue it is handed are wrapped, because a task starts when ``get`` returns it and ends at ``put``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from multiprocessing.sharedctypes import RawArray
+from typing import Any
+
+# Status slot layout (indices into the shared array).
+WRITES, STATE, CUR_IDX, CUR_START, CUR_SAMPLES, PID = range(6)
+HEADER = 8
+RECORD = 4  # code, idx, time, value
+CAPACITY = 512  # records per worker; the main process drains on every arrival, so this never fills
+IDLE, FETCHING, EXHAUSTED = 0.0, 1.0, 2.0  # EXHAUSTED: an iterable shard ran out this epoch
+CODE_START, CODE_END = 1.0, 2.0
+
+Ring = Any  # a ctypes array of doubles
+
+
+def new_ring() -> Ring:
+    return RawArray("d", HEADER + CAPACITY * RECORD)
+
+
+def _write(ring: Ring, code: float, idx: int, t: float, value: float) -> None:
+    count = int(ring[WRITES])
+    base = HEADER + (count % CAPACITY) * RECORD
+    ring[base] = code
+    ring[base + 1] = idx
+    ring[base + 2] = t
+    ring[base + 3] = value
+    ring[WRITES] = count + 1  # published last: a reader never sees a half-written record
+
+
+def batch_nbytes(data: Any) -> int:
+    """Bytes of tensor and array payload in a (possibly nested) batch."""
+    nbytes = getattr(data, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(data, (list, tuple)):
+        return sum(batch_nbytes(item) for item in data)
+    if isinstance(data, dict):
+        return sum(batch_nbytes(item) for item in data.values())
+    return 0
+
+
+class _IndexQueueTap:
+    """Wraps the worker's index queue: a task returned by ``get`` is a fetch that starts now."""
+
+    def __init__(self, queue: Any, ring: Ring) -> None:
+        self._queue = queue
+        self._ring = ring
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        task = self._queue.get(*args, **kwargs)
+        if type(task) is not tuple:  # a _ResumeIteration starts a new epoch; None ends the worker
+            self._ring[STATE] = IDLE
+        elif self._ring[STATE] != EXHAUSTED:  # an exhausted worker drops its remaining tasks unseen
+            idx, index = task
+            now = time.monotonic()
+            ring = self._ring
+            ring[CUR_IDX] = idx
+            ring[CUR_START] = now
+            ring[STATE] = FETCHING
+            _write(ring, CODE_START, idx, now, len(index) if isinstance(index, (list, tuple)) else 1)
+        return task
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+class _ResultQueueTap:
+    """Wraps the shared result queue: a result handed to ``put`` is a fetch that ended."""
+
+    def __init__(self, queue: Any, ring: Ring) -> None:
+        self._queue = queue
+        self._ring = ring
+
+    def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
+        idx, data = item
+        if type(idx) is int:
+            ring = self._ring
+            _write(ring, CODE_END, idx, time.monotonic(), batch_nbytes(data))
+            ring[STATE] = EXHAUSTED if type(data).__name__ == "_IterableDatasetStopIteration" else IDLE
+        self._queue.put(item, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+# Positions of the queues in torch's ``_worker_loop`` arguments (stable since torch 1.x).
+INDEX_QUEUE_ARG, RESULT_QUEUE_ARG, WORKER_ID_ARG = 2, 3, 10
+
+
+def probed_worker_loop(ring: Ring, worker_loop: Callable[..., None], *args: Any) -> None:
+    """Process target for a worker: torch's own loop, with its two queues tapped."""
+    ring[PID] = os.getpid()
+    tapped = list(args)
+    tapped[INDEX_QUEUE_ARG] = _IndexQueueTap(args[INDEX_QUEUE_ARG], ring)
+    tapped[RESULT_QUEUE_ARG] = _ResultQueueTap(args[RESULT_QUEUE_ARG], ring)
+    worker_loop(*tapped)
+
+
+class RingReader:
+    """Main-process side: turns new ring records into (kind, time, fields...) probe records."""
+
+    def __init__(self, worker: int, ring: Ring) -> None:
+        self.worker = worker
+        self.ring = ring
+        self.read = 0
+        self.lost = 0
+        self._starts: dict[int, float] = {}
+
+    def drain(self, out: Callable[[tuple[Any, ...]], None]) -> None:
+        ring = self.ring
+        written = int(ring[WRITES])
+        if written - self.read > CAPACITY:  # cannot happen in practice; counted, never silent
+            self.lost += written - CAPACITY - self.read
+            self.read = written - CAPACITY
+        while self.read < written:
+            base = HEADER + (self.read % CAPACITY) * RECORD
+            code, idx, t, value = ring[base], int(ring[base + 1]), ring[base + 2], ring[base + 3]
+            self.read += 1
+            if code == CODE_START:
+                self._starts[idx] = t
+                out(("fetch_start", t, self.worker, idx, int(value)))
+            else:
+                start = self._starts.pop(idx, t)
+                out(("fetch_end", t, self.worker, idx, t - start, int(value)))
+
+    def current(self) -> tuple[int, float] | None:
+        """(task, seconds since its fetch started) while the worker is fetching, else None."""
+        ring = self.ring
+        if ring[STATE] != FETCHING:
+            return None
+        return int(ring[CUR_IDX]), time.monotonic() - ring[CUR_START]

@@ -1,0 +1,165 @@
+"""Run a scenario end to end: build its loader, drive a training loop over it, stream its events.
+
+Used by ``loaderscope run`` in the terminal and by the dashboard's run processes (server/runproc.py).
+A ``Control`` lets the dashboard pause, step, slow down or stop the consumer; the loader stays real.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from loaderscope import scenarios
+from loaderscope.events import Event
+from loaderscope.state import LoaderState, summary
+
+Sink = Callable[[list[Event]], None]
+
+
+class Control:
+    """Pause / resume / step / stop / slow down the consumer loop, from another thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._paused = False
+        self._steps = 0
+        self.stopped = False
+        self.delay = 0.0  # extra seconds per batch, so a human can follow a real run
+
+    def pause(self) -> None:
+        with self._cond:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def step(self) -> None:
+        """Let exactly one more ``next()`` through, then stay paused."""
+        with self._cond:
+            self._paused = True
+            self._steps += 1
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self.stopped = True
+            self._cond.notify_all()
+
+    def set_delay(self, seconds: float) -> None:
+        self.delay = max(0.0, float(seconds))
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def gate(self) -> bool:
+        """Called before each ``next()``: blocks while paused; False once stopped."""
+        with self._cond:
+            while self._paused and self._steps == 0 and not self.stopped:
+                self._cond.wait()
+            if self._steps:
+                self._steps -= 1
+            return not self.stopped
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep that a stop interrupts."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.stopped, timeout=seconds)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class Collector:
+    """A sink that keeps every event and a live reducer (for summaries and tests)."""
+
+    def __init__(self, forward: Sink | None = None) -> None:
+        self.events: list[Event] = []
+        self.state = LoaderState()
+        self._forward = forward
+        self._lock = threading.Lock()
+
+    def __call__(self, events: list[Event]) -> None:
+        with self._lock:
+            self.events.extend(events)
+            for event in events:
+                self.state.apply(event)
+        if self._forward is not None:
+            self._forward(events)
+
+
+def build_loader(plan: scenarios.LoaderPlan, loader_class: type | None = None, **probe: Any) -> Any:
+    """The scenario's real DataLoader: instrumented, unless a ``loader_class`` (vanilla torch) is given."""
+    if loader_class is None:
+        from loaderscope.probe.loader import InstrumentedDataLoader as loader_class
+
+    dataset = plan.make_dataset()
+    kwargs = dict(plan.loader_kwargs)
+    if plan.make_sampler is not None:
+        kwargs["sampler"] = plan.make_sampler(dataset)
+    if plan.make_batch_sampler is not None:
+        kwargs["batch_sampler"] = plan.make_batch_sampler(dataset)
+    return loader_class(dataset, **kwargs, **probe)
+
+
+def consume(loader: Any, epochs: int, step_cost: float, control: Control) -> str:
+    """The training loop: ``epochs`` passes, ``step_cost`` seconds of 'training' per batch.
+
+    Returns the run's end reason: "done" or "stopped". Exceptions from the loader propagate.
+    """
+    for _ in range(epochs):
+        iterator = iter(loader)
+        while True:
+            if not control.gate():
+                return "stopped"
+            try:
+                next(iterator)
+            except StopIteration:
+                break
+            if step_cost:
+                time.sleep(step_cost)
+            if control.delay:
+                control.sleep(control.delay)
+        del iterator
+    return "done"
+
+
+def run_real(
+    name: str,
+    params: dict[str, Any] | None,
+    sink: Sink,
+    *,
+    control: Control | None = None,
+    run_id: str | None = None,
+) -> LoaderState:
+    """Run scenario ``name`` with a real DataLoader; every event goes to ``sink``.
+
+    Returns the reduced state (summary and diagnosis come from it). Loader exceptions are
+    recorded (``error`` / ``run_end`` with reason "error") and re-raised, as torch raised them.
+    """
+    scenario = scenarios.get(name)
+    validated = scenario.params.model_validate(params or {})
+    plan = scenario.build(validated)
+    collector = Collector(sink)
+    control = control or Control()
+    loader = build_loader(
+        plan,
+        sink=collector,
+        run_id=run_id or new_run_id(),
+        scenario=name,
+        params=validated.model_dump(),
+        describe=plan.describe,
+    )
+    reason = "error"
+    try:
+        reason = consume(loader, plan.epochs, plan.step_cost, control)
+    finally:
+        loader.flush()  # so the summary in run_end sees every event before it
+        loader.close(reason, summary(collector.state))
+    return collector.state

@@ -1,0 +1,11 @@
+"""Built-in scenarios: a dataset, a sampler and a latency model, runnable for real or simulated."""
+
+from loaderscope.scenarios.base import REGISTRY, CommonParams, LoaderPlan, Scenario, UnknownScenario, get
+
+__all__ = ["REGISTRY", "CommonParams", "LoaderPlan", "Scenario", "UnknownScenario", "all_scenarios", "get"]
+
+
+def all_scenarios() -> list[Scenario]:
+    from loaderscope.scenarios import catalog  # noqa: F401  (registers the built-ins)
+
+    return sorted(REGISTRY.values(), key=lambda s: s.name)

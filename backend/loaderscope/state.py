@@ -1,0 +1,449 @@
+"""The loader-state model: a reducer from events to what the DataLoader looks like at any seq.
+
+Pure (no torch, no I/O): the real probe, the simulator and replayed traces feed it the same events,
+and the browser's ``frontend/js/reducer.js`` mirrors its semantics. Tasks are numbered per epoch,
+so everything task-shaped lives in the current epoch and is reset by ``epoch_start``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from loaderscope.events import Kind
+
+
+class Where(StrEnum):
+    """Where a task is in the pipeline."""
+
+    INDEX_QUEUE = "index_queue"  # dispatched, waiting in its worker's index queue
+    FETCHING = "fetching"  # the worker is running __getitem__/collate for it
+    RESULT_QUEUE = "result_queue"  # fetched, on the shared result queue (or pin thread)
+    BUFFER = "buffer"  # arrived out of order, parked in _task_info
+    YIELDED = "yielded"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+class WorkerStatus(StrEnum):
+    STARTING = "starting"
+    IDLE = "idle"
+    FETCHING = "fetching"
+    STUCK = "stuck"
+    EXITED = "exited"
+    DIED = "died"
+
+
+@dataclass
+class Task:
+    idx: int
+    worker: int
+    indices: list[Any] | None
+    n: int
+    dispatched: float
+    where: Where = Where.INDEX_QUEUE
+    fetch_start: float | None = None
+    fetch_end: float | None = None
+    arrived: float | None = None
+    nbytes: int | None = None
+
+
+@dataclass
+class Worker:
+    id: int
+    pid: int | None = None
+    status: WorkerStatus = WorkerStatus.STARTING
+    current: int | None = None  # task being fetched
+    queue: list[int] = field(default_factory=list)  # tasks waiting in its index queue, in order
+    fetch_times: list[float] = field(default_factory=list)
+    busy: float = 0.0
+    nbytes: int = 0
+    exitcode: int | None = None
+    signal: str | None = None
+
+
+@dataclass
+class LoaderState:
+    """Cursors, queues, reorder buffer and workers of the current epoch, plus run-wide statistics."""
+
+    run: str = ""
+    mode: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"
+    seq: int = -1
+    t: float = 0.0
+    epoch: int = -1
+    send_idx: int = 0
+    rcvd_idx: int = 0
+    tasks: dict[int, Task] = field(default_factory=dict)  # live tasks of this epoch (not yet released)
+    workers: dict[int, Worker] = field(default_factory=dict)
+    result_queue: list[int] = field(default_factory=list)  # fetched, not yet taken by the main process
+    buffer: list[int] = field(default_factory=list)  # parked out of order, waiting for rcvd_idx
+    outstanding: int = 0  # dispatched, not yet arrived (torch's _tasks_outstanding)
+    # statistics, run-wide
+    batches: int = 0
+    epochs_done: int = 0
+    out_of_order: int = 0
+    buffer_high: int = 0
+    outstanding_high: int = 0
+    consumer_wait: float = 0.0
+    head_of_line_wait: float = 0.0
+    skipped: int = 0
+    first_t: float | None = None
+    last_yield_t: float | None = None
+    yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)  # stuck, died, timeout, unknown kinds
+    violations: list[str] = field(default_factory=list)  # protocol invariants broken by the stream
+
+    @property
+    def window(self) -> int:
+        """Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process)."""
+        workers = self.config.get("num_workers", 0) or 0
+        return (self.config.get("prefetch_factor") or 2) * workers if workers else 1
+
+    def apply(self, event: Mapping[str, Any]) -> None:
+        """Advance the state by one event (events must come in seq order)."""
+        self.seq = event.get("seq", self.seq + 1)
+        self.t = event.get("t", self.t)
+        if self.first_t is None:
+            self.first_t = self.t
+        handler = _HANDLERS.get(event["kind"])
+        if handler is None:
+            self.notes.append(dict(event))  # unknown kinds are shown, never dropped
+        else:
+            handler(self, event)
+
+    # --- helpers used by handlers ----------------------------------------------------------------
+
+    def worker(self, wid: int) -> Worker:
+        if wid not in self.workers:
+            self.workers[wid] = Worker(wid)
+        return self.workers[wid]
+
+    def task(self, event: Mapping[str, Any]) -> Task | None:
+        task = self.tasks.get(event["idx"])
+        if task is None:
+            self.violations.append(f"seq {self.seq}: {event['kind']} for unknown task {event['idx']}")
+        return task
+
+    def release(self, idx: int) -> None:
+        """A task leaves the pipeline (yielded or skipped); rcvd_idx moves past released tasks."""
+        self.tasks.pop(idx, None)
+        if idx in self.buffer:
+            self.buffer.remove(idx)
+        while self.rcvd_idx < self.send_idx and self.rcvd_idx not in self.tasks:
+            self.rcvd_idx += 1
+
+
+# --- handlers: one per kind --------------------------------------------------------------------------
+
+
+def _run_start(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.run = e.get("run", s.run)
+    s.mode = e["mode"]
+    s.config = dict(e["config"])
+    s.status = "running"
+    for wid in range(s.config.get("num_workers", 0) or 1):
+        s.worker(wid)
+
+
+def _run_end(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.status = e["reason"]
+
+
+def _epoch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.epoch = e["epoch"]
+    s.send_idx = s.rcvd_idx = s.outstanding = 0
+    s.tasks.clear()
+    s.result_queue.clear()
+    s.buffer.clear()
+    for worker in s.workers.values():
+        worker.queue.clear()
+        worker.current = None
+        if worker.status in (WorkerStatus.FETCHING, WorkerStatus.STUCK):
+            worker.status = WorkerStatus.IDLE
+
+
+def _epoch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.epochs_done += 1
+
+
+def _worker_start(s: LoaderState, e: Mapping[str, Any]) -> None:
+    worker = s.worker(e["worker"])
+    worker.pid = e["pid"]
+    worker.status = WorkerStatus.IDLE
+
+
+def _worker_exit(s: LoaderState, e: Mapping[str, Any]) -> None:
+    worker = s.worker(e["worker"])
+    worker.exitcode = e.get("exitcode")
+    if worker.status != WorkerStatus.DIED:
+        worker.status = WorkerStatus.EXITED
+
+
+def _dispatch(s: LoaderState, e: Mapping[str, Any]) -> None:
+    idx, wid = e["idx"], e["worker"]
+    if idx != s.send_idx:
+        s.violations.append(f"seq {s.seq}: dispatch of task {idx} but send_idx is {s.send_idx}")
+    indices = e.get("indices")
+    s.tasks[idx] = Task(idx, wid, indices, e.get("n", len(indices) if indices else 0), s.t)
+    s.worker(wid).queue.append(idx)
+    s.send_idx = idx + 1
+    s.outstanding += 1
+    s.outstanding_high = max(s.outstanding_high, s.outstanding)
+    if s.outstanding > s.window:
+        s.violations.append(f"seq {s.seq}: {s.outstanding} tasks outstanding, window is {s.window}")
+
+
+def _fetch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
+    task, worker = s.tasks.get(e["idx"]), s.worker(e["worker"])
+    if e["idx"] in worker.queue:
+        worker.queue.remove(e["idx"])
+    worker.current = e["idx"]
+    worker.status = WorkerStatus.FETCHING
+    if task is not None:
+        task.where = Where.FETCHING
+        task.fetch_start = s.t
+
+
+def _fetch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
+    task, worker = s.tasks.get(e["idx"]), s.worker(e["worker"])
+    dt = e.get("dt")
+    if dt is None and task is not None and task.fetch_start is not None:
+        dt = s.t - task.fetch_start
+    if dt is not None:
+        worker.fetch_times.append(dt)
+        worker.busy += dt
+    worker.nbytes += e.get("nbytes") or 0
+    if worker.current == e["idx"]:
+        worker.current = None
+        if worker.status in (WorkerStatus.FETCHING, WorkerStatus.STUCK):
+            worker.status = WorkerStatus.IDLE
+    if task is not None and task.where in (Where.INDEX_QUEUE, Where.FETCHING):
+        task.where = Where.RESULT_QUEUE
+        task.fetch_end = s.t
+        task.nbytes = e.get("nbytes")
+        s.result_queue.append(task.idx)
+
+
+def _leave_result_queue(s: LoaderState, task: Task) -> None:
+    if task.idx in s.result_queue:
+        s.result_queue.remove(task.idx)
+    worker = s.workers.get(task.worker)
+    if worker is not None and task.idx in worker.queue:  # arrival seen before the worker's own events
+        worker.queue.remove(task.idx)
+
+
+def _arrive(s: LoaderState, e: Mapping[str, Any]) -> None:
+    task = s.task(e)
+    if task is None:
+        return
+    _leave_result_queue(s, task)
+    task.arrived = s.t
+    s.outstanding -= 1
+
+
+def _buffer(s: LoaderState, e: Mapping[str, Any]) -> None:
+    task = s.task(e)
+    if task is None:
+        return
+    task.where = Where.BUFFER
+    s.buffer.append(task.idx)
+    s.out_of_order += 1
+    s.buffer_high = max(s.buffer_high, len(s.buffer))
+
+
+def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
+    idx, wait = e["idx"], e["wait"]
+    task = s.tasks.get(idx)
+    if task is None or task.arrived is None:
+        s.violations.append(f"seq {s.seq}: yield of task {idx} that has not arrived")
+    in_order = s.config.get("in_order", True)
+    if in_order and idx != s.rcvd_idx:
+        s.violations.append(f"seq {s.seq}: yield of task {idx} while rcvd_idx is {s.rcvd_idx}")
+    # Waiting for a late head-of-line task while later results sat ready is the reorder cost.
+    if wait > 0 and not e.get("from_buffer") and s.buffer:
+        s.head_of_line_wait += wait
+    s.consumer_wait += wait
+    s.batches += 1
+    s.last_yield_t = s.t
+    s.yield_order.append((s.epoch, idx))
+    s.release(idx)
+
+
+def _skip(s: LoaderState, e: Mapping[str, Any]) -> None:
+    task = s.tasks.get(e["idx"])
+    if task is not None and task.arrived is None:
+        s.outstanding -= 1
+        _leave_result_queue(s, task)
+    s.skipped += 1
+    s.release(e["idx"])
+
+
+def _worker_stuck(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.worker(e["worker"]).status = WorkerStatus.STUCK
+    s.notes.append(dict(e))
+
+
+def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
+    worker = s.worker(e["worker"])
+    worker.status = WorkerStatus.DIED
+    worker.exitcode = e.get("exitcode")
+    worker.signal = e.get("signal")
+    s.notes.append(dict(e))
+
+
+def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.errors.append(dict(e))
+    task = s.tasks.get(e.get("idx", -1))
+    if task is not None:
+        task.where = Where.FAILED
+
+
+def _timeout(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.notes.append(dict(e))
+
+
+def _pin(s: LoaderState, e: Mapping[str, Any]) -> None:
+    """Pin events are shown on the timeline; the task stays on the result queue until it arrives."""
+
+
+_HANDLERS = {
+    Kind.RUN_START: _run_start,
+    Kind.RUN_END: _run_end,
+    Kind.EPOCH_START: _epoch_start,
+    Kind.EPOCH_END: _epoch_end,
+    Kind.WORKER_START: _worker_start,
+    Kind.WORKER_EXIT: _worker_exit,
+    Kind.DISPATCH: _dispatch,
+    Kind.FETCH_START: _fetch_start,
+    Kind.FETCH_END: _fetch_end,
+    Kind.ARRIVE: _arrive,
+    Kind.BUFFER: _buffer,
+    Kind.YIELD: _yield,
+    Kind.SKIP: _skip,
+    Kind.WORKER_STUCK: _worker_stuck,
+    Kind.WORKER_DIED: _worker_died,
+    Kind.ERROR: _error,
+    Kind.TIMEOUT: _timeout,
+    Kind.PIN_START: _pin,
+    Kind.PIN_END: _pin,
+}
+
+
+def reduce(events: Iterable[Mapping[str, Any]], until_seq: int | None = None) -> LoaderState:
+    """The state after every event up to and including ``until_seq`` (all of them by default)."""
+    state = LoaderState()
+    for event in events:
+        if until_seq is not None and event.get("seq", 0) > until_seq:
+            break
+        state.apply(event)
+    return state
+
+
+# --- statistics and diagnosis ------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def worker_stats(s: LoaderState) -> list[dict[str, Any]]:
+    wall = max(s.t - (s.first_t or 0.0), 1e-9)
+    return [
+        {
+            "worker": w.id,
+            "pid": w.pid,
+            "status": str(w.status),
+            "tasks": len(w.fetch_times),
+            "fetch_p50": _percentile(w.fetch_times, 0.5),
+            "fetch_p95": _percentile(w.fetch_times, 0.95),
+            "fetch_max": max(w.fetch_times, default=0.0),
+            "bytes": w.nbytes,
+            "idle_share": max(0.0, 1 - w.busy / wall),
+        }
+        for w in sorted(s.workers.values(), key=lambda w: w.id)
+    ]
+
+
+STRAGGLER_FACTOR = 1.5  # a median fetch this many times the others' marks a straggler
+
+
+def stragglers(s: LoaderState) -> list[dict[str, Any]]:
+    medians = {w.id: statistics.median(w.fetch_times) for w in s.workers.values() if len(w.fetch_times) >= 2}
+    found = []
+    for wid, median in medians.items():
+        others = [m for other, m in medians.items() if other != wid]
+        if not others:
+            continue
+        baseline = statistics.median(others)
+        if baseline > 0 and median > STRAGGLER_FACTOR * baseline:
+            found.append({"worker": wid, "factor": median / baseline, "median": median, "others": baseline})
+    return found
+
+
+def summary(s: LoaderState) -> dict[str, Any]:
+    """The statistics DESIGN.md's diagnosis vocabulary speaks of, as plain numbers."""
+    consumer_wall = (s.last_yield_t or s.t) - (s.first_t or 0.0)
+    fetches = [dt for w in s.workers.values() for dt in w.fetch_times]
+    workers = s.config.get("num_workers", 0) or 0
+    mean_task = statistics.fmean(fetches) if fetches else 0.0
+    return {
+        "status": s.status,
+        "batches": s.batches,
+        "epochs": s.epochs_done,
+        "wall": consumer_wall,
+        "batches_per_s": s.batches / consumer_wall if consumer_wall > 0 else 0.0,
+        "consumer_wait": s.consumer_wait,
+        "input_bound": s.consumer_wait / consumer_wall if consumer_wall > 0 else 0.0,
+        "out_of_order": s.out_of_order,
+        "buffer_high": s.buffer_high,
+        "outstanding_high": s.outstanding_high,
+        "window": s.window,
+        "head_of_line_wait": s.head_of_line_wait,
+        "skipped": s.skipped,
+        "errors": len(s.errors),
+        "mean_task": mean_task,
+        "ideal_batches_per_s": (max(workers, 1) / mean_task) if mean_task > 0 else None,
+        "workers": worker_stats(s),
+        "stragglers": stragglers(s),
+        "violations": list(s.violations),
+    }
+
+
+def diagnosis(s: LoaderState) -> list[str]:
+    """Findings in plain words, most important first."""
+    stats = summary(s)
+    findings = []
+    for err in s.errors:
+        where = f" in task {err['idx']} (worker {err.get('worker')})" if err.get("idx") is not None else ""
+        findings.append(f"error{where}: {err['type']}: {err['message'].splitlines()[0] if err['message'] else ''}")
+    for note in s.notes:
+        if note["kind"] == Kind.WORKER_DIED:
+            how = note.get("signal") or f"exit code {note.get('exitcode')}"
+            findings.append(f"worker {note['worker']} (pid {note.get('pid')}) died ({how}) holding task {note.get('idx')}")
+        elif note["kind"] == Kind.TIMEOUT:
+            findings.append(f"timeout: no batch arrived within {note['seconds']} s")
+    share = stats["input_bound"]
+    rate = stats["batches_per_s"]
+    if stats["batches"]:
+        verdict = "loading is the bottleneck" if share > 0.2 else "the training step is the bottleneck"
+        findings.append(f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of "
+                        f"{stats['wall']:.2f} s); {verdict}; {rate:.1f} batches/s")
+    for slow in stats["stragglers"]:
+        findings.append(f"straggler: worker {slow['worker']} fetches {slow['factor']:.1f}× slower than the others "
+                        f"(median {slow['median'] * 1000:.0f} ms vs {slow['others'] * 1000:.0f} ms)")
+    if stats["out_of_order"]:
+        findings.append(f"reorder cost: {stats['out_of_order']} results arrived out of order and waited in the "
+                        f"reorder buffer (high-water {stats['buffer_high']}); {stats['head_of_line_wait']:.2f} s "
+                        f"spent waiting on a late head-of-line task while later ones sat ready")
+    if s.config.get("pin_memory") and not s.config.get("pin_memory_active", False) and s.mode == "real":
+        findings.append("pin_memory=True but no accelerator is available: torch turned pinning off")
+    return findings

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Creates .venv with everything loaderscope needs. Idempotent: cheap when already done.
+# torch is pinned here (a CPU build lies on local disk); the package itself only asks torch>=2.4.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+if ! .venv/bin/python -c "import torch, loaderscope" 2>/dev/null || [ "${1:-}" = "--force" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0"
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
+fi

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Quick start, part 2: set up (venv, Debian chromium for the browser tests) and run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+if ! command -v chromium >/dev/null; then
+  (apt-get update -q && apt-get install -y -q chromium) >/dev/null
+fi
+if command -v node >/dev/null; then
+  node --test frontend/tests/
+fi
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,191 @@
+"""The instrumented DataLoader against vanilla torch: real worker processes, real scenarios."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from loaderscope import InstrumentedDataLoader
+from loaderscope.conformance import check
+from loaderscope.runner import Collector, build_loader, run_real
+from loaderscope.scenarios import all_scenarios, get
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+
+FAST = {"sample_ms": 1.0, "dataset_size": 40, "step_ms": 0.0}
+
+
+def _batches(loader: Any, epochs: int) -> list[list[torch.Tensor]]:
+    return [[batch.clone() for batch in loader] for _ in range(epochs)]
+
+
+def _kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["kind"] for e in events]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 4])
+@pytest.mark.parametrize("scenario", [s.name for s in all_scenarios()])
+def test_scenario_is_conformant_and_matches_vanilla(scenario: str, num_workers: int) -> None:
+    params = FAST | {"num_workers": num_workers}
+    plan = get(scenario).plan(params)
+    collector = Collector()
+    probed = build_loader(plan, sink=collector)
+    got = _batches(probed, plan.epochs)
+    probed.close()
+    expected = _batches(build_loader(plan, DataLoader), plan.epochs)
+
+    assert [len(epoch) for epoch in got] == [len(epoch) for epoch in expected]
+    for got_epoch, expected_epoch in zip(got, expected):
+        for a, b in zip(got_epoch, expected_epoch):
+            assert torch.equal(a, b)
+    assert check(collector.events) == []
+    yields = sum(1 for e in collector.events if e["kind"] == "yield")
+    assert yields == sum(len(epoch) for epoch in expected)
+    assert collector.events[0]["kind"] == "run_start"
+    assert collector.events[-1]["kind"] == "run_end"
+
+
+def test_out_of_order_really_parks_results() -> None:
+    collector = Collector()
+    state = run_real("out_of_order", {"dataset_size": 32, "sample_ms": 3}, collector)
+    buffered = [e for e in collector.events if e["kind"] == "buffer"]
+    assert buffered, "no result was parked in the reorder buffer"
+    # a parked task waits for an earlier one; it is released from the buffer, in order
+    assert all(e["waiting_for"] < e["idx"] for e in buffered)
+    released = {e["idx"] for e in collector.events if e["kind"] == "yield" and e["from_buffer"]}
+    assert {e["idx"] for e in buffered} == released
+    assert state.buffer_high >= 1 and state.violations == []
+
+
+def test_fetch_events_come_from_the_worker_before_arrival() -> None:
+    collector = Collector()
+    run_real("uniform", FAST | {"num_workers": 2}, collector)
+    seen: dict[int, list[str]] = {}
+    for e in collector.events:
+        if e["kind"] in ("dispatch", "fetch_start", "fetch_end", "arrive", "yield"):
+            seen.setdefault(e["idx"], []).append(e["kind"])
+    assert all(kinds == ["dispatch", "fetch_start", "fetch_end", "arrive", "yield"] for kinds in seen.values())
+    ends = [e for e in collector.events if e["kind"] == "fetch_end"]
+    assert all(e["nbytes"] == 4 * 8 * 4 for e in ends[:-1])  # batch_size 4 of float32[8]
+    assert all(0 < e["dt"] < 1 for e in ends)
+
+
+def test_in_order_false_yields_as_results_arrive() -> None:
+    collector = Collector()
+    run_real("out_of_order", {"dataset_size": 32, "sample_ms": 3, "in_order": False}, collector)
+    yields = [e["idx"] for e in collector.events if e["kind"] == "yield"]
+    assert sorted(yields) == list(range(8))
+    assert yields != sorted(yields), "in_order=False should release results as they arrive"
+    assert not any(e["kind"] == "buffer" for e in collector.events)
+    assert check(collector.events) == []
+
+
+def test_persistent_workers_survive_epochs() -> None:
+    collector = Collector()
+    run_real("persistent_epochs", FAST | {"epochs": 3}, collector)
+    kinds = _kinds(collector.events)
+    assert kinds.count("epoch_start") == 3 and kinds.count("epoch_end") == 3
+    assert kinds.count("worker_start") == 4 and kinds.count("worker_exit") == 4
+    assert kinds.index("worker_exit") > max(i for i, k in enumerate(kinds) if k == "yield")
+
+
+def test_abandoned_persistent_epoch_is_recorded_and_next_epoch_is_clean() -> None:
+    collector = Collector()
+    plan = get("persistent_epochs").plan(FAST)
+    loader = build_loader(plan, sink=collector)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    full = [b.clone() for b in loader]
+    loader.close()
+    assert len(full) == 10
+    ends = [e for e in collector.events if e["kind"] == "epoch_end"]
+    assert [e["abandoned"] for e in ends] == [True, False]
+    assert check(collector.events) == []
+
+
+class Exploding(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 9:
+            raise ValueError(f"corrupt sample {index}")
+        return torch.tensor([index])
+
+
+def _raise_from(loader: Any) -> BaseException:
+    with pytest.raises(Exception) as info:
+        for _ in loader:
+            pass
+    return info.value
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataset_error_is_torchs_own_and_recorded(num_workers: int) -> None:
+    vanilla = _raise_from(DataLoader(Exploding(), batch_size=4, num_workers=num_workers))
+    collector = Collector()
+    loader = InstrumentedDataLoader(Exploding(), batch_size=4, num_workers=num_workers, sink=collector)
+    probed = _raise_from(loader)
+    loader.close("error")
+    assert type(probed) is type(vanilla) is ValueError
+    assert str(probed) == str(vanilla)
+    errors = [e for e in collector.events if e["kind"] == "error"]
+    assert len(errors) == 1
+    assert errors[0]["idx"] == 2 and errors[0]["type"] == "ValueError"
+    assert "corrupt sample 9" in errors[0]["traceback"]
+
+
+class Slow(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(1.0 if index == 0 else 0)
+        return torch.tensor([index])
+
+
+def test_timeout_is_torchs_own_and_recorded_with_what_workers_were_doing() -> None:
+    collector = Collector()
+    loader = InstrumentedDataLoader(Slow(), batch_size=2, num_workers=2, timeout=0.3, sink=collector)
+    error = _raise_from(loader)
+    loader.close("error")
+    assert isinstance(error, RuntimeError) and "timed out after 0.3 seconds" in str(error)
+    timeouts = [e for e in collector.events if e["kind"] == "timeout"]
+    assert timeouts and timeouts[0]["seconds"] == 0.3
+    assert timeouts[0]["workers"][0]["idx"] == 0  # worker 0 was still fetching task 0
+
+
+class Killer(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 6:
+            os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does
+        time.sleep(0.01)
+        return torch.tensor([index])
+
+
+def test_killed_worker_is_named_with_its_signal_and_task() -> None:
+    collector = Collector()
+    loader = InstrumentedDataLoader(Killer(), batch_size=2, num_workers=2, sink=collector)
+    error = _raise_from(loader)
+    loader.close("error")
+    assert isinstance(error, RuntimeError) and "exited unexpectedly" in str(error) or "killed" in str(error)
+    died = [e for e in collector.events if e["kind"] == "worker_died"]
+    assert died, f"no worker_died in {_kinds(collector.events)}"
+    assert died[0]["signal"] == "SIGKILL" and died[0]["idx"] == 3 and died[0]["worker"] == 1
+
+
+def test_generic_subscription_and_vanilla_attributes() -> None:
+    loader = InstrumentedDataLoader[torch.Tensor](Exploding(), batch_size=3, sink=lambda events: None)
+    assert isinstance(loader, DataLoader) and len(loader) == 6 and loader.batch_size == 3
+    loader.close()
