@@ -1,0 +1,74 @@
+"""Builders shared by the simulator tests: a core configuration without torch (no tests in here)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from loaderscope.sim import CostModel, SimConfig, Simulator, TaskCosts
+
+
+def map_batches(size: int, batch: int, drop_last: bool, epochs: int, shuffle_seed: int | None = None) -> list:
+    """A BatchSampler over a (possibly shuffled) range, per epoch, as plain lists."""
+    rng = random.Random(shuffle_seed)
+    out = []
+    for _ in range(epochs):
+        order = list(range(size))
+        if shuffle_seed is not None:
+            rng.shuffle(order)
+        batches = [order[i : i + batch] for i in range(0, size, batch)]
+        if drop_last and batches and len(batches[-1]) < batch:
+            batches.pop()
+        out.append(batches)
+    return out
+
+
+def make_config(
+    *,
+    num_workers: int = 4,
+    prefetch_factor: int = 2,
+    in_order: bool = True,
+    persistent_workers: bool = False,
+    drop_last: bool = False,
+    kind: str = "map",
+    size: int = 32,
+    batch_size: int = 4,
+    epochs: int = 1,
+    shards: list[int] | None = None,
+    timeout: float = 0.0,
+    shuffle_seed: int | None = None,
+) -> SimConfig:
+    config = {
+        "num_workers": num_workers,
+        "prefetch_factor": prefetch_factor if num_workers else None,
+        "in_order": in_order,
+        "persistent_workers": persistent_workers,
+        "drop_last": drop_last,
+        "batch_size": batch_size,
+        "timeout": timeout,
+    }
+    return SimConfig(
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor,
+        in_order=in_order,
+        persistent_workers=persistent_workers,
+        drop_last=drop_last,
+        timeout=timeout,
+        dataset_kind=kind,  # type: ignore[arg-type]
+        epochs=epochs,
+        batches=map_batches(size, batch_size, drop_last, epochs, shuffle_seed) if kind == "map" else [],
+        batch_size=batch_size,
+        shard_sizes=(shards if shards is not None else [size] * max(num_workers, 1)) if kind == "iterable" else [],
+        run_id="t",
+        scenario="test",
+        config=config,
+    )
+
+
+def run_core(cfg: SimConfig, costs: CostModel | None = None, sample_s: float = 0.005, step_s: float = 0.0,
+             seed: int = 0, pin_memory: bool = True) -> list[dict[str, Any]]:
+    task_costs = TaskCosts(costs or CostModel(), lambda i, w: sample_s, step_s, random.Random(seed),
+                           pin_memory=pin_memory)
+    return Simulator(cfg, task_costs).run()
+
+
