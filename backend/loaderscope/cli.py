@@ -1,0 +1,282 @@
+"""◆ The ``loaderscope`` command: demo, serve, scenarios, run, sim, export."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from loaderscope import __version__, scenarios
+from loaderscope.events import Event
+from loaderscope.report import first_epoch_orders, reordering_story
+from loaderscope.state import LoaderState, diagnosis, summary
+
+console = Console(highlight=False)
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one clear line, exit code 2."""
+
+
+# --- parameters ------------------------------------------------------------------------------------
+
+
+def parse_sets(pairs: Sequence[str]) -> dict[str, str]:
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set num_workers=8")
+        params[key.strip()] = value.strip()
+    return params
+
+
+def explain_validation(error: ValidationError, scenario: scenarios.Scenario) -> str:
+    """pydantic's errors in the words of the command line: the key, what is wrong, what is allowed."""
+    fields = scenario.params.model_fields
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"])
+        field = fields.get(key)
+        if item["type"] == "extra_forbidden":
+            lines.append(f"--set {key}: {scenario.name} has no parameter {key!r}; it takes: {', '.join(fields)}")
+            continue
+        bounds = ""
+        if field is not None:
+            limits = {type(m).__name__: m for m in field.metadata}
+            low, high = limits.get("Ge"), limits.get("Le")
+            if low is not None and high is not None:
+                bounds = f" (allowed: {low.ge} to {high.le})"
+        lines.append(f"--set {key}={item.get('input')!r}: {item['msg']}{bounds}")
+    return "\n".join(lines)
+
+
+def validated_params(scenario: scenarios.Scenario, sets: Sequence[str]) -> dict[str, Any]:
+    try:
+        return scenario.params.model_validate(parse_sets(sets)).model_dump()
+    except ValidationError as exc:
+        raise UsageError(explain_validation(exc, scenario)) from None
+
+
+def find_scenario(name: str) -> scenarios.Scenario:
+    try:
+        return scenarios.get(name)
+    except scenarios.UnknownScenario as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --- commands --------------------------------------------------------------------------------------
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    table = Table("scenario", "what it shows", box=None, pad_edge=False)
+    for scenario in scenarios.all_scenarios():
+        table.add_row(f"[bold]{scenario.name}[/]", scenario.description)
+    console.print(table)
+    console.print("\nRun one: [bold]loaderscope run out_of_order[/]   parameters: [bold]loaderscope run NAME --help-params[/]")
+    return 0
+
+
+def print_params(scenario: scenarios.Scenario) -> None:
+    table = Table("parameter", "default", "allowed", "meaning", box=None, pad_edge=False)
+    for name, spec in scenario.describe()["params"].items():
+        allowed = spec.get("enum") or (f"{spec['minimum']}…{spec['maximum']}" if "minimum" in spec else spec.get("type", ""))
+        table.add_row(name, str(spec.get("default")), str(allowed), spec.get("description", ""))
+    console.print(f"[bold]{scenario.name}[/]: {scenario.description}\n")
+    console.print(table)
+
+
+def execute(scenario: scenarios.Scenario, params: dict[str, Any], mode: str) -> tuple[list[Event], LoaderState, str | None]:
+    """Run for real (worker processes) or simulated; returns events, final state and torch's error."""
+    from loaderscope.runner import Collector, new_run_id
+
+    collector = Collector()
+    if mode == "sim":
+        from loaderscope.sim import simulate
+
+        collector(simulate(scenario.plan(params), run_id=new_run_id(), scenario=scenario.name, params=params))
+        return collector.events, collector.state, None
+    from loaderscope.runner import run_real
+
+    warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")  # about this box, not the loader
+    try:
+        run_real(scenario.name, params, collector)
+    except Exception as exc:  # the loader's own exception: reported, the trace is still written
+        return collector.events, collector.state, f"{type(exc).__name__}: {exc}"
+    return collector.events, collector.state, None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = find_scenario(args.scenario)
+    if args.help_params:
+        print_params(scenario)
+        return 0
+    params = validated_params(scenario, args.set)
+    console.print(f"[bold]{scenario.title}[/] ({args.mode}): {scenario.description}")
+    events, state, error = execute(scenario, params, args.mode)
+    out = Path(args.out or f"{scenario.name}.trace.jsonl")
+    from loaderscope.trace import write_trace
+
+    write_trace(out, events, state.run, scenario=scenario.name, mode=args.mode, params=params)
+    print_summary(events, state)
+    if error:
+        console.print(f"\n[bold red]the DataLoader raised[/] {error}")
+    console.print(f"\ntrace: {out} ({len(events)} events) — open it with [bold]loaderscope serve --open {out}[/]")
+    return 1 if error else 0
+
+
+def print_summary(events: list[Event], state: LoaderState) -> None:
+    stats = summary(state)
+    cfg = state.config
+    console.print(
+        f"\n{stats['batches']} batches in {stats['wall']:.2f} s = [bold]{stats['batches_per_s']:.1f} batches/s[/]"
+        f"  (num_workers={cfg.get('num_workers')}, batch_size={cfg.get('batch_size')}, "
+        f"prefetch_factor={cfg.get('prefetch_factor')}, in_order={cfg.get('in_order')})"
+    )
+    console.print(
+        f"consumer waited {stats['consumer_wait']:.2f} s inside next() ({stats['input_bound']:.0%} of the time); "
+        f"{stats['out_of_order']} results arrived out of order; reorder buffer high-water {stats['buffer_high']}; "
+        f"in flight at most {stats['outstanding_high']} of {stats['window']}"
+    )
+    table = Table("worker", "pid", "tasks", "fetch p50", "p95", "max", "MB", "idle", box=None, pad_edge=False)
+    for w in stats["workers"]:
+        table.add_row(str(w["worker"]), str(w["pid"] or "main"), str(w["tasks"]), f"{w['fetch_p50'] * 1000:.1f} ms",
+                      f"{w['fetch_p95'] * 1000:.1f} ms", f"{w['fetch_max'] * 1000:.1f} ms", f"{w['bytes'] / 1e6:.2f}",
+                      f"{w['idle_share']:.0%}")
+    console.print(table)
+    arrivals, yields = first_epoch_orders(events)
+    if arrivals and arrivals != yields:
+        console.print("\n[bold]Reordering[/] (first epoch): results reach the main process in the order workers finish,")
+        console.print("the in-order cursor rcvd_idx hands them to the training loop in sampler order.")
+        console.print(f"  arrival order: {' '.join(map(str, arrivals))}")
+        console.print(f"  yield order:   {' '.join(map(str, yields))}")
+        for line in reordering_story(events):
+            console.print("  " + line)
+    console.print("\n[bold]Diagnosis[/]")
+    for finding in diagnosis(state):
+        console.print(f"  • {finding}")
+    if stats["violations"]:
+        console.print(f"[red]protocol violations: {stats['violations'][:5]}[/]")
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from loaderscope import sim
+
+    scenario = find_scenario(args.scenario)
+    params = validated_params(scenario, args.set)
+    grid = {}
+    for spec in args.sweep:
+        key, sep, values = spec.partition("=")
+        if not sep or not values:
+            raise UsageError(f"--sweep {spec!r}: expected KEY=V1,V2,..., e.g. --sweep num_workers=1,2,4,8")
+        if key not in scenario.params.model_fields:
+            raise UsageError(f"--sweep {key}: {scenario.name} has no parameter {key!r}")
+        grid[key] = values.split(",")
+        for value in grid[key]:
+            validated_params(scenario, [f"{k}={v}" for k, v in parse_sets(args.set).items()] + [f"{key}={value}"])
+    costs = None
+    if args.from_trace:
+        from loaderscope.trace import TraceError, read_trace
+
+        try:
+            _, events = read_trace(args.from_trace)
+        except TraceError as exc:
+            raise UsageError(str(exc)) from None
+        costs = sim.fit_from_trace(events)
+    rows = sim.sweep(scenario.name, params, grid, costs=costs)
+    console.print(sim.format_table(rows))
+    console.print(sim.recommend(rows))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from loaderscope.trace import TraceError, read_trace, to_chrome
+
+    try:
+        _, events = read_trace(args.file)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    chrome = to_chrome(events)
+    Path(args.output).write_bytes(orjson.dumps(chrome))
+    console.print(f"{args.output}: {len(chrome['traceEvents'])} trace events from {len(events)} loaderscope events; "
+                  "open it in https://ui.perfetto.dev or chrome://tracing")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from loaderscope.server import serve
+
+    serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
+          demo=getattr(args, "scenario", None))
+    return 0
+
+
+# --- parser ----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loaderscope", description="Watch torch's DataLoader work.")
+    parser.add_argument("--version", action="version", version=f"loaderscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+        p.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
+        p.add_argument("--token", default=None, help="access token (default: $LOADERSCOPE_TOKEN or a new one)")
+        p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+
+    demo = sub.add_parser("demo", help="start the dashboard with a live scenario")
+    demo.add_argument("scenario", nargs="?", default="out_of_order")
+    server_options(demo)
+    demo.set_defaults(func=cmd_serve)
+
+    serve = sub.add_parser("serve", help="start the dashboard")
+    server_options(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    sub.add_parser("scenarios", help="list the built-in scenarios").set_defaults(func=cmd_scenarios)
+
+    run = sub.add_parser("run", help="run a scenario headless, print a summary, write the trace")
+    run.add_argument("scenario")
+    run.add_argument("--mode", choices=("real", "sim"), default="real")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a scenario parameter")
+    run.add_argument("--out", help="trace file to write (default: SCENARIO.trace.jsonl)")
+    run.add_argument("--help-params", action="store_true", help="list the scenario's parameters and exit")
+    run.set_defaults(func=cmd_run)
+
+    sim = sub.add_parser("sim", help="what-if: simulate a scenario over a grid of parameters")
+    sim.add_argument("scenario")
+    sim.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...", required=True)
+    sim.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    sim.add_argument("--from-trace", metavar="FILE", help="fit the cost model to a recorded real trace")
+    sim.set_defaults(func=cmd_sim)
+
+    export = sub.add_parser("export", help="convert a trace for Perfetto / chrome://tracing")
+    export.add_argument("file")
+    export.add_argument("--format", choices=("chrome",), default="chrome")
+    export.add_argument("-o", "--output", required=True)
+    export.set_defaults(func=cmd_export)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""◆ Trace files (JSON Lines with a versioned header) and the Chrome trace-event export.
+
+Like ``torch.save``'s magic number and protocol version (seed 002), the first line names the format
+and its version, so a reader refuses other files with a clear message instead of misreading them.
+Traces are parsed as data (orjson), never unpickled, with size limits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from loaderscope import __version__
+from loaderscope.events import SCHEMA_VERSION, Event, EventError, validate
+
+FORMAT = "loaderscope-trace"
+MAX_LINE_BYTES = 1 << 20
+MAX_TRACE_BYTES = 4 << 30
+
+
+class TraceError(ValueError):
+    """A file that is not a loaderscope trace, or a damaged one; the message says which line and why."""
+
+
+def header(run: str, **meta: Any) -> dict[str, Any]:
+    return {"format": FORMAT, "version": SCHEMA_VERSION, "run": run, "created": time.time(),
+            "loaderscope": __version__, **meta}
+
+
+class TraceWriter:
+    """Appends events to a trace file as they come (a long run is complete on disk, however long)."""
+
+    def __init__(self, path: str | Path, run: str, **meta: Any) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[bytes] = self.path.open("wb")
+        self._file.write(orjson.dumps(header(run, **meta)) + b"\n")
+
+    def write(self, events: Iterable[Mapping[str, Any]]) -> None:
+        self._file.write(b"".join(orjson.dumps(event) + b"\n" for event in events))
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+def write_trace(path: str | Path, events: Iterable[Mapping[str, Any]], run: str, **meta: Any) -> Path:
+    with TraceWriter(path, run, **meta) as writer:
+        writer.write(events)
+    return Path(path)
+
+
+def check_header(line: bytes, source: str) -> dict[str, Any]:
+    try:
+        head = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        raise TraceError(f"{source} is not a loaderscope trace: its first line is not JSON") from None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise TraceError(f"{source} is not a loaderscope trace: the first line must be a header "
+                         f'{{"format": "{FORMAT}", "version": {SCHEMA_VERSION}, ...}}')
+    if head.get("version") != SCHEMA_VERSION:
+        raise TraceError(f"{source} is a version {head.get('version')!r} trace; this loaderscope reads version "
+                         f"{SCHEMA_VERSION}: open it with the loaderscope that wrote it ({head.get('loaderscope')})")
+    return head
+
+
+def parse_lines(lines: Iterable[bytes], source: str = "trace") -> Iterator[dict[str, Any] | Event]:
+    """The header, then every event, from the lines of a trace; raises TraceError naming the line."""
+    number = 0
+    for number, line in enumerate(lines, start=1):
+        if len(line) > MAX_LINE_BYTES:
+            raise TraceError(f"{source}, line {number}: longer than {MAX_LINE_BYTES} bytes")
+        if number == 1:
+            yield check_header(line, source)
+            continue
+        if not line.strip():
+            continue
+        try:
+            yield validate(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            raise TraceError(f"{source}, line {number}: not valid JSON (a truncated or edited file?)") from None
+        except EventError as exc:
+            raise TraceError(f"{source}, line {number}: {exc}") from None
+    if number == 0:
+        raise TraceError(f"{source} is empty: a trace starts with a header line")
+
+
+def read_trace(path: str | Path) -> tuple[dict[str, Any], list[Event]]:
+    """Header and events of a trace file."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    if path.stat().st_size > MAX_TRACE_BYTES:
+        raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES >> 30} GiB; split the run")
+    with path.open("rb") as file:
+        parsed = parse_lines(file, str(path))
+        head = next(parsed)
+        return head, list(parsed)  # type: ignore[arg-type]
+
+
+# --- Chrome trace-event format (Perfetto, chrome://tracing) -----------------------------------------
+
+MAIN_TID, PIN_TID = 0, 1
+US = 1_000_000
+
+
+def _tid(worker: int) -> int:
+    return worker + 2  # 0: main thread, 1: pin-memory thread, 2…: workers
+
+
+def to_chrome(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Chrome trace-event JSON: a process per rank, a thread per worker plus main and pin threads.
+
+    Fetches and consumer waits are complete ("X") events, dispatch→arrival a flow arrow ("s"/"f"),
+    parking, skips, errors and the like are instants ("i").
+    """
+    out: list[dict[str, Any]] = []
+    named: set[tuple[int, int]] = set()
+    pins: dict[tuple[int, int, int], float] = {}
+    epoch = 0
+
+    def name_thread(pid: int, tid: int, label: str) -> None:
+        if (pid, tid) not in named:
+            named.add((pid, tid))
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0, "args": {"name": label}})
+
+    for e in events:
+        pid, kind, ts = e.get("rank", 0), e["kind"], e["t"] * US
+        flow_id = (pid << 40) | (epoch << 24) | (e.get("idx") or 0)
+        if kind == "run_start":
+            out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "ts": 0,
+                        "args": {"name": f"rank {pid} ({e.get('scenario') or e.get('name') or 'loader'})"}})
+            name_thread(pid, MAIN_TID, "main (consumer)")
+        elif kind == "epoch_start":
+            epoch = e["epoch"]
+        elif kind == "fetch_end":
+            tid = _tid(e["worker"])
+            name_thread(pid, tid, f"worker {e['worker']}")
+            dur = max(0.0, (e.get("dt") or 0.0) * US)
+            out.append({"ph": "X", "name": f"task {e['idx']}", "cat": "fetch", "pid": pid, "tid": tid,
+                        "ts": ts - dur, "dur": dur, "args": {"epoch": epoch, "nbytes": e.get("nbytes")}})
+        elif kind == "dispatch":
+            out.append({"ph": "s", "name": "task", "cat": "flow", "id": flow_id, "pid": pid, "tid": MAIN_TID,
+                        "ts": ts, "args": {"worker": e["worker"], "indices": e.get("indices")}})
+        elif kind == "arrive":
+            out.append({"ph": "f", "bp": "e", "name": "task", "cat": "flow", "id": flow_id, "pid": pid,
+                        "tid": MAIN_TID, "ts": ts})
+        elif kind == "yield":
+            dur = max(0.0, e["wait"] * US)
+            out.append({"ph": "X", "name": f"wait for task {e['idx']}", "cat": "consumer", "pid": pid,
+                        "tid": MAIN_TID, "ts": ts - dur, "dur": dur, "args": {"from_buffer": e.get("from_buffer")}})
+        elif kind == "pin_start":
+            pins[(pid, epoch, e["idx"])] = ts
+        elif kind == "pin_end":
+            name_thread(pid, PIN_TID, "pin memory")
+            start = pins.pop((pid, epoch, e["idx"]), ts)
+            out.append({"ph": "X", "name": f"pin task {e['idx']}", "cat": "pin", "pid": pid, "tid": PIN_TID,
+                        "ts": start, "dur": max(0.0, ts - start), "args": {"nbytes": e.get("nbytes")}})
+        elif kind not in ("fetch_start", "run_end"):
+            tid = _tid(e["worker"]) if isinstance(e.get("worker"), int) else MAIN_TID
+            args = {k: v for k, v in e.items() if k not in ("seq", "t", "run", "rank", "kind")}
+            out.append({"ph": "i", "s": "t", "name": kind, "cat": "protocol", "pid": pid, "tid": tid,
+                        "ts": ts, "args": args})
+    return {"traceEvents": out, "displayTimeUnit": "ms"}

@@ -1,0 +1,54 @@
+"""The `loaderscope` command as a user types it (a real subprocess, a real DataLoader)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from loaderscope.trace import read_trace
+
+
+def loaderscope(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loaderscope.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def test_run_out_of_order_explains_reordering_and_writes_the_trace(tmp_path: Path) -> None:
+    result = loaderscope("run", "out_of_order", "--set", "dataset_size=48", "--out", "t.jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "batches/s" in out and "arrival order:" in out and "parked in _task_info" in out
+    assert "reorder buffer high-water" in out and "fetch p50" in out
+    head, events = read_trace(tmp_path / "t.jsonl")
+    assert head["scenario"] == "out_of_order"
+    assert sum(e["kind"] == "yield" for e in events) == 12
+
+
+def test_bad_parameter_names_the_field_and_the_range(tmp_path: Path) -> None:
+    result = loaderscope("run", "uniform", "--set", "num_workers=99", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "num_workers" in result.stdout and "0 to 32" in result.stdout
+    result = loaderscope("run", "nosuch", cwd=tmp_path)
+    assert result.returncode == 2 and "out_of_order" in result.stdout
+
+
+def test_scenarios_lists_all_and_export_writes_chrome_json(tmp_path: Path) -> None:
+    listing = loaderscope("scenarios", cwd=tmp_path).stdout
+    for name in ("out_of_order", "uniform", "straggler", "iterable_shards", "group_sampler", "samplers",
+                 "persistent_epochs", "slow_consumer"):
+        assert name in listing
+    assert loaderscope("run", "uniform", "--set", "num_workers=0", "--out", "u.jsonl", cwd=tmp_path).returncode == 0
+    assert loaderscope("export", "u.jsonl", "-o", "u.json", cwd=tmp_path).returncode == 0
+    chrome = json.loads((tmp_path / "u.json").read_text())
+    assert any(e["ph"] == "X" for e in chrome["traceEvents"])
+
+
+def test_loader_error_is_reported_and_the_trace_kept(tmp_path: Path) -> None:
+    result = loaderscope("run", "uniform", "--set", "timeout=0.001", "--set", "sample_ms=200",
+                         "--set", "num_workers=1", "--out", "x.jsonl", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "timed out" in result.stdout and "timeout: no batch arrived" in result.stdout
+    _, events = read_trace(tmp_path / "x.jsonl")
+    assert events[-1]["kind"] == "run_end" and events[-1]["reason"] == "error"

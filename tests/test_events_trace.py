@@ -1,0 +1,77 @@
+"""Event frames and trace files are parsed as data and refuse bad input with a clear message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loaderscope.events import EventError, decode_frame, encode_frame
+from loaderscope.trace import TraceError, read_trace, to_chrome, write_trace
+
+GOOD = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 3, "worker": 1, "indices": [6, 7]}
+
+
+def test_frames_round_trip() -> None:
+    assert decode_frame(encode_frame([GOOD, GOOD | {"seq": 1}])) == [GOOD, GOOD | {"seq": 1}]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"42", "JSON array"),
+        (b'[{"t": 1}]', "'kind'"),
+        (json.dumps([{**GOOD, "idx": "3"}]).encode(), "'idx' must be an integer"),
+        (json.dumps([{"t": 0, "kind": "dispatch", "idx": 1}]).encode(), "missing its 'worker'"),
+        (b"[" + b"1," * 10 + b"1]", "must be a JSON object"),
+    ],
+)
+def test_bad_frames_name_the_problem(data: bytes, message: str) -> None:
+    with pytest.raises(EventError, match=message):
+        decode_frame(data)
+
+
+def test_oversized_frame_is_refused() -> None:
+    with pytest.raises(EventError, match="exceeds"):
+        decode_frame(b"[" + b" " * 100 + b"]", max_bytes=50)
+
+
+def test_trace_round_trip_and_header(tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "a.trace.jsonl", [GOOD], "r", scenario="x")
+    head, events = read_trace(path)
+    assert head["format"] == "loaderscope-trace" and head["version"] == 1 and head["scenario"] == "x"
+    assert events == [GOOD]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty"),
+        (b"PK\x03\x04 a zip file\n", "not a loaderscope trace"),
+        (b'{"format": "other"}\n', "not a loaderscope trace"),
+        (b'{"format": "loaderscope-trace", "version": 99}\n', "version 99"),
+        (b'{"format": "loaderscope-trace", "version": 1}\n{"t": 0, "kind": "yield", "idx": 1}\n', "line 2"),
+        (b'{"format": "loaderscope-trace", "version": 1}\n{"t": 0, "kind"\n', "line 2: not valid JSON"),
+    ],
+)
+def test_bad_traces_are_refused_clearly(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=message):
+        read_trace(path)
+
+
+def test_chrome_export_is_valid_trace_event_format() -> None:
+    from tests.test_state import EXAMPLE
+
+    chrome = to_chrome(EXAMPLE)["traceEvents"]
+    for event in chrome:
+        assert {"ph", "ts", "pid", "tid"} <= event.keys()
+        assert event["ts"] >= 0 and event.get("dur", 0) >= 0
+    fetches = [e for e in chrome if e["ph"] == "X" and e["cat"] == "fetch"]
+    waits = [e for e in chrome if e["ph"] == "X" and e["cat"] == "consumer"]
+    flows = [e for e in chrome if e["ph"] in "sf"]
+    assert len(fetches) == 2 and len(waits) == 2 and len(flows) == 5 + 2
+    assert {e["tid"] for e in fetches} == {2, 3}

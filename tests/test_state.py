@@ -1,0 +1,86 @@
+"""The reducer replays seed 001's worked example: 4 workers, tasks 0–3, task 1 arrives before task 0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loaderscope.conformance import check
+from loaderscope.state import LoaderState, Where, WorkerStatus, diagnosis, reduce, summary
+
+
+def stream(*steps: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"seq": i, "t": i * 0.01, "run": "r", "rank": 0, "kind": kind, **fields}
+            for i, (kind, fields) in enumerate(steps)]
+
+
+CONFIG = {"num_workers": 4, "prefetch_factor": 1, "in_order": True, "batch_size": 2}
+EXAMPLE = stream(
+    ("run_start", {"mode": "sim", "config": CONFIG}),
+    ("epoch_start", {"epoch": 0}),
+    *[("dispatch", {"idx": i, "worker": i, "indices": [2 * i, 2 * i + 1]}) for i in range(4)],
+    *[("fetch_start", {"idx": i, "worker": i}) for i in range(4)],
+    ("fetch_end", {"idx": 1, "worker": 1, "dt": 0.02}),          # seq 10
+    ("arrive", {"idx": 1, "worker": 1}),                          # 11
+    ("buffer", {"idx": 1, "worker": 1, "waiting_for": 0}),        # 12
+    ("fetch_end", {"idx": 0, "worker": 0, "dt": 0.09}),           # 13
+    ("arrive", {"idx": 0, "worker": 0}),                          # 14
+    ("yield", {"idx": 0, "wait": 0.12, "from_buffer": False}),    # 15
+    ("dispatch", {"idx": 4, "worker": 0, "indices": [8, 9]}),     # 16
+    ("yield", {"idx": 1, "wait": 0.0, "from_buffer": True}),      # 17
+)
+
+
+def test_after_priming_every_worker_holds_one_task() -> None:
+    s = reduce(EXAMPLE, until_seq=5)
+    assert (s.send_idx, s.rcvd_idx, s.outstanding) == (4, 0, 4)
+    assert [s.workers[w].queue for w in range(4)] == [[0], [1], [2], [3]]
+    assert s.tasks[2].indices == [4, 5]
+
+
+def test_fetching_then_result_queue() -> None:
+    s = reduce(EXAMPLE, until_seq=10)
+    assert s.workers[1].status == WorkerStatus.IDLE and s.workers[0].status == WorkerStatus.FETCHING
+    assert s.result_queue == [1] and s.tasks[1].where == Where.RESULT_QUEUE
+
+
+def test_task_1_is_parked_waiting_for_task_0() -> None:
+    s = reduce(EXAMPLE, until_seq=12)
+    assert s.buffer == [1] and s.tasks[1].where == Where.BUFFER
+    assert s.rcvd_idx == 0 and s.result_queue == [] and s.outstanding == 3
+    assert s.buffer_high == 1 and s.out_of_order == 1
+
+
+def test_task_0_released_then_1_from_the_buffer() -> None:
+    s = reduce(EXAMPLE, until_seq=15)
+    assert s.rcvd_idx == 1 and s.buffer == [1] and s.batches == 1
+    assert s.head_of_line_wait == 0.12  # waited for task 0 while task 1 sat ready
+    s = reduce(EXAMPLE)
+    assert (s.send_idx, s.rcvd_idx, s.buffer, s.batches) == (5, 2, [], 2)
+    assert s.yield_order == [(0, 0), (0, 1)]
+    assert s.violations == [] and check(EXAMPLE) == []
+
+
+def test_violations_are_reported_not_hidden() -> None:
+    bad = stream(
+        ("run_start", {"mode": "sim", "config": {"num_workers": 1, "prefetch_factor": 1}}),
+        ("epoch_start", {"epoch": 0}),
+        ("dispatch", {"idx": 0, "worker": 0}),
+        ("dispatch", {"idx": 1, "worker": 0}),  # window is 1
+        ("arrive", {"idx": 1, "worker": 0}),
+        ("yield", {"idx": 1, "wait": 0.0}),  # out of order with in_order on
+        ("epoch_end", {"epoch": 0}),
+    )
+    problems = check(bad)
+    assert any("window is 1" in p for p in problems)
+    assert any("yielded while rcvd_idx was 0" in p for p in problems)
+    assert any("never yielded" in p for p in problems)
+
+
+def test_unknown_kinds_are_kept_and_summary_and_diagnosis_speak() -> None:
+    s = LoaderState()
+    for e in EXAMPLE + stream(("future_kind", {"x": 1})):
+        s.apply(e)
+    assert s.notes[-1]["kind"] == "future_kind"
+    stats = summary(s)
+    assert stats["batches"] == 2 and stats["out_of_order"] == 1
+    assert any("reorder cost" in line for line in diagnosis(s))
