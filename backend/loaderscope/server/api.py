@@ -1,0 +1,217 @@
+"""The ◆ REST routes: health, scenarios, runs, controls, events and traces."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+import loaderscope
+from loaderscope.server.errors import field_problems, readable
+from loaderscope.server.runs import Run, RunManager, RunRefused
+from loaderscope.server.spill import TRACE_FORMAT, TRACE_VERSION
+from loaderscope.server.store import EventLog, Gap
+
+MAX_EVENTS_PER_REQUEST = 10_000
+STREAM_CHUNK = 1 << 20
+
+router = APIRouter(prefix="/api")
+
+
+class RunRequest(BaseModel):
+    """POST /api/runs: which scenario, how, with which parameters (checked against the scenario)."""
+
+    model_config = ConfigDict(extra="forbid")
+    scenario: str = Field(..., min_length=1, max_length=100, description="a name from GET /api/scenarios")
+    mode: Literal["real", "sim"] = Field("real", description="real DataLoader, or the simulator")
+    params: dict[str, Any] = Field(default_factory=dict, description="the scenario's parameters")
+
+
+class ControlRequest(BaseModel):
+    """POST /api/runs/{id}/control: an action, a playback delay, or both."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["pause", "resume", "step", "stop"] | None = None
+    delay: float | None = Field(None, ge=0, le=10, description="extra seconds per batch so a human can follow")
+
+    @model_validator(mode="after")
+    def _something(self) -> ControlRequest:
+        if self.action is None and self.delay is None:
+            raise ValueError("send an 'action' (pause, resume, step, stop) or a 'delay' in seconds")
+        return self
+
+
+def manager_of(request: Request) -> RunManager:
+    return request.app.state.manager
+
+
+def refused(exc: RunRefused) -> JSONResponse:
+    return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+
+def unprocessable(problems: list[dict[str, Any]]) -> JSONResponse:
+    return JSONResponse({"detail": readable(problems), "errors": problems}, status_code=422)
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok", "version": loaderscope.__version__}
+
+
+@router.get("/scenarios")
+async def scenarios() -> list[dict[str, Any]]:
+    # The catalog imports torch: do it once, off the event loop.
+    return await asyncio.to_thread(_describe_scenarios)
+
+
+@functools.cache
+def _describe_scenarios() -> list[dict[str, Any]]:
+    from loaderscope.scenarios import all_scenarios
+
+    return [s.describe() for s in all_scenarios()]
+
+
+@router.post("/runs", status_code=201, responses={404: {}, 422: {}, 429: {}})
+async def create_run(body: RunRequest, request: Request) -> Any:
+    problems, params = await asyncio.to_thread(_check_run, body)
+    if problems:
+        return unprocessable(problems)
+    try:
+        run = manager_of(request).start(body.scenario, body.mode, params)
+    except RunRefused as exc:
+        return refused(exc)
+    return JSONResponse(run.detail(), status_code=201)
+
+
+def _check_run(body: RunRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Problems with the request (as field_problems), or the scenario's full, validated parameters."""
+    from loaderscope import scenarios
+
+    try:
+        scenario = scenarios.get(body.scenario)
+    except scenarios.UnknownScenario as exc:
+        return [{"field": "scenario", "message": str(exc), "allowed": None}], {}
+    if body.mode == "sim" and not sim_available():
+        return [{"field": "mode", "message": "the simulator is not available in this installation; use mode "
+                 "'real'", "allowed": "'real'"}], {}
+    try:
+        validated = scenario.params.model_validate(body.params)
+    except ValidationError as exc:
+        return field_problems(exc.errors(), scenario.params, prefix="params."), {}
+    return [], validated.model_dump()
+
+
+def sim_available() -> bool:
+    try:
+        from loaderscope import sim
+    except ImportError:
+        return False
+    return callable(getattr(sim, "simulate", None))
+
+
+@router.get("/runs")
+async def list_runs(request: Request) -> list[dict[str, Any]]:
+    return [run.brief() for run in manager_of(request).runs.values()]
+
+
+@router.get("/runs/{run_id}", responses={404: {}})
+async def get_run(run_id: str, request: Request) -> Any:
+    try:
+        return JSONResponse(manager_of(request).require(run_id).detail())
+    except RunRefused as exc:
+        return refused(exc)
+
+
+@router.post("/runs/{run_id}/control", responses={404: {}, 409: {}})
+async def control_run(run_id: str, body: ControlRequest, request: Request) -> Any:
+    manager = manager_of(request)
+    try:
+        run = manager.require(run_id)
+        await manager.control(run, body.action, body.delay)
+    except RunRefused as exc:
+        return refused(exc)
+    return JSONResponse(run.brief())
+
+
+@router.get("/runs/{run_id}/events", responses={404: {}})
+async def run_events(
+    run_id: str,
+    request: Request,
+    after: int = Query(-1, ge=-1, description="the last seq already seen (-1: from the start)"),
+    limit: int = Query(1000, ge=1, le=MAX_EVENTS_PER_REQUEST, description="most events returned"),
+) -> Any:
+    """Events ``after+1 ..`` in seq order, with ``gap`` naming any requested ones no longer held."""
+    try:
+        run = manager_of(request).require(run_id)
+    except RunRefused as exc:
+        return refused(exc)
+    lines, gap = await read_events(run.log, after + 1, limit)
+    meta = {"run": run.id, "after": after, "last_seq": run.log.last_seq, "status": run.status,
+            "gap": gap.meta("not held by the store") if gap else None}
+    body = orjson.dumps(meta)[:-1] + b',"events":[' + b",".join(lines) + b"]}"
+    return Response(body, media_type="application/json")
+
+
+async def read_events(log: EventLog, start: int, limit: int) -> tuple[list[bytes], Gap | None]:
+    """Read from memory on the loop; from the trace file (blocking) in a worker thread."""
+    gap = None
+    if start < log.first_held:
+        gap = Gap(start, log.first_held - 1)
+        start = log.first_held
+    if log.in_memory(start):
+        return log.read_memory(start, limit), gap
+    spill = log.spill
+    if spill is None:  # the trace file failed since first_held was read
+        return [], Gap(start, log.first_held - 1)
+    log.flush()
+    return await asyncio.to_thread(spill.read, start, limit), gap
+
+
+@router.get("/runs/{run_id}/trace", responses={404: {}, 410: {}, 501: {}})
+async def run_trace(
+    run_id: str, request: Request, format: Literal["jsonl", "chrome"] = Query("jsonl"),
+) -> Any:
+    try:
+        run = manager_of(request).require(run_id)
+    except RunRefused as exc:
+        return refused(exc)
+    if format == "chrome":
+        return JSONResponse({"detail": "format=chrome is not available yet; use format=jsonl and "
+                             "`loaderscope export FILE --format chrome`"}, status_code=501)
+    disposition = {"content-disposition": f'attachment; filename="{run.id}.trace.jsonl"'}
+    spill = run.log.spill
+    if spill is not None:
+        run.log.flush()
+        return StreamingResponse(_file_bytes(spill.path, spill.flushed_bytes), media_type="application/x-ndjson",
+                                 headers=disposition)
+    if run.log.first_held > 0:
+        return JSONResponse({"detail": f"this dashboard keeps runs in memory only and no longer holds events "
+                             f"0..{run.log.first_held - 1}; serve with a data directory to record complete traces"},
+                            status_code=410)
+    return Response(_memory_trace(run), media_type="application/x-ndjson", headers=disposition)
+
+
+def _file_bytes(path: Any, size: int) -> Iterator[bytes]:
+    """The first ``size`` bytes (whole lines, flushed) while the run may still be appending."""
+    with path.open("rb") as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(STREAM_CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+
+
+def _memory_trace(run: Run) -> bytes:
+    header = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "run": run.id, "scenario": run.scenario,
+              "mode": run.mode, "params": run.params, "origin": run.origin, "created": run.created,
+              "loaderscope": loaderscope.__version__}
+    lines = [orjson.dumps(header), *run.log.read_memory(0, run.log.next_seq)]
+    return b"\n".join(lines) + b"\n"

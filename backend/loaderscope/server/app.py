@@ -1,0 +1,97 @@
+"""The ASGI application: routes, websockets, the page, and the guard in front of them all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.staticfiles import StaticFiles
+
+import loaderscope
+from loaderscope.server import api, ingest, stream
+from loaderscope.server.config import ServerConfig
+from loaderscope.server.errors import field_problems, readable
+from loaderscope.server.runs import RunManager
+from loaderscope.server.security import Guard, Policy
+
+FLUSH_EVERY = 0.5  # seconds: how stale a trace file on disk may be while its run goes on
+
+OnStarted = Callable[[RunManager], Awaitable[None]]
+
+
+def frontend_dir() -> Path:
+    """The page: inside the package when installed from a wheel, else the repository's frontend/."""
+    packaged = Path(loaderscope.__file__).parent / "frontend"
+    if packaged.is_dir():
+        return packaged
+    return Path(loaderscope.__file__).resolve().parents[2] / "frontend"
+
+
+def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> Any:
+    """The dashboard app, wrapped in its security guard (an ASGI callable).
+
+    ``on_started`` runs once the app is up (serve() uses it to start a demo run and print the URL).
+    The FastAPI app itself is reachable as ``.app`` on the result, and its run manager as
+    ``.app.state.manager``.
+    """
+    manager = RunManager(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        flusher = asyncio.create_task(_flush_periodically(manager))
+        if on_started is not None:
+            await on_started(manager)
+        try:
+            yield
+        finally:
+            flusher.cancel()
+            await manager.shutdown()
+
+    app = FastAPI(title="loaderscope", version=loaderscope.__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
+    app.state.manager = manager
+    app.state.config = config
+    app.include_router(api.router)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    _websockets(app, manager)
+    _page(app, config.frontend_dir or frontend_dir())
+    return Guard(app, Policy(config))
+
+
+def _websockets(app: FastAPI, manager: RunManager) -> None:
+    @app.websocket("/ws/ingest")
+    async def ws_ingest(websocket: WebSocket) -> None:
+        await ingest.ingest(websocket, manager)
+
+    @app.websocket("/ws/runs/{run_id}")
+    async def ws_run(websocket: WebSocket) -> None:
+        await stream.stream(websocket, manager)
+
+
+def _page(app: FastAPI, directory: Path) -> None:
+    if (directory / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=directory, html=True), name="page")
+        return
+
+    @app.get("/", include_in_schema=False)
+    async def missing_page() -> PlainTextResponse:
+        return PlainTextResponse(f"the dashboard page is missing: expected {directory / 'index.html'}; "
+                                 "the API works (GET /api/health)", status_code=503)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = field_problems(exc.errors())
+    return JSONResponse({"detail": readable(problems), "errors": problems}, status_code=422)
+
+
+async def _flush_periodically(manager: RunManager) -> None:
+    while True:
+        await asyncio.sleep(FLUSH_EVERY)
+        manager.flush()

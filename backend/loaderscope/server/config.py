@@ -1,0 +1,62 @@
+"""What one dashboard launch is configured with: address, token, limits, where traces go."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+# Limits keep one browser tab or one producer from exhausting the machine (issue 7).
+MEMORY_EVENTS = 100_000  # events per run kept in memory; older ones are read back from the trace file
+MAX_LAG = 50_000  # a subscriber further behind than this is told to resync over REST
+FRAME_EVENTS = 1_000  # events per websocket frame sent to viewers
+MAX_ACTIVE_RUNS = 4  # run processes at once
+MAX_RUNS = 200  # runs kept listed; the oldest ended ones are forgotten (their trace files stay)
+MAX_RUN_EVENTS = 50_000_000  # a producer sending more is cut off
+STOP_GRACE = 3.0  # seconds a run has to stop by itself before its process group gets SIGTERM
+KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+
+
+def is_loopback(host: str) -> bool:
+    """True for names and addresses that only this machine can reach."""
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ServerConfig:
+    """Everything create_app needs; serve() fills it from its arguments."""
+
+    token: str
+    port: int = 8000
+    host: str = "127.0.0.1"
+    data_dir: Path | None = None  # where run traces and logs go; None keeps runs in memory only
+    allow_origins: tuple[str, ...] = ()  # extra origins allowed to open websockets / send requests
+    allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted besides loopback names
+    ingest_url: str = ""  # where run processes send their events (set once the port is bound)
+    memory_events: int = MEMORY_EVENTS
+    max_lag: int = MAX_LAG
+    frame_events: int = FRAME_EVENTS
+    max_active_runs: int = MAX_ACTIVE_RUNS
+    max_runs: int = MAX_RUNS
+    max_run_events: int = MAX_RUN_EVENTS
+    stop_grace: float = STOP_GRACE
+    kill_grace: float = KILL_GRACE
+    frontend_dir: Path | None = None
+
+    @property
+    def remote(self) -> bool:
+        """Bound to a non-loopback address: Host names are then not limited to loopback."""
+        return not is_loopback(self.host)
+
+    @property
+    def cookie_name(self) -> str:
+        # Cookies ignore ports: two dashboards on one host must not overwrite each other's token.
+        return f"loaderscope_token_{self.port}"

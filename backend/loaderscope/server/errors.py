@@ -1,0 +1,77 @@
+"""Validation errors a person can act on: which field, what was wrong, what is allowed.
+
+pydantic says "Input should be less than or equal to 32"; a user filling a form needs
+"params.num_workers: must be at most 32 (got 99); allowed: integer from 0 to 32".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+_NO_SCOPE = ("body",)  # FastAPI's location prefix for JSON bodies says nothing to a user
+
+
+def field_problems(errors: Sequence[Any], model: type[BaseModel] | None = None, prefix: str = "") -> list[dict[str, Any]]:
+    """One entry per pydantic error: ``{"field", "message", "allowed"}``."""
+    problems = []
+    for err in errors:
+        loc = [str(part) for part in err.get("loc", ()) if part not in _NO_SCOPE]
+        name = loc[-1] if loc else ""
+        field = prefix + ".".join(loc)
+        allowed = allowed_values(model, name) if model is not None and len(loc) == 1 else None
+        problems.append({"field": field, "message": _message(err, model, name), "allowed": allowed})
+    return problems
+
+
+def readable(problems: Sequence[dict[str, Any]]) -> str:
+    """``field: message; allowed: ...`` for each problem, joined."""
+    parts = []
+    for p in problems:
+        text = f"{p['field']}: {p['message']}" if p["field"] else p["message"]
+        if p.get("allowed"):
+            text += f"; allowed: {p['allowed']}"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _message(err: Any, model: type[BaseModel] | None, name: str) -> str:
+    if err.get("type") == "extra_forbidden":
+        known = ", ".join(model.model_fields) if model is not None else ""
+        return f"unknown parameter {name!r}" + (f"; known parameters: {known}" if known else "")
+    message = str(err.get("msg", "invalid value"))
+    if "input" in err and err.get("type") != "missing":
+        message += f" (got {_short(err['input'])})"
+    return message
+
+
+def allowed_values(model: type[BaseModel], name: str) -> str | None:
+    """The range or choices a field takes, from the model's own JSON schema."""
+    prop = model.model_json_schema().get("properties", {}).get(name)
+    if prop is None:
+        return None
+    if "enum" in prop:
+        return "one of " + ", ".join(repr(v) for v in prop["enum"])
+    kind = prop.get("type", "value")
+    low = prop.get("minimum", prop.get("exclusiveMinimum"))
+    high = prop.get("maximum", prop.get("exclusiveMaximum"))
+    if kind == "boolean":
+        return "true or false"
+    if low is not None and high is not None:
+        return f"{_kind_name(kind)} from {low} to {high}"
+    if low is not None:
+        return f"{_kind_name(kind)} of at least {low}"
+    if high is not None:
+        return f"{_kind_name(kind)} of at most {high}"
+    return _kind_name(kind)
+
+
+def _kind_name(kind: str) -> str:
+    return {"integer": "an integer", "number": "a number", "string": "a string"}.get(kind, kind)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

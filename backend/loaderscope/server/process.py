@@ -1,0 +1,90 @@
+"""Run processes: start one per dashboard run in its own session, end its whole process group.
+
+``start_new_session=True`` makes the run process the leader of a new process group that its
+DataLoader workers inherit, so one ``killpg`` ends the run and every worker it forked, and a
+signal aimed at the server's terminal (Ctrl-C) does not reach the runs directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TOKEN_ENV = "LOADERSCOPE_TOKEN"
+
+
+def spawn(
+    *,
+    run_id: str,
+    scenario: str,
+    mode: str,
+    params: dict[str, Any],
+    ingest_url: str,
+    token: str,
+    log_path: Path | None,
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m loaderscope.server.runproc`` for one run.
+
+    The token travels in the environment, not on the command line, which other users can read
+    in /proc. stdout and stderr go to the run's log file (never a pipe that nobody drains).
+    """
+    command = [
+        sys.executable, "-m", "loaderscope.server.runproc",
+        "--url", ingest_url,
+        "--run", run_id,
+        "--scenario", scenario,
+        "--mode", mode,
+        "--params", json.dumps(params),
+    ]
+    env = {**os.environ, TOKEN_ENV: token}
+    log = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True,
+        )
+    finally:
+        if log_path is not None:
+            log.close()  # type: ignore[union-attr]  (the child holds its own copy)
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to a process group; False when nothing is left in it."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes in group ``pgid``, read from /proc (no psutil needed). Zombies don't count."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(entry)
+        if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _stat_fields(entry: Path) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name: state, ppid, pgrp, ..."""
+    try:
+        raw = (entry / "stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL whatever is left of a run's group (after its leader exited: orphaned workers)."""
+    signal_group(pgid, signal.SIGKILL)

@@ -1,0 +1,196 @@
+"""A run process: one scenario, run for real (or simulated), streamed to the dashboard.
+
+    python -m loaderscope.server.runproc --url ws://127.0.0.1:PORT/ws/ingest --run ID \\
+        --scenario NAME [--mode real|sim] [--params JSON]
+
+The token comes from ``$LOADERSCOPE_TOKEN`` (never the command line, which /proc shows to all).
+The dashboard spawns this in a new session, so its DataLoader workers share its process group
+and one ``killpg`` ends them all. Events go up in frames (JSON arrays); controls come down
+(``{"action": ...}``, ``{"delay": s}``) and drive the consumer loop through a ``runner.Control``.
+Losing the dashboard stops the run: nobody would see it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import traceback
+from typing import Any
+
+import orjson
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from loaderscope.events import Event
+from loaderscope.runner import Control
+
+FRAME_EVENTS = 1000  # events per websocket message
+FLUSH_INTERVAL = 0.02  # seconds a small batch may wait for company
+HIGH_WATER = 200_000  # events buffered before the sink blocks (backpressure: nothing is dropped)
+CONNECT_TIMEOUT = 10.0
+MAX_MESSAGE = 1 << 20  # controls are tiny
+
+
+class Uplink:
+    """Buffers events from the probe and sends them in frames from a thread of its own."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.pending: list[Event] = []
+        self.sending = False  # a batch taken from pending is on its way
+        self.cond = threading.Condition()
+        self.closing = False
+        self.lost: str | None = None  # why the connection broke, if it did
+        self.sender = threading.Thread(target=self._send_loop, name="loaderscope-uplink", daemon=True)
+        self.sender.start()
+
+    def sink(self, events: list[Event]) -> None:
+        """The probe's sink: never drops; blocks only if the dashboard falls far behind."""
+        with self.cond:
+            while len(self.pending) >= HIGH_WATER and self.lost is None:
+                self.cond.wait(0.1)
+            if self.lost is None:
+                self.pending.extend(events)
+                self.cond.notify_all()
+
+    def meta(self, message: dict[str, Any]) -> None:
+        """Send a meta message after everything buffered so far."""
+        self.flush()
+        self._send(orjson.dumps(message))
+
+    def flush(self) -> None:
+        with self.cond:
+            while (self.pending or self.sending) and self.lost is None:
+                self.cond.notify_all()
+                self.cond.wait(0.1)
+
+    def close(self) -> None:
+        self.flush()
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        self.sender.join(5)
+        self.ws.close()
+
+    def _send_loop(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.pending or self.closing, timeout=1.0)
+                if not self.pending:
+                    if self.closing:
+                        return
+                    continue
+            if len(self.pending) < FRAME_EVENTS and not self.closing:
+                threading.Event().wait(FLUSH_INTERVAL)  # let small batches gather into one frame
+            with self.cond:
+                batch, self.pending, self.sending = self.pending, [], True
+            for start in range(0, len(batch), FRAME_EVENTS):
+                if not self._send(orjson.dumps(batch[start:start + FRAME_EVENTS], default=str)):
+                    return
+            with self.cond:
+                self.sending = False
+                self.cond.notify_all()
+
+    def _send(self, data: bytes) -> bool:
+        try:
+            self.ws.send(data.decode())
+            return True
+        except (ConnectionClosed, OSError) as exc:
+            with self.cond:
+                self.lost = self.lost or f"connection to the dashboard lost: {exc}"
+                self.pending = []
+                self.cond.notify_all()
+            return False
+
+
+def listen(ws: ClientConnection, control: Control) -> None:
+    """Apply controls from the dashboard until the connection ends; losing it stops the run."""
+    try:
+        for message in ws:
+            try:
+                command = json.loads(message)
+            except ValueError:
+                continue
+            if isinstance(command, dict):
+                apply(control, command)
+    except (ConnectionClosed, OSError):
+        pass
+    control.stop()
+
+
+def apply(control: Control, command: dict[str, Any]) -> None:
+    action = command.get("action")
+    if action in ("pause", "resume", "step", "stop"):
+        getattr(control, action)()
+    delay = command.get("delay")
+    if isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        control.set_delay(delay)
+
+
+def run(args: argparse.Namespace, uplink: Uplink, control: Control) -> None:
+    params = json.loads(args.params)
+    if args.mode == "sim":
+        simulate(args, params, uplink, control)
+        return
+    from loaderscope.runner import run_real
+
+    run_real(args.scenario, params, uplink.sink, control=control, run_id=args.run)
+
+
+def simulate(args: argparse.Namespace, params: dict[str, Any], uplink: Uplink, control: Control) -> None:
+    from loaderscope import scenarios, sim
+
+    scenario = scenarios.get(args.scenario)
+    validated = scenario.params.model_validate(params)
+    events = sim.simulate(scenario.build(validated), run_id=args.run, scenario=args.scenario,
+                          params=validated.model_dump())
+    for start in range(0, len(events), FRAME_EVENTS):
+        if not control.gate():
+            break
+        uplink.sink(events[start:start + FRAME_EVENTS])
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m loaderscope.server.runproc",
+                                     description="Run one scenario and stream its events to a dashboard.")
+    parser.add_argument("--url", required=True, help="the dashboard's ws://HOST:PORT/ws/ingest")
+    parser.add_argument("--run", required=True, help="the run id the dashboard gave this run")
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--mode", choices=("real", "sim"), default="real")
+    parser.add_argument("--params", default="{}", help="the scenario's parameters as a JSON object")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    token = os.environ.get("LOADERSCOPE_TOKEN")
+    if not token:
+        print("runproc: set $LOADERSCOPE_TOKEN to the dashboard's token", file=sys.stderr)
+        return 2
+    url = f"{args.url}?run={args.run}"
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, compression=None,
+                 open_timeout=CONNECT_TIMEOUT, max_size=MAX_MESSAGE) as ws:
+        ws.recv(timeout=CONNECT_TIMEOUT)  # the hello: the dashboard has attached us to the run
+        return stream_run(args, ws)
+
+
+def stream_run(args: argparse.Namespace, ws: ClientConnection) -> int:
+    control = Control()
+    uplink = Uplink(ws)
+    threading.Thread(target=listen, args=(ws, control), name="loaderscope-control", daemon=True).start()
+    code = 0
+    try:
+        run(args, uplink, control)
+    except BaseException as exc:  # noqa: BLE001 (report everything, then exit non-zero)
+        traceback.print_exc()
+        uplink.meta({"type": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        code = 1
+    uplink.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

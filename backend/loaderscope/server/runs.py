@@ -1,0 +1,374 @@
+"""Runs: what the dashboard knows about each one, and the manager that starts, steers and ends them.
+
+A run is an event log plus its producer: a run process the dashboard started (origin
+"dashboard"), or a script that connected to /ws/ingest by itself (origin "external", e.g.
+``watch()``). Everything here runs on the server's event loop; blocking work (waiting for a
+process, reading a trace file) goes to worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import loaderscope
+from loaderscope.events import Event
+from loaderscope.server import process
+from loaderscope.server.config import ServerConfig
+from loaderscope.server.spill import TraceSpill
+from loaderscope.server.store import EventLog
+from loaderscope.state import diagnosis, summary
+
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+DRAIN_WAIT = 5.0  # seconds to let the ingest side finish reading what an exited process sent
+LOG_TAIL_BYTES = 4096
+
+
+class RunRefused(Exception):
+    """A request the manager cannot honour now; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ControlChannel(Protocol):
+    """Where control messages for a run go: its producer's websocket."""
+
+    async def send(self, message: dict[str, Any]) -> None: ...
+
+
+class Signal:
+    """Wakes everything waiting on it, once per ``notify`` (event loop only)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@dataclass(eq=False)
+class Run:
+    id: str
+    scenario: str | None
+    mode: str
+    params: dict[str, Any]
+    origin: str
+    log: EventLog
+    created: float = field(default_factory=time.time)
+    changed: Signal = field(default_factory=Signal)
+    paused: bool = False
+    delay: float = 0.0
+    producer: ControlChannel | None = None
+    producer_gone: asyncio.Event = field(default_factory=asyncio.Event)
+    pending_control: list[dict[str, Any]] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    exitcode: int | None = None
+    stop_requested: bool = False
+    closed: bool = False  # no more events will come
+    error: str | None = None
+    dropped: int = 0  # events the producer reported (or its seq showed) as lost before reaching us
+    last_producer_seq: int | None = None
+    log_path: Any = None
+
+    def __post_init__(self) -> None:
+        self.producer_gone.set()
+
+    @property
+    def status(self) -> str:
+        if self.log.ended:
+            return self.log.state.status
+        if self.producer is None:
+            return "disconnected" if self.origin == "external" and self.log.next_seq else "starting"
+        return "paused" if self.paused else "running"
+
+    @property
+    def live(self) -> bool:
+        return not self.closed
+
+    def ingest(self, events: list[Event]) -> None:
+        """Events from the producer: count what it lost on the way, then number and keep them."""
+        for event in events:
+            produced = event.get("seq")
+            if isinstance(produced, int) and not isinstance(produced, bool):
+                if self.last_producer_seq is not None and produced > self.last_producer_seq + 1:
+                    self.dropped += produced - self.last_producer_seq - 1
+                self.last_producer_seq = produced
+        self.log.append(events)
+        self.changed.notify()
+
+    def brief(self) -> dict[str, Any]:
+        """The run as listed by GET /api/runs."""
+        state = self.log.state
+        return {
+            "id": self.id,
+            "scenario": self.scenario or state.config.get("scenario"),
+            "mode": self.mode or state.mode,
+            "origin": self.origin,
+            "status": self.status,
+            "paused": self.paused,
+            "delay": self.delay,
+            "created": self.created,
+            "events": self.log.next_seq,
+            "last_seq": self.log.last_seq,
+            "first_held": self.log.first_held,
+            "batches": state.batches,
+            "dropped": self.dropped,
+        }
+
+    def detail(self) -> dict[str, Any]:
+        """The run as GET /api/runs/{id} shows it: status, config, statistics and diagnosis."""
+        state = self.log.state
+        return {
+            **self.brief(),
+            "params": self.params,
+            "config": state.config,
+            "statistics": summary(state),
+            "diagnosis": diagnosis(state),
+            "error": self.error,
+            "exitcode": self.exitcode,
+            "pid": self.process.pid if self.process is not None else None,  # leader of the run's process group
+            "trace": self.log.spill is not None,
+            "trace_error": self.log.spill_error,
+            "state_problems": self.log.state_problems,
+            "log_tail": self._log_tail() if self.status == "error" else None,
+        }
+
+    def _log_tail(self) -> str | None:
+        if self.log_path is None:
+            return None
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+
+
+class RunManager:
+    """Creates runs, spawns their processes, forwards controls, and cleans up after them."""
+
+    def __init__(self, config: ServerConfig, *, spawn: Callable[..., subprocess.Popen[bytes]] = process.spawn) -> None:
+        self.config = config
+        self.runs: dict[str, Run] = {}
+        self._spawn = spawn
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # --- lookup ---------------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> Run | None:
+        return self.runs.get(run_id)
+
+    def require(self, run_id: str) -> Run:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise RunRefused(404, f"no run named {run_id!r}; GET /api/runs lists the runs this dashboard holds")
+        return run
+
+    def active(self) -> list[Run]:
+        return [r for r in self.runs.values() if r.process is not None and not r.exited.is_set()]
+
+    # --- creating and starting ------------------------------------------------------------------
+
+    def create(self, *, scenario: str | None, mode: str, params: dict[str, Any], origin: str,
+               run_id: str | None = None) -> Run:
+        self._make_room()
+        run_id = run_id or uuid.uuid4().hex[:12]
+        spill = None
+        if self.config.data_dir is not None:
+            header = {"run": run_id, "scenario": scenario, "mode": mode, "params": params, "origin": origin,
+                      "created": time.time(), "loaderscope": loaderscope.__version__}
+            spill = TraceSpill(self.config.data_dir / f"{run_id}.trace.jsonl", header)
+        log = EventLog(run_id, memory_events=self.config.memory_events, spill=spill)
+        run = Run(run_id, scenario, mode, params, origin, log)
+        if self.config.data_dir is not None:
+            run.log_path = self.config.data_dir / f"{run_id}.log"
+        self.runs[run_id] = run
+        return run
+
+    def start(self, scenario: str, mode: str, params: dict[str, Any]) -> Run:
+        """Create a run and its run process (params already validated against the scenario)."""
+        if len(self.active()) >= self.config.max_active_runs:
+            raise RunRefused(429, f"{self.config.max_active_runs} runs are already active; stop one "
+                             "(POST /api/runs/ID/control {\"action\": \"stop\"}) or wait for one to end")
+        run = self.create(scenario=scenario, mode=mode, params=params, origin="dashboard")
+        run.process = self._spawn(
+            run_id=run.id, scenario=scenario, mode=mode, params=params,
+            ingest_url=self.config.ingest_url, token=self.config.token, log_path=run.log_path,
+        )
+        self._background(self._watch_process(run))
+        return run
+
+    def _make_room(self) -> None:
+        while len(self.runs) >= self.config.max_runs:
+            evictable = [r for r in self.runs.values() if r.closed or (r.origin == "external" and r.producer is None)]
+            if not evictable:
+                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all still live; stop some")
+            oldest = evictable[0]
+            oldest.log.close()
+            del self.runs[oldest.id]
+
+    # --- producers (the ingest websocket) -------------------------------------------------------
+
+    def attach(self, run_id: str | None, channel: ControlChannel) -> tuple[Run, list[dict[str, Any]]]:
+        """A producer connects: to a run the dashboard started, or as a new (or returning) external run.
+
+        Returns the run and the control messages queued for it. Raises RunRefused (with a
+        websocket close reason) when the run cannot take a producer.
+        """
+        if run_id is not None and not RUN_ID.match(run_id):
+            raise RunRefused(4400, "run ids are 1 to 64 characters from A-Z a-z 0-9 _ -")
+        run = self.runs.get(run_id) if run_id else None
+        if run is None:
+            run = self.create(scenario=None, mode="", params={}, origin="external", run_id=run_id)
+        if run.closed:
+            raise RunRefused(4409, f"run {run.id} has ended; a producer cannot add to it (start a new run)")
+        if run.producer is not None:
+            raise RunRefused(4409, f"run {run.id} already has a producer connected")
+        run.producer = channel
+        run.producer_gone.clear()
+        queued, run.pending_control = run.pending_control, []
+        run.changed.notify()
+        return run, queued
+
+    def detach(self, run: Run) -> None:
+        run.producer = None
+        run.producer_gone.set()
+        if run.origin == "external" and run.log.ended:
+            self._close(run)
+        run.changed.notify()
+
+    # --- controls -------------------------------------------------------------------------------
+
+    async def control(self, run: Run, action: str | None, delay: float | None) -> None:
+        if run.closed or run.log.ended:
+            raise RunRefused(409, f"run {run.id} has already ended ({run.status}); start a new run")
+        if delay is not None:
+            run.delay = delay
+            await self._send(run, {"delay": delay})
+        if action == "stop":
+            await self.stop(run)
+        elif action is not None:
+            run.paused = action in ("pause", "step")
+            await self._send(run, {"action": action})
+        run.changed.notify()
+
+    async def stop(self, run: Run) -> None:
+        """Ask the run to stop; if its process has not ended after a grace period, end its group."""
+        run.stop_requested = True
+        await self._send(run, {"action": "stop"})
+        if run.process is not None:
+            self._background(self._terminate(run))
+        elif run.producer is None:
+            self._finish(run, None)  # an external run with nobody connected: just end it
+
+    async def _send(self, run: Run, message: dict[str, Any]) -> None:
+        if run.producer is None:
+            run.pending_control.append(message)
+            return
+        try:
+            await run.producer.send(message)
+        except Exception:  # noqa: BLE001 (a producer that just went away: its run ends on its own)
+            run.pending_control.append(message)
+
+    # --- process life ---------------------------------------------------------------------------
+
+    async def _watch_process(self, run: Run) -> None:
+        assert run.process is not None
+        code = await asyncio.to_thread(run.process.wait)
+        run.exitcode = code
+        run.exited.set()
+        process.kill_group(run.process.pid)  # workers the run process left behind
+        try:
+            await asyncio.wait_for(run.producer_gone.wait(), DRAIN_WAIT)
+        except asyncio.TimeoutError:
+            pass
+        self._finish(run, code)
+
+    async def _terminate(self, run: Run) -> None:
+        assert run.process is not None
+        pgid = run.process.pid
+        for sig, wait in ((None, self.config.stop_grace), (signal.SIGTERM, self.config.kill_grace),
+                          (signal.SIGKILL, None)):
+            if run.exited.is_set():
+                return
+            if sig is not None:
+                process.signal_group(pgid, sig)
+            if wait is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(run.exited.wait()), wait)
+                except asyncio.TimeoutError:
+                    continue
+
+    def _finish(self, run: Run, code: int | None) -> None:
+        """The producer is gone for good: make sure the log says how the run ended, then close it."""
+        if run.closed:
+            return
+        if not run.log.ended:
+            reason = "stopped" if run.stop_requested else "error"
+            message = run.error or describe_exit(code)
+            run.log.append([{"kind": "run_end", "t": run.log.state.t, "rank": 0, "reason": reason,
+                             "source": "server", "message": message, "exitcode": code}])
+            if reason == "error" and run.error is None:
+                run.error = message
+        self._close(run)
+
+    def _close(self, run: Run) -> None:
+        run.closed = True
+        run.log.close()
+        run.changed.notify()
+
+    # --- housekeeping ---------------------------------------------------------------------------
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def flush(self) -> None:
+        for run in self.runs.values():
+            if not run.closed:
+                run.log.flush()
+
+    async def shutdown(self) -> None:
+        """Server exit: end every run process group and close every trace file."""
+        for run in self.active():
+            run.stop_requested = True
+            process.signal_group(run.process.pid, signal.SIGTERM)  # type: ignore[union-attr]
+        deadline = time.monotonic() + self.config.kill_grace
+        while self.active() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for run in self.runs.values():
+            if run.process is not None:
+                process.kill_group(run.process.pid)
+        for task in list(self._tasks):
+            task.cancel()
+        for run in self.runs.values():
+            self._finish(run, run.exitcode)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the producer disconnected before the run ended"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the run process was killed by {name} before the run ended"
+    return f"the run process exited with code {code} before the run ended; its log has the details"

@@ -1,0 +1,154 @@
+"""``serve()``: bind, print the URL once, open a browser, run uvicorn until Ctrl-C.
+
+Used by ``loaderscope serve`` and ``loaderscope demo`` (cli.py) and by the test fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import tempfile
+import threading
+import webbrowser
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from loaderscope.events import MAX_FRAME_BYTES
+from loaderscope.server import logs
+from loaderscope.server.app import create_app
+from loaderscope.server.config import ServerConfig, is_loopback
+from loaderscope.server.process import TOKEN_ENV
+from loaderscope.server.runs import RunManager
+from loaderscope.server.security import checked_token
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    token: str | None = None,
+    open_browser: bool = False,
+    demo: str | None = None,
+    demo_params: dict[str, Any] | None = None,
+    demo_mode: str = "real",
+    allow_origins: Iterable[str] = (),
+    allowed_hosts: Iterable[str] = (),
+    data_dir: str | Path | None = None,
+    record: bool = True,
+    log_level: str = "info",
+    **limits: Any,
+) -> None:
+    """Run the dashboard until interrupted.
+
+    Args:
+        host: address to bind; anything but loopback exposes the dashboard (a warning is printed).
+        port: 0 picks a free port (the printed URL says which).
+        token: the access token; default ``$LOADERSCOPE_TOKEN``, else a fresh random one.
+        open_browser: open the printed URL where a browser exists.
+        demo: a scenario to start at once (``loaderscope demo``); the URL then opens that run.
+        allow_origins: extra origins (``http://host:port``) whose pages may call the API.
+        allowed_hosts: extra Host names to answer besides loopback names (behind a proxy).
+        data_dir: where run traces and logs are written (default: a new temporary directory).
+        record: False keeps runs in memory only (bounded: old events are then lost, and viewers
+            asking for them are told so with a gap).
+        limits: ServerConfig limits (memory_events, max_lag, max_active_runs, ...).
+
+    Raises:
+        ValueError: a bad token, or a demo scenario/parameters that do not validate.
+        OSError: the address cannot be bound (port in use).
+    """
+    token = checked_token(token) if token else checked_token_env() or secrets.token_urlsafe(32)
+    if demo is not None:
+        demo_params = validated_params(demo, demo_params or {})
+    if not is_loopback(host):
+        print(f"WARNING: serving on {host}: anyone who can reach this address and has the token can start "
+              "processes on this machine. Use --host 127.0.0.1 unless you mean it.", file=sys.stderr, flush=True)
+    sock = bind(host, port)
+    directory = None
+    if record:
+        directory = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="loaderscope-"))
+        directory.mkdir(parents=True, exist_ok=True)
+    config = ServerConfig(
+        token=token, host=host, port=sock.getsockname()[1], data_dir=directory,
+        allow_origins=tuple(allow_origins), allowed_hosts=tuple(allowed_hosts), **limits,
+    )
+    config.ingest_url = f"ws://{url_host(host)}:{config.port}/ws/ingest"
+
+    async def on_started(manager: RunManager) -> None:
+        run_id = manager.start(demo, demo_mode, demo_params or {}).id if demo is not None else None
+        announce(config, directory, run_id, open_browser)
+
+    app = create_app(config, on_started=on_started)
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_level=log_level, ws="auto", ws_max_size=MAX_FRAME_BYTES, ws_per_message_deflate=False,
+        proxy_headers=False, server_header=False, lifespan="on", timeout_graceful_shutdown=3,
+    ))
+    logs.install()  # after uvicorn.Config: it (re)configures logging
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a dashboard ends; uvicorn has already shut down cleanly
+
+
+def checked_token_env() -> str | None:
+    value = os.environ.get(TOKEN_ENV)
+    return checked_token(value) if value else None
+
+
+def validated_params(scenario: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The demo's full parameters, or a ValueError naming the problem."""
+    from pydantic import ValidationError
+
+    from loaderscope import scenarios
+    from loaderscope.server.errors import field_problems, readable
+
+    try:
+        found = scenarios.get(scenario)
+    except scenarios.UnknownScenario as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        return found.params.model_validate(params).model_dump()
+    except ValidationError as exc:
+        raise ValueError(readable(field_problems(exc.errors(), found.params))) from None
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before uvicorn starts, so port 0 works and the URL we print is the one that listens."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host.strip("[]"), port), family=family, backlog=128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_host(host: str) -> str:
+    """Where a browser or a run process on this machine reaches the server."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "[::1]"
+    return f"[{host.strip('[]')}]" if ":" in host else host
+
+
+def announce(config: ServerConfig, directory: Path | None, run_id: str | None, open_browser: bool) -> None:
+    """Print the URL (the only place the token is ever written) and open it."""
+    url = f"http://{url_host(config.host)}:{config.port}/?token={config.token}"
+    if run_id is not None:
+        url += f"&run={run_id}"
+        print(f"loaderscope: demo run {run_id} started", flush=True)
+    print(f"loaderscope dashboard: {url}", flush=True)
+    where = f"traces and run logs go to {directory}" if directory else "runs are kept in memory only"
+    print(f"loaderscope: {where}; Ctrl-C stops the dashboard", flush=True)
+    if open_browser and _has_display():
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+
+
+def _has_display() -> bool:
+    """Without a display webbrowser would start a text browser in our terminal: don't."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))

@@ -1,0 +1,84 @@
+"""A run's trace file on disk: every event appended as it arrives, readable back by seq.
+
+The format is the ◆ trace format (JSON Lines): a header line
+``{"format": "loaderscope-trace", "version": 1, "run": ..., ...}`` then one event per line, in seq
+order from 0. Writing everything (not only what memory evicts) keeps the file a complete record
+at all times, so the store can drop old events from memory and still answer for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+TRACE_FORMAT = "loaderscope-trace"
+TRACE_VERSION = 1
+INDEX_EVERY = 256  # one byte offset remembered per this many events
+WRITE_BUFFER = 1 << 20
+
+
+class TraceSpill:
+    """Append-only JSON Lines file with an offset index for reads by seq.
+
+    Written from the server's event loop only; ``read`` may run in another thread, and only
+    reads bytes that ``flush`` has already handed to the OS.
+    """
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        self._file = path.open("wb", buffering=WRITE_BUFFER)
+        line = orjson.dumps({"format": TRACE_FORMAT, "version": TRACE_VERSION, **header}) + b"\n"
+        self._file.write(line)
+        self._pos = len(line)
+        self._flushed = 0
+        self._offsets: list[int] = []  # byte offset of seq i * INDEX_EVERY
+        self.count = 0
+        self.closed = False
+
+    def write(self, line: bytes) -> None:
+        """Append the next event (already encoded, seq == self.count)."""
+        if self.count % INDEX_EVERY == 0:
+            self._offsets.append(self._pos)
+        self._file.write(line + b"\n")
+        self._pos += len(line) + 1
+        self.count += 1
+
+    def flush(self) -> None:
+        if not self.closed:
+            self._file.flush()
+            self._flushed = self._pos
+
+    def close(self) -> None:
+        if not self.closed:
+            self.flush()
+            self._file.close()
+            self.closed = True
+
+    @property
+    def flushed_bytes(self) -> int:
+        """Bytes of the file that are complete lines on disk (header included)."""
+        return self._flushed
+
+    def read(self, start: int, count: int) -> list[bytes]:
+        """Events ``start .. start+count-1`` (fewer at the end), as encoded lines without newline.
+
+        Call ``flush`` first (from the writing thread): unflushed events are not returned.
+        """
+        if start < 0 or start >= self.count or count <= 0:
+            return []
+        block = start // INDEX_EVERY
+        lines: list[bytes] = []
+        with self.path.open("rb") as f:
+            f.seek(self._offsets[block])
+            limit = self._flushed
+            seq = block * INDEX_EVERY
+            while len(lines) < count and f.tell() < limit:
+                line = f.readline()
+                if not line.endswith(b"\n"):
+                    break  # a partial line: not flushed yet
+                if seq >= start:
+                    lines.append(line[:-1])
+                seq += 1
+        return lines

@@ -1,0 +1,140 @@
+"""One run's events: numbered by the store, held for replay, reduced into a live LoaderState.
+
+The store's seq is authoritative: strictly increasing from 0 per run, whatever the producer
+sent (a producer that reconnects, or drops events under pressure, cannot create duplicates).
+Memory holds the newest ``memory_events`` encoded events; every event also goes to the run's
+trace file, from which older ones are read back. Without a trace file, evicted events are
+gone and readers are told so (a gap), never silently skipped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from loaderscope.events import Event
+from loaderscope.server.spill import TraceSpill
+from loaderscope.state import LoaderState
+
+MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Events ``first .. last`` (inclusive) that the store no longer holds."""
+
+    first: int
+    last: int
+
+    def meta(self, reason: str) -> dict[str, Any]:
+        return {"type": "gap", "from": self.first, "to": self.last, "reason": reason}
+
+
+class EventLog:
+    """Append events, read them back by seq; memory bounded, optionally spilled to a trace file."""
+
+    def __init__(self, run_id: str, *, memory_events: int, spill: TraceSpill | None = None) -> None:
+        self.run_id = run_id
+        self.memory_events = max(1, memory_events)
+        self.spill = spill
+        self.spill_error: str | None = None
+        self.state = LoaderState()
+        self.next_seq = 0
+        self.ended = False
+        self.state_problems: list[str] = []
+        self.state_problem_count = 0
+        self._tail: deque[bytes] = deque()
+        self._first_in_memory = 0
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+    @property
+    def first_held(self) -> int:
+        """The oldest seq still readable (from memory or the trace file)."""
+        return 0 if self.spill is not None else self._first_in_memory
+
+    def append(self, events: Iterable[Event]) -> int:
+        """Number, reduce, keep and spill ``events`` (dicts, changed in place). Returns how many."""
+        count = 0
+        for event in events:
+            event["seq"] = self.next_seq
+            event["run"] = self.run_id
+            self._reduce(event)
+            line = orjson.dumps(event, option=orjson.OPT_NON_STR_KEYS)
+            self._tail.append(line)
+            self._write(line)
+            self.next_seq += 1
+            count += 1
+            if event.get("kind") == "run_end":
+                self.ended = True
+        self._evict()
+        return count
+
+    def read_memory(self, start: int, limit: int) -> list[bytes]:
+        """Encoded events from ``start`` that are still in memory (callers check ``in_memory``)."""
+        offset = start - self._first_in_memory
+        if offset < 0 or limit <= 0:
+            return []
+        stop = min(len(self._tail), offset + limit)
+        if offset == 0 and stop == len(self._tail):
+            return list(self._tail)
+        return [self._tail[i] for i in range(offset, stop)]
+
+    def in_memory(self, seq: int) -> bool:
+        return seq >= self._first_in_memory
+
+    def read(self, start: int, limit: int) -> tuple[list[bytes], Gap | None]:
+        """Events from ``start`` (at most ``limit``), from memory or disk, and any gap before them.
+
+        Disk reads block: the server calls this in a worker thread, after ``flush``.
+        """
+        gap = None
+        if start < self.first_held:
+            gap = Gap(start, self.first_held - 1)
+            start = self.first_held
+        if self.in_memory(start):
+            return self.read_memory(start, limit), gap
+        assert self.spill is not None  # first_held is 0 only with a spill
+        return self.spill.read(start, limit), gap
+
+    def flush(self) -> None:
+        if self.spill is not None:
+            self._guard(self.spill.flush)
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self._guard(self.spill.close)
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _reduce(self, event: Event) -> None:
+        # A schema-valid but surprising event must not break ingestion: keep it, note the problem.
+        try:
+            self.state.apply(event)
+        except Exception as exc:  # noqa: BLE001 (any reducer failure is reported, not raised)
+            self.state_problem_count += 1
+            if len(self.state_problems) < MAX_STATE_PROBLEMS:
+                self.state_problems.append(f"seq {event['seq']} ({event.get('kind')}): {type(exc).__name__}: {exc}")
+
+    def _write(self, line: bytes) -> None:
+        if self.spill is not None:
+            self._guard(lambda: self.spill.write(line))  # type: ignore[union-attr]
+
+    def _guard(self, action: Any) -> None:
+        """A failing disk (full, removed) turns the run memory-only, with the reason shown."""
+        try:
+            action()
+        except OSError as exc:
+            self.spill_error = f"trace file stopped at seq {self.next_seq}: {exc}"
+            self.spill = None  # from now on first_held is the oldest event in memory
+
+    def _evict(self) -> None:
+        while len(self._tail) > self.memory_events:
+            self._tail.popleft()
+            self._first_in_memory += 1
