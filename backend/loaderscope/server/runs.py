@@ -73,6 +73,7 @@ class Run:
     paused: bool = False
     delay: float = 0.0
     producer: ControlChannel | None = None
+    attached: bool = False  # a producer has connected at least once
     producer_gone: asyncio.Event = field(default_factory=asyncio.Event)
     pending_control: list[dict[str, Any]] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
@@ -92,8 +93,10 @@ class Run:
     def status(self) -> str:
         if self.log.ended:
             return self.log.state.status
-        if self.producer is None:
-            return "disconnected" if self.origin == "external" and self.log.next_seq else "starting"
+        if self.producer is None and not self.attached:
+            return "starting"
+        if self.producer is None and self.origin == "external":
+            return "disconnected"  # it may come back (watch() reconnects)
         return "paused" if self.paused else "running"
 
     @property
@@ -241,6 +244,7 @@ class RunManager:
         if run.producer is not None:
             raise RunRefused(4409, f"run {run.id} already has a producer connected")
         run.producer = channel
+        run.attached = True
         run.producer_gone.clear()
         queued, run.pending_control = run.pending_control, []
         run.changed.notify()

@@ -1,0 +1,211 @@
+"""Real runs through a real dashboard: run processes, real DataLoaders, websockets, controls, stops.
+
+Each test starts at most a few small runs (2 workers) so the module stays light on a shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.conftest import LiveServer
+from loaderscope.server.process import group_pids
+
+FAST = {"num_workers": 2, "batch_size": 2, "dataset_size": 24, "sample_ms": 5.0}
+
+
+def read_until_end(ws: Any, timeout: float = 60) -> tuple[list[dict], list[dict]]:
+    """Frames and meta messages until the server says the run ended."""
+    events: list[dict] = []
+    metas: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = orjson.loads(ws.recv(timeout=deadline - time.monotonic()))
+        if isinstance(message, list):
+            events.extend(message)
+        else:
+            metas.append(message)
+            if message["type"] == "end":
+                return events, metas
+    raise AssertionError("the run did not end in time")
+
+
+def read_events(ws: Any, count: int, timeout: float = 60) -> list[dict]:
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while len(events) < count:
+        message = orjson.loads(ws.recv(timeout=deadline - time.monotonic()))
+        if isinstance(message, list):
+            events.extend(message)
+    return events
+
+
+def wait_for(predicate: Any, timeout: float = 20, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def worker_pids(server: LiveServer, run_id: str) -> list[int]:
+    with server.client() as http:
+        page = http.get(f"/api/runs/{run_id}/events", params={"limit": 10000}).json()
+    return [e["pid"] for e in page["events"] if e["kind"] == "worker_start"]
+
+
+def test_out_of_order_run_arrives_complete_and_in_seq_order(server: LiveServer) -> None:
+    run = server.start_run("out_of_order", **FAST)
+    with server.connect(f"/ws/runs/{run['id']}?after=-1") as ws:
+        hello = orjson.loads(ws.recv(timeout=10))
+        events, metas = read_until_end(ws)
+    assert hello["type"] == "hello" and hello["run"] == run["id"]
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    assert events[0]["kind"] == "run_start" and events[-1]["kind"] == "run_end"
+    assert events[-1]["reason"] == "done"
+    assert {e["run"] for e in events} == {run["id"]}
+    assert metas[-1] == {"type": "end", "status": "done", "last_seq": len(events) - 1}
+    yielded = [e["idx"] for e in events if e["kind"] == "yield"]
+    assert yielded == list(range(12))  # 24 samples / batch 2, released in order
+    assert any(e["kind"] == "buffer" for e in events), "out_of_order should park results in the reorder buffer"
+    detail = server.run(run["id"])
+    assert detail["status"] == "done" and detail["statistics"]["batches"] == 12
+    assert detail["config"]["num_workers"] == 2 and detail["diagnosis"]
+    with server.client() as http:  # the REST view and the trace file hold exactly the same events
+        page = http.get(f"/api/runs/{run['id']}/events", params={"after": -1, "limit": 10000}).json()
+        trace = http.get(f"/api/runs/{run['id']}/trace", params={"format": "jsonl"})
+    assert page["events"] == events and page["gap"] is None
+    lines = trace.content.splitlines()
+    assert json.loads(lines[0])["format"] == "loaderscope-trace"
+    assert [orjson.loads(line) for line in lines[1:]] == events
+
+
+def test_reconnecting_with_after_resumes_without_gap_or_duplicate(server: LiveServer) -> None:
+    run = server.start_run("out_of_order", **{**FAST, "dataset_size": 48, "sample_ms": 10.0})
+    seen: list[dict] = []
+    with server.connect(f"/ws/runs/{run['id']}") as ws:
+        seen += read_events(ws, 15)  # cut the socket mid-run
+    while not seen or seen[-1]["kind"] != "run_end":
+        with server.connect(f"/ws/runs/{run['id']}?after={seen[-1]['seq']}") as ws:
+            hello = orjson.loads(ws.recv(timeout=10))
+            assert hello["after"] == seen[-1]["seq"]
+            seen += read_events(ws, 1)
+            if seen[-1]["kind"] != "run_end":
+                more, _ = read_until_end(ws)
+                seen += more
+    assert [e["seq"] for e in seen] == list(range(len(seen)))
+
+
+def test_bad_params_get_422_naming_the_field_and_range(server: LiveServer) -> None:
+    with server.client() as http:
+        answer = http.post("/api/runs", json={"scenario": "out_of_order", "params": {"num_workers": 99}})
+        assert answer.status_code == 422
+        assert "params.num_workers" in answer.json()["detail"] and "0 to 32" in answer.json()["detail"]
+        answer = http.post("/api/runs", json={"scenario": "out_of_order", "params": {"sample_ms": "fast"}})
+        assert answer.status_code == 422 and "params.sample_ms" in answer.json()["detail"]
+        answer = http.post("/api/runs", json={"scenario": "nope"})
+        assert answer.status_code == 422 and "out_of_order" in answer.json()["detail"]
+        answer = http.post("/api/runs", json={"scenario": "uniform", "mode": "warp"})
+        assert answer.status_code == 422 and "mode" in answer.json()["detail"]
+        answer = http.post("/api/runs", content=b"{not json", headers={"content-type": "application/json"})
+        assert answer.status_code == 422
+        answer = http.get("/api/runs/x/events", params={"limit": 10**9})
+        assert answer.status_code == 422 and "limit" in answer.json()["detail"]
+        answer = http.post("/api/runs/x/control", json={"action": "explode"})
+        assert answer.status_code == 422 and "action" in answer.json()["detail"]
+        assert http.get("/api/runs/nope").status_code == 404
+
+
+def test_pause_step_resume_drive_the_real_consumer(server: LiveServer) -> None:
+    run = server.start_run("uniform", **{**FAST, "dataset_size": 40})
+    with server.client() as http:
+        http.post(f"/api/runs/{run['id']}/control", json={"action": "pause"}).raise_for_status()
+        with server.connect(f"/ws/runs/{run['id']}") as ws:
+            events = read_events(ws, 1)
+            while not any(e["kind"] == "run_start" for e in events):
+                events += read_events(ws, 1)
+            time.sleep(0.5)
+            yields = lambda: [e for e in http.get(f"/api/runs/{run['id']}/events",  # noqa: E731
+                                                  params={"limit": 10000}).json()["events"] if e["kind"] == "yield"]
+            assert yields() == [], "paused before the first batch: nothing may be yielded"
+            http.post(f"/api/runs/{run['id']}/control", json={"action": "step"}).raise_for_status()
+            wait_for(lambda: len(yields()) == 1, what="one stepped batch")
+            time.sleep(0.3)
+            assert len(yields()) == 1 and server.run(run["id"])["status"] == "paused"
+            answer = http.post(f"/api/runs/{run['id']}/control", json={"action": "resume", "delay": 0})
+            assert answer.json()["status"] == "running"
+    assert server.wait_status(run["id"])["statistics"]["batches"] == 20
+
+
+def test_stop_of_a_hung_run_ends_every_worker(server: LiveServer) -> None:
+    # 5 s per sample: the consumer sits inside next() and cannot see the stop; the group gets SIGTERM.
+    run = server.start_run("uniform", num_workers=2, batch_size=1, dataset_size=8, sample_ms=5000.0)
+    pids = wait_for(lambda: len(worker_pids(server, run["id"])) == 2 and worker_pids(server, run["id"]),
+                    what="two workers")
+    leader = server.run(run["id"])["pid"]
+    assert set(pids) <= set(group_pids(leader))
+    with server.client() as http:
+        http.post(f"/api/runs/{run['id']}/control", json={"action": "stop"}).raise_for_status()
+    ended = server.wait_status(run["id"], timeout=20)
+    assert ended["status"] == "stopped"
+    wait_for(lambda: not group_pids(leader), timeout=5, what="the run's process group to be empty")
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_killed_run_process_leaves_the_server_serving_and_no_orphans(server: LiveServer) -> None:
+    run = server.start_run("uniform", num_workers=2, batch_size=1, dataset_size=8, sample_ms=5000.0)
+    pids = wait_for(lambda: len(worker_pids(server, run["id"])) == 2 and worker_pids(server, run["id"]),
+                    what="two workers")
+    leader = server.run(run["id"])["pid"]
+    os.kill(leader, signal.SIGKILL)  # the leader only: its workers would be orphans
+    ended = server.wait_status(run["id"], timeout=20)
+    assert ended["status"] == "error" and "SIGKILL" in ended["error"]
+    wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10, what="orphaned workers to be gone")
+    assert server.alive() and server.start_run("uniform", **FAST)["status"] == "starting"
+
+
+def test_a_run_that_fails_at_runtime_reports_why_and_the_server_goes_on(server: LiveServer) -> None:
+    # Valid per the parameter bounds, impossible at runtime: rank must be below world_size.
+    run = server.start_run("samplers", sampler="distributed", rank=3, world_size=2, num_workers=0)
+    ended = server.wait_status(run["id"])
+    assert ended["status"] == "error"
+    assert "rank 3" in ended["error"] and ended["exitcode"] == 1
+    with server.client() as http:
+        last = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()["events"][-1]
+    assert last["kind"] == "run_end" and last["reason"] == "error"
+    assert server.alive()
+
+
+def test_sim_mode_streams_the_simulator(server: LiveServer) -> None:
+    run = server.start_run("out_of_order", mode="sim", **FAST)
+    with server.connect(f"/ws/runs/{run['id']}") as ws:
+        events, metas = read_until_end(ws)
+    assert events[0]["kind"] == "run_start" and events[0]["mode"] == "sim"
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    assert metas[-1]["status"] == "done"
+
+
+@pytest.mark.parametrize("path", ["/api/runs", "/api/scenarios"])
+def test_listings(server: LiveServer, path: str) -> None:
+    with server.client() as http:
+        answer = http.get(path)
+    assert answer.status_code == 200 and isinstance(answer.json(), list)
+    if path == "/api/scenarios":
+        described = {s["name"]: s for s in answer.json()}
+        assert described["out_of_order"]["params"]["num_workers"]["maximum"] == 32
