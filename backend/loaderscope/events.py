@@ -39,6 +39,7 @@ class Kind(StrEnum):
     YIELD = "yield"
     SKIP = "skip"
     WORKER_STUCK = "worker_stuck"
+    CONSUMER_STUCK = "consumer_stuck"
     WORKER_DIED = "worker_died"
     ERROR = "error"
     TIMEOUT = "timeout"
@@ -62,6 +63,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.YIELD: ("idx", "wait"),
     Kind.SKIP: ("idx", "worker"),
     Kind.WORKER_STUCK: ("worker", "idx", "elapsed"),
+    Kind.CONSUMER_STUCK: ("elapsed",),
     Kind.WORKER_DIED: ("worker",),
     Kind.ERROR: ("type", "message"),
     Kind.TIMEOUT: ("seconds",),

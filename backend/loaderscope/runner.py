@@ -155,6 +155,7 @@ def run_real(
         scenario=name,
         params=validated.model_dump(),
         describe=plan.describe,
+        stuck_after=validated.stuck_after or None,
     )
     reason = "error"
     try:

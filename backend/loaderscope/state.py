@@ -7,6 +7,7 @@ so everything task-shaped lives in the current epoch and is reset by ``epoch_sta
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -294,17 +295,23 @@ def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
     worker.status = WorkerStatus.DIED
     worker.exitcode = e.get("exitcode")
     worker.signal = e.get("signal")
-    s.notes.append(dict(e))
+    note = dict(e)
+    task = s.tasks.get(e.get("idx", -1))
+    if task is not None:
+        note.setdefault("indices", task.indices)
+    s.notes.append(note)
 
 
 def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.errors.append(dict(e))
+    error = dict(e)
     task = s.tasks.get(e.get("idx", -1))
     if task is not None:
         task.where = Where.FAILED
+        error.setdefault("indices", task.indices)
+    s.errors.append(error)
 
 
-def _timeout(s: LoaderState, e: Mapping[str, Any]) -> None:
+def _note(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.notes.append(dict(e))
 
 
@@ -327,9 +334,10 @@ _HANDLERS = {
     Kind.YIELD: _yield,
     Kind.SKIP: _skip,
     Kind.WORKER_STUCK: _worker_stuck,
+    Kind.CONSUMER_STUCK: _note,
     Kind.WORKER_DIED: _worker_died,
     Kind.ERROR: _error,
-    Kind.TIMEOUT: _timeout,
+    Kind.TIMEOUT: _note,
     Kind.PIN_START: _pin,
     Kind.PIN_END: _pin,
 }
@@ -374,17 +382,20 @@ def worker_stats(s: LoaderState) -> list[dict[str, Any]]:
 
 
 STRAGGLER_FACTOR = 1.5  # a median fetch this many times the others' marks a straggler
+STRAGGLER_MIN_GAP = 0.005  # …and at least this many seconds slower: sub-millisecond noise is no straggler
+STRAGGLER_MIN_TASKS = 3
 
 
 def stragglers(s: LoaderState) -> list[dict[str, Any]]:
-    medians = {w.id: statistics.median(w.fetch_times) for w in s.workers.values() if len(w.fetch_times) >= 2}
+    medians = {w.id: statistics.median(w.fetch_times) for w in s.workers.values()
+               if len(w.fetch_times) >= STRAGGLER_MIN_TASKS}
     found = []
     for wid, median in medians.items():
         others = [m for other, m in medians.items() if other != wid]
         if not others:
             continue
         baseline = statistics.median(others)
-        if baseline > 0 and median > STRAGGLER_FACTOR * baseline:
+        if baseline > 0 and median > STRAGGLER_FACTOR * baseline and median - baseline >= STRAGGLER_MIN_GAP:
             found.append({"worker": wid, "factor": median / baseline, "median": median, "others": baseline})
     return found
 
@@ -411,6 +422,7 @@ def summary(s: LoaderState) -> dict[str, Any]:
         "skipped": s.skipped,
         "errors": len(s.errors),
         "mean_task": mean_task,
+        "median_task": statistics.median(fetches) if fetches else 0.0,
         "ideal_batches_per_s": (max(workers, 1) / mean_task) if mean_task > 0 else None,
         "workers": worker_stats(s),
         "stragglers": stragglers(s),
@@ -418,25 +430,88 @@ def summary(s: LoaderState) -> dict[str, Any]:
     }
 
 
+def user_frame(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The innermost frame of the user's own code: where a stuck fetch really is."""
+    for frame in reversed(stack or []):
+        if frame.get("user"):
+            return frame
+    return (stack or [None])[-1]
+
+
+def _where(stack: list[dict[str, Any]] | None) -> str:
+    frame = user_frame(stack)
+    if frame is None:
+        return ""
+    name = frame["file"].rsplit("/", 1)[-1]
+    return f" at {name}:{frame['line']} in {frame['function']}: {frame.get('code') or '?'}"
+
+
+def _sample(note: Mapping[str, Any]) -> str:
+    if note.get("sample") is None:
+        return ""
+    return f", sample {note.get('pos', 0) + 1} (index {note['sample']})"
+
+
+SHM_SIGNS = ("bus error", "unable to write to file", "no space left on device", "sigbus", "/dev/shm")
+
+
+def _note_finding(note: Mapping[str, Any]) -> str | None:
+    kind = note["kind"]
+    if kind == Kind.WORKER_DIED:
+        how = note.get("signal") or f"exit code {note.get('exitcode')}"
+        holding = f" while fetching task {note['idx']}{_sample(note)}" if note.get("idx") is not None else ""
+        oom = " (SIGKILL is what the kernel's OOM killer sends: check memory)" if note.get("signal") == "SIGKILL" else ""
+        shm = " (SIGBUS in a worker usually means /dev/shm is full: enlarge it or use file_system sharing)" \
+            if note.get("signal") == "SIGBUS" else ""
+        return f"worker {note['worker']} (pid {note.get('pid')}) died by {how}{holding}{oom}{shm}"
+    if kind == Kind.WORKER_STUCK:
+        return (f"stuck: worker {note['worker']} has been fetching task {note['idx']}{_sample(note)} for "
+                f"{note['elapsed']:.1f} s (threshold {note.get('threshold', 0):.1f} s){_where(note.get('stack'))}")
+    if kind == Kind.CONSUMER_STUCK:
+        held = f" held by worker {note['held_by']}" if note.get("held_by") is not None else ""
+        return (f"stuck: the training loop has waited {note['elapsed']:.1f} s inside next() for task "
+                f"{note.get('waiting_for')}{held}{_where(note.get('stack'))}")
+    if kind == Kind.TIMEOUT:
+        busy = [f"worker {w['worker']} on task {w['idx']}{_sample(w)} for {w['elapsed']:.1f} s"
+                for w in note.get("workers", []) if w.get("idx") is not None]
+        doing = "; ".join(busy) if busy else "every worker was idle"
+        return f"timeout: no batch arrived within {note['seconds']} s; at that moment {doing}"
+    return None
+
+
+MIN_STEP = 0.002  # below this the "step" is only loop overhead: no worker count would keep up
+
+
+def _input_bound_finding(stats: Mapping[str, Any], workers: int) -> str:
+    share, rate, batches = stats["input_bound"], stats["batches_per_s"], stats["batches"]
+    step = (stats["wall"] - stats["consumer_wait"]) / batches  # the consumer's own time per batch
+    text = f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of {stats['wall']:.2f} s)"
+    if share <= 0.2:
+        return text + f"; the training step is the bottleneck ({step * 1000:.1f} ms per batch, {rate:.1f} batches/s)"
+    text += f"; loading is the bottleneck: {workers or 'the main process'} worker(s) deliver {rate:.1f} batches/s"
+    task = stats["median_task"]
+    if step >= MIN_STEP and task > 0:
+        needed = math.ceil(task / step)
+        text += (f", the step alone would consume {1 / step:.1f} batches/s; a worker takes {task * 1000:.1f} ms "
+                 f"per batch (median), so about {needed} workers would keep up "
+                 f"({task * 1000:.1f} ms / {step * 1000:.1f} ms per step)")
+    return text
+
+
 def diagnosis(s: LoaderState) -> list[str]:
     """Findings in plain words, most important first."""
     stats = summary(s)
     findings = []
     for err in s.errors:
-        where = f" in task {err['idx']} (worker {err.get('worker')})" if err.get("idx") is not None else ""
-        findings.append(f"error{where}: {err['type']}: {err['message'].splitlines()[0] if err['message'] else ''}")
-    for note in s.notes:
-        if note["kind"] == Kind.WORKER_DIED:
-            how = note.get("signal") or f"exit code {note.get('exitcode')}"
-            findings.append(f"worker {note['worker']} (pid {note.get('pid')}) died ({how}) holding task {note.get('idx')}")
-        elif note["kind"] == Kind.TIMEOUT:
-            findings.append(f"timeout: no batch arrived within {note['seconds']} s")
-    share = stats["input_bound"]
-    rate = stats["batches_per_s"]
+        where = f" in task {err['idx']} (worker {err.get('worker')}, samples {err.get('indices')})" \
+            if err.get("idx") is not None else ""
+        findings.append(f"error{where}: {err['type']}: {err['message']}")
+        if any(sign in (err.get("traceback") or err["message"]).lower() for sign in SHM_SIGNS):
+            findings.append("shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call "
+                            "torch.multiprocessing.set_sharing_strategy('file_system')")
+    findings += [text for note in s.notes if (text := _note_finding(note))]
     if stats["batches"]:
-        verdict = "loading is the bottleneck" if share > 0.2 else "the training step is the bottleneck"
-        findings.append(f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of "
-                        f"{stats['wall']:.2f} s); {verdict}; {rate:.1f} batches/s")
+        findings.append(_input_bound_finding(stats, s.config.get("num_workers", 0) or 0))
     for slow in stats["stragglers"]:
         findings.append(f"straggler: worker {slow['worker']} fetches {slow['factor']:.1f}× slower than the others "
                         f"(median {slow['median'] * 1000:.0f} ms vs {slow['others'] * 1000:.0f} ms)")

@@ -10,7 +10,9 @@ exhausted an iterable dataset). A dict subclass that watches those changes sees 
 
 from __future__ import annotations
 
+import os
 import signal
+import tempfile
 import time
 import weakref
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 from torch.utils.data._utils.worker import _worker_loop
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
 
+from loaderscope.probe.liveness import Liveness, StuckRule
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, batch_nbytes, new_ring, probed_worker_loop
 
@@ -85,8 +88,10 @@ class _ProbedContext:
         if target is not _worker_loop:  # not a DataLoader worker: leave it alone
             return self._context.Process(target=target, args=args, **kwargs)
         ring = new_ring()
-        self._readers[args[WORKER_ID_ARG]] = RingReader(args[WORKER_ID_ARG], ring)
-        return self._context.Process(target=probed_worker_loop, args=(ring, target, *args), **kwargs)
+        fd, dump_path = tempfile.mkstemp(prefix="loaderscope-stack-", suffix=".txt")
+        os.close(fd)
+        self._readers[args[WORKER_ID_ARG]] = RingReader(args[WORKER_ID_ARG], ring, dump_path)
+        return self._context.Process(target=probed_worker_loop, args=(ring, dump_path, target, *args), **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
@@ -119,12 +124,30 @@ def signal_name(exitcode: int | None) -> str | None:
         return f"signal {-exitcode}"
 
 
+def _watch_consumer(iterator: Any, probe: Recorder, rule: StuckRule) -> Liveness:
+    """Liveness checks for this iterator on the probe thread, holding it only weakly.
+
+    A strong reference from the probe thread would keep the iterator alive after the training
+    loop drops it, and torch shuts workers down when the iterator is garbage-collected.
+    """
+    ref = weakref.ref(iterator)
+
+    def head_of_line() -> dict[str, Any]:
+        it = ref()
+        return it._head_of_line() if it is not None else {}
+
+    liveness = Liveness(probe, rule, head_of_line)
+    probe.watch(liveness.tick)
+    return liveness
+
+
 class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
-    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter) -> None:
+    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter, rule: StuckRule) -> None:
         # torch dispatches the first prefetch_factor × num_workers tasks inside __init__ (_reset),
         # so the probe must be ready before super().__init__.
         self._probe = probe
         self._epochs = epochs
+        self._liveness = _watch_consumer(self, probe, rule)
         self._released: tuple[int, int, bool] | None = None
         self._last_index: Any = None
         self._exited = False
@@ -183,12 +206,14 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         return super()._process_data(data, worker_idx)
 
     def __next__(self) -> Any:
-        start = monotonic()
+        self._liveness.next_started = start = monotonic()
         try:
             data = super().__next__()
         except StopIteration:
             self._epochs.end()
             raise
+        finally:
+            self._liveness.next_started = None
         now = monotonic()
         idx, _, from_buffer = self._released  # type: ignore[misc]
         self._probe.record("yield", now, idx, now - start, from_buffer)
@@ -198,53 +223,59 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
     def _record_failure(self, message: str) -> None:
         """Name what torch's RuntimeError is about, with what every worker was doing."""
         self._probe.drain_all()
-        doing = self._worker_activity()
         if "timed out" in message:
-            self._probe.note("timeout", seconds=self._timeout, workers=doing)
+            self._probe.note("timeout", seconds=self._timeout, workers=self._liveness.activity())
             return
-        for worker_id, process in enumerate(self._workers):
-            if process.exitcode not in (None, 0):
-                self._note_died(worker_id, process, doing.get(worker_id))
+        self._liveness.check_deaths()
+        for worker_id, process in enumerate(self._workers):  # reaped by torch before the probe saw it
+            if process.exitcode not in (None, 0) and worker_id not in self._liveness.dead:
+                self._liveness.dead.add(worker_id)
+                doing = self._probe.readers[worker_id].current() or {"idx": None}
+                self._probe.note("worker_died", worker=worker_id, pid=process.pid, exitcode=process.exitcode,
+                                 signal=signal_name(process.exitcode), **doing)
 
-    def _note_died(self, worker_id: int, process: Any, doing: dict[str, Any] | None) -> None:
-        idx = doing["idx"] if doing else None
-        info = self._task_info.get(idx) if idx is not None else None
-        self._probe.note(
-            "worker_died",
-            worker=worker_id,
-            pid=process.pid,
-            exitcode=process.exitcode,
-            signal=signal_name(process.exitcode),
-            idx=idx,
-            holding=info is not None,
-        )
-
-    def _worker_activity(self) -> dict[int, dict[str, Any]]:
-        activity = {}
-        for worker_id, reader in self._probe.readers.items():
-            current = reader.current()
-            if current is not None:
-                activity[worker_id] = {"idx": current[0], "elapsed": round(current[1], 4)}
-        return activity
+    def _head_of_line(self) -> dict[str, Any]:
+        """The task the consumer waits for, and the worker that holds it."""
+        idx = self._rcvd_idx
+        info = self._task_info.get(idx)
+        return {"waiting_for": idx, "held_by": info[0] if info else None, "has_data": bool(info and len(info) == 2)}
 
     def _shutdown_workers(self) -> None:
+        self._probe.unwatch(self._liveness.tick)  # from here on, workers exiting is expected
         super()._shutdown_workers()
         if not self._exited and getattr(self, "_workers", None) is not None:
             self._exited = True
+            for reader in self._probe.readers.values():
+                _remove(reader.dump_path)
             self._epochs.end(abandoned=True)
             for worker_id, process in enumerate(self._workers):
                 self._probe.note("worker_exit", worker=worker_id, pid=process.pid, exitcode=process.exitcode)
 
 
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
     """num_workers=0: dispatch, fetch and release all happen in the main process (worker 0)."""
 
-    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter) -> None:
+    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter, rule: StuckRule) -> None:
         super().__init__(loader)
         self._probe = probe
         self._epochs = epochs
         self._send = 0
+        self._idx = 0
+        self._liveness = _watch_consumer(self, probe, rule)
         epochs.start()
+
+    def _head_of_line(self) -> dict[str, Any]:
+        return {"waiting_for": self._idx, "held_by": 0, "has_data": False}
+
+    def __del__(self) -> None:
+        self._probe.unwatch(self._liveness.tick)
 
     def _next_data(self) -> Any:
         from torch.utils.data._utils.pin_memory import pin_memory
@@ -255,7 +286,7 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
         except StopIteration:
             self._epochs.end()
             raise
-        idx = self._send
+        idx = self._idx = self._send
         self._send += 1
         start = monotonic()
         record("dispatch", start, idx, 0, index)
@@ -274,12 +305,14 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
         record("arrive", end, idx, 0)
         if self._pin_memory:
             data = pin_memory(data, self._pin_memory_device)
-        self._idx = idx
         return data
 
     def __next__(self) -> Any:
-        start = monotonic()
-        data = super().__next__()
+        self._liveness.next_started = start = monotonic()
+        try:
+            data = super().__next__()
+        finally:
+            self._liveness.next_started = None
         now = monotonic()
         self._probe.record("yield", now, self._idx, now - start, False)
         self._epochs.batches += 1

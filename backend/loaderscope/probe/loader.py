@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from loaderscope.events import Event
 from loaderscope.probe.iterators import EpochCounter, ProbedMultiProcessIter, ProbedSingleProcessIter
+from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.recorder import Recorder
 
 T_co = TypeVar("T_co", covariant=True)
@@ -109,10 +110,11 @@ class ProbeMixin:
 
     def _get_iterator(self) -> Any:
         self._start_probe()
+        rule = StuckRule(self._probe_meta.get("stuck_after"))
         if self.num_workers == 0:  # type: ignore[attr-defined]
-            return ProbedSingleProcessIter(self, self._probe, self._probe_epochs)
+            return ProbedSingleProcessIter(self, self._probe, self._probe_epochs, rule)
         self.check_worker_number_rationality()  # type: ignore[attr-defined]
-        return ProbedMultiProcessIter(self, self._probe, self._probe_epochs)
+        return ProbedMultiProcessIter(self, self._probe, self._probe_epochs, rule)
 
     @property
     def run_id(self) -> str:
@@ -147,6 +149,8 @@ class InstrumentedDataLoader(ProbeMixin, DataLoader[T_co]):
         sink: called from the probe's thread with lists of events (keep it quick, never block).
         run_id: names the run in every event (random by default).
         rank: distributed rank (default: ``$RANK`` or 0).
+        stuck_after: seconds after which a fetch (or the consumer's wait) is reported stuck, with
+            the live stack (default: the larger of 10 s and 20× the median fetch time so far).
         scenario, params, describe, name: recorded in ``run_start``.
         Everything else: exactly ``torch.utils.data.DataLoader``'s arguments.
     """
@@ -161,8 +165,10 @@ class InstrumentedDataLoader(ProbeMixin, DataLoader[T_co]):
         params: dict[str, Any] | None = None,
         describe: dict[str, Any] | None = None,
         name: str | None = None,
+        stuck_after: float | None = None,
         **kwargs: Any,
     ) -> None:
-        meta = {"scenario": scenario, "params": params, "describe": describe or {}, "name": name}
+        meta = {"scenario": scenario, "params": params, "describe": describe or {}, "name": name,
+                "stuck_after": stuck_after}
         self._init_probe(sink, run_id=run_id, rank=rank, meta=meta)
         super().__init__(*args, **kwargs)

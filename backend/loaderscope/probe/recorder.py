@@ -76,6 +76,10 @@ class Recorder:
         """Run ``callback`` on the probe thread at every tick (liveness checks)."""
         self._watchers.append(callback)
 
+    def unwatch(self, callback: Callable[[], None]) -> None:
+        if callback in self._watchers:
+            self._watchers.remove(callback)
+
     # --- the probe thread ----------------------------------------------------------------------
 
     def start(self) -> None:

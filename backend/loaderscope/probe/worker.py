@@ -12,13 +12,17 @@ queue it is handed are wrapped, because a task starts when ``get`` returns it an
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
+from loaderscope.probe.stacks import install_in_worker
+
 # Status slot layout (indices into the shared array).
-WRITES, STATE, CUR_IDX, CUR_START, CUR_SAMPLES, PID = range(6)
+WRITES, STATE, CUR_IDX, CUR_START, CUR_POS, PID, MAIN_THREAD, CUR_SAMPLE = range(8)
 HEADER = 8
 RECORD = 4  # code, idx, time, value
 CAPACITY = 512  # records per worker; the main process drains on every arrival, so this never fills
@@ -54,6 +58,29 @@ def batch_nbytes(data: Any) -> int:
     return 0
 
 
+class _Progress(list):  # type: ignore[type-arg]
+    """A task's sample indices that note, as torch's fetcher iterates them, which one is being read.
+
+    That is what lets a stuck or dead worker be named down to "sample 3 of 8 (index 1234)".
+    """
+
+    __slots__ = ("_ring",)
+
+    def __init__(self, indices: list[Any], ring: Ring) -> None:
+        super().__init__(indices)
+        self._ring = ring
+
+    def __iter__(self) -> Any:
+        ring = self._ring
+        for pos, index in enumerate(list.__iter__(self)):
+            ring[CUR_POS] = pos
+            ring[CUR_SAMPLE] = index if type(index) is int else -1
+            yield index
+
+    def __reduce__(self) -> Any:  # pickles (e.g. inside an exception) as the plain list it stands for
+        return (list, (list(self),))
+
+
 class _IndexQueueTap:
     """Wraps the worker's index queue: a task returned by ``get`` is a fetch that starts now."""
 
@@ -71,8 +98,13 @@ class _IndexQueueTap:
             ring = self._ring
             ring[CUR_IDX] = idx
             ring[CUR_START] = now
+            ring[CUR_POS] = 0
+            ring[CUR_SAMPLE] = -1
             ring[STATE] = FETCHING
-            _write(ring, CODE_START, idx, now, len(index) if isinstance(index, (list, tuple)) else 1)
+            if type(index) is list:
+                _write(ring, CODE_START, idx, now, len(index))
+                return idx, _Progress(index, ring)
+            _write(ring, CODE_START, idx, now, 1)
         return task
 
     def __getattr__(self, name: str) -> Any:
@@ -102,9 +134,11 @@ class _ResultQueueTap:
 INDEX_QUEUE_ARG, RESULT_QUEUE_ARG, WORKER_ID_ARG = 2, 3, 10
 
 
-def probed_worker_loop(ring: Ring, worker_loop: Callable[..., None], *args: Any) -> None:
+def probed_worker_loop(ring: Ring, dump_path: str, worker_loop: Callable[..., None], *args: Any) -> None:
     """Process target for a worker: torch's own loop, with its two queues tapped."""
     ring[PID] = os.getpid()
+    ring[MAIN_THREAD] = threading.get_ident()
+    install_in_worker(dump_path)
     tapped = list(args)
     tapped[INDEX_QUEUE_ARG] = _IndexQueueTap(args[INDEX_QUEUE_ARG], ring)
     tapped[RESULT_QUEUE_ARG] = _ResultQueueTap(args[RESULT_QUEUE_ARG], ring)
@@ -114,12 +148,14 @@ def probed_worker_loop(ring: Ring, worker_loop: Callable[..., None], *args: Any)
 class RingReader:
     """Main-process side: turns new ring records into (kind, time, fields...) probe records."""
 
-    def __init__(self, worker: int, ring: Ring) -> None:
+    def __init__(self, worker: int, ring: Ring, dump_path: str) -> None:
         self.worker = worker
         self.ring = ring
+        self.dump_path = dump_path
         self.read = 0
         self.lost = 0
         self._starts: dict[int, float] = {}
+        self.recent: deque[float] = deque(maxlen=256)  # recent fetch times, for the stuck threshold
 
     def drain(self, out: Callable[[tuple[Any, ...]], None]) -> None:
         ring = self.ring
@@ -136,11 +172,22 @@ class RingReader:
                 out(("fetch_start", t, self.worker, idx, int(value)))
             else:
                 start = self._starts.pop(idx, t)
+                self.recent.append(t - start)
                 out(("fetch_end", t, self.worker, idx, t - start, int(value)))
 
-    def current(self) -> tuple[int, float] | None:
-        """(task, seconds since its fetch started) while the worker is fetching, else None."""
+    def current(self) -> dict[str, Any] | None:
+        """What the worker fetches right now (task, sample position and index, elapsed), else None."""
         ring = self.ring
         if ring[STATE] != FETCHING:
             return None
-        return int(ring[CUR_IDX]), time.monotonic() - ring[CUR_START]
+        sample = int(ring[CUR_SAMPLE])
+        return {"idx": int(ring[CUR_IDX]), "pos": int(ring[CUR_POS]), "sample": None if sample < 0 else sample,
+                "elapsed": round(time.monotonic() - ring[CUR_START], 4)}
+
+    @property
+    def pid(self) -> int:
+        return int(self.ring[PID])
+
+    @property
+    def main_thread(self) -> int:
+        return int(self.ring[MAIN_THREAD])

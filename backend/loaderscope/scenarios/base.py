@@ -37,6 +37,8 @@ class CommonParams(BaseModel):
     sample_ms: float = Field(5.0, ge=0, le=5_000, description="work per sample in a worker, ms")
     step_ms: float = Field(0.0, ge=0, le=10_000, description="training step per batch in the consumer, ms")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="seed for samplers and workers")
+    stuck_after: float = Field(0.0, ge=0, le=3_600, description="report a fetch stuck after this many s "
+                               "(0: the larger of 10 s and 20× the median fetch)")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Scenario:
     description: str
     params: type[CommonParams]
     build: Callable[[Any], LoaderPlan]
+    fails: bool = False  # demonstrates a failure: the DataLoader raises (a dead worker, a timeout, ...)
 
     def plan(self, values: dict[str, Any] | None = None) -> LoaderPlan:
         """Validate ``values`` (raises pydantic.ValidationError naming the field) and build the plan."""
@@ -80,6 +83,7 @@ class Scenario:
             "name": self.name,
             "title": self.title,
             "description": self.description,
+            "fails": self.fails,
             "params": schema["properties"],
         }
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from typing import Any, Literal
 
 import torch
@@ -19,6 +22,11 @@ from loaderscope.scenarios.base import CommonParams, LoaderPlan, Scenario, regis
 from loaderscope.scenarios.datasets import (
     AspectRatioDataset,
     CostDataset,
+    CrashDataset,
+    FileDataset,
+    RaisingDataset,
+    StuckDataset,
+    write_files,
     DescendingRoundCost,
     GroupSampler,
     LengthSortedBatchSampler,
@@ -271,4 +279,125 @@ register(Scenario(
     "The step is slower than loading: the prefetch window fills and the consumer never waits.",
     SlowConsumerParams,
     lambda p: map_plan(p, UniformCost(p.sample_ms)),
+))
+
+
+# --- stuck_worker ----------------------------------------------------------------------------------
+
+
+class StuckParams(CommonParams):
+    stuck_index: int = Field(13, ge=0, le=100_000, description="the sample whose read hangs")
+    stuck_seconds: float = Field(6.0, ge=0, le=600, description="how long it hangs before recovering")
+    stuck_after: float = Field(2.0, ge=0, le=3_600, description="report a fetch stuck after this many s")
+
+
+def _stuck(p: StuckParams) -> LoaderPlan:
+    cost = UniformCost(p.sample_ms)
+    return map_plan(p, cost, make_dataset=lambda: StuckDataset(p.dataset_size, cost, p.stuck_index, p.stuck_seconds))
+
+
+register(Scenario(
+    "stuck_worker",
+    "A stuck worker",
+    "One sample's read hangs far past the stuck threshold: find the worker, the sample and the line.",
+    StuckParams,
+    _stuck,
+))
+
+
+# --- crash_worker ----------------------------------------------------------------------------------
+
+
+class CrashParams(CommonParams):
+    crash_index: int = Field(21, ge=0, le=100_000, description="the sample whose read kills its worker")
+    how: Literal["sigkill", "exit"] = Field("sigkill", description="SIGKILL (like the OOM killer) or os._exit(3)")
+
+
+def _crash(p: CrashParams) -> LoaderPlan:
+    cost = UniformCost(p.sample_ms)
+    return map_plan(p, cost, make_dataset=lambda: CrashDataset(p.dataset_size, cost, p.crash_index, p.how))
+
+
+register(Scenario(
+    "crash_worker",
+    "A worker dies",
+    "A worker is killed mid-task (the OOM killer's SIGKILL, or os._exit): which one, on which task.",
+    CrashParams,
+    _crash,
+    fails=True,
+))
+
+
+# --- raising_dataset -------------------------------------------------------------------------------
+
+
+class RaisingParams(CommonParams):
+    bad_index: int = Field(17, ge=0, le=100_000, description="the corrupt sample")
+
+
+def _raising(p: RaisingParams) -> LoaderPlan:
+    cost = UniformCost(p.sample_ms)
+    return map_plan(p, cost, make_dataset=lambda: RaisingDataset(p.dataset_size, cost, p.bad_index))
+
+
+register(Scenario(
+    "raising_dataset",
+    "A corrupt sample",
+    "__getitem__ raises for one sample: the worker's traceback, the task and the sample indices.",
+    RaisingParams,
+    _raising,
+    fails=True,
+))
+
+
+# --- timeout ---------------------------------------------------------------------------------------
+
+
+class TimeoutParams(CommonParams):
+    timeout: float = Field(1.0, ge=0, le=600, description="seconds to wait for a batch (0: forever)")
+    stuck_index: int = Field(9, ge=0, le=100_000, description="the sample that takes too long")
+    stuck_seconds: float = Field(3.0, ge=0, le=600, description="how long it takes")
+
+
+def _timeout(p: TimeoutParams) -> LoaderPlan:
+    cost = UniformCost(p.sample_ms)
+    return map_plan(p, cost, make_dataset=lambda: StuckDataset(p.dataset_size, cost, p.stuck_index, p.stuck_seconds))
+
+
+register(Scenario(
+    "timeout",
+    "timeout= expires",
+    "A slow sample outlasts DataLoader(timeout=...): what every worker was doing when it expired.",
+    TimeoutParams,
+    _timeout,
+    fails=True,
+))
+
+
+# --- io_bound --------------------------------------------------------------------------------------
+
+
+class FileParams(CommonParams):
+    file_kib: int = Field(256, ge=1, le=16_384, description="size of each sample file, KiB")
+    sample_ms: float = Field(0.0, ge=0, le=5_000, description="extra decode work per sample, ms")
+
+
+def _files(p: FileParams) -> LoaderPlan:
+    directory = tempfile.mkdtemp(prefix="loaderscope-io-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    cost = UniformCost(p.sample_ms)
+
+    def make() -> FileDataset:
+        write_files(directory, p.dataset_size, p.file_kib, p.seed)
+        return FileDataset(directory, p.dataset_size, cost)
+
+    return map_plan(p, cost, make_dataset=make)
+
+
+register(Scenario(
+    "io_bound",
+    "Reading real files",
+    "Each sample is a file the scenario writes to a temporary directory; workers read and decode it.",
+    FileParams,
+    _files,
 ))

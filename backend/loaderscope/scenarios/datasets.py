@@ -7,6 +7,8 @@ Every class here is module-level and picklable, so it reaches workers under fork
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -197,3 +199,78 @@ class LengthSortedBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return len(self._batches())
+
+
+# --- misbehaving datasets (stuck, crashing, raising, reading files) --------------------------------
+
+
+class StuckDataset(CostDataset):
+    """Sample ``stuck_index`` hangs for ``stuck_seconds`` (a dead NFS mount, a deadlocked decoder)."""
+
+    def __init__(self, length: int, cost: UniformCost, stuck_index: int, stuck_seconds: float) -> None:
+        super().__init__(length, cost)
+        self.stuck_index = stuck_index
+        self.stuck_seconds = stuck_seconds
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == self.stuck_index:
+            wait_for_remote_storage(self.stuck_seconds)
+        return super().__getitem__(index)
+
+
+def wait_for_remote_storage(seconds: float) -> None:
+    time.sleep(seconds)  # the line a stuck worker is found on
+
+
+class CrashDataset(CostDataset):
+    """Sample ``crash_index`` kills its worker: SIGKILL (what the OOM killer sends) or ``os._exit``."""
+
+    def __init__(self, length: int, cost: UniformCost, crash_index: int, how: str) -> None:
+        super().__init__(length, cost)
+        self.crash_index = crash_index
+        self.how = how
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == self.crash_index and get_worker_info() is not None:  # never kill the main process
+            if self.how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(3)
+        return super().__getitem__(index)
+
+
+class RaisingDataset(CostDataset):
+    """Sample ``bad_index`` is corrupt: decoding it raises, as a truncated JPEG would."""
+
+    def __init__(self, length: int, cost: UniformCost, bad_index: int) -> None:
+        super().__init__(length, cost)
+        self.bad_index = bad_index
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == self.bad_index:
+            raise ValueError(f"sample {index}: corrupt record (truncated file?)")
+        return super().__getitem__(index)
+
+
+class FileDataset(Dataset[torch.Tensor]):
+    """Reads one real file per sample from a directory (page cache permitting, real I/O)."""
+
+    def __init__(self, directory: str, length: int, cost: UniformCost) -> None:
+        self.directory = directory
+        self.length = length
+        self.cost = cost
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with open(os.path.join(self.directory, f"{index:06d}.bin"), "rb") as file:
+            raw = file.read()
+        time.sleep(self.cost(index, _worker_id()))
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).float().mean().expand(SAMPLE_SHAPE).clone()
+
+
+def write_files(directory: str, length: int, kib: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for index in range(length):
+        with open(os.path.join(directory, f"{index:06d}.bin"), "wb") as file:
+            file.write(rng.integers(0, 256, size=kib * 1024, dtype=np.uint8).tobytes())

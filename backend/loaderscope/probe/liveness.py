@@ -1,0 +1,106 @@
+"""Stuck fetches, a stuck consumer and dead workers, noticed on the probe thread.
+
+Checks run at every probe tick (every 50 ms), so a fetch that crosses the stuck threshold is
+reported well within a second, with the worker's live stack; a worker killed by a signal is named
+(signal, task, sample) as soon as it is a zombie, before or alongside torch's own RuntimeError.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loaderscope.probe.recorder import Recorder
+from loaderscope.probe.stacks import ask_worker, describe_status, exit_status, main_thread_stack
+from loaderscope.probe.worker import RingReader
+
+MIN_STUCK_SECONDS = 10.0
+STUCK_MEDIAN_FACTOR = 20.0
+REFRESH_SECONDS = 5.0  # a worker that stays stuck gets a fresh stack this often
+
+
+@dataclass(frozen=True)
+class StuckRule:
+    """``after`` seconds if given, else the larger of 10 s and 20× the median fetch so far."""
+
+    after: float | None = None
+
+    def threshold(self, recent: list[float]) -> float:
+        if self.after is not None:
+            return self.after
+        median = statistics.median(recent) if recent else 0.0
+        return max(MIN_STUCK_SECONDS, STUCK_MEDIAN_FACTOR * median)
+
+
+class Liveness:
+    """Watches one iterator's workers and its consumer; lives from iterator start to shutdown."""
+
+    def __init__(self, recorder: Recorder, rule: StuckRule, head_of_line: Callable[[], dict[str, Any]]) -> None:
+        self.recorder = recorder
+        self.rule = rule
+        self.head_of_line = head_of_line  # which task the consumer waits for, and who holds it
+        self.dead: set[int] = set()
+        self._reported: dict[Any, float] = {}  # (who, task) -> when its stack was last sent
+        self.consumer_thread = threading.get_ident()
+        self.next_started: float | None = None  # set while the consumer is inside next()
+
+    @property
+    def readers(self) -> dict[int, RingReader]:
+        return self.recorder.readers
+
+    def tick(self) -> None:
+        self.check_deaths()
+        threshold = self.rule.threshold([dt for r in self.readers.values() for dt in r.recent])
+        for reader in list(self.readers.values()):
+            if reader.worker not in self.dead:
+                self._check_worker(reader, threshold)
+        self._check_consumer(threshold)
+
+    def _due(self, key: Any, now: float) -> bool:
+        last = self._reported.get(key)
+        if last is not None and now - last < REFRESH_SECONDS:
+            return False
+        self._reported[key] = now
+        return True
+
+    def _check_worker(self, reader: RingReader, threshold: float) -> None:
+        doing = reader.current()
+        if doing is None or doing["elapsed"] < threshold or not self._due((reader.worker, doing["idx"]), time.monotonic()):
+            return
+        stack = ask_worker(reader.pid, reader.dump_path, reader.main_thread)
+        self.recorder.note("worker_stuck", worker=reader.worker, pid=reader.pid, threshold=round(threshold, 3),
+                           stack=stack, **doing)
+
+    def _check_consumer(self, threshold: float) -> None:
+        started = self.next_started
+        if started is None:
+            return
+        elapsed = time.monotonic() - started
+        if elapsed < threshold or not self._due(("consumer", started), time.monotonic()):
+            return
+        self.recorder.note("consumer_stuck", elapsed=round(elapsed, 4), threshold=round(threshold, 3),
+                           stack=main_thread_stack(self.consumer_thread), **self.head_of_line())
+
+    def check_deaths(self) -> None:
+        """Name every worker that died (by a signal or a non-zero exit) since the last check."""
+        for reader in list(self.readers.values()):
+            if reader.worker in self.dead:
+                continue
+            status = exit_status(reader.pid)
+            if status is None:
+                continue
+            exitcode, signal_name = describe_status(status[1])
+            if exitcode == 0 and signal_name is None:
+                continue  # a clean exit: an exhausted iterable shard, or shutdown
+            self.dead.add(reader.worker)
+            self.recorder.drain_worker(reader.worker)
+            self.recorder.note("worker_died", worker=reader.worker, pid=reader.pid, exitcode=exitcode,
+                               signal=signal_name, **(reader.current() or {"idx": None}))
+
+    def activity(self) -> list[dict[str, Any]]:
+        """What every worker was doing right now (for timeouts): idle ones have no ``idx``."""
+        return [{"worker": worker, **(reader.current() or {})} for worker, reader in sorted(self.readers.items())]

@@ -1,0 +1,79 @@
+"""Stuck, dead and slow workers are named with the task, the sample and the line (real processes)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+from loaderscope.runner import Collector, run_real
+from loaderscope.state import diagnosis, summary, user_frame
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+
+
+def _events(collector: Collector, kind: str) -> list[dict[str, Any]]:
+    return [e for e in collector.events if e["kind"] == kind]
+
+
+def test_stuck_worker_is_found_with_its_stack_within_a_second() -> None:
+    collector = Collector()
+    params = {"num_workers": 2, "stuck_after": 1.0, "stuck_seconds": 2.5, "dataset_size": 32, "sample_ms": 2}
+    run_real("stuck_worker", params, collector)
+    stuck = _events(collector, "worker_stuck")
+    assert stuck, "no worker_stuck event"
+    first = stuck[0]
+    started = next(e["t"] for e in _events(collector, "fetch_start") if e["idx"] == first["idx"])
+    assert 1.0 <= first["t"] - started <= 2.0  # threshold + 1 s at most
+    assert first["sample"] == 13 and first["idx"] == 3 and first["worker"] == 1
+    frame = user_frame(first["stack"])
+    assert frame["file"].endswith("scenarios/datasets.py") and frame["function"] == "wait_for_remote_storage"
+    assert "time.sleep(seconds)" in frame["code"]
+    assert first["stack"][0]["function"] == "_worker_loop"  # the parent's frames inherited by fork are cut
+    assert any("stuck: worker 1" in line and "datasets.py" in line for line in diagnosis(collector.state))
+
+
+def test_stuck_fetch_in_the_main_process_is_a_stuck_consumer() -> None:
+    collector = Collector()
+    params = {"num_workers": 0, "stuck_after": 0.5, "stuck_seconds": 1.2, "dataset_size": 20, "sample_ms": 1}
+    run_real("stuck_worker", params, collector)
+    stuck = _events(collector, "consumer_stuck")
+    assert stuck and stuck[0]["waiting_for"] == 3
+    assert user_frame(stuck[0]["stack"])["function"] == "wait_for_remote_storage"
+
+
+@pytest.mark.parametrize(("how", "signal", "exitcode"), [("sigkill", "SIGKILL", -9), ("exit", None, 3)])
+def test_dead_worker_is_named_before_torch_raises(how: str, signal: str | None, exitcode: int) -> None:
+    collector = Collector()
+    with pytest.raises(RuntimeError, match="exited unexpectedly|killed by signal"):
+        run_real("crash_worker", {"num_workers": 2, "how": how, "sample_ms": 2}, collector)
+    died = _events(collector, "worker_died")
+    assert len(died) == 1
+    assert died[0]["signal"] == signal and died[0]["exitcode"] == exitcode
+    assert died[0]["idx"] == 5 and died[0]["sample"] == 21 and died[0]["worker"] == 1
+    assert collector.events[-1]["kind"] == "run_end" and collector.events[-1]["reason"] == "error"
+    assert any("died by" in line and "task 5" in line for line in diagnosis(collector.state))
+
+
+def test_error_names_task_samples_and_traceback() -> None:
+    collector = Collector()
+    with pytest.raises(ValueError, match="sample 17"):
+        run_real("raising_dataset", {"num_workers": 2, "sample_ms": 1}, collector)
+    error = _events(collector, "error")[0]
+    assert error["idx"] == 4 and "raise ValueError" in error["traceback"]
+    assert collector.state.errors[0]["indices"] == [16, 17, 18, 19]
+
+
+def test_straggler_is_named_and_input_bound_is_judged() -> None:
+    slow = Collector()
+    run_real("straggler", {"num_workers": 2, "dataset_size": 48, "sample_ms": 4, "slow_factor": 4}, slow)
+    stats = summary(slow.state)
+    assert [s["worker"] for s in stats["stragglers"]] == [0]
+    assert stats["stragglers"][0]["factor"] > 3
+    assert stats["input_bound"] > 0.5
+
+    fed = Collector()
+    run_real("slow_consumer", {"num_workers": 2, "dataset_size": 48, "step_ms": 30}, fed)
+    assert summary(fed.state)["input_bound"] < 0.2
+    assert any("the training step is the bottleneck" in line for line in diagnosis(fed.state))
