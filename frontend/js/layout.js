@@ -6,13 +6,14 @@
 
 /** @typedef {{x:number, y:number, w:number, h:number}} Rect */
 
-export const MIN_WIDTH = 980;
+export const MIN_WIDTH = 940;
 const M = 12; // outer margin
 const TITLE = 30; // column titles (and a hint line under them)
-const COL = { sampler: 150, result: 104, buffer: 164, consumer: 150 };
-const GAP = { toLanes: 34, toResult: 30, toBuffer: 26, toConsumer: 34 };
-const LABEL_W = 112; // lane label (worker name, status)
-const FETCH_W = 190; // current fetch: token, indices, elapsed
+const COL = { sampler: 132, result: 96, buffer: 150, consumer: 138 };
+const GAP = { toLanes: 28, toResult: 26, toBuffer: 30, toConsumer: 30 };
+const BYPASS = 30; // room above the reorder buffer for the in-order path
+const LABEL_W = 100; // lane label (worker name, status)
+const FETCH_W = 168; // current fetch: token, indices, elapsed
 
 const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
 
@@ -45,7 +46,8 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   x += lanesW + GAP.toResult;
   const result = { x, y: top, w: COL.result, h: areaH };
   x += COL.result + GAP.toBuffer;
-  const buffer = { x, y: top, w: COL.buffer, h: areaH };
+  // the buffer sits lower, leaving a lane above it for results that arrive in order and go straight on
+  const buffer = { x, y: top + BYPASS, w: COL.buffer, h: areaH - BYPASS };
   x += COL.buffer + GAP.toConsumer;
   const consumer = { x, y: top, w: COL.consumer, h: areaH };
 
@@ -65,6 +67,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   }
   const rcvdCursor = { x: consumer.x, y: top, w: consumer.w, h: 46 };
   const consumerBox = { x: consumer.x, y: top + 56, w: consumer.w, h: Math.max(areaH - 56, 40) };
+  const bypassY = top + 12;
   const titles = [
     { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
     { x: lanesX, text: workersTitle(n, inProcess), hint: 'index queue (waiting) · fetching now' },
@@ -72,7 +75,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
     { x: buffer.x, text: 'reorder buffer', hint: '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
   ];
-  return { width: W, height, top, areaH, laneH, laneGap, lanesH, token, sampler, dispatcher, lanes: laneRects, result, buffer, rcvdCursor, consumer: consumerBox, titles };
+  return { width: W, height, top, areaH, bypassY, laneH, laneGap, lanesH, token, sampler, dispatcher, lanes: laneRects, result, buffer, rcvdCursor, consumer: consumerBox, titles };
 }
 
 function workersTitle(lanes, inProcess) {
@@ -118,7 +121,7 @@ export function gridCapacity(r, t, header = 0) {
 }
 
 /** Header heights inside the boxes (room for "waiting for task N" and similar). */
-export const HEADER = { result: 8, buffer: 40, consumer: 60 };
+export const HEADER = { result: 8, buffer: 58, consumer: 60 };
 
 export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result);
 export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, HEADER.buffer);

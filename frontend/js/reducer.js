@@ -292,7 +292,7 @@ function error(s, e) {
   if (task !== undefined) task.where = Where.FAILED;
 }
 
-function timeout(s, e) {
+function note(s, e) {
   s.notes.push(e);
 }
 
@@ -317,7 +317,8 @@ const HANDLERS = {
   worker_stuck: workerStuck,
   worker_died: workerDied,
   error,
-  timeout,
+  timeout: note,
+  consumer_stuck: note,
   pin_start: pin,
   pin_end: pin,
 };

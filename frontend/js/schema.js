@@ -19,6 +19,7 @@ export const REQUIRED = Object.freeze({
   yield: ['idx', 'wait'],
   skip: ['idx', 'worker'],
   worker_stuck: ['worker', 'idx', 'elapsed'],
+  consumer_stuck: ['elapsed'],
   worker_died: ['worker'],
   error: ['type', 'message'],
   timeout: ['seconds'],

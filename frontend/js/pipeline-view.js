@@ -1,0 +1,504 @@
+// The pipeline picture: a canvas for boxes, arrows and moving task tokens, and a thin DOM overlay
+// for text that tests and screen readers read (lanes, cursors, reorder buffer). Draws from a
+// LoaderState; never mutates it. One draw per animation frame, called by the scheduler.
+
+import { PALETTE, taskColor, taskInk } from './colors.js';
+import {
+  pipelineLayout, queueSlot, queueCapacity, fetchSlot, resultSlot, bufferSlot, consumerSlot,
+  gridCapacity, dispatchPoint, HEADER,
+} from './layout.js';
+import { Where, WorkerStatus } from './reducer.js';
+import { fmtDuration } from './timeline-store.js';
+
+const EASE_MS = 70; // token motion time constant
+const FADE_MS = 600;
+
+/** Canvas height for n lanes: room for ~44 px per lane up to a point, then lanes get thinner. */
+export function pipelineHeight(lanes) {
+  return Math.round(Math.max(330, Math.min(660, 70 + lanes * 46)));
+}
+
+export class PipelineView {
+  /** @param {HTMLElement} host */
+  constructor(host) {
+    this.host = host;
+    this.canvas = document.createElement('canvas');
+    this.canvas.className = 'pipeline-canvas';
+    this.canvas.setAttribute('aria-hidden', 'true');
+    this.overlay = document.createElement('div');
+    this.overlay.className = 'pipeline-overlay';
+    host.append(this.canvas, this.overlay);
+    this.ctx = /** @type {CanvasRenderingContext2D} */ (this.canvas.getContext('2d'));
+    /** @type {Map<string, {x:number, y:number, idx:number, alpha:number, dying:number, failed:boolean}>} */
+    this.tokens = new Map();
+    this.layoutKey = '';
+    this.L = null;
+    this.lastDraw = 0;
+    this.text = new WeakMap(); // element -> last text written (skip redundant DOM writes)
+    this.moving = false;
+    this.lastYieldCount = 0;
+    this.onLaneClick = null;
+  }
+
+  /** Rebuild the layout and overlay when the size or the number of lanes changes. */
+  ensureLayout(state) {
+    const ids = [...state.workers.keys()].sort((a, b) => a - b);
+    const lanes = Math.max(ids.length, 1);
+    const width = this.host.clientWidth;
+    const height = pipelineHeight(lanes);
+    const digits = Math.max(2, String(Math.max(state.send_idx - 1, 0)).length);
+    const inProcess = state.config.num_workers === 0;
+    const key = `${width}x${height}:${ids.join(',')}:${digits}:${inProcess}`;
+    if (key === this.layoutKey) return;
+    this.layoutKey = key;
+    this.L = pipelineLayout({ width, height, lanes, digits, inProcess });
+    this.laneOf = new Map(ids.map((id, i) => [id, i]));
+    this.ids = ids;
+    const dpr = window.devicePixelRatio || 1;
+    this.canvas.width = Math.round(this.L.width * dpr);
+    this.canvas.height = Math.round(height * dpr);
+    this.canvas.style.width = `${this.L.width}px`;
+    this.canvas.style.height = `${height}px`;
+    this.overlay.style.width = `${this.L.width}px`;
+    this.overlay.style.height = `${height}px`;
+    this.host.style.height = `${height}px`;
+    this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    this.buildOverlay(ids, inProcess);
+    this.tokens.clear();
+  }
+
+  place(el, r) {
+    el.style.left = `${r.x}px`;
+    el.style.top = `${r.y}px`;
+    el.style.width = `${r.w}px`;
+    el.style.height = `${r.h}px`;
+  }
+
+  buildOverlay(ids, inProcess) {
+    const L = this.L;
+    this.overlay.replaceChildren();
+    const mk = (cls, r, html = '') => {
+      const el = document.createElement('div');
+      el.className = cls;
+      if (r) this.place(el, r);
+      if (html) el.innerHTML = html; // static markup written here only, no data
+      this.overlay.append(el);
+      return el;
+    };
+    for (const t of L.titles) {
+      const el = mk('col-title');
+      el.style.left = `${t.x}px`;
+      el.style.top = '8px';
+      const b = document.createElement('b');
+      b.textContent = t.text;
+      const s = document.createElement('span');
+      s.textContent = t.hint;
+      el.append(b, s);
+    }
+    const sampler = mk('box-label sampler-label', L.sampler, '<b>sampler</b><span class="hint">batches of sample indices</span><div class="sampler-kind"></div>');
+    this.samplerKind = sampler.querySelector('.sampler-kind');
+    mk('box-label dispatcher-label', L.dispatcher,
+      '<b>dispatcher</b><span class="hint">round-robin to workers</span><div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>');
+    this.sendEl = this.overlay.querySelector('[data-testid="cursor-send"]');
+    this.laneEls = ids.map((id, i) => {
+      const lane = mk('lane', L.lanes[i].rect);
+      lane.setAttribute('data-testid', 'worker-lane');
+      lane.dataset.worker = String(id);
+      lane.tabIndex = 0;
+      const label = document.createElement('div');
+      label.className = 'lane-label';
+      this.place(label, { x: 0, y: 0, w: L.lanes[i].label.w, h: L.lanes[i].rect.h });
+      const name = document.createElement('b');
+      name.textContent = inProcess ? 'main process' : `worker ${id}`;
+      const status = document.createElement('span');
+      status.className = 'lane-status';
+      label.append(name, status);
+      const fetch = document.createElement('div');
+      fetch.className = 'lane-fetch';
+      const f = L.lanes[i].fetch;
+      this.place(fetch, { x: f.x - L.lanes[i].rect.x + L.token.w + 12, y: 0, w: f.w - L.token.w - 16, h: f.h });
+      const more = document.createElement('div');
+      more.className = 'lane-more';
+      const q = L.lanes[i].queue;
+      this.place(more, { x: q.x - L.lanes[i].rect.x, y: 0, w: 40, h: q.h });
+      lane.append(label, fetch, more);
+      lane.addEventListener('click', () => this.onLaneClick?.(id));
+      return { lane, status, fetch, more };
+    });
+    this.resultEl = mk('box-label result-label', { ...L.result, h: 16, y: L.result.y + L.result.h - 18 });
+    this.bufferEl = mk('box-label buffer-label', L.buffer, '<div class="buffer-head"></div><div class="buffer-sub"></div>');
+    this.bufferEl.setAttribute('data-testid', 'reorder-buffer');
+    this.bufferHead = this.bufferEl.querySelector('.buffer-head');
+    this.bufferSub = this.bufferEl.querySelector('.buffer-sub');
+    mk('box-label rcvd-label', L.rcvdCursor, '<div class="cursor">rcvd_idx <span class="cursor-value" data-testid="cursor-rcvd">0</span></div><span class="hint">next batch to hand out</span>');
+    this.rcvdEl = this.overlay.querySelector('[data-testid="cursor-rcvd"]');
+    this.consumerEl = mk('box-label consumer-label', L.consumer, '<b>consumer</b><div class="consumer-stat"></div><div class="consumer-sub"></div>');
+    this.consumerStat = this.consumerEl.querySelector('.consumer-stat');
+    this.consumerSub = this.consumerEl.querySelector('.consumer-sub');
+  }
+
+  setText(el, s) {
+    if (this.text.get(el) !== s) {
+      el.textContent = s;
+      this.text.set(el, s);
+    }
+  }
+
+  setAttr(el, name, v) {
+    const s = String(v);
+    if (el.getAttribute(name) !== s) el.setAttribute(name, s);
+  }
+
+  /** Where each live task should be now. */
+  targets(state) {
+    const L = this.L;
+    const out = new Map();
+    const hidden = new Set();
+    const key = (idx) => `${state.epoch}:${idx}`;
+    for (const [wid, w] of state.workers) {
+      const lane = this.laneOf.get(wid);
+      if (lane === undefined) continue;
+      w.queue.forEach((idx, k) => {
+        const p = queueSlot(L, lane, k);
+        if (p) out.set(key(idx), p);
+        else hidden.add(key(idx));
+      });
+      if (w.current !== null && state.tasks.has(w.current)) out.set(key(w.current), fetchSlot(L, lane));
+    }
+    state.result_queue.forEach((idx, k) => {
+      const p = resultSlot(L, k);
+      if (p) out.set(key(idx), p); else hidden.add(key(idx));
+    });
+    const parked = [...state.buffer].sort((a, b) => a - b);
+    parked.forEach((idx, k) => {
+      const p = bufferSlot(L, k);
+      if (p) out.set(key(idx), p); else hidden.add(key(idx));
+    });
+    for (const task of state.tasks.values()) {
+      const k = key(task.idx);
+      if (out.has(k) || hidden.has(k)) continue;
+      const lane = this.laneOf.get(task.worker) ?? 0;
+      if (task.where === Where.FAILED) out.set(k, fetchSlot(L, lane));
+      else if (task.arrived !== null) out.set(k, { x: L.rcvdCursor.x + 8, y: L.rcvdCursor.y + L.rcvdCursor.h - L.token.h - 2 });
+      else if (task.where === Where.INDEX_QUEUE) hidden.add(k); // beyond the visible queue
+      else out.set(k, fetchSlot(L, lane));
+    }
+    return { out, hidden, parked };
+  }
+
+  /**
+   * @param {import('./reducer.js').LoaderState} state
+   * @param {{now:number, wall:number}} clock run time now (s) and performance.now() (ms)
+   * @returns {boolean} whether anything is still moving (ask for another frame)
+   */
+  draw(state, clock) {
+    this.ensureLayout(state);
+    const L = this.L, ctx = this.ctx;
+    const dtMs = this.lastDraw ? Math.min(100, clock.wall - this.lastDraw) : 16;
+    this.lastDraw = clock.wall;
+    const { out, hidden, parked } = this.targets(state);
+
+    // tokens: appear at the dispatcher, chase their targets, fly to the consumer when released
+    const k = 1 - Math.exp(-dtMs / EASE_MS);
+    const yielded = state.yield_order;
+    const newYields = new Set();
+    for (let i = Math.max(this.lastYieldCount, yielded.length - 64); i < yielded.length; i++) newYields.add(`${yielded[i][0]}:${yielded[i][1]}`);
+    this.lastYieldCount = yielded.length;
+    let moving = false;
+    for (const [key, p] of out) {
+      let tok = this.tokens.get(key);
+      if (tok === undefined) {
+        const d = dispatchPoint(L);
+        tok = { x: d.x, y: d.y, idx: +key.split(':')[1], alpha: 1, dying: 0, failed: false };
+        this.tokens.set(key, tok);
+      }
+      tok.dying = 0;
+      tok.alpha = 1;
+      tok.tx = p.x;
+      tok.ty = p.y;
+    }
+    for (const [key, tok] of this.tokens) {
+      if (out.has(key)) continue;
+      if (hidden.has(key)) { this.tokens.delete(key); continue; }
+      if (!tok.dying) {
+        tok.dying = clock.wall;
+        if (newYields.has(key) || yielded.length) {
+          const c = consumerSlot(L, 0);
+          if (c) { tok.tx = c.x; tok.ty = c.y; }
+        }
+      }
+      tok.alpha = 1 - (clock.wall - tok.dying) / FADE_MS;
+      if (tok.alpha <= 0) this.tokens.delete(key);
+    }
+    for (const tok of this.tokens.values()) {
+      if (tok.tx === undefined) continue;
+      const dx = tok.tx - tok.x, dy = tok.ty - tok.y;
+      if (Math.abs(dx) > 0.3 || Math.abs(dy) > 0.3) {
+        tok.x += dx * k;
+        tok.y += dy * k;
+        moving = true;
+      } else {
+        tok.x = tok.tx;
+        tok.y = tok.ty;
+      }
+      if (tok.dying) moving = true;
+    }
+
+    // --- boxes and arrows
+    ctx.clearRect(0, 0, L.width, L.height);
+    box(ctx, L.sampler, PALETTE.panel, PALETTE.panelEdge);
+    box(ctx, L.dispatcher, PALETTE.panel, PALETTE.panelEdge);
+    arrow(ctx, L.sampler.x + L.sampler.w / 2, L.sampler.y + L.sampler.h, L.sampler.x + L.sampler.w / 2, L.dispatcher.y, PALETTE.faint);
+    const lastDispatched = state.tasks.get(state.send_idx - 1);
+    L.lanes.forEach((lane, i) => {
+      const wid = this.ids[i];
+      const w = state.workers.get(wid);
+      const status = w ? w.status : WorkerStatus.STARTING;
+      const tint = status === WorkerStatus.STUCK || status === WorkerStatus.DIED ? '#3a1d22' : status === WorkerStatus.EXITED ? '#12171e' : PALETTE.panel;
+      box(ctx, lane.rect, tint, status === WorkerStatus.STUCK || status === WorkerStatus.DIED ? PALETTE.stuck : PALETTE.panelEdge);
+      box(ctx, lane.fetch, '#1b2533', '#2d3b50');
+      const hot = lastDispatched && lastDispatched.worker === wid;
+      const fromX = L.dispatcher.x + L.dispatcher.w, fromY = L.dispatcher.y + L.dispatcher.h / 2;
+      arrow(ctx, fromX, fromY, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, hot ? PALETTE.accent : '#2b3545', hot ? 1.6 : 1);
+      arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), '#2b3545');
+      // fetch progress: elapsed against this worker's median fetch time
+      if (w && w.current !== null) {
+        const task = state.tasks.get(w.current);
+        if (task && task.fetch_start !== null) {
+          const elapsed = Math.max(0, clock.now - task.fetch_start);
+          const typical = median(w.fetch_times) || median(allFetchTimes(state)) || elapsed || 1;
+          const frac = Math.min(1, elapsed / (typical * 1.5));
+          const slow = elapsed > typical * 3 && elapsed > 0.2;
+          const f = lane.fetch;
+          ctx.fillStyle = slow ? PALETTE.stuck : PALETTE.fetch;
+          ctx.globalAlpha = 0.55;
+          ctx.fillRect(f.x + 2, f.y + f.h - 4, (f.w - 4) * frac, 2.5);
+          ctx.globalAlpha = 1;
+          if (!slow) moving = true; // keep the bar and the elapsed time ticking
+          else moving = true;
+        }
+      }
+    });
+    box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
+    const bufferFull = state.buffer.length > 0;
+    box(ctx, L.buffer, bufferFull ? '#2e2614' : PALETTE.panel, bufferFull ? PALETTE.buffer : PALETTE.panelEdge, bufferFull ? 2 : 1);
+    box(ctx, L.consumer, PALETTE.panel, PALETTE.panelEdge);
+    // result queue -> straight on when it is the task rcvd_idx wants; -> reorder buffer when early
+    const midY = L.buffer.y + 24;
+    const rx = L.result.x + L.result.w;
+    arrow(ctx, rx, midY, L.buffer.x - 2, midY, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
+    const inY = L.rcvdCursor.y + L.rcvdCursor.h / 2;
+    ctx.strokeStyle = '#3a4558';
+    ctx.lineWidth = 1.4;
+    ctx.beginPath();
+    ctx.moveTo(rx, L.result.y + 14);
+    ctx.bezierCurveTo(rx + 14, L.result.y + 14, rx + 6, L.bypassY, rx + 22, L.bypassY);
+    ctx.lineTo(L.buffer.x + L.buffer.w - 10, L.bypassY);
+    ctx.stroke();
+    arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, '#3a4558', 1.4);
+    arrow(ctx, L.buffer.x + L.buffer.w, L.buffer.y + 24, L.rcvdCursor.x - 2, inY + 5, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
+    ctx.fillStyle = PALETTE.dim;
+    ctx.font = '10px system-ui, sans-serif';
+    ctx.fillText('in order: straight on', L.buffer.x + 4, L.bypassY - 4);
+    ctx.fillText('early', rx + 3, midY - 5);
+    box(ctx, L.rcvdCursor, '#14202e', PALETTE.accent);
+
+    // the index stream in the sampler: the newest dispatched tasks' sample indices
+    const recent = [...state.tasks.values()].sort((a, b) => b.idx - a.idx).slice(0, Math.max(1, Math.floor((L.sampler.h - 70) / 16)));
+    ctx.font = '11px ui-monospace, SFMono-Regular, Menlo, monospace';
+    recent.reverse().forEach((task, i) => {
+      const y = L.sampler.y + 50 + i * 16;
+      ctx.fillStyle = taskColor(task.idx);
+      ctx.fillRect(L.sampler.x + 8, y, 8, 11);
+      ctx.fillStyle = PALETTE.dim;
+      ctx.fillText(clip(fmtIndices(task.indices, task.n), 16), L.sampler.x + 20, y + 10);
+    });
+
+    // head-of-line: the task rcvd_idx waits for, ringed wherever it is
+    const head = state.tasks.get(state.rcvd_idx);
+    const headTok = head ? this.tokens.get(`${state.epoch}:${head.idx}`) : undefined;
+
+    // tokens
+    ctx.font = `600 ${Math.max(9, Math.round(L.token.h * 0.62))}px ui-monospace, SFMono-Regular, Menlo, monospace`;
+    ctx.textAlign = 'center';
+    ctx.textBaseline = 'middle';
+    const parkedSet = new Set(parked);
+    for (const [key, tok] of this.tokens) {
+      const task = state.tasks.get(tok.idx);
+      const live = task && key === `${state.epoch}:${tok.idx}`;
+      ctx.globalAlpha = Math.max(0, Math.min(1, tok.alpha));
+      drawToken(ctx, tok.x, tok.y, L.token.w, L.token.h, tok.idx, live && parkedSet.has(tok.idx), live && task.where === Where.FAILED);
+    }
+    ctx.globalAlpha = 1;
+    if (headTok && bufferFull && head.where !== Where.BUFFER) {
+      const pulse = 0.6 + 0.4 * Math.sin(clock.wall / 180);
+      ctx.strokeStyle = PALETTE.buffer;
+      ctx.globalAlpha = pulse;
+      ctx.lineWidth = 2;
+      ctx.setLineDash([4, 3]);
+      roundRect(ctx, headTok.x - 4, headTok.y - 4, L.token.w + 8, L.token.h + 8, 6);
+      ctx.stroke();
+      ctx.setLineDash([]);
+      ctx.globalAlpha = 1;
+      moving = true;
+    }
+    // the consumer's history: the latest batches handed to the training loop, newest first
+    const cap = gridCapacity(L.consumer, L.token, HEADER.consumer);
+    const tail = yielded.slice(-cap).reverse();
+    tail.forEach(([, idx], i) => {
+      const p = consumerSlot(L, i);
+      if (!p) return;
+      ctx.globalAlpha = Math.max(0.25, 1 - i / cap);
+      drawToken(ctx, p.x, p.y, L.token.w, L.token.h, idx, false, false);
+    });
+    ctx.globalAlpha = 1;
+    ctx.textAlign = 'start';
+    ctx.textBaseline = 'alphabetic';
+
+    this.updateOverlay(state, clock, parked);
+    this.moving = moving;
+    return moving;
+  }
+
+  updateOverlay(state, clock, parked) {
+    const L = this.L;
+    this.setText(this.sendEl, String(state.send_idx));
+    this.setText(this.rcvdEl, String(state.rcvd_idx));
+    const c = state.config;
+    this.setText(this.samplerKind, [c.sampler, c.batch_size ? `batch_size ${c.batch_size}` : ''].filter(Boolean).join(' · '));
+    this.ids.forEach((wid, i) => {
+      const w = state.workers.get(wid);
+      const el = this.laneEls[i];
+      if (!w || !el) return;
+      const status = w.status;
+      this.setAttr(el.lane, 'data-status', status);
+      this.setAttr(el.lane, 'data-current', w.current ?? '');
+      const done = w.fetch_times.length;
+      let s = status;
+      if (status === WorkerStatus.DIED) s = `died (${w.signal || `exit ${w.exitcode}`})`;
+      else if (status === WorkerStatus.STUCK) s = 'STUCK';
+      this.setText(el.status, `${s}\n${done} fetched`);
+      const task = w.current !== null ? state.tasks.get(w.current) : undefined;
+      if (task) {
+        const elapsed = task.fetch_start !== null ? Math.max(0, clock.now - task.fetch_start) : 0;
+        this.setText(el.fetch, `task ${task.idx} · ${fmtElapsed(elapsed)}\n${clip(fmtIndices(task.indices, task.n), 34)}`);
+      } else {
+        this.setText(el.fetch, '');
+      }
+      const overflow = w.queue.length - queueCapacity(L, i);
+      this.setText(el.more, overflow > 0 ? `+${overflow}` : '');
+    });
+    const hidden = state.result_queue.length - gridCapacity(L.result, L.token, HEADER.result);
+    this.setText(this.resultEl, `${state.result_queue.length} waiting${hidden > 0 ? ` (+${hidden} not shown)` : ''}`);
+    const b = this.bufferEl;
+    this.setAttr(b, 'data-size', state.buffer.length);
+    this.setAttr(b, 'data-high', state.buffer_high);
+    this.setAttr(b, 'data-waiting-for', state.buffer.length ? state.rcvd_idx : '');
+    const head = state.tasks.get(state.rcvd_idx);
+    if (state.buffer.length && head && head.where === Where.BUFFER) {
+      this.setText(this.bufferHead, `${state.buffer.length} parked`);
+      this.setText(this.bufferSub, `task ${state.rcvd_idx} is here: the next next() takes it`);
+    } else if (state.buffer.length) {
+      this.setText(this.bufferHead, `${state.buffer.length} parked · waiting for task ${state.rcvd_idx}`);
+      this.setText(this.bufferSub, head ? describeWhere(head, state) : '');
+    } else {
+      this.setText(this.bufferHead, 'empty');
+      this.setText(this.bufferSub, state.buffer_high ? `high-water ${state.buffer_high}` : 'results that arrive early wait here');
+    }
+    this.setText(this.consumerStat, `${state.batches} batches received`);
+    const lastWait = state.batches ? lastConsumerWait(state) : null;
+    this.setText(this.consumerSub, lastWait === null ? '' : `waited ${fmtDuration(state.consumer_wait)} in all`);
+  }
+}
+
+function describeWhere(task, state) {
+  switch (task.where) {
+    case Where.INDEX_QUEUE: return `it is still queued at worker ${task.worker}`;
+    case Where.FETCHING: return `worker ${task.worker} is still fetching it`;
+    case Where.RESULT_QUEUE: return 'it is on the result queue, not yet taken';
+    case Where.FAILED: return `it failed in worker ${task.worker}`;
+    default: return '';
+  }
+}
+
+function lastConsumerWait(state) {
+  return state.consumer_wait;
+}
+
+export function fmtIndices(indices, n) {
+  if (!indices || !indices.length) return n ? `${n} samples` : '';
+  const shown = indices.slice(0, 8).join(' ');
+  const more = (n || indices.length) - Math.min(indices.length, 8);
+  return `[${shown}${more > 0 ? ` …+${more}` : ''}]`;
+}
+
+function fmtElapsed(s) {
+  return s < 10 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(1)} s`;
+}
+
+function clip(s, n) {
+  return s.length > n ? `${s.slice(0, n - 1)}…` : s;
+}
+
+function median(xs) {
+  if (!xs.length) return 0;
+  const tail = xs.length > 64 ? xs.slice(-64) : xs;
+  const sorted = [...tail].sort((a, b) => a - b);
+  return sorted[sorted.length >> 1];
+}
+
+function allFetchTimes(state) {
+  const out = [];
+  for (const w of state.workers.values()) out.push(...w.fetch_times.slice(-16));
+  return out;
+}
+
+function roundRect(ctx, x, y, w, h, r) {
+  ctx.beginPath();
+  ctx.moveTo(x + r, y);
+  ctx.arcTo(x + w, y, x + w, y + h, r);
+  ctx.arcTo(x + w, y + h, x, y + h, r);
+  ctx.arcTo(x, y + h, x, y, r);
+  ctx.arcTo(x, y, x + w, y, r);
+  ctx.closePath();
+}
+
+function box(ctx, r, fill, stroke, lw = 1) {
+  roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, Math.min(8, r.h / 3));
+  ctx.fillStyle = fill;
+  ctx.fill();
+  ctx.strokeStyle = stroke;
+  ctx.lineWidth = lw;
+  ctx.stroke();
+}
+
+function arrow(ctx, x0, y0, x1, y1, color, lw = 1) {
+  ctx.strokeStyle = color;
+  ctx.fillStyle = color;
+  ctx.lineWidth = lw;
+  ctx.beginPath();
+  const mx = (x0 + x1) / 2;
+  ctx.moveTo(x0, y0);
+  ctx.bezierCurveTo(mx, y0, mx, y1, x1 - 5, y1);
+  ctx.stroke();
+  ctx.beginPath();
+  ctx.moveTo(x1, y1);
+  ctx.lineTo(x1 - 6, y1 - 3.5);
+  ctx.lineTo(x1 - 6, y1 + 3.5);
+  ctx.closePath();
+  ctx.fill();
+}
+
+/** A task token: a rounded chip in the task's color with its id; parked ones get an amber rim. */
+export function drawToken(ctx, x, y, w, h, idx, parked, failed) {
+  roundRect(ctx, x, y, w, h, Math.min(5, h / 3));
+  ctx.fillStyle = failed ? '#5a1e25' : taskColor(idx);
+  ctx.fill();
+  if (parked || failed) {
+    ctx.strokeStyle = failed ? PALETTE.stuck : PALETTE.buffer;
+    ctx.lineWidth = 2;
+    ctx.stroke();
+  }
+  ctx.fillStyle = failed ? '#ffd7d5' : taskInk(idx);
+  ctx.fillText(String(idx), x + w / 2, y + h / 2 + 0.5);
+}

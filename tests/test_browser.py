@@ -1,0 +1,163 @@
+"""The page in a real browser (Debian's chromium via Playwright) against the real dashboard.
+
+A first-time user opens the page, starts ``out_of_order`` and watches a real DataLoader: one lane
+per worker, cursors moving, results parked in the reorder buffer. Screenshots land in the test's
+tmp dir; ``LOADERSCOPE_SCREENSHOT=path`` also copies the mid-run one there (docs/screenshot.png).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1440, "height": 900}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page plus the errors it logged: a test fails on any uncaught page error."""
+
+    def __init__(self, browser: Any) -> None:
+        self.context = browser.new_context(viewport=VIEWPORT)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
+        self.page.on("console", self._console)
+        self.expected_status: set[int] = set()
+
+    def _console(self, message: Any) -> None:
+        # chromium logs every non-2xx fetch; a test that provokes one says which status it expects
+        if message.type == "error" and not any(f"status of {s}" in message.text for s in self.expected_status):
+            self.errors.append(f"console: {message.text}")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Page]:
+    p = Page(browser)
+    yield p
+    p.close()
+    assert not p.errors, "\n".join(p.errors)
+
+
+def rcvd(page: Any) -> int:
+    return int(page.text_content('[data-testid="cursor-rcvd"]') or -1)
+
+
+def start_from_form(page: Any, scenario: str, **params: Any) -> str:
+    """Choose a scenario, fill parameters, press Start; returns the run id from the address bar."""
+    page.wait_for_selector(f'#scenario option[value="{scenario}"]', state="attached", timeout=30_000)
+    page.select_option("#scenario", scenario)
+    if params:
+        page.click("#params-box summary")
+        for name, value in params.items():
+            page.fill(f"#param-{name}", str(value))
+    page.click("#btn-start")
+    page.wait_for_url(lambda url: "run=" in url, timeout=15_000)
+    return page.url.split("run=", 1)[1].split("&", 1)[0]
+
+
+def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
+    pg = page.page
+    pg.goto(server.page_url)  # the token becomes an HttpOnly cookie; the page's calls just work
+    assert "token=" not in pg.url
+    run_id = start_from_form(pg, "out_of_order", dataset_size=400, sample_ms=15)
+    pg.wait_for_function("() => Number(document.querySelector('[data-testid=cursor-rcvd]')?.textContent) > 10",
+                         timeout=60_000)
+    lanes = pg.locator('[data-testid="worker-lane"]')
+    assert lanes.count() == 4  # out_of_order's default num_workers
+    assert [lanes.nth(i).get_attribute("data-worker") for i in range(4)] == ["0", "1", "2", "3"]
+    send = int(pg.text_content('[data-testid="cursor-send"]') or -1)
+    assert send >= rcvd(pg) > 10
+    # slow the training loop down (the speed control) so a person can follow, as a user would
+    pg.select_option("#speed", "0.5")
+    assert server.wait_status(run_id, statuses=("running",))["delay"] == 0.5
+    pg.wait_for_function("() => Number(document.querySelector('[data-testid=reorder-buffer]').dataset.size) > 0",
+                         timeout=10_000, polling=10)
+    pg.wait_for_timeout(400)  # let the tokens settle where they are
+    shot = tmp_path / "out_of_order.png"
+    pg.screenshot(path=str(shot))
+    if os.environ.get("LOADERSCOPE_SCREENSHOT"):
+        shutil.copy(shot, os.environ["LOADERSCOPE_SCREENSHOT"])
+    high = int(pg.get_attribute('[data-testid="reorder-buffer"]', "data-high") or 0)
+    assert high > 0, "out_of_order parks results in the reorder buffer"
+    pg.select_option("#speed", "0")  # full speed to the end
+    # the run ends; the page shows it, with everything the server has
+    final = server.wait_status(run_id, timeout=90)
+    pg.wait_for_function(f"() => document.querySelector('[data-testid=run-status]').textContent === {final['status']!r}",
+                         timeout=15_000)
+    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=15_000)
+    assert rcvd(pg) == final["batches"] == 100
+    state = pg.evaluate("({events: window.loaderscope.eventCount, violations: window.loaderscope.state.violations,"
+                        " high: window.loaderscope.state.buffer_high})")
+    assert state["events"] == final["events"]
+    assert state["violations"] == []
+    assert state["high"] == final["statistics"]["buffer_high"]
+    assert pg.locator("#diagnosis li").count() >= 1
+    pg.wait_for_timeout(700)  # released tokens finish their flight to the consumer
+    pg.screenshot(path=str(tmp_path / "out_of_order_done.png"))
+
+
+def test_reload_and_dropped_socket_lose_nothing(server: Any, page: Page) -> None:
+    pg = page.page
+    run = server.start_run("out_of_order", num_workers=2, dataset_size=160, sample_ms=5)
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    pg.wait_for_function("() => Number(document.querySelector('[data-testid=cursor-rcvd]')?.textContent) > 3",
+                         timeout=60_000)
+    assert pg.locator('[data-testid="worker-lane"]').count() == 2
+    pg.reload()  # the page starts over from seq 0 and catches up
+    pg.wait_for_function("() => window.loaderscope.eventCount > 0", timeout=30_000)
+    # drop the websocket under the page; it must reconnect with after=lastSeq
+    pg.evaluate("window.loaderscope.stream.socket && window.loaderscope.stream.socket.close()")
+    final = server.wait_status(run["id"], timeout=90)
+    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=20_000)
+    got = pg.evaluate("({events: window.loaderscope.eventCount, dups: window.loaderscope.stream.duplicates,"
+                      " batches: window.loaderscope.state.batches, violations: window.loaderscope.state.violations})")
+    assert got["events"] == final["events"], "every event applied exactly once"
+    assert got["batches"] == final["batches"]
+    assert got["violations"] == []
+
+
+def test_bad_parameter_is_shown_next_to_its_field(server: Any, page: Page) -> None:
+    pg = page.page
+    page.expected_status.add(422)
+    pg.goto(server.page_url)
+    pg.wait_for_selector('#scenario option[value="uniform"]', state="attached", timeout=30_000)
+    pg.select_option("#scenario", "uniform")
+    pg.click("#params-box summary")
+    # the form knows the bounds, so bypass its own check to see the server's 422 placed by field
+    pg.evaluate("document.getElementById('param-num_workers').removeAttribute('max')")
+    pg.evaluate("window.__read = window.loaderscope.form.read; window.loaderscope.form.read = () => {"
+                " const r = window.__read(); r.errors = {}; r.values.num_workers = 99; return r; }")
+    pg.click("#btn-start")
+    error = pg.locator('[data-field="num_workers"] .field-error')
+    error.wait_for(state="visible", timeout=10_000)
+    assert "num_workers" in (error.text_content() or "") or "32" in (error.text_content() or "")
+    assert "run=" not in pg.url
+    # the form's own check names the field too, without a round trip
+    pg.evaluate("window.loaderscope.form.read = window.__read")
+    pg.fill("#param-batch_size", "0")
+    pg.click("#btn-start")
+    assert "at least 1" in (pg.locator('[data-field="batch_size"] .field-error').text_content() or "")
