@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from loaderscope.conformance import check
+from loaderscope.events import validate
 from loaderscope.sim import CostModel, SimConfig, Simulator, TaskCosts
 
 
@@ -72,3 +74,19 @@ def run_core(cfg: SimConfig, costs: CostModel | None = None, sample_s: float = 0
     return Simulator(cfg, task_costs).run()
 
 
+
+
+def problems(events: list[dict[str, Any]], *, complete: bool = True) -> list[str]:
+    """The shared conformance check, plus what only a simulated trace can promise.
+
+    A simulated trace is also schema-valid with seq 0, 1, 2, ... and time that never runs back
+    (real traces merge worker records late, so their ``t`` may step back a little).
+    """
+    found = check(events) if complete else []
+    for position, event in enumerate(events):
+        validate(event)
+        if event["seq"] != position:
+            found.append(f"seq {event['seq']} at position {position}")
+        if position and event["t"] < events[position - 1]["t"]:
+            found.append(f"seq {event['seq']}: time runs back")
+    return found

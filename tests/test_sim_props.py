@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from test_sim_helpers import make_config, run_core
 
 from loaderscope.sim import CostModel, SampleDist, Simulator, TaskCosts
-from loaderscope.sim.conformance import problems
 from loaderscope.state import LoaderState
-
-import random
+from tests.test_sim_helpers import make_config, problems, run_core
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

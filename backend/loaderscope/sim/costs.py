@@ -67,7 +67,14 @@ class CostModel(BaseModel):
     die: Death | None = None
     step_ms: float | None = Field(None, ge=0, description="consumer step per batch, ms; default: the plan's")
     pin_ms_per_mb: float = Field(0.0, ge=0, description="pin-memory copy cost, ms per MB (0: no pin stage)")
-    startup_ms: float = Field(0.0, ge=0, description="worker process start-up time, ms")
+    startup_ms: float = Field(0.0, ge=0, description="a worker's boot time once started, before its first task, ms")
+    spawn_ms: float = Field(
+        0.0, ge=0, description="main-process time to start each worker process (one after another), ms"
+    )
+    transfer_ms: float = Field(
+        0.0, ge=0, description="result queue latency per batch (pickle, pipe, unpickle), ms"
+    )
+    sample_overhead_ms: float = Field(0.0, ge=0, description="fixed cost added to every sample fetched, ms")
     sample_bytes: int = Field(DEFAULT_SAMPLE_BYTES, ge=0, description="bytes per collated sample")
     stuck_after_s: float = Field(10.0, gt=0, description="a fetch this long (or 20x the median) is reported stuck")
     seed: int | None = Field(None, description="seed for the distributions; default: the scenario's seed")
@@ -118,6 +125,9 @@ class TaskCosts:
         self.model = model
         self.step = model.step_ms / 1000 if model.step_ms is not None else step_s
         self.startup = model.startup_ms / 1000
+        self.spawn = model.spawn_ms / 1000
+        self.transfer = model.transfer_ms / 1000
+        self._overhead = model.sample_overhead_ms / 1000
         self.collate = model.collate_ms / 1000
         self.pin_active = pin_memory and model.pin_ms_per_mb > 0
         self._pin_per_byte = model.pin_ms_per_mb / 1000 / MB
@@ -131,7 +141,7 @@ class TaskCosts:
     def fetch(self, samples: Sequence[int], worker: int) -> float:
         """Seconds worker ``worker`` spends fetching ``samples`` and collating them into one batch."""
         total = sum(map(self._one(worker), samples)) if samples else 0.0
-        return (total + self.collate) * self._factor.get(worker, 1.0)
+        return (total + self._overhead * len(samples) + self.collate) * self._factor.get(worker, 1.0)
 
     def _one(self, worker: int) -> Callable[[int], float]:
         # Chosen once per task rather than per sample: an ImageNet epoch is 1.28 M samples.

@@ -25,6 +25,9 @@ from typing import Any, Literal
 from loaderscope.events import Event, Kind, clip_indices
 from loaderscope.sim.costs import TaskCosts
 
+# Steps closer than this in virtual time count as simultaneous: float sums of equal costs differ in
+# the last bit, and simultaneity is then settled by the rule in ``Simulator._at``, not by rounding noise.
+TIME_QUANTUM_DIGITS = 9
 STUCK_MEDIAN_FACTOR = 20  # DESIGN.md: stuck after 10 s or 20x the median fetch, whichever is larger
 FIRST_PID = 1000  # simulated workers get pids from here on, in spawn order (reproducible)
 SIMULATED_STACK = "(simulated) worker is inside Dataset.__getitem__ / collate_fn"
@@ -114,7 +117,7 @@ class Simulator:
         self.now = 0.0
         self.done = False
         self._max_events = max_events
-        self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._heap: list[tuple[float, int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._order = itertools.count()
         self._out: list[Event] = []
         self._seq = 0
@@ -132,7 +135,7 @@ class Simulator:
         """Run every scheduled step up to virtual time ``until`` (all, if None); return new events."""
         heap = self._heap
         while heap and not self.done and (until is None or heap[0][0] <= until):
-            t, _, handler, args = heapq.heappop(heap)
+            t, _, _, handler, args = heapq.heappop(heap)
             self.now = t
             handler(*args)
             if self._max_events is not None and self._seq >= self._max_events and not self.done:
@@ -151,8 +154,14 @@ class Simulator:
             raise RuntimeError(f"simulation stalled at t={self.now:.6f}: nothing scheduled and the run not over")
         return events
 
-    def _at(self, t: float, handler: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self._heap, (t, next(self._order), handler, args))
+    def _at(self, t: float, handler: Callable[..., None], *args: Any, worker: int = -1) -> None:
+        """Schedule ``handler(*args)`` at virtual time ``t``.
+
+        Times are kept to the nanosecond. Simultaneous steps run main process first, then workers
+        by id (torch starts them in id order, so with equal work the lower id is ahead), then in the
+        order they were scheduled.
+        """
+        heapq.heappush(self._heap, (round(t, TIME_QUANTUM_DIGITS), worker, next(self._order), handler, args))
 
     def _emit(self, kind: str, **fields: Any) -> None:
         event = {"seq": self._seq, "t": self.now, "run": self.cfg.run_id, "rank": 0, "kind": kind}
@@ -173,25 +182,29 @@ class Simulator:
         self._begin_epoch(0)
 
     def _begin_epoch(self, epoch: int) -> None:
-        """``iter(loader)``: a new iterator (and workers), or ``_reset`` of the persistent one."""
+        """``iter(loader)``: a new iterator that starts its workers, or ``_reset`` of the persistent one."""
         self._epoch = epoch
-        fields = {"batches": len(self.cfg.batches[epoch])} if self.cfg.dataset_kind == "map" else {}
-        self._emit(Kind.EPOCH_START, epoch=epoch, **fields)
         if self.cfg.num_workers == 0:
-            self._reset_iterator_state()
             self._workers = [_Worker(0, 0, alive=False)]  # the main process is the fetcher
+            self._epoch_reset(first_iter=True)
         elif not self._workers or not self.cfg.persistent_workers:
             self._spawn_workers()
-            self._reset(first_iter=True)
         else:
             self._resume_workers()
-            self._reset(first_iter=False)
-        self._at(self.now, self._consumer_next)
+            self._epoch_reset(first_iter=False)
 
     def _spawn_workers(self) -> None:
+        """torch's iterator starts its workers one after another, then primes them (``_reset``)."""
         self._workers = [_Worker(w, next(self._pids)) for w in range(self.cfg.num_workers)]
         for worker in self._workers:
-            self._at(self.now + self.costs.startup, self._worker_ready, worker)
+            self._at(self.now + (worker.wid + 1) * self.costs.spawn, self._worker_spawned, worker)
+        self._at(self.now + self.cfg.num_workers * self.costs.spawn, self._epoch_reset, True)
+
+    def _epoch_reset(self, first_iter: bool) -> None:
+        batches = {"batches": len(self.cfg.batches[self._epoch])} if self.cfg.dataset_kind == "map" else {}
+        self._emit(Kind.EPOCH_START, epoch=self._epoch, **batches)
+        self._reset(first_iter)
+        self._at(self.now, self._consumer_next)
 
     def _resume_workers(self) -> None:
         # _ResumeIteration: every worker's queue holds only tasks it drops unfetched, so the
@@ -260,7 +273,7 @@ class Simulator:
 
     def _reset(self, first_iter: bool) -> None:
         self._reset_iterator_state()
-        for _ in range(self.cfg.prefetch_factor * self.cfg.num_workers):
+        for _ in range(self.cfg.prefetch_factor * self.cfg.num_workers):  # prime the prefetch loop
             self._try_put_index()
 
     def _next_index(self) -> Sequence[Any] | None:
@@ -416,12 +429,15 @@ class Simulator:
 
     # --- worker processes: _worker_loop ------------------------------------------------------------
 
-    def _worker_ready(self, worker: _Worker) -> None:
-        if not worker.alive:
-            return  # shut down before it finished starting
-        worker.ready = True
+    def _worker_spawned(self, worker: _Worker) -> None:
         self._emit(Kind.WORKER_START, worker=worker.wid, pid=worker.pid)
-        self._worker_kick(worker)
+        self._at(self.now + self.costs.startup, self._worker_ready, worker, worker=worker.wid)
+
+    def _worker_ready(self, worker: _Worker) -> None:
+        """Booted: the worker's loop starts reading its index queue."""
+        if worker.alive:  # else it was shut down before it finished starting
+            worker.ready = True
+            self._worker_kick(worker)
 
     def _worker_kick(self, worker: _Worker) -> None:
         """The worker takes the next task from its index queue, if it is free to."""
@@ -439,14 +455,15 @@ class Simulator:
         samples, stop = self._samples_for(worker, task)
         dt = self.costs.fetch(samples, worker.wid) + self.costs.stall(task.epoch, task.idx)
         worker.current = task
-        self._emit(Kind.FETCH_START, idx=task.idx, worker=worker.wid, epoch=task.epoch)
+        self._emit(Kind.FETCH_START, idx=task.idx, worker=worker.wid, epoch=task.epoch, n=len(task.samples))
         die_after = self.costs.dies(task.epoch, task.idx)
-        if die_after is not None and self.cfg.num_workers > 0:
-            self._at(self.now + die_after, self._worker_died, worker, task)
+        if die_after is not None:
+            self._at(self.now + die_after, self._worker_died, worker, task, worker=worker.wid)
             return
         self._watch_stuck(worker, task, dt)
         nbytes = 0 if stop else self.costs.nbytes(len(samples))
-        self._at(self.now + dt, self._fetch_done, worker, _Result(task.epoch, task.idx, worker.wid, nbytes, stop), dt)
+        result = _Result(task.epoch, task.idx, worker.wid, nbytes, stop)
+        self._at(self.now + dt, self._fetch_done, worker, result, dt, worker=worker.wid)
 
     def _samples_for(self, worker: _Worker, task: _Task) -> tuple[Sequence[Any], bool]:
         """The samples a fetch produces, and whether it ends the worker's iterable shard.
@@ -473,7 +490,7 @@ class Simulator:
         median = statistics.median(self._fetch_times) if self._fetch_times else 0.0
         threshold = max(self.costs.stuck_after, STUCK_MEDIAN_FACTOR * median)
         if dt > threshold:
-            self._at(self.now + threshold, self._worker_stuck, worker, task, threshold)
+            self._at(self.now + threshold, self._worker_stuck, worker, task, threshold, worker=worker.wid)
 
     def _worker_stuck(self, worker: _Worker, task: _Task, elapsed: float) -> None:
         if worker.current is task:
@@ -486,18 +503,25 @@ class Simulator:
         fields = {"stop": True} if result.stop else {}
         self._emit(Kind.FETCH_END, idx=result.idx, worker=worker.wid, epoch=result.epoch, dt=dt,
                    nbytes=result.nbytes, **fields)
+        if self.costs.transfer > 0:
+            self._at(self.now + self.costs.transfer, self._result_queued, result)
+        else:
+            self._result_queued(result)
+        self._worker_kick(worker)
+
+    def _result_queued(self, result: _Result) -> None:
+        """The result can be taken off the worker result queue: by the pin thread, if any, else by main."""
         if self.costs.pin_active:
             self._pin_queue.append(result)
             self._pin_kick()
         else:
             self._deliver(result)
-        self._worker_kick(worker)
 
     def _worker_died(self, worker: _Worker, task: _Task) -> None:
         # torch's SIGCHLD handler raises in the main process as soon as the worker is gone.
         worker.alive = False
         self._emit(Kind.WORKER_DIED, worker=worker.wid, pid=worker.pid, exitcode=-9, signal="SIGKILL",
-                   idx=task.idx, epoch=task.epoch)
+                   idx=task.idx, epoch=task.epoch, holding=True)
         self._fail("RuntimeError", f"DataLoader worker (pid {worker.pid}) is killed by signal: Killed. ",
                    idx=task.idx, worker=worker.wid, epoch=task.epoch)
 
@@ -535,7 +559,7 @@ class Simulator:
         samples, stop = self._samples_for(worker, task)
         dt = self.costs.fetch(samples, 0) + self.costs.stall(task.epoch, idx)
         worker.current = task
-        self._emit(Kind.FETCH_START, idx=idx, worker=0, epoch=self._epoch)
+        self._emit(Kind.FETCH_START, idx=idx, worker=0, epoch=self._epoch, n=len(index))
         self._watch_stuck(worker, task, dt)
         nbytes = 0 if stop else self.costs.nbytes(len(samples))
         self._at(self.now + dt, self._single_fetched, _Result(self._epoch, idx, 0, nbytes, stop), dt)

@@ -126,5 +126,5 @@ def simulate(
                            pin_memory=bool(cfg.config["pin_memory"]))
     events = Simulator(cfg, task_costs, max_events=max_events).run()
     if events and events[-1]["kind"] == Kind.RUN_END:
-        events[-1]["stats"] = summary(reduce(events[:-1]))
+        events[-1]["stats"] = summary(reduce(events))
     return events

@@ -1,0 +1,253 @@
+"""What if: simulate a scenario over a grid of values, tabulate, and recommend a worker count.
+
+``sweep`` runs one simulation per combination of the grid (scenario parameters such as
+``num_workers`` or ``prefetch_factor``, or scalar cost-model fields such as ``transfer_ms``) and
+keeps the numbers DESIGN.md's diagnosis speaks of: batches/s, the consumer's wait share
+(input-bound), the reorder buffer's high-water mark and the workers' utilisation.
+``trace_sweep`` does the same from a recorded real trace, its costs fitted by ``fit_from_trace``.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from loaderscope import scenarios
+from loaderscope.events import Event
+from loaderscope.scenarios.base import LoaderPlan
+from loaderscope.sim.costs import CostModel
+from loaderscope.sim.fit import fit_from_trace
+from loaderscope.sim.run import simulate
+
+# The consumer counts as fed when it waits inside next() at most this share of its time
+# (the first batch of a run always waits for the pipeline to fill).
+FED_SHARE = 0.10
+# The recommendation is the smallest worker count whose throughput is within this of the best.
+SATURATION = 0.98
+# Parameters that change the loader or the costs but never the sampler order: sweeping them can
+# reuse one iteration of the real samplers.
+ORDER_NEUTRAL = frozenset({
+    "num_workers", "prefetch_factor", "persistent_workers", "in_order", "timeout", "pin_memory",
+    "sample_ms", "step_ms", "slow_worker", "slow_factor",
+})
+METRICS = ("batches_per_s", "input_bound", "buffer_high", "worker_util", "wall", "batches", "status")
+# Loader arguments a sweep of a trace without a scenario may change.
+TRACE_KEYS = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory"})
+
+
+def row_stats(events: Sequence[Event]) -> dict[str, Any]:
+    """The sweep's numbers for one simulated run (from the summary in its ``run_end``)."""
+    stats = events[-1].get("stats", {})
+    workers = stats.get("workers", [])
+    util = statistics.fmean(1 - w["idle_share"] for w in workers) if workers else 0.0
+    return {
+        "batches_per_s": stats.get("batches_per_s", 0.0),
+        "input_bound": stats.get("input_bound", 0.0),
+        "buffer_high": stats.get("buffer_high", 0),
+        "worker_util": util,
+        "wall": stats.get("wall", 0.0),
+        "batches": stats.get("batches", 0),
+        "status": stats.get("status", events[-1].get("reason")),
+    }
+
+
+def _combinations(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    keys = list(grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def _split(values: dict[str, Any], params_model: type, costs: CostModel) -> tuple[dict[str, Any], CostModel]:
+    """Grid values for the scenario's parameters, and the cost model with the cost fields applied.
+
+    Raises:
+        ValueError: naming a key that is neither a parameter of the scenario nor a cost field.
+    """
+    param_keys, cost_keys = set(params_model.model_fields), set(CostModel.model_fields)
+    unknown = sorted(set(values) - param_keys - cost_keys)
+    if unknown:
+        raise ValueError(f"cannot sweep {', '.join(unknown)}: not a parameter of the scenario "
+                         f"({', '.join(sorted(param_keys))}) nor a cost ({', '.join(sorted(cost_keys))})")
+    # A cost the model sets overrides the scenario's (step_ms): sweep it there too.
+    update = {k: v for k, v in values.items() if k in cost_keys and (k not in param_keys or k in costs.model_fields_set)}
+    return {k: v for k, v in values.items() if k in param_keys}, costs.model_copy(update=update)
+
+
+def sweep(
+    scenario_name: str,
+    base_params: dict[str, Any],
+    grid: dict[str, list[Any]],
+    costs: CostModel | None = None,
+) -> list[dict[str, Any]]:
+    """One simulated run per combination of ``grid``: the swept values, then the metrics.
+
+    Raises:
+        UnknownScenario: for a name not in the catalog.
+        ValueError / pydantic.ValidationError: naming a key or value the scenario does not accept.
+    """
+    from loaderscope.sim.batches import sampler_order
+
+    scenario = scenarios.get(scenario_name)
+    base_costs = costs or CostModel()
+    orders: dict[tuple[Any, ...], Any] = {}
+    rows = []
+    for number, values in enumerate(_combinations(grid)):
+        param_values, run_costs = _split(values, scenario.params, base_costs)
+        params = scenario.params.model_validate(base_params | param_values).model_dump()
+        plan = scenario.build(scenario.params.model_validate(params))
+        key = tuple(sorted((k, v) for k, v in params.items() if k not in ORDER_NEUTRAL))
+        if key not in orders:
+            orders[key] = sampler_order(plan).batches
+        events = simulate(plan, run_id=f"sweep-{number}", scenario=scenario_name, params=params,
+                          costs=run_costs, batches=orders[key])
+        rows.append(values | row_stats(events))
+    return rows
+
+
+def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """``sweep`` seeded by a recorded run: its scenario (if it has one) with costs fitted from it.
+
+    A trace of a user's own loader (no scenario) is replayed with its own batches; its grid may
+    change the loader arguments in ``TRACE_KEYS`` and the scalar cost fields.
+
+    Raises:
+        ValueError: for a trace without ``run_start``, or a key the replay cannot change.
+    """
+    start = next((e for e in events if e["kind"] == "run_start"), None)
+    if start is None:
+        raise ValueError("the trace has no run_start event: cannot tell which loader it recorded")
+    costs = fit_from_trace(events)
+    name, params = start.get("scenario"), start.get("params") or {}
+    if name and name in {s.name for s in scenarios.all_scenarios()}:
+        return sweep(name, params, grid, costs)
+    plan, batches = plan_from_trace(events)
+    rows = []
+    for number, values in enumerate(_combinations(grid)):
+        loader = {k: v for k, v in values.items() if k in TRACE_KEYS}
+        cost_values = {k: v for k, v in values.items() if k not in TRACE_KEYS}
+        unknown = sorted(set(cost_values) - set(CostModel.model_fields))
+        if unknown:
+            raise ValueError(f"cannot sweep {', '.join(unknown)} on a trace: choose from "
+                             f"{', '.join(sorted(TRACE_KEYS | set(CostModel.model_fields)))}")
+        replay = _with_loader(plan, loader)
+        run = simulate(replay, run_id=f"sweep-{number}", scenario=name or "trace", params=values,
+                       costs=costs.model_copy(update=cost_values), batches=batches)
+        rows.append(values | row_stats(run))
+    return rows
+
+
+def plan_from_trace(events: Sequence[Event]) -> tuple[LoaderPlan, list[list[list[Any]]]]:
+    """A plan and per-epoch batches that replay a trace's loader (costs come from the fitted model).
+
+    Sample indices a dispatch event cut short (``n`` beyond the indices kept) are replaced by -1,
+    which the fitted model charges from its distribution. An iterable stream is split evenly.
+    """
+    start = next(e for e in events if e["kind"] == "run_start")
+    config = start.get("config", {})
+    epoch, per_epoch = 0, {}
+    for event in events:
+        if event["kind"] == "epoch_start":
+            epoch = event["epoch"]
+        elif event["kind"] == "dispatch":
+            indices, n = event.get("indices") or [], event.get("n") or 0
+            full = indices if len(indices) == n and None not in indices else [-1] * n
+            per_epoch.setdefault(event.get("epoch", epoch), []).append((event["idx"], full))
+    batches = [[b for _, b in sorted(per_epoch[e])] for e in sorted(per_epoch)]
+    kind = config.get("dataset_kind", "map")
+    total = sum(len(b) for b in batches[0]) if batches else 0
+    length = config.get("dataset_length") or total
+    kwargs = {k: config[k] for k in ("num_workers", "batch_size", "drop_last", "timeout", "pin_memory", "in_order")
+              if config.get(k) is not None}
+    if config.get("num_workers"):
+        kwargs |= {k: config[k] for k in ("prefetch_factor", "persistent_workers") if config.get(k) is not None}
+    plan = LoaderPlan(
+        dataset_kind=kind,
+        length=length,
+        sample_cost=_free,
+        loader_kwargs=kwargs,
+        make_dataset=_no_dataset,
+        epochs=max(len(batches), 1),
+        shard_sizes=(lambda workers: _even(total, workers)) if kind == "iterable" else None,
+        describe={k: config[k] for k in ("sampler", "batch_sampler") if config.get(k)},
+    )
+    return plan, batches
+
+
+def _free(index: int, worker: int) -> float:
+    return 0.0
+
+
+def _no_dataset() -> None:
+    return None
+
+
+def _even(total: int, workers: int) -> list[int]:
+    share, rest = divmod(total, max(workers, 1))
+    return [share + (1 if w < rest else 0) for w in range(max(workers, 1))]
+
+
+def _with_loader(plan: LoaderPlan, loader: dict[str, Any]) -> LoaderPlan:
+    from dataclasses import replace
+
+    kwargs = plan.loader_kwargs | loader
+    if kwargs.get("num_workers"):
+        kwargs.setdefault("prefetch_factor", 2)
+        kwargs.setdefault("persistent_workers", False)
+    else:
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    return replace(plan, loader_kwargs=kwargs)
+
+
+def recommend(rows: Iterable[Mapping[str, Any]], fed_share: float = FED_SHARE) -> str:
+    """The smallest ``num_workers`` that keeps the consumer fed, per combination of the other keys."""
+    rows = [r for r in rows if "num_workers" in r]
+    if not rows:
+        return "sweep num_workers (e.g. num_workers=0,1,2,4,8) for a recommendation"
+    others = [k for k in rows[0] if k not in METRICS and k != "num_workers"]
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in others), []).append(row)
+    lines = []
+    for values, group in groups.items():
+        where = ", ".join(f"{k}={v}" for k, v in zip(others, values))
+        lines.append((f"{where}: " if where else "") + _recommend_one(sorted(group, key=lambda r: r["num_workers"]),
+                                                                         fed_share))
+    return "\n".join(lines)
+
+
+def _recommend_one(group: list[Mapping[str, Any]], fed_share: float) -> str:
+    """Where throughput reaches (almost) its best; fed if the consumer then barely waits."""
+    best = max(r["batches_per_s"] for r in group)
+    r = next(r for r in group if r["batches_per_s"] >= SATURATION * best)
+    if r["input_bound"] <= fed_share:
+        return (f"num_workers={r['num_workers']} keeps the consumer fed: it waits {r['input_bound']:.0%} of "
+                f"the time, {r['batches_per_s']:.1f} batches/s")
+    if r is group[-1] and len(group) > 1:
+        return (f"the consumer is still starved at num_workers={r['num_workers']} (waits {r['input_bound']:.0%} of "
+                f"the time) and throughput still rises ({r['batches_per_s']:.1f} batches/s): sweep more workers")
+    return (f"no num_workers swept keeps the consumer fed (it waits at least "
+            f"{min(x['input_bound'] for x in group):.0%} of the time); throughput levels off at "
+            f"num_workers={r['num_workers']} ({r['batches_per_s']:.1f} batches/s): more workers will not help, "
+            f"cheaper samples or a faster main process might")
+
+
+def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The sweep as a text table (rich), swept keys first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_edge=False, header_style="bold")
+    keys = [k for k in (rows[0] if rows else {}) if k not in METRICS]
+    for key in keys:
+        table.add_column(key, justify="right")
+    for title in ("batches/s", "input-bound", "buffer high", "worker util", "status"):
+        table.add_column(title, justify="right")
+    for row in rows:
+        table.add_row(*(str(row[k]) for k in keys), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
+                      str(row["buffer_high"]), f"{row['worker_util']:.0%}", str(row["status"]))
+    out = io.StringIO()
+    Console(file=out, width=max(80, 14 * (len(keys) + 5)), color_system=None).print(table)
+    return out.getvalue()
