@@ -214,8 +214,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from loaderscope.server import serve
 
-    serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
-          demo=getattr(args, "scenario", None))
+    try:
+        serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
+              demo=getattr(args, "scenario", None))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror}); "
+                         "choose another port with --port, or --port 0 for any free one") from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return 0
 
 
