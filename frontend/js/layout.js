@@ -71,7 +71,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const titles = [
     { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
     { x: lanesX, text: workersTitle(n, inProcess), hint: 'index queue (waiting) · fetching now' },
-    { x: result.x, text: 'result queue', hint: 'arrival order' },
+    { x: result.x, text: 'result queue', hint: 'oldest on top' },
     { x: buffer.x, text: 'reorder buffer', hint: '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
   ];
@@ -106,11 +106,12 @@ export function fetchSlot(L, lane) {
 }
 
 /** Slot k of a grid filling rect r row by row (tokens of size t, 4 px apart, under a header). */
-export function gridSlot(r, t, k, header = 0) {
+export function gridSlot(r, t, k, header = 0, downFirst = false) {
   const cols = Math.max(1, Math.floor((r.w - 8) / (t.w + 4)));
   const rows = Math.max(1, Math.floor((r.h - header - 8) / (t.h + 4)));
   if (k >= cols * rows) return null;
-  const col = k % cols, row = Math.floor(k / cols);
+  const col = downFirst ? Math.floor(k / rows) : k % cols;
+  const row = downFirst ? k % rows : Math.floor(k / cols);
   return { x: r.x + 6 + col * (t.w + 4), y: r.y + header + 6 + row * (t.h + 4) };
 }
 
@@ -123,7 +124,8 @@ export function gridCapacity(r, t, header = 0) {
 /** Header heights inside the boxes (room for "waiting for task N" and similar). */
 export const HEADER = { result: 8, buffer: 58, consumer: 60 };
 
-export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result);
+/** The result queue reads top to bottom in arrival order (oldest on top, taken first). */
+export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result, true);
 export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, HEADER.buffer);
 export const consumerSlot = (L, k) => gridSlot(L.consumer, L.token, k, HEADER.consumer);
 

@@ -34,7 +34,7 @@ class App {
     this.pollTimer = null;
     this.noteItems = [];
     this.selectedWorker = null;
-    this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0 };
+    this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 } };
     this.scenarios = [];
     this.form = null;
     this.reset();
@@ -93,13 +93,20 @@ class App {
     const clock = this.clock(wall);
     this.timeline.inProcess = this.state.config.num_workers === 0;
     const moving = this.pipeline.draw(this.state, clock);
+    const t2 = performance.now();
     this.timeline.draw(clock);
+    const t3 = performance.now();
     if (wall - this.lastPanels > PANEL_MS || (applied && this.queueHead >= this.queue.length && wall - this.lastPanels > 50)) {
       this.lastPanels = wall;
       this.renderPanels();
     }
     const ms = performance.now() - start;
     const p = this.perf;
+    const split = p.split;
+    split.apply += wall - start;
+    split.pipeline += t2 - wall;
+    split.timeline += t3 - t2;
+    split.panels += start + ms - t3;
     p.frames += 1;
     p.lastFrameMs = ms;
     p.maxFrameMs = Math.max(p.maxFrameMs, ms);

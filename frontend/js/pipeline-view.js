@@ -12,6 +12,7 @@ import { fmtDuration } from './timeline-store.js';
 
 const EASE_MS = 70; // token motion time constant
 const FADE_MS = 600;
+const MAX_FLYING = 24; // released tokens animated at once
 
 /** Canvas height for n lanes: room for ~44 px per lane up to a point, then lanes get thinner. */
 export function pipelineHeight(lanes) {
@@ -202,7 +203,7 @@ export class PipelineView {
     const k = 1 - Math.exp(-dtMs / EASE_MS);
     const yielded = state.yield_order;
     const newYields = new Set();
-    for (let i = Math.max(this.lastYieldCount, yielded.length - 64); i < yielded.length; i++) newYields.add(`${yielded[i][0]}:${yielded[i][1]}`);
+    for (let i = Math.max(this.lastYieldCount, yielded.length - MAX_FLYING); i < yielded.length; i++) newYields.add(`${yielded[i][0]}:${yielded[i][1]}`);
     this.lastYieldCount = yielded.length;
     let moving = false;
     for (const [key, p] of out) {
@@ -217,15 +218,18 @@ export class PipelineView {
       tok.tx = p.x;
       tok.ty = p.y;
     }
+    let flying = 0;
+    for (const tok of this.tokens.values()) if (tok.dying) flying += 1;
     for (const [key, tok] of this.tokens) {
       if (out.has(key)) continue;
       if (hidden.has(key)) { this.tokens.delete(key); continue; }
       if (!tok.dying) {
+        // released: fly to the consumer and fade; at high rates only a few fly, the rest just go
+        if (flying >= MAX_FLYING || !newYields.has(key)) { this.tokens.delete(key); continue; }
+        flying += 1;
         tok.dying = clock.wall;
-        if (newYields.has(key) || yielded.length) {
-          const c = consumerSlot(L, 0);
-          if (c) { tok.tx = c.x; tok.ty = c.y; }
-        }
+        const c = consumerSlot(L, 0);
+        if (c) { tok.tx = c.x; tok.ty = c.y; }
       }
       tok.alpha = 1 - (clock.wall - tok.dying) / FADE_MS;
       if (tok.alpha <= 0) this.tokens.delete(key);
@@ -244,64 +248,35 @@ export class PipelineView {
       if (tok.dying) moving = true;
     }
 
-    // --- boxes and arrows
-    ctx.clearRect(0, 0, L.width, L.height);
-    box(ctx, L.sampler, PALETTE.panel, PALETTE.panelEdge);
-    box(ctx, L.dispatcher, PALETTE.panel, PALETTE.panelEdge);
-    arrow(ctx, L.sampler.x + L.sampler.w / 2, L.sampler.y + L.sampler.h, L.sampler.x + L.sampler.w / 2, L.dispatcher.y, PALETTE.faint);
-    const lastDispatched = state.tasks.get(state.send_idx - 1);
-    L.lanes.forEach((lane, i) => {
-      const wid = this.ids[i];
-      const w = state.workers.get(wid);
-      const status = w ? w.status : WorkerStatus.STARTING;
-      const tint = status === WorkerStatus.STUCK || status === WorkerStatus.DIED ? '#3a1d22' : status === WorkerStatus.EXITED ? '#12171e' : PALETTE.panel;
-      box(ctx, lane.rect, tint, status === WorkerStatus.STUCK || status === WorkerStatus.DIED ? PALETTE.stuck : PALETTE.panelEdge);
-      box(ctx, lane.fetch, '#1b2533', '#2d3b50');
-      const hot = lastDispatched && lastDispatched.worker === wid;
-      const fromX = L.dispatcher.x + L.dispatcher.w, fromY = L.dispatcher.y + L.dispatcher.h / 2;
-      arrow(ctx, fromX, fromY, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, hot ? PALETTE.accent : '#2b3545', hot ? 1.6 : 1);
-      arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), '#2b3545');
-      // fetch progress: elapsed against this worker's median fetch time
-      if (w && w.current !== null) {
-        const task = state.tasks.get(w.current);
-        if (task && task.fetch_start !== null) {
-          const elapsed = Math.max(0, clock.now - task.fetch_start);
-          const typical = median(w.fetch_times) || median(allFetchTimes(state)) || elapsed || 1;
-          const frac = Math.min(1, elapsed / (typical * 1.5));
-          const slow = elapsed > typical * 3 && elapsed > 0.2;
-          const f = lane.fetch;
-          ctx.fillStyle = slow ? PALETTE.stuck : PALETTE.fetch;
-          ctx.globalAlpha = 0.55;
-          ctx.fillRect(f.x + 2, f.y + f.h - 4, (f.w - 4) * frac, 2.5);
-          ctx.globalAlpha = 1;
-          if (!slow) moving = true; // keep the bar and the elapsed time ticking
-          else moving = true;
-        }
-      }
-    });
-    box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
+    // --- boxes and arrows: a cached background, redrawn only when lanes or highlights change
     const bufferFull = state.buffer.length > 0;
-    box(ctx, L.buffer, bufferFull ? '#2e2614' : PALETTE.panel, bufferFull ? PALETTE.buffer : PALETTE.panelEdge, bufferFull ? 2 : 1);
-    box(ctx, L.consumer, PALETTE.panel, PALETTE.panelEdge);
-    // result queue -> straight on when it is the task rcvd_idx wants; -> reorder buffer when early
-    const midY = L.buffer.y + 24;
-    const rx = L.result.x + L.result.w;
-    arrow(ctx, rx, midY, L.buffer.x - 2, midY, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
-    const inY = L.rcvdCursor.y + L.rcvdCursor.h / 2;
-    ctx.strokeStyle = '#3a4558';
-    ctx.lineWidth = 1.4;
-    ctx.beginPath();
-    ctx.moveTo(rx, L.result.y + 14);
-    ctx.bezierCurveTo(rx + 14, L.result.y + 14, rx + 6, L.bypassY, rx + 22, L.bypassY);
-    ctx.lineTo(L.buffer.x + L.buffer.w - 10, L.bypassY);
-    ctx.stroke();
-    arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, '#3a4558', 1.4);
-    arrow(ctx, L.buffer.x + L.buffer.w, L.buffer.y + 24, L.rcvdCursor.x - 2, inY + 5, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
-    ctx.fillStyle = PALETTE.dim;
-    ctx.font = '10px system-ui, sans-serif';
-    ctx.fillText('in order: straight on', L.buffer.x + 4, L.bypassY - 4);
-    ctx.fillText('early', rx + 3, midY - 5);
-    box(ctx, L.rcvdCursor, '#14202e', PALETTE.accent);
+    const statuses = this.ids.map((wid) => state.workers.get(wid)?.status ?? '').join(',');
+    this.drawBackground(`${this.layoutKey}|${statuses}|${bufferFull}`, state, bufferFull);
+    ctx.clearRect(0, 0, L.width, L.height);
+    ctx.drawImage(this.bg, 0, 0, L.width, L.height);
+    const lastDispatched = state.tasks.get(state.send_idx - 1);
+    if (lastDispatched) {
+      const lane = L.lanes[this.laneOf.get(lastDispatched.worker) ?? -1];
+      if (lane) arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, PALETTE.accent, 1.6);
+    }
+    // fetch progress: elapsed against this worker's usual fetch time
+    const typicalAll = median(allFetchTimes(state));
+    L.lanes.forEach((lane, i) => {
+      const w = state.workers.get(this.ids[i]);
+      if (!w || w.current === null) return;
+      const task = state.tasks.get(w.current);
+      if (!task || task.fetch_start === null) return;
+      const elapsed = Math.max(0, clock.now - task.fetch_start);
+      const typical = median(w.fetch_times) || typicalAll || elapsed || 1;
+      const frac = Math.min(1, elapsed / (typical * 1.5));
+      const slow = elapsed > typical * 3 && elapsed > 0.2;
+      const f = lane.fetch;
+      ctx.fillStyle = slow ? PALETTE.stuck : PALETTE.fetch;
+      ctx.globalAlpha = 0.55;
+      ctx.fillRect(f.x + 2, f.y + f.h - 4, (f.w - 4) * frac, 2.5);
+      ctx.globalAlpha = 1;
+      moving = true; // keep the bar and the elapsed time ticking
+    });
 
     // the index stream in the sampler: the newest dispatched tasks' sample indices
     const recent = [...state.tasks.values()].sort((a, b) => b.idx - a.idx).slice(0, Math.max(1, Math.floor((L.sampler.h - 70) / 16)));
@@ -318,7 +293,7 @@ export class PipelineView {
     const head = state.tasks.get(state.rcvd_idx);
     const headTok = head ? this.tokens.get(`${state.epoch}:${head.idx}`) : undefined;
 
-    // tokens
+    // tokens: one font for all of them; text is the costly part in software rendering
     ctx.font = `600 ${Math.max(9, Math.round(L.token.h * 0.62))}px ui-monospace, SFMono-Regular, Menlo, monospace`;
     ctx.textAlign = 'center';
     ctx.textBaseline = 'middle';
@@ -327,7 +302,7 @@ export class PipelineView {
       const task = state.tasks.get(tok.idx);
       const live = task && key === `${state.epoch}:${tok.idx}`;
       ctx.globalAlpha = Math.max(0, Math.min(1, tok.alpha));
-      drawToken(ctx, tok.x, tok.y, L.token.w, L.token.h, tok.idx, live && parkedSet.has(tok.idx), live && task.where === Where.FAILED);
+      drawToken(ctx, tok.x, tok.y, L.token.w, L.token.h, tok.idx, !!(live && parkedSet.has(tok.idx)), !!(live && task.where === Where.FAILED));
     }
     ctx.globalAlpha = 1;
     if (headTok && bufferFull && head.where !== Where.BUFFER) {
@@ -358,6 +333,55 @@ export class PipelineView {
     this.updateOverlay(state, clock, parked);
     this.moving = moving;
     return moving;
+  }
+
+  /** Boxes and arrows that change only with the layout, worker statuses and the buffer highlight. */
+  drawBackground(key, state, bufferFull) {
+    if (this.bgKey === key) return;
+    this.bgKey = key;
+    const L = this.L;
+    const dpr = window.devicePixelRatio || 1;
+    if (!this.bg) this.bg = document.createElement('canvas');
+    this.bg.width = this.canvas.width;
+    this.bg.height = this.canvas.height;
+    const ctx = /** @type {CanvasRenderingContext2D} */ (this.bg.getContext('2d'));
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, L.width, L.height);
+    box(ctx, L.sampler, PALETTE.panel, PALETTE.panelEdge);
+    box(ctx, L.dispatcher, PALETTE.panel, PALETTE.panelEdge);
+    arrow(ctx, L.sampler.x + L.sampler.w / 2, L.sampler.y + L.sampler.h, L.sampler.x + L.sampler.w / 2, L.dispatcher.y, PALETTE.faint);
+    L.lanes.forEach((lane, i) => {
+      const w = state.workers.get(this.ids[i]);
+      const status = w ? w.status : WorkerStatus.STARTING;
+      const alarm = status === WorkerStatus.STUCK || status === WorkerStatus.DIED;
+      const tint = alarm ? '#3a1d22' : status === WorkerStatus.EXITED ? '#12171e' : PALETTE.panel;
+      box(ctx, lane.rect, tint, alarm ? PALETTE.stuck : PALETTE.panelEdge);
+      box(ctx, lane.fetch, '#1b2533', '#2d3b50');
+      arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, '#2b3545', 1);
+      arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), '#2b3545');
+    });
+    box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
+    box(ctx, L.buffer, bufferFull ? '#2e2614' : PALETTE.panel, bufferFull ? PALETTE.buffer : PALETTE.panelEdge, bufferFull ? 2 : 1);
+    box(ctx, L.consumer, PALETTE.panel, PALETTE.panelEdge);
+    // result queue -> straight on when it is the task rcvd_idx wants; -> reorder buffer when early
+    const midY = L.buffer.y + 24;
+    const rx = L.result.x + L.result.w;
+    arrow(ctx, rx, midY, L.buffer.x - 2, midY, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
+    const inY = L.rcvdCursor.y + L.rcvdCursor.h / 2;
+    ctx.strokeStyle = '#3a4558';
+    ctx.lineWidth = 1.4;
+    ctx.beginPath();
+    ctx.moveTo(rx, L.result.y + 14);
+    ctx.bezierCurveTo(rx + 14, L.result.y + 14, rx + 6, L.bypassY, rx + 22, L.bypassY);
+    ctx.lineTo(L.buffer.x + L.buffer.w - 10, L.bypassY);
+    ctx.stroke();
+    arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, '#3a4558', 1.4);
+    arrow(ctx, L.buffer.x + L.buffer.w, L.buffer.y + 24, L.rcvdCursor.x - 2, inY + 5, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
+    ctx.fillStyle = PALETTE.dim;
+    ctx.font = '10px system-ui, sans-serif';
+    ctx.fillText('in order: straight on', L.buffer.x + 4, L.bypassY - 4);
+    ctx.fillText('early', rx + 3, midY - 5);
+    box(ctx, L.rcvdCursor, '#14202e', PALETTE.accent);
   }
 
   updateOverlay(state, clock, parked) {

@@ -9,6 +9,7 @@ import { fmtIndices } from './pipeline-view.js';
 const GUTTER = 112;
 const AXIS = 20;
 const CONSUMER_H = 24;
+const LIVE_REDRAW_MS = 50;
 
 export class TimelineView {
   /** @param {HTMLElement} host @param {import('./timeline-store.js').TimelineStore} store */
@@ -31,6 +32,8 @@ export class TimelineView {
     this.inProcess = false;
     this.lastFrameMs = 0;
     this.mode = 'spans';
+    this.lastDrawWall = 0;
+    this.forced = false;
     this.bind();
   }
 
@@ -99,6 +102,7 @@ export class TimelineView {
 
   invalidate() {
     this.drawn = '';
+    this.forced = true;
     this.onInvalidate?.();
   }
 
@@ -108,11 +112,16 @@ export class TimelineView {
    * @returns {boolean} drew
    */
   draw(clock) {
+    // following a live run, 20 redraws a second are plenty; interaction redraws at once
+    const wall = performance.now();
+    if (this.follow && clock.live && !this.forced && wall - this.lastDrawWall < LIVE_REDRAW_MS) return false;
+    this.forced = false;
     const g = this.geometry();
     if (this.follow) this.view = fitWindow(this.store, this.store.open.size && clock.live ? clock.now : this.store.tmax);
     const key = `${this.store.version}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${this.store.open.size && clock.live ? clock.now.toFixed(2) : ''}`;
     if (key === this.drawn) return false;
     this.drawn = key;
+    this.lastDrawWall = wall;
     const start = performance.now();
     this.geo = g;
     const dpr = window.devicePixelRatio || 1;
