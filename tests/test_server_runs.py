@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from typing import Any
@@ -94,6 +95,9 @@ def test_out_of_order_run_arrives_complete_and_in_seq_order(server: LiveServer) 
     lines = trace.content.splitlines()
     assert json.loads(lines[0])["format"] == "loaderscope-trace"
     assert [orjson.loads(line) for line in lines[1:]] == events
+    with server.client() as http:
+        chrome = http.get(f"/api/runs/{run['id']}/trace", params={"format": "chrome"})
+    assert chrome.status_code == 200 and any(e["ph"] == "X" for e in chrome.json()["traceEvents"])
 
 
 def test_reconnecting_with_after_resumes_without_gap_or_duplicate(server: LiveServer) -> None:
@@ -209,3 +213,15 @@ def test_listings(server: LiveServer, path: str) -> None:
     if path == "/api/scenarios":
         described = {s["name"]: s for s in answer.json()}
         assert described["out_of_order"]["params"]["num_workers"]["maximum"] == 32
+
+
+def test_demo_starts_its_run_and_server_exit_ends_every_run_process(start_server: Any) -> None:
+    server = start_server(demo="uniform", demo_params={"num_workers": 2, "batch_size": 1, "dataset_size": 8,
+                                                       "sample_ms": 5000.0})
+    run_id = re.search(r"loaderscope dashboard: http://\S+&run=(\w+)", server.output()).group(1)  # type: ignore[union-attr]
+    pids = wait_for(lambda: len(worker_pids(server, run_id)) == 2 and worker_pids(server, run_id), what="workers")
+    leader = server.run(run_id)["pid"]
+    server.stop()
+    assert server.process.returncode == 0, server.output()
+    wait_for(lambda: not group_pids(leader) and not any(alive(pid) for pid in pids), timeout=5,
+             what="no run process or worker to outlive the dashboard")

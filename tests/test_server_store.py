@@ -16,7 +16,7 @@ from loaderscope.server.logs import RedactToken, redact
 from loaderscope.server.security import Policy, checked_token, host_name, needs_token, without_token
 from loaderscope.server.spill import INDEX_EVERY, TraceSpill
 from loaderscope.server.store import EventLog, Gap
-from loaderscope.trace import read_trace
+from loaderscope.trace import header, read_trace
 
 
 def events(n: int, start_t: float = 0.0) -> list[dict]:
@@ -60,7 +60,7 @@ def test_store_memory_is_bounded_and_spill_answers_for_the_rest(tmp_path: Path) 
 
 def test_the_spill_is_a_trace_file_the_reader_accepts(tmp_path: Path) -> None:
     path = tmp_path / "r.trace.jsonl"
-    log = EventLog("r", memory_events=10, spill=TraceSpill(path, {"run": "r", "scenario": "s"}))
+    log = EventLog("r", memory_events=10, spill=TraceSpill(path, header("r", scenario="s")))
     log.append(events(30))
     log.close()
     head, read = read_trace(path)
@@ -82,10 +82,10 @@ def test_a_failing_disk_turns_the_run_memory_only_with_the_reason(tmp_path: Path
     log = EventLog("r", memory_events=5, spill=spill)
     log.append(events(3))
 
-    def broken(_: bytes) -> None:
+    def broken(_: list[bytes]) -> None:
         raise OSError(28, "No space left on device")
 
-    spill.write = broken  # type: ignore[method-assign]
+    spill.write_many = broken  # type: ignore[method-assign]
     log.append(events(10))
     assert log.spill is None and "No space left" in (log.spill_error or "")
     assert log.next_seq == 13

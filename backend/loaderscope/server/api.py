@@ -13,12 +13,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import loaderscope
+from loaderscope import trace
 from loaderscope.server.errors import field_problems, readable
 from loaderscope.server.runs import Run, RunManager, RunRefused
-from loaderscope.server.spill import TRACE_FORMAT, TRACE_VERSION
 from loaderscope.server.store import EventLog, Gap
 
 MAX_EVENTS_PER_REQUEST = 10_000
+MAX_CHROME_EVENTS = 2_000_000  # a conversion holds the whole run in memory; beyond this, use the CLI
 STREAM_CHUNK = 1 << 20
 
 router = APIRouter(prefix="/api")
@@ -173,7 +174,7 @@ async def read_events(log: EventLog, start: int, limit: int) -> tuple[list[bytes
     return await asyncio.to_thread(spill.read, start, limit), gap
 
 
-@router.get("/runs/{run_id}/trace", responses={404: {}, 410: {}, 501: {}})
+@router.get("/runs/{run_id}/trace", responses={404: {}, 410: {}, 413: {}})
 async def run_trace(
     run_id: str, request: Request, format: Literal["jsonl", "chrome"] = Query("jsonl"),
 ) -> Any:
@@ -181,20 +182,41 @@ async def run_trace(
         run = manager_of(request).require(run_id)
     except RunRefused as exc:
         return refused(exc)
+    if run.log.first_held > 0:
+        return JSONResponse({"detail": f"this dashboard keeps runs in memory only and no longer holds events "
+                             f"0..{run.log.first_held - 1}; serve with a data directory to record complete traces"},
+                            status_code=410)
     if format == "chrome":
-        return JSONResponse({"detail": "format=chrome is not available yet; use format=jsonl and "
-                             "`loaderscope export FILE --format chrome`"}, status_code=501)
+        return await _chrome_trace(run)
     disposition = {"content-disposition": f'attachment; filename="{run.id}.trace.jsonl"'}
     spill = run.log.spill
     if spill is not None:
         run.log.flush()
         return StreamingResponse(_file_bytes(spill.path, spill.flushed_bytes), media_type="application/x-ndjson",
                                  headers=disposition)
-    if run.log.first_held > 0:
-        return JSONResponse({"detail": f"this dashboard keeps runs in memory only and no longer holds events "
-                             f"0..{run.log.first_held - 1}; serve with a data directory to record complete traces"},
-                            status_code=410)
     return Response(_memory_trace(run), media_type="application/x-ndjson", headers=disposition)
+
+
+async def _chrome_trace(run: Run) -> Response:
+    """The run as Chrome trace-event JSON (Perfetto, chrome://tracing), built off the event loop."""
+    count = run.log.next_seq
+    if count > MAX_CHROME_EVENTS:
+        return JSONResponse({"detail": f"run {run.id} has {count} events, more than the {MAX_CHROME_EVENTS} the "
+                             "dashboard converts; download format=jsonl and run `loaderscope export FILE --format "
+                             "chrome`"}, status_code=413)
+    spill = run.log.spill
+    if spill is not None:
+        run.log.flush()
+        lines = await asyncio.to_thread(spill.read, 0, count)
+    else:
+        lines = run.log.read_memory(0, count)
+    body = await asyncio.to_thread(_chrome_json, lines)
+    return Response(body, media_type="application/json",
+                    headers={"content-disposition": f'attachment; filename="{run.id}.chrome.json"'})
+
+
+def _chrome_json(lines: list[bytes]) -> bytes:
+    return orjson.dumps(trace.to_chrome(orjson.loads(line) for line in lines))
 
 
 def _file_bytes(path: Any, size: int) -> Iterator[bytes]:
@@ -210,8 +232,6 @@ def _file_bytes(path: Any, size: int) -> Iterator[bytes]:
 
 
 def _memory_trace(run: Run) -> bytes:
-    header = {"format": TRACE_FORMAT, "version": TRACE_VERSION, "run": run.id, "scenario": run.scenario,
-              "mode": run.mode, "params": run.params, "origin": run.origin, "created": run.created,
-              "loaderscope": loaderscope.__version__}
+    header = trace.header(run.id, scenario=run.scenario, mode=run.mode, params=run.params, origin=run.origin)
     lines = [orjson.dumps(header), *run.log.read_memory(0, run.log.next_seq)]
     return b"\n".join(lines) + b"\n"

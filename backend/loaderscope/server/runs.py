@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import loaderscope
+from loaderscope import trace
 from loaderscope.events import Event
 from loaderscope.server import process
 from loaderscope.server.config import ServerConfig
@@ -194,8 +194,7 @@ class RunManager:
         run_id = run_id or uuid.uuid4().hex[:12]
         spill = None
         if self.config.data_dir is not None:
-            header = {"run": run_id, "scenario": scenario, "mode": mode, "params": params, "origin": origin,
-                      "created": time.time(), "loaderscope": loaderscope.__version__}
+            header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin)
             spill = TraceSpill(self.config.data_dir / f"{run_id}.trace.jsonl", header)
         log = EventLog(run_id, memory_events=self.config.memory_events, spill=spill)
         run = Run(run_id, scenario, mode, params, origin, log)

@@ -1,8 +1,9 @@
 """A run's trace file on disk: every event appended as it arrives, readable back by seq.
 
-The format is the ◆ trace format (JSON Lines): a header line
+The format is the ◆ trace format of ``loaderscope.trace`` (JSON Lines): a header line
 ``{"format": "loaderscope-trace", "version": 1, "run": ..., ...}`` then one event per line, in seq
-order from 0. Writing everything (not only what memory evicts) keeps the file a complete record
+order from 0; ``trace.read_trace`` reads it. What this adds to ``trace.TraceWriter``: an offset
+index, so the store can read any seq range back while the run goes on. Writing everything (not only what memory evicts) keeps the file a complete record
 at all times, so the store can drop old events from memory and still answer for them.
 """
 
@@ -13,8 +14,6 @@ from typing import Any
 
 import orjson
 
-TRACE_FORMAT = "loaderscope-trace"
-TRACE_VERSION = 1
 INDEX_EVERY = 256  # one byte offset remembered per this many events
 WRITE_BUFFER = 1 << 20
 
@@ -27,9 +26,10 @@ class TraceSpill:
     """
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        """``header`` is the first line as ``loaderscope.trace.header()`` makes it."""
         self.path = path
         self._file = path.open("wb", buffering=WRITE_BUFFER)
-        line = orjson.dumps({"format": TRACE_FORMAT, "version": TRACE_VERSION, **header}) + b"\n"
+        line = orjson.dumps(header) + b"\n"
         self._file.write(line)
         self._pos = len(line)
         self._flushed = 0
@@ -37,13 +37,16 @@ class TraceSpill:
         self.count = 0
         self.closed = False
 
-    def write(self, line: bytes) -> None:
-        """Append the next event (already encoded, seq == self.count)."""
-        if self.count % INDEX_EVERY == 0:
-            self._offsets.append(self._pos)
-        self._file.write(line + b"\n")
-        self._pos += len(line) + 1
-        self.count += 1
+    def write_many(self, lines: list[bytes]) -> None:
+        """Append the next events (already encoded; the first one's seq == self.count)."""
+        pos, count = self._pos, self.count
+        for line in lines:
+            if count % INDEX_EVERY == 0:
+                self._offsets.append(pos)
+            pos += len(line) + 1
+            count += 1
+        self._file.write(b"\n".join(lines) + b"\n" if lines else b"")
+        self._pos, self.count = pos, count
 
     def flush(self) -> None:
         if not self.closed:

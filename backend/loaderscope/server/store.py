@@ -61,20 +61,25 @@ class EventLog:
 
     def append(self, events: Iterable[Event]) -> int:
         """Number, reduce, keep and spill ``events`` (dicts, changed in place). Returns how many."""
-        count = 0
+        lines = []
+        seq, run_id, apply, dumps = self.next_seq, self.run_id, self.state.apply, orjson.dumps
         for event in events:
-            event["seq"] = self.next_seq
-            event["run"] = self.run_id
-            self._reduce(event)
-            line = orjson.dumps(event, option=orjson.OPT_NON_STR_KEYS)
-            self._tail.append(line)
-            self._write(line)
-            self.next_seq += 1
-            count += 1
-            if event.get("kind") == "run_end":
+            event["seq"] = seq
+            event["run"] = run_id
+            try:
+                apply(event)
+            except Exception as exc:  # noqa: BLE001 (a surprising event is kept, and the problem noted)
+                self._note_problem(event, exc)
+            lines.append(dumps(event, option=orjson.OPT_NON_STR_KEYS))
+            seq += 1
+            if event["kind"] == "run_end":
                 self.ended = True
+        self.next_seq = seq
+        self._tail.extend(lines)
+        if self.spill is not None:
+            self._guard(lambda: self.spill.write_many(lines))  # type: ignore[union-attr]
         self._evict()
-        return count
+        return len(lines)
 
     def read_memory(self, start: int, limit: int) -> list[bytes]:
         """Encoded events from ``start`` that are still in memory (callers check ``in_memory``)."""
@@ -113,25 +118,17 @@ class EventLog:
 
     # --- internals ------------------------------------------------------------------------------
 
-    def _reduce(self, event: Event) -> None:
-        # A schema-valid but surprising event must not break ingestion: keep it, note the problem.
-        try:
-            self.state.apply(event)
-        except Exception as exc:  # noqa: BLE001 (any reducer failure is reported, not raised)
-            self.state_problem_count += 1
-            if len(self.state_problems) < MAX_STATE_PROBLEMS:
-                self.state_problems.append(f"seq {event['seq']} ({event.get('kind')}): {type(exc).__name__}: {exc}")
-
-    def _write(self, line: bytes) -> None:
-        if self.spill is not None:
-            self._guard(lambda: self.spill.write(line))  # type: ignore[union-attr]
+    def _note_problem(self, event: Event, exc: Exception) -> None:
+        self.state_problem_count += 1
+        if len(self.state_problems) < MAX_STATE_PROBLEMS:
+            self.state_problems.append(f"seq {event['seq']} ({event.get('kind')}): {type(exc).__name__}: {exc}")
 
     def _guard(self, action: Any) -> None:
         """A failing disk (full, removed) turns the run memory-only, with the reason shown."""
         try:
             action()
         except OSError as exc:
-            self.spill_error = f"trace file stopped at seq {self.next_seq}: {exc}"
+            self.spill_error = f"trace file stopped before seq {self.next_seq}: {exc}"
             self.spill = None  # from now on first_held is the oldest event in memory
 
     def _evict(self) -> None:

@@ -1,0 +1,272 @@
+"""WS /ws/ingest and WS /ws/runs with synthetic producers: hostile input, resync, gaps, drops, speed.
+
+Synthetic producers are plain websocket clients sending schema-valid events, so these tests need
+no torch and pin the protocol down exactly (counts, ranges, close codes).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from loaderscope.events import MAX_FRAME_BYTES
+from tests.conftest import LiveServer
+
+
+def batches(count: int, *, start: int = 0, workers: int = 4, header: bool | None = None) -> Iterator[dict[str, Any]]:
+    """A well-formed stream: run_start (at 0), then 5 events per batch, like a real in-order loader."""
+    if header if header is not None else start == 0:
+        yield {"kind": "run_start", "t": 0.0, "mode": "real", "config": {"num_workers": workers}}
+        yield {"kind": "epoch_start", "t": 0.0, "epoch": 0}
+    for i in range(start, start + count):
+        t, w = i * 1e-3, i % workers
+        yield {"kind": "dispatch", "t": t, "idx": i, "worker": w, "indices": [2 * i, 2 * i + 1]}
+        yield {"kind": "fetch_start", "t": t, "idx": i, "worker": w}
+        yield {"kind": "fetch_end", "t": t, "idx": i, "worker": w, "dt": 5e-4, "nbytes": 64}
+        yield {"kind": "arrive", "t": t, "idx": i, "worker": w}
+        yield {"kind": "yield", "t": t, "idx": i, "wait": 0.0}
+
+
+def frames(events: Iterator[dict[str, Any]], size: int) -> Iterator[bytes]:
+    chunk: list[dict[str, Any]] = []
+    for event in events:
+        chunk.append(event)
+        if len(chunk) == size:
+            yield orjson.dumps(chunk)
+            chunk = []
+    if chunk:
+        yield orjson.dumps(chunk)
+
+
+def produce(server: LiveServer, run_id: str, payloads: Iterator[bytes], *, end: bool = True) -> None:
+    with server.connect(f"/ws/ingest?run={run_id}") as ws:
+        assert orjson.loads(ws.recv(timeout=5))["run"] == run_id
+        for payload in payloads:
+            ws.send(payload)
+        if end:
+            ws.send(orjson.dumps([{"kind": "run_end", "t": 1.0, "reason": "done"}]))
+
+
+def closed_with(ws: Any, timeout: float = 10) -> tuple[int, str]:
+    """The close code and reason the server ended this connection with."""
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            ws.recv(timeout=timeout)
+    assert closed.value.rcvd is not None, "the server closed without a close frame"
+    return closed.value.rcvd.code, closed.value.rcvd.reason
+
+
+def next_frame(ws: Any) -> list[dict[str, Any]]:
+    """The next array of events, past any meta messages (status changes)."""
+    while True:
+        message = orjson.loads(ws.recv(timeout=10))
+        if isinstance(message, list):
+            return message
+
+
+def wait_events(server: LiveServer, run_id: str, count: int, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = server.run(run_id)
+        if run["events"] >= count or time.monotonic() > deadline:
+            return run
+        time.sleep(0.02)
+
+
+# --- hostile producers ---------------------------------------------------------------------------
+
+HOSTILE = [
+    pytest.param(b"{not json", 1007, "not valid JSON", id="malformed-json"),
+    pytest.param(b"\xff\xfe garbage", 1007, "not valid JSON", id="binary-garbage"),
+    pytest.param(b"5", 1007, "JSON array", id="not-an-array"),
+    pytest.param(b'[{"kind": "dispatch", "t": 0, "idx": "x", "worker": 0}]', 1007, "'idx' must be an integer",
+                 id="wrong-type"),
+    pytest.param(b'[{"kind": "dispatch", "t": 0, "worker": 0}]', 1007, "missing its 'idx'", id="missing-field"),
+    pytest.param(b'[{"t": 0}]', 1007, "'kind'", id="no-kind"),
+    pytest.param(b'{"type": "takeover"}', 1007, "unknown meta", id="unknown-meta"),
+    pytest.param(b'{"type": "dropped", "count": -4}', 1007, "non-negative", id="bad-meta"),
+    pytest.param(b"[" + b" " * (MAX_FRAME_BYTES + 1) + b"]", 1009, "", id="oversized"),
+]
+
+
+@pytest.mark.parametrize(("payload", "code", "reason"), HOSTILE)
+def test_hostile_producer_input_closes_that_connection_only(server: LiveServer, payload: bytes, code: int,
+                                                            reason: str) -> None:
+    with server.connect("/ws/ingest") as bystander, server.connect("/ws/ingest") as hostile:
+        bystander_run = orjson.loads(bystander.recv(timeout=5))["run"]
+        hostile.recv(timeout=5)
+        try:
+            hostile.send(payload)
+            got_code, got_reason = closed_with(hostile)
+        except ConnectionClosed as refused:
+            # An oversized frame is refused from its header while the client is still writing it;
+            # the reset that follows may overtake the close frame. Closed it must be, by the server.
+            assert code == 1009
+            got_code, got_reason = (refused.rcvd.code, refused.rcvd.reason) if refused.rcvd else (code, "")
+        assert got_code == code and reason in got_reason
+        bystander.send(orjson.dumps(list(batches(2))))  # the other producer goes on
+        assert wait_events(server, bystander_run, 12)["events"] == 12
+    assert httpx.get(f"{server.url}/api/health").status_code == 200
+
+
+def test_unknown_kinds_are_kept_not_refused(server: LiveServer) -> None:
+    with server.connect("/ws/ingest") as ws:
+        run_id = orjson.loads(ws.recv(timeout=5))["run"]
+        ws.send(orjson.dumps([{"kind": "gpu_prefetch", "t": 0.5, "bytes": 10}]))
+        assert wait_events(server, run_id, 1)["events"] == 1
+
+
+def test_run_ids_are_checked_and_a_run_takes_one_producer(server: LiveServer) -> None:
+    with server.connect("/ws/ingest?run=../../etc/passwd") as ws:
+        assert closed_with(ws)[0] == 4400
+    with server.connect("/ws/ingest?run=solo-1") as first:
+        first.recv(timeout=5)
+        with server.connect("/ws/ingest?run=solo-1") as second:
+            code, reason = closed_with(second)
+            assert code == 4409 and "already has a producer" in reason
+
+
+def test_a_producer_reconnecting_continues_its_run_and_drops_are_counted(server: LiveServer) -> None:
+    events = list(batches(4))
+    for number, event in enumerate(events):
+        event["seq"] = number  # the producer's own numbering; 3 events lost in between
+    produce(server, "again-1", iter([orjson.dumps(events[:10])]), end=False)
+    assert server.run("again-1")["status"] == "disconnected"
+    produce(server, "again-1", iter([orjson.dumps(events[13:]), orjson.dumps({"type": "dropped", "count": 2})]))
+    run = server.run("again-1")
+    assert run["status"] == "done" and run["dropped"] == 5
+    with server.client() as http:
+        stored = http.get("/api/runs/again-1/events", params={"limit": 100}).json()["events"]
+    assert [e["seq"] for e in stored] == list(range(len(events) - 3 + 1))  # the store's own numbering
+    with server.connect("/ws/ingest?run=again-1") as ws:
+        assert closed_with(ws)[0] == 4409  # an ended run takes no more events
+
+
+# --- viewers -------------------------------------------------------------------------------------
+
+
+def test_viewer_errors_have_clear_close_codes(server: LiveServer) -> None:
+    with server.connect("/ws/runs/nope") as ws:
+        code, reason = closed_with(ws)
+        assert code == 4404 and "nope" in reason
+    produce(server, "viewed-1", frames(batches(2), 100), end=False)
+    with server.connect("/ws/runs/viewed-1?after=x") as ws:
+        assert closed_with(ws)[0] == 4400
+    with server.connect("/ws/runs/viewed-1?after=5") as ws:
+        assert orjson.loads(ws.recv(timeout=5))["type"] == "hello"
+        ws.send("not json at all")
+        assert closed_with(ws)[0] == 1007
+
+
+def test_a_late_joiner_far_behind_is_told_to_resync_and_rest_has_it_all(start_server: Any) -> None:
+    server = start_server(memory_events=2000, max_lag=1000)
+    produce(server, "long-1", frames(batches(1000), 1000), end=False)  # 5002 events
+    wait_events(server, "long-1", 5002)
+    with server.connect("/ws/runs/long-1?after=99") as ws:
+        assert orjson.loads(ws.recv(timeout=5))["type"] == "hello"
+        resync = orjson.loads(ws.recv(timeout=5))
+        assert resync == {"type": "resync", "from": 100, "to": 5001}
+        produce(server, "long-1", frames(batches(2, start=1000), 100), end=False)
+        fresh = next_frame(ws)
+        assert [e["seq"] for e in fresh] == list(range(5002, 5012))
+    got: list[int] = []
+    with server.client() as http:  # the skipped range, from disk (old) and memory (new)
+        while len(got) < 5002 - 100:
+            page = http.get("/api/runs/long-1/events", params={"after": 99 + len(got), "limit": 1500}).json()
+            assert page["gap"] is None
+            got += [e["seq"] for e in page["events"]]
+    assert got == list(range(100, 100 + len(got))) and got[-1] >= 5001
+
+
+def test_without_recording_evicted_events_are_reported_as_a_gap(start_server: Any) -> None:
+    server = start_server(record=False, memory_events=500)
+    produce(server, "short-1", frames(batches(400), 1000))  # 2003 events
+    with server.connect("/ws/runs/short-1?after=-1") as ws:
+        messages = []
+        while not messages or messages[-1] != {"type": "end", "status": "done", "last_seq": 2002}:
+            messages.append(orjson.loads(ws.recv(timeout=5)))
+    assert messages[1] == {"type": "gap", "from": 0, "to": 1502, "reason": "not held by the store (memory-only run)"}
+    seqs = [e["seq"] for m in messages if isinstance(m, list) for e in m]
+    assert seqs == list(range(1503, 2003))
+    with server.client() as http:
+        page = http.get("/api/runs/short-1/events", params={"after": 10}).json()
+        assert page["gap"]["from"] == 11 and page["gap"]["to"] == 1502
+        assert page["events"][0]["seq"] == 1503
+        assert http.get("/api/runs/short-1/trace").status_code == 410
+
+
+def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(start_server: Any) -> None:
+    """The stalled viewer does not read for a while; afterwards frames + resync ranges cover every seq once."""
+    server = start_server(memory_events=5000, max_lag=5000)
+    total = 5 * 40_000 + 3
+    produce(server, "stall-1", frames(batches(0), 10), end=False)  # run_start, epoch_start
+    with server.connect("/ws/runs/stall-1?after=-1") as viewer:  # not read until the producer is done
+        with server.connect("/ws/ingest?run=stall-1") as ws:
+            ws.recv(timeout=5)
+            started = time.monotonic()
+            for payload in frames(batches(40_000, header=False), 1000):
+                ws.send(payload)
+            ws.send(orjson.dumps([{"kind": "run_end", "t": 1.0, "reason": "done"}]))
+            wait_events(server, "stall-1", total)
+            produced_in = time.monotonic() - started
+        covered: list[int] = []
+        resyncs = 0
+        while True:
+            message = orjson.loads(viewer.recv(timeout=10))
+            if isinstance(message, list):
+                covered += [e["seq"] for e in message]
+            elif message["type"] == "resync":
+                resyncs += 1
+                covered += list(range(message["from"], message["to"] + 1))
+            elif message["type"] == "end":
+                break
+    assert resyncs >= 1, "the viewer fell behind and should have been told to resync"
+    assert covered == list(range(total))
+    assert produced_in < 30
+
+
+def test_throughput_ingest_to_viewer(start_server: Any, capsys: Any) -> None:
+    """events/s from a producer through the store to a websocket viewer (LOADERSCOPE_BENCH_EVENTS to scale)."""
+    server = start_server()
+    batches_count = int(os.environ.get("LOADERSCOPE_BENCH_EVENTS", "100000")) // 5
+    results = []
+    for frame in (100, 1000):
+        run_id = f"speed-{frame}"
+        payloads = list(frames(batches(batches_count), frame))
+        total = batches_count * 5 + 3
+        received = threading.Event()
+
+        def view(run_id: str = run_id, total: int = total) -> None:
+            count = 0
+            with server.connect(f"/ws/runs/{run_id}?after=-1") as ws:
+                while count < total:
+                    message = orjson.loads(ws.recv(timeout=60))
+                    if isinstance(message, list):
+                        count += len(message)
+                    elif message["type"] == "resync":
+                        count += message["to"] - message["from"] + 1
+            received.set()
+
+        with server.connect(f"/ws/ingest?run={run_id}") as ws:
+            ws.recv(timeout=5)
+            viewer = threading.Thread(target=view, daemon=True)
+            viewer.start()
+            time.sleep(0.3)  # the viewer is subscribed
+            started = time.monotonic()
+            for payload in payloads:
+                ws.send(payload)
+            ws.send(orjson.dumps([{"kind": "run_end", "t": 1.0, "reason": "done"}]))
+            assert received.wait(120)
+            elapsed = time.monotonic() - started
+        results.append((frame, total, total / elapsed))
+    with capsys.disabled():
+        for frame, total, rate in results:
+            print(f"\n  ingest -> store -> viewer: {total} events in frames of {frame}: {rate:,.0f} events/s")
