@@ -48,6 +48,9 @@ def cost_models(draw: st.DrawFn) -> CostModel:
         step_ms=draw(st.sampled_from([0.0, 2.0, 10.0])),
         pin_ms_per_mb=draw(st.sampled_from([0.0, 1000.0])),
         startup_ms=draw(st.sampled_from([0.0, 5.0])),
+        spawn_ms=draw(st.sampled_from([0.0, 2.0])),
+        transfer_ms=draw(st.sampled_from([0.0, 1.0])),
+        get_ms=draw(st.sampled_from([0.0, 0.5])),
     )
 
 

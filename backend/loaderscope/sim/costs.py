@@ -71,8 +71,9 @@ class CostModel(BaseModel):
     spawn_ms: float = Field(
         0.0, ge=0, description="main-process time to start each worker process (one after another), ms"
     )
-    transfer_ms: float = Field(
-        0.0, ge=0, description="result queue latency per batch (pickle, pipe, unpickle), ms"
+    transfer_ms: float = Field(0.0, ge=0, description="result queue latency per batch (pickle, pipe), ms")
+    get_ms: float = Field(
+        0.0, ge=0, description="main-process time inside next() to take one result off the queue (unpickle), ms"
     )
     sample_overhead_ms: float = Field(0.0, ge=0, description="fixed cost added to every sample fetched, ms")
     sample_bytes: int = Field(DEFAULT_SAMPLE_BYTES, ge=0, description="bytes per collated sample")
@@ -127,6 +128,7 @@ class TaskCosts:
         self.startup = model.startup_ms / 1000
         self.spawn = model.spawn_ms / 1000
         self.transfer = model.transfer_ms / 1000
+        self.get = model.get_ms / 1000
         self._overhead = model.sample_overhead_ms / 1000
         self.collate = model.collate_ms / 1000
         self.pin_active = pin_memory and model.pin_ms_per_mb > 0

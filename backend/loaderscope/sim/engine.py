@@ -340,8 +340,16 @@ class Simulator:
             if not self._data_queue:
                 self._block()
                 return
-            if self._take_result():
+            result = self._data_queue.popleft()
+            if self.costs.get > 0:  # unpickling the batch keeps the main process busy
+                self._at(self.now + self.costs.get, self._got, result)
                 return
+            if self._take_result(result):
+                return
+
+    def _got(self, result: _Result) -> None:
+        if not self._take_result(result):
+            self._next_data()
 
     def _advance_rcvd_idx(self) -> bool:
         """Skip tasks whose worker is exhausted and has no data for them; False when none is left."""
@@ -356,9 +364,8 @@ class Simulator:
             self._rcvd_idx += 1
         return False
 
-    def _take_result(self) -> bool:
+    def _take_result(self, result: _Result) -> bool:
         """One ``_get_data()`` that succeeded; True when it produced the batch for this ``next()``."""
-        result = self._data_queue.popleft()
         self._tasks_outstanding -= 1
         self._emit(Kind.ARRIVE, idx=result.idx, worker=result.worker, epoch=result.epoch)
         if result.stop:

@@ -105,12 +105,20 @@ def _first(events: list[tuple[int, Mapping[str, Any]]], kind: str) -> Mapping[st
     return next((event for _, event in events if event["kind"] == kind), None)
 
 
-def machinery(events: Events) -> dict[str, float]:
-    """The loader's own costs in a trace, as CostModel fields: spawn, boot, transfer, pinning (ms).
+def machinery(events: Events, *, sample_ms: float | None = None) -> dict[str, float]:
+    """The loader's own costs in a trace, as CostModel fields (ms).
 
-    Worker spawn is the main process's time from ``run_start`` to the first ``epoch_start`` per
-    worker; boot the median wait of each worker's first task beyond its dispatch; transfer the
-    median time from a worker's ``fetch_end`` to the main process's ``arrive``.
+    - ``spawn_ms``: the main process's time from ``run_start`` to the first ``epoch_start``, per
+      worker (torch starts them one after another);
+    - ``startup_ms``: the median time from a worker's start to its first fetch;
+    - ``get_ms``: the median wait inside ``next()`` for a result that was already on the queue
+      (the main process unpickling it);
+    - ``transfer_ms``: a low percentile of ``fetch_end`` → ``arrive`` beyond ``get_ms``, over results
+      the main process was already waiting for (others also waited for a busy consumer, and even
+      these may have queued behind another result being unpickled);
+    - ``pin_ms_per_mb`` from pin events;
+    - ``sample_overhead_ms``: with ``sample_ms``, the nominal cost of each sample, what a sample
+      really took beyond it (``time.sleep`` overshoot, indexing, collate).
     """
     tagged = _epochs(events)
     start, epoch = _first(tagged, "run_start"), _first(tagged, "epoch_start")
@@ -118,30 +126,50 @@ def machinery(events: Events) -> dict[str, float]:
     fields: dict[str, float] = {}
     if start is not None and epoch is not None and workers:
         fields["spawn_ms"] = max(0.0, (epoch["t"] - start["t"]) / workers * 1000)
-    dispatched, ended, boots, transfers = {}, {}, {}, []
-    pins: list[float] = []
+    if workers:
+        fields |= _worker_side(tagged, (start or {}).get("t", 0.0), fields.get("spawn_ms", 0.0) / 1000)
+    if sample_ms is not None:
+        per_sample = [task["dt"] / task["n"] * 1000 for task in _tasks(tagged)]
+        if per_sample:
+            fields["sample_overhead_ms"] = max(0.0, statistics.median(per_sample) - sample_ms)
+    return {name: round(value, 4) for name, value in fields.items()}
+
+
+def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], t0: float, spawn: float) -> dict[str, float]:
+    ended: dict[tuple[int, int], Mapping[str, Any]] = {}
+    boots: dict[int, float] = {}
+    transfers, gets, pins = [], [], []
+    arrived: list[tuple[float, float]] = []  # (fetch_end, arrive) of results taken in this next()
     pin_started: dict[tuple[int, int], float] = {}
     for e, event in tagged:
         key, kind = (e, event.get("idx", -1)), event["kind"]
-        if kind == "dispatch":
-            dispatched[key] = event["t"]
-        elif kind == "fetch_start" and e == 0 and event["worker"] not in boots and key in dispatched:
-            boots[event["worker"]] = event["t"] - dispatched[key]
+        if kind == "fetch_start" and e == 0 and event["worker"] not in boots:
+            boots[event["worker"]] = event["t"] - (t0 + (event["worker"] + 1) * spawn)
         elif kind == "fetch_end":
             ended[key] = event
-        elif kind == "arrive" and key in ended and workers:
-            transfers.append(event["t"] - ended[key]["t"])
+        elif kind == "arrive" and key in ended:
+            arrived.append((ended[key]["t"], event["t"]))
+        elif kind == "yield":
+            called = event["t"] - event["wait"]
+            transfers += [taken - put for put, taken in arrived if put > called]  # main waited for it
+            arrived.clear()
+            if not event.get("from_buffer") and key in ended and event["wait"] > 0 and ended[key]["t"] < called:
+                gets.append(event["wait"])  # on the queue before next() was called
         elif kind == "pin_start":
             pin_started[key] = event["t"]
         elif kind == "pin_end" and key in pin_started and ended.get(key, {}).get("nbytes"):
             pins.append((event["t"] - pin_started[key]) * 1000 / (ended[key]["nbytes"] / MB))
-    if boots and workers:
+    fields: dict[str, float] = {}
+    if boots:
         fields["startup_ms"] = max(0.0, statistics.median(boots.values()) * 1000)
+    get = statistics.median(gets) if gets else 0.0
+    if gets:
+        fields["get_ms"] = get * 1000
     if transfers:
-        fields["transfer_ms"] = max(0.0, statistics.median(transfers) * 1000)
+        fields["transfer_ms"] = max(0.0, sorted(transfers)[len(transfers) // 10] - get) * 1000
     if pins:
         fields["pin_ms_per_mb"] = statistics.median(pins)
-    return {name: round(value, 4) for name, value in fields.items()}
+    return fields
 
 
 def fit_from_trace(events: Events) -> CostModel:
