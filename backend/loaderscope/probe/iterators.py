@@ -17,6 +17,8 @@ import time
 import weakref
 from typing import Any
 
+from torch._utils import ExceptionWrapper
+from torch.utils.data._utils.pin_memory import pin_memory
 from torch.utils.data._utils.worker import _worker_loop
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
 
@@ -25,6 +27,7 @@ from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, batch_nbytes, new_ring, probed_worker_loop
 
 monotonic = time.monotonic
+DEATH_GRACE = 0.5  # seconds a worker whose pipe broke may take to become a zombie
 
 
 class EpochCounter:
@@ -187,8 +190,8 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
     def _get_data(self) -> Any:
         try:
             result = super()._get_data()
-        except RuntimeError as exc:
-            self._record_failure(str(exc))
+        except Exception as exc:  # torch's RuntimeError, or a broken pipe from a worker that is exiting
+            self._record_failure(exc)
             raise
         idx = result[0]
         info = self._task_info.get(idx) if type(idx) is int else None
@@ -198,8 +201,6 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         return result
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
-        from torch._utils import ExceptionWrapper
-
         if isinstance(data, ExceptionWrapper):
             idx = self._released[0] if self._released else None
             self._probe.note("error", idx=idx, worker=worker_idx, **_exception_fields(data))
@@ -220,13 +221,17 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         self._epochs.batches += 1
         return data
 
-    def _record_failure(self, message: str) -> None:
-        """Name what torch's RuntimeError is about, with what every worker was doing."""
+    def _record_failure(self, exc: Exception) -> None:
+        """Name what torch's exception is about, with what every worker was doing."""
         self._probe.drain_all()
-        if "timed out" in message:
+        if "timed out" in str(exc):
             self._probe.note("timeout", seconds=self._timeout, workers=self._liveness.activity())
             return
+        deadline = monotonic() + (DEATH_GRACE if isinstance(exc, OSError) else 0)
         self._liveness.check_deaths()
+        while not self._liveness.dead and monotonic() < deadline:  # the pipe broke before the exit
+            time.sleep(0.01)
+            self._liveness.check_deaths()
         for worker_id, process in enumerate(self._workers):  # reaped by torch before the probe saw it
             if process.exitcode not in (None, 0) and worker_id not in self._liveness.dead:
                 self._liveness.dead.add(worker_id)
@@ -278,8 +283,6 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
         self._probe.unwatch(self._liveness.tick)
 
     def _next_data(self) -> Any:
-        from torch.utils.data._utils.pin_memory import pin_memory
-
         record = self._probe.record
         try:
             index = self._next_index()

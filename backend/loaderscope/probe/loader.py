@@ -71,8 +71,12 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
     }
 
 
-class ProbeMixin:
-    """What makes a DataLoader class instrumented; mixed in before the DataLoader class."""
+class ProbeMixin(DataLoader[T_co]):
+    """What makes a DataLoader class instrumented; mixed in before any DataLoader subclass.
+
+    It derives from DataLoader and adds no slots, so ``watch()`` can switch an existing loader's
+    class to ``(ProbeMixin, TheirLoader)``: Python allows that only between equal object layouts.
+    """
 
     _probe: Recorder
     _probe_epochs: EpochCounter
@@ -99,6 +103,7 @@ class ProbeMixin:
             mode="real",
             scenario=self._probe_meta.get("scenario"),
             name=self._probe_meta.get("name"),
+            job=self._probe_meta.get("job"),
             params=self._probe_meta.get("params"),
             config=loader_config(self) | self._probe_meta.get("describe", {}),  # type: ignore[arg-type]
             torch=torch.__version__,
@@ -126,6 +131,9 @@ class ProbeMixin:
 
     def close(self, reason: str = "done", stats: dict[str, Any] | None = None) -> None:
         """End the run: shut persistent workers down, emit ``run_end``, flush, stop the probe thread."""
+        if getattr(self, "_probe_closed", False):
+            return
+        object.__setattr__(self, "_probe_closed", True)
         iterator = getattr(self, "_iterator", None)
         if iterator is not None:
             iterator._shutdown_workers()
@@ -134,6 +142,9 @@ class ProbeMixin:
             self._probe_epochs.end(abandoned=reason != "done")
             self._probe.note("run_end", reason=reason, stats=stats or {})
         self._probe.close()
+        transport = getattr(self, "_probe_transport", None)
+        if transport is not None:
+            transport.close()
 
     def __enter__(self) -> Any:
         return self
@@ -142,7 +153,7 @@ class ProbeMixin:
         self.close("done" if exc_type is None else "error")
 
 
-class InstrumentedDataLoader(ProbeMixin, DataLoader[T_co]):
+class InstrumentedDataLoader(ProbeMixin[T_co]):
     """A drop-in ``DataLoader`` whose ``sink`` receives lists of ◆ event dicts.
 
     Args:

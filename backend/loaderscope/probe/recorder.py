@@ -19,15 +19,45 @@ from loaderscope.probe.worker import RingReader
 
 Sink = Callable[[list[Event]], None]
 
-# Field names of the compact records appended on the hot path, by kind.
-HOT_FIELDS: dict[str, tuple[str, ...]] = {
-    "dispatch": ("idx", "worker", "indices"),
-    "fetch_start": ("worker", "idx", "n"),
-    "fetch_end": ("worker", "idx", "dt", "nbytes"),
-    "arrive": ("idx", "worker"),
-    "buffer": ("idx", "worker", "waiting_for"),
-    "yield": ("idx", "wait", "from_buffer"),
-    "skip": ("idx", "worker"),
+# Builders for the compact records appended on the hot path: (seq, t, run, rank, *fields) -> event.
+# Dict literals, one per kind: building events is the probe thread's main cost, and the GIL makes
+# the training thread pay for it.
+def _dispatch(q: int, t: float, r: str, k: int, idx: int, worker: int, indices: Any) -> Event:
+    clipped, n = clip_indices(indices)
+    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "dispatch", "idx": idx, "worker": worker,
+            "indices": clipped, "n": n}
+
+
+def _fetch_start(q: int, t: float, r: str, k: int, worker: int, idx: int, n: int) -> Event:
+    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "fetch_start", "worker": worker, "idx": idx, "n": n}
+
+
+def _fetch_end(q: int, t: float, r: str, k: int, worker: int, idx: int, dt: float, nbytes: int) -> Event:
+    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "fetch_end", "worker": worker, "idx": idx, "dt": dt,
+            "nbytes": nbytes}
+
+
+def _arrive(q: int, t: float, r: str, k: int, idx: int, worker: int) -> Event:
+    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "arrive", "idx": idx, "worker": worker}
+
+
+def _buffer(q: int, t: float, r: str, k: int, idx: int, worker: int, waiting_for: int) -> Event:
+    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "buffer", "idx": idx, "worker": worker,
+            "waiting_for": waiting_for}
+
+
+def _yield(q: int, t: float, r: str, k: int, idx: int, wait: float, from_buffer: bool) -> Event:
+    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "yield", "idx": idx, "wait": wait,
+            "from_buffer": from_buffer}
+
+
+def _skip(q: int, t: float, r: str, k: int, idx: int, worker: int) -> Event:
+    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "skip", "idx": idx, "worker": worker}
+
+
+HOT: dict[str, Callable[..., Event]] = {
+    "dispatch": _dispatch, "fetch_start": _fetch_start, "fetch_end": _fetch_end, "arrive": _arrive,
+    "buffer": _buffer, "yield": _yield, "skip": _skip,
 }
 
 
@@ -53,7 +83,7 @@ class Recorder:
     # --- producing records ---------------------------------------------------------------------
 
     def record(self, *rec: Any) -> None:
-        """Hot path: ``(kind, monotonic time, fields in HOT_FIELDS order)``."""
+        """Hot path: ``(kind, monotonic time, the fields of that kind's builder in order)``."""
         self.pending.append(rec)
 
     def note(self, kind: str, **fields: Any) -> None:
@@ -100,29 +130,27 @@ class Recorder:
         """Drain rings and pending records into numbered events and hand them to the sink."""
         self.drain_all()
         with self._flush_lock:
-            events = []
             pending = self.pending
-            while pending:
-                events.append(self._event(pending.popleft()))
-            if not events:
+            records = [pending.popleft() for _ in range(len(pending))]
+            if not records:
                 return
+            events = self._events(records)
             try:
                 self.sink(events)
             except Exception:
                 self.sink_errors += 1
 
-    def _event(self, rec: tuple[Any, ...]) -> Event:
-        kind, t = rec[0], rec[1]
-        event: Event = {"seq": self.seq, "t": round(t - self.t0, 7), "run": self.run_id, "rank": self.rank, "kind": kind}
-        self.seq += 1
-        names = HOT_FIELDS.get(kind)
-        if names is None:
-            event.update(rec[2])
-        else:
-            event.update(zip(names, rec[2:]))
-            if kind == "dispatch":
-                event["indices"], event["n"] = clip_indices(event["indices"])
-        return event
+    def _events(self, records: list[tuple[Any, ...]]) -> list[Event]:
+        seq, t0, run, rank = self.seq, self.t0, self.run_id, self.rank
+        events = []
+        for seq, rec in enumerate(records, start=seq):
+            build = HOT.get(rec[0])
+            if build is not None:
+                events.append(build(seq, rec[1] - t0, run, rank, *rec[2:]))
+            else:
+                events.append({"seq": seq, "t": rec[1] - t0, "run": run, "rank": rank, "kind": rec[0], **rec[2]})
+        self.seq += len(records)
+        return events
 
     def close(self) -> None:
         self._stop.set()

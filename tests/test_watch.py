@@ -1,0 +1,105 @@
+"""watch(): a training script's own DataLoader, streamed to a real dashboard that may go away."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import loaderscope
+from loaderscope.probe import watch as watch_module
+
+
+
+class Squares(Dataset[torch.Tensor]):
+    def __init__(self, length: int = 64, delay: float = 0.0) -> None:
+        self.length, self.delay = length, delay
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.delay)
+        return torch.tensor([index, index * index])
+
+
+class LibraryLoader(DataLoader[torch.Tensor]):
+    """Stands for a loader class a framework builds for you, with methods of its own."""
+
+    def describe(self) -> str:
+        return f"{len(self)} batches"
+
+
+def _runs(server: Any) -> list[dict[str, Any]]:
+    with server.client() as http:
+        return http.get("/api/runs").json()
+
+
+def _wait_for(predicate: Any, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_watch_streams_a_library_loader_without_changing_what_it_yields(server: Any) -> None:
+    expected = [b.clone() for b in LibraryLoader(Squares(), batch_size=8, shuffle=False, num_workers=2)]
+    loader = loaderscope.watch(LibraryLoader(Squares(), batch_size=8, num_workers=2), url=server.page_url,
+                               name="train.py")
+    assert isinstance(loader, LibraryLoader) and loader.describe() == "8 batches"
+    with loader:
+        got = [b.clone() for b in loader]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected)) and len(got) == len(expected)
+    run_id = loader._probe_transport.run
+    run = _wait_for(lambda: next((r for r in _runs(server) if r["id"] == run_id and r["status"] == "done"), None))
+    assert run["batches"] == 8 and run["dropped"] == 0
+    with server.client() as http:
+        detail = http.get(f"/api/runs/{run_id}").json()
+    assert detail["config"]["num_workers"] == 2
+
+
+def test_training_survives_the_dashboard_dying(start_server: Any) -> None:
+    live = start_server()
+    loader = loaderscope.watch(DataLoader(Squares(48, delay=0.005), batch_size=2, num_workers=2), url=live.page_url)
+    sink = loader._probe_transport
+    started = time.monotonic()
+    batches = 0
+    for batch in loader:
+        batches += 1
+        if batches == 4:
+            _wait_for(lambda: sink.sent > 0)
+            os.kill(live.process.pid, signal.SIGKILL)  # the dashboard is gone mid-training
+    loader.close()
+    assert batches == 24
+    assert time.monotonic() - started < 15  # never blocked on the dead dashboard
+    assert not sink.connected.is_set()
+    assert sink.sent > 0 and len(sink.buffer) + sink.dropped > 0  # what could not be sent is accounted for
+
+
+def test_watch_starts_a_dashboard_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOADERSCOPE_URL", raising=False)
+    monkeypatch.setattr(watch_module, "DEFAULT_URL", "http://127.0.0.1:9")  # nothing listens there
+    loader = loaderscope.watch(DataLoader(Squares(16), batch_size=4))
+    try:
+        base, token = watch_module._started_dashboard  # type: ignore[misc]
+        for _ in loader:
+            pass
+        loader.close()
+        headers = {"Authorization": f"Bearer {token}"}
+        runs = _wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", headers=headers).json()
+                                  if r["batches"] == 4])
+        assert runs
+    finally:
+        process = watch_module.dashboard_process
+        if process is not None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(10)
