@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,20 +92,35 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     assert [lanes.nth(i).get_attribute("data-worker") for i in range(4)] == ["0", "1", "2", "3"]
     send = int(pg.text_content('[data-testid="cursor-send"]') or -1)
     assert send >= rcvd(pg) > 10
-    # slow the training loop down (the speed control) so a person can follow, as a user would
-    pg.select_option("#speed", "0.2")
-    assert server.wait_status(run_id, statuses=("running",))["delay"] == 0.2
+    # pause while results sit in the reorder buffer: the picture freezes where a person can read it
     pg.wait_for_function("() => Number(document.querySelector('[data-testid=reorder-buffer]').dataset.size) > 0",
-                         timeout=10_000, polling=10)
+                         timeout=20_000, polling=5)
+    pg.click("#btn-pause")
+    pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').textContent === 'paused'",
+                         timeout=10_000)
     pg.click("#params-box summary")  # fold the form: the diagnosis shows beside the picture
-    pg.wait_for_timeout(1200)  # a few slowed-down batches: the picture a person can follow
+    pg.wait_for_timeout(1500)  # workers finish what they hold, tokens land
     shot = tmp_path / "out_of_order.png"
     pg.screenshot(path=str(shot))
     if os.environ.get("LOADERSCOPE_SCREENSHOT"):
         shutil.copy(shot, os.environ["LOADERSCOPE_SCREENSHOT"])
     high = int(pg.get_attribute('[data-testid="reorder-buffer"]', "data-high") or 0)
     assert high > 0, "out_of_order parks results in the reorder buffer"
-    pg.select_option("#speed", "0")  # full speed to the end
+    # step: exactly one more batch reaches the training loop, then it stays paused
+    before = rcvd(pg)
+    pg.click("#btn-step")
+    pg.wait_for_function(f"() => Number(document.querySelector('[data-testid=cursor-rcvd]').textContent) > {before}",
+                         timeout=10_000)
+    pg.wait_for_timeout(500)
+    assert rcvd(pg) == before + 1
+    # speed: the delay per batch reaches the run
+    pg.select_option("#speed", "0.2")
+    deadline = time.monotonic() + 10
+    while server.run(run_id)["delay"] != 0.2:
+        assert time.monotonic() < deadline, "the speed control reached the run"
+        time.sleep(0.05)
+    pg.select_option("#speed", "0")
+    pg.click("#btn-resume")
     # the run ends; the page shows it, with everything the server has
     final = server.wait_status(run_id, timeout=90)
     pg.wait_for_function(f"() => document.querySelector('[data-testid=run-status]').textContent === {final['status']!r}",

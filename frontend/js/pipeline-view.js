@@ -10,7 +10,8 @@ import {
 import { Where, WorkerStatus } from './reducer.js';
 import { fmtDuration } from './timeline-store.js';
 
-const EASE_MS = 70; // token motion time constant
+const EASE_MS = 60; // token motion time constant
+const MIN_SPEED = 0.6; // px per ms
 const FADE_MS = 600;
 const MAX_FLYING = 24; // released tokens animated at once
 
@@ -237,9 +238,12 @@ export class PipelineView {
     for (const tok of this.tokens.values()) {
       if (tok.tx === undefined) continue;
       const dx = tok.tx - tok.x, dy = tok.ty - tok.y;
-      if (Math.abs(dx) > 0.3 || Math.abs(dy) > 0.3) {
-        tok.x += dx * k;
-        tok.y += dy * k;
+      const dist = Math.hypot(dx, dy);
+      if (dist > 0.5) {
+        // ease out, but never slower than MIN_SPEED, so a token lands instead of creeping
+        const step = Math.min(dist, Math.max(dist * k, MIN_SPEED * dtMs));
+        tok.x += (dx / dist) * step;
+        tok.y += (dy / dist) * step;
         moving = true;
       } else {
         tok.x = tok.tx;
@@ -333,6 +337,15 @@ export class PipelineView {
     this.updateOverlay(state, clock, parked);
     this.moving = moving;
     return moving;
+  }
+
+  /** True when every live token sits where it belongs (released ones may still fade): for screenshots. */
+  settled() {
+    for (const tok of this.tokens.values()) {
+      if (tok.dying) continue;
+      if (tok.tx === undefined || Math.abs(tok.tx - tok.x) > 0.5 || Math.abs(tok.ty - tok.y) > 0.5) return false;
+    }
+    return true;
   }
 
   /** Boxes and arrows that change only with the layout, worker statuses and the buffer highlight. */
