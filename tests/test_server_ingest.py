@@ -7,6 +7,7 @@ no torch and pin the protocol down exactly (counts, ranges, close codes).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from loaderscope.events import MAX_FRAME_BYTES
+from loaderscope.server.serve import checked_trace
+from loaderscope.trace import write_trace
 from tests.conftest import LiveServer
 
 
@@ -270,3 +273,36 @@ def test_throughput_ingest_to_viewer(start_server: Any, capsys: Any) -> None:
     with capsys.disabled():
         for frame, total, rate in results:
             print(f"\n  ingest -> store -> viewer: {total} events in frames of {frame}: {rate:,.0f} events/s")
+
+
+# --- replayed trace files --------------------------------------------------------------------------
+
+
+def test_recorded_traces_open_as_replayed_runs(start_server: Any, tmp_path: Any) -> None:
+    events = [*batches(30), {"kind": "run_end", "t": 1.0, "reason": "done"}]
+    good = write_trace(tmp_path / "good.trace.jsonl", events, "rec-1", scenario="uniform", mode="real")
+    damaged = tmp_path / "damaged.trace.jsonl"
+    lines = good.read_bytes().splitlines()
+    damaged.write_bytes(b"\n".join([*lines[:11], b"{cut here", *lines[11:]]) + b"\n")
+    server = start_server(traces=[str(good), str(damaged)])
+    opened = dict(re.findall(r"loaderscope: (\S+) opened as run (\w+)", server.output()))
+    assert f"run={opened[str(good)]}" in server.output()  # the printed URL opens the first one
+    replay = server.run(opened[str(good)])
+    assert replay["status"] == "done" and replay["mode"] == "replay" and replay["statistics"]["batches"] == 30
+    with server.connect(f"/ws/runs/{opened[str(good)]}") as ws:
+        received = []
+        while not received or received[-1] != "end":
+            message = orjson.loads(ws.recv(timeout=5))
+            received.append(message if isinstance(message, list) else message["type"])
+    assert sum(len(m) for m in received if isinstance(m, list)) == len(events)
+    broken = server.run(opened[str(damaged)])
+    assert broken["status"] == "error" and "line 12" in broken["error"] and broken["events"] == 11
+
+
+def test_a_file_that_is_not_a_trace_is_refused_before_serving(tmp_path: Any) -> None:
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\n")
+    with pytest.raises(ValueError, match="not a loaderscope trace"):
+        checked_trace(other)
+    with pytest.raises(ValueError, match="no such file"):
+        checked_trace(tmp_path / "missing.jsonl")

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from loaderscope import trace
@@ -29,6 +30,7 @@ from loaderscope.state import diagnosis, summary
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DRAIN_WAIT = 5.0  # seconds to let the ingest side finish reading what an exited process sent
 LOG_TAIL_BYTES = 4096
+REPLAY_CHUNK = 1000
 
 
 class RunRefused(Exception):
@@ -216,6 +218,31 @@ class RunManager:
         self._background(self._watch_process(run))
         return run
 
+    def replay(self, path: Path) -> Run:
+        """A recorded trace file as an ended run (mode "replay"), parsed as data, streamed, size-limited.
+
+        Raises:
+            trace.TraceError: the file is not a loaderscope trace (its first line says so).
+        """
+        with path.open("rb") as file:
+            parsed = trace.parse_lines(file, str(path))
+            head = next(parsed)
+            run = self.create(scenario=head.get("scenario"), mode="replay", params=head.get("params") or {},
+                              origin="replay")
+            run.attached = True
+            chunk: list[Event] = []
+            try:
+                for event in parsed:
+                    chunk.append(dict(event))
+                    if len(chunk) == REPLAY_CHUNK:
+                        run.ingest(chunk)
+                        chunk = []
+            except trace.TraceError as exc:  # keep what came before the damage, and say where it is
+                run.error = str(exc)
+            run.ingest(chunk)
+        self._finish(run, None, why=run.error or f"{path.name} ends before its run did (no run_end)")
+        return run
+
     def _make_room(self) -> None:
         while len(self.runs) >= self.config.max_runs:
             evictable = [r for r in self.runs.values() if r.closed or (r.origin == "external" and r.producer is None)]
@@ -318,13 +345,13 @@ class RunManager:
                 except asyncio.TimeoutError:
                     continue
 
-    def _finish(self, run: Run, code: int | None) -> None:
+    def _finish(self, run: Run, code: int | None, why: str | None = None) -> None:
         """The producer is gone for good: make sure the log says how the run ended, then close it."""
         if run.closed:
             return
         if not run.log.ended:
             reason = "stopped" if run.stop_requested else "error"
-            message = run.error or describe_exit(code)
+            message = why or run.error or describe_exit(code)
             run.log.append([{"kind": "run_end", "t": run.log.state.t, "rank": 0, "reason": reason,
                              "source": "server", "message": message, "exitcode": code}])
             if reason == "error" and run.error is None:

@@ -36,6 +36,7 @@ def serve(
     demo: str | None = None,
     demo_params: dict[str, Any] | None = None,
     demo_mode: str = "real",
+    traces: Iterable[str | Path] = (),
     allow_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
     data_dir: str | Path | None = None,
@@ -51,6 +52,7 @@ def serve(
         token: the access token; default ``$LOADERSCOPE_TOKEN``, else a fresh random one.
         open_browser: open the printed URL where a browser exists.
         demo: a scenario to start at once (``loaderscope demo``); the URL then opens that run.
+        traces: recorded trace files to open as replayed runs (the URL opens the first one).
         allow_origins: extra origins (``http://host:port``) whose pages may call the API.
         allowed_hosts: extra Host names to answer besides loopback names (behind a proxy).
         data_dir: where run traces and logs are written (default: a new temporary directory).
@@ -59,12 +61,14 @@ def serve(
         limits: ServerConfig limits (memory_events, max_lag, max_active_runs, ...).
 
     Raises:
-        ValueError: a bad token, or a demo scenario/parameters that do not validate.
+        ValueError: a bad token, a demo scenario/parameters that do not validate, or a file in
+            ``traces`` that is not a loaderscope trace.
         OSError: the address cannot be bound (port in use).
     """
     token = checked_token(token) if token else checked_token_env() or secrets.token_urlsafe(32)
     if demo is not None:
         demo_params = validated_params(demo, demo_params or {})
+    recorded = [checked_trace(Path(path)) for path in traces]
     if not is_loopback(host):
         print(f"WARNING: serving on {host}: anyone who can reach this address and has the token can start "
               "processes on this machine. Use --host 127.0.0.1 unless you mean it.", file=sys.stderr, flush=True)
@@ -80,8 +84,13 @@ def serve(
     config.ingest_url = f"ws://{url_host(host)}:{config.port}/ws/ingest"
 
     async def on_started(manager: RunManager) -> None:
+        opened = [manager.replay(path).id for path in recorded]
+        for path, run_id in zip(recorded, opened):
+            print(f"loaderscope: {path} opened as run {run_id}", flush=True)
         run_id = manager.start(demo, demo_mode, demo_params or {}).id if demo is not None else None
-        announce(config, directory, run_id, open_browser)
+        if run_id is not None:
+            print(f"loaderscope: demo run {run_id} started ({demo})", flush=True)
+        announce(config, directory, run_id or (opened[0] if opened else None), open_browser)
 
     app = create_app(config, on_started=on_started)
     server = uvicorn.Server(uvicorn.Config(
@@ -117,6 +126,23 @@ def validated_params(scenario: str, params: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(readable(field_problems(exc.errors(), found.params))) from None
 
 
+def checked_trace(path: Path) -> Path:
+    """Refuse, before starting, a file that is missing, too large or not a trace (its header says)."""
+    from loaderscope.trace import MAX_LINE_BYTES, MAX_TRACE_BYTES, TraceError, check_header
+
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    if path.stat().st_size > MAX_TRACE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_TRACE_BYTES >> 30} GiB")
+    with path.open("rb") as file:
+        first = file.readline(MAX_LINE_BYTES + 1)
+    try:
+        check_header(first, str(path))
+    except TraceError as exc:
+        raise ValueError(str(exc)) from None
+    return path
+
+
 def bind(host: str, port: int) -> socket.socket:
     """Bind before uvicorn starts, so port 0 works and the URL we print is the one that listens."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -139,7 +165,6 @@ def announce(config: ServerConfig, directory: Path | None, run_id: str | None, o
     url = f"http://{url_host(config.host)}:{config.port}/?token={config.token}"
     if run_id is not None:
         url += f"&run={run_id}"
-        print(f"loaderscope: demo run {run_id} started", flush=True)
     print(f"loaderscope dashboard: {url}", flush=True)
     where = f"traces and run logs go to {directory}" if directory else "runs are kept in memory only"
     print(f"loaderscope: {where}; Ctrl-C stops the dashboard", flush=True)
