@@ -66,7 +66,8 @@ def _worker_factors(tasks: list[dict[str, Any]]) -> dict[int, float]:
     medians = {w: statistics.median(v) for w, v in per_worker.items() if len(v) >= 2}
     if len(medians) < 2:
         return {}
-    base = statistics.median(medians.values())
+    # The lower median: with two workers, the faster one is the norm and the other the straggler.
+    base = statistics.median_low(medians.values())
     factors = {w: m / base for w, m in medians.items()} if base > 0 else {}
     return {w: round(f, 3) for w, f in factors.items() if abs(f - 1) > FACTOR_TOLERANCE}
 
@@ -110,7 +111,9 @@ def machinery(events: Events, *, sample_ms: float | None = None) -> dict[str, fl
 
     - ``spawn_ms``: the main process's time from ``run_start`` to the first ``epoch_start``, per
       worker (torch starts them one after another);
-    - ``startup_ms``: the median time from a worker's start to its first fetch;
+    - ``startup_ms``: the time from the last worker's start (the end of spawning, when the first
+      tasks are dispatched) to its first fetch, median over the epochs that started workers
+      (earlier workers may have booted before any task reached them);
     - ``get_ms``: the median wait inside ``next()`` for a result that was already on the queue
       (the main process unpickling it);
     - ``transfer_ms``: a low percentile of ``fetch_end`` → ``arrive`` beyond ``get_ms``, over results
@@ -127,7 +130,7 @@ def machinery(events: Events, *, sample_ms: float | None = None) -> dict[str, fl
     if start is not None and epoch is not None and workers:
         fields["spawn_ms"] = max(0.0, (epoch["t"] - start["t"]) / workers * 1000)
     if workers:
-        fields |= _worker_side(tagged, (start or {}).get("t", 0.0), fields.get("spawn_ms", 0.0) / 1000)
+        fields |= _worker_side(tagged, workers)
     if sample_ms is not None:
         per_sample = [task["dt"] / task["n"] * 1000 for task in _tasks(tagged)]
         if per_sample:
@@ -135,16 +138,21 @@ def machinery(events: Events, *, sample_ms: float | None = None) -> dict[str, fl
     return {name: round(value, 4) for name, value in fields.items()}
 
 
-def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], t0: float, spawn: float) -> dict[str, float]:
+def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int) -> dict[str, float]:
     ended: dict[tuple[int, int], Mapping[str, Any]] = {}
-    boots: dict[int, float] = {}
+    spawned, spawn_end, boots = False, None, []
     transfers, gets, pins = [], [], []
     arrived: list[tuple[float, float]] = []  # (fetch_end, arrive) of results taken in this next()
     pin_started: dict[tuple[int, int], float] = {}
     for e, event in tagged:
         key, kind = (e, event.get("idx", -1)), event["kind"]
-        if kind == "fetch_start" and e == 0 and event["worker"] not in boots:
-            boots[event["worker"]] = event["t"] - (t0 + (event["worker"] + 1) * spawn)
+        if kind == "worker_start":
+            spawned = True
+        elif kind == "epoch_start":
+            spawn_end, spawned = (event["t"] if spawned else None), False
+        elif kind == "fetch_start" and spawn_end is not None and event["worker"] == workers - 1:
+            boots.append(event["t"] - spawn_end)
+            spawn_end = None
         elif kind == "fetch_end":
             ended[key] = event
         elif kind == "arrive" and key in ended:
@@ -161,7 +169,7 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], t0: float, spawn: 
             pins.append((event["t"] - pin_started[key]) * 1000 / (ended[key]["nbytes"] / MB))
     fields: dict[str, float] = {}
     if boots:
-        fields["startup_ms"] = max(0.0, statistics.median(boots.values()) * 1000)
+        fields["startup_ms"] = max(0.0, statistics.median(boots) * 1000)
     get = statistics.median(gets) if gets else 0.0
     if gets:
         fields["get_ms"] = get * 1000

@@ -102,7 +102,9 @@ def sweep(
             orders[key] = sampler_order(plan).batches
         events = simulate(plan, run_id=f"sweep-{number}", scenario=scenario_name, params=params,
                           costs=run_costs, batches=orders[key])
-        rows.append(values | row_stats(events))
+        # the values as validated ("4" from a command line becomes 4, and sorts as a number)
+        swept = {k: params[k] if k in param_values else getattr(run_costs, k) for k in values}
+        rows.append(swept | row_stats(events))
     return rows
 
 
