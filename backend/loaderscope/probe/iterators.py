@@ -24,6 +24,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleP
 
 from loaderscope.probe.liveness import Liveness, StuckRule
 from loaderscope.probe.recorder import Recorder
+from loaderscope.ranks import encode_shard
 from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, batch_nbytes, new_ring, probed_worker_loop
 
 monotonic = time.monotonic
@@ -31,13 +32,19 @@ DEATH_GRACE = 0.5  # seconds a worker whose pipe broke may take to become a zomb
 
 
 class EpochCounter:
-    """Epoch numbering shared by every iterator of one loader (persistent or not)."""
+    """Epoch numbering shared by every iterator of one loader (persistent or not).
+
+    With a distributed sampler it also keeps the epoch's sample indices (``indices`` is a list
+    then, else None), so the dashboard can check that the ranks' shards neither overlap nor miss.
+    """
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.epoch = -1
         self.open = False
         self.batches = 0
+        self.shard_length: int | None = None  # set to the dataset's length to track shards
+        self.indices: list[Any] | None = None
 
     def start(self) -> None:
         if self.open:  # the previous epoch was abandoned mid-way (a `break`, a new iter())
@@ -45,12 +52,20 @@ class EpochCounter:
         self.epoch += 1
         self.open = True
         self.batches = 0
+        self.indices = [] if self.shard_length is not None else None
         self.recorder.note("epoch_start", epoch=self.epoch)
+
+    def dispatched(self, index: Any) -> None:
+        if self.indices is not None:
+            self.indices.extend(index if isinstance(index, list) else [index])
 
     def end(self, abandoned: bool = False) -> None:
         if self.open:
             self.open = False
-            self.recorder.note("epoch_end", epoch=self.epoch, batches=self.batches, abandoned=abandoned)
+            shard = {}
+            if self.indices is not None and self.shard_length is not None:
+                shard = {"shard": encode_shard(self.indices, self.shard_length), "shard_length": self.shard_length}
+            self.recorder.note("epoch_end", epoch=self.epoch, batches=self.batches, abandoned=abandoned, **shard)
 
 
 class _TaskInfo(dict):
@@ -186,6 +201,7 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         super()._try_put_index()
         if self._send_idx != sent:
             self._probe.record("dispatch", monotonic(), sent, self._task_info[sent][0], self._last_index)
+            self._epochs.dispatched(self._last_index)
 
     def _get_data(self) -> Any:
         try:
@@ -293,6 +309,7 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
         self._send += 1
         start = monotonic()
         record("dispatch", start, idx, 0, index)
+        self._epochs.dispatched(index)
         record("fetch_start", start, 0, idx, len(index) if isinstance(index, (list, tuple)) else 1)
         try:
             data = self._dataset_fetcher.fetch(index)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from loaderscope.events import Event
 from loaderscope.probe.iterators import EpochCounter, ProbedMultiProcessIter, ProbedSingleProcessIter
@@ -36,6 +37,18 @@ def _context_name(context: Any) -> str | None:
     return getter() if callable(getter) else str(context)
 
 
+def _length(dataset: Any) -> int | None:
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+def _distributed(loader: DataLoader[Any]) -> bool:
+    """Shards are worth checking: a DistributedSampler, or a process group is up."""
+    return isinstance(loader.sampler, DistributedSampler) or (dist.is_available() and dist.is_initialized())
+
+
 def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
     """Every DataLoader argument that changes the protocol, for ``run_start.config``."""
     dataset = loader.dataset
@@ -45,10 +58,7 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
         batches: int | None = len(loader)
     except TypeError:
         batches = None
-    try:
-        length: int | None = len(dataset)  # type: ignore[arg-type]
-    except TypeError:
-        length = None
+    length = _length(dataset)
     workers = loader.num_workers
     return {
         "num_workers": workers,
@@ -98,6 +108,8 @@ class ProbeMixin(DataLoader[T_co]):
         if self._probe_started:
             return
         object.__setattr__(self, "_probe_started", True)
+        if _distributed(self):
+            self._probe_epochs.shard_length = _length(self.dataset)
         self._probe.note(
             "run_start",
             mode="real",
@@ -110,6 +122,8 @@ class ProbeMixin(DataLoader[T_co]):
             python=platform.python_version(),
             host=socket.gethostname(),
             pid=os.getpid(),
+            wall_start=self._probe.wall0,
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
         )
         self._probe.start()
 

@@ -70,6 +70,7 @@ class Recorder:
         self.rank = rank
         self.interval = interval
         self.t0 = time.monotonic()
+        self.wall0 = time.time()  # the same instant on the wall clock: ranks' timelines line up by it
         self.seq = 0
         self.sink_errors = 0
         self.pending: deque[tuple[Any, ...]] = deque()
