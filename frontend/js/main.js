@@ -8,7 +8,7 @@ import { TimelineView } from './timeline-view.js';
 import { RunStream } from './stream.js';
 import { api, runSocket, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { fieldsFromSchema, renderForm } from './form.js';
-import { Counters, Notes, EventLog, renderDiagnosis, workerDetail } from './panels.js';
+import { Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms } from './panels.js';
 import { KNOWN_KINDS } from './schema.js';
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -62,6 +62,8 @@ class App {
     this.violationsShown = 0;
     this.finalPolled = false;
     $('worker-card').hidden = true;
+    $('banner').hidden = true;
+    $('banner').dataset.key = '';
   }
 
   // --- frames -------------------------------------------------------------------------------------
@@ -159,6 +161,7 @@ class App {
     this.notes.render(this.noteItems);
     this.log.render();
     this.renderStatus();
+    this.renderAlarms();
     if (this.selectedWorker !== null) this.renderWorker();
     const fm = this.perf.frameMs;
     if (fm.length) {
@@ -172,8 +175,37 @@ class App {
     if (this.selectedWorker === null) { card.hidden = true; return; }
     card.hidden = false;
     $('worker-title').textContent = this.state.config.num_workers === 0 ? 'main process' : `worker ${this.selectedWorker}`;
-    const text = workerDetail(this.state, this.selectedWorker);
+    const text = workerDetail(this.state, this.selectedWorker, this.clock(performance.now()).now);
     if ($('worker-detail').textContent !== text) $('worker-detail').textContent = text;
+    const w = this.state.workers.get(this.selectedWorker);
+    const stack = w?.stuck?.stack ?? null;
+    const list = $('worker-stack');
+    if (list.dataset.seq !== String(w?.stuck?.seq ?? '')) {
+      list.dataset.seq = String(w?.stuck?.seq ?? '');
+      list.replaceChildren(...stackItems(stack));
+      list.hidden = !stack;
+    }
+  }
+
+  renderAlarms() {
+    const items = alarms(this.state, this.clock(performance.now()).now);
+    const banner = $('banner');
+    const key = items.map((a) => a.text).join('|');
+    if (banner.dataset.key === key) return;
+    banner.dataset.key = key;
+    banner.hidden = !items.length;
+    banner.replaceChildren(...items.map((a) => {
+      const div = document.createElement('div');
+      div.textContent = a.text;
+      if (a.worker !== null) {
+        div.className = 'alarm-link';
+        div.addEventListener('click', () => { this.selectedWorker = a.worker; this.renderWorker(); });
+      }
+      return div;
+    }));
+    // a stuck or dead worker opens its own card, so its stack is on screen without a click
+    const first = items.find((a) => a.worker !== null);
+    if (first && this.selectedWorker === null) this.selectedWorker = first.worker;
   }
 
   renderStatus() {
@@ -185,10 +217,14 @@ class App {
       el.dataset.status = status;
     }
     const ended = ENDED.has(status);
-    const demo = this.demo;
-    for (const id of ['btn-pause', 'btn-resume', 'btn-step', 'btn-stop', 'speed']) {
-      /** @type {HTMLButtonElement} */ ($(id)).disabled = !this.runId || ended || demo;
-    }
+    const off = !this.runId || ended || !!this.demo;
+    const paused = status === 'paused';
+    const set = (id, disabled) => { /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled; };
+    set('btn-pause', off || paused);
+    set('btn-resume', off || !paused);
+    set('btn-step', off);
+    set('btn-stop', off);
+    set('speed', off);
     const c = this.state.config;
     const title = this.runId ? `${this.state.scenario || this.runInfo?.scenario || ''} · ${this.state.mode || this.runInfo?.mode || ''}` +
       (c.num_workers !== undefined ? ` · ${c.num_workers} workers · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}` : '') : '';

@@ -168,8 +168,8 @@ export function renderDiagnosis(ul, lines, fallback) {
   }));
 }
 
-/** A worker's numbers, its current task and (issue 4) its stack when stuck. */
-export function workerDetail(state, wid) {
+/** A worker's numbers and its current task, as text. */
+export function workerDetail(state, wid, now = state.t) {
   const w = state.workers.get(wid);
   if (!w) return '';
   const times = [...w.fetch_times].sort((a, b) => a - b);
@@ -185,17 +185,67 @@ export function workerDetail(state, wid) {
   const task = w.current !== null ? state.tasks.get(w.current) : undefined;
   if (task) lines.push(`fetching task ${task.idx}: samples ${fmtIndices(task.indices, task.n)}`);
   if (w.stuck) {
-    lines.push('', `STUCK for ${(+w.stuck.elapsed).toFixed(1)} s on task ${w.stuck.idx}`);
-    lines.push(formatStack(w.stuck.stack));
+    const s = w.stuck;
+    const sample = s.sample !== undefined && s.sample !== null ? `, sample ${s.sample}${s.pos !== undefined ? ` (#${s.pos + 1} of the batch)` : ''}` : '';
+    const running = task && task.idx === s.idx && task.fetch_start !== null ? now - task.fetch_start : +s.elapsed;
+    lines.push('', `STUCK on task ${s.idx}${sample} for ${running.toFixed(1)} s (threshold ${s.threshold ?? '?'} s)`);
   }
   return lines.join('\n');
 }
 
-export function formatStack(stack) {
-  if (!stack) return '(no stack yet)';
-  if (typeof stack === 'string') return stack;
-  if (Array.isArray(stack)) {
-    return stack.map((f) => (typeof f === 'string' ? f : `${f.file ?? f.filename}:${f.line ?? f.lineno} in ${f.function ?? f.name}\n    ${f.code ?? f.text ?? ''}`)).join('\n');
+/**
+ * Stack frames (outermost first) as list items; the user's own frames are marked so they stand out.
+ * Accepts the probe's [{file, line, function, code, user}], plain strings, or a traceback string.
+ * @returns {HTMLElement[]}
+ */
+export function stackItems(stack) {
+  if (!stack) return [];
+  const frames = typeof stack === 'string' ? stack.split('\n').filter(Boolean) : Array.isArray(stack) ? stack : [];
+  return frames.map((f) => {
+    const li = document.createElement('li');
+    if (typeof f === 'string') {
+      li.textContent = f;
+      return li;
+    }
+    const where = document.createElement('div');
+    where.className = 'where';
+    where.textContent = `${shortPath(f.file ?? f.filename ?? '?')}:${f.line ?? f.lineno ?? '?'} in ${f.function ?? f.name ?? '?'}`;
+    where.title = String(f.file ?? '');
+    li.append(where);
+    if (f.code) {
+      const code = document.createElement('code');
+      code.textContent = f.code;
+      li.append(code);
+    }
+    if (f.user) li.className = 'user';
+    return li;
+  });
+}
+
+function shortPath(p) {
+  const parts = String(p).split('/');
+  return parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : p;
+}
+
+/** What needs attention now, most serious first: dead and stuck workers, a stuck consumer, errors. */
+export function alarms(state, now = state.t) {
+  const out = [];
+  for (const w of state.workers.values()) {
+    if (w.status === 'died') out.push({ worker: w.id, text: `worker ${w.id} died (${w.signal || `exit code ${w.exitcode}`})` });
   }
-  return JSON.stringify(stack, null, 1);
+  for (const w of state.workers.values()) {
+    if (w.status === 'stuck' && w.stuck) {
+      out.push({ worker: w.id, text: `worker ${w.id} is stuck on task ${w.stuck.idx}${w.stuck.sample !== undefined && w.stuck.sample !== null ? ` (sample ${w.stuck.sample})` : ''} — click its lane for the stack` });
+    }
+  }
+  const last = state.notes.at(-1);
+  if (last && last.kind === 'consumer_stuck' && state.status === 'running') {
+    const waited = +last.elapsed + Math.max(0, now - last.t);
+    out.push({ worker: null, text: `the training loop has waited ${waited.toFixed(1)} s inside next()${last.waiting_for !== undefined ? ` for task ${last.waiting_for}` : ''}${last.held_by !== undefined && last.held_by !== null ? `, held by worker ${last.held_by}` : ''}` });
+  }
+  if (state.errors.length) {
+    const e = state.errors.at(-1);
+    out.push({ worker: e.worker ?? null, text: `${e.type}: ${String(e.message).split('\n')[0]}` });
+  }
+  return out;
 }
