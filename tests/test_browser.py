@@ -178,3 +178,30 @@ def test_bad_parameter_is_shown_next_to_its_field(server: Any, page: Page) -> No
     pg.fill("#param-batch_size", "0")
     pg.click("#btn-start")
     assert "at least 1" in (pg.locator('[data-field="batch_size"] .field-error').text_content() or "")
+
+
+def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
+    """num_workers=0: one lane, labelled as the main process; the timeline names a span under the mouse."""
+    pg = page.page
+    run = server.start_run("uniform", num_workers=0, dataset_size=48, sample_ms=5)
+    final = server.wait_status(run["id"], timeout=60)
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=20_000)
+    lanes = pg.locator('[data-testid="worker-lane"]')
+    assert lanes.count() == 1
+    assert "main process" in (lanes.first.text_content() or "")
+    assert rcvd(pg) == final["batches"] == 12
+    # hover the middle of the first timeline row: a fetch span (or the gap between two) is named
+    box = pg.locator(".timeline-canvas").bounding_box()
+    assert box is not None
+    pg.mouse.move(box["x"] + 112 + (box["width"] - 112) * 0.5, box["y"] + 20 + 11)
+    tip = pg.locator(".tooltip")
+    tip.wait_for(state="visible", timeout=5_000)
+    assert "main process" in (tip.text_content() or "")
+    # wheel zooms in: the view narrows and stops following the run
+    before = pg.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
+    pg.mouse.wheel(0, -400)
+    pg.wait_for_timeout(100)
+    after = pg.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
+    assert after < before
+    assert pg.evaluate("() => window.loaderscope.timeline.follow") is False
