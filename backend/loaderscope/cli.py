@@ -114,12 +114,38 @@ def execute(scenario: scenarios.Scenario, params: dict[str, Any], mode: str) -> 
     return collector.events, collector.state, None
 
 
+def hub_scenario(spec: str, sets: Sequence[str]) -> tuple[scenarios.Scenario, list[str]]:
+    """Register a --hub entry; --set keys that are not loader parameters go to the entry point."""
+    from loaderscope.scenarios import hub
+
+    loader_keys = hub.HubParams.model_fields
+    loader_sets = [s for s in sets if s.partition("=")[0] in loader_keys]
+    entry_kwargs = {k: _literal(v) for k, v in parse_sets(sets).items() if k not in loader_keys}
+    try:
+        return hub.register(spec, entry_kwargs), loader_sets
+    except hub.HubError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _literal(text: str) -> Any:
+    """A --set value for a hub entry: a JSON literal (number, true, [..]) or else the string itself."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = find_scenario(args.scenario)
+    if args.hub:
+        scenario, sets = hub_scenario(args.hub, args.set)
+    elif args.scenario:
+        scenario, sets = find_scenario(args.scenario), args.set
+    else:
+        raise UsageError("name a scenario (see `loaderscope scenarios`) or a torch.hub entry with --hub DIR:ENTRY")
     if args.help_params:
         print_params(scenario)
         return 0
-    params = validated_params(scenario, args.set)
+    params = validated_params(scenario, sets)
     console.print(f"[bold]{scenario.title}[/] ({args.mode}): {scenario.description}")
     events, state, error = execute(scenario, params, args.mode)
     out = Path(args.out or f"{scenario.name}.trace.jsonl")
@@ -214,6 +240,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from loaderscope.server import serve
 
+    for spec in args.hub:
+        hub_scenario(spec, [])
     try:
         serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
               demo=getattr(args, "scenario", None))
@@ -238,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
         p.add_argument("--token", default=None, help="access token (default: $LOADERSCOPE_TOKEN or a new one)")
         p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+        p.add_argument("--hub", action="append", default=[], metavar="DIR:ENTRY",
+                       help="offer a torch.hub entry point of DIR/hubconf.py as a scenario (repeatable)")
 
     demo = sub.add_parser("demo", help="start the dashboard with a live scenario")
     demo.add_argument("scenario", nargs="?", default="out_of_order")
@@ -251,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("scenarios", help="list the built-in scenarios").set_defaults(func=cmd_scenarios)
 
     run = sub.add_parser("run", help="run a scenario headless, print a summary, write the trace")
-    run.add_argument("scenario")
+    run.add_argument("scenario", nargs="?")
+    run.add_argument("--hub", metavar="DIR:ENTRY", help="run a torch.hub entry point of DIR/hubconf.py instead")
     run.add_argument("--mode", choices=("real", "sim"), default="real")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a scenario parameter")
     run.add_argument("--out", help="trace file to write (default: SCENARIO.trace.jsonl)")

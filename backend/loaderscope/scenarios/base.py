@@ -104,6 +104,10 @@ class UnknownScenario(KeyError):
 def get(name: str) -> Scenario:
     from loaderscope.scenarios import catalog  # noqa: F401  (registers the built-ins)
 
+    if name.startswith("hub:") and name not in REGISTRY:
+        from loaderscope.scenarios.hub import register_from_env
+
+        register_from_env()
     try:
         return REGISTRY[name]
     except KeyError:

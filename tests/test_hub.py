@@ -1,0 +1,50 @@
+"""torch.hub entry points as scenarios: from the command line, and offered by a dashboard."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loaderscope.scenarios.hub import HUB_ENV
+from loaderscope.trace import read_trace
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+def test_run_a_hub_entry_from_the_command_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "loaderscope.cli", "run", "--hub", f"{EXAMPLES}:synthetic_images",
+         "--set", "samples=96", "--set", "num_workers=2", "--set", "batch_size=16", "--out", "h.jsonl"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    head, events = read_trace(tmp_path / "h.jsonl")
+    assert head["scenario"] == "hub:synthetic_images"
+    assert sum(e["kind"] == "yield" for e in events) == 6
+    start = events[0]
+    assert start["config"]["dataset"] == "CompressedImages" and start["config"]["hub"].endswith("synthetic_images")
+
+
+def test_bad_hub_argument_is_explained(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "loaderscope.cli", "run", "--hub", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+    assert result.returncode == 2 and "DIR:ENTRY" in result.stdout
+
+
+def test_dashboard_offers_only_registered_hub_entries(start_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = {"spec": f"{EXAMPLES}:length_sorted_text", "kwargs": {"samples": 64}}
+    monkeypatch.setenv(HUB_ENV, json.dumps([spec]))
+    live = start_server()
+    with live.client() as http:
+        names = [s["name"] for s in http.get("/api/scenarios").json()]
+        assert "hub:length_sorted_text" in names
+        refused = http.post("/api/runs", json={"scenario": "hub:/etc/passwd", "mode": "real", "params": {}})
+        assert refused.status_code in (404, 422) and "hub:length_sorted_text" in refused.text
+    run = live.start_run("hub:length_sorted_text", num_workers=1)
+    done = live.wait_status(run["id"])
+    assert done["status"] == "done", done
+    assert done["statistics"]["batches"] == 4
