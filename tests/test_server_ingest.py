@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.server.serve import checked_trace
-from loaderscope.trace import write_trace
+from loaderscope.trace import read_trace, write_trace
 from tests.conftest import LiveServer
 
 
@@ -239,7 +239,7 @@ def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(sta
 def test_throughput_ingest_to_viewer(start_server: Any, capsys: Any) -> None:
     """events/s from a producer through the store to a websocket viewer (LOADERSCOPE_BENCH_EVENTS to scale)."""
     server = start_server()
-    batches_count = int(os.environ.get("LOADERSCOPE_BENCH_EVENTS", "100000")) // 5
+    batches_count = int(os.environ.get("LOADERSCOPE_BENCH_EVENTS", "50000")) // 5
     results = []
     for frame in (100, 1000):
         run_id = f"speed-{frame}"
@@ -306,3 +306,81 @@ def test_a_file_that_is_not_a_trace_is_refused_before_serving(tmp_path: Any) -> 
         checked_trace(other)
     with pytest.raises(ValueError, match="no such file"):
         checked_trace(tmp_path / "missing.jsonl")
+
+
+# --- soak ----------------------------------------------------------------------------------------
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+class CheckingViewer:
+    """Reads like the page does: frames in seq order; on resync, the skipped range over REST."""
+
+    def __init__(self, server: LiveServer, run_id: str, *, events_per_s: float | None, stalled: float = 0) -> None:
+        self.server, self.run_id, self.rate, self.stalled = server, run_id, events_per_s, stalled
+        self.last, self.resyncs, self.fetched, self.error = -1, 0, 0, None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def _read(self) -> None:
+        try:
+            with self.server.connect(f"/ws/runs/{self.run_id}?after=-1") as ws, self.server.client() as http:
+                time.sleep(self.stalled)  # a tab in the background: the socket fills up
+                while True:
+                    message = orjson.loads(ws.recv(timeout=60))
+                    if isinstance(message, list):
+                        assert message[0]["seq"] == self.last + 1, (message[0]["seq"], self.last)
+                        self.last = message[-1]["seq"]
+                        if self.rate:
+                            time.sleep(len(message) / self.rate)
+                    elif message["type"] == "resync":
+                        assert message["from"] == self.last + 1
+                        self.resyncs += 1
+                        self._fetch(http, message["to"])
+                    elif message["type"] == "end":
+                        return
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            self.error = exc
+
+    def _fetch(self, http: httpx.Client, to: int) -> None:
+        while self.last < to:
+            page = http.get(f"/api/runs/{self.run_id}/events",
+                            params={"after": self.last, "limit": min(10_000, to - self.last)}).json()
+            assert page["gap"] is None and page["events"][0]["seq"] == self.last + 1
+            self.last = page["events"][-1]["seq"]
+            self.fetched += len(page["events"])
+
+
+def test_soak_a_long_run_with_a_live_and_a_stalled_viewer(start_server: Any, capsys: Any) -> None:
+    """LOADERSCOPE_SOAK_EVENTS=1000000 for the issue-7 soak; the default keeps the suite light."""
+    count = int(os.environ.get("LOADERSCOPE_SOAK_EVENTS", "150000")) // 5
+    server = start_server(memory_events=20_000, max_lag=20_000)
+    produce(server, "soak-1", frames(batches(0), 10), end=False)
+    viewers = [CheckingViewer(server, "soak-1", events_per_s=200_000),
+               CheckingViewer(server, "soak-1", events_per_s=None, stalled=3.0)]
+    for viewer in viewers:
+        viewer.thread.start()
+    time.sleep(0.3)
+    rss_before = rss_kib(server.process.pid)
+    started = time.monotonic()
+    produce(server, "soak-1", frames(batches(count, header=False), 1000))
+    total = count * 5 + 3
+    wait_events(server, "soak-1", total, timeout=300)
+    ingest_s = time.monotonic() - started
+    rss_after = rss_kib(server.process.pid)
+    for viewer in viewers:
+        viewer.thread.join(120)
+        assert viewer.error is None, viewer.error
+        assert viewer.last == total - 1
+    assert viewers[1].resyncs >= 1, "the stalled viewer should have been told to resync"
+    head, recorded = read_trace(server.data_dir / "soak-1.trace.jsonl")
+    assert head["run"] == "soak-1" and [e["seq"] for e in recorded] == list(range(total))
+    growth_mib = (rss_after - rss_before) / 1024
+    with capsys.disabled():
+        print(f"\n  soak: {total} events ingested in {ingest_s:.1f} s ({total / ingest_s:,.0f}/s); server RSS "
+              f"{rss_before / 1024:.0f} -> {rss_after / 1024:.0f} MiB; live viewer resyncs {viewers[0].resyncs}, "
+              f"stalled viewer resyncs {viewers[1].resyncs} ({viewers[1].fetched} events over REST)")
+    # 20k events in memory (~3 MiB) plus the reducer's per-batch statistics; all events would be ~100x that.
+    assert growth_mib < 40 + total * 40 / 1024 / 1024
