@@ -70,7 +70,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const bypassY = top + 12;
   const titles = [
     { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
-    { x: lanesX, text: workersTitle(n, inProcess), hint: 'index queue (waiting) · fetching now' },
+    { x: lanesX, text: workersTitle(lanes, inProcess), hint: 'index queue (waiting) · fetching now' },
     { x: result.x, text: 'result queue', hint: 'oldest on top' },
     { x: buffer.x, text: 'reorder buffer', hint: '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
@@ -79,6 +79,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
 }
 
 function workersTitle(lanes, inProcess) {
+  if (lanes === 0) return 'worker processes';
   return inProcess ? 'main process fetches (num_workers=0)' : `${lanes} worker process${lanes === 1 ? '' : 'es'}`;
 }
 

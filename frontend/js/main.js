@@ -216,6 +216,7 @@ class App {
       el.textContent = status;
       el.dataset.status = status;
     }
+    $('pipeline-empty').hidden = !!this.runId;
     const ended = ENDED.has(status);
     const off = !this.runId || ended || !!this.demo;
     const paused = status === 'paused';
@@ -443,6 +444,7 @@ class App {
     if (id) this.openRun(id, { push: false });
     else renderDiagnosis($('diagnosis'), [], 'start a run, or pick one above');
     this.renderStatus();
+    this.wake(); // draw the empty picture: the parts are named before any run starts
   }
 }
 

@@ -53,7 +53,7 @@ export class PipelineView {
     const key = `${width}x${height}:${ids.join(',')}:${digits}:${inProcess}`;
     if (key === this.layoutKey) return;
     this.layoutKey = key;
-    this.L = pipelineLayout({ width, height, lanes, digits, inProcess });
+    this.L = pipelineLayout({ width, height, lanes: ids.length, digits, inProcess });
     this.laneOf = new Map(ids.map((id, i) => [id, i]));
     this.ids = ids;
     const dpr = window.devicePixelRatio || 1;
