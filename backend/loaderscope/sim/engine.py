@@ -186,25 +186,28 @@ class Simulator:
         self._epoch = epoch
         if self.cfg.num_workers == 0:
             self._workers = [_Worker(0, 0, alive=False)]  # the main process is the fetcher
-            self._epoch_reset(first_iter=True)
+            self._epoch_reset()
         elif not self._workers or not self.cfg.persistent_workers:
             self._spawn_workers()
         else:
             self._resume_workers()
-            self._epoch_reset(first_iter=False)
+            self._epoch_reset()
 
     def _spawn_workers(self) -> None:
         """torch's iterator starts its workers one after another, then primes them (``_reset``)."""
         self._workers = [_Worker(w, next(self._pids)) for w in range(self.cfg.num_workers)]
         for worker in self._workers:
             self._at(self.now + (worker.wid + 1) * self.costs.spawn, self._worker_spawned, worker)
-        self._at(self.now + self.cfg.num_workers * self.costs.spawn, self._epoch_reset, True)
+        self._at(self.now + self.cfg.num_workers * self.costs.spawn, self._epoch_reset)
 
-    def _epoch_reset(self, first_iter: bool) -> None:
+    def _epoch_reset(self) -> None:
+        """``_reset``: fresh cursors, the cycle back at worker 0, the prefetch window primed."""
         batches = {"batches": len(self.cfg.batches[self._epoch])} if self.cfg.dataset_kind == "map" else {}
         self._emit(Kind.EPOCH_START, epoch=self._epoch, **batches)
-        self._reset(first_iter)
-        self._at(self.now, self._consumer_next)
+        self._reset_iterator_state()
+        for _ in range(self.cfg.prefetch_factor * self.cfg.num_workers):
+            self._try_put_index()
+        self._at(self.now, self._consumer_next)  # the training loop's first next() of the epoch
 
     def _resume_workers(self) -> None:
         # _ResumeIteration: every worker's queue holds only tasks it drops unfetched, so the
@@ -215,10 +218,13 @@ class Simulator:
             worker.shard_pos = 0
 
     def _end_epoch(self) -> None:
-        """StopIteration from ``next()``: non-persistent workers are shut down first."""
+        """StopIteration from ``next()``; non-persistent workers are shut down with it.
+
+        Emitted in the real probe's order: ``epoch_end``, then the workers' ``worker_exit``.
+        """
+        self._emit(Kind.EPOCH_END, epoch=self._epoch, batches=self._yielded_in_epoch, abandoned=False)
         if not self.cfg.persistent_workers:
             self._exit_workers()
-        self._emit(Kind.EPOCH_END, epoch=self._epoch, batches=self._yielded_in_epoch)
         if self._epoch + 1 < self.cfg.epochs:
             self._begin_epoch(self._epoch + 1)
         else:
@@ -271,11 +277,6 @@ class Simulator:
         self._called_at = 0.0
         self._yielded_in_epoch = 0
 
-    def _reset(self, first_iter: bool) -> None:
-        self._reset_iterator_state()
-        for _ in range(self.cfg.prefetch_factor * self.cfg.num_workers):  # prime the prefetch loop
-            self._try_put_index()
-
     def _next_index(self) -> Sequence[Any] | None:
         """The batch sampler's next batch of indices; None for StopIteration."""
         if self.cfg.dataset_kind == "iterable":
@@ -301,7 +302,7 @@ class Simulator:
         self._workers_num_tasks[worker] += 1
         self._tasks_outstanding += 1
         self._send_idx += 1
-        shown, n = clip_indices(list(index))
+        shown, n = clip_indices(index if isinstance(index, list) else list(index))
         self._emit(Kind.DISPATCH, idx=idx, worker=worker, epoch=self._epoch, indices=shown, n=n)
         self._workers[worker].queue.append(_Task(self._epoch, idx, index))
         self._worker_kick(self._workers[worker])
@@ -560,7 +561,7 @@ class Simulator:
         idx = self._send_idx
         self._send_idx += 1
         task = _Task(self._epoch, idx, index)
-        shown, n = clip_indices(list(index))
+        shown, n = clip_indices(index if isinstance(index, list) else list(index))
         self._emit(Kind.DISPATCH, idx=idx, worker=0, epoch=self._epoch, indices=shown, n=n)
         worker = self._workers[0]
         samples, stop = self._samples_for(worker, task)
