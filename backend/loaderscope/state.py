@@ -22,7 +22,8 @@ class Where(StrEnum):
 
     INDEX_QUEUE = "index_queue"  # dispatched, waiting in its worker's index queue
     FETCHING = "fetching"  # the worker is running __getitem__/collate for it
-    RESULT_QUEUE = "result_queue"  # fetched, on the shared result queue (or pin thread)
+    RESULT_QUEUE = "result_queue"  # fetched, on the shared result queue
+    PINNING = "pinning"  # the pin-memory thread copies it to page-locked memory
     BUFFER = "buffer"  # arrived out of order, parked in _task_info
     YIELDED = "yielded"
     SKIPPED = "skipped"
@@ -48,6 +49,8 @@ class Task:
     where: Where = Where.INDEX_QUEUE
     fetch_start: float | None = None
     fetch_end: float | None = None
+    pin_start: float | None = None
+    pin_end: float | None = None
     arrived: float | None = None
     nbytes: int | None = None
 
@@ -93,6 +96,10 @@ class LoaderState:
     consumer_wait: float = 0.0
     head_of_line_wait: float = 0.0
     skipped: int = 0
+    pin_bytes: int = 0
+    pin_time: float = 0.0
+    pin_wait: float = 0.0  # consumer wait spent while the awaited batch was being pinned
+    unpinned: int = 0  # batches that left the pin thread without pinned tensors
     first_t: float | None = None
     last_yield_t: float | None = None
     yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released
@@ -269,6 +276,8 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
     # Waiting for a late head-of-line task while later results sat ready is the reorder cost.
     if wait > 0 and not e.get("from_buffer") and s.buffer:
         s.head_of_line_wait += wait
+    if wait > 0 and task is not None and task.pin_start is not None:  # how much of the wait was pinning
+        s.pin_wait += max(0.0, min(s.t, task.pin_end or s.t) - max(s.t - wait, task.pin_start))
     s.consumer_wait += wait
     s.batches += 1
     s.last_yield_t = s.t
@@ -315,8 +324,24 @@ def _note(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.notes.append(dict(e))
 
 
-def _pin(s: LoaderState, e: Mapping[str, Any]) -> None:
-    """Pin events are shown on the timeline; the task stays on the result queue until it arrives."""
+def _pin_start(s: LoaderState, e: Mapping[str, Any]) -> None:
+    task = s.tasks.get(e["idx"])
+    if task is not None and task.arrived is None:
+        if task.idx in s.result_queue:
+            s.result_queue.remove(task.idx)
+        task.where = Where.PINNING
+        task.pin_start = s.t
+
+
+def _pin_end(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.pin_bytes += e.get("nbytes") or 0
+    s.pin_time += e.get("dt") or 0.0
+    s.unpinned += e.get("pinned") is False
+    task = s.tasks.get(e["idx"])
+    if task is not None and task.arrived is None:
+        task.where = Where.RESULT_QUEUE  # on the pinned-data queue, for the main process to take
+        task.pin_end = s.t
+        s.result_queue.append(task.idx)
 
 
 _HANDLERS = {
@@ -338,8 +363,8 @@ _HANDLERS = {
     Kind.WORKER_DIED: _worker_died,
     Kind.ERROR: _error,
     Kind.TIMEOUT: _note,
-    Kind.PIN_START: _pin,
-    Kind.PIN_END: _pin,
+    Kind.PIN_START: _pin_start,
+    Kind.PIN_END: _pin_end,
 }
 
 
@@ -421,6 +446,9 @@ def summary(s: LoaderState) -> dict[str, Any]:
         "head_of_line_wait": s.head_of_line_wait,
         "skipped": s.skipped,
         "errors": len(s.errors),
+        "pin_bytes": s.pin_bytes,
+        "pin_mb_per_s": s.pin_bytes / s.pin_time / 1e6 if s.pin_time > 0 else None,
+        "pin_wait_share": s.pin_wait / s.consumer_wait if s.consumer_wait > 0 else 0.0,
         "mean_task": mean_task,
         "median_task": statistics.median(fetches) if fetches else 0.0,
         "ideal_batches_per_s": (max(workers, 1) / mean_task) if mean_task > 0 else None,
@@ -520,5 +548,13 @@ def diagnosis(s: LoaderState) -> list[str]:
                         f"reorder buffer (high-water {stats['buffer_high']}); {stats['head_of_line_wait']:.2f} s "
                         f"spent waiting on a late head-of-line task while later ones sat ready")
     if s.config.get("pin_memory") and not s.config.get("pin_memory_active", False) and s.mode == "real":
-        findings.append("pin_memory=True but no accelerator is available: torch turned pinning off")
+        findings.append("pin_memory=True, but this machine has no accelerator, so torch silently turned pinning "
+                        "off: batches stay in pageable memory and no pin-memory thread runs")
+    if stats["pin_mb_per_s"]:
+        findings.append(f"pinning: {stats['pin_bytes'] / 1e6:.1f} MB copied to page-locked memory at "
+                        f"{stats['pin_mb_per_s']:.0f} MB/s; {stats['pin_wait_share']:.0%} of the consumer's wait "
+                        f"was spent behind the pin thread")
+    if s.unpinned:
+        findings.append(f"{s.unpinned} batches left the pin thread without pinned tensors (a custom batch type "
+                        "needs a pin_memory() method)")
     return findings

@@ -23,6 +23,7 @@ from torch.utils.data._utils.worker import _worker_loop
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
 
 from loaderscope.probe.liveness import Liveness, StuckRule
+from loaderscope.probe.pinning import is_pinned, tap_pin_thread
 from loaderscope.probe.recorder import Recorder
 from loaderscope.ranks import encode_shard
 from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, batch_nbytes, new_ring, probed_worker_loop
@@ -189,6 +190,8 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         if first_iter:
             for worker_id, process in enumerate(self._workers):
                 self._probe.note("worker_start", worker=worker_id, pid=process.pid)
+            if self._pin_memory:  # the pin thread runs already, and no task is dispatched yet
+                tap_pin_thread(self._worker_result_queue, self._data_queue, self._probe)
         self._epochs.start()
         super()._reset(loader, first_iter)
 
@@ -322,9 +325,13 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
             raise
         end = monotonic()
         record("fetch_end", end, 0, idx, end - start, batch_nbytes(data))
-        record("arrive", end, idx, 0)
         if self._pin_memory:
+            self._probe.note_at("pin_start", end, idx=idx)
             data = pin_memory(data, self._pin_memory_device)
+            pinned = monotonic()
+            self._probe.note_at("pin_end", pinned, idx=idx, dt=pinned - end, nbytes=batch_nbytes(data),
+                                pinned=is_pinned(data))
+        record("arrive", monotonic(), idx, 0)
         return data
 
     def __next__(self) -> Any:

@@ -91,6 +91,10 @@ class Recorder:
         """Rare events, with named fields."""
         self.pending.append((kind, time.monotonic(), fields))
 
+    def note_at(self, kind: str, t: float, **fields: Any) -> None:
+        """A rare event that happened at monotonic time ``t``."""
+        self.pending.append((kind, t, fields))
+
     def drain_worker(self, worker: int) -> None:
         """Move a worker's ring records into the stream now, so its fetch events precede the arrival."""
         reader = self.readers.get(worker)
