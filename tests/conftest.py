@@ -114,13 +114,17 @@ class LiveServer:
 
 
 def launch(directory: Path, **options: Any) -> LiveServer:
-    """Start ``serve(port=0, **options)`` in a new process; return once /api/health answers."""
+    """Start ``serve(port=0, **options)`` in a new process; return once /api/health answers.
+
+    ``env={...}`` adds environment variables for the server (and the run processes it starts).
+    """
     directory.mkdir(parents=True, exist_ok=True)
     token = options.pop("token", None) or secrets.token_urlsafe(24)
+    extra_env = options.pop("env", {})
     options = {"port": 0, "data_dir": str(directory / "data"), **options}
     log_path = directory / "server.log"
     code = "import json, sys; from loaderscope.server import serve; serve(**json.loads(sys.argv[1]))"
-    env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1", **extra_env}
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-c", code, json.dumps(options)], stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)

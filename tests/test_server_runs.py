@@ -225,3 +225,16 @@ def test_demo_starts_its_run_and_server_exit_ends_every_run_process(start_server
     assert server.process.returncode == 0, server.output()
     wait_for(lambda: not group_pids(leader) and not any(alive(pid) for pid in pids), timeout=5,
              what="no run process or worker to outlive the dashboard")
+
+
+def test_a_killed_dashboard_leaves_no_run_process_behind(start_server: Any) -> None:
+    """The dashboard dies hard (no shutdown): a run stuck in next() ends itself and its workers."""
+    server = start_server(env={"LOADERSCOPE_ORPHAN_GRACE": "1"})
+    run = server.start_run("uniform", num_workers=2, batch_size=1, dataset_size=8, sample_ms=5000.0)
+    pids = wait_for(lambda: len(worker_pids(server, run["id"])) == 2 and worker_pids(server, run["id"]),
+                    what="two workers")
+    leader = server.run(run["id"])["pid"]
+    server.process.kill()
+    server.process.wait()
+    wait_for(lambda: not group_pids(leader) and not any(alive(pid) for pid in pids), timeout=15,
+             what="the orphaned run to end itself")

@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -32,6 +34,8 @@ FLUSH_INTERVAL = 0.02  # seconds a small batch may wait for company
 HIGH_WATER = 200_000  # events buffered before the sink blocks (backpressure: nothing is dropped)
 CONNECT_TIMEOUT = 10.0
 MAX_MESSAGE = 1 << 20  # controls are tiny
+# Seconds a run process may outlive its connection to the dashboard ($LOADERSCOPE_ORPHAN_GRACE).
+ORPHAN_GRACE = float(os.environ.get("LOADERSCOPE_ORPHAN_GRACE", "5"))
 
 
 class Uplink:
@@ -107,7 +111,11 @@ class Uplink:
 
 
 def listen(ws: ClientConnection, control: Control) -> None:
-    """Apply controls from the dashboard until the connection ends; losing it stops the run."""
+    """Apply controls from the dashboard until the connection ends; losing it stops the run.
+
+    A consumer stuck inside ``next()`` never sees the stop, and a dashboard that died cannot end
+    our process group: so if we are still alive ORPHAN_GRACE seconds later, we end it ourselves.
+    """
     try:
         for message in ws:
             try:
@@ -119,6 +127,10 @@ def listen(ws: ClientConnection, control: Control) -> None:
     except (ConnectionClosed, OSError):
         pass
     control.stop()
+    time.sleep(ORPHAN_GRACE)
+    if os.getpgrp() == os.getpid():  # our own group, as the dashboard starts us: take the workers along
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    os._exit(3)
 
 
 def apply(control: Control, command: dict[str, Any]) -> None:

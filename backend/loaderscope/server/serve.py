@@ -146,9 +146,7 @@ def checked_trace(path: Path) -> Path:
 def bind(host: str, port: int) -> socket.socket:
     """Bind before uvicorn starts, so port 0 works and the URL we print is the one that listens."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host.strip("[]"), port), family=family, backlog=128)
-    sock.set_inheritable(True)
-    return sock
+    return socket.create_server((host.strip("[]"), port), family=family, backlog=128)
 
 
 def url_host(host: str) -> str:
