@@ -127,3 +127,11 @@ def test_replayed_user_trace_is_conformant() -> None:
     replay = simulate(plan, run_id="x", scenario="trace", params={}, costs=fit_from_trace(events), batches=batches)
     assert problems(replay) == []
     assert sum(1 for e in replay if e["kind"] == "yield") > 0
+
+
+def test_fit_reads_the_pin_cost() -> None:
+    costs = CostModel(pin_ms_per_mb=2.0, sample_bytes=1 << 18)
+    events = _events("uniform", {"num_workers": 2, "pin_memory": True}, costs)
+    assert events[0]["config"]["pin_memory_active"] is True
+    assert machinery(events)["pin_ms_per_mb"] == pytest.approx(2.0)
+    assert fit_from_trace(events).sample_bytes == 1 << 18

@@ -543,11 +543,13 @@ class Simulator:
                 continue
             self._pin_busy = True
             self._emit(Kind.PIN_START, idx=result.idx, worker=result.worker, epoch=result.epoch)
-            self._at(self.now + self.costs.pin(result.nbytes), self._pin_done, result)
+            dt = self.costs.pin(result.nbytes)
+            self._at(self.now + dt, self._pin_done, result, dt)
 
-    def _pin_done(self, result: _Result) -> None:
+    def _pin_done(self, result: _Result, dt: float) -> None:
         self._pin_busy = False
-        self._emit(Kind.PIN_END, idx=result.idx, worker=result.worker, epoch=result.epoch)
+        self._emit(Kind.PIN_END, idx=result.idx, worker=result.worker, epoch=result.epoch, dt=dt,
+                   nbytes=result.nbytes, pinned=True)
         self._deliver(result)
         self._pin_kick()
 
@@ -584,12 +586,15 @@ class Simulator:
             self._end_epoch()
         elif self.costs.pin_active:
             self._emit(Kind.PIN_START, idx=result.idx, worker=0, epoch=result.epoch)
-            self._at(self.now + self.costs.pin(result.nbytes), self._single_pinned, result)
+            dt = self.costs.pin(result.nbytes)
+            self._at(self.now + dt, self._single_pinned, result, dt)
         else:
-            self._single_pinned(result, pinned=False)
+            self._single_pinned(result, None)
 
-    def _single_pinned(self, result: _Result, pinned: bool = True) -> None:
-        if pinned:
-            self._emit(Kind.PIN_END, idx=result.idx, worker=0, epoch=result.epoch)
+    def _single_pinned(self, result: _Result, dt: float | None) -> None:
+        """In the main process, pinning happens inside ``next()``, before the batch is handed over."""
+        if dt is not None:
+            self._emit(Kind.PIN_END, idx=result.idx, worker=0, epoch=result.epoch, dt=dt, nbytes=result.nbytes,
+                       pinned=True)
         self._emit(Kind.ARRIVE, idx=result.idx, worker=0, epoch=result.epoch)
         self._yield(result.idx, 0, from_buffer=False)

@@ -143,7 +143,6 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int) -> d
     spawned, spawn_end, boots = False, None, []
     transfers, gets, pins = [], [], []
     arrived: list[tuple[float, float]] = []  # (fetch_end, arrive) of results taken in this next()
-    pin_started: dict[tuple[int, int], float] = {}
     for e, event in tagged:
         key, kind = (e, event.get("idx", -1)), event["kind"]
         if kind == "worker_start":
@@ -163,10 +162,8 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int) -> d
             arrived.clear()
             if not event.get("from_buffer") and key in ended and event["wait"] > 0 and ended[key]["t"] < called:
                 gets.append(event["wait"])  # on the queue before next() was called
-        elif kind == "pin_start":
-            pin_started[key] = event["t"]
-        elif kind == "pin_end" and key in pin_started and ended.get(key, {}).get("nbytes"):
-            pins.append((event["t"] - pin_started[key]) * 1000 / (ended[key]["nbytes"] / MB))
+        elif kind == "pin_end" and event.get("nbytes") and event.get("dt") is not None and event.get("pinned"):
+            pins.append(event["dt"] * 1000 / (event["nbytes"] / MB))
     fields: dict[str, float] = {}
     if boots:
         fields["startup_ms"] = max(0.0, statistics.median(boots) * 1000)

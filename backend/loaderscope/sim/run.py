@@ -67,6 +67,8 @@ def sim_config(
     workers = kwargs.get("num_workers", 0)
     config = loader_config(plan, *names, batches[0] if plan.dataset_kind == "map" else None)
     config["costs"] = costs.model_dump(exclude_defaults=True)
+    # torch pins only with an accelerator; the simulator pins when a pin cost says what it costs
+    config["pin_memory_active"] = bool(config["pin_memory"] and costs.pin_ms_per_mb > 0)
     return SimConfig(
         num_workers=workers,
         prefetch_factor=config["prefetch_factor"] or 2,
