@@ -174,7 +174,14 @@ async def read_events(log: EventLog, start: int, limit: int) -> tuple[list[bytes
     return await asyncio.to_thread(spill.read, start, limit), gap
 
 
-@router.get("/runs/{run_id}/trace", responses={404: {}, 410: {}, 413: {}})
+TRACE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "jsonl: the trace file (header line, then one event per line); chrome: trace-event JSON",
+          "content": {"application/x-ndjson": {}, "application/json": {}}},
+    404: {}, 410: {}, 413: {},
+}
+
+
+@router.get("/runs/{run_id}/trace", responses=TRACE_RESPONSES)
 async def run_trace(
     run_id: str, request: Request, format: Literal["jsonl", "chrome"] = Query("jsonl"),
 ) -> Any:
