@@ -32,20 +32,24 @@ const less = (x, y) => x.t < y.t || (x.t === y.t && x.n < y.n);
  * @param {number} [o.batches] tasks per epoch @param {number} [o.epochs]
  * @param {(idx:number, worker:number) => number} [o.cost] seconds to fetch task idx on worker
  * @param {number} [o.step] consumer seconds per batch @param {boolean} [o.in_order]
+ * @param {number} [o.pin_ms] pin-memory thread seconds·1000 per batch (0: no pin stage)
+ * @param {number} [o.rank] @param {string} [o.job] @param {number} [o.world_size] @param {number} [o.wall_start]
  * @param {string} [o.scenario] @param {string} [o.run]
  * @returns {object[]} events in seq order
  */
 export function synthesize(o = {}) {
   const W = o.num_workers ?? 4, pf = o.prefetch_factor ?? 2, bs = o.batch_size ?? 4;
   const batches = o.batches ?? 24, epochs = o.epochs ?? 1, step = o.step ?? 0.002;
-  const inOrder = o.in_order ?? true, run = o.run ?? 'synth';
+  const inOrder = o.in_order ?? true, run = o.run ?? 'synth', rank = o.rank ?? 0;
+  const pinS = (o.pin_ms ?? 0) / 1000;
   // out_of_order's cost: earlier tasks of each round are slower (DescendingRoundCost)
   const cost = o.cost ?? ((idx) => 0.01 * bs * (Math.max(W, 1) - (idx % Math.max(W, 1))) / 4);
   const out = [];
   let seq = 0, n = 0;
-  const emit = (t, kind, f) => out.push({ seq: seq++, t, run, rank: 0, kind, ...f });
-  const config = { num_workers: W, batch_size: bs, prefetch_factor: W ? pf : null, in_order: inOrder, persistent_workers: false, batches_per_epoch: batches };
-  emit(0, 'run_start', { mode: 'sim', scenario: o.scenario ?? 'out_of_order', config });
+  const emit = (t, kind, f) => out.push({ seq: seq++, t, run, rank, kind, ...f });
+  const config = { num_workers: W, batch_size: bs, prefetch_factor: W ? pf : null, in_order: inOrder, persistent_workers: false, batches_per_epoch: batches, pin_memory: pinS > 0, pin_memory_active: pinS > 0 };
+  const extra = o.job ? { job: o.job, world_size: o.world_size ?? 1, wall_start: o.wall_start ?? 0 } : {};
+  emit(0, 'run_start', { mode: 'sim', scenario: o.scenario ?? 'out_of_order', config, ...extra });
   const lanes = Math.max(W, 1);
   let t = 0;
   for (let w = 0; w < W; w++) emit(0, 'worker_start', { worker: w, pid: 1000 + w });
@@ -58,6 +62,14 @@ export function synthesize(o = {}) {
     const parked = new Set();
     let send = 0, rcvd = 0, rr = 0, outstanding = 0, yielded = 0;
     let waitingSince = null;
+    const pinQueue = [];
+    let pinBusy = false;
+    const pinKick = (now) => {
+      if (pinBusy || !pinQueue.length) return;
+      const r = pinQueue.shift(); pinBusy = true;
+      emit(now, 'pin_start', { idx: r.idx });
+      heap.push({ t: now + pinS, n: n++, type: 'pinned', r, start: now });
+    };
     const window = W ? pf * W : 1;
     const startFetch = (now, w) => {
       if (busy[w] || !queues[w].length) return;
@@ -99,8 +111,14 @@ export function synthesize(o = {}) {
       const ev = heap.pop(); t = ev.t;
       if (ev.type === 'done') {
         emit(t, 'fetch_end', { worker: ev.w, idx: ev.idx, dt: t - ev.start, nbytes: bs * 32 });
-        busy[ev.w] = false; results.push({ idx: ev.idx, w: ev.w });
+        busy[ev.w] = false;
+        if (pinS > 0) { pinQueue.push({ idx: ev.idx, w: ev.w }); pinKick(t); } else results.push({ idx: ev.idx, w: ev.w });
         startFetch(t, ev.w);
+        if (waitingSince !== null) consume(t);
+      } else if (ev.type === 'pinned') {
+        emit(t, 'pin_end', { idx: ev.r.idx, dt: t - ev.start, nbytes: bs * 32, pinned: true });
+        pinBusy = false; results.push(ev.r);
+        pinKick(t);
         if (waitingSince !== null) consume(t);
       } else {
         consume(t);

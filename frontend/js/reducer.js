@@ -1,11 +1,18 @@
 // The loader-state model: events in, what the DataLoader looks like out.
 // A line-by-line mirror of backend/loaderscope/state.py (same field names, same rules), so the
-// page, the CLI and the API agree. Pure: no DOM, no I/O, no clock. Keep the two in step.
+// page, the CLI and the API agree. Pure: no DOM, no I/O, no clock. Keep the two in step
+// (frontend/tests/reducer.test.js runs both on the same streams and compares).
+//
+// Extras the page needs and state.py does not keep (never used by the statistics):
+// `scenario`, `meta` (run_start's rank/job/world_size/wall_start/name), `task.epoch`,
+// `worker.stuck` / `worker.died` (the latest worker_stuck / worker_died event of that worker),
+// `consumer_stuck` (the latest consumer_stuck, until the next yield), `timeout` (the latest one).
 
 export const Where = Object.freeze({
   INDEX_QUEUE: 'index_queue', // dispatched, waiting in its worker's index queue
   FETCHING: 'fetching', // the worker is running __getitem__/collate for it
-  RESULT_QUEUE: 'result_queue', // fetched, on the shared result queue (or pin thread)
+  RESULT_QUEUE: 'result_queue', // fetched, on the shared result queue (or, pinned, on the data queue)
+  PINNING: 'pinning', // the pin-memory thread copies it to page-locked memory
   BUFFER: 'buffer', // arrived out of order, parked in _task_info
   YIELDED: 'yielded',
   SKIPPED: 'skipped',
@@ -21,21 +28,30 @@ export const WorkerStatus = Object.freeze({
   DIED: 'died',
 });
 
+export const MAX_BATCH_SAMPLES = 64;
+
 /**
  * @typedef {{idx:number, worker:number, indices:any[]|null, n:number, dispatched:number, where:string,
- *   fetch_start:number|null, fetch_end:number|null, arrived:number|null, nbytes:number|null, epoch:number}} Task
+ *   fetch_start:number|null, fetch_end:number|null, pin_start:number|null, pin_end:number|null,
+ *   arrived:number|null, nbytes:number|null, epoch:number}} Task
  * @typedef {{id:number, pid:number|null, status:string, current:number|null, queue:number[], fetch_times:number[],
- *   busy:number, nbytes:number, exitcode:number|null, signal:string|null, stuck:any|null}} Worker
+ *   busy:number, nbytes:number, exitcode:number|null, signal:string|null, stuck:any|null, died:any|null}} Worker
  */
 
 /** @returns {Task} */
-function newTask(idx, worker, indices, n, dispatched, epoch) {
-  return { idx, worker, indices, n, dispatched, where: Where.INDEX_QUEUE, fetch_start: null, fetch_end: null, arrived: null, nbytes: null, epoch };
+export function newTask(idx, worker, indices, n, dispatched, epoch) {
+  return {
+    idx, worker, indices, n, dispatched, where: Where.INDEX_QUEUE, fetch_start: null, fetch_end: null,
+    pin_start: null, pin_end: null, arrived: null, nbytes: null, epoch,
+  };
 }
 
 /** @returns {Worker} */
-function newWorker(id) {
-  return { id, pid: null, status: WorkerStatus.STARTING, current: null, queue: [], fetch_times: [], busy: 0, nbytes: 0, exitcode: null, signal: null, stuck: null };
+export function newWorker(id) {
+  return {
+    id, pid: null, status: WorkerStatus.STARTING, current: null, queue: [], fetch_times: [], busy: 0, nbytes: 0,
+    exitcode: null, signal: null, stuck: null, died: null,
+  };
 }
 
 function remove(list, value) {
@@ -51,6 +67,8 @@ export class LoaderState {
     /** @type {Record<string, any>} */
     this.config = {};
     this.scenario = '';
+    /** @type {{rank:number, job:string|null, world_size:number, wall_start:number|null, name:string|null}} */
+    this.meta = { rank: 0, job: null, world_size: 1, wall_start: null, name: null };
     this.status = 'pending';
     this.seq = -1;
     this.t = 0;
@@ -75,6 +93,14 @@ export class LoaderState {
     this.consumer_wait = 0;
     this.head_of_line_wait = 0;
     this.skipped = 0;
+    this.pin_bytes = 0;
+    this.pin_time = 0;
+    this.pin_wait = 0; // consumer wait spent while the awaited batch was being pinned
+    this.unpinned = 0; // batches that left the pin thread without pinned tensors
+    this.fetched_bytes = 0;
+    this.pickled_bytes = 0; // of which crossed the process boundary pickled, not in shared memory
+    /** @type {any[]} structures for the inspector (batch_info events, at most MAX_BATCH_SAMPLES) */
+    this.batch_samples = [];
     /** @type {number|null} */
     this.first_t = null;
     /** @type {number|null} */
@@ -87,6 +113,11 @@ export class LoaderState {
     this.notes = [];
     /** @type {string[]} protocol invariants broken by the stream */
     this.violations = [];
+    // page extras (see the header comment)
+    /** @type {any|null} */
+    this.consumer_stuck = null;
+    /** @type {any|null} */
+    this.timeout = null;
   }
 
   /** Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process). */
@@ -137,6 +168,10 @@ function runStart(s, e) {
   s.mode = e.mode;
   s.scenario = e.scenario ?? '';
   s.config = { ...e.config };
+  s.meta = {
+    rank: e.rank ?? 0, job: e.job ?? null, world_size: e.world_size ?? 1, wall_start: e.wall_start ?? null,
+    name: e.name ?? null,
+  };
   s.status = 'running';
   const n = s.config.num_workers || 1;
   for (let wid = 0; wid < n; wid++) s.worker(wid);
@@ -156,7 +191,9 @@ function epochStart(s, e) {
     w.queue.length = 0;
     w.current = null;
     if (w.status === WorkerStatus.FETCHING || w.status === WorkerStatus.STUCK) w.status = WorkerStatus.IDLE;
+    w.stuck = null;
   }
+  s.consumer_stuck = null;
 }
 
 function epochEnd(s) {
@@ -210,6 +247,8 @@ function fetchEnd(s, e) {
     w.busy += dt;
   }
   w.nbytes += e.nbytes || 0;
+  s.fetched_bytes += e.nbytes || 0;
+  s.pickled_bytes += e.pickled || 0;
   if (w.current === e.idx) {
     w.current = null;
     w.stuck = null;
@@ -254,11 +293,15 @@ function yield_(s, e) {
   if (inOrder && idx !== s.rcvd_idx) s.violations.push(`seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
   // Waiting for a late head-of-line task while later results sat ready is the reorder cost.
   if (wait > 0 && !e.from_buffer && s.buffer.length) s.head_of_line_wait += wait;
+  if (wait > 0 && task !== undefined && task.pin_start !== null) { // how much of the wait was pinning
+    s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
+  }
   s.consumer_wait += wait;
   s.batches += 1;
   s.last_yield_t = s.t;
   s.yield_order.push([s.epoch, idx]);
   s.release(idx);
+  s.consumer_stuck = null;
 }
 
 function skip(s, e) {
@@ -283,21 +326,61 @@ function workerDied(s, e) {
   w.status = WorkerStatus.DIED;
   w.exitcode = e.exitcode ?? null;
   w.signal = e.signal ?? null;
-  s.notes.push(e);
+  const note = { ...e };
+  const task = s.tasks.get(e.idx ?? -1);
+  if (task !== undefined && !('indices' in note)) note.indices = task.indices;
+  w.died = note;
+  s.notes.push(note);
 }
 
 function error(s, e) {
-  s.errors.push(e);
+  const err = { ...e };
   const task = s.tasks.get(e.idx ?? -1);
-  if (task !== undefined) task.where = Where.FAILED;
+  if (task !== undefined) {
+    task.where = Where.FAILED;
+    if (!('indices' in err)) err.indices = task.indices;
+  }
+  s.errors.push(err);
+}
+
+function batchInfo(s, e) {
+  if (s.batch_samples.length < MAX_BATCH_SAMPLES) s.batch_samples.push({ ...e, epoch: s.epoch });
 }
 
 function note(s, e) {
   s.notes.push(e);
 }
 
-/** Pin events are shown on the timeline; the task stays on the result queue until it arrives. */
-function pin() {}
+function consumerStuck(s, e) {
+  s.consumer_stuck = e;
+  s.notes.push(e);
+}
+
+function timeout(s, e) {
+  s.timeout = e;
+  s.notes.push(e);
+}
+
+function pinStart(s, e) {
+  const task = s.tasks.get(e.idx);
+  if (task !== undefined && task.arrived === null) {
+    remove(s.result_queue, task.idx);
+    task.where = Where.PINNING;
+    task.pin_start = s.t;
+  }
+}
+
+function pinEnd(s, e) {
+  s.pin_bytes += e.nbytes || 0;
+  s.pin_time += e.dt || 0;
+  if (e.pinned === false) s.unpinned += 1;
+  const task = s.tasks.get(e.idx);
+  if (task !== undefined && task.arrived === null) {
+    task.where = Where.RESULT_QUEUE; // on the pinned-data queue, for the main process to take
+    task.pin_end = s.t;
+    s.result_queue.push(task.idx);
+  }
+}
 
 /** @type {Record<string, (s: LoaderState, e: any) => void>} */
 const HANDLERS = {
@@ -315,12 +398,13 @@ const HANDLERS = {
   yield: yield_,
   skip,
   worker_stuck: workerStuck,
+  consumer_stuck: consumerStuck,
   worker_died: workerDied,
   error,
-  timeout: note,
-  consumer_stuck: note,
-  pin_start: pin,
-  pin_end: pin,
+  timeout,
+  batch_info: batchInfo,
+  pin_start: pinStart,
+  pin_end: pinEnd,
 };
 
 /** The state after every event up to and including untilSeq (all of them by default). */
@@ -333,11 +417,85 @@ export function reduce(events, untilSeq = null) {
   return state;
 }
 
-// --- statistics (state.py summary), for the counters -------------------------------------------
+// --- statistics and diagnosis (state.py summary / diagnosis) -------------------------------------
 
-/** Consumer wall time, wait share and rate, as state.py's summary() computes them. */
-export function summary(s) {
+/** Python's round(): halves go to the even neighbour. */
+export function pyRound(x) {
+  const r = Math.round(x);
+  return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+function percentile(values, q) {
+  if (!values.length) return 0;
+  const ordered = Float64Array.from(values).sort();
+  return ordered[Math.min(ordered.length - 1, pyRound(q * (ordered.length - 1)))];
+}
+
+/** statistics.median */
+export function median(values) {
+  if (!values.length) return 0;
+  const s = Float64Array.from(values).sort();
+  const n = s.length;
+  return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+function mean(values) {
+  let sum = 0;
+  for (const v of values) sum += v;
+  return values.length ? sum / values.length : 0;
+}
+
+const sortedWorkers = (s) => [...s.workers.values()].sort((a, b) => a.id - b.id);
+
+export function workerStats(s) {
+  const wall = Math.max(s.t - (s.first_t ?? 0), 1e-9);
+  return sortedWorkers(s).map((w) => ({
+    worker: w.id,
+    pid: w.pid,
+    status: w.status,
+    tasks: w.fetch_times.length,
+    fetch_p50: percentile(w.fetch_times, 0.5),
+    fetch_p95: percentile(w.fetch_times, 0.95),
+    fetch_max: fetchMax(w.fetch_times),
+    bytes: w.nbytes,
+    idle_share: Math.max(0, 1 - w.busy / wall),
+  }));
+}
+
+function fetchMax(xs) {
+  let m = -Infinity;
+  for (const x of xs) if (x > m) m = x;
+  return xs.length ? m : 0;
+}
+
+export const STRAGGLER_FACTOR = 1.5; // a median fetch this many times the others' marks a straggler
+export const STRAGGLER_MIN_GAP = 0.005; // …and at least this many seconds slower
+export const STRAGGLER_MIN_TASKS = 3;
+
+export function stragglers(s) {
+  const medians = new Map();
+  for (const w of s.workers.values()) {
+    if (w.fetch_times.length >= STRAGGLER_MIN_TASKS) medians.set(w.id, median(w.fetch_times));
+  }
+  const found = [];
+  for (const [wid, m] of medians) {
+    const others = [...medians].filter(([other]) => other !== wid).map(([, v]) => v);
+    if (!others.length) continue;
+    const baseline = median(others);
+    if (baseline > 0 && m > STRAGGLER_FACTOR * baseline && m - baseline >= STRAGGLER_MIN_GAP) {
+      found.push({ worker: wid, factor: m / baseline, median: m, others: baseline });
+    }
+  }
+  return found;
+}
+
+/** The statistics DESIGN.md's diagnosis vocabulary speaks of, as plain numbers (state.py summary()). */
+export function summary(s, { workers = true } = {}) {
   const wall = (s.last_yield_t ?? s.t) - (s.first_t ?? 0);
+  const fetches = [];
+  for (const w of s.workers.values()) for (const dt of w.fetch_times) fetches.push(dt);
+  const nw = s.config.num_workers || 0;
+  const meanTask = fetches.length ? mean(fetches) : 0;
   return {
     status: s.status,
     batches: s.batches,
@@ -353,6 +511,172 @@ export function summary(s) {
     head_of_line_wait: s.head_of_line_wait,
     skipped: s.skipped,
     errors: s.errors.length,
+    fetched_bytes: s.fetched_bytes,
+    pickled_bytes: s.pickled_bytes,
+    pickle_s: s.batch_samples.length ? mean(s.batch_samples.map((b) => b.pickle_s ?? 0)) : 0,
+    pin_bytes: s.pin_bytes,
+    pin_mb_per_s: s.pin_time > 0 ? s.pin_bytes / s.pin_time / 1e6 : null,
+    pin_wait_share: s.consumer_wait > 0 ? s.pin_wait / s.consumer_wait : 0,
+    mean_task: meanTask,
+    median_task: fetches.length ? median(fetches) : 0,
+    ideal_batches_per_s: meanTask > 0 ? Math.max(nw, 1) / meanTask : null,
+    workers: workers ? workerStats(s) : [],
+    stragglers: workers ? stragglers(s) : [],
     violations: [...s.violations],
   };
+}
+
+/** The innermost frame of the user's own code: where a stuck fetch really is. */
+export function userFrame(stack) {
+  const frames = stack || [];
+  for (let i = frames.length - 1; i >= 0; i--) if (frames[i] && frames[i].user) return frames[i];
+  return frames.length ? frames[frames.length - 1] : null;
+}
+
+/**
+ * format(x, f'.{d}f') as Python prints it: like toFixed, except that an exact tie (11.25 to one
+ * digit) goes to the even digit, as Python's correctly rounded formatting does.
+ */
+export function pyFixed(x, d) {
+  x = Number(x);
+  if (!Number.isFinite(x)) return String(x);
+  const long = Math.abs(x).toFixed(Math.min(100, d + 25));
+  const cut = long.indexOf('.') + 1 + d;
+  const rest = long.slice(cut);
+  if (!/^50*$/.test(rest)) return x.toFixed(d);
+  const kept = long.slice(0, d ? cut : cut - 1); // the truncated digits
+  const last = Number(kept.replace('.', '').slice(-1));
+  const down = last % 2 === 0;
+  const out = down ? kept : (Math.abs(x) + 10 ** -d / 2).toFixed(d);
+  return (x < 0 && Number(out) !== 0 ? '-' : '') + out;
+}
+
+const f1 = (x) => pyFixed(x, 1);
+const pct = (x) => `${pyFixed(x * 100, 0)}%`;
+
+function where(stack) {
+  const frame = userFrame(stack);
+  if (!frame) return '';
+  const name = String(frame.file).split('/').pop();
+  return ` at ${name}:${frame.line} in ${frame.function}: ${frame.code || '?'}`;
+}
+
+function sample(n) {
+  if (n.sample === undefined || n.sample === null) return '';
+  return `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})`;
+}
+
+export const SHM_SIGNS = ['bus error', 'unable to write to file', 'no space left on device', 'sigbus', '/dev/shm'];
+
+export function noteFinding(n) {
+  const kind = n.kind;
+  if (kind === 'worker_died') {
+    const how = n.signal || `exit code ${pyStr(n.exitcode)}`;
+    const holding = n.idx !== undefined && n.idx !== null ? ` while fetching task ${n.idx}${sample(n)}` : '';
+    const oom = n.signal === 'SIGKILL' ? " (SIGKILL is what the kernel's OOM killer sends: check memory)" : '';
+    const shm = n.signal === 'SIGBUS' ? ' (SIGBUS in a worker usually means /dev/shm is full: enlarge it or use file_system sharing)' : '';
+    return `worker ${n.worker} (pid ${pyStr(n.pid)}) died by ${how}${holding}${oom}${shm}`;
+  }
+  if (kind === 'worker_stuck') {
+    return `stuck: worker ${n.worker} has been fetching task ${n.idx}${sample(n)} for ${f1(n.elapsed)} s ` +
+      `(threshold ${f1(n.threshold ?? 0)} s)${where(n.stack)}`;
+  }
+  if (kind === 'consumer_stuck') {
+    const held = n.held_by !== undefined && n.held_by !== null ? ` held by worker ${n.held_by}` : '';
+    return `stuck: the training loop has waited ${f1(n.elapsed)} s inside next() for task ${pyStr(n.waiting_for)}${held}${where(n.stack)}`;
+  }
+  if (kind === 'timeout') {
+    const busy = (n.workers || []).filter((w) => w.idx !== undefined && w.idx !== null)
+      .map((w) => `worker ${w.worker} on task ${w.idx}${sample(w)} for ${f1(w.elapsed)} s`);
+    const doing = busy.length ? busy.join('; ') : 'every worker was idle';
+    return `timeout: no batch arrived within ${pyNum(n.seconds)} s; at that moment ${doing}`;
+  }
+  return null;
+}
+
+/** str() of a JSON value as Python prints it (None, floats with a point). */
+function pyStr(v) {
+  if (v === undefined || v === null) return 'None';
+  if (typeof v === 'number') return pyNum(v);
+  return String(v);
+}
+
+/** JSON cannot tell 2.0 from 2, so a float that happens to be whole prints like an int here. */
+function pyNum(v) {
+  return String(v);
+}
+
+export const MIN_STEP = 0.002;
+
+function inputBoundFinding(stats, workers) {
+  const share = stats.input_bound, rate = stats.batches_per_s, batches = stats.batches;
+  const step = (stats.wall - stats.consumer_wait) / batches;
+  let text = `training waited for data ${pct(share)} of the time (${pyFixed(stats.consumer_wait, 2)} s of ${pyFixed(stats.wall, 2)} s)`;
+  if (share <= 0.2) return `${text}; the training step is the bottleneck (${f1(step * 1000)} ms per batch, ${f1(rate)} batches/s)`;
+  text += `; loading is the bottleneck: ${workers || 'the main process'} worker(s) deliver ${f1(rate)} batches/s`;
+  const task = stats.median_task;
+  if (step >= MIN_STEP && task > 0) {
+    const needed = Math.ceil(task / step);
+    text += `, the step alone would consume ${f1(1 / step)} batches/s; a worker takes ${f1(task * 1000)} ms ` +
+      `per batch (median), so about ${needed} workers would keep up ` +
+      `(${f1(task * 1000)} ms / ${f1(step * 1000)} ms per step)`;
+  }
+  return text;
+}
+
+export const PICKLE_HEAVY_BYTES = 1_000_000;
+
+/** Findings in plain words, most important first (state.py diagnosis()). */
+export function diagnosis(s) {
+  const stats = summary(s);
+  const findings = [];
+  for (const err of s.errors) {
+    const at = err.idx !== undefined && err.idx !== null
+      ? ` in task ${err.idx} (worker ${pyStr(err.worker)}, samples ${pyList(err.indices)})` : '';
+    findings.push(`error${at}: ${err.type}: ${err.message}`);
+    const text = String(err.traceback || err.message).toLowerCase();
+    if (SHM_SIGNS.some((sign) => text.includes(sign))) {
+      findings.push("shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call torch.multiprocessing.set_sharing_strategy('file_system')");
+    }
+  }
+  for (const n of s.notes) {
+    const text = noteFinding(n);
+    if (text) findings.push(text);
+  }
+  if (stats.batches) findings.push(inputBoundFinding(stats, s.config.num_workers || 0));
+  for (const slow of stats.stragglers) {
+    findings.push(`straggler: worker ${slow.worker} fetches ${f1(slow.factor)}× slower than the others ` +
+      `(median ${pyFixed(slow.median * 1000, 0)} ms vs ${pyFixed(slow.others * 1000, 0)} ms)`);
+  }
+  if (stats.out_of_order) {
+    findings.push(`reorder cost: ${stats.out_of_order} results arrived out of order and waited in the ` +
+      `reorder buffer (high-water ${stats.buffer_high}); ${pyFixed(stats.head_of_line_wait, 2)} s ` +
+      'spent waiting on a late head-of-line task while later ones sat ready');
+  }
+  if (s.config.pin_memory && !(s.config.pin_memory_active ?? false) && s.mode === 'real') {
+    findings.push('pin_memory=True, but this machine has no accelerator, so torch silently turned pinning ' +
+      'off: batches stay in pageable memory and no pin-memory thread runs');
+  }
+  const perBatch = stats.pickled_bytes / Math.max(stats.batches, 1);
+  if (perBatch >= PICKLE_HEAVY_BYTES && s.mode !== 'sim' && (s.config.num_workers || 0) > 0) {
+    findings.push(`batches cross from the workers as ${f1(perBatch / 1e6)} MB of pickled data per batch ` +
+      `(numpy arrays or Python objects; pickling a sampled batch took ${f1(stats.pickle_s * 1000)} ms): ` +
+      'return tensors from collate_fn so they travel through shared memory');
+  }
+  if (stats.pin_mb_per_s) {
+    findings.push(`pinning: ${f1(stats.pin_bytes / 1e6)} MB copied to page-locked memory at ` +
+      `${pyFixed(stats.pin_mb_per_s, 0)} MB/s; ${pct(stats.pin_wait_share)} of the consumer's wait ` +
+      'was spent behind the pin thread');
+  }
+  if (s.unpinned) {
+    findings.push(`${s.unpinned} batches left the pin thread without pinned tensors (a custom batch type ` +
+      'needs a pin_memory() method)');
+  }
+  return findings;
+}
+
+function pyList(v) {
+  if (v === undefined || v === null) return 'None';
+  if (Array.isArray(v)) return `[${v.map((x) => (typeof x === 'string' ? `'${x}'` : pyStr(x))).join(', ')}]`;
+  return pyStr(v);
 }

@@ -23,6 +23,7 @@ export const REQUIRED = Object.freeze({
   worker_died: ['worker'],
   error: ['type', 'message'],
   timeout: ['seconds'],
+  batch_info: ['idx', 'worker', 'structure'],
 });
 
 export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));

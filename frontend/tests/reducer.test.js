@@ -8,7 +8,7 @@ import { existsSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { LoaderState, reduce, summary, Where, WorkerStatus } from '../js/reducer.js';
+import { LoaderState, reduce, summary, diagnosis, pyRound, pyFixed, median, userFrame, Where, WorkerStatus } from '../js/reducer.js';
 import { invalidReason } from '../js/schema.js';
 import { synthesize } from '../dev/synth.js';
 
@@ -156,6 +156,31 @@ test('violations are reported like state.py does', () => {
 // --- the Python reducer on the same streams ---------------------------------------------------------
 const PY = join(ROOT, '.venv', 'bin', 'python');
 
+const STACK = [
+  { file: '/usr/lib/python3/threading.py', line: 10, function: 'run', code: 'self._target()', user: false },
+  { file: '/work/app/datasets.py', line: 220, function: '__getitem__', code: 'self.load(i)', user: true },
+  { file: '/work/app/datasets.py', line: 222, function: 'load', code: 'time.sleep(seconds)', user: true },
+  { file: '/usr/lib/python3/selectors.py', line: 5, function: 'select', code: 'poll()', user: false },
+];
+
+/** Trouble of every kind on top of a normal run: stuck, died, consumer stuck, timeout, error, batch_info. */
+function troubled() {
+  const events = synthesize({ num_workers: 3, batches: 12, pin_ms: 3 });
+  const at = events.findIndex((e) => e.kind === 'fetch_start' && e.idx === 4);
+  const t = events[at].t;
+  const extra = [
+    { kind: 'worker_stuck', worker: events[at].worker, pid: 1001, idx: 4, pos: 1, sample: 17, elapsed: 12.5, threshold: 10, stack: STACK },
+    { kind: 'consumer_stuck', elapsed: 11.25, threshold: 10, waiting_for: 4, held_by: events[at].worker, has_data: false, stack: STACK.slice(0, 2) },
+    { kind: 'timeout', seconds: 1.5, workers: [{ worker: 0, idx: 4, pos: 0, sample: 16, elapsed: 1.25 }, { worker: 1 }] },
+    { kind: 'batch_info', idx: 4, worker: 0, structure: { type: 'Tensor' }, pickle_s: 0.002 },
+    { kind: 'worker_died', worker: 2, pid: 1002, exitcode: -9, signal: 'SIGKILL', idx: 5, pos: 0, sample: 20 },
+    { kind: 'error', idx: 6, worker: 0, type: 'OSError', message: 'unable to write to file </torch_1>', traceback: 'Bus error' },
+    { kind: 'gpu_sync', x: 1 },
+  ].map((e) => ({ t, run: 'synth', rank: 0, ...e }));
+  const out = [...events.slice(0, at + 1), ...extra, ...events.slice(at + 1)];
+  return out.map((e, i) => ({ ...e, seq: i }));
+}
+
 test('agrees with backend/loaderscope/state.py on the same events', { skip: !existsSync(PY) && 'no .venv' }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'ls-reducer-'));
   const cases = {
@@ -163,21 +188,31 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: !exi
     ooo: synthesize({ num_workers: 4, batches: 30, epochs: 2 }),
     unordered: synthesize({ num_workers: 3, batches: 20, in_order: false }),
     single: synthesize({ num_workers: 0, batches: 6 }),
+    pinned: synthesize({ num_workers: 4, batches: 40, pin_ms: 4, step: 0.001 }),
+    pinned_single: synthesize({ num_workers: 0, batches: 8, pin_ms: 2 }),
+    troubled: troubled(),
   };
   const fields = ['send_idx', 'rcvd_idx', 'outstanding', 'batches', 'epochs_done', 'out_of_order', 'buffer_high',
-    'outstanding_high', 'consumer_wait', 'head_of_line_wait', 'skipped', 'seq', 'epoch', 'status'];
+    'outstanding_high', 'consumer_wait', 'head_of_line_wait', 'skipped', 'seq', 'epoch', 'status',
+    'pin_bytes', 'pin_time', 'pin_wait', 'unpinned', 'fetched_bytes', 'pickled_bytes'];
   for (const [name, events] of Object.entries(cases)) {
     const file = join(dir, `${name}.json`);
     writeFileSync(file, JSON.stringify(events));
     const script = `
 import json, sys
-from loaderscope.state import reduce
+from loaderscope.state import reduce, summary, diagnosis
 s = reduce(json.load(open(sys.argv[1])))
 out = {f: getattr(s, f) for f in ${JSON.stringify(fields)}}
 out["buffer"] = s.buffer; out["result_queue"] = s.result_queue
 out["yield_order"] = [list(p) for p in s.yield_order]; out["violations"] = s.violations
 out["queues"] = {str(w.id): w.queue for w in s.workers.values()}
+out["statuses"] = {str(w.id): str(w.status) for w in s.workers.values()}
+out["where"] = {str(t.idx): str(t.where) for t in s.tasks.values()}
 out["window"] = s.window
+out["notes"] = [n["kind"] for n in s.notes]
+out["batch_samples"] = len(s.batch_samples)
+out["summary"] = summary(s)
+out["diagnosis"] = diagnosis(s)
 print(json.dumps(out))`;
     const r = spawnSync(PY, ['-c', script, file], { encoding: 'utf8', cwd: ROOT, env: { ...process.env, PYTHONPATH: join(ROOT, 'backend') } });
     assert.equal(r.status, 0, r.stderr);
@@ -188,12 +223,84 @@ print(json.dumps(out))`;
       else assert.deepEqual(js[f], py[f], `${name}.${f}`);
     }
     assert.deepEqual(js.buffer, py.buffer, `${name}.buffer`);
-    assert.deepEqual(js.result_queue, py.result_queue);
+    assert.deepEqual(js.result_queue, py.result_queue, `${name}.result_queue`);
     assert.deepEqual(js.yield_order, py.yield_order);
     assert.deepEqual(js.violations, py.violations);
     assert.equal(js.window, py.window);
     assert.deepEqual(Object.fromEntries([...js.workers.values()].map((w) => [String(w.id), w.queue])), py.queues);
+    assert.deepEqual(Object.fromEntries([...js.workers.values()].map((w) => [String(w.id), w.status])), py.statuses, `${name} statuses`);
+    assert.deepEqual(Object.fromEntries([...js.tasks.values()].map((t) => [String(t.idx), t.where])), py.where, `${name} where`);
+    assert.deepEqual(js.notes.map((n) => n.kind), py.notes, `${name} notes`);
+    assert.equal(js.batch_samples.length, py.batch_samples);
+    const sum = summary(js);
+    for (const [k, v] of Object.entries(py.summary)) {
+      if (typeof v === 'number') assert.ok(Math.abs(v - sum[k]) < 1e-9 * Math.max(1, Math.abs(v)), `${name} summary.${k}: ${sum[k]} vs ${v}`);
+      else if (k === 'workers' || k === 'stragglers') {
+        assert.equal(sum[k].length, v.length, `${name} summary.${k}`);
+        v.forEach((row, i) => {
+          for (const [rk, rv] of Object.entries(row)) {
+            if (typeof rv === 'number') assert.ok(Math.abs(rv - sum[k][i][rk]) < 1e-9, `${name} ${k}[${i}].${rk}`);
+            else assert.deepEqual(sum[k][i][rk], rv, `${name} ${k}[${i}].${rk}`);
+          }
+        });
+      } else assert.deepEqual(sum[k], v, `${name} summary.${k}`);
+    }
+    assert.deepEqual(diagnosis(js), py.diagnosis, `${name} diagnosis`);
   }
+});
+
+test('pin stage: a task is pinning between the result queue and the main process', () => {
+  const events = synthesize({ num_workers: 2, batches: 4, pin_ms: 5 });
+  const pinStart = events.find((e) => e.kind === 'pin_start');
+  let s = reduce(events, pinStart.seq);
+  assert.equal(s.tasks.get(pinStart.idx).where, Where.PINNING);
+  assert.ok(!s.result_queue.includes(pinStart.idx), 'the pin thread took it off the result queue');
+  const pinEnd = events.find((e) => e.kind === 'pin_end' && e.idx === pinStart.idx);
+  s = reduce(events, pinEnd.seq);
+  assert.equal(s.tasks.get(pinStart.idx).where, Where.RESULT_QUEUE);
+  assert.ok(s.result_queue.includes(pinStart.idx), 'pinned, on the data queue for the main process');
+  s = reduce(events);
+  assert.equal(s.pin_bytes, 4 * 4 * 32);
+  assert.ok(Math.abs(s.pin_time - 4 * 0.005) < 1e-9);
+  const sum = summary(s);
+  assert.ok(Math.abs(sum.pin_mb_per_s - (4 * 4 * 32) / 0.02 / 1e6) < 1e-9);
+  assert.ok(sum.pin_wait_share > 0 && sum.pin_wait_share <= 1);
+});
+
+test('stuck and dead workers keep the latest report for the page; a finished fetch clears it', () => {
+  const events = troubled();
+  const stuck = events.find((e) => e.kind === 'worker_stuck');
+  const s = reduce(events, stuck.seq);
+  const w = s.workers.get(stuck.worker);
+  assert.equal(w.status, WorkerStatus.STUCK);
+  assert.equal(w.stuck.sample, 17);
+  assert.equal(userFrame(w.stuck.stack).line, 222, 'the innermost user frame');
+  const died = events.find((e) => e.kind === 'worker_died');
+  const d = reduce(events, died.seq);
+  assert.equal(d.workers.get(2).status, WorkerStatus.DIED);
+  assert.equal(d.workers.get(2).died.signal, 'SIGKILL');
+  assert.ok(d.consumer_stuck && d.consumer_stuck.waiting_for === 4);
+  assert.equal(d.timeout.seconds, 1.5);
+  const end = events.find((e) => e.seq > stuck.seq && e.kind === 'fetch_end' && e.idx === stuck.idx);
+  assert.equal(reduce(events, end.seq).workers.get(stuck.worker).stuck, null);
+});
+
+test('Python rounding and medians', () => {
+  assert.equal(pyRound(0.5), 0);
+  assert.equal(pyRound(1.5), 2);
+  assert.equal(pyRound(2.5), 2);
+  assert.equal(pyRound(2.4), 2);
+  assert.equal(median([3, 1, 2, 10]), 2.5);
+  assert.equal(median([5]), 5);
+  assert.equal(pyFixed(11.25, 1), '11.2');
+  assert.equal(pyFixed(11.35, 1), (11.35).toFixed(1), 'no exact tie: as toFixed');
+  assert.equal(pyFixed(0.5, 0), '0');
+  assert.equal(pyFixed(1.5, 0), '2');
+  assert.equal(pyFixed(2.5, 0), '2');
+  assert.equal(pyFixed(-2.5, 0), '-2');
+  assert.equal(pyFixed(0.125, 2), '0.12');
+  assert.equal(pyFixed(0.375, 2), '0.38');
+  assert.equal(pyFixed(12.5, 1), '12.5');
 });
 
 test('summary matches state.py formulas', () => {
