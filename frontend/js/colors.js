@@ -32,4 +32,5 @@ export const PALETTE = Object.freeze({
   ok: '#3fb950',
   stuck: '#ff7b72',
   fetch: '#2f81f7',
+  pin: '#56b6c8', // the pin-memory thread
 });

@@ -2,18 +2,23 @@
 // canvas drawing and the DOM overlay (lanes, cursors), and unit-tested.
 //
 //   sampler ─▶ dispatcher(send_idx) ─▶ worker lanes [index queue | fetch] ─▶ result queue
-//           ─▶ reorder buffer ─▶ rcvd_idx ─▶ consumer
+//           ─▶ (pin-memory thread ─▶ pinned queue) ─▶ reorder buffer ─▶ rcvd_idx ─▶ consumer
+//
+// The pin column exists when the loader was asked to pin (`pin: 'active' | 'disabled'`); with
+// pin_memory=False (`pin: 'none'`) it is left out and the result queue feeds the main process.
 
 /** @typedef {{x:number, y:number, w:number, h:number}} Rect */
 
 export const MIN_WIDTH = 940;
+export const MIN_WIDTH_PIN = 1060;
 const M = 12; // outer margin
 const TITLE = 30; // column titles (and a hint line under them)
-const COL = { sampler: 132, result: 96, buffer: 150, consumer: 138 };
-const GAP = { toLanes: 28, toResult: 26, toBuffer: 30, toConsumer: 30 };
+const COL = { sampler: 132, result: 96, pin: 100, buffer: 150, consumer: 138 };
+const GAP = { toLanes: 28, toResult: 26, toPin: 26, toBuffer: 30, toConsumer: 30 };
+const PIN_THREAD_H = 74; // the pin thread's box (one task at a time) above the pinned queue
 const BYPASS = 30; // room above the reorder buffer for the in-order path
 const LABEL_W = 100; // lane label (worker name, status)
-const FETCH_W = 168; // current fetch: token, indices, elapsed
+const FETCH_W = 196; // current fetch: token, indices, elapsed
 
 const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
 
@@ -25,10 +30,11 @@ export function tokenSize(laneH, digits) {
 }
 
 /**
- * @param {{width:number, height:number, lanes:number, digits?:number, inProcess?:boolean}} o
+ * @param {{width:number, height:number, lanes:number, digits?:number, inProcess?:boolean, pin?:'none'|'active'|'disabled'}} o
  */
-export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = false }) {
-  const W = Math.max(width, MIN_WIDTH);
+export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = false, pin = 'none' }) {
+  const hasPin = pin !== 'none';
+  const W = Math.max(width, hasPin ? MIN_WIDTH_PIN : MIN_WIDTH);
   const n = Math.max(lanes, 1);
   const top = M + TITLE;
   const areaH = Math.max(height - top - M, 60);
@@ -40,12 +46,22 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   let x = M;
   const samplerCol = { x, y: top, w: COL.sampler, h: areaH };
   x += COL.sampler + GAP.toLanes;
-  const fixedRight = GAP.toResult + COL.result + GAP.toBuffer + COL.buffer + GAP.toConsumer + COL.consumer + M;
+  const pinW = hasPin ? COL.pin + GAP.toPin : 0;
+  const fixedRight = GAP.toResult + COL.result + pinW + GAP.toBuffer + COL.buffer + GAP.toConsumer + COL.consumer + M;
   const lanesW = W - x - fixedRight;
   const lanesX = x;
   x += lanesW + GAP.toResult;
   const result = { x, y: top, w: COL.result, h: areaH };
-  x += COL.result + GAP.toBuffer;
+  x += COL.result;
+  let pinCol = null, pinThread = null, pinned = null;
+  if (hasPin) {
+    x += GAP.toPin;
+    pinCol = { x, y: top, w: COL.pin, h: areaH };
+    pinThread = { x, y: top, w: COL.pin, h: Math.min(PIN_THREAD_H, areaH / 2) };
+    pinned = { x, y: top + pinThread.h + 10, w: COL.pin, h: Math.max(areaH - pinThread.h - 10, 30) };
+    x += COL.pin;
+  }
+  x += GAP.toBuffer;
   // the buffer sits lower, leaving a lane above it for results that arrive in order and go straight on
   const buffer = { x, y: top + BYPASS, w: COL.buffer, h: areaH - BYPASS };
   x += COL.buffer + GAP.toConsumer;
@@ -72,10 +88,11 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
     { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
     { x: lanesX, text: workersTitle(lanes, inProcess), hint: 'index queue (waiting) · fetching now' },
     { x: result.x, text: 'result queue', hint: 'oldest on top' },
+    ...(hasPin ? [{ x: pinCol.x, text: 'pin memory', hint: pin === 'active' ? 'thread → pinned queue' : 'turned off' }] : []),
     { x: buffer.x, text: 'reorder buffer', hint: '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
   ];
-  return { width: W, height, top, areaH, bypassY, laneH, laneGap, lanesH, token, sampler, dispatcher, lanes: laneRects, result, buffer, rcvdCursor, consumer: consumerBox, titles };
+  return { width: W, height, top, areaH, bypassY, laneH, laneGap, lanesH, token, sampler, dispatcher, lanes: laneRects, result, pin, pinCol, pinThread, pinned, buffer, rcvdCursor, consumer: consumerBox, titles };
 }
 
 function workersTitle(lanes, inProcess) {
@@ -123,12 +140,15 @@ export function gridCapacity(r, t, header = 0) {
 }
 
 /** Header heights inside the boxes (room for "waiting for task N" and similar). */
-export const HEADER = { result: 8, buffer: 70, consumer: 60 };
+export const HEADER = { result: 8, buffer: 70, consumer: 60, pinThread: 30, pinned: 18 };
 
 /** The result queue reads top to bottom in arrival order (oldest on top, taken first). */
 export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result, true);
 export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, HEADER.buffer);
 export const consumerSlot = (L, k) => gridSlot(L.consumer, L.token, k, HEADER.consumer);
+/** The task the pin thread copies now (one at a time), and the pinned queue, oldest on top. */
+export const pinSlot = (L) => (L.pinThread ? { x: L.pinThread.x + 8, y: L.pinThread.y + HEADER.pinThread + 6 } : null);
+export const pinnedSlot = (L, k) => (L.pinned ? gridSlot(L.pinned, L.token, k, HEADER.pinned, true) : null);
 
 /** Where a new task token appears: the dispatcher's out edge. */
 export function dispatchPoint(L) {

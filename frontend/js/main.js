@@ -1,21 +1,99 @@
-// The page: wires the stream, the reducers and the views. Events are queued as they arrive and
-// applied in batches at the next animation frame; each frame draws at most once.
+// The page: wires streams and trace files, the players (reducer + playback) and the views. Events
+// are queued as they arrive and applied in batches at the next animation frame; each frame draws
+// at most once. A run is one Track per rank: its Player (every event, the state at any point) and
+// its TimelineStore. The selected track is shown in the pipeline picture; all of them in the
+// timeline, side by side on one clock.
 
-import { LoaderState } from './reducer.js';
+import { diagnosis, stragglers } from './reducer.js';
+import { Player } from './player.js';
 import { TimelineStore } from './timeline-store.js';
 import { PipelineView } from './pipeline-view.js';
 import { TimelineView } from './timeline-view.js';
+import { HistogramView } from './histogram-view.js';
 import { RunStream } from './stream.js';
 import { api, runSocket, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { fieldsFromSchema, renderForm } from './form.js';
-import { Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms } from './panels.js';
+import {
+  Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms, structureItems, recentRate,
+} from './panels.js';
 import { KNOWN_KINDS } from './schema.js';
+import { pinStage } from './pin.js';
+import { readTraceFile, TraceError } from './trace-file.js';
+import { shardReport, slowestPerStep, slowestCounts } from './ranks.js';
+import { fmtDuration } from './timeline-store.js';
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
+const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
+const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 const ENDED = new Set(['done', 'stopped', 'error', 'failed', 'crashed', 'timeout']);
+const KNOWN = new Set(KNOWN_KINDS);
+const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout']);
+
+/** One rank of the open run: where its events come from, and everything kept about them. */
+class Track {
+  /** @param {{rank:number, label:string, runId?:string|null, source:'server'|'file'|'demo'|'none'}} o */
+  constructor({ rank, label, runId = null, source }) {
+    this.rank = rank;
+    this.label = label;
+    this.runId = runId;
+    this.source = source;
+    this.player = new Player();
+    this.store = new TimelineStore();
+    this.store.table = this.player.table;
+    this.queue = [];
+    this.queueHead = 0;
+    /** @type {any[]} notable events and stream notes, each with `_row` (events loaded before it) */
+    this.noteItems = [];
+    this.violationsShown = 0;
+    /** @type {RunStream|null} */
+    this.stream = null;
+    this.runInfo = null;
+    this.header = null;
+    this.fileError = null;
+    this.complete = false; // every event is here (a file read to its end, a run that ended)
+    this.wall0 = 0;
+    /** @type {Map<number, number[]>} epoch -> wall-clock times of the batches handed out */
+    this.yields = new Map();
+    /** @type {Map<number, any>} epoch -> epoch_end carrying a shard digest */
+    this.epochEnds = new Map();
+    this.offset = 0; // seconds to add to this rank's run times to put it on the selected rank's clock
+    /** @type {number[]} run times at which this rank delivered a step last of all ranks */
+    this.slow = [];
+  }
+
+  ingest(e) {
+    const row = this.player.length;
+    this.player.append(e);
+    this.store.apply(e, row);
+    const kind = e.kind;
+    if (!KNOWN.has(kind)) this.noteItems.push({ ...e, unknown: true, _row: row + 1 });
+    else if (NOTABLE.has(kind)) this.noteItems.push({ ...e, _row: row + 1 });
+    else if (kind === 'yield') {
+      const epoch = this.player.full.epoch;
+      let list = this.yields.get(epoch);
+      if (list === undefined) this.yields.set(epoch, (list = []));
+      list.push(this.wall0 + e.t);
+    } else if (kind === 'run_start') this.wall0 = e.wall_start ?? 0;
+    else if (kind === 'epoch_end' && typeof e.shard === 'string') this.epochEnds.set(e.epoch, e);
+    else if (kind === 'run_end') this.complete = true;
+    const v = this.player.full.violations;
+    if (v.length > this.violationsShown) {
+      for (const text of v.slice(this.violationsShown)) this.noteItems.push({ type: 'violation', text, _row: row + 1 });
+      this.violationsShown = v.length;
+    }
+  }
+
+  note(n) {
+    this.noteItems.push({ ...n, _row: this.player.length });
+  }
+
+  get state() {
+    return this.player.state;
+  }
+}
 
 class App {
   constructor() {
@@ -23,47 +101,67 @@ class App {
     this.counters = new Counters($('counters'));
     this.notes = new Notes($('notes'), $('notes-count'));
     this.log = new EventLog($('event-log'), $('events-count'));
+    this.hist = new HistogramView($('hist'));
+    this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.runId = null;
-    this.stream = null;
-    this.queue = [];
-    this.queueHead = 0;
     this.frameRequested = false;
     this.lastPanels = 0;
+    this.lastSlowPanels = 0;
     this.lastEventWall = 0;
-    this.runInfo = null;
     this.pollTimer = null;
-    this.noteItems = [];
     this.selectedWorker = null;
-    this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 } };
+    this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
     this.scenarios = [];
     this.form = null;
+    this.playing = false;
+    this.speed = 1;
+    this.playT = 0;
+    this.lastPlayWall = 0;
+    /** @type {Track[]} */
+    this.tracks = [];
+    this.track = /** @type {Track} */ (/** @type {unknown} */ (null));
     this.reset();
     this.pipeline.onLaneClick = (wid) => { this.selectedWorker = wid; this.renderWorker(); };
     this.timeline.onInvalidate = () => this.wake();
-    window.addEventListener('resize', () => this.wake());
-    window.loaderscope = this; // for scripts and tests: state, perf, timeline
+    this.timeline.onSeek = (t) => this.seekTime(t);
+    window.addEventListener('resize', () => { this.hist.key = ''; this.wake(); });
+    window.loaderscope = this; // for scripts and tests: state, perf, timeline, player
   }
 
-  reset() {
-    this.state = new LoaderState();
-    this.store = new TimelineStore();
-    if (this.timeline) this.timeline.store = this.store;
-    else this.timeline = new TimelineView($('timeline'), this.store);
+  // --- what tests and scripts read ------------------------------------------------------------------
+
+  get state() { return this.track.player.state; }
+  get store() { return this.track.store; }
+  get player() { return this.track.player; }
+  get stream() { return this.track.stream; }
+  get queue() { return this.track.queue; }
+  get queueHead() { return this.track.queueHead; }
+  get eventCount() { return this.track.player.length; }
+  get runInfo() { return this.track.runInfo; }
+  set runInfo(v) { this.track.runInfo = v; }
+
+  reset(tracks = null) {
+    for (const tr of this.tracks) tr.stream?.close();
+    this.tracks = tracks ?? [new Track({ rank: 0, label: 'rank 0', source: 'none' })];
+    this.track = this.tracks[0];
     this.timeline.follow = true;
-    this.timeline.invalidate?.();
-    this.eventCount = 0;
-    this.queue = [];
-    this.queueHead = 0;
-    this.noteItems = [];
-    this.notes.render([]);
-    this.runInfo = null;
+    this.playing = false;
     this.pipeline.layoutKey = '';
+    this.pipeline.tokens.clear();
     this.selectedWorker = null;
-    this.violationsShown = 0;
     this.finalPolled = false;
+    this.ranksLooked = 0;
+    this.ranksKey = '';
+    this.shards = new Map();
+    this.serverDiagnosis = null;
+    this.diagKey = '';
+    this.hist.key = '';
+    this.notes.render([]);
     $('worker-card').hidden = true;
+    $('consumer-card').hidden = true;
     $('banner').hidden = true;
     $('banner').dataset.key = '';
+    this.syncTimelineTracks();
   }
 
   // --- frames -------------------------------------------------------------------------------------
@@ -74,95 +172,221 @@ class App {
     requestAnimationFrame((ts) => this.frame(ts));
   }
 
-  /** Run time now: the latest event's t, ticking on between events while a real run is live. */
+  /** Is every event of the selected run here (so that play has an end)? */
+  complete() {
+    const tr = this.track;
+    return tr.complete || ENDED.has(tr.player.full.status) || ENDED.has(tr.runInfo?.status);
+  }
+
+  /** A real run still going, shown as it happens: the live controls apply. */
+  isLiveRun() {
+    const tr = this.track;
+    const s = tr.player.full;
+    return tr.source === 'server' && s.mode === 'real' && !this.complete() && s.status !== 'pending';
+  }
+
+  /** Watching the newest events of a live real run (not scrubbed back). */
+  isLive() {
+    const status = this.runInfo?.status ?? this.state.status;
+    return this.isLiveRun() && this.player.following && status !== 'paused';
+  }
+
+  /** Run time now: the playhead's time, or the latest event's t ticking on while a real run is live. */
   clock(wall) {
+    const p = this.player;
+    if (!p.following || !this.isLiveRun()) {
+      return { now: this.playing ? Math.max(p.time, this.playT) : p.time, wall, live: false };
+    }
     const live = this.isLive();
     let now = this.state.t;
-    if (live && this.state.mode === 'real' && this.lastEventWall) now += Math.min(60, (wall - this.lastEventWall) / 1000);
+    if (live && this.lastEventWall) now += Math.min(60, (wall - this.lastEventWall) / 1000);
     return { now, wall, live };
   }
 
-  isLive() {
-    const status = this.runInfo?.status ?? this.state.status;
-    return this.state.status === 'running' && status !== 'paused' && !ENDED.has(status);
-  }
-
-  frame(ts) {
+  frame() {
     this.frameRequested = false;
     const start = performance.now();
     const applied = this.applyQueued(start);
+    this.advancePlayback(start);
     const wall = performance.now();
     const clock = this.clock(wall);
-    this.timeline.inProcess = this.state.config.num_workers === 0;
     const moving = this.pipeline.draw(this.state, clock);
     const t2 = performance.now();
+    this.syncTimelineTracks();
+    const p = this.player;
+    this.timeline.playhead = p.length && (!p.following || !this.isLiveRun()) ? p.time : null;
     this.timeline.draw(clock);
     const t3 = performance.now();
-    if (wall - this.lastPanels > PANEL_MS || (applied && this.queueHead >= this.queue.length && wall - this.lastPanels > 50)) {
+    this.renderPlayback();
+    if (wall - this.lastPanels > PANEL_MS || (applied && this.backlog() === 0 && wall - this.lastPanels > 50)) {
       this.lastPanels = wall;
       this.renderPanels();
     }
     const ms = performance.now() - start;
-    const p = this.perf;
-    const split = p.split;
+    const perf = this.perf;
+    const split = perf.split;
     split.apply += wall - start;
     split.pipeline += t2 - wall;
     split.timeline += t3 - t2;
     split.panels += start + ms - t3;
-    p.frames += 1;
-    p.lastFrameMs = ms;
-    p.maxFrameMs = Math.max(p.maxFrameMs, ms);
-    if (ms > 16) p.longFrames += 1;
-    p.frameMs.push(ms);
-    if (p.frameMs.length > 240) p.frameMs.shift();
-    const backlog = this.queue.length - this.queueHead;
-    if (backlog > 0 || moving || clock.live) this.wake();
+    perf.frames += 1;
+    perf.lastFrameMs = ms;
+    perf.maxFrameMs = Math.max(perf.maxFrameMs, ms);
+    if (ms > 16) perf.longFrames += 1;
+    perf.frameMs.push(ms);
+    if (perf.frameMs.length > 240) perf.frameMs.shift();
+    if (this.backlog() > 0 || moving || clock.live || this.playing) this.wake();
   }
 
-  applyQueued(start) {
-    const q = this.queue;
-    let i = this.queueHead;
-    const end = q.length;
-    if (i >= end) return 0;
-    let tBefore = this.state.t;
-    while (i < end) {
-      const stop = Math.min(end, i + 512);
-      for (; i < stop; i++) {
-        const e = q[i];
-        this.state.apply(e);
-        this.store.apply(e);
-        this.log.push(e);
-        if (!KNOWN.has(e.kind)) this.noteItems.push({ ...e, unknown: true });
-        else if (NOTABLE.has(e.kind)) this.noteItems.push(e);
-      }
-      if (performance.now() - start > APPLY_BUDGET_MS) break;
-    }
-    const n = i - this.queueHead;
-    this.eventCount += n;
-    this.perf.applied += n;
-    if (i >= end) {
-      this.queue = [];
-      this.queueHead = 0;
-    } else this.queueHead = i;
-    if (this.state.t !== tBefore) this.lastEventWall = performance.now();
-    if (this.state.violations.length > this.violationsShown) {
-      for (const v of this.state.violations.slice(this.violationsShown)) this.noteItems.push({ type: 'violation', text: v });
-      this.violationsShown = this.state.violations.length;
-    }
-    if (this.state.status !== 'running' && this.state.status !== 'pending' && !this.finalPolled) {
-      this.finalPolled = true;
-      this.poll();
-    }
+  backlog() {
+    let n = 0;
+    for (const tr of this.tracks) n += tr.queue.length - tr.queueHead;
     return n;
   }
 
+  applyQueued(start) {
+    let n = 0;
+    const tBefore = this.track.player.full.t;
+    for (const tr of this.tracks) {
+      const q = tr.queue;
+      let i = tr.queueHead;
+      const end = q.length;
+      while (i < end) {
+        const stop = Math.min(end, i + 512);
+        for (; i < stop; i++) tr.ingest(q[i]);
+        if (performance.now() - start > APPLY_BUDGET_MS) break;
+      }
+      n += i - tr.queueHead;
+      if (i >= end) {
+        tr.queue = [];
+        tr.queueHead = 0;
+      } else tr.queueHead = i;
+      if (performance.now() - start > APPLY_BUDGET_MS) break;
+    }
+    if (!n) return 0;
+    this.perf.applied += n;
+    const full = this.track.player.full;
+    if (full.t !== tBefore) this.lastEventWall = performance.now();
+    if (full.status !== 'running' && full.status !== 'pending' && !this.finalPolled && this.track.source === 'server') {
+      this.finalPolled = true;
+      this.poll();
+    }
+    if (full.meta.job && full.meta.world_size > 1 && this.track.source === 'server' && !this.ranksLooked) this.discoverRanks();
+    return n;
+  }
+
+  // --- playback -------------------------------------------------------------------------------------
+
+  advancePlayback(now) {
+    if (!this.playing) return;
+    const p = this.player;
+    const dt = Math.min(0.25, Math.max(0, (now - this.lastPlayWall) / 1000));
+    this.lastPlayWall = now;
+    this.playT += dt * this.speed;
+    const target = p.rowAt(this.playT);
+    this.moveTo(target, false);
+    if (p.cursor >= p.length) {
+      if (this.complete()) this.playing = false;
+      else if (p.length) this.playT = Math.min(this.playT, p.table.t[p.length - 1]); // wait for more events
+    }
+  }
+
+  /** Put the selected rank's cursor at row i, the other ranks at the same moment. */
+  moveTo(i, pause = true) {
+    if (pause) this.playing = false;
+    const p = this.player;
+    const before = p.cursor;
+    p.seek(i);
+    if (Math.abs(p.cursor - before) > SNAP_EVENTS) this.pipeline.snap();
+    if (!this.playing) this.playT = p.time;
+    const t = p.time;
+    for (const tr of this.tracks) {
+      if (tr === this.track || !tr.player.length) continue;
+      tr.player.seek(tr.player.rowAt(t - tr.offset));
+    }
+    this.timeline.invalidate();
+    this.wake();
+  }
+
+  seekTime(t) {
+    const wasPlaying = this.playing;
+    this.moveTo(this.player.rowAt(t), true);
+    this.playT = t;
+    if (wasPlaying) this.play();
+  }
+
+  play() {
+    const p = this.player;
+    if (!p.length) return;
+    if (p.cursor >= p.length && this.complete()) this.moveTo(0);
+    if (p.following) p.seek(p.cursor); // leave live following: the playhead is ours now
+    p.following = false;
+    this.playing = true;
+    this.playT = p.time;
+    this.lastPlayWall = performance.now();
+    this.wake();
+  }
+
+  pause() {
+    this.playing = false;
+    this.wake();
+  }
+
+  toEnd() {
+    if (this.isLiveRun()) {
+      this.playing = false;
+      for (const tr of this.tracks) tr.player.follow();
+      this.pipeline.snap();
+      this.wake();
+      return;
+    }
+    this.moveTo(this.player.length);
+  }
+
+  renderPlayback() {
+    const p = this.player;
+    const bar = $('playback');
+    const show = p.length > 0 && !this.demo;
+    if (bar.hidden === show) bar.hidden = !show;
+    if (!show) return;
+    const scrub = /** @type {HTMLInputElement} */ ($('pb-scrub'));
+    if (scrub.max !== String(p.length)) scrub.max = String(p.length);
+    if (scrub.value !== String(p.cursor) && document.activeElement !== scrub) scrub.value = String(p.cursor);
+    const live = this.isLiveRun() && p.following;
+    const state = this.state;
+    const where = live ? `live · ${p.length.toLocaleString('en')} events · following the run`
+      : `event ${p.cursor.toLocaleString('en')} of ${p.length.toLocaleString('en')} · ${fmtDuration(p.time)} · batch ${state.batches}${this.complete() ? '' : ' · still loading'}`;
+    const el = $('pb-where');
+    if (el.textContent !== where) el.textContent = where;
+    el.dataset.cursor = String(p.cursor);
+    const play = /** @type {HTMLButtonElement} */ ($('pb-play'));
+    const label = this.playing ? '❚❚ Pause' : '▶ Play';
+    if (play.textContent !== label) play.textContent = label;
+    play.dataset.playing = String(this.playing);
+    /** @type {HTMLButtonElement} */ ($('pb-end')).title = this.isLiveRun() ? 'follow the live run again (End)' : 'to the last event (End)';
+  }
+
+  // --- panels ---------------------------------------------------------------------------------------
+
   renderPanels() {
-    this.counters.render(this.state, this.store, this.eventCount);
-    this.notes.render(this.noteItems);
-    this.log.render();
+    const state = this.state;
+    const p = this.player;
+    this.counters.render(state, this.store, p.cursor);
+    const notes = this.track.noteItems;
+    let k = notes.length;
+    while (k > 0 && notes[k - 1]._row > p.cursor) k -= 1;
+    this.notes.render(k === notes.length ? notes : notes.slice(0, k));
+    this.log.render((i) => p.event(i), p.cursor, p.length);
     this.renderStatus();
     this.renderAlarms();
-    if (this.selectedWorker !== null) this.renderWorker();
+    this.renderWorker();
+    this.renderConsumer();
+    this.renderInspector();
+    const wall = performance.now();
+    if (wall - this.lastSlowPanels > SLOW_PANEL_MS) {
+      this.lastSlowPanels = wall;
+      this.renderSlowPanels();
+    }
     const fm = this.perf.frameMs;
     if (fm.length) {
       const avg = fm.reduce((a, b) => a + b, 0) / fm.length;
@@ -170,21 +394,108 @@ class App {
     }
   }
 
+  /** Histograms, ranks and the diagnosis at the playhead: heavier, a few times a second. */
+  renderSlowPanels() {
+    const state = this.state;
+    const slow = new Set(stragglers(state).map((s) => s.worker));
+    const anyFetch = [...state.workers.values()].some((w) => w.fetch_times.length);
+    $('hist-wrap').hidden = !anyFetch;
+    if (anyFetch) this.hist.draw(state, slow, state.config.num_workers === 0);
+    this.renderRanks();
+    this.renderDiagnosisNow();
+  }
+
+  renderDiagnosisNow() {
+    const p = this.player;
+    const scope = $('diagnosis-scope');
+    if (this.track.source === 'server' && this.serverDiagnosis && (p.following || p.cursor === p.length)) {
+      renderDiagnosis($('diagnosis'), this.serverDiagnosis, 'no findings yet');
+      scope.textContent = this.complete() ? '(whole run)' : '(live)';
+      return;
+    }
+    if (!p.length) return;
+    const key = `${this.track.rank}:${p.cursor}:${p.length}`;
+    if (key === this.diagKey) return;
+    this.diagKey = key;
+    renderDiagnosis($('diagnosis'), diagnosis(this.state), 'no findings yet');
+    scope.textContent = p.cursor === p.length ? (this.complete() ? '(whole run)' : '(so far)') : `(at event ${p.cursor})`;
+  }
+
   renderWorker() {
     const card = $('worker-card');
-    if (this.selectedWorker === null) { card.hidden = true; return; }
+    const w = this.selectedWorker === null ? undefined : this.state.workers.get(this.selectedWorker);
+    if (!w) { card.hidden = true; return; }
     card.hidden = false;
-    $('worker-title').textContent = this.state.config.num_workers === 0 ? 'main process' : `worker ${this.selectedWorker}`;
+    card.dataset.status = w.status;
+    const title = this.state.config.num_workers === 0 ? 'main process' : `worker ${this.selectedWorker}`;
+    $('worker-title').textContent = this.tracks.length > 1 ? `${this.track.label} · ${title}` : title;
     const text = workerDetail(this.state, this.selectedWorker, this.clock(performance.now()).now);
     if ($('worker-detail').textContent !== text) $('worker-detail').textContent = text;
-    const w = this.state.workers.get(this.selectedWorker);
-    const stack = w?.stuck?.stack ?? null;
+    const stuck = w.stuck;
     const list = $('worker-stack');
-    if (list.dataset.seq !== String(w?.stuck?.seq ?? '')) {
-      list.dataset.seq = String(w?.stuck?.seq ?? '');
-      list.replaceChildren(...stackItems(stack));
-      list.hidden = !stack;
+    const key = stuck ? `${stuck.seq}:${stuck.t}` : '';
+    if (list.dataset.seq !== key) {
+      list.dataset.seq = key;
+      list.replaceChildren(...stackItems(stuck?.stack ?? null));
+      list.hidden = !stuck?.stack;
+      const head = $('stack-head');
+      head.hidden = !stuck?.stack;
+      head.textContent = stuck ? `its Python stack, read from the live worker (pid ${stuck.pid ?? w.pid ?? '?'}) ${fmtDuration(stuck.elapsed)} into the fetch; outermost call first, your code highlighted:` : '';
+      const here = /** @type {HTMLElement|null} */ (list.querySelector('.here'));
+      if (here) list.scrollTop = Math.max(0, here.offsetTop - list.offsetTop - list.clientHeight / 2);
     }
+  }
+
+  renderConsumer() {
+    const c = this.state.consumer_stuck;
+    const card = $('consumer-card');
+    card.hidden = !c;
+    if (!c) return;
+    const now = this.clock(performance.now()).now;
+    const waited = +c.elapsed + (this.state.status === 'running' ? Math.max(0, now - c.t) : 0);
+    const lines = [
+      `waiting ${waited.toFixed(1)} s for task ${c.waiting_for ?? '?'}`,
+      c.held_by !== undefined && c.held_by !== null ? `held by worker ${c.held_by}${c.has_data ? ' (its result is ready)' : ' (still fetching it)'}` : '',
+      `reported stuck after ${(+(c.threshold ?? 0)).toFixed(1)} s`,
+    ].filter(Boolean);
+    const text = lines.join('\n');
+    if ($('consumer-detail').textContent !== text) $('consumer-detail').textContent = text;
+    const list = $('consumer-stack');
+    const key = `${c.seq}:${c.t}`;
+    if (list.dataset.seq !== key) {
+      list.dataset.seq = key;
+      list.replaceChildren(...stackItems(c.stack ?? null));
+    }
+  }
+
+  renderInspector() {
+    const samples = this.player.full.batch_samples;
+    const card = $('inspector-card');
+    card.hidden = !samples.length;
+    if (!samples.length) return;
+    const pick = /** @type {HTMLSelectElement} */ ($('inspector-pick'));
+    if (pick.options.length !== samples.length) {
+      const chosen = pick.value;
+      pick.replaceChildren(...samples.map((b, i) => new Option(
+        `batch ${b.idx} · worker ${b.worker} · epoch ${b.epoch}${b.pickle_bytes ? ` · ${b.pickle_bytes} B pickled` : ''}`, String(i))));
+      pick.value = chosen || '0';
+      $('inspector-count').textContent = `(${samples.length} sampled)`;
+      this.inspectorKey = '';
+    }
+    const b = samples[Number(pick.value) || 0];
+    const key = `${pick.value}:${samples.length}`;
+    if (this.inspectorKey === key || !b) return;
+    this.inspectorKey = key;
+    const ul = document.createElement('ul');
+    ul.className = 'tree';
+    ul.append(structureItems(b.structure));
+    const facts = [];
+    if (b.pickle_bytes !== undefined) facts.push(`${b.pickle_bytes} bytes crossed the process boundary pickled`);
+    if (b.pickle_s !== undefined) facts.push(`pickling took ${fmtDuration(b.pickle_s)}`);
+    const p = document.createElement('p');
+    p.className = 'desc';
+    p.textContent = facts.join('; ') || 'structure as collated in the worker';
+    $('inspector').replaceChildren(p, ul);
   }
 
   renderAlarms() {
@@ -205,20 +516,25 @@ class App {
     }));
     // a stuck or dead worker opens its own card, so its stack is on screen without a click
     const first = items.find((a) => a.worker !== null);
-    if (first && this.selectedWorker === null) this.selectedWorker = first.worker;
+    const current = this.selectedWorker === null ? undefined : this.state.workers.get(this.selectedWorker);
+    if (first && (!current || (current.status !== 'stuck' && current.status !== 'died'))) this.selectedWorker = first.worker;
   }
 
   renderStatus() {
     const el = $('run-status');
-    let status = this.runInfo?.status ?? (this.runId ? this.state.status : 'no run');
-    if (this.state.status !== 'running' && this.state.status !== 'pending') status = this.state.status; // run_end wins
+    const tr = this.track;
+    const full = tr.player.full;
+    let status = tr.runInfo?.status ?? (tr.source !== 'none' ? full.status : 'no run');
+    if (full.status !== 'running' && full.status !== 'pending') status = full.status; // run_end wins
+    if (tr.source === 'file') status = full.status === 'running' ? 'incomplete' : full.status;
     if (el.textContent !== status) {
       el.textContent = status;
       el.dataset.status = status;
     }
-    $('pipeline-empty').hidden = !!this.runId;
-    const ended = ENDED.has(status);
-    const off = !this.runId || ended || !!this.demo;
+    $('pipeline-empty').hidden = tr.source !== 'none';
+    const realLive = tr.source === 'server' && (full.mode === 'real' || full.mode === '') && !ENDED.has(status);
+    $('live-controls').hidden = !(tr.source === 'server' && full.mode !== 'sim' && full.mode !== 'replay') || !!this.demo;
+    const off = !realLive || !!this.demo;
     const paused = status === 'paused';
     const set = (id, disabled) => { /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled; };
     set('btn-pause', off || paused);
@@ -226,38 +542,216 @@ class App {
     set('btn-step', off);
     set('btn-stop', off);
     set('speed', off);
-    const c = this.state.config;
-    const title = this.runId ? `${this.state.scenario || this.runInfo?.scenario || ''} · ${this.state.mode || this.runInfo?.mode || ''}` +
-      (c.num_workers !== undefined ? ` · ${c.num_workers} workers · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}` : '') : '';
+    const c = full.config;
+    const name = full.scenario || tr.runInfo?.scenario || full.meta.name || '';
+    const source = tr.source === 'file' ? `${tr.label}` : '';
+    const title = tr.source !== 'none' ? [source, name, full.mode || tr.runInfo?.mode || '',
+      c.num_workers !== undefined ? `${c.num_workers} workers · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}` : '',
+      this.tracks.length > 1 ? `${this.tracks.length} ranks` : ''].filter(Boolean).join(' · ') : '';
     if ($('run-title').textContent !== title) $('run-title').textContent = title;
   }
 
-  // --- runs ---------------------------------------------------------------------------------------
+  // --- ranks ----------------------------------------------------------------------------------------
 
-  openRun(id, { push = true } = {}) {
-    if (this.stream) this.stream.close();
+  syncTimelineTracks() {
+    const primary = this.track;
+    const base = primary.wall0;
+    const multi = this.tracks.length > 1;
+    const want = this.tracks.map((tr) => ({
+      store: tr.store,
+      label: multi ? `rank ${tr.rank}${tr.source === 'file' ? ` · ${tr.label}` : ''}` : '',
+      offset: multi && base && tr.wall0 ? tr.wall0 - base : 0,
+      inProcess: tr.player.full.config.num_workers === 0,
+      pin: pinStage(tr.player.full),
+      slow: multi ? tr.slow : undefined,
+      primary: tr === primary,
+    }));
+    for (const tr of this.tracks) tr.offset = want[this.tracks.indexOf(tr)].offset;
+    this.timeline.tracks = want;
+  }
+
+  selectTrack(i) {
+    if (!this.tracks[i] || this.tracks[i] === this.track) return;
+    this.track = this.tracks[i];
+    this.pipeline.layoutKey = '';
+    this.pipeline.tokens.clear();
+    this.selectedWorker = null;
+    this.diagKey = '';
+    this.hist.key = '';
+    this.notes.render([]);
+    this.timeline.invalidate();
+    this.lastPanels = 0;
+    this.wake();
+  }
+
+  /** Other ranks of the same job on this server: each becomes a track of its own. */
+  async discoverRanks() {
+    this.ranksLooked = Date.now();
+    const job = this.track.player.full.meta.job;
+    const want = this.track.player.full.meta.world_size;
+    let runs;
+    try { runs = await api.runs(); } catch { return; }
+    if (!Array.isArray(runs)) runs = runs?.runs ?? [];
+    this.runStarts ??= new Map();
+    for (const r of runs) {
+      if (this.tracks.some((tr) => tr.runId === r.id)) continue;
+      let start = this.runStarts.get(r.id);
+      if (start === undefined) {
+        try {
+          const page = await api.events(r.id, -1, 1);
+          start = page?.events?.[0]?.kind === 'run_start' ? page.events[0] : null;
+        } catch { start = null; }
+        this.runStarts.set(r.id, start);
+      }
+      if (start && start.job === job && !this.tracks.some((tr) => tr.rank === start.rank)) this.addServerTrack(r.id, start.rank);
+    }
+    this.tracks.sort((a, b) => a.rank - b.rank);
+    if (this.tracks.length < want) setTimeout(() => { if (this.track.player.full.meta.job === job) this.discoverRanks(); }, POLL_MS * 2);
+    this.wake();
+  }
+
+  addServerTrack(id, rank) {
+    const tr = new Track({ rank, label: `rank ${rank}`, runId: id, source: 'server' });
+    tr.player.following = this.player.following;
+    tr.stream = this.makeStream(tr, id);
+    this.tracks.push(tr);
+    return tr;
+  }
+
+  renderRanks() {
+    const host = $('ranks');
+    if (this.tracks.length < 2) { host.hidden = true; return; }
+    host.hidden = false;
+    // the slowest rank per step, per epoch all ranks reached
+    const epochs = new Set();
+    for (const tr of this.tracks) for (const ep of tr.yields.keys()) epochs.add(ep);
+    const steps = [];
+    for (const tr of this.tracks) tr.slow = [];
+    for (const ep of [...epochs].sort((a, b) => a - b)) {
+      const times = new Map(this.tracks.map((tr) => [tr.rank, tr.yields.get(ep) ?? []]));
+      for (const s of slowestPerStep(times)) {
+        steps.push(s);
+        const tr = this.tracks.find((x) => x.rank === s.rank);
+        tr.slow.push(times.get(s.rank)[s.step] - tr.wall0);
+      }
+    }
+    const counts = slowestCounts(steps);
+    // shard checks, per epoch every rank reported one for
+    const shardEpochs = [...this.tracks[0].epochEnds.keys()].filter((ep) => this.tracks.every((tr) => tr.epochEnds.has(ep)));
+    for (const ep of shardEpochs) {
+      if (this.shards.has(ep)) continue;
+      const ends = new Map(this.tracks.map((tr) => [tr.rank, tr.epochEnds.get(ep)]));
+      const length = this.tracks[0].epochEnds.get(ep).shard_length;
+      this.shards.set(ep, null);
+      shardReport(ends, length).then((r) => { this.shards.set(ep, r); this.ranksKey = ''; this.wake(); },
+        (err) => { this.shards.set(ep, { error: String(err.message ?? err) }); this.ranksKey = ''; });
+    }
+    const cards = this.tracks.map((tr, i) => {
+      const s = tr.player.state;
+      const wall = (s.last_yield_t ?? s.t) - (s.first_t ?? 0);
+      const share = wall > 0 ? s.consumer_wait / wall : 0;
+      const c = counts.get(tr.rank);
+      return {
+        i, rank: tr.rank, selected: tr === this.track,
+        line: `${s.batches} batches · ${recentRate(tr.store.consumer, s.t).toFixed(1)}/s · waited ${(share * 100).toFixed(0)}%`,
+        slow: steps.length ? `slowest in ${c ? c.steps : 0} of ${steps.length} steps${c ? ` (worst ${fmtDuration(c.worst)} behind)` : ''}` : 'no step yet',
+        workers: [...s.workers.values()].sort((a, b) => a.id - b.id).map((w) => w.status),
+      };
+    });
+    const shardLines = shardEpochs.map((ep) => ({ ep, r: this.shards.get(ep) }));
+    const key = JSON.stringify([cards, shardLines]);
+    if (key === this.ranksKey) return;
+    this.ranksKey = key;
+    const els = cards.map((c) => {
+      const card = document.createElement('button');
+      card.type = 'button';
+      card.className = `rank-card${c.selected ? ' selected' : ''}`;
+      card.dataset.testid = 'rank-card';
+      card.setAttribute('data-testid', 'rank-card');
+      card.dataset.rank = String(c.rank);
+      const title = document.createElement('b');
+      title.textContent = `rank ${c.rank}${c.selected ? ' · shown' : ''}`;
+      const chips = document.createElement('span');
+      chips.className = 'chips';
+      for (const st of c.workers) {
+        const chip = document.createElement('i');
+        chip.className = `wchip ${st}`;
+        chip.title = st;
+        chips.append(chip);
+      }
+      const line = document.createElement('div');
+      line.textContent = c.line;
+      const slow = document.createElement('div');
+      slow.className = 'slow';
+      slow.textContent = c.slow;
+      card.append(title, chips, line, slow);
+      card.addEventListener('click', () => this.selectTrack(c.i));
+      return card;
+    });
+    const shards = document.createElement('div');
+    shards.className = 'shards';
+    shards.setAttribute('data-testid', 'shards');
+    if (!shardLines.length) shards.textContent = 'sample shards: checked when every rank ends an epoch (DistributedSampler runs report what they read)';
+    for (const { ep, r } of shardLines) {
+      const div = document.createElement('div');
+      if (!r) div.textContent = `epoch ${ep}: checking shards…`;
+      else if (r.error) div.textContent = `epoch ${ep}: shards could not be read: ${r.error}`;
+      else {
+        const per = Object.entries(r.per_rank).map(([rank, n]) => `rank ${rank}: ${n}`).join(', ');
+        div.className = r.disjoint && r.complete ? 'ok' : 'bad';
+        div.dataset.disjoint = String(r.disjoint);
+        div.dataset.complete = String(r.complete);
+        div.textContent = `epoch ${ep} shards: ${r.disjoint ? 'disjoint ✓' : `OVERLAP: ${r.overlap} indices read by more than one rank (e.g. ${r.overlap_sample.join(', ')})`} · `
+          + `${r.complete ? 'complete ✓' : `MISSING: ${r.missing} indices read by no rank (e.g. ${r.missing_sample.join(', ')})`} (${per} samples)`;
+      }
+      shards.append(div);
+    }
+    const head = document.createElement('div');
+    head.className = 'ranks-head';
+    head.textContent = `${this.tracks.length} ranks of job ${this.track.player.full.meta.job ?? '(files)'} — click one to show it in the picture; the timeline shows all on one clock, ticks under a consumer row mark the steps that rank delivered last`;
+    host.replaceChildren(head, ...els, shards);
+  }
+
+  // --- runs on the server ---------------------------------------------------------------------------
+
+  makeStream(tr, id) {
+    return new RunStream({
+      openSocket: (after) => runSocket(id, after),
+      fetchEvents: (after, limit) => api.events(id, after, limit),
+      onEvents: (events) => { for (const e of events) tr.queue.push(e); this.wake(); },
+      onNote: (n) => { tr.note(n); this.wake(); },
+      onConnection: (s) => { if (tr === this.track) { const c = $('connection'); c.textContent = s; c.dataset.state = s; } },
+      onRunStatus: (m) => {
+        if (typeof m.status === 'string') tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused };
+        if (m.type === 'end') {
+          tr.complete = true;
+          if (tr === this.track) this.poll();
+        }
+        this.wake();
+      },
+    }).start();
+  }
+
+  /** @param {string} id @param {{push?:boolean, autoplay?:boolean}} [o] */
+  openRun(id, { push = true, autoplay = false } = {}) {
     clearTimeout(this.pollTimer);
-    this.reset();
+    this.reset([new Track({ rank: 0, label: 'rank 0', runId: id, source: 'server' })]);
     this.runId = id;
-    this.finalPolled = false;
-    this.violationsShown = 0;
     const url = new URL(location.href);
     url.searchParams.set('run', id);
     url.searchParams.delete('token');
     if (push && url.href !== location.href) history.pushState({ run: id }, '', url);
     $('run-picker').value = id;
-    this.stream = new RunStream({
-      openSocket: (after) => runSocket(id, after),
-      fetchEvents: (after, limit) => api.events(id, after, limit),
-      onEvents: (events) => { this.queue.push(...events); this.wake(); },
-      onNote: (n) => { this.noteItems.push(n); this.wake(); },
-      onConnection: (s) => { const c = $('connection'); c.textContent = s; c.dataset.state = s; },
-      onRunStatus: (m) => {
-        if (typeof m.status === 'string') this.runInfo = { ...(this.runInfo ?? {}), status: m.status, paused: m.paused };
-        if (m.type === 'end') this.poll();
-        this.wake();
-      },
-    }).start();
+    $('file-error').hidden = true;
+    const tr = this.track;
+    if (autoplay) {
+      // a simulated run plays from its first event at the chosen speed as its events arrive
+      tr.player.following = false;
+      this.playing = true;
+      this.playT = 0;
+      this.lastPlayWall = performance.now();
+    }
+    tr.stream = this.makeStream(tr, id);
     this.poll();
     this.wake();
   }
@@ -265,22 +759,25 @@ class App {
   async poll() {
     clearTimeout(this.pollTimer);
     const id = this.runId;
-    if (!id || this.demo) return;
+    const tr = this.track;
+    if (!id || this.demo || tr.source !== 'server') return;
     try {
       const info = await api.run(id);
       if (id !== this.runId) return;
-      this.runInfo = info;
-      renderDiagnosis($('diagnosis'), info.diagnosis, 'no findings yet');
+      tr.runInfo = info;
+      this.serverDiagnosis = Array.isArray(info.diagnosis) ? info.diagnosis : null;
+      this.diagKey = '';
+      this.renderDiagnosisNow();
       this.renderStatus();
     } catch (err) {
       if (err instanceof ApiError && err.status === 404) {
         renderDiagnosis($('diagnosis'), [], `run ${id} is not known to this server`);
-        this.runInfo = { status: 'unknown' };
+        tr.runInfo = { status: 'unknown' };
         this.renderStatus();
         return;
       }
     }
-    const status = this.runInfo?.status;
+    const status = tr.runInfo?.status;
     if (!ENDED.has(status) && id === this.runId) this.pollTimer = setTimeout(() => this.poll(), POLL_MS);
     this.refreshRuns();
   }
@@ -311,9 +808,74 @@ class App {
       await api.control(this.runId, body);
       this.poll();
     } catch (err) {
-      this.noteItems.push({ type: 'bad', reason: `control failed: ${err.message}` });
+      this.track.note({ type: 'bad', reason: `control failed: ${err.message}` });
       this.wake();
     }
+  }
+
+  // --- trace files ----------------------------------------------------------------------------------
+
+  /** Open dropped or picked trace files: one track per file (per rank), replayed like a finished run. */
+  async loadFiles(list) {
+    const files = [...list];
+    if (!files.length) return;
+    const box = $('loading');
+    const errors = [];
+    const tracks = [];
+    const total = files.reduce((s, f) => s + f.size, 0);
+    let before = 0;
+    const t0 = performance.now();
+    box.hidden = false;
+    for (const file of files) {
+      const tr = new Track({ rank: tracks.length, label: file.name, source: 'file' });
+      $('loading-text').textContent = `reading ${file.name}…`;
+      try {
+        await readTraceFile(file, {
+          onHeader: (h) => { tr.header = h; },
+          onEvent: (e) => tr.ingest(e),
+          onProgress: (done) => {
+            const frac = total ? (before + done) / total : 1;
+            /** @type {HTMLElement} */ ($('loading-bar')).style.width = `${(frac * 100).toFixed(1)}%`;
+            $('loading-text').textContent = `reading ${file.name}: ${tr.player.length.toLocaleString('en')} events`;
+          },
+        });
+      } catch (err) {
+        if (!(err instanceof TraceError)) throw err;
+        if (!tr.player.length) { errors.push(err.message); before += file.size; continue; }
+        tr.fileError = err.message; // keep what came before the damage, and say where it is
+        tr.note({ type: 'bad', reason: err.message });
+      }
+      before += file.size;
+      tr.complete = true;
+      tracks.push(tr);
+    }
+    const ms = performance.now() - t0;
+    box.hidden = true;
+    const events = tracks.reduce((s, tr) => s + tr.player.length, 0);
+    this.perf.load = { ms, events, files: files.length, bytes: total };
+    const err = $('file-error');
+    err.hidden = !errors.length;
+    $('file-error-text').textContent = errors.join('\n');
+    if (!tracks.length) return;
+    // ranks: from each run_start; files without one keep their order
+    for (const tr of tracks) {
+      const meta = tr.player.full.meta;
+      if (tracks.length > 1 && Number.isInteger(meta.rank) && !tracks.some((o) => o !== tr && o.player.full.meta.rank === meta.rank)) tr.rank = meta.rank;
+    }
+    tracks.sort((a, b) => a.rank - b.rank);
+    clearTimeout(this.pollTimer);
+    this.reset(tracks);
+    this.runId = null;
+    const url = new URL(location.href);
+    if (url.searchParams.has('run')) {
+      url.searchParams.delete('run');
+      history.pushState({}, '', url);
+    }
+    /** @type {HTMLSelectElement} */ ($('run-picker')).value = '';
+    $('connection').textContent = `${files.length > 1 ? `${tracks.length} files` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
+    $('connection').dataset.state = 'file';
+    for (const tr of tracks) tr.player.following = false;
+    this.wake();
   }
 
   // --- the new-run form -----------------------------------------------------------------------------
@@ -341,6 +903,14 @@ class App {
     $('scenario-desc').textContent = sc?.description ?? '';
     this.form = renderForm($('params'), fieldsFromSchema(sc?.params));
     $('form-error').hidden = true;
+    this.showMode();
+  }
+
+  showMode() {
+    const sim = /** @type {HTMLInputElement} */ ($('mode-sim')).checked;
+    $('mode-desc').textContent = sim
+      ? 'The simulator runs the same protocol on a virtual clock in seconds, then plays it here: pause, step one event or one batch, scrub along the timeline, at any speed.'
+      : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from the top bar.';
   }
 
   async submit(ev) {
@@ -364,7 +934,7 @@ class App {
       const run = await api.start(name, mode, values);
       const id = run?.id ?? run?.run?.id;
       if (!id) throw new Error('the server did not return a run id');
-      this.openRun(id);
+      this.openRun(id, { autoplay: mode === 'sim' });
       this.refreshRuns();
     } catch (err) {
       const body = err instanceof ApiError ? err.body : null;
@@ -387,6 +957,7 @@ class App {
   bindControls() {
     $('new-run').addEventListener('submit', (ev) => this.submit(ev));
     $('scenario').addEventListener('change', () => this.showScenario());
+    for (const r of document.querySelectorAll('input[name="mode"]')) r.addEventListener('change', () => this.showMode());
     $('run-picker').addEventListener('change', (ev) => {
       const id = /** @type {HTMLSelectElement} */ (ev.target).value;
       if (id) this.openRun(id);
@@ -398,10 +969,68 @@ class App {
     $('btn-stop').addEventListener('click', () => this.control({ action: 'stop' }));
     $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
     $('btn-fit').addEventListener('click', () => this.timeline.fit());
+    // playback
+    $('pb-play').addEventListener('click', () => (this.playing ? this.pause() : this.play()));
+    $('pb-start').addEventListener('click', () => this.moveTo(0));
+    $('pb-end').addEventListener('click', () => this.toEnd());
+    $('pb-event').addEventListener('click', () => this.moveTo(this.player.cursor + 1));
+    $('pb-event-back').addEventListener('click', () => this.moveTo(this.player.cursor - 1));
+    $('pb-batch').addEventListener('click', () => this.stepBatch(1));
+    $('pb-batch-back').addEventListener('click', () => this.stepBatch(-1));
+    $('pb-speed').addEventListener('change', (ev) => { this.speed = Number(/** @type {HTMLSelectElement} */ (ev.target).value) || 1; });
+    $('pb-scrub').addEventListener('input', (ev) => this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value)));
+    $('inspector-pick').addEventListener('change', () => this.renderInspector());
+    window.addEventListener('keydown', (ev) => this.key(ev));
+    // trace files: the picker, and drag-and-drop anywhere on the page
+    $('btn-open').addEventListener('click', () => $('file-input').click());
+    $('file-input').addEventListener('change', (ev) => {
+      const input = /** @type {HTMLInputElement} */ (ev.target);
+      this.loadFiles(input.files ?? []).finally(() => { input.value = ''; });
+    });
+    $('file-error-close').addEventListener('click', () => { $('file-error').hidden = true; });
+    let depth = 0;
+    const drop = $('drop');
+    window.addEventListener('dragenter', (ev) => {
+      if (!ev.dataTransfer?.types?.includes('Files')) return;
+      depth += 1;
+      drop.hidden = false;
+    });
+    window.addEventListener('dragleave', () => { depth = Math.max(0, depth - 1); if (!depth) drop.hidden = true; });
+    window.addEventListener('dragover', (ev) => { if (ev.dataTransfer?.types?.includes('Files')) ev.preventDefault(); });
+    window.addEventListener('drop', (ev) => {
+      ev.preventDefault();
+      depth = 0;
+      drop.hidden = true;
+      if (ev.dataTransfer?.files?.length) this.loadFiles(ev.dataTransfer.files);
+    });
     window.addEventListener('popstate', () => {
       const id = new URL(location.href).searchParams.get('run');
       if (id && id !== this.runId) this.openRun(id, { push: false });
     });
+  }
+
+  stepBatch(dir) {
+    this.playing = false;
+    const p = this.player;
+    const before = p.cursor;
+    p.stepBatch(dir);
+    const after = p.cursor;
+    p.seek(before);
+    this.moveTo(after);
+  }
+
+  key(ev) {
+    const t = /** @type {HTMLElement} */ (ev.target);
+    if (t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
+    if (!this.player.length || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    const p = this.player;
+    if (ev.key === ' ') (this.playing ? this.pause() : this.play());
+    else if (ev.key === 'ArrowRight') (ev.shiftKey ? this.stepBatch(1) : this.moveTo(p.cursor + 1));
+    else if (ev.key === 'ArrowLeft') (ev.shiftKey ? this.stepBatch(-1) : this.moveTo(p.cursor - 1));
+    else if (ev.key === 'Home') this.moveTo(0);
+    else if (ev.key === 'End') this.toEnd();
+    else return;
+    ev.preventDefault();
   }
 
   /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */
@@ -411,7 +1040,8 @@ class App {
     const workers = Number(params.get('workers') ?? 4);
     const rate = Number(params.get('rate') ?? 0); // events per second; 0 = follow the virtual clock
     const batches = Number(params.get('batches') ?? 400);
-    const events = synthesize({ num_workers: workers, batches, prefetch_factor: Number(params.get('prefetch') ?? 2), step: Number(params.get('step') ?? 0.004), cost: (idx) => (0.02 + 0.03 * ((workers - (idx % workers)) / workers)) * Number(params.get('slow') ?? 1) });
+    const events = synthesize({ num_workers: workers, batches, prefetch_factor: Number(params.get('prefetch') ?? 2), step: Number(params.get('step') ?? 0.004), pin_ms: Number(params.get('pin') ?? 0), cost: (idx) => (0.02 + 0.03 * ((workers - (idx % workers)) / workers)) * Number(params.get('slow') ?? 1) });
+    this.reset([new Track({ rank: 0, label: 'demo', source: 'demo' })]);
     this.runId = 'demo';
     renderDiagnosis($('diagnosis'), [], 'offline demo: the diagnosis comes from the server');
     $('connection').textContent = `demo · ${events.length} events`;
@@ -422,7 +1052,8 @@ class App {
       const until = rate ? Math.floor(elapsed * rate) : events.findIndex((e) => e.t > elapsed);
       const stop = until < 0 ? events.length : Math.min(events.length, until);
       if (stop > i) {
-        this.queue.push(...events.slice(i, stop));
+        const q = this.track.queue;
+        for (let k = i; k < stop; k++) q.push(events[k]);
         i = stop;
         this.wake();
       }
@@ -442,13 +1073,11 @@ class App {
     this.refreshRuns();
     const id = params.get('run');
     if (id) this.openRun(id, { push: false });
-    else renderDiagnosis($('diagnosis'), [], 'start a run, or pick one above');
+    else renderDiagnosis($('diagnosis'), [], 'start a run, pick one above, or drop a trace file on the page');
     this.renderStatus();
     this.wake(); // draw the empty picture: the parts are named before any run starts
   }
 }
 
-const KNOWN = new Set(KNOWN_KINDS);
-const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout']);
-
 new App().init();
+

@@ -1,13 +1,14 @@
 // DOM panels that change a few times a second: counters, notes, event log, diagnosis, worker detail.
 // Each render compares with what it wrote last, so an unchanged panel costs nothing.
 
-import { summary } from './reducer.js';
+import { userFrame } from './reducer.js';
 import { fmtDuration, upperBound } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
+import { pinStage, pinRate } from './pin.js';
 
-/** Batches per second over the last `span` seconds of run time (from the consumer row's yield times). */
+/** Batches per second over the last `span` seconds before tNow (from the consumer row's yield times). */
 export function recentRate(consumer, tNow, span = 2) {
-  const n = consumer.n;
+  const n = upperBound(consumer.end, consumer.n, tNow); // yields up to now (the playhead may be behind)
   if (n === 0) return 0;
   const from = tNow - span;
   const i = upperBound(consumer.end, n, from);
@@ -15,6 +16,14 @@ export function recentRate(consumer, tNow, span = 2) {
   const first = consumer.end[0];
   const window = Math.min(span, tNow - first);
   return window > 0 ? count / window : 0;
+}
+
+/** "sample 2 of 4 (index 17)" for a stuck or dead worker's report, or ''. */
+export function sampleText(report, state) {
+  if (!report || report.sample === undefined || report.sample === null) return '';
+  const task = state?.tasks.get(report.idx);
+  const n = task?.n || task?.indices?.length || null;
+  return `sample ${(report.pos ?? 0) + 1}${n ? ` of ${n}` : ''} (index ${report.sample})`;
 }
 
 export class Counters {
@@ -28,6 +37,7 @@ export class Counters {
       ['outstanding', 'in flight / window'],
       ['buffer', 'reorder buffer (max)'],
       ['wait', 'training waited'],
+      ['pin', 'pin memory MB/s'],
       ['epoch', 'epoch · events'],
     ];
     for (const [key, label] of defs) {
@@ -55,7 +65,8 @@ export class Counters {
   }
 
   render(state, timeline, eventCount) {
-    const s = summary(state);
+    const wall = (state.last_yield_t ?? state.t) - (state.first_t ?? 0);
+    const s = { input_bound: wall > 0 ? state.consumer_wait / wall : 0 };
     const rate = recentRate(timeline.consumer, state.t);
     this.set('rate', rate ? rate.toFixed(rate < 10 ? 1 : 0) : '–');
     this.set('batches', String(state.batches));
@@ -64,6 +75,10 @@ export class Counters {
     this.set('outstanding', `${state.outstanding} / ${win}`, state.outstanding >= win && state.batches ? 'warn' : '');
     this.set('buffer', `${state.buffer.length} (${state.buffer_high})`, state.buffer.length ? 'warn' : '');
     this.set('wait', state.batches ? `${(s.input_bound * 100).toFixed(0)}%` : '–', s.input_bound > 0.5 ? 'bad' : s.input_bound > 0.2 ? 'warn' : '');
+    const pin = pinStage(state);
+    const mbs = pinRate(state);
+    this.set('pin', pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short, pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '');
+    this.cells.get('pin').el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
     this.set('epoch', `${Math.max(state.epoch, 0)} · ${eventCount}`);
   }
 }
@@ -72,12 +87,26 @@ const NOTE_TEXT = {
   gap: (n) => `events ${n.from}–${n.to} are missing: ${n.reason || 'the server no longer holds them'}`,
   invalid: (n) => `ignored an invalid event: ${n.reason}`,
   bad: (n) => n.reason,
-  worker_stuck: (n) => `worker ${n.worker} stuck on task ${n.idx} for ${(+n.elapsed).toFixed(1)} s`,
-  worker_died: (n) => `worker ${n.worker} (pid ${n.pid ?? '?'}) died: ${n.signal || `exit code ${n.exitcode}`}${n.idx !== undefined ? ` holding task ${n.idx}` : ''}`,
-  timeout: (n) => `timeout: no batch within ${n.seconds} s`,
+  worker_stuck: (n) => `worker ${n.worker} stuck on task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''} for ${(+n.elapsed).toFixed(1)} s${frameText(userFrame(n.stack))}`,
+  worker_died: (n) => `worker ${n.worker} (pid ${n.pid ?? '?'}) died: ${n.signal || `exit code ${n.exitcode}`}${n.idx !== undefined && n.idx !== null ? ` holding task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''}` : ''}`,
+  consumer_stuck: (n) => `the training loop has waited ${(+n.elapsed).toFixed(1)} s inside next() for task ${n.waiting_for ?? '?'}${n.held_by !== undefined && n.held_by !== null ? ` (worker ${n.held_by} holds it${n.has_data ? ', its data is ready' : ''})` : ''}`,
+  timeout: (n) => `timeout: no batch within ${n.seconds} s${timeoutWorkers(n)}`,
+  batch_info: (n) => `batch ${n.idx} of worker ${n.worker} described for the inspector`,
   error: (n) => `${n.type}: ${n.message}${n.idx !== undefined && n.idx !== null ? ` (task ${n.idx}, worker ${n.worker})` : ''}`,
   violation: (n) => `protocol: ${n.text}`,
 };
+
+function frameText(f) {
+  if (!f) return '';
+  return ` at ${String(f.file).split('/').pop()}:${f.line} (${f.code || f.function})`;
+}
+
+function timeoutWorkers(n) {
+  const busy = (n.workers || []).filter((w) => w.idx !== undefined && w.idx !== null);
+  if (!n.workers) return '';
+  if (!busy.length) return '; every worker was idle';
+  return `; then: ${busy.map((w) => `worker ${w.worker} on task ${w.idx}${w.sample !== undefined && w.sample !== null ? ` (index ${w.sample})` : ''}${w.elapsed !== undefined ? ` for ${(+w.elapsed).toFixed(1)} s` : ''}`).join(', ')}`;
+}
 
 export function noteText(n) {
   const f = NOTE_TEXT[n.kind ?? n.type];
@@ -113,36 +142,32 @@ export class Notes {
   }
 }
 
-/** The last events as text, newest last; unknown kinds are marked, never hidden. */
+/** The last events before the cursor as text, newest last; unknown kinds are marked, never hidden. */
 export class EventLog {
-  constructor(pre, count, size = 200) {
+  constructor(pre, count) {
     this.pre = pre;
     this.countEl = count;
-    this.size = size;
-    this.ring = new Array(size);
-    this.n = 0;
-    this.drawnAt = -1;
+    this.key = '';
   }
 
-  push(e) {
-    this.ring[this.n % this.size] = e;
-    this.n += 1;
-  }
-
-  render() {
-    if (this.drawnAt === this.n) return;
-    this.drawnAt = this.n;
+  /**
+   * @param {(i:number) => any} eventAt event by row @param {number} cursor rows [0, cursor) applied
+   * @param {number} total rows loaded
+   */
+  render(eventAt, cursor, total) {
+    const key = `${cursor}/${total}`;
+    if (this.key === key) return;
+    this.key = key;
     const lines = [];
-    const from = Math.max(0, this.n - 60);
-    for (let i = from; i < this.n; i++) lines.push(eventLine(this.ring[i % this.size]));
+    for (let i = Math.max(0, cursor - 60); i < cursor; i++) lines.push(eventLine(eventAt(i)));
     const stick = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 8;
     this.pre.textContent = lines.join('\n');
     if (stick) this.pre.scrollTop = this.pre.scrollHeight;
-    this.countEl.textContent = `(${this.n})`;
+    this.countEl.textContent = cursor === total ? `(${total})` : `(${cursor} of ${total})`;
   }
 }
 
-const SKIP_FIELDS = new Set(['seq', 't', 'run', 'rank', 'kind', 'indices', 'stack', 'traceback', 'config', 'stats']);
+const SKIP_FIELDS = new Set(['seq', 't', 'run', 'rank', 'kind', 'indices', 'stack', 'traceback', 'config', 'stats', 'structure', 'params']);
 
 export function eventLine(e) {
   const parts = [];
@@ -172,24 +197,34 @@ export function renderDiagnosis(ul, lines, fallback) {
 export function workerDetail(state, wid, now = state.t) {
   const w = state.workers.get(wid);
   if (!w) return '';
-  const times = [...w.fetch_times].sort((a, b) => a - b);
+  const times = Float64Array.from(w.fetch_times).sort();
   const pct = (q) => (times.length ? times[Math.min(times.length - 1, Math.round(q * (times.length - 1)))] : NaN);
-  const lines = [
+  const lines = [];
+  const task = w.current !== null ? state.tasks.get(w.current) : undefined;
+  if (w.status === 'stuck' && w.stuck) {
+    const s = w.stuck;
+    const running = task && task.idx === s.idx && task.fetch_start !== null ? now - task.fetch_start : +s.elapsed;
+    const sample = sampleText(s, state);
+    lines.push(`STUCK on task ${s.idx}${sample ? `, ${sample}` : ''}`, `for ${running.toFixed(1)} s (reported stuck after ${(+(s.threshold ?? 0)).toFixed(1)} s)`, '');
+  }
+  if (w.status === 'died') {
+    const d = w.died ?? {};
+    const sample = sampleText(d, state);
+    lines.push(`DIED: ${w.signal ? `killed by ${w.signal}` : `exit code ${w.exitcode}`}`);
+    if (d.idx !== undefined && d.idx !== null) lines.push(`while fetching task ${d.idx}${sample ? `, ${sample}` : ''}`, `samples ${fmtIndices(d.indices, 0) || '?'}`);
+    if (w.signal === 'SIGKILL') lines.push("(SIGKILL is what the kernel's OOM killer sends: check memory)");
+    if (w.signal === 'SIGBUS') lines.push('(SIGBUS: /dev/shm is probably full)');
+    lines.push('');
+  }
+  lines.push(
     `status   ${w.status}${w.signal ? ` (${w.signal})` : ''}${w.exitcode !== null ? ` exit ${w.exitcode}` : ''}`,
     `pid      ${w.pid ?? '?'}`,
     `tasks    ${times.length} fetched`,
-    `fetch    p50 ${fmtDuration(pct(0.5))} · p95 ${fmtDuration(pct(0.95))} · max ${fmtDuration(times.at(-1) ?? NaN)}`,
+    `fetch    p50 ${fmtDuration(pct(0.5))} · p95 ${fmtDuration(pct(0.95))} · max ${fmtDuration(times.length ? times[times.length - 1] : NaN)}`,
     `bytes    ${w.nbytes}`,
     `queue    ${w.queue.length ? w.queue.join(' ') : '(empty)'}`,
-  ];
-  const task = w.current !== null ? state.tasks.get(w.current) : undefined;
+  );
   if (task) lines.push(`fetching task ${task.idx}: samples ${fmtIndices(task.indices, task.n)}`);
-  if (w.stuck) {
-    const s = w.stuck;
-    const sample = s.sample !== undefined && s.sample !== null ? `, sample ${s.sample}${s.pos !== undefined ? ` (#${s.pos + 1} of the batch)` : ''}` : '';
-    const running = task && task.idx === s.idx && task.fetch_start !== null ? now - task.fetch_start : +s.elapsed;
-    lines.push('', `STUCK on task ${s.idx}${sample} for ${running.toFixed(1)} s (threshold ${s.threshold ?? '?'} s)`);
-  }
   return lines.join('\n');
 }
 
@@ -201,6 +236,7 @@ export function workerDetail(state, wid, now = state.t) {
 export function stackItems(stack) {
   if (!stack) return [];
   const frames = typeof stack === 'string' ? stack.split('\n').filter(Boolean) : Array.isArray(stack) ? stack : [];
+  const here = Array.isArray(stack) ? userFrame(stack) : null;
   return frames.map((f) => {
     const li = document.createElement('li');
     if (typeof f === 'string') {
@@ -218,6 +254,15 @@ export function stackItems(stack) {
       li.append(code);
     }
     if (f.user) li.className = 'user';
+    if (f === here) {
+      li.classList.add('here');
+      li.dataset.testid = 'user-frame';
+      li.setAttribute('data-testid', 'user-frame');
+      const tag = document.createElement('span');
+      tag.className = 'here-tag';
+      tag.textContent = f.user ? 'your code is here' : 'innermost frame';
+      li.prepend(tag);
+    }
     return li;
   });
 }
@@ -227,25 +272,68 @@ function shortPath(p) {
   return parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : p;
 }
 
-/** What needs attention now, most serious first: dead and stuck workers, a stuck consumer, errors. */
+/** What needs attention now, most serious first: dead and stuck workers, a stuck consumer, timeouts, errors. */
 export function alarms(state, now = state.t) {
   const out = [];
   for (const w of state.workers.values()) {
-    if (w.status === 'died') out.push({ worker: w.id, text: `worker ${w.id} died (${w.signal || `exit code ${w.exitcode}`})` });
+    if (w.status !== 'died') continue;
+    const d = w.died ?? {};
+    const held = d.idx !== undefined && d.idx !== null ? ` while fetching task ${d.idx}${d.sample !== undefined && d.sample !== null ? `, ${sampleText(d, state)}` : ''}` : '';
+    out.push({ worker: w.id, text: `worker ${w.id} died (${w.signal ? `killed by ${w.signal}` : `exit code ${w.exitcode}`})${held}` });
   }
   for (const w of state.workers.values()) {
     if (w.status === 'stuck' && w.stuck) {
-      out.push({ worker: w.id, text: `worker ${w.id} is stuck on task ${w.stuck.idx}${w.stuck.sample !== undefined && w.stuck.sample !== null ? ` (sample ${w.stuck.sample})` : ''} — click its lane for the stack` });
+      const sample = sampleText(w.stuck, state);
+      const f = userFrame(w.stuck.stack);
+      out.push({ worker: w.id, text: `worker ${w.id} is stuck on task ${w.stuck.idx}${sample ? `, ${sample}` : ''}${f ? ` at ${String(f.file).split('/').pop()}:${f.line}` : ''} — its stack is on the right` });
     }
   }
-  const last = state.notes.at(-1);
-  if (last && last.kind === 'consumer_stuck' && state.status === 'running') {
-    const waited = +last.elapsed + Math.max(0, now - last.t);
-    out.push({ worker: null, text: `the training loop has waited ${waited.toFixed(1)} s inside next()${last.waiting_for !== undefined ? ` for task ${last.waiting_for}` : ''}${last.held_by !== undefined && last.held_by !== null ? `, held by worker ${last.held_by}` : ''}` });
+  const c = state.consumer_stuck;
+  if (c && state.status === 'running') {
+    const waited = +c.elapsed + Math.max(0, now - c.t);
+    out.push({ worker: c.held_by ?? null, text: `the training loop has waited ${waited.toFixed(1)} s inside next()${c.waiting_for !== undefined && c.waiting_for !== null ? ` for task ${c.waiting_for}` : ''}${c.held_by !== undefined && c.held_by !== null ? `, held by worker ${c.held_by}` : ''}` });
   }
+  if (state.timeout) out.push({ worker: null, text: noteText(state.timeout) });
   if (state.errors.length) {
     const e = state.errors.at(-1);
-    out.push({ worker: e.worker ?? null, text: `${e.type}: ${String(e.message).split('\n')[0]}` });
+    out.push({ worker: e.worker ?? null, text: `${e.type}: ${String(e.message).split('\n')[0]}${e.idx !== undefined && e.idx !== null ? ` (task ${e.idx}, worker ${e.worker})` : ''}` });
   }
   return out;
+}
+
+/** A sampled batch's structure (batch_info) as a nested list: types, shapes, dtypes, bytes, how it travelled. */
+export function structureItems(node, name = 'batch') {
+  const li = document.createElement('li');
+  const head = document.createElement('span');
+  head.className = 'node';
+  const parts = [name, node?.type ?? '?'];
+  if (node?.shape) parts.push(`[${node.shape.join(', ')}]`);
+  if (node?.dtype) parts.push(node.dtype);
+  if (node?.bytes !== undefined) parts.push(`${node.bytes} B`);
+  if (node?.length !== undefined) parts.push(`len ${node.length}`);
+  head.textContent = parts.join(' · ');
+  li.append(head);
+  const flags = [];
+  if (node?.via) flags.push(node.via);
+  if (node?.shared) flags.push('shared');
+  if (node?.pinned) flags.push('pinned');
+  if (flags.length) {
+    const f = document.createElement('span');
+    f.className = `via ${node.via === 'pickle' ? 'pickle' : ''}`;
+    f.textContent = flags.join(', ');
+    li.append(' ', f);
+  }
+  if (node?.values || node?.value !== undefined) {
+    const v = document.createElement('code');
+    v.textContent = node.values ? JSON.stringify(node.values) : String(node.value);
+    li.append(v);
+  }
+  const items = node?.items;
+  if (items && typeof items === 'object') {
+    const ul = document.createElement('ul');
+    const entries = Array.isArray(items) ? items.map((x, i) => [String(i), x]) : Object.entries(items);
+    for (const [k, child] of entries) ul.append(structureItems(child, k));
+    li.append(ul);
+  }
+  return li;
 }

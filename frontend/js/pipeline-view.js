@@ -5,8 +5,9 @@
 import { PALETTE, taskColor, taskInk } from './colors.js';
 import {
   pipelineLayout, queueSlot, queueCapacity, fetchSlot, resultSlot, bufferSlot, consumerSlot,
-  gridCapacity, dispatchPoint, HEADER,
+  gridCapacity, dispatchPoint, HEADER, pinSlot, pinnedSlot,
 } from './layout.js';
+import { pinStage } from './pin.js';
 import { Where, WorkerStatus } from './reducer.js';
 import { fmtDuration } from './timeline-store.js';
 
@@ -40,6 +41,12 @@ export class PipelineView {
     this.moving = false;
     this.lastYieldCount = 0;
     this.onLaneClick = null;
+    this.snapNext = false; // after a jump (seek), put tokens where they belong instead of flying
+  }
+
+  /** The next draw places tokens at once (after a seek, a fly-over would tell a false story). */
+  snap() {
+    this.snapNext = true;
   }
 
   /** Rebuild the layout and overlay when the size or the number of lanes changes. */
@@ -50,10 +57,12 @@ export class PipelineView {
     const height = pipelineHeight(lanes);
     const digits = Math.max(2, String(Math.max(state.send_idx - 1, 0)).length);
     const inProcess = state.config.num_workers === 0;
-    const key = `${width}x${height}:${ids.join(',')}:${digits}:${inProcess}`;
+    const pin = pinStage(state);
+    const key = `${width}x${height}:${ids.join(',')}:${digits}:${inProcess}:${pin.mode}:${pin.why}`;
     if (key === this.layoutKey) return;
     this.layoutKey = key;
-    this.L = pipelineLayout({ width, height, lanes: ids.length, digits, inProcess });
+    this.pin = pin;
+    this.L = pipelineLayout({ width, height, lanes: ids.length, digits, inProcess, pin: pin.mode });
     this.laneOf = new Map(ids.map((id, i) => [id, i]));
     this.ids = ids;
     const dpr = window.devicePixelRatio || 1;
@@ -67,6 +76,7 @@ export class PipelineView {
     this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     this.buildOverlay(ids, inProcess);
     this.tokens.clear();
+    this.bgKey = '';
   }
 
   place(el, r) {
@@ -128,6 +138,22 @@ export class PipelineView {
       return { lane, status, fetch, more };
     });
     this.resultEl = mk('box-label result-label', { ...L.result, h: 16, y: L.result.y + L.result.h - 18 });
+    this.pinEl = this.pinNow = this.pinnedEl = null;
+    if (L.pin === 'active') {
+      const el = mk('box-label pin-label', L.pinThread, '<b>pin thread</b><div class="pin-now"></div>');
+      el.setAttribute('data-testid', 'pin-stage');
+      el.dataset.state = 'active';
+      this.pinEl = el;
+      this.pinNow = el.querySelector('.pin-now');
+      this.pinnedEl = mk('box-label pinned-label', { ...L.pinned, h: 16 });
+    } else if (L.pin === 'disabled') {
+      const el = mk('box-label pin-label pin-disabled', L.pinCol, '<b>pin thread</b><div class="pin-off">off</div><div class="pin-why"></div>');
+      el.setAttribute('data-testid', 'pin-stage');
+      el.dataset.state = 'disabled';
+      el.title = this.pin.why;
+      el.querySelector('.pin-why').textContent = this.pin.box;
+      this.pinEl = el;
+    }
     this.bufferEl = mk('box-label buffer-label', L.buffer, '<div class="buffer-head"></div><div class="buffer-sub"></div>');
     this.bufferEl.setAttribute('data-testid', 'reorder-buffer');
     this.bufferHead = this.bufferEl.querySelector('.buffer-head');
@@ -167,10 +193,22 @@ export class PipelineView {
       });
       if (w.current !== null && state.tasks.has(w.current)) out.set(key(w.current), fetchSlot(L, lane));
     }
-    state.result_queue.forEach((idx, k) => {
-      const p = resultSlot(L, k);
+    let kr = 0, kp = 0, kpin = 0;
+    const pinning = L.pin === 'active';
+    for (const idx of state.result_queue) {
+      const task = state.tasks.get(idx);
+      const pinned = pinning && task !== undefined && task.pin_end !== null;
+      const p = pinned ? pinnedSlot(L, kp++) : resultSlot(L, kr++);
       if (p) out.set(key(idx), p); else hidden.add(key(idx));
-    });
+    }
+    if (pinning) {
+      for (const task of state.tasks.values()) {
+        if (task.where !== Where.PINNING) continue;
+        const p = pinSlot(L);
+        out.set(key(task.idx), { x: p.x + kpin * (L.token.w + 4), y: p.y });
+        kpin += 1;
+      }
+    }
     const parked = [...state.buffer].sort((a, b) => a - b);
     parked.forEach((idx, k) => {
       const p = bufferSlot(L, k);
@@ -235,6 +273,13 @@ export class PipelineView {
       tok.alpha = 1 - (clock.wall - tok.dying) / FADE_MS;
       if (tok.alpha <= 0) this.tokens.delete(key);
     }
+    if (this.snapNext) {
+      this.snapNext = false;
+      for (const [key, tok] of this.tokens) {
+        if (!out.has(key)) this.tokens.delete(key);
+        else { tok.x = tok.tx; tok.y = tok.ty; }
+      }
+    }
     for (const tok of this.tokens.values()) {
       if (tok.tx === undefined) continue;
       const dx = tok.tx - tok.x, dy = tok.ty - tok.y;
@@ -267,7 +312,7 @@ export class PipelineView {
     const typicalAll = median(allFetchTimes(state));
     L.lanes.forEach((lane, i) => {
       const w = state.workers.get(this.ids[i]);
-      if (!w || w.current === null) return;
+      if (!w || w.current === null || w.status === WorkerStatus.DIED) return;
       const task = state.tasks.get(w.current);
       if (!task || task.fetch_start === null) return;
       const elapsed = Math.max(0, clock.now - task.fetch_start);
@@ -374,18 +419,29 @@ export class PipelineView {
       arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), '#2b3545');
     });
     box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
+    const resultMidY = L.buffer.y + 24;
+    if (L.pin === 'active') {
+      box(ctx, L.pinThread, '#14222a', '#3d7f8f');
+      box(ctx, L.pinned, PALETTE.panel, PALETTE.panelEdge);
+      arrow(ctx, L.result.x + L.result.w, L.pinThread.y + 22, L.pinThread.x - 2, L.pinThread.y + 22, '#3d7f8f', 1.4);
+      arrow(ctx, L.pinThread.x + L.pinThread.w / 2, L.pinThread.y + L.pinThread.h, L.pinned.x + L.pinned.w / 2, L.pinned.y - 1, '#3d7f8f', 1.2);
+    } else if (L.pin === 'disabled') {
+      hatch(ctx, L.pinCol);
+      arrow(ctx, L.result.x + L.result.w, resultMidY, L.pinCol.x + L.pinCol.w + 2, resultMidY, '#3a4558', 1);
+    }
     box(ctx, L.buffer, bufferFull ? '#2e2614' : PALETTE.panel, bufferFull ? PALETTE.buffer : PALETTE.panelEdge, bufferFull ? 2 : 1);
     box(ctx, L.consumer, PALETTE.panel, PALETTE.panelEdge);
     // result queue -> straight on when it is the task rcvd_idx wants; -> reorder buffer when early
     const midY = L.buffer.y + 24;
-    const rx = L.result.x + L.result.w;
+    const rx = L.pinCol ? L.pinCol.x + L.pinCol.w : L.result.x + L.result.w;
     arrow(ctx, rx, midY, L.buffer.x - 2, midY, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
     const inY = L.rcvdCursor.y + L.rcvdCursor.h / 2;
     ctx.strokeStyle = '#3a4558';
     ctx.lineWidth = 1.4;
     ctx.beginPath();
-    ctx.moveTo(rx, L.result.y + 14);
-    ctx.bezierCurveTo(rx + 14, L.result.y + 14, rx + 6, L.bypassY, rx + 22, L.bypassY);
+    const fromY = L.pin === 'active' ? L.pinned.y + 14 : L.result.y + 14;
+    ctx.moveTo(rx, fromY);
+    ctx.bezierCurveTo(rx + 14, fromY, rx + 6, L.bypassY, rx + 22, L.bypassY);
     ctx.lineTo(L.buffer.x + L.buffer.w - 10, L.bypassY);
     ctx.stroke();
     arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, '#3a4558', 1.4);
@@ -412,21 +468,40 @@ export class PipelineView {
       this.setAttr(el.lane, 'data-current', w.current ?? '');
       const done = w.fetch_times.length;
       let s = status;
-      if (status === WorkerStatus.DIED) s = `died (${w.signal || `exit ${w.exitcode}`})`;
+      if (status === WorkerStatus.DIED) s = `DIED · ${w.signal || `exit ${w.exitcode}`}`;
       else if (status === WorkerStatus.STUCK) s = 'STUCK';
       this.setText(el.status, `${s}\n${done} fetched`);
       const task = w.current !== null ? state.tasks.get(w.current) : undefined;
-      if (task) {
+      if (status === WorkerStatus.DIED) {
+        const d = w.died ?? {};
+        const held = d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
+        this.setText(el.fetch, `${held}\n${sampleLine(d, state) || clip(fmtIndices(d.indices, 0), 34)}`);
+        this.setAttr(el.lane, 'data-elapsed', '');
+      } else if (task) {
         const elapsed = task.fetch_start !== null ? Math.max(0, clock.now - task.fetch_start) : 0;
-        this.setText(el.fetch, `task ${task.idx} · ${fmtElapsed(elapsed)}\n${clip(fmtIndices(task.indices, task.n), 34)}`);
+        const second = status === WorkerStatus.STUCK && w.stuck ? sampleLine(w.stuck, state) : '';
+        this.setText(el.fetch, `task ${task.idx} · ${fmtElapsed(elapsed)}\n${second || clip(fmtIndices(task.indices, task.n), 34)}`);
+        this.setAttr(el.lane, 'data-elapsed', elapsed.toFixed(2));
       } else {
         this.setText(el.fetch, '');
+        this.setAttr(el.lane, 'data-elapsed', '');
       }
       const overflow = w.queue.length - queueCapacity(L, i);
       this.setText(el.more, overflow > 0 ? `+${overflow}` : '');
     });
-    const hidden = state.result_queue.length - gridCapacity(L.result, L.token, HEADER.result);
-    this.setText(this.resultEl, `${state.result_queue.length} waiting${hidden > 0 ? ` (+${hidden} not shown)` : ''}`);
+    let unpinned = state.result_queue.length, pinnedN = 0;
+    if (L.pin === 'active') {
+      pinnedN = state.result_queue.filter((i) => state.tasks.get(i)?.pin_end != null).length;
+      unpinned -= pinnedN;
+      let now = null;
+      for (const task of state.tasks.values()) if (task.where === Where.PINNING) now = task;
+      this.setText(this.pinNow, now ? `task ${now.idx} · ${fmtElapsed(Math.max(0, clock.now - now.pin_start))}` : 'idle');
+      this.setAttr(this.pinEl, 'data-current', now ? now.idx : '');
+      const over = pinnedN - gridCapacity(L.pinned, L.token, HEADER.pinned);
+      this.setText(this.pinnedEl, `${pinnedN} pinned, ready${over > 0 ? ` (+${over})` : ''}`);
+    }
+    const hidden = unpinned - gridCapacity(L.result, L.token, HEADER.result);
+    this.setText(this.resultEl, `${unpinned} waiting${hidden > 0 ? ` (+${hidden} not shown)` : ''}`);
     const b = this.bufferEl;
     this.setAttr(b, 'data-size', state.buffer.length);
     this.setAttr(b, 'data-high', state.buffer_high);
@@ -448,11 +523,20 @@ export class PipelineView {
   }
 }
 
+/** "sample 2 of 4 (index 17)" from a worker_stuck / worker_died report. */
+function sampleLine(report, state) {
+  if (report.sample === undefined || report.sample === null) return '';
+  const task = state.tasks.get(report.idx);
+  const n = task?.n || task?.indices?.length || 0;
+  return `sample ${(report.pos ?? 0) + 1}${n ? ` of ${n}` : ''} (index ${report.sample})`;
+}
+
 function describeWhere(task, state) {
   switch (task.where) {
     case Where.INDEX_QUEUE: return `it is still queued at worker ${task.worker}`;
     case Where.FETCHING: return `worker ${task.worker} is still fetching it`;
-    case Where.RESULT_QUEUE: return 'it is on the result queue, not yet taken';
+    case Where.RESULT_QUEUE: return task.pin_end !== null ? 'it is pinned, about to be taken' : 'it is on the result queue, not yet taken';
+    case Where.PINNING: return 'the pin thread is copying it';
     case Where.FAILED: return `it failed in worker ${task.worker}`;
     default: return '';
   }
@@ -488,6 +572,30 @@ function allFetchTimes(state) {
   const out = [];
   for (const w of state.workers.values()) out.push(...w.fetch_times.slice(-16));
   return out;
+}
+
+/** A stage that exists but does not run: dashed outline over diagonal hatching. */
+function hatch(ctx, r) {
+  ctx.save();
+  roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, 8);
+  ctx.fillStyle = '#12171e';
+  ctx.fill();
+  ctx.clip();
+  ctx.strokeStyle = '#1f2732';
+  ctx.lineWidth = 6;
+  for (let d = -r.h; d < r.w + r.h; d += 16) {
+    ctx.beginPath();
+    ctx.moveTo(r.x + d, r.y);
+    ctx.lineTo(r.x + d + r.h, r.y + r.h);
+    ctx.stroke();
+  }
+  ctx.restore();
+  ctx.setLineDash([5, 4]);
+  ctx.strokeStyle = '#4b5768';
+  ctx.lineWidth = 1;
+  roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, 8);
+  ctx.stroke();
+  ctx.setLineDash([]);
 }
 
 function roundRect(ctx, x, y, w, h, r) {

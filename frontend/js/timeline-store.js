@@ -10,10 +10,11 @@ export class SpanColumn {
     this.end = new Float64Array(capacity);
     this.idx = new Int32Array(capacity);
     this.epoch = new Int32Array(capacity);
+    /** event rows (in the run's EventTable) behind each span, -1 if unknown: what hover shows */
+    this.ref = new Int32Array(capacity);
+    this.ref2 = new Int32Array(capacity);
     /** prefix sums of durations: cum[i] = total duration of spans 0..i-1 */
     this.cum = new Float64Array(capacity + 1);
-    /** @type {Array<any>} per-span extra (sample indices, wait) for hover */
-    this.info = [];
   }
 
   grow() {
@@ -24,7 +25,7 @@ export class SpanColumn {
       next.set(old);
       this[key] = next;
     }
-    for (const key of ['idx', 'epoch']) {
+    for (const key of ['idx', 'epoch', 'ref', 'ref2']) {
       const next = new Int32Array(cap);
       next.set(this[key]);
       this[key] = next;
@@ -32,24 +33,20 @@ export class SpanColumn {
   }
 
   /** Append a span; one that starts before the last is inserted in order (rare clock skew). */
-  push(start, end, idx, epoch, info) {
+  push(start, end, idx, epoch, ref = -1, ref2 = -1) {
     if (end < start) end = start;
     if (this.n === this.start.length) this.grow();
     let i = this.n;
     if (i > 0 && start < this.start[i - 1]) {
       i = upperBound(this.start, this.n, start);
-      this.start.copyWithin(i + 1, i, this.n);
-      this.end.copyWithin(i + 1, i, this.n);
-      this.idx.copyWithin(i + 1, i, this.n);
-      this.epoch.copyWithin(i + 1, i, this.n);
-      this.info.splice(i, 0, info);
-    } else {
-      this.info.push(info);
+      for (const key of ['start', 'end', 'idx', 'epoch', 'ref', 'ref2']) this[key].copyWithin(i + 1, i, this.n);
     }
     this.start[i] = start;
     this.end[i] = end;
     this.idx[i] = idx;
     this.epoch[i] = epoch;
+    this.ref[i] = ref;
+    this.ref2[i] = ref2;
     this.n += 1;
     for (let k = i; k < this.n; k++) this.cum[k + 1] = this.cum[k] + (this.end[k] - this.start[k]);
   }
@@ -119,7 +116,13 @@ export class TimelineStore {
     this.workers = new Map();
     /** consumer: one span per yield, from when it asked (t - wait) to when it got the batch */
     this.consumer = new SpanColumn();
-    /** @type {Map<number, {start:number, idx:number, epoch:number, info:any}>} fetches still running */
+    /** the pin-memory thread: one span per batch, pin_start → pin_end */
+    this.pin = new SpanColumn();
+    /** @type {Map<number, number>} pin_start times of batches still being pinned (this epoch) */
+    this.pinOpen = new Map();
+    /** @type {Record<string, any>} run_start's config (whether pinning was asked for) */
+    this.config = {};
+    /** @type {Map<number, {start:number, idx:number, epoch:number, dref:number}>} fetches still running, per worker */
     this.open = new Map();
     /** @type {Array<{t:number, epoch:number}>} */
     this.epochs = [];
@@ -128,8 +131,10 @@ export class TimelineStore {
     this.epoch = 0;
     this.tmin = Infinity;
     this.tmax = 0;
-    /** sample indices of dispatched tasks, until their fetch ends: key `${epoch}:${idx}` */
-    this.indices = new Map();
+    /** @type {Map<number, number>} dispatch event row of each task of this epoch, until its fetch ends */
+    this.dispatchRow = new Map();
+    /** @type {import('./event-table.js').EventTable|null} where span refs point (hover text) */
+    this.table = null;
     this.version = 0; // bumps whenever something visible changes
   }
 
@@ -142,7 +147,8 @@ export class TimelineStore {
     return col;
   }
 
-  apply(e) {
+  /** @param {any} e an event @param {number} [row] its row in `table` */
+  apply(e, row = -1) {
     const t = e.t;
     if (typeof t === 'number') {
       if (t < this.tmin) this.tmin = t;
@@ -150,41 +156,54 @@ export class TimelineStore {
     }
     switch (e.kind) {
       case 'run_start':
+        this.config = e.config ?? {};
         for (let w = 0; w < (e.config?.num_workers || 1); w++) this.row(w);
         break;
       case 'epoch_start':
         this.epoch = e.epoch;
         this.epochs.push({ t, epoch: e.epoch });
-        this.indices.clear();
+        this.dispatchRow.clear();
         this.open.clear();
+        this.pinOpen.clear();
         break;
       case 'dispatch':
-        this.indices.set(`${this.epoch}:${e.idx}`, { indices: e.indices ?? null, n: e.n ?? (e.indices ? e.indices.length : 0) });
-        break;
-      case 'fetch_start': {
+        this.dispatchRow.set(e.idx, row);
+        return;
+      case 'fetch_start':
         this.row(e.worker);
-        this.open.set(e.worker, { start: t, idx: e.idx, epoch: this.epoch, info: this.indices.get(`${this.epoch}:${e.idx}`) ?? null });
+        this.open.set(e.worker, { start: t, idx: e.idx, epoch: this.epoch, dref: this.dispatchRow.get(e.idx) ?? -1 });
         break;
-      }
       case 'fetch_end': {
         const o = this.open.get(e.worker);
-        const start = o && o.idx === e.idx ? o.start : t - (e.dt ?? 0);
-        const key = `${this.epoch}:${e.idx}`;
-        const info = { ...(this.indices.get(key) ?? {}), nbytes: e.nbytes ?? null, worker: e.worker };
-        this.indices.delete(key);
-        this.row(e.worker).push(start, t, e.idx, this.epoch, info);
-        if (o && o.idx === e.idx) this.open.delete(e.worker);
+        const mine = o !== undefined && o.idx === e.idx;
+        const start = mine ? o.start : t - (e.dt ?? 0);
+        this.row(e.worker).push(start, t, e.idx, this.epoch, row, this.dispatchRow.get(e.idx) ?? -1);
+        this.dispatchRow.delete(e.idx);
+        if (mine) this.open.delete(e.worker);
+        break;
+      }
+      case 'pin_start':
+        this.pinOpen.set(e.idx, t);
+        return;
+      case 'pin_end': {
+        const start = this.pinOpen.get(e.idx) ?? t - (e.dt ?? 0);
+        this.pinOpen.delete(e.idx);
+        this.pin.push(start, t, e.idx, this.epoch, row);
         break;
       }
       case 'yield':
-        this.consumer.push(t - (e.wait || 0), t, e.idx, this.epoch, { wait: e.wait, from_buffer: !!e.from_buffer });
+        this.consumer.push(t - (e.wait || 0), t, e.idx, this.epoch, row);
         break;
       case 'worker_stuck':
+        if (this.open.get(e.worker)?.idx === e.idx) this.open.get(e.worker).stuck = true;
         this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} stuck on task ${e.idx} for ${(+e.elapsed).toFixed(1)} s` });
         break;
       case 'worker_died':
         this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} died (${e.signal || `exit code ${e.exitcode}`})` });
         this.open.delete(e.worker);
+        break;
+      case 'consumer_stuck':
+        this.marks.push({ t, kind: e.kind, text: `the training loop waited ${(+e.elapsed).toFixed(1)} s for task ${e.waiting_for}` });
         break;
       case 'error':
         this.marks.push({ t, kind: e.kind, worker: e.worker, text: `${e.type}: ${e.message}` });
@@ -196,6 +215,17 @@ export class TimelineStore {
         return;
     }
     this.version += 1;
+  }
+
+  /** The event behind a span's ref (null without a table). */
+  eventAt(row) {
+    return this.table && row >= 0 && row < this.table.length ? this.table.get(row) : null;
+  }
+
+  /** Sample indices and count of the task behind a dispatch row. */
+  samplesAt(row) {
+    const e = this.eventAt(row);
+    return e ? { indices: e.indices ?? null, n: e.n ?? (e.indices ? e.indices.length : 0) } : null;
   }
 }
 

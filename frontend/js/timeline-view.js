@@ -1,58 +1,107 @@
-// The timeline canvas: one row per worker (fetch spans), one for the consumer (time waiting for
-// each batch). Wheel zooms, drag pans, double-click fits the whole run; hover names the span.
-// Draws only what is visible; zoomed out, each pixel column shows how busy the row was.
+// The timeline canvas: per rank, one row per worker (fetch spans), one for the pin-memory thread
+// (when the loader pins), one for the consumer (time waiting for each batch). Wheel zooms, drag
+// pans, double-click fits the whole run; hover names the span. The strip with the time axis is the
+// scrubber: click or drag there to move the playhead. Draws only what is visible; zoomed out, each
+// pixel column shows how busy the row was.
 
 import { PALETTE, taskColor } from './colors.js';
 import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
 
-const GUTTER = 112;
-const AXIS = 20;
-const CONSUMER_H = 24;
+export const GUTTER = 112;
+export const AXIS = 22;
+const CONSUMER_H = 22;
+const PIN_H = 16;
+const GROUP_H = 16;
 const LIVE_REDRAW_MS = 50;
+
+/**
+ * @typedef {{store: import('./timeline-store.js').TimelineStore, label: string, offset: number,
+ *   inProcess?: boolean, pin?: {mode:string, short:string, why:string}, slow?: number[]}} Track
+ * `offset` (s) is added to the track's run times to put several ranks on one clock.
+ */
 
 export class TimelineView {
   /** @param {HTMLElement} host @param {import('./timeline-store.js').TimelineStore} store */
   constructor(host, store) {
     this.host = host;
-    this.store = store;
     this.canvas = document.createElement('canvas');
     this.canvas.className = 'timeline-canvas';
     this.canvas.setAttribute('role', 'img');
-    this.canvas.setAttribute('aria-label', 'timeline of fetches per worker and consumer waits');
+    this.canvas.setAttribute('aria-label', 'timeline of fetches per worker, pinning and consumer waits; click the time axis to move the playhead');
     this.tip = document.createElement('div');
     this.tip.className = 'tooltip';
     this.tip.hidden = true;
     host.append(this.canvas, this.tip);
     this.ctx = /** @type {CanvasRenderingContext2D} */ (this.canvas.getContext('2d'));
+    /** @type {Track[]} */
+    this.tracks = [{ store, label: '', offset: 0 }];
     this.follow = true;
     this.view = { t0: 0, t1: 1 };
     this.drawn = '';
     this.hover = null;
-    this.inProcess = false;
     this.lastFrameMs = 0;
     this.mode = 'spans';
     this.lastDrawWall = 0;
     this.forced = false;
+    /** @type {number|null} playhead, in the first track's run time; null: none (live) */
+    this.playhead = null;
+    /** @type {((t:number) => void)|null} the user clicked or dragged on the axis */
+    this.onSeek = null;
+    this.onInvalidate = null;
     this.bind();
   }
 
-  rows() {
-    return [...this.store.workers.keys()].sort((a, b) => a - b);
+  /** The selected rank's track: its clock is the view's clock (offset 0). */
+  get primary() {
+    return this.tracks.find((t) => t.primary) ?? this.tracks[0];
   }
 
-  rowH(n) {
-    return n <= 8 ? 22 : n <= 16 ? 14 : 9;
+  get store() {
+    return this.primary.store;
   }
 
+  set store(s) {
+    this.tracks = [{ ...this.tracks[0], store: s }];
+  }
+
+  /** @param {Track[]} tracks */
+  setTracks(tracks) {
+    this.tracks = tracks;
+    this.invalidate();
+  }
+
+  /** Rows top to bottom: group headers (several ranks), workers, pin thread, consumer. */
   geometry() {
-    const rows = this.rows();
-    const rh = this.rowH(rows.length);
-    const height = AXIS + rows.length * rh + 6 + CONSUMER_H + 8;
-    return { rows, rh, height, width: Math.max(this.host.clientWidth, 400) };
+    const multi = this.tracks.length > 1;
+    let lanes = 0;
+    for (const tr of this.tracks) lanes += tr.store.workers.size;
+    const rh = lanes <= 8 ? 22 : lanes <= 16 ? 14 : lanes <= 40 ? 9 : 6;
+    const rows = [];
+    let y = AXIS;
+    for (const tr of this.tracks) {
+      if (multi) {
+        rows.push({ kind: 'group', track: tr, y, h: GROUP_H, label: tr.primary ? `${tr.label}  (shown above)` : tr.label });
+        y += GROUP_H;
+      }
+      const ids = [...tr.store.workers.keys()].sort((a, b) => a - b);
+      for (const wid of ids) {
+        rows.push({ kind: 'worker', track: tr, wid, y, h: rh, label: tr.inProcess ? 'main process' : `worker ${wid}` });
+        y += rh;
+      }
+      if (tr.pin && tr.pin.mode !== 'none') {
+        y += 3;
+        rows.push({ kind: 'pin', track: tr, y, h: PIN_H, label: 'pin memory' });
+        y += PIN_H;
+      }
+      y += 4;
+      rows.push({ kind: 'consumer', track: tr, y, h: CONSUMER_H, label: 'consumer waits' });
+      y += CONSUMER_H + 6;
+    }
+    return { rows, rh, height: y + 2, width: Math.max(this.host.clientWidth, 400) };
   }
 
-  /** Time at canvas x. */
+  /** Time at canvas x (first track's clock). */
   timeAt(x) {
     const g = this.geo;
     return this.view.t0 + ((x - GUTTER) / (g.width - GUTTER)) * (this.view.t1 - this.view.t0);
@@ -72,11 +121,22 @@ export class TimelineView {
     }, { passive: false });
     let drag = null;
     c.addEventListener('pointerdown', (ev) => {
-      drag = { x: ev.clientX, view: { ...this.view } };
+      const rect = c.getBoundingClientRect();
+      const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
       c.setPointerCapture(ev.pointerId);
+      if (y < AXIS && x >= GUTTER && this.onSeek) {
+        drag = { scrub: true };
+        this.onSeek(this.timeAt(x));
+        return;
+      }
+      drag = { x: ev.clientX, view: { ...this.view } };
     });
     c.addEventListener('pointermove', (ev) => {
       const rect = c.getBoundingClientRect();
+      if (drag?.scrub) {
+        this.onSeek?.(this.timeAt(Math.max(GUTTER, ev.clientX - rect.left)));
+        return;
+      }
       if (drag) {
         const dx = ev.clientX - drag.x;
         if (Math.abs(dx) > 2) {
@@ -88,11 +148,15 @@ export class TimelineView {
         return;
       }
       this.hover = { x: ev.clientX - rect.left, y: ev.clientY - rect.top };
+      c.style.cursor = this.hover.y < AXIS && this.onSeek ? 'col-resize' : 'crosshair';
       this.invalidate();
     });
     c.addEventListener('pointerup', () => { drag = null; });
     c.addEventListener('pointerleave', () => { this.hover = null; this.tip.hidden = true; this.invalidate(); });
-    c.addEventListener('dblclick', () => this.fit());
+    c.addEventListener('dblclick', (ev) => {
+      const rect = c.getBoundingClientRect();
+      if (ev.clientY - rect.top >= AXIS) this.fit();
+    });
   }
 
   fit() {
@@ -106,6 +170,17 @@ export class TimelineView {
     this.onInvalidate?.();
   }
 
+  /** The whole loaded run, on the first track's clock. */
+  fitView(now) {
+    let t0 = Infinity, t1 = -Infinity;
+    for (const tr of this.tracks) {
+      const w = fitWindow(tr.store, tr === this.primary ? now : tr.store.tmax);
+      t0 = Math.min(t0, w.t0 + tr.offset);
+      t1 = Math.max(t1, w.t1 + tr.offset);
+    }
+    return Number.isFinite(t0) ? { t0, t1 } : { t0: 0, t1: 1 };
+  }
+
   /**
    * Redraw if anything visible changed.
    * @param {{now:number, live:boolean}} clock
@@ -117,8 +192,11 @@ export class TimelineView {
     if (this.follow && clock.live && !this.forced && wall - this.lastDrawWall < LIVE_REDRAW_MS) return false;
     this.forced = false;
     const g = this.geometry();
-    if (this.follow) this.view = fitWindow(this.store, this.store.open.size && clock.live ? clock.now : this.store.tmax);
-    const key = `${this.store.version}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${this.store.open.size && clock.live ? clock.now.toFixed(2) : ''}`;
+    const store = this.store;
+    const liveOpen = store.open.size && clock.live;
+    if (this.follow) this.view = this.fitView(liveOpen ? clock.now : store.tmax);
+    const versions = this.tracks.map((tr) => `${tr.store.version}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`).join(',');
+    const key = `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}`;
     if (key === this.drawn) return false;
     this.drawn = key;
     this.lastDrawWall = wall;
@@ -138,7 +216,9 @@ export class TimelineView {
     const plotW = g.width - GUTTER;
     const X = (t) => GUTTER + ((t - t0) / (t1 - t0)) * plotW;
 
-    // axis
+    // axis: the scrubber strip
+    ctx.fillStyle = this.onSeek ? '#141c27' : '#10161e';
+    ctx.fillRect(GUTTER, 0, plotW, AXIS - 4);
     ctx.font = '10px system-ui, sans-serif';
     ctx.fillStyle = PALETTE.dim;
     ctx.strokeStyle = '#222c39';
@@ -147,12 +227,114 @@ export class TimelineView {
     for (const v of tk.values) {
       const x = Math.round(X(v)) + 0.5;
       ctx.beginPath();
-      ctx.moveTo(x, AXIS - 4);
+      ctx.moveTo(x, AXIS - 8);
       ctx.lineTo(x, g.height);
       ctx.stroke();
-      ctx.fillText(fmtTick(v, tk.step), x + 3, 12);
+      if (x > GUTTER + 2) ctx.fillText(fmtTick(v, tk.step), x + 3, 12);
     }
-    ctx.fillText('run time →', 8, 12);
+    ctx.fillText(this.onSeek && this.playhead !== null ? 'run time (seek ▸)' : 'run time →', 6, 12);
+
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(0, AXIS, g.width, g.height - AXIS);
+    ctx.clip();
+    let aggregated = false;
+    const nowT = clock.live ? clock.now : store.tmax;
+    g.rows.forEach((row, r) => {
+      const tr = row.track;
+      const off = tr.offset;
+      const Xo = (t) => X(t + off);
+      if (row.kind === 'group') {
+        ctx.fillStyle = '#1a2230';
+        ctx.fillRect(0, row.y, g.width, row.h);
+        ctx.fillStyle = PALETTE.ink;
+        ctx.font = '600 11px system-ui, sans-serif';
+        ctx.fillText(row.label, 8, row.y + 12);
+        return;
+      }
+      const label = row.kind === 'worker' ? row.label : row.label;
+      if (row.kind === 'worker') {
+        const col = tr.store.workers.get(row.wid);
+        ctx.fillStyle = r % 2 ? '#121821' : '#0f141b';
+        ctx.fillRect(GUTTER, row.y, plotW, row.h);
+        ctx.fillStyle = PALETTE.dim;
+        ctx.font = `${Math.max(8, Math.min(11, row.h - 1))}px system-ui, sans-serif`;
+        if (row.h >= 8) ctx.fillText(label, 8, row.y + row.h / 2 + 4);
+        if (!col) return;
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(GUTTER, row.y, plotW, row.h);
+        ctx.clip();
+        const pad = row.h > 10 ? 2 : 1;
+        aggregated = drawRow(ctx, col, t0 - off, t1 - off, Xo, row.y + pad, row.h - 2 * pad, plotW, (i) => taskColor(col.idx[i]), PALETTE.fetch) || aggregated;
+        const open = tr.store.open.get(row.wid);
+        if (open && open.start + off <= t1) {
+          const end = tr === this.primary ? nowT : tr.store.tmax;
+          const x0 = Math.max(GUTTER, Xo(open.start)), x1 = Math.min(g.width, Xo(Math.max(end, open.start)));
+          ctx.fillStyle = taskColor(open.idx);
+          ctx.globalAlpha = 0.45;
+          ctx.fillRect(x0, row.y + pad, Math.max(1, x1 - x0), row.h - 2 * pad);
+          ctx.globalAlpha = 1;
+          ctx.strokeStyle = open.stuck ? PALETTE.stuck : taskColor(open.idx);
+          ctx.lineWidth = open.stuck ? 2 : 1;
+          ctx.strokeRect(x0 + 0.5, row.y + pad + 0.5, Math.max(1, x1 - x0 - 1), row.h - 2 * pad - 1);
+          ctx.lineWidth = 1;
+          if (open.stuck && x1 - x0 > 60 && row.h >= 12) {
+            ctx.fillStyle = '#ffd7d5';
+            ctx.font = '600 10px system-ui, sans-serif';
+            ctx.fillText(`STUCK · task ${open.idx}`, x0 + 6, row.y + row.h / 2 + 3.5);
+          }
+        }
+        ctx.restore();
+      } else if (row.kind === 'pin') {
+        ctx.fillStyle = '#101a1f';
+        ctx.fillRect(GUTTER, row.y, plotW, row.h);
+        ctx.fillStyle = '#8fd3e0';
+        ctx.font = '11px system-ui, sans-serif';
+        ctx.fillText(label, 8, row.y + 12);
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(GUTTER, row.y, plotW, row.h);
+        ctx.clip();
+        if (tr.pin.mode === 'active') {
+          aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, Xo, row.y + 2, row.h - 4, plotW, (i) => taskColor(tr.store.pin.idx[i], 45), PALETTE.pin) || aggregated;
+        } else {
+          ctx.fillStyle = '#1a222c';
+          for (let x = GUTTER - row.h; x < g.width; x += 10) {
+            ctx.beginPath();
+            ctx.moveTo(x, row.y + row.h);
+            ctx.lineTo(x + row.h, row.y);
+            ctx.lineTo(x + row.h + 4, row.y);
+            ctx.lineTo(x + 4, row.y + row.h);
+            ctx.fill();
+          }
+          ctx.fillStyle = PALETTE.dim;
+          ctx.font = '10.5px system-ui, sans-serif';
+          ctx.fillText(`pinning ${tr.pin.short}: ${tr.pin.box}`, GUTTER + 8, row.y + 12);
+        }
+        ctx.restore();
+      } else {
+        ctx.fillStyle = '#15121a';
+        ctx.fillRect(GUTTER, row.y, plotW, row.h);
+        ctx.fillStyle = PALETTE.ink;
+        ctx.font = '11px system-ui, sans-serif';
+        ctx.fillText(label, 8, row.y + 14);
+        ctx.save();
+        ctx.beginPath();
+        ctx.rect(GUTTER, row.y, plotW, row.h);
+        ctx.clip();
+        aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, Xo, row.y + 3, row.h - 6, plotW, () => PALETTE.wait, PALETTE.wait, true) || aggregated;
+        // the rank that delivered a step last (several ranks): a tick under the consumer row
+        if (tr.slow) {
+          ctx.fillStyle = PALETTE.buffer;
+          for (const t of tr.slow) {
+            const x = Xo(t);
+            if (x >= GUTTER && x <= g.width) ctx.fillRect(x - 1, row.y + row.h - 3, 2, 3);
+          }
+        }
+        ctx.restore();
+      }
+    });
     // epochs
     ctx.strokeStyle = '#5b6b82';
     ctx.setLineDash([3, 3]);
@@ -164,103 +346,101 @@ export class TimelineView {
       ctx.lineTo(x, g.height);
       ctx.stroke();
       ctx.fillStyle = '#9fb0c6';
+      ctx.font = '10px system-ui, sans-serif';
       ctx.fillText(`epoch ${ep.epoch}`, x + 3, AXIS + 9);
     }
     ctx.setLineDash([]);
-
-    // worker rows (clipped to the plot area, right of the labels)
-    ctx.save();
-    ctx.beginPath();
-    ctx.rect(0, AXIS, g.width, g.height - AXIS);
-    ctx.clip();
-    let aggregated = false;
-    const nowT = clock.live ? clock.now : this.store.tmax;
-    g.rows.forEach((wid, r) => {
-      const y = AXIS + r * g.rh;
-      const col = this.store.workers.get(wid);
-      ctx.fillStyle = r % 2 ? '#121821' : '#0f141b';
-      ctx.fillRect(GUTTER, y, plotW, g.rh);
-      ctx.fillStyle = PALETTE.dim;
-      ctx.font = `${Math.min(11, g.rh - 1)}px system-ui, sans-serif`;
-      ctx.fillText(this.inProcess ? 'main process' : `worker ${wid}`, 8, y + g.rh / 2 + 4);
-      if (!col) return;
-      ctx.save();
-      ctx.beginPath();
-      ctx.rect(GUTTER, y, plotW, g.rh);
-      ctx.clip();
-      aggregated = drawRow(ctx, col, t0, t1, X, y + 2, g.rh - 4, plotW, (i) => taskColor(col.idx[i]), PALETTE.fetch) || aggregated;
-      const open = this.store.open.get(wid);
-      if (open && open.start <= t1) {
-        const x0 = Math.max(GUTTER, X(open.start)), x1 = Math.min(g.width, X(Math.max(nowT, open.start)));
-        ctx.fillStyle = taskColor(open.idx);
-        ctx.globalAlpha = 0.45;
-        ctx.fillRect(x0, y + 2, Math.max(1, x1 - x0), g.rh - 4);
-        ctx.globalAlpha = 1;
-        ctx.strokeStyle = taskColor(open.idx);
-        ctx.strokeRect(x0 + 0.5, y + 2.5, Math.max(1, x1 - x0 - 1), g.rh - 5);
+    // the future, when the playhead is behind the end: dimmed
+    if (this.playhead !== null) {
+      const px = X(this.playhead);
+      if (px < g.width) {
+        ctx.fillStyle = 'rgba(11,16,22,0.55)';
+        ctx.fillRect(Math.max(GUTTER, px), AXIS, g.width - Math.max(GUTTER, px), g.height - AXIS);
       }
-      ctx.restore();
-    });
-    // consumer row: time spent waiting inside next() for each batch
-    const cy = AXIS + g.rows.length * g.rh + 6;
-    ctx.fillStyle = '#15121a';
-    ctx.fillRect(GUTTER, cy, plotW, CONSUMER_H);
-    ctx.fillStyle = PALETTE.ink;
-    ctx.font = '11px system-ui, sans-serif';
-    ctx.fillText('consumer waits', 8, cy + 15);
-    ctx.beginPath();
-    ctx.rect(GUTTER, cy, plotW, CONSUMER_H);
-    ctx.clip();
-    aggregated = drawRow(ctx, this.store.consumer, t0, t1, X, cy + 3, CONSUMER_H - 6, plotW, () => PALETTE.wait, PALETTE.wait, true) || aggregated;
+    }
     ctx.restore();
     // markers: stuck, died, errors, timeouts
-    for (const m of this.store.marks) {
-      if (m.t < t0 || m.t > t1) continue;
-      const x = X(m.t);
-      ctx.fillStyle = PALETTE.stuck;
-      ctx.beginPath();
-      ctx.moveTo(x, AXIS);
-      ctx.lineTo(x - 4, AXIS - 6);
-      ctx.lineTo(x + 4, AXIS - 6);
-      ctx.fill();
+    for (const tr of this.tracks) {
+      for (const m of tr.store.marks) {
+        const t = m.t + tr.offset;
+        if (t < t0 || t > t1) continue;
+        const x = X(t);
+        ctx.fillStyle = PALETTE.stuck;
+        ctx.beginPath();
+        ctx.moveTo(x, AXIS);
+        ctx.lineTo(x - 4, AXIS - 6);
+        ctx.lineTo(x + 4, AXIS - 6);
+        ctx.fill();
+      }
+    }
+    // the playhead
+    if (this.playhead !== null) {
+      const px = X(this.playhead);
+      if (px >= GUTTER && px <= g.width) {
+        ctx.fillStyle = PALETTE.accent;
+        ctx.fillRect(Math.round(px) - 1, 2, 2, g.height - 2);
+        ctx.beginPath();
+        ctx.moveTo(px - 6, 0);
+        ctx.lineTo(px + 6, 0);
+        ctx.lineTo(px, 9);
+        ctx.fill();
+      }
     }
     this.mode = aggregated ? 'aggregated' : 'spans';
     this.canvas.dataset.mode = this.mode;
-    this.hoverTip(g, X, nowT);
+    this.hoverTip(g, nowT);
     this.lastFrameMs = performance.now() - start;
     return true;
   }
 
-  hoverTip(g, X, nowT) {
+  hoverTip(g, nowT) {
     const h = this.hover;
     if (!h || h.x < GUTTER) { this.tip.hidden = true; return; }
-    const t = this.timeAt(h.x);
-    const slack = (2 / (g.width - GUTTER)) * (this.view.t1 - this.view.t0);
     let text = '';
-    const r = Math.floor((h.y - AXIS) / g.rh);
-    const cy = AXIS + g.rows.length * g.rh + 6;
-    if (r >= 0 && r < g.rows.length) {
-      const wid = g.rows[r];
-      const col = this.store.workers.get(wid);
-      const open = this.store.open.get(wid);
-      const i = col ? nearest(col, t, slack) : -1;
-      const who = this.inProcess ? 'main process' : `worker ${wid}`;
-      if (i >= 0) {
-        const info = col.info[i] || {};
-        text = `task ${col.idx[i]} (epoch ${col.epoch[i]}) · ${who}\nfetch took ${fmtDuration(col.end[i] - col.start[i])}` +
-          `\nsamples ${fmtIndices(info.indices, info.n) || '?'}${info.nbytes ? `\n${info.nbytes} bytes` : ''}`;
-      } else if (open && t >= open.start) {
-        text = `task ${open.idx} · ${who}\nstill fetching: ${fmtDuration(nowT - open.start)} so far\nsamples ${fmtIndices(open.info?.indices, open.info?.n) || '?'}`;
+    if (h.y < AXIS) {
+      text = this.onSeek ? `click or drag here to move the playhead\n${fmtDuration(this.timeAt(h.x))}` : '';
+    }
+    const row = g.rows.find((r) => h.y >= r.y && h.y < r.y + r.h);
+    if (row && row.kind !== 'group') {
+      const tr = row.track;
+      const t = this.timeAt(h.x) - tr.offset;
+      const slack = (2 / (g.width - GUTTER)) * (this.view.t1 - this.view.t0);
+      const store = tr.store;
+      const rank = this.tracks.length > 1 ? `${tr.label} · ` : '';
+      if (row.kind === 'worker') {
+        const col = store.workers.get(row.wid);
+        const open = store.open.get(row.wid);
+        const i = col ? nearest(col, t, slack) : -1;
+        const who = `${rank}${row.label}`;
+        if (i >= 0) {
+          const samples = store.samplesAt(col.ref2[i]);
+          const end = store.eventAt(col.ref[i]);
+          text = `task ${col.idx[i]} (epoch ${col.epoch[i]}) · ${who}\nfetch took ${fmtDuration(col.end[i] - col.start[i])}` +
+            `\nsamples ${fmtIndices(samples?.indices, samples?.n) || '?'}${end?.nbytes ? `\n${end.nbytes} bytes` : ''}`;
+        } else if (open && t >= open.start) {
+          const samples = store.samplesAt(open.dref);
+          text = `task ${open.idx} · ${who}\nstill fetching: ${fmtDuration((tr === this.primary ? nowT : store.tmax) - open.start)} so far\nsamples ${fmtIndices(samples?.indices, samples?.n) || '?'}`;
+        } else {
+          text = `${who} idle at ${fmtDuration(t)}`;
+        }
+      } else if (row.kind === 'pin') {
+        const i = tr.pin.mode === 'active' ? nearest(store.pin, t, slack) : -1;
+        if (i >= 0) {
+          const e = store.eventAt(store.pin.ref[i]);
+          const mb = e?.nbytes ? e.nbytes / 1e6 : null;
+          const dt = store.pin.end[i] - store.pin.start[i];
+          text = `${rank}task ${store.pin.idx[i]} pinned in ${fmtDuration(dt)}` +
+            (mb !== null ? `\n${mb.toFixed(2)} MB${dt > 0 ? ` at ${(mb / dt).toFixed(0)} MB/s` : ''}` : '') +
+            (e?.pinned === false ? '\nNOT pinned (a custom batch type needs pin_memory())' : '');
+        } else text = tr.pin.mode === 'active' ? `${rank}pin thread idle` : `${rank}${tr.pin.why}`;
       } else {
-        text = `${who} idle at ${fmtDuration(t)}`;
+        const col = store.consumer;
+        const i = nearest(col, t, slack * 2);
+        if (i >= 0) {
+          const e = store.eventAt(col.ref[i]);
+          text = `${rank}batch ${col.idx[i]} handed to the training loop at ${fmtDuration(col.end[i])}\nconsumer waited ${fmtDuration(col.end[i] - col.start[i])} for it${e?.from_buffer ? '\n(it was already in the reorder buffer)' : ''}`;
+        } else text = `${rank}consumer busy training (not waiting)`;
       }
-    } else if (h.y >= cy && h.y <= cy + CONSUMER_H) {
-      const col = this.store.consumer;
-      const i = nearest(col, t, slack * 2);
-      if (i >= 0) {
-        const info = col.info[i] || {};
-        text = `batch ${col.idx[i]} handed to the training loop at ${fmtDuration(col.end[i])}\nconsumer waited ${fmtDuration(info.wait || 0)} for it${info.from_buffer ? '\n(it was already in the reorder buffer)' : ''}`;
-      } else text = 'consumer busy training (not waiting)';
     }
     if (!text) { this.tip.hidden = true; return; }
     this.tip.textContent = text;
@@ -303,12 +483,13 @@ function drawRow(ctx, col, t0, t1, X, y, h, plotW, colorOf, aggColor, zeroTicks 
   const occ = col.occupancy(t0, t1, buckets);
   const bw = plotW / buckets;
   ctx.fillStyle = aggColor;
+  const x0 = X(t0);
   for (let k = 0; k < buckets; k++) {
     const v = occ[k];
     if (v <= 0) continue;
     ctx.globalAlpha = 0.25 + 0.75 * v;
     const bh = Math.max(1, h * v);
-    ctx.fillRect(X(t0) + k * bw, y + h - bh, Math.ceil(bw), bh);
+    ctx.fillRect(x0 + k * bw, y + h - bh, Math.ceil(bw), bh);
   }
   ctx.globalAlpha = 1;
   return true;

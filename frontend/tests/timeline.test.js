@@ -2,10 +2,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SpanColumn, TimelineStore, fitWindow, zoomWindow, panWindow, ticks, fmtDuration, lowerBound, upperBound } from '../js/timeline-store.js';
 import { synthesize } from '../dev/synth.js';
+import { EventTable } from '../js/event-table.js';
 
 function column(spans) {
   const c = new SpanColumn(2);
-  spans.forEach(([a, b], i) => c.push(a, b, i, 0, null));
+  spans.forEach(([a, b], i) => c.push(a, b, i, 0));
   return c;
 }
 
@@ -40,7 +41,7 @@ test('occupancy over many spans equals the brute-force sum', () => {
   for (let i = 0; i < 5000; i++) {
     const gap = (i * 7919) % 13 / 1000, dur = ((i * 104729) % 17 + 1) / 1000;
     spans.push([t + gap, t + gap + dur]);
-    c.push(t + gap, t + gap + dur, i, 0, null);
+    c.push(t + gap, t + gap + dur, i, 0);
     t += gap + dur;
   }
   for (const [a, b] of [[0, t], [0.1, 0.37], [3.3, 3.31]]) {
@@ -59,7 +60,11 @@ test('out-of-order starts are inserted in order; at() finds the span under a tim
 
 test('the store builds one fetch row per worker and a consumer row from the events', () => {
   const store = new TimelineStore();
-  for (const e of synthesize({ num_workers: 4, batches: 20 })) store.apply(e);
+  store.table = new EventTable();
+  for (const e of synthesize({ num_workers: 4, batches: 20, pin_ms: 1 })) {
+    store.table.push(e);
+    store.apply(e, store.table.length - 1);
+  }
   assert.equal(store.workers.size, 4);
   let fetches = 0;
   for (const col of store.workers.values()) {
@@ -69,7 +74,12 @@ test('the store builds one fetch row per worker and a consumer row from the even
   assert.equal(fetches, 20);
   assert.equal(store.consumer.n, 20);
   assert.equal(store.open.size, 0);
-  assert.deepEqual(store.workers.get(1).info[0].indices, [4, 5, 6, 7]);
+  const col = store.workers.get(1);
+  assert.deepEqual(store.samplesAt(col.ref2[0]).indices, [4, 5, 6, 7], 'a span knows its task\'s samples');
+  assert.equal(store.eventAt(col.ref[0]).kind, 'fetch_end');
+  assert.equal(store.pin.n, 20, 'one pin span per batch');
+  for (let i = 1; i < store.pin.n; i++) assert.ok(store.pin.start[i] >= store.pin.end[i - 1] - 1e-12, 'one pin thread');
+  assert.equal(store.eventAt(store.consumer.ref[0]).kind, 'yield');
 });
 
 test('a running fetch stays open until its fetch_end', () => {

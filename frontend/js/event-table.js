@@ -1,0 +1,241 @@
+// Every event of a run, kept column-wise so a million of them cost tens of megabytes, not hundreds,
+// and the garbage collector never walks them. The frequent kinds (dispatch, fetch, pin, arrive,
+// buffer, yield, skip) with only their schema fields go into typed arrays; anything else — rare
+// kinds, unknown kinds, events with extra fields — is kept as the object it came as. `get(i)`
+// gives the event back as a plain object (the same object each time for the kept ones). Pure.
+
+const HOT = Object.freeze(['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end']);
+const CODE = new Map(HOT.map((k, i) => [k, i + 1]));
+const OBJECT = 0; // the row is a kept object
+
+// Fields each hot kind may carry (beyond seq, t, run, rank, kind, and idx, worker, epoch) and still
+// fit the columns.
+const COMMON = ['idx', 'worker', 'epoch'];
+const FIELDS = Object.fromEntries(Object.entries({
+  dispatch: ['indices', 'n'],
+  fetch_start: ['n'],
+  fetch_end: ['dt', 'nbytes', 'pickled'],
+  arrive: [],
+  buffer: ['waiting_for'],
+  yield: ['wait', 'from_buffer'],
+  skip: [],
+  pin_start: [],
+  pin_end: ['dt', 'nbytes', 'pinned'],
+}).map(([k, v]) => [k, new Set([...COMMON, ...v])]));
+
+// flags: which optional fields were present, and booleans
+const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH: 128 };
+const INT_MAX = 2 ** 31 - 1;
+
+const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
+const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
+
+export class EventTable {
+  constructor(capacity = 1024) {
+    this.n = 0;
+    this.alloc(capacity);
+    /** @type {Map<number, any>} row -> kept object */
+    this.objects = new Map();
+    this.pool = new Int32Array(4096); // sample indices of dispatches, back to back
+    this.poolN = 0;
+    this.run = undefined; // run and rank shared by the packed rows
+    this.rank = undefined;
+    this.packed = 0;
+  }
+
+  alloc(cap) {
+    const grow = (Type, old) => {
+      const next = new Type(cap);
+      if (old) next.set(old.subarray(0, this.n));
+      return next;
+    };
+    this.kind = grow(Uint8Array, this.kind);
+    this.flags = grow(Uint8Array, this.flags);
+    this.seq = grow(Float64Array, this.seq);
+    this.t = grow(Float64Array, this.t);
+    this.idx = grow(Int32Array, this.idx);
+    this.worker = grow(Int32Array, this.worker);
+    this.epoch = grow(Int32Array, this.epoch);
+    this.a = grow(Float64Array, this.a); // dt | wait | waiting_for | n (dispatch)
+    this.b = grow(Float64Array, this.b); // nbytes | indices offset (dispatch)
+    this.c = grow(Float64Array, this.c); // pickled | indices count (dispatch)
+  }
+
+  get length() {
+    return this.n;
+  }
+
+  /** Append one (valid) event. */
+  push(e) {
+    if (this.n === this.kind.length) this.alloc(this.kind.length * 2);
+    const i = this.n++;
+    this.seq[i] = e.seq;
+    this.t[i] = e.t;
+    if (!this.pack(i, e)) {
+      this.kind[i] = OBJECT;
+      this.objects.set(i, e);
+    } else {
+      this.packed += 1;
+    }
+  }
+
+  /** Put a hot event into the columns; false when it does not fit (it is then kept whole). */
+  pack(i, e) {
+    const code = CODE.get(e.kind);
+    if (code === undefined || !isInt(e.idx) || typeof e.t !== 'number') return false;
+    if (this.run === undefined) { this.run = e.run; this.rank = e.rank; }
+    if (e.run !== this.run || e.rank !== this.rank) return false;
+    const allowed = FIELDS[e.kind];
+    for (const key in e) {
+      if (key === 'seq' || key === 't' || key === 'run' || key === 'rank' || key === 'kind') continue;
+      if (!allowed.has(key)) return false;
+    }
+    let flags = 0;
+    if (e.worker !== undefined) {
+      if (!isInt(e.worker)) return false;
+      flags |= F.WORKER;
+    }
+    if (e.epoch !== undefined) {
+      if (!isInt(e.epoch)) return false;
+      flags |= F.EPOCH;
+      this.epoch[i] = e.epoch;
+    }
+    const num = (v, bit, col) => {
+      if (v === undefined || v === null) return v === undefined;
+      if (!isNum(v)) return false;
+      flags |= bit;
+      col[i] = v;
+      return true;
+    };
+    switch (e.kind) {
+      case 'dispatch': {
+        if (!num(e.n, F.A, this.a)) return false;
+        const ind = e.indices;
+        if (ind !== undefined && ind !== null) {
+          if (!Array.isArray(ind) || !ind.every(isInt)) return false;
+          this.ensurePool(ind.length);
+          this.pool.set(ind, this.poolN);
+          this.b[i] = this.poolN;
+          this.c[i] = ind.length;
+          this.poolN += ind.length;
+          flags |= F.INDICES;
+        } else if (ind === null) return false;
+        break;
+      }
+      case 'fetch_start':
+        if (!num(e.n, F.A, this.a)) return false;
+        break;
+      case 'fetch_end':
+        if (!num(e.dt, F.A, this.a) || !num(e.nbytes, F.B, this.b) || !num(e.pickled, F.C, this.c)) return false;
+        break;
+      case 'buffer':
+        if (!isInt(e.waiting_for)) return false;
+        this.a[i] = e.waiting_for;
+        break;
+      case 'yield':
+        if (!isNum(e.wait)) return false;
+        this.a[i] = e.wait;
+        if (e.from_buffer === true) flags |= F.TRUE;
+        else if (e.from_buffer === false) flags |= F.FALSE;
+        else if (e.from_buffer !== undefined) return false;
+        break;
+      case 'pin_end':
+        if (!num(e.dt, F.A, this.a) || !num(e.nbytes, F.B, this.b)) return false;
+        if (e.pinned === true) flags |= F.TRUE;
+        else if (e.pinned === false) flags |= F.FALSE;
+        else if (e.pinned !== undefined) return false;
+        break;
+      default:
+        break;
+    }
+    this.kind[i] = code;
+    this.flags[i] = flags;
+    this.idx[i] = e.idx;
+    this.worker[i] = flags & F.WORKER ? e.worker : 0;
+    return true;
+  }
+
+  ensurePool(k) {
+    if (this.poolN + k <= this.pool.length) return;
+    let cap = this.pool.length * 2;
+    while (cap < this.poolN + k) cap *= 2;
+    const next = new Int32Array(cap);
+    next.set(this.pool.subarray(0, this.poolN));
+    this.pool = next;
+  }
+
+  /** The kind of row i, without building the event. */
+  kindOf(i) {
+    const code = this.kind[i];
+    return code === OBJECT ? this.objects.get(i).kind : HOT[code - 1];
+  }
+
+  /** Event i as an object. */
+  get(i) {
+    const code = this.kind[i];
+    if (code === OBJECT) return this.objects.get(i);
+    const kind = HOT[code - 1];
+    const flags = this.flags[i];
+    /** @type {Record<string, any>} */
+    const e = { seq: this.seq[i], t: this.t[i], run: this.run, rank: this.rank, kind, idx: this.idx[i] };
+    if (flags & F.WORKER) e.worker = this.worker[i];
+    if (flags & F.EPOCH) e.epoch = this.epoch[i];
+    switch (kind) {
+      case 'dispatch':
+        if (flags & F.INDICES) {
+          const off = this.b[i];
+          e.indices = Array.from(this.pool.subarray(off, off + this.c[i]));
+        }
+        if (flags & F.A) e.n = this.a[i];
+        break;
+      case 'fetch_start':
+        if (flags & F.A) e.n = this.a[i];
+        break;
+      case 'fetch_end':
+        if (flags & F.A) e.dt = this.a[i];
+        if (flags & F.B) e.nbytes = this.b[i];
+        if (flags & F.C) e.pickled = this.c[i];
+        break;
+      case 'buffer':
+        e.waiting_for = this.a[i];
+        break;
+      case 'yield':
+        e.wait = this.a[i];
+        if (flags & F.TRUE) e.from_buffer = true;
+        else if (flags & F.FALSE) e.from_buffer = false;
+        break;
+      case 'pin_end':
+        if (flags & F.A) e.dt = this.a[i];
+        if (flags & F.B) e.nbytes = this.b[i];
+        if (flags & F.TRUE) e.pinned = true;
+        else if (flags & F.FALSE) e.pinned = false;
+        break;
+      default:
+        break;
+    }
+    return e;
+  }
+
+  /** Sample indices of a dispatch row (null when it had none). */
+  indicesOf(i) {
+    if (this.kind[i] === OBJECT) return this.objects.get(i).indices ?? null;
+    if (!(this.flags[i] & F.INDICES)) return null;
+    const off = this.b[i];
+    return Array.from(this.pool.subarray(off, off + this.c[i]));
+  }
+
+  /** First row with t > time (binary search; t is close to sorted in seq order). */
+  rowAfterTime(time) {
+    let lo = 0, hi = this.n;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.t[mid] <= time) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+
+  /** Approximate bytes held, for the perf readout. */
+  bytes() {
+    return this.kind.length * (1 + 1 + 8 * 5 + 4 * 3) + this.pool.length * 4;
+  }
+}

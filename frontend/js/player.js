@@ -1,0 +1,166 @@
+// Playback of one run: every loaded event, the state after all of them (`full`), and the state at
+// any other point (`state`, at `cursor` = number of events applied). The state at event i is the
+// reducer run from the start up to i; to keep that cheap for long traces, a snapshot of `full` is
+// taken every `every` events as they are loaded, and a seek restores the nearest snapshot before i
+// and re-applies at most `every` events. Pure: no DOM, no clock.
+
+import { LoaderState } from './reducer.js';
+import { EventTable } from './event-table.js';
+
+// Scalar fields of LoaderState copied into and out of snapshots (everything not a collection).
+const SCALARS = [
+  'run', 'mode', 'config', 'scenario', 'meta', 'status', 'seq', 't', 'epoch', 'send_idx', 'rcvd_idx', 'outstanding',
+  'batches', 'epochs_done', 'out_of_order', 'buffer_high', 'outstanding_high', 'consumer_wait', 'head_of_line_wait',
+  'skipped', 'pin_bytes', 'pin_time', 'pin_wait', 'unpinned', 'fetched_bytes', 'pickled_bytes', 'first_t',
+  'last_yield_t', 'consumer_stuck', 'timeout',
+];
+// Lists that only ever grow during a run: a snapshot keeps their length, a restore slices `full`'s.
+const GROWING = ['yield_order', 'errors', 'notes', 'violations', 'batch_samples'];
+
+/** A copy of what `s` holds at this moment, sharing what never changes once written. */
+export function snapshot(s) {
+  const snap = { lens: {}, workers: [], tasks: [] };
+  for (const k of SCALARS) snap[k] = s[k];
+  for (const k of GROWING) snap.lens[k] = s[k].length;
+  for (const t of s.tasks.values()) snap.tasks.push({ ...t });
+  for (const w of s.workers.values()) snap.workers.push({ ...w, queue: [...w.queue], fetch_times: null, fetchN: w.fetch_times.length });
+  snap.result_queue = [...s.result_queue];
+  snap.buffer = [...s.buffer];
+  return snap;
+}
+
+/** A live LoaderState equal to the one `snap` was taken of; `full` is the same run further on. */
+export function restore(snap, full) {
+  const s = new LoaderState();
+  for (const k of SCALARS) s[k] = snap[k];
+  for (const k of GROWING) s[k] = full[k].slice(0, snap.lens[k]);
+  for (const t of snap.tasks) s.tasks.set(t.idx, { ...t });
+  for (const w of snap.workers) {
+    const { fetchN, ...rest } = w;
+    const later = full.workers.get(w.id);
+    s.workers.set(w.id, { ...rest, queue: [...w.queue], fetch_times: later ? later.fetch_times.slice(0, fetchN) : [] });
+  }
+  s.result_queue = [...snap.result_queue];
+  s.buffer = [...snap.buffer];
+  return s;
+}
+
+export class Player {
+  /** @param {{every?:number}} [o] */
+  constructor({ every = 4096 } = {}) {
+    this.every = every;
+    this.table = new EventTable();
+    this.full = new LoaderState();
+    /** @type {any[]} snapshots[k] = state before event k·every */
+    this.snapshots = [];
+    /** @type {LoaderState|null} the state at cursor when it is behind the end */
+    this.view = null;
+    this.cursor = 0;
+    this.following = true; // the cursor stays at the end as events come
+    this.seeks = 0;
+    this.replayed = 0; // events re-applied by seeks (for the perf readout)
+  }
+
+  get length() {
+    return this.table.length;
+  }
+
+  /** The state at the cursor. */
+  get state() {
+    return this.view ?? this.full;
+  }
+
+  /** Load one event (in seq order). */
+  append(e) {
+    const n = this.table.length;
+    // a cursor parked at the end (not following) must not move with `full`: give it its own state
+    if (!this.following && this.view === null) this.view = restore(snapshot(this.full), this.full);
+    if (n % this.every === 0) this.snapshots[n / this.every] = snapshot(this.full);
+    this.table.push(e);
+    this.full.apply(e);
+    if (this.following) this.cursor = n + 1;
+  }
+
+  /** The event at row i (an object). */
+  event(i) {
+    return this.table.get(i);
+  }
+
+  /**
+   * Move the cursor so that events [0, i) are applied.
+   * @returns {number} the new cursor
+   */
+  seek(i) {
+    const n = this.table.length;
+    i = Math.max(0, Math.min(n, Math.round(i)));
+    this.seeks += 1;
+    if (i === n) {
+      this.view = null;
+      this.cursor = n;
+      return n;
+    }
+    this.following = false;
+    let state = this.view;
+    let at = this.cursor;
+    if (state === null) { at = n; }
+    if (state === null || i < at || i - at > this.every) {
+      const k = Math.floor(i / this.every);
+      state = restore(this.snapshots[k], this.full);
+      at = k * this.every;
+    }
+    this.replayed += i - at;
+    for (; at < i; at++) state.apply(this.table.get(at));
+    this.view = state;
+    this.cursor = i;
+    return i;
+  }
+
+  /** Follow the end again (live). */
+  follow() {
+    this.following = true;
+    this.seek(this.table.length);
+  }
+
+  /** Row of the next event at or after `from` whose kind is `kind` (-1 if none). */
+  findNext(from, kind) {
+    const t = this.table;
+    for (let i = Math.max(0, from); i < t.length; i++) if (t.kindOf(i) === kind) return i;
+    return -1;
+  }
+
+  /** Row of the last event before `from` whose kind is `kind` (-1 if none). */
+  findPrev(from, kind) {
+    const t = this.table;
+    for (let i = Math.min(from, t.length) - 1; i >= 0; i--) if (t.kindOf(i) === kind) return i;
+    return -1;
+  }
+
+  /** One event forward (+1) or back (-1). */
+  stepEvent(dir) {
+    return this.seek(this.cursor + (dir < 0 ? -1 : 1));
+  }
+
+  /**
+   * One batch forward: up to and including the next yield. Back: to just after the yield before
+   * the last one applied (so the batch before is the last one handed out).
+   */
+  stepBatch(dir) {
+    if (dir >= 0) {
+      const next = this.findNext(this.cursor, 'yield');
+      return this.seek(next < 0 ? this.table.length : next + 1);
+    }
+    const last = this.findPrev(this.cursor, 'yield');
+    const before = last < 0 ? -1 : this.findPrev(last, 'yield');
+    return this.seek(before < 0 ? 0 : before + 1);
+  }
+
+  /** Run time of the cursor: the t of the last applied event. */
+  get time() {
+    return this.cursor > 0 ? this.table.t[this.cursor - 1] : (this.table.length ? this.table.t[0] : 0);
+  }
+
+  /** Cursor position after every event with t <= time. */
+  rowAt(time) {
+    return this.table.rowAfterTime(time);
+  }
+}

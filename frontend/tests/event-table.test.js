@@ -1,0 +1,47 @@
+// The column store gives every event back as it came (same fields, same values), packs the
+// frequent kinds, and keeps anything unusual whole.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { EventTable } from '../js/event-table.js';
+import { synthesize } from '../dev/synth.js';
+
+function strip(e) {
+  const out = {};
+  for (const [k, v] of Object.entries(e)) if (v !== undefined) out[k] = v;
+  return out;
+}
+
+test('round trip: every event comes back equal; hot kinds are packed', () => {
+  const events = synthesize({ num_workers: 4, batches: 50, pin_ms: 2, epochs: 2 });
+  const extra = [
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'fetch_end', idx: 1, worker: 0, dt: 0.5, nbytes: 32, pickled: 0 },
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'yield', idx: 1, wait: 0, from_buffer: true, worker: 2, epoch: 3 },
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'dispatch', idx: 1, worker: 0, indices: ['a', 'b'], n: 2 },
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'dispatch', idx: 1, worker: 0, indices: null, n: 0 },
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'fetch_end', idx: 1, worker: 0, dt: 0.5, custom: 1 },
+    { seq: 0, t: 0, run: 'other', rank: 1, kind: 'arrive', idx: 1, worker: 0 },
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'pin_end', idx: 2, dt: 0.001, nbytes: 64, pinned: false },
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'gpu_sync', x: [1, 2] },
+  ];
+  const all = [...events, ...extra].map((e, i) => ({ ...e, seq: i }));
+  const table = new EventTable(8);
+  for (const e of all) table.push(e);
+  assert.equal(table.length, all.length);
+  for (let i = 0; i < all.length; i++) {
+    assert.deepEqual(strip(table.get(i)), strip(all[i]), `row ${i} (${all[i].kind})`);
+    assert.equal(table.kindOf(i), all[i].kind);
+  }
+  assert.ok(table.packed >= events.length - 20, 'the frequent kinds are packed');
+  assert.equal(table.get(all.length - 1), all.at(-1), 'kept objects come back as themselves');
+  const d = events.findIndex((e) => e.kind === 'dispatch');
+  assert.deepEqual(table.indicesOf(d), events[d].indices);
+});
+
+test('rowAfterTime finds the first event after a time', () => {
+  const events = synthesize({ num_workers: 2, batches: 20 });
+  const table = new EventTable();
+  for (const e of events) table.push(e);
+  const t = events[30].t;
+  const i = table.rowAfterTime(t);
+  assert.ok(events[i].t > t && events[i - 1].t <= t);
+});
