@@ -72,7 +72,9 @@ def worker_pids(server: LiveServer, run_id: str) -> list[int]:
 
 
 def test_out_of_order_run_arrives_complete_and_in_seq_order(server: LiveServer) -> None:
-    run = server.start_run("out_of_order", **FAST)
+    # 80 ms against 160 ms per task: later tasks finish first even when a loaded machine starts the
+    # second worker tens of milliseconds after the first.
+    run = server.start_run("out_of_order", **{**FAST, "sample_ms": 40.0})
     with server.connect(f"/ws/runs/{run['id']}?after=-1") as ws:
         hello = orjson.loads(ws.recv(timeout=10))
         events, metas = read_until_end(ws)
@@ -238,3 +240,38 @@ def test_a_killed_dashboard_leaves_no_run_process_behind(start_server: Any) -> N
     server.process.wait()
     wait_for(lambda: not group_pids(leader) and not any(alive(pid) for pid in pids), timeout=15,
              what="the orphaned run to end itself")
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def launcher_pid(server: LiveServer) -> int:
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        if parent == server.process.pid and b"loaderscope.server.launcher" in command:
+            return int(entry)
+    raise AssertionError("no launcher process under the dashboard")
+
+
+def test_runs_still_start_and_end_when_the_launcher_dies(start_server: Any) -> None:
+    server = start_server(stop_grace=0.5, kill_grace=0.5)
+    first = server.start_run("uniform", **FAST)  # the launcher starts with the first run
+    assert server.wait_status(first["id"])["status"] == "done"
+    hung = server.start_run("uniform", num_workers=1, batch_size=1, dataset_size=4, sample_ms=5000.0)
+    wait_for(lambda: worker_pids(server, hung["id"]), what="a worker")
+    launcher = launcher_pid(server)
+    assert parent_of(server.run(hung["id"])["pid"]) == launcher, "the second run should be forked by the launcher"
+    os.kill(launcher, signal.SIGKILL)
+    with server.client() as http:
+        http.post(f"/api/runs/{hung['id']}/control", json={"action": "stop"}).raise_for_status()
+    assert server.wait_status(hung["id"], timeout=15)["status"] == "stopped"  # seen without its parent
+    after = server.start_run("uniform", **FAST)  # a fresh interpreter instead of a fork
+    assert server.wait_status(after["id"])["status"] == "done"

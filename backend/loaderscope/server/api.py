@@ -78,13 +78,13 @@ def _describe_scenarios() -> list[dict[str, Any]]:
     return [s.describe() for s in all_scenarios()]
 
 
-@router.post("/runs", status_code=201, responses={404: {}, 422: {}, 429: {}})
+@router.post("/runs", status_code=201, responses={422: {}, 429: {}, 503: {}})
 async def create_run(body: RunRequest, request: Request) -> Any:
     problems, params = await asyncio.to_thread(_check_run, body)
     if problems:
         return unprocessable(problems)
     try:
-        run = manager_of(request).start(body.scenario, body.mode, params)
+        run = await manager_of(request).start(body.scenario, body.mode, params)
     except RunRefused as exc:
         return refused(exc)
     return JSONResponse(run.detail(), status_code=201)

@@ -50,6 +50,7 @@ class ServerConfig:
     stop_grace: float = STOP_GRACE
     kill_grace: float = KILL_GRACE
     frontend_dir: Path | None = None
+    use_launcher: bool = True  # fork runs from a preloaded process (fast) rather than start interpreters
 
     @property
     def remote(self) -> bool:

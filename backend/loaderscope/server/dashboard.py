@@ -87,7 +87,7 @@ def serve(
         opened = [manager.replay(path).id for path in recorded]
         for path, run_id in zip(recorded, opened):
             print(f"loaderscope: {path} opened as run {run_id}", flush=True)
-        run_id = manager.start(demo, demo_mode, demo_params or {}).id if demo is not None else None
+        run_id = (await manager.start(demo, demo_mode, demo_params or {})).id if demo is not None else None
         if run_id is not None:
             print(f"loaderscope: demo run {run_id} started ({demo})", flush=True)
         announce(config, directory, run_id or (opened[0] if opened else None), open_browser)

@@ -18,29 +18,19 @@ from typing import Any
 TOKEN_ENV = "LOADERSCOPE_TOKEN"
 
 
-def spawn(
-    *,
-    run_id: str,
-    scenario: str,
-    mode: str,
-    params: dict[str, Any],
-    ingest_url: str,
-    token: str,
-    log_path: Path | None,
-) -> subprocess.Popen[bytes]:
-    """Start ``python -m loaderscope.server.runproc`` for one run.
+def runproc_argv(*, run_id: str, scenario: str, mode: str, params: dict[str, Any], ingest_url: str) -> list[str]:
+    """The arguments of ``python -m loaderscope.server.runproc`` for one run (no secrets: see spawn)."""
+    return ["--url", ingest_url, "--run", run_id, "--scenario", scenario, "--mode", mode,
+            "--params", json.dumps(params)]
+
+
+def spawn(argv: list[str], *, token: str, log_path: Path | None) -> subprocess.Popen[bytes]:
+    """Start ``python -m loaderscope.server.runproc ARGV`` for one run.
 
     The token travels in the environment, not on the command line, which other users can read
     in /proc. stdout and stderr go to the run's log file (never a pipe that nobody drains).
     """
-    command = [
-        sys.executable, "-m", "loaderscope.server.runproc",
-        "--url", ingest_url,
-        "--run", run_id,
-        "--scenario", scenario,
-        "--mode", mode,
-        "--params", json.dumps(params),
-    ]
+    command = [sys.executable, "-m", "loaderscope.server.runproc", *argv]
     env = {**os.environ, TOKEN_ENV: token}
     log = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
     try:

@@ -9,12 +9,12 @@ process, reading a trace file) goes to worker threads.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +23,7 @@ from loaderscope import trace
 from loaderscope.events import Event
 from loaderscope.server import process
 from loaderscope.server.config import ServerConfig
+from loaderscope.server.launcher import LaunchedProcess, Launcher
 from loaderscope.server.spill import TraceSpill
 from loaderscope.server.store import EventLog
 from loaderscope.state import diagnosis, summary
@@ -78,7 +79,7 @@ class Run:
     attached: bool = False  # a producer has connected at least once
     producer_gone: asyncio.Event = field(default_factory=asyncio.Event)
     pending_control: list[dict[str, Any]] = field(default_factory=list)
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | LaunchedProcess | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     exitcode: int | None = None
     stop_requested: bool = False
@@ -168,11 +169,13 @@ class Run:
 class RunManager:
     """Creates runs, spawns their processes, forwards controls, and cleans up after them."""
 
-    def __init__(self, config: ServerConfig, *, spawn: Callable[..., subprocess.Popen[bytes]] = process.spawn) -> None:
+    def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.runs: dict[str, Run] = {}
-        self._spawn = spawn
+        self.launcher: Launcher | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+
+
 
     # --- lookup ---------------------------------------------------------------------------------
 
@@ -186,6 +189,11 @@ class RunManager:
         return run
 
     def active(self) -> list[Run]:
+        """Runs the dashboard started that have not ended yet (what max_active_runs limits)."""
+        return [r for r in self.runs.values() if r.origin == "dashboard" and not r.closed]
+
+    def running(self) -> list[Run]:
+        """Runs whose process is still alive."""
         return [r for r in self.runs.values() if r.process is not None and not r.exited.is_set()]
 
     # --- creating and starting ------------------------------------------------------------------
@@ -205,18 +213,37 @@ class RunManager:
         self.runs[run_id] = run
         return run
 
-    def start(self, scenario: str, mode: str, params: dict[str, Any]) -> Run:
+    async def start(self, scenario: str, mode: str, params: dict[str, Any]) -> Run:
         """Create a run and its run process (params already validated against the scenario)."""
         if len(self.active()) >= self.config.max_active_runs:
             raise RunRefused(429, f"{self.config.max_active_runs} runs are already active; stop one "
                              "(POST /api/runs/ID/control {\"action\": \"stop\"}) or wait for one to end")
         run = self.create(scenario=scenario, mode=mode, params=params, origin="dashboard")
-        run.process = self._spawn(
-            run_id=run.id, scenario=scenario, mode=mode, params=params,
-            ingest_url=self.config.ingest_url, token=self.config.token, log_path=run.log_path,
-        )
+        argv = process.runproc_argv(run_id=run.id, scenario=scenario, mode=mode, params=params,
+                                    ingest_url=self.config.ingest_url)
+        try:
+            run.process = await self._launch(argv, run.log_path)
+        except OSError as exc:
+            run.error = f"could not start the run process: {exc}"
+            self._finish(run, None)
+            raise RunRefused(503, run.error) from None
         self._background(self._watch_process(run))
         return run
+
+    async def _launch(self, argv: list[str], log_path: Path | None) -> Any:
+        """Fork from the preloaded launcher; start a fresh interpreter if there is none (yet).
+
+        The launcher is started with the first run, not with the server: a dashboard that never
+        starts runs (one that ``watch()`` opened, or a replay) should not hold torch in memory.
+        """
+        if self.launcher is not None and self.launcher.alive:
+            try:
+                return await self.launcher.spawn(argv, log_path)
+            except OSError:
+                pass  # a launcher that died: the slow way still works
+        elif self.launcher is None and self.config.use_launcher:
+            self.launcher = Launcher({**os.environ, process.TOKEN_ENV: self.config.token})
+        return process.spawn(argv, token=self.config.token, log_path=log_path)
 
     def replay(self, path: Path) -> Run:
         """A recorded trace file as an ended run (mode "replay"), parsed as data, streamed, size-limited.
@@ -377,11 +404,11 @@ class RunManager:
 
     async def shutdown(self) -> None:
         """Server exit: end every run process group and close every trace file."""
-        for run in self.active():
+        for run in self.running():
             run.stop_requested = True
             process.signal_group(run.process.pid, signal.SIGTERM)  # type: ignore[union-attr]
         deadline = time.monotonic() + self.config.kill_grace
-        while self.active() and time.monotonic() < deadline:
+        while self.running() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for run in self.runs.values():
             if run.process is not None:
@@ -390,6 +417,8 @@ class RunManager:
             task.cancel()
         for run in self.runs.values():
             self._finish(run, run.exitcode)
+        if self.launcher is not None:
+            await asyncio.to_thread(self.launcher.close)
 
 
 def describe_exit(code: int | None) -> str:
