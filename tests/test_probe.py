@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import warnings
 from typing import Any
@@ -162,28 +160,6 @@ def test_timeout_is_torchs_own_and_recorded_with_what_workers_were_doing() -> No
     assert timeouts and timeouts[0]["seconds"] == 0.3
     assert timeouts[0]["workers"][0]["idx"] == 0  # worker 0 was still fetching task 0
     assert timeouts[0]["workers"][0]["worker"] == 0
-
-
-class Killer(Dataset[torch.Tensor]):
-    def __len__(self) -> int:
-        return 16
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if index == 6:
-            os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does
-        time.sleep(0.01)
-        return torch.tensor([index])
-
-
-def test_killed_worker_is_named_with_its_signal_and_task() -> None:
-    collector = Collector()
-    loader = InstrumentedDataLoader(Killer(), batch_size=2, num_workers=2, sink=collector)
-    error = _raise_from(loader)
-    loader.close("error")
-    assert isinstance(error, RuntimeError) and "exited unexpectedly" in str(error) or "killed" in str(error)
-    died = [e for e in collector.events if e["kind"] == "worker_died"]
-    assert died, f"no worker_died in {_kinds(collector.events)}"
-    assert died[0]["signal"] == "SIGKILL" and died[0]["idx"] == 3 and died[0]["worker"] == 1
 
 
 def test_generic_subscription_and_vanilla_attributes() -> None:

@@ -94,7 +94,8 @@ def print_params(scenario: scenarios.Scenario) -> None:
     console.print(table)
 
 
-def execute(scenario: scenarios.Scenario, params: dict[str, Any], mode: str) -> tuple[list[Event], LoaderState, str | None]:
+def execute(scenario: scenarios.Scenario, params: dict[str, Any], mode: str,
+            costs: Any = None) -> tuple[list[Event], LoaderState, str | None]:
     """Run for real (worker processes) or simulated; returns events, final state and torch's error."""
     from loaderscope.runner import Collector, new_run_id
 
@@ -102,7 +103,8 @@ def execute(scenario: scenarios.Scenario, params: dict[str, Any], mode: str) -> 
     if mode == "sim":
         from loaderscope.sim import simulate
 
-        collector(simulate(scenario.plan(params), run_id=new_run_id(), scenario=scenario.name, params=params))
+        collector(simulate(scenario.plan(params), run_id=new_run_id(), scenario=scenario.name, params=params,
+                           costs=costs))
         return collector.events, collector.state, None
     from loaderscope.runner import run_real
 
@@ -147,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     params = validated_params(scenario, sets)
     console.print(f"[bold]{scenario.title}[/] ({args.mode}): {scenario.description}")
-    events, state, error = execute(scenario, params, args.mode)
+    events, state, error = execute(scenario, params, args.mode, cost_model(args.costs))
     out = Path(args.out or f"{scenario.name}.trace.jsonl")
     from loaderscope.trace import write_trace
 
@@ -193,31 +195,67 @@ def print_summary(events: list[Event], state: LoaderState) -> None:
         console.print(f"[red]protocol violations: {stats['violations'][:5]}[/]")
 
 
-def cmd_sim(args: argparse.Namespace) -> int:
-    from loaderscope import sim
-
-    scenario = find_scenario(args.scenario)
-    params = validated_params(scenario, args.set)
+def sweep_grid(specs: Sequence[str], allowed: Sequence[str]) -> dict[str, list[str]]:
     grid = {}
-    for spec in args.sweep:
+    for spec in specs:
         key, sep, values = spec.partition("=")
         if not sep or not values:
             raise UsageError(f"--sweep {spec!r}: expected KEY=V1,V2,..., e.g. --sweep num_workers=1,2,4,8")
-        if key not in scenario.params.model_fields:
-            raise UsageError(f"--sweep {key}: {scenario.name} has no parameter {key!r}")
+        if key not in allowed:
+            raise UsageError(f"--sweep {key}: not a parameter here; sweepable: {', '.join(allowed)}")
         grid[key] = values.split(",")
-        for value in grid[key]:
-            validated_params(scenario, [f"{k}={v}" for k, v in parse_sets(args.set).items()] + [f"{key}={value}"])
-    costs = None
-    if args.from_trace:
-        from loaderscope.trace import TraceError, read_trace
+    return grid
 
-        try:
-            _, events = read_trace(args.from_trace)
-        except TraceError as exc:
-            raise UsageError(str(exc)) from None
-        costs = sim.fit_from_trace(events)
-    rows = sim.sweep(scenario.name, params, grid, costs=costs)
+
+def read_events(path: str) -> list[Event]:
+    from loaderscope.trace import TraceError, read_trace
+
+    try:
+        return read_trace(path)[1]
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _number(key: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"--sweep {key}={text!r}: a number is needed") from None
+
+
+def cost_model(text: str | None) -> Any:
+    from loaderscope.sim import CostModel
+
+    if not text:
+        return None
+    try:
+        return CostModel.model_validate_json(text)
+    except ValidationError as exc:
+        raise UsageError(f"--costs: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from loaderscope import sim
+
+    cost_fields = [name for name, f in sim.CostModel.model_fields.items() if f.annotation in (int, float)]
+    if args.from_trace and not args.scenario:  # the trace's own loader, replayed with other settings
+        events = read_events(args.from_trace)
+        grid = sweep_grid(args.sweep, ["num_workers", "prefetch_factor", "batch_size", "in_order", *cost_fields])
+        rows = sim.trace_sweep(events, grid)
+    else:
+        if not args.scenario:
+            raise UsageError("name a scenario, or give --from-trace FILE to sweep a recorded run")
+        scenario = find_scenario(args.scenario)
+        params = validated_params(scenario, args.set)
+        grid: dict[str, list[Any]] = sweep_grid(args.sweep, [*scenario.params.model_fields, *cost_fields])
+        for key in grid.keys() & set(cost_fields):
+            grid[key] = [_number(key, value) for value in grid[key]]
+        for key, values in grid.items():
+            if key in scenario.params.model_fields:
+                for value in values:
+                    validated_params(scenario, [*args.set, f"{key}={value}"])
+        costs = sim.fit_from_trace(read_events(args.from_trace)) if args.from_trace else cost_model(args.costs)
+        rows = sim.sweep(scenario.name, params, grid, costs=costs)
     console.print(sim.format_table(rows))
     console.print(sim.recommend(rows))
     return 0
@@ -287,13 +325,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a scenario parameter")
     run.add_argument("--out", help="trace file to write (default: SCENARIO.trace.jsonl)")
     run.add_argument("--help-params", action="store_true", help="list the scenario's parameters and exit")
+    run.add_argument("--costs", metavar="JSON", help="""simulator cost model for --mode sim, e.g. '{"worker_factor": {"0": 5}}'""")
     run.set_defaults(func=cmd_run)
 
     sim = sub.add_parser("sim", help="what-if: simulate a scenario over a grid of parameters")
-    sim.add_argument("scenario")
+    sim.add_argument("scenario", nargs="?", help="a scenario (omit with --from-trace to sweep the recorded loader)")
     sim.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2,...", required=True)
     sim.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     sim.add_argument("--from-trace", metavar="FILE", help="fit the cost model to a recorded real trace")
+    sim.add_argument("--costs", metavar="JSON", help="simulator cost model as JSON (see loaderscope.sim.CostModel)")
     sim.set_defaults(func=cmd_sim)
 
     export = sub.add_parser("export", help="convert a trace for Perfetto / chrome://tracing")

@@ -43,6 +43,7 @@ class Kind(StrEnum):
     WORKER_DIED = "worker_died"
     ERROR = "error"
     TIMEOUT = "timeout"
+    BATCH_INFO = "batch_info"
 
 
 # Fields each kind must carry (beyond the common ones); optional fields are not listed.
@@ -67,6 +68,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.WORKER_DIED: ("worker",),
     Kind.ERROR: ("type", "message"),
     Kind.TIMEOUT: ("seconds",),
+    Kind.BATCH_INFO: ("idx", "worker", "structure"),
 }
 
 _INT_FIELDS = ("seq", "rank", "idx", "worker", "epoch", "waiting_for")
@@ -105,9 +107,15 @@ def validate(event: Any) -> Event:
     return event
 
 
+def to_json(value: Any) -> bytes:
+    """JSON for anything a producer may put in an event: non-string keys become strings (a config's
+    ``{worker: factor}``), unknown objects their ``str()``, rather than failing a user's run."""
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
+
+
 def encode_frame(events: Iterable[Mapping[str, Any]]) -> bytes:
     """A frame is a JSON array of events: many per websocket message, for throughput."""
-    return orjson.dumps(list(events))
+    return to_json(list(events))
 
 
 def decode_frame(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES) -> list[Event]:

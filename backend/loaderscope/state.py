@@ -94,12 +94,17 @@ class LoaderState:
     buffer_high: int = 0
     outstanding_high: int = 0
     consumer_wait: float = 0.0
+    startup_wait: float = 0.0  # waits for each epoch's first batch: worker start-up, priming
+    epoch_batches: int = 0
     head_of_line_wait: float = 0.0
     skipped: int = 0
     pin_bytes: int = 0
     pin_time: float = 0.0
     pin_wait: float = 0.0  # consumer wait spent while the awaited batch was being pinned
     unpinned: int = 0  # batches that left the pin thread without pinned tensors
+    fetched_bytes: int = 0
+    pickled_bytes: int = 0  # of which crossed the process boundary pickled, not in shared memory
+    batch_samples: list[dict[str, Any]] = field(default_factory=list)  # structures for the inspector
     first_t: float | None = None
     last_yield_t: float | None = None
     yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released
@@ -165,7 +170,7 @@ def _run_end(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 def _epoch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.epoch = e["epoch"]
-    s.send_idx = s.rcvd_idx = s.outstanding = 0
+    s.send_idx = s.rcvd_idx = s.outstanding = s.epoch_batches = 0
     s.tasks.clear()
     s.result_queue.clear()
     s.buffer.clear()
@@ -227,6 +232,8 @@ def _fetch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
         worker.fetch_times.append(dt)
         worker.busy += dt
     worker.nbytes += e.get("nbytes") or 0
+    s.fetched_bytes += e.get("nbytes") or 0
+    s.pickled_bytes += e.get("pickled") or 0
     if worker.current == e["idx"]:
         worker.current = None
         if worker.status in (WorkerStatus.FETCHING, WorkerStatus.STUCK):
@@ -279,6 +286,9 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
     if wait > 0 and task is not None and task.pin_start is not None:  # how much of the wait was pinning
         s.pin_wait += max(0.0, min(s.t, task.pin_end or s.t) - max(s.t - wait, task.pin_start))
     s.consumer_wait += wait
+    if s.epoch_batches == 0:
+        s.startup_wait += wait
+    s.epoch_batches += 1
     s.batches += 1
     s.last_yield_t = s.t
     s.yield_order.append((s.epoch, idx))
@@ -318,6 +328,14 @@ def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
         task.where = Where.FAILED
         error.setdefault("indices", task.indices)
     s.errors.append(error)
+
+
+MAX_BATCH_SAMPLES = 64
+
+
+def _batch_info(s: LoaderState, e: Mapping[str, Any]) -> None:
+    if len(s.batch_samples) < MAX_BATCH_SAMPLES:
+        s.batch_samples.append({**e, "epoch": s.epoch})
 
 
 def _note(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -363,6 +381,7 @@ _HANDLERS = {
     Kind.WORKER_DIED: _worker_died,
     Kind.ERROR: _error,
     Kind.TIMEOUT: _note,
+    Kind.BATCH_INFO: _batch_info,
     Kind.PIN_START: _pin_start,
     Kind.PIN_END: _pin_end,
 }
@@ -428,6 +447,7 @@ def stragglers(s: LoaderState) -> list[dict[str, Any]]:
 def summary(s: LoaderState) -> dict[str, Any]:
     """The statistics DESIGN.md's diagnosis vocabulary speaks of, as plain numbers."""
     consumer_wall = (s.last_yield_t or s.t) - (s.first_t or 0.0)
+    steady_wait, steady_wall = s.consumer_wait - s.startup_wait, consumer_wall - s.startup_wait
     fetches = [dt for w in s.workers.values() for dt in w.fetch_times]
     workers = s.config.get("num_workers", 0) or 0
     mean_task = statistics.fmean(fetches) if fetches else 0.0
@@ -439,6 +459,9 @@ def summary(s: LoaderState) -> dict[str, Any]:
         "batches_per_s": s.batches / consumer_wall if consumer_wall > 0 else 0.0,
         "consumer_wait": s.consumer_wait,
         "input_bound": s.consumer_wait / consumer_wall if consumer_wall > 0 else 0.0,
+        # the same without each epoch's first wait (workers starting, the pipeline filling)
+        "input_bound_steady": steady_wait / steady_wall if steady_wall > 0 else 0.0,
+        "startup_wait": s.startup_wait,
         "out_of_order": s.out_of_order,
         "buffer_high": s.buffer_high,
         "outstanding_high": s.outstanding_high,
@@ -446,6 +469,9 @@ def summary(s: LoaderState) -> dict[str, Any]:
         "head_of_line_wait": s.head_of_line_wait,
         "skipped": s.skipped,
         "errors": len(s.errors),
+        "fetched_bytes": s.fetched_bytes,
+        "pickled_bytes": s.pickled_bytes,
+        "pickle_s": statistics.fmean(b.get("pickle_s", 0.0) for b in s.batch_samples) if s.batch_samples else 0.0,
         "pin_bytes": s.pin_bytes,
         "pin_mb_per_s": s.pin_bytes / s.pin_time / 1e6 if s.pin_time > 0 else None,
         "pin_wait_share": s.pin_wait / s.consumer_wait if s.consumer_wait > 0 else 0.0,
@@ -507,15 +533,22 @@ def _note_finding(note: Mapping[str, Any]) -> str | None:
     return None
 
 
+PICKLE_HEAVY_BYTES = 1_000_000  # pickled bytes per batch worth a finding
 MIN_STEP = 0.002  # below this the "step" is only loop overhead: no worker count would keep up
+
+
+INPUT_BOUND = 0.2  # waiting for data more than this share of the time makes loading the bottleneck
 
 
 def _input_bound_finding(stats: Mapping[str, Any], workers: int) -> str:
     share, rate, batches = stats["input_bound"], stats["batches_per_s"], stats["batches"]
+    steady = stats["input_bound_steady"]
     step = (stats["wall"] - stats["consumer_wait"]) / batches  # the consumer's own time per batch
-    text = f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of {stats['wall']:.2f} s)"
-    if share <= 0.2:
-        return text + f"; the training step is the bottleneck ({step * 1000:.1f} ms per batch, {rate:.1f} batches/s)"
+    text = f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of {stats['wall']:.2f} s"
+    text += f", {stats['startup_wait']:.2f} s of it for the first batch of an epoch)" if stats["startup_wait"] >= 0.05 else ")"
+    if steady <= INPUT_BOUND:
+        after = f" after start-up it waited {steady:.0%}:" if share > INPUT_BOUND else ";"
+        return text + f";{after} the training step is the bottleneck ({step * 1000:.1f} ms per batch, {rate:.1f} batches/s)"
     text += f"; loading is the bottleneck: {workers or 'the main process'} worker(s) deliver {rate:.1f} batches/s"
     task = stats["median_task"]
     if step >= MIN_STEP and task > 0:
@@ -523,6 +556,8 @@ def _input_bound_finding(stats: Mapping[str, Any], workers: int) -> str:
         text += (f", the step alone would consume {1 / step:.1f} batches/s; a worker takes {task * 1000:.1f} ms "
                  f"per batch (median), so about {needed} workers would keep up "
                  f"({task * 1000:.1f} ms / {step * 1000:.1f} ms per step)")
+        if needed <= workers:
+            text += "; you have that many, so the waits come from uneven or slow fetches (see stragglers, reorder cost)"
     return text
 
 
@@ -550,6 +585,12 @@ def diagnosis(s: LoaderState) -> list[str]:
     if s.config.get("pin_memory") and not s.config.get("pin_memory_active", False) and s.mode == "real":
         findings.append("pin_memory=True, but this machine has no accelerator, so torch silently turned pinning "
                         "off: batches stay in pageable memory and no pin-memory thread runs")
+    per_batch = stats["pickled_bytes"] / max(stats["batches"], 1)
+    if per_batch >= PICKLE_HEAVY_BYTES and s.mode != "sim" and (s.config.get("num_workers") or 0) > 0:
+        findings.append(f"batches cross from the workers as {per_batch / 1e6:.1f} MB of pickled data per batch "
+                        f"(numpy arrays or Python objects; pickling a sampled batch took "
+                        f"{stats['pickle_s'] * 1000:.1f} ms): return tensors from collate_fn so they travel "
+                        "through shared memory")
     if stats["pin_mb_per_s"]:
         findings.append(f"pinning: {stats['pin_bytes'] / 1e6:.1f} MB copied to page-locked memory at "
                         f"{stats['pin_mb_per_s']:.0f} MB/s; {stats['pin_wait_share']:.0%} of the consumer's wait "

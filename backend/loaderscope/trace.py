@@ -15,7 +15,7 @@ from typing import IO, Any
 import orjson
 
 from loaderscope import __version__
-from loaderscope.events import SCHEMA_VERSION, Event, EventError, validate
+from loaderscope.events import SCHEMA_VERSION, Event, EventError, to_json, validate
 
 FORMAT = "loaderscope-trace"
 MAX_LINE_BYTES = 1 << 20
@@ -38,10 +38,10 @@ class TraceWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[bytes] = self.path.open("wb")
-        self._file.write(orjson.dumps(header(run, **meta)) + b"\n")
+        self._file.write(to_json(header(run, **meta)) + b"\n")
 
     def write(self, events: Iterable[Mapping[str, Any]]) -> None:
-        self._file.write(b"".join(orjson.dumps(event) + b"\n" for event in events))
+        self._file.write(b"".join(to_json(event) + b"\n" for event in events))
 
     def flush(self) -> None:
         self._file.flush()

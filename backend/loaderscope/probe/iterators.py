@@ -23,13 +23,14 @@ from torch.utils.data._utils.worker import _worker_loop
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
 
 from loaderscope.probe.liveness import Liveness, StuckRule
-from loaderscope.probe.pinning import is_pinned, tap_pin_thread
+from loaderscope.probe.batchinfo import describe, is_pinned, sizes
+from loaderscope.probe.pinning import tap_pin_thread
 from loaderscope.probe.recorder import Recorder
 from loaderscope.ranks import encode_shard
-from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, batch_nbytes, new_ring, probed_worker_loop
+from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, new_ring, probed_worker_loop
 
 monotonic = time.monotonic
-DEATH_GRACE = 0.5  # seconds a worker whose pipe broke may take to become a zombie
+DEATH_GRACE = 1.0  # seconds a worker whose pipe broke may take to become a zombie
 
 
 class EpochCounter:
@@ -99,9 +100,10 @@ class _TaskInfo(dict):
 class _ProbedContext:
     """Stands in for the multiprocessing context so each worker is started with a status ring."""
 
-    def __init__(self, context: Any, readers: dict[int, RingReader]) -> None:
+    def __init__(self, context: Any, readers: dict[int, RingReader], inspect: Any) -> None:
         self._context = context
         self._readers = readers
+        self._inspect = inspect
 
     def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:  # noqa: N802
         if target is not _worker_loop:  # not a DataLoader worker: leave it alone
@@ -110,7 +112,8 @@ class _ProbedContext:
         fd, dump_path = tempfile.mkstemp(prefix="loaderscope-stack-", suffix=".txt")
         os.close(fd)
         self._readers[args[WORKER_ID_ARG]] = RingReader(args[WORKER_ID_ARG], ring, dump_path)
-        return self._context.Process(target=probed_worker_loop, args=(ring, dump_path, target, *args), **kwargs)
+        return self._context.Process(target=probed_worker_loop, args=(ring, dump_path, self._inspect, target, *args),
+                                     **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
@@ -173,7 +176,9 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         context = loader.multiprocessing_context
         if context is None:
             import torch.multiprocessing as context  # what torch uses by default
-        super().__init__(_LoaderView(loader, _ProbedContext(context, probe.readers)))
+        self._inspect = context.SimpleQueue()
+        self._liveness.inspect = self._inspect
+        super().__init__(_LoaderView(loader, _ProbedContext(context, probe.readers, self._inspect)))
 
     # `_task_info` is reassigned in every _reset; a property swaps in the observing dict.
     @property
@@ -246,9 +251,14 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         if "timed out" in str(exc):
             self._probe.note("timeout", seconds=self._timeout, workers=self._liveness.activity())
             return
-        deadline = monotonic() + (DEATH_GRACE if isinstance(exc, OSError) else 0)
+        # A broken pipe or a failed fd hand-over (OSError, EOFError) means a worker is exiting right now.
+        self._note_deaths(grace=DEATH_GRACE if isinstance(exc, (OSError, EOFError)) else 0.0)
+
+    def _note_deaths(self, grace: float = 0.0) -> None:
+        """Report workers that died (waiting up to ``grace`` s for one whose pipe already broke)."""
+        deadline = monotonic() + grace
         self._liveness.check_deaths()
-        while not self._liveness.dead and monotonic() < deadline:  # the pipe broke before the exit
+        while not self._liveness.dead and monotonic() < deadline:
             time.sleep(0.01)
             self._liveness.check_deaths()
         for worker_id, process in enumerate(self._workers):  # reaped by torch before the probe saw it
@@ -266,12 +276,18 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
 
     def _shutdown_workers(self) -> None:
         self._probe.unwatch(self._liveness.tick)  # from here on, workers exiting is expected
+        if not self._exited and getattr(self, "_workers", None) is not None:
+            self._note_deaths()  # a death torch raised about outside _get_data
         super()._shutdown_workers()
         if not self._exited and getattr(self, "_workers", None) is not None:
             self._exited = True
+            self._liveness.take_batch_info()
+            self._inspect.close()
             for reader in self._probe.readers.values():
                 _remove(reader.dump_path)
-            self._epochs.end(abandoned=True)
+            # torch shuts workers down before raising StopIteration: an epoch is abandoned only
+            # if tasks are still in flight (a `break`, an error, the iterator dropped mid-epoch).
+            self._epochs.end(abandoned=bool(self._task_info))
             for worker_id, process in enumerate(self._workers):
                 self._probe.note("worker_exit", worker=worker_id, pid=process.pid, exitcode=process.exitcode)
 
@@ -324,12 +340,15 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
             self._probe.note("error", idx=idx, worker=0, **_main_exception_fields(exc))
             raise
         end = monotonic()
-        record("fetch_end", end, 0, idx, end - start, batch_nbytes(data))
+        total, pickled = sizes(data)
+        record("fetch_end", end, 0, idx, end - start, total, pickled)
+        if idx < 3:  # in-process nothing crosses a process boundary: structure only
+            self._probe.note_at("batch_info", end, idx=idx, worker=0, structure=describe(data), pickle_bytes=0)
         if self._pin_memory:
             self._probe.note_at("pin_start", end, idx=idx)
             data = pin_memory(data, self._pin_memory_device)
             pinned = monotonic()
-            self._probe.note_at("pin_end", pinned, idx=idx, dt=pinned - end, nbytes=batch_nbytes(data),
+            self._probe.note_at("pin_end", pinned, idx=idx, dt=pinned - end, nbytes=total,
                                 pinned=is_pinned(data))
         record("arrive", monotonic(), idx, 0)
         return data

@@ -47,18 +47,25 @@ class Liveness:
         self._reported: dict[Any, float] = {}  # (who, task) -> when its stack was last sent
         self.consumer_thread = threading.get_ident()
         self.next_started: float | None = None  # set while the consumer is inside next()
+        self.inspect: Any = None  # the workers' batch descriptions (a SimpleQueue), if any
 
     @property
     def readers(self) -> dict[int, RingReader]:
         return self.recorder.readers
 
     def tick(self) -> None:
+        self.take_batch_info()
         self.check_deaths()
         threshold = self.rule.threshold([dt for r in self.readers.values() for dt in r.recent])
         for reader in list(self.readers.values()):
             if reader.worker not in self.dead:
                 self._check_worker(reader, threshold)
         self._check_consumer(threshold)
+
+    def take_batch_info(self) -> None:
+        inspect = self.inspect
+        while inspect is not None and not inspect.empty():
+            self.recorder.note("batch_info", **inspect.get())
 
     def _due(self, key: Any, now: float) -> bool:
         last = self._reported.get(key)

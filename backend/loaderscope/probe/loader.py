@@ -10,6 +10,7 @@ import os
 import platform
 import socket
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -92,6 +93,7 @@ class ProbeMixin(DataLoader[T_co]):
     _probe_epochs: EpochCounter
     _probe_meta: dict[str, Any]
     _probe_started: bool
+    _probe_iterators: weakref.WeakSet[Any]
 
     def _init_probe(self, sink: Sink, *, run_id: str | None, rank: int | None, meta: dict[str, Any]) -> None:
         if rank is None:
@@ -100,9 +102,12 @@ class ProbeMixin(DataLoader[T_co]):
         # object.__setattr__: DataLoader.__setattr__ guards some names after init, not ours, but
         # going around it keeps the probe invisible to subclasses that override __setattr__ too.
         object.__setattr__(self, "_probe", recorder)
+        weakref.finalize(self, recorder.close)  # a loader dropped without close() still stops its thread
         object.__setattr__(self, "_probe_epochs", EpochCounter(recorder))
         object.__setattr__(self, "_probe_meta", meta)
         object.__setattr__(self, "_probe_started", False)
+        # weakly: torch shuts workers down when the training loop drops its iterator
+        object.__setattr__(self, "_probe_iterators", weakref.WeakSet())
 
     def _start_probe(self) -> None:
         if self._probe_started:
@@ -130,10 +135,12 @@ class ProbeMixin(DataLoader[T_co]):
     def _get_iterator(self) -> Any:
         self._start_probe()
         rule = StuckRule(self._probe_meta.get("stuck_after"))
-        if self.num_workers == 0:  # type: ignore[attr-defined]
+        if self.num_workers == 0:
             return ProbedSingleProcessIter(self, self._probe, self._probe_epochs, rule)
-        self.check_worker_number_rationality()  # type: ignore[attr-defined]
-        return ProbedMultiProcessIter(self, self._probe, self._probe_epochs, rule)
+        self.check_worker_number_rationality()
+        iterator = ProbedMultiProcessIter(self, self._probe, self._probe_epochs, rule)
+        self._probe_iterators.add(iterator)
+        return iterator
 
     @property
     def run_id(self) -> str:
@@ -148,8 +155,7 @@ class ProbeMixin(DataLoader[T_co]):
         if getattr(self, "_probe_closed", False):
             return
         object.__setattr__(self, "_probe_closed", True)
-        iterator = getattr(self, "_iterator", None)
-        if iterator is not None:
+        for iterator in list(self._probe_iterators):  # e.g. one a traceback still holds after an error
             iterator._shutdown_workers()
         if self._probe_started:
             self._probe.drain_all()  # the workers' last records belong before run_end

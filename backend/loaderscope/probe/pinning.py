@@ -10,25 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from loaderscope.probe.batchinfo import is_pinned, sizes
 from loaderscope.probe.recorder import Recorder
-from loaderscope.probe.worker import batch_nbytes
-
-
-def first_tensor(data: Any) -> Any:
-    if hasattr(data, "is_pinned"):
-        return data
-    values = data.values() if isinstance(data, dict) else data if isinstance(data, (list, tuple)) else ()
-    for item in values:
-        found = first_tensor(item)
-        if found is not None:
-            return found
-    return None
-
-
-def is_pinned(data: Any) -> bool | None:
-    """Whether the batch's (first) tensor is in page-locked memory; None if it holds no tensor."""
-    tensor = first_tensor(data)
-    return None if tensor is None else bool(tensor.is_pinned())
 
 
 def tap_pin_thread(in_queue: Any, out_queue: Any, probe: Recorder) -> None:
@@ -47,7 +30,7 @@ def tap_pin_thread(in_queue: Any, out_queue: Any, probe: Recorder) -> None:
         idx, data = item
         if type(idx) is int:
             now = time.monotonic()
-            probe.note_at("pin_end", now, idx=idx, dt=now - started.pop(idx, now), nbytes=batch_nbytes(data),
+            probe.note_at("pin_end", now, idx=idx, dt=now - started.pop(idx, now), nbytes=sizes(data)[0],
                           pinned=is_pinned(data))
         put(item, *args, **kwargs)
 

@@ -8,8 +8,10 @@ list. A sink that raises or is slow never breaks the training loop: its errors a
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -32,9 +34,10 @@ def _fetch_start(q: int, t: float, r: str, k: int, worker: int, idx: int, n: int
     return {"seq": q, "t": t, "run": r, "rank": k, "kind": "fetch_start", "worker": worker, "idx": idx, "n": n}
 
 
-def _fetch_end(q: int, t: float, r: str, k: int, worker: int, idx: int, dt: float, nbytes: int) -> Event:
+def _fetch_end(q: int, t: float, r: str, k: int, worker: int, idx: int, dt: float, nbytes: int,
+               pickled: int) -> Event:
     return {"seq": q, "t": t, "run": r, "rank": k, "kind": "fetch_end", "worker": worker, "idx": idx, "dt": dt,
-            "nbytes": nbytes}
+            "nbytes": nbytes, "pickled": pickled}
 
 
 def _arrive(q: int, t: float, r: str, k: int, idx: int, worker: int) -> Event:
@@ -59,6 +62,20 @@ HOT: dict[str, Callable[..., Event]] = {
     "dispatch": _dispatch, "fetch_start": _fetch_start, "fetch_end": _fetch_end, "arrive": _arrive,
     "buffer": _buffer, "yield": _yield, "skip": _skip,
 }
+
+
+_running: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Flush and stop every probe thread before the interpreter tears down.
+
+    A daemon thread still reading a worker's shared-memory ring while the interpreter frees it
+    would crash the process at exit; and what was recorded should reach the sink anyway.
+    """
+    for recorder in list(_running):
+        recorder.close()
 
 
 class Recorder:
@@ -121,6 +138,7 @@ class Recorder:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="loaderscope-probe", daemon=True)
             self._thread.start()
+            _running.add(self)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -131,9 +149,10 @@ class Recorder:
                     self.sink_errors += 1
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, rings: bool = True) -> None:
         """Drain rings and pending records into numbered events and hand them to the sink."""
-        self.drain_all()
+        if rings:
+            self.drain_all()
         with self._flush_lock:
             pending = self.pending
             records = [pending.popleft() for _ in range(len(pending))]
@@ -158,7 +177,8 @@ class Recorder:
         return events
 
     def close(self) -> None:
+        _running.discard(self)
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
-        self.flush()
+        self.flush(rings=False)  # after run_end: nothing a stray worker writes now belongs to the run

@@ -18,7 +18,7 @@ import orjson
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from loaderscope.events import Event
+from loaderscope.events import Event, encode_frame
 
 BUFFER_EVENTS = 200_000
 FRAME_EVENTS = 1000
@@ -99,7 +99,7 @@ class StreamSink:
             frame = [self.buffer.popleft() for _ in range(min(FRAME_EVENTS, len(self.buffer)))]
             if frame:
                 try:
-                    ws.send(orjson.dumps(frame, default=str).decode())
+                    ws.send(encode_frame(frame).decode())
                 except (OSError, ConnectionClosed):
                     self.buffer.extendleft(reversed(frame))  # keep them for the next connection
                     raise

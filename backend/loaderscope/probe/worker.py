@@ -19,12 +19,14 @@ from collections.abc import Callable
 from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
+from loaderscope.probe.batchinfo import sizes, transfer
 from loaderscope.probe.stacks import install_in_worker
 
 # Status slot layout (indices into the shared array).
-WRITES, STATE, CUR_IDX, CUR_START, CUR_POS, PID, MAIN_THREAD, CUR_SAMPLE = range(8)
-HEADER = 8
-RECORD = 4  # code, idx, time, value
+WRITES, STATE, CUR_IDX, CUR_START, CUR_POS, PID, MAIN_THREAD, CUR_SAMPLE, WORKER = range(9)
+HEADER = 9
+INSPECT_BATCHES = 3  # batches per worker described in full for the inspector
+RECORD = 5  # code, idx, time, value, value2
 CAPACITY = 512  # records per worker; the main process drains on every arrival, so this never fills
 IDLE, FETCHING, EXHAUSTED = 0.0, 1.0, 2.0  # EXHAUSTED: an iterable shard ran out this epoch
 CODE_START, CODE_END = 1.0, 2.0
@@ -36,26 +38,15 @@ def new_ring() -> Ring:
     return RawArray("d", HEADER + CAPACITY * RECORD)
 
 
-def _write(ring: Ring, code: float, idx: int, t: float, value: float) -> None:
+def _write(ring: Ring, code: float, idx: int, t: float, value: float, value2: float = 0.0) -> None:
     count = int(ring[WRITES])
     base = HEADER + (count % CAPACITY) * RECORD
     ring[base] = code
     ring[base + 1] = idx
     ring[base + 2] = t
     ring[base + 3] = value
+    ring[base + 4] = value2
     ring[WRITES] = count + 1  # published last: a reader never sees a half-written record
-
-
-def batch_nbytes(data: Any) -> int:
-    """Bytes of tensor and array payload in a (possibly nested) batch."""
-    nbytes = getattr(data, "nbytes", None)
-    if isinstance(nbytes, int):
-        return nbytes
-    if isinstance(data, (list, tuple)):
-        return sum(batch_nbytes(item) for item in data)
-    if isinstance(data, dict):
-        return sum(batch_nbytes(item) for item in data.values())
-    return 0
 
 
 class _Progress(list):  # type: ignore[type-arg]
@@ -112,19 +103,35 @@ class _IndexQueueTap:
 
 
 class _ResultQueueTap:
-    """Wraps the shared result queue: a result handed to ``put`` is a fetch that ended."""
+    """Wraps the shared result queue: a result handed to ``put`` is a fetch that ended.
 
-    def __init__(self, queue: Any, ring: Ring) -> None:
+    The first few batches of each worker are also described in full (structure, pickled size and
+    time) for the batch inspector, through ``inspect`` (a SimpleQueue the probe thread drains).
+    """
+
+    def __init__(self, queue: Any, ring: Ring, inspect: Any) -> None:
         self._queue = queue
         self._ring = ring
+        self._inspect = inspect
+        self._sampled = 0
 
     def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
         idx, data = item
         if type(idx) is int:
             ring = self._ring
-            _write(ring, CODE_END, idx, time.monotonic(), batch_nbytes(data))
+            total, pickled = sizes(data)
+            _write(ring, CODE_END, idx, time.monotonic(), total, pickled)
+            if self._inspect is not None and self._sampled < INSPECT_BATCHES and total:
+                self._sampled += 1
+                self._describe(idx, data)
             ring[STATE] = EXHAUSTED if type(data).__name__ == "_IterableDatasetStopIteration" else IDLE
         self._queue.put(item, *args, **kwargs)
+
+    def _describe(self, idx: int, data: Any) -> None:
+        try:
+            self._inspect.put({"idx": idx, "worker": int(self._ring[WORKER]), **transfer(data)})
+        except Exception:  # the inspector must never take the user's worker down
+            self._inspect = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._queue, name)
@@ -134,14 +141,15 @@ class _ResultQueueTap:
 INDEX_QUEUE_ARG, RESULT_QUEUE_ARG, WORKER_ID_ARG = 2, 3, 10
 
 
-def probed_worker_loop(ring: Ring, dump_path: str, worker_loop: Callable[..., None], *args: Any) -> None:
+def probed_worker_loop(ring: Ring, dump_path: str, inspect: Any, worker_loop: Callable[..., None], *args: Any) -> None:
     """Process target for a worker: torch's own loop, with its two queues tapped."""
     ring[PID] = os.getpid()
+    ring[WORKER] = args[WORKER_ID_ARG]
     ring[MAIN_THREAD] = threading.get_ident()
     install_in_worker(dump_path)
     tapped = list(args)
     tapped[INDEX_QUEUE_ARG] = _IndexQueueTap(args[INDEX_QUEUE_ARG], ring)
-    tapped[RESULT_QUEUE_ARG] = _ResultQueueTap(args[RESULT_QUEUE_ARG], ring)
+    tapped[RESULT_QUEUE_ARG] = _ResultQueueTap(args[RESULT_QUEUE_ARG], ring, inspect)
     worker_loop(*tapped)
 
 
@@ -166,6 +174,7 @@ class RingReader:
         while self.read < written:
             base = HEADER + (self.read % CAPACITY) * RECORD
             code, idx, t, value = ring[base], int(ring[base + 1]), ring[base + 2], ring[base + 3]
+            value2 = ring[base + 4]
             self.read += 1
             if code == CODE_START:
                 self._starts[idx] = t
@@ -173,7 +182,7 @@ class RingReader:
             else:
                 start = self._starts.pop(idx, t)
                 self.recent.append(t - start)
-                out(("fetch_end", t, self.worker, idx, t - start, int(value)))
+                out(("fetch_end", t, self.worker, idx, t - start, int(value), int(value2)))
 
     def current(self) -> dict[str, Any] | None:
         """What the worker fetches right now (task, sample position and index, elapsed), else None."""

@@ -49,7 +49,8 @@ class ControlRequest(BaseModel):
 
 
 def manager_of(request: Request) -> RunManager:
-    return request.app.state.manager
+    manager: RunManager = request.app.state.manager
+    return manager
 
 
 def refused(exc: RunRefused) -> JSONResponse:

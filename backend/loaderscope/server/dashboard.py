@@ -85,12 +85,13 @@ def serve(
 
     async def on_started(manager: RunManager) -> None:
         opened = [manager.replay(path).id for path in recorded]
-        for path, run_id in zip(recorded, opened):
-            print(f"loaderscope: {path} opened as run {run_id}", flush=True)
-        run_id = (await manager.start(demo, demo_mode, demo_params or {})).id if demo is not None else None
-        if run_id is not None:
-            print(f"loaderscope: demo run {run_id} started ({demo})", flush=True)
-        announce(config, directory, run_id or (opened[0] if opened else None), open_browser)
+        for path, replayed in zip(recorded, opened, strict=True):
+            print(f"loaderscope: {path} opened as run {replayed}", flush=True)
+        shown = opened[0] if opened else None
+        if demo is not None:
+            shown = (await manager.start(demo, demo_mode, demo_params or {})).id
+            print(f"loaderscope: demo run {shown} started ({demo})", flush=True)
+        announce(config, directory, shown, open_browser)
 
     app = create_app(config, on_started=on_started)
     server = uvicorn.Server(uvicorn.Config(

@@ -14,7 +14,9 @@ from pydantic import BaseModel
 _NO_SCOPE = ("body",)  # FastAPI's location prefix for JSON bodies says nothing to a user
 
 
-def field_problems(errors: Sequence[Any], model: type[BaseModel] | None = None, prefix: str = "") -> list[dict[str, Any]]:
+def field_problems(
+    errors: Sequence[Any], model: type[BaseModel] | None = None, prefix: str = ""
+) -> list[dict[str, Any]]:
     """One entry per pydantic error: ``{"field", "message", "allowed"}``."""
     problems = []
     for err in errors:

@@ -32,15 +32,11 @@ def spawn(argv: list[str], *, token: str, log_path: Path | None) -> subprocess.P
     """
     command = [sys.executable, "-m", "loaderscope.server.runproc", *argv]
     env = {**os.environ, TOKEN_ENV: token}
-    log = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
-    try:
+    with open(log_path or os.devnull, "ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
             command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
         )
-    finally:
-        if log_path is not None:
-            log.close()  # type: ignore[union-attr]  (the child holds its own copy)
 
 
 def signal_group(pgid: int, sig: int) -> bool:

@@ -87,7 +87,7 @@ class Run:
     error: str | None = None
     dropped: int = 0  # events the producer reported (or its seq showed) as lost before reaching us
     last_producer_seq: int | None = None
-    log_path: Any = None
+    log_path: Path | None = None
 
     def __post_init__(self) -> None:
         self.producer_gone.set()

@@ -130,18 +130,20 @@ def host_name(host: str) -> str:
     return host
 
 
+def _query(scope: Scope) -> list[tuple[str, str]]:
+    raw: bytes = scope.get("query_string", b"")
+    return parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+
+
 def query_token(scope: Scope) -> str | None:
-    for key, value in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True):
-        if key == "token":
-            return value
-    return None
+    return next((value for key, value in _query(scope) if key == "token"), None)
 
 
 def without_token(scope: Scope) -> str:
     """The request's path and query with the token removed (where the page redirects to)."""
-    pairs = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-             if k != "token"]
-    return scope["path"] + (f"?{urlencode(pairs)}" if pairs else "")
+    pairs = [(k, v) for k, v in _query(scope) if k != "token"]
+    path: str = scope["path"]
+    return path + (f"?{urlencode(pairs)}" if pairs else "")
 
 
 def security_headers(host: str) -> list[tuple[bytes, bytes]]:

@@ -3,8 +3,9 @@
 The format is the ◆ trace format of ``loaderscope.trace`` (JSON Lines): a header line
 ``{"format": "loaderscope-trace", "version": 1, "run": ..., ...}`` then one event per line, in seq
 order from 0; ``trace.read_trace`` reads it. What this adds to ``trace.TraceWriter``: an offset
-index, so the store can read any seq range back while the run goes on. Writing everything (not only what memory evicts) keeps the file a complete record
-at all times, so the store can drop old events from memory and still answer for them.
+index, so the store can read any seq range back while the run goes on. Writing everything (not
+only what memory evicts) keeps the file a complete record at all times, so the store can drop old
+events from memory and still answer for them.
 """
 
 from __future__ import annotations

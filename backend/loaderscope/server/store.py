@@ -79,7 +79,8 @@ class EventLog:
         self.next_seq = seq
         self._tail.extend(lines)
         if self.spill is not None:
-            self._guard(lambda: self.spill.write_many(lines))  # type: ignore[union-attr]
+            spill = self.spill
+            self._guard(lambda: spill.write_many(lines))
         self._evict()
         return len(lines)
 

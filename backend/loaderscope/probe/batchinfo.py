@@ -1,0 +1,88 @@
+"""What a batch is made of and how it crosses from a worker to the main process.
+
+Tensors travel through shared memory (torch's multiprocessing reductions pickle only a handle,
+like torch.save's persistent ids, seed 002); everything else — numpy arrays, lists of numbers,
+strings — is pickled by value through the result queue's pipe. ``sizes`` tells the two apart
+cheaply for every batch; ``describe`` gives the full structure for the few batches the inspector
+samples, with a few values of small leaves, never the whole batch.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+SMALL_LEAF = 8  # leaves with at most this many elements show their values
+
+
+def sizes(data: Any) -> tuple[int, int]:
+    """(payload bytes, of which pickled by value) of a (possibly nested) batch."""
+    if hasattr(data, "untyped_storage"):  # a tensor: shared memory
+        return data.nbytes, 0
+    nbytes = getattr(data, "nbytes", None)
+    if isinstance(nbytes, int):  # a numpy array or a bytes-like object: pickled
+        return nbytes, nbytes
+    if isinstance(data, (bytes, bytearray, str)):
+        return len(data), len(data)
+    items = data.values() if isinstance(data, dict) else data if isinstance(data, (list, tuple)) else ()
+    total = pickled = 0
+    for item in items:
+        t, p = sizes(item)
+        total, pickled = total + t, pickled + p
+    return total, pickled
+
+
+def first_tensor(data: Any) -> Any:
+    if hasattr(data, "is_pinned"):
+        return data
+    values = data.values() if isinstance(data, dict) else data if isinstance(data, (list, tuple)) else ()
+    for item in values:
+        found = first_tensor(item)
+        if found is not None:
+            return found
+    return None
+
+
+def is_pinned(data: Any) -> bool | None:
+    """Whether the batch's (first) tensor is in page-locked memory; None if it holds no tensor."""
+    tensor = first_tensor(data)
+    return None if tensor is None else bool(tensor.is_pinned())
+
+
+def _leaf(data: Any) -> dict[str, Any]:
+    leaf: dict[str, Any] = {"type": type(data).__name__}
+    if hasattr(data, "untyped_storage"):
+        leaf |= {"shape": list(data.shape), "dtype": str(data.dtype).removeprefix("torch."), "bytes": data.nbytes,
+                 "shared": bool(data.is_shared()), "pinned": bool(data.is_pinned()), "via": "shared memory"}
+        if data.numel() <= SMALL_LEAF:
+            leaf["values"] = data.flatten().tolist()
+    elif hasattr(data, "dtype") and hasattr(data, "shape"):  # numpy
+        leaf |= {"shape": list(data.shape), "dtype": str(data.dtype), "bytes": int(data.nbytes), "via": "pickle"}
+        if data.size <= SMALL_LEAF:
+            leaf["values"] = data.flatten().tolist()
+    else:
+        text = repr(data)
+        leaf |= {"via": "pickle", "value": text if len(text) <= 80 else text[:77] + "..."}
+    return leaf
+
+
+def describe(data: Any, depth: int = 0) -> dict[str, Any]:
+    """The batch's structure as collated: dicts, lists and tuples down to leaves."""
+    if depth > 8:
+        return {"type": type(data).__name__, "value": "..."}
+    if isinstance(data, dict):
+        return {"type": "dict", "items": {str(k): describe(v, depth + 1) for k, v in list(data.items())[:32]}}
+    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+        return {"type": type(data).__name__, "length": len(data), "items": [describe(v, depth + 1) for v in data[:16]]}
+    if isinstance(data, tuple):  # a namedtuple
+        return {"type": type(data).__name__, "items": {k: describe(getattr(data, k), depth + 1) for k in data._fields}}
+    return _leaf(data)
+
+
+def transfer(data: Any) -> dict[str, Any]:
+    """Structure plus what pickling this batch for the result queue costs (size and time)."""
+    from multiprocessing.reduction import ForkingPickler  # torch registers its tensor reductions here
+
+    start = time.perf_counter()
+    pickled = len(ForkingPickler.dumps(data))
+    return {"structure": describe(data), "pickle_bytes": pickled, "pickle_s": time.perf_counter() - start}
