@@ -247,7 +247,7 @@ def test_throughput_ingest_to_viewer(start_server: Any, capsys: Any) -> None:
         total = batches_count * 5 + 3
         received = threading.Event()
 
-        def view(run_id: str = run_id, total: int = total) -> None:
+        def view(run_id: str = run_id, total: int = total, received: threading.Event = received) -> None:
             count = 0
             with server.connect(f"/ws/runs/{run_id}?after=-1") as ws:
                 while count < total:
