@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.server.dashboard import checked_trace
 from loaderscope.trace import read_trace, write_trace
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, launch
 
 
 def batches(count: int, *, start: int = 0, workers: int = 4, header: bool | None = None) -> Iterator[dict[str, Any]]:
@@ -169,8 +169,16 @@ def test_viewer_errors_have_clear_close_codes(server: LiveServer) -> None:
         assert closed_with(ws)[0] == 1007
 
 
-def test_a_late_joiner_far_behind_is_told_to_resync_and_rest_has_it_all(start_server: Any) -> None:
-    server = start_server(memory_events=2000, max_lag=1000)
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A dashboard with little memory per run: 2000 events held, viewers resync past 1000 behind."""
+    live = launch(tmp_path_factory.mktemp("small"), memory_events=2000, max_lag=1000)
+    yield live
+    live.stop()
+
+
+def test_a_late_joiner_far_behind_is_told_to_resync_and_rest_has_it_all(small: LiveServer) -> None:
+    server = small
     produce(server, "long-1", frames(batches(1000), 1000), end=False)  # 5002 events
     wait_events(server, "long-1", 5002)
     with server.connect("/ws/runs/long-1?after=99") as ws:
@@ -206,9 +214,9 @@ def test_without_recording_evicted_events_are_reported_as_a_gap(start_server: An
         assert http.get("/api/runs/short-1/trace").status_code == 410
 
 
-def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(start_server: Any) -> None:
+def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(small: LiveServer) -> None:
     """The stalled viewer does not read for a while; afterwards frames + resync ranges cover every seq once."""
-    server = start_server(memory_events=5000, max_lag=5000)
+    server = small
     total = 5 * 40_000 + 3
     produce(server, "stall-1", frames(batches(0), 10), end=False)  # run_start, epoch_start
     with server.connect("/ws/runs/stall-1?after=-1") as viewer:  # not read until the producer is done
@@ -236,9 +244,8 @@ def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(sta
     assert produced_in < 30
 
 
-def test_throughput_ingest_to_viewer(start_server: Any, capsys: Any) -> None:
+def test_throughput_ingest_to_viewer(server: LiveServer, capsys: Any) -> None:
     """events/s from a producer through the store to a websocket viewer (LOADERSCOPE_BENCH_EVENTS to scale)."""
-    server = start_server()
     batches_count = int(os.environ.get("LOADERSCOPE_BENCH_EVENTS", "50000")) // 5
     results = []
     for frame in (100, 1000):
@@ -353,10 +360,10 @@ class CheckingViewer:
             self.fetched += len(page["events"])
 
 
-def test_soak_a_long_run_with_a_live_and_a_stalled_viewer(start_server: Any, capsys: Any) -> None:
+def test_soak_a_long_run_with_a_live_and_a_stalled_viewer(small: LiveServer, capsys: Any) -> None:
     """LOADERSCOPE_SOAK_EVENTS=1000000 for the issue-7 soak; the default keeps the suite light."""
     count = int(os.environ.get("LOADERSCOPE_SOAK_EVENTS", "150000")) // 5
-    server = start_server(memory_events=20_000, max_lag=20_000)
+    server = small
     produce(server, "soak-1", frames(batches(0), 10), end=False)
     viewers = [CheckingViewer(server, "soak-1", events_per_s=200_000),
                CheckingViewer(server, "soak-1", events_per_s=None, stalled=3.0)]
@@ -382,5 +389,5 @@ def test_soak_a_long_run_with_a_live_and_a_stalled_viewer(start_server: Any, cap
         print(f"\n  soak: {total} events ingested in {ingest_s:.1f} s ({total / ingest_s:,.0f}/s); server RSS "
               f"{rss_before / 1024:.0f} -> {rss_after / 1024:.0f} MiB; live viewer resyncs {viewers[0].resyncs}, "
               f"stalled viewer resyncs {viewers[1].resyncs} ({viewers[1].fetched} events over REST)")
-    # 20k events in memory (~3 MiB) plus the reducer's per-batch statistics; all events would be ~100x that.
+    # 2000 events in memory plus the reducer's per-batch statistics; holding every event would be ~100x that.
     assert growth_mib < 40 + total * 40 / 1024 / 1024

@@ -218,7 +218,7 @@ def test_listings(server: LiveServer, path: str) -> None:
 
 
 def test_demo_starts_its_run_and_server_exit_ends_every_run_process(start_server: Any) -> None:
-    server = start_server(demo="uniform", demo_params={"num_workers": 2, "batch_size": 1, "dataset_size": 8,
+    server = start_server(use_launcher=False, demo="uniform", demo_params={"num_workers": 2, "batch_size": 1, "dataset_size": 8,
                                                        "sample_ms": 5000.0})
     run_id = re.search(r"loaderscope dashboard: http://\S+&run=(\w+)", server.output()).group(1)  # type: ignore[union-attr]
     pids = wait_for(lambda: len(worker_pids(server, run_id)) == 2 and worker_pids(server, run_id), what="workers")
@@ -231,7 +231,7 @@ def test_demo_starts_its_run_and_server_exit_ends_every_run_process(start_server
 
 def test_a_killed_dashboard_leaves_no_run_process_behind(start_server: Any) -> None:
     """The dashboard dies hard (no shutdown): a run stuck in next() ends itself and its workers."""
-    server = start_server(env={"LOADERSCOPE_ORPHAN_GRACE": "1"})
+    server = start_server(use_launcher=False, env={"LOADERSCOPE_ORPHAN_GRACE": "1"})
     run = server.start_run("uniform", num_workers=2, batch_size=1, dataset_size=8, sample_ms=5000.0)
     pids = wait_for(lambda: len(worker_pids(server, run["id"])) == 2 and worker_pids(server, run["id"]),
                     what="two workers")
