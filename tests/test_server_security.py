@@ -6,6 +6,8 @@ request once with the right value (accepted) and once with the wrong one (refuse
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -98,3 +100,19 @@ def test_the_token_is_printed_once_and_never_logged(server: LiveServer) -> None:
     output = server.output()
     assert "token=[redacted]" in output
     assert output.count(server.token) == 1, "only the printed URL may hold the token"
+
+
+def test_an_allowed_origin_gets_cors_answers_and_others_do_not(start_server: Any) -> None:
+    dev = "http://localhost:5173"
+    server = start_server(allow_origins=[dev])
+    preflight = httpx.options(f"{server.url}/api/runs", headers={
+        "origin": dev, "access-control-request-method": "POST", "access-control-request-headers": "authorization"})
+    assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == dev
+    answer = httpx.get(f"{server.url}/api/runs", headers={**server.headers, "origin": dev})
+    assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == dev
+    assert httpx.get(f"{server.url}/api/runs", headers={"origin": dev}).status_code == 401  # still needs the token
+    evil = httpx.options(f"{server.url}/api/runs", headers={
+        "origin": "http://evil.example", "access-control-request-method": "POST"})
+    assert evil.status_code == 403
+    with server.connect("/ws/ingest", origin=dev) as ws:
+        assert "hello" in ws.recv(timeout=5)

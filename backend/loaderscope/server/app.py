@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
 import loaderscope
@@ -57,6 +58,9 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
                   docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.state.manager = manager
     app.state.config = config
+    if config.allow_origins:  # pages served elsewhere (a dev server, a proxy) calling with the token
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.allow_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["authorization", "content-type"])
     app.include_router(api.router)
     app.add_exception_handler(RequestValidationError, _validation_error)
     _websockets(app, manager)

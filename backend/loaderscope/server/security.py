@@ -78,7 +78,7 @@ class Policy:
         )
 
     def check_token(self, scope: Scope, headers: dict[str, str]) -> Rejection | None:
-        if not needs_token(scope["path"]):
+        if not needs_token(scope["path"]) or _is_preflight(scope, headers):
             return None
         given = self.token_of(scope, headers)
         if given is None:
@@ -206,6 +206,14 @@ class Guard:
         ]
         await send({"type": "http.response.start", "status": 303, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
+
+
+def _is_preflight(scope: Scope, headers: dict[str, str]) -> bool:
+    """A CORS preflight carries no credentials; the app's CORS middleware answers it, no route runs.
+
+    Only origins that passed check_origin get here, and only allow_origins get a CORS answer.
+    """
+    return scope.get("method") == "OPTIONS" and "access-control-request-method" in headers
 
 
 def _is_page_with_token(scope: Scope) -> bool:
