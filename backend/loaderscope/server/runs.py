@@ -231,18 +231,19 @@ class RunManager:
         return run
 
     async def _launch(self, argv: list[str], log_path: Path | None) -> Any:
-        """Fork from the preloaded launcher; start a fresh interpreter if there is none (yet).
+        """Fork from the preloaded launcher; start a fresh interpreter if it is gone.
 
-        The launcher is started with the first run, not with the server: a dashboard that never
-        starts runs (one that ``watch()`` opened, or a replay) should not hold torch in memory.
+        The launcher starts with the first run, not with the server: a dashboard that never starts
+        runs (one that ``watch()`` opened, or a replay) should not hold torch in memory. The first
+        run waits for its imports, which it would have spent in a fresh interpreter anyway.
         """
+        if self.launcher is None and self.config.use_launcher:
+            self.launcher = Launcher({**os.environ, process.TOKEN_ENV: self.config.token})
         if self.launcher is not None and self.launcher.alive:
             try:
                 return await self.launcher.spawn(argv, log_path)
             except OSError:
                 pass  # a launcher that died: the slow way still works
-        elif self.launcher is None and self.config.use_launcher:
-            self.launcher = Launcher({**os.environ, process.TOKEN_ENV: self.config.token})
         return process.spawn(argv, token=self.config.token, log_path=log_path)
 
     def replay(self, path: Path) -> Run:
