@@ -10,15 +10,17 @@
 /** @typedef {{x:number, y:number, w:number, h:number}} Rect */
 
 export const MIN_WIDTH = 940;
-export const MIN_WIDTH_PIN = 1060;
+export const MIN_WIDTH_PIN = 1100;
 const M = 12; // outer margin
 const TITLE = 30; // column titles (and a hint line under them)
-const COL = { sampler: 132, result: 96, pin: 100, buffer: 150, consumer: 138 };
-const GAP = { toLanes: 28, toResult: 26, toPin: 26, toBuffer: 30, toConsumer: 30 };
+const WIDE = { sampler: 132, result: 96, pin: 0, buffer: 150, consumer: 138 };
+// with the pin column, the columns right of the workers give up a little room so the index queues keep theirs
+const NARROW = { sampler: 132, result: 86, pin: 92, buffer: 136, consumer: 128 };
+const GAP = { toLanes: 28, toResult: 26, toPin: 24, toBuffer: 26, toConsumer: 26 };
 const PIN_THREAD_H = 74; // the pin thread's box (one task at a time) above the pinned queue
 const BYPASS = 30; // room above the reorder buffer for the in-order path
 const LABEL_W = 100; // lane label (worker name, status)
-const FETCH_W = 196; // current fetch: token, indices, elapsed
+const FETCH_W = [150, 196]; // current fetch (token, indices, elapsed): min, max
 
 const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
 
@@ -34,6 +36,7 @@ export function tokenSize(laneH, digits) {
  */
 export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = false, pin = 'none' }) {
   const hasPin = pin !== 'none';
+  const COL = hasPin ? NARROW : WIDE;
   const W = Math.max(width, hasPin ? MIN_WIDTH_PIN : MIN_WIDTH);
   const n = Math.max(lanes, 1);
   const top = M + TITLE;
@@ -73,11 +76,12 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const dispatcher = { x: samplerCol.x, y: top + samplerH + 16, w: COL.sampler, h: Math.max(dispH, 40) };
 
   const laneRects = [];
+  const fetchW = clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
   for (let i = 0; i < n; i++) {
     const y = top + i * (laneH + laneGap);
     const rect = { x: lanesX, y, w: lanesW, h: laneH };
     const label = { x: lanesX, y, w: LABEL_W, h: laneH };
-    const fetch = { x: lanesX + lanesW - FETCH_W, y, w: FETCH_W, h: laneH };
+    const fetch = { x: lanesX + lanesW - fetchW, y, w: fetchW, h: laneH };
     const queue = { x: label.x + label.w + 4, y, w: fetch.x - (label.x + label.w) - 10, h: laneH };
     laneRects.push({ rect, label, queue, fetch });
   }
@@ -140,12 +144,13 @@ export function gridCapacity(r, t, header = 0) {
 }
 
 /** Header heights inside the boxes (room for "waiting for task N" and similar). */
-export const HEADER = { result: 8, buffer: 70, consumer: 60, pinThread: 30, pinned: 18 };
+export const HEADER = { result: 8, buffer: 70, consumer: 60, consumerSteps: 88, pinThread: 30, pinned: 18 };
 
 /** The result queue reads top to bottom in arrival order (oldest on top, taken first). */
 export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result, true);
 export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, HEADER.buffer);
-export const consumerSlot = (L, k) => gridSlot(L.consumer, L.token, k, HEADER.consumer);
+/** The consumer's history; its header grows when the training step reports timings (step events). */
+export const consumerSlot = (L, k, steps = false) => gridSlot(L.consumer, L.token, k, steps ? HEADER.consumerSteps : HEADER.consumer);
 /** The task the pin thread copies now (one at a time), and the pinned queue, oldest on top. */
 export const pinSlot = (L) => (L.pinThread ? { x: L.pinThread.x + 8, y: L.pinThread.y + HEADER.pinThread + 6 } : null);
 export const pinnedSlot = (L, k) => (L.pinned ? gridSlot(L.pinned, L.token, k, HEADER.pinned, true) : null);

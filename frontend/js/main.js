@@ -221,7 +221,7 @@ class App {
     if (wall - this.lastPanels > PANEL_MS || (applied && this.backlog() === 0 && wall - this.lastPanels > 50)) {
       this.lastPanels = wall;
       this.renderPanels();
-    }
+    } else this.panelsLater(PANEL_MS);
     const ms = performance.now() - start;
     const perf = this.perf;
     const split = perf.split;
@@ -236,6 +236,12 @@ class App {
     perf.frameMs.push(ms);
     if (perf.frameMs.length > 240) perf.frameMs.shift();
     if (this.backlog() > 0 || moving || clock.live || this.playing) this.wake();
+  }
+
+  /** Panels skipped by the throttle still show the last state: one more frame once it allows. */
+  panelsLater(ms) {
+    if (this.panelTimer) return;
+    this.panelTimer = setTimeout(() => { this.panelTimer = null; this.wake(); }, ms + 10);
   }
 
   backlog() {
@@ -283,12 +289,12 @@ class App {
     const dt = Math.min(0.25, Math.max(0, (now - this.lastPlayWall) / 1000));
     this.lastPlayWall = now;
     this.playT += dt * this.speed;
+    const complete = this.complete();
+    // while events are still coming, the playhead waits at the newest one instead of running ahead
+    if (!complete) this.playT = Math.min(this.playT, p.length ? p.table.t[p.length - 1] : 0);
     const target = p.rowAt(this.playT);
-    this.moveTo(target, false);
-    if (p.cursor >= p.length) {
-      if (this.complete()) this.playing = false;
-      else if (p.length) this.playT = Math.min(this.playT, p.table.t[p.length - 1]); // wait for more events
-    }
+    if (target !== p.cursor) this.moveTo(target, false);
+    if (p.cursor >= p.length && complete) this.playing = false;
   }
 
   /** Put the selected rank's cursor at row i, the other ranks at the same moment. */
@@ -386,7 +392,7 @@ class App {
     if (wall - this.lastSlowPanels > SLOW_PANEL_MS) {
       this.lastSlowPanels = wall;
       this.renderSlowPanels();
-    }
+    } else this.panelsLater(SLOW_PANEL_MS);
     const fm = this.perf.frameMs;
     if (fm.length) {
       const avg = fm.reduce((a, b) => a + b, 0) / fm.length;
@@ -581,6 +587,8 @@ class App {
     this.notes.render([]);
     this.timeline.invalidate();
     this.lastPanels = 0;
+    this.lastSlowPanels = 0;
+    this.ranksKey = '';
     this.wake();
   }
 
@@ -1021,7 +1029,8 @@ class App {
 
   key(ev) {
     const t = /** @type {HTMLElement} */ (ev.target);
-    if (t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable)) return;
+    const typing = t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
+    if (typing && t.id !== 'pb-scrub') return; // the scrubber takes the playback keys too
     if (!this.player.length || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const p = this.player;
     if (ev.key === ' ') (this.playing ? this.pause() : this.play());

@@ -18,6 +18,13 @@ export function recentRate(consumer, tNow, span = 2) {
   return window > 0 ? count / window : 0;
 }
 
+/** 1234567 -> "1.23M", 45678 -> "45.7k": counts that must fit a small box. */
+export function compact(n) {
+  if (n < 1e4) return String(n);
+  if (n < 1e6) return `${(n / 1e3).toFixed(n < 1e5 ? 1 : 0)}k`;
+  return `${(n / 1e6).toFixed(2)}M`;
+}
+
 /** "sample 2 of 4 (index 17)" for a stuck or dead worker's report, or ''. */
 export function sampleText(report, state) {
   if (!report || report.sample === undefined || report.sample === null) return '';
@@ -57,6 +64,7 @@ export class Counters {
 
   set(key, text, cls = '') {
     const c = this.cells.get(key);
+    if (text.length > 9) cls = `${cls} long`;
     if (c.last !== text + cls) {
       c.v.textContent = text;
       c.el.className = `counter ${cls}`;
@@ -79,7 +87,7 @@ export class Counters {
     const mbs = pinRate(state);
     this.set('pin', pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short, pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '');
     this.cells.get('pin').el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
-    this.set('epoch', `${Math.max(state.epoch, 0)} · ${eventCount}`);
+    this.set('epoch', `${Math.max(state.epoch, 0)} · ${compact(eventCount)}`);
   }
 }
 

@@ -219,7 +219,7 @@ export class PipelineView {
       if (out.has(k) || hidden.has(k)) continue;
       const lane = this.laneOf.get(task.worker) ?? 0;
       if (task.where === Where.FAILED) out.set(k, fetchSlot(L, lane));
-      else if (task.arrived !== null) out.set(k, { x: L.rcvdCursor.x + 8, y: L.rcvdCursor.y + L.rcvdCursor.h - L.token.h - 2 });
+      else if (task.arrived !== null) out.set(k, { x: L.rcvdCursor.x + L.rcvdCursor.w - L.token.w - 6, y: L.rcvdCursor.y + (L.rcvdCursor.h - L.token.h) / 2 }); // taken by next(), about to be handed out
       else if (task.where === Where.INDEX_QUEUE) hidden.add(k); // beyond the visible queue
       else out.set(k, fetchSlot(L, lane));
     }
@@ -367,10 +367,11 @@ export class PipelineView {
       moving = true;
     }
     // the consumer's history: the latest batches handed to the training loop, newest first
-    const cap = gridCapacity(L.consumer, L.token, HEADER.consumer);
+    const steps = state.steps > 0;
+    const cap = gridCapacity(L.consumer, L.token, steps ? HEADER.consumerSteps : HEADER.consumer);
     const tail = yielded.slice(-cap).reverse();
     tail.forEach(([, idx], i) => {
-      const p = consumerSlot(L, i);
+      const p = consumerSlot(L, i, steps);
       if (!p) return;
       ctx.globalAlpha = Math.max(0.25, 1 - i / cap);
       drawToken(ctx, p.x, p.y, L.token.w, L.token.h, idx, false, false);
@@ -470,7 +471,7 @@ export class PipelineView {
       let s = status;
       if (status === WorkerStatus.DIED) s = `DIED · ${w.signal || `exit ${w.exitcode}`}`;
       else if (status === WorkerStatus.STUCK) s = 'STUCK';
-      this.setText(el.status, `${s}\n${done} fetched`);
+      this.setText(el.status, `${s}${L.laneH < 50 ? ' · ' : '\n'}${done} fetched`);
       const task = w.current !== null ? state.tasks.get(w.current) : undefined;
       if (status === WorkerStatus.DIED) {
         const d = w.died ?? {};
@@ -519,7 +520,13 @@ export class PipelineView {
     }
     this.setText(this.consumerStat, `${state.batches} batches received`);
     const lastWait = state.batches ? lastConsumerWait(state) : null;
-    this.setText(this.consumerSub, lastWait === null ? '' : `waited ${fmtDuration(state.consumer_wait)} in all`);
+    let sub = lastWait === null ? '' : `waited ${fmtDuration(state.consumer_wait)} in all`;
+    if (state.steps) { // the training step reported its own timings (step events): where a batch's time goes
+      const per = 1 / state.steps;
+      sub += `\nper batch: copy to ${state.step_device ?? 'device'} ${fmtDuration(state.step_h2d * per)} · compute ${fmtDuration(state.step_compute * per)}`;
+      if (state.step_h2d_pageable) sub += ` · unpinned copy ${fmtDuration(state.step_h2d_pageable * per)}`;
+    }
+    this.setText(this.consumerSub, sub);
   }
 }
 

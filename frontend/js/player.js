@@ -7,21 +7,20 @@
 import { LoaderState } from './reducer.js';
 import { EventTable } from './event-table.js';
 
-// Scalar fields of LoaderState copied into and out of snapshots (everything not a collection).
-const SCALARS = [
-  'run', 'mode', 'config', 'scenario', 'meta', 'status', 'seq', 't', 'epoch', 'send_idx', 'rcvd_idx', 'outstanding',
-  'batches', 'epochs_done', 'out_of_order', 'buffer_high', 'outstanding_high', 'consumer_wait', 'head_of_line_wait',
-  'skipped', 'pin_bytes', 'pin_time', 'pin_wait', 'unpinned', 'fetched_bytes', 'pickled_bytes', 'first_t',
-  'last_yield_t', 'consumer_stuck', 'timeout',
-];
 // Lists that only ever grow during a run: a snapshot keeps their length, a restore slices `full`'s.
-const GROWING = ['yield_order', 'errors', 'notes', 'violations', 'batch_samples'];
+const GROWING = new Set(['yield_order', 'errors', 'notes', 'violations', 'batch_samples']);
+// Collections copied whole; every other field of LoaderState is a value (or an object the reducer
+// replaces rather than mutates: config, meta, the latest stuck/timeout events) and is shared.
+const COPIED = new Set(['tasks', 'workers', 'result_queue', 'buffer']);
 
 /** A copy of what `s` holds at this moment, sharing what never changes once written. */
 export function snapshot(s) {
-  const snap = { lens: {}, workers: [], tasks: [] };
-  for (const k of SCALARS) snap[k] = s[k];
-  for (const k of GROWING) snap.lens[k] = s[k].length;
+  const snap = { values: {}, lens: {}, workers: [], tasks: [] };
+  for (const k of Object.keys(s)) {
+    if (GROWING.has(k)) snap.lens[k] = s[k].length;
+    else if (COPIED.has(k)) continue;
+    else snap.values[k] = Array.isArray(s[k]) ? [...s[k]] : s[k]; // an unknown list: copied, to be safe
+  }
   for (const t of s.tasks.values()) snap.tasks.push({ ...t });
   for (const w of s.workers.values()) snap.workers.push({ ...w, queue: [...w.queue], fetch_times: null, fetchN: w.fetch_times.length });
   snap.result_queue = [...s.result_queue];
@@ -32,8 +31,8 @@ export function snapshot(s) {
 /** A live LoaderState equal to the one `snap` was taken of; `full` is the same run further on. */
 export function restore(snap, full) {
   const s = new LoaderState();
-  for (const k of SCALARS) s[k] = snap[k];
-  for (const k of GROWING) s[k] = full[k].slice(0, snap.lens[k]);
+  for (const [k, v] of Object.entries(snap.values)) s[k] = Array.isArray(v) ? [...v] : v;
+  for (const [k, n] of Object.entries(snap.lens)) s[k] = full[k].slice(0, n);
   for (const t of snap.tasks) s.tasks.set(t.idx, { ...t });
   for (const w of snap.workers) {
     const { fetchN, ...rest } = w;

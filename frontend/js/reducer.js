@@ -91,6 +91,8 @@ export class LoaderState {
     this.buffer_high = 0;
     this.outstanding_high = 0;
     this.consumer_wait = 0;
+    this.startup_wait = 0; // waits for each epoch's first batch: worker start-up, priming
+    this.epoch_batches = 0;
     this.head_of_line_wait = 0;
     this.skipped = 0;
     this.pin_bytes = 0;
@@ -101,6 +103,12 @@ export class LoaderState {
     this.pickled_bytes = 0; // of which crossed the process boundary pickled, not in shared memory
     /** @type {any[]} structures for the inspector (batch_info events, at most MAX_BATCH_SAMPLES) */
     this.batch_samples = [];
+    this.steps = 0; // consumer steps that reported timings (step events)
+    this.step_h2d = 0;
+    this.step_compute = 0;
+    this.step_h2d_pageable = 0;
+    /** @type {string|null} */
+    this.step_device = null;
     /** @type {number|null} */
     this.first_t = null;
     /** @type {number|null} */
@@ -183,7 +191,7 @@ function runEnd(s, e) {
 
 function epochStart(s, e) {
   s.epoch = e.epoch;
-  s.send_idx = s.rcvd_idx = s.outstanding = 0;
+  s.send_idx = s.rcvd_idx = s.outstanding = s.epoch_batches = 0;
   s.tasks.clear();
   s.result_queue.length = 0;
   s.buffer.length = 0;
@@ -297,6 +305,8 @@ function yield_(s, e) {
     s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
   }
   s.consumer_wait += wait;
+  if (s.epoch_batches === 0) s.startup_wait += wait;
+  s.epoch_batches += 1;
   s.batches += 1;
   s.last_yield_t = s.t;
   s.yield_order.push([s.epoch, idx]);
@@ -345,6 +355,14 @@ function error(s, e) {
 
 function batchInfo(s, e) {
   if (s.batch_samples.length < MAX_BATCH_SAMPLES) s.batch_samples.push({ ...e, epoch: s.epoch });
+}
+
+function step(s, e) {
+  s.steps += 1;
+  s.step_h2d += e.h2d || 0;
+  s.step_compute += e.compute || 0;
+  s.step_h2d_pageable += e.h2d_pageable || 0;
+  s.step_device = e.device ?? s.step_device;
 }
 
 function note(s, e) {
@@ -403,6 +421,7 @@ const HANDLERS = {
   error,
   timeout,
   batch_info: batchInfo,
+  step,
   pin_start: pinStart,
   pin_end: pinEnd,
 };
@@ -448,7 +467,7 @@ function mean(values) {
 const sortedWorkers = (s) => [...s.workers.values()].sort((a, b) => a.id - b.id);
 
 export function workerStats(s) {
-  const wall = Math.max(s.t - (s.first_t ?? 0), 1e-9);
+  const wall = Math.max(s.t - (s.first_t || 0), 1e-9);
   return sortedWorkers(s).map((w) => ({
     worker: w.id,
     pid: w.pid,
@@ -489,9 +508,20 @@ export function stragglers(s) {
   return found;
 }
 
+/** Per batch, where the training loop's time went: waiting for data, host-to-device, compute. */
+function consumerSplit(s) {
+  if (!s.steps) return null;
+  const per = 1 / s.steps;
+  return {
+    device: s.step_device, wait: s.consumer_wait / Math.max(s.batches, 1), h2d: s.step_h2d * per,
+    compute: s.step_compute * per, h2d_pageable: s.step_h2d_pageable * per || null,
+  };
+}
+
 /** The statistics DESIGN.md's diagnosis vocabulary speaks of, as plain numbers (state.py summary()). */
 export function summary(s, { workers = true } = {}) {
-  const wall = (s.last_yield_t ?? s.t) - (s.first_t ?? 0);
+  const wall = (s.last_yield_t || s.t) - (s.first_t || 0);
+  const steadyWait = s.consumer_wait - s.startup_wait, steadyWall = wall - s.startup_wait;
   const fetches = [];
   for (const w of s.workers.values()) for (const dt of w.fetch_times) fetches.push(dt);
   const nw = s.config.num_workers || 0;
@@ -504,6 +534,9 @@ export function summary(s, { workers = true } = {}) {
     batches_per_s: wall > 0 ? s.batches / wall : 0,
     consumer_wait: s.consumer_wait,
     input_bound: wall > 0 ? s.consumer_wait / wall : 0,
+    // the same without each epoch's first wait (workers starting, the pipeline filling)
+    input_bound_steady: steadyWall > 0 ? steadyWait / steadyWall : 0,
+    startup_wait: s.startup_wait,
     out_of_order: s.out_of_order,
     buffer_high: s.buffer_high,
     outstanding_high: s.outstanding_high,
@@ -514,6 +547,7 @@ export function summary(s, { workers = true } = {}) {
     fetched_bytes: s.fetched_bytes,
     pickled_bytes: s.pickled_bytes,
     pickle_s: s.batch_samples.length ? mean(s.batch_samples.map((b) => b.pickle_s ?? 0)) : 0,
+    consumer_split: consumerSplit(s),
     pin_bytes: s.pin_bytes,
     pin_mb_per_s: s.pin_time > 0 ? s.pin_bytes / s.pin_time / 1e6 : null,
     pin_wait_share: s.consumer_wait > 0 ? s.pin_wait / s.consumer_wait : 0,
@@ -607,12 +641,18 @@ function pyNum(v) {
 }
 
 export const MIN_STEP = 0.002;
+export const INPUT_BOUND = 0.2; // waiting for data more than this share of the time makes loading the bottleneck
 
 function inputBoundFinding(stats, workers) {
   const share = stats.input_bound, rate = stats.batches_per_s, batches = stats.batches;
+  const steady = stats.input_bound_steady;
   const step = (stats.wall - stats.consumer_wait) / batches;
-  let text = `training waited for data ${pct(share)} of the time (${pyFixed(stats.consumer_wait, 2)} s of ${pyFixed(stats.wall, 2)} s)`;
-  if (share <= 0.2) return `${text}; the training step is the bottleneck (${f1(step * 1000)} ms per batch, ${f1(rate)} batches/s)`;
+  let text = `training waited for data ${pct(share)} of the time (${pyFixed(stats.consumer_wait, 2)} s of ${pyFixed(stats.wall, 2)} s`;
+  text += stats.startup_wait >= 0.05 ? `, ${pyFixed(stats.startup_wait, 2)} s of it for the first batch of an epoch)` : ')';
+  if (steady <= INPUT_BOUND) {
+    const after = share > INPUT_BOUND ? ` after start-up it waited ${pct(steady)}, so` : '';
+    return `${text};${after} the training step is the bottleneck (${f1(step * 1000)} ms per batch, ${f1(rate)} batches/s)`;
+  }
   text += `; loading is the bottleneck: ${workers || 'the main process'} worker(s) deliver ${f1(rate)} batches/s`;
   const task = stats.median_task;
   if (step >= MIN_STEP && task > 0) {
@@ -620,6 +660,7 @@ function inputBoundFinding(stats, workers) {
     text += `, the step alone would consume ${f1(1 / step)} batches/s; a worker takes ${f1(task * 1000)} ms ` +
       `per batch (median), so about ${needed} workers would keep up ` +
       `(${f1(task * 1000)} ms / ${f1(step * 1000)} ms per step)`;
+    if (needed <= workers) text += '; you have that many, so the waits come from uneven or slow fetches (see stragglers, reorder cost)';
   }
   return text;
 }
@@ -667,6 +708,15 @@ export function diagnosis(s) {
     findings.push(`pinning: ${f1(stats.pin_bytes / 1e6)} MB copied to page-locked memory at ` +
       `${pyFixed(stats.pin_mb_per_s, 0)} MB/s; ${pct(stats.pin_wait_share)} of the consumer's wait ` +
       'was spent behind the pin thread');
+  }
+  const split = stats.consumer_split;
+  if (split) {
+    findings.push(`per batch the training loop waited ${pyFixed(split.wait * 1000, 2)} ms for data, copied to ` +
+      `${pyStr(split.device)} in ${pyFixed(split.h2d * 1000, 2)} ms and computed ${pyFixed(split.compute * 1000, 2)} ms`);
+    if (split.h2d_pageable && split.h2d > 0) {
+      findings.push(`pinned memory pays: the same batch copied from pageable memory took ${pyFixed(split.h2d_pageable * 1000, 2)} ms, ` +
+        `${f1(split.h2d_pageable / split.h2d)}× the pinned copy's ${pyFixed(split.h2d * 1000, 2)} ms`);
+    }
   }
   if (s.unpinned) {
     findings.push(`${s.unpinned} batches left the pin thread without pinned tensors (a custom batch type ` +

@@ -24,6 +24,7 @@ export const REQUIRED = Object.freeze({
   error: ['type', 'message'],
   timeout: ['seconds'],
   batch_info: ['idx', 'worker', 'structure'],
+  step: ['batch'],
 });
 
 export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   pipelineLayout, queueSlot, queueCapacity, fetchSlot, resultSlot, bufferSlot, consumerSlot, gridCapacity,
-  overlaps, inside, HEADER, MIN_WIDTH, tokenSize,
+  overlaps, inside, HEADER, MIN_WIDTH, tokenSize, pinSlot, pinnedSlot,
 } from '../js/layout.js';
 
 const SIZES = [[1000, 360], [1400, 420], [1920, 700], [MIN_WIDTH, 300]];
@@ -54,4 +54,24 @@ test('slots lie inside their boxes; head of the index queue sits next to the fet
 test('tokens grow with task id digits and shrink with lane height, within bounds', () => {
   assert.ok(tokenSize(40, 5).w > tokenSize(40, 1).w);
   assert.ok(tokenSize(60, 2).h <= 22 && tokenSize(5, 2).h >= 10);
+});
+
+test('with a pin column (active or disabled) nothing overlaps and the index queues keep room', () => {
+  for (const pin of ['active', 'disabled']) {
+    for (const [width, height] of [[1100, 420], [1400, 500], [800, 360]]) {
+      for (const lanes of [1, 4, 8, 32]) {
+        const L = pipelineLayout({ width, height, lanes, pin, digits: 3 });
+        const cols = [L.sampler, L.dispatcher, L.lanes[0].rect, L.result, L.pinCol, L.buffer, L.consumer];
+        for (let i = 0; i < cols.length; i++) {
+          assert.ok(cols[i].x >= 0 && cols[i].x + cols[i].w <= L.width, `col ${i} inside (${pin} ${width}/${lanes})`);
+          for (let j = i + 1; j < cols.length; j++) assert.ok(!overlaps(cols[i], cols[j]), `cols ${i},${j} (${pin} ${width}/${lanes})`);
+        }
+        assert.ok(queueCapacity(L, 0) >= 2, `index queue shows tokens (${pin} ${width}/${lanes}): ${queueCapacity(L, 0)}`);
+        assert.ok(!overlaps(L.pinThread, L.pinned));
+        assert.ok(inside(pinSlot(L), L.token, L.pinThread), 'the pinning task sits in the pin thread box');
+        for (let k = 0; k < gridCapacity(L.pinned, L.token, HEADER.pinned); k++) assert.ok(inside(pinnedSlot(L, k), L.token, L.pinned));
+      }
+    }
+  }
+  assert.equal(pipelineLayout({ width: 1100, height: 400, lanes: 2 }).pinCol, null, 'pin_memory=False: no column');
 });

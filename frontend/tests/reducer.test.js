@@ -173,6 +173,8 @@ function troubled() {
     { kind: 'consumer_stuck', elapsed: 11.25, threshold: 10, waiting_for: 4, held_by: events[at].worker, has_data: false, stack: STACK.slice(0, 2) },
     { kind: 'timeout', seconds: 1.5, workers: [{ worker: 0, idx: 4, pos: 0, sample: 16, elapsed: 1.25 }, { worker: 1 }] },
     { kind: 'batch_info', idx: 4, worker: 0, structure: { type: 'Tensor' }, pickle_s: 0.002 },
+    { kind: 'step', batch: 3, h2d: 0.0015, compute: 0.004, h2d_pageable: 0.003, device: 'cuda:0' },
+    { kind: 'step', batch: 4, h2d: 0.0025, compute: 0.004, h2d_pageable: 0.005, device: 'cuda:0' },
     { kind: 'worker_died', worker: 2, pid: 1002, exitcode: -9, signal: 'SIGKILL', idx: 5, pos: 0, sample: 20 },
     { kind: 'error', idx: 6, worker: 0, type: 'OSError', message: 'unable to write to file </torch_1>', traceback: 'Bus error' },
     { kind: 'gpu_sync', x: 1 },
@@ -194,7 +196,8 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: !exi
   };
   const fields = ['send_idx', 'rcvd_idx', 'outstanding', 'batches', 'epochs_done', 'out_of_order', 'buffer_high',
     'outstanding_high', 'consumer_wait', 'head_of_line_wait', 'skipped', 'seq', 'epoch', 'status',
-    'pin_bytes', 'pin_time', 'pin_wait', 'unpinned', 'fetched_bytes', 'pickled_bytes'];
+    'pin_bytes', 'pin_time', 'pin_wait', 'unpinned', 'fetched_bytes', 'pickled_bytes', 'startup_wait', 'epoch_batches',
+    'steps', 'step_h2d', 'step_compute', 'step_h2d_pageable', 'step_device'];
   for (const [name, events] of Object.entries(cases)) {
     const file = join(dir, `${name}.json`);
     writeFileSync(file, JSON.stringify(events));
@@ -235,7 +238,12 @@ print(json.dumps(out))`;
     const sum = summary(js);
     for (const [k, v] of Object.entries(py.summary)) {
       if (typeof v === 'number') assert.ok(Math.abs(v - sum[k]) < 1e-9 * Math.max(1, Math.abs(v)), `${name} summary.${k}: ${sum[k]} vs ${v}`);
-      else if (k === 'workers' || k === 'stragglers') {
+      else if (k === 'consumer_split' && v) {
+        for (const [rk, rv] of Object.entries(v)) {
+          if (typeof rv === 'number') assert.ok(Math.abs(rv - sum[k][rk]) < 1e-12, `${name} consumer_split.${rk}`);
+          else assert.deepEqual(sum[k][rk], rv);
+        }
+      } else if (k === 'workers' || k === 'stragglers') {
         assert.equal(sum[k].length, v.length, `${name} summary.${k}`);
         v.forEach((row, i) => {
           for (const [rk, rv] of Object.entries(row)) {

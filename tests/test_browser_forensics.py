@@ -1,0 +1,93 @@
+"""Stuck, dead and unpinned: what the page shows when a real DataLoader goes wrong (issues 4 and 9).
+
+Real runs through the real dashboard, watched in Debian's chromium. Screenshots land in the test's
+tmp dir; ``LOADERSCOPE_SCREENSHOT_DIR=docs`` also copies them there (docs/stuck_worker.png, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_browser import Page, browser, page, start_from_form  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser
+
+
+def shoot(pg: Any, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / f"{name}.png"
+    pg.screenshot(path=str(shot))
+    if os.environ.get("LOADERSCOPE_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(os.environ["LOADERSCOPE_SCREENSHOT_DIR"]) / shot.name)
+    return shot
+
+
+def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    pg = page.page
+    pg.goto(server.page_url)
+    run_id = start_from_form(pg, "stuck_worker", num_workers=2, stuck_after=1, stuck_seconds=4)
+    lane = pg.locator('[data-testid="worker-lane"][data-status="stuck"]')
+    lane.wait_for(timeout=30_000)
+    # the lane names the task and the sample, and its elapsed time ticks at least 10 times a second
+    text = lane.text_content() or ""
+    assert "STUCK" in text and "task" in text
+    assert "sample 2 of 4 (index 13)" in text, text
+    ticks = pg.evaluate("""() => new Promise((done) => {
+        const lane = document.querySelector('[data-testid=worker-lane][data-status=stuck]');
+        const seen = new Set(); const t0 = performance.now();
+        const look = () => { seen.add(lane.dataset.elapsed);
+          if (performance.now() - t0 < 500) requestAnimationFrame(look); else done(seen.size); };
+        look(); })""")
+    assert ticks >= 5, f"the elapsed time changed {ticks} times in 0.5 s"
+    # the worker's stack, with the user's innermost frame marked: the blocking line of the scenario
+    here = pg.locator('#worker-stack [data-testid="user-frame"]')
+    here.wait_for(timeout=10_000)
+    assert "time.sleep(seconds)" in (here.text_content() or "")
+    assert "scenarios/datasets.py" in (here.locator(".where").get_attribute("title") or "")
+    assert "your code is here" in (here.text_content() or "")
+    banner = pg.text_content("#banner") or ""
+    assert "stuck on task" in banner and "datasets.py" in banner
+    pg.wait_for_timeout(300)
+    shot = shoot(pg, tmp_path, "stuck_worker")
+    assert shot.stat().st_size > 10_000
+    # the fetch recovers: the lane leaves the stuck state and the run ends cleanly
+    final = server.wait_status(run_id, timeout=60)
+    assert final["status"] == "done"
+    pg.wait_for_function("() => !document.querySelector('[data-testid=worker-lane][data-status=stuck]')", timeout=15_000)
+    notes = pg.text_content("#notes") or ""
+    assert "stuck on task" in notes
+
+
+def test_dead_worker_lane_names_signal_and_task(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    pg = page.page
+    run = server.start_run("crash_worker", num_workers=2, sample_ms=5)
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    lane = pg.locator('[data-testid="worker-lane"][data-status="died"]')
+    lane.wait_for(timeout=60_000)
+    text = lane.text_content() or ""
+    assert "SIGKILL" in text and "held task" in text and "(index 21)" in text, text
+    pg.wait_for_function("() => document.querySelector('#worker-detail').textContent.includes('DIED')", timeout=10_000)
+    assert "OOM" in (pg.text_content("#worker-detail") or "")
+    server.wait_status(run["id"], timeout=60)
+    shoot(pg, tmp_path, "crash_worker")
+
+
+def test_pin_stage_disabled_without_an_accelerator(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    """pin_memory=True on a machine without CUDA: the stage is drawn, marked off, and says why."""
+    pg = page.page
+    run = server.start_run("uniform", num_workers=2, dataset_size=32, sample_ms=2, pin_memory=True)
+    final = server.wait_status(run["id"], timeout=60)
+    if final["config"].get("pin_memory_active"):
+        pytest.skip("this machine has an accelerator: pinning is on (see test_browser_playback for the active stage)")
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    stage = pg.locator('[data-testid="pin-stage"]')
+    stage.wait_for(timeout=20_000)
+    assert stage.get_attribute("data-state") == "disabled"
+    assert "no accelerator" in (stage.text_content() or "")
+    assert pg.text_content('[data-counter="pin"] .v') == "disabled"
+    pg.wait_for_function("() => [...document.querySelectorAll('#diagnosis li')].some((li) => li.textContent.includes('turned pinning off'))",
+                         timeout=10_000)

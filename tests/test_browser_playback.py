@@ -1,0 +1,258 @@
+"""Playback (issue 5) and replay of trace files (issue 6) in a real browser.
+
+A simulated run started from the form plays from its first event; it can be paused, stepped one
+event or one batch, scrubbed along the timeline, at any speed, and the state at any point equals
+the reducer run from the start. Trace files open by the file picker or by drag-and-drop, are
+checked (a file that is not a trace is refused with a clear message), and several ranks of one
+job open side by side with their shard check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser
+
+# The state of the page at its cursor, and the reducer run afresh over the events before it.
+SAME_STATE = """async () => {
+  const { reduce, summary } = await import('/js/reducer.js');
+  const app = window.loaderscope, p = app.player;
+  const events = []; for (let i = 0; i < p.cursor; i++) events.push(p.event(i));
+  const fp = (s) => JSON.stringify({ seq: s.seq, send: s.send_idx, rcvd: s.rcvd_idx, rq: s.result_queue,
+    buf: s.buffer, tasks: [...s.tasks.values()], batches: s.batches, sum: summary(s, { workers: false }) });
+  return { same: fp(app.state) === fp(reduce(events)), cursor: p.cursor, n: p.length };
+}"""
+
+
+def position(pg: Any) -> dict[str, Any]:
+    return pg.evaluate("() => { const a = window.loaderscope, p = a.player;"
+                       " return {cursor: p.cursor, n: p.length, batches: a.state.batches, t: p.time, playing: a.playing,"
+                       " last: p.cursor ? p.event(p.cursor - 1).kind : null}; }")
+
+
+def shoot(pg: Any, tmp_path: Path, name: str) -> None:
+    shot = tmp_path / f"{name}.png"
+    pg.screenshot(path=str(shot))
+    if os.environ.get("LOADERSCOPE_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(os.environ["LOADERSCOPE_SCREENSHOT_DIR"]) / shot.name)
+
+
+def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    pg = page.page
+    pg.goto(server.page_url)
+    pg.wait_for_selector('#scenario option[value="out_of_order"]', state="attached", timeout=30_000)
+    pg.select_option("#scenario", "out_of_order")
+    pg.check("#mode-sim")
+    pg.click("#params-box summary")
+    pg.fill("#param-dataset_size", "400")
+    pg.click("#btn-start")
+    pg.wait_for_url(lambda url: "run=" in url, timeout=15_000)
+    run_id = pg.url.split("run=", 1)[1].split("&", 1)[0]
+    # it plays from the first event (at the run's own speed; a quarter of it from here on)
+    pg.select_option("#pb-speed", "0.25")
+    pg.wait_for_function("() => window.loaderscope.player.cursor > 30", timeout=20_000)
+    a = position(pg)
+    assert a["playing"] and a["cursor"] < a["n"], a
+    pg.wait_for_timeout(1000)
+    b = position(pg)
+    assert b["cursor"] > a["cursor"], "playing moves the cursor"
+    assert 0.1 < b["t"] - a["t"] < 0.6, f"0.25x: about 0.25 s of run time per second, got {b['t'] - a['t']:.3f}"
+    # pause: nothing moves
+    pg.click("#pb-play")
+    c = position(pg)
+    pg.wait_for_timeout(400)
+    assert position(pg)["cursor"] == c["cursor"] and not c["playing"]
+    # one event, one batch, one batch back
+    pg.click("#pb-event")
+    assert position(pg)["cursor"] == c["cursor"] + 1
+    before = position(pg)
+    pg.click("#pb-batch")
+    d = position(pg)
+    assert d["batches"] == before["batches"] + 1 and d["last"] == "yield"
+    pg.click("#pb-batch-back")
+    e = position(pg)
+    assert e["batches"] == before["batches"] and (e["last"] == "yield" or e["batches"] == 0)
+    assert pg.evaluate(SAME_STATE)["same"]
+    # scrub: click a quarter into the timeline's time axis, then drag to three quarters
+    final = server.wait_status(run_id, timeout=60)
+    pg.wait_for_function(f"() => window.loaderscope.player.length === {final['events']}", timeout=20_000)
+    pg.click("#btn-fit")
+    box = pg.locator(".timeline-canvas").bounding_box()
+    assert box is not None
+    x = lambda f: box["x"] + 112 + (box["width"] - 112) * f  # noqa: E731
+    pg.mouse.click(x(0.25), box["y"] + 8)
+    q1 = position(pg)
+    assert 0 < q1["cursor"] < final["events"] // 2, q1
+    assert pg.evaluate(SAME_STATE)["same"]
+    pg.mouse.move(x(0.25), box["y"] + 8)
+    pg.mouse.down()
+    pg.mouse.move(x(0.5), box["y"] + 8, steps=5)
+    pg.mouse.move(x(0.75), box["y"] + 8, steps=5)
+    pg.mouse.up()
+    q3 = position(pg)
+    assert q1["cursor"] < q3["cursor"] < final["events"], q3
+    assert pg.evaluate(SAME_STATE)["same"]
+    shoot(pg, tmp_path, "sim_scrubbed")
+    # back and forth across snapshots: the slider, then the keyboard
+    pg.fill("#pb-scrub", "3")
+    assert position(pg)["cursor"] == 3
+    pg.keyboard.press("End")
+    end = position(pg)
+    assert end["cursor"] == final["events"] and end["batches"] == final["batches"] == 100
+    pg.keyboard.press("Shift+ArrowLeft")
+    assert position(pg)["batches"] == 99
+    pg.keyboard.press("ArrowLeft")
+    assert pg.evaluate(SAME_STATE)["same"]
+    # play at 1000x from the start runs to the end and stops there
+    pg.keyboard.press("Home")
+    pg.select_option("#pb-speed", "1000")
+    pg.click("#pb-play")
+    pg.wait_for_function("() => !window.loaderscope.playing", timeout=10_000)
+    assert position(pg)["cursor"] == final["events"]
+    assert pg.evaluate("window.loaderscope.state.violations") == []
+
+
+# --- trace files ---------------------------------------------------------------------------------
+
+
+def sim_events(scenario: str, params: dict[str, Any], **costs: Any) -> list[dict[str, Any]]:
+    from loaderscope import scenarios, sim
+    from loaderscope.sim.costs import CostModel
+
+    sc = scenarios.get(scenario)
+    validated = sc.params.model_validate(params)
+    return sim.simulate(sc.build(validated), run_id=f"{scenario}-trace", scenario=scenario,
+                        params=validated.model_dump(), costs=CostModel(**costs))
+
+
+def write(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
+    from loaderscope import trace
+
+    return trace.write_trace(path, events, run=events[0]["run"], scenario=events[0].get("scenario"), mode="sim", **meta)
+
+
+def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    """A trace whose loader pins (simulated with a pin cost): the pin thread and its row, MB/s, and the
+    same diagnosis as the Python reducer computes for the same file."""
+    from loaderscope.state import diagnosis, reduce, summary
+
+    events = sim_events("uniform", {"num_workers": 3, "batch_size": 8, "dataset_size": 240, "sample_ms": 2,
+                                    "pin_memory": True}, pin_ms_per_mb=40, sample_bytes=100_000)
+    path = write(tmp_path / "pinned.trace.jsonl", events)
+    expected = reduce(json.loads(json.dumps(events)))
+    pg = page.page
+    pg.goto(server.page_url)
+    pg.set_input_files("#file-input", str(path))
+    pg.wait_for_function("() => window.loaderscope.perf.load", timeout=30_000)
+    stage = pg.locator('[data-testid="pin-stage"]')
+    stage.wait_for(timeout=10_000)
+    assert stage.get_attribute("data-state") == "active"
+    pg.wait_for_function("() => !isNaN(parseFloat(document.querySelector('[data-counter=pin] .v').textContent))",
+                         timeout=5_000)
+    got = pg.evaluate("() => ({pins: window.loaderscope.store.pin.n, events: window.loaderscope.player.length,"
+                      " mbs: document.querySelector('[data-counter=pin] .v').textContent})")
+    assert got["events"] == len(events)
+    assert got["pins"] == expected.batches == 30
+    assert abs(float(got["mbs"]) - summary(expected)["pin_mb_per_s"]) < 0.1
+    pg.wait_for_function("() => document.querySelectorAll('#diagnosis li').length > 1", timeout=10_000)
+    assert pg.eval_on_selector_all("#diagnosis li", "els => els.map((e) => e.textContent)") == diagnosis(expected)
+    # mid-run, a batch sits in the pin thread: scrub to the first pin_start and look
+    row = next(i for i, e in enumerate(events) if e["kind"] == "pin_start")
+    pg.fill("#pb-scrub", str(row + 1))
+    pg.wait_for_function("() => document.querySelector('[data-testid=pin-stage]').dataset.current !== ''", timeout=5_000)
+    pg.wait_for_timeout(300)
+    shoot(pg, tmp_path, "pin_active")
+
+
+DROP = """async ([name, text]) => {
+  const dt = new DataTransfer();
+  dt.items.add(new File([text], name, { type: 'application/x-ndjson' }));
+  window.dispatchEvent(new DragEvent('dragenter', { dataTransfer: dt }));
+  window.dispatchEvent(new DragEvent('drop', { dataTransfer: dt }));
+}"""
+
+
+def test_drop_a_trace_and_refuse_other_files(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    events = sim_events("out_of_order", {"num_workers": 4, "dataset_size": 64})
+    text = write(tmp_path / "ooo.trace.jsonl", events).read_text()
+    pg = page.page
+    pg.goto(server.page_url)
+    pg.evaluate(DROP, ["ooo.trace.jsonl", text])
+    pg.wait_for_function(f"() => window.loaderscope.player.length === {len(events)}", timeout=15_000)
+    assert pg.text_content('[data-testid="cursor-rcvd"]') == "16"
+    assert "ooo.trace.jsonl" in (pg.text_content("#run-title") or "")
+    assert pg.locator('[data-testid="playback"]').is_visible()
+    # not a trace: refused by name and reason, and what was open stays open
+    pg.evaluate(DROP, ["notes.txt", "hello, this is not a trace\n"])
+    err = pg.locator('[data-testid="file-error"]')
+    err.wait_for(timeout=5_000)
+    assert "notes.txt is not a loaderscope trace" in (err.text_content() or "")
+    assert pg.evaluate("window.loaderscope.player.length") == len(events)
+    pg.evaluate(DROP, ["other.jsonl", '{"format": "something-else"}\n'])
+    pg.wait_for_function("() => document.querySelector('[data-testid=file-error]').textContent.includes('other.jsonl')")
+    assert "the first line must be a header" in (err.text_content() or "")
+    # a damaged trace: what comes before the damage opens, and the note says where it is
+    cut = "\n".join(text.splitlines()[:40]) + '\n{"seq": 39, "t": \n'
+    pg.evaluate(DROP, ["cut.jsonl", cut])
+    pg.wait_for_function("() => window.loaderscope.player.length === 39", timeout=5_000)
+    pg.wait_for_function("() => document.querySelector('#notes').textContent.includes('line 41: not valid JSON')")
+
+
+def rank_traces(tmp_path: Path, job: str, ranks: list[int]) -> list[Path]:
+    """One simulated rank of a 2-rank DistributedSampler job per entry of ``ranks`` (a repeated rank
+    makes overlapping shards), written as the probe would: rank, job and wall_start in run_start, the
+    shard digest in epoch_end."""
+    from loaderscope.ranks import encode_shard
+
+    paths = []
+    for position, rank in enumerate(ranks):
+        events = sim_events("samplers", {"sampler": "distributed", "world_size": 2, "rank": rank, "num_workers": 2,
+                                         "dataset_size": 64, "sample_ms": 3 + 2 * position})
+        indices: list[int] = []
+        for e in events:
+            e["rank"] = position
+            e["run"] = f"{job}-{position}"
+            if e["kind"] == "run_start":
+                e.update(job=job, world_size=2, wall_start=1000.0 + 0.01 * position, name="train.py")
+            elif e["kind"] == "dispatch":
+                indices += e.get("indices") or []
+            elif e["kind"] == "epoch_end":
+                e.update(shard=encode_shard(indices, 64), shard_length=64)
+        paths.append(write(tmp_path / f"{job}-rank{position}.trace.jsonl", events))
+    return paths
+
+
+def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    pg = page.page
+    pg.goto(server.page_url)
+    pg.set_input_files("#file-input", [str(p) for p in rank_traces(tmp_path, "jobA", [0, 1])])
+    cards = pg.locator('[data-testid="rank-card"]')
+    cards.first.wait_for(timeout=20_000)
+    assert cards.count() == 2
+    shards = pg.locator('[data-testid="shards"] > div')
+    pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.disjoint", timeout=10_000)
+    assert shards.first.get_attribute("data-disjoint") == "true"
+    assert shards.first.get_attribute("data-complete") == "true"
+    assert "rank 0: 32, rank 1: 32" in (shards.first.text_content() or "")
+    assert "slowest in" in (cards.nth(1).text_content() or "")
+    # both ranks' rows are in the timeline; a click on rank 1 shows it in the picture
+    assert pg.evaluate("window.loaderscope.timeline.tracks.length") == 2
+    cards.nth(1).click()
+    pg.wait_for_function("() => window.loaderscope.track.rank === 1")
+    pg.wait_for_function("() => document.querySelectorAll('[data-testid=rank-card]')[1].textContent.includes('shown')")
+    pg.wait_for_timeout(300)
+    shoot(pg, tmp_path, "ranks")
+    # the same rank twice: half the indices read by both, half by none
+    pg.set_input_files("#file-input", [str(p) for p in rank_traces(tmp_path, "jobB", [0, 0])])
+    pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.disjoint === 'false'",
+                         timeout=20_000)
+    text = pg.text_content('[data-testid="shards"]') or ""
+    assert "OVERLAP: 32 indices" in text and "MISSING: 32 indices" in text
