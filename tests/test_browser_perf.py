@@ -62,3 +62,78 @@ def test_thirty_two_workers_fifty_thousand_events(browser: Any, server: Any) -> 
     assert r["lanes"] == 32
     assert r["events_per_s"] > 40_000, "the page keeps up with the stream"
     assert r["p50"] < 33, "frames stay under two 60 Hz budgets"
+
+
+# --- a million-event trace (issue 6) -----------------------------------------------------------------
+
+INTERACT = """async () => {
+  const app = window.loaderscope, c = document.querySelector('.timeline-canvas');
+  const r = c.getBoundingClientRect(), y = r.top + 60;
+  const frame = () => new Promise((done) => requestAnimationFrame(() => done()));
+  const p = app.perf; p.frameMs.length = 0; p.frames = 0; for (const k in p.split) p.split[k] = 0;
+  const t0 = performance.now(); const drawn = [];
+  for (let i = 0; i < 40; i++) {   // zoom in around the middle, one wheel step per frame
+    c.dispatchEvent(new WheelEvent('wheel', { deltaY: -120, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
+    await frame(); drawn.push(app.timeline.lastFrameMs);
+  }
+  c.dispatchEvent(new PointerEvent('pointerdown', { clientX: r.left + 700, clientY: y, pointerId: 1, bubbles: true }));
+  for (let i = 0; i < 60; i++) {   // drag to pan, one move per frame
+    c.dispatchEvent(new PointerEvent('pointermove', { clientX: r.left + 700 - i * 8, clientY: y, pointerId: 1, bubbles: true }));
+    await frame(); drawn.push(app.timeline.lastFrameMs);
+  }
+  c.dispatchEvent(new PointerEvent('pointerup', { clientX: r.left + 220, clientY: y, pointerId: 1, bubbles: true }));
+  for (let i = 0; i < 40; i++) {   // and all the way out again
+    c.dispatchEvent(new WheelEvent('wheel', { deltaY: 150, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
+    await frame(); drawn.push(app.timeline.lastFrameMs);
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  const fm = [...p.frameMs].sort((a, b) => a - b), dm = drawn.sort((a, b) => a - b);
+  // scrubbing: seek to 50 random points, each a restore plus at most 4096 re-applied events
+  const s0 = performance.now();
+  for (let i = 0; i < 50; i++) app.moveTo(Math.floor(((i * 7919) % 50) / 50 * app.player.length));
+  const seek = (performance.now() - s0) / 50;
+  return { fps: 140 / seconds, frames: p.frames, p50: fm[fm.length >> 1], p95: fm[Math.floor(fm.length * 0.95)],
+           max: fm[fm.length - 1], timeline_p95: dm[Math.floor(dm.length * 0.95)], seek_ms: seek, mode: app.timeline.mode,
+           heap_mb: performance.memory ? performance.memory.usedJSHeapSize / 1e6 : null };
+}"""
+
+
+def million_event_trace(path: Any) -> int:
+    """A simulated run of 1,000,000 events (8 workers, pin thread on), written as a trace file."""
+    from loaderscope import scenarios, sim, trace
+    from loaderscope.sim.costs import CostModel
+
+    sc = scenarios.get("uniform")
+    params = sc.params.model_validate({"num_workers": 8, "batch_size": 1, "dataset_size": 100_000, "epochs": 2,
+                                       "sample_ms": 1.0, "step_ms": 0.05, "pin_memory": True})
+    events = sim.simulate(sc.build(params), run_id="million", scenario="uniform", params=params.model_dump(),
+                          costs=CostModel(pin_ms_per_mb=20_000, sample_bytes=4096), max_events=1_000_000)
+    trace.write_trace(path, events, run="million", scenario="uniform", mode="sim")
+    return len(events)
+
+
+def test_million_event_trace_loads_and_pans(browser: Any, server: Any, tmp_path: Any) -> None:  # noqa: F811
+    path = tmp_path / "million.trace.jsonl"
+    count = million_event_trace(path)
+    assert count >= 1_000_000
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.page_url)
+    page.wait_for_timeout(500)
+    page.set_input_files("#file-input", str(path))
+    page.wait_for_function("() => window.loaderscope.perf.load", timeout=60_000, polling=50)
+    load = page.evaluate("window.loaderscope.perf.load")
+    page.wait_for_timeout(500)
+    result = page.evaluate(INTERACT)
+    result["load_s"] = load["ms"] / 1000
+    result["events"] = load["events"]
+    print("\nmillion-event trace: " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}))
+    context.close()
+    assert not errors, errors
+    assert result["events"] == count
+    assert result["load_s"] < 5, "a million events open in under 5 s"
+    assert result["fps"] >= 30, "pan and zoom at 30 frames a second or more"
+    assert result["timeline_p95"] < 33
+    assert result["seek_ms"] < 50, "scrubbing to any point stays interactive"
