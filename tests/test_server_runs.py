@@ -218,11 +218,12 @@ def test_listings(server: LiveServer, path: str) -> None:
 
 
 def test_demo_starts_its_run_and_server_exit_ends_every_run_process(start_server: Any) -> None:
-    server = start_server(use_launcher=False, demo="uniform", demo_params={"num_workers": 2, "batch_size": 1, "dataset_size": 8,
-                                                       "sample_ms": 5000.0})
+    server = start_server(use_launcher=False, demo="uniform", demo_delay=0.25,
+                          demo_params={"num_workers": 2, "batch_size": 1, "dataset_size": 8, "sample_ms": 5000.0})
     run_id = re.search(r"loaderscope dashboard: http://\S+&run=(\w+)", server.output()).group(1)  # type: ignore[union-attr]
     pids = wait_for(lambda: len(worker_pids(server, run_id)) == 2 and worker_pids(server, run_id), what="workers")
     leader = server.run(run_id)["pid"]
+    assert server.run(run_id)["delay"] == 0.25
     server.stop()
     assert server.process.returncode == 0, server.output()
     wait_for(lambda: not group_pids(leader) and not any(alive(pid) for pid in pids), timeout=5,

@@ -36,6 +36,7 @@ def serve(
     demo: str | None = None,
     demo_params: dict[str, Any] | None = None,
     demo_mode: str = "real",
+    demo_delay: float = 0.0,
     traces: Iterable[str | Path] = (),
     allow_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
@@ -52,6 +53,8 @@ def serve(
         token: the access token; default ``$LOADERSCOPE_TOKEN``, else a fresh random one.
         open_browser: open the printed URL where a browser exists.
         demo: a scenario to start at once (``loaderscope demo``); the URL then opens that run.
+        demo_params, demo_mode: its parameters (validated here) and "real" or "sim".
+        demo_delay: seconds added per batch from the start, so a first-time viewer can follow.
         traces: recorded trace files to open as replayed runs (the URL opens the first one).
         allow_origins: extra origins (``http://host:port``) whose pages may call the API.
         allowed_hosts: extra Host names to answer besides loopback names (behind a proxy).
@@ -89,7 +92,10 @@ def serve(
             print(f"loaderscope: {path} opened as run {replayed}", flush=True)
         shown = opened[0] if opened else None
         if demo is not None:
-            shown = (await manager.start(demo, demo_mode, demo_params or {})).id
+            run = await manager.start(demo, demo_mode, demo_params or {})
+            if demo_delay:
+                await manager.control(run, None, demo_delay)
+            shown = run.id
             print(f"loaderscope: demo run {shown} started ({demo})", flush=True)
         announce(config, directory, shown, open_browser)
 
