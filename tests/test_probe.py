@@ -21,7 +21,7 @@ FAST = {"sample_ms": 1.0, "dataset_size": 40, "step_ms": 0.0}
 
 
 def _batches(loader: Any, epochs: int) -> list[list[torch.Tensor]]:
-    return [[batch.clone() for batch in loader] for _ in range(epochs)]
+    return [[torch.as_tensor(batch).clone() for batch in loader] for _ in range(epochs)]
 
 
 def _kinds(events: list[dict[str, Any]]) -> list[str]:

@@ -44,6 +44,7 @@ class Kind(StrEnum):
     ERROR = "error"
     TIMEOUT = "timeout"
     BATCH_INFO = "batch_info"
+    STEP = "step"
 
 
 # Fields each kind must carry (beyond the common ones); optional fields are not listed.
@@ -69,6 +70,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.ERROR: ("type", "message"),
     Kind.TIMEOUT: ("seconds",),
     Kind.BATCH_INFO: ("idx", "worker", "structure"),
+    Kind.STEP: ("batch",),
 }
 
 _INT_FIELDS = ("seq", "rank", "idx", "worker", "epoch", "waiting_for")
@@ -107,6 +109,67 @@ def validate(event: Any) -> Event:
     return event
 
 
+# Compact rows: what the probe sends for the per-batch kinds, ``[kind, t, field values...]`` in this
+# order (any other kind is ``[kind, t, {fields}]``). Building a dict per event costs the training
+# process more than the batch itself for small batches, so producers send rows and the consumer
+# (the server, or a Python sink's adapter) expands them with ``expand``.
+ROW_FIELDS: dict[str, tuple[str, ...]] = {
+    "dispatch": ("idx", "worker", "indices"),
+    "fetch_start": ("worker", "idx", "n"),
+    "fetch_end": ("worker", "idx", "dt", "nbytes", "pickled"),
+    "arrive": ("idx", "worker"),
+    "buffer": ("idx", "worker", "waiting_for"),
+    "yield": ("idx", "wait", "from_buffer"),
+    "skip": ("idx", "worker"),
+}
+MAX_ROWS = 200_000
+
+
+def _row_builder(kind: str, names: tuple[str, ...]) -> Any:
+    """A function building one kind's event dict from a row: a dict display compiled once per kind,
+    since expanding rows is the main cost of every consumer of the probe's frames."""
+    args = ", ".join(names)
+    fields = ", ".join(f"{name!r}: {name}" for name in names)
+    source = (f"def build(seq, t, run, rank, {args}):\n"
+              f"    return {{'seq': seq, 't': t, 'run': run, 'rank': rank, 'kind': {kind!r}, {fields}}}")
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # noqa: S102  (our own field names, fixed at import; no input reaches it)
+    return namespace["build"]
+
+
+_BUILDERS = {kind: _row_builder(kind, names) for kind, names in ROW_FIELDS.items()}
+
+
+def expand(frame: Mapping[str, Any]) -> list[Event]:
+    """Events from a compact frame ``{"rows": [...], "run", "rank", "seq", "t0"}``.
+
+    Raises:
+        EventError: naming the row that does not fit the row format.
+    """
+    rows, t0, seq = frame.get("rows"), frame.get("t0", 0.0), frame.get("seq", 0)
+    run, rank = frame.get("run", ""), frame.get("rank", 0)
+    if not isinstance(rows, list) or len(rows) > MAX_ROWS:
+        raise EventError(f"a compact frame needs 'rows', a list of at most {MAX_ROWS} rows")
+    if not isinstance(t0, (int, float)) or not isinstance(seq, int):
+        raise EventError("a compact frame needs a numeric 't0' and an integer 'seq'")
+    events = []
+    builders = _BUILDERS
+    for number, row in enumerate(rows, start=seq):
+        try:
+            build = builders.get(row[0])
+            if build is not None:
+                event = build(number, row[1] - t0, run, rank, *row[2:])
+            else:
+                event = {"seq": number, "t": row[1] - t0, "run": run, "rank": rank, "kind": row[0], **row[2]}
+        except (TypeError, IndexError, KeyError):
+            raise EventError(f"compact frame, row {number - seq}: expected [kind, t, fields...] with the "
+                             f"fields of events.ROW_FIELDS, got {str(row)[:80]}") from None
+        if row[0] == "dispatch":
+            event["indices"], event["n"] = clip_indices(event["indices"])
+        events.append(event)
+    return events
+
+
 def to_json(value: Any) -> bytes:
     """JSON for anything a producer may put in an event: non-string keys become strings (a config's
     ``{worker: factor}``), unknown objects their ``str()``, rather than failing a user's run."""
@@ -131,7 +194,7 @@ def decode_frame(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES) -> list
     except orjson.JSONDecodeError as exc:
         raise EventError(f"frame is not valid JSON: {exc}") from None
     if isinstance(decoded, dict):
-        decoded = [decoded]
+        decoded = expand(decoded) if "rows" in decoded else [decoded]
     if not isinstance(decoded, list):
         raise EventError(f"a frame must be a JSON array of events, got {type(decoded).__name__}")
     return [validate(event) for event in decoded]

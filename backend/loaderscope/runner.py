@@ -108,22 +108,28 @@ def build_loader(plan: scenarios.LoaderPlan, loader_class: type | None = None, *
     return loader_class(dataset, **kwargs, **probe)
 
 
-def consume(loader: Any, epochs: int, step_cost: float, control: Control) -> str:
-    """The training loop: ``epochs`` passes, ``step_cost`` seconds of 'training' per batch.
+def consume(loader: Any, plan: scenarios.LoaderPlan, control: Control) -> str:
+    """The training loop: ``plan.epochs`` passes, each batch 'trained on' for ``plan.step_cost``
+    seconds or by the plan's own step (whose timings become ``step`` events).
 
     Returns the run's end reason: "done" or "stopped". Exceptions from the loader propagate.
     """
-    for _ in range(epochs):
+    step = plan.make_step() if plan.make_step is not None else None
+    for _ in range(plan.epochs):
         iterator = iter(loader)
+        batches = 0
         while True:
             if not control.gate():
                 return "stopped"
             try:
-                next(iterator)
+                batch = next(iterator)
             except StopIteration:
                 break
-            if step_cost:
-                time.sleep(step_cost)
+            if step is not None:
+                loader._probe.note("step", batch=batches, **step(batch))
+            elif plan.step_cost:
+                time.sleep(plan.step_cost)
+            batches += 1
             if control.delay:
                 control.sleep(control.delay)
         del iterator
@@ -140,17 +146,20 @@ def run_real(
 ) -> LoaderState:
     """Run scenario ``name`` with a real DataLoader; every event goes to ``sink``.
 
-    Returns the reduced state (summary and diagnosis come from it). Loader exceptions are
+    Returns the reduced state (summary and diagnosis come from it; empty when ``sink`` is a
+    transport taking frames: its receiver reduces). Loader exceptions are
     recorded (``error`` / ``run_end`` with reason "error") and re-raised, as torch raised them.
     """
     scenario = scenarios.get(name)
     validated = scenario.params.model_validate(params or {})
     plan = scenario.build(validated)
-    collector = Collector(sink)
+    # A transport takes the probe's frames as they are; Python sinks get dicts and a live reducer.
+    streaming = getattr(sink, "takes_frames", False)
+    collector = sink if isinstance(sink, Collector) else None if streaming else Collector(sink)
     control = control or Control()
     loader = build_loader(
         plan,
-        sink=collector,
+        sink=collector or sink,
         run_id=run_id or new_run_id(),
         scenario=name,
         params=validated.model_dump(),
@@ -159,8 +168,8 @@ def run_real(
     )
     reason = "error"
     try:
-        reason = consume(loader, plan.epochs, plan.step_cost, control)
+        reason = consume(loader, plan, control)
     finally:
         loader.flush()  # so the summary in run_end sees every event before it
-        loader.close(reason, summary(collector.state))
-    return collector.state
+        loader.close(reason, summary(collector.state) if collector else {})
+    return collector.state if collector else LoaderState()

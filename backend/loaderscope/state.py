@@ -105,6 +105,11 @@ class LoaderState:
     fetched_bytes: int = 0
     pickled_bytes: int = 0  # of which crossed the process boundary pickled, not in shared memory
     batch_samples: list[dict[str, Any]] = field(default_factory=list)  # structures for the inspector
+    steps: int = 0  # consumer steps that reported timings (step events)
+    step_h2d: float = 0.0
+    step_compute: float = 0.0
+    step_h2d_pageable: float = 0.0
+    step_device: str | None = None
     first_t: float | None = None
     last_yield_t: float | None = None
     yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released
@@ -338,6 +343,14 @@ def _batch_info(s: LoaderState, e: Mapping[str, Any]) -> None:
         s.batch_samples.append({**e, "epoch": s.epoch})
 
 
+def _step(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.steps += 1
+    s.step_h2d += e.get("h2d") or 0.0
+    s.step_compute += e.get("compute") or 0.0
+    s.step_h2d_pageable += e.get("h2d_pageable") or 0.0
+    s.step_device = e.get("device", s.step_device)
+
+
 def _note(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.notes.append(dict(e))
 
@@ -382,6 +395,7 @@ _HANDLERS = {
     Kind.ERROR: _error,
     Kind.TIMEOUT: _note,
     Kind.BATCH_INFO: _batch_info,
+    Kind.STEP: _step,
     Kind.PIN_START: _pin_start,
     Kind.PIN_END: _pin_end,
 }
@@ -444,6 +458,15 @@ def stragglers(s: LoaderState) -> list[dict[str, Any]]:
     return found
 
 
+def _consumer_split(s: LoaderState) -> dict[str, Any] | None:
+    """Per batch, where the training loop's time went: waiting for data, host-to-device, compute."""
+    if not s.steps:
+        return None
+    per = 1 / s.steps
+    return {"device": s.step_device, "wait": s.consumer_wait / max(s.batches, 1), "h2d": s.step_h2d * per,
+            "compute": s.step_compute * per, "h2d_pageable": s.step_h2d_pageable * per or None}
+
+
 def summary(s: LoaderState) -> dict[str, Any]:
     """The statistics DESIGN.md's diagnosis vocabulary speaks of, as plain numbers."""
     consumer_wall = (s.last_yield_t or s.t) - (s.first_t or 0.0)
@@ -472,6 +495,7 @@ def summary(s: LoaderState) -> dict[str, Any]:
         "fetched_bytes": s.fetched_bytes,
         "pickled_bytes": s.pickled_bytes,
         "pickle_s": statistics.fmean(b.get("pickle_s", 0.0) for b in s.batch_samples) if s.batch_samples else 0.0,
+        "consumer_split": _consumer_split(s),
         "pin_bytes": s.pin_bytes,
         "pin_mb_per_s": s.pin_bytes / s.pin_time / 1e6 if s.pin_time > 0 else None,
         "pin_wait_share": s.pin_wait / s.consumer_wait if s.consumer_wait > 0 else 0.0,
@@ -547,7 +571,7 @@ def _input_bound_finding(stats: Mapping[str, Any], workers: int) -> str:
     text = f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of {stats['wall']:.2f} s"
     text += f", {stats['startup_wait']:.2f} s of it for the first batch of an epoch)" if stats["startup_wait"] >= 0.05 else ")"
     if steady <= INPUT_BOUND:
-        after = f" after start-up it waited {steady:.0%}:" if share > INPUT_BOUND else ";"
+        after = f" after start-up it waited {steady:.0%}, so" if share > INPUT_BOUND else ""
         return text + f";{after} the training step is the bottleneck ({step * 1000:.1f} ms per batch, {rate:.1f} batches/s)"
     text += f"; loading is the bottleneck: {workers or 'the main process'} worker(s) deliver {rate:.1f} batches/s"
     task = stats["median_task"]
@@ -595,6 +619,14 @@ def diagnosis(s: LoaderState) -> list[str]:
         findings.append(f"pinning: {stats['pin_bytes'] / 1e6:.1f} MB copied to page-locked memory at "
                         f"{stats['pin_mb_per_s']:.0f} MB/s; {stats['pin_wait_share']:.0%} of the consumer's wait "
                         f"was spent behind the pin thread")
+    split = stats["consumer_split"]
+    if split:
+        findings.append(f"per batch the training loop waited {split['wait'] * 1000:.2f} ms for data, copied to "
+                        f"{split['device']} in {split['h2d'] * 1000:.2f} ms and computed {split['compute'] * 1000:.2f} ms")
+        if split["h2d_pageable"] and split["h2d"] > 0:
+            findings.append(f"pinned memory pays: the same batch copied from pageable memory took "
+                            f"{split['h2d_pageable'] * 1000:.2f} ms, {split['h2d_pageable'] / split['h2d']:.1f}× "
+                            f"the pinned copy's {split['h2d'] * 1000:.2f} ms")
     if s.unpinned:
         findings.append(f"{s.unpinned} batches left the pin thread without pinned tensors (a custom batch type "
                         "needs a pin_memory() method)")

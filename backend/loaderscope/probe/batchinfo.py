@@ -33,9 +33,15 @@ def sizes(data: Any) -> tuple[int, int]:
 
 
 def first_tensor(data: Any) -> Any:
+    """The first tensor in a batch: in lists, tuples, dicts, or the attributes of a custom batch type."""
     if hasattr(data, "is_pinned"):
         return data
-    values = data.values() if isinstance(data, dict) else data if isinstance(data, (list, tuple)) else ()
+    if isinstance(data, dict):
+        values: Any = data.values()
+    elif isinstance(data, (list, tuple)):
+        values = data
+    else:
+        values = getattr(data, "__dict__", {}).values()
     for item in values:
         found = first_tensor(item)
         if found is not None:

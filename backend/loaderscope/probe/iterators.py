@@ -24,7 +24,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleP
 
 from loaderscope.probe.liveness import Liveness, StuckRule
 from loaderscope.probe.batchinfo import describe, is_pinned, sizes
-from loaderscope.probe.pinning import tap_pin_thread
+from loaderscope.probe.pinning import PinTap
 from loaderscope.probe.recorder import Recorder
 from loaderscope.ranks import encode_shard
 from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, new_ring, probed_worker_loop
@@ -100,10 +100,19 @@ class _TaskInfo(dict):
 class _ProbedContext:
     """Stands in for the multiprocessing context so each worker is started with a status ring."""
 
-    def __init__(self, context: Any, readers: dict[int, RingReader], inspect: Any) -> None:
+    def __init__(self, context: Any, readers: dict[int, RingReader], inspect: Any,
+                 on_result_queue: Any) -> None:
         self._context = context
         self._readers = readers
         self._inspect = inspect
+        self._on_result_queue = on_result_queue  # called with the first Queue made: the result queue
+
+    def Queue(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        queue = self._context.Queue(*args, **kwargs)
+        if self._on_result_queue is not None:
+            self._on_result_queue(queue)
+            self._on_result_queue = None
+        return queue
 
     def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:  # noqa: N802
         if target is not _worker_loop:  # not a DataLoader worker: leave it alone
@@ -178,7 +187,13 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
             import torch.multiprocessing as context  # what torch uses by default
         self._inspect = context.SimpleQueue()
         self._liveness.inspect = self._inspect
-        super().__init__(_LoaderView(loader, _ProbedContext(context, probe.readers, self._inspect)))
+        self._pin_tap = PinTap(probe)
+        probed = _ProbedContext(context, probe.readers, self._inspect, self._tap_result_queue)
+        super().__init__(_LoaderView(loader, probed))
+
+    def _tap_result_queue(self, queue: Any) -> None:
+        if self._pin_memory:  # decided by torch's base __init__, before any queue is made
+            self._pin_tap.tap_get(queue)
 
     # `_task_info` is reassigned in every _reset; a property swaps in the observing dict.
     @property
@@ -195,8 +210,8 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         if first_iter:
             for worker_id, process in enumerate(self._workers):
                 self._probe.note("worker_start", worker=worker_id, pid=process.pid)
-            if self._pin_memory:  # the pin thread runs already, and no task is dispatched yet
-                tap_pin_thread(self._worker_result_queue, self._data_queue, self._probe)
+            if self._pin_memory:  # no task is dispatched yet, so nothing can be put before this
+                self._pin_tap.tap_put(self._data_queue)
         self._epochs.start()
         super()._reset(loader, first_iter)
 

@@ -2,8 +2,10 @@
 
 The hot path (one call per protocol step of every batch) only appends a tuple to a deque: no dict,
 no lock, no syscall. A background thread wakes every ``interval`` seconds, drains the workers'
-shared-memory rings, numbers the records, builds the event dicts and hands them to the sink in one
-list. A sink that raises or is slow never breaks the training loop: its errors are counted.
+shared-memory rings and hands everything to the sink in one go: to a transport as one compact
+frame of rows (encoded by orjson, no Python dict per event: see ``events.ROW_FIELDS``), or to a
+Python sink as a list of event dicts. A sink that raises or is slow never breaks the training loop:
+its errors are counted.
 """
 
 from __future__ import annotations
@@ -16,53 +18,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from loaderscope.events import Event, clip_indices
+from loaderscope.events import Event, expand, to_json
 from loaderscope.probe.worker import RingReader
 
-Sink = Callable[[list[Event]], None]
-
-# Builders for the compact records appended on the hot path: (seq, t, run, rank, *fields) -> event.
-# Dict literals, one per kind: building events is the probe thread's main cost, and the GIL makes
-# the training thread pay for it.
-def _dispatch(q: int, t: float, r: str, k: int, idx: int, worker: int, indices: Any) -> Event:
-    clipped, n = clip_indices(indices)
-    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "dispatch", "idx": idx, "worker": worker,
-            "indices": clipped, "n": n}
-
-
-def _fetch_start(q: int, t: float, r: str, k: int, worker: int, idx: int, n: int) -> Event:
-    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "fetch_start", "worker": worker, "idx": idx, "n": n}
-
-
-def _fetch_end(q: int, t: float, r: str, k: int, worker: int, idx: int, dt: float, nbytes: int,
-               pickled: int) -> Event:
-    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "fetch_end", "worker": worker, "idx": idx, "dt": dt,
-            "nbytes": nbytes, "pickled": pickled}
-
-
-def _arrive(q: int, t: float, r: str, k: int, idx: int, worker: int) -> Event:
-    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "arrive", "idx": idx, "worker": worker}
-
-
-def _buffer(q: int, t: float, r: str, k: int, idx: int, worker: int, waiting_for: int) -> Event:
-    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "buffer", "idx": idx, "worker": worker,
-            "waiting_for": waiting_for}
-
-
-def _yield(q: int, t: float, r: str, k: int, idx: int, wait: float, from_buffer: bool) -> Event:
-    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "yield", "idx": idx, "wait": wait,
-            "from_buffer": from_buffer}
-
-
-def _skip(q: int, t: float, r: str, k: int, idx: int, worker: int) -> Event:
-    return {"seq": q, "t": t, "run": r, "rank": k, "kind": "skip", "idx": idx, "worker": worker}
-
-
-HOT: dict[str, Callable[..., Event]] = {
-    "dispatch": _dispatch, "fetch_start": _fetch_start, "fetch_end": _fetch_end, "arrive": _arrive,
-    "buffer": _buffer, "yield": _yield, "skip": _skip,
-}
-
+Sink = Callable[[list[Event]], None]  # or an object with ``takes_frames = True`` and ``frame(bytes, count)``
 
 _running: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
@@ -101,7 +60,7 @@ class Recorder:
     # --- producing records ---------------------------------------------------------------------
 
     def record(self, *rec: Any) -> None:
-        """Hot path: ``(kind, monotonic time, the fields of that kind's builder in order)``."""
+        """Hot path: ``(kind, monotonic time, the kind's ROW_FIELDS in order)``."""
         self.pending.append(rec)
 
     def note(self, kind: str, **fields: Any) -> None:
@@ -158,23 +117,15 @@ class Recorder:
             records = [pending.popleft() for _ in range(len(pending))]
             if not records:
                 return
-            events = self._events(records)
+            frame = {"run": self.run_id, "rank": self.rank, "seq": self.seq, "t0": self.t0, "rows": records}
+            self.seq += len(records)
             try:
-                self.sink(events)
+                if getattr(self.sink, "takes_frames", False):
+                    self.sink.frame(to_json(frame), len(records))
+                else:
+                    self.sink(expand(frame))
             except Exception:
                 self.sink_errors += 1
-
-    def _events(self, records: list[tuple[Any, ...]]) -> list[Event]:
-        seq, t0, run, rank = self.seq, self.t0, self.run_id, self.rank
-        events = []
-        for seq, rec in enumerate(records, start=seq):
-            build = HOT.get(rec[0])
-            if build is not None:
-                events.append(build(seq, rec[1] - t0, run, rank, *rec[2:]))
-            else:
-                events.append({"seq": seq, "t": rec[1] - t0, "run": run, "rank": rank, "kind": rec[0], **rec[2]})
-        self.seq += len(records)
-        return events
 
     def close(self) -> None:
         _running.discard(self)

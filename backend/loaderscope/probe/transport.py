@@ -21,7 +21,6 @@ from websockets.sync.client import ClientConnection, connect
 from loaderscope.events import Event, encode_frame
 
 BUFFER_EVENTS = 200_000
-FRAME_EVENTS = 1000
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 CONNECT_TIMEOUT = 3.0
 
@@ -34,12 +33,18 @@ def ingest_url(dashboard: str) -> str:
 
 
 class StreamSink:
-    """A probe sink that streams to ``WS /ws/ingest``; call ``close()`` to flush and disconnect."""
+    """A probe sink that streams to ``WS /ws/ingest``; call ``close()`` to flush and disconnect.
+
+    It takes the probe's compact frames as they are (encoded bytes, one websocket message each).
+    """
+
+    takes_frames = True
 
     def __init__(self, dashboard: str, token: str | None, *, buffer_events: int = BUFFER_EVENTS) -> None:
         self.url = ingest_url(dashboard)
         self.token = token
-        self.buffer: deque[Event] = deque()
+        self.buffer: deque[tuple[bytes, int]] = deque()
+        self.buffered = 0  # events in the buffer
         self.capacity = buffer_events
         self.dropped = 0  # events lost because the buffer was full
         self.run: str | None = None  # the dashboard's id for this run, once connected
@@ -50,13 +55,17 @@ class StreamSink:
         self._thread = threading.Thread(target=self._run, name="loaderscope-uplink", daemon=True)
         self._thread.start()
 
-    def __call__(self, events: list[Event]) -> None:
-        room = self.capacity - len(self.buffer)
-        if room < len(events):
-            self.dropped += len(events) - max(room, 0)
-            events = events[: max(room, 0)]
-        self.buffer.extend(events)
+    def frame(self, data: bytes, count: int) -> None:
+        if self.buffered + count > self.capacity:
+            self.dropped += count  # the dashboard sees the gap in seq numbers too
+            return
+        self.buffer.append((data, count))
+        self.buffered += count
         self._wake.set()
+
+    def __call__(self, events: list[Event]) -> None:
+        """Events as dicts, from other producers than the probe (a replayed trace, say)."""
+        self.frame(encode_frame(events), len(events))
 
     def close(self, timeout: float = 5.0) -> None:
         """Send what is buffered (for at most ``timeout`` seconds), then disconnect."""
@@ -96,14 +105,12 @@ class StreamSink:
 
     def _pump(self, ws: ClientConnection) -> None:
         while True:
-            frame = [self.buffer.popleft() for _ in range(min(FRAME_EVENTS, len(self.buffer)))]
-            if frame:
-                try:
-                    ws.send(encode_frame(frame).decode())
-                except (OSError, ConnectionClosed):
-                    self.buffer.extendleft(reversed(frame))  # keep them for the next connection
-                    raise
-                self.sent += len(frame)
+            if self.buffer:
+                data, count = self.buffer[0]
+                ws.send(data)  # on failure the frame stays first in line for the next connection
+                self.buffer.popleft()
+                self.buffered -= count
+                self.sent += count
                 continue
             if self._closing:
                 return

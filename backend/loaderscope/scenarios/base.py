@@ -61,6 +61,8 @@ class LoaderPlan:
     # Iterable datasets: the samples each worker's shard yields, for a given worker count.
     shard_sizes: Callable[[int], Sequence[int]] | None = None
     describe: dict[str, Any] = field(default_factory=dict)
+    # A consumer step of its own (called with each batch, returns timings): replaces step_cost.
+    make_step: Callable[[], Callable[[Any], dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -401,3 +401,62 @@ register(Scenario(
     FileParams,
     _files,
 ))
+
+
+# --- gpu_step --------------------------------------------------------------------------------------
+
+
+class GpuParams(CommonParams):
+    batch_size: int = Field(64, ge=1, le=1024, description="images per batch")
+    dataset_size: int = Field(2048, ge=1, le=100_000, description="images in the dataset")
+    image_size: int = Field(64, ge=8, le=512, description="images are 3×size×size float32")
+    pin_memory: bool = Field(True, description="copy batches to page-locked memory")
+    num_workers: int = Field(2, ge=0, le=32, description="worker processes (0: load in the main process)")
+    sample_ms: float = Field(0.0, ge=0, le=5_000, description="extra work per sample in a worker, ms")
+
+
+def _gpu(p: GpuParams) -> LoaderPlan:
+    from loaderscope.scenarios.gpu import GpuStep, ImageDataset
+
+    return map_plan(p, UniformCost(p.sample_ms), make_dataset=lambda: ImageDataset(p.dataset_size, p.image_size),
+                    make_step=GpuStep)
+
+
+register(Scenario(
+    "gpu_step",
+    "Pinning and the GPU step",
+    "Each batch is pinned, copied to the GPU (non_blocking) and trained on: wait vs copy vs compute.",
+    GpuParams,
+    _gpu,
+))
+
+
+# --- pickle_heavy ----------------------------------------------------------------------------------
+
+
+class PickleParams(CommonParams):
+    collate: Literal["numpy", "tensor"] = Field("numpy", description="numpy: batches cross pickled; tensor: "
+                                                "default_collate, through shared memory")
+    image_size: int = Field(128, ge=8, le=512, description="samples are 3×size×size float32")
+    batch_size: int = Field(16, ge=1, le=1024, description="samples per batch")
+    dataset_size: int = Field(256, ge=1, le=100_000, description="samples in the dataset")
+    sample_ms: float = Field(0.0, ge=0, le=5_000, description="extra work per sample in a worker, ms")
+
+
+def _pickle(p: PickleParams) -> LoaderPlan:
+    from loaderscope.scenarios.gpu import ImageDataset, numpy_collate
+
+    plan = map_plan(p, UniformCost(p.sample_ms),
+                    make_dataset=lambda: ImageDataset(p.dataset_size, p.image_size, as_numpy=True))
+    if p.collate == "numpy":
+        plan.loader_kwargs["collate_fn"] = numpy_collate
+    return plan
+
+
+register(Scenario(
+    "pickle_heavy",
+    "Batches that cross pickled",
+    "A collate_fn returning numpy arrays pickles every batch through a pipe; tensors use shared memory.",
+    PickleParams,
+    _pickle,
+))
