@@ -35,7 +35,7 @@ def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_p
     # the lane names the task and the sample, and its elapsed time ticks at least 10 times a second
     text = lane.text_content() or ""
     assert "STUCK" in text and "task" in text
-    assert "sample 2 of 4 (index 13)" in text, text
+    assert "sample 2 of 4 (index 13)" in " ".join(text.split()), text
     ticks = pg.evaluate("""() => new Promise((done) => {
         const lane = document.querySelector('[data-testid=worker-lane][data-status=stuck]');
         const seen = new Set(); const t0 = performance.now();

@@ -5,7 +5,7 @@
 // timeline, side by side on one clock.
 
 import { diagnosis, stragglers } from './reducer.js';
-import { Player } from './player.js';
+import { Track } from './track.js';
 import { TimelineStore } from './timeline-store.js';
 import { PipelineView } from './pipeline-view.js';
 import { TimelineView } from './timeline-view.js';
@@ -14,12 +14,11 @@ import { RunStream } from './stream.js';
 import { api, runSocket, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { fieldsFromSchema, renderForm } from './form.js';
 import {
-  Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms, structureItems, recentRate,
+  Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms, structureItems,
 } from './panels.js';
-import { KNOWN_KINDS } from './schema.js';
 import { pinStage } from './pin.js';
 import { readTraceFile, TraceError } from './trace-file.js';
-import { shardReport, slowestPerStep, slowestCounts } from './ranks.js';
+import { RanksView } from './ranks-view.js';
 import { fmtDuration } from './timeline-store.js';
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -29,71 +28,6 @@ const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 const ENDED = new Set(['done', 'stopped', 'error', 'failed', 'crashed', 'timeout']);
-const KNOWN = new Set(KNOWN_KINDS);
-const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout']);
-
-/** One rank of the open run: where its events come from, and everything kept about them. */
-class Track {
-  /** @param {{rank:number, label:string, runId?:string|null, source:'server'|'file'|'demo'|'none'}} o */
-  constructor({ rank, label, runId = null, source }) {
-    this.rank = rank;
-    this.label = label;
-    this.runId = runId;
-    this.source = source;
-    this.player = new Player();
-    this.store = new TimelineStore();
-    this.store.table = this.player.table;
-    this.queue = [];
-    this.queueHead = 0;
-    /** @type {any[]} notable events and stream notes, each with `_row` (events loaded before it) */
-    this.noteItems = [];
-    this.violationsShown = 0;
-    /** @type {RunStream|null} */
-    this.stream = null;
-    this.runInfo = null;
-    this.header = null;
-    this.fileError = null;
-    this.complete = false; // every event is here (a file read to its end, a run that ended)
-    this.wall0 = 0;
-    /** @type {Map<number, number[]>} epoch -> wall-clock times of the batches handed out */
-    this.yields = new Map();
-    /** @type {Map<number, any>} epoch -> epoch_end carrying a shard digest */
-    this.epochEnds = new Map();
-    this.offset = 0; // seconds to add to this rank's run times to put it on the selected rank's clock
-    /** @type {number[]} run times at which this rank delivered a step last of all ranks */
-    this.slow = [];
-  }
-
-  ingest(e) {
-    const row = this.player.length;
-    this.player.append(e);
-    this.store.apply(e, row);
-    const kind = e.kind;
-    if (!KNOWN.has(kind)) this.noteItems.push({ ...e, unknown: true, _row: row + 1 });
-    else if (NOTABLE.has(kind)) this.noteItems.push({ ...e, _row: row + 1 });
-    else if (kind === 'yield') {
-      const epoch = this.player.full.epoch;
-      let list = this.yields.get(epoch);
-      if (list === undefined) this.yields.set(epoch, (list = []));
-      list.push(this.wall0 + e.t);
-    } else if (kind === 'run_start') this.wall0 = e.wall_start ?? 0;
-    else if (kind === 'epoch_end' && typeof e.shard === 'string') this.epochEnds.set(e.epoch, e);
-    else if (kind === 'run_end') this.complete = true;
-    const v = this.player.full.violations;
-    if (v.length > this.violationsShown) {
-      for (const text of v.slice(this.violationsShown)) this.noteItems.push({ type: 'violation', text, _row: row + 1 });
-      this.violationsShown = v.length;
-    }
-  }
-
-  note(n) {
-    this.noteItems.push({ ...n, _row: this.player.length });
-  }
-
-  get state() {
-    return this.player.state;
-  }
-}
 
 class App {
   constructor() {
@@ -102,6 +36,7 @@ class App {
     this.notes = new Notes($('notes'), $('notes-count'));
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
+    this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake());
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.runId = null;
     this.frameRequested = false;
@@ -151,8 +86,7 @@ class App {
     this.selectedWorker = null;
     this.finalPolled = false;
     this.ranksLooked = 0;
-    this.ranksKey = '';
-    this.shards = new Map();
+    this.ranksView.reset();
     this.serverDiagnosis = null;
     this.diagKey = '';
     this.hist.key = '';
@@ -297,13 +231,16 @@ class App {
     if (p.cursor >= p.length && complete) this.playing = false;
   }
 
-  /** Put the selected rank's cursor at row i, the other ranks at the same moment. */
-  moveTo(i, pause = true) {
+  /**
+   * Put the selected rank's cursor at row i, the other ranks at the same moment. Tokens fly when
+   * playing or stepping; a seek (slider, axis, Home/End) puts them in place at once.
+   */
+  moveTo(i, pause = true, snap = false) {
     if (pause) this.playing = false;
     const p = this.player;
     const before = p.cursor;
     p.seek(i);
-    if (Math.abs(p.cursor - before) > SNAP_EVENTS) this.pipeline.snap();
+    if (snap || Math.abs(p.cursor - before) > SNAP_EVENTS) this.pipeline.snap();
     if (!this.playing) this.playT = p.time;
     const t = p.time;
     for (const tr of this.tracks) {
@@ -316,7 +253,7 @@ class App {
 
   seekTime(t) {
     const wasPlaying = this.playing;
-    this.moveTo(this.player.rowAt(t), true);
+    this.moveTo(this.player.rowAt(t), true, true);
     this.playT = t;
     if (wasPlaying) this.play();
   }
@@ -324,7 +261,7 @@ class App {
   play() {
     const p = this.player;
     if (!p.length) return;
-    if (p.cursor >= p.length && this.complete()) this.moveTo(0);
+    if (p.cursor >= p.length && this.complete()) this.moveTo(0, true, true);
     if (p.following) p.seek(p.cursor); // leave live following: the playhead is ours now
     p.following = false;
     this.playing = true;
@@ -346,7 +283,7 @@ class App {
       this.wake();
       return;
     }
-    this.moveTo(this.player.length);
+    this.moveTo(this.player.length, true, true);
   }
 
   renderPlayback() {
@@ -588,7 +525,7 @@ class App {
     this.timeline.invalidate();
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
-    this.ranksKey = '';
+    this.ranksView.key = '';
     this.wake();
   }
 
@@ -627,97 +564,7 @@ class App {
   }
 
   renderRanks() {
-    const host = $('ranks');
-    if (this.tracks.length < 2) { host.hidden = true; return; }
-    host.hidden = false;
-    // the slowest rank per step, per epoch all ranks reached
-    const epochs = new Set();
-    for (const tr of this.tracks) for (const ep of tr.yields.keys()) epochs.add(ep);
-    const steps = [];
-    for (const tr of this.tracks) tr.slow = [];
-    for (const ep of [...epochs].sort((a, b) => a - b)) {
-      const times = new Map(this.tracks.map((tr) => [tr.rank, tr.yields.get(ep) ?? []]));
-      for (const s of slowestPerStep(times)) {
-        steps.push(s);
-        const tr = this.tracks.find((x) => x.rank === s.rank);
-        tr.slow.push(times.get(s.rank)[s.step] - tr.wall0);
-      }
-    }
-    const counts = slowestCounts(steps);
-    // shard checks, per epoch every rank reported one for
-    const shardEpochs = [...this.tracks[0].epochEnds.keys()].filter((ep) => this.tracks.every((tr) => tr.epochEnds.has(ep)));
-    for (const ep of shardEpochs) {
-      if (this.shards.has(ep)) continue;
-      const ends = new Map(this.tracks.map((tr) => [tr.rank, tr.epochEnds.get(ep)]));
-      const length = this.tracks[0].epochEnds.get(ep).shard_length;
-      this.shards.set(ep, null);
-      shardReport(ends, length).then((r) => { this.shards.set(ep, r); this.ranksKey = ''; this.wake(); },
-        (err) => { this.shards.set(ep, { error: String(err.message ?? err) }); this.ranksKey = ''; });
-    }
-    const cards = this.tracks.map((tr, i) => {
-      const s = tr.player.state;
-      const wall = (s.last_yield_t ?? s.t) - (s.first_t ?? 0);
-      const share = wall > 0 ? s.consumer_wait / wall : 0;
-      const c = counts.get(tr.rank);
-      return {
-        i, rank: tr.rank, selected: tr === this.track,
-        line: `${s.batches} batches · ${recentRate(tr.store.consumer, s.t).toFixed(1)}/s · waited ${(share * 100).toFixed(0)}%`,
-        slow: steps.length ? `slowest in ${c ? c.steps : 0} of ${steps.length} steps${c ? ` (worst ${fmtDuration(c.worst)} behind)` : ''}` : 'no step yet',
-        workers: [...s.workers.values()].sort((a, b) => a.id - b.id).map((w) => w.status),
-      };
-    });
-    const shardLines = shardEpochs.map((ep) => ({ ep, r: this.shards.get(ep) }));
-    const key = JSON.stringify([cards, shardLines]);
-    if (key === this.ranksKey) return;
-    this.ranksKey = key;
-    const els = cards.map((c) => {
-      const card = document.createElement('button');
-      card.type = 'button';
-      card.className = `rank-card${c.selected ? ' selected' : ''}`;
-      card.dataset.testid = 'rank-card';
-      card.setAttribute('data-testid', 'rank-card');
-      card.dataset.rank = String(c.rank);
-      const title = document.createElement('b');
-      title.textContent = `rank ${c.rank}${c.selected ? ' · shown' : ''}`;
-      const chips = document.createElement('span');
-      chips.className = 'chips';
-      for (const st of c.workers) {
-        const chip = document.createElement('i');
-        chip.className = `wchip ${st}`;
-        chip.title = st;
-        chips.append(chip);
-      }
-      const line = document.createElement('div');
-      line.textContent = c.line;
-      const slow = document.createElement('div');
-      slow.className = 'slow';
-      slow.textContent = c.slow;
-      card.append(title, chips, line, slow);
-      card.addEventListener('click', () => this.selectTrack(c.i));
-      return card;
-    });
-    const shards = document.createElement('div');
-    shards.className = 'shards';
-    shards.setAttribute('data-testid', 'shards');
-    if (!shardLines.length) shards.textContent = 'sample shards: checked when every rank ends an epoch (DistributedSampler runs report what they read)';
-    for (const { ep, r } of shardLines) {
-      const div = document.createElement('div');
-      if (!r) div.textContent = `epoch ${ep}: checking shards…`;
-      else if (r.error) div.textContent = `epoch ${ep}: shards could not be read: ${r.error}`;
-      else {
-        const per = Object.entries(r.per_rank).map(([rank, n]) => `rank ${rank}: ${n}`).join(', ');
-        div.className = r.disjoint && r.complete ? 'ok' : 'bad';
-        div.dataset.disjoint = String(r.disjoint);
-        div.dataset.complete = String(r.complete);
-        div.textContent = `epoch ${ep} shards: ${r.disjoint ? 'disjoint ✓' : `OVERLAP: ${r.overlap} indices read by more than one rank (e.g. ${r.overlap_sample.join(', ')})`} · `
-          + `${r.complete ? 'complete ✓' : `MISSING: ${r.missing} indices read by no rank (e.g. ${r.missing_sample.join(', ')})`} (${per} samples)`;
-      }
-      shards.append(div);
-    }
-    const head = document.createElement('div');
-    head.className = 'ranks-head';
-    head.textContent = `${this.tracks.length} ranks of job ${this.track.player.full.meta.job ?? '(files)'} — click one to show it in the picture; the timeline shows all on one clock, ticks under a consumer row mark the steps that rank delivered last`;
-    host.replaceChildren(head, ...els, shards);
+    this.ranksView.render(this.tracks, this.track);
   }
 
   // --- runs on the server ---------------------------------------------------------------------------
@@ -942,6 +789,7 @@ class App {
       const run = await api.start(name, mode, values);
       const id = run?.id ?? run?.run?.id;
       if (!id) throw new Error('the server did not return a run id');
+      /** @type {HTMLDetailsElement} */ ($('params-box')).open = false; // the run needs the room now
       this.openRun(id, { autoplay: mode === 'sim' });
       this.refreshRuns();
     } catch (err) {
@@ -979,14 +827,14 @@ class App {
     $('btn-fit').addEventListener('click', () => this.timeline.fit());
     // playback
     $('pb-play').addEventListener('click', () => (this.playing ? this.pause() : this.play()));
-    $('pb-start').addEventListener('click', () => this.moveTo(0));
+    $('pb-start').addEventListener('click', () => this.moveTo(0, true, true));
     $('pb-end').addEventListener('click', () => this.toEnd());
     $('pb-event').addEventListener('click', () => this.moveTo(this.player.cursor + 1));
     $('pb-event-back').addEventListener('click', () => this.moveTo(this.player.cursor - 1));
     $('pb-batch').addEventListener('click', () => this.stepBatch(1));
     $('pb-batch-back').addEventListener('click', () => this.stepBatch(-1));
     $('pb-speed').addEventListener('change', (ev) => { this.speed = Number(/** @type {HTMLSelectElement} */ (ev.target).value) || 1; });
-    $('pb-scrub').addEventListener('input', (ev) => this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value)));
+    $('pb-scrub').addEventListener('input', (ev) => this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value), true, true));
     $('inspector-pick').addEventListener('change', () => this.renderInspector());
     window.addEventListener('keydown', (ev) => this.key(ev));
     // trace files: the picker, and drag-and-drop anywhere on the page
@@ -1036,7 +884,7 @@ class App {
     if (ev.key === ' ') (this.playing ? this.pause() : this.play());
     else if (ev.key === 'ArrowRight') (ev.shiftKey ? this.stepBatch(1) : this.moveTo(p.cursor + 1));
     else if (ev.key === 'ArrowLeft') (ev.shiftKey ? this.stepBatch(-1) : this.moveTo(p.cursor - 1));
-    else if (ev.key === 'Home') this.moveTo(0);
+    else if (ev.key === 'Home') this.moveTo(0, true, true);
     else if (ev.key === 'End') this.toEnd();
     else return;
     ev.preventDefault();

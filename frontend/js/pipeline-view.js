@@ -312,7 +312,7 @@ export class PipelineView {
     const typicalAll = median(allFetchTimes(state));
     L.lanes.forEach((lane, i) => {
       const w = state.workers.get(this.ids[i]);
-      if (!w || w.current === null || w.status === WorkerStatus.DIED) return;
+      if (!w || w.current === null || w.status === WorkerStatus.DIED || w.status === WorkerStatus.EXITED) return;
       const task = state.tasks.get(w.current);
       if (!task || task.fetch_start === null) return;
       const elapsed = Math.max(0, clock.now - task.fetch_start);
@@ -476,11 +476,17 @@ export class PipelineView {
       if (status === WorkerStatus.DIED) {
         const d = w.died ?? {};
         const held = d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
-        this.setText(el.fetch, `${held}\n${sampleLine(d, state) || clip(fmtIndices(d.indices, 0), 34)}`);
+        let second = sampleLine(d, state);
+        if (second && L.laneH >= 40) second = second.replace(' (', '\n(');
+        this.setText(el.fetch, `${held}\n${second || clip(fmtIndices(d.indices, 0), 34)}`);
+        this.setAttr(el.lane, 'data-elapsed', '');
+      } else if (task && status === WorkerStatus.EXITED) {
+        this.setText(el.fetch, `task ${task.idx} abandoned\n(the worker exited)`);
         this.setAttr(el.lane, 'data-elapsed', '');
       } else if (task) {
         const elapsed = task.fetch_start !== null ? Math.max(0, clock.now - task.fetch_start) : 0;
-        const second = status === WorkerStatus.STUCK && w.stuck ? sampleLine(w.stuck, state) : '';
+        let second = status === WorkerStatus.STUCK && w.stuck ? sampleLine(w.stuck, state) : '';
+        if (second && L.laneH >= 40) second = second.replace(' (', '\n('); // three short lines fit a tall lane
         this.setText(el.fetch, `task ${task.idx} · ${fmtElapsed(elapsed)}\n${second || clip(fmtIndices(task.indices, task.n), 34)}`);
         this.setAttr(el.lane, 'data-elapsed', elapsed.toFixed(2));
       } else {
@@ -561,7 +567,7 @@ export function fmtIndices(indices, n) {
 }
 
 function fmtElapsed(s) {
-  return s < 10 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(1)} s`;
+  return s < 1 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(1)} s`;
 }
 
 function clip(s, n) {

@@ -122,7 +122,9 @@ export class TimelineStore {
     this.pinOpen = new Map();
     /** @type {Record<string, any>} run_start's config (whether pinning was asked for) */
     this.config = {};
-    /** @type {Map<number, {start:number, idx:number, epoch:number, dref:number}>} fetches still running, per worker */
+    /** @type {{start:number, idx:number}|null} the training loop is stuck inside next() since start */
+    this.consumerOpen = null;
+    /** @type {Map<number, {start:number, idx:number, epoch:number, dref:number, stuck?:boolean}>} fetches still running, per worker */
     this.open = new Map();
     /** @type {Array<{t:number, epoch:number}>} */
     this.epochs = [];
@@ -164,6 +166,7 @@ export class TimelineStore {
         this.epochs.push({ t, epoch: e.epoch });
         this.dispatchRow.clear();
         this.open.clear();
+        this.consumerOpen = null;
         this.pinOpen.clear();
         break;
       case 'dispatch':
@@ -193,6 +196,7 @@ export class TimelineStore {
       }
       case 'yield':
         this.consumer.push(t - (e.wait || 0), t, e.idx, this.epoch, row);
+        this.consumerOpen = null;
         break;
       case 'worker_stuck':
         if (this.open.get(e.worker)?.idx === e.idx) this.open.get(e.worker).stuck = true;
@@ -203,6 +207,7 @@ export class TimelineStore {
         this.open.delete(e.worker);
         break;
       case 'consumer_stuck':
+        this.consumerOpen = { start: t - (+e.elapsed || 0), idx: e.waiting_for ?? -1 };
         this.marks.push({ t, kind: e.kind, text: `the training loop waited ${(+e.elapsed).toFixed(1)} s for task ${e.waiting_for}` });
         break;
       case 'error':

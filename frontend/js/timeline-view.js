@@ -193,7 +193,7 @@ export class TimelineView {
     this.forced = false;
     const g = this.geometry();
     const store = this.store;
-    const liveOpen = store.open.size && clock.live;
+    const liveOpen = (store.open.size || store.consumerOpen) && clock.live;
     if (this.follow) this.view = this.fitView(liveOpen ? clock.now : store.tmax);
     const versions = this.tracks.map((tr) => `${tr.store.version}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`).join(',');
     const key = `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}`;
@@ -324,6 +324,24 @@ export class TimelineView {
         ctx.rect(GUTTER, row.y, plotW, row.h);
         ctx.clip();
         aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, Xo, row.y + 3, row.h - 6, plotW, () => PALETTE.wait, PALETTE.wait, true) || aggregated;
+        const waiting = tr.store.consumerOpen;
+        if (waiting) { // stuck inside next(): the wait has no end yet
+          const end = tr === this.primary ? nowT : tr.store.tmax;
+          const x0 = Math.max(GUTTER, Xo(waiting.start)), x1 = Math.min(g.width, Xo(Math.max(end, waiting.start)));
+          ctx.fillStyle = PALETTE.wait;
+          ctx.globalAlpha = 0.35;
+          ctx.fillRect(x0, row.y + 3, Math.max(1, x1 - x0), row.h - 6);
+          ctx.globalAlpha = 1;
+          ctx.strokeStyle = PALETTE.stuck;
+          ctx.lineWidth = 2;
+          ctx.strokeRect(x0 + 1, row.y + 4, Math.max(1, x1 - x0 - 2), row.h - 8);
+          ctx.lineWidth = 1;
+          if (x1 - x0 > 120) {
+            ctx.fillStyle = '#ffd7d5';
+            ctx.font = '600 10px system-ui, sans-serif';
+            ctx.fillText(`STUCK in next() · waiting for task ${waiting.idx}`, x0 + 6, row.y + row.h / 2 + 3.5);
+          }
+        }
         // the rank that delivered a step last (several ranks): a tick under the consumer row
         if (tr.slow) {
           ctx.fillStyle = PALETTE.buffer;

@@ -1,0 +1,74 @@
+// One rank of an open run: where its events come from and everything kept about them — its
+// Player (every event, the state at any point), its TimelineStore, notes, and what the ranks view
+// needs (delivery times per epoch, shard digests). No DOM.
+
+import { Player } from './player.js';
+import { TimelineStore } from './timeline-store.js';
+import { KNOWN_KINDS } from './schema.js';
+
+const KNOWN = new Set(KNOWN_KINDS);
+const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout']);
+
+/** One rank of the open run: where its events come from, and everything kept about them. */
+export class Track {
+  /** @param {{rank:number, label:string, runId?:string|null, source:'server'|'file'|'demo'|'none'}} o */
+  constructor({ rank, label, runId = null, source }) {
+    this.rank = rank;
+    this.label = label;
+    this.runId = runId;
+    this.source = source;
+    this.player = new Player();
+    this.store = new TimelineStore();
+    this.store.table = this.player.table;
+    this.queue = [];
+    this.queueHead = 0;
+    /** @type {any[]} notable events and stream notes, each with `_row` (events loaded before it) */
+    this.noteItems = [];
+    this.violationsShown = 0;
+    /** @type {RunStream|null} */
+    this.stream = null;
+    this.runInfo = null;
+    this.header = null;
+    this.fileError = null;
+    this.complete = false; // every event is here (a file read to its end, a run that ended)
+    this.wall0 = 0;
+    /** @type {Map<number, number[]>} epoch -> wall-clock times of the batches handed out */
+    this.yields = new Map();
+    /** @type {Map<number, any>} epoch -> epoch_end carrying a shard digest */
+    this.epochEnds = new Map();
+    this.offset = 0; // seconds to add to this rank's run times to put it on the selected rank's clock
+    /** @type {number[]} run times at which this rank delivered a step last of all ranks */
+    this.slow = [];
+  }
+
+  ingest(e) {
+    const row = this.player.length;
+    this.player.append(e);
+    this.store.apply(e, row);
+    const kind = e.kind;
+    if (!KNOWN.has(kind)) this.noteItems.push({ ...e, unknown: true, _row: row + 1 });
+    else if (NOTABLE.has(kind)) this.noteItems.push({ ...e, _row: row + 1 });
+    else if (kind === 'yield') {
+      const epoch = this.player.full.epoch;
+      let list = this.yields.get(epoch);
+      if (list === undefined) this.yields.set(epoch, (list = []));
+      list.push(this.wall0 + e.t);
+    } else if (kind === 'run_start') this.wall0 = e.wall_start ?? 0;
+    else if (kind === 'epoch_end' && typeof e.shard === 'string') this.epochEnds.set(e.epoch, e);
+    else if (kind === 'run_end') this.complete = true;
+    const v = this.player.full.violations;
+    if (v.length > this.violationsShown) {
+      for (const text of v.slice(this.violationsShown)) this.noteItems.push({ type: 'violation', text, _row: row + 1 });
+      this.violationsShown = v.length;
+    }
+  }
+
+  note(n) {
+    this.noteItems.push({ ...n, _row: this.player.length });
+  }
+
+  get state() {
+    return this.player.state;
+  }
+}
+
