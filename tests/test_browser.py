@@ -98,7 +98,7 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     pg.click("#btn-pause")
     pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').textContent === 'paused'",
                          timeout=10_000)
-    pg.click("#params-box summary")  # fold the form: the diagnosis shows beside the picture
+    pg.evaluate("document.getElementById('params-box').open = false")  # folded: the diagnosis shows beside the picture
     pg.wait_for_timeout(1500)  # workers finish what they hold, tokens land
     shot = tmp_path / "out_of_order.png"
     pg.screenshot(path=str(shot))

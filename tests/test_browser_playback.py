@@ -256,3 +256,40 @@ def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: 
                          timeout=20_000)
     text = pg.text_content('[data-testid="shards"]') or ""
     assert "OVERLAP: 32 indices" in text and "MISSING: 32 indices" in text
+
+
+@pytest.mark.slow
+def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    """Two real ranks (torchrun, gloo on CPU) watch() into the dashboard; opening one rank's run finds
+    the other by its job and shows both, with disjoint and complete shards."""
+    import subprocess
+    import sys
+    import uuid
+
+    example = Path(__file__).parents[1] / "examples" / "train_cnn.py"
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "LOADERSCOPE_URL": server.page_url, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-id", job,
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", str(example),
+               "--samples", "256", "--workers", "1", "--batch-size", "16"]
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with server.client() as http:
+        runs = http.get("/api/runs").json()
+        ours = []
+        for run in runs:
+            first = http.get(f"/api/runs/{run['id']}/events", params={"after": -1, "limit": 1}).json()["events"]
+            if first and first[0].get("job") == job:
+                ours.append((first[0]["rank"], run["id"]))
+    assert sorted(r for r, _ in ours) == [0, 1]
+    pg = page.page
+    pg.goto(f"{server.page_url}&run={dict(ours)[1]}")
+    cards = pg.locator('[data-testid="rank-card"]')
+    pg.wait_for_function("() => document.querySelectorAll('[data-testid=rank-card]').length === 2", timeout=30_000)
+    pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.complete === 'true'",
+                         timeout=30_000)
+    shard = pg.locator('[data-testid="shards"] > div').first
+    assert shard.get_attribute("data-disjoint") == "true"
+    assert "rank 0: 128, rank 1: 128" in (shard.text_content() or "")
+    assert "shown" in (cards.nth(1).text_content() or ""), "the run opened is the rank shown"
+    shoot(pg, tmp_path, "ranks_torchrun")

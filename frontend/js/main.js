@@ -297,12 +297,16 @@ class App {
     if (scrub.value !== String(p.cursor) && document.activeElement !== scrub) scrub.value = String(p.cursor);
     const live = this.isLiveRun() && p.following;
     const state = this.state;
-    const where = live ? `live · ${p.length.toLocaleString('en')} events · following the run`
+    const where = live ? `live · ${p.length.toLocaleString('en')} events · following the run (scrub back to replay)`
       : `event ${p.cursor.toLocaleString('en')} of ${p.length.toLocaleString('en')} · ${fmtDuration(p.time)} · batch ${state.batches}${this.complete() ? '' : ' · still loading'}`;
     const el = $('pb-where');
     if (el.textContent !== where) el.textContent = where;
     el.dataset.cursor = String(p.cursor);
     const play = /** @type {HTMLButtonElement} */ ($('pb-play'));
+    // following a live run there is nothing ahead to play: scrub back first
+    play.disabled = live;
+    /** @type {HTMLButtonElement} */ ($('pb-event')).disabled = live;
+    /** @type {HTMLButtonElement} */ ($('pb-batch')).disabled = live;
     const label = this.playing ? '❚❚ Pause' : '▶ Play';
     if (play.textContent !== label) play.textContent = label;
     play.dataset.playing = String(this.playing);

@@ -53,7 +53,13 @@ export class Track {
       let list = this.yields.get(epoch);
       if (list === undefined) this.yields.set(epoch, (list = []));
       list.push(this.wall0 + e.t);
-    } else if (kind === 'run_start') this.wall0 = e.wall_start ?? 0;
+    } else if (kind === 'run_start') {
+      this.wall0 = e.wall_start ?? 0;
+      if (this.source === 'server' && Number.isInteger(e.rank)) { // a run is one rank: say which
+        this.rank = e.rank;
+        this.label = `rank ${e.rank}`;
+      }
+    }
     else if (kind === 'epoch_end' && typeof e.shard === 'string') this.epochEnds.set(e.epoch, e);
     else if (kind === 'run_end') this.complete = true;
     const v = this.player.full.violations;
