@@ -275,14 +275,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# A demo long enough to watch: out_of_order's default run is over in about a second.
+DEMO_SETS = {"out_of_order": ["dataset_size=400", "sample_ms=15"]}
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from loaderscope.server import serve
 
     for spec in args.hub:
         hub_scenario(spec, [])
+    demo = getattr(args, "scenario", None)
+    options: dict[str, Any] = {}
+    if demo is not None:
+        scenario = find_scenario(demo)
+        sets = (DEMO_SETS.get(demo, []) if not args.set else []) + args.set
+        options = {"demo": demo, "demo_params": validated_params(scenario, sets), "demo_delay": args.delay}
     try:
         serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
-              demo=getattr(args, "scenario", None))
+              traces=getattr(args, "open", []), **options)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror}); "
                          "choose another port with --port, or --port 0 for any free one") from None
@@ -309,10 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="start the dashboard with a live scenario")
     demo.add_argument("scenario", nargs="?", default="out_of_order")
+    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a scenario parameter")
+    demo.add_argument("--delay", type=float, default=0.15, help="seconds the consumer pauses per batch, so a "
+                      "human can follow (default 0.15; 0: full speed)")
     server_options(demo)
     demo.set_defaults(func=cmd_serve)
 
     serve = sub.add_parser("serve", help="start the dashboard")
+    serve.add_argument("--open", action="append", default=[], metavar="FILE",
+                       help="open a recorded trace as a run (repeatable)")
     server_options(serve)
     serve.set_defaults(func=cmd_serve)
 

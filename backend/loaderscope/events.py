@@ -18,6 +18,7 @@ COMMON_FIELDS = ("seq", "t", "run", "rank", "kind")
 # A frame is one websocket message; a cap keeps a hostile producer from exhausting memory.
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 MAX_INDICES = 64  # sample indices kept per task; the rest is counted in ``n``
+MAX_WORKERS = 4096  # per loader: the reducer keeps state per worker id
 
 Event = dict[str, Any]
 
@@ -102,6 +103,9 @@ def validate(event: Any) -> Event:
         value = event.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise EventError(f"{kind} event: '{name}' must be an integer, got {value!r}")
+    worker = event.get("worker")
+    if worker is not None and not 0 <= worker < MAX_WORKERS:
+        raise EventError(f"{kind} event: 'worker' must be from 0 to {MAX_WORKERS - 1}, got {worker}")
     for name in _NUMBER_FIELDS:
         value = event.get(name)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):

@@ -16,6 +16,8 @@ from typing import Any
 
 from loaderscope.events import Kind
 
+MAX_KEPT = 1000  # notes, errors and violations kept in memory per run
+
 
 class Where(StrEnum):
     """Where a task is in the pipeline."""
@@ -112,7 +114,7 @@ class LoaderState:
     step_device: str | None = None
     first_t: float | None = None
     last_yield_t: float | None = None
-    yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released
+    yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released, the latest ones
     errors: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)  # stuck, died, timeout, unknown kinds
     violations: list[str] = field(default_factory=list)  # protocol invariants broken by the stream
@@ -123,6 +125,12 @@ class LoaderState:
         workers = self.config.get("num_workers", 0) or 0
         return (self.config.get("prefetch_factor") or 2) * workers if workers else 1
 
+    def keep(self, into: list[Any], item: Any) -> None:
+        """Append to a list the state keeps, up to MAX_KEPT: a hostile or broken producer must not
+        grow the server's memory without bound (the trace on disk still has everything)."""
+        if len(into) < MAX_KEPT:
+            into.append(item)
+
     def apply(self, event: Mapping[str, Any]) -> None:
         """Advance the state by one event (events must come in seq order)."""
         self.seq = event.get("seq", self.seq + 1)
@@ -131,7 +139,7 @@ class LoaderState:
             self.first_t = self.t
         handler = _HANDLERS.get(event["kind"])
         if handler is None:
-            self.notes.append(dict(event))  # unknown kinds are shown, never dropped
+            self.keep(self.notes, dict(event))  # unknown kinds are shown, never dropped
         else:
             handler(self, event)
 
@@ -145,7 +153,7 @@ class LoaderState:
     def task(self, event: Mapping[str, Any]) -> Task | None:
         task = self.tasks.get(event["idx"])
         if task is None:
-            self.violations.append(f"seq {self.seq}: {event['kind']} for unknown task {event['idx']}")
+            self.keep(self.violations, f"seq {self.seq}: {event['kind']} for unknown task {event['idx']}")
         return task
 
     def release(self, idx: int) -> None:
@@ -206,7 +214,7 @@ def _worker_exit(s: LoaderState, e: Mapping[str, Any]) -> None:
 def _dispatch(s: LoaderState, e: Mapping[str, Any]) -> None:
     idx, wid = e["idx"], e["worker"]
     if idx != s.send_idx:
-        s.violations.append(f"seq {s.seq}: dispatch of task {idx} but send_idx is {s.send_idx}")
+        s.keep(s.violations, f"seq {s.seq}: dispatch of task {idx} but send_idx is {s.send_idx}")
     indices = e.get("indices")
     s.tasks[idx] = Task(idx, wid, indices, e.get("n", len(indices) if indices else 0), s.t)
     s.worker(wid).queue.append(idx)
@@ -214,7 +222,7 @@ def _dispatch(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.outstanding += 1
     s.outstanding_high = max(s.outstanding_high, s.outstanding)
     if s.outstanding > s.window:
-        s.violations.append(f"seq {s.seq}: {s.outstanding} tasks outstanding, window is {s.window}")
+        s.keep(s.violations, f"seq {s.seq}: {s.outstanding} tasks outstanding, window is {s.window}")
 
 
 def _fetch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -281,10 +289,10 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
     idx, wait = e["idx"], e["wait"]
     task = s.tasks.get(idx)
     if task is None or task.arrived is None:
-        s.violations.append(f"seq {s.seq}: yield of task {idx} that has not arrived")
+        s.keep(s.violations, f"seq {s.seq}: yield of task {idx} that has not arrived")
     in_order = s.config.get("in_order", True)
     if in_order and idx != s.rcvd_idx:
-        s.violations.append(f"seq {s.seq}: yield of task {idx} while rcvd_idx is {s.rcvd_idx}")
+        s.keep(s.violations, f"seq {s.seq}: yield of task {idx} while rcvd_idx is {s.rcvd_idx}")
     # Waiting for a late head-of-line task while later results sat ready is the reorder cost.
     if wait > 0 and not e.get("from_buffer") and s.buffer:
         s.head_of_line_wait += wait
@@ -297,6 +305,8 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.batches += 1
     s.last_yield_t = s.t
     s.yield_order.append((s.epoch, idx))
+    if len(s.yield_order) > 2 * MAX_KEPT:  # keep the most recent (amortised: trim in halves)
+        del s.yield_order[:MAX_KEPT]
     s.release(idx)
 
 
@@ -311,7 +321,7 @@ def _skip(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 def _worker_stuck(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.worker(e["worker"]).status = WorkerStatus.STUCK
-    s.notes.append(dict(e))
+    s.keep(s.notes, dict(e))
 
 
 def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -323,7 +333,7 @@ def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
     task = s.tasks.get(e.get("idx", -1))
     if task is not None:
         note.setdefault("indices", task.indices)
-    s.notes.append(note)
+    s.keep(s.notes, note)
 
 
 def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -332,7 +342,7 @@ def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
     if task is not None:
         task.where = Where.FAILED
         error.setdefault("indices", task.indices)
-    s.errors.append(error)
+    s.keep(s.errors, error)
 
 
 MAX_BATCH_SAMPLES = 64
@@ -352,7 +362,7 @@ def _step(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 
 def _note(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.notes.append(dict(e))
+    s.keep(s.notes, dict(e))
 
 
 def _pin_start(s: LoaderState, e: Mapping[str, Any]) -> None:

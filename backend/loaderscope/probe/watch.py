@@ -13,7 +13,9 @@ import re
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,7 +29,7 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV, TOKEN_ENV = "LOADERSCOPE_URL", "LOADERSCOPE_TOKEN"
 _watched_classes: dict[type, type] = {}
 _started_dashboard: tuple[str, str] | None = None
-dashboard_process: subprocess.Popen[str] | None = None  # the dashboard watch() started, if any
+dashboard_process: subprocess.Popen[bytes] | None = None  # the dashboard watch() started, if any
 
 
 def watched_class(cls: type) -> type:
@@ -54,23 +56,23 @@ def start_dashboard() -> tuple[str, str]:
     if _started_dashboard is not None:
         return _started_dashboard
     token = secrets.token_urlsafe(32)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser"],
-        env={**os.environ, TOKEN_ENV: token}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,  # Ctrl-C in the training script does not take the dashboard down
-    )
+    # Its output goes to a file: a pipe nobody reads would fill up and freeze the dashboard.
+    log = Path(tempfile.mkdtemp(prefix="loaderscope-dashboard-")) / "dashboard.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser"],
+            env={**os.environ, TOKEN_ENV: token}, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in the training script does not take the dashboard down
+        )
     dashboard_process = process
     deadline = time.monotonic() + 30
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        match = re.search(r"(http://[\d.]+:\d+)/", line)
+    while time.monotonic() < deadline and process.poll() is None:
+        match = re.search(r"(http://[\d.]+:\d+)/", log.read_text(errors="replace"))
         if match:
             _started_dashboard = (match.group(1), token)
-            print(f"loaderscope: dashboard at {match.group(1)}/?token={token}", file=sys.stderr, flush=True)
+            print(f"loaderscope: dashboard at {match.group(1)}/?token={token} (log: {log})", file=sys.stderr, flush=True)
             return _started_dashboard
-        if not line and process.poll() is not None:
-            break
+        time.sleep(0.05)
     raise RuntimeError("loaderscope: could not start a dashboard; start one with `loaderscope serve` and pass its URL")
 
 
