@@ -293,3 +293,33 @@ def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tm
     assert "rank 0: 128, rank 1: 128" in (shard.text_content() or "")
     assert "shown" in (cards.nth(1).text_content() or ""), "the run opened is the rank shown"
     shoot(pg, tmp_path, "ranks_torchrun")
+
+
+def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    """A gpu_step run recorded on an H100 (frontend/tests/fixtures): the pin thread is active, MB/s is
+    the recorded one, and the consumer box splits a batch's time into copy and compute."""
+    from loaderscope import trace
+    from loaderscope.state import reduce, summary
+
+    fixture = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "gpu_step_h100.jsonl"
+    _, events = trace.read_trace(fixture)
+    expected = summary(reduce(events))
+    pg = page.page
+    pg.goto(server.page_url)
+    pg.set_input_files("#file-input", str(fixture))
+    stage = pg.locator('[data-testid="pin-stage"]')
+    stage.wait_for(timeout=20_000)
+    assert stage.get_attribute("data-state") == "active"
+    pg.wait_for_function("() => !isNaN(parseFloat(document.querySelector('[data-counter=pin] .v').textContent))",
+                         timeout=5_000)
+    assert abs(float(pg.text_content('[data-counter="pin"] .v') or 0) - expected["pin_mb_per_s"]) < 1
+    split = pg.text_content(".consumer-sub") or ""
+    assert "batch: copy" in split and "compute" in split and "unpinned" in split, split
+    assert "NVIDIA H100" in (pg.get_attribute(".consumer-label", "title") or "")
+    pg.wait_for_function("() => document.querySelector('#diagnosis').textContent.includes('pinned memory pays')",
+                         timeout=10_000)
+    # a moment when a batch is in the pin thread and pinned ones wait for the training loop
+    rows = [i for i, e in enumerate(events) if e["kind"] == "pin_start"]
+    pg.fill("#pb-scrub", str(rows[len(rows) // 2] + 1))
+    pg.wait_for_timeout(400)
+    shoot(pg, tmp_path, "pin_active_h100")

@@ -144,7 +144,7 @@ export function gridCapacity(r, t, header = 0) {
 }
 
 /** Header heights inside the boxes (room for "waiting for task N" and similar). */
-export const HEADER = { result: 8, buffer: 70, consumer: 60, consumerSteps: 88, pinThread: 30, pinned: 18 };
+export const HEADER = { result: 8, buffer: 70, consumer: 60, consumerSteps: 118, pinThread: 30, pinned: 18 };
 
 /** The result queue reads top to bottom in arrival order (oldest on top, taken first). */
 export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result, true);

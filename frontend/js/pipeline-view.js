@@ -195,7 +195,7 @@ export class PipelineView {
     }
     let kr = 0, kp = 0, kpin = 0;
     const pinning = L.pin === 'active';
-    for (const idx of state.result_queue) {
+    for (const idx of liveResultQueue(state)) {
       const task = state.tasks.get(idx);
       const pinned = pinning && task !== undefined && task.pin_end !== null;
       const p = pinned ? pinnedSlot(L, kp++) : resultSlot(L, kr++);
@@ -496,16 +496,17 @@ export class PipelineView {
       const overflow = w.queue.length - queueCapacity(L, i);
       this.setText(el.more, overflow > 0 ? `+${overflow}` : '');
     });
-    let unpinned = state.result_queue.length, pinnedN = 0;
+    const queued = liveResultQueue(state);
+    let unpinned = queued.length, pinnedN = 0;
     if (L.pin === 'active') {
-      pinnedN = state.result_queue.filter((i) => state.tasks.get(i)?.pin_end != null).length;
+      pinnedN = queued.filter((i) => state.tasks.get(i)?.pin_end != null).length;
       unpinned -= pinnedN;
       let now = null;
       for (const task of state.tasks.values()) if (task.where === Where.PINNING) now = task;
       this.setText(this.pinNow, now ? `task ${now.idx} · ${fmtElapsed(Math.max(0, clock.now - now.pin_start))}` : 'idle');
       this.setAttr(this.pinEl, 'data-current', now ? now.idx : '');
       const over = pinnedN - gridCapacity(L.pinned, L.token, HEADER.pinned);
-      this.setText(this.pinnedEl, `${pinnedN} pinned, ready${over > 0 ? ` (+${over})` : ''}`);
+      this.setText(this.pinnedEl, `${pinnedN} pinned${over > 0 ? ` (+${over})` : ''}`);
     }
     const hidden = unpinned - gridCapacity(L.result, L.token, HEADER.result);
     this.setText(this.resultEl, `${unpinned} waiting${hidden > 0 ? ` (+${hidden} not shown)` : ''}`);
@@ -526,14 +527,34 @@ export class PipelineView {
     }
     this.setText(this.consumerStat, `${state.batches} batches received`);
     const lastWait = state.batches ? lastConsumerWait(state) : null;
-    let sub = lastWait === null ? '' : `waited ${fmtDuration(state.consumer_wait)} in all`;
+    let sub = lastWait === null ? '' : `waited ${fmtDuration(state.consumer_wait)}`;
+    let title = 'time the training loop spent inside next() waiting for data';
     if (state.steps) { // the training step reported its own timings (step events): where a batch's time goes
       const per = 1 / state.steps;
-      sub += `\nper batch: copy to ${state.step_device ?? 'device'} ${fmtDuration(state.step_h2d * per)} · compute ${fmtDuration(state.step_compute * per)}`;
-      if (state.step_h2d_pageable) sub += ` · unpinned copy ${fmtDuration(state.step_h2d_pageable * per)}`;
+      sub += `\nbatch: copy ${fmtDuration(state.step_h2d * per)}\ncompute ${fmtDuration(state.step_compute * per)}`;
+      if (state.step_h2d_pageable) sub += `\nunpinned ${fmtDuration(state.step_h2d_pageable * per)}`;
+      title = `per batch, averaged over ${state.steps} steps: host-to-device copy to ${state.step_device ?? 'the device'}, `
+        + 'the model step, and the same batch copied from pageable (unpinned) memory for comparison';
     }
     this.setText(this.consumerSub, sub);
+    if (this.consumerEl.title !== title) this.consumerEl.title = title;
   }
+}
+
+/**
+ * The result queue as drawn: each live task once. (state.py can list a task twice, or keep one that
+ * was already handed out, when a worker's fetch events reach the stream after the pin thread's;
+ * the picture never draws a token for a task that is gone, nor two tokens for one task.)
+ */
+export function liveResultQueue(state) {
+  const seen = new Set();
+  const out = [];
+  for (const idx of state.result_queue) {
+    if (seen.has(idx) || !state.tasks.has(idx)) continue;
+    seen.add(idx);
+    out.push(idx);
+  }
+  return out;
 }
 
 /** "sample 2 of 4 (index 17)" from a worker_stuck / worker_died report. */
