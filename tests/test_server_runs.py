@@ -207,6 +207,22 @@ def test_sim_mode_streams_the_simulator(server: LiveServer) -> None:
     assert metas[-1]["status"] == "done"
 
 
+def test_sim_runs_take_a_cost_model_and_bad_costs_are_named(server: LiveServer) -> None:
+    with server.client() as http:
+        bad = http.post("/api/runs", json={"scenario": "uniform", "mode": "sim", "params": {},
+                                           "costs": {"collate_ms": "slow"}})
+        assert bad.status_code == 422 and "costs.collate_ms" in bad.text
+        real = http.post("/api/runs", json={"scenario": "uniform", "mode": "real", "params": {},
+                                            "costs": {"collate_ms": 1}})
+        assert real.status_code == 422 and "only applies to simulated runs" in real.text
+        answer = http.post("/api/runs", json={"scenario": "uniform", "mode": "sim", "params": {"num_workers": 2},
+                                              "costs": {"worker_factor": {"1": 5}}})
+    assert answer.status_code == 201, answer.text
+    done = server.wait_status(answer.json()["id"])
+    slow = [s["worker"] for s in done["statistics"]["stragglers"]]
+    assert slow == [1], done["statistics"]["stragglers"]
+
+
 @pytest.mark.parametrize("path", ["/api/runs", "/api/scenarios"])
 def test_listings(server: LiveServer, path: str) -> None:
     with server.client() as http:

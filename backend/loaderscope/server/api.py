@@ -32,6 +32,8 @@ class RunRequest(BaseModel):
     scenario: str = Field(..., min_length=1, max_length=100, description="a name from GET /api/scenarios")
     mode: Literal["real", "sim"] = Field("real", description="real DataLoader, or the simulator")
     params: dict[str, Any] = Field(default_factory=dict, description="the scenario's parameters")
+    costs: dict[str, Any] | None = Field(None, description="mode 'sim' only: the simulator's cost model "
+                                         "(loaderscope.sim.CostModel fields)")
 
 
 class ControlRequest(BaseModel):
@@ -85,7 +87,7 @@ async def create_run(body: RunRequest, request: Request) -> Any:
     if problems:
         return unprocessable(problems)
     try:
-        run = await manager_of(request).start(body.scenario, body.mode, params)
+        run = await manager_of(request).start(body.scenario, body.mode, params, costs=body.costs)
     except RunRefused as exc:
         return refused(exc)
     return JSONResponse(run.detail(), status_code=201)
@@ -106,6 +108,16 @@ def _check_run(body: RunRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         validated = scenario.params.model_validate(body.params)
     except ValidationError as exc:
         return field_problems(exc.errors(), scenario.params, prefix="params."), {}
+    if body.costs is not None:
+        if body.mode != "sim":
+            return [{"field": "costs", "message": "a cost model only applies to simulated runs (mode 'sim')",
+                     "allowed": None}], {}
+        from loaderscope.sim import CostModel
+
+        try:
+            CostModel.model_validate(body.costs)
+        except ValidationError as exc:
+            return field_problems(exc.errors(), CostModel, prefix="costs."), {}
     return [], validated.model_dump()
 
 

@@ -18,10 +18,12 @@ from typing import Any
 TOKEN_ENV = "LOADERSCOPE_TOKEN"
 
 
-def runproc_argv(*, run_id: str, scenario: str, mode: str, params: dict[str, Any], ingest_url: str) -> list[str]:
+def runproc_argv(*, run_id: str, scenario: str, mode: str, params: dict[str, Any], ingest_url: str,
+                 costs: dict[str, Any] | None = None) -> list[str]:
     """The arguments of ``python -m loaderscope.server.runproc`` for one run (no secrets: see spawn)."""
-    return ["--url", ingest_url, "--run", run_id, "--scenario", scenario, "--mode", mode,
+    argv = ["--url", ingest_url, "--run", run_id, "--scenario", scenario, "--mode", mode,
             "--params", json.dumps(params)]
+    return argv + ["--costs", json.dumps(costs)] if costs is not None else argv
 
 
 def spawn(argv: list[str], *, token: str, log_path: Path | None) -> subprocess.Popen[bytes]:

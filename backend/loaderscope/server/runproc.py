@@ -20,17 +20,16 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from typing import Any
 
-import orjson
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from loaderscope.events import Event
+from loaderscope.events import Event, encode_frame, to_json
 from loaderscope.runner import Control
 
 FRAME_EVENTS = 1000  # events per websocket message
-FLUSH_INTERVAL = 0.02  # seconds a small batch may wait for company
 HIGH_WATER = 200_000  # events buffered before the sink blocks (backpressure: nothing is dropped)
 CONNECT_TIMEOUT = 10.0
 MAX_MESSAGE = 1 << 20  # controls are tiny
@@ -39,31 +38,44 @@ ORPHAN_GRACE = float(os.environ.get("LOADERSCOPE_ORPHAN_GRACE", "5"))
 
 
 class Uplink:
-    """Buffers events from the probe and sends them in frames from a thread of its own."""
+    """Buffers the probe's frames and sends them from a thread of its own.
+
+    The probe hands over compact frames already encoded (``takes_frames``); simulated events come
+    as dicts and are encoded here in frames of FRAME_EVENTS. Nothing is dropped: when the dashboard
+    falls far behind, the producer waits (a run the dashboard started should show all of itself).
+    """
+
+    takes_frames = True
 
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
-        self.pending: list[Event] = []
-        self.sending = False  # a batch taken from pending is on its way
+        self.pending: deque[tuple[bytes, int]] = deque()
+        self.buffered = 0  # events in pending
+        self.sending = False  # a frame taken from pending is on its way
         self.cond = threading.Condition()
         self.closing = False
         self.lost: str | None = None  # why the connection broke, if it did
         self.sender = threading.Thread(target=self._send_loop, name="loaderscope-uplink", daemon=True)
         self.sender.start()
 
-    def sink(self, events: list[Event]) -> None:
-        """The probe's sink: never drops; blocks only if the dashboard falls far behind."""
+    def frame(self, data: bytes, count: int) -> None:
         with self.cond:
-            while len(self.pending) >= HIGH_WATER and self.lost is None:
+            while self.buffered >= HIGH_WATER and self.lost is None:
                 self.cond.wait(0.1)
             if self.lost is None:
-                self.pending.extend(events)
+                self.pending.append((data, count))
+                self.buffered += count
                 self.cond.notify_all()
+
+    def sink(self, events: list[Event]) -> None:
+        for start in range(0, len(events), FRAME_EVENTS):
+            chunk = events[start:start + FRAME_EVENTS]
+            self.frame(encode_frame(chunk), len(chunk))
 
     def meta(self, message: dict[str, Any]) -> None:
         """Send a meta message after everything buffered so far."""
         self.flush()
-        self._send(orjson.dumps(message))
+        self._send(to_json(message))
 
     def flush(self) -> None:
         with self.cond:
@@ -87,25 +99,24 @@ class Uplink:
                     if self.closing:
                         return
                     continue
-            if len(self.pending) < FRAME_EVENTS and not self.closing:
-                threading.Event().wait(FLUSH_INTERVAL)  # let small batches gather into one frame
+                data, count = self.pending.popleft()
+                self.sending = True
+            sent = self._send(data)
             with self.cond:
-                batch, self.pending, self.sending = self.pending, [], True
-            for start in range(0, len(batch), FRAME_EVENTS):
-                if not self._send(orjson.dumps(batch[start:start + FRAME_EVENTS], default=str)):
-                    return
-            with self.cond:
+                self.buffered -= count
                 self.sending = False
                 self.cond.notify_all()
+            if not sent:
+                return
 
     def _send(self, data: bytes) -> bool:
         try:
             self.ws.send(data.decode())
             return True
-        except (ConnectionClosed, OSError) as exc:
+        except Exception as exc:  # a broken connection, or anything else: never leave the run hanging
             with self.cond:
                 self.lost = self.lost or f"connection to the dashboard lost: {exc}"
-                self.pending = []
+                self.pending.clear()
                 self.cond.notify_all()
             return False
 
@@ -149,7 +160,7 @@ def run(args: argparse.Namespace, uplink: Uplink, control: Control) -> None:
         return
     from loaderscope.runner import run_real
 
-    run_real(args.scenario, params, uplink.sink, control=control, run_id=args.run)
+    run_real(args.scenario, params, uplink, control=control, run_id=args.run)
 
 
 def simulate(args: argparse.Namespace, params: dict[str, Any], uplink: Uplink, control: Control) -> None:
@@ -157,8 +168,9 @@ def simulate(args: argparse.Namespace, params: dict[str, Any], uplink: Uplink, c
 
     scenario = scenarios.get(args.scenario)
     validated = scenario.params.model_validate(params)
+    costs = sim.CostModel.model_validate_json(args.costs) if args.costs else None
     events = sim.simulate(scenario.build(validated), run_id=args.run, scenario=args.scenario,
-                          params=validated.model_dump())
+                          params=validated.model_dump(), costs=costs)
     for start in range(0, len(events), FRAME_EVENTS):
         if not control.gate():
             break
@@ -173,6 +185,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scenario", required=True)
     parser.add_argument("--mode", choices=("real", "sim"), default="real")
     parser.add_argument("--params", default="{}", help="the scenario's parameters as a JSON object")
+    parser.add_argument("--costs", help="mode sim: the simulator's cost model as a JSON object")
     return parser.parse_args(argv)
 
 

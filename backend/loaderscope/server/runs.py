@@ -213,14 +213,15 @@ class RunManager:
         self.runs[run_id] = run
         return run
 
-    async def start(self, scenario: str, mode: str, params: dict[str, Any]) -> Run:
-        """Create a run and its run process (params already validated against the scenario)."""
+    async def start(self, scenario: str, mode: str, params: dict[str, Any],
+                    costs: dict[str, Any] | None = None) -> Run:
+        """Create a run and its run process (params, and a sim run's costs, already validated)."""
         if len(self.active()) >= self.config.max_active_runs:
             raise RunRefused(429, f"{self.config.max_active_runs} runs are already active; stop one "
                              "(POST /api/runs/ID/control {\"action\": \"stop\"}) or wait for one to end")
         run = self.create(scenario=scenario, mode=mode, params=params, origin="dashboard")
         argv = process.runproc_argv(run_id=run.id, scenario=scenario, mode=mode, params=params,
-                                    ingest_url=self.config.ingest_url)
+                                    ingest_url=self.config.ingest_url, costs=costs)
         try:
             run.process = await self._launch(argv, run.log_path)
         except OSError as exc:
