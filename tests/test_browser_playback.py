@@ -323,3 +323,36 @@ def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_p
     pg.fill("#pb-scrub", str(rows[len(rows) // 2] + 1))
     pg.wait_for_timeout(400)
     shoot(pg, tmp_path, "pin_active_h100")
+
+
+def test_simulate_with_a_cost_model_from_the_form(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    """The simulate toggle shows the cost model; a pin cost gives a simulated run an active pin stage,
+    and a value the simulator refuses is named next to its field."""
+    pg = page.page
+    page.expected_status.add(422)
+    pg.goto(server.page_url)
+    pg.wait_for_selector('#scenario option[value="uniform"]', state="attached", timeout=30_000)
+    pg.select_option("#scenario", "uniform")
+    assert not pg.locator("#costs-box").is_visible(), "costs are for simulated runs only"
+    pg.check("#mode-sim")
+    pg.click("#costs-box summary")
+    pg.fill("#cost-stuck_after_s", "0")
+    pg.click("#btn-start")
+    error = pg.locator('#costs [data-field="stuck_after_s"] .field-error')
+    error.wait_for(state="visible", timeout=10_000)
+    assert "greater than 0" in (error.text_content() or ""), error.text_content()
+    assert "run=" not in pg.url
+    pg.fill("#cost-stuck_after_s", "10")
+    pg.fill("#cost-pin_ms_per_mb", "30")
+    pg.fill("#cost-sample_bytes", "100000")
+    pg.fill("#cost-slow_worker", "1")
+    pg.click("#params-box summary")
+    pg.check("#param-pin_memory")
+    pg.click("#btn-start")
+    pg.wait_for_url(lambda url: "run=" in url, timeout=15_000)
+    stage = pg.locator('[data-testid="pin-stage"]')
+    stage.wait_for(timeout=20_000)
+    assert stage.get_attribute("data-state") == "active"
+    pg.wait_for_function("() => window.loaderscope.store.pin.n > 3", timeout=20_000)
+    pg.wait_for_function("() => document.querySelector('#diagnosis').textContent.includes('straggler: worker 1')",
+                         timeout=30_000)

@@ -78,7 +78,7 @@ export const api = {
   scenarios: () => call('GET', '/api/scenarios'),
   runs: () => call('GET', '/api/runs'),
   run: (id) => call('GET', `/api/runs/${encodeURIComponent(id)}`),
-  start: (scenario, mode, params) => call('POST', '/api/runs', { scenario, mode, params }),
+  start: (scenario, mode, params, costs = null) => call('POST', '/api/runs', costs ? { scenario, mode, params, costs } : { scenario, mode, params }),
   control: (id, body) => call('POST', `/api/runs/${encodeURIComponent(id)}/control`, body),
   events: (id, after, limit) => call('GET', `/api/runs/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`),
 };

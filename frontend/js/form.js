@@ -79,9 +79,9 @@ export function rangeText(f) {
 
 /**
  * Build inputs for `fields` inside `host`. Returns accessors for values and per-field errors.
- * @param {HTMLElement} host @param {Field[]} fields
+ * @param {HTMLElement} host @param {Field[]} fields @param {{prefix?:string}} [o] input ids are `${prefix}${name}`
  */
-export function renderForm(host, fields) {
+export function renderForm(host, fields, { prefix = 'param-' } = {}) {
   host.replaceChildren();
   /** @type {Map<string, {field:Field, input:HTMLInputElement|HTMLSelectElement, error:HTMLElement}>} */
   const rows = new Map();
@@ -90,7 +90,7 @@ export function renderForm(host, fields) {
     row.className = `field field-${f.kind}`;
     row.dataset.field = f.name;
     const label = document.createElement('label');
-    const id = `param-${f.name}`;
+    const id = `${prefix}${f.name}`;
     label.htmlFor = id;
     label.textContent = f.label;
     let input;

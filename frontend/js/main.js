@@ -13,6 +13,7 @@ import { HistogramView } from './histogram-view.js';
 import { RunStream } from './stream.js';
 import { api, runSocket, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { fieldsFromSchema, renderForm } from './form.js';
+import { COST_FIELDS, costsFromForm, costField } from './costs.js';
 import {
   Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms, structureItems,
 } from './panels.js';
@@ -767,6 +768,8 @@ class App {
 
   showMode() {
     const sim = /** @type {HTMLInputElement} */ ($('mode-sim')).checked;
+    $('costs-box').hidden = !sim;
+    if (sim && !this.costForm) this.costForm = renderForm($('costs'), fieldsFromSchema(COST_FIELDS), { prefix: 'cost-' });
     $('mode-desc').textContent = sim
       ? 'The simulator runs the same protocol on a virtual clock in seconds, then plays it here: pause, step one event or one batch, scrub along the timeline, at any speed.'
       : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from the top bar.';
@@ -787,25 +790,43 @@ class App {
       /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
       return;
     }
+    let costs = null;
+    if (mode === 'sim' && this.costForm) {
+      this.costForm.clearErrors();
+      const c = this.costForm.read();
+      const wrong = Object.entries(c.errors);
+      if (wrong.length) {
+        for (const [field, msg] of wrong) this.costForm.showError(field, msg);
+        /** @type {HTMLDetailsElement} */ ($('costs-box')).open = true;
+        return;
+      }
+      costs = costsFromForm(c.values);
+    }
     const button = /** @type {HTMLButtonElement} */ ($('btn-start'));
     button.disabled = true;
     try {
-      const run = await api.start(name, mode, values);
+      const run = await api.start(name, mode, values, costs);
       const id = run?.id ?? run?.run?.id;
       if (!id) throw new Error('the server did not return a run id');
       /** @type {HTMLDetailsElement} */ ($('params-box')).open = false; // the run needs the room now
+      /** @type {HTMLDetailsElement} */ ($('costs-box')).open = false;
       this.openRun(id, { autoplay: mode === 'sim' });
       this.refreshRuns();
     } catch (err) {
       const body = err instanceof ApiError ? err.body : null;
       // each problem next to its field; what names no field of the form goes under the button
-      let placed = 0;
-      for (const p of body ? fieldErrors(body) : []) if (this.form.showError(p.field, p.message)) placed += 1;
+      let placed = 0, placedCosts = 0;
+      for (const p of body ? fieldErrors(body) : []) {
+        const cost = costField(p.field);
+        if (cost && this.costForm?.showError(cost, p.message)) placedCosts += 1;
+        else if (this.form.showError(p.field, p.message)) placed += 1;
+      }
+      if (placedCosts) /** @type {HTMLDetailsElement} */ ($('costs-box')).open = true;
       const field = placed ? null : body ? errorField(body, this.form.names()) : null;
       const message = body ? errorText(body) : err.message;
       if (field && this.form.showError(field, message)) placed += 1;
       if (placed) /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
-      else {
+      else if (!placedCosts) {
         errBox.textContent = message || String(err);
         errBox.hidden = false;
       }

@@ -85,7 +85,9 @@ export class Counters {
     this.set('wait', state.batches ? `${(s.input_bound * 100).toFixed(0)}%` : '–', s.input_bound > 0.5 ? 'bad' : s.input_bound > 0.2 ? 'warn' : '');
     const pin = pinStage(state);
     const mbs = pinRate(state);
-    this.set('pin', pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short, pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '');
+    const noRun = state.status === 'pending' && state.config.num_workers === undefined;
+    if (noRun) this.set('pin', '–');
+    else this.set('pin', pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short, pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '');
     this.cells.get('pin').el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
     this.set('epoch', `${Math.max(state.epoch, 0)} · ${compact(eventCount)}`);
   }
