@@ -100,6 +100,8 @@ def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path:
     q3 = position(pg)
     assert q1["cursor"] < q3["cursor"] < final["events"], q3
     assert pg.evaluate(SAME_STATE)["same"]
+    pg.mouse.move(box["x"] + 40, box["y"] - 40)  # no tooltip in the picture
+    pg.wait_for_timeout(600)  # panels catch up with the playhead (they refresh a few times a second)
     shoot(pg, tmp_path, "sim_scrubbed")
     # back and forth across snapshots: the slider, then the keyboard
     pg.fill("#pb-scrub", "3")
