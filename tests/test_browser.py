@@ -198,6 +198,10 @@ def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
     tip = pg.locator(".tooltip")
     tip.wait_for(state="visible", timeout=5_000)
     assert "main process" in (tip.text_content() or "")
+    # a click on a span opens its batch in the inspector (or says the probe did not describe it)
+    pg.mouse.click(box["x"] + 112 + (box["width"] - 112) * 0.5, box["y"] + 22 + 11)
+    pg.locator("#inspector-card").wait_for(state="visible", timeout=5_000)
+    assert "not among" in (pg.text_content("#inspector-note") or "") or pg.locator("#inspector .tree").count() == 1
     # wheel zooms in: the view narrows and stops following the run
     before = pg.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
     pg.mouse.wheel(0, -400)

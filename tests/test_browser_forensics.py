@@ -54,6 +54,12 @@ def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_p
     pg.wait_for_timeout(300)
     shot = shoot(pg, tmp_path, "stuck_worker")
     assert shot.stat().st_size > 10_000
+    # scrub back on the live run: the picture shows the start; End follows the live run again
+    pg.keyboard.press("Home")
+    assert pg.evaluate("window.loaderscope.player.cursor") == 0
+    assert pg.evaluate("window.loaderscope.state.batches") == 0
+    pg.keyboard.press("End")
+    pg.wait_for_function("() => window.loaderscope.player.following && window.loaderscope.player.cursor === window.loaderscope.player.length")
     # the fetch recovers: the lane leaves the stuck state and the run ends cleanly
     final = server.wait_status(run_id, timeout=60)
     assert final["status"] == "done"

@@ -60,6 +60,7 @@ class App {
     this.pipeline.onLaneClick = (wid) => { this.selectedWorker = wid; this.renderWorker(); };
     this.timeline.onInvalidate = () => this.wake();
     this.timeline.onSeek = (t) => this.seekTime(t);
+    this.timeline.onSpanClick = (span) => this.inspect(span);
     window.addEventListener('resize', () => { this.hist.key = ''; this.wake(); });
     window.loaderscope = this; // for scripts and tests: state, perf, timeline, player
   }
@@ -94,6 +95,9 @@ class App {
     this.notes.render([]);
     $('worker-card').hidden = true;
     $('consumer-card').hidden = true;
+    $('inspector-note').textContent = '';
+    $('inspector-pick').replaceChildren();
+    this.inspectorKey = '';
     $('banner').hidden = true;
     $('banner').dataset.key = '';
     this.syncTimelineTracks();
@@ -416,11 +420,35 @@ class App {
     }
   }
 
+  /** A fetch span was clicked: its batch in the inspector when the probe described it, else say so. */
+  inspect({ idx, epoch, worker }) {
+    const samples = this.player.full.batch_samples;
+    const k = samples.findIndex((b) => b.idx === idx && b.epoch === epoch);
+    const note = $('inspector-note');
+    if (k >= 0) {
+      /** @type {HTMLSelectElement} */ ($('inspector-pick')).value = String(k);
+      note.textContent = '';
+      this.inspectorKey = '';
+    } else {
+      note.textContent = `task ${idx} (worker ${worker}, epoch ${epoch}) was not among the batches the probe described; `
+        + (samples.length ? 'pick one of those above' : 'this run has no batch descriptions (the simulator and older traces have none)');
+    }
+    $('inspector-card').hidden = false;
+    this.selectedWorker = this.tracks.length > 1 ? this.selectedWorker : worker;
+    this.renderInspector();
+    $('inspector-card').scrollIntoView({ block: 'nearest' });
+  }
+
   renderInspector() {
     const samples = this.player.full.batch_samples;
     const card = $('inspector-card');
-    card.hidden = !samples.length;
-    if (!samples.length) return;
+    if (!samples.length) {
+      card.hidden = !$('inspector-note').textContent;
+      $('inspector-pick').hidden = true;
+      return;
+    }
+    card.hidden = false;
+    $('inspector-pick').hidden = false;
     const pick = /** @type {HTMLSelectElement} */ ($('inspector-pick'));
     if (pick.options.length !== samples.length) {
       const chosen = pick.value;
@@ -860,7 +888,7 @@ class App {
     $('pb-batch-back').addEventListener('click', () => this.stepBatch(-1));
     $('pb-speed').addEventListener('change', (ev) => { this.speed = Number(/** @type {HTMLSelectElement} */ (ev.target).value) || 1; });
     $('pb-scrub').addEventListener('input', (ev) => this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value), true, true));
-    $('inspector-pick').addEventListener('change', () => this.renderInspector());
+    $('inspector-pick').addEventListener('change', () => { $('inspector-note').textContent = ''; this.renderInspector(); });
     window.addEventListener('keydown', (ev) => this.key(ev));
     // trace files: the picker, and drag-and-drop anywhere on the page
     $('btn-open').addEventListener('click', () => $('file-input').click());

@@ -49,6 +49,8 @@ export class TimelineView {
     /** @type {((t:number) => void)|null} the user clicked or dragged on the axis */
     this.onSeek = null;
     this.onInvalidate = null;
+    /** @type {((span:{track:any, worker:number, idx:number, epoch:number}) => void)|null} a fetch span was clicked */
+    this.onSpanClick = null;
     this.bind();
   }
 
@@ -129,7 +131,7 @@ export class TimelineView {
         this.onSeek(this.timeAt(x));
         return;
       }
-      drag = { x: ev.clientX, view: { ...this.view } };
+      drag = { x: ev.clientX, view: { ...this.view }, moved: false };
     });
     c.addEventListener('pointermove', (ev) => {
       const rect = c.getBoundingClientRect();
@@ -140,6 +142,7 @@ export class TimelineView {
       if (drag) {
         const dx = ev.clientX - drag.x;
         if (Math.abs(dx) > 2) {
+          drag.moved = true;
           const dt = -(dx / (this.geo.width - GUTTER)) * (drag.view.t1 - drag.view.t0);
           this.view = panWindow(drag.view, dt);
           this.follow = false;
@@ -151,12 +154,30 @@ export class TimelineView {
       c.style.cursor = this.hover.y < AXIS && this.onSeek ? 'col-resize' : 'crosshair';
       this.invalidate();
     });
-    c.addEventListener('pointerup', () => { drag = null; });
+    c.addEventListener('pointerup', (ev) => {
+      const clicked = drag && !drag.scrub && !drag.moved;
+      drag = null;
+      if (!clicked || !this.onSpanClick || !this.geo) return;
+      const rect = c.getBoundingClientRect();
+      const span = this.spanAt(ev.clientX - rect.left, ev.clientY - rect.top);
+      if (span) this.onSpanClick(span);
+    });
     c.addEventListener('pointerleave', () => { this.hover = null; this.tip.hidden = true; this.invalidate(); });
     c.addEventListener('dblclick', (ev) => {
       const rect = c.getBoundingClientRect();
       if (ev.clientY - rect.top >= AXIS) this.fit();
     });
+  }
+
+  /** The fetch span under canvas point (x, y): {track, worker, idx, epoch}, or null. */
+  spanAt(x, y) {
+    const g = this.geo;
+    const row = g.rows.find((r) => y >= r.y && y < r.y + r.h);
+    if (!row || row.kind !== 'worker' || x < GUTTER) return null;
+    const col = row.track.store.workers.get(row.wid);
+    const t = this.timeAt(x) - row.track.offset;
+    const i = col ? nearest(col, t, (2 / (g.width - GUTTER)) * (this.view.t1 - this.view.t0)) : -1;
+    return i < 0 ? null : { track: row.track, worker: row.wid, idx: col.idx[i], epoch: col.epoch[i] };
   }
 
   fit() {
