@@ -30,6 +30,14 @@ const POLL_MS = 1500; // run summary / diagnosis refresh while live
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 const ENDED = new Set(['done', 'stopped', 'error', 'failed', 'crashed', 'timeout']);
 
+/** 1536 -> "1.5 kB" */
+function fmtBytes(n) {
+  if (n < 1e3) return `${n} B`;
+  if (n < 1e6) return `${(n / 1e3).toFixed(1)} kB`;
+  if (n < 1e9) return `${(n / 1e6).toFixed(1)} MB`;
+  return `${(n / 1e9).toFixed(2)} GB`;
+}
+
 class App {
   constructor() {
     this.pipeline = new PipelineView($('pipeline'));
@@ -466,8 +474,15 @@ class App {
     ul.className = 'tree';
     ul.append(structureItems(b.structure));
     const facts = [];
-    if (b.pickle_bytes !== undefined) facts.push(`${b.pickle_bytes} bytes crossed the process boundary pickled`);
-    if (b.pickle_s !== undefined) facts.push(`pickling took ${fmtDuration(b.pickle_s)}`);
+    const full = this.player.full;
+    if (full.fetched_bytes) {
+      facts.push(`the run so far: ${fmtBytes(full.fetched_bytes)} fetched, ${fmtBytes(full.pickled_bytes)} of it pickled `
+        + `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared memory instead)`);
+    }
+    if (b.pickle_bytes !== undefined) {
+      facts.push(`this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s !== undefined ? ` in ${fmtDuration(b.pickle_s)}` : ''}`
+        + ' (for tensors only the handles of their shared memory)');
+    }
     const p = document.createElement('p');
     p.className = 'desc';
     p.textContent = facts.join('; ') || 'structure as collated in the worker';
@@ -497,8 +512,17 @@ class App {
   }
 
   renderStatus() {
-    const el = $('run-status');
     const tr = this.track;
+    const lost = tr.runInfo?.dropped ?? 0;
+    const lostEl = $('lost');
+    if (lostEl.dataset.n !== String(lost)) {
+      lostEl.dataset.n = String(lost);
+      lostEl.hidden = !lost;
+      lostEl.textContent = `⚠ ${lost} events lost`;
+      lostEl.title = `${lost} events were dropped by the producer (a watch()ed script whose buffer to the dashboard was full) `
+        + 'before they reached the dashboard; the picture and the statistics miss them';
+    }
+    const el = $('run-status');
     const full = tr.player.full;
     let status = tr.runInfo?.status ?? (tr.source !== 'none' ? full.status : 'no run');
     if (full.status !== 'running' && full.status !== 'pending') status = full.status; // run_end wins
