@@ -85,6 +85,28 @@ def test_training_survives_the_dashboard_dying(start_server: Any) -> None:
     assert sink.sent > 0 and len(sink.buffer) + sink.dropped > 0  # what could not be sent is accounted for
 
 
+def test_a_restarted_dashboard_gets_the_rest_of_the_run_and_counts_the_drops(start_server: Any) -> None:
+    first = start_server()
+    port, token = first.port, first.token
+    loader = loaderscope.watch(DataLoader(Squares(60, delay=0.02), batch_size=2, num_workers=2), url=first.page_url)
+    sink = loader._probe_transport
+    second = None
+    for batches, _ in enumerate(loader, start=1):
+        if batches == 5:
+            _wait_for(lambda: sink.sent > 0)
+            first.stop()  # the dashboard goes away...
+        if batches == 12:
+            second = start_server(port=port, token=token)  # ...and comes back on the same address
+    loader.close()
+    assert batches == 30 and second is not None
+    run = _wait_for(lambda: next((r for r in _runs(second) if r["id"] == sink.run and r["status"] == "done"), None))
+    assert 0 < run["batches"] < 30  # the rest of the run, with its end...
+    assert run["dropped"] > 0  # ...and the events that went to the dead dashboard are counted, not hidden
+    with second.client() as http:
+        detail = http.get(f"/api/runs/{sink.run}").json()
+    assert detail["config"]["num_workers"] == 2  # run_start was sent again to the new dashboard
+
+
 def test_watch_starts_a_dashboard_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LOADERSCOPE_URL", raising=False)
     monkeypatch.setattr(watch_module, "DEFAULT_URL", "http://127.0.0.1:9")  # nothing listens there

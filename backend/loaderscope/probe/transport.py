@@ -8,6 +8,7 @@ gaps in the probe's seq numbers and shows them as dropped events.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -48,6 +49,7 @@ class StreamSink:
         self.capacity = buffer_events
         self.dropped = 0  # events lost because the buffer was full
         self.run: str | None = None  # the dashboard's id for this run, once connected
+        self.head: bytes | None = None  # the first frame (run_start): a restarted dashboard needs it
         self.sent = 0
         self.connected = threading.Event()
         self._wake = threading.Event()
@@ -76,6 +78,11 @@ class StreamSink:
         self._closing = True
         self._wake.set()
         self._thread.join(max(0.1, deadline - time.monotonic()))
+        lost = self.dropped + self.buffered
+        if lost:  # the training went on; say what the dashboard did not get
+            print(f"loaderscope: {lost} of {self.sent + lost} events did not reach the dashboard at {self.url} "
+                  f"({'it was unreachable' if not self.connected.is_set() else 'its buffer was full'})",
+                  file=sys.stderr, flush=True)
 
     # --- the sender thread ---------------------------------------------------------------------
 
@@ -86,7 +93,10 @@ class StreamSink:
                 url, headers = self._address()
                 with connect(url, additional_headers=headers, compression=None, open_timeout=CONNECT_TIMEOUT,
                              max_size=1 << 20) as ws:
-                    self.run = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT)).get("run", self.run)  # hello
+                    hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
+                    self.run = hello.get("run", self.run)
+                    if self.head is not None and hello.get("next_seq") == 0:
+                        ws.send(self.head)  # a new dashboard: the run's config first, then the gap
                     self.connected.set()
                     backoff = BACKOFF_FIRST
                     self._pump(ws)
@@ -108,6 +118,7 @@ class StreamSink:
             if self.buffer:
                 data, count = self.buffer[0]
                 ws.send(data)  # on failure the frame stays first in line for the next connection
+                self.head = self.head or data
                 self.buffer.popleft()
                 self.buffered -= count
                 self.sent += count

@@ -111,8 +111,9 @@ class Run:
         for event in events:
             produced = event.get("seq")
             if isinstance(produced, int) and not isinstance(produced, bool):
-                if self.last_producer_seq is not None and produced > self.last_producer_seq + 1:
-                    self.dropped += produced - self.last_producer_seq - 1
+                expected = 0 if self.last_producer_seq is None else self.last_producer_seq + 1
+                if produced > expected:  # lost on the way, or sent to a dashboard that has since died
+                    self.dropped += produced - expected
                 self.last_producer_seq = produced
         self.log.append(events)
         self.changed.notify()
