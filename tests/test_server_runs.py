@@ -292,3 +292,19 @@ def test_runs_still_start_and_end_when_the_launcher_dies(start_server: Any) -> N
     assert server.wait_status(hung["id"], timeout=15)["status"] == "stopped"  # seen without its parent
     after = server.start_run("uniform", **FAST)  # a fresh interpreter instead of a fork
     assert server.wait_status(after["id"])["status"] == "done"
+
+
+def test_sweep_api_answers_what_if_and_bounds_the_grid(server: LiveServer) -> None:
+    with server.client() as http:
+        answer = http.post("/api/sweeps", json={"scenario": "uniform", "params": {"dataset_size": 96},
+                                                "grid": {"num_workers": [1, 2, 4]}})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert [row["num_workers"] for row in body["rows"]] == [1, 2, 4]
+        assert body["rows"][2]["batches_per_s"] > body["rows"][0]["batches_per_s"]
+        assert "num_workers" in body["recommendation"]
+        too_big = http.post("/api/sweeps", json={"scenario": "uniform", "grid": {"num_workers": [2, 99]}})
+        assert too_big.status_code == 422 and "num_workers" in too_big.text
+        many = http.post("/api/sweeps", json={"scenario": "uniform", "grid": {"num_workers": [1, 2, 3, 4, 5, 6, 7],
+                                                                            "prefetch_factor": [1, 2, 3, 4, 5, 6]}})
+        assert many.status_code == 422 and "combinations" in many.text

@@ -129,6 +129,71 @@ def sim_available() -> bool:
     return callable(getattr(sim, "simulate", None))
 
 
+class SweepRequest(BaseModel):
+    """POST /api/sweeps: simulate a scenario over a small grid of parameters (what-if)."""
+
+    model_config = ConfigDict(extra="forbid")
+    scenario: str = Field(..., min_length=1, max_length=100, description="a name from GET /api/scenarios")
+    params: dict[str, Any] = Field(default_factory=dict, description="the scenario's parameters (the base)")
+    grid: dict[str, list[Any]] = Field(..., description="parameter (or cost-model field) -> values to try")
+    costs: dict[str, Any] | None = Field(None, description="the simulator's cost model")
+
+
+MAX_SWEEP_RUNS = 36  # combinations per sweep: each is a whole simulated run
+_sweeping = asyncio.Semaphore(1)  # one sweep at a time: they are CPU-bound
+
+
+@router.post("/sweeps", responses={422: {}, 429: {}})
+async def create_sweep(body: SweepRequest) -> Any:
+    """Rows of batches/s, input-bound share, buffer high-water and worker use per combination,
+    and the recommendation (the smallest num_workers that keeps the consumer fed)."""
+    problems = await asyncio.to_thread(_check_sweep, body)
+    if problems:
+        return unprocessable(problems)
+    if _sweeping.locked():
+        return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
+    async with _sweeping:
+        return await asyncio.to_thread(_sweep, body)
+
+
+def _check_sweep(body: SweepRequest) -> list[dict[str, Any]]:
+    from loaderscope import scenarios
+    from loaderscope.sim import CostModel
+
+    try:
+        scenario = scenarios.get(body.scenario)
+    except scenarios.UnknownScenario as exc:
+        return [{"field": "scenario", "message": str(exc), "allowed": None}]
+    combinations = 1
+    for key, values in body.grid.items():
+        combinations *= max(len(values), 1)
+        if key not in scenario.params.model_fields and key not in CostModel.model_fields:
+            return [{"field": f"grid.{key}", "message": f"{body.scenario} has no parameter {key!r}", "allowed": None}]
+        for value in values:  # every value must be valid where it goes
+            if key in scenario.params.model_fields:
+                try:
+                    scenario.params.model_validate(body.params | {key: value})
+                except ValidationError as exc:
+                    return field_problems(exc.errors(), scenario.params, prefix="grid.")
+    if not body.grid or combinations > MAX_SWEEP_RUNS:
+        return [{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations (got {combinations})",
+                 "allowed": None}]
+    try:
+        scenario.params.model_validate(body.params)
+        CostModel.model_validate(body.costs or {})
+    except ValidationError as exc:
+        return field_problems(exc.errors(), None, prefix="params.")
+    return []
+
+
+def _sweep(body: SweepRequest) -> dict[str, Any]:
+    from loaderscope import sim
+
+    costs = sim.CostModel.model_validate(body.costs) if body.costs else None
+    rows = sim.sweep(body.scenario, body.params, body.grid, costs=costs)
+    return {"rows": rows, "recommendation": sim.recommend(rows)}
+
+
 @router.get("/runs")
 async def list_runs(request: Request) -> list[dict[str, Any]]:
     return [run.brief() for run in manager_of(request).runs.values()]
