@@ -240,10 +240,11 @@ export class PipelineView {
 
     // tokens: appear at the dispatcher, chase their targets, fly to the consumer when released
     const k = 1 - Math.exp(-dtMs / EASE_MS);
-    const yielded = state.yield_order;
+    const yielded = state.yield_order; // the latest ones (the reducer trims it)
     const newYields = new Set();
-    for (let i = Math.max(this.lastYieldCount, yielded.length - MAX_FLYING); i < yielded.length; i++) newYields.add(`${yielded[i][0]}:${yielded[i][1]}`);
-    this.lastYieldCount = yielded.length;
+    const fresh = Math.min(MAX_FLYING, Math.max(0, state.batches - this.lastYieldCount), yielded.length);
+    for (let i = yielded.length - fresh; i < yielded.length; i++) newYields.add(`${yielded[i][0]}:${yielded[i][1]}`);
+    this.lastYieldCount = state.batches;
     let moving = false;
     for (const [key, p] of out) {
       let tok = this.tokens.get(key);

@@ -7,8 +7,9 @@
 import { LoaderState } from './reducer.js';
 import { EventTable } from './event-table.js';
 
-// Lists that only ever grow during a run: a snapshot keeps their length, a restore slices `full`'s.
-const GROWING = new Set(['yield_order', 'errors', 'notes', 'violations', 'batch_samples']);
+// Lists that only ever grow during a run (up to a cap, never trimmed): a snapshot keeps their length,
+// a restore slices `full`'s. (yield_order is trimmed to its latest entries: it is copied instead.)
+const GROWING = new Set(['errors', 'notes', 'violations', 'batch_samples']);
 // Collections copied whole; every other field of LoaderState is a value (or an object the reducer
 // replaces rather than mutates: config, meta, the latest stuck/timeout events) and is shared.
 const COPIED = new Set(['tasks', 'workers', 'result_queue', 'buffer']);

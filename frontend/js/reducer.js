@@ -29,6 +29,7 @@ export const WorkerStatus = Object.freeze({
 });
 
 export const MAX_BATCH_SAMPLES = 64;
+export const MAX_KEPT = 1000; // notes, errors and violations kept per run (state.py MAX_KEPT)
 
 /**
  * @typedef {{idx:number, worker:number, indices:any[]|null, n:number, dispatched:number, where:string,
@@ -134,13 +135,21 @@ export class LoaderState {
     return workers ? (this.config.prefetch_factor || 2) * workers : 1;
   }
 
+  /**
+   * Append to a list the state keeps, up to MAX_KEPT: a broken producer must not grow memory
+   * without bound (the trace still has everything).
+   */
+  keep(into, item) {
+    if (into.length < MAX_KEPT) into.push(item);
+  }
+
   /** Advance the state by one event (events must come in seq order). */
   apply(event) {
     this.seq = event.seq ?? this.seq + 1;
     this.t = event.t ?? this.t;
     if (this.first_t === null) this.first_t = this.t;
     const handler = HANDLERS[event.kind];
-    if (handler === undefined) this.notes.push(event); // unknown kinds are shown, never dropped
+    if (handler === undefined) this.keep(this.notes, event); // unknown kinds are shown, never dropped
     else handler(this, event);
   }
 
@@ -157,7 +166,7 @@ export class LoaderState {
   /** @returns {Task|undefined} */
   task(event) {
     const task = this.tasks.get(event.idx);
-    if (task === undefined) this.violations.push(`seq ${this.seq}: ${event.kind} for unknown task ${event.idx}`);
+    if (task === undefined) this.keep(this.violations, `seq ${this.seq}: ${event.kind} for unknown task ${event.idx}`);
     return task;
   }
 
@@ -222,14 +231,14 @@ function workerExit(s, e) {
 
 function dispatch(s, e) {
   const { idx, worker: wid } = e;
-  if (idx !== s.send_idx) s.violations.push(`seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
+  if (idx !== s.send_idx) s.keep(s.violations, `seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
   const indices = e.indices ?? null;
   s.tasks.set(idx, newTask(idx, wid, indices, e.n ?? (indices ? indices.length : 0), s.t, s.epoch));
   s.worker(wid).queue.push(idx);
   s.send_idx = idx + 1;
   s.outstanding += 1;
   s.outstanding_high = Math.max(s.outstanding_high, s.outstanding);
-  if (s.outstanding > s.window) s.violations.push(`seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
+  if (s.outstanding > s.window) s.keep(s.violations, `seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
 }
 
 function fetchStart(s, e) {
@@ -296,9 +305,9 @@ function buffer(s, e) {
 function yield_(s, e) {
   const { idx, wait } = e;
   const task = s.tasks.get(idx);
-  if (task === undefined || task.arrived === null) s.violations.push(`seq ${s.seq}: yield of task ${idx} that has not arrived`);
+  if (task === undefined || task.arrived === null) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} that has not arrived`);
   const inOrder = s.config.in_order ?? true;
-  if (inOrder && idx !== s.rcvd_idx) s.violations.push(`seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
+  if (inOrder && idx !== s.rcvd_idx) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
   // Waiting for a late head-of-line task while later results sat ready is the reorder cost.
   if (wait > 0 && !e.from_buffer && s.buffer.length) s.head_of_line_wait += wait;
   if (wait > 0 && task !== undefined && task.pin_start !== null) { // how much of the wait was pinning
@@ -310,6 +319,7 @@ function yield_(s, e) {
   s.batches += 1;
   s.last_yield_t = s.t;
   s.yield_order.push([s.epoch, idx]);
+  if (s.yield_order.length > 2 * MAX_KEPT) s.yield_order.splice(0, MAX_KEPT); // keep the most recent
   s.release(idx);
   s.consumer_stuck = null;
 }
@@ -328,7 +338,7 @@ function workerStuck(s, e) {
   const w = s.worker(e.worker);
   w.status = WorkerStatus.STUCK;
   w.stuck = e; // the page shows the latest stack (issue 4); state.py keeps it in notes only
-  s.notes.push(e);
+  s.keep(s.notes, e);
 }
 
 function workerDied(s, e) {
@@ -340,7 +350,7 @@ function workerDied(s, e) {
   const task = s.tasks.get(e.idx ?? -1);
   if (task !== undefined && !('indices' in note)) note.indices = task.indices;
   w.died = note;
-  s.notes.push(note);
+  s.keep(s.notes, note);
 }
 
 function error(s, e) {
@@ -350,7 +360,7 @@ function error(s, e) {
     task.where = Where.FAILED;
     if (!('indices' in err)) err.indices = task.indices;
   }
-  s.errors.push(err);
+  s.keep(s.errors, err);
 }
 
 function batchInfo(s, e) {
@@ -366,17 +376,17 @@ function step(s, e) {
 }
 
 function note(s, e) {
-  s.notes.push(e);
+  s.keep(s.notes, e);
 }
 
 function consumerStuck(s, e) {
   s.consumer_stuck = e;
-  s.notes.push(e);
+  s.keep(s.notes, e);
 }
 
 function timeout(s, e) {
   s.timeout = e;
-  s.notes.push(e);
+  s.keep(s.notes, e);
 }
 
 function pinStart(s, e) {

@@ -86,3 +86,14 @@ test('a cursor parked at the end stays there while more events load', () => {
   assert.equal(fingerprint(p.state), fingerprint(reduce(events.slice(0, 40))));
   assert.equal(fingerprint(p.full), fingerprint(reduce(events)));
 });
+
+test('seeks stay exact across the reducer trimming yield_order', () => {
+  const events = synthesize({ num_workers: 1, prefetch_factor: 1, batches: 2600, step: 0.0001 });
+  const p = load(events, 512);
+  for (const i of [events.length - 3, 14000, 12010, 6001, 100, events.length]) {
+    p.seek(i);
+    const fresh = reduce(events.slice(0, i));
+    assert.equal(fingerprint(p.state), fingerprint(fresh), `cursor ${i}`);
+    assert.deepEqual(p.state.yield_order.slice(-5), fresh.yield_order.slice(-5));
+  }
+});

@@ -193,6 +193,11 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: !exi
     pinned: synthesize({ num_workers: 4, batches: 40, pin_ms: 4, step: 0.001 }),
     pinned_single: synthesize({ num_workers: 0, batches: 8, pin_ms: 2 }),
     troubled: troubled(),
+    // long enough to trim yield_order, broken enough to hit the cap on violations and notes
+    bounded: [...synthesize({ num_workers: 1, prefetch_factor: 1, batches: 2600, step: 0.0001 }).slice(0, -1),
+      ...Array.from({ length: 1100 }, (_, i) => ({ seq: 0, t: 99, run: 'synth', rank: 0, kind: 'arrive', idx: 90000 + i, worker: 0 })),
+      ...Array.from({ length: 1100 }, () => ({ seq: 0, t: 99, run: 'synth', rank: 0, kind: 'mystery' }))]
+      .map((e, i) => ({ ...e, seq: i })),
     // a real gpu_step run on an H100: pin thread on, pinned vs pageable copies timed per step
     h100: readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8')
       .split('\n').slice(1).filter(Boolean).map((l) => JSON.parse(l)),
