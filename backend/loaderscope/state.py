@@ -77,6 +77,10 @@ class LoaderState:
 
     run: str = ""
     mode: str = ""
+    rank: int = 0
+    name: str | None = None  # what watch() was told (default: the script's name)
+    job: str | None = None  # shared by the ranks of one distributed job
+    world_size: int = 1
     config: dict[str, Any] = field(default_factory=dict)
     status: str = "pending"
     seq: int = -1
@@ -171,6 +175,8 @@ class LoaderState:
 def _run_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.run = e.get("run", s.run)
     s.mode = e["mode"]
+    s.rank = e.get("rank", 0)
+    s.name, s.job, s.world_size = e.get("name"), e.get("job"), e.get("world_size", 1)
     s.config = dict(e["config"])
     s.status = "running"
     for wid in range(s.config.get("num_workers", 0) or 1):
@@ -232,8 +238,11 @@ def _fetch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     worker.current = e["idx"]
     worker.status = WorkerStatus.FETCHING
     if task is not None:
-        task.where = Where.FETCHING
         task.fetch_start = s.t
+        # A worker's events are drained from its ring and may reach the stream after the pin
+        # thread's or the main process's: never move a task back once it has moved on.
+        if task.where == Where.INDEX_QUEUE:
+            task.where = Where.FETCHING
 
 
 def _fetch_end(s: LoaderState, e: Mapping[str, Any]) -> None:

@@ -249,8 +249,9 @@ function fetchStart(s, e) {
   w.status = WorkerStatus.FETCHING;
   w.stuck = null;
   if (task !== undefined) {
-    task.where = Where.FETCHING;
     task.fetch_start = s.t;
+    // a worker's events may reach the stream after the pin thread's: never move a task back
+    if (task.where === Where.INDEX_QUEUE) task.where = Where.FETCHING;
   }
 }
 

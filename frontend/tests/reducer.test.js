@@ -332,7 +332,7 @@ test('summary matches state.py formulas', () => {
 // is drained later than the pin thread records), and puts it on the result queue a second time. In
 // this real H100 trace the result queue ends with 17 stale entries. Requested fix: see the report
 // (fetch events never move a task backwards; a task is queued once). Passes once both are fixed.
-test('a real pinned trace leaves nothing on the result queue', { todo: 'state.py: late worker events after pin events (reported)' }, () => {
+test('a real pinned trace leaves nothing on the result queue', () => {
   const events = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8')
     .split('\n').slice(1).filter(Boolean).map((l) => JSON.parse(l));
   const s = reduce(events);

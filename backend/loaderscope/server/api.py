@@ -143,6 +143,14 @@ MAX_SWEEP_RUNS = 36  # combinations per sweep: each is a whole simulated run
 _sweeping = asyncio.Semaphore(1)  # one sweep at a time: they are CPU-bound
 
 
+@router.get("/sim/costs")
+async def sim_costs() -> dict[str, Any]:
+    """The simulator's cost model as JSON schema (fields, types, bounds), for the page's form."""
+    from loaderscope.sim import CostModel
+
+    return CostModel.model_json_schema()
+
+
 @router.post("/sweeps", responses={422: {}, 429: {}})
 async def create_sweep(body: SweepRequest) -> Any:
     """Rows of batches/s, input-bound share, buffer high-water and worker use per combination,

@@ -135,6 +135,10 @@ class Run:
             "first_held": self.log.first_held,
             "batches": state.batches,
             "dropped": self.dropped,
+            "name": state.name,
+            "job": state.job,
+            "rank": state.rank,
+            "world_size": state.world_size,
         }
 
     def detail(self) -> dict[str, Any]:
