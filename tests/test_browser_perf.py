@@ -4,6 +4,12 @@ The page is fed synthetic events (``/?demo=synth``, no run process needed) at a 
 applies them in batches once per animation frame and draws at most once per frame. We record the
 frame times the page measures itself and check it keeps up (no backlog) without long frames.
 Numbers are printed for the closing note; bounds are loose because CI machines are shared.
+
+These are benchmarks, and benchmarks are never timed assertions in CI: every test here carries the
+``perf`` marker, which the default run excludes (``-m "not perf"`` in pyproject's ``addopts``).
+Run them on purpose with::
+
+    .venv/bin/python -m pytest -m perf tests/test_browser_perf.py
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import pytest
 
 from tests.test_browser import ARGS, CHROMIUM, VIEWPORT, browser  # noqa: F401 (fixture)
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.perf]
 
 MEASURE = """() => {
   const app = window.loaderscope, fm = [...app.perf.frameMs].sort((a, b) => a - b);
