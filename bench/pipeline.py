@@ -89,6 +89,8 @@ class Server:
 
 
 def viewer_rate(server: Server, run: str, total: int) -> float:
+    """A viewer replaying the whole run: frames over the websocket, and ranges it is told to fetch
+    over REST when it falls more than the server's max lag behind (``resync``), as the page does."""
     headers = {"Authorization": f"Bearer {server.token}"}
     received, start = 0, time.perf_counter()
     with connect(f"{server.url.replace('http', 'ws')}/ws/runs/{run}?after=-1", additional_headers=headers,
@@ -97,6 +99,14 @@ def viewer_rate(server: Server, run: str, total: int) -> float:
             message = ws.recv(timeout=60)
             if message.startswith("["):
                 received += message.count('"seq"')
+                continue
+            meta = orjson.loads(message)
+            if meta.get("type") == "resync":
+                after = meta["from"] - 1
+                while after < meta["to"]:
+                    page = server.http.get(f"/api/runs/{run}/events", params={"after": after, "limit": 10_000}).json()
+                    received += len(page["events"])
+                    after = page["events"][-1]["seq"] if page["events"] else meta["to"]
     return total / (time.perf_counter() - start)
 
 
