@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -72,6 +73,12 @@ def map_plan(p: CommonParams, cost: Any, **extra: Any) -> LoaderPlan:
         step_cost=p.step_ms / 1000,
         **extra,
     )
+
+
+def uniform_plan(p: CommonParams, dataset: Callable[[UniformCost], Any], **extra: Any) -> LoaderPlan:
+    """A map-style plan with uniform per-sample cost over a dataset built from that cost."""
+    cost = UniformCost(p.sample_ms)
+    return map_plan(p, cost, make_dataset=lambda: dataset(cost), **extra)
 
 
 # --- out_of_order ----------------------------------------------------------------------------------
@@ -292,8 +299,7 @@ class StuckParams(CommonParams):
 
 
 def _stuck(p: StuckParams) -> LoaderPlan:
-    cost = UniformCost(p.sample_ms)
-    return map_plan(p, cost, make_dataset=lambda: StuckDataset(p.dataset_size, cost, p.stuck_index, p.stuck_seconds))
+    return uniform_plan(p, lambda cost: StuckDataset(p.dataset_size, cost, p.stuck_index, p.stuck_seconds))
 
 
 register(Scenario(
@@ -314,8 +320,7 @@ class CrashParams(CommonParams):
 
 
 def _crash(p: CrashParams) -> LoaderPlan:
-    cost = UniformCost(p.sample_ms)
-    return map_plan(p, cost, make_dataset=lambda: CrashDataset(p.dataset_size, cost, p.crash_index, p.how))
+    return uniform_plan(p, lambda cost: CrashDataset(p.dataset_size, cost, p.crash_index, p.how))
 
 
 register(Scenario(
@@ -336,8 +341,7 @@ class RaisingParams(CommonParams):
 
 
 def _raising(p: RaisingParams) -> LoaderPlan:
-    cost = UniformCost(p.sample_ms)
-    return map_plan(p, cost, make_dataset=lambda: RaisingDataset(p.dataset_size, cost, p.bad_index))
+    return uniform_plan(p, lambda cost: RaisingDataset(p.dataset_size, cost, p.bad_index))
 
 
 register(Scenario(
@@ -360,8 +364,7 @@ class TimeoutParams(CommonParams):
 
 
 def _timeout(p: TimeoutParams) -> LoaderPlan:
-    cost = UniformCost(p.sample_ms)
-    return map_plan(p, cost, make_dataset=lambda: StuckDataset(p.dataset_size, cost, p.stuck_index, p.stuck_seconds))
+    return uniform_plan(p, lambda cost: StuckDataset(p.dataset_size, cost, p.stuck_index, p.stuck_seconds))
 
 
 register(Scenario(
@@ -385,13 +388,12 @@ class FileParams(CommonParams):
 def _files(p: FileParams) -> LoaderPlan:
     directory = tempfile.mkdtemp(prefix="loaderscope-io-")
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    cost = UniformCost(p.sample_ms)
 
-    def make() -> FileDataset:
+    def make(cost: UniformCost) -> FileDataset:
         write_files(directory, p.dataset_size, p.file_kib, p.seed)
         return FileDataset(directory, p.dataset_size, cost)
 
-    return map_plan(p, cost, make_dataset=make)
+    return uniform_plan(p, make)
 
 
 register(Scenario(
