@@ -14,6 +14,7 @@ import { RunStream } from './stream.js';
 import { api, runSocket, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { fieldsFromSchema, renderForm } from './form.js';
 import { COST_FIELDS, costsFromForm, costField } from './costs.js';
+import { SweepPanel } from './sweep-view.js';
 import {
   Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms, structureItems,
 } from './panels.js';
@@ -45,6 +46,7 @@ class App {
     this.notes = new Notes($('notes'), $('notes-count'));
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
+    this.sweep = new SweepPanel(() => this.sweepSource());
     this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake());
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.runId = null;
@@ -814,8 +816,27 @@ class App {
     const sc = this.scenarios.find((s) => s.name === name);
     $('scenario-desc').textContent = sc?.description ?? '';
     this.form = renderForm($('params'), fieldsFromSchema(sc?.params));
+    this.sweep.fieldsChanged(fieldsFromSchema(sc?.params));
     $('form-error').hidden = true;
     this.showMode();
+  }
+
+  /** What the what-if panel sweeps from: the form's scenario, parameters and (in simulate mode) cost model. */
+  sweepSource() {
+    const scenario = /** @type {HTMLSelectElement} */ ($('scenario')).value;
+    const read = this.form ? this.form.read() : { values: {}, errors: {} };
+    const bad = Object.entries(read.errors);
+    if (bad.length) {
+      for (const [field, msg] of bad) this.form.showError(field, msg);
+      /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
+    }
+    let costs = null;
+    const sim = /** @type {HTMLInputElement} */ ($('mode-sim')).checked;
+    if (sim && this.costForm) {
+      const c = this.costForm.read();
+      if (!Object.keys(c.errors).length) costs = costsFromForm(c.values);
+    }
+    return { scenario, params: bad.length ? null : read.values, costs };
   }
 
   showMode() {

@@ -1,0 +1,234 @@
+// The "What if…" panel: sweeps the scenario chosen in the new-run form over one or two parameters
+// (POST /api/sweeps), then draws batches/s and the consumer's waiting share against the swept
+// value (one line per value of the second parameter), a table of the rows and the recommendation.
+
+import { PALETTE } from './colors.js';
+import { niceMax, sweepErrorField, sweepRequest, sweepSeries } from './sweep.js';
+import { ApiError, errorText, fieldErrors } from './api.js';
+
+const $ = (id) => /** @type {any} */ (document.getElementById(id));
+const FIELDS = ['key', 'values', 'key2', 'values2'];
+const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79c0ff'];
+const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
+
+/** Short numbers for the table and axes. */
+function fmt(v, digits = 2) {
+  if (typeof v !== 'number') return String(v);
+  if (Number.isInteger(v)) return String(v);
+  return Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(digits);
+}
+
+export class SweepPanel {
+  /**
+   * @param {() => ({scenario:string, params:object|null, paramErrors?:object, costs?:object|null, fields:any[]})} source
+   *   the new-run form: scenario, its parameter values (null if a field is invalid) and fields
+   * @param {(fn:(send:Function)=>any)} [post] injected transport (defaults to fetch)
+   */
+  constructor(source) {
+    this.source = source;
+    this.canvas = document.createElement('canvas');
+    this.canvas.setAttribute('data-testid', 'sweep-chart');
+    this.canvas.setAttribute('role', 'img');
+    this.canvas.dataset.points = '0';
+    $('sweep-chart-host').append(this.canvas);
+    this.last = null;
+    $('sweep-form').addEventListener('submit', (ev) => { ev.preventDefault(); this.run(); });
+    $('sweep-key').addEventListener('change', () => this.keyChanged('key'));
+    $('sweep-key2').addEventListener('change', () => this.keyChanged('key2'));
+    window.addEventListener('resize', () => { if (this.last) this.draw(this.last); });
+  }
+
+  /** The parameters that can be swept: the scenario's numeric / boolean / choice fields. */
+  fieldsChanged(fields) {
+    const usable = fields.filter((f) => f.kind !== 'string');
+    const pick = $('sweep-key'), pick2 = $('sweep-key2');
+    const old = pick.value, old2 = pick2.value;
+    pick.replaceChildren(...usable.map((f) => new Option(f.name, f.name)));
+    pick2.replaceChildren(new Option('— nothing else —', ''), ...usable.map((f) => new Option(f.name, f.name)));
+    this.fields = usable;
+    pick.value = usable.some((f) => f.name === old) ? old : usable.some((f) => f.name === 'num_workers') ? 'num_workers' : (usable[0]?.name ?? '');
+    pick2.value = usable.some((f) => f.name === old2) ? old2 : '';
+    if (pick.value !== old) this.keyChanged('key');
+    this.keyChanged('key2', pick2.value === old2);
+    $('btn-sweep').disabled = !usable.length;
+  }
+
+  /** A sensible default list of values for a newly picked parameter. */
+  keyChanged(which, keep = false) {
+    const key = $(`sweep-${which}`).value;
+    const input = $(which === 'key' ? 'sweep-values' : 'sweep-values2');
+    input.disabled = !key;
+    if (keep && input.value) return;
+    const f = (this.fields ?? []).find((x) => x.name === key);
+    input.value = !key ? '' : DEFAULTS[key] ?? (f?.kind === 'bool' ? 'false,true' : f?.kind === 'enum' ? (f.options ?? []).join(',') : f?.default !== undefined && f.default !== null ? String(f.default) : '');
+    input.placeholder = key ? 'e.g. 1,2,4' : '';
+  }
+
+  showError(field, message) {
+    const el = $(`sweep-${field}-error`);
+    const about = field === 'values' ? $('sweep-key').value : field === 'values2' ? $('sweep-key2').value : '';
+    el.textContent = about ? `${about} = ${$(`sweep-${field}`).value}: ${message}` : message;
+    el.hidden = false;
+    $(`sweep-${field}`).setAttribute('aria-invalid', 'true');
+  }
+
+  clearErrors() {
+    for (const f of FIELDS) {
+      $(`sweep-${f}-error`).hidden = true;
+      $(`sweep-${f}`).removeAttribute('aria-invalid');
+    }
+    $('sweep-error').hidden = true;
+  }
+
+  async run() {
+    this.clearErrors();
+    const src = this.source();
+    if (!src.params) {
+      $('sweep-error').textContent = 'a parameter under "Start a run" is not valid; fix it there first (the sweep starts from those values)';
+      $('sweep-error').hidden = false;
+      return;
+    }
+    const key = $('sweep-key').value, key2 = $('sweep-key2').value;
+    const { body, errors } = sweepRequest({ scenario: src.scenario, params: src.params, costs: src.costs, key, values: $('sweep-values').value, key2, values2: $('sweep-values2').value });
+    if (!body) {
+      for (const [f, m] of Object.entries(errors)) this.showError(f, m);
+      return;
+    }
+    const button = $('btn-sweep');
+    button.disabled = true;
+    const n = Object.values(body.grid).reduce((m, v) => m * v.length, 1);
+    $('sweep-status').textContent = `simulating ${n} run${n === 1 ? '' : 's'} of ${src.scenario}…`;
+    try {
+      const res = await fetch('/api/sweeps', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), credentials: 'same-origin' });
+      const text = await res.text();
+      let data = null;
+      try { data = text ? JSON.parse(text) : null; } catch { data = text; }
+      if (!res.ok) throw new ApiError(res.status, data);
+      $('sweep-status').textContent = `${src.scenario}: ${n} simulated run${n === 1 ? '' : 's'}`;
+      this.last = { ...data, key, key2, xs: body.grid[key], scenario: src.scenario };
+      this.show(this.last);
+    } catch (err) {
+      $('sweep-status').textContent = '';
+      const b = err instanceof ApiError ? err.body : null;
+      let placed = 0;
+      for (const p of Array.isArray(b?.errors) ? b.errors : []) {
+        const f = sweepErrorField(p.field, key, key2);
+        if (f) { this.showError(f, `${p.message}${p.allowed ? `; allowed: ${p.allowed}` : ''}`); placed += 1; }
+      }
+      if (!placed) {
+        const extra = b ? fieldErrors(b).map((p) => `${p.field}: ${p.message}`).join('; ') : '';
+        const why = err?.status === 429 ? 'another sweep is running; try again in a moment' : (b ? errorText(b) : err.message);
+        $('sweep-error').textContent = extra && !why.includes(extra) ? `${why} (${extra})` : why || String(err);
+        $('sweep-error').hidden = false;
+      }
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  show(result) {
+    $('sweep-result').hidden = false;
+    $('sweep-rec').textContent = result.recommendation ? `Recommendation: ${result.recommendation}` : '';
+    $('sweep-rec').hidden = !result.recommendation;
+    $('sweep-rec').classList.toggle('warn', /starved|no num_workers|will not help/.test(result.recommendation ?? ''));
+    this.table(result);
+    this.draw(result);
+  }
+
+  table({ rows, key, key2 }) {
+    const cols = [[key, key], ...(key2 ? [[key2, key2]] : []),
+      ['batches_per_s', 'batches/s'], ['input_bound', 'training loop waiting'], ['worker_util', 'workers busy'],
+      ['buffer_high', 'reorder buffer max'], ['wall', 'simulated time'], ['batches', 'batches']];
+    const best = Math.max(...rows.map((r) => Number(r.batches_per_s) || 0));
+    const head = document.createElement('tr');
+    for (const [, label] of cols) { const th = document.createElement('th'); th.textContent = label; head.append(th); }
+    const body = rows.map((r) => {
+      const tr = document.createElement('tr');
+      tr.dataset.testid = 'sweep-row';
+      tr.setAttribute('data-testid', 'sweep-row');
+      if (r.batches_per_s === best) tr.className = 'best';
+      for (const [k] of cols) {
+        const td = document.createElement('td');
+        const v = r[k];
+        if (k === 'input_bound' || k === 'worker_util') td.textContent = typeof v === 'number' ? `${(v * 100).toFixed(0)} %` : '–';
+        else if (k === 'wall') td.textContent = typeof v === 'number' ? `${fmt(v)} s` : '–';
+        else td.textContent = v === undefined || v === null ? '–' : fmt(v, k === 'batches_per_s' ? 1 : 2);
+        if (k === 'input_bound' && v > 0.2) td.className = 'bad';
+        if (k === 'batches' && r.status && !['done', 'finished', 'ok'].includes(r.status)) td.textContent += ` (${r.status})`;
+        tr.append(td);
+      }
+      return tr;
+    });
+    $('sweep-table').replaceChildren(head, ...body);
+  }
+
+  /** Two small charts side by side: batches/s (higher is better), and the share of time the training loop waits. */
+  draw({ rows, key, key2, xs }) {
+    const { xs: order, series } = sweepSeries(rows, key, key2, xs);
+    const host = $('sweep-chart-host');
+    const width = Math.max(Math.min(host.clientWidth || 600, 1100), 360), height = 190;
+    const dpr = window.devicePixelRatio || 1;
+    const c = this.canvas;
+    c.width = Math.round(width * dpr); c.height = Math.round(height * dpr);
+    c.style.width = `${width}px`; c.style.height = `${height}px`;
+    const ctx = /** @type {CanvasRenderingContext2D} */ (c.getContext('2d'));
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const legendH = key2 ? 16 : 0;
+    const gap = 40, padL = 44, padR = 22, top = 22 + legendH, bottom = 32;
+    const pw = (width - 2 * padL - padR - gap) / 2, ph = height - top - bottom;
+    const bestRate = Math.max(...rows.map((r) => Number(r.batches_per_s) || 0));
+    const charts = [
+      { title: 'batches/s (higher is better)', metric: 'batches_per_s', max: niceMax(bestRate), fmt: (v) => fmt(v, 1) },
+      { title: 'training loop waiting for data (lower is better)', metric: 'input_bound', max: 1, fmt: (v) => `${Math.round(v * 100)}%` },
+    ];
+    const n = Math.max(order.length, 1);
+    let points = 0;
+    charts.forEach((ch, ci) => {
+      const x0 = padL + ci * (pw + gap + padL), y0 = top;
+      const X = (i) => x0 + (n === 1 ? pw / 2 : (i / (n - 1)) * pw);
+      const Y = (v) => y0 + ph - (Math.max(0, Math.min(v, ch.max)) / ch.max) * ph;
+      ctx.font = '600 11px system-ui, sans-serif';
+      ctx.fillStyle = PALETTE.ink;
+      ctx.textAlign = 'left';
+      ctx.fillText(ch.title, x0, 12);
+      ctx.font = '10px system-ui, sans-serif';
+      for (let k = 0; k <= 4; k++) {   // horizontal grid lines with their values
+        const v = (ch.max * k) / 4, y = Y(v);
+        ctx.strokeStyle = k === 0 ? PALETTE.faint : '#1f2935';
+        ctx.beginPath(); ctx.moveTo(x0, y + 0.5); ctx.lineTo(x0 + pw, y + 0.5); ctx.stroke();
+        ctx.fillStyle = PALETTE.dim; ctx.textAlign = 'right';
+        ctx.fillText(ch.fmt(v), x0 - 5, y + 3);
+      }
+      ctx.textAlign = 'center';
+      order.forEach((x, i) => { ctx.fillStyle = PALETTE.dim; ctx.fillText(x, X(i), y0 + ph + 13); });
+      ctx.fillText(key, x0 + pw / 2, y0 + ph + 27);
+      series.forEach((s, si) => {
+        const color = LINE_COLORS[si % LINE_COLORS.length];
+        ctx.strokeStyle = color; ctx.fillStyle = color; ctx.lineWidth = 2;
+        ctx.beginPath();
+        s.points.forEach((p, j) => { const x = X(p.i), y = Y(p[ch.metric]); if (j) ctx.lineTo(x, y); else ctx.moveTo(x, y); });
+        ctx.stroke();
+        for (const p of s.points) {
+          ctx.beginPath(); ctx.arc(X(p.i), Y(p[ch.metric]), 3.5, 0, Math.PI * 2); ctx.fill();
+          if (ci === 0) points += 1;
+        }
+        ctx.lineWidth = 1;
+      });
+    });
+    if (key2) {   // legend: one entry per value of the second parameter
+      ctx.font = '10.5px system-ui, sans-serif'; ctx.textAlign = 'left';
+      let x = padL;
+      series.forEach((s, si) => {
+        ctx.fillStyle = LINE_COLORS[si % LINE_COLORS.length];
+        ctx.fillRect(x, 24, 14, 3);
+        ctx.fillStyle = PALETTE.ink;
+        ctx.fillText(s.label, x + 18, 29);
+        x += 28 + ctx.measureText(s.label).width;
+      });
+    }
+    c.dataset.points = String(points);
+    c.dataset.series = String(series.length);
+    c.setAttribute('aria-label', `sweep of ${key}${key2 ? ` by ${key2}` : ''}: ` + rows.map((r) => `${key}=${r[key]}${key2 ? ` ${key2}=${r[key2]}` : ''}: ${fmt(r.batches_per_s, 1)} batches/s, waiting ${Math.round(r.input_bound * 100)}%`).join('; '));
+  }
+}
