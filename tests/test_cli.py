@@ -29,7 +29,7 @@ def test_run_out_of_order_explains_reordering_and_writes_the_trace(tmp_path: Pat
 def test_bad_parameter_names_the_field_and_the_range(tmp_path: Path) -> None:
     result = loaderscope("run", "uniform", "--set", "num_workers=99", cwd=tmp_path)
     assert result.returncode == 2
-    assert "num_workers" in result.stdout and "0 to 32" in result.stdout
+    assert "num_workers" in result.stdout and "0 to 64" in result.stdout
     result = loaderscope("run", "nosuch", cwd=tmp_path)
     assert result.returncode == 2 and "out_of_order" in result.stdout
 

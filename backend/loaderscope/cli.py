@@ -45,6 +45,9 @@ def explain_validation(error: ValidationError, scenario: scenarios.Scenario) -> 
     lines = []
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"])
+        if not key:  # a rule across parameters
+            lines.append(f"--set: {item['msg'].removeprefix('Value error, ')}")
+            continue
         field = fields.get(key)
         if item["type"] == "extra_forbidden":
             lines.append(f"--set {key}: {scenario.name} has no parameter {key!r}; it takes: {', '.join(fields)}")

@@ -24,7 +24,7 @@ class CommonParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_workers: int = Field(4, ge=0, le=32, description="worker processes (0: load in the main process)")
+    num_workers: int = Field(4, ge=0, le=64, description="worker processes (0: load in the main process)")
     batch_size: int = Field(4, ge=1, le=1024, description="samples per batch")
     dataset_size: int = Field(96, ge=1, le=100_000, description="samples in the dataset")
     prefetch_factor: int = Field(2, ge=1, le=16, description="tasks in flight per worker")

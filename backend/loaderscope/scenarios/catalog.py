@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch.utils.data import (
     BatchSampler,
     DistributedSampler,
@@ -115,7 +115,7 @@ register(Scenario("uniform", "Uniform cost", "Every sample costs the same: the b
 
 
 class StragglerParams(CommonParams):
-    slow_worker: int = Field(0, ge=0, le=31, description="the worker that is slow")
+    slow_worker: int = Field(0, ge=0, le=63, description="the worker that is slow")
     slow_factor: float = Field(4.0, ge=1, le=100, description="how many times slower it is")
 
 
@@ -200,6 +200,12 @@ class SamplerParams(CommonParams):
     world_size: int = Field(2, ge=1, le=64, description="ranks (distributed)")
     rank: int = Field(0, ge=0, le=63, description="this rank (distributed)")
 
+    @model_validator(mode="after")
+    def _rank_in_world(self) -> SamplerParams:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} must be below world_size {self.world_size} (ranks count from 0)")
+        return self
+
 
 def make_sampler(p: SamplerParams, dataset: Any) -> Any:
     n = p.num_samples or len(dataset)
@@ -216,8 +222,6 @@ def make_sampler(p: SamplerParams, dataset: Any) -> Any:
             weights = [1.0 + (i % 4) for i in range(len(dataset))]
             return WeightedRandomSampler(weights, n, generator=_generator(p.seed))
         case "distributed":
-            if p.rank >= p.world_size:
-                raise ValueError(f"rank {p.rank} must be below world_size {p.world_size}")
             return DistributedSampler(dataset, num_replicas=p.world_size, rank=p.rank, shuffle=True, seed=p.seed)
     raise ValueError(f"unknown sampler {p.sampler!r}")
 
@@ -413,7 +417,7 @@ class GpuParams(CommonParams):
     dataset_size: int = Field(2048, ge=1, le=100_000, description="images in the dataset")
     image_size: int = Field(64, ge=8, le=512, description="images are 3×size×size float32")
     pin_memory: bool = Field(True, description="copy batches to page-locked memory")
-    num_workers: int = Field(2, ge=0, le=32, description="worker processes (0: load in the main process)")
+    num_workers: int = Field(2, ge=0, le=64, description="worker processes (0: load in the main process)")
     sample_ms: float = Field(0.0, ge=0, le=5_000, description="extra work per sample in a worker, ms")
 
 
