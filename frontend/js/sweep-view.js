@@ -22,7 +22,6 @@ export class SweepPanel {
   /**
    * @param {() => ({scenario:string, params:object|null, paramErrors?:object, costs?:object|null, fields:any[]})} source
    *   the new-run form: scenario, its parameter values (null if a field is invalid) and fields
-   * @param {(fn:(send:Function)=>any)} [post] injected transport (defaults to fetch)
    */
   constructor(source) {
     this.source = source;
