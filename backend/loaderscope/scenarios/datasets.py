@@ -59,7 +59,9 @@ class DescendingRoundCost:
 
     With a sequential sampler and round-robin dispatch, later tasks finish first, so results reach
     the main process out of order and wait in the reorder buffer: seed 001's example, made to happen
-    every time. The slow slot rotates by one each round, so no single worker is the straggler.
+    every time. The slow slot rotates by one each round, so no single worker is the straggler; and
+    worker w pays a small extra (a fifth of a sample's base cost per sample, times w), so no two
+    workers ever finish at the same moment: which results get parked does not depend on jitter.
     """
 
     ms: float
@@ -70,7 +72,10 @@ class DescendingRoundCost:
         workers = max(self.num_workers, 1)
         task = index // self.batch_size
         rank_in_round = (task - task // workers) % workers
-        return self.ms * (workers - rank_in_round) / 1000
+        return self.ms * (workers - rank_in_round + TIE_BREAK * worker) / 1000
+
+
+TIE_BREAK = 0.2
 
 
 # --- datasets --------------------------------------------------------------------------------------
