@@ -24,6 +24,31 @@ const FETCH_W = [150, 196]; // current fetch (token, indices, elapsed): min, max
 
 const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
 
+// Many workers: past COMPACT_AT lanes each lane becomes a thin row (name, index queue as small
+// tokens plus a count, the task being fetched as a token and one line of text); past GRID_AT the
+// rows are split into two columns so that 64 workers still get ~20 px each.
+export const COMPACT_AT = 17;
+export const GRID_AT = 33;
+export const COMPACT_ROW = 20; // lane height in compact mode
+const COMPACT_GAP = 2;
+const COMPACT_LABEL_W = 66; // "worker 63"
+const COL_GAP = 10; // between the two lane columns
+
+/** How the lanes are arranged for n workers: columns, rows per column, compact or not. */
+export function laneGrid(lanes) {
+  const n = Math.max(lanes, 1);
+  const compact = n >= COMPACT_AT;
+  const cols = n >= GRID_AT ? 2 : 1;
+  return { compact, cols, rows: Math.ceil(n / cols) };
+}
+
+/** Canvas height for n lanes: ~44 px per lane up to a point, then thinner; compact rows past that. */
+export function pipelineHeight(lanes) {
+  const g = laneGrid(lanes);
+  if (g.compact) return Math.round(Math.max(660, M + TITLE + g.rows * (COMPACT_ROW + COMPACT_GAP) - COMPACT_GAP + M));
+  return Math.round(Math.max(330, Math.min(660, 70 + lanes * 46)));
+}
+
 /** Token size for a lane height and the widest task id. */
 export function tokenSize(laneH, digits) {
   const h = Math.round(clamp(laneH * 0.56, 10, 22));
@@ -41,9 +66,11 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const n = Math.max(lanes, 1);
   const top = M + TITLE;
   const areaH = Math.max(height - top - M, 60);
-  const laneGap = areaH / n > 30 ? 6 : areaH / n > 16 ? 3 : 1;
-  const laneH = Math.min(56, (areaH - laneGap * (n - 1)) / n);
-  const lanesH = laneH * n + laneGap * (n - 1);
+  const grid = laneGrid(lanes);
+  const rows = grid.rows;
+  const laneGap = grid.compact ? COMPACT_GAP : areaH / n > 30 ? 6 : areaH / n > 16 ? 3 : 1;
+  const laneH = grid.compact ? Math.min(COMPACT_ROW, (areaH - laneGap * (rows - 1)) / rows) : Math.min(56, (areaH - laneGap * (n - 1)) / n);
+  const lanesH = laneH * rows + laneGap * (rows - 1);
   const token = tokenSize(laneH, Math.max(digits, 1));
 
   let x = M;
@@ -76,12 +103,19 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const dispatcher = { x: samplerCol.x, y: top + samplerH + 16, w: COL.sampler, h: Math.max(dispH, 40) };
 
   const laneRects = [];
-  const fetchW = clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
+  const colW = (lanesW - COL_GAP * (grid.cols - 1)) / grid.cols;
+  const labelW = grid.compact ? COMPACT_LABEL_W : LABEL_W;
+  const fetchW = grid.compact
+    ? clamp(Math.round((colW - labelW) * 0.55), 110, FETCH_W[1])
+    : clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
   for (let i = 0; i < n; i++) {
-    const y = top + i * (laneH + laneGap);
-    const rect = { x: lanesX, y, w: lanesW, h: laneH };
-    const label = { x: lanesX, y, w: LABEL_W, h: laneH };
-    const fetch = { x: lanesX + lanesW - fetchW, y, w: fetchW, h: laneH };
+    // two columns: the first half of the workers on the left, top to bottom, then the right
+    const col = Math.floor(i / rows), row = i % rows;
+    const x0 = lanesX + col * (colW + COL_GAP);
+    const y = top + row * (laneH + laneGap);
+    const rect = { x: x0, y, w: colW, h: laneH };
+    const label = { x: x0, y, w: labelW, h: laneH };
+    const fetch = { x: x0 + colW - fetchW, y, w: fetchW, h: laneH };
     const queue = { x: label.x + label.w + 4, y, w: fetch.x - (label.x + label.w) - 10, h: laneH };
     laneRects.push({ rect, label, queue, fetch });
   }
@@ -96,7 +130,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
     { x: buffer.x, text: 'reorder buffer', hint: '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
   ];
-  return { width: W, height, top, areaH, bypassY, laneH, laneGap, lanesH, token, sampler, dispatcher, lanes: laneRects, result, pin, pinCol, pinThread, pinned, buffer, rcvdCursor, consumer: consumerBox, titles };
+  return { width: W, height, top, areaH, bypassY, laneH, laneGap, lanesH, compact: grid.compact, laneCols: grid.cols, laneRows: rows, lanesX, lanesW, token, sampler, dispatcher, lanes: laneRects, result, pin, pinCol, pinThread, pinned, buffer, rcvdCursor, consumer: consumerBox, titles };
 }
 
 function workersTitle(lanes, inProcess) {

@@ -5,7 +5,7 @@
 import { PALETTE, taskColor, taskInk } from './colors.js';
 import {
   pipelineLayout, queueSlot, queueCapacity, fetchSlot, resultSlot, bufferSlot, consumerSlot,
-  gridCapacity, dispatchPoint, HEADER, pinSlot, pinnedSlot,
+  gridCapacity, dispatchPoint, HEADER, pinSlot, pinnedSlot, pipelineHeight,
 } from './layout.js';
 import { pinStage } from './pin.js';
 import { Where, WorkerStatus } from './reducer.js';
@@ -16,10 +16,7 @@ const MIN_SPEED = 0.6; // px per ms
 const FADE_MS = 600;
 const MAX_FLYING = 24; // released tokens animated at once
 
-/** Canvas height for n lanes: room for ~44 px per lane up to a point, then lanes get thinner. */
-export function pipelineHeight(lanes) {
-  return Math.round(Math.max(330, Math.min(660, 70 + lanes * 46)));
-}
+export { pipelineHeight };
 
 export class PipelineView {
   /** @param {HTMLElement} host */
@@ -113,7 +110,7 @@ export class PipelineView {
       '<b>dispatcher</b><span class="hint">round-robin to workers</span><div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>');
     this.sendEl = this.overlay.querySelector('[data-testid="cursor-send"]');
     this.laneEls = ids.map((id, i) => {
-      const lane = mk('lane', L.lanes[i].rect);
+      const lane = mk(L.compact ? 'lane compact' : 'lane', L.lanes[i].rect);
       lane.setAttribute('data-testid', 'worker-lane');
       lane.dataset.worker = String(id);
       lane.tabIndex = 0;
@@ -128,11 +125,11 @@ export class PipelineView {
       const fetch = document.createElement('div');
       fetch.className = 'lane-fetch';
       const f = L.lanes[i].fetch;
-      this.place(fetch, { x: f.x - L.lanes[i].rect.x + L.token.w + 12, y: 0, w: f.w - L.token.w - 16, h: f.h });
+      this.place(fetch, { x: f.x - L.lanes[i].rect.x + L.token.w + (L.compact ? 8 : 12), y: 0, w: f.w - L.token.w - (L.compact ? 10 : 16), h: f.h });
       const more = document.createElement('div');
       more.className = 'lane-more';
       const q = L.lanes[i].queue;
-      this.place(more, { x: q.x - L.lanes[i].rect.x, y: 0, w: 40, h: q.h });
+      this.place(more, { x: q.x - L.lanes[i].rect.x, y: 0, w: L.compact ? 28 : 40, h: q.h });
       lane.append(label, fetch, more);
       lane.addEventListener('click', () => this.onLaneClick?.(id));
       return { lane, status, fetch, more };
@@ -416,10 +413,16 @@ export class PipelineView {
       const alarm = status === WorkerStatus.STUCK || status === WorkerStatus.DIED;
       const tint = alarm ? '#3a1d22' : status === WorkerStatus.EXITED ? '#12171e' : PALETTE.panel;
       box(ctx, lane.rect, tint, alarm ? PALETTE.stuck : PALETTE.panelEdge);
-      box(ctx, lane.fetch, '#1b2533', '#2d3b50');
+      box(ctx, lane.fetch, alarm ? '#4a1f27' : '#1b2533', alarm ? PALETTE.stuck : '#2d3b50');
+      if (L.laneCols > 1) return; // two columns: one arrow in and out of the whole grid, not 64 crossing ones
       arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, '#2b3545', 1);
       arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), '#2b3545');
     });
+    if (L.laneCols > 1) {
+      const midY = L.top + L.lanesH / 2;
+      arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, L.lanesX - 1, midY, '#2b3545', 1.4);
+      arrow(ctx, L.lanesX + L.lanesW, midY, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 60), '#2b3545', 1.4);
+    }
     box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
     const resultMidY = L.buffer.y + 24;
     if (L.pin === 'active') {
@@ -472,9 +475,21 @@ export class PipelineView {
       let s = status;
       if (status === WorkerStatus.DIED) s = `DIED · ${w.signal || `exit ${w.exitcode}`}`;
       else if (status === WorkerStatus.STUCK) s = 'STUCK';
-      this.setText(el.status, `${s}${L.laneH < 50 ? ' · ' : '\n'}${done} fetched`);
+      if (L.compact) { // thin row: the status word only when it matters; the rest in the tooltip
+        this.setText(el.status, '');
+        this.setAttr(el.lane, 'title', `worker ${wid} · ${s} · ${done} fetched · ${w.queue.length} queued`);
+      } else this.setText(el.status, `${s}${L.laneH < 50 ? ' · ' : '\n'}${done} fetched`);
       const task = w.current !== null ? state.tasks.get(w.current) : undefined;
-      if (status === WorkerStatus.DIED) {
+      // compact rows have one line: the alarm word first, then what the tall lane shows on two
+      const one = L.compact;
+      const sep = one ? ' · ' : '\n';
+      const alarm = one && status === WorkerStatus.STUCK ? 'STUCK · ' : '';
+      if (one && status === WorkerStatus.DIED) {
+        const d = w.died ?? {};
+        const held = d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
+        this.setText(el.fetch, `DIED · ${held.replace("held task", "task")} · ${w.signal || `exit ${w.exitcode}`}`);
+        this.setAttr(el.lane, 'data-elapsed', '');
+      } else if (status === WorkerStatus.DIED) {
         const d = w.died ?? {};
         const held = d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
         let second = sampleLine(d, state);
@@ -482,13 +497,13 @@ export class PipelineView {
         this.setText(el.fetch, `${held}\n${second || clip(fmtIndices(d.indices, 0), 34)}`);
         this.setAttr(el.lane, 'data-elapsed', '');
       } else if (task && status === WorkerStatus.EXITED) {
-        this.setText(el.fetch, `task ${task.idx} abandoned\n(the worker exited)`);
+        this.setText(el.fetch, `task ${task.idx} abandoned${sep}(the worker exited)`);
         this.setAttr(el.lane, 'data-elapsed', '');
       } else if (task) {
         const elapsed = task.fetch_start !== null ? Math.max(0, clock.now - task.fetch_start) : 0;
         let second = status === WorkerStatus.STUCK && w.stuck ? sampleLine(w.stuck, state) : '';
         if (second && L.laneH >= 40) second = second.replace(' (', '\n('); // three short lines fit a tall lane
-        this.setText(el.fetch, `task ${task.idx} · ${fmtElapsed(elapsed)}\n${second || clip(fmtIndices(task.indices, task.n), 34)}`);
+        this.setText(el.fetch, `${alarm}task ${task.idx} · ${fmtElapsed(elapsed)}${sep}${second || clip(fmtIndices(task.indices, task.n), 34)}`);
         this.setAttr(el.lane, 'data-elapsed', elapsed.toFixed(2));
       } else {
         this.setText(el.fetch, '');
