@@ -106,7 +106,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const colW = (lanesW - COL_GAP * (grid.cols - 1)) / grid.cols;
   const labelW = grid.compact ? COMPACT_LABEL_W : LABEL_W;
   const fetchW = grid.compact
-    ? clamp(Math.round((colW - labelW) * 0.55), 110, FETCH_W[1])
+    ? Math.min(clamp(Math.round((colW - labelW) * 0.6), 110, FETCH_W[1]), Math.max(colW - labelW - 18, 0)) // narrow page: the queue keeps a slot
     : clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
   for (let i = 0; i < n; i++) {
     // two columns: the first half of the workers on the left, top to bottom, then the right
@@ -116,7 +116,7 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
     const rect = { x: x0, y, w: colW, h: laneH };
     const label = { x: x0, y, w: labelW, h: laneH };
     const fetch = { x: x0 + colW - fetchW, y, w: fetchW, h: laneH };
-    const queue = { x: label.x + label.w + 4, y, w: fetch.x - (label.x + label.w) - 10, h: laneH };
+    const queue = { x: label.x + label.w + 4, y, w: Math.max(0, fetch.x - (label.x + label.w) - 10), h: laneH };
     laneRects.push({ rect, label, queue, fetch });
   }
   const rcvdCursor = { x: consumer.x, y: top, w: consumer.w, h: 46 };

@@ -75,3 +75,29 @@ test('with a pin column (active or disabled) nothing overlaps and the index queu
   }
   assert.equal(pipelineLayout({ width: 1100, height: 400, lanes: 2 }).pinCol, null, 'pin_memory=False: no column');
 });
+
+test('many workers (17..64): compact rows, two columns past 32, nothing overlaps, tokens fit', async () => {
+  const { pipelineHeight, laneGrid, COMPACT_ROW } = await import('../js/layout.js');
+  for (const width of [MIN_WIDTH, 1100, 1440]) {
+    for (const lanes of [16, 17, 24, 32, 33, 48, 63, 64]) {
+      for (const pin of ['none', 'active']) {
+        const L = pipelineLayout({ width, height: pipelineHeight(lanes), lanes, digits: 4, pin });
+        const g = laneGrid(lanes);
+        assert.equal(L.lanes.length, lanes);
+        assert.equal(L.laneCols, lanes >= 33 ? 2 : 1);
+        if (g.compact) assert.equal(L.laneH, COMPACT_ROW, `full-height rows at ${lanes}`);
+        const right = (L.pinCol ?? L.result).x;
+        for (let i = 0; i < lanes; i++) {
+          const { rect, label, queue, fetch } = L.lanes[i];
+          assert.ok(rect.y + rect.h <= L.top + L.areaH + 0.5 && rect.x + rect.w <= L.result.x, `lane ${i} inside (${width}/${lanes})`);
+          assert.ok(label.w >= 60 && label.h >= 16, 'room for "worker 63"');
+          assert.ok(!overlaps(label, queue) && !overlaps(queue, fetch) && !overlaps(label, fetch));
+          assert.ok(inside(fetchSlot(L, i), L.token, fetch));
+          assert.ok(queue.w >= 0 && fetch.w >= L.token.w + 8, `queue and fetch room (${width}/${lanes})`);
+          for (let j = 0; j < i; j++) assert.ok(!overlaps(rect, L.lanes[j].rect), `lanes ${i},${j} (${width}/${lanes})`);
+        }
+        assert.ok(right > L.lanes[lanes - 1].rect.x);
+      }
+    }
+  }
+});
