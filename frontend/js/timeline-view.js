@@ -78,7 +78,7 @@ export class TimelineView {
     const multi = this.tracks.length > 1;
     let lanes = 0;
     for (const tr of this.tracks) lanes += tr.store.workers.size;
-    const rh = lanes <= 8 ? 22 : lanes <= 16 ? 14 : lanes <= 40 ? 9 : 6;
+    const rh = lanes <= 8 ? 22 : lanes <= 16 ? 14 : lanes <= 40 ? 9 : lanes <= 72 ? 8 : 6;
     const rows = [];
     let y = AXIS;
     for (const tr of this.tracks) {
@@ -280,7 +280,8 @@ export class TimelineView {
         ctx.fillRect(GUTTER, row.y, plotW, row.h);
         ctx.fillStyle = PALETTE.dim;
         ctx.font = `${Math.max(8, Math.min(11, row.h - 1))}px system-ui, sans-serif`;
-        if (row.h >= 8) ctx.fillText(label, 8, row.y + row.h / 2 + 4);
+        // thin rows (many workers): a name on every 4th row, the rest by hover, so names never collide
+        if (row.h >= 10 || (row.h >= 8 && row.wid % 4 === 0)) ctx.fillText(label, 8, row.y + row.h / 2 + 4);
         if (!col) return;
         ctx.save();
         ctx.beginPath();
