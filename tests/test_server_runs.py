@@ -308,3 +308,12 @@ def test_sweep_api_answers_what_if_and_bounds_the_grid(server: LiveServer) -> No
         many = http.post("/api/sweeps", json={"scenario": "uniform", "grid": {"num_workers": [1, 2, 3, 4, 5, 6, 7],
                                                                             "prefetch_factor": [1, 2, 3, 4, 5, 6]}})
         assert many.status_code == 422 and "combinations" in many.text
+
+
+def test_a_simulated_stall_is_diagnosed_with_its_stack(server: LiveServer) -> None:
+    with server.client() as http:
+        answer = http.post("/api/runs", json={"scenario": "uniform", "mode": "sim", "params": {"num_workers": 2},
+                                              "costs": {"stalls": [{"task": 5, "seconds": 30}]}})
+    assert answer.status_code == 201, answer.text
+    done = server.wait_status(answer.json()["id"])
+    assert any(line.startswith("stuck: worker") and "simulated" in line for line in done["diagnosis"]), done["diagnosis"]

@@ -527,20 +527,24 @@ def summary(s: LoaderState) -> dict[str, Any]:
     }
 
 
-def user_frame(stack: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    """The innermost frame of the user's own code: where a stuck fetch really is."""
-    for frame in reversed(stack or []):
+def user_frame(stack: Any) -> dict[str, Any] | None:
+    """The innermost frame of the user's own code: where a stuck fetch really is.
+
+    A producer's stack is data from outside: anything but a list of frame dicts is ignored.
+    """
+    frames = [f for f in stack if isinstance(f, dict)] if isinstance(stack, list) else []
+    for frame in reversed(frames):
         if frame.get("user"):
             return frame
-    return (stack or [None])[-1]
+    return frames[-1] if frames else None
 
 
 def _where(stack: list[dict[str, Any]] | None) -> str:
     frame = user_frame(stack)
     if frame is None:
         return ""
-    name = frame["file"].rsplit("/", 1)[-1]
-    return f" at {name}:{frame['line']} in {frame['function']}: {frame.get('code') or '?'}"
+    name = str(frame.get("file", "?")).rsplit("/", 1)[-1]
+    return f" at {name}:{frame.get('line')} in {frame.get('function')}: {frame.get('code') or '?'}"
 
 
 def _sample(note: Mapping[str, Any]) -> str:
@@ -550,6 +554,15 @@ def _sample(note: Mapping[str, Any]) -> str:
 
 
 SHM_SIGNS = ("bus error", "unable to write to file", "no space left on device", "sigbus", "/dev/shm")
+
+
+def _safely(describe: Any, note: Mapping[str, Any]) -> str | None:
+    """A note from a producer is data from outside: one with odd field types is listed as it is
+    instead of failing the whole diagnosis (and the server's GET /api/runs/{id} with it)."""
+    try:
+        return describe(note)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return f"{note.get('kind')}: {dict(note)}"
 
 
 def _note_finding(note: Mapping[str, Any]) -> str | None:
@@ -615,7 +628,7 @@ def diagnosis(s: LoaderState) -> list[str]:
         if any(sign in (err.get("traceback") or err["message"]).lower() for sign in SHM_SIGNS):
             findings.append("shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call "
                             "torch.multiprocessing.set_sharing_strategy('file_system')")
-    findings += [text for note in s.notes if (text := _note_finding(note))]
+    findings += [text for note in s.notes if (text := _safely(_note_finding, note))]
     if stats["batches"]:
         findings.append(_input_bound_finding(stats, s.config.get("num_workers", 0) or 0))
     for slow in stats["stragglers"]:

@@ -30,7 +30,9 @@ from loaderscope.sim.costs import TaskCosts
 TIME_QUANTUM_DIGITS = 9
 STUCK_MEDIAN_FACTOR = 20  # DESIGN.md: stuck after 10 s or 20x the median fetch, whichever is larger
 FIRST_PID = 1000  # simulated workers get pids from here on, in spawn order (reproducible)
-SIMULATED_STACK = "(simulated) worker is inside Dataset.__getitem__ / collate_fn"
+# The same frame shape as a real worker's stack (probe/stacks.py), so every consumer reads it alike.
+SIMULATED_STACK = [{"file": "<simulated>", "line": 0, "function": "Dataset.__getitem__",
+                    "code": "(simulated stall: the cost model's stall for this task)", "user": True}]
 
 
 @dataclass(frozen=True)
