@@ -265,15 +265,16 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from loaderscope.trace import TraceError, read_trace, to_chrome
+    from loaderscope.trace import TraceError, chrome_json, read_trace
 
     try:
         _, events = read_trace(args.file)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    chrome = to_chrome(events)
-    Path(args.output).write_bytes(orjson.dumps(chrome))
-    console.print(f"{args.output}: {len(chrome['traceEvents'])} trace events from {len(events)} loaderscope events; "
+    chrome = chrome_json(events)
+    Path(args.output).write_bytes(chrome)
+    count = chrome.count(b'"ph":')
+    console.print(f"{args.output}: {count} trace events from {len(events)} loaderscope events; "
                   "open it in https://ui.perfetto.dev or chrome://tracing")
     return 0
 

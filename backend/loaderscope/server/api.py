@@ -309,7 +309,7 @@ async def _chrome_trace(run: Run) -> Response:
 
 
 def _chrome_json(lines: list[bytes]) -> bytes:
-    return orjson.dumps(trace.to_chrome(orjson.loads(line) for line in lines))
+    return trace.chrome_json(orjson.loads(line) for line in lines)
 
 
 def _file_bytes(path: Any, size: int) -> Iterator[bytes]:
