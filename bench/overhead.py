@@ -130,6 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 pairs: a smoke run")
     parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--skip-in-process", action="store_true", help="leave out the num_workers=0 case")
     args = parser.parse_args()
     tiny_n = 2_000 if args.quick else 20_000
     pairs = 3 if args.quick else args.pairs
@@ -139,6 +140,8 @@ def main() -> None:
              {"batch_size": 64, "num_workers": 2}),
         Case("tiny in-process (bs=1, 0 workers)", lambda: Tensors(tiny_n, (4,)), {"batch_size": 1, "num_workers": 0}),
     ]
+    if args.skip_in_process:
+        cases = cases[:2]
     table = Table("case", "vanilla batches/s", "probe batches/s", "ratio (median)", "probe CPU/batch", "events/batch")
     for case in cases:
         r = run_case(case, pairs)
