@@ -79,9 +79,9 @@ class Case:
     kwargs: dict[str, Any]
 
 
-def one_pass(loader: Any) -> int:
+def drain(iterator: Any) -> int:
     batches = 0
-    for _ in loader:
+    for _ in iterator:
         batches += 1
     return batches
 
@@ -93,11 +93,13 @@ def measure(case: Case, instrumented: bool) -> tuple[float, float, int, int]:
         loader: Any = InstrumentedDataLoader(case.make(), sink=transport, **case.kwargs)
     else:
         loader = DataLoader(case.make(), **case.kwargs)
-    iter(loader).__next__()  # start workers outside the timed region (both sides alike)
+    iterator = iter(loader)
+    next(iterator)  # workers start outside the timed region (both sides alike): per-batch cost is measured
     cpu0, t0 = time.process_time(), time.perf_counter()
-    batches = one_pass(loader)
+    batches = drain(iterator)
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     events = 0
+    del iterator
     if transport is not None:
         loader.close()
         transport.close()

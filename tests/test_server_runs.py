@@ -187,11 +187,11 @@ def test_a_killed_run_process_leaves_the_server_serving_and_no_orphans(server: L
 
 
 def test_a_run_that_fails_at_runtime_reports_why_and_the_server_goes_on(server: LiveServer) -> None:
-    # Valid per the parameter bounds, impossible at runtime: rank must be below world_size.
-    run = server.start_run("samplers", sampler="distributed", rank=3, world_size=2, num_workers=0)
+    # Valid parameters, and a dataset that raises at runtime: the run process reports it and exits.
+    run = server.start_run("raising_dataset", num_workers=0, sample_ms=0.0)
     ended = server.wait_status(run["id"])
     assert ended["status"] == "error"
-    assert "rank 3" in ended["error"] and ended["exitcode"] == 1
+    assert "sample 17" in ended["error"] and ended["exitcode"] == 1
     with server.client() as http:
         last = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()["events"][-1]
     assert last["kind"] == "run_end" and last["reason"] == "error"
@@ -230,7 +230,7 @@ def test_listings(server: LiveServer, path: str) -> None:
     assert answer.status_code == 200 and isinstance(answer.json(), list)
     if path == "/api/scenarios":
         described = {s["name"]: s for s in answer.json()}
-        assert described["out_of_order"]["params"]["num_workers"]["maximum"] == 32
+        assert described["out_of_order"]["params"]["num_workers"]["maximum"] == 64
 
 
 def test_demo_starts_its_run_and_server_exit_ends_every_run_process(start_server: Any) -> None:

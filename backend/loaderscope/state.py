@@ -513,7 +513,8 @@ def summary(s: LoaderState) -> dict[str, Any]:
         "errors": len(s.errors),
         "fetched_bytes": s.fetched_bytes,
         "pickled_bytes": s.pickled_bytes,
-        "pickle_s": statistics.fmean(b.get("pickle_s", 0.0) for b in s.batch_samples) if s.batch_samples else 0.0,
+        "pickle_s": statistics.fmean(times) if (times := [b["pickle_s"] for b in s.batch_samples
+                                                           if isinstance(b.get("pickle_s"), (int, float))]) else 0.0,
         "consumer_split": _consumer_split(s),
         "pin_bytes": s.pin_bytes,
         "pin_mb_per_s": s.pin_bytes / s.pin_time / 1e6 if s.pin_time > 0 else None,

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 SMALL_LEAF = 8  # leaves with at most this many elements show their values
+MEASURE_PICKLE_BYTES = 64 * 1024  # below this, pickled bytes are estimated, not measured by pickling
 
 
 def sizes(data: Any) -> tuple[int, int]:
@@ -86,9 +87,16 @@ def describe(data: Any, depth: int = 0) -> dict[str, Any]:
 
 
 def transfer(data: Any) -> dict[str, Any]:
-    """Structure plus what pickling this batch for the result queue costs (size and time)."""
+    """Structure plus what pickling this batch for the result queue costs (size and time).
+
+    Only batches that carry payload by value are pickled to measure it: for tensors, pickling
+    means moving storages to shared memory, a real cost the probe must not add.
+    """
     from multiprocessing.reduction import ForkingPickler  # torch registers its tensor reductions here
 
-    start = time.perf_counter()
-    pickled = len(ForkingPickler.dumps(data))
-    return {"structure": describe(data), "pickle_bytes": pickled, "pickle_s": time.perf_counter() - start}
+    info: dict[str, Any] = {"structure": describe(data), "pickle_bytes": sizes(data)[1], "pickle_s": None}
+    if info["pickle_bytes"] >= MEASURE_PICKLE_BYTES:
+        start = time.perf_counter()
+        info["pickle_bytes"] = len(ForkingPickler.dumps(data))
+        info["pickle_s"] = time.perf_counter() - start
+    return info
