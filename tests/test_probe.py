@@ -166,3 +166,23 @@ def test_generic_subscription_and_vanilla_attributes() -> None:
     loader = InstrumentedDataLoader[torch.Tensor](Exploding(), batch_size=3, sink=lambda events: None)
     assert isinstance(loader, DataLoader) and len(loader) == 6 and loader.batch_size == 3
     loader.close()
+
+
+class ReplicatedStream(torch.utils.data.IterableDataset[torch.Tensor]):
+    """Every worker yields the whole stream (a common mistake torch warns about once len() was asked)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __iter__(self) -> Any:
+        return iter(torch.arange(4.0))
+
+
+def test_the_probe_asking_len_does_not_trigger_torchs_iterable_length_warning() -> None:
+    # Found by running torch's own test_dataloader.py through the probe (bench/torch_suite).
+    loader = InstrumentedDataLoader(ReplicatedStream(), num_workers=2, sink=lambda events: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(loader)) == 8
+    loader.close()
+    assert loader._IterableDataset_len_called is None

@@ -21,6 +21,7 @@ from loaderscope.probe.worker import RingReader
 MIN_STUCK_SECONDS = 10.0
 STUCK_MEDIAN_FACTOR = 20.0
 REFRESH_SECONDS = 5.0  # a worker that stays stuck gets a fresh stack this often
+DEATH_CHECK_TICKS = 4  # /proc is read for dead workers every 4th tick (200 ms)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class StuckRule:
     """``after`` seconds if given, else the larger of 10 s and 20× the median fetch so far."""
 
     after: float | None = None
+
+    @property
+    def floor(self) -> float:
+        """No fetch shorter than this can be stuck: checks below it need no median."""
+        return self.after if self.after is not None else MIN_STUCK_SECONDS
 
     def threshold(self, recent: list[float]) -> float:
         if self.after is not None:
@@ -47,6 +53,7 @@ class Liveness:
         self._reported: dict[Any, float] = {}  # (who, task) -> when its stack was last sent
         self.consumer_thread = threading.get_ident()
         self.next_started: float | None = None  # set while the consumer is inside next()
+        self.ticks = 0
         self.inspect: Any = None  # the workers' batch descriptions (a SimpleQueue), if any
 
     @property
@@ -54,12 +61,19 @@ class Liveness:
         return self.recorder.readers
 
     def tick(self) -> None:
+        """Every probe tick (50 ms): cheap checks first; the median only once something runs long."""
+        self.ticks += 1
         self.take_batch_info()
-        self.check_deaths()
+        if self.ticks % DEATH_CHECK_TICKS == 0:  # torch's own failure path also asks, synchronously
+            self.check_deaths()
+        doing = {r.worker: d for r in list(self.readers.values()) if r.worker not in self.dead and (d := r.current())}
+        started = self.next_started
+        longest = max([d["elapsed"] for d in doing.values()] + [time.monotonic() - started if started else 0.0])
+        if longest < self.rule.floor:
+            return
         threshold = self.rule.threshold([dt for r in self.readers.values() for dt in r.recent])
-        for reader in list(self.readers.values()):
-            if reader.worker not in self.dead:
-                self._check_worker(reader, threshold)
+        for worker, current in doing.items():
+            self._check_worker(self.readers[worker], current, threshold)
         self._check_consumer(threshold)
 
     def take_batch_info(self) -> None:
@@ -74,9 +88,8 @@ class Liveness:
         self._reported[key] = now
         return True
 
-    def _check_worker(self, reader: RingReader, threshold: float) -> None:
-        doing = reader.current()
-        if doing is None or doing["elapsed"] < threshold or not self._due((reader.worker, doing["idx"]), time.monotonic()):
+    def _check_worker(self, reader: RingReader, doing: dict[str, Any], threshold: float) -> None:
+        if doing["elapsed"] < threshold or not self._due((reader.worker, doing["idx"]), time.monotonic()):
             return
         stack = ask_worker(reader.pid, reader.dump_path, reader.main_thread)
         self.recorder.note("worker_stuck", worker=reader.worker, pid=reader.pid, threshold=round(threshold, 3),

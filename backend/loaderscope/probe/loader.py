@@ -55,10 +55,15 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
     dataset = loader.dataset
     iterable = isinstance(dataset, IterableDataset)
     batch_sampler = loader.batch_sampler
+    # len(loader) of an IterableDataset is remembered by torch, which then warns once an epoch yields
+    # more samples than that (NOTE [ IterableDataset and __len__ ]): the probe's own look must not count.
+    len_called = getattr(loader, "_IterableDataset_len_called", None)
     try:
         batches: int | None = len(loader)
     except TypeError:
         batches = None
+    finally:
+        object.__setattr__(loader, "_IterableDataset_len_called", len_called)
     length = _length(dataset)
     workers = loader.num_workers
     return {
