@@ -191,7 +191,7 @@ def test_a_run_that_fails_at_runtime_reports_why_and_the_server_goes_on(server: 
     run = server.start_run("raising_dataset", num_workers=0, sample_ms=0.0)
     ended = server.wait_status(run["id"])
     assert ended["status"] == "error"
-    assert "sample 17" in ended["error"] and ended["exitcode"] == 1
+    assert "sample 17" in ended["error"]
     with server.client() as http:
         last = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()["events"][-1]
     assert last["kind"] == "run_end" and last["reason"] == "error"

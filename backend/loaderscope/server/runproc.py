@@ -202,8 +202,28 @@ def main(argv: list[str] | None = None) -> int:
         return stream_run(args, ws)
 
 
+QUEUED_CONTROLS_WAIT = 0.05  # the dashboard sends controls queued before we connected right after hello
+
+
+def take_queued_controls(ws: ClientConnection, control: Control) -> None:
+    """Apply controls the dashboard held for this run (a pause sent while it was starting) before
+    the consumer's first next(): the listening thread might otherwise see them one batch late."""
+    while True:
+        try:
+            message = ws.recv(timeout=QUEUED_CONTROLS_WAIT)
+        except TimeoutError:
+            return
+        try:
+            command = json.loads(message)
+        except ValueError:
+            continue
+        if isinstance(command, dict):
+            apply(control, command)
+
+
 def stream_run(args: argparse.Namespace, ws: ClientConnection) -> int:
     control = Control()
+    take_queued_controls(ws, control)
     uplink = Uplink(ws)
     threading.Thread(target=listen, args=(ws, control), name="loaderscope-control", daemon=True).start()
     code = 0
