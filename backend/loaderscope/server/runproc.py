@@ -129,12 +129,7 @@ def listen(ws: ClientConnection, control: Control) -> None:
     """
     try:
         for message in ws:
-            try:
-                command = json.loads(message)
-            except ValueError:
-                continue
-            if isinstance(command, dict):
-                apply(control, command)
+            apply_message(control, message)
     except (ConnectionClosed, OSError):
         pass
     control.stop()
@@ -142,6 +137,16 @@ def listen(ws: ClientConnection, control: Control) -> None:
     if os.getpgrp() == os.getpid():  # our own group, as the dashboard starts us: take the workers along
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(3)
+
+
+def apply_message(control: Control, message: str | bytes) -> None:
+    """A control message from the dashboard; anything that is not a JSON object is ignored."""
+    try:
+        command = json.loads(message)
+    except ValueError:
+        return
+    if isinstance(command, dict):
+        apply(control, command)
 
 
 def apply(control: Control, command: dict[str, Any]) -> None:
@@ -213,12 +218,7 @@ def take_queued_controls(ws: ClientConnection, control: Control) -> None:
             message = ws.recv(timeout=QUEUED_CONTROLS_WAIT)
         except TimeoutError:
             return
-        try:
-            command = json.loads(message)
-        except ValueError:
-            continue
-        if isinstance(command, dict):
-            apply(control, command)
+        apply_message(control, message)
 
 
 def stream_run(args: argparse.Namespace, ws: ClientConnection) -> int:
