@@ -189,3 +189,27 @@ def test_the_probe_asking_len_does_not_trigger_torchs_iterable_length_warning() 
     loader.close()
     assert count == 8
     assert loader._IterableDataset_len_called is None
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_batch_values_are_sampled_only_when_asked(num_workers: int) -> None:
+    collector = Collector()
+    dataset = torch.utils.data.TensorDataset(torch.arange(40.0))
+    loader = InstrumentedDataLoader(dataset, batch_size=2, num_workers=num_workers, sink=collector)
+    iterator = iter(loader)
+    for _ in range(2):
+        next(iterator)
+    deadline = time.monotonic() + 5
+    while not collector.state.batch_samples and time.monotonic() < deadline:  # described on the probe's tick
+        loader.flush()
+        time.sleep(0.05)
+    assert collector.state.batch_samples and not any(b.get("values") for b in collector.state.batch_samples)
+    assert "values" not in str(collector.state.batch_samples[0]["structure"])  # structure and sizes only
+    loader.ask_values()
+    for _ in iterator:  # the workers describe the next batch they finish, with values
+        pass
+    loader.close()
+    asked = [b for b in collector.state.batch_samples if b.get("values")]
+    assert asked, "asking gives a batch described with its values"
+    leaf = asked[0]["structure"]["items"][0]  # TensorDataset batches are [tensor]
+    assert leaf["type"] == "Tensor" and len(leaf["values"]) == 2 and leaf["values"][0] >= 0

@@ -317,3 +317,18 @@ def test_a_simulated_stall_is_diagnosed_with_its_stack(server: LiveServer) -> No
     assert answer.status_code == 201, answer.text
     done = server.wait_status(answer.json()["id"])
     assert any(line.startswith("stuck: worker") and "simulated" in line for line in done["diagnosis"]), done["diagnosis"]
+
+
+def test_the_inspector_asks_a_live_run_for_batch_values(server: LiveServer) -> None:
+    run = server.start_run("uniform", num_workers=2, dataset_size=400, sample_ms=5.0)
+    with server.client() as http:
+        answer = http.post(f"/api/runs/{run['id']}/control", json={"action": "inspect"})
+        assert answer.status_code == 200, answer.text
+
+        def asked() -> list[dict[str, Any]]:
+            events = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()["events"]
+            return [e for e in events if e["kind"] == "batch_info" and e.get("values")]
+
+        wait_for(lambda: asked(), what="a batch described with its values")
+        assert asked()[0]["structure"]["values"]
+        http.post(f"/api/runs/{run['id']}/control", json={"action": "stop"})

@@ -28,6 +28,7 @@ class Control:
         self._steps = 0
         self.stopped = False
         self.delay = 0.0  # extra seconds per batch, so a human can follow a real run
+        self.values_asked = False  # the inspector asked for a batch's values
 
     def pause(self) -> None:
         with self._cond:
@@ -49,6 +50,10 @@ class Control:
         with self._cond:
             self.stopped = True
             self._cond.notify_all()
+
+    def inspect(self) -> None:
+        """Ask for the next batches' values (the batch inspector)."""
+        self.values_asked = True
 
     def set_delay(self, seconds: float) -> None:
         self.delay = max(0.0, float(seconds))
@@ -121,6 +126,9 @@ def consume(loader: Any, plan: scenarios.LoaderPlan, control: Control) -> str:
         while True:
             if not control.gate():
                 return "stopped"
+            if control.values_asked:
+                control.values_asked = False
+                loader.ask_values()
             try:
                 batch = next(iterator)
             except StopIteration:

@@ -452,6 +452,8 @@ class App {
   renderInspector() {
     const samples = this.player.full.batch_samples;
     const card = $('inspector-card');
+    const full = this.player.full;
+    $('btn-values').hidden = !(this.runId && full.mode === 'real' && full.status === 'running');
     if (!samples.length) {
       card.hidden = !$('inspector-note').textContent;
       $('inspector-pick').hidden = true;
@@ -463,7 +465,8 @@ class App {
     if (pick.options.length !== samples.length) {
       const chosen = pick.value;
       pick.replaceChildren(...samples.map((b, i) => new Option(
-        `batch ${b.idx} · worker ${b.worker} · epoch ${b.epoch}${b.pickle_bytes ? ` · ${b.pickle_bytes} B pickled` : ''}`, String(i))));
+        `batch ${b.idx} · worker ${b.worker} · epoch ${b.epoch}${b.pickle_bytes ? ` · ${b.pickle_bytes} B pickled` : ''}`
+        + (b.values ? ' · with values' : ''), String(i))));
       pick.value = chosen || '0';
       $('inspector-count').textContent = `(${samples.length} sampled)`;
       this.inspectorKey = '';
@@ -476,13 +479,12 @@ class App {
     ul.className = 'tree';
     ul.append(structureItems(b.structure));
     const facts = [];
-    const full = this.player.full;
     if (full.fetched_bytes) {
       facts.push(`the run so far: ${fmtBytes(full.fetched_bytes)} fetched, ${fmtBytes(full.pickled_bytes)} of it pickled `
         + `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared memory instead)`);
     }
     if (b.pickle_bytes !== undefined) {
-      facts.push(`this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s !== undefined ? ` in ${fmtDuration(b.pickle_s)}` : ''}`
+      facts.push(`this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s != null ? ` in ${fmtDuration(b.pickle_s)}` : ''}`
         + ' (for tensors only the handles of their shared memory)');
     }
     const p = document.createElement('p');
@@ -918,6 +920,10 @@ class App {
     });
     $('run-picker').addEventListener('focus', () => this.refreshRuns());
     $('btn-pause').addEventListener('click', () => this.control({ action: 'pause' }));
+    $('btn-values').addEventListener('click', () => {
+      $('inspector-note').textContent = 'asked: the next batch of each worker will be listed here with its values';
+      this.control({ action: 'inspect' });
+    });
     $('btn-resume').addEventListener('click', () => this.control({ action: 'resume' }));
     $('btn-step').addEventListener('click', () => this.control({ action: 'step' }));
     $('btn-stop').addEventListener('click', () => this.control({ action: 'stop' }));

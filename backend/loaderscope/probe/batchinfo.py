@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-SMALL_LEAF = 8  # leaves with at most this many elements show their values
+FEW_VALUES = 8  # values shown per leaf when values are asked for
+VALUES_UP_TO = 4096  # ...of leaves with at most this many elements (larger ones: structure only)
 MEASURE_PICKLE_BYTES = 64 * 1024  # below this, pickled bytes are estimated, not measured by pickling
 
 
@@ -56,37 +57,42 @@ def is_pinned(data: Any) -> bool | None:
     return None if tensor is None else bool(tensor.is_pinned())
 
 
-def _leaf(data: Any) -> dict[str, Any]:
+def _leaf(data: Any, values: bool) -> dict[str, Any]:
     leaf: dict[str, Any] = {"type": type(data).__name__}
     if hasattr(data, "untyped_storage"):
         leaf |= {"shape": list(data.shape), "dtype": str(data.dtype).removeprefix("torch."), "bytes": data.nbytes,
                  "shared": bool(data.is_shared()), "pinned": bool(data.is_pinned()), "via": "shared memory"}
-        if data.numel() <= SMALL_LEAF:
-            leaf["values"] = data.flatten().tolist()
+        if values and data.numel() <= VALUES_UP_TO:
+            leaf["values"] = data.flatten()[:FEW_VALUES].tolist()
     elif hasattr(data, "dtype") and hasattr(data, "shape"):  # numpy
         leaf |= {"shape": list(data.shape), "dtype": str(data.dtype), "bytes": int(data.nbytes), "via": "pickle"}
-        if data.size <= SMALL_LEAF:
-            leaf["values"] = data.flatten().tolist()
+        if values and data.size <= VALUES_UP_TO:
+            leaf["values"] = data.flatten()[:FEW_VALUES].tolist()
     else:
-        text = repr(data)
-        leaf |= {"via": "pickle", "value": text if len(text) <= 80 else text[:77] + "..."}
+        leaf["via"] = "pickle"
+        if values:
+            text = repr(data)
+            leaf["value"] = text if len(text) <= 80 else text[:77] + "..."
     return leaf
 
 
-def describe(data: Any, depth: int = 0) -> dict[str, Any]:
-    """The batch's structure as collated: dicts, lists and tuples down to leaves."""
+def describe(data: Any, depth: int = 0, values: bool = False) -> dict[str, Any]:
+    """The batch's structure as collated: dicts, lists and tuples down to leaves; a few values of
+    each leaf only when asked (``values``): the probe never keeps or ships a batch's contents."""
     if depth > 8:
-        return {"type": type(data).__name__, "value": "..."}
+        return {"type": type(data).__name__}
     if isinstance(data, dict):
-        return {"type": "dict", "items": {str(k): describe(v, depth + 1) for k, v in list(data.items())[:32]}}
+        return {"type": "dict", "items": {str(k): describe(v, depth + 1, values) for k, v in list(data.items())[:32]}}
     if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
-        return {"type": type(data).__name__, "length": len(data), "items": [describe(v, depth + 1) for v in data[:16]]}
+        return {"type": type(data).__name__, "length": len(data),
+                "items": [describe(v, depth + 1, values) for v in data[:16]]}
     if isinstance(data, tuple):  # a namedtuple
-        return {"type": type(data).__name__, "items": {k: describe(getattr(data, k), depth + 1) for k in data._fields}}
-    return _leaf(data)
+        return {"type": type(data).__name__,
+                "items": {k: describe(getattr(data, k), depth + 1, values) for k in data._fields}}
+    return _leaf(data, values)
 
 
-def transfer(data: Any) -> dict[str, Any]:
+def transfer(data: Any, values: bool = False) -> dict[str, Any]:
     """Structure plus what pickling this batch for the result queue costs (size and time).
 
     Only batches that carry payload by value are pickled to measure it: for tensors, pickling
@@ -94,7 +100,8 @@ def transfer(data: Any) -> dict[str, Any]:
     """
     from multiprocessing.reduction import ForkingPickler  # torch registers its tensor reductions here
 
-    info: dict[str, Any] = {"structure": describe(data), "pickle_bytes": sizes(data)[1], "pickle_s": None}
+    info: dict[str, Any] = {"structure": describe(data, values=values), "pickle_bytes": sizes(data)[1],
+                            "pickle_s": None, "values": values}
     if info["pickle_bytes"] >= MEASURE_PICKLE_BYTES:
         start = time.perf_counter()
         info["pickle_bytes"] = len(ForkingPickler.dumps(data))

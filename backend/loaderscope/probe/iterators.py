@@ -357,8 +357,10 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
         end = monotonic()
         total, pickled = sizes(data)
         record("fetch_end", end, 0, idx, end - start, total, pickled)
-        if idx < 3:  # in-process nothing crosses a process boundary: structure only
-            self._probe.note_at("batch_info", end, idx=idx, worker=0, structure=describe(data), pickle_bytes=0)
+        asked, self._probe.values_asked = self._probe.values_asked, False
+        if idx < 3 or asked:  # in-process nothing crosses a process boundary: structure (and values if asked)
+            self._probe.note_at("batch_info", end, idx=idx, worker=0, structure=describe(data, values=asked),
+                                pickle_bytes=0, values=asked)
         if self._pin_memory:
             self._probe.note_at("pin_start", end, idx=idx)
             data = pin_memory(data, self._pin_memory_device)

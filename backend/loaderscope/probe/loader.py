@@ -155,6 +155,13 @@ class ProbeMixin(DataLoader[T_co]):
         """Hand every event recorded so far to the sink now."""
         self._probe.flush()
 
+    def ask_values(self) -> None:
+        """Describe the next batch of each worker (or of the main process) with a few values of
+        every leaf, as a ``batch_info`` event: the batch inspector's values, only when asked."""
+        self._probe.values_asked = True
+        for reader in list(self._probe.readers.values()):
+            reader.ask_values()
+
     def close(self, reason: str = "done", stats: dict[str, Any] | None = None) -> None:
         """End the run: shut persistent workers down, emit ``run_end``, flush, stop the probe thread."""
         if getattr(self, "_probe_closed", False):

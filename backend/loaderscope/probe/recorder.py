@@ -56,6 +56,7 @@ class Recorder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watchers: list[Callable[[], None]] = []
+        self.values_asked = False  # in-process loaders: describe the next batch with values
 
     # --- producing records ---------------------------------------------------------------------
 

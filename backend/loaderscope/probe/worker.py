@@ -23,8 +23,8 @@ from loaderscope.probe.batchinfo import sizes, transfer
 from loaderscope.probe.stacks import install_in_worker
 
 # Status slot layout (indices into the shared array).
-WRITES, STATE, CUR_IDX, CUR_START, CUR_POS, PID, MAIN_THREAD, CUR_SAMPLE, WORKER = range(9)
-HEADER = 9
+WRITES, STATE, CUR_IDX, CUR_START, CUR_POS, PID, MAIN_THREAD, CUR_SAMPLE, WORKER, INSPECT = range(10)
+HEADER = 10  # INSPECT: set by the main process to ask for the next batch's values
 INSPECT_BATCHES = 3  # batches per worker described in full for the inspector
 RECORD = 5  # code, idx, time, value, value2
 CAPACITY = 512  # records per worker; the main process drains on every arrival, so this never fills
@@ -121,15 +121,20 @@ class _ResultQueueTap:
             ring = self._ring
             total, pickled = sizes(data)
             _write(ring, CODE_END, idx, time.monotonic(), total, pickled)
-            if self._inspect is not None and self._sampled < INSPECT_BATCHES and total:
+            if ring[INSPECT]:  # asked for (the page's "sample values" button): this batch, with values
+                ring[INSPECT] = 0.0
+                self._describe(idx, data, values=True)
+            elif self._sampled < INSPECT_BATCHES and total:
                 self._sampled += 1
-                self._describe(idx, data)
+                self._describe(idx, data, values=False)
             ring[STATE] = EXHAUSTED if type(data).__name__ == "_IterableDatasetStopIteration" else IDLE
         self._queue.put(item, *args, **kwargs)
 
-    def _describe(self, idx: int, data: Any) -> None:
+    def _describe(self, idx: int, data: Any, values: bool) -> None:
+        if self._inspect is None:
+            return
         try:
-            self._inspect.put({"idx": idx, "worker": int(self._ring[WORKER]), **transfer(data)})
+            self._inspect.put({"idx": idx, "worker": int(self._ring[WORKER]), **transfer(data, values)})
         except Exception:  # the inspector must never take the user's worker down
             self._inspect = None
 
@@ -192,6 +197,10 @@ class RingReader:
         sample = int(ring[CUR_SAMPLE])
         return {"idx": int(ring[CUR_IDX]), "pos": int(ring[CUR_POS]), "sample": None if sample < 0 else sample,
                 "elapsed": round(time.monotonic() - ring[CUR_START], 4)}
+
+    def ask_values(self) -> None:
+        """The worker describes its next batch with a few values of each leaf."""
+        self.ring[INSPECT] = 1.0
 
     @property
     def pid(self) -> int:

@@ -37,16 +37,19 @@ class RunRequest(BaseModel):
 
 
 class ControlRequest(BaseModel):
-    """POST /api/runs/{id}/control: an action, a playback delay, or both."""
+    """POST /api/runs/{id}/control: an action, a playback delay, or both.
+
+    ``inspect`` asks the run's workers to describe their next batch with a few values of each leaf.
+    """
 
     model_config = ConfigDict(extra="forbid")
-    action: Literal["pause", "resume", "step", "stop"] | None = None
+    action: Literal["pause", "resume", "step", "stop", "inspect"] | None = None
     delay: float | None = Field(None, ge=0, le=10, description="extra seconds per batch so a human can follow")
 
     @model_validator(mode="after")
     def _something(self) -> ControlRequest:
         if self.action is None and self.delay is None:
-            raise ValueError("send an 'action' (pause, resume, step, stop) or a 'delay' in seconds")
+            raise ValueError("send an 'action' (pause, resume, step, stop, inspect) or a 'delay' in seconds")
         return self
 
 

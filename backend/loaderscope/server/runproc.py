@@ -151,7 +151,7 @@ def apply_message(control: Control, message: str | bytes) -> None:
 
 def apply(control: Control, command: dict[str, Any]) -> None:
     action = command.get("action")
-    if action in ("pause", "resume", "step", "stop"):
+    if action in ("pause", "resume", "step", "stop", "inspect"):
         getattr(control, action)()
     delay = command.get("delay")
     if isinstance(delay, (int, float)) and not isinstance(delay, bool):

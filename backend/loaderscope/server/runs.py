@@ -327,6 +327,8 @@ class RunManager:
             await self._send(run, {"delay": delay})
         if action == "stop":
             await self.stop(run)
+        elif action == "inspect":  # the batch inspector asks for values; playback is unchanged
+            await self._send(run, {"action": action})
         elif action is not None:
             run.paused = action in ("pause", "step")
             await self._send(run, {"action": action})
