@@ -42,6 +42,17 @@ URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/\?token=(\S+)")
 ENDED = ("done", "stopped", "error")
 
 
+def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; returns that value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 @dataclass
 class LiveServer:
     url: str

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, wait_for
 from loaderscope.server.process import group_pids
 
 FAST = {"num_workers": 2, "batch_size": 2, "dataset_size": 24, "sample_ms": 5.0}
@@ -45,16 +45,6 @@ def read_events(ws: Any, count: int, timeout: float = 60) -> list[dict]:
         if isinstance(message, list):
             events.extend(message)
     return events
-
-
-def wait_for(predicate: Any, timeout: float = 20, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def alive(pid: int) -> bool:

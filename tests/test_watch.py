@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
 from loaderscope.probe import watch as watch_module
+from tests.conftest import wait_for
 
 
 
@@ -41,16 +42,6 @@ def _runs(server: Any) -> list[dict[str, Any]]:
         return http.get("/api/runs").json()
 
 
-def _wait_for(predicate: Any, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def test_watch_streams_a_library_loader_without_changing_what_it_yields(server: Any) -> None:
     expected = [b.clone() for b in LibraryLoader(Squares(), batch_size=8, shuffle=False, num_workers=2)]
     loader = loaderscope.watch(LibraryLoader(Squares(), batch_size=8, num_workers=2), url=server.page_url,
@@ -60,7 +51,7 @@ def test_watch_streams_a_library_loader_without_changing_what_it_yields(server: 
         got = [b.clone() for b in loader]
     assert all(torch.equal(a, b) for a, b in zip(got, expected)) and len(got) == len(expected)
     run_id = loader._probe_transport.run
-    run = _wait_for(lambda: next((r for r in _runs(server) if r["id"] == run_id and r["status"] == "done"), None))
+    run = wait_for(lambda: next((r for r in _runs(server) if r["id"] == run_id and r["status"] == "done"), None))
     assert run["batches"] == 8 and run["dropped"] == 0
     with server.client() as http:
         detail = http.get(f"/api/runs/{run_id}").json()
@@ -76,7 +67,7 @@ def test_training_survives_the_dashboard_dying(start_server: Any) -> None:
     for batch in loader:
         batches += 1
         if batches == 4:
-            _wait_for(lambda: sink.sent > 0)
+            wait_for(lambda: sink.sent > 0)
             os.kill(live.process.pid, signal.SIGKILL)  # the dashboard is gone mid-training
     loader.close()
     assert batches == 24
@@ -93,13 +84,13 @@ def test_a_restarted_dashboard_gets_the_rest_of_the_run_and_counts_the_drops(sta
     second = None
     for batches, _ in enumerate(loader, start=1):
         if batches == 5:
-            _wait_for(lambda: sink.sent > 0)
+            wait_for(lambda: sink.sent > 0)
             first.stop()  # the dashboard goes away...
         if batches == 12:
             second = start_server(port=port, token=token)  # ...and comes back on the same address
     loader.close()
     assert batches == 30 and second is not None
-    run = _wait_for(lambda: next((r for r in _runs(second) if r["id"] == sink.run and r["status"] == "done"), None))
+    run = wait_for(lambda: next((r for r in _runs(second) if r["id"] == sink.run and r["status"] == "done"), None))
     assert 0 < run["batches"] < 30  # the rest of the run, with its end...
     assert run["dropped"] > 0  # ...and the events that went to the dead dashboard are counted, not hidden
     with second.client() as http:
@@ -117,7 +108,7 @@ def test_watch_starts_a_dashboard_when_none_is_given(monkeypatch: pytest.MonkeyP
             pass
         loader.close()
         headers = {"Authorization": f"Bearer {token}"}
-        runs = _wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", headers=headers).json()
+        runs = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", headers=headers).json()
                                   if r["batches"] == 4])
         assert runs
     finally:

@@ -249,18 +249,13 @@ async def run_events(
 
 
 async def read_events(log: EventLog, start: int, limit: int) -> tuple[list[bytes], Gap | None]:
-    """Read from memory on the loop; from the trace file (blocking) in a worker thread."""
-    gap = None
-    if start < log.first_held:
-        gap = Gap(start, log.first_held - 1)
-        start = log.first_held
-    if log.in_memory(start):
-        return log.read_memory(start, limit), gap
-    spill = log.spill
-    if spill is None:  # the trace file failed since first_held was read
+    """EventLog.read: from memory on the loop; from the trace file (blocking) in a worker thread."""
+    if log.in_memory(max(start, log.first_held)):
+        return log.read(start, limit)
+    if log.spill is None:  # the trace file failed since first_held was read
         return [], Gap(start, log.first_held - 1)
     log.flush()
-    return await asyncio.to_thread(spill.read, start, limit), gap
+    return await asyncio.to_thread(log.read, start, limit)
 
 
 TRACE_RESPONSES: dict[int | str, dict[str, Any]] = {
