@@ -1,24 +1,35 @@
-"""Probe overhead: vanilla DataLoader vs InstrumentedDataLoader, interleaved A/B pairs, same run.
+"""Probe overhead: vanilla DataLoader vs InstrumentedDataLoader, interleaved in time, same run.
 
-    .venv/bin/python bench/overhead.py            # full: >= 20,000 tiny batches, 7 pairs per case
+    .venv/bin/python bench/overhead.py            # full: >= 20,000 tiny batches per side, 40 rounds per case
     .venv/bin/python bench/overhead.py --quick    # a smoke run in seconds
+
+Shared machines drift by tens of percent between runs of a few seconds (here, vanilla alone varied
+1,500-3,000 batches/s between consecutive runs), so whole-run A/B pairs need many repeats to say
+anything. This bench keeps one vanilla and one instrumented iterator alive side by side and
+alternates short segments between them (a fraction of a second each, who goes first alternating):
+both sides see the same machine within milliseconds, and each round gives one ratio. It reports the
+median ratio with a bootstrap 95% interval, and the CPU each side spends per batch in the main
+process (all its threads) and in the workers (from /proc), so the probe's cost is visible apart
+from the noise.
 
 The instrumented loader's sink is the production one: the probe's compact frames (encoded by orjson
 on the probe thread) go to a bounded queue that a transport thread drains (here it discards the
-bytes instead of writing a websocket). Reports the median throughput ratio instrumented / vanilla and the probe's
-CPU time per batch (whole process, all threads: main, probe thread, transport thread).
+bytes instead of writing a websocket). At the end of each of its segments the probe is flushed, so
+the events recorded in a segment are encoded and handed over inside it, on its side of the ledger.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import queue
+import random
 import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +40,7 @@ from torch.utils.data import DataLoader, Dataset
 from loaderscope import InstrumentedDataLoader
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
 class Tensors(Dataset[torch.Tensor]):
@@ -75,83 +87,113 @@ class Transport:
 @dataclass
 class Case:
     name: str
-    make: Callable[[], Dataset[torch.Tensor]]
-    kwargs: dict[str, Any]
+    shape: tuple[int, ...]
+    batch_size: int
+    num_workers: int
+    segment: int  # batches per side per round
 
 
-def drain(iterator: Any) -> int:
-    batches = 0
-    for _ in iterator:
-        batches += 1
-    return batches
+@dataclass
+class Side:
+    """One loader, its live iterator, and what its segments cost."""
+
+    loader: Any
+    iterator: Iterator[Any]
+    seconds: list[float] = field(default_factory=list)
+    cpu: float = 0.0
+    batches: int = 0
+
+    def segment(self, batches: int) -> None:
+        flush = getattr(self.loader, "flush", None)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        for _ in range(batches):
+            next(self.iterator)
+        if flush is not None:
+            flush()
+        self.seconds.append(time.perf_counter() - t0)
+        self.cpu += time.process_time() - cpu0
+        self.batches += batches
+
+    def worker_seconds(self) -> float:
+        """CPU seconds the iterator's worker processes have used so far (0 for num_workers=0)."""
+        total = 0
+        for process in getattr(self.iterator, "_workers", []):
+            with open(f"/proc/{process.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        return total / CLOCK_TICK
 
 
-def measure(case: Case, instrumented: bool) -> tuple[float, float, int, int]:
-    """(seconds, process CPU seconds, batches, events) for one full pass over a fresh loader."""
-    transport = Transport() if instrumented else None
-    if instrumented:
-        loader: Any = InstrumentedDataLoader(case.make(), sink=transport, **case.kwargs)
-    else:
-        loader = DataLoader(case.make(), **case.kwargs)
-    iterator = iter(loader)
-    next(iterator)  # workers start outside the timed region (both sides alike): per-batch cost is measured
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    batches = drain(iterator)
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    events = 0
-    del iterator
-    if transport is not None:
-        loader.close()
-        transport.close()
-        events = transport.events
-    return elapsed, cpu, batches, events
+def bootstrap_median(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples)]
 
 
-def run_case(case: Case, pairs: int) -> dict[str, float]:
-    ratios, cpu_deltas, per_batch_events = [], [], []
-    rates = {"vanilla": [], "probe": []}
-    for i in range(pairs):
-        order = (False, True) if i % 2 == 0 else (True, False)  # alternate who goes first
-        results = {flag: measure(case, flag) for flag in order}
-        (tv, cv, bv, _), (tp, cp, bp, ep) = results[False], results[True]
-        rates["vanilla"].append(bv / tv)
-        rates["probe"].append(bp / tp)
-        ratios.append((bp / tp) / (bv / tv))
-        cpu_deltas.append((cp / bp - cv / bv) * 1e6)
-        per_batch_events.append(ep / bp)
+def run_case(case: Case, rounds: int) -> dict[str, Any]:
+    length = (rounds * case.segment + 16) * case.batch_size  # one epoch covers every round
+    kwargs = {"batch_size": case.batch_size, "num_workers": case.num_workers}
+    transport = Transport()
+    vanilla = DataLoader(Tensors(length, case.shape), **kwargs)
+    probe = InstrumentedDataLoader(Tensors(length, case.shape), sink=transport, **kwargs)
+    sides = {"vanilla": Side(vanilla, iter(vanilla)), "probe": Side(probe, iter(probe))}
+    for side in sides.values():  # workers started and pipelines full before anything is timed
+        for _ in range(4):
+            next(side.iterator)
+    workers0 = {name: side.worker_seconds() for name, side in sides.items()}
+    for i in range(rounds):
+        for name in ("vanilla", "probe") if i % 2 == 0 else ("probe", "vanilla"):
+            sides[name].segment(case.segment)
+    worker_cpu = {name: side.worker_seconds() - workers0[name] for name, side in sides.items()}
+    v, p = sides["vanilla"], sides["probe"]
+    ratios = [tv / tp for tv, tp in zip(v.seconds, p.seconds)]
+    low, high = bootstrap_median(ratios)
+    for side in sides.values():
+        del side.iterator
+    probe.close()
+    transport.close()
     return {
-        "vanilla": statistics.median(rates["vanilla"]),
-        "probe": statistics.median(rates["probe"]),
+        "vanilla": v.batches / sum(v.seconds),
+        "probe": p.batches / sum(p.seconds),
         "ratio": statistics.median(ratios),
-        "cpu_us": statistics.median(cpu_deltas),
-        "events": statistics.median(per_batch_events),
+        "interval": (low, high),
+        "main_us": (p.cpu / p.batches - v.cpu / v.batches) * 1e6,
+        "worker_us": (worker_cpu["probe"] / p.batches - worker_cpu["vanilla"] / v.batches) * 1e6,
+        "vanilla_us": (v.cpu + worker_cpu["vanilla"]) / v.batches * 1e6,
+        "events": transport.events / (p.batches + 4),
+        "batches": p.batches,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes, 3 pairs: a smoke run")
-    parser.add_argument("--pairs", type=int, default=7)
-    parser.add_argument("--skip-in-process", action="store_true", help="leave out the num_workers=0 case")
+    parser.add_argument("--quick", action="store_true", help="a few small rounds: a smoke run")
+    parser.add_argument("--rounds", type=int, default=40, help="alternating segment pairs per case")
+    parser.add_argument("--only", choices=["tiny", "moderate", "in-process"], action="append",
+                        help="run only this case (repeatable)")
     args = parser.parse_args()
-    tiny_n = 2_000 if args.quick else 20_000
-    pairs = 3 if args.quick else args.pairs
-    cases = [
-        Case("tiny (bs=1, 2 workers)", lambda: Tensors(tiny_n, (4,)), {"batch_size": 1, "num_workers": 2}),
-        Case("moderate (bs=64 of 3x64x64, 2 workers)", lambda: Tensors(64 * (40 if args.quick else 300), (3, 64, 64)),
-             {"batch_size": 64, "num_workers": 2}),
-        Case("tiny in-process (bs=1, 0 workers)", lambda: Tensors(tiny_n, (4,)), {"batch_size": 1, "num_workers": 0}),
-    ]
-    if args.skip_in_process:
-        cases = cases[:2]
-    table = Table("case", "vanilla batches/s", "probe batches/s", "ratio (median)", "probe CPU/batch", "events/batch")
-    for case in cases:
-        r = run_case(case, pairs)
-        table.add_row(case.name, f"{r['vanilla']:,.0f}", f"{r['probe']:,.0f}", f"{r['ratio']:.3f}",
-                      f"{r['cpu_us']:.1f} µs", f"{r['events']:.1f}")
-    console = Console()
+    scale = 10 if args.quick else 1
+    rounds = 6 if args.quick else args.rounds
+    cases = {
+        "tiny": Case("tiny", (4,), 1, 2, 500 // scale),
+        "moderate": Case("moderate", (3, 64, 64), 64, 2, 30 // scale),
+        "in-process": Case("in-process", (4,), 1, 0, 2000 // scale),
+    }
+    table = Table("case", "batches per side", "vanilla batches/s", "probe batches/s", "ratio (median, 95% CI)",
+                  "probe CPU/batch: main", "workers", "vanilla CPU/batch", "events/batch")
+    for key in args.only or list(cases):
+        r = run_case(cases[key], rounds)
+        low, high = r["interval"]
+        table.add_row(cases[key].name, f"{r['batches']:,}", f"{r['vanilla']:,.0f}", f"{r['probe']:,.0f}",
+                      f"{r['ratio']:.3f} ({low:.3f}–{high:.3f})", f"{r['main_us']:+.1f} µs",
+                      f"{r['worker_us']:+.1f} µs", f"{r['vanilla_us']:.0f} µs", f"{r['events']:.1f}")
+    console = Console(width=max(Console().width, 150))
     console.print(table)
-    console.print(f"{pairs} interleaved pairs per case; torch {torch.__version__}; {torch.get_num_threads()} threads")
+    console.print("tiny: batch_size=1 of 4 floats, 2 workers; moderate: batch_size=64 of 3x64x64 floats, 2 workers; "
+                  "in-process: tiny with num_workers=0")
+    console.print(f"{rounds} alternating rounds per case; torch {torch.__version__}; {os.cpu_count()} CPUs; "
+                  f"{torch.get_num_threads()} torch threads")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderscope.events import EventError, decode_frame, encode_frame
+from loaderscope.events import EventError, decode_frame, encode_frame, event_count, expand, to_json
 from loaderscope.trace import TraceError, read_trace, to_chrome, write_trace
 
 GOOD = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 3, "worker": 1, "indices": [6, 7]}
@@ -31,6 +31,27 @@ def test_frames_round_trip() -> None:
 def test_bad_frames_name_the_problem(data: bytes, message: str) -> None:
     with pytest.raises(EventError, match=message):
         decode_frame(data)
+
+
+def test_an_in_process_batch_row_expands_to_its_five_events_in_order() -> None:
+    rows = [["epoch_start", 10.0, {"epoch": 0}],
+            ["batch", 10.5, 0, 10.1, 10.2, 16, 0, [7]],
+            ["batch", 11.0, 1, 10.6, 10.7, 16, 0, [3, 4]]]
+    frame = {"run": "r", "rank": 0, "seq": 40, "t0": 10.0, "rows": rows}
+    events = decode_frame(to_json(frame))
+    assert event_count(rows) == len(events) == 11
+    assert [e["seq"] for e in events] == list(range(40, 51))
+    assert [e["kind"] for e in events[1:6]] == ["dispatch", "fetch_start", "fetch_end", "arrive", "yield"]
+    dispatch, start, end, arrive, released = events[6:]
+    assert dispatch["indices"] == [3, 4] and dispatch["n"] == start["n"] == 2 and dispatch["worker"] == 0
+    assert start["t"] == pytest.approx(0.7) and end["t"] == arrive["t"] == released["t"] == pytest.approx(1.0)
+    assert end["dt"] == pytest.approx(0.3) and released["wait"] == pytest.approx(0.4)
+    assert released["from_buffer"] is False and end["nbytes"] == 16
+
+
+def test_a_short_batch_row_is_refused_by_position() -> None:
+    with pytest.raises(EventError, match="row 1"):
+        expand({"seq": 0, "t0": 0.0, "rows": [["epoch_start", 1.0, {"epoch": 0}], ["batch", 1.0, 0]]})
 
 
 def test_oversized_frame_is_refused() -> None:

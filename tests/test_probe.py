@@ -109,6 +109,21 @@ def test_abandoned_persistent_epoch_is_recorded_and_next_epoch_is_clean() -> Non
     assert check(collector.events) == []
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_epoch_end_counts_the_batches_of_finished_and_abandoned_epochs(num_workers: int) -> None:
+    collector = Collector()
+    loader = InstrumentedDataLoader(torch.utils.data.TensorDataset(torch.arange(20.0)), batch_size=2,
+                                    num_workers=num_workers, sink=collector)
+    for i, _ in enumerate(loader):  # the iterator is dropped mid-epoch
+        if i == 2:
+            break
+    assert len(list(loader)) == 10
+    loader.close()
+    ends = [(e["batches"], e["abandoned"]) for e in collector.events if e["kind"] == "epoch_end"]
+    assert ends == [(3, True), (10, False)]
+    assert check(collector.events) == []
+
+
 class Exploding(Dataset[torch.Tensor]):
     def __len__(self) -> int:
         return 16

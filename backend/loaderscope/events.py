@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
+from operator import countOf, itemgetter
 from typing import Any
 
 import orjson
@@ -128,6 +129,11 @@ ROW_FIELDS: dict[str, tuple[str, ...]] = {
     "skip": ("idx", "worker"),
 }
 MAX_ROWS = 200_000
+# One row for a whole in-process batch (num_workers=0): ``["batch", t, idx, next_started, fetch_started,
+# nbytes, pickled, indices]`` stands for dispatch, fetch_start, fetch_end, arrive and yield, which
+# happen back to back in the training thread; one row instead of five keeps tiny batches cheap.
+BATCH_ROW = "batch"
+BATCH_EVENTS = 5
 
 
 def _row_builder(kind: str, names: tuple[str, ...]) -> Any:
@@ -145,6 +151,22 @@ def _row_builder(kind: str, names: tuple[str, ...]) -> Any:
 _BUILDERS = {kind: _row_builder(kind, names) for kind, names in ROW_FIELDS.items()}
 
 
+def event_count(rows: list[Any]) -> int:
+    """How many events a list of rows expands to."""
+    return len(rows) + (BATCH_EVENTS - 1) * countOf(map(itemgetter(0), rows), BATCH_ROW)
+
+
+def _batch_events(seq: int, t: float, run: str, rank: int, idx: int, next_started: float,
+                  fetch_started: float, nbytes: int, pickled: int, indices: Any) -> list[Event]:
+    build = _BUILDERS
+    indices, n = clip_indices(indices)
+    return [build["dispatch"](seq, fetch_started, run, rank, idx, 0, indices) | {"n": n},
+            build["fetch_start"](seq + 1, fetch_started, run, rank, 0, idx, n),
+            build["fetch_end"](seq + 2, t, run, rank, 0, idx, t - fetch_started, nbytes, pickled),
+            build["arrive"](seq + 3, t, run, rank, idx, 0),
+            build["yield"](seq + 4, t, run, rank, idx, t - next_started, False)]
+
+
 def expand(frame: Mapping[str, Any]) -> list[Event]:
     """Events from a compact frame ``{"rows": [...], "run", "rank", "seq", "t0"}``.
 
@@ -157,21 +179,29 @@ def expand(frame: Mapping[str, Any]) -> list[Event]:
         raise EventError(f"a compact frame needs 'rows', a list of at most {MAX_ROWS} rows")
     if not isinstance(t0, (int, float)) or not isinstance(seq, int):
         raise EventError("a compact frame needs a numeric 't0' and an integer 'seq'")
-    events = []
+    events: list[Event] = []
     builders = _BUILDERS
-    for number, row in enumerate(rows, start=seq):
+    number = seq
+    for position, row in enumerate(rows):
         try:
-            build = builders.get(row[0])
+            kind = row[0]
+            build = builders.get(kind)
             if build is not None:
                 event = build(number, row[1] - t0, run, rank, *row[2:])
+            elif kind == BATCH_ROW:
+                events.extend(_batch_events(number, row[1] - t0, run, rank, row[2], row[3] - t0, row[4] - t0,
+                                            *row[5:]))
+                number += BATCH_EVENTS
+                continue
             else:
-                event = {"seq": number, "t": row[1] - t0, "run": run, "rank": rank, "kind": row[0], **row[2]}
+                event = {"seq": number, "t": row[1] - t0, "run": run, "rank": rank, "kind": kind, **row[2]}
         except (TypeError, IndexError, KeyError):
-            raise EventError(f"compact frame, row {number - seq}: expected [kind, t, fields...] with the "
+            raise EventError(f"compact frame, row {position}: expected [kind, t, fields...] with the "
                              f"fields of events.ROW_FIELDS, got {str(row)[:80]}") from None
-        if row[0] == "dispatch":
+        if kind == "dispatch":
             event["indices"], event["n"] = clip_indices(event["indices"])
         events.append(event)
+        number += 1
     return events
 
 

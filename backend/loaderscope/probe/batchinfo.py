@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from torch import Tensor
+
 FEW_VALUES = 8  # values shown per leaf when values are asked for
 VALUES_UP_TO = 4096  # ...of leaves with at most this many elements (larger ones: structure only)
 MEASURE_PICKLE_BYTES = 64 * 1024  # below this, pickled bytes are estimated, not measured by pickling
@@ -19,7 +21,7 @@ MEASURE_PICKLE_BYTES = 64 * 1024  # below this, pickled bytes are estimated, not
 
 def sizes(data: Any) -> tuple[int, int]:
     """(payload bytes, of which pickled by value) of a (possibly nested) batch."""
-    if hasattr(data, "untyped_storage"):  # a tensor: shared memory
+    if type(data) is Tensor or hasattr(data, "untyped_storage"):  # a tensor: shared memory
         return data.nbytes, 0
     nbytes = getattr(data, "nbytes", None)
     if isinstance(nbytes, int):  # a numpy array or a bytes-like object: pickled

@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import Any
 
+from torch import Tensor
 from torch._utils import ExceptionWrapper
 from torch.utils.data._utils.pin_memory import pin_memory
 from torch.utils.data._utils.worker import _worker_loop
@@ -27,6 +28,7 @@ from loaderscope.probe.batchinfo import describe, is_pinned, sizes
 from loaderscope.probe.pinning import PinTap
 from loaderscope.probe.recorder import Recorder
 from loaderscope.ranks import encode_shard
+from loaderscope.events import BATCH_ROW
 from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, new_ring, probed_worker_loop
 
 monotonic = time.monotonic
@@ -38,24 +40,28 @@ class EpochCounter:
 
     With a distributed sampler it also keeps the epoch's sample indices (``indices`` is a list
     then, else None), so the dashboard can check that the ranks' shards neither overlap nor miss.
+    An epoch's batch count is read from its iterator's own ``_num_yielded`` (torch counts anyway).
     """
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.epoch = -1
         self.open = False
-        self.batches = 0
         self.shard_length: int | None = None  # set to the dataset's length to track shards
         self.indices: list[Any] | None = None
+        self._iterator: weakref.ref[Any] | None = None  # weak: torch shuts workers down on its collection
 
-    def start(self) -> None:
+    def start(self, iterator: Any) -> None:
         if self.open:  # the previous epoch was abandoned mid-way (a `break`, a new iter())
             self.end(abandoned=True)
         self.epoch += 1
         self.open = True
-        self.batches = 0
+        self._iterator = weakref.ref(iterator)
         self.indices = [] if self.shard_length is not None else None
         self.recorder.note("epoch_start", epoch=self.epoch)
+
+    def owned_by(self, iterator: Any) -> bool:
+        return self.open and self._iterator is not None and self._iterator() is iterator
 
     def dispatched(self, index: Any) -> None:
         if self.indices is not None:
@@ -64,10 +70,12 @@ class EpochCounter:
     def end(self, abandoned: bool = False) -> None:
         if self.open:
             self.open = False
+            iterator = self._iterator() if self._iterator is not None else None
+            batches = getattr(iterator, "_num_yielded", 0)
             shard = {}
             if self.indices is not None and self.shard_length is not None:
                 shard = {"shard": encode_shard(self.indices, self.shard_length), "shard_length": self.shard_length}
-            self.recorder.note("epoch_end", epoch=self.epoch, batches=self.batches, abandoned=abandoned, **shard)
+            self.recorder.note("epoch_end", epoch=self.epoch, batches=batches, abandoned=abandoned, **shard)
 
 
 class _TaskInfo(dict):
@@ -212,7 +220,7 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
                 self._probe.note("worker_start", worker=worker_id, pid=process.pid)
             if self._pin_memory:  # no task is dispatched yet, so nothing can be put before this
                 self._pin_tap.tap_put(self._data_queue)
-        self._epochs.start()
+        self._epochs.start(self)
         super()._reset(loader, first_iter)
 
     def _next_index(self) -> Any:
@@ -257,7 +265,6 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         now = monotonic()
         idx, _, from_buffer = self._released  # type: ignore[misc]
         self._probe.record("yield", now, idx, now - start, from_buffer)
-        self._epochs.batches += 1
         return data
 
     def _record_failure(self, exc: Exception) -> None:
@@ -315,71 +322,83 @@ def _remove(path: str) -> None:
 
 
 class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
-    """num_workers=0: dispatch, fetch and release all happen in the main process (worker 0)."""
+    """num_workers=0: dispatch, fetch and release all happen in the main process (worker 0).
+
+    Here the probe's cost sits directly on a batch that may take torch only ~10 µs, so a batch is
+    one ``BATCH_ROW`` (five events, expanded by the consumer) and three clock reads.
+    """
 
     def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter, rule: StuckRule) -> None:
         super().__init__(loader)
         self._probe = probe
+        self._append = probe.pending.append
         self._epochs = epochs
-        self._send = 0
-        self._idx = 0
         self._liveness = _watch_consumer(self, probe, rule)
-        epochs.start()
+        epochs.start(self)
 
     def _head_of_line(self) -> dict[str, Any]:
-        return {"waiting_for": self._idx, "held_by": 0, "has_data": False}
+        return {"waiting_for": self._num_yielded, "held_by": 0, "has_data": False}
 
     def __del__(self) -> None:
         self._probe.unwatch(self._liveness.tick)
+        if self._epochs.owned_by(self):  # dropped mid-epoch (a `break`): its count is readable only now
+            self._epochs.end(abandoned=True)
 
     def _next_data(self) -> Any:
-        record = self._probe.record
+        liveness = self._liveness
+        liveness.next_started = started = monotonic()
         try:
             index = self._next_index()
-        except StopIteration:
+            idx = self._num_yielded  # in-process, task ids are the batches yielded so far
+            fetch_started = monotonic()
+            if self._epochs.indices is not None:
+                self._epochs.dispatched(index)
+            try:
+                data = self._dataset_fetcher.fetch(index)
+            except BaseException as exc:
+                self._failed(exc, idx, index, fetch_started)
+                raise
+            fetched = monotonic()
+            total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
+            probe = self._probe
+            if idx < 3 or probe.values_asked:  # nothing crosses a process boundary: structure (and values if asked)
+                asked, probe.values_asked = probe.values_asked, False
+                probe.note_at("batch_info", fetched, idx=idx, worker=0, structure=describe(data, values=asked),
+                              pickle_bytes=0, values=asked)
+            if self._pin_memory:
+                return self._pin(data, idx, index, started, fetch_started, fetched, total, pickled)
+            self._append((BATCH_ROW, fetched, idx, started, fetch_started, total, pickled, index))
+            return data
+        except StopIteration:  # the sampler, or an iterable dataset, ran out
             self._epochs.end()
             raise
-        idx = self._idx = self._send
-        self._send += 1
-        start = monotonic()
-        record("dispatch", start, idx, 0, index)
-        self._epochs.dispatched(index)
-        record("fetch_start", start, 0, idx, len(index) if isinstance(index, (list, tuple)) else 1)
-        try:
-            data = self._dataset_fetcher.fetch(index)
-        except StopIteration:  # an iterable dataset ran out inside this task
-            record("skip", monotonic(), idx, 0)
-            self._epochs.end()
-            raise
-        except Exception as exc:
+        finally:
+            liveness.next_started = None
+
+    def _failed(self, exc: BaseException, idx: int, index: Any, fetch_started: float) -> None:
+        self._explicit(idx, index, fetch_started)
+        if isinstance(exc, StopIteration):  # an iterable dataset ran out inside this task
+            self._append(("skip", monotonic(), idx, 0))
+        elif isinstance(exc, Exception):
             self._probe.note("error", idx=idx, worker=0, **_main_exception_fields(exc))
-            raise
-        end = monotonic()
-        total, pickled = sizes(data)
-        record("fetch_end", end, 0, idx, end - start, total, pickled)
-        asked, self._probe.values_asked = self._probe.values_asked, False
-        if idx < 3 or asked:  # in-process nothing crosses a process boundary: structure (and values if asked)
-            self._probe.note_at("batch_info", end, idx=idx, worker=0, structure=describe(data, values=asked),
-                                pickle_bytes=0, values=asked)
-        if self._pin_memory:
-            self._probe.note_at("pin_start", end, idx=idx)
-            data = pin_memory(data, self._pin_memory_device)
-            pinned = monotonic()
-            self._probe.note_at("pin_end", pinned, idx=idx, dt=pinned - end, nbytes=total,
-                                pinned=is_pinned(data))
-        record("arrive", monotonic(), idx, 0)
+
+    def _pin(self, data: Any, idx: int, index: Any, started: float, fetch_started: float, fetched: float,
+             total: int, pickled: int) -> Any:
+        self._explicit(idx, index, fetch_started)
+        self._append(("fetch_end", fetched, 0, idx, fetched - fetch_started, total, pickled))
+        self._probe.note_at("pin_start", fetched, idx=idx)
+        data = pin_memory(data, self._pin_memory_device)
+        pinned = monotonic()
+        self._probe.note_at("pin_end", pinned, idx=idx, dt=pinned - fetched, nbytes=total, pinned=is_pinned(data))
+        self._append(("arrive", pinned, idx, 0))
+        self._append(("yield", pinned, idx, pinned - started, False))
         return data
 
-    def __next__(self) -> Any:
-        self._liveness.next_started = start = monotonic()
-        try:
-            data = super().__next__()
-        finally:
-            self._liveness.next_started = None
-        now = monotonic()
-        self._probe.record("yield", now, self._idx, now - start, False)
-        self._epochs.batches += 1
-        return data
+    def _explicit(self, idx: int, index: Any, fetch_started: float) -> None:
+        """A batch's dispatch and fetch start one by one, where a ``BATCH_ROW`` does not cover it
+        (pinning, a failed fetch)."""
+        self._append(("dispatch", fetch_started, idx, 0, index))
+        self._append(("fetch_start", fetch_started, 0, idx, len(index) if isinstance(index, (list, tuple)) else 1))
 
 
 def _main_exception_fields(exc: BaseException) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from loaderscope.events import Event, expand, to_json
+from loaderscope.events import Event, event_count, expand, to_json
 from loaderscope.probe.worker import RingReader
 
 Sink = Callable[[list[Event]], None]  # or an object with ``takes_frames = True`` and ``frame(bytes, count)``
@@ -119,10 +119,11 @@ class Recorder:
             if not records:
                 return
             frame = {"run": self.run_id, "rank": self.rank, "seq": self.seq, "t0": self.t0, "rows": records}
-            self.seq += len(records)
+            count = event_count(records)
+            self.seq += count
             try:
                 if getattr(self.sink, "takes_frames", False):
-                    self.sink.frame(to_json(frame), len(records))
+                    self.sink.frame(to_json(frame), count)
                 else:
                     self.sink(expand(frame))
             except Exception:
