@@ -177,7 +177,7 @@ def main() -> None:
     rounds = 6 if args.quick else args.rounds
     cases = {
         "tiny": Case("tiny", (4,), 1, 2, 500 // scale),
-        "moderate": Case("moderate", (3, 64, 64), 64, 2, 30 // scale),
+        "moderate": Case("moderate", (3, 64, 64), 64, 2, 100 // scale),
         "in-process": Case("in-process", (4,), 1, 0, 2000 // scale),
     }
     table = Table("case", "batches per side", "vanilla batches/s", "probe batches/s", "ratio (median, 95% CI)",

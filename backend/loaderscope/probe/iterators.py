@@ -88,7 +88,7 @@ class _TaskInfo(dict):
         if len(info) == 2:  # `_task_info[idx] += (data,)`: arrived out of order, parked
             it = self.owner()
             if it is not None:
-                it._probe.record("buffer", monotonic(), idx, info[0], it._rcvd_idx)
+                it._append(("buffer", monotonic(), idx, info[0], it._rcvd_idx))
 
     def pop(self, idx: int, *default: Any) -> Any:
         info = dict.pop(self, idx, *default)
@@ -102,7 +102,7 @@ class _TaskInfo(dict):
         dict.__delitem__(self, idx)
         it = self.owner()
         if it is not None:
-            it._probe.record("skip", monotonic(), idx, worker)
+            it._append(("skip", monotonic(), idx, worker))
 
 
 class _ProbedContext:
@@ -185,6 +185,7 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         # torch dispatches the first prefetch_factor × num_workers tasks inside __init__ (_reset),
         # so the probe must be ready before super().__init__.
         self._probe = probe
+        self._append = probe.pending.append  # the hot path: rows of ``events.ROW_FIELDS``
         self._epochs = epochs
         self._liveness = _watch_consumer(self, probe, rule)
         self._released: tuple[int, int, bool] | None = None
@@ -231,8 +232,9 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         sent = self._send_idx
         super()._try_put_index()
         if self._send_idx != sent:
-            self._probe.record("dispatch", monotonic(), sent, self._task_info[sent][0], self._last_index)
-            self._epochs.dispatched(self._last_index)
+            self._append(("dispatch", monotonic(), sent, self._task_info[sent][0], self._last_index))
+            if self._epochs.indices is not None:
+                self._epochs.dispatched(self._last_index)
 
     def _get_data(self) -> Any:
         try:
@@ -244,7 +246,7 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         info = self._task_info.get(idx) if type(idx) is int else None
         if info is not None:  # None: a resume marker or a stale result of an abandoned epoch
             self._probe.drain_worker(info[0])
-            self._probe.record("arrive", monotonic(), idx, info[0])
+            self._append(("arrive", monotonic(), idx, info[0]))
         return result
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
@@ -264,7 +266,7 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
             self._liveness.next_started = None
         now = monotonic()
         idx, _, from_buffer = self._released  # type: ignore[misc]
-        self._probe.record("yield", now, idx, now - start, from_buffer)
+        self._append(("yield", now, idx, now - start, from_buffer))
         return data
 
     def _record_failure(self, exc: Exception) -> None:

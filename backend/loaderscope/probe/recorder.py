@@ -49,6 +49,8 @@ class Recorder:
         self.wall0 = time.time()  # the same instant on the wall clock: ranks' timelines line up by it
         self.seq = 0
         self.sink_errors = 0
+        # The hot path appends rows ``(kind, monotonic time, the kind's ROW_FIELDS in order)`` here
+        # directly (``pending.append``, bound once per iterator): deque appends need no lock.
         self.pending: deque[tuple[Any, ...]] = deque()
         self.readers: dict[int, RingReader] = {}
         self._flush_lock = threading.Lock()
@@ -59,10 +61,6 @@ class Recorder:
         self.values_asked = False  # in-process loaders: describe the next batch with values
 
     # --- producing records ---------------------------------------------------------------------
-
-    def record(self, *rec: Any) -> None:
-        """Hot path: ``(kind, monotonic time, the kind's ROW_FIELDS in order)``."""
-        self.pending.append(rec)
 
     def note(self, kind: str, **fields: Any) -> None:
         """Rare events, with named fields."""
