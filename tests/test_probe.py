@@ -124,6 +124,19 @@ def test_epoch_end_counts_the_batches_of_finished_and_abandoned_epochs(num_worke
     assert check(collector.events) == []
 
 
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_workers_report_through_their_ring_under_every_start_method(context: str) -> None:
+    # The ring travels pickled (Ring.__reduce__) when workers are not forked.
+    collector = Collector()
+    loader = InstrumentedDataLoader(torch.utils.data.TensorDataset(torch.arange(8.0)), batch_size=2, num_workers=1,
+                                    multiprocessing_context=context, sink=collector)
+    assert len(list(loader)) == 4
+    loader.close()
+    ends = [e for e in collector.events if e["kind"] == "fetch_end"]
+    assert [e["idx"] for e in ends] == [0, 1, 2, 3] and all(e["nbytes"] == 8 and e["dt"] >= 0 for e in ends)
+    assert check(collector.events) == []
+
+
 class Exploding(Dataset[torch.Tensor]):
     def __len__(self) -> int:
         return 16

@@ -29,7 +29,7 @@ from loaderscope.probe.pinning import PinTap
 from loaderscope.probe.recorder import Recorder
 from loaderscope.ranks import encode_shard
 from loaderscope.events import BATCH_ROW
-from loaderscope.probe.worker import WORKER_ID_ARG, RingReader, new_ring, probed_worker_loop
+from loaderscope.probe.worker import WORKER_ID_ARG, Ring, RingReader, probed_worker_loop
 
 monotonic = time.monotonic
 DEATH_GRACE = 1.0  # seconds a worker whose pipe broke may take to become a zombie
@@ -125,7 +125,7 @@ class _ProbedContext:
     def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:  # noqa: N802
         if target is not _worker_loop:  # not a DataLoader worker: leave it alone
             return self._context.Process(target=target, args=args, **kwargs)
-        ring = new_ring()
+        ring = Ring()
         fd, dump_path = tempfile.mkstemp(prefix="loaderscope-stack-", suffix=".txt")
         os.close(fd)
         self._readers[args[WORKER_ID_ARG]] = RingReader(args[WORKER_ID_ARG], ring, dump_path)

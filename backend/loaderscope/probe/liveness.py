@@ -78,8 +78,11 @@ class Liveness:
 
     def take_batch_info(self) -> None:
         inspect = self.inspect
-        while inspect is not None and not inspect.empty():
-            self.recorder.note("batch_info", **inspect.get())
+        try:
+            while inspect is not None and not inspect.empty():
+                self.recorder.note("batch_info", **inspect.get())
+        except OSError:  # the queue was closed under us (interpreter exit): descriptions are extras
+            self.inspect = None
 
     def _due(self, key: Any, now: float) -> bool:
         last = self._reported.get(key)

@@ -12,41 +12,59 @@ queue it is handed are wrapped, because a task starts when ``get`` returns it an
 from __future__ import annotations
 
 import os
+import struct
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.sharedctypes import RawArray
+from time import monotonic
 from typing import Any
+
+from torch import Tensor
 
 from loaderscope.probe.batchinfo import sizes, transfer
 from loaderscope.probe.stacks import install_in_worker
 
-# Status slot layout (indices into the shared array).
-WRITES, STATE, CUR_IDX, CUR_START, CUR_POS, PID, MAIN_THREAD, CUR_SAMPLE, WORKER, INSPECT = range(10)
+# Status slot layout (indices into the shared array). The current task's five slots are adjacent,
+# STATE last, so one struct write fills them in order and a reader that sees FETCHING sees the rest.
+WRITES, PID, MAIN_THREAD, WORKER, INSPECT, CUR_IDX, CUR_START, CUR_POS, CUR_SAMPLE, STATE = range(10)
 HEADER = 10  # INSPECT: set by the main process to ask for the next batch's values
 INSPECT_BATCHES = 3  # batches per worker described in full for the inspector
 RECORD = 5  # code, idx, time, value, value2
 CAPACITY = 512  # records per worker; the main process drains on every arrival, so this never fills
 IDLE, FETCHING, EXHAUSTED = 0.0, 1.0, 2.0  # EXHAUSTED: an iterable shard ran out this epoch
 CODE_START, CODE_END = 1.0, 2.0
+DOUBLE = 8
 
-Ring = Any  # a ctypes array of doubles
+_pack_task = struct.Struct("5d").pack_into  # CUR_IDX, CUR_START, CUR_POS, CUR_SAMPLE, STATE
+_pack_progress = struct.Struct("2d").pack_into  # CUR_POS, CUR_SAMPLE
+_pack_record = struct.Struct(f"{RECORD}d").pack_into
+_unpack_record = struct.Struct(f"{RECORD}d").unpack_from
 
 
-def new_ring() -> Ring:
-    return RawArray("d", HEADER + CAPACITY * RECORD)
+class Ring:
+    """A worker's status slot and ring of records: doubles in a ``RawArray``, with memoryviews over it.
+
+    Item access through a memoryview, and whole records through ``struct``, cost a fraction of
+    ctypes indexing: the worker pays for this on every batch.
+    """
+
+    def __init__(self, raw: Any = None) -> None:
+        self.raw = raw if raw is not None else RawArray("d", HEADER + CAPACITY * RECORD)
+        self.bytes = memoryview(self.raw).cast("B")
+        self.slots = self.bytes.cast("d")
+        self.writes = int(self.slots[WRITES])  # only the worker writes records: it keeps the count
+
+    def __reduce__(self) -> Any:  # into a spawned worker: the shared array, views rebuilt there
+        return (Ring, (self.raw,))
+
+    def write(self, code: float, idx: int, t: float, value: float, value2: float = 0.0) -> None:
+        count = self.writes
+        _pack_record(self.bytes, (HEADER + (count % CAPACITY) * RECORD) * DOUBLE, code, idx, t, value, value2)
+        self.writes = self.slots[WRITES] = count + 1  # published last: a reader never sees a half-written record
 
 
-def _write(ring: Ring, code: float, idx: int, t: float, value: float, value2: float = 0.0) -> None:
-    count = int(ring[WRITES])
-    base = HEADER + (count % CAPACITY) * RECORD
-    ring[base] = code
-    ring[base + 1] = idx
-    ring[base + 2] = t
-    ring[base + 3] = value
-    ring[base + 4] = value2
-    ring[WRITES] = count + 1  # published last: a reader never sees a half-written record
+_ring: Ring | None = None  # in a worker process: its own ring, for _Progress
 
 
 class _Progress(list):  # type: ignore[type-arg]
@@ -55,17 +73,13 @@ class _Progress(list):  # type: ignore[type-arg]
     That is what lets a stuck or dead worker be named down to "sample 3 of 8 (index 1234)".
     """
 
-    __slots__ = ("_ring",)
-
-    def __init__(self, indices: list[Any], ring: Ring) -> None:
-        super().__init__(indices)
-        self._ring = ring
+    __slots__ = ()
 
     def __iter__(self) -> Any:
-        ring = self._ring
+        view = _ring.bytes  # type: ignore[union-attr]
+        offset = CUR_POS * DOUBLE
         for pos, index in enumerate(list.__iter__(self)):
-            ring[CUR_POS] = pos
-            ring[CUR_SAMPLE] = index if type(index) is int else -1
+            _pack_progress(view, offset, pos, index if type(index) is int else -1)
             yield index
 
     def __reduce__(self) -> Any:  # pickles (e.g. inside an exception) as the plain list it stands for
@@ -79,23 +93,19 @@ class _IndexQueueTap:
         self._queue = queue
         self._ring = ring
 
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        task = self._queue.get(*args, **kwargs)
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        task = self._queue.get(block, timeout)
+        ring = self._ring
         if type(task) is not tuple:  # a _ResumeIteration starts a new epoch; None ends the worker
-            self._ring[STATE] = IDLE
-        elif self._ring[STATE] != EXHAUSTED:  # an exhausted worker drops its remaining tasks unseen
+            ring.slots[STATE] = IDLE
+        elif ring.slots[STATE] != EXHAUSTED:  # an exhausted worker drops its remaining tasks unseen
             idx, index = task
-            now = time.monotonic()
-            ring = self._ring
-            ring[CUR_IDX] = idx
-            ring[CUR_START] = now
-            ring[CUR_POS] = 0
-            ring[CUR_SAMPLE] = -1
-            ring[STATE] = FETCHING
+            now = monotonic()
+            _pack_task(ring.bytes, CUR_IDX * DOUBLE, idx, now, 0, -1, FETCHING)
             if type(index) is list:
-                _write(ring, CODE_START, idx, now, len(index))
-                return idx, _Progress(index, ring)
-            _write(ring, CODE_START, idx, now, 1)
+                ring.write(CODE_START, idx, now, len(index))
+                return idx, _Progress(index)
+            ring.write(CODE_START, idx, now, 1)
         return task
 
     def __getattr__(self, name: str) -> Any:
@@ -119,22 +129,23 @@ class _ResultQueueTap:
         idx, data = item
         if type(idx) is int:
             ring = self._ring
-            total, pickled = sizes(data)
-            _write(ring, CODE_END, idx, time.monotonic(), total, pickled)
-            if ring[INSPECT]:  # asked for (the page's "sample values" button): this batch, with values
-                ring[INSPECT] = 0.0
+            total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
+            ring.write(CODE_END, idx, monotonic(), total, pickled)
+            slots = ring.slots
+            if slots[INSPECT]:  # asked for (the page's "sample values" button): this batch, with values
+                slots[INSPECT] = 0.0
                 self._describe(idx, data, values=True)
             elif self._sampled < INSPECT_BATCHES and total:
                 self._sampled += 1
                 self._describe(idx, data, values=False)
-            ring[STATE] = EXHAUSTED if type(data).__name__ == "_IterableDatasetStopIteration" else IDLE
+            slots[STATE] = EXHAUSTED if type(data).__name__ == "_IterableDatasetStopIteration" else IDLE
         self._queue.put(item, *args, **kwargs)
 
     def _describe(self, idx: int, data: Any, values: bool) -> None:
         if self._inspect is None:
             return
         try:
-            self._inspect.put({"idx": idx, "worker": int(self._ring[WORKER]), **transfer(data, values)})
+            self._inspect.put({"idx": idx, "worker": int(self._ring.slots[WORKER]), **transfer(data, values)})
         except Exception:  # the inspector must never take the user's worker down
             self._inspect = None
 
@@ -148,9 +159,11 @@ INDEX_QUEUE_ARG, RESULT_QUEUE_ARG, WORKER_ID_ARG = 2, 3, 10
 
 def probed_worker_loop(ring: Ring, dump_path: str, inspect: Any, worker_loop: Callable[..., None], *args: Any) -> None:
     """Process target for a worker: torch's own loop, with its two queues tapped."""
-    ring[PID] = os.getpid()
-    ring[WORKER] = args[WORKER_ID_ARG]
-    ring[MAIN_THREAD] = threading.get_ident()
+    global _ring
+    _ring = ring
+    ring.slots[PID] = os.getpid()
+    ring.slots[WORKER] = args[WORKER_ID_ARG]
+    ring.slots[MAIN_THREAD] = threading.get_ident()
     install_in_worker(dump_path)
     tapped = list(args)
     tapped[INDEX_QUEUE_ARG] = _IndexQueueTap(args[INDEX_QUEUE_ARG], ring)
@@ -171,15 +184,14 @@ class RingReader:
         self.recent: deque[float] = deque(maxlen=256)  # recent fetch times, for the stuck threshold
 
     def drain(self, out: Callable[[tuple[Any, ...]], None]) -> None:
-        ring = self.ring
-        written = int(ring[WRITES])
+        view, slots = self.ring.bytes, self.ring.slots
+        written = int(slots[WRITES])
         if written - self.read > CAPACITY:  # cannot happen in practice; counted, never silent
             self.lost += written - CAPACITY - self.read
             self.read = written - CAPACITY
         while self.read < written:
-            base = HEADER + (self.read % CAPACITY) * RECORD
-            code, idx, t, value = ring[base], int(ring[base + 1]), ring[base + 2], ring[base + 3]
-            value2 = ring[base + 4]
+            code, idx, t, value, value2 = _unpack_record(view, (HEADER + (self.read % CAPACITY) * RECORD) * DOUBLE)
+            idx = int(idx)
             self.read += 1
             if code == CODE_START:
                 self._starts[idx] = t
@@ -191,21 +203,21 @@ class RingReader:
 
     def current(self) -> dict[str, Any] | None:
         """What the worker fetches right now (task, sample position and index, elapsed), else None."""
-        ring = self.ring
-        if ring[STATE] != FETCHING:
+        slots = self.ring.slots
+        if slots[STATE] != FETCHING:
             return None
-        sample = int(ring[CUR_SAMPLE])
-        return {"idx": int(ring[CUR_IDX]), "pos": int(ring[CUR_POS]), "sample": None if sample < 0 else sample,
-                "elapsed": round(time.monotonic() - ring[CUR_START], 4)}
+        sample = int(slots[CUR_SAMPLE])
+        return {"idx": int(slots[CUR_IDX]), "pos": int(slots[CUR_POS]), "sample": None if sample < 0 else sample,
+                "elapsed": round(monotonic() - slots[CUR_START], 4)}
 
     def ask_values(self) -> None:
         """The worker describes its next batch with a few values of each leaf."""
-        self.ring[INSPECT] = 1.0
+        self.ring.slots[INSPECT] = 1.0
 
     @property
     def pid(self) -> int:
-        return int(self.ring[PID])
+        return int(self.ring.slots[PID])
 
     @property
     def main_thread(self) -> int:
-        return int(self.ring[MAIN_THREAD])
+        return int(self.ring.slots[MAIN_THREAD])
