@@ -4,6 +4,11 @@ The training loop must never wait for the dashboard: the sink only appends to a 
 returns; a sender thread connects, sends frames, reconnects with backoff, and when the buffer is
 full the newest events are dropped and counted. The dashboard counts them too: the store sees the
 gaps in the probe's seq numbers and shows them as dropped events.
+
+Problems are said once, on stderr, from the sender thread (never the training loop's): a dashboard
+that refuses the token (the events are lost until the right token is given, so the user must know
+at once) and one that stays unreachable. Nothing the sender thread meets may reach the training
+process: every failure is caught, said at most once, and retried with backoff.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from loaderscope.events import Event, encode_frame
 BUFFER_EVENTS = 200_000
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 CONNECT_TIMEOUT = 3.0
+UNREACHABLE_AFTER = 2.0  # seconds of failed connections before saying so (a restart takes about that)
+REFUSED = (401, 403)
 
 
 def ingest_url(dashboard: str) -> str:
@@ -42,8 +49,11 @@ class StreamSink:
     takes_frames = True
 
     def __init__(self, dashboard: str, token: str | None, *, buffer_events: int = BUFFER_EVENTS) -> None:
+        self.dashboard = dashboard.rstrip("/")
         self.url = ingest_url(dashboard)
         self.token = token
+        self.refused: int | None = None  # the status of the last refused handshake, until one succeeds
+        self._said: set[str] = set()  # kinds of problem already reported
         self.buffer: deque[tuple[bytes, int]] = deque()
         self.buffered = 0  # events in the buffer
         self.capacity = buffer_events
@@ -80,33 +90,85 @@ class StreamSink:
         self._thread.join(max(0.1, deadline - time.monotonic()))
         lost = self.dropped + self.buffered
         if lost:  # the training went on; say what the dashboard did not get
-            print(f"loaderscope: {lost} of {self.sent + lost} events did not reach the dashboard at {self.url} "
-                  f"({'it was unreachable' if not self.connected.is_set() else 'its buffer was full'})",
-                  file=sys.stderr, flush=True)
+            self._say("lost", f"loaderscope: {lost} of {self.sent + lost} events did not reach the dashboard at "
+                      f"{self.dashboard} ({self._why_lost()})")
+
+    def _why_lost(self) -> str:
+        if self.refused is not None:
+            return f"it refused the token ({self.refused}): pass the URL it printed, with ?token=..."
+        return "it was unreachable" if not self.connected.is_set() else "the buffer was full"
 
     # --- the sender thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
         backoff = BACKOFF_FIRST
+        failing_since = time.monotonic()  # when the current run of failed connections began
         while not self._closing:
             try:
-                url, headers = self._address()
-                with connect(url, additional_headers=headers, compression=None, open_timeout=CONNECT_TIMEOUT,
-                             max_size=1 << 20) as ws:
-                    hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
-                    self.run = hello.get("run", self.run)
-                    if self.head is not None and hello.get("next_seq") == 0:
-                        ws.send(self.head)  # a new dashboard: the run's config first, then the gap
-                    self.connected.set()
-                    backoff = BACKOFF_FIRST
-                    self._pump(ws)
-            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError):
+                if self._attempt(failing_since):
+                    backoff, failing_since = BACKOFF_FIRST, time.monotonic()
+            except Exception:  # noqa: BLE001 (_attempt handles its failures; this guards the handlers)
                 pass
             self.connected.clear()
             if not self._closing:
                 self._wake.wait(backoff)
                 self._wake.clear()
                 backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _attempt(self, failing_since: float) -> bool:
+        """One connection until it ends; whether it got through the handshake (then backoff starts over)."""
+        try:
+            self._session()
+        except InvalidStatus as exc:
+            self._rejected(exc.response.status_code)
+        except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError):
+            if not self.connected.is_set():
+                self._check_unreachable(failing_since)
+        except Exception as exc:  # noqa: BLE001 (a bug or a strange answer must not end the uplink)
+            self._say("error", f"loaderscope: streaming to the dashboard at {self.dashboard} failed "
+                      f"({type(exc).__name__}: {exc}); retrying")
+        return self.connected.is_set()
+
+    def _session(self) -> None:
+        """One connection: the handshake, the dashboard's hello, then frames until it fails or we close."""
+        url, headers = self._address()
+        with connect(url, additional_headers=headers, compression=None, open_timeout=CONNECT_TIMEOUT,
+                     max_size=1 << 20) as ws:
+            hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
+            self.run = hello.get("run", self.run)
+            if self.head is not None and hello.get("next_seq") == 0:
+                ws.send(self.head)  # a new dashboard: the run's config first, then the gap
+            self.refused = None
+            self.connected.set()
+            self._pump(ws)
+
+    def _rejected(self, status: int) -> None:
+        if status not in REFUSED:
+            self._say("status", f"loaderscope: the dashboard at {self.dashboard} answered {status} to the event "
+                      "stream; retrying")
+            return
+        self.refused = status
+        what = "a missing token" if not self.token else "the token"
+        self._say("refused", f"loaderscope: the dashboard at {self.dashboard} refused {what} ({status}): pass the "
+                  "URL it printed (http://...:PORT/?token=...) to loaderscope.watch(loader, url=...), or set "
+                  "$LOADERSCOPE_URL to it or $LOADERSCOPE_TOKEN to its token. Training goes on; its events are "
+                  "lost until then")
+
+    def _check_unreachable(self, failing_since: float) -> None:
+        """Said once, while running, and only after UNREACHABLE_AFTER: a restart is no news."""
+        if time.monotonic() - failing_since >= UNREACHABLE_AFTER and self.refused is None:
+            self._say("unreachable", f"loaderscope: the dashboard at {self.dashboard} is unreachable; training goes "
+                      f"on, events wait in a buffer (up to {self.capacity:,}) and are sent if it comes back")
+
+    def _say(self, kind: str, message: str) -> None:
+        """Print ``message`` the first time a ``kind`` of problem happens; never raises (stderr may be gone)."""
+        if kind in self._said:
+            return
+        self._said.add(kind)
+        try:
+            print(message, file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 (a closed stderr at interpreter exit)
+            pass
 
     def _address(self) -> tuple[str, dict[str, str]]:
         """URL (re-attaching to our run after a reconnect) and auth headers."""
@@ -135,10 +197,14 @@ def reachable(dashboard: str, timeout: float = 1.0) -> bool:
 
     parts = urlsplit(dashboard)
     conn_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = None
     try:
         conn = conn_class(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
         conn.request("GET", "/api/health")
         body: Any = orjson.loads(conn.getresponse().read())
         return isinstance(body, dict) and body.get("status") == "ok"
-    except (OSError, ValueError, InvalidStatus):
+    except (OSError, ValueError, http.client.HTTPException):
         return False
+    finally:
+        if conn is not None:
+            conn.close()  # an unclosed socket is a ResourceWarning

@@ -1,0 +1,239 @@
+"""Which dashboard a script streams to: a token it lacks is said at once, a background dashboard is reused.
+
+Real dashboards on 127.0.0.1, real websockets, real subprocesses for "scripts"; HOME and
+XDG_RUNTIME_DIR point into tmp_path so the user's own state file is never read or written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from torch.utils.data import DataLoader
+
+import loaderscope
+from loaderscope.probe import dashboard
+from loaderscope.probe.transport import StreamSink
+from tests.conftest import LiveServer, wait_for
+
+# A training script as users write it, streaming to whatever find_dashboard() picks.
+SCRIPT = """
+import json, sys
+from torch.utils.data import DataLoader
+import loaderscope
+from loaderscope.probe.dashboard import find_dashboard
+base, token = find_dashboard(None)
+loader = loaderscope.watch(DataLoader(list(range(16)), batch_size=4), url=f"{base}/?token={token}", name=sys.argv[1])
+for _ in loader:
+    pass
+loader.close()
+print(json.dumps({"url": base, "token": token, "run": loader._probe_transport.run}))
+"""
+FIND = "from loaderscope.probe.dashboard import find_dashboard; print(find_dashboard(None)[0])"
+SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
+
+
+@pytest.fixture
+def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A private HOME and XDG_RUNTIME_DIR (here and for subprocesses); kills every dashboard started there."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(runtime), "PYTHONUNBUFFERED": "1"}
+    for name in ("LOADERSCOPE_URL", "LOADERSCOPE_TOKEN", "XDG_CACHE_HOME"):
+        env.pop(name, None)
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", env["HOME"])
+    monkeypatch.setenv("XDG_RUNTIME_DIR", env["XDG_RUNTIME_DIR"])
+    monkeypatch.setattr(dashboard, "DEFAULT_URL", f"http://127.0.0.1:{_free_port()}")  # not the user's :8000
+    monkeypatch.setattr(dashboard, "_ours", None)
+    monkeypatch.setattr(dashboard, "_said", set())
+    yield env
+    _kill_dashboards(runtime / "loaderscope")
+
+
+def _kill_dashboards(directory: Path) -> None:
+    """Every background dashboard whose log is in ``directory``: not our children, so poll until gone."""
+    pids = {int(m) for log in directory.glob("dashboard-*.log") for m in SERVER_PID.findall(log.read_text())}
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    for pid in pids:
+        try:
+            wait_for(lambda: not dashboard._running(pid), timeout=15, what=f"dashboard {pid} to stop")
+        except AssertionError:
+            _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _script(env: dict[str, str], cwd: Path, name: str) -> tuple[dict[str, Any], str]:
+    """Run SCRIPT as a separate training script, warnings about unclosed resources made errors."""
+    done = subprocess.run([sys.executable, "-W", "error::ResourceWarning", "-c", SCRIPT, name], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "ResourceWarning" not in done.stderr, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def _runs(url: str, token: str) -> list[dict[str, Any]]:
+    return httpx.get(f"{url}/api/runs", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+
+
+def _state_file(env: dict[str, str]) -> Path:
+    return Path(env["XDG_RUNTIME_DIR"]) / "loaderscope" / dashboard.STATE_FILE
+
+
+# --- a token the dashboard does not take --------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", ["wrong-token-of-sufficient-length", None])
+def test_a_refused_token_is_said_once_and_not_called_unreachable(
+        start_server: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, token: str | None) -> None:
+    monkeypatch.delenv("LOADERSCOPE_TOKEN", raising=False)
+    live: LiveServer = start_server()
+    url = f"{live.url}/?token={token}" if token else live.url
+    loader = loaderscope.watch(DataLoader(list(range(32)), batch_size=4), url=url)
+    sink = loader._probe_transport
+    for _ in loader:
+        pass
+    wait_for(lambda: sink.refused == 401, what="the refused handshake")
+    # It keeps trying (the user may fix the token by restarting nothing); the message stays one.
+    wait_for(lambda: live.output().count("/ws/ingest") >= 3, what="three refused handshakes")
+    loader.close()
+    err = capsys.readouterr().err
+    what = "the token" if token else "a missing token"
+    assert err.count(f"the dashboard at {live.url} refused {what} (401)") == 1, err
+    assert "?token=" in err and "LOADERSCOPE_TOKEN" in err
+    assert "did not reach the dashboard" in err and "it refused the token (401)" in err
+    assert "unreachable" not in err
+    assert sink.run is None and sink.sent == 0
+
+
+def test_an_unreachable_dashboard_is_said_while_running_then_at_close(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    sink = StreamSink(url, "some-token-of-sufficient-length")
+    sink([{"type": "run_start", "seq": 0, "t": 0.0}])
+    seen: list[str] = []
+    wait_for(lambda: seen.append(capsys.readouterr().err) or "is unreachable" in "".join(seen),
+             what="the unreachable message")
+    sink.close(timeout=0.2)
+    err = "".join(seen) + capsys.readouterr().err
+    assert err.count("is unreachable") == 1, err
+    assert "1 of 1 events did not reach the dashboard" in err and "it was unreachable" in err
+    assert "refused" not in err
+
+
+# --- a background dashboard, shared by the scripts ----------------------------------------------
+
+
+def test_consecutive_scripts_share_one_background_dashboard(user: dict[str, str], tmp_path: Path) -> None:
+    first, first_err = _script(user, tmp_path, "first.py")
+    second, second_err = _script(user, tmp_path, "second.py")
+    assert second["url"] == first["url"] and second["token"] == first["token"]
+    assert first_err.count("started a dashboard at") == 1
+    assert "started a dashboard" not in second_err and f"streaming to the dashboard at {first['url']}" in second_err
+    runs = wait_for(lambda: {r["id"]: r for r in _runs(first["url"], first["token"])
+                             if r["id"] in (first["run"], second["run"]) and r["status"] == "done"}.values())
+    assert sorted(r["name"] for r in runs) == ["first.py", "second.py"]
+    assert sorted(r["batches"] for r in runs) == [4, 4]
+    published = json.loads(_state_file(user).read_bytes())
+    assert published["url"] == first["url"] and published["token"] == first["token"]
+
+
+def test_concurrent_scripts_start_only_one(user: dict[str, str], tmp_path: Path) -> None:
+    scripts = [subprocess.Popen([sys.executable, "-W", "error::ResourceWarning", "-c", FIND], env=user, cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [script.communicate(timeout=120) for script in scripts]
+    assert all(script.returncode == 0 for script in scripts), outputs
+    assert len({out.strip() for out, _ in outputs}) == 1, outputs
+    assert sum(err.count("started a dashboard") for _, err in outputs) == 1, outputs
+    assert not any("ResourceWarning" in err for _, err in outputs)
+    assert len(list(_state_file(user).parent.glob("dashboard-*.log"))) == 1
+
+
+def test_the_state_file_is_private(user: dict[str, str]) -> None:
+    base, token = dashboard.find_dashboard(None)
+    path = _state_file(user)
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    published = dashboard.read_state(path.parent)
+    assert published is not None and (published.url, published.token) == (base, token)
+    os.chmod(path, 0o644)  # readable by others: someone could have put it there, or read the token
+    assert dashboard.read_state(path.parent) is None
+    os.chmod(path.parent, 0o755)
+    os.chmod(path, 0o600)
+    assert dashboard.private_dir() == path.parent and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+def test_a_stale_state_file_is_replaced(user: dict[str, str]) -> None:
+    directory = dashboard.private_dir()
+    assert directory is not None
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale_log = directory / "dashboard-stale.log"
+    stale_log.write_text("old")
+    stale = dashboard.Published(f"http://127.0.0.1:{_free_port()}", "stale-token-of-sufficient-length", gone.pid,
+                                str(stale_log))
+    dashboard.write_state(directory, stale)
+    base, token = dashboard.find_dashboard(None)
+    assert (base, token) != (stale.url, stale.token)
+    fresh = dashboard.read_state(directory)
+    assert fresh is not None and (fresh.url, fresh.token) == (base, token) and fresh.pid != gone.pid
+    assert not stale_log.exists()
+    assert dashboard.accepts(base, token)
+
+
+def test_a_published_dashboard_with_another_token_is_replaced(user: dict[str, str], start_server: Any) -> None:
+    live: LiveServer = start_server()
+    directory = dashboard.private_dir()
+    assert directory is not None
+    dashboard.write_state(directory, dashboard.Published(live.url, "not-its-token-of-sufficient-length"))
+    base, _ = dashboard.find_dashboard(None)
+    assert base != live.url
+
+
+def test_a_published_dashboard_is_used(user: dict[str, str], start_server: Any,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    live: LiveServer = start_server()
+    assert dashboard.publish(live.url + "/", live.token)
+    assert dashboard.find_dashboard(None) == (live.url, live.token)
+    assert f"streaming to the dashboard at {live.url}/?token=" in capsys.readouterr().err
+    dashboard.unpublish("http://127.0.0.1:1")  # another dashboard's shutdown leaves ours published
+    assert dashboard.read_state(dashboard.private_dir()) is not None
+    dashboard.unpublish(live.url)
+    assert not _state_file(user).exists()
+    assert not dashboard.publish("http://192.0.2.1:8000", live.token)  # only loopback dashboards
+
+
+def test_a_dashboard_whose_token_is_unknown_is_not_used(user: dict[str, str], start_server: Any,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    live: LiveServer = start_server()
+    monkeypatch.setattr(dashboard, "DEFAULT_URL", live.url)  # "the dashboard on :8000", started by hand
+    base, token = dashboard.find_dashboard(None)
+    assert base != live.url and dashboard.accepts(base, token)
+    err = capsys.readouterr().err
+    assert err.count(f"a dashboard answers at {live.url} but its token is not known here") == 1
+    monkeypatch.setenv("LOADERSCOPE_TOKEN", live.token)  # with its token, it is the one
+    assert dashboard.find_dashboard(None) == (live.url, live.token)
