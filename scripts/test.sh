@@ -9,4 +9,5 @@ fi
 if command -v node >/dev/null; then
   node --test frontend/tests/
 fi
+.venv/bin/python scripts/check_wheel.py   # the wheel, installed without extras in a clean venv, used
 exec .venv/bin/python -m pytest "$@"
