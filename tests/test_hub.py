@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from loaderscope.scenarios.hub import HUB_ENV
 from loaderscope.trace import read_trace
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
@@ -35,10 +34,8 @@ def test_bad_hub_argument_is_explained(tmp_path: Path) -> None:
     assert result.returncode == 2 and "DIR:ENTRY" in result.stdout
 
 
-def test_dashboard_offers_only_registered_hub_entries(start_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = {"spec": f"{EXAMPLES}:length_sorted_text", "kwargs": {"samples": 64}}
-    monkeypatch.setenv(HUB_ENV, json.dumps([spec]))
-    live = start_server()
+def test_dashboard_offers_only_registered_hub_entries(start_server: Any) -> None:
+    live = start_server(hub=[f"{EXAMPLES}:length_sorted_text"])  # run processes get the entry on their argv
     with live.client() as http:
         names = [s["name"] for s in http.get("/api/scenarios").json()]
         assert "hub:length_sorted_text" in names
@@ -47,4 +44,20 @@ def test_dashboard_offers_only_registered_hub_entries(start_server: Any, monkeyp
     run = live.start_run("hub:length_sorted_text", num_workers=1)
     done = live.wait_status(run["id"])
     assert done["status"] == "done", done
-    assert done["statistics"]["batches"] == 4
+    assert done["statistics"]["batches"] == 25  # the entry's 400 samples in batches of 16
+
+
+def test_registering_a_hub_entry_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loaderscope import scenarios
+    from loaderscope.scenarios.hub import HubEntry, hub_scenario
+
+    before = dict(os.environ)
+    entry = HubEntry.parse(f"{EXAMPLES}:length_sorted_text", {"samples": 64})
+    registered = scenarios.register(hub_scenario(entry))
+    assert dict(os.environ) == before
+    assert scenarios.get("hub:length_sorted_text") is registered
+    assert HubEntry.from_json(entry.to_json()) == entry
+    plan = scenarios.resolve("hub:length_sorted_text", {"num_workers": 0})
+    workload = plan.build()
+    assert workload.args.batch_size is None and workload.args.collate_fn is not None
+    assert len(workload.sampler_order().batches[0]) == 4

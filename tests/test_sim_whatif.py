@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loaderscope.scenarios import get
+from loaderscope.scenarios import ParamError, get, resolve
 from loaderscope.sim import CostModel, fit_from_trace, format_table, machinery, recommend, simulate, sweep, trace_sweep
 from tests.test_sim_helpers import problems
 
@@ -14,7 +14,7 @@ def _events(scenario: str, params: dict, costs: CostModel | None = None) -> list
 
 
 def test_sweep_rows_carry_the_swept_values_and_the_metrics() -> None:
-    rows = sweep("uniform", {"step_ms": 10.0}, {"num_workers": [0, 1, 2, 4], "prefetch_factor": [1, 2]})
+    rows = sweep(resolve("uniform", {"step_ms": 10.0}), {"num_workers": [0, 1, 2, 4], "prefetch_factor": [1, 2]})
     assert [(r["num_workers"], r["prefetch_factor"]) for r in rows] == [(w, p) for w in (0, 1, 2, 4) for p in (1, 2)]
     for row in rows:
         assert row["status"] == "done" and row["batches"] == 24
@@ -24,40 +24,44 @@ def test_sweep_rows_carry_the_swept_values_and_the_metrics() -> None:
 
 
 def test_recommend_names_the_smallest_worker_count_that_feeds_the_consumer() -> None:
-    rows = sweep("uniform", {"step_ms": 10.0}, {"num_workers": [0, 1, 2, 4, 8]})
+    rows = sweep(resolve("uniform", {"step_ms": 10.0}), {"num_workers": [0, 1, 2, 4, 8]})
     assert recommend(rows).startswith("num_workers=2 keeps the consumer fed")
 
 
 def test_recommend_when_nothing_feeds_the_consumer() -> None:
-    still_rising = sweep("uniform", {}, {"num_workers": [1, 2]})
+    still_rising = sweep(resolve("uniform", {}), {"num_workers": [1, 2]})
     assert "sweep more workers" in recommend(still_rising)
-    main_bound = sweep("uniform", {"sample_ms": 1.0}, {"num_workers": [1, 2, 4]}, CostModel(get_ms=10.0))
+    main_bound = sweep(resolve("uniform", {"sample_ms": 1.0}), {"num_workers": [1, 2, 4]}, CostModel(get_ms=10.0))
     assert "no num_workers swept keeps the consumer fed" in recommend(main_bound)
     assert "levels off at num_workers=1" in recommend(main_bound)
 
 
 def test_recommend_per_combination_of_the_other_keys_and_without_workers() -> None:
-    rows = sweep("slow_consumer", {}, {"num_workers": [0, 1, 2], "prefetch_factor": [1, 2]})
+    rows = sweep(resolve("slow_consumer", {}), {"num_workers": [0, 1, 2], "prefetch_factor": [1, 2]})
     lines = recommend(rows).splitlines()
     assert [line.split(":")[0] for line in lines] == ["prefetch_factor=1", "prefetch_factor=2"]
-    assert "num_workers" in recommend(sweep("slow_consumer", {}, {"prefetch_factor": [1, 2]}))
+    assert "num_workers" in recommend(sweep(resolve("slow_consumer", {}), {"prefetch_factor": [1, 2]}))
 
 
 def test_sweep_a_cost_field_and_reject_unknown_keys() -> None:
-    rows = sweep("slow_consumer", {"num_workers": 2}, {"get_ms": [0.0, 20.0]})
+    rows = sweep(resolve("slow_consumer", {"num_workers": 2}), {"get_ms": [0.0, 20.0]})
     assert rows[1]["input_bound"] > rows[0]["input_bound"]
-    with pytest.raises(ValueError, match="cannot sweep wheels"):
-        sweep("uniform", {}, {"wheels": [1]})
+    with pytest.raises(ParamError, match="cannot sweep wheels"):
+        sweep(resolve("uniform", {}), {"wheels": [1]})
+    with pytest.raises(ParamError, match=r"num_workers=99: .*allowed: an integer from 0 to 64"):
+        sweep(resolve("uniform", {}), {"num_workers": [2, 99]})
+    with pytest.raises(ParamError, match="get_ms='slow'"):
+        sweep(resolve("uniform", {}), {"get_ms": ["slow"]})
 
 
 def test_sweep_step_ms_also_overrides_a_fitted_step() -> None:
     costs = CostModel(step_ms=1.0)
-    rows = sweep("uniform", {"num_workers": 2}, {"step_ms": [1.0, 50.0]}, costs)
+    rows = sweep(resolve("uniform", {"num_workers": 2}), {"step_ms": [1.0, 50.0]}, costs)
     assert rows[1]["batches_per_s"] < rows[0]["batches_per_s"] / 4
 
 
 def test_format_table_shows_every_row_and_metric() -> None:
-    rows = sweep("out_of_order", {}, {"in_order": [True, False]})
+    rows = sweep(resolve("out_of_order", {}), {"in_order": [True, False]})
     text = format_table(rows)
     for title in ("in_order", "batches/s", "input-bound", "buffer high", "worker util"):
         assert title in text
@@ -96,10 +100,10 @@ def test_fit_needs_fetches() -> None:
         fit_from_trace([{"seq": 0, "t": 0.0, "kind": "run_start", "mode": "real", "config": {}}])
 
 
-def test_trace_sweep_of_a_scenario_trace_predicts_the_recorded_run() -> None:
+def test_sweep_of_a_scenario_trace_predicts_the_recorded_run() -> None:
     params = {"num_workers": 2, "sample_ms": 3.0, "step_ms": 4.0}
     events = _events("uniform", params)
-    rows = trace_sweep(events, {"num_workers": [1, 2, 4]})
+    rows = sweep(resolve("uniform", events[0]["params"]), {"num_workers": [1, 2, 4]}, fit_from_trace(events))
     recorded = events[-1]["stats"]["batches_per_s"]
     assert rows[1]["batches_per_s"] == pytest.approx(recorded, rel=0.01)
     assert rows[0]["batches_per_s"] < rows[1]["batches_per_s"] < rows[2]["batches_per_s"]

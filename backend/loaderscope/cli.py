@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from loaderscope import __version__, scenarios
@@ -26,53 +27,33 @@ class UsageError(Exception):
     """Bad command-line input: printed as one clear line, exit code 2."""
 
 
-# --- parameters ------------------------------------------------------------------------------------
+# --- parameters ---------------------------------------------------------------------------------
 
 
-def parse_sets(pairs: Sequence[str]) -> dict[str, str]:
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` pairs; each value read as JSON where it is one, so ``4`` is what ``4`` is in the API."""
     params = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UsageError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set num_workers=8")
-        params[key.strip()] = value.strip()
+        params[key.strip()] = _literal(value.strip())
     return params
 
 
-def explain_validation(error: ValidationError, scenario: scenarios.Scenario) -> str:
-    """pydantic's errors in the words of the command line: the key, what is wrong, what is allowed."""
-    fields = scenario.params.model_fields
-    lines = []
-    for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"])
-        if not key:  # a rule across parameters
-            lines.append(f"--set: {item['msg'].removeprefix('Value error, ')}")
-            continue
-        field = fields.get(key)
-        if item["type"] == "extra_forbidden":
-            lines.append(f"--set {key}: {scenario.name} has no parameter {key!r}; it takes: {', '.join(fields)}")
-            continue
-        bounds = ""
-        if field is not None:
-            limits = {type(m).__name__: m for m in field.metadata}
-            low, high = limits.get("Ge"), limits.get("Le")
-            if low is not None and high is not None:
-                bounds = f" (allowed: {low.ge} to {high.le})"
-        lines.append(f"--set {key}={item.get('input')!r}: {item['msg']}{bounds}")
-    return "\n".join(lines)
-
-
-def validated_params(scenario: scenarios.Scenario, sets: Sequence[str]) -> dict[str, Any]:
+def _literal(text: str) -> Any:
+    """A command-line value: a JSON literal (number, true, [..]) or else the string itself."""
     try:
-        return scenario.params.model_validate(parse_sets(sets)).model_dump()
-    except ValidationError as exc:
-        raise UsageError(explain_validation(exc, scenario)) from None
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
 
 
-def find_scenario(name: str) -> scenarios.Scenario:
+def resolve(name: str, values: dict[str, Any]) -> scenarios.Plan:
+    """``scenarios.resolve``, its ParamError shown as the dashboard shows it."""
     try:
-        return scenarios.get(name)
-    except scenarios.UnknownScenario as exc:
+        return scenarios.resolve(name, values)
+    except scenarios.ParamError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -97,8 +78,7 @@ def print_params(scenario: scenarios.Scenario) -> None:
     console.print(table)
 
 
-def execute(scenario: scenarios.Scenario, params: dict[str, Any], mode: str,
-            costs: Any = None) -> tuple[list[Event], LoaderState, str | None]:
+def execute(plan: scenarios.Plan, mode: str, costs: Any = None) -> tuple[list[Event], LoaderState, str | None]:
     """Run for real (worker processes) or simulated; returns events, final state and torch's error."""
     from loaderscope.runner import Collector, new_run_id
 
@@ -106,62 +86,67 @@ def execute(scenario: scenarios.Scenario, params: dict[str, Any], mode: str,
     if mode == "sim":
         from loaderscope.sim import simulate
 
-        collector(simulate(scenario.plan(params), run_id=new_run_id(), scenario=scenario.name, params=params,
-                           costs=costs))
+        collector(simulate(plan.build(), run_id=new_run_id(), scenario=plan.name, params=plan.values(), costs=costs))
         return collector.events, collector.state, None
-    from loaderscope.runner import run_real
+    from loaderscope.runner import run_plan
 
     warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")  # about this box, not the loader
     try:
-        run_real(scenario.name, params, collector)
+        run_plan(plan, collector)
     except Exception as exc:  # the loader's own exception: reported, the trace is still written
         return collector.events, collector.state, f"{type(exc).__name__}: {exc}"
     return collector.events, collector.state, None
 
 
-def hub_scenario(spec: str, sets: Sequence[str]) -> tuple[scenarios.Scenario, list[str]]:
-    """Register a --hub entry; --set keys that are not loader parameters go to the entry point."""
+def register_hub(spec: str, kwargs: dict[str, Any] | None = None) -> scenarios.Scenario:
+    """Make a --hub entry a scenario of this process."""
     from loaderscope.scenarios import hub
 
-    loader_keys = hub.HubParams.model_fields
-    loader_sets = [s for s in sets if s.partition("=")[0] in loader_keys]
-    entry_kwargs = {k: _literal(v) for k, v in parse_sets(sets).items() if k not in loader_keys}
     try:
-        return hub.register(spec, entry_kwargs), loader_sets
+        return scenarios.register(hub.hub_scenario(hub.HubEntry.parse(spec, kwargs)))
     except hub.HubError as exc:
         raise UsageError(str(exc)) from None
 
 
-def _literal(text: str) -> Any:
-    """A --set value for a hub entry: a JSON literal (number, true, [..]) or else the string itself."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return text
+def hub_values(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """--set values for a hub run: the loader's parameters, and the rest for the entry point."""
+    from loaderscope.scenarios.params import HubParams
+
+    loader = {k: v for k, v in values.items() if k in HubParams.model_fields}
+    return loader, {k: v for k, v in values.items() if k not in loader}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    values = parse_sets(args.set)
     if args.hub:
-        scenario, sets = hub_scenario(args.hub, args.set)
+        values, entry_kwargs = hub_values(values)
+        name = register_hub(args.hub, entry_kwargs).name
     elif args.scenario:
-        scenario, sets = find_scenario(args.scenario), args.set
+        name = args.scenario
     else:
         raise UsageError("name a scenario (see `loaderscope scenarios`) or a torch.hub entry with --hub DIR:ENTRY")
     if args.help_params:
-        print_params(scenario)
+        print_params(find_scenario(name))
         return 0
-    params = validated_params(scenario, sets)
-    console.print(f"[bold]{scenario.title}[/] ({args.mode}): {scenario.description}")
-    events, state, error = execute(scenario, params, args.mode, cost_model(args.costs))
-    out = Path(args.out or f"{scenario.name}.trace.jsonl")
+    plan = resolve(name, values)
+    console.print(f"[bold]{plan.scenario.title}[/] ({args.mode}): {plan.scenario.description}")
+    events, state, error = execute(plan, args.mode, cost_model(args.costs))
+    out = Path(args.out or f"{plan.name}.trace.jsonl")
     from loaderscope.trace import write_trace
 
-    write_trace(out, events, state.run, scenario=scenario.name, mode=args.mode, params=params)
+    write_trace(out, events, state.run, scenario=plan.name, mode=args.mode, params=plan.values())
     print_summary(events, state)
     if error:
-        console.print(f"\n[bold red]the DataLoader raised[/] {error}")
+        console.print(f"\n[bold red]the DataLoader raised[/] {escape(error)}")
     console.print(f"\ntrace: {out} ({len(events)} events) — open it with [bold]loaderscope serve --open {out}[/]")
     return 1 if error else 0
+
+
+def find_scenario(name: str) -> scenarios.Scenario:
+    try:
+        return scenarios.get(name)
+    except scenarios.UnknownScenario as exc:
+        raise UsageError(str(exc)) from None
 
 
 def print_summary(events: list[Event], state: LoaderState) -> None:
@@ -198,7 +183,7 @@ def print_summary(events: list[Event], state: LoaderState) -> None:
         console.print(f"[red]protocol violations: {stats['violations'][:5]}[/]")
 
 
-def sweep_grid(specs: Sequence[str], allowed: Sequence[str]) -> dict[str, list[str]]:
+def sweep_grid(specs: Sequence[str], allowed: Sequence[str]) -> dict[str, list[Any]]:
     grid = {}
     for spec in specs:
         key, sep, values = spec.partition("=")
@@ -206,7 +191,7 @@ def sweep_grid(specs: Sequence[str], allowed: Sequence[str]) -> dict[str, list[s
             raise UsageError(f"--sweep {spec!r}: expected KEY=V1,V2,..., e.g. --sweep num_workers=1,2,4,8")
         if key not in allowed:
             raise UsageError(f"--sweep {key}: not a parameter here; sweepable: {', '.join(allowed)}")
-        grid[key] = values.split(",")
+        grid[key] = [_literal(value) for value in values.split(",")]
     return grid
 
 
@@ -217,13 +202,6 @@ def read_events(path: str) -> list[Event]:
         return read_trace(path)[1]
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _number(key: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise UsageError(f"--sweep {key}={text!r}: a number is needed") from None
 
 
 def cost_model(text: str | None) -> Any:
@@ -241,24 +219,37 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from loaderscope import sim
 
     cost_fields = [name for name, f in sim.CostModel.model_fields.items() if f.annotation in (int, float)]
-    if args.from_trace and not args.scenario:  # the trace's own loader, replayed with other settings
+    if args.from_trace and not args.scenario:
         events = read_events(args.from_trace)
-        grid = sweep_grid(args.sweep, ["num_workers", "prefetch_factor", "batch_size", "in_order", *cost_fields])
-        rows = sim.trace_sweep(events, grid)
-    else:
-        if not args.scenario:
-            raise UsageError("name a scenario, or give --from-trace FILE to sweep a recorded run")
-        scenario = find_scenario(args.scenario)
-        params = validated_params(scenario, args.set)
-        grid: dict[str, list[Any]] = sweep_grid(args.sweep, [*scenario.params.model_fields, *cost_fields])
-        for key in grid.keys() & set(cost_fields):
-            grid[key] = [_number(key, value) for value in grid[key]]
-        for key, values in grid.items():
-            if key in scenario.params.model_fields:
-                for value in values:
-                    validated_params(scenario, [*args.set, f"{key}={value}"])
+        plan = trace_plan(events)
+        if plan is None:  # the trace's own loader, replayed with other settings
+            grid = sweep_grid(args.sweep, ["num_workers", "prefetch_factor", "batch_size", "in_order", *cost_fields])
+            return print_sweep(lambda: sim.trace_sweep(events, grid))
+        costs = sim.fit_from_trace(events)
+    elif args.scenario:
+        plan = resolve(args.scenario, parse_sets(args.set))
         costs = sim.fit_from_trace(read_events(args.from_trace)) if args.from_trace else cost_model(args.costs)
-        rows = sim.sweep(scenario.name, params, grid, costs=costs)
+    else:
+        raise UsageError("name a scenario, or give --from-trace FILE to sweep a recorded run")
+    grid = sweep_grid(args.sweep, [*plan.scenario.params.model_fields, *cost_fields])
+    return print_sweep(lambda: sim.sweep(plan, grid, costs))
+
+
+def trace_plan(events: list[Event]) -> scenarios.Plan | None:
+    """The scenario a trace recorded, with its parameters; None for a loader of the user's own."""
+    start = next((e for e in events if e["kind"] == "run_start"), None)
+    if start is None or start.get("scenario") not in {s.name for s in scenarios.all_scenarios()}:
+        return None
+    return resolve(start["scenario"], start.get("params") or {})
+
+
+def print_sweep(rows_of: Callable[[], list[dict[str, Any]]]) -> int:
+    from loaderscope import sim
+
+    try:
+        rows = rows_of()
+    except ValueError as exc:  # a ParamError, or a key a replayed trace cannot change
+        raise UsageError(str(exc)) from None
     console.print(sim.format_table(rows))
     console.print(sim.recommend(rows))
     return 0
@@ -287,13 +278,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from loaderscope.server import serve
 
     for spec in args.hub:
-        hub_scenario(spec, [])
+        register_hub(spec)
     demo = getattr(args, "scenario", None)
     options: dict[str, Any] = {}
     if demo is not None:
-        scenario = find_scenario(demo)
         sets = (DEMO_SETS.get(demo, []) if not args.set else []) + args.set
-        options = {"demo": demo, "demo_params": validated_params(scenario, sets), "demo_delay": args.delay}
+        options = {"demo": resolve(demo, parse_sets(sets)), "demo_delay": args.delay}
     try:
         serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
               traces=getattr(args, "open", []), **options)
@@ -368,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except UsageError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:
         return 130

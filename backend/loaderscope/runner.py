@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from loaderscope import scenarios
 from loaderscope.events import Event
+from loaderscope.scenarios import Plan, Workload, resolve
 from loaderscope.state import LoaderState, summary
 
 Sink = Callable[[list[Event]], None]
@@ -99,28 +99,28 @@ class Collector:
             self._forward(events)
 
 
-def build_loader(plan: scenarios.LoaderPlan, loader_class: type | None = None, **probe: Any) -> Any:
-    """The scenario's real DataLoader: instrumented, unless a ``loader_class`` (vanilla torch) is given."""
+def build_loader(workload: Workload, loader_class: type | None = None, **probe: Any) -> Any:
+    """The workload's real DataLoader: instrumented, unless a ``loader_class`` (vanilla torch) is given."""
     if loader_class is None:
         from loaderscope.probe.loader import InstrumentedDataLoader as loader_class
 
-    dataset = plan.make_dataset()
-    kwargs = dict(plan.loader_kwargs)
-    if plan.make_sampler is not None:
-        kwargs["sampler"] = plan.make_sampler(dataset)
-    if plan.make_batch_sampler is not None:
-        kwargs["batch_sampler"] = plan.make_batch_sampler(dataset)
+    dataset = workload.make_dataset()
+    kwargs = workload.args.kwargs()
+    if workload.make_sampler is not None:
+        kwargs["sampler"] = workload.make_sampler(dataset)
+    if workload.make_batch_sampler is not None:
+        kwargs["batch_sampler"] = workload.make_batch_sampler(dataset)
     return loader_class(dataset, **kwargs, **probe)
 
 
-def consume(loader: Any, plan: scenarios.LoaderPlan, control: Control) -> str:
-    """The training loop: ``plan.epochs`` passes, each batch 'trained on' for ``plan.step_cost``
-    seconds or by the plan's own step (whose timings become ``step`` events).
+def consume(loader: Any, workload: Workload, control: Control) -> str:
+    """The training loop: ``workload.epochs`` passes, each batch 'trained on' for ``workload.step_cost``
+    seconds or by the workload's own step (whose timings become ``step`` events).
 
     Returns the run's end reason: "done" or "stopped". Exceptions from the loader propagate.
     """
-    step = plan.make_step() if plan.make_step is not None else None
-    for _ in range(plan.epochs):
+    step = workload.make_step() if workload.make_step is not None else None
+    for _ in range(workload.epochs):
         iterator = iter(loader)
         batches = 0
         while True:
@@ -135,8 +135,8 @@ def consume(loader: Any, plan: scenarios.LoaderPlan, control: Control) -> str:
                 break
             if step is not None:
                 loader._probe.note("step", batch=batches, **step(batch))
-            elif plan.step_cost:
-                time.sleep(plan.step_cost)
+            elif workload.step_cost:
+                time.sleep(workload.step_cost)
             batches += 1
             if control.delay:
                 control.sleep(control.delay)
@@ -144,40 +144,37 @@ def consume(loader: Any, plan: scenarios.LoaderPlan, control: Control) -> str:
     return "done"
 
 
-def run_real(
-    name: str,
-    params: dict[str, Any] | None,
-    sink: Sink,
-    *,
-    control: Control | None = None,
-    run_id: str | None = None,
-) -> LoaderState:
-    """Run scenario ``name`` with a real DataLoader; every event goes to ``sink``.
+def run_plan(plan: Plan, sink: Sink, *, control: Control | None = None, run_id: str | None = None) -> LoaderState:
+    """Run ``plan`` with a real DataLoader; every event goes to ``sink``.
 
     Returns the reduced state (summary and diagnosis come from it; empty when ``sink`` is a
     transport taking frames: its receiver reduces). Loader exceptions are
     recorded (``error`` / ``run_end`` with reason "error") and re-raised, as torch raised them.
     """
-    scenario = scenarios.get(name)
-    validated = scenario.params.model_validate(params or {})
-    plan = scenario.build(validated)
+    workload = plan.build()
     # A transport takes the probe's frames as they are; Python sinks get dicts and a live reducer.
     streaming = getattr(sink, "takes_frames", False)
     collector = sink if isinstance(sink, Collector) else None if streaming else Collector(sink)
     control = control or Control()
     loader = build_loader(
-        plan,
+        workload,
         sink=collector or sink,
         run_id=run_id or new_run_id(),
-        scenario=name,
-        params=validated.model_dump(),
-        describe=plan.describe,
-        stuck_after=validated.stuck_after or None,
+        scenario=plan.name,
+        params=plan.values(),
+        describe=workload.describe,
+        stuck_after=plan.params.stuck_after or None,
     )
     reason = "error"
     try:
-        reason = consume(loader, plan, control)
+        reason = consume(loader, workload, control)
     finally:
         loader.flush()  # so the summary in run_end sees every event before it
         loader.close(reason, summary(collector.state) if collector else {})
     return collector.state if collector else LoaderState()
+
+
+def run_real(name: str, values: Mapping[str, Any] | None, sink: Sink, *, control: Control | None = None,
+             run_id: str | None = None) -> LoaderState:
+    """``run_plan`` for Python callers holding a scenario's name and raw values (raises ParamError)."""
+    return run_plan(resolve(name, values), sink, control=control, run_id=run_id)

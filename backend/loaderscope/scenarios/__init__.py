@@ -1,14 +1,38 @@
-"""Built-in scenarios: a dataset, a sampler and a latency model, runnable for real or simulated."""
+"""Scenarios: a dataset, samplers and a latency model, runnable for real or simulated.
 
-from loaderscope.scenarios.base import REGISTRY, CommonParams, LoaderPlan, Scenario, UnknownScenario, get
+``resolve(name, values)`` checks a scenario's parameters (raising ``ParamError``) and returns a
+``Plan``; ``Plan.build()`` imports the scenario's builder (and torch) and returns the ``Workload``
+that the real runner and the simulator both take. Listing and resolving never import torch.
 
-__all__ = ["REGISTRY", "CommonParams", "LoaderPlan", "Scenario", "UnknownScenario", "all_scenarios", "get"]
+Names are loaded on first use, so the simulator can import ``scenarios.workload`` (``Workload``,
+``LoaderArgs``) without the catalog.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loaderscope.scenarios.catalog import Scenario, all_scenarios, get, register
+    from loaderscope.scenarios.errors import ParamError, Problem, UnknownScenario
+    from loaderscope.scenarios.params import CommonParams
+    from loaderscope.scenarios.plan import Plan, resolve
+    from loaderscope.scenarios.workload import LoaderArgs, SamplerOrder, Workload
+
+_HOMES = {
+    "Scenario": "catalog", "all_scenarios": "catalog", "get": "catalog", "register": "catalog",
+    "ParamError": "errors", "Problem": "errors", "UnknownScenario": "errors",
+    "CommonParams": "params",
+    "Plan": "plan", "resolve": "plan",
+    "LoaderArgs": "workload", "SamplerOrder": "workload", "Workload": "workload",
+}
+
+__all__ = sorted(_HOMES)
 
 
-def all_scenarios() -> list[Scenario]:
-    from loaderscope.scenarios import catalog  # noqa: F401  (registers the built-ins)
-    from loaderscope.scenarios.hub import register_from_env
-
-    register_from_env()  # torch.hub entries the dashboard's command line named
-
-    return sorted(REGISTRY.values(), key=lambda s: s.name)
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'loaderscope.scenarios' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"loaderscope.scenarios.{home}"), name)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -13,10 +14,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import loaderscope
-from loaderscope import trace
+from loaderscope import scenarios, trace
 from loaderscope.server.errors import field_problems, readable
 from loaderscope.server.runs import Run, RunManager, RunRefused
 from loaderscope.server.store import EventLog, Gap
+
+if TYPE_CHECKING:
+    from loaderscope.sim import Variant
 
 MAX_EVENTS_PER_REQUEST = 10_000
 MAX_CHROME_EVENTS = 2_000_000  # a conversion holds the whole run in memory; beyond this, use the CLI
@@ -62,8 +66,8 @@ def refused(exc: RunRefused) -> JSONResponse:
     return JSONResponse({"detail": exc.message}, status_code=exc.status)
 
 
-def unprocessable(problems: list[dict[str, Any]]) -> JSONResponse:
-    return JSONResponse({"detail": readable(problems), "errors": problems}, status_code=422)
+def unprocessable(problems: list[dict[str, Any]], detail: str | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail or readable(problems), "errors": problems}, status_code=422)
 
 
 @router.get("/health")
@@ -72,56 +76,55 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/scenarios")
-async def scenarios() -> list[dict[str, Any]]:
-    # The catalog imports torch: do it once, off the event loop.
-    return await asyncio.to_thread(_describe_scenarios)
+async def list_scenarios() -> list[dict[str, Any]]:
+    return _describe_scenarios()
 
 
 @functools.cache
 def _describe_scenarios() -> list[dict[str, Any]]:
-    from loaderscope.scenarios import all_scenarios
-
-    return [s.describe() for s in all_scenarios()]
+    # The catalog is fixed once the server runs (torch.hub entries register before it starts).
+    return [s.describe() for s in scenarios.all_scenarios()]
 
 
 @router.post("/runs", status_code=201, responses={422: {}, 429: {}, 503: {}})
 async def create_run(body: RunRequest, request: Request) -> Any:
-    problems, params = await asyncio.to_thread(_check_run, body)
-    if problems:
-        return unprocessable(problems)
+    checked = _check_run(body)
+    if isinstance(checked, JSONResponse):
+        return checked
     try:
-        run = await manager_of(request).start(body.scenario, body.mode, params, costs=body.costs)
+        run = await manager_of(request).start(checked, body.mode, costs=body.costs)
     except RunRefused as exc:
         return refused(exc)
     return JSONResponse(run.detail(), status_code=201)
 
 
-def _check_run(body: RunRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Problems with the request (as field_problems), or the scenario's full, validated parameters."""
-    from loaderscope import scenarios
+def rejected(exc: scenarios.ParamError, prefix: str) -> JSONResponse:
+    """422 with the ParamError's own words (the command line's), and its problems by request field."""
+    scope = "" if isinstance(exc, scenarios.UnknownScenario) else prefix
+    problems = [{"field": scope + p.field, "message": p.message, "allowed": p.allowed} for p in exc.problems]
+    return unprocessable(problems, str(exc))
 
+
+def _check_run(body: RunRequest) -> scenarios.Plan | JSONResponse:
+    """The resolved plan (torch-free), or the 422 that says what is wrong with the request."""
     try:
-        scenario = scenarios.get(body.scenario)
-    except scenarios.UnknownScenario as exc:
-        return [{"field": "scenario", "message": str(exc), "allowed": None}], {}
+        plan = scenarios.resolve(body.scenario, body.params)
+    except scenarios.ParamError as exc:
+        return rejected(exc, "params.")
     if body.mode == "sim" and not sim_available():
-        return [{"field": "mode", "message": "the simulator is not available in this installation; use mode "
-                 "'real'", "allowed": "'real'"}], {}
-    try:
-        validated = scenario.params.model_validate(body.params)
-    except ValidationError as exc:
-        return field_problems(exc.errors(), scenario.params, prefix="params."), {}
+        return unprocessable([{"field": "mode", "message": "the simulator is not available in this installation; "
+                               "use mode 'real'", "allowed": "'real'"}])
     if body.costs is not None:
         if body.mode != "sim":
-            return [{"field": "costs", "message": "a cost model only applies to simulated runs (mode 'sim')",
-                     "allowed": None}], {}
+            return unprocessable([{"field": "costs", "message": "a cost model only applies to simulated runs "
+                                   "(mode 'sim')", "allowed": None}])
         from loaderscope.sim import CostModel
 
         try:
             CostModel.model_validate(body.costs)
         except ValidationError as exc:
-            return field_problems(exc.errors(), CostModel, prefix="costs."), {}
-    return [], validated.model_dump()
+            return unprocessable(field_problems(exc.errors(), CostModel, prefix="costs."))
+    return plan
 
 
 def sim_available() -> bool:
@@ -158,50 +161,42 @@ async def sim_costs() -> dict[str, Any]:
 async def create_sweep(body: SweepRequest) -> Any:
     """Rows of batches/s, input-bound share, buffer high-water and worker use per combination,
     and the recommendation (the smallest num_workers that keeps the consumer fed)."""
-    problems = await asyncio.to_thread(_check_sweep, body)
-    if problems:
-        return unprocessable(problems)
+    checked = _check_sweep(body)
+    if isinstance(checked, JSONResponse):
+        return checked
     if _sweeping.locked():
         return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
     async with _sweeping:
-        return await asyncio.to_thread(_sweep, body)
+        # builds torch samplers and simulates: CPU-bound, off the event loop
+        return await asyncio.to_thread(_sweep, checked)
 
 
-def _check_sweep(body: SweepRequest) -> list[dict[str, Any]]:
-    from loaderscope import scenarios
-    from loaderscope.sim import CostModel
-
-    try:
-        scenario = scenarios.get(body.scenario)
-    except scenarios.UnknownScenario as exc:
-        return [{"field": "scenario", "message": str(exc), "allowed": None}]
-    combinations = 1
-    for key, values in body.grid.items():
-        combinations *= max(len(values), 1)
-        if key not in scenario.params.model_fields and key not in CostModel.model_fields:
-            return [{"field": f"grid.{key}", "message": f"{body.scenario} has no parameter {key!r}", "allowed": None}]
-        for value in values:  # every value must be valid where it goes
-            if key in scenario.params.model_fields:
-                try:
-                    scenario.params.model_validate(body.params | {key: value})
-                except ValidationError as exc:
-                    return field_problems(exc.errors(), scenario.params, prefix="grid.")
-    if not body.grid or combinations > MAX_SWEEP_RUNS:
-        return [{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations (got {combinations})",
-                 "allowed": None}]
-    try:
-        scenario.params.model_validate(body.params)
-        CostModel.model_validate(body.costs or {})
-    except ValidationError as exc:
-        return field_problems(exc.errors(), None, prefix="params.")
-    return []
-
-
-def _sweep(body: SweepRequest) -> dict[str, Any]:
+def _check_sweep(body: SweepRequest) -> list[Variant] | JSONResponse:
+    """Every combination, resolved and checked (torch-free), or the 422 that says what is wrong."""
     from loaderscope import sim
 
-    costs = sim.CostModel.model_validate(body.costs) if body.costs else None
-    rows = sim.sweep(body.scenario, body.params, body.grid, costs=costs)
+    try:
+        plan = scenarios.resolve(body.scenario, body.params)
+    except scenarios.ParamError as exc:
+        return rejected(exc, "params.")
+    combinations = math.prod(max(len(values), 1) for values in body.grid.values())
+    if not body.grid or combinations > MAX_SWEEP_RUNS:
+        return unprocessable([{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations "
+                               f"(got {combinations})", "allowed": None}])
+    try:
+        costs = sim.CostModel.model_validate(body.costs or {})
+    except ValidationError as exc:
+        return unprocessable(field_problems(exc.errors(), sim.CostModel, prefix="costs."))
+    try:
+        return sim.variants(plan, body.grid, costs)
+    except scenarios.ParamError as exc:
+        return rejected(exc, "grid.")
+
+
+def _sweep(chosen: list[Variant]) -> dict[str, Any]:
+    from loaderscope import sim
+
+    rows = sim.simulate_variants(chosen)
     return {"rows": rows, "recommendation": sim.recommend(rows)}
 
 

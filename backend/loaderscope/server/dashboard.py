@@ -18,7 +18,10 @@ from typing import Any
 
 import uvicorn
 
+from loaderscope import scenarios
 from loaderscope.events import MAX_FRAME_BYTES
+from loaderscope.scenarios import Plan
+from loaderscope.scenarios.hub import HubEntry, hub_scenario
 from loaderscope.server import logs
 from loaderscope.server.app import create_app
 from loaderscope.server.config import ServerConfig, is_loopback
@@ -33,9 +36,10 @@ def serve(
     *,
     token: str | None = None,
     open_browser: bool = False,
-    demo: str | None = None,
+    demo: str | Plan | None = None,
     demo_params: dict[str, Any] | None = None,
     demo_mode: str = "real",
+    hub: Iterable[str] = (),
     demo_delay: float = 0.0,
     traces: Iterable[str | Path] = (),
     allow_origins: Iterable[str] = (),
@@ -52,8 +56,10 @@ def serve(
         port: 0 picks a free port (the printed URL says which).
         token: the access token; default ``$LOADERSCOPE_TOKEN``, else a fresh random one.
         open_browser: open the printed URL where a browser exists.
-        demo: a scenario to start at once (``loaderscope demo``); the URL then opens that run.
-        demo_params, demo_mode: its parameters (validated here) and "real" or "sim".
+        demo: a scenario (its name, or a resolved plan) to start at once (``loaderscope demo``); the
+            URL then opens that run.
+        demo_params, demo_mode: a named demo's parameters (resolved here), and "real" or "sim".
+        hub: torch.hub entries (``DIR:ENTRY``) to offer as scenarios, next to any already registered.
         demo_delay: seconds added per batch from the start, so a first-time viewer can follow.
         traces: recorded trace files to open as replayed runs (the URL opens the first one).
         allow_origins: extra origins (``http://host:port``) whose pages may call the API.
@@ -64,13 +70,14 @@ def serve(
         limits: ServerConfig limits (memory_events, max_lag, max_active_runs, ...).
 
     Raises:
-        ValueError: a bad token, a demo scenario/parameters that do not validate, or a file in
-            ``traces`` that is not a loaderscope trace.
+        ValueError: a bad token, a demo scenario/parameters that do not resolve (ParamError), a
+            bad ``hub`` entry (HubError), or a file in ``traces`` that is not a loaderscope trace.
         OSError: the address cannot be bound (port in use).
     """
     token = checked_token(token) if token else checked_token_env() or secrets.token_urlsafe(32)
-    if demo is not None:
-        demo_params = validated_params(demo, demo_params or {})
+    for spec in hub:
+        scenarios.register(hub_scenario(HubEntry.parse(spec)))
+    plan = scenarios.resolve(demo, demo_params) if isinstance(demo, str) else demo
     recorded = [checked_trace(Path(path)) for path in traces]
     if not is_loopback(host):
         print(f"WARNING: serving on {host}: anyone who can reach this address and has the token can start "
@@ -91,12 +98,12 @@ def serve(
         for path, replayed in zip(recorded, opened, strict=True):
             print(f"loaderscope: {path} opened as run {replayed}", flush=True)
         shown = opened[0] if opened else None
-        if demo is not None:
-            run = await manager.start(demo, demo_mode, demo_params or {})
+        if plan is not None:
+            run = await manager.start(plan, demo_mode)
             if demo_delay:
                 await manager.control(run, None, demo_delay)
             shown = run.id
-            print(f"loaderscope: demo run {shown} started ({demo})", flush=True)
+            print(f"loaderscope: demo run {shown} started ({plan.name})", flush=True)
         announce(config, directory, shown, open_browser)
 
     app = create_app(config, on_started=on_started)
@@ -114,23 +121,6 @@ def serve(
 def checked_token_env() -> str | None:
     value = os.environ.get(TOKEN_ENV)
     return checked_token(value) if value else None
-
-
-def validated_params(scenario: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The demo's full parameters, or a ValueError naming the problem."""
-    from pydantic import ValidationError
-
-    from loaderscope import scenarios
-    from loaderscope.server.errors import field_problems, readable
-
-    try:
-        found = scenarios.get(scenario)
-    except scenarios.UnknownScenario as exc:
-        raise ValueError(str(exc)) from None
-    try:
-        return found.params.model_validate(params).model_dump()
-    except ValidationError as exc:
-        raise ValueError(readable(field_problems(exc.errors(), found.params))) from None
 
 
 def checked_trace(path: Path) -> Path:

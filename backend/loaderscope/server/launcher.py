@@ -187,7 +187,7 @@ def preload() -> None:
 
     import loaderscope.probe.loader  # noqa: F401
     import loaderscope.runner  # noqa: F401
-    import loaderscope.scenarios.catalog  # noqa: F401
+    import loaderscope.scenarios.builders  # noqa: F401
     import loaderscope.server.runproc  # noqa: F401
     import loaderscope.sim  # noqa: F401
 

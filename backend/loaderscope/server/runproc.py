@@ -1,7 +1,7 @@
 """A run process: one scenario, run for real (or simulated), streamed to the dashboard.
 
     python -m loaderscope.server.runproc --url ws://127.0.0.1:PORT/ws/ingest --run ID \\
-        --scenario NAME [--mode real|sim] [--params JSON]
+        --scenario NAME [--mode real|sim] [--params JSON] [--costs JSON] [--hub JSON]
 
 The token comes from ``$LOADERSCOPE_TOKEN`` (never the command line, which /proc shows to all).
 The dashboard spawns this in a new session, so its DataLoader workers share its process group
@@ -26,8 +26,11 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from loaderscope import scenarios
 from loaderscope.events import Event, encode_frame, to_json
 from loaderscope.runner import Control
+from loaderscope.scenarios import Plan, register
+from loaderscope.scenarios.hub import HubEntry, hub_scenario
 
 FRAME_EVENTS = 1000  # events per websocket message
 HIGH_WATER = 200_000  # events buffered before the sink blocks (backpressure: nothing is dropped)
@@ -159,23 +162,27 @@ def apply(control: Control, command: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace, uplink: Uplink, control: Control) -> None:
-    params = json.loads(args.params)
+    plan = plan_of(args)
     if args.mode == "sim":
-        simulate(args, params, uplink, control)
+        simulate(args, plan, uplink, control)
         return
-    from loaderscope.runner import run_real
+    from loaderscope.runner import run_plan
 
-    run_real(args.scenario, params, uplink, control=control, run_id=args.run)
+    run_plan(plan, uplink, control=control, run_id=args.run)
 
 
-def simulate(args: argparse.Namespace, params: dict[str, Any], uplink: Uplink, control: Control) -> None:
-    from loaderscope import scenarios, sim
+def plan_of(args: argparse.Namespace) -> Plan:
+    """This process's edge: the scenario (a torch.hub entry registered first) and its parameters."""
+    if args.hub:
+        register(hub_scenario(HubEntry.from_json(args.hub)))
+    return scenarios.resolve(args.scenario, json.loads(args.params))
 
-    scenario = scenarios.get(args.scenario)
-    validated = scenario.params.model_validate(params)
+
+def simulate(args: argparse.Namespace, plan: Plan, uplink: Uplink, control: Control) -> None:
+    from loaderscope import sim
+
     costs = sim.CostModel.model_validate_json(args.costs) if args.costs else None
-    events = sim.simulate(scenario.build(validated), run_id=args.run, scenario=args.scenario,
-                          params=validated.model_dump(), costs=costs)
+    events = sim.simulate(plan.build(), run_id=args.run, scenario=plan.name, params=plan.values(), costs=costs)
     for start in range(0, len(events), FRAME_EVENTS):
         if not control.gate():
             break
@@ -191,6 +198,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=("real", "sim"), default="real")
     parser.add_argument("--params", default="{}", help="the scenario's parameters as a JSON object")
     parser.add_argument("--costs", help="mode sim: the simulator's cost model as a JSON object")
+    parser.add_argument("--hub", help="the torch.hub entry the scenario loads (scenarios.hub.HubEntry as JSON)")
     return parser.parse_args(argv)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from loaderscope import trace
 from loaderscope.events import Event
+from loaderscope.scenarios import Plan
 from loaderscope.server import process
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.launcher import LaunchedProcess, Launcher
@@ -218,15 +219,17 @@ class RunManager:
         self.runs[run_id] = run
         return run
 
-    async def start(self, scenario: str, mode: str, params: dict[str, Any],
-                    costs: dict[str, Any] | None = None) -> Run:
-        """Create a run and its run process (params, and a sim run's costs, already validated)."""
+    async def start(self, plan: Plan, mode: str, costs: dict[str, Any] | None = None) -> Run:
+        """Create a run and its run process (a sim run's costs already validated)."""
         if len(self.active()) >= self.config.max_active_runs:
             raise RunRefused(429, f"{self.config.max_active_runs} runs are already active; stop one "
                              "(POST /api/runs/ID/control {\"action\": \"stop\"}) or wait for one to end")
-        run = self.create(scenario=scenario, mode=mode, params=params, origin="dashboard")
-        argv = process.runproc_argv(run_id=run.id, scenario=scenario, mode=mode, params=params,
+        params = plan.values()  # the one place parameters become plain values again: for the trace and argv
+        run = self.create(scenario=plan.name, mode=mode, params=params, origin="dashboard")
+        argv = process.runproc_argv(run_id=run.id, scenario=plan.name, mode=mode, params=params,
                                     ingest_url=self.config.ingest_url, costs=costs)
+        if plan.scenario.hub is not None:  # the run process registers the same torch.hub entry
+            argv += ["--hub", plan.scenario.hub.to_json()]
         try:
             run.process = await self._launch(argv, run.log_path)
         except OSError as exc:

@@ -1,15 +1,16 @@
 """The simulator: torch's DataLoader protocol on a virtual clock, for teaching and for "what if".
 
 ``engine`` and ``costs`` are the pure core (no torch, no I/O, clock and randomness injected);
-``run`` (``simulate``), ``sweep`` and ``fit`` are thin shells that take scenarios, traces and tables
-in and out of it; ``batches`` iterates a plan's real torch samplers.
+``run`` (``simulate``), ``sweep`` and ``fit`` are thin shells that take workloads, traces and tables
+in and out of it. The simulator depends on ``scenarios.workload`` (``Workload``, ``LoaderArgs``),
+never on a scenario's builder or on torch: a workload's sampler order comes from the workload.
 """
 
 from loaderscope.sim.costs import CostModel, Death, SampleDist, Stall, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
 from loaderscope.sim.fit import fit_from_trace, machinery
 from loaderscope.sim.run import simulate
-from loaderscope.sim.sweep import format_table, recommend, sweep, trace_sweep
+from loaderscope.sim.sweep import Variant, format_table, recommend, simulate_variants, sweep, trace_sweep, variants
 
 __all__ = [
     "CostModel",
@@ -19,11 +20,14 @@ __all__ = [
     "Simulator",
     "Stall",
     "TaskCosts",
+    "Variant",
     "fit_from_trace",
     "format_table",
     "machinery",
     "recommend",
     "simulate",
+    "simulate_variants",
     "sweep",
     "trace_sweep",
+    "variants",
 ]

@@ -1,7 +1,7 @@
 """The simulator's cost model: how long each step of the protocol takes on the virtual clock.
 
 Everything is optional. Left empty, a simulation charges exactly what the scenario's real dataset
-sleeps (``LoaderPlan.sample_cost``) and what its consumer sleeps (``LoaderPlan.step_cost``), so the
+sleeps (``Workload.sample_cost``) and what its consumer sleeps (``Workload.step_cost``), so the
 two modes agree by construction. The fields answer "what if" questions on top: noisy samples, a
 slow worker, a stall, a crash, a slow pin-memory copy, slow worker start-up.
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loaderscope.events import Event, Kind, clip_indices
+from loaderscope.scenarios.workload import TORCH_PREFETCH_FACTOR
 from loaderscope.sim.costs import TaskCosts
 
 # Steps closer than this in virtual time count as simultaneous: float sums of equal costs differ in
@@ -45,7 +46,7 @@ class SimConfig:
     """
 
     num_workers: int
-    prefetch_factor: int = 2
+    prefetch_factor: int = TORCH_PREFETCH_FACTOR
     in_order: bool = True
     persistent_workers: bool = False
     drop_last: bool = False

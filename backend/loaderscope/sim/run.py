@@ -1,8 +1,8 @@
-"""``simulate``: a scenario's plan in, the ◆ events of a simulated run out.
+"""``simulate``: a scenario's workload in, the ◆ events of a simulated run out.
 
-The thin shell around the pure core: it turns a ``LoaderPlan`` (and, unless given, the order of its
-real samplers) into a ``SimConfig``, compiles the cost model, runs the ``Simulator`` and puts the
-reducer's summary into ``run_end``, exactly as the real probe does.
+The thin shell around the pure core: it turns a ``Workload`` (its ``LoaderArgs`` and, unless
+given, the order of its own samplers) into a ``SimConfig``, compiles the cost model, runs the
+``Simulator`` and puts the reducer's summary into ``run_end``, exactly as the real probe does.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from loaderscope.events import Event, Kind
-from loaderscope.scenarios.base import LoaderPlan
+from loaderscope.scenarios.workload import SamplerOrder, Workload
 from loaderscope.sim.costs import CostModel, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
 from loaderscope.state import reduce, summary
@@ -20,67 +20,57 @@ from loaderscope.state import reduce, summary
 DEFAULT_MAX_EVENTS = 2_000_000
 
 
-def loader_config(plan: LoaderPlan, sampler: str, batch_sampler: str, batches: list[list[Any]] | None) -> dict[str, Any]:
-    """The DataLoader arguments as torch resolves them (its defaults filled in), for ``run_start``."""
-    kwargs = plan.loader_kwargs
-    workers = kwargs.get("num_workers", 0)
+def run_start_config(workload: Workload, order: SamplerOrder) -> dict[str, Any]:
+    """``run_start.config``: the loader's arguments as torch resolves them, the dataset and its samplers."""
+    batches = order.batches[0] if workload.dataset_kind == "map" else None
     return {
-        "num_workers": workers,
-        "batch_size": kwargs.get("batch_size"),
-        "prefetch_factor": kwargs.get("prefetch_factor", 2) if workers else None,
-        "persistent_workers": kwargs.get("persistent_workers", False),
-        "in_order": kwargs.get("in_order", True),
-        "drop_last": kwargs.get("drop_last", False),
-        "timeout": kwargs.get("timeout", 0),
-        "pin_memory": kwargs.get("pin_memory", False),
-        "dataset_kind": plan.dataset_kind,
-        "dataset_length": plan.length,
-        "sampler": sampler,
-        "batch_sampler": batch_sampler,
+        **workload.args.config(),
+        "dataset_kind": workload.dataset_kind,
+        "dataset_length": workload.length,
+        "sampler": order.sampler,
+        "batch_sampler": order.batch_sampler,
         "batches_per_epoch": len(batches) if batches is not None else None,
-        "epochs": plan.epochs,
-        **plan.describe,
+        "epochs": workload.epochs,
+        **workload.describe,
     }
 
 
+def given_order(workload: Workload, batches: list[list[list[Any]]]) -> SamplerOrder:
+    """Batches the caller gives (a replayed trace, a sweep's shared order), named as the workload names them."""
+    describe = workload.describe
+    return SamplerOrder(batches, describe.get("sampler", "given"), describe.get("batch_sampler", "given"))
+
+
 def sim_config(
-    plan: LoaderPlan,
+    workload: Workload,
     *,
     run_id: str,
     scenario: str,
     params: dict[str, Any],
     costs: CostModel,
-    batches: list[list[list[Any]]] | None,
+    order: SamplerOrder,
 ) -> SimConfig:
-    """The core's configuration for ``plan``; ``batches`` (per epoch) come from the real samplers unless given."""
-    names = ("given", "given")
-    if batches is None:
-        from loaderscope.sim.batches import sampler_order
-
-        order = sampler_order(plan)
-        batches, names = order.batches, (order.sampler, order.batch_sampler)
-    elif plan.describe:
-        names = (plan.describe.get("sampler", "given"), plan.describe.get("batch_sampler", "given"))
-    if plan.dataset_kind == "map" and len(batches) < plan.epochs:
-        raise ValueError(f"batches cover {len(batches)} epochs, the plan runs {plan.epochs}")
-    kwargs = plan.loader_kwargs
-    workers = kwargs.get("num_workers", 0)
-    config = loader_config(plan, *names, batches[0] if plan.dataset_kind == "map" else None)
+    """The core's configuration for ``workload`` dispatching ``order``."""
+    if workload.dataset_kind == "map" and len(order.batches) < workload.epochs:
+        raise ValueError(f"batches cover {len(order.batches)} epochs, the plan runs {workload.epochs}")
+    args = workload.args
+    config = run_start_config(workload, order)
     config["costs"] = costs.model_dump(exclude_defaults=True)
     # torch pins only with an accelerator; the simulator pins when a pin cost says what it costs
-    config["pin_memory_active"] = bool(config["pin_memory"] and costs.pin_ms_per_mb > 0)
+    config["pin_memory_active"] = bool(args.pin_memory and costs.pin_ms_per_mb > 0)
     return SimConfig(
-        num_workers=workers,
-        prefetch_factor=config["prefetch_factor"] or 2,
-        in_order=config["in_order"],
-        persistent_workers=config["persistent_workers"],
-        drop_last=config["drop_last"],
-        timeout=config["timeout"],
-        dataset_kind=plan.dataset_kind,
-        epochs=plan.epochs,
-        batches=batches,
-        batch_size=kwargs.get("batch_size") or 1,
-        shard_sizes=_shards(plan, workers),
+        num_workers=args.num_workers,
+        # without workers nothing is prefetched: the core fetches in the main process
+        prefetch_factor=args.prefetch_factor or 1,
+        in_order=args.in_order,
+        persistent_workers=args.persistent_workers,
+        drop_last=args.drop_last,
+        timeout=args.timeout,
+        dataset_kind=workload.dataset_kind,
+        epochs=workload.epochs,
+        batches=order.batches,
+        batch_size=args.batch_size or 1,
+        shard_sizes=_shards(workload, args.num_workers),
         run_id=run_id,
         scenario=scenario,
         config=config,
@@ -88,19 +78,19 @@ def sim_config(
     )
 
 
-def _shards(plan: LoaderPlan, workers: int) -> list[int]:
+def _shards(workload: Workload, workers: int) -> list[int]:
     """Samples per worker shard. Without a sharding rule every worker replays the whole stream, as in torch."""
-    if plan.dataset_kind != "iterable":
+    if workload.dataset_kind != "iterable":
         return []
     if workers == 0:
-        return [plan.length]
-    if plan.shard_sizes is None:
-        return [plan.length] * workers
-    return list(plan.shard_sizes(workers))
+        return [workload.length]
+    if workload.shard_sizes is None:
+        return [workload.length] * workers
+    return list(workload.shard_sizes(workers))
 
 
 def simulate(
-    plan: LoaderPlan,
+    workload: Workload,
     *,
     run_id: str,
     scenario: str,
@@ -109,23 +99,25 @@ def simulate(
     batches: list[list[list[Any]]] | None = None,
     max_events: int = DEFAULT_MAX_EVENTS,
 ) -> list[Event]:
-    """Every event of a simulated run of ``plan`` (``mode: "sim"``), ``run_end`` carrying the summary.
+    """Every event of a simulated run of ``workload`` (``mode: "sim"``), ``run_end`` carrying the summary.
 
     Args:
-        plan: the scenario's plan (its latencies are the default costs).
+        workload: the scenario's workload (its latencies are the default costs).
         run_id, scenario, params: recorded in the events, as the real probe records them.
-        costs: what-if costs on top of the plan's (see ``CostModel``).
-        batches: sample indices per batch per epoch; by default iterated from the plan's real samplers.
+        costs: what-if costs on top of the workload's (see ``CostModel``).
+        batches: sample indices per batch per epoch; by default iterated from the workload's own
+            samplers (``Workload.sampler_order``, which imports torch).
         max_events: the run stops (reason "stopped", ``truncated``) past this many events.
 
     Raises:
-        ValueError: if ``batches`` cover fewer epochs than the plan runs.
+        ValueError: if ``batches`` cover fewer epochs than the workload runs.
     """
     model = costs or CostModel()
-    cfg = sim_config(plan, run_id=run_id, scenario=scenario, params=params, costs=model, batches=batches)
+    order = workload.sampler_order() if batches is None else given_order(workload, batches)
+    cfg = sim_config(workload, run_id=run_id, scenario=scenario, params=params, costs=model, order=order)
     seed = model.seed if model.seed is not None else int(params.get("seed", 0))
-    task_costs = TaskCosts(model, plan.sample_cost, plan.step_cost, random.Random(seed),
-                           pin_memory=bool(cfg.config["pin_memory"]))
+    task_costs = TaskCosts(model, workload.sample_cost, workload.step_cost, random.Random(seed),
+                           pin_memory=workload.args.pin_memory)
     events = Simulator(cfg, task_costs, max_events=max_events).run()
     if events and events[-1]["kind"] == Kind.RUN_END:
         events[-1]["stats"] = summary(reduce(events))

@@ -4,7 +4,10 @@
 ``num_workers`` or ``prefetch_factor``, or scalar cost-model fields such as ``transfer_ms``) and
 keeps the numbers DESIGN.md's diagnosis speaks of: batches/s, the consumer's wait share
 (input-bound), the reorder buffer's high-water mark and the workers' utilisation.
-``trace_sweep`` does the same from a recorded real trace, its costs fitted by ``fit_from_trace``.
+``trace_sweep`` does the same for a recorded loader without a scenario, costs fitted by ``fit_from_trace``.
+
+A sweep takes a resolved ``scenarios.Plan`` and varies it with ``Plan.with_values``: the scenarios
+check every combination and build the workloads; this module never imports a builder or torch.
 """
 
 from __future__ import annotations
@@ -13,14 +16,20 @@ import io
 import itertools
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from loaderscope import scenarios
+from pydantic import ValidationError
+
 from loaderscope.events import Event
-from loaderscope.scenarios.base import LoaderPlan
+from loaderscope.scenarios.errors import ParamError, Problem
+from loaderscope.scenarios.workload import LoaderArgs, Workload
 from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.run import simulate
+
+if TYPE_CHECKING:
+    from loaderscope.scenarios.plan import Plan
 
 # The consumer counts as fed when it waits inside next() at most this share of its time
 # (the first batch of a run always waits for the pipeline to fill).
@@ -36,6 +45,15 @@ ORDER_NEUTRAL = frozenset({
 METRICS = ("batches_per_s", "input_bound", "buffer_high", "worker_util", "wall", "batches", "status")
 # Loader arguments a sweep of a trace without a scenario may change.
 TRACE_KEYS = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory"})
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One combination of a sweep: the swept keys and values, the plan and the costs it runs with."""
+
+    values: dict[str, Any]
+    plan: Plan
+    costs: CostModel
 
 
 def row_stats(events: Sequence[Event]) -> dict[str, Any]:
@@ -59,60 +77,69 @@ def _combinations(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
-def _split(values: dict[str, Any], params_model: type, costs: CostModel) -> tuple[dict[str, Any], CostModel]:
-    """Grid values for the scenario's parameters, and the cost model with the cost fields applied.
+def _variant(values: dict[str, Any], plan: Plan, costs: CostModel) -> Variant:
+    """``values`` split between the scenario's parameters and the cost model's fields.
 
     Raises:
-        ValueError: naming a key that is neither a parameter of the scenario nor a cost field.
+        ParamError: naming a key that is neither a parameter of the scenario nor a cost field, or a
+            value the scenario does not accept.
     """
-    param_keys, cost_keys = set(params_model.model_fields), set(CostModel.model_fields)
+    param_keys, cost_keys = set(plan.scenario.params.model_fields), set(CostModel.model_fields)
     unknown = sorted(set(values) - param_keys - cost_keys)
     if unknown:
-        raise ValueError(f"cannot sweep {', '.join(unknown)}: not a parameter of the scenario "
-                         f"({', '.join(sorted(param_keys))}) nor a cost ({', '.join(sorted(cost_keys))})")
+        raise ParamError([Problem(key, values[key], f"cannot sweep {key}: not a parameter of {plan.name} nor a cost",
+                                  ", ".join(sorted(param_keys | cost_keys))) for key in unknown])
     # A cost the model sets overrides the scenario's (step_ms): sweep it there too.
     update = {k: v for k, v in values.items() if k in cost_keys and (k not in param_keys or k in costs.model_fields_set)}
-    return {k: v for k, v in values.items() if k in param_keys}, costs.model_copy(update=update)
+    variant = plan.with_values({k: v for k, v in values.items() if k in param_keys})
+    try:
+        costs = CostModel.model_validate(costs.model_dump(exclude_unset=True) | update)
+    except ValidationError as exc:
+        raise ParamError.of(exc, CostModel, "the cost model") from None
+    # the values as validated ("4" from a command line becomes 4, and sorts as a number)
+    swept = {k: getattr(variant.params, k) if k in param_keys else getattr(costs, k) for k in values}
+    return Variant(swept, variant, costs)
 
 
-def sweep(
-    scenario_name: str,
-    base_params: dict[str, Any],
-    grid: dict[str, list[Any]],
-    costs: CostModel | None = None,
-) -> list[dict[str, Any]]:
-    """One simulated run per combination of ``grid``: the swept values, then the metrics.
+def variants(plan: Plan, grid: Mapping[str, Sequence[Any]], costs: CostModel | None = None) -> list[Variant]:
+    """Every combination of ``grid`` applied to ``plan``, all checked before any runs (torch-free).
 
     Raises:
-        UnknownScenario: for a name not in the catalog.
-        ValueError / pydantic.ValidationError: naming a key or value the scenario does not accept.
+        ParamError: for a key or a value the scenario (or the cost model) does not take.
     """
-    from loaderscope.sim.batches import sampler_order
+    return [_variant(values, plan, costs or CostModel()) for values in _combinations(grid)]
 
-    scenario = scenarios.get(scenario_name)
-    base_costs = costs or CostModel()
-    orders: dict[tuple[Any, ...], Any] = {}
+
+def simulate_variants(chosen: Sequence[Variant]) -> list[dict[str, Any]]:
+    """One simulated run per variant: its swept values, then the metrics."""
+    orders: dict[tuple[Any, ...], list[list[list[Any]]]] = {}
     rows = []
-    for number, values in enumerate(_combinations(grid)):
-        param_values, run_costs = _split(values, scenario.params, base_costs)
-        params = scenario.params.model_validate(base_params | param_values).model_dump()
-        plan = scenario.build(scenario.params.model_validate(params))
-        key = tuple(sorted((k, v) for k, v in params.items() if k not in ORDER_NEUTRAL))
+    for number, variant in enumerate(chosen):
+        workload = variant.plan.build()
+        params = variant.plan.values()
+        key = (variant.plan.name, *sorted((k, v) for k, v in params.items() if k not in ORDER_NEUTRAL))
         if key not in orders:
-            orders[key] = sampler_order(plan).batches
-        events = simulate(plan, run_id=f"sweep-{number}", scenario=scenario_name, params=params,
-                          costs=run_costs, batches=orders[key])
-        # the values as validated ("4" from a command line becomes 4, and sorts as a number)
-        swept = {k: params[k] if k in param_values else getattr(run_costs, k) for k in values}
-        rows.append(swept | row_stats(events))
+            orders[key] = workload.sampler_order().batches
+        events = simulate(workload, run_id=f"sweep-{number}", scenario=variant.plan.name, params=params,
+                          costs=variant.costs, batches=orders[key])
+        rows.append(variant.values | row_stats(events))
     return rows
 
 
-def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """``sweep`` seeded by a recorded run: its scenario (if it has one) with costs fitted from it.
+def sweep(plan: Plan, grid: Mapping[str, Sequence[Any]], costs: CostModel | None = None) -> list[dict[str, Any]]:
+    """One simulated run per combination of ``grid`` on top of ``plan``: the swept values, then the metrics.
 
-    A trace of a user's own loader (no scenario) is replayed with its own batches; its grid may
-    change the loader arguments in ``TRACE_KEYS`` and the scalar cost fields.
+    Raises:
+        ParamError: naming a key or value the scenario does not accept (before anything runs).
+    """
+    return simulate_variants(variants(plan, grid, costs))
+
+
+def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """``sweep`` for a recorded loader without a scenario: replayed with its own batches, costs fitted from it.
+
+    Its grid may change the loader arguments in ``TRACE_KEYS`` and the scalar cost fields. (A trace
+    of a scenario is swept as that scenario: ``sweep(resolve(name, params), grid, fit_from_trace(events))``.)
 
     Raises:
         ValueError: for a trace without ``run_start``, or a key the replay cannot change.
@@ -121,10 +148,7 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dic
     if start is None:
         raise ValueError("the trace has no run_start event: cannot tell which loader it recorded")
     costs = fit_from_trace(events)
-    name, params = start.get("scenario"), start.get("params") or {}
-    if name and name in {s.name for s in scenarios.all_scenarios()}:
-        return sweep(name, params, grid, costs)
-    plan, batches = plan_from_trace(events)
+    workload, batches = plan_from_trace(events)
     rows = []
     for number, values in enumerate(_combinations(grid)):
         loader = {k: v for k, v in values.items() if k in TRACE_KEYS}
@@ -133,15 +157,15 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dic
         if unknown:
             raise ValueError(f"cannot sweep {', '.join(unknown)} on a trace: choose from "
                              f"{', '.join(sorted(TRACE_KEYS | set(CostModel.model_fields)))}")
-        replay = _with_loader(plan, loader)
-        run = simulate(replay, run_id=f"sweep-{number}", scenario=name or "trace", params=values,
+        replay = replace(workload, args=replace(workload.args, **loader))
+        run = simulate(replay, run_id=f"sweep-{number}", scenario=start.get("scenario") or "trace", params=values,
                        costs=costs.model_copy(update=cost_values), batches=batches)
         rows.append(values | row_stats(run))
     return rows
 
 
-def plan_from_trace(events: Sequence[Event]) -> tuple[LoaderPlan, list[list[list[Any]]]]:
-    """A plan and per-epoch batches that replay a trace's loader (costs come from the fitted model).
+def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[Any]]]]:
+    """A workload and per-epoch batches that replay a trace's loader (costs come from the fitted model).
 
     Sample indices a dispatch event cut short (``n`` beyond the indices kept) are replaced by -1,
     which the fitted model charges from its distribution. An iterable stream is split evenly.
@@ -159,22 +183,17 @@ def plan_from_trace(events: Sequence[Event]) -> tuple[LoaderPlan, list[list[list
     batches = [[b for _, b in sorted(per_epoch[e])] for e in sorted(per_epoch)]
     kind = config.get("dataset_kind", "map")
     total = sum(len(b) for b in batches[0]) if batches else 0
-    length = config.get("dataset_length") or total
-    kwargs = {k: config[k] for k in ("num_workers", "batch_size", "drop_last", "timeout", "pin_memory", "in_order")
-              if config.get(k) is not None}
-    if config.get("num_workers"):
-        kwargs |= {k: config[k] for k in ("prefetch_factor", "persistent_workers") if config.get(k) is not None}
-    plan = LoaderPlan(
+    workload = Workload(
+        args=LoaderArgs.from_config(config),
         dataset_kind=kind,
-        length=length,
+        length=config.get("dataset_length") or total,
         sample_cost=_free,
-        loader_kwargs=kwargs,
         make_dataset=_no_dataset,
         epochs=max(len(batches), 1),
         shard_sizes=(lambda workers: _even(total, workers)) if kind == "iterable" else None,
         describe={k: config[k] for k in ("sampler", "batch_sampler") if config.get(k)},
     )
-    return plan, batches
+    return workload, batches
 
 
 def _free(index: int, worker: int) -> float:
@@ -188,19 +207,6 @@ def _no_dataset() -> None:
 def _even(total: int, workers: int) -> list[int]:
     share, rest = divmod(total, max(workers, 1))
     return [share + (1 if w < rest else 0) for w in range(max(workers, 1))]
-
-
-def _with_loader(plan: LoaderPlan, loader: dict[str, Any]) -> LoaderPlan:
-    from dataclasses import replace
-
-    kwargs = plan.loader_kwargs | loader
-    if kwargs.get("num_workers"):
-        kwargs.setdefault("prefetch_factor", 2)
-        kwargs.setdefault("persistent_workers", False)
-    else:
-        kwargs.pop("prefetch_factor", None)
-        kwargs.pop("persistent_workers", None)
-    return replace(plan, loader_kwargs=kwargs)
 
 
 def recommend(rows: Iterable[Mapping[str, Any]], fed_share: float = FED_SHARE) -> str:
