@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
-from loaderscope.probe import watch as watch_module
+from loaderscope.probe import dashboard
 from tests.conftest import wait_for
 
 
@@ -98,21 +99,23 @@ def test_a_restarted_dashboard_gets_the_rest_of_the_run_and_counts_the_drops(sta
     assert detail["config"]["num_workers"] == 2  # run_start was sent again to the new dashboard
 
 
-def test_watch_starts_a_dashboard_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_watch_starts_a_dashboard_when_none_is_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("LOADERSCOPE_URL", raising=False)
-    monkeypatch.setattr(watch_module, "DEFAULT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("LOADERSCOPE_TOKEN", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # the per-user state file goes here, not in $HOME
+    monkeypatch.setattr(dashboard, "DEFAULT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(dashboard, "_ours", None)
     loader = loaderscope.watch(DataLoader(Squares(16), batch_size=4))
+    started = dashboard._ours
+    assert started is not None
     try:
-        base, token = watch_module._started_dashboard  # type: ignore[misc]
         for _ in loader:
             pass
         loader.close()
-        headers = {"Authorization": f"Bearer {token}"}
-        runs = wait_for(lambda: [r for r in httpx.get(f"{base}/api/runs", headers=headers).json()
+        headers = {"Authorization": f"Bearer {started.token}"}
+        runs = wait_for(lambda: [r for r in httpx.get(f"{started.url}/api/runs", headers=headers).json()
                                   if r["batches"] == 4])
         assert runs
     finally:
-        process = watch_module.dashboard_process
-        if process is not None:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(10)
+        os.kill(started.pid, signal.SIGTERM)
+        wait_for(lambda: not dashboard._running(started.pid), what="the background dashboard to stop")

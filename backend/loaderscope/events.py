@@ -29,6 +29,7 @@ class Kind(StrEnum):
     RUN_END = "run_end"
     EPOCH_START = "epoch_start"
     EPOCH_END = "epoch_end"
+    EPOCH_RESUME = "epoch_resume"
     WORKER_START = "worker_start"
     WORKER_EXIT = "worker_exit"
     DISPATCH = "dispatch"
@@ -47,6 +48,7 @@ class Kind(StrEnum):
     TIMEOUT = "timeout"
     BATCH_INFO = "batch_info"
     STEP = "step"
+    PROBE_ERROR = "probe_error"
 
 
 # Fields each kind must carry (beyond the common ones); optional fields are not listed.
@@ -55,6 +57,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.RUN_END: ("reason",),
     Kind.EPOCH_START: ("epoch",),
     Kind.EPOCH_END: ("epoch",),
+    Kind.EPOCH_RESUME: ("epoch", "batch"),
     Kind.WORKER_START: ("worker", "pid"),
     Kind.WORKER_EXIT: ("worker",),
     Kind.DISPATCH: ("idx", "worker"),
@@ -73,6 +76,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.TIMEOUT: ("seconds",),
     Kind.BATCH_INFO: ("idx", "worker", "structure"),
     Kind.STEP: ("batch",),
+    Kind.PROBE_ERROR: ("where", "type", "message"),
 }
 
 _INT_FIELDS = ("seq", "rank", "idx", "worker", "epoch", "waiting_for")

@@ -185,6 +185,8 @@ def _run_start(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 def _run_end(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.status = e["reason"]
+    if e.get("error"):  # the script died of an exception: the diagnosis says which
+        s.keep(s.notes, dict(e))
 
 
 def _epoch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -212,9 +214,15 @@ def _worker_start(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 def _worker_exit(s: LoaderState, e: Mapping[str, Any]) -> None:
     worker = s.worker(e["worker"])
+    if e.get("pid") is not None and worker.pid is not None and e["pid"] != worker.pid:
+        return  # an older iterator's worker, shut down after the next epoch's workers started
     worker.exitcode = e.get("exitcode")
     if worker.status != WorkerStatus.DIED:
         worker.status = WorkerStatus.EXITED
+
+
+def _keep_note(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.keep(s.notes, dict(e))
 
 
 def _dispatch(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -401,6 +409,8 @@ _HANDLERS = {
     Kind.EPOCH_END: _epoch_end,
     Kind.WORKER_START: _worker_start,
     Kind.WORKER_EXIT: _worker_exit,
+    Kind.EPOCH_RESUME: _keep_note,
+    Kind.PROBE_ERROR: _keep_note,
     Kind.DISPATCH: _dispatch,
     Kind.FETCH_START: _fetch_start,
     Kind.FETCH_END: _fetch_end,
@@ -587,6 +597,14 @@ def _note_finding(note: Mapping[str, Any]) -> str | None:
                 for w in note.get("workers", []) if w.get("idx") is not None]
         doing = "; ".join(busy) if busy else "every worker was idle"
         return f"timeout: no batch arrived within {note['seconds']} s; at that moment {doing}"
+    if kind == Kind.RUN_END:
+        return f"the script died of {note['error']['type']}: {note['error']['message']}"
+    if kind == Kind.EPOCH_RESUME:
+        return (f"epoch {note['epoch']} resumed from a checkpoint at batch {note['batch']} (load_state_dict); "
+                f"{note.get('replayed', 0)} batch(es) were fetched again to restore it")
+    if kind == Kind.PROBE_ERROR:
+        return (f"loaderscope's probe failed in {note['where']} ({note['type']}: {note['message']}); training went "
+                "on, but this run may miss events")
     return None
 
 

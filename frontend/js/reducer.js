@@ -196,6 +196,7 @@ function runStart(s, e) {
 
 function runEnd(s, e) {
   s.status = e.reason;
+  if (e.error) s.keep(s.notes, e); // the script died of an exception: the diagnosis says which
 }
 
 function epochStart(s, e) {
@@ -225,8 +226,14 @@ function workerStart(s, e) {
 
 function workerExit(s, e) {
   const w = s.worker(e.worker);
+  // an older iterator's worker, shut down after the next epoch's workers started
+  if (e.pid !== undefined && e.pid !== null && w.pid !== undefined && w.pid !== null && e.pid !== w.pid) return;
   w.exitcode = e.exitcode ?? null;
   if (w.status !== WorkerStatus.DIED) w.status = WorkerStatus.EXITED;
+}
+
+function keepNote(s, e) {
+  s.keep(s.notes, e);
 }
 
 function dispatch(s, e) {
@@ -419,6 +426,8 @@ const HANDLERS = {
   epoch_end: epochEnd,
   worker_start: workerStart,
   worker_exit: workerExit,
+  epoch_resume: keepNote,
+  probe_error: keepNote,
   dispatch,
   fetch_start: fetchStart,
   fetch_end: fetchEnd,
@@ -635,6 +644,15 @@ export function noteFinding(n) {
       .map((w) => `worker ${w.worker} on task ${w.idx}${sample(w)} for ${f1(w.elapsed)} s`);
     const doing = busy.length ? busy.join('; ') : 'every worker was idle';
     return `timeout: no batch arrived within ${pyNum(n.seconds)} s; at that moment ${doing}`;
+  }
+  if (kind === 'run_end') return `the script died of ${n.error.type}: ${n.error.message}`;
+  if (kind === 'epoch_resume') {
+    return `epoch ${n.epoch} resumed from a checkpoint at batch ${n.batch} (load_state_dict); ` +
+      `${n.replayed ?? 0} batch(es) were fetched again to restore it`;
+  }
+  if (kind === 'probe_error') {
+    return `loaderscope's probe failed in ${n.where} (${n.type}: ${n.message}); training went ` +
+      'on, but this run may miss events';
   }
   return null;
 }

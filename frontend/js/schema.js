@@ -7,6 +7,7 @@ export const REQUIRED = Object.freeze({
   run_end: ['reason'],
   epoch_start: ['epoch'],
   epoch_end: ['epoch'],
+  epoch_resume: ['epoch', 'batch'],
   worker_start: ['worker', 'pid'],
   worker_exit: ['worker'],
   dispatch: ['idx', 'worker'],
@@ -25,6 +26,7 @@ export const REQUIRED = Object.freeze({
   timeout: ['seconds'],
   batch_info: ['idx', 'worker', 'structure'],
   step: ['batch'],
+  probe_error: ['where', 'type', 'message'],
 });
 
 export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));

@@ -1,84 +1,112 @@
-"""torch's own DataLoader iterators, observed.
+"""DataLoader iterators, observed: mixins put in front of whatever iterator class a loader builds.
 
-The subclasses below call torch's code for every decision and only record what happened. The key
-observation: every protocol transition of a task in ``_MultiProcessingDataLoaderIter`` is a change
-to ``_task_info`` — set to ``(worker,)`` at dispatch, grown to ``(worker, data)`` when a result is
-parked out of order, popped when released to the consumer, deleted when skipped (its worker
-exhausted an iterable dataset). A dict subclass that watches those changes sees them all, including
-``in_order=False`` and persistent-worker resets, without copying torch's control flow.
+torch's ``_SingleProcessDataLoaderIter`` and ``_MultiProcessingDataLoaderIter`` (in
+``torch/utils/data/dataloader.py``) and the iterators of DataLoader subclasses that follow the same
+protocol (torchdata's ``StatefulDataLoader`` forks them) all make their decisions in their own
+code; the mixins below only record what happened and call ``super()`` for everything.
+
+The key observation: every protocol transition of a task in a multi-process iterator is a change
+to ``_task_info`` — set to ``(worker,)`` at dispatch (``_try_put_index``), grown to
+``(worker, data)`` when a result is parked out of order, popped (or deleted) when released to the
+consumer, deleted when skipped (its worker exhausted an iterable dataset). A dict subclass that
+watches those changes sees them all, including ``in_order=False`` and persistent-worker resets.
+
+Every line of probe bookkeeping is guarded: a failure is reported once (``faults``) and the
+iterator goes on exactly as the unobserved one would. torch's own exceptions pass through untouched.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import time
+import traceback
 import weakref
 from typing import Any
 
 from torch import Tensor
 from torch._utils import ExceptionWrapper
-from torch.utils.data._utils.pin_memory import pin_memory
-from torch.utils.data._utils.worker import _worker_loop
-from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
 
-from loaderscope.probe.liveness import Liveness, StuckRule
+from loaderscope.events import BATCH_ROW
 from loaderscope.probe.batchinfo import describe, is_pinned, sizes
+from loaderscope.probe.faults import report
+from loaderscope.probe.liveness import Liveness, StuckRule
 from loaderscope.probe.pinning import PinTap
 from loaderscope.probe.recorder import Recorder
+from loaderscope.probe.worker import RingReader, is_stop
 from loaderscope.ranks import encode_shard
-from loaderscope.events import BATCH_ROW
-from loaderscope.probe.worker import WORKER_ID_ARG, Ring, RingReader, probed_worker_loop
 
 monotonic = time.monotonic
 DEATH_GRACE = 1.0  # seconds a worker whose pipe broke may take to become a zombie
 
 
+def _complete(iterator: Any) -> bool:
+    """Whether an iterator yielded its whole epoch (an iterable dataset without length: unknown)."""
+    try:
+        expected = len(iterator)  # torch's __len__: the index sampler's length, in batches
+    except TypeError:
+        return False
+    return iterator._probe_first + iterator._probe_yields >= expected
+
+
 class EpochCounter:
     """Epoch numbering shared by every iterator of one loader (persistent or not).
 
+    An epoch belongs to the iterator that started it, and only that iterator can end it: an old
+    iterator that torch shuts down after the next ``iter()`` (Lightning never asks for the
+    StopIteration) leaves the new epoch alone. Its count is the yields the probe saw.
+
     With a distributed sampler it also keeps the epoch's sample indices (``indices`` is a list
     then, else None), so the dashboard can check that the ranks' shards neither overlap nor miss.
-    An epoch's batch count is read from its iterator's own ``_num_yielded`` (torch counts anyway).
     """
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self.epoch = -1
-        self.open = False
         self.shard_length: int | None = None  # set to the dataset's length to track shards
         self.indices: list[Any] | None = None
-        self._iterator: weakref.ref[Any] | None = None  # weak: torch shuts workers down on its collection
+        self._owner: weakref.ref[Any] | None = None  # weak: torch shuts workers down on collection
+        self._latest: weakref.ref[Any] | None = None
 
     def start(self, iterator: Any) -> None:
-        if self.open:  # the previous epoch was abandoned mid-way (a `break`, a new iter())
-            self.end(abandoned=True)
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None:  # the last epoch was still open: a `break`, or all yielded without StopIteration
+            self.end(owner, abandoned=not _complete(owner))
         self.epoch += 1
-        self.open = True
-        self._iterator = weakref.ref(iterator)
+        iterator._probe_epoch, iterator._probe_yields, iterator._probe_first = self.epoch, 0, 0
+        self._owner = self._latest = weakref.ref(iterator)
         self.indices = [] if self.shard_length is not None else None
         self.recorder.note("epoch_start", epoch=self.epoch)
 
     def owned_by(self, iterator: Any) -> bool:
-        return self.open and self._iterator is not None and self._iterator() is iterator
+        return self._owner is not None and self._owner() is iterator
+
+    def superseded(self, iterator: Any) -> bool:
+        """A newer iterator of this loader has started: this one's workers no longer matter."""
+        return self._latest is not None and self._latest() is not iterator
 
     def dispatched(self, index: Any) -> None:
         if self.indices is not None:
             self.indices.extend(index if isinstance(index, list) else [index])
 
-    def end(self, abandoned: bool = False) -> None:
-        if self.open:
-            self.open = False
-            iterator = self._iterator() if self._iterator is not None else None
-            batches = getattr(iterator, "_num_yielded", 0)
-            shard = {}
-            if self.indices is not None and self.shard_length is not None:
-                shard = {"shard": encode_shard(self.indices, self.shard_length), "shard_length": self.shard_length}
-            self.recorder.note("epoch_end", epoch=self.epoch, batches=batches, abandoned=abandoned, **shard)
+    def end(self, iterator: Any, abandoned: bool = False) -> None:
+        if not self.owned_by(iterator):
+            return
+        self._owner = None
+        shard = {}
+        if self.indices is not None and self.shard_length is not None:
+            shard = {"shard": encode_shard(self.indices, self.shard_length), "shard_length": self.shard_length}
+        self.recorder.note("epoch_end", epoch=self.epoch, batches=iterator._probe_yields, abandoned=abandoned,
+                           **shard)
+
+    def end_open(self) -> None:
+        """The run ends: an epoch still open was left early."""
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None:
+            self.end(owner, abandoned=not _complete(owner))
 
 
-class _TaskInfo(dict):
+class _TaskInfo(dict):  # type: ignore[type-arg]
     """``_task_info`` that reports parking, release and skipping of tasks to the probe."""
 
     __slots__ = ("owner",)
@@ -88,63 +116,31 @@ class _TaskInfo(dict):
         if len(info) == 2:  # `_task_info[idx] += (data,)`: arrived out of order, parked
             it = self.owner()
             if it is not None:
-                it._append(("buffer", monotonic(), idx, info[0], it._rcvd_idx))
+                try:
+                    it._append(("buffer", monotonic(), idx, info[0], it._rcvd_idx))
+                except Exception as exc:
+                    report("buffer record", exc)
 
     def pop(self, idx: int, *default: Any) -> Any:
         info = dict.pop(self, idx, *default)
         it = self.owner()
-        if it is not None:
+        if it is not None and type(info) is tuple:
             it._released = (idx, info[0], len(info) == 2)
         return info
 
     def __delitem__(self, idx: int) -> None:
-        worker = self[idx][0]
+        info = self[idx]
         dict.__delitem__(self, idx)
         it = self.owner()
-        if it is not None:
-            it._append(("skip", monotonic(), idx, worker))
-
-
-class _ProbedContext:
-    """Stands in for the multiprocessing context so each worker is started with a status ring."""
-
-    def __init__(self, context: Any, readers: dict[int, RingReader], inspect: Any,
-                 on_result_queue: Any) -> None:
-        self._context = context
-        self._readers = readers
-        self._inspect = inspect
-        self._on_result_queue = on_result_queue  # called with the first Queue made: the result queue
-
-    def Queue(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
-        queue = self._context.Queue(*args, **kwargs)
-        if self._on_result_queue is not None:
-            self._on_result_queue(queue)
-            self._on_result_queue = None
-        return queue
-
-    def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:  # noqa: N802
-        if target is not _worker_loop:  # not a DataLoader worker: leave it alone
-            return self._context.Process(target=target, args=args, **kwargs)
-        ring = Ring()
-        fd, dump_path = tempfile.mkstemp(prefix="loaderscope-stack-", suffix=".txt")
-        os.close(fd)
-        self._readers[args[WORKER_ID_ARG]] = RingReader(args[WORKER_ID_ARG], ring, dump_path)
-        return self._context.Process(target=probed_worker_loop, args=(ring, dump_path, self._inspect, target, *args),
-                                     **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
-
-
-class _LoaderView:
-    """The loader as torch's iterator sees it, with the probed multiprocessing context."""
-
-    def __init__(self, loader: Any, context: _ProbedContext) -> None:
-        self._loader = loader
-        self.multiprocessing_context = context
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
+        if it is None:
+            return
+        if idx == it._arrived:  # torchdata releases the result that just arrived with `del`
+            it._released = (idx, info[0], False)
+            return
+        try:
+            it._append(("skip", monotonic(), idx, info[0]))
+        except Exception as exc:
+            report("skip record", exc)
 
 
 def _exception_fields(wrapper: Any) -> dict[str, Any]:
@@ -152,6 +148,11 @@ def _exception_fields(wrapper: Any) -> dict[str, Any]:
     text = wrapper.exc_msg or ""
     last = text.strip().splitlines()[-1] if text.strip() else ""
     return {"type": wrapper.exc_type.__name__, "message": last, "traceback": text, "where": wrapper.where}
+
+
+def _main_exception_fields(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc), "where": "in the main process",
+            "traceback": "".join(traceback.format_exception(exc))}
 
 
 def signal_name(exitcode: int | None) -> str | None:
@@ -163,7 +164,7 @@ def signal_name(exitcode: int | None) -> str | None:
         return f"signal {-exitcode}"
 
 
-def _watch_consumer(iterator: Any, probe: Recorder, rule: StuckRule) -> Liveness:
+def _watch_consumer(iterator: Any, probe: Recorder, rule: StuckRule, readers: dict[int, RingReader]) -> Liveness:
     """Liveness checks for this iterator on the probe thread, holding it only weakly.
 
     A strong reference from the probe thread would keep the iterator alive after the training
@@ -175,30 +176,39 @@ def _watch_consumer(iterator: Any, probe: Recorder, rule: StuckRule) -> Liveness
         it = ref()
         return it._head_of_line() if it is not None else {}
 
-    liveness = Liveness(probe, rule, head_of_line)
+    liveness = Liveness(probe, rule, head_of_line, readers)
     probe.watch(liveness.tick)
     return liveness
 
 
-class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
-    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter, rule: StuckRule) -> None:
-        # torch dispatches the first prefetch_factor × num_workers tasks inside __init__ (_reset),
-        # so the probe must be ready before super().__init__.
-        self._probe = probe
-        self._append = probe.pending.append  # the hot path: rows of ``events.ROW_FIELDS``
-        self._epochs = epochs
-        self._liveness = _watch_consumer(self, probe, rule)
+class IteratorProbe:
+    """What an adoption hands an iterator: the loader's recorder and epochs, this iterator's workers."""
+
+    def __init__(self, probe: Recorder, epochs: EpochCounter, rule: StuckRule,
+                 readers: dict[int, RingReader], inspect: Any) -> None:
+        self.probe, self.epochs, self.rule, self.readers, self.inspect = probe, epochs, rule, readers, inspect
+
+
+class MultiProcessProbe:
+    """Mixed in before a multi-process iterator class; attached before it dispatches anything."""
+
+    _rcvd_idx: int
+    _send_idx: int
+
+    def _probe_attach(self, given: IteratorProbe) -> None:
+        self._probe = given.probe
+        self._append = given.probe.pending.append  # the hot path: rows of ``events.ROW_FIELDS``
+        self._epochs = given.epochs
+        self._readers = given.readers
+        self._liveness = _watch_consumer(self, given.probe, given.rule, given.readers)
+        self._liveness.inspect = self._inspect = given.inspect
+        self._pin_tap = PinTap(given.probe)
         self._released: tuple[int, int, bool] | None = None
+        self._arrived: int | None = None
         self._last_index: Any = None
         self._exited = False
-        context = loader.multiprocessing_context
-        if context is None:
-            import torch.multiprocessing as context  # what torch uses by default
-        self._inspect = context.SimpleQueue()
-        self._liveness.inspect = self._inspect
-        self._pin_tap = PinTap(probe)
-        probed = _ProbedContext(context, probe.readers, self._inspect, self._tap_result_queue)
-        super().__init__(_LoaderView(loader, probed))
+        self._probe_yields = self._probe_first = 0
+        given.probe.readers = given.readers  # liveness, ask_values and drains follow the newest iterator
 
     def _tap_result_queue(self, queue: Any) -> None:
         if self._pin_memory:  # decided by torch's base __init__, before any queue is made
@@ -215,68 +225,94 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         observed.owner = weakref.ref(self)  # weak: a cycle would delay torch's worker shutdown
         self.__task_info = observed
 
-    def _reset(self, loader: Any, first_iter: bool = False) -> None:
-        if first_iter:
-            for worker_id, process in enumerate(self._workers):
-                self._probe.note("worker_start", worker=worker_id, pid=process.pid)
-            if self._pin_memory:  # no task is dispatched yet, so nothing can be put before this
-                self._pin_tap.tap_put(self._data_queue)
-        self._epochs.start(self)
-        super()._reset(loader, first_iter)
+    def _reset(self, loader: Any, first_iter: bool = False, *args: Any, **kwargs: Any) -> None:
+        try:
+            if first_iter:
+                for worker_id, process in enumerate(self._workers):
+                    self._probe.note("worker_start", worker=worker_id, pid=process.pid)
+                if self._pin_memory:  # no task is dispatched yet, so nothing can be put before this
+                    self._pin_tap.tap_put(self._data_queue)
+            self._epochs.start(self)
+        except Exception as exc:
+            report("epoch start", exc, self._probe.note)
+        super()._reset(loader, first_iter, *args, **kwargs)  # type: ignore[misc]
 
     def _next_index(self) -> Any:
-        self._last_index = index = super()._next_index()
+        self._last_index = index = super()._next_index()  # type: ignore[misc]
         return index
 
     def _try_put_index(self) -> None:
         sent = self._send_idx
-        super()._try_put_index()
+        super()._try_put_index()  # type: ignore[misc]
         if self._send_idx != sent:
-            self._append(("dispatch", monotonic(), sent, self._task_info[sent][0], self._last_index))
-            if self._epochs.indices is not None:
-                self._epochs.dispatched(self._last_index)
+            try:
+                self._append(("dispatch", monotonic(), sent, self._task_info[sent][0], self._last_index))
+                if self._epochs.indices is not None:
+                    self._epochs.dispatched(self._last_index)
+            except Exception as exc:
+                report("dispatch record", exc, self._probe.note)
 
     def _get_data(self) -> Any:
         try:
-            result = super()._get_data()
+            result = super()._get_data()  # type: ignore[misc]
         except Exception as exc:  # torch's RuntimeError, or a broken pipe from a worker that is exiting
             self._record_failure(exc)
             raise
-        idx = result[0]
-        info = self._task_info.get(idx) if type(idx) is int else None
-        if info is not None:  # None: a resume marker or a stale result of an abandoned epoch
-            self._probe.drain_worker(info[0])
-            self._append(("arrive", monotonic(), idx, info[0]))
+        try:
+            idx = result[0]
+            info = self._task_info.get(idx) if type(idx) is int else None
+            if info is not None:  # None: a resume marker or a stale result of an abandoned epoch
+                reader = self._readers.get(info[0])
+                if reader is not None:
+                    self._probe.drain_reader(reader)
+                self._append(("arrive", monotonic(), idx, info[0]))
+                self._arrived = None if is_stop(result[1]) else idx
+        except Exception as exc:
+            report("arrival record", exc, self._probe.note)
         return result
 
-    def _process_data(self, data: Any, worker_idx: int) -> Any:
+    def _process_data(self, data: Any, worker_idx: int, *args: Any) -> Any:
         if isinstance(data, ExceptionWrapper):
-            idx = self._released[0] if self._released else None
-            self._probe.note("error", idx=idx, worker=worker_idx, **_exception_fields(data))
-        return super()._process_data(data, worker_idx)
+            try:
+                idx = self._released[0] if self._released else None
+                self._probe.note("error", idx=idx, worker=worker_idx, **_exception_fields(data))
+            except Exception as exc:
+                report("error record", exc)
+        return super()._process_data(data, worker_idx, *args)  # type: ignore[misc]
 
     def __next__(self) -> Any:
         self._liveness.next_started = start = monotonic()
         try:
-            data = super().__next__()
+            data = super().__next__()  # type: ignore[misc]
         except StopIteration:
-            self._epochs.end()
+            self._end_epoch(abandoned=False)
             raise
         finally:
             self._liveness.next_started = None
         now = monotonic()
-        idx, _, from_buffer = self._released  # type: ignore[misc]
-        self._append(("yield", now, idx, now - start, from_buffer))
+        released = self._released
+        if released is not None:
+            self._append(("yield", now, released[0], now - start, released[2]))
+        self._probe_yields += 1
         return data
+
+    def _end_epoch(self, abandoned: bool) -> None:
+        try:
+            self._epochs.end(self, abandoned)
+        except Exception as exc:
+            report("epoch end", exc, self._probe.note)
 
     def _record_failure(self, exc: Exception) -> None:
         """Name what torch's exception is about, with what every worker was doing."""
-        self._probe.drain_all()
-        if "timed out" in str(exc):
-            self._probe.note("timeout", seconds=self._timeout, workers=self._liveness.activity())
-            return
-        # A broken pipe or a failed fd hand-over (OSError, EOFError) means a worker is exiting right now.
-        self._note_deaths(grace=DEATH_GRACE if isinstance(exc, (OSError, EOFError)) else 0.0)
+        try:
+            self._probe.drain_all()
+            if "timed out" in str(exc):
+                self._probe.note("timeout", seconds=self._timeout, workers=self._liveness.activity())
+                return
+            # A broken pipe or a failed fd hand-over (OSError, EOFError) means a worker is exiting right now.
+            self._note_deaths(grace=DEATH_GRACE if isinstance(exc, (OSError, EOFError)) else 0.0)
+        except Exception as failure:
+            report("failure record", failure, self._probe.note)
 
     def _note_deaths(self, grace: float = 0.0) -> None:
         """Report workers that died (waiting up to ``grace`` s for one whose pipe already broke)."""
@@ -288,7 +324,8 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         for worker_id, process in enumerate(self._workers):  # reaped by torch before the probe saw it
             if process.exitcode not in (None, 0) and worker_id not in self._liveness.dead:
                 self._liveness.dead.add(worker_id)
-                doing = self._probe.readers[worker_id].current() or {"idx": None}
+                reader = self._readers.get(worker_id)
+                doing = (reader.current() if reader is not None else None) or {"idx": None}
                 self._probe.note("worker_died", worker=worker_id, pid=process.pid, exitcode=process.exitcode,
                                  signal=signal_name(process.exitcode), **doing)
 
@@ -299,21 +336,44 @@ class ProbedMultiProcessIter(_MultiProcessingDataLoaderIter):
         return {"waiting_for": idx, "held_by": info[0] if info else None, "has_data": bool(info and len(info) == 2)}
 
     def _shutdown_workers(self) -> None:
-        self._probe.unwatch(self._liveness.tick)  # from here on, workers exiting is expected
-        if not self._exited and getattr(self, "_workers", None) is not None:
-            self._note_deaths()  # a death torch raised about outside _get_data
-        super()._shutdown_workers()
-        if not self._exited and getattr(self, "_workers", None) is not None:
+        first = not self._exited and getattr(self, "_workers", None) is not None
+        if first:
+            self._before_shutdown()
+        super()._shutdown_workers()  # type: ignore[misc]
+        if first:
             self._exited = True
+            self._after_shutdown()
+
+    def _before_shutdown(self) -> None:
+        try:
+            self._probe.unwatch(self._liveness.tick)  # from here on, workers exiting is expected
+            if not self._epochs.superseded(self):
+                self._note_deaths()  # a death torch raised about outside _get_data
+        except Exception as exc:
+            report("shutdown record", exc, self._probe.note)
+
+    def _after_shutdown(self) -> None:
+        try:
             self._liveness.take_batch_info()
-            self._inspect.close()
-            for reader in self._probe.readers.values():
+            _close(self._inspect)
+            for reader in self._readers.values():
                 _remove(reader.dump_path)
             # torch shuts workers down before raising StopIteration: an epoch is abandoned only
             # if tasks are still in flight (a `break`, an error, the iterator dropped mid-epoch).
-            self._epochs.end(abandoned=bool(self._task_info))
+            self._epochs.end(self, abandoned=bool(self._task_info))
             for worker_id, process in enumerate(self._workers):
                 self._probe.note("worker_exit", worker=worker_id, pid=process.pid, exitcode=process.exitcode)
+        except Exception as exc:
+            report("shutdown record", exc, self._probe.note)
+
+
+def _close(queue: Any) -> None:
+    """Close the workers' description queue; at interpreter exit its pipes may be gone already."""
+    try:
+        if queue is not None:
+            queue.close()
+    except OSError:
+        pass
 
 
 def _remove(path: str) -> None:
@@ -323,78 +383,142 @@ def _remove(path: str) -> None:
         pass
 
 
-class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
-    """num_workers=0: dispatch, fetch and release all happen in the main process (worker 0).
+class _FetchTimer:
+    """Stands in for an in-process iterator's dataset fetcher: times each fetch, keeps its index.
 
-    Here the probe's cost sits directly on a batch that may take torch only ~10 µs, so a batch is
-    one ``BATCH_ROW`` (five events, expanded by the consumer) and three clock reads.
+    Attribute reads and writes other than its own go to the real fetcher (torchdata's state
+    handling reads and sets ``dataset_iter`` and ``ended`` on it).
     """
 
-    def __init__(self, loader: Any, probe: Recorder, epochs: EpochCounter, rule: StuckRule) -> None:
-        super().__init__(loader)
-        self._probe = probe
-        self._append = probe.pending.append
-        self._epochs = epochs
-        self._liveness = _watch_consumer(self, probe, rule)
-        epochs.start(self)
+    __slots__ = ("fetcher", "index", "started", "fetched")
+
+    def __init__(self, fetcher: Any) -> None:
+        object.__setattr__(self, "fetcher", fetcher)
+        object.__setattr__(self, "index", None)
+        object.__setattr__(self, "started", 0.0)
+        object.__setattr__(self, "fetched", 0.0)
+
+    def fetch(self, index: Any) -> Any:
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "started", monotonic())
+        data = self.fetcher.fetch(index)
+        object.__setattr__(self, "fetched", monotonic())
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fetcher, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.fetcher, name, value)
+
+
+class SingleProcessProbe:
+    """Mixed in before an in-process iterator class (``num_workers=0``): worker 0 is the main process.
+
+    Here the probe's cost sits directly on a batch that may take torch only ~10 µs, so a batch is
+    one ``BATCH_ROW`` (five events, expanded by the consumer) and a few clock reads.
+    """
+
+    _pin_memory: bool
+    _pin_memory_device: str
+
+    def _probe_attach(self, given: IteratorProbe) -> None:
+        self._probe = given.probe
+        self._append = given.probe.pending.append
+        self._epochs = given.epochs
+        self._liveness = _watch_consumer(self, given.probe, given.rule, {})
+        self._probe_timer: _FetchTimer | None = None
+        given.epochs.start(self)
+
+    @property
+    def _dataset_fetcher(self) -> Any:
+        return self._probe_timer
+
+    @_dataset_fetcher.setter
+    def _dataset_fetcher(self, fetcher: Any) -> None:
+        self._probe_timer = _FetchTimer(fetcher)
 
     def _head_of_line(self) -> dict[str, Any]:
-        return {"waiting_for": self._num_yielded, "held_by": 0, "has_data": False}
+        return {"waiting_for": self._probe_yields, "held_by": 0, "has_data": False}
 
     def __del__(self) -> None:
-        self._probe.unwatch(self._liveness.tick)
-        if self._epochs.owned_by(self):  # dropped mid-epoch (a `break`): its count is readable only now
-            self._epochs.end(abandoned=True)
+        try:
+            self._probe.unwatch(self._liveness.tick)
+            if self._epochs.owned_by(self):  # dropped mid-epoch (a `break`): its count is readable only now
+                self._epochs.end(self, abandoned=not _complete(self))
+        except Exception:  # interpreter teardown: nothing left to report to
+            pass
 
     def _next_data(self) -> Any:
-        liveness = self._liveness
+        liveness, timer = self._liveness, self._probe_timer
         liveness.next_started = started = monotonic()
+        if timer is not None:
+            object.__setattr__(timer, "index", None)
         try:
-            index = self._next_index()
-            idx = self._num_yielded  # in-process, task ids are the batches yielded so far
-            fetch_started = monotonic()
-            if self._epochs.indices is not None:
-                self._epochs.dispatched(index)
-            try:
-                data = self._dataset_fetcher.fetch(index)
-            except BaseException as exc:
-                self._failed(exc, idx, index, fetch_started)
-                raise
-            fetched = monotonic()
-            total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
-            probe = self._probe
-            if idx < 3 or probe.values_asked:  # nothing crosses a process boundary: structure (and values if asked)
-                asked, probe.values_asked = probe.values_asked, False
-                probe.note_at("batch_info", fetched, idx=idx, worker=0, structure=describe(data, values=asked),
-                              pickle_bytes=0, values=asked)
-            if self._pin_memory:
-                return self._pin(data, idx, index, started, fetch_started, fetched, total, pickled)
-            self._append((BATCH_ROW, fetched, idx, started, fetch_started, total, pickled, index))
-            return data
+            data = super()._next_data()  # type: ignore[misc]
         except StopIteration:  # the sampler, or an iterable dataset, ran out
-            self._epochs.end()
+            self._stopped(timer)
+            raise
+        except BaseException as exc:
+            self._failed(exc, timer)
             raise
         finally:
             liveness.next_started = None
+        try:
+            self._record(data, started, timer)
+        except Exception as exc:
+            report("batch record", exc, self._probe.note)
+        return data
 
-    def _failed(self, exc: BaseException, idx: int, index: Any, fetch_started: float) -> None:
-        self._explicit(idx, index, fetch_started)
-        if isinstance(exc, StopIteration):  # an iterable dataset ran out inside this task
-            self._append(("skip", monotonic(), idx, 0))
-        elif isinstance(exc, Exception):
+    def _record(self, data: Any, started: float, timer: _FetchTimer | None) -> None:
+        idx = self._probe_yields
+        self._probe_yields = idx + 1
+        if timer is None or timer.index is None:  # a subclass that fetched without the fetcher
+            timer = _FetchTimer(None)
+            object.__setattr__(timer, "started", started)
+            object.__setattr__(timer, "fetched", monotonic())
+        index, fetch_started, fetched = timer.index, timer.started, timer.fetched
+        total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
+        probe = self._probe
+        if idx < 3 or probe.values_asked:  # nothing crosses a process boundary: structure (and values if asked)
+            asked, probe.values_asked = probe.values_asked, False
+            probe.note_at("batch_info", fetched, idx=idx, worker=0, structure=describe(data, values=asked),
+                          pickle_bytes=0, values=asked)
+        if self._pin_memory:
+            self._pinned(data, idx, index, started, fetch_started, fetched, total)
+        else:
+            self._append((BATCH_ROW, fetched, idx, started, fetch_started, total, pickled, index))
+
+    def _stopped(self, timer: _FetchTimer | None) -> None:
+        try:
+            if timer is not None and timer.index is not None:  # an iterable dataset ran out inside this task
+                idx = self._probe_yields
+                self._explicit(idx, timer.index, timer.started)
+                self._append(("skip", monotonic(), idx, 0))
+            self._epochs.end(self)
+        except Exception as exc:
+            report("epoch end", exc, self._probe.note)
+
+    def _failed(self, exc: BaseException, timer: _FetchTimer | None) -> None:
+        if not isinstance(exc, Exception) or timer is None or timer.index is None:
+            return
+        try:
+            idx = self._probe_yields
+            self._explicit(idx, timer.index, timer.started)
             self._probe.note("error", idx=idx, worker=0, **_main_exception_fields(exc))
+        except Exception as failure:
+            report("error record", failure, self._probe.note)
 
-    def _pin(self, data: Any, idx: int, index: Any, started: float, fetch_started: float, fetched: float,
-             total: int, pickled: int) -> Any:
+    def _pinned(self, data: Any, idx: int, index: Any, started: float, fetch_started: float, fetched: float,
+                total: int) -> None:
+        """torch pinned the batch right after the fetch, inside ``_next_data``: the rest of its time."""
         self._explicit(idx, index, fetch_started)
-        self._append(("fetch_end", fetched, 0, idx, fetched - fetch_started, total, pickled))
-        self._probe.note_at("pin_start", fetched, idx=idx)
-        data = pin_memory(data, self._pin_memory_device)
         pinned = monotonic()
+        self._append(("fetch_end", fetched, 0, idx, fetched - fetch_started, total, 0))
+        self._probe.note_at("pin_start", fetched, idx=idx)
         self._probe.note_at("pin_end", pinned, idx=idx, dt=pinned - fetched, nbytes=total, pinned=is_pinned(data))
         self._append(("arrive", pinned, idx, 0))
         self._append(("yield", pinned, idx, pinned - started, False))
-        return data
 
     def _explicit(self, idx: int, index: Any, fetch_started: float) -> None:
         """A batch's dispatch and fetch start one by one, where a ``BATCH_ROW`` does not cover it
@@ -402,13 +526,3 @@ class ProbedSingleProcessIter(_SingleProcessDataLoaderIter):
         self._append(("dispatch", fetch_started, idx, 0, index))
         self._append(("fetch_start", fetch_started, 0, idx, len(index) if isinstance(index, (list, tuple)) else 1))
 
-
-def _main_exception_fields(exc: BaseException) -> dict[str, Any]:
-    import traceback
-
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
-        "where": "in the main process",
-    }

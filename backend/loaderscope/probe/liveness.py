@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderscope.probe.faults import report_remote
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.stacks import ask_worker, describe_status, exit_status, main_thread_stack
 from loaderscope.probe.worker import RingReader
@@ -45,8 +46,10 @@ class StuckRule:
 class Liveness:
     """Watches one iterator's workers and its consumer; lives from iterator start to shutdown."""
 
-    def __init__(self, recorder: Recorder, rule: StuckRule, head_of_line: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, recorder: Recorder, rule: StuckRule, head_of_line: Callable[[], dict[str, Any]],
+                 readers: dict[int, RingReader] | None = None) -> None:
         self.recorder = recorder
+        self.readers = readers if readers is not None else {}  # this iterator's workers (none in-process)
         self.rule = rule
         self.head_of_line = head_of_line  # which task the consumer waits for, and who holds it
         self.dead: set[int] = set()
@@ -55,10 +58,6 @@ class Liveness:
         self.next_started: float | None = None  # set while the consumer is inside next()
         self.ticks = 0
         self.inspect: Any = None  # the workers' batch descriptions (a SimpleQueue), if any
-
-    @property
-    def readers(self) -> dict[int, RingReader]:
-        return self.recorder.readers
 
     def tick(self) -> None:
         """Every probe tick (50 ms): cheap checks first; the median only once something runs long."""
@@ -77,10 +76,15 @@ class Liveness:
         self._check_consumer(threshold)
 
     def take_batch_info(self) -> None:
+        """Batch descriptions from the workers, and the failures of their taps (reported once)."""
         inspect = self.inspect
         try:
             while inspect is not None and not inspect.empty():
-                self.recorder.note("batch_info", **inspect.get())
+                item = inspect.get()
+                if "fault" in item:
+                    report_remote(item["fault"], item["type"], item["message"], self.recorder.note)
+                else:
+                    self.recorder.note("batch_info", **item)
         except OSError:  # the queue was closed under us (interpreter exit): descriptions are extras
             self.inspect = None
 
@@ -120,7 +124,7 @@ class Liveness:
             if exitcode == 0 and signal_name is None:
                 continue  # a clean exit: an exhausted iterable shard, or shutdown
             self.dead.add(reader.worker)
-            self.recorder.drain_worker(reader.worker)
+            self.recorder.drain_reader(reader)
             self.recorder.note("worker_died", worker=reader.worker, pid=reader.pid, exitcode=exitcode,
                                signal=signal_name, **(reader.current() or {"idx": None}))
 

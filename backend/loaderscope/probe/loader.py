@@ -19,7 +19,9 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from loaderscope.events import Event
-from loaderscope.probe.iterators import EpochCounter, ProbedMultiProcessIter, ProbedSingleProcessIter
+from loaderscope.probe.adopt import Adoption
+from loaderscope.probe.faults import report
+from loaderscope.probe.iterators import EpochCounter, MultiProcessProbe
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.recorder import Recorder
 
@@ -87,11 +89,45 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
     }
 
 
+def distributed_identity() -> tuple[int, int]:
+    """(rank, world size): from torch.distributed when a process group is up, else the launcher's
+    environment (torchrun's RANK/WORLD_SIZE, LOCAL_RANK/LOCAL_WORLD_SIZE as Lightning sets them
+    before its group exists, SLURM's SLURM_PROCID/SLURM_NTASKS), else (0, 1)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+                                 ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, size = _int_env(rank_name), _int_env(size_name)
+        if rank is not None:
+            return rank, max(size or 1, rank + 1)
+    return 0, 1
+
+
+def job_id(world_size: int) -> str | None:
+    """What the ranks of one job share: the launcher's run id, else the rendezvous address."""
+    env = os.environ
+    named = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID")
+    if named:
+        return named
+    if world_size > 1 and env.get("MASTER_PORT"):  # Lightning's own launcher sets only these
+        return f"{env.get('MASTER_ADDR', 'localhost')}:{env['MASTER_PORT']}"
+    return None
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
 class ProbeMixin(DataLoader[T_co]):
     """What makes a DataLoader class instrumented; mixed in before any DataLoader subclass.
 
     It derives from DataLoader and adds no slots, so ``watch()`` can switch an existing loader's
     class to ``(ProbeMixin, TheirLoader)``: Python allows that only between equal object layouts.
+    A loader re-created from its class (``type(loader)(*args, **kwargs)``, as Lightning does) has no
+    probe yet: it gets one at its first ``iter()`` from the class's ``_probe_destination``.
     """
 
     _probe: Recorder
@@ -99,25 +135,39 @@ class ProbeMixin(DataLoader[T_co]):
     _probe_meta: dict[str, Any]
     _probe_started: bool
     _probe_iterators: weakref.WeakSet[Any]
+    _probe_destination: Any = None  # set on watched classes: how a re-created loader gets its probe
+    _probe_base: type | None = None  # set on watched classes: the user's own loader class
 
     def _init_probe(self, sink: Sink, *, run_id: str | None, rank: int | None, meta: dict[str, Any]) -> None:
-        if rank is None:
-            rank = int(os.environ.get("RANK", "0"))
-        recorder = Recorder(sink, run_id=run_id or uuid.uuid4().hex[:12], rank=rank)
+        recorder = Recorder(sink, run_id=run_id or uuid.uuid4().hex[:12], rank=rank or 0)
         # object.__setattr__: DataLoader.__setattr__ guards some names after init, not ours, but
         # going around it keeps the probe invisible to subclasses that override __setattr__ too.
         object.__setattr__(self, "_probe", recorder)
         weakref.finalize(self, recorder.close)  # a loader dropped without close() still stops its thread
         object.__setattr__(self, "_probe_epochs", EpochCounter(recorder))
-        object.__setattr__(self, "_probe_meta", meta)
+        object.__setattr__(self, "_probe_meta", {**meta, "rank_given": rank is not None})
         object.__setattr__(self, "_probe_started", False)
         # weakly: torch shuts workers down when the training loop drops its iterator
         object.__setattr__(self, "_probe_iterators", weakref.WeakSet())
+
+    def _probe_ready(self) -> bool:
+        """Whether this loader has a probe, making one from its class's destination if need be."""
+        if "_probe" not in vars(self):
+            if self._probe_destination is None:
+                return False
+            self._probe_destination.attach(self)
+        if getattr(self, "_probe_closed", False):
+            return False
+        self._start_probe()
+        return True
 
     def _start_probe(self) -> None:
         if self._probe_started:
             return
         object.__setattr__(self, "_probe_started", True)
+        rank, world_size = distributed_identity()
+        if not self._probe_meta.get("rank_given"):
+            self._probe.rank = rank  # read at the first iter(): Lightning starts its process group late
         if _distributed(self):
             self._probe_epochs.shard_length = _length(self.dataset)
         self._probe.note(
@@ -125,26 +175,35 @@ class ProbeMixin(DataLoader[T_co]):
             mode="real",
             scenario=self._probe_meta.get("scenario"),
             name=self._probe_meta.get("name"),
-            job=self._probe_meta.get("job"),
+            job=self._probe_meta.get("job") or job_id(world_size),
             params=self._probe_meta.get("params"),
             config=loader_config(self) | self._probe_meta.get("describe", {}),  # type: ignore[arg-type]
+            loader=_qualified(self._probe_base or type(self)),
             torch=torch.__version__,
             python=platform.python_version(),
             host=socket.gethostname(),
             pid=os.getpid(),
             wall_start=self._probe.wall0,
-            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            world_size=world_size,
         )
         self._probe.start()
 
     def _get_iterator(self) -> Any:
-        self._start_probe()
-        rule = StuckRule(self._probe_meta.get("stuck_after"))
-        if self.num_workers == 0:
-            return ProbedSingleProcessIter(self, self._probe, self._probe_epochs, rule)
-        self.check_worker_number_rationality()
-        iterator = ProbedMultiProcessIter(self, self._probe, self._probe_epochs, rule)
-        self._probe_iterators.add(iterator)
+        try:
+            ready = self._probe_ready()
+            if ready:
+                rule = StuckRule(self._probe_meta.get("stuck_after"))
+                adoption = Adoption(self, self._probe, self._probe_epochs, rule)
+        except Exception as exc:
+            report("probe start", exc)
+            ready = False
+        if not ready:
+            return super()._get_iterator()
+        with adoption:
+            iterator = super()._get_iterator()
+        adoption.finish(iterator)
+        if isinstance(iterator, MultiProcessProbe):
+            self._probe_iterators.add(iterator)
         return iterator
 
     @property
@@ -162,21 +221,37 @@ class ProbeMixin(DataLoader[T_co]):
         for reader in list(self._probe.readers.values()):
             reader.ask_values()
 
-    def close(self, reason: str = "done", stats: dict[str, Any] | None = None) -> None:
+    def close(self, reason: str = "done", stats: dict[str, Any] | None = None,
+              error: dict[str, str] | None = None) -> None:
         """End the run: shut persistent workers down, emit ``run_end``, flush, stop the probe thread."""
-        if getattr(self, "_probe_closed", False):
+        if getattr(self, "_probe_closed", False) or "_probe" not in vars(self):
             return
         object.__setattr__(self, "_probe_closed", True)
         for iterator in list(self._probe_iterators):  # e.g. one a traceback still holds after an error
             iterator._shutdown_workers()
-        if self._probe_started:
-            self._probe.drain_all()  # the workers' last records belong before run_end
-            self._probe_epochs.end(abandoned=reason != "done")
-            self._probe.note("run_end", reason=reason, stats=stats or {})
-        self._probe.close()
+        try:
+            if self._probe_started:
+                self._probe.drain_all()  # the workers' last records belong before run_end
+                self._probe_epochs.end_open()
+                extra = {"error": error} if error else {}
+                self._probe.note("run_end", reason=reason, stats=stats or {}, **extra)
+            self._probe.close()
+        except Exception as exc:
+            report("run end", exc)
         transport = getattr(self, "_probe_transport", None)
         if transport is not None:
             transport.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles carry the loader, not its run: a copy starts a run of its own."""
+        state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else vars(self))
+        return {name: value for name, value in state.items() if not name.startswith("_probe")}
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self._probe_base is None:  # InstrumentedDataLoader: a class with a name
+            return super().__reduce_ex__(protocol)
+        # A watched class is made at run time and cannot be found by name: rebuild it.
+        return (_rebuild, (self._probe_base, self._probe_destination), self.__getstate__())
 
     def __enter__(self) -> Any:
         return self
@@ -185,13 +260,22 @@ class ProbeMixin(DataLoader[T_co]):
         self.close("done" if exc_type is None else "error")
 
 
+def _rebuild(base: type, destination: Any) -> Any:
+    cls = destination.loader_class(base)
+    return cls.__new__(cls)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 class InstrumentedDataLoader(ProbeMixin[T_co]):
     """A drop-in ``DataLoader`` whose ``sink`` receives lists of ◆ event dicts.
 
     Args:
         sink: called from the probe's thread with lists of events (keep it quick, never block).
         run_id: names the run in every event (random by default).
-        rank: distributed rank (default: ``$RANK`` or 0).
+        rank: distributed rank (default: torch.distributed's, else the launcher's environment, else 0).
         stuck_after: seconds after which a fetch (or the consumer's wait) is reported stuck, with
             the live stack (default: the larger of 10 s and 20× the median fetch time so far).
         scenario, params, describe, name: recorded in ``run_start``.

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderscope.events import Event, event_count, expand, to_json
+from loaderscope.probe.faults import report
 from loaderscope.probe.worker import RingReader
 
 Sink = Callable[[list[Event]], None]  # or an object with ``takes_frames = True`` and ``frame(bytes, count)``
@@ -52,7 +53,7 @@ class Recorder:
         # The hot path appends rows ``(kind, monotonic time, the kind's ROW_FIELDS in order)`` here
         # directly (``pending.append``, bound once per iterator): deque appends need no lock.
         self.pending: deque[tuple[Any, ...]] = deque()
-        self.readers: dict[int, RingReader] = {}
+        self.readers: dict[int, RingReader] = {}  # the newest multi-process iterator's workers
         self._flush_lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._stop = threading.Event()
@@ -70,12 +71,10 @@ class Recorder:
         """A rare event that happened at monotonic time ``t``."""
         self.pending.append((kind, t, fields))
 
-    def drain_worker(self, worker: int) -> None:
+    def drain_reader(self, reader: RingReader) -> None:
         """Move a worker's ring records into the stream now, so its fetch events precede the arrival."""
-        reader = self.readers.get(worker)
-        if reader is not None:
-            with self._drain_lock:
-                reader.drain(self.pending.append)
+        with self._drain_lock:
+            reader.drain(self.pending.append)
 
     def drain_all(self) -> None:
         with self._drain_lock:
@@ -103,9 +102,12 @@ class Recorder:
             for callback in list(self._watchers):
                 try:
                     callback()
-                except Exception:  # a liveness check must never take the probe down
-                    self.sink_errors += 1
-            self.flush()
+                except Exception as exc:  # a liveness check must never take the probe down
+                    report("liveness check", exc, self.note)
+            try:
+                self.flush()
+            except Exception as exc:  # an unencodable record, a torn ring: the next tick tries again
+                report("recorder flush", exc, self.note)
 
     def flush(self, rings: bool = True) -> None:
         """Drain rings and pending records into numbered events and hand them to the sink."""
@@ -124,12 +126,16 @@ class Recorder:
                     self.sink.frame(to_json(frame), count)
                 else:
                     self.sink(expand(frame))
-            except Exception:
+            except Exception as exc:  # the sink's problem, not training's: counted, said once
                 self.sink_errors += 1
+                report("event sink", exc)
 
     def close(self) -> None:
         _running.discard(self)
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
-        self.flush(rings=False)  # after run_end: nothing a stray worker writes now belongs to the run
+        try:
+            self.flush(rings=False)  # after run_end: nothing a stray worker writes now belongs to the run
+        except Exception as exc:
+            report("recorder flush", exc)

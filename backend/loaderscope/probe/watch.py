@@ -2,113 +2,175 @@
 
 Libraries (Lightning, Hugging Face, mmengine) build the DataLoader for you; ``watch`` changes the
 object's class to a subclass of its own class with the probe mixed in, so it keeps every method and
-attribute it had and yields exactly what it yielded.
+attribute it had and yields exactly what it yielded. Loaders re-created from that class (Lightning
+rebuilds them as ``type(loader)(*args, **kwargs)``), copied or unpickled report to the same place,
+each as a run of its own.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import re
-import secrets
-import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from types import TracebackType
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
 
 from torch.utils.data import DataLoader
 
+from loaderscope.events import Event
+from loaderscope.probe.dashboard import find_dashboard
 from loaderscope.probe.loader import ProbeMixin
-from loaderscope.probe.transport import StreamSink, reachable
+from loaderscope.probe.transport import StreamSink
 
-L = TypeVar("L", bound=DataLoader)  # type: ignore[type-arg]
-DEFAULT_URL = "http://127.0.0.1:8000"
-URL_ENV, TOKEN_ENV = "LOADERSCOPE_URL", "LOADERSCOPE_TOKEN"
-_watched_classes: dict[type, type] = {}
-_started_dashboard: tuple[str, str] | None = None
-dashboard_process: subprocess.Popen[bytes] | None = None  # the dashboard watch() started, if any
+L = TypeVar("L")
+WRAPPER_DEPTH = 2  # how far inside a wrapper's attributes watch() looks for DataLoaders
 
 
-def watched_class(cls: type) -> type:
-    if issubclass(cls, ProbeMixin):
-        return cls
-    if cls not in _watched_classes:
-        _watched_classes[cls] = type(f"Watched{cls.__name__}", (ProbeMixin, cls), {"__module__": cls.__module__})
-    return _watched_classes[cls]
+class Destination:
+    """Where a watched loader's runs go, and the loader classes instrumented to go there."""
+
+    def __init__(self, *, dashboard: tuple[str, str | None] | None, sink: Callable[[list[Event]], None] | None,
+                 meta: dict[str, Any]) -> None:
+        self.dashboard = dashboard
+        self.sink = sink
+        self.meta = meta
+        self._classes: dict[type, type] = {}
+        self._lock = threading.Lock()
+
+    def loader_class(self, base: type) -> type:
+        """``(ProbeMixin, base)``, made once per destination and loader class."""
+        with self._lock:
+            if base not in self._classes:
+                self._classes[base] = type(f"Watched{base.__name__}", (ProbeMixin, base), {
+                    "__module__": base.__module__, "_probe_destination": self, "_probe_base": base})
+            return self._classes[base]
+
+    def attach(self, loader: Any) -> None:
+        """Give ``loader`` a probe of its own (a new run) that reports here."""
+        if self.sink is not None:
+            loader._init_probe(self.sink, run_id=None, rank=None, meta=self.meta)
+        else:
+            assert self.dashboard is not None
+            transport = StreamSink(*self.dashboard)
+            loader._init_probe(transport, run_id=None, rank=None, meta=self.meta)
+            object.__setattr__(loader, "_probe_transport", transport)
+        _open_loaders.add(loader)
+
+    # A copied loader reports to the same place, not to a copy of the sink's list.
+    def __copy__(self) -> Destination:
+        return self
+
+    def __deepcopy__(self, _memo: dict[int, Any]) -> Destination:
+        return self
+
+    def __reduce__(self) -> Any:
+        return (_destination, (self.dashboard, self.sink, self.meta))
 
 
-def dashboard_address(url: str | None) -> tuple[str, str | None]:
-    """(base URL, token) from ``url``, ``$LOADERSCOPE_URL`` and ``$LOADERSCOPE_TOKEN``."""
-    url = url or os.environ.get(URL_ENV)
-    if not url:
-        return "", os.environ.get(TOKEN_ENV)
-    parts = urlsplit(url)
-    token = parse_qs(parts.query).get("token", [os.environ.get(TOKEN_ENV)])[0]
-    return f"{parts.scheme or 'http'}://{parts.netloc}", token
+def _destination(dashboard: tuple[str, str | None] | None, sink: Callable[[list[Event]], None] | None,
+                 meta: dict[str, Any]) -> Destination:
+    return Destination(dashboard=dashboard, sink=sink, meta=meta)
 
 
-def start_dashboard() -> tuple[str, str]:
-    """A dashboard of our own on a free loopback port, in the background; its URL is printed once."""
-    global _started_dashboard, dashboard_process
-    if _started_dashboard is not None:
-        return _started_dashboard
-    token = secrets.token_urlsafe(32)
-    # Its output goes to a file: a pipe nobody reads would fill up and freeze the dashboard.
-    log = Path(tempfile.mkdtemp(prefix="loaderscope-dashboard-")) / "dashboard.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser"],
-            env={**os.environ, TOKEN_ENV: token}, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C in the training script does not take the dashboard down
-        )
-    dashboard_process = process
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and process.poll() is None:
-        match = re.search(r"(http://[\d.]+:\d+)/", log.read_text(errors="replace"))
-        if match:
-            _started_dashboard = (match.group(1), token)
-            print(f"loaderscope: dashboard at {match.group(1)}/?token={token} (log: {log})", file=sys.stderr, flush=True)
-            return _started_dashboard
-        time.sleep(0.05)
-    raise RuntimeError("loaderscope: could not start a dashboard; start one with `loaderscope serve` and pass its URL")
-
-
-def watch(loader: L, *, url: str | None = None, name: str | None = None, stuck_after: float | None = None) -> L:
-    """Instrument ``loader`` in place and stream its events to a dashboard; returns the same loader.
+def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], None] | None = None,
+          name: str | None = None, stuck_after: float | None = None) -> L:
+    """Instrument ``loader`` in place and stream its events to a dashboard; returns the same object.
 
     Args:
-        loader: any ``torch.utils.data.DataLoader`` (or subclass), before iterating it.
-        url: the dashboard (``http://127.0.0.1:8000/?token=...``); default ``$LOADERSCOPE_URL``, else
-            ``http://127.0.0.1:8000`` if one answers there, else a new one started in the background.
+        loader: a ``torch.utils.data.DataLoader`` (or subclass, e.g. torchdata's
+            ``StatefulDataLoader``), before iterating it; or a wrapper that holds DataLoaders
+            (webdataset's ``WebLoader``, Lightning's ``CombinedLoader``): those inside are watched.
+        url: the dashboard (``http://127.0.0.1:8000/?token=...``); default ``$LOADERSCOPE_URL``,
+            else the dashboard this user last started, else a new one started in the background.
+        sink: instead of a dashboard, a callable that receives lists of event dicts (from a
+            background thread; keep it quick).
         name: shown on the dashboard (default: the script's name).
         stuck_after: seconds after which a fetch is reported stuck (default: max(10 s, 20× median)).
 
     The training loop never waits for the dashboard: events go to a bounded buffer, a thread sends
     them, reconnects after a restart, and counts what it had to drop. ``loader.close()`` (or leaving
-    ``with loader:``) flushes and ends the run; interpreter exit does it too.
+    ``with loader:``) flushes and ends the run; interpreter exit does it too, with reason ``error``
+    if the script died of an exception.
     """
-    if not isinstance(loader, DataLoader):
-        raise TypeError(f"watch() takes a torch.utils.data.DataLoader, got {type(loader).__name__}")
-    if getattr(loader, "_iterator", None) is not None:
-        raise RuntimeError("watch() must be called before iterating the loader (its persistent workers already run)")
-    if isinstance(loader, ProbeMixin):
-        return loader
-    base, token = dashboard_address(url)
-    if not base:
-        base, token = (DEFAULT_URL, token) if reachable(DEFAULT_URL) else start_dashboard()
-    sink = StreamSink(base, token)
-    loader.__class__ = watched_class(type(loader))
-    meta = {"name": name or os.path.basename(sys.argv[0] or "python"), "stuck_after": stuck_after,
-            "job": os.environ.get("TORCHELASTIC_RUN_ID")}
-    loader._init_probe(sink, run_id=None, rank=None, meta=meta)  # type: ignore[attr-defined]
-    loader._probe_transport = sink  # type: ignore[attr-defined]
-    atexit.register(_close_at_exit, loader)
+    loaders = [loader] if isinstance(loader, DataLoader) else _inner_loaders(loader)
+    if not loaders:
+        raise TypeError(f"watch() takes a torch.utils.data.DataLoader, or an object that holds one (webdataset's "
+                        f"WebLoader, Lightning's CombinedLoader); {type(loader).__name__} holds none. "
+                        f"Pass the DataLoader itself: watch(DataLoader(...)).")
+    for inner in loaders:
+        if getattr(inner, "_iterator", None) is not None:
+            raise RuntimeError("watch() must be called before iterating the loader (its persistent workers "
+                               "already run): call watch(loader) right after building it")
+    fresh = [inner for inner in loaders if not isinstance(inner, ProbeMixin)]
+    if fresh:
+        meta = {"name": name or os.path.basename(sys.argv[0] or "python"), "stuck_after": stuck_after,
+                "job": None}
+        destination = Destination(dashboard=None if sink is not None else find_dashboard(url), sink=sink,
+                                  meta=meta)
+        _install_exit_hooks()
+        for inner in fresh:
+            inner.__class__ = destination.loader_class(type(inner))
+            destination.attach(inner)
     return loader
 
 
-def _close_at_exit(loader: Any) -> None:
-    if not getattr(loader, "_probe_closed", False):
-        loader.close()
+def _inner_loaders(obj: Any) -> list[DataLoader[Any]]:
+    """The DataLoaders a wrapper holds in its attributes (lists, tuples and dicts of them too)."""
+    found: dict[int, DataLoader[Any]] = {}
+    for value in _attribute_values(obj, WRAPPER_DEPTH):
+        if isinstance(value, DataLoader):
+            found.setdefault(id(value), value)
+    return list(found.values())
+
+
+def _attribute_values(obj: Any, depth: int) -> Iterator[Any]:
+    if depth == 0:
+        return
+    values: list[Any] = []
+    if isinstance(obj, Mapping):
+        values = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        values = list(obj)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        values = list(vars(obj).values())
+    for value in values:
+        yield value
+        if not isinstance(value, DataLoader):
+            yield from _attribute_values(value, depth - 1)
+
+
+# --- the end of the script -------------------------------------------------------------------------
+
+_open_loaders: weakref.WeakSet[Any] = weakref.WeakSet()
+_failure: dict[str, str] | None = None  # the exception the script died of, if any
+_hooks_installed = False
+
+
+def _install_exit_hooks() -> None:
+    """Once: remember an uncaught exception, and end every open run at interpreter exit."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    previous = sys.excepthook
+
+    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        global _failure
+        _failure = {"type": exc_type.__name__, "message": str(exc)[:1000]}
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+    atexit.register(_close_all)
+
+
+def _close_all() -> None:
+    interrupted = _failure is not None and _failure["type"] == "KeyboardInterrupt"
+    reason = "done" if _failure is None else "stopped" if interrupted else "error"
+    for loader in list(_open_loaders):
+        try:
+            loader.close(reason, error=None if interrupted else _failure)
+        except Exception:  # interpreter exit: nothing left to break, nothing to report to
+            pass

@@ -11,6 +11,7 @@ queue it is handed are wrapped, because a task starts when ``get`` returns it an
 
 from __future__ import annotations
 
+import inspect
 import os
 import struct
 import threading
@@ -18,11 +19,12 @@ from collections import deque
 from collections.abc import Callable
 from multiprocessing.sharedctypes import RawArray
 from time import monotonic
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch import Tensor
 
 from loaderscope.probe.batchinfo import sizes, transfer
+from loaderscope.probe.faults import report
 from loaderscope.probe.stacks import install_in_worker
 
 # Status slot layout (indices into the shared array). The current task's five slots are adjacent,
@@ -65,6 +67,18 @@ class Ring:
 
 
 _ring: Ring | None = None  # in a worker process: its own ring, for _Progress
+_faults: Any = None  # in a worker process: the queue to the main process's probe thread
+
+
+def worker_fault(where: str, exc: Exception) -> None:
+    """A tap failed inside a worker: the main process reports it (once for all workers)."""
+    try:
+        if _faults is not None:
+            _faults.put({"fault": where, "type": type(exc).__name__, "message": str(exc)[:500]})
+            return
+    except Exception:
+        pass
+    report(where, exc)
 
 
 class _Progress(list):  # type: ignore[type-arg]
@@ -91,20 +105,34 @@ class _IndexQueueTap:
 
     def __init__(self, queue: Any, ring: Ring) -> None:
         self._queue = queue
-        self._ring = ring
+        self._ring: Ring | None = ring
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         task = self._queue.get(block, timeout)
+        if self._ring is None:  # the tap failed once: the worker goes on unobserved
+            return task
+        try:
+            return self._started(task)
+        except Exception as exc:
+            self._ring = None
+            worker_fault("worker index tap", exc)
+            return task
+
+    def _started(self, task: Any) -> Any:
         ring = self._ring
+        assert ring is not None
         if type(task) is not tuple:  # a _ResumeIteration starts a new epoch; None ends the worker
             ring.slots[STATE] = IDLE
         elif ring.slots[STATE] != EXHAUSTED:  # an exhausted worker drops its remaining tasks unseen
-            idx, index = task
+            idx, payload = task
+            # torch sends (idx, indices); torchdata's stateful workers (idx, (indices, snapshot))
+            index, rest = (payload[0], payload[1:]) if type(payload) is tuple else (payload, None)
             now = monotonic()
             _pack_task(ring.bytes, CUR_IDX * DOUBLE, idx, now, 0, -1, FETCHING)
             if type(index) is list:
                 ring.write(CODE_START, idx, now, len(index))
-                return idx, _Progress(index)
+                progress = _Progress(index)
+                return idx, progress if rest is None else (progress, *rest)
             ring.write(CODE_START, idx, now, 1)
         return task
 
@@ -119,27 +147,40 @@ class _ResultQueueTap:
     time) for the batch inspector, through ``inspect`` (a SimpleQueue the probe thread drains).
     """
 
-    def __init__(self, queue: Any, ring: Ring, inspect: Any) -> None:
+    def __init__(self, queue: Any, ring: Ring, inspect: Any, stateful: bool) -> None:
         self._queue = queue
-        self._ring = ring
+        self._ring: Ring | None = ring
         self._inspect = inspect
         self._sampled = 0
+        self._stateful = stateful  # the loop sends (batch, worker_id, state) as its payload
 
     def put(self, item: Any, *args: Any, **kwargs: Any) -> None:
-        idx, data = item
-        if type(idx) is int:
-            ring = self._ring
-            total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
-            ring.write(CODE_END, idx, monotonic(), total, pickled)
-            slots = ring.slots
-            if slots[INSPECT]:  # asked for (the page's "sample values" button): this batch, with values
-                slots[INSPECT] = 0.0
-                self._describe(idx, data, values=True)
-            elif self._sampled < INSPECT_BATCHES and total:
-                self._sampled += 1
-                self._describe(idx, data, values=False)
-            slots[STATE] = EXHAUSTED if type(data).__name__ == "_IterableDatasetStopIteration" else IDLE
+        if self._ring is not None:
+            try:
+                self._ended(item)
+            except Exception as exc:  # never the worker's problem: it goes on unobserved
+                self._ring = None
+                worker_fault("worker result tap", exc)
         self._queue.put(item, *args, **kwargs)
+
+    def _ended(self, item: Any) -> None:
+        idx, data = item
+        if type(idx) is not int:
+            return
+        ring = self._ring
+        assert ring is not None
+        if type(data) is tuple and len(data) == 3 and self._stateful:
+            data = data[0]  # torchdata's (batch, worker_id, state_dict)
+        total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
+        ring.write(CODE_END, idx, monotonic(), total, pickled)
+        slots = ring.slots
+        if slots[INSPECT]:  # asked for (the page's "sample values" button): this batch, with values
+            slots[INSPECT] = 0.0
+            self._describe(idx, data, values=True)
+        elif self._sampled < INSPECT_BATCHES and total:
+            self._sampled += 1
+            self._describe(idx, data, values=False)
+        slots[STATE] = EXHAUSTED if is_stop(data) else IDLE
 
     def _describe(self, idx: int, data: Any, values: bool) -> None:
         if self._inspect is None:
@@ -153,22 +194,67 @@ class _ResultQueueTap:
         return getattr(self._queue, name)
 
 
-# Positions of the queues in torch's ``_worker_loop`` arguments (stable since torch 1.x).
-INDEX_QUEUE_ARG, RESULT_QUEUE_ARG, WORKER_ID_ARG = 2, 3, 10
+def is_stop(payload: Any) -> bool:
+    """Whether a result says "this worker's iterable shard ran out" (torch's or torchdata's form)."""
+    if type(payload) is tuple and payload:
+        payload = payload[0]
+    return type(payload).__name__ == "_IterableDatasetStopIteration"
 
 
-def probed_worker_loop(ring: Ring, dump_path: str, inspect: Any, worker_loop: Callable[..., None], *args: Any) -> None:
-    """Process target for a worker: torch's own loop, with its two queues tapped."""
-    global _ring
+class LoopArgs(NamedTuple):
+    """Where a worker loop takes its index queue, result queue and worker id, by position."""
+
+    index_queue: int
+    result_queue: int
+    worker_id: int
+    stateful: bool  # it also takes a ``worker_state`` and sends (batch, worker_id, state) back
+
+
+_loop_args: dict[Any, LoopArgs | None] = {}
+
+
+def worker_loop_args(target: Any) -> LoopArgs | None:
+    """The argument positions of a DataLoader worker loop (torch's ``_worker_loop`` in
+    ``torch/utils/data/_utils/worker.py``, or a library's loop of the same shape), else None."""
+    if target not in _loop_args:
+        _loop_args[target] = _read_loop_args(target)
+    return _loop_args[target]
+
+
+def _read_loop_args(target: Any) -> LoopArgs | None:
+    if getattr(target, "__name__", None) != "_worker_loop":
+        return None
+    try:
+        names = list(inspect.signature(target).parameters)
+        return LoopArgs(names.index("index_queue"), names.index("data_queue"), names.index("worker_id"),
+                        "worker_state" in names)
+    except (TypeError, ValueError):
+        return None
+
+
+def probed_worker_loop(ring: Ring, dump_path: str, inspect_queue: Any, worker_loop: Callable[..., None],
+                       where: LoopArgs, *args: Any) -> None:
+    """Process target for a worker: the loader's own loop, with its two queues tapped."""
+    try:
+        tapped = _tap(ring, dump_path, inspect_queue, where, args)
+    except Exception as exc:  # the worker runs unobserved rather than not at all
+        worker_fault("worker setup", exc)
+        tapped = list(args)
+    worker_loop(*tapped)
+
+
+def _tap(ring: Ring, dump_path: str, inspect_queue: Any, where: LoopArgs, args: tuple[Any, ...]) -> list[Any]:
+    global _ring, _faults
+    _faults = inspect_queue
     _ring = ring
     ring.slots[PID] = os.getpid()
-    ring.slots[WORKER] = args[WORKER_ID_ARG]
+    ring.slots[WORKER] = args[where.worker_id]
     ring.slots[MAIN_THREAD] = threading.get_ident()
     install_in_worker(dump_path)
     tapped = list(args)
-    tapped[INDEX_QUEUE_ARG] = _IndexQueueTap(args[INDEX_QUEUE_ARG], ring)
-    tapped[RESULT_QUEUE_ARG] = _ResultQueueTap(args[RESULT_QUEUE_ARG], ring, inspect)
-    worker_loop(*tapped)
+    tapped[where.index_queue] = _IndexQueueTap(args[where.index_queue], ring)
+    tapped[where.result_queue] = _ResultQueueTap(args[where.result_queue], ring, inspect_queue, where.stateful)
+    return tapped
 
 
 class RingReader:

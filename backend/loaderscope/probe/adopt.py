@@ -1,0 +1,188 @@
+"""Putting the probe in front of whatever iterator a loader builds, before it dispatches anything.
+
+A DataLoader subclass may build its own iterator classes (torchdata's ``StatefulDataLoader`` does,
+with checkpointable state), so the probe cannot construct torch's iterators in their place. It
+lets the loader's own ``_get_iterator`` run and adopts the iterator it builds, at the one moment
+every iterator passes through: the end of ``_BaseDataLoaderIter.__init__`` in
+``torch/utils/data/dataloader.py``, which each iterator's ``__init__`` calls first, before it
+starts workers or dispatches a task. There the iterator's class becomes ``(Probe mixin, its class)``
+and the probe attaches; the rest of its ``__init__`` then runs through the mixin.
+
+The hook on ``_BaseDataLoaderIter.__init__`` is installed once and acts only for a loader that is
+being adopted on this thread; every other iterator in the process passes through untouched.
+Worker processes get their status rings through the multiprocessing context, which the adoption
+lends the loader for the duration of ``_get_iterator``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import threading
+from typing import Any
+
+import torch.multiprocessing
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from loaderscope.probe.faults import report
+from loaderscope.probe.iterators import EpochCounter, IteratorProbe, MultiProcessProbe, SingleProcessProbe
+from loaderscope.probe.liveness import StuckRule
+from loaderscope.probe.recorder import Recorder
+from loaderscope.probe.worker import Ring, RingReader, probed_worker_loop, worker_loop_args
+
+CONTEXT_ATTR = "_DataLoader__multiprocessing_context"  # behind DataLoader.multiprocessing_context
+# What a multi-process iterator must have for the probe to follow its protocol.
+MULTI_PROCESS_PROTOCOL = ("_reset", "_try_put_index", "_next_index", "_get_data", "_process_data",
+                          "_shutdown_workers", "_next_data")
+_MISSING = object()
+_current = threading.local()
+_probed_classes: dict[tuple[type, bool], type | None] = {}
+
+
+class _ProbedContext:
+    """Stands in for the multiprocessing context so each worker is started with a status ring."""
+
+    def __init__(self, context: Any, readers: dict[int, RingReader], inspect: Any, on_result_queue: Any) -> None:
+        self._context = context
+        self._readers = readers
+        self._inspect = inspect
+        self._on_result_queue = on_result_queue  # called with the first Queue made: the result queue
+
+    def Queue(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        queue = self._context.Queue(*args, **kwargs)
+        if self._on_result_queue is not None:
+            callback, self._on_result_queue = self._on_result_queue, None
+            callback(queue)
+        return queue
+
+    def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:  # noqa: N802
+        where = worker_loop_args(target)
+        if where is None:  # not a DataLoader worker: leave it alone
+            return self._context.Process(target=target, args=args, **kwargs)
+        try:
+            ring = Ring()
+            fd, dump_path = tempfile.mkstemp(prefix="loaderscope-stack-", suffix=".txt")
+            os.close(fd)
+            self._readers[args[where.worker_id]] = RingReader(args[where.worker_id], ring, dump_path)
+        except Exception as exc:
+            report("worker ring", exc)
+            return self._context.Process(target=target, args=args, **kwargs)
+        return self._context.Process(target=probed_worker_loop,
+                                     args=(ring, dump_path, self._inspect, target, where, *args), **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+def probed_class(cls: type, multi: bool) -> type | None:
+    """``cls`` with the probe mixed in front, or None when it does not follow torch's protocol."""
+    key = (cls, multi)
+    if key not in _probed_classes:
+        _probed_classes[key] = _make_probed_class(cls, multi)
+    return _probed_classes[key]
+
+
+def _make_probed_class(cls: type, multi: bool) -> type | None:
+    if issubclass(cls, (MultiProcessProbe, SingleProcessProbe)):
+        return None
+    if multi and not all(hasattr(cls, name) for name in MULTI_PROCESS_PROTOCOL):
+        return None
+    if not multi and not hasattr(cls, "_next_data"):
+        return None
+    mixin = MultiProcessProbe if multi else SingleProcessProbe
+    return type(f"Probed{cls.__name__}", (mixin, cls), {"__module__": __name__})
+
+
+class Adoption:
+    """One ``_get_iterator`` call of an instrumented loader: lends the context, adopts the iterator."""
+
+    def __init__(self, loader: Any, recorder: Recorder, epochs: EpochCounter, rule: StuckRule) -> None:
+        self.loader = loader
+        self.multi = loader.num_workers > 0
+        self.readers: dict[int, RingReader] = {}
+        self.inspect: Any = None
+        self.given = IteratorProbe(recorder, epochs, rule, self.readers, None)
+        self.iterator: Any = None
+        self._saved_context: Any = _MISSING
+
+    def __enter__(self) -> Adoption:
+        if self.multi:
+            try:
+                self._lend_context()
+            except Exception as exc:
+                report("multiprocessing context", exc, self.given.probe.note)
+        _current.adoption = self
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        _current.adoption = None
+        if self._saved_context is not _MISSING:
+            vars(self.loader)[CONTEXT_ATTR] = self._saved_context
+
+    def _lend_context(self) -> None:
+        context = self.loader.multiprocessing_context or torch.multiprocessing  # torch's default
+        self.given.inspect = context.SimpleQueue()
+        probed = _ProbedContext(context, self.readers, self.given.inspect, self._result_queue_made)
+        self._saved_context = vars(self.loader).get(CONTEXT_ATTR)
+        vars(self.loader)[CONTEXT_ATTR] = probed
+
+    def _result_queue_made(self, queue: Any) -> None:
+        if self.iterator is not None and isinstance(self.iterator, MultiProcessProbe):
+            self.iterator._tap_result_queue(queue)
+
+    def adopt(self, iterator: Any) -> None:
+        """Called at the end of ``_BaseDataLoaderIter.__init__``, before workers or tasks exist."""
+        if self.iterator is not None:
+            return
+        self.iterator = iterator
+        original = type(iterator)
+        try:
+            probed = probed_class(original, self.multi)
+            if probed is None:
+                return
+            iterator.__class__ = probed
+            iterator._probe_attach(self.given)
+        except Exception as exc:
+            iterator.__class__ = original  # as it was: torch's iterator, unobserved
+            report(f"adopting {original.__name__}", exc, self.given.probe.note)
+
+    def finish(self, iterator: Any) -> None:
+        """After the loader's ``_get_iterator``: say what could not be followed, note a resume."""
+        try:
+            if not isinstance(iterator, (MultiProcessProbe, SingleProcessProbe)):
+                if self.iterator is None or self.iterator is iterator:
+                    raise TypeError(f"{type(iterator).__qualname__} does not follow torch's DataLoader iterator "
+                                    "protocol; this loader runs unobserved")
+                return  # an iterator built earlier (StatefulDataLoader.state_dict() builds one ahead)
+            self._note_resume(iterator)
+        except Exception as exc:
+            report(f"observing {type(iterator).__qualname__}", exc, self.given.probe.note)
+
+    def _note_resume(self, iterator: Any) -> None:
+        """A checkpointed iterator (torchdata's ``load_state_dict``) starts part-way into its epoch."""
+        resumed = iterator._num_yielded - iterator._probe_yields
+        if resumed > 0:
+            iterator._probe_first = resumed
+            self.given.probe.note("epoch_resume", epoch=iterator._probe_epoch, batch=resumed,
+                                  replayed=iterator._probe_yields)
+
+
+def install_hook() -> None:
+    """Wrap ``_BaseDataLoaderIter.__init__`` once, so adoptions see each iterator being built."""
+    original = _BaseDataLoaderIter.__init__
+    if getattr(original, "_loaderscope_hook", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original(self, loader, *args, **kwargs)
+        adoption = getattr(_current, "adoption", None)
+        if adoption is not None and adoption.loader is loader:
+            adoption.adopt(self)
+
+    __init__._loaderscope_hook = True  # type: ignore[attr-defined]
+    _BaseDataLoaderIter.__init__ = __init__  # type: ignore[method-assign]
+
+
+install_hook()

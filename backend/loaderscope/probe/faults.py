@@ -1,0 +1,63 @@
+"""The probe's own failures: caught where they happen, reported once, never raised into training.
+
+Every piece of the probe that runs inside the user's process (the iterators' bookkeeping, the
+recorder, the worker taps, stack capture, the transport) guards its own work with ``guard`` or an
+explicit ``except Exception`` that calls ``report``. torch's own exceptions are never caught here:
+the probe's code sits beside torch's calls, not around them, so what torch raises reaches the
+training loop unchanged.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+_reported: set[str] = set()
+
+
+def report(where: str, exc: BaseException, note: Callable[..., None] | None = None) -> None:
+    """Say once per process and place that the probe failed at ``where``; training goes on.
+
+    ``note`` (a recorder's ``note``) also records it as a ``probe_error`` event, so the dashboard
+    shows why this loader's picture may be incomplete.
+    """
+    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    report_remote(where, type(exc).__name__, str(exc), note, detail)
+
+
+def report_remote(where: str, type_name: str, message: str, note: Callable[..., None] | None = None,
+                  detail: str | None = None) -> None:
+    """``report`` for a failure described in words (one a worker process sent over)."""
+    if where in _reported:
+        return
+    _reported.add(where)
+    print(f"loaderscope: internal error in {where} ({detail or f'{type_name}: {message}'}); training goes on, "
+          "unobserved there. Please report it with this line.", file=sys.stderr, flush=True)
+    if note is not None:
+        try:
+            note("probe_error", where=where, type=type_name, message=message[:500])
+        except Exception:  # the recorder itself is what failed
+            pass
+
+
+def guard(where: str, note: Callable[..., None] | None = None) -> "_Guard":
+    """``with guard("recorder flush"):`` runs a block whose failure is reported, not raised."""
+    return _Guard(where, note)
+
+
+class _Guard:
+    __slots__ = ("where", "note")
+
+    def __init__(self, where: str, note: Callable[..., None] | None) -> None:
+        self.where, self.note = where, note
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, _tb: Any) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False  # KeyboardInterrupt and SystemExit belong to the user
+        report(self.where, exc, self.note)
+        return True

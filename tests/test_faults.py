@@ -1,0 +1,187 @@
+"""The debugger never breaks training: faults injected into every part of the probe.
+
+Each test breaks one piece of loaderscope (with pytest's monkeypatch; workers are forked, so they
+inherit the fault) and checks that the loop still gets torch's batches in torch's order, that the
+failure is said once on stderr, and, where a recorder survives, that the run carries a
+``probe_error`` event naming the place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+import loaderscope
+from loaderscope.probe import adopt, faults, iterators, liveness, recorder, stacks, worker
+
+
+class Squares(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index, index * index])
+
+
+def boom(*_: Any, **__: Any) -> Any:
+    raise RuntimeError("injected fault")
+
+
+@pytest.fixture(autouse=True)
+def fresh_reports() -> Iterator[None]:
+    faults._reported.clear()  # "once per process": each test starts as a new process would
+    yield
+    faults._reported.clear()
+
+
+def vanilla(num_workers: int) -> list[torch.Tensor]:
+    return list(DataLoader(Squares(), batch_size=4, num_workers=num_workers))
+
+
+def watched_epochs(num_workers: int, epochs: int = 2, **kwargs: Any) -> tuple[list[list[torch.Tensor]], list[dict]]:
+    events: list[dict[str, Any]] = []
+    loader = loaderscope.watch(DataLoader(Squares(), batch_size=4, num_workers=num_workers, **kwargs),
+                               sink=events.extend)
+    got = [list(loader) for _ in range(epochs)]
+    loader.close()
+    return got, events
+
+
+def assert_same_training(got: list[list[torch.Tensor]], num_workers: int) -> None:
+    expected = vanilla(num_workers)
+    for epoch in got:
+        assert len(epoch) == len(expected)
+        assert all(torch.equal(a, b) for a, b in zip(epoch, expected))
+
+
+def said_once(capfd: pytest.CaptureFixture[str], where: str) -> None:
+    err = capfd.readouterr().err
+    assert err.count(f"loaderscope: internal error in {where}") == 1, err
+
+
+def noted(events: list[dict[str, Any]], where: str) -> bool:
+    return any(e["kind"] == "probe_error" and e["where"] == where for e in events)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_failing_sink_costs_training_nothing(num_workers: int, capfd: pytest.CaptureFixture[str]) -> None:
+    loader = loaderscope.watch(DataLoader(Squares(), batch_size=4, num_workers=num_workers), sink=boom)
+    got = [list(loader) for _ in range(2)]
+    loader.close()
+    assert_same_training(got, num_workers)
+    said_once(capfd, "event sink")
+    assert loader._probe.sink_errors >= 1
+
+
+def test_a_recorder_that_cannot_encode_reports_and_goes_on(monkeypatch: pytest.MonkeyPatch,
+                                                           capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(recorder, "expand", boom)
+    got, _ = watched_epochs(2)
+    assert_same_training(got, 2)
+    said_once(capfd, "event sink")
+
+
+@pytest.mark.parametrize("part", ["write", "setup"])
+def test_a_broken_worker_ring_leaves_the_workers_running(part: str, monkeypatch: pytest.MonkeyPatch,
+                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    if part == "write":
+        monkeypatch.setattr(worker.Ring, "write", boom)
+    else:
+        monkeypatch.setattr(worker, "install_in_worker", boom)
+    got, events = watched_epochs(2)
+    assert_same_training(got, 2)
+    where = "worker index tap" if part == "write" else "worker setup"
+    said_once(capfd, where)  # two workers failed; the main process says it once
+    assert noted(events, where)
+
+
+def test_no_ring_at_all_starts_plain_workers(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(adopt, "Ring", boom)
+    got, events = watched_epochs(2)
+    assert_same_training(got, 2)
+    said_once(capfd, "worker ring")
+    assert [e["kind"] for e in events].count("yield") == 12  # the main process still sees the protocol
+
+
+def test_failing_bookkeeping_in_the_main_process(monkeypatch: pytest.MonkeyPatch,
+                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(iterators.EpochCounter, "dispatched", boom)
+    sampler = DistributedSampler(Squares(), num_replicas=1, rank=0, shuffle=False)  # shard tracking on
+    got, events = watched_epochs(2, sampler=sampler)
+    assert_same_training(got, 2)
+    said_once(capfd, "dispatch record")
+    assert noted(events, "dispatch record")
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_adoption_that_fails_falls_back_to_torch(num_workers: int, monkeypatch: pytest.MonkeyPatch,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    mixin = iterators.MultiProcessProbe if num_workers else iterators.SingleProcessProbe
+    monkeypatch.setattr(mixin, "_probe_attach", boom)
+    got, events = watched_epochs(num_workers)
+    assert_same_training(got, num_workers)
+    assert "loaderscope: internal error in adopting" in capfd.readouterr().err
+    assert any(e["kind"] == "probe_error" for e in events)
+
+
+def test_a_stack_capture_that_fails_does_not_touch_the_stuck_worker(monkeypatch: pytest.MonkeyPatch,
+                                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(liveness, "ask_worker", boom)
+
+    class Slow(Squares):
+        def __getitem__(self, index: int) -> torch.Tensor:
+            if index == 5:
+                stacks.time.sleep(0.6)
+            return super().__getitem__(index)
+
+    events: list[dict[str, Any]] = []
+    loader = loaderscope.watch(DataLoader(Slow(), batch_size=4, num_workers=2), sink=events.extend,
+                               stuck_after=0.2)
+    got = list(loader)
+    loader.close()
+    assert all(torch.equal(a, b) for a, b in zip(got, vanilla(2)))
+    said_once(capfd, "liveness check")
+
+
+class OwnIterator:
+    """An iterator class that follows none of torch's protocol (a library's own design)."""
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self._inner = iter(list(DataLoader(loader.dataset, batch_size=loader.batch_size)))
+
+    def __iter__(self) -> OwnIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._inner)
+
+
+class OwnLoader(DataLoader[Any]):
+    def _get_iterator(self) -> Any:
+        return OwnIterator(self)
+
+
+def test_a_loader_class_it_does_not_know_runs_unobserved(capfd: pytest.CaptureFixture[str]) -> None:
+    events: list[dict[str, Any]] = []
+    loader = loaderscope.watch(OwnLoader(Squares(), batch_size=4), sink=events.extend)
+    got = list(loader)
+    loader.close()
+    assert all(torch.equal(a, b) for a, b in zip(got, vanilla(0))) and len(got) == 6
+    said_once(capfd, "observing OwnIterator")
+    assert noted(events, "observing OwnIterator")
+
+
+def test_torch_errors_still_reach_the_loop_unchanged() -> None:
+    class Raising(Squares):
+        def __getitem__(self, index: int) -> torch.Tensor:
+            if index == 9:
+                raise KeyError("sample 9 is missing")
+            return super().__getitem__(index)
+
+    for num_workers in (0, 2):
+        with pytest.raises(KeyError, match="sample 9 is missing"):
+            list(loaderscope.watch(DataLoader(Raising(), batch_size=4, num_workers=num_workers), sink=lambda _: None))
