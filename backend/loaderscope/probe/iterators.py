@@ -386,23 +386,23 @@ def _remove(path: str) -> None:
 class _FetchTimer:
     """Stands in for an in-process iterator's dataset fetcher: times each fetch, keeps its index.
 
-    Attribute reads and writes other than its own go to the real fetcher (torchdata's state
+    ``last`` is ``[index, started, fetched]`` of the latest fetch (a list: item writes are the
+    cheapest per batch). Other attribute reads and writes go to the real fetcher (torchdata's state
     handling reads and sets ``dataset_iter`` and ``ended`` on it).
     """
 
-    __slots__ = ("fetcher", "index", "started", "fetched")
+    __slots__ = ("fetcher", "last")
 
     def __init__(self, fetcher: Any) -> None:
         object.__setattr__(self, "fetcher", fetcher)
-        object.__setattr__(self, "index", None)
-        object.__setattr__(self, "started", 0.0)
-        object.__setattr__(self, "fetched", 0.0)
+        object.__setattr__(self, "last", [None, 0.0, 0.0])
 
     def fetch(self, index: Any) -> Any:
-        object.__setattr__(self, "index", index)
-        object.__setattr__(self, "started", monotonic())
+        last = self.last
+        last[0] = index
+        last[1] = monotonic()
         data = self.fetcher.fetch(index)
-        object.__setattr__(self, "fetched", monotonic())
+        last[2] = monotonic()
         return data
 
     def __getattr__(self, name: str) -> Any:
@@ -452,59 +452,58 @@ class SingleProcessProbe:
     def _next_data(self) -> Any:
         liveness, timer = self._liveness, self._probe_timer
         liveness.next_started = started = monotonic()
-        if timer is not None:
-            object.__setattr__(timer, "index", None)
+        last = timer.last if timer is not None else [None, started, started]
+        last[0] = None
         try:
             data = super()._next_data()  # type: ignore[misc]
         except StopIteration:  # the sampler, or an iterable dataset, ran out
-            self._stopped(timer)
+            self._stopped(last)
             raise
         except BaseException as exc:
-            self._failed(exc, timer)
+            self._failed(exc, last)
             raise
         finally:
             liveness.next_started = None
         try:
-            self._record(data, started, timer)
+            idx = self._probe_yields
+            self._probe_yields = idx + 1
+            index, fetch_started, fetched = last
+            if index is None:  # a subclass that fetched without its fetcher: the whole call is the fetch
+                fetch_started, fetched = started, monotonic()
+            total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
+            if idx < 3 or self._probe.values_asked:
+                self._describe(data, idx, fetched)
+            if self._pin_memory:
+                self._pinned(data, idx, index, started, fetch_started, fetched, total)
+            else:
+                self._append((BATCH_ROW, fetched, idx, started, fetch_started, total, pickled, index))
         except Exception as exc:
             report("batch record", exc, self._probe.note)
         return data
 
-    def _record(self, data: Any, started: float, timer: _FetchTimer | None) -> None:
-        idx = self._probe_yields
-        self._probe_yields = idx + 1
-        if timer is None or timer.index is None:  # a subclass that fetched without the fetcher
-            timer = _FetchTimer(None)
-            object.__setattr__(timer, "started", started)
-            object.__setattr__(timer, "fetched", monotonic())
-        index, fetch_started, fetched = timer.index, timer.started, timer.fetched
-        total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
+    def _describe(self, data: Any, idx: int, fetched: float) -> None:
+        """Nothing crosses a process boundary in-process: the batch's structure (and values if asked)."""
         probe = self._probe
-        if idx < 3 or probe.values_asked:  # nothing crosses a process boundary: structure (and values if asked)
-            asked, probe.values_asked = probe.values_asked, False
-            probe.note_at("batch_info", fetched, idx=idx, worker=0, structure=describe(data, values=asked),
-                          pickle_bytes=0, values=asked)
-        if self._pin_memory:
-            self._pinned(data, idx, index, started, fetch_started, fetched, total)
-        else:
-            self._append((BATCH_ROW, fetched, idx, started, fetch_started, total, pickled, index))
+        asked, probe.values_asked = probe.values_asked, False
+        probe.note_at("batch_info", fetched, idx=idx, worker=0, structure=describe(data, values=asked),
+                      pickle_bytes=0, values=asked)
 
-    def _stopped(self, timer: _FetchTimer | None) -> None:
+    def _stopped(self, last: list[Any]) -> None:
         try:
-            if timer is not None and timer.index is not None:  # an iterable dataset ran out inside this task
+            if last[0] is not None:  # an iterable dataset ran out inside this task
                 idx = self._probe_yields
-                self._explicit(idx, timer.index, timer.started)
+                self._explicit(idx, last[0], last[1])
                 self._append(("skip", monotonic(), idx, 0))
             self._epochs.end(self)
         except Exception as exc:
             report("epoch end", exc, self._probe.note)
 
-    def _failed(self, exc: BaseException, timer: _FetchTimer | None) -> None:
-        if not isinstance(exc, Exception) or timer is None or timer.index is None:
+    def _failed(self, exc: BaseException, last: list[Any]) -> None:
+        if not isinstance(exc, Exception) or last[0] is None:
             return
         try:
             idx = self._probe_yields
-            self._explicit(idx, timer.index, timer.started)
+            self._explicit(idx, last[0], last[1])
             self._probe.note("error", idx=idx, worker=0, **_main_exception_fields(exc))
         except Exception as failure:
             report("error record", failure, self._probe.note)
