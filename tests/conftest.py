@@ -135,7 +135,9 @@ def launch(directory: Path, **options: Any) -> LiveServer:
     options = {"port": 0, "data_dir": str(directory / "data"), **options}
     log_path = directory / "server.log"
     code = "import json, sys; from loaderscope.server import serve; serve(**json.loads(sys.argv[1]))"
-    env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1", **extra_env}
+    # XDG_RUNTIME_DIR: a test dashboard publishes itself for watch() here, not in the user's own state file
+    env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(directory),
+           **extra_env}
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-c", code, json.dumps(options)], stdout=log,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
