@@ -997,7 +997,14 @@ class App {
   /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */
   async startDemo(params) {
     this.demo = true;
-    const { synthesize } = await import('../dev/synth.js');
+    let synthesize;
+    try {
+      ({ synthesize } = await import('../dev/synth.js'));
+    } catch {
+      // frontend/dev is a development tool and stays out of the wheel
+      $('connection').textContent = '?demo=synth needs a source checkout (frontend/dev is not installed)';
+      return;
+    }
     const workers = Number(params.get('workers') ?? 4);
     const rate = Number(params.get('rate') ?? 0); // events per second; 0 = follow the virtual clock
     const batches = Number(params.get('batches') ?? 400);
