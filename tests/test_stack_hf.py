@@ -4,6 +4,7 @@ DataLoader, vanilla against watched: map-style ``with_format("torch")`` and
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -12,16 +13,12 @@ from torch.utils.data import DataLoader
 
 from tests import stacks
 
+# nothing comes from the hub: every dataset here is built in memory
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 
 ROWS, BATCH = 32, 4
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
 
 
 def table() -> Any:
