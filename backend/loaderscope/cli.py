@@ -277,20 +277,18 @@ DEMO_SETS = {"out_of_order": ["dataset_size=400", "sample_ms=15"]}
 def cmd_serve(args: argparse.Namespace) -> int:
     from loaderscope.server import serve
 
-    for spec in args.hub:
-        register_hub(spec)
     demo = getattr(args, "scenario", None)
     options: dict[str, Any] = {}
     if demo is not None:
         sets = (DEMO_SETS.get(demo, []) if not args.set else []) + args.set
-        options = {"demo": resolve(demo, parse_sets(sets)), "demo_delay": args.delay}
+        options = {"demo": demo, "demo_params": parse_sets(sets), "demo_delay": args.delay}
     try:
         serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
-              traces=getattr(args, "open", []), **options)
+              traces=getattr(args, "open", []), hub=args.hub, **options)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror}); "
                          "choose another port with --port, or --port 0 for any free one") from None
-    except ValueError as exc:
+    except ValueError as exc:  # a ParamError, a HubError, a bad token or trace: the message says which
         raise UsageError(str(exc)) from None
     return 0
 

@@ -71,7 +71,9 @@ def allowed(model: type[BaseModel], name: str) -> str | None:
         return "true or false"
     if low is not None and high is not None:
         return f"{kind} from {low} to {high}"
-    return kind
+    if low is not None:
+        return f"{kind} of at least {low}"
+    return kind if high is None else f"{kind} of at most {high}"
 
 
 def _short(value: Any, limit: int = 60) -> str:

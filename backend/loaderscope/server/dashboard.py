@@ -20,7 +20,6 @@ import uvicorn
 
 from loaderscope import scenarios
 from loaderscope.events import MAX_FRAME_BYTES
-from loaderscope.scenarios import Plan
 from loaderscope.scenarios.hub import HubEntry, hub_scenario
 from loaderscope.server import logs
 from loaderscope.server.app import create_app
@@ -36,7 +35,7 @@ def serve(
     *,
     token: str | None = None,
     open_browser: bool = False,
-    demo: str | Plan | None = None,
+    demo: str | None = None,
     demo_params: dict[str, Any] | None = None,
     demo_mode: str = "real",
     hub: Iterable[str] = (),
@@ -56,10 +55,9 @@ def serve(
         port: 0 picks a free port (the printed URL says which).
         token: the access token; default ``$LOADERSCOPE_TOKEN``, else a fresh random one.
         open_browser: open the printed URL where a browser exists.
-        demo: a scenario (its name, or a resolved plan) to start at once (``loaderscope demo``); the
-            URL then opens that run.
-        demo_params, demo_mode: a named demo's parameters (resolved here), and "real" or "sim".
-        hub: torch.hub entries (``DIR:ENTRY``) to offer as scenarios, next to any already registered.
+        demo: a scenario to start at once (``loaderscope demo``); the URL then opens that run.
+        demo_params, demo_mode: its parameters (resolved here, after ``hub``) and "real" or "sim".
+        hub: torch.hub entries (``DIR:ENTRY``) to offer as scenarios (``loaderscope serve --hub``).
         demo_delay: seconds added per batch from the start, so a first-time viewer can follow.
         traces: recorded trace files to open as replayed runs (the URL opens the first one).
         allow_origins: extra origins (``http://host:port``) whose pages may call the API.
@@ -77,7 +75,7 @@ def serve(
     token = checked_token(token) if token else checked_token_env() or secrets.token_urlsafe(32)
     for spec in hub:
         scenarios.register(hub_scenario(HubEntry.parse(spec)))
-    plan = scenarios.resolve(demo, demo_params) if isinstance(demo, str) else demo
+    plan = scenarios.resolve(demo, demo_params) if demo is not None else None
     recorded = [checked_trace(Path(path)) for path in traces]
     if not is_loopback(host):
         print(f"WARNING: serving on {host}: anyone who can reach this address and has the token can start "
