@@ -237,3 +237,13 @@ def test_a_dashboard_whose_token_is_unknown_is_not_used(user: dict[str, str], st
     assert err.count(f"a dashboard answers at {live.url} but its token is not known here") == 1
     monkeypatch.setenv("LOADERSCOPE_TOKEN", live.token)  # with its token, it is the one
     assert dashboard.find_dashboard(None) == (live.url, live.token)
+
+
+def test_serve_publishes_itself_and_withdraws_at_shutdown(start_server: Any, tmp_path: Path) -> None:
+    """`loaderscope serve` on loopback names itself in the state file, so watch() needs no URL."""
+    live = start_server()
+    state = tmp_path / "server0" / "loaderscope"  # conftest points XDG_RUNTIME_DIR at the server's directory
+    published = wait_for(lambda: dashboard.read_state(state), what="the dashboard to publish itself")
+    assert (published.url, published.token) == (live.url, live.token)
+    live.stop()
+    assert dashboard.read_state(state) is None

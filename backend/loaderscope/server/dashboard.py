@@ -20,6 +20,7 @@ import uvicorn
 
 from loaderscope import scenarios
 from loaderscope.events import MAX_FRAME_BYTES
+from loaderscope.probe.dashboard import publish, unpublish
 from loaderscope.scenarios.hub import HubEntry, hub_scenario
 from loaderscope.server import logs
 from loaderscope.server.app import create_app
@@ -90,6 +91,7 @@ def serve(
         allow_origins=tuple(allow_origins), allowed_hosts=tuple(allowed_hosts), **limits,
     )
     config.ingest_url = f"ws://{url_host(host)}:{config.port}/ws/ingest"
+    address = f"http://{url_host(host)}:{config.port}"
 
     async def on_started(manager: RunManager) -> None:
         opened = [manager.replay(path).id for path in recorded]
@@ -103,6 +105,8 @@ def serve(
             shown = run.id
             print(f"loaderscope: demo run {shown} started ({plan.name})", flush=True)
         announce(config, directory, shown, open_browser)
+        if is_loopback(config.host):  # a script's watch() on this machine finds this dashboard by itself
+            publish(address, config.token)
 
     app = create_app(config, on_started=on_started)
     server = uvicorn.Server(uvicorn.Config(
@@ -114,6 +118,8 @@ def serve(
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a dashboard ends; uvicorn has already shut down cleanly
+    finally:
+        unpublish(address)  # after SIGTERM this does not run; watch() then finds the entry stale
 
 
 def checked_token_env() -> str | None:
