@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 
-from loaderscope.scenarios.base import LoaderPlan
+from loaderscope.scenarios import LoaderArgs, Workload, resolve
 from loaderscope.sim import CostModel, SimConfig, Simulator, TaskCosts, format_table, simulate, sweep
 
 IMAGENET = 1_281_167
@@ -42,11 +42,10 @@ def bench_core(batches: list[list[int]]) -> None:
 
 
 def bench_simulate(batches: list[list[int]]) -> None:
-    plan = LoaderPlan(dataset_kind="map", length=IMAGENET, sample_cost=image_cost,
-                      loader_kwargs={"num_workers": WORKERS, "batch_size": BATCH, "prefetch_factor": 2},
-                      make_dataset=lambda: None, step_cost=STEP_S)
+    workload = Workload(args=LoaderArgs(num_workers=WORKERS, batch_size=BATCH), dataset_kind="map",
+                        length=IMAGENET, sample_cost=image_cost, make_dataset=lambda: None, step_cost=STEP_S)
     start = time.perf_counter()
-    events = simulate(plan, run_id="bench", scenario="imagenet", params={}, batches=[batches])
+    events = simulate(workload, run_id="bench", scenario="imagenet", params={}, batches=[batches])
     wall = time.perf_counter() - start
     stats = events[-1]["stats"]
     print(f"simulate() : {len(events):>9,} events in {wall:6.2f} s = {len(events) / wall:>10,.0f} events/s "
@@ -70,7 +69,7 @@ def bench_sweep() -> None:
     grid = {"num_workers": [1, 2, 4, 8, 16], "prefetch_factor": [1, 2, 4, 8, 16]}
     base = {"dataset_size": 100_000, "batch_size": 64, "sample_ms": 2.0, "step_ms": 20.0}
     start = time.perf_counter()
-    rows = sweep("uniform", base, grid)
+    rows = sweep(resolve("uniform", base), grid)
     wall = time.perf_counter() - start
     batches = rows[0]["batches"]
     print(f"5x5 sweep  : {len(rows)} runs of {batches:,} batches in {wall:.2f} s")
@@ -85,7 +84,7 @@ def main() -> None:
     bench_core(batches)
     bench_simulate(batches)
     bench_noisy(batches)
-    import loaderscope.scenarios.catalog  # noqa: F401  (torch import: not part of the sweep's time)
+    import loaderscope.scenarios.builders  # noqa: F401  (torch import: not part of the sweep's time)
 
     bench_sweep()
 
