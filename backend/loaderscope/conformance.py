@@ -1,6 +1,6 @@
 """Protocol invariants every trace must satisfy, whoever produced it (real probe, simulator, replay).
 
-One checker for all producers (STYLE.md, torchdata/nodes): the same scenario run through the
+One checker for all producers: the same scenario run through the
 real DataLoader and through the simulator must pass the same checks.
 """
 

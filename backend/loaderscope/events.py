@@ -1,7 +1,7 @@
 """The event schema (version 1): the one stream that probe, simulator and replay produce.
 
 Every event is a plain dict with the common fields ``seq``, ``t``, ``run``, ``rank`` and
-``kind`` plus the kind's own fields (DESIGN.md, "Events"). Consumers ignore unknown fields
+``kind`` plus the kind's own fields (docs/DESIGN.md, "Events"). Consumers ignore unknown fields
 and show unknown kinds rather than dropping them, so the schema can grow without a version bump.
 """
 
@@ -103,7 +103,7 @@ def validate(event: Any) -> Event:
         raise EventError(f"{kind} event is missing 't'")
     for name in REQUIRED.get(kind, ()):
         if name not in event:
-            raise EventError(f"{kind} event is missing its '{name}' field (see DESIGN.md, Events)")
+            raise EventError(f"{kind} event is missing its '{name}' field (see docs/DESIGN.md, Events)")
     # One pass over the fields the event has (the server's main per-event cost is this check).
     # A bool is an int to isinstance, but never a count or a time.
     for name, value in event.items():

@@ -21,7 +21,7 @@ def first_epoch_orders(events: Sequence[Mapping[str, Any]], limit: int = 24) -> 
 
 
 def reordering_story(events: Sequence[Mapping[str, Any]], limit: int = 6) -> list[str]:
-    """The first parked results, told step by step as seed 001 tells its example."""
+    """The first parked results, told step by step: parked by ``_task_info[idx] += (data,)`` and released by ``_task_info.pop(_rcvd_idx)`` in torch's ``_MultiProcessingDataLoaderIter._next_data``."""
     lines: list[str] = []
     parked: dict[int, tuple[float, int, int]] = {}
     for e in events:

@@ -497,7 +497,7 @@ def _consumer_split(s: LoaderState) -> dict[str, Any] | None:
 
 
 def summary(s: LoaderState) -> dict[str, Any]:
-    """The statistics DESIGN.md's diagnosis vocabulary speaks of, as plain numbers."""
+    """The statistics the diagnosis (docs/DESIGN.md) speaks of, as plain numbers."""
     consumer_wall = (s.last_yield_t or s.t) - (s.first_t or 0.0)
     steady_wait, steady_wall = s.consumer_wait - s.startup_wait, consumer_wall - s.startup_wait
     fetches = [dt for w in s.workers.values() for dt in w.fetch_times]

@@ -1,6 +1,6 @@
 """◆ Trace files (JSON Lines with a versioned header) and the Chrome trace-event export.
 
-Like ``torch.save``'s magic number and protocol version (seed 002), the first line names the format
+Like ``torch.save``'s magic number and protocol version (torch/serialization.py, ``_legacy_save``: ``MAGIC_NUMBER`` and ``PROTOCOL_VERSION``), the first line names the format
 and its version, so a reader refuses other files with a clear message instead of misreading them.
 Traces are parsed as data (orjson), never unpickled, with size limits.
 """

@@ -345,7 +345,7 @@ function skip(s, e) {
 function workerStuck(s, e) {
   const w = s.worker(e.worker);
   w.status = WorkerStatus.STUCK;
-  w.stuck = e; // the page shows the latest stack (issue 4); state.py keeps it in notes only
+  w.stuck = e; // the page shows the latest stack on the stuck lane's card; state.py keeps it in notes only
   s.keep(s.notes, e);
 }
 
@@ -538,7 +538,7 @@ function consumerSplit(s) {
   };
 }
 
-/** The statistics DESIGN.md's diagnosis vocabulary speaks of, as plain numbers (state.py summary()). */
+/** The statistics the diagnosis (docs/DESIGN.md) speaks of, as plain numbers (state.py summary()). */
 export function summary(s, { workers = true } = {}) {
   const wall = (s.last_yield_t || s.t) - (s.first_t || 0);
   const steadyWait = s.consumer_wait - s.startup_wait, steadyWall = wall - s.startup_wait;

@@ -70,14 +70,14 @@ def _built_in(name: str, title: str, description: str, params: type[p.CommonPara
 
 BUILT_INS: tuple[Scenario, ...] = (
     _built_in("out_of_order", "Out-of-order arrival", "Earlier tasks are slower, so results arrive in reverse and "
-              "wait in the reorder buffer (seed 001).", p.OutOfOrderParams),
+              "wait in the reorder buffer (_task_info) until rcvd_idx reaches them.", p.OutOfOrderParams),
     _built_in("uniform", "Uniform cost", "Every sample costs the same: the baseline.", p.CommonParams),
     _built_in("straggler", "One slow worker", "One worker is several times slower; the in-order cursor waits on it "
               "while others sit idle.", p.StragglerParams),
     _built_in("iterable_shards", "Iterable dataset shards", "An IterableDataset split with get_worker_info(); "
               "uneven shards exhaust early and their tasks are skipped.", p.IterableParams),
     _built_in("group_sampler", "mmdetection GroupSampler", "Aspect-ratio groups under a BatchSampler: every batch "
-              "holds images of one orientation (seed 004).", p.CommonParams),
+              "holds images of one orientation (mmdetection's GroupSampler).", p.CommonParams),
     _built_in("samplers", "Sampler variants", "Sequential, random (with/without replacement), subset, weighted, "
               "length-sorted batches or DistributedSampler.", p.SamplerParams),
     _built_in("persistent_epochs", "Persistent workers across epochs", "Several epochs with "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
-# Limits keep one browser tab or one producer from exhausting the machine (issue 7).
+# Limits keep one browser tab or one producer from exhausting the machine.
 MEMORY_EVENTS = 100_000  # events per run kept in memory; older ones are read back from the trace file
 MAX_LAG = 50_000  # a subscriber further behind than this is told to resync over REST
 # Events per websocket frame sent to viewers: ~25 KiB stays under the transport's 64 KiB write

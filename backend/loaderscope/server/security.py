@@ -3,7 +3,7 @@
 A local dashboard that starts processes is an attack surface: browsers apply neither same-origin
 nor CORS to websocket handshakes, and uvicorn/Starlette check neither ``Origin`` nor ``Host``
 (DNS rebinding). The model is Jupyter Server's ``check_origin``/``check_host`` plus a per-launch
-token (issue 7). Checks run in one ASGI middleware, before any route, for HTTP and websockets:
+token (as Jupyter Server's check_origin/check_host and token). Checks run in one ASGI middleware, before any route, for HTTP and websockets:
 a rejected websocket is answered with an HTTP error before the handshake completes.
 """
 

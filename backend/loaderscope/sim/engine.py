@@ -29,7 +29,7 @@ from loaderscope.sim.costs import TaskCosts
 # Steps closer than this in virtual time count as simultaneous: float sums of equal costs differ in
 # the last bit, and simultaneity is then settled by the rule in ``Simulator._at``, not by rounding noise.
 TIME_QUANTUM_DIGITS = 9
-STUCK_MEDIAN_FACTOR = 20  # DESIGN.md: stuck after 10 s or 20x the median fetch, whichever is larger
+STUCK_MEDIAN_FACTOR = 20  # probe/liveness.py StuckRule: stuck after 10 s or 20x the median fetch, whichever is larger
 FIRST_PID = 1000  # simulated workers get pids from here on, in spawn order (reproducible)
 # The same frame shape as a real worker's stack (probe/stacks.py), so every consumer reads it alike.
 SIMULATED_STACK = [{"file": "<simulated>", "line": 0, "function": "Dataset.__getitem__",

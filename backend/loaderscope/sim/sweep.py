@@ -2,7 +2,7 @@
 
 ``sweep`` runs one simulation per combination of the grid (scenario parameters such as
 ``num_workers`` or ``prefetch_factor``, or scalar cost-model fields such as ``transfer_ms``) and
-keeps the numbers DESIGN.md's diagnosis speaks of: batches/s, the consumer's wait share
+keeps the numbers the diagnosis (docs/DESIGN.md) speaks of: batches/s, the consumer's wait share
 (input-bound), the reorder buffer's high-water mark and the workers' utilisation.
 ``trace_sweep`` does the same for a recorded loader without a scenario, costs fitted by ``fit_from_trace``.
 
