@@ -275,3 +275,25 @@ def test_lightning_ddp_two_cpu_ranks(tmp_path: Path) -> None:
         stacks.assert_trace(events, rank=rank, consumed=[len(epoch) for epoch in watched[rank]["seen"]])
         start = events[0]
         assert start["kind"] == "run_start" and start.get("world_size") == 2, start.get("world_size")
+
+
+def test_combined_loader_gets_the_dataloaders_inside_watched() -> None:
+    """Lightning's CombinedLoader is a wrapper: watch() instruments the DataLoaders it holds."""
+    from pytorch_lightning.utilities import CombinedLoader
+
+    import loaderscope
+
+    def loaders() -> dict[str, DataLoader[Any]]:
+        return {"a": DataLoader(list(range(8)), batch_size=2), "b": DataLoader(list(range(12)), batch_size=3,
+                                                                              num_workers=1)}
+
+    expected = list(CombinedLoader(loaders(), mode="max_size_cycle"))
+    events: list[dict[str, Any]] = []
+    inner = loaders()
+    combined = loaderscope.watch(CombinedLoader(inner, mode="max_size_cycle"), sink=events.extend)
+    got = list(combined)
+    for loader in inner.values():
+        assert isinstance(loader, ProbeMixin)
+        loader.close()
+    assert [str(x) for x in got] == [str(x) for x in expected]
+    assert len({e["run"] for e in events}) == 2
