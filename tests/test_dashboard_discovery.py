@@ -23,7 +23,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import loaderscope
-from loaderscope.probe import dashboard
+from loaderscope import discovery as dashboard
 from loaderscope.probe.transport import StreamSink
 from tests.conftest import LiveServer, wait_for
 
@@ -32,7 +32,7 @@ SCRIPT = """
 import json, sys
 from torch.utils.data import DataLoader
 import loaderscope
-from loaderscope.probe.dashboard import find_dashboard
+from loaderscope.discovery import find_dashboard
 base, token = find_dashboard(None)
 loader = loaderscope.watch(DataLoader(list(range(16)), batch_size=4), url=f"{base}/?token={token}", name=sys.argv[1])
 for _ in loader:
@@ -40,7 +40,7 @@ for _ in loader:
 loader.close()
 print(json.dumps({"url": base, "token": token, "run": loader._probe_transport.run}))
 """
-FIND = "from loaderscope.probe.dashboard import find_dashboard; print(find_dashboard(None)[0])"
+FIND = "from loaderscope.discovery import find_dashboard; print(find_dashboard(None)[0])"
 SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
 
 

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
-from loaderscope.probe import dashboard
+from loaderscope import discovery as dashboard
 from tests.conftest import wait_for
 
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from torch.utils.data import DataLoader
 
 from loaderscope.events import Event
-from loaderscope.probe.dashboard import find_dashboard
+from loaderscope.discovery import find_dashboard
 from loaderscope.probe.loader import ProbeMixin
 from loaderscope.probe.transport import StreamSink
 

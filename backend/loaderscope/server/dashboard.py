@@ -20,7 +20,7 @@ import uvicorn
 
 from loaderscope import scenarios
 from loaderscope.events import MAX_FRAME_BYTES
-from loaderscope.probe.dashboard import publish, unpublish
+from loaderscope.discovery import publish, unpublish
 from loaderscope.scenarios.hub import HubEntry, hub_scenario
 from loaderscope.server import logs
 from loaderscope.server.app import create_app
