@@ -144,7 +144,8 @@ def write(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
 def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     """A trace whose loader pins (simulated with a pin cost): the pin thread and its row, MB/s, and the
     same diagnosis as the Python reducer computes for the same file."""
-    from loaderscope.state import diagnosis, reduce, summary
+    from loaderscope.diagnosis import diagnosis
+    from loaderscope.state import reduce, summary
 
     events = sim_events("uniform", {"num_workers": 3, "batch_size": 8, "dataset_size": 240, "sample_ms": 2,
                                     "pin_memory": True}, pin_ms_per_mb=40, sample_bytes=100_000)

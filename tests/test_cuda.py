@@ -11,7 +11,8 @@ from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.runner import Collector, run_real
-from loaderscope.state import diagnosis, summary
+from loaderscope.diagnosis import diagnosis
+from loaderscope.state import summary
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

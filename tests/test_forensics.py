@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from loaderscope.runner import Collector, run_real
-from loaderscope.state import diagnosis, summary, user_frame
+from loaderscope.diagnosis import diagnosis
+from loaderscope.state import summary, user_frame
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 

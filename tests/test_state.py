@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from loaderscope.conformance import check
-from loaderscope.state import LoaderState, Where, WorkerStatus, diagnosis, reduce, summary
+from loaderscope.diagnosis import diagnosis
+from loaderscope.state import LoaderState, Where, WorkerStatus, reduce, summary
 
 
 def stream(*steps: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:

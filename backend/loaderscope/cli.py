@@ -16,9 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from loaderscope import __version__, scenarios
+from loaderscope.diagnosis import diagnosis
 from loaderscope.events import Event
 from loaderscope.report import first_epoch_orders, reordering_story
-from loaderscope.state import LoaderState, diagnosis, summary
+from loaderscope.state import LoaderState, summary
 
 console = Console(highlight=False)
 

@@ -1,13 +1,13 @@
 """The loader-state model: a reducer from events to what the DataLoader looks like at any seq.
 
 Pure (no torch, no I/O): the real probe, the simulator and replayed traces feed it the same events,
-and the browser's ``frontend/js/reducer.js`` mirrors its semantics. Tasks are numbered per epoch,
+and the browser's ``frontend/js/reducer.js`` mirrors its semantics. ``summary()`` gives the statistics
+as numbers; ``diagnosis.py`` says what they mean. Tasks are numbered per epoch,
 so everything task-shaped lives in the current epoch and is reset by ``epoch_start``.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -440,7 +440,7 @@ def reduce(events: Iterable[Mapping[str, Any]], until_seq: int | None = None) ->
     return state
 
 
-# --- statistics and diagnosis ------------------------------------------------------------------------
+# --- statistics (diagnosis.py puts them into words) ------------------------------------------------
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -550,135 +550,10 @@ def user_frame(stack: Any) -> dict[str, Any] | None:
     return frames[-1] if frames else None
 
 
-def _where(stack: list[dict[str, Any]] | None) -> str:
-    frame = user_frame(stack)
-    if frame is None:
-        return ""
-    name = str(frame.get("file", "?")).rsplit("/", 1)[-1]
-    return f" at {name}:{frame.get('line')} in {frame.get('function')}: {frame.get('code') or '?'}"
+def __getattr__(name: str) -> Any:
+    # server/runs.py still imports diagnosis from here: delete this once it imports loaderscope.diagnosis.
+    if name == "diagnosis":
+        from loaderscope.diagnosis import diagnosis
 
-
-def _sample(note: Mapping[str, Any]) -> str:
-    if note.get("sample") is None:
-        return ""
-    return f", sample {note.get('pos', 0) + 1} (index {note['sample']})"
-
-
-SHM_SIGNS = ("bus error", "unable to write to file", "no space left on device", "sigbus", "/dev/shm")
-
-
-def _safely(describe: Any, note: Mapping[str, Any]) -> str | None:
-    """A note from a producer is data from outside: one with odd field types is listed as it is
-    instead of failing the whole diagnosis (and the server's GET /api/runs/{id} with it)."""
-    try:
-        return describe(note)
-    except (TypeError, ValueError, KeyError, AttributeError):
-        return f"{note.get('kind')}: {dict(note)}"
-
-
-def _note_finding(note: Mapping[str, Any]) -> str | None:
-    kind = note["kind"]
-    if kind == Kind.WORKER_DIED:
-        how = note.get("signal") or f"exit code {note.get('exitcode')}"
-        holding = f" while fetching task {note['idx']}{_sample(note)}" if note.get("idx") is not None else ""
-        oom = " (SIGKILL is what the kernel's OOM killer sends: check memory)" if note.get("signal") == "SIGKILL" else ""
-        shm = " (SIGBUS in a worker usually means /dev/shm is full: enlarge it or use file_system sharing)" \
-            if note.get("signal") == "SIGBUS" else ""
-        return f"worker {note['worker']} (pid {note.get('pid')}) died by {how}{holding}{oom}{shm}"
-    if kind == Kind.WORKER_STUCK:
-        return (f"stuck: worker {note['worker']} has been fetching task {note['idx']}{_sample(note)} for "
-                f"{note['elapsed']:.1f} s (threshold {note.get('threshold', 0):.1f} s){_where(note.get('stack'))}")
-    if kind == Kind.CONSUMER_STUCK:
-        held = f" held by worker {note['held_by']}" if note.get("held_by") is not None else ""
-        return (f"stuck: the training loop has waited {note['elapsed']:.1f} s inside next() for task "
-                f"{note.get('waiting_for')}{held}{_where(note.get('stack'))}")
-    if kind == Kind.TIMEOUT:
-        busy = [f"worker {w['worker']} on task {w['idx']}{_sample(w)} for {w['elapsed']:.1f} s"
-                for w in note.get("workers", []) if w.get("idx") is not None]
-        doing = "; ".join(busy) if busy else "every worker was idle"
-        return f"timeout: no batch arrived within {note['seconds']} s; at that moment {doing}"
-    if kind == Kind.RUN_END:
-        return f"the script died of {note['error']['type']}: {note['error']['message']}"
-    if kind == Kind.EPOCH_RESUME:
-        return (f"epoch {note['epoch']} resumed from a checkpoint at batch {note['batch']} (load_state_dict); "
-                f"{note.get('replayed', 0)} batch(es) were fetched again to restore it")
-    if kind == Kind.PROBE_ERROR:
-        return (f"loaderscope's probe failed in {note['where']} ({note['type']}: {note['message']}); training went "
-                "on, but this run may miss events")
-    return None
-
-
-PICKLE_HEAVY_BYTES = 1_000_000  # pickled bytes per batch worth a finding
-MIN_STEP = 0.002  # below this the "step" is only loop overhead: no worker count would keep up
-
-
-INPUT_BOUND = 0.2  # waiting for data more than this share of the time makes loading the bottleneck
-
-
-def _input_bound_finding(stats: Mapping[str, Any], workers: int) -> str:
-    share, rate, batches = stats["input_bound"], stats["batches_per_s"], stats["batches"]
-    steady = stats["input_bound_steady"]
-    step = (stats["wall"] - stats["consumer_wait"]) / batches  # the consumer's own time per batch
-    text = f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of {stats['wall']:.2f} s"
-    text += f", {stats['startup_wait']:.2f} s of it for the first batch of an epoch)" if stats["startup_wait"] >= 0.05 else ")"
-    if steady <= INPUT_BOUND:
-        after = f" after start-up it waited {steady:.0%}, so" if share > INPUT_BOUND else ""
-        return text + f";{after} the training step is the bottleneck ({step * 1000:.1f} ms per batch, {rate:.1f} batches/s)"
-    text += f"; loading is the bottleneck: {workers or 'the main process'} worker(s) deliver {rate:.1f} batches/s"
-    task = stats["median_task"]
-    if step >= MIN_STEP and task > 0:
-        needed = math.ceil(task / step)
-        text += (f", the step alone would consume {1 / step:.1f} batches/s; a worker takes {task * 1000:.1f} ms "
-                 f"per batch (median), so about {needed} workers would keep up "
-                 f"({task * 1000:.1f} ms / {step * 1000:.1f} ms per step)")
-        if needed <= workers:
-            text += "; you have that many, so the waits come from uneven or slow fetches (see stragglers, reorder cost)"
-    return text
-
-
-def diagnosis(s: LoaderState) -> list[str]:
-    """Findings in plain words, most important first."""
-    stats = summary(s)
-    findings = []
-    for err in s.errors:
-        where = f" in task {err['idx']} (worker {err.get('worker')}, samples {err.get('indices')})" \
-            if err.get("idx") is not None else ""
-        findings.append(f"error{where}: {err['type']}: {err['message']}")
-        if any(sign in (err.get("traceback") or err["message"]).lower() for sign in SHM_SIGNS):
-            findings.append("shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call "
-                            "torch.multiprocessing.set_sharing_strategy('file_system')")
-    findings += [text for note in s.notes if (text := _safely(_note_finding, note))]
-    if stats["batches"]:
-        findings.append(_input_bound_finding(stats, s.config.get("num_workers", 0) or 0))
-    for slow in stats["stragglers"]:
-        findings.append(f"straggler: worker {slow['worker']} fetches {slow['factor']:.1f}× slower than the others "
-                        f"(median {slow['median'] * 1000:.0f} ms vs {slow['others'] * 1000:.0f} ms)")
-    if stats["out_of_order"]:
-        findings.append(f"reorder cost: {stats['out_of_order']} results arrived out of order and waited in the "
-                        f"reorder buffer (high-water {stats['buffer_high']}); {stats['head_of_line_wait']:.2f} s "
-                        f"spent waiting on a late head-of-line task while later ones sat ready")
-    if s.config.get("pin_memory") and not s.config.get("pin_memory_active", False) and s.mode == "real":
-        findings.append("pin_memory=True, but this machine has no accelerator, so torch silently turned pinning "
-                        "off: batches stay in pageable memory and no pin-memory thread runs")
-    per_batch = stats["pickled_bytes"] / max(stats["batches"], 1)
-    if per_batch >= PICKLE_HEAVY_BYTES and s.mode != "sim" and (s.config.get("num_workers") or 0) > 0:
-        findings.append(f"batches cross from the workers as {per_batch / 1e6:.1f} MB of pickled data per batch "
-                        f"(numpy arrays or Python objects; pickling a sampled batch took "
-                        f"{stats['pickle_s'] * 1000:.1f} ms): return tensors from collate_fn so they travel "
-                        "through shared memory")
-    if stats["pin_mb_per_s"]:
-        findings.append(f"pinning: {stats['pin_bytes'] / 1e6:.1f} MB copied to page-locked memory at "
-                        f"{stats['pin_mb_per_s']:.0f} MB/s; {stats['pin_wait_share']:.0%} of the consumer's wait "
-                        f"was spent behind the pin thread")
-    split = stats["consumer_split"]
-    if split:
-        findings.append(f"per batch the training loop waited {split['wait'] * 1000:.2f} ms for data, copied to "
-                        f"{split['device']} in {split['h2d'] * 1000:.2f} ms and computed {split['compute'] * 1000:.2f} ms")
-        if split["h2d_pageable"] and split["h2d"] > 0:
-            findings.append(f"pinned memory pays: the same batch copied from pageable memory took "
-                            f"{split['h2d_pageable'] * 1000:.2f} ms, {split['h2d_pageable'] / split['h2d']:.1f}× "
-                            f"the pinned copy's {split['h2d'] * 1000:.2f} ms")
-    if s.unpinned:
-        findings.append(f"{s.unpinned} batches left the pin thread without pinned tensors (a custom batch type "
-                        "needs a pin_memory() method)")
-    return findings
+        return diagnosis
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,8 @@
 // its TimelineStore. The selected track is shown in the pipeline picture; all of them in the
 // timeline, side by side on one clock.
 
-import { diagnosis, stragglers } from './reducer.js';
+import { stragglers } from './reducer.js';
+import { diagnosis } from './diagnosis.js';
 import { Track } from './track.js';
 import { TimelineStore } from './timeline-store.js';
 import { PipelineView } from './pipeline-view.js';

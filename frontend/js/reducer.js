@@ -1,7 +1,8 @@
 // The loader-state model: events in, what the DataLoader looks like out.
 // A line-by-line mirror of backend/loaderscope/state.py (same field names, same rules), so the
 // page, the CLI and the API agree. Pure: no DOM, no I/O, no clock. Keep the two in step
-// (frontend/tests/reducer.test.js runs both on the same streams and compares).
+// (frontend/tests/reducer.test.js runs both on the same streams and compares). The diagnosis in
+// words is diagnosis.js, as in Python.
 //
 // Extras the page needs and state.py does not keep (never used by the statistics):
 // `scenario`, `meta` (run_start's rank/job/world_size/wall_start/name), `task.epoch`,
@@ -456,7 +457,7 @@ export function reduce(events, untilSeq = null) {
   return state;
 }
 
-// --- statistics and diagnosis (state.py summary / diagnosis) -------------------------------------
+// --- statistics (state.py summary; diagnosis.js puts them into words) ---------------------------
 
 /** Python's round(): halves go to the even neighbour. */
 export function pyRound(x) {
@@ -585,177 +586,4 @@ export function userFrame(stack) {
   const frames = stack || [];
   for (let i = frames.length - 1; i >= 0; i--) if (frames[i] && frames[i].user) return frames[i];
   return frames.length ? frames[frames.length - 1] : null;
-}
-
-/**
- * format(x, f'.{d}f') as Python prints it: like toFixed, except that an exact tie (11.25 to one
- * digit) goes to the even digit, as Python's correctly rounded formatting does.
- */
-export function pyFixed(x, d) {
-  x = Number(x);
-  if (!Number.isFinite(x)) return String(x);
-  const long = Math.abs(x).toFixed(Math.min(100, d + 25));
-  const cut = long.indexOf('.') + 1 + d;
-  const rest = long.slice(cut);
-  if (!/^50*$/.test(rest)) return x.toFixed(d);
-  const kept = long.slice(0, d ? cut : cut - 1); // the truncated digits
-  const last = Number(kept.replace('.', '').slice(-1));
-  const down = last % 2 === 0;
-  const out = down ? kept : (Math.abs(x) + 10 ** -d / 2).toFixed(d);
-  return (x < 0 && Number(out) !== 0 ? '-' : '') + out;
-}
-
-const f1 = (x) => pyFixed(x, 1);
-const pct = (x) => `${pyFixed(x * 100, 0)}%`;
-
-function where(stack) {
-  const frame = userFrame(stack);
-  if (!frame) return '';
-  const name = String(frame.file).split('/').pop();
-  return ` at ${name}:${frame.line} in ${frame.function}: ${frame.code || '?'}`;
-}
-
-function sample(n) {
-  if (n.sample === undefined || n.sample === null) return '';
-  return `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})`;
-}
-
-export const SHM_SIGNS = ['bus error', 'unable to write to file', 'no space left on device', 'sigbus', '/dev/shm'];
-
-export function noteFinding(n) {
-  const kind = n.kind;
-  if (kind === 'worker_died') {
-    const how = n.signal || `exit code ${pyStr(n.exitcode)}`;
-    const holding = n.idx !== undefined && n.idx !== null ? ` while fetching task ${n.idx}${sample(n)}` : '';
-    const oom = n.signal === 'SIGKILL' ? " (SIGKILL is what the kernel's OOM killer sends: check memory)" : '';
-    const shm = n.signal === 'SIGBUS' ? ' (SIGBUS in a worker usually means /dev/shm is full: enlarge it or use file_system sharing)' : '';
-    return `worker ${n.worker} (pid ${pyStr(n.pid)}) died by ${how}${holding}${oom}${shm}`;
-  }
-  if (kind === 'worker_stuck') {
-    return `stuck: worker ${n.worker} has been fetching task ${n.idx}${sample(n)} for ${f1(n.elapsed)} s ` +
-      `(threshold ${f1(n.threshold ?? 0)} s)${where(n.stack)}`;
-  }
-  if (kind === 'consumer_stuck') {
-    const held = n.held_by !== undefined && n.held_by !== null ? ` held by worker ${n.held_by}` : '';
-    return `stuck: the training loop has waited ${f1(n.elapsed)} s inside next() for task ${pyStr(n.waiting_for)}${held}${where(n.stack)}`;
-  }
-  if (kind === 'timeout') {
-    const busy = (n.workers || []).filter((w) => w.idx !== undefined && w.idx !== null)
-      .map((w) => `worker ${w.worker} on task ${w.idx}${sample(w)} for ${f1(w.elapsed)} s`);
-    const doing = busy.length ? busy.join('; ') : 'every worker was idle';
-    return `timeout: no batch arrived within ${pyNum(n.seconds)} s; at that moment ${doing}`;
-  }
-  if (kind === 'run_end') return `the script died of ${n.error.type}: ${n.error.message}`;
-  if (kind === 'epoch_resume') {
-    return `epoch ${n.epoch} resumed from a checkpoint at batch ${n.batch} (load_state_dict); ` +
-      `${n.replayed ?? 0} batch(es) were fetched again to restore it`;
-  }
-  if (kind === 'probe_error') {
-    return `loaderscope's probe failed in ${n.where} (${n.type}: ${n.message}); training went ` +
-      'on, but this run may miss events';
-  }
-  return null;
-}
-
-/** str() of a JSON value as Python prints it (None, floats with a point). */
-function pyStr(v) {
-  if (v === undefined || v === null) return 'None';
-  if (typeof v === 'number') return pyNum(v);
-  return String(v);
-}
-
-/** JSON cannot tell 2.0 from 2, so a float that happens to be whole prints like an int here. */
-function pyNum(v) {
-  return String(v);
-}
-
-export const MIN_STEP = 0.002;
-export const INPUT_BOUND = 0.2; // waiting for data more than this share of the time makes loading the bottleneck
-
-function inputBoundFinding(stats, workers) {
-  const share = stats.input_bound, rate = stats.batches_per_s, batches = stats.batches;
-  const steady = stats.input_bound_steady;
-  const step = (stats.wall - stats.consumer_wait) / batches;
-  let text = `training waited for data ${pct(share)} of the time (${pyFixed(stats.consumer_wait, 2)} s of ${pyFixed(stats.wall, 2)} s`;
-  text += stats.startup_wait >= 0.05 ? `, ${pyFixed(stats.startup_wait, 2)} s of it for the first batch of an epoch)` : ')';
-  if (steady <= INPUT_BOUND) {
-    const after = share > INPUT_BOUND ? ` after start-up it waited ${pct(steady)}, so` : '';
-    return `${text};${after} the training step is the bottleneck (${f1(step * 1000)} ms per batch, ${f1(rate)} batches/s)`;
-  }
-  text += `; loading is the bottleneck: ${workers || 'the main process'} worker(s) deliver ${f1(rate)} batches/s`;
-  const task = stats.median_task;
-  if (step >= MIN_STEP && task > 0) {
-    const needed = Math.ceil(task / step);
-    text += `, the step alone would consume ${f1(1 / step)} batches/s; a worker takes ${f1(task * 1000)} ms ` +
-      `per batch (median), so about ${needed} workers would keep up ` +
-      `(${f1(task * 1000)} ms / ${f1(step * 1000)} ms per step)`;
-    if (needed <= workers) text += '; you have that many, so the waits come from uneven or slow fetches (see stragglers, reorder cost)';
-  }
-  return text;
-}
-
-export const PICKLE_HEAVY_BYTES = 1_000_000;
-
-/** Findings in plain words, most important first (state.py diagnosis()). */
-export function diagnosis(s) {
-  const stats = summary(s);
-  const findings = [];
-  for (const err of s.errors) {
-    const at = err.idx !== undefined && err.idx !== null
-      ? ` in task ${err.idx} (worker ${pyStr(err.worker)}, samples ${pyList(err.indices)})` : '';
-    findings.push(`error${at}: ${err.type}: ${err.message}`);
-    const text = String(err.traceback || err.message).toLowerCase();
-    if (SHM_SIGNS.some((sign) => text.includes(sign))) {
-      findings.push("shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call torch.multiprocessing.set_sharing_strategy('file_system')");
-    }
-  }
-  for (const n of s.notes) {
-    const text = noteFinding(n);
-    if (text) findings.push(text);
-  }
-  if (stats.batches) findings.push(inputBoundFinding(stats, s.config.num_workers || 0));
-  for (const slow of stats.stragglers) {
-    findings.push(`straggler: worker ${slow.worker} fetches ${f1(slow.factor)}× slower than the others ` +
-      `(median ${pyFixed(slow.median * 1000, 0)} ms vs ${pyFixed(slow.others * 1000, 0)} ms)`);
-  }
-  if (stats.out_of_order) {
-    findings.push(`reorder cost: ${stats.out_of_order} results arrived out of order and waited in the ` +
-      `reorder buffer (high-water ${stats.buffer_high}); ${pyFixed(stats.head_of_line_wait, 2)} s ` +
-      'spent waiting on a late head-of-line task while later ones sat ready');
-  }
-  if (s.config.pin_memory && !(s.config.pin_memory_active ?? false) && s.mode === 'real') {
-    findings.push('pin_memory=True, but this machine has no accelerator, so torch silently turned pinning ' +
-      'off: batches stay in pageable memory and no pin-memory thread runs');
-  }
-  const perBatch = stats.pickled_bytes / Math.max(stats.batches, 1);
-  if (perBatch >= PICKLE_HEAVY_BYTES && s.mode !== 'sim' && (s.config.num_workers || 0) > 0) {
-    findings.push(`batches cross from the workers as ${f1(perBatch / 1e6)} MB of pickled data per batch ` +
-      `(numpy arrays or Python objects; pickling a sampled batch took ${f1(stats.pickle_s * 1000)} ms): ` +
-      'return tensors from collate_fn so they travel through shared memory');
-  }
-  if (stats.pin_mb_per_s) {
-    findings.push(`pinning: ${f1(stats.pin_bytes / 1e6)} MB copied to page-locked memory at ` +
-      `${pyFixed(stats.pin_mb_per_s, 0)} MB/s; ${pct(stats.pin_wait_share)} of the consumer's wait ` +
-      'was spent behind the pin thread');
-  }
-  const split = stats.consumer_split;
-  if (split) {
-    findings.push(`per batch the training loop waited ${pyFixed(split.wait * 1000, 2)} ms for data, copied to ` +
-      `${pyStr(split.device)} in ${pyFixed(split.h2d * 1000, 2)} ms and computed ${pyFixed(split.compute * 1000, 2)} ms`);
-    if (split.h2d_pageable && split.h2d > 0) {
-      findings.push(`pinned memory pays: the same batch copied from pageable memory took ${pyFixed(split.h2d_pageable * 1000, 2)} ms, ` +
-        `${f1(split.h2d_pageable / split.h2d)}× the pinned copy's ${pyFixed(split.h2d * 1000, 2)} ms`);
-    }
-  }
-  if (s.unpinned) {
-    findings.push(`${s.unpinned} batches left the pin thread without pinned tensors (a custom batch type ` +
-      'needs a pin_memory() method)');
-  }
-  return findings;
-}
-
-function pyList(v) {
-  if (v === undefined || v === null) return 'None';
-  if (Array.isArray(v)) return `[${v.map((x) => (typeof x === 'string' ? `'${x}'` : pyStr(x))).join(', ')}]`;
-  return pyStr(v);
 }

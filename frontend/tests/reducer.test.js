@@ -8,7 +8,8 @@ import { existsSync, writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { LoaderState, reduce, summary, diagnosis, pyRound, pyFixed, median, userFrame, Where, WorkerStatus } from '../js/reducer.js';
+import { LoaderState, reduce, summary, pyRound, median, userFrame, Where, WorkerStatus } from '../js/reducer.js';
+import { diagnosis, pyFixed } from '../js/diagnosis.js';
 import { invalidReason } from '../js/schema.js';
 import { synthesize } from '../dev/synth.js';
 
@@ -211,7 +212,8 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: !exi
     writeFileSync(file, JSON.stringify(events));
     const script = `
 import json, sys
-from loaderscope.state import reduce, summary, diagnosis
+from loaderscope.state import reduce, summary
+from loaderscope.diagnosis import diagnosis
 s = reduce(json.load(open(sys.argv[1])))
 out = {f: getattr(s, f) for f in ${JSON.stringify(fields)}}
 out["buffer"] = s.buffer; out["result_queue"] = s.result_queue
