@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-if ! .venv/bin/python -c "import torch, loaderscope" 2>/dev/null || [ "${1:-}" = "--force" ]; then
+if ! .venv/bin/python -c "import torch, loaderscope, mypy" 2>/dev/null || [ "${1:-}" = "--force" ]; then
   .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0"
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[test]"
+  # mypy: scripts/test.sh type-checks the pure core (mypy.ini); a tool, not a dependency of the package
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[test]" "mypy>=1.10"
 fi

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Quick start, part 2: set up (venv, Debian chromium for the browser tests) and run every test.
+# Quick start, part 2: set up (venv, Debian chromium and node for the browser and page tests) and run
+# every test. Nothing is skipped for a missing tool: a run that compared nothing must not pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-if ! command -v chromium >/dev/null; then
-  (apt-get update -q && apt-get install -y -q chromium) >/dev/null
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+command -v node >/dev/null || missing+=(nodejs)
+if [ ${#missing[@]} -gt 0 ]; then
+  (apt-get update -q && apt-get install -y -q "${missing[@]}") >/dev/null
 fi
-if command -v node >/dev/null; then
-  node --test frontend/tests/
-fi
+# The page's tests, and its agreement with the Python core through this interpreter.
+PYTHON="$PWD/.venv/bin/python" node --test frontend/tests/
+.venv/bin/python -m mypy                  # mypy.ini: strict on the pure core
 .venv/bin/python scripts/check_wheel.py   # the wheel, installed without extras in a clean venv, used
 exec .venv/bin/python -m pytest "$@"

@@ -61,7 +61,8 @@ def check(events: Iterable[Mapping[str, Any]]) -> list[str]:
     return problems + state.violations
 
 
-def _epoch_leftovers(epoch: int, dispatched: Counter, released: Counter, abandoned: bool) -> list[str]:
+def _epoch_leftovers(epoch: int, dispatched: Counter[tuple[int, int]], released: Counter[tuple[int, int]],
+                     abandoned: bool) -> list[str]:
     if abandoned:
         return []
     missing = sorted(idx for (e, idx) in dispatched if e == epoch and (e, idx) not in released)

@@ -51,6 +51,23 @@ class Kind(StrEnum):
     PROBE_ERROR = "probe_error"
 
 
+class RunStatus(StrEnum):
+    """A run's status as the API and the page show it. The reducer sets ``pending``, ``running`` and
+    then ``run_end``'s reason (one of ENDED); the server adds the states of a live producer."""
+
+    PENDING = "pending"  # no run_start yet
+    STARTING = "starting"  # the server started a run process that has not connected yet
+    RUNNING = "running"
+    PAUSED = "paused"  # the dashboard paused the training loop
+    DISCONNECTED = "disconnected"  # a watch() producer went away and may reconnect
+    DONE = "done"
+    STOPPED = "stopped"
+    ERROR = "error"
+
+
+ENDED: frozenset[RunStatus] = frozenset({RunStatus.DONE, RunStatus.STOPPED, RunStatus.ERROR})
+
+
 # Fields each kind must carry (beyond the common ones); optional fields are not listed.
 REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.RUN_START: ("mode", "config"),

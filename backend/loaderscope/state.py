@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from loaderscope.events import Kind
+from loaderscope.events import Kind, RunStatus
 
 MAX_KEPT = 1000  # notes, errors and violations kept in memory per run
 
@@ -82,7 +82,7 @@ class LoaderState:
     job: str | None = None  # shared by the ranks of one distributed job
     world_size: int = 1
     config: dict[str, Any] = field(default_factory=dict)
-    status: str = "pending"
+    status: str = RunStatus.PENDING  # then run_end's reason, as the producer sent it
     seq: int = -1
     t: float = 0.0
     epoch: int = -1
@@ -178,7 +178,7 @@ def _run_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.rank = e.get("rank", 0)
     s.name, s.job, s.world_size = e.get("name"), e.get("job"), e.get("world_size", 1)
     s.config = dict(e["config"])
-    s.status = "running"
+    s.status = RunStatus.RUNNING
     for wid in range(s.config.get("num_workers", 0) or 1):
         s.worker(wid)
 

@@ -21,6 +21,7 @@ import {
 } from './panels.js';
 import { pinStage } from './pin.js';
 import { readTraceFile, TraceError } from './trace-file.js';
+import { ENDED } from './schema.js';
 import { RanksView } from './ranks-view.js';
 import { fmtDuration } from './timeline-store.js';
 
@@ -30,7 +31,6 @@ const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
-const ENDED = new Set(['done', 'stopped', 'error', 'failed', 'crashed', 'timeout']);
 
 /** 1536 -> "1.5 kB" */
 function fmtBytes(n) {

@@ -9,6 +9,8 @@
 // `worker.stuck` / `worker.died` (the latest worker_stuck / worker_died event of that worker),
 // `consumer_stuck` (the latest consumer_stuck, until the next yield), `timeout` (the latest one).
 
+import { RunStatus } from './schema.js';
+
 export const Where = Object.freeze({
   INDEX_QUEUE: 'index_queue', // dispatched, waiting in its worker's index queue
   FETCHING: 'fetching', // the worker is running __getitem__/collate for it
@@ -71,7 +73,7 @@ export class LoaderState {
     this.scenario = '';
     /** @type {{rank:number, job:string|null, world_size:number, wall_start:number|null, name:string|null}} */
     this.meta = { rank: 0, job: null, world_size: 1, wall_start: null, name: null };
-    this.status = 'pending';
+    this.status = RunStatus.PENDING;
     this.seq = -1;
     this.t = 0;
     this.epoch = -1;
@@ -190,7 +192,7 @@ function runStart(s, e) {
     rank: e.rank ?? 0, job: e.job ?? null, world_size: e.world_size ?? 1, wall_start: e.wall_start ?? null,
     name: e.name ?? null,
   };
-  s.status = 'running';
+  s.status = RunStatus.RUNNING;
   const n = s.config.num_workers || 1;
   for (let wid = 0; wid < n; wid++) s.worker(wid);
 }

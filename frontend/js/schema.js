@@ -31,6 +31,21 @@ export const REQUIRED = Object.freeze({
 
 export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));
 
+/** A run's status as the API and the reducer give it (events.py RunStatus). */
+export const RunStatus = Object.freeze({
+  PENDING: 'pending', // no run_start yet
+  STARTING: 'starting', // the server started a run process that has not connected yet
+  RUNNING: 'running',
+  PAUSED: 'paused', // the dashboard paused the training loop
+  DISCONNECTED: 'disconnected', // a watch() producer went away and may reconnect
+  DONE: 'done',
+  STOPPED: 'stopped',
+  ERROR: 'error',
+});
+
+/** The statuses of a run that has ended: run_end's reasons (events.py ENDED). */
+export const ENDED = new Set([RunStatus.DONE, RunStatus.STOPPED, RunStatus.ERROR]);
+
 const INT_FIELDS = ['seq', 'rank', 'idx', 'worker', 'epoch', 'waiting_for'];
 const NUMBER_FIELDS = ['t', 'wait', 'dt', 'elapsed', 'seconds'];
 

@@ -1,16 +1,11 @@
 // The cost form sends only what differs from the defaults, nested as CostModel expects, and the
-// simulator accepts it (checked against loaderscope.sim.CostModel when the venv exists).
+// simulator accepts it (checked against loaderscope.sim.CostModel).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { COST_FIELDS, costsFromForm, costField } from '../js/costs.js';
 import { fieldsFromSchema, readValue } from '../js/form.js';
+import { python, needsPython } from './python.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const PY = join(ROOT, '.venv', 'bin', 'python');
 const defaults = () => Object.fromEntries(fieldsFromSchema(COST_FIELDS).map((f) => [f.name, f.default ?? null]));
 
 test('defaults send nothing; changes are nested as CostModel wants them', () => {
@@ -31,10 +26,9 @@ test('server problems find their field', () => {
   assert.equal(costField('params.num_workers'), null);
 });
 
-test('CostModel accepts what the form sends', { skip: !existsSync(PY) && 'no .venv' }, () => {
+test('CostModel accepts what the form sends', { skip: needsPython }, () => {
   const v = { ...defaults(), pin_ms_per_mb: 20, slow_worker: 1, slow_factor: 4, stall_task: 3, stall_seconds: 2, die_task: 7, sample_dist: 'normal', sample_mean_ms: 4, sample_sd_ms: 1, step_ms: 3 };
-  const r = spawnSync(PY, ['-c', 'import json,sys; from loaderscope.sim import CostModel; print(CostModel.model_validate(json.loads(sys.argv[1])).model_dump_json())', JSON.stringify(costsFromForm(v))],
-    { encoding: 'utf8', cwd: ROOT, env: { ...process.env, PYTHONPATH: join(ROOT, 'backend') } });
-  assert.equal(r.status, 0, r.stderr);
-  assert.equal(JSON.parse(r.stdout).pin_ms_per_mb, 20);
+  const model = python('import json,sys; from loaderscope.sim import CostModel; print(CostModel.model_validate(json.loads(sys.argv[1])).model_dump_json())',
+    { args: [JSON.stringify(costsFromForm(v))] });
+  assert.equal(model.pin_ms_per_mb, 20);
 });

@@ -2,22 +2,13 @@
 // report, and the slowest rank per step agrees with slowest_per_step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { shardReport, decodeShard, deliveries, slowestPerStep, slowestCounts } from '../js/ranks.js';
 import { synthesize } from '../dev/synth.js';
+import { python, needsPython } from './python.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const PY = join(ROOT, '.venv', 'bin', 'python');
-const py = (script, input) => {
-  const r = spawnSync(PY, ['-c', script], { input, encoding: 'utf8', cwd: ROOT, env: { ...process.env, PYTHONPATH: join(ROOT, 'backend') } });
-  assert.equal(r.status, 0, r.stderr);
-  return JSON.parse(r.stdout);
-};
+const py = (script, input) => python(script, { input });
 
-test('shard digests from ranks.py: disjoint and complete, or overlapping and missing', { skip: !existsSync(PY) && 'no .venv' }, async () => {
+test('shard digests from ranks.py: disjoint and complete, or overlapping and missing', { skip: needsPython }, async () => {
   const cases = py(`
 import json
 from loaderscope.ranks import encode_shard, shard_report
@@ -35,13 +26,13 @@ print(json.dumps(out))`);
   assert.equal(cases[1].report.missing, 10);
 });
 
-test('a digest of the wrong length is refused', { skip: !existsSync(PY) && 'no .venv' }, async () => {
+test('a digest of the wrong length is refused', { skip: needsPython }, async () => {
   const { digest } = py('import json; from loaderscope.ranks import encode_shard; print(json.dumps({"digest": encode_shard([1, 2], 10)}))');
   assert.equal((await decodeShard(digest, 10))[1], 1);
   await assert.rejects(decodeShard(digest, 11), /holds 10 counts for a dataset of 11/);
 });
 
-test('slowest rank per step agrees with ranks.slowest_per_step', { skip: !existsSync(PY) && 'no .venv' }, () => {
+test('slowest rank per step agrees with ranks.slowest_per_step', { skip: needsPython }, () => {
   const runs = {
     0: synthesize({ num_workers: 2, batches: 12, rank: 0, job: 'j', world_size: 2, wall_start: 100 }),
     1: synthesize({ num_workers: 2, batches: 12, rank: 1, job: 'j', world_size: 2, wall_start: 100.004, cost: (i) => 0.01 + (i % 3) * 0.01 }),

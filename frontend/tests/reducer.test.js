@@ -1,19 +1,16 @@
 // The browser's reducer must agree with backend/loaderscope/state.py: the seed's worked example
-// step by step, protocol invariants over synthetic runs, and (when the venv exists) the Python
-// reducer itself on the same streams.
+// step by step, protocol invariants over synthetic runs, and the Python reducer and diagnosis
+// themselves on the same streams (python.js finds the interpreter).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync, writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
+import { writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { LoaderState, reduce, summary, pyRound, median, userFrame, Where, WorkerStatus } from '../js/reducer.js';
 import { diagnosis, pyFixed } from '../js/diagnosis.js';
 import { invalidReason } from '../js/schema.js';
 import { synthesize } from '../dev/synth.js';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+import { ROOT, python, needsPython } from './python.js';
 
 function stream(specs) {
   let seq = 0;
@@ -155,8 +152,6 @@ test('violations are reported like state.py does', () => {
 });
 
 // --- the Python reducer on the same streams ---------------------------------------------------------
-const PY = join(ROOT, '.venv', 'bin', 'python');
-
 const STACK = [
   { file: '/usr/lib/python3/threading.py', line: 10, function: 'run', code: 'self._target()', user: false },
   { file: '/work/app/datasets.py', line: 220, function: '__getitem__', code: 'self.load(i)', user: true },
@@ -184,7 +179,7 @@ function troubled() {
   return out.map((e, i) => ({ ...e, seq: i }));
 }
 
-test('agrees with backend/loaderscope/state.py on the same events', { skip: !existsSync(PY) && 'no .venv' }, () => {
+test('agrees with backend/loaderscope/state.py on the same events', { skip: needsPython }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'ls-reducer-'));
   const cases = {
     seed: SEED,
@@ -227,9 +222,7 @@ out["batch_samples"] = len(s.batch_samples)
 out["summary"] = summary(s)
 out["diagnosis"] = diagnosis(s)
 print(json.dumps(out))`;
-    const r = spawnSync(PY, ['-c', script, file], { encoding: 'utf8', cwd: ROOT, env: { ...process.env, PYTHONPATH: join(ROOT, 'backend') } });
-    assert.equal(r.status, 0, r.stderr);
-    const py = JSON.parse(r.stdout);
+    const py = python(script, { args: [file] });
     const js = reduce(events);
     for (const f of fields) {
       if (typeof py[f] === 'number' && !Number.isInteger(py[f])) assert.ok(Math.abs(py[f] - js[f]) < 1e-9, `${name}.${f}`);

@@ -202,7 +202,8 @@ def fit_from_trace(events: Events) -> CostModel:
 
 
 def _bytes_per_task(tagged: list[tuple[int, Mapping[str, Any]]]) -> list[tuple[int, Mapping[str, Any]]]:
-    counts = {(e, ev["idx"]): ev.get("n") for e, ev in tagged if ev["kind"] == "dispatch"}
+    counts: dict[tuple[int, int], int] = {(e, ev["idx"]): ev.get("n") or 0 for e, ev in tagged
+                                          if ev["kind"] == "dispatch"}
     return [
         (counts[(e, ev["idx"])], ev)
         for e, ev in tagged

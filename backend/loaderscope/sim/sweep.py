@@ -172,7 +172,8 @@ def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[A
     """
     start = next(e for e in events if e["kind"] == "run_start")
     config = start.get("config", {})
-    epoch, per_epoch = 0, {}
+    epoch = 0
+    per_epoch: dict[int, list[tuple[int, list[Any]]]] = {}
     for event in events:
         if event["kind"] == "epoch_start":
             epoch = event["epoch"]

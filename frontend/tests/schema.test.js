@@ -1,0 +1,28 @@
+// schema.js is a hand copy of backend/loaderscope/events.py: every kind's required fields and the run
+// statuses must be the same on both sides, in both directions (a kind or status only one side knows
+// fails here, not on a user's page).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { REQUIRED, KNOWN_KINDS, RunStatus, ENDED } from '../js/schema.js';
+import { python, needsPython } from './python.js';
+
+const PY_SCHEMA = `
+import json
+from loaderscope.events import ENDED, REQUIRED, Kind, RunStatus
+print(json.dumps({"required": {str(k): list(v) for k, v in REQUIRED.items()}, "kinds": [str(k) for k in Kind],
+                  "statuses": {s.name: s.value for s in RunStatus}, "ended": sorted(ENDED)}))`;
+
+const py = needsPython ? null : python(PY_SCHEMA);
+
+test('every kind has the same required fields in schema.js and events.py', { skip: needsPython }, () => {
+  const js = Object.fromEntries(Object.entries(REQUIRED).map(([k, v]) => [k, [...v]]));
+  for (const kind of Object.keys(py.required)) assert.ok(kind in js, `events.py's ${kind} is missing from schema.js`);
+  for (const kind of Object.keys(js)) assert.ok(kind in py.required, `schema.js's ${kind} is not in events.py`);
+  assert.deepEqual(js, py.required);
+  assert.deepEqual([...KNOWN_KINDS].sort(), [...py.kinds].sort(), 'every Kind has a REQUIRED entry');
+});
+
+test('RunStatus and the ended statuses are the same in schema.js and events.py', { skip: needsPython }, () => {
+  assert.deepEqual({ ...RunStatus }, py.statuses);
+  assert.deepEqual([...ENDED].sort(), py.ended);
+});
