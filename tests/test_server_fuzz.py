@@ -19,6 +19,7 @@ import orjson  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
+from schemathesis.core.failures import FailureGroup  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance,
     response_schema_conformance,
@@ -26,6 +27,9 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 )
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance]
+# The body of every response against the schema its route documents: kept apart from CHECKS while a
+# known gap stands (see test_every_response_matches_its_documented_schema).
+SCHEMA_CHECKS = [*CHECKS, response_schema_conformance]
 EXAMPLES = int(os.environ.get("LOADERSCOPE_FUZZ_EXAMPLES", "25"))  # per operation
 
 
@@ -47,7 +51,8 @@ def api_schema(fuzzed: LiveServer) -> Any:
     return schemathesis.openapi.from_url(f"{fuzzed.url}/api/openapi.json", headers=fuzzed.headers)
 
 
-def test_no_route_answers_5xx_or_undocumented_codes(api_schema: Any, fuzzed: LiveServer) -> None:
+def fuzz(api_schema: Any, fuzzed: LiveServer, checks: list[Any]) -> None:
+    """Every operation, EXAMPLES generated cases each, through ``checks``."""
     # Driven by hand: schemathesis' pytest plugin does not run under pytest 9.
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert len(operations) >= 7
@@ -56,9 +61,34 @@ def test_no_route_answers_5xx_or_undocumented_codes(api_schema: Any, fuzzed: Liv
         @given(case=operation.as_strategy())
         @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         def check(case: Any) -> None:
-            case.call_and_validate(base_url=fuzzed.url, headers=fuzzed.headers, checks=CHECKS)
+            case.call_and_validate(base_url=fuzzed.url, headers=fuzzed.headers, checks=checks)
 
         check()
+
+
+def test_no_route_answers_5xx_or_undocumented_codes(api_schema: Any, fuzzed: LiveServer) -> None:
+    fuzz(api_schema, fuzzed, CHECKS)
+
+
+@pytest.mark.xfail(strict=True, raises=FailureGroup,
+                   reason="the 422 body is {detail: str, errors: [...]} (server/api.py), but the OpenAPI document "
+                          "declares FastAPI's HTTPValidationError (detail: a list); strict: passes once it is documented")
+def test_every_response_matches_its_documented_schema(api_schema: Any, fuzzed: LiveServer) -> None:
+    fuzz(api_schema, fuzzed, SCHEMA_CHECKS)
+
+
+def test_a_response_off_its_documented_schema_fails_the_check(api_schema: Any, fuzzed: LiveServer) -> None:
+    """The schema check can fail: the health answer as served passes, a wrong-typed one does not."""
+    import httpx
+
+    case = api_schema["/api/health"]["GET"].Case()
+    served = httpx.get(f"{fuzzed.url}/api/health")
+    case.validate_response(served, checks=SCHEMA_CHECKS)
+    wrong = httpx.Response(200, json={"status": 1}, request=served.request)
+    wrong.read()
+    wrong.elapsed = served.elapsed
+    with pytest.raises(FailureGroup, match="violates schema"):
+        case.validate_response(wrong, checks=SCHEMA_CHECKS)
 
 
 @st.composite
@@ -106,4 +136,3 @@ def test_the_schema_documents_every_route(fuzzed: LiveServer) -> None:
     for path in ("/api/health", "/api/scenarios", "/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/control",
                  "/api/runs/{run_id}/events", "/api/runs/{run_id}/trace"):
         assert path in paths, path
-    assert response_schema_conformance  # imported for the ad-hoc runs in the closing note
