@@ -16,6 +16,7 @@ import { api, runSocket, ApiError, errorText, errorField, fieldErrors } from './
 import { fieldsFromSchema, renderForm } from './form.js';
 import { COST_FIELDS, costsFromForm, costField } from './costs.js';
 import { SweepPanel } from './sweep-view.js';
+import { CompareView } from './compare-view.js';
 import {
   Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms, structureItems,
 } from './panels.js';
@@ -48,6 +49,7 @@ class App {
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
     this.sweep = new SweepPanel(() => this.sweepSource());
+    this.compare = new CompareView(() => this.tracks);
     this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake());
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.runId = null;

@@ -1,0 +1,299 @@
+// The compare view: two runs side by side (runs on this server, or trace files open in the page),
+// over the whole page. What it shows comes from compare.js (the mirror of compare.py): the settings
+// that differ, throughput and waiting, per-worker fetch-time histograms on one scale, and how the
+// diagnosis changed; plus both timelines on one time axis, each starting at 0 s of its own run.
+// `/?compare=ID_A,ID_B` opens it on two server runs.
+
+import { compareRuns } from './compare.js';
+import { Track } from './track.js';
+import { TimelineStore, fmtDuration } from './timeline-store.js';
+import { TimelineView } from './timeline-view.js';
+import { pinStage } from './pin.js';
+import { PALETTE } from './colors.js';
+import { api } from './api.js';
+
+const $ = (id) => /** @type {any} */ (document.getElementById(id));
+const PAGE = 10000; // events per REST request: the route's maximum
+
+/** @typedef {import('./compare.js').Comparison} Comparison */
+
+/** An element with text and attributes. @param {string} tag @param {Record<string, string>} [attrs] @param {(Node|string)[]} [kids] */
+function el(tag, attrs = {}, kids = []) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  node.append(...kids);
+  return node;
+}
+
+/** A value as the table shows it: JSON for objects, a dash for none. */
+function shown(v) {
+  return v === null || v === undefined ? '—' : typeof v === 'object' ? JSON.stringify(v) : String(v);
+}
+
+/** @param {number} v @param {string} unit */
+export function fmtMetric(v, unit) {
+  if (unit === 'rate') return `${v.toFixed(1)} batches/s`;
+  if (unit === 'share') return `${(v * 100).toFixed(0)}%`;
+  if (unit === 'seconds') return fmtDuration(v);
+  return v.toFixed(0);
+}
+
+/** B against A: percentage points for shares, a factor for the rest (as `loaderscope compare`). */
+export function fmtChange(row) {
+  if (row.unit === 'share') return `${row.delta >= 0 ? '+' : ''}${(row.delta * 100).toFixed(0)} pts`;
+  return row.ratio === null ? '' : `×${row.ratio.toFixed(2)}`;
+}
+
+/** Every event of a server run, read page by page into a Track of its own. @param {string} id */
+async function fetchTrack(id) {
+  const tr = new Track({ rank: 0, label: id, runId: id, source: 'server' });
+  let after = -1;
+  for (;;) {
+    const page = await api.events(id, after, PAGE);
+    const events = page?.events ?? [];
+    for (const e of events) tr.ingest(e);
+    if (!events.length || events[events.length - 1].seq >= page.last_seq) break;
+    after = events[events.length - 1].seq;
+  }
+  tr.complete = true;
+  return tr;
+}
+
+/** One line naming a run: scenario (or script), mode, workers, status. @param {Track} tr */
+function title(tr) {
+  const s = tr.player.full;
+  const c = s.config;
+  const who = s.scenario || s.meta.name || tr.label;
+  const workers = c.num_workers === undefined ? '' : `${c.num_workers} worker${c.num_workers === 1 ? '' : 's'}`;
+  return [who, s.mode, workers, s.status].filter(Boolean).join(' · ');
+}
+
+export class CompareView {
+  /** @param {() => Track[]} openTracks the tracks open in the page (trace files among them) */
+  constructor(openTracks) {
+    this.openTracks = openTracks;
+    /** @type {Track[]} the two runs shown, A then B */
+    this.shown = [];
+    /** @type {Comparison|null} */
+    this.result = null;
+    this.timeline = new TimelineView($('compare-timeline'), new TimelineStore());
+    this.timeline.onInvalidate = () => requestAnimationFrame(() => this.timeline.draw({ now: 0, live: false }));
+    $('btn-compare').addEventListener('click', () => this.open());
+    $('compare-close').addEventListener('click', () => this.close());
+    $('compare-swap').addEventListener('click', () => {
+      const a = $('compare-a').value;
+      $('compare-a').value = $('compare-b').value;
+      $('compare-b').value = a;
+      this.load();
+    });
+    $('compare-a').addEventListener('change', () => this.load());
+    $('compare-b').addEventListener('change', () => this.load());
+    window.addEventListener('keydown', (ev) => { if (ev.key === 'Escape' && !$('compare').hidden) this.close(); });
+    window.addEventListener('resize', () => { if (this.result) this.drawHistograms(this.result); });
+    const pair = new URL(location.href).searchParams.get('compare')?.split(',');
+    if (pair?.length === 2) this.open(`run:${pair[0]}`, `run:${pair[1]}`);
+  }
+
+  /**
+   * Show the view; A and B default to the open run and the run before it.
+   * @param {string} [a] `run:ID` or `track:N` @param {string} [b]
+   */
+  async open(a, b) {
+    $('compare').hidden = false;
+    const options = await this.options();
+    const values = options.map((o) => o.value);
+    for (const [id, want, fallback] of [['compare-a', a, values[0]], ['compare-b', b, values[1]]]) {
+      $(id).replaceChildren(...options.map((o) => new Option(o.text, o.value)));
+      $(id).value = want && values.includes(want) ? want : (fallback ?? '');
+    }
+    await this.load();
+  }
+
+  close() {
+    $('compare').hidden = true;
+  }
+
+  /** Runs to pick from: the server's (newest first) and trace files open in the page. */
+  async options() {
+    /** @type {{value: string, text: string}[]} */
+    const out = [];
+    this.openTracks().forEach((tr, i) => {
+      if (tr.source === 'file') out.push({ value: `track:${i}`, text: `file ${tr.label} · ${title(tr)}` });
+    });
+    let runs = [];
+    try { runs = await api.runs(); } catch { /* a page opened from files alone has no server runs to offer */ }
+    for (const r of [...(Array.isArray(runs) ? runs : [])].reverse()) {
+      const rank = r.world_size > 1 ? ` · rank ${r.rank}` : '';
+      out.push({ value: `run:${r.id}`, text: `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}${rank} · ${r.status ?? ''} · ${r.id}` });
+    }
+    return out;
+  }
+
+  /** @param {string} value @returns {Promise<Track>} */
+  async track(value) {
+    const [kind, key] = [value.slice(0, value.indexOf(':')), value.slice(value.indexOf(':') + 1)];
+    if (kind === 'track') return this.openTracks()[Number(key)];
+    return fetchTrack(key);
+  }
+
+  /** Read both runs and show them; a run that cannot be read is said in place of the comparison. */
+  async load() {
+    const a = $('compare-a').value, b = $('compare-b').value;
+    const status = $('compare-status');
+    const root = $('compare');
+    root.dataset.ready = 'false';
+    if (!a || !b) {
+      status.textContent = 'pick two runs: start or open a second one first';
+      $('compare-body').hidden = true;
+      return;
+    }
+    status.textContent = 'reading both runs…';
+    let tracks;
+    try {
+      tracks = await Promise.all([this.track(a), this.track(b)]);
+    } catch (err) {
+      status.textContent = `could not read a run: ${err.message}`;
+      return;
+    }
+    if ($('compare-a').value !== a || $('compare-b').value !== b) return; // picked again meanwhile
+    this.shown = tracks;
+    const labels = /** @type {[string, string]} */ ([$('compare-a').selectedOptions[0].text, $('compare-b').selectedOptions[0].text]);
+    this.result = compareRuns(...tracks.map((tr) => ({ state: tr.player.full, start: tr.player.length ? tr.player.event(0) : null })), labels);
+    status.textContent = '';
+    $('compare-body').hidden = false;
+    this.render(this.result);
+    root.dataset.ready = 'true';
+  }
+
+  /** @param {Comparison} r */
+  render(r) {
+    this.shown.forEach((tr, i) => {
+      const side = i ? 'b' : 'a';
+      $(`compare-head-${side}`).replaceChildren(el('b', {}, [side.toUpperCase()]), ` ${title(tr)}`,
+        el('span', { class: 'muted' }, [` · ${tr.player.full.run || tr.label}`]));
+    });
+    this.renderSettings(r.settings);
+    this.renderMetrics(r.metrics);
+    this.drawHistograms(r);
+    this.renderTimelines();
+    this.renderDiagnosis(r.diagnosis);
+  }
+
+  /** @param {Comparison['settings']} s */
+  renderSettings(s) {
+    const rows = s.changed.map((c) => el('tr', { 'data-testid': 'compare-setting', 'data-key': c.key },
+      [el('th', {}, [c.key]), el('td', {}, [shown(c.a)]), el('td', {}, [shown(c.b)])]));
+    const head = el('tr', {}, [el('th', {}, ['setting']), el('th', {}, ['A']), el('th', {}, ['B'])]);
+    $('compare-settings').replaceChildren(...(rows.length ? [head, ...rows]
+      : [el('tr', {}, [el('td', {}, ['the two runs have the same settings'])])]));
+    $('compare-same').textContent = `${s.same.length} other settings are the same`;
+  }
+
+  /** @param {Comparison['metrics']} metrics */
+  renderMetrics(metrics) {
+    const head = el('tr', {}, ['', 'A', 'B', 'B vs A'].map((t) => el('th', {}, [t])));
+    $('compare-metrics').replaceChildren(head, ...metrics.map((m) => el('tr',
+      { 'data-testid': 'compare-metric', 'data-key': m.key, 'data-a': String(m.a), 'data-b': String(m.b) },
+      [el('th', {}, [m.label]), el('td', {}, [fmtMetric(m.a, m.unit)]), el('td', {}, [fmtMetric(m.b, m.unit)]),
+        el('td', { class: better(m) }, [fmtChange(m)])])));
+  }
+
+  /** One canvas per run, a small chart per worker, all on the comparison's common edges. @param {Comparison} r */
+  drawHistograms(r) {
+    const { edges } = r.histograms;
+    $('compare-scale').textContent = edges.length
+      ? `one log scale for both runs: ${fmtDuration(edges[0])} … ${fmtDuration(edges[edges.length - 1])}; the tick marks the median`
+      : 'no fetch finished in either run';
+    for (const side of /** @type {const} */ (['a', 'b'])) {
+      const canvas = $(`compare-hist-${side}`);
+      const rows = r.histograms[side];
+      canvas.dataset.counts = JSON.stringify(rows.map((w) => w.counts));
+      drawHistogramRows(canvas, rows, edges);
+    }
+  }
+
+  /** Both runs in one timeline, each from 0 s of its own run (its run_start). */
+  renderTimelines() {
+    this.timeline.setTracks(this.shown.map((tr, i) => ({
+      // without its epoch markers: the view draws the first track's at that run's times, which would
+      // be wrong for B and would write "epoch 0" over A's name
+      store: Object.create(tr.store, { epochs: { value: [] } }),
+      label: `${i ? 'B' : 'A'} · ${title(tr)}`,
+      offset: -(tr.player.length ? tr.player.event(0).t : 0),
+      inProcess: tr.player.full.config.num_workers === 0,
+      pin: pinStage(tr.player.full),
+    })));
+    this.timeline.fit();
+  }
+
+  /** @param {Comparison['diagnosis']} d */
+  renderDiagnosis(d) {
+    const list = (id, texts, none) => $(id).replaceChildren(...(texts.length ? texts.map((t) => el('li', {}, [t]))
+      : [el('li', { class: 'muted' }, [none])]));
+    list('compare-only-a', d.only_a, 'nothing');
+    list('compare-only-b', d.only_b, 'nothing');
+    $('compare-both').replaceChildren(...(d.both.length ? d.both.map((p) => el('li', { 'data-changed': String(p.changed) },
+      p.changed ? [el('span', { class: 'tag' }, ['A']), ` ${p.a}`, el('br'), el('span', { class: 'tag' }, ['B']), ` ${p.b}`] : [p.a]))
+      : [el('li', { class: 'muted' }, ['nothing'])]));
+  }
+}
+
+/** Whether B's change is good news (class ok) or bad (class bad): more throughput, less waiting. */
+function better(m) {
+  const up = m.key === 'batches_per_s' ? 1 : m.unit === 'share' || m.key === 'startup_wait' ? -1 : 0;
+  const sign = Math.sign(m.delta) * up;
+  return sign > 0 && Math.abs(m.delta) > 1e-9 ? 'ok' : sign < 0 ? 'bad' : '';
+}
+
+/**
+ * Histograms of one run, a row of small charts per worker, bins from the shared edges.
+ * @param {HTMLCanvasElement} canvas @param {import('./compare.js').HistRow[]} rows @param {number[]} edges
+ */
+function drawHistogramRows(canvas, rows, edges) {
+  const width = Math.max(canvas.parentElement?.clientWidth ?? 300, 240);
+  const cols = Math.max(1, Math.min(rows.length, Math.floor(width / 200)));
+  const cellW = width / cols, cellH = 78;
+  const height = Math.ceil(rows.length / cols) * cellH + 4;
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${height}px`;
+  const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext('2d'));
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  if (!edges.length) return;
+  const bins = edges.length - 1;
+  const a = Math.log(edges[0]), span = Math.log(edges[bins]) - a;
+  rows.forEach((w, i) => {
+    const x0 = (i % cols) * cellW + 4, y0 = Math.floor(i / cols) * cellH + 2;
+    const pw = cellW - 14, ph = cellH - 32;
+    const max = Math.max(1, ...w.counts);
+    ctx.fillStyle = '#121821';
+    ctx.fillRect(x0, y0 + 16, pw, ph);
+    ctx.fillStyle = PALETTE.fetch;
+    const bw = pw / bins;
+    w.counts.forEach((c, k) => {
+      if (!c) return;
+      const h = Math.max(1, (c / max) * (ph - 2));
+      ctx.fillRect(x0 + k * bw + 0.5, y0 + 16 + ph - h, Math.max(1, bw - 1), h);
+    });
+    if (w.tasks) {
+      ctx.fillStyle = PALETTE.ink;
+      ctx.fillRect(x0 + ((Math.log(w.p50) - a) / span) * pw - 0.5, y0 + 14, 1.5, ph + 4);
+    }
+    ctx.font = '600 11px system-ui, sans-serif';
+    ctx.fillStyle = PALETTE.ink;
+    const name = w.in_process ? 'main process' : `worker ${w.worker}`;
+    ctx.fillText(name, x0, y0 + 11);
+    const nameW = ctx.measureText(name).width;
+    ctx.font = '10px system-ui, sans-serif';
+    ctx.fillStyle = PALETTE.dim;
+    ctx.fillText(w.tasks ? `${w.tasks} fetches · p50 ${fmtDuration(w.p50)} · p95 ${fmtDuration(w.p95)}` : 'no fetch', x0 + nameW + 10, y0 + 11);
+    ctx.fillStyle = PALETTE.faint;
+    ctx.fillText(fmtDuration(edges[0]), x0, y0 + 16 + ph + 11);
+    const right = fmtDuration(edges[bins]);
+    ctx.fillText(right, x0 + pw - ctx.measureText(right).width, y0 + 16 + ph + 11);
+  });
+  canvas.setAttribute('aria-label', rows.map((w) => `worker ${w.worker}: ${w.tasks} fetches, p50 ${fmtDuration(w.p50)}`).join('; '));
+}
