@@ -207,8 +207,9 @@ async def list_runs(request: Request) -> list[dict[str, Any]]:
 
 @router.get("/runs/{run_id}", responses={404: {}})
 async def get_run(run_id: str, request: Request) -> Any:
+    manager = manager_of(request)
     try:
-        return JSONResponse(manager_of(request).require(run_id).detail())
+        return JSONResponse(manager.opened(manager.require(run_id)).detail())
     except RunRefused as exc:
         return refused(exc)
 
@@ -232,10 +233,12 @@ async def run_events(
     limit: int = Query(1000, ge=1, le=MAX_EVENTS_PER_REQUEST, description="most events returned"),
 ) -> Any:
     """Events ``after+1 ..`` in seq order, with ``gap`` naming any requested ones no longer held."""
+    manager = manager_of(request)
     try:
-        run = manager_of(request).require(run_id)
+        run = manager.require(run_id)
     except RunRefused as exc:
         return refused(exc)
+    await manager.read_whole(run)
     lines, gap = await read_events(run.log, after + 1, limit)
     meta = {"run": run.id, "after": after, "last_seq": run.log.last_seq, "status": run.status,
             "gap": gap.meta("not held by the store") if gap else None}
@@ -264,10 +267,12 @@ TRACE_RESPONSES: dict[int | str, dict[str, Any]] = {
 async def run_trace(
     run_id: str, request: Request, format: Literal["jsonl", "chrome"] = Query("jsonl"),
 ) -> Any:
+    manager = manager_of(request)
     try:
-        run = manager_of(request).require(run_id)
+        run = manager.require(run_id)
     except RunRefused as exc:
         return refused(exc)
+    await manager.read_whole(run)
     if run.log.first_held > 0:
         return JSONResponse({"detail": f"this dashboard keeps runs in memory only and no longer holds events "
                              f"0..{run.log.first_held - 1}; serve with a data directory to record complete traces"},

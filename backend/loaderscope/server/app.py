@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import loaderscope
 from loaderscope.server import api, ingest, stream
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.errors import field_problems, readable
+from loaderscope.server.logdir import Logdir
 from loaderscope.server.runs import RunManager
 from loaderscope.server.security import Guard, Policy
 
@@ -42,17 +44,22 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
     ``.app.state.manager``.
     """
     manager = RunManager(config)
+    logdir = Logdir(manager, config.logdir) if config.logdir is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        flusher = asyncio.create_task(_flush_periodically(manager))
+        tasks = [asyncio.create_task(_flush_periodically(manager))]
+        if logdir is not None:  # listed before the URL is printed: the first page load shows every run
+            tasks.append(await logdir.start())
         if on_started is not None:
             await on_started(manager)
         try:
             yield
         finally:
-            flusher.cancel()
+            for task in tasks:
+                task.cancel()
             await manager.shutdown()
+            _remove_temporary(config)
 
     app = FastAPI(title="loaderscope", version=loaderscope.__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
@@ -93,6 +100,13 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     problems = field_problems(exc.errors())
     return JSONResponse({"detail": readable(problems), "errors": problems}, status_code=422)
+
+
+def _remove_temporary(config: ServerConfig) -> None:
+    """Here rather than after ``server.run()``: uvicorn re-raises SIGTERM once shut down, so code
+    after it never runs; lifespan shutdown runs for Ctrl-C and SIGTERM alike."""
+    if config.remove_data_dir and config.data_dir is not None and config.logdir is None:
+        shutil.rmtree(config.data_dir, ignore_errors=True)
 
 
 async def _flush_periodically(manager: RunManager) -> None:

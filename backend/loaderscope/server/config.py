@@ -19,6 +19,11 @@ MAX_RUNS = 200  # runs kept listed; the oldest ended ones are forgotten (their t
 MAX_RUN_EVENTS = 50_000_000  # a producer sending more is cut off
 STOP_GRACE = 3.0  # seconds a run has to stop by itself before its process group gets SIGTERM
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
+LOGDIR_POLL = 0.5  # seconds between looks at the logdir and at each followed file (polling works on NFS)
+# A trace without run_end that has not grown for this long shows as "truncated". Producers flush at
+# least every second while a loader runs, but a training loop in a long validation or checkpoint
+# writes nothing: 30 s keeps those "running" while a killed job is named within half a minute.
+SILENT_AFTER = 30.0
 
 
 def is_loopback(host: str) -> bool:
@@ -40,6 +45,10 @@ class ServerConfig:
     port: int = 8000
     host: str = "127.0.0.1"
     data_dir: Path | None = None  # where run traces and logs go; None keeps runs in memory only
+    remove_data_dir: bool = False  # a temporary data_dir of this launch: removed at server exit
+    logdir: Path | None = None  # list and follow every trace under this directory (it is also data_dir)
+    logdir_poll: float = LOGDIR_POLL
+    silent_after: float = SILENT_AFTER
     allow_origins: tuple[str, ...] = ()  # extra origins allowed to open websockets / send requests
     allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted besides loopback names
     ingest_url: str = ""  # where run processes send their events (set once the port is bound)

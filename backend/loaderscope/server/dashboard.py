@@ -45,6 +45,7 @@ def serve(
     allow_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
     data_dir: str | Path | None = None,
+    logdir: str | Path | None = None,
     record: bool = True,
     log_level: str = "info",
     **limits: Any,
@@ -63,7 +64,10 @@ def serve(
         traces: recorded trace files to open as replayed runs (the URL opens the first one).
         allow_origins: extra origins (``http://host:port``) whose pages may call the API.
         allowed_hosts: extra Host names to answer besides loopback names (behind a proxy).
-        data_dir: where run traces and logs are written (default: a new temporary directory).
+        data_dir: where run traces and logs are written (default: a new temporary directory, removed
+            when the dashboard exits, by Ctrl-C or SIGTERM).
+        logdir: list every trace under this directory (recursively), follow the ones still growing,
+            and write this dashboard's runs there too (instead of ``data_dir``); never deleted.
         record: False keeps runs in memory only (bounded: old events are then lost, and viewers
             asking for them are told so with a gap).
         limits: ServerConfig limits (memory_events, max_lag, max_active_runs, ...).
@@ -81,14 +85,12 @@ def serve(
     if not is_loopback(host):
         print(f"WARNING: serving on {host}: anyone who can reach this address and has the token can start "
               "processes on this machine. Use --host 127.0.0.1 unless you mean it.", file=sys.stderr, flush=True)
+    root = Path(logdir).expanduser() if logdir is not None else None
     sock = bind(host, port)
-    directory = None
-    if record:
-        directory = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="loaderscope-"))
-        directory.mkdir(parents=True, exist_ok=True)
+    directory, temporary = data_directory(root or data_dir, record)
     config = ServerConfig(
-        token=token, host=host, port=sock.getsockname()[1], data_dir=directory,
-        allow_origins=tuple(allow_origins), allowed_hosts=tuple(allowed_hosts), **limits,
+        token=token, host=host, port=sock.getsockname()[1], data_dir=directory, remove_data_dir=temporary,
+        logdir=root, allow_origins=tuple(allow_origins), allowed_hosts=tuple(allowed_hosts), **limits,
     )
     config.ingest_url = f"ws://{url_host(host)}:{config.port}/ws/ingest"
     address = f"http://{url_host(host)}:{config.port}"
@@ -120,6 +122,21 @@ def serve(
         pass  # Ctrl-C is how a dashboard ends; uvicorn has already shut down cleanly
     finally:
         unpublish(address)  # after SIGTERM this does not run; watch() then finds the entry stale
+
+
+def data_directory(chosen: str | Path | None, record: bool) -> tuple[Path | None, bool]:
+    """Where runs are written, and whether it is a temporary directory of this launch.
+
+    Raises:
+        OSError: the directory cannot be created.
+    """
+    if chosen is not None:
+        directory = Path(chosen)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory, False
+    if not record:
+        return None, False
+    return Path(tempfile.mkdtemp(prefix="loaderscope-")), True
 
 
 def checked_token_env() -> str | None:

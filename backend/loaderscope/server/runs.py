@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loaderscope import trace
 from loaderscope.events import Event
@@ -29,7 +29,11 @@ from loaderscope.server.spill import TraceSpill
 from loaderscope.server.store import EventLog
 from loaderscope.state import diagnosis, summary
 
+if TYPE_CHECKING:
+    from loaderscope.server.logdir import FileSource, Logdir
+
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+LOAD_WAIT = 60.0  # seconds a REST read waits for a logdir run's file to be read to its end
 DRAIN_WAIT = 5.0  # seconds to let the ingest side finish reading what an exited process sent
 LOG_TAIL_BYTES = 4096
 REPLAY_CHUNK = 1000
@@ -89,6 +93,7 @@ class Run:
     dropped: int = 0  # events the producer reported (or its seq showed) as lost before reaching us
     last_producer_seq: int | None = None
     log_path: Path | None = None
+    source: FileSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
 
     def __post_init__(self) -> None:
         self.producer_gone.set()
@@ -97,6 +102,8 @@ class Run:
     def status(self) -> str:
         if self.log.ended:
             return self.log.state.status
+        if self.source is not None:
+            return self.source.status()
         if self.producer is None and not self.attached:
             return "starting"
         if self.producer is None and self.origin == "external":
@@ -140,6 +147,7 @@ class Run:
             "job": state.job,
             "rank": state.rank,
             "world_size": state.world_size,
+            **(self.source.brief() if self.source is not None else {}),
         }
 
     def detail(self) -> dict[str, Any]:
@@ -179,9 +187,9 @@ class RunManager:
         self.config = config
         self.runs: dict[str, Run] = {}
         self.launcher: Launcher | None = None
+        self.logdir: Logdir | None = None  # set by Logdir when the dashboard serves one
+        self.owned_paths: set[Path] = set()  # trace files this dashboard writes (the logdir scan skips them)
         self._tasks: set[asyncio.Task[Any]] = set()
-
-
 
     # --- lookup ---------------------------------------------------------------------------------
 
@@ -193,6 +201,21 @@ class RunManager:
         if run is None:
             raise RunRefused(404, f"no run named {run_id!r}; GET /api/runs lists the runs this dashboard holds")
         return run
+
+    def opened(self, run: Run) -> Run:
+        """A viewer looks at ``run``: a logdir run's file is then read into its store, and followed."""
+        if run.source is not None and self.logdir is not None:
+            self.logdir.follow(run)
+        return run
+
+    async def read_whole(self, run: Run) -> None:
+        """Wait (bounded) until a logdir run's file has been read to its end once."""
+        self.opened(run)
+        if run.source is not None:
+            try:
+                await asyncio.wait_for(run.source.caught_up.wait(), LOAD_WAIT)
+            except asyncio.TimeoutError:
+                pass  # answer with what has been read so far
 
     def active(self) -> list[Run]:
         """Runs the dashboard started that have not ended yet (what max_active_runs limits)."""
@@ -209,15 +232,30 @@ class RunManager:
         self._make_room()
         run_id = run_id or uuid.uuid4().hex[:12]
         spill = None
+        stem = self._free_stem(run_id)
         if self.config.data_dir is not None:
             header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin)
-            spill = TraceSpill(self.config.data_dir / f"{run_id}.trace.jsonl", header)
+            path = self.config.data_dir / f"{stem}.trace.jsonl"
+            self.owned_paths.add(path)
+            spill = TraceSpill(path, header)
         log = EventLog(run_id, memory_events=self.config.memory_events, spill=spill)
         run = Run(run_id, scenario, mode, params, origin, log)
         if self.config.data_dir is not None:
-            run.log_path = self.config.data_dir / f"{run_id}.log"
+            run.log_path = self.config.data_dir / f"{stem}.log"
         self.runs[run_id] = run
         return run
+
+    def _free_stem(self, run_id: str) -> str:
+        """The file name for a run's trace: never one already there (a logdir keeps earlier runs)."""
+        directory, stem, n = self.config.data_dir, run_id, 1
+        while directory is not None and (directory / f"{stem}.trace.jsonl").exists():
+            n += 1
+            stem = f"{run_id}.{n}"
+        return stem
+
+    def add(self, run: Run) -> None:
+        """A run made elsewhere (a logdir trace): listed, never evicted, no process."""
+        self.runs[run.id] = run
 
     async def start(self, plan: Plan, mode: str, costs: dict[str, Any] | None = None) -> Run:
         """Create a run and its run process (a sim run's costs already validated)."""
@@ -281,8 +319,10 @@ class RunManager:
         return run
 
     def _make_room(self) -> None:
-        while len(self.runs) >= self.config.max_runs:
-            evictable = [r for r in self.runs.values() if r.closed or (r.origin == "external" and r.producer is None)]
+        # Logdir runs are not counted: their files hold them, and the listing must show every one.
+        while sum(r.source is None for r in self.runs.values()) >= self.config.max_runs:
+            evictable = [r for r in self.runs.values()
+                         if r.source is None and (r.closed or (r.origin == "external" and r.producer is None))]
             if not evictable:
                 raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all still live; stop some")
             oldest = evictable[0]
@@ -302,6 +342,8 @@ class RunManager:
         run = self.runs.get(run_id) if run_id else None
         if run is None:
             run = self.create(scenario=None, mode="", params={}, origin="external", run_id=run_id)
+        if run.source is not None:
+            raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir; a producer cannot add to it")
         if run.closed:
             raise RunRefused(4409, f"run {run.id} has ended; a producer cannot add to it (start a new run)")
         if run.producer is not None:
@@ -323,6 +365,9 @@ class RunManager:
     # --- controls -------------------------------------------------------------------------------
 
     async def control(self, run: Run, action: str | None, delay: float | None) -> None:
+        if run.source is not None:
+            raise RunRefused(409, f"run {run.id} is read from a trace file ({run.source.relative}): its producer "
+                             "does not take controls from this dashboard")
         if run.closed or run.log.ended:
             raise RunRefused(409, f"run {run.id} has already ended ({run.status}); start a new run")
         if delay is not None:
@@ -397,12 +442,22 @@ class RunManager:
                 run.error = message
         self._close(run)
 
+    def close(self, run: Run) -> None:
+        """No more events will come (a logdir run whose file reached its run_end)."""
+        self._close(run)
+
     def _close(self, run: Run) -> None:
         run.closed = True
         run.log.close()
+        if self.logdir is not None and isinstance(run.log.spill, TraceSpill):
+            self.logdir.index_own(run, run.log.spill.path)  # the next start lists it without reading it
         run.changed.notify()
 
     # --- housekeeping ---------------------------------------------------------------------------
+
+    def background(self, coro: Any) -> None:
+        """Run ``coro`` as a task that server exit cancels."""
+        self._background(coro)
 
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -428,7 +483,8 @@ class RunManager:
         for task in list(self._tasks):
             task.cancel()
         for run in self.runs.values():
-            self._finish(run, run.exitcode)
+            if run.source is None:  # a logdir file is its producer's: nothing is appended to it
+                self._finish(run, run.exitcode)
         if self.launcher is not None:
             await asyncio.to_thread(self.launcher.close)
 

@@ -39,6 +39,7 @@ async def stream(websocket: WebSocket, manager: RunManager) -> None:
     if run is None:
         await websocket.close(4404, close_reason(f"no run named {run_id!r}; GET /api/runs lists the runs"))
         return
+    manager.opened(run)  # a logdir run's file is read into the store from now on
     after = _parse_after(websocket.query_params.get("after", "-1"))
     if after is None:
         await websocket.close(4400, "'after' must be an integer >= -1 (the last seq already seen)")

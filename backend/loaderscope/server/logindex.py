@@ -1,0 +1,186 @@
+"""What the run list needs to know about a trace file, without parsing its events.
+
+A logdir can hold hundreds of traces of millions of events; listing them must not read them.
+``quick_index`` reads the header, the first event (``run_start``: name, job, rank, world size,
+mode) and the last complete line (``run_end`` and its ``stats``, or the last seq): a few
+kilobytes per file whatever its length. The result is kept in a sidecar ``<trace>.idx.json``
+(written by the server, next to the trace) with the file's size and mtime; a dashboard that
+starts again reads the sidecar instead of the trace while both are unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loaderscope.events import EventError, validate
+from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
+
+SIDECAR_SUFFIX = ".idx.json"
+SIDECAR_FORMAT = "loaderscope-index"
+SIDECAR_VERSION = 1
+TAIL_BYTES = MAX_LINE_BYTES + 1  # the last complete line is within this much of the end
+COUNT_CHUNK = 8 << 20
+# How a yield looks in a trace line (orjson writes no spaces; json.dumps does): counted, not parsed.
+YIELD_MARKS = (b'"kind":"yield"', b'"kind": "yield"')
+
+
+@dataclass
+class Index:
+    """A trace file as listed: its size and mtime when indexed, and the run's brief facts."""
+
+    size: int
+    mtime_ns: int
+    created: float | None = None
+    scenario: str | None = None
+    mode: str = ""
+    name: str | None = None
+    job: str | None = None
+    rank: int = 0
+    world_size: int = 1
+    events: int = 0  # the last event's seq + 1 (the producer's numbering)
+    batches: int | None = None  # run_end.stats, else the yields counted in the file's bytes
+    reason: str | None = None  # run_end's reason; None: no run_end (yet)
+    torn: bool = False  # the file ends in an incomplete line
+    problem: str | None = None  # why the file cannot be read as a trace
+    brief: dict[str, Any] = field(default_factory=dict)  # the run's full brief, once it was read whole
+
+    def matches(self, stat: os.stat_result) -> bool:
+        return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
+
+
+def sidecar_path(trace_path: Path) -> Path:
+    return trace_path.with_name(trace_path.name + SIDECAR_SUFFIX)
+
+
+def load_sidecar(trace_path: Path, stat: os.stat_result) -> Index | None:
+    """The sidecar's index if it describes the file as it is now; None if missing, stale or damaged."""
+    try:
+        data = orjson.loads(sidecar_path(trace_path).read_bytes())
+        if data.get("format") != SIDECAR_FORMAT or data.get("version") != SIDECAR_VERSION:
+            return None
+        index = Index(**data["index"])
+    except (OSError, orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        return None
+    return index if index.matches(stat) else None
+
+
+def save_sidecar(trace_path: Path, index: Index) -> None:
+    """Write the sidecar atomically (a reader never sees half of one).
+
+    Raises:
+        OSError: the directory is not writable (the logdir is then indexed at every start).
+    """
+    target = sidecar_path(trace_path)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    body = {"format": SIDECAR_FORMAT, "version": SIDECAR_VERSION, "index": asdict(index)}
+    temporary.write_bytes(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS, default=str))
+    os.replace(temporary, target)
+
+
+def quick_index(path: Path) -> Index:
+    """Index a trace from its first two lines and its last complete line. Blocking.
+
+    A file that is not a trace, or cannot be read, gets an index with ``problem`` set.
+    """
+    try:
+        stat = path.stat()
+        with path.open("rb") as f:
+            return _read_index(f, stat, str(path))
+    except OSError as exc:
+        return Index(size=0, mtime_ns=0, problem=f"cannot read {path}: {exc.strerror or exc}")
+    except TraceError as exc:
+        now = _stat_or_none(path)
+        return Index(size=now.st_size if now else 0, mtime_ns=now.st_mtime_ns if now else 0, problem=str(exc))
+
+
+def _read_index(f: Any, stat: os.stat_result, source: str) -> Index:
+    index = Index(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+    first = f.readline(MAX_LINE_BYTES + 1)
+    if not first.endswith(b"\n"):
+        if stat.st_size == 0 or (len(first) <= MAX_LINE_BYTES and first.lstrip().startswith(b"{")):
+            index.torn = True  # the header itself is still being written
+            return index
+        raise TraceError(f"{source} is not a loaderscope trace: no header line")
+    head = check_header(first, source)
+    index.created, index.scenario, index.mode = head.get("created"), head.get("scenario"), head.get("mode") or ""
+    start = _first_event(f)
+    if start is not None and start["kind"] == "run_start":
+        _take_run_start(index, start)
+    last, index.torn = _last_line(f, stat.st_size)
+    if last is not None:
+        _take_last(index, last)
+    if index.batches is None:  # no stats to read it from: count, at disk speed, without parsing
+        index.batches = _count_yields(f)
+    return index
+
+
+def _first_event(f: Any) -> dict[str, Any] | None:
+    while True:
+        line = f.readline(MAX_LINE_BYTES + 1)
+        if not line.endswith(b"\n"):
+            return None
+        if line.strip():
+            return _parse(line)
+
+
+def _take_run_start(index: Index, start: dict[str, Any]) -> None:
+    index.mode = start.get("mode") or index.mode
+    index.scenario = start.get("scenario") or index.scenario
+    index.name = start.get("name")
+    index.job = start.get("job")
+    rank = start.get("rank")
+    index.rank = rank if isinstance(rank, int) else 0
+    world = start.get("world_size")
+    index.world_size = world if isinstance(world, int) and world > 0 else 1
+
+
+def _last_line(f: Any, size: int) -> tuple[dict[str, Any] | None, bool]:
+    """The last complete line's event (None if it is not one), and whether a torn line follows it."""
+    f.seek(max(0, size - TAIL_BYTES))
+    tail = f.read(TAIL_BYTES)
+    torn = not tail.endswith(b"\n")
+    lines = tail.rstrip(b"\n").split(b"\n") if not torn else tail.split(b"\n")[:-1]
+    for line in reversed(lines):
+        if line.strip():
+            return _parse(line), torn
+    return None, torn
+
+
+def _take_last(index: Index, last: dict[str, Any]) -> None:
+    if isinstance(last.get("seq"), int):
+        index.events = last["seq"] + 1
+    if last["kind"] == "run_end":
+        index.reason = str(last.get("reason") or "done")
+        stats = last.get("stats")
+        if isinstance(stats, dict) and isinstance(stats.get("batches"), int):
+            index.batches = stats["batches"]
+
+
+def _count_yields(f: Any) -> int:
+    f.seek(0)
+    count, carry = 0, b""
+    while chunk := f.read(COUNT_CHUNK):
+        block = carry + chunk
+        count += sum(block.count(mark) for mark in YIELD_MARKS)
+        carry = block[-len(YIELD_MARKS[1]):]  # a mark cut by the chunk's end is counted with the next
+        count -= sum(carry.count(mark) for mark in YIELD_MARKS)
+    return count
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        return validate(orjson.loads(line))
+    except (orjson.JSONDecodeError, EventError):
+        return None
+
+
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
