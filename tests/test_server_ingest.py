@@ -222,12 +222,10 @@ def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(sma
     with server.connect("/ws/runs/stall-1?after=-1") as viewer:  # not read until the producer is done
         with server.connect("/ws/ingest?run=stall-1") as ws:
             ws.recv(timeout=5)
-            started = time.monotonic()
             for payload in frames(batches(40_000, header=False), 1000):
                 ws.send(payload)
             ws.send(orjson.dumps([{"kind": "run_end", "t": 1.0, "reason": "done"}]))
-            wait_events(server, "stall-1", total)
-            produced_in = time.monotonic() - started
+            wait_events(server, "stall-1", total)  # all stored while the viewer has read nothing
         covered: list[int] = []
         resyncs = 0
         while True:
@@ -241,7 +239,6 @@ def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(sma
                 break
     assert resyncs >= 1, "the viewer fell behind and should have been told to resync"
     assert covered == list(range(total))
-    assert produced_in < 30
 
 
 def test_throughput_ingest_to_viewer(server: LiveServer, capsys: Any) -> None:
@@ -252,11 +249,14 @@ def test_throughput_ingest_to_viewer(server: LiveServer, capsys: Any) -> None:
         run_id = f"speed-{frame}"
         payloads = list(frames(batches(batches_count), frame))
         total = batches_count * 5 + 3
-        received = threading.Event()
+        subscribed, received = threading.Event(), threading.Event()
 
-        def view(run_id: str = run_id, total: int = total, received: threading.Event = received) -> None:
+        def view(run_id: str = run_id, total: int = total, subscribed: threading.Event = subscribed,
+                 received: threading.Event = received) -> None:
             count = 0
             with server.connect(f"/ws/runs/{run_id}?after=-1") as ws:
+                assert orjson.loads(ws.recv(timeout=10))["type"] == "hello"
+                subscribed.set()
                 while count < total:
                     message = orjson.loads(ws.recv(timeout=60))
                     if isinstance(message, list):
@@ -269,7 +269,7 @@ def test_throughput_ingest_to_viewer(server: LiveServer, capsys: Any) -> None:
             ws.recv(timeout=5)
             viewer = threading.Thread(target=view, daemon=True)
             viewer.start()
-            time.sleep(0.3)  # the viewer is subscribed
+            assert subscribed.wait(10), "the viewer was greeted"
             started = time.monotonic()
             for payload in payloads:
                 ws.send(payload)
@@ -329,11 +329,13 @@ class CheckingViewer:
     def __init__(self, server: LiveServer, run_id: str, *, events_per_s: float | None, stalled: float = 0) -> None:
         self.server, self.run_id, self.rate, self.stalled = server, run_id, events_per_s, stalled
         self.last, self.resyncs, self.fetched, self.error = -1, 0, 0, None
+        self.connected = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)
 
     def _read(self) -> None:
         try:
             with self.server.connect(f"/ws/runs/{self.run_id}?after=-1") as ws, self.server.client() as http:
+                self.connected.set()
                 time.sleep(self.stalled)  # a tab in the background: the socket fills up
                 while True:
                     message = orjson.loads(ws.recv(timeout=60))
@@ -360,34 +362,42 @@ class CheckingViewer:
             self.fetched += len(page["events"])
 
 
-def test_soak_a_long_run_with_a_live_and_a_stalled_viewer(small: LiveServer, capsys: Any) -> None:
-    """LOADERSCOPE_SOAK_EVENTS=1000000 for the issue-7 soak; the default keeps the suite light."""
-    count = int(os.environ.get("LOADERSCOPE_SOAK_EVENTS", "150000")) // 5
-    server = small
-    produce(server, "soak-1", frames(batches(0), 10), end=False)
-    viewers = [CheckingViewer(server, "soak-1", events_per_s=200_000),
-               CheckingViewer(server, "soak-1", events_per_s=None, stalled=3.0)]
+def soak(server: LiveServer, run_id: str, count: int) -> tuple[int, int]:
+    """``count`` batches streamed to a live and a stalled viewer, both checked to get every event once,
+    and the trace checked complete. Returns the events and the server's RSS growth in KiB."""
+    produce(server, run_id, frames(batches(0), 10), end=False)
+    viewers = [CheckingViewer(server, run_id, events_per_s=200_000),
+               CheckingViewer(server, run_id, events_per_s=None, stalled=3.0)]
     for viewer in viewers:
         viewer.thread.start()
-    time.sleep(0.3)
+    for viewer in viewers:
+        assert viewer.connected.wait(10), viewer.error
     rss_before = rss_kib(server.process.pid)
-    started = time.monotonic()
-    produce(server, "soak-1", frames(batches(count, header=False), 1000))
+    produce(server, run_id, frames(batches(count, header=False), 1000))
     total = count * 5 + 3
-    wait_events(server, "soak-1", total, timeout=300)
-    ingest_s = time.monotonic() - started
+    wait_events(server, run_id, total, timeout=300)
     rss_after = rss_kib(server.process.pid)
     for viewer in viewers:
         viewer.thread.join(120)
         assert viewer.error is None, viewer.error
         assert viewer.last == total - 1
     assert viewers[1].resyncs >= 1, "the stalled viewer should have been told to resync"
-    head, recorded = read_trace(server.data_dir / "soak-1.trace.jsonl")
-    assert head["run"] == "soak-1" and [e["seq"] for e in recorded] == list(range(total))
-    growth_mib = (rss_after - rss_before) / 1024
+    head, recorded = read_trace(server.data_dir / f"{run_id}.trace.jsonl")
+    assert head["run"] == run_id and [e["seq"] for e in recorded] == list(range(total))
+    return total, rss_after - rss_before
+
+
+def test_soak_a_long_run_with_a_live_and_a_stalled_viewer(small: LiveServer) -> None:
+    soak(small, "soak-1", 150_000 // 5)
+
+
+@pytest.mark.perf
+def test_soak_memory_stays_bounded(small: LiveServer, capsys: Any) -> None:
+    """LOADERSCOPE_SOAK_EVENTS=1000000 for a long soak. Timed (RSS after a burst depends on the
+    allocator and the machine's load), so -m perf runs it."""
+    total, growth_kib = soak(small, "soak-rss", int(os.environ.get("LOADERSCOPE_SOAK_EVENTS", "150000")) // 5)
+    growth_mib = growth_kib / 1024
     with capsys.disabled():
-        print(f"\n  soak: {total} events ingested in {ingest_s:.1f} s ({total / ingest_s:,.0f}/s); server RSS "
-              f"{rss_before / 1024:.0f} -> {rss_after / 1024:.0f} MiB; live viewer resyncs {viewers[0].resyncs}, "
-              f"stalled viewer resyncs {viewers[1].resyncs} ({viewers[1].fetched} events over REST)")
+        print(f"\n  soak: {total} events; server RSS grew {growth_mib:.0f} MiB")
     # 2000 events in memory plus the reducer's per-batch statistics; holding every event would be ~100x that.
     assert growth_mib < 40 + total * 40 / 1024 / 1024
