@@ -7,6 +7,7 @@ Traces are parsed as data (orjson), never unpickled, with size limits.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -45,6 +46,11 @@ class TraceWriter:
 
     def flush(self) -> None:
         self._file.flush()
+
+    def sync(self) -> None:
+        """Flush and ``fsync``: on the disk (and visible to other nodes of a shared filesystem)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()
@@ -108,6 +114,37 @@ def read_trace(path: str | Path) -> tuple[dict[str, Any], list[Event]]:
         parsed = parse_lines(file, str(path))
         head = next(parsed)
         return head, list(parsed)  # type: ignore[arg-type]
+
+
+def read_trace_tolerant(path: str | Path) -> tuple[dict[str, Any], list[Event], bool]:
+    """Header, events, and whether the trace is truncated, for a trace that may still be written.
+
+    A process that was killed, or is still running, leaves a trace without ``run_end`` whose last
+    line may be torn (a write cut short). That is no error here: the events up to the torn line are
+    returned with ``truncated=True``. Damage anywhere else raises TraceError naming the line, as in
+    ``read_trace``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    if path.stat().st_size > MAX_TRACE_BYTES:
+        raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES >> 30} GiB; split the run")
+    torn: list[bool] = []
+    with path.open("rb") as file:
+        parsed = parse_lines(_complete_lines(file, torn), str(path))
+        head = next(parsed)
+        events: list[Event] = list(parsed)  # type: ignore[arg-type]
+    truncated = bool(torn) or not events or events[-1]["kind"] != "run_end"
+    return head, events, truncated
+
+
+def _complete_lines(file: IO[bytes], torn: list[bool]) -> Iterator[bytes]:
+    """The lines that end in a newline; a last line without one (cut short) is noted in ``torn``."""
+    for line in file:
+        if not line.endswith(b"\n"):
+            torn.append(True)
+            return
+        yield line
 
 
 # --- Chrome trace-event format (Perfetto, chrome://tracing) -----------------------------------------

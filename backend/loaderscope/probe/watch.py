@@ -5,6 +5,11 @@ object's class to a subclass of its own class with the probe mixed in, so it kee
 attribute it had and yields exactly what it yielded. Loaders re-created from that class (Lightning
 rebuilds them as ``type(loader)(*args, **kwargs)``), copied or unpickled report to the same place,
 each as a run of its own.
+
+With a logdir (``logdir=`` or ``$LOADERSCOPE_LOGDIR``) each run is also written to a trace file of its
+own there (``probe/logfile.py``); then a dashboard is used only if one is named (``url=`` or
+``$LOADERSCOPE_URL``). ``loaderscope record`` watches every DataLoader a command builds through
+``auto_watch`` (``loaderscope/autowatch.py``).
 """
 
 from __future__ import annotations
@@ -22,21 +27,32 @@ from torch.utils.data import DataLoader
 
 from loaderscope.events import Event
 from loaderscope.discovery import find_dashboard
+from loaderscope.probe.faults import report
+from loaderscope.probe.logfile import Fanout, LogfileSink
 from loaderscope.probe.loader import ProbeMixin
+from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.transport import StreamSink
 
 L = TypeVar("L")
 WRAPPER_DEPTH = 2  # how far inside a wrapper's attributes watch() looks for DataLoaders
+LOGDIR_ENV, NAME_ENV, JOB_ENV = "LOADERSCOPE_LOGDIR", "LOADERSCOPE_NAME", "LOADERSCOPE_JOB"
+URL_ENV = "LOADERSCOPE_URL"
 
 
 class Destination:
-    """Where a watched loader's runs go, and the loader classes instrumented to go there."""
+    """Where a watched loader's runs go, and the loader classes instrumented to go there.
+
+    ``automatic``: made by ``auto_watch`` (``loaderscope record``), not by the user; an explicit
+    ``watch()`` of such a loader, before its first ``iter()``, sends it where the user says instead.
+    """
 
     def __init__(self, *, dashboard: tuple[str, str | None] | None, sink: Callable[[list[Event]], None] | None,
-                 meta: dict[str, Any]) -> None:
+                 meta: dict[str, Any], logdir: str | None = None, automatic: bool = False) -> None:
         self.dashboard = dashboard
         self.sink = sink
         self.meta = meta
+        self.logdir = logdir
+        self.automatic = automatic
         self._classes: dict[type, type] = {}
         self._lock = threading.Lock()
 
@@ -50,13 +66,17 @@ class Destination:
 
     def attach(self, loader: Any) -> None:
         """Give ``loader`` a probe of its own (a new run) that reports here."""
-        if self.sink is not None:
-            loader._init_probe(self.sink, run_id=None, rank=None, meta=self.meta)
-        else:
-            assert self.dashboard is not None
-            transport = StreamSink(*self.dashboard)
-            loader._init_probe(transport, run_id=None, rank=None, meta=self.meta)
-            object.__setattr__(loader, "_probe_transport", transport)
+        stream = StreamSink(*self.dashboard) if self.dashboard is not None else None
+        file = LogfileSink(self.logdir) if self.logdir is not None else None
+        other = self.sink if self.sink is not None else stream
+        sink: Any = other if file is None else file if other is None else Fanout(file, other)
+        loader._init_probe(sink, run_id=None, rank=None, meta=self.meta)
+        outlets = Outlets(stream, file)
+        object.__setattr__(loader, "_probe_transport", outlets)
+        if file is not None:
+            # A loader dropped without close() (one built per evaluation, say) ended normally: its
+            # file must not read as a crash. Not at interpreter exit: _close_all knows the reason then.
+            weakref.finalize(loader, _end_dropped, loader._probe, outlets).atexit = False
         _open_loaders.add(loader)
 
     # A copied loader reports to the same place, not to a copy of the sink's list.
@@ -67,16 +87,45 @@ class Destination:
         return self
 
     def __reduce__(self) -> Any:
-        return (_destination, (self.dashboard, self.sink, self.meta))
+        return (_destination, (self.dashboard, self.sink, self.meta, self.logdir, self.automatic))
 
 
 def _destination(dashboard: tuple[str, str | None] | None, sink: Callable[[list[Event]], None] | None,
-                 meta: dict[str, Any]) -> Destination:
-    return Destination(dashboard=dashboard, sink=sink, meta=meta)
+                 meta: dict[str, Any], logdir: str | None, automatic: bool) -> Destination:
+    return Destination(dashboard=dashboard, sink=sink, meta=meta, logdir=logdir, automatic=automatic)
+
+
+class Outlets:
+    """What a run's probe writes to and closes with the run: a dashboard stream, a trace file.
+    (A user's own sink is not ours to close.)"""
+
+    def __init__(self, stream: StreamSink | None, file: LogfileSink | None) -> None:
+        self.stream = stream
+        self.file = file
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        if self.stream is not None:
+            self.stream.close()
+        if self.file is not None:
+            self.file.close()
+
+
+def _end_dropped(recorder: Recorder, outlets: Outlets) -> None:
+    if outlets.closed or (recorder.seq == 0 and not recorder.pending):  # closed, or never iterated
+        return
+    try:
+        recorder.note("run_end", reason="done", stats={})
+        recorder.close()
+        outlets.close()
+    except Exception as exc:  # a finalizer's failure would only be printed by the garbage collector
+        report("run end", exc)
 
 
 def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], None] | None = None,
-          name: str | None = None, stuck_after: float | None = None) -> L:
+          logdir: str | os.PathLike[str] | None = None, name: str | None = None,
+          stuck_after: float | None = None) -> L:
     """Instrument ``loader`` in place and stream its events to a dashboard; returns the same object.
 
     Args:
@@ -84,10 +133,13 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
             ``StatefulDataLoader``), before iterating it; or a wrapper that holds DataLoaders
             (webdataset's ``WebLoader``, Lightning's ``CombinedLoader``): those inside are watched.
         url: the dashboard (``http://127.0.0.1:8000/?token=...``); default ``$LOADERSCOPE_URL``,
-            else the dashboard this user last started, else a new one started in the background.
+            else (without a logdir) the dashboard this user last started, else a new one started in
+            the background.
         sink: instead of a dashboard, a callable that receives lists of event dicts (from a
             background thread; keep it quick).
-        name: shown on the dashboard (default: the script's name).
+        logdir: also write each run to a trace file of its own under this directory (default
+            ``$LOADERSCOPE_LOGDIR``); with a logdir and no ``url``/``$LOADERSCOPE_URL``, no dashboard.
+        name: shown on the dashboard (default: ``$LOADERSCOPE_NAME``, else the script's name).
         stuck_after: seconds after which a fetch is reported stuck (default: max(10 s, 20× median)).
 
     The training loop never waits for the dashboard: events go to a bounded buffer, a thread sends
@@ -104,17 +156,44 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
         if getattr(inner, "_iterator", None) is not None:
             raise RuntimeError("watch() must be called before iterating the loader (its persistent workers "
                                "already run): call watch(loader) right after building it")
-    fresh = [inner for inner in loaders if not isinstance(inner, ProbeMixin)]
+    fresh = [inner for inner in loaders if not isinstance(inner, ProbeMixin) or _automatic_and_unstarted(inner)]
     if fresh:
-        meta = {"name": name or os.path.basename(sys.argv[0] or "python"), "stuck_after": stuck_after,
-                "job": None}
-        destination = Destination(dashboard=None if sink is not None else find_dashboard(url), sink=sink,
-                                  meta=meta)
-        _install_exit_hooks()
-        for inner in fresh:
-            inner.__class__ = destination.loader_class(type(inner))
-            destination.attach(inner)
+        _instrument(fresh, _new_destination(url, sink, logdir, name, stuck_after, automatic=False))
     return loader
+
+
+def auto_watch(loader: DataLoader[Any]) -> None:
+    """Watch a DataLoader just built, unless it already is (``loaderscope record``, ``autowatch.py``)."""
+    if not isinstance(loader, ProbeMixin):
+        _instrument([loader], _new_destination(None, None, None, None, None, automatic=True))
+
+
+def _new_destination(url: str | None, sink: Callable[[list[Event]], None] | None,
+                     logdir: str | os.PathLike[str] | None, name: str | None, stuck_after: float | None, *,
+                     automatic: bool) -> Destination:
+    logdir = logdir or os.environ.get(LOGDIR_ENV) or None
+    meta = {"name": name or os.environ.get(NAME_ENV) or os.path.basename(sys.argv[0] or "python"),
+            "stuck_after": stuck_after, "job": os.environ.get(JOB_ENV) or None}
+    # A logdir alone means no dashboard: on a cluster node there is none to find, and starting one
+    # in the background there would serve nobody.
+    wants_dashboard = sink is None and (logdir is None or bool(url or os.environ.get(URL_ENV)))
+    return Destination(dashboard=find_dashboard(url) if wants_dashboard else None, sink=sink, meta=meta,
+                       logdir=os.fspath(logdir) if logdir else None, automatic=automatic)
+
+
+def _instrument(loaders: list[DataLoader[Any]], destination: Destination) -> None:
+    _install_exit_hooks()
+    for inner in loaders:
+        previous = getattr(inner, "_probe_transport", None)
+        if previous is not None:  # an automatic probe that never started: its outlets hold nothing yet
+            previous.close()
+        inner.__class__ = destination.loader_class(getattr(inner, "_probe_base", None) or type(inner))
+        destination.attach(inner)
+
+
+def _automatic_and_unstarted(loader: ProbeMixin[Any]) -> bool:
+    destination = loader._probe_destination
+    return destination is not None and destination.automatic and not getattr(loader, "_probe_started", False)
 
 
 def _inner_loaders(obj: Any) -> list[DataLoader[Any]]:

@@ -1,0 +1,223 @@
+"""A watched loader's run written to its own trace file under a logdir, as it happens.
+
+Jobs on a cluster cannot reach a dashboard, and they get killed; so each run goes to a file that is
+complete up to its last second whatever happens to the process: written per probe frame, flushed
+to the OS at once (a killed process loses nothing written) and synced to the disk at least every
+second (a shared filesystem shows it to other nodes). The file is the ordinary trace format
+(``trace.py``: header line, then one event per line); a file without ``run_end`` or with a torn last
+line is a truncated trace, which ``trace.read_trace_tolerant`` reads.
+
+Nothing here may slow or break training. The probe thread only appends to a bounded queue; a
+writer thread of its own decodes frames, writes and syncs, so a slow or hung filesystem stalls
+neither the training loop nor the probe's stuck-worker checks. When the queue is full the newest
+events are dropped and counted. A disk error (full, read-only, permission) is said once, names the
+file and the fix, and ends this run's file there; training goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loaderscope.events import Event, expand
+from loaderscope.probe.faults import report
+from loaderscope.trace import TraceWriter
+
+BUFFER_EVENTS = 200_000  # as transport.BUFFER_EVENTS: what may wait for a slow disk
+SYNC_EVERY = 1.0  # seconds between fsyncs while events come
+CLOSE_TIMEOUT = 5.0
+LOCAL_JOB = "local"  # the directory of runs that belong to no launcher's job
+UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+HEADER_FIELDS = ("name", "job", "rank", "world_size", "pid", "host", "loader", "wall_start")
+
+_said: set[str] = set()  # kinds of problem already reported by this process
+
+
+def safe_name(text: str) -> str:
+    """A file-name part from a job id or class name (``host:29500`` → ``host_29500``)."""
+    return UNSAFE.sub("_", text).strip("._") or "_"
+
+
+def job_directory(logdir: Path, job: str | None) -> Path:
+    """Where the runs of a job go: the ranks of one job share it."""
+    return logdir / safe_name(job or LOCAL_JOB)
+
+
+def trace_path(logdir: Path, start: Event) -> Path:
+    """``LOGDIR/<job>/<LoaderClass>-rank<R>-pid<P>-<run>.trace.jsonl``, from the run's ``run_start``."""
+    loader = str(start.get("loader") or "DataLoader").rsplit(".", 1)[-1]
+    pid = start.get("pid") or os.getpid()
+    name = f"{safe_name(loader)}-rank{start.get('rank', 0)}-pid{pid}-{safe_name(str(start.get('run', 'run')))}"
+    return job_directory(logdir, start.get("job")) / f"{name}.trace.jsonl"
+
+
+def _say(kind: str, message: str) -> None:
+    """Print ``message`` the first time this process meets this kind of problem; never raises."""
+    if kind in _said:
+        return
+    _said.add(kind)
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except Exception:  # noqa: BLE001 (a closed stderr at interpreter exit)
+        pass
+
+
+class LogfileSink:
+    """A probe sink writing one run to ``trace_path(logdir, run_start)``; ``close()`` finishes the file.
+
+    It takes the probe's compact frames (``frame``) or lists of events (``__call__``); the file is
+    created at the first one, when the run's rank is known (torch.distributed may start late).
+    """
+
+    takes_frames = True
+
+    def __init__(self, logdir: str | os.PathLike[str], *, buffer_events: int = BUFFER_EVENTS) -> None:
+        self.logdir = Path(logdir)
+        self.capacity = buffer_events
+        self.path: Path | None = None  # once the first events arrived
+        self.dropped = 0
+        self._queue: deque[bytes | list[Event]] = deque()
+        self._queued = 0  # events waiting in the queue
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = False
+        self._failed = False  # a disk error ended this file: the rest is discarded
+        self._writer: TraceWriter | None = None
+        self._thread: threading.Thread | None = None
+        self._synced = 0.0
+
+    # --- the probe thread's side: append and return ------------------------------------------------
+
+    def frame(self, data: bytes, count: int) -> None:
+        self._put(data, count)
+
+    def __call__(self, events: list[Event]) -> None:
+        self._put(events, len(events))
+
+    def _put(self, item: bytes | list[Event], count: int) -> None:
+        with self._lock:
+            if self._failed or self._closing:
+                return
+            if self._queued + count > self.capacity:
+                self.dropped += count
+                return
+            self._queue.append(item)
+            self._queued += count
+            if self._thread is None:  # a loader that is never iterated costs no thread
+                self._thread = threading.Thread(target=self._run, name="loaderscope-logfile", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    @property
+    def closed(self) -> bool:
+        """Whether its run closed it (after ``run_end``); a file never closed reads as truncated."""
+        return self._closing
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Write what is queued (for at most ``timeout`` seconds), sync and close the file."""
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():  # a hung filesystem: the daemon thread is left to it
+                _say("hung", f"loaderscope: the trace {self.path or self.logdir} was still being written "
+                     f"{timeout:.0f} s after its run ended (a slow or hung filesystem?); the rest may be lost")
+                return
+        if self.dropped:
+            _say("dropped", f"loaderscope: {self.dropped} events did not reach the trace {self.path} (the disk "
+                 "fell behind); the trace has a gap in its seq numbers there")
+
+    # --- the writer thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(SYNC_EVERY)
+            self._wake.clear()
+            with self._lock:
+                items = list(self._queue)
+                self._queue.clear()
+                self._queued = 0
+                closing = self._closing
+            self._guarded(self._write, items)
+            if closing:
+                self._guarded(self._finish)
+                return
+
+    def _guarded(self, step: Any, *args: Any) -> None:
+        if self._failed:
+            return
+        try:
+            step(*args)
+        except OSError as exc:
+            self._fail()
+            _say("oserror", f"loaderscope: cannot write the trace {self.path or self.logdir} "
+                 f"({exc.strerror or exc}); training goes on, and this run's trace ends here. Free space or "
+                 f"fix permissions there, or point $LOADERSCOPE_LOGDIR (record --logdir) at a writable directory")
+        except Exception as exc:  # a bug of ours, not the user's: said once, never raised into training
+            self._fail()
+            report("trace file", exc)
+
+    def _fail(self) -> None:
+        with self._lock:
+            self._failed = True
+            self._queue.clear()
+            self._queued = 0
+
+    def _write(self, items: list[bytes | list[Event]]) -> None:
+        for item in items:
+            events = expand(orjson.loads(item)) if isinstance(item, bytes) else item
+            if not events:
+                continue
+            if self._writer is None:
+                self._writer = self._open(events[0])
+            self._writer.write(events)
+        if self._writer is not None and items:
+            self._writer.flush()  # in the OS's hands: a killed process loses nothing written
+            if time.monotonic() - self._synced >= SYNC_EVERY:
+                self._sync()
+
+    def _open(self, first: Event) -> TraceWriter:
+        start = first if first["kind"] == "run_start" else {"rank": first.get("rank", 0), "run": first.get("run")}
+        self.path = trace_path(self.logdir, start)
+        meta = {field: start.get(field) for field in HEADER_FIELDS} | {"mode": "real", "origin": "logdir"}
+        return TraceWriter(self.path, str(start.get("run")), **meta)
+
+    def _sync(self) -> None:
+        assert self._writer is not None
+        self._writer.sync()
+        self._synced = time.monotonic()
+
+    def _finish(self) -> None:
+        if self._writer is not None:
+            self._sync()
+            self._writer.close()
+
+
+class Fanout:
+    """One probe sink feeding a trace file and another sink (a dashboard stream, a user's callable).
+
+    It takes frames when the other sink does; the file takes either.
+    """
+
+    def __init__(self, file: LogfileSink, other: Any) -> None:
+        self.file = file
+        self.other = other
+        self.takes_frames = bool(getattr(other, "takes_frames", False))
+
+    def frame(self, data: bytes, count: int) -> None:
+        self.file.frame(data, count)
+        self.other.frame(data, count)
+
+    def __call__(self, events: list[Event]) -> None:
+        self.file(events)
+        self.other(events)
