@@ -137,14 +137,18 @@ def test_pause_step_resume_drive_the_real_consumer(server: LiveServer) -> None:
             events = read_events(ws, 1)
             while not any(e["kind"] == "run_start" for e in events):
                 events += read_events(ws, 1)
-            time.sleep(0.5)
-            yields = lambda: [e for e in http.get(f"/api/runs/{run['id']}/events",  # noqa: E731
-                                                  params={"limit": 10000}).json()["events"] if e["kind"] == "yield"]
-            assert yields() == [], "paused before the first batch: nothing may be yielded"
+            def kinds(kind: str) -> list[dict[str, Any]]:
+                page = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()
+                return [e for e in page["events"] if e["kind"] == kind]
+
+            # Paused, the workers still fill the prefetch window (2 × 2 tasks); once every one of those
+            # is fetched, a consumer that was not paused would have had a batch to take.
+            wait_for(lambda: len(kinds("fetch_end")) == 4, what="the prefetch window fetched")
+            assert kinds("yield") == [], "paused before the first batch: nothing may be yielded"
             http.post(f"/api/runs/{run['id']}/control", json={"action": "step"}).raise_for_status()
-            wait_for(lambda: len(yields()) == 1, what="one stepped batch")
-            time.sleep(0.3)
-            assert len(yields()) == 1 and server.run(run["id"])["status"] == "paused"
+            wait_for(lambda: len(kinds("yield")) == 1, what="one stepped batch")
+            wait_for(lambda: len(kinds("fetch_end")) == 5, what="the freed slot refilled and fetched")
+            assert len(kinds("yield")) == 1 and server.run(run["id"])["status"] == "paused"
             answer = http.post(f"/api/runs/{run['id']}/control", json={"action": "resume", "delay": 0})
             assert answer.json()["status"] == "running"
     assert server.wait_status(run["id"])["statistics"]["batches"] == 20
