@@ -87,7 +87,7 @@ def serve(
               "processes on this machine. Use --host 127.0.0.1 unless you mean it.", file=sys.stderr, flush=True)
     root = Path(logdir).expanduser() if logdir is not None else None
     sock = bind(host, port)
-    directory, temporary = data_directory(root or data_dir, record)
+    directory, temporary = data_directory(root if root is not None else data_dir, record or root is not None)
     config = ServerConfig(
         token=token, host=host, port=sock.getsockname()[1], data_dir=directory, remove_data_dir=temporary,
         logdir=root, allow_origins=tuple(allow_origins), allowed_hosts=tuple(allowed_hosts), **limits,
@@ -130,12 +130,12 @@ def data_directory(chosen: str | Path | None, record: bool) -> tuple[Path | None
     Raises:
         OSError: the directory cannot be created.
     """
+    if not record:
+        return None, False
     if chosen is not None:
         directory = Path(chosen)
         directory.mkdir(parents=True, exist_ok=True)
         return directory, False
-    if not record:
-        return None, False
     return Path(tempfile.mkdtemp(prefix="loaderscope-")), True
 
 
