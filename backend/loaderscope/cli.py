@@ -285,7 +285,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         options = {"demo": demo, "demo_params": parse_sets(sets), "demo_delay": args.delay}
     try:
         serve(host=args.host, port=args.port, token=args.token, open_browser=not args.no_browser,
-              traces=getattr(args, "open", []), hub=args.hub, **options)
+              traces=getattr(args, "open", []), hub=args.hub, logdir=args.logdir, **options)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port} ({exc.strerror}); "
                          "choose another port with --port, or --port 0 for any free one") from None
@@ -309,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-browser", action="store_true", help="do not open a browser")
         p.add_argument("--hub", action="append", default=[], metavar="DIR:ENTRY",
                        help="offer a torch.hub entry point of DIR/hubconf.py as a scenario (repeatable)")
+        p.add_argument("--logdir", metavar="DIR", help="list every trace under DIR (recursively), follow the "
+                       "growing ones live, and write this dashboard's runs there; kept across restarts")
 
     demo = sub.add_parser("demo", help="start the dashboard with a live scenario")
     demo.add_argument("scenario", nargs="?", default="out_of_order")

@@ -128,13 +128,16 @@ def data_directory(chosen: str | Path | None, record: bool) -> tuple[Path | None
     """Where runs are written, and whether it is a temporary directory of this launch.
 
     Raises:
-        OSError: the directory cannot be created.
+        ValueError: the directory cannot be created (not OSError: that is what a port in use raises).
     """
     if not record:
         return None, False
     if chosen is not None:
         directory = Path(chosen)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cannot use {directory} for traces: {exc.strerror or exc}") from None
         return directory, False
     return Path(tempfile.mkdtemp(prefix="loaderscope-")), True
 
