@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -63,6 +64,16 @@ def page(browser: Any) -> Iterator[Page]:
     assert not p.errors, "\n".join(p.errors)
 
 
+# The page has drawn everything it was sent: no events queued, no worker fetching, every token landed.
+SETTLED = """() => { const a = window.loaderscope;
+  return a.queue.length === a.queueHead && [...a.state.workers.values()].every((w) => w.status !== 'fetching')
+    && [...a.pipeline.tokens.values()].every((t) => !t.dying && (t.tx === undefined || (t.x === t.tx && t.y === t.ty))); }"""
+
+
+def settle(page: Any, timeout: float = 15_000) -> None:
+    page.wait_for_function(SETTLED, timeout=timeout)
+
+
 def rcvd(page: Any) -> int:
     return int(page.text_content('[data-testid="cursor-rcvd"]') or -1)
 
@@ -99,7 +110,7 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').textContent === 'paused'",
                          timeout=10_000)
     pg.evaluate("document.getElementById('params-box').open = false")  # folded: the diagnosis shows beside the picture
-    pg.wait_for_timeout(1500)  # workers finish what they hold, tokens land
+    settle(pg)  # workers finish what they hold, tokens land
     shot = tmp_path / "out_of_order.png"
     pg.screenshot(path=str(shot))
     if os.environ.get("LOADERSCOPE_SCREENSHOT"):
@@ -111,14 +122,11 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     pg.click("#btn-step")
     pg.wait_for_function(f"() => Number(document.querySelector('[data-testid=cursor-rcvd]').textContent) > {before}",
                          timeout=10_000)
-    pg.wait_for_timeout(500)
+    settle(pg)  # the freed slot is refilled and fetched: a consumer that did not stop would have gone on
     assert rcvd(pg) == before + 1
     # speed: the delay per batch reaches the run
     pg.select_option("#speed", "0.2")
-    deadline = time.monotonic() + 10
-    while server.run(run_id)["delay"] != 0.2:
-        assert time.monotonic() < deadline, "the speed control reached the run"
-        time.sleep(0.05)
+    wait_for(lambda: server.run(run_id)["delay"] == 0.2, timeout=10, what="the speed control to reach the run")
     pg.select_option("#speed", "0")
     pg.click("#btn-resume")
     # the run ends; the page shows it, with everything the server has
@@ -133,7 +141,7 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     assert state["violations"] == []
     assert state["high"] == final["statistics"]["buffer_high"]
     assert pg.locator("#diagnosis li").count() >= 1
-    pg.wait_for_timeout(700)  # released tokens finish their flight to the consumer
+    settle(pg)  # released tokens finish their flight to the consumer
     pg.screenshot(path=str(tmp_path / "out_of_order_done.png"))
 
 
@@ -192,10 +200,10 @@ def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
     assert "main process" in (lanes.first.text_content() or "")
     assert rcvd(pg) == final["batches"] == 12
     # hover the middle of the first timeline row: a fetch span (or the gap between two) is named
-    box = pg.locator(".timeline-canvas").bounding_box()
+    box = pg.locator("#timeline .timeline-canvas").bounding_box()
     assert box is not None
     pg.mouse.move(box["x"] + 112 + (box["width"] - 112) * 0.5, box["y"] + 20 + 11)
-    tip = pg.locator(".tooltip")
+    tip = pg.locator("#timeline .tooltip")
     tip.wait_for(state="visible", timeout=5_000)
     assert "main process" in (tip.text_content() or "")
     # a click on a span opens its batch in the inspector (or says the probe did not describe it)
@@ -205,7 +213,6 @@ def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
     # wheel zooms in: the view narrows and stops following the run
     before = pg.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
     pg.mouse.wheel(0, -400)
-    pg.wait_for_timeout(100)
-    after = pg.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
-    assert after < before
+    pg.wait_for_function(f"() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0 < {before}",
+                         timeout=5_000)
     assert pg.evaluate("() => window.loaderscope.timeline.follow") is False
