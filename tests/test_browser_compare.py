@@ -91,3 +91,8 @@ def test_compare_two_real_runs(server: Any, page: Page) -> None:
     pg.keyboard.press("Escape")  # back to the page as it was
     pg.wait_for_function("() => document.getElementById('compare').hidden", timeout=5_000)
     pg.screenshot(path=str(ARTIFACTS / "compare-closed.png"), clip={"x": 0, "y": 0, "width": 1440, "height": 120})
+
+    # /?compare=A,B opens the same view directly, B before A this time
+    pg.goto(f"{server.page_url}&compare={runs[1]['id']},{runs[0]['id']}")
+    pg.wait_for_function("() => document.getElementById('compare').dataset.ready === 'true'", timeout=30_000)
+    assert shown(pg)["settings"] == [["num_workers", "2", "1"]]

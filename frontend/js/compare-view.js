@@ -91,7 +91,8 @@ export class CompareView {
     window.addEventListener('keydown', (ev) => { if (ev.key === 'Escape' && !$('compare').hidden) this.close(); });
     window.addEventListener('resize', () => { if (this.result) this.drawHistograms(this.result); });
     const pair = new URL(location.href).searchParams.get('compare')?.split(',');
-    if (pair?.length === 2) this.open(`run:${pair[0]}`, `run:${pair[1]}`);
+    // once the page that is constructing this view has its tracks
+    if (pair?.length === 2) queueMicrotask(() => this.open(`run:${pair[0]}`, `run:${pair[1]}`));
   }
 
   /**
