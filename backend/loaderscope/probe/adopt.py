@@ -23,10 +23,11 @@ import threading
 from typing import Any
 
 import torch.multiprocessing
-from torch.utils.data.dataloader import _BaseDataLoaderIter
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
 from loaderscope.probe.faults import report
-from loaderscope.probe.iterators import EpochCounter, IteratorProbe, MultiProcessProbe, SingleProcessProbe
+from loaderscope.probe.iterators import (EpochCounter, IteratorProbe, MultiProcessProbe, SingleProcessProbe,
+                                         TorchSingleProcessProbe)
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.worker import Ring, RingReader, probed_worker_loop, worker_loop_args
@@ -90,7 +91,8 @@ def _make_probed_class(cls: type, multi: bool) -> type | None:
         return None
     if not multi and not hasattr(cls, "_next_data"):
         return None
-    mixin = MultiProcessProbe if multi else SingleProcessProbe
+    mixin = MultiProcessProbe if multi else TorchSingleProcessProbe if cls is _SingleProcessDataLoaderIter \
+        else SingleProcessProbe
     return type(f"Probed{cls.__name__}", (mixin, cls), {"__module__": __name__})
 
 
