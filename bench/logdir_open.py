@@ -56,10 +56,12 @@ def write_logdir(root: Path, files: int, events: int) -> int:
         out = copy.deepcopy(run[:1])
         out[0].update(job=f"job-{job}", rank=rank, world_size=8)
         body = run[1:] if n % 4 else run[1:len(run) // 2]  # every 4th rank was killed half-way
-        with TraceWriter(root / f"job-{job}" / f"DataLoader-rank{rank}-pid{1000 + n}-r{n}.trace.jsonl", f"r{n}",
-                         mode="sim") as writer:
+        path = root / f"job-{job}" / f"DataLoader-rank{rank}-pid{1000 + n}-r{n}.trace.jsonl"
+        with TraceWriter(path, f"r{n}", mode="sim") as writer:
             writer.write(out)
             writer.write(body)
+        if not n % 4:  # killed an hour ago: truncated, not live (live files would be read at once)
+            os.utime(path, (time.time() - 3600, time.time() - 3600))
         total += 1 + len(body)
     return total
 
