@@ -71,12 +71,14 @@ class Destination:
         other = self.sink if self.sink is not None else stream
         sink: Any = other if file is None else file if other is None else Fanout(file, other)
         loader._init_probe(sink, run_id=None, rank=None, meta=self.meta)
-        outlets = Outlets(stream, file)
-        object.__setattr__(loader, "_probe_transport", outlets)
         if file is not None:
+            outlets = Outlets(stream, file)
+            object.__setattr__(loader, "_probe_transport", outlets)  # ProbeMixin.close() closes it
             # A loader dropped without close() (one built per evaluation, say) ended normally: its
             # file must not read as a crash. Not at interpreter exit: _close_all knows the reason then.
             weakref.finalize(loader, _end_dropped, loader._probe, outlets).atexit = False
+        elif stream is not None:
+            object.__setattr__(loader, "_probe_transport", stream)
         _open_loaders.add(loader)
 
     # A copied loader reports to the same place, not to a copy of the sink's list.
@@ -96,10 +98,10 @@ def _destination(dashboard: tuple[str, str | None] | None, sink: Callable[[list[
 
 
 class Outlets:
-    """What a run's probe writes to and closes with the run: a dashboard stream, a trace file.
+    """A run's trace file and, if any, its dashboard stream: closed with the run.
     (A user's own sink is not ours to close.)"""
 
-    def __init__(self, stream: StreamSink | None, file: LogfileSink | None) -> None:
+    def __init__(self, stream: StreamSink | None, file: LogfileSink) -> None:
         self.stream = stream
         self.file = file
         self.closed = False
@@ -108,8 +110,7 @@ class Outlets:
         self.closed = True
         if self.stream is not None:
             self.stream.close()
-        if self.file is not None:
-            self.file.close()
+        self.file.close()
 
 
 def _end_dropped(recorder: Recorder, outlets: Outlets) -> None:

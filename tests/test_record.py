@@ -1,0 +1,266 @@
+"""``loaderscope record -- COMMAND`` and ``$LOADERSCOPE_LOGDIR``: real commands, real DataLoader workers,
+a script that never imports loaderscope; its traces read back from the logdir."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loaderscope import conformance
+from loaderscope.trace import TraceError, read_trace, read_trace_tolerant
+
+from tests.conftest import wait_for
+
+PYTHON = sys.executable
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+FILE_NAME = re.compile(r"(?P<loader>\w+)-rank(?P<rank>\d+)-pid(?P<pid>\d+)-(?P<run>\w+)\.trace\.jsonl")
+
+# The user's script: it knows nothing of loaderscope. It prints how many batches it consumed.
+TRAIN = '''
+import os, sys, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Squares(Dataset):
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, index):
+        return torch.tensor([index, index * index])
+
+def main(workers=0, epochs=2, context=None, then="exit0", slow=0.0):
+    loader = DataLoader(Squares(), batch_size=4, num_workers=int(workers), multiprocessing_context=context)
+    consumed = 0
+    for epoch in range(int(epochs)):
+        for batch in loader:
+            consumed += 1
+            print(f"consumed {consumed} pid {os.getpid()}", flush=True)
+            time.sleep(float(slow))  # the workload's own pace, so a test can interrupt it mid-run
+            if then == "raise" and consumed == 5:
+                raise ValueError("bad batch")
+    print(f"consumed {consumed} in all", flush=True)
+    sys.exit(3 if then == "exit3" else 0)
+
+if __name__ == "__main__":
+    main(**dict(arg.split("=", 1) for arg in sys.argv[1:]))
+'''
+
+DISTRIBUTED = '''
+import os
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+data = TensorDataset(torch.arange(64))
+loader = DataLoader(data, batch_size=4, num_workers=1, sampler=DistributedSampler(data, shuffle=False))
+consumed = sum(1 for _ in loader)
+print(f"rank {dist.get_rank()} consumed {consumed} in all", flush=True)
+dist.destroy_process_group()
+'''
+
+NO_TORCH = 'import sys; print("torch imported:", "torch" in sys.modules)'
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")}
+    return env | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def record_argv(logdir: Path, *command: str) -> list[str]:
+    return [PYTHON, "-m", "loaderscope.record", "--logdir", str(logdir), "--", *command]
+
+
+def record(tmp_path: Path, *command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(record_argv(tmp_path / "runs", *command), cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def script(tmp_path: Path, text: str = TRAIN, name: str = "train.py") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def traces(logdir: Path) -> list[Path]:
+    return sorted(logdir.rglob("*.trace.jsonl"))
+
+
+def consumed(output: str) -> list[int]:
+    return [int(n) for n in re.findall(r"consumed (\d+) in all", output)]
+
+
+def yields(events: list[dict[str, Any]]) -> int:
+    return sum(1 for e in events if e["kind"] == "yield")
+
+
+def only_trace(logdir: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+    found = traces(logdir)
+    assert len(found) == 1, found
+    head, events = read_trace(found[0])
+    assert conformance.check(events) == []
+    return found[0], head, events
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_record_writes_a_conformant_trace_of_a_script_that_never_imports_loaderscope(
+        tmp_path: Path, workers: int) -> None:
+    done = record(tmp_path, PYTHON, script(tmp_path), f"workers={workers}")
+    assert done.returncode == 0, done.stderr
+    path, head, events = only_trace(tmp_path / "runs")
+    assert yields(events) == consumed(done.stdout)[0] == 24  # two epochs of 12 batches
+    assert [e["epoch"] for e in events if e["kind"] == "epoch_end"] == [0, 1]
+    assert events[-1]["kind"] == "run_end" and events[-1]["reason"] == "done"
+    assert events[0]["config"]["num_workers"] == workers
+    name = FILE_NAME.fullmatch(path.name)
+    assert name and name["loader"] == "DataLoader" and name["rank"] == "0" and name["run"] == head["run"]
+    assert path.parent.parent == tmp_path / "runs" and path.parent.name.startswith("train-")
+    assert head["job"] == events[0]["job"] == path.parent.name and head["name"] == "train"
+    assert f"1 trace in runs/{path.parent.name}" in done.stderr
+    assert "open them with: loaderscope serve --logdir runs" in done.stderr
+    assert "loaderscope" not in done.stdout  # the command's own output is its own
+
+
+def test_the_commands_exit_status_is_records(tmp_path: Path) -> None:
+    done = record(tmp_path, PYTHON, script(tmp_path), "then=exit3")
+    assert done.returncode == 3, done.stderr
+    _, _, events = only_trace(tmp_path / "runs")
+    assert yields(events) == consumed(done.stdout)[0]
+
+
+def test_a_script_that_dies_of_an_exception_ends_its_run_with_error(tmp_path: Path) -> None:
+    done = record(tmp_path, PYTHON, script(tmp_path), "workers=2", "then=raise")
+    assert done.returncode == 1 and "ValueError: bad batch" in done.stderr
+    _, _, events = only_trace(tmp_path / "runs")
+    assert yields(events) == 5
+    end = events[-1]
+    assert end["kind"] == "run_end" and end["reason"] == "error"
+    assert end["error"] == {"type": "ValueError", "message": "bad batch"}
+
+
+def started(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Callable[[], Path]]:
+    """record running an endless slow script; and a wait for its trace to show a few batches."""
+    process = subprocess.Popen(record_argv(tmp_path / "runs", PYTHON, script(tmp_path), "epochs=100000",
+                                           "slow=0.02", *args),
+                               cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+
+    def trace_with_batches() -> Path:
+        def ready() -> Path | None:
+            assert process.poll() is None, process.communicate()
+            for path in traces(tmp_path / "runs"):
+                if yields(read_trace_tolerant(path)[1]) >= 3:
+                    return path
+            return None
+
+        return wait_for(ready, timeout=60, what="a trace with three batches")
+
+    return process, trace_with_batches
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ctrl_c_reaches_the_command_and_record_exits_as_a_shell_reports_it(tmp_path: Path, workers: int) -> None:
+    process, trace_with_batches = started(tmp_path, f"workers={workers}")
+    path = trace_with_batches()
+    process.send_signal(signal.SIGINT)  # to record alone: it forwards it
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "KeyboardInterrupt" in err
+    _, events, truncated = read_trace_tolerant(path)
+    assert conformance.check(events) == []
+    assert truncated or events[-1]["reason"] == "stopped"
+    assert yields(events) == int(re.findall(r"consumed (\d+)", out)[-1])
+
+
+def test_a_killed_process_leaves_a_readable_truncated_trace(tmp_path: Path) -> None:
+    process, trace_with_batches = started(tmp_path, "workers=2")
+    path = trace_with_batches()
+    os.kill(int(FILE_NAME.fullmatch(path.name)["pid"]), signal.SIGKILL)  # type: ignore[index]
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGKILL, err
+    head, events, truncated = read_trace_tolerant(path)
+    assert truncated and head["run"] == events[0]["run"]
+    assert yields(events) >= 3 and conformance.check(events) == []
+
+
+def test_torchrun_ranks_write_one_trace_each_under_one_job(tmp_path: Path) -> None:
+    done = record(tmp_path, TORCHRUN, "--nproc-per-node", "2", "--standalone", script(tmp_path, DISTRIBUTED),
+                  timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = traces(tmp_path / "runs")
+    assert len(found) == 2 and found[0].parent == found[1].parent, found
+    by_rank = {}
+    for path in found:
+        head, events = read_trace(path)
+        assert conformance.check(events) == []
+        assert head["world_size"] == 2 and head["job"] == path.parent.name
+        by_rank[head["rank"]] = yields(events)
+    assert by_rank == {0: 8, 1: 8}
+    assert sorted(consumed(done.stdout)) == [8, 8]
+
+
+def test_python_dash_m_and_spawned_workers(tmp_path: Path) -> None:
+    # a module, not a package's __main__.py: spawn cannot re-import a package's __main__ (multiprocessing's
+    # _fixup_main_from_name skips it), with or without record
+    script(tmp_path, name="trainer.py")
+    done = record(tmp_path, PYTHON, "-m", "trainer", "workers=2", "context=spawn")
+    assert done.returncode == 0, done.stderr
+    path, head, events = only_trace(tmp_path / "runs")
+    assert head["name"] == "trainer" and path.parent.name.startswith("trainer-")
+    assert events[0]["config"]["multiprocessing_context"] == "spawn"
+    assert len(traces(tmp_path / "runs")) == 1  # the spawned workers watched no loader of their own
+    assert yields(events) == consumed(done.stdout)[0] == 24
+
+
+def test_a_command_that_never_imports_torch_does_not_import_it_under_record(tmp_path: Path) -> None:
+    done = record(tmp_path, PYTHON, "-c", NO_TORCH)
+    assert done.returncode == 0 and "torch imported: False" in done.stdout
+    assert traces(tmp_path / "runs") == [] and "no DataLoader was iterated" in done.stderr
+
+
+def test_a_missing_command_is_named_with_the_shells_status(tmp_path: Path) -> None:
+    done = record(tmp_path, "no-such-command-here")
+    assert done.returncode == 127 and "no-such-command-here: command not found" in done.stderr
+
+
+def test_the_environment_alone_records_a_plain_python_command(tmp_path: Path) -> None:
+    """The launchers record cannot wrap (a SLURM batch line, a notebook kernel): LOADERSCOPE_LOGDIR=DIR."""
+    env = environment() | {"LOADERSCOPE_LOGDIR": str(tmp_path / "runs")}
+    done = subprocess.run([PYTHON, script(tmp_path), "workers=2"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, head, events = only_trace(tmp_path / "runs")
+    assert path.parent == tmp_path / "runs" / "local" and head["job"] is None
+    assert yields(events) == consumed(done.stdout)[0] == 24
+
+
+def test_an_unwritable_logdir_is_said_once_and_training_goes_on(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    env = environment() | {"LOADERSCOPE_LOGDIR": str(blocked / "runs")}
+    done = subprocess.run([PYTHON, script(tmp_path), "workers=2"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and consumed(done.stdout) == [24]
+    assert done.stderr.count("loaderscope: cannot write the trace") == 1, done.stderr
+
+
+def test_the_tolerant_reader_takes_a_torn_last_line_but_not_damage_before_it(tmp_path: Path) -> None:
+    done = record(tmp_path, PYTHON, script(tmp_path))
+    path, _, events = only_trace(tmp_path / "runs")
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert read_trace_tolerant(path)[2] is False
+    path.write_bytes(b"".join(lines[:-3]) + lines[-3][:20])
+    head, kept, truncated = read_trace_tolerant(path)
+    assert truncated and kept == events[:-3]
+    path.write_bytes(b"".join(lines[:5]) + b"{not json\n" + b"".join(lines[5:]))
+    with pytest.raises(TraceError, match="line 6"):
+        read_trace_tolerant(path)
+    assert done.returncode == 0
