@@ -540,7 +540,9 @@ class App {
     }
     $('pipeline-empty').hidden = tr.source !== 'none';
     const realLive = tr.source === 'server' && (full.mode === 'real' || full.mode === '') && !ENDED.has(status);
-    $('live-controls').hidden = !(tr.source === 'server' && full.mode !== 'sim' && full.mode !== 'replay') || !!this.demo;
+    // a logdir file's producer takes no controls from here (the server answers 409)
+    $('live-controls').hidden = !(tr.source === 'server' && full.mode !== 'sim' && full.mode !== 'replay')
+      || tr.runInfo?.origin === 'logdir' || !!this.demo;
     const off = !realLive || !!this.demo;
     const paused = status === 'paused';
     const set = (id, disabled) => { /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled; };
@@ -601,18 +603,11 @@ class App {
     let runs;
     try { runs = await api.runs(); } catch { return; }
     if (!Array.isArray(runs)) runs = runs?.runs ?? [];
-    this.runStarts ??= new Map();
+    // the listing carries each run's job and rank (run_start's, or a logdir file's index): no run is
+    // opened just to learn them, so a logdir of many files reads only the ranks shown
     for (const r of runs) {
       if (this.tracks.some((tr) => tr.runId === r.id)) continue;
-      let start = this.runStarts.get(r.id);
-      if (start === undefined) {
-        try {
-          const page = await api.events(r.id, -1, 1);
-          start = page?.events?.[0]?.kind === 'run_start' ? page.events[0] : null;
-        } catch { start = null; }
-        this.runStarts.set(r.id, start);
-      }
-      if (start && start.job === job && !this.tracks.some((tr) => tr.rank === start.rank)) this.addServerTrack(r.id, start.rank);
+      if (r.job === job && !this.tracks.some((tr) => tr.rank === r.rank)) this.addServerTrack(r.id, r.rank);
     }
     this.tracks.sort((a, b) => a.rank - b.rank);
     if (this.tracks.length < want) setTimeout(() => { if (this.track.player.full.meta.job === job) this.discoverRanks(); }, POLL_MS * 2);
@@ -713,8 +708,21 @@ class App {
     if (sel.dataset.key === key) return;
     sel.dataset.key = key;
     const opts = [new Option('— choose a run —', '')];
+    const groups = new Map(); // the ranks of one job, listed together
     for (const r of [...runs].reverse()) {
-      opts.push(new Option(`${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''} · ${r.status ?? ''} · ${r.id}`, r.id));
+      const what = r.path ?? `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}`;
+      const shared = r.job != null && runs.filter((o) => o.job === r.job).length > 1;
+      if (!shared) {
+        opts.push(new Option(`${what} · ${r.status ?? ''} · ${r.id}`, r.id));
+        continue;
+      }
+      if (!groups.has(r.job)) {
+        const group = document.createElement('optgroup');
+        group.label = `job ${r.job}`;
+        groups.set(r.job, group);
+        opts.push(group);
+      }
+      groups.get(r.job).append(new Option(`rank ${r.rank} · ${what} · ${r.status ?? ''}`, r.id));
     }
     if (this.runId && !runs.some((r) => r.id === this.runId)) opts.push(new Option(this.runId, this.runId));
     sel.replaceChildren(...opts);

@@ -1,0 +1,104 @@
+"""The page on a logdir trace that another node is still writing: the batch count rises as the file grows.
+
+Debian's chromium via Playwright, as tests/test_browser.py. The screenshot (mid-growth) lands in
+the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loaderscope.trace import TraceWriter
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1440, "height": 900}
+BATCHES = 60
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def real_events() -> list[dict[str, Any]]:
+    """A real 60-batch run with two workers, recorded through the probe's sink."""
+    import torch
+
+    from loaderscope import InstrumentedDataLoader
+
+    events: list[dict[str, Any]] = []
+    loader = InstrumentedDataLoader(torch.arange(240.0), batch_size=4, num_workers=2, sink=events.extend)
+    for _ in loader:
+        pass
+    loader.close()
+    return events
+
+
+def batches_shown(page: Any) -> int:
+    text = page.text_content('[data-counter="batches"] .v') or ""
+    return int(text) if text.strip().isdigit() else -1
+
+
+def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: Any, tmp_path: Path) -> None:
+    events = real_events()
+    first_yields = [i for i, e in enumerate(events) if e["kind"] == "yield"]
+    head, rest = events[: first_yields[9] + 1], events[first_yields[9] + 1:]  # 10 batches written so far
+    path = tmp_path / "logs" / "node2" / "DataLoader-rank0-pid77-x.trace.jsonl"
+    writer = TraceWriter(path, "producer-run", mode="real")
+    writer.write(head)
+    writer.flush()
+    server = start_server(logdir=str(tmp_path / "logs"), logdir_poll=0.1)
+    with server.client() as http:
+        run = next(r for r in http.get("/api/runs").json() if r.get("path") == "node2/DataLoader-rank0-pid77-x.trace.jsonl")
+    assert run["status"] == "running"
+
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(f"{server.page_url}&run={run['id']}")
+        wait_for(lambda: batches_shown(page) == 10, timeout=30, what="the 10 batches already on disk")
+        seen = [batches_shown(page)]
+
+        def produce() -> None:  # the job goes on: a few batches per flush, as the probe's sink writes
+            for start in range(0, len(rest), 25):
+                writer.write(rest[start:start + 25])
+                writer.flush()
+                time.sleep(0.15)
+            writer.close()
+
+        threading.Thread(target=produce, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while seen[-1] < BATCHES:
+            assert time.monotonic() < deadline, f"the page stopped following the file at {seen}"
+            now = batches_shown(page)
+            if now != seen[-1]:
+                seen.append(now)
+                if len(seen) == 3:
+                    page.screenshot(path=str(tmp_path / "logdir_growing.png"))
+            time.sleep(0.05)
+        wait_for(lambda: page.text_content("#run-status") == "done", timeout=30, what="run_end shown as done")
+        page.screenshot(path=str(tmp_path / "logdir_done.png"))
+    finally:
+        context.close()
+    assert len(set(seen)) >= 4, f"the count should rise step by step as the file grows, saw {seen}"
+    assert seen == sorted(seen) and seen[0] == 10 and seen[-1] == BATCHES
+    assert not errors, errors
