@@ -467,12 +467,17 @@ class SingleProcessProbe:
             raise
         finally:
             liveness.next_started = None
+        index, fetch_started, fetched = last
+        if index is None:  # a subclass that fetched without its fetcher: the whole call is the fetch
+            fetch_started, fetched = started, monotonic()
+        self._record(data, index, started, fetch_started, fetched)
+        return data
+
+    def _record(self, data: Any, index: Any, started: float, fetch_started: float, fetched: float) -> None:
+        """One yielded batch: a ``BATCH_ROW`` (or explicit rows around pinning)."""
+        idx = self._probe_yields
+        self._probe_yields = idx + 1
         try:
-            idx = self._probe_yields
-            self._probe_yields = idx + 1
-            index, fetch_started, fetched = last
-            if index is None:  # a subclass that fetched without its fetcher: the whole call is the fetch
-                fetch_started, fetched = started, monotonic()
             total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
             if idx < 3 or self._probe.values_asked:
                 self._describe(data, idx, fetched)
@@ -482,7 +487,6 @@ class SingleProcessProbe:
                 self._append((BATCH_ROW, fetched, idx, started, fetch_started, total, pickled, index))
         except Exception as exc:
             report("batch record", exc, self._probe.note)
-        return data
 
     def _describe(self, data: Any, idx: int, fetched: float) -> None:
         """Nothing crosses a process boundary in-process: the batch's structure (and values if asked)."""
@@ -559,16 +563,5 @@ class TorchSingleProcessProbe(SingleProcessProbe):
             raise
         finally:
             liveness.next_started = None
-        idx = self._probe_yields
-        self._probe_yields = idx + 1
-        try:
-            total, pickled = (data.nbytes, 0) if type(data) is Tensor else sizes(data)
-            if idx < 3 or self._probe.values_asked:
-                self._describe(data, idx, fetched)
-            if self._pin_memory:
-                self._pinned(data, idx, index, started, started, fetched, total)
-            else:
-                self._append((BATCH_ROW, fetched, idx, started, started, total, pickled, index))
-        except Exception as exc:
-            report("batch record", exc, self._probe.note)
+        self._record(data, index, started, started, fetched)
         return data
