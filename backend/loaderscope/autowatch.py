@@ -50,12 +50,13 @@ class _Finder:
         if fullname != TARGET:
             return None
         sys.meta_path.remove(self)  # once, and not found again by the search below
+        spec: ModuleSpec | None = None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find is not None else None
             if spec is not None:
                 break
-        else:
+        if spec is None:
             return None
         loader = spec.loader
         if loader is not None and hasattr(loader, "exec_module"):
@@ -75,7 +76,7 @@ def _patch(module: ModuleType) -> None:
     data_loader.__init__ = _watching(data_loader.__init__)
     previous = data_loader.__dict__.get("__init_subclass__")
 
-    def __init_subclass__(cls: type, **kwargs: Any) -> None:
+    def __init_subclass__(cls: type, /, **kwargs: Any) -> None:
         if previous is not None:
             previous.__func__(cls, **kwargs)
         else:

@@ -133,7 +133,7 @@ def read_trace_tolerant(path: str | Path) -> tuple[dict[str, Any], list[Event], 
     with path.open("rb") as file:
         parsed = parse_lines(_complete_lines(file, torn), str(path))
         head = next(parsed)
-        events: list[Event] = list(parsed)  # type: ignore[arg-type]
+        events: list[Event] = list(parsed)
     truncated = bool(torn) or not events or events[-1]["kind"] != "run_end"
     return head, events, truncated
 
