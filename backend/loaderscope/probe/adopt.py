@@ -17,8 +17,6 @@ lends the loader for the duration of ``_get_iterator``.
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 import threading
 from typing import Any
 
@@ -30,6 +28,7 @@ from loaderscope.probe.iterators import (EpochCounter, IteratorProbe, MultiProce
                                          TorchSingleProcessProbe)
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.recorder import Recorder
+from loaderscope.probe.stacks import new_dump_path
 from loaderscope.probe.worker import Ring, RingReader, probed_worker_loop, worker_loop_args
 
 CONTEXT_ATTR = "_DataLoader__multiprocessing_context"  # behind DataLoader.multiprocessing_context
@@ -63,8 +62,7 @@ class _ProbedContext:
             return self._context.Process(target=target, args=args, **kwargs)
         try:
             ring = Ring()
-            fd, dump_path = tempfile.mkstemp(prefix="loaderscope-stack-", suffix=".txt")
-            os.close(fd)
+            dump_path = new_dump_path(args[where.worker_id])
             self._readers[args[where.worker_id]] = RingReader(args[where.worker_id], ring, dump_path)
         except Exception as exc:
             report("worker ring", exc)

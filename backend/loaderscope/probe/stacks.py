@@ -7,13 +7,16 @@ the worker is blocked in ``time.sleep``, a lock or a C extension, and the worker
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import linecache
 import os
 import re
+import shutil
 import signal
 import sys
 import sysconfig
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -82,6 +85,47 @@ def frames_of(python_frame: FrameType | None) -> list[Frame]:
 def main_thread_stack(thread_id: int) -> list[Frame]:
     """Stack of a thread of this process, read from another thread without stopping it."""
     return frames_of(sys._current_frames().get(thread_id))
+
+
+STACK_DIR_PREFIX = "loaderscope-stacks-"  # + the pid of the process whose workers dump there
+_own_stack_dir: Path | None = None
+
+
+def new_dump_path(worker: int) -> str:
+    """A file for one worker's stack dumps, in this process's own directory under the temp dir.
+
+    The directory goes at interpreter exit; one left by a killed process is removed by the next
+    process that starts workers here (``remove_stale_stack_dirs``), or by the dashboard that ran it.
+    """
+    global _own_stack_dir
+    if _own_stack_dir is None:
+        remove_stale_stack_dirs()
+        _own_stack_dir = Path(tempfile.mkdtemp(prefix=f"{STACK_DIR_PREFIX}{os.getpid()}-"))
+        atexit.register(shutil.rmtree, _own_stack_dir, True)
+    fd, path = tempfile.mkstemp(prefix=f"worker{worker}-", suffix=".txt", dir=_own_stack_dir)
+    os.close(fd)
+    return path
+
+
+def remove_stale_stack_dirs(pid: int | None = None) -> None:
+    """Remove the stack directories of processes that no longer run (or of ``pid``, which ended)."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{STACK_DIR_PREFIX}*"):
+        try:
+            owner = int(directory.name[len(STACK_DIR_PREFIX):].split("-")[0])
+        except ValueError:
+            continue
+        if owner == pid or (pid is None and not _alive(owner)):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to clean
+        return True
+    return True
 
 
 def install_in_worker(dump_path: str) -> None:

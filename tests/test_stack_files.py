@@ -1,0 +1,49 @@
+"""Stack dump files: one directory per process, gone at exit, and gone after a kill -9 too."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from loaderscope.probe.stacks import STACK_DIR_PREFIX, remove_stale_stack_dirs
+
+SCRIPT = """
+import sys, time
+from torch.utils.data import DataLoader
+import loaderscope
+loader = loaderscope.watch(DataLoader(list(range(64)), batch_size=4, num_workers=2), sink=lambda _: None)
+it = iter(loader)
+next(it)
+print("ready", flush=True)
+if sys.argv[1] == "hang":
+    time.sleep(600)
+"""
+
+
+def stack_dirs(pid: int) -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob(f"{STACK_DIR_PREFIX}{pid}-*"))
+
+
+def start(mode: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process
+
+
+def test_a_process_removes_its_stack_files_at_exit() -> None:
+    process = start("exit")
+    assert process.wait(60) == 0
+    assert stack_dirs(process.pid) == []
+
+
+def test_the_stack_files_of_a_killed_process_are_removed_by_the_next_one() -> None:
+    process = start("hang")
+    assert len(stack_dirs(process.pid)) == 1 and len(list(stack_dirs(process.pid)[0].iterdir())) == 2
+    process.send_signal(signal.SIGKILL)  # no atexit: the directory stays behind
+    process.wait(30)
+    assert len(stack_dirs(process.pid)) == 1
+    remove_stale_stack_dirs()  # what the next process that starts workers does first
+    assert stack_dirs(process.pid) == []
