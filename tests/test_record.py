@@ -264,3 +264,29 @@ def test_the_tolerant_reader_takes_a_torn_last_line_but_not_damage_before_it(tmp
     with pytest.raises(TraceError, match="line 6"):
         read_trace_tolerant(path)
     assert done.returncode == 0
+
+
+def test_a_subclass_that_never_calls_dataloaders_init_is_recorded_too(tmp_path: Path) -> None:
+    stateful = ("from torchdata.stateful_dataloader import StatefulDataLoader\n"
+                "loader = StatefulDataLoader(list(range(40)), batch_size=4, num_workers=2)\n"
+                "print('consumed', sum(1 for _ in loader), 'in all', flush=True)\n")
+    done = record(tmp_path, PYTHON, script(tmp_path, stateful, name="stateful.py"))
+    assert done.returncode == 0, done.stderr
+    path, _, events = only_trace(tmp_path / "runs")
+    assert path.name.startswith("StatefulDataLoader-rank0-")
+    assert yields(events) == consumed(done.stdout)[0] == 10
+
+
+def test_a_scripts_own_watch_still_gets_its_events_under_record(tmp_path: Path) -> None:
+    own = ("import loaderscope, torch\n"
+           "from torch.utils.data import DataLoader\n"
+           "events = []\n"
+           "loader = loaderscope.watch(DataLoader(list(range(40)), batch_size=4), sink=events.extend)\n"
+           "print('consumed', sum(1 for _ in loader), 'in all', flush=True)\n"
+           "loader.close()\n"
+           "print('own sink yields', sum(e['kind'] == 'yield' for e in events), flush=True)\n")
+    done = record(tmp_path, PYTHON, script(tmp_path, own, name="own.py"))
+    assert done.returncode == 0, done.stderr
+    assert "own sink yields 10" in done.stdout
+    _, _, events = only_trace(tmp_path / "runs")
+    assert yields(events) == 10
