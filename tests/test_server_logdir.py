@@ -261,3 +261,58 @@ def test_the_logdir_is_never_deleted(tmp_path: Path, recorded: list[dict[str, An
         server.process.wait(20)
     assert kept.is_file() and (logdir / f"{run['id']}.trace.jsonl").is_file()
     assert json.loads(kept.read_bytes().splitlines()[0])["format"] == "loaderscope-trace"
+
+
+def test_an_fsspec_logdir_lists_follows_and_keeps_page_runs(
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
+    """``file://`` goes through fsspec exactly as ``s3://`` would (listing, ranged reads, sidecars)."""
+    pytest.importorskip("fsspec")
+    logdir = tmp_path / "bucket"
+    write(logdir / "job" / "r0.trace.jsonl", as_rank(recorded, 0, "job", 2))
+    write(logdir / "job" / "r1.trace.jsonl", as_rank(recorded, 1, "job", 2))
+    server = start_server(logdir=f"file://{logdir}", logdir_poll=0.1, use_launcher=False)
+    listed = runs(server)
+    assert sorted((r["path"], r["rank"], r["status"]) for r in listed.values()) == [
+        ("job/r0.trace.jsonl", 0, "done"), ("job/r1.trace.jsonl", 1, "done")]
+    writer = TraceWriter(logdir / "job" / "live.trace.jsonl", "producer-run", mode="real")
+    writer.write(recorded[:5])
+    writer.flush()
+    live = wait_for(lambda: runs(server).get("job/live.trace.jsonl"), what="the new file listed")
+    with server.connect(f"/ws/runs/{live['id']}?after=-1") as ws:
+        read_until(ws, lambda e, m: len(e) >= 5)
+        writer.write(recorded[5:])
+        writer.close()
+        events, metas = read_until(ws, lambda e, m: any(x["type"] == "end" for x in m))
+    assert events[-1]["kind"] == "run_end" and metas[-1]["status"] == "done"
+    run = server.start_run("uniform", mode="sim", num_workers=2, dataset_size=16)
+    server.wait_status(run["id"])  # written to a temporary directory, uploaded into the logdir at its end
+    wait_for(lambda: (logdir / "dashboard" / f"{run['id']}.trace.jsonl.idx.json").is_file(), what="the upload")
+    server.stop()
+    again = start_server(logdir=f"file://{logdir}")
+    assert "4 runs (4 from their index, 0 indexed)" in again.output()
+    assert runs(again)[f"dashboard/{run['id']}.trace.jsonl"]["status"] == "done"
+
+
+def test_a_store_without_mtimes_is_indexed_and_tailed(recorded: list[dict[str, Any]]) -> None:
+    """fsspec's memory:// keeps no modification time (like some object stores): sizes tell growth."""
+    fsspec = pytest.importorskip("fsspec")
+    from loaderscope.server.logindex import quick_index
+    from loaderscope.server.storage import storage_for
+    from loaderscope.server.tracefile import TraceFile
+
+    storage = storage_for("memory://loaderscope-test-logdir")
+    lines = [orjson.dumps({"format": "loaderscope-trace", "version": 1, "run": "r"})]
+    lines += [orjson.dumps(e) for e in recorded]
+    path = f"{storage.root}/job/r0.trace.jsonl"
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file(path, b"\n".join(lines[:6]) + b"\n" + lines[6][:10])  # a torn line: a partial upload
+    entries = storage.walk(lambda problem: None)
+    assert [(e.path, e.size, e.mtime_ns > 0) for e in entries] == [(path, fs.size(path), True)]
+    index = quick_index(storage, path)
+    assert index.torn and index.reason is None and index.events == 5 and storage.relative(path) == "job/r0.trace.jsonl"
+    tail = TraceFile(storage, path, "log-x")
+    assert [e["kind"] for e in tail.poll(1 << 20)] == [e["kind"] for e in recorded[:5]] and tail.torn == 10
+    fs.pipe_file(path, b"\n".join(lines) + b"\n")  # the whole object, uploaded again
+    assert len(tail.poll(1 << 20)) == len(recorded) - 5 and tail.torn == 0
+    assert [orjson.loads(line)["seq"] for line in tail.read(3, 4)] == [3, 4, 5, 6]
+    fs.rm(storage.root, recursive=True)

@@ -20,6 +20,7 @@ from loaderscope.server import api, ingest, stream
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.errors import field_problems, readable
 from loaderscope.server.logdir import Logdir
+from loaderscope.server.storage import storage_for
 from loaderscope.server.runs import RunManager
 from loaderscope.server.security import Guard, Policy
 
@@ -44,7 +45,7 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
     ``.app.state.manager``.
     """
     manager = RunManager(config)
-    logdir = Logdir(manager, config.logdir) if config.logdir is not None else None
+    logdir = Logdir(manager, storage_for(config.logdir)) if config.logdir is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

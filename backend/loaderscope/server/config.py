@@ -46,7 +46,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     data_dir: Path | None = None  # where run traces and logs go; None keeps runs in memory only
     remove_data_dir: bool = False  # a temporary data_dir of this launch: removed at server exit
-    logdir: Path | None = None  # list and follow every trace under this directory (it is also data_dir)
+    logdir: str | None = None  # list and follow every trace under this path or fsspec URL (a local one is data_dir)
     logdir_poll: float = LOGDIR_POLL
     silent_after: float = SILENT_AFTER
     allow_origins: tuple[str, ...] = ()  # extra origins allowed to open websockets / send requests

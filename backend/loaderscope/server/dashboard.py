@@ -28,6 +28,7 @@ from loaderscope.server.config import ServerConfig, is_loopback
 from loaderscope.server.process import TOKEN_ENV
 from loaderscope.server.runs import RunManager
 from loaderscope.server.security import checked_token
+from loaderscope.server.storage import is_url, storage_for
 
 
 def serve(
@@ -67,7 +68,9 @@ def serve(
         data_dir: where run traces and logs are written (default: a new temporary directory, removed
             when the dashboard exits, by Ctrl-C or SIGTERM).
         logdir: list every trace under this directory (recursively), follow the ones still growing,
-            and write this dashboard's runs there too (instead of ``data_dir``); never deleted.
+            and write this dashboard's runs there too (instead of ``data_dir``); never deleted. An
+            fsspec URL (``s3://bucket/runs``) works with the ``remote`` extra: this dashboard's runs
+            are then written to a temporary directory and uploaded into ``dashboard/`` when they end.
         record: False keeps runs in memory only (bounded: old events are then lost, and viewers
             asking for them are told so with a gap).
         limits: ServerConfig limits (memory_events, max_lag, max_active_runs, ...).
@@ -85,9 +88,10 @@ def serve(
     if not is_loopback(host):
         print(f"WARNING: serving on {host}: anyone who can reach this address and has the token can start "
               "processes on this machine. Use --host 127.0.0.1 unless you mean it.", file=sys.stderr, flush=True)
-    root = Path(logdir).expanduser() if logdir is not None else None
+    root = logdir_root(logdir) if logdir is not None else None
+    local = root is not None and not is_url(root)
     sock = bind(host, port)
-    directory, temporary = data_directory(root if root is not None else data_dir, record or root is not None)
+    directory, temporary = data_directory(root if local else data_dir, record or root is not None)
     config = ServerConfig(
         token=token, host=host, port=sock.getsockname()[1], data_dir=directory, remove_data_dir=temporary,
         logdir=root, allow_origins=tuple(allow_origins), allowed_hosts=tuple(allowed_hosts), **limits,
@@ -122,6 +126,20 @@ def serve(
         pass  # Ctrl-C is how a dashboard ends; uvicorn has already shut down cleanly
     finally:
         unpublish(address)  # after SIGTERM this does not run; watch() then finds the entry stale
+
+
+def logdir_root(logdir: str | Path) -> str:
+    """An absolute local path (the logdir scan and this dashboard's own files must name files alike),
+    or an fsspec URL, checked before the server starts.
+
+    Raises:
+        ValueError: a URL whose protocol is not available (fsspec or its package missing).
+    """
+    text = str(logdir)
+    if is_url(text):
+        storage_for(text)
+        return text
+    return os.path.abspath(os.path.expanduser(text))
 
 
 def data_directory(chosen: str | Path | None, record: bool) -> tuple[Path | None, bool]:

@@ -1,9 +1,9 @@
 """``serve --logdir DIR``: every trace under DIR is a run, listed at once and followed as it grows.
 
 Producers on any node write trace files into DIR (``watch(logdir=...)``, ``loaderscope record``,
-this dashboard's own runs). The dashboard polls DIR (every ``logdir_poll`` seconds: plain
-``os.scandir`` + ``stat``, which works the same on NFS and Lustre, where inotify sees nothing a
-remote node writes) and:
+this dashboard's own runs). DIR is a local path or an fsspec URL (``storage.py``). The dashboard
+polls DIR (every ``logdir_poll`` seconds: plain ``os.walk`` + ``stat``, which works the same on NFS
+and Lustre, where inotify sees nothing a remote node writes) and:
 
 - lists a new file from its index (a sidecar ``<trace>.idx.json``, or ``logindex.quick_index``:
   header, first and last line), never by parsing its events;
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 
 from loaderscope.server.logindex import Index, load_sidecar, quick_index, save_sidecar
 from loaderscope.server.runs import Run, RunManager
+from loaderscope.server.storage import Entry, Storage
 from loaderscope.server.store import EventLog
 from loaderscope.server.tracefile import TraceFile
 from loaderscope.trace import TraceError
@@ -35,14 +34,12 @@ TRACE_SUFFIX = ".trace.jsonl"
 CHUNK_BYTES = 2 << 20  # read per step while catching up: ~15k events, ~50 ms of the event loop
 MAX_FILES = 10_000  # traces listed from one logdir
 
-log = logging.getLogger("loaderscope.logdir")
-
 
 @dataclass(eq=False)
 class FileSource:
     """Where a logdir run's events come from: its trace file, and what is known about it."""
 
-    path: Path
+    path: str
     relative: str
     file: TraceFile
     index: Index
@@ -95,13 +92,13 @@ def run_id_for(relative: str) -> str:
 class Logdir:
     """Indexes, lists and follows the traces under one directory, for one RunManager."""
 
-    def __init__(self, manager: RunManager, root: Path) -> None:
+    def __init__(self, manager: RunManager, storage: Storage) -> None:
         self.manager = manager
-        self.root = root
+        self.storage = storage
+        self.root = storage.root
         self.poll_every = manager.config.logdir_poll
         self.silent_after = manager.config.silent_after
-        self.files: dict[Path, Run] = {}
-        self.scan_problem: str | None = None
+        self.files: dict[str, Run] = {}
         self._said: set[str] = set()
         manager.logdir = self
 
@@ -126,66 +123,60 @@ class Logdir:
     async def scan(self) -> tuple[int, int]:
         """Add new traces, re-index changed ones. Returns (listed from a sidecar, indexed now)."""
         found = await asyncio.to_thread(self._find)
-        fresh = [(path, stat) for path, stat in found if self._changed(path, stat)]
-        indexes = await asyncio.to_thread(_index_all, fresh) if fresh else []
+        fresh = [entry for entry in found if self._changed(entry)]
+        indexes = await asyncio.to_thread(_index_all, self.storage, fresh) if fresh else []
         from_sidecar = 0
-        for (path, stat), (index, cached) in zip(fresh, indexes, strict=True):
+        for entry, (index, cached) in zip(fresh, indexes, strict=True):
             from_sidecar += cached
-            self._take(path, stat, index)
+            self._take(entry, index)
         return from_sidecar, len(fresh) - from_sidecar
 
-    def _find(self) -> list[tuple[Path, os.stat_result | None]]:
+    def _find(self) -> list[Entry]:
         """Every trace under the root (recursively), oldest first; blocking."""
-        found: list[tuple[Path, os.stat_result | None]] = []
-        for directory, _, names in os.walk(self.root, onerror=self._walk_error):
-            for name in names:
-                if name.endswith(TRACE_SUFFIX):
-                    path = Path(directory, name)
-                    found.append((path, _stat(path)))
-        self.scan_problem = None if self.root.is_dir() else f"the logdir {self.root} does not exist (any more)"
-        found.sort(key=lambda item: item[1].st_mtime_ns if item[1] else 0)
-        return found[:MAX_FILES]
+        found = [entry for entry in self.storage.walk(self._say) if entry.path.endswith(TRACE_SUFFIX)]
+        if not self.storage.is_dir():
+            self._say(f"the logdir {self.root} does not exist (any more)")
+        found.sort(key=lambda entry: entry.mtime_ns)
+        return found[-MAX_FILES:]  # the newest, when there are more
 
-    def _walk_error(self, exc: OSError) -> None:
-        self._say(f"cannot list {exc.filename}: {exc.strerror}")
-
-    def _changed(self, path: Path, stat: os.stat_result | None) -> bool:
+    def _changed(self, entry: Entry) -> bool:
         """A file to (re-)index: new, or changed while nobody follows it."""
-        if path in self.manager.owned_paths:
+        if entry.path in self.manager.owned_paths:
             return False  # one of this dashboard's own runs, being written right now
-        run = self.files.get(path)
+        run = self.files.get(entry.path)
         if run is None:
             return True
         source = run.source
         assert source is not None
         if source.following or source.file.offset > 0:
             return False  # followed, or read and then stopped (shrank): the run keeps what it read
-        return stat is not None and not source.index.matches(stat)
+        return entry.size >= 0 and not source.index.matches(entry)
 
-    def _take(self, path: Path, stat: os.stat_result | None, index: Index) -> None:
-        run = self.files.get(path)
+    def _take(self, entry: Entry, index: Index) -> None:
+        run = self.files.get(entry.path)
         if run is not None and run.source is not None:  # an indexed file that grew: now it is live
             run.source.index = index
             run.source.file.size = index.size
-            run.source.grew = _grew(stat)
+            run.source.grew = _grew(entry)
         else:
-            run = self._add(path, stat, index)
+            run = self._add(entry, index)
         if index.problem is not None:
-            self._say(f"{path}: {index.problem}")
+            self._say(index.problem)
         elif index.reason is None and not run.source.silent:  # type: ignore[union-attr]
             self.follow(run)
         run.changed.notify()
 
-    def _add(self, path: Path, stat: os.stat_result | None, index: Index) -> Run:
-        relative = path.relative_to(self.root).as_posix()
+    def _add(self, entry: Entry, index: Index) -> Run:
+        relative = self.storage.relative(entry.path)
         run_id = run_id_for(relative)
-        source = FileSource(path, relative, TraceFile(path, run_id), index, self.silent_after, _grew(stat))
+        file = TraceFile(self.storage, entry.path, run_id)
+        source = FileSource(entry.path, relative, file, index, self.silent_after, _grew(entry))
         source.file.size = index.size  # growth is measured from the size the index saw
         log_ = EventLog(run_id, memory_events=self.manager.config.memory_events, spill=source.file)  # type: ignore[arg-type]
         run = Run(run_id, index.scenario, index.mode, {}, "logdir", log_, source=source)
         run.attached = True
         self.manager.add(run)
-        self.files[path] = run
+        self.files[entry.path] = run
         return run
 
     # --- following a file -----------------------------------------------------------------------
@@ -254,22 +245,31 @@ class Logdir:
         index.name, index.job, index.rank, index.world_size = state.name, state.job, state.rank, state.world_size
         index.torn = source.file.torn > 0
         try:
-            await asyncio.to_thread(_save, source.path, index)
+            await asyncio.to_thread(_save, self.storage, source.path, index)
         except OSError as exc:
-            self._say(f"cannot write the index next to {source.relative} ({exc.strerror}); "
-                      "the logdir is read-only: it is indexed again at each start")
+            self._say(f"cannot write the index next to {source.relative} ({exc.strerror or exc}); "
+                      "a read-only logdir is indexed again at each start")
 
     def index_own(self, run: Run, path: Path) -> None:
-        """Write the sidecar of one of this dashboard's own runs, now complete on disk (blocking, small)."""
-        stat = _stat(path)
-        if stat is None:
-            return
+        """One of this dashboard's own runs is complete on disk: give it a sidecar (blocking, small).
+
+        With a remote logdir the run was written to a local temporary directory: it is uploaded
+        into ``dashboard/`` under the logdir first, sidecar and all.
+        """
         state = run.log.state
-        index = Index(size=stat.st_size, mtime_ns=stat.st_mtime_ns, created=run.created, scenario=run.scenario,
-                      mode=run.mode or state.mode, name=state.name, job=state.job, rank=state.rank,
-                      world_size=state.world_size, events=run.log.next_seq, batches=state.batches,
+        index = Index(size=0, mtime_ns=0, created=run.created, scenario=run.scenario, mode=run.mode or state.mode,
+                      name=state.name, job=state.job, rank=state.rank, world_size=state.world_size,
+                      events=run.log.next_seq, batches=state.batches,
                       reason=state.status if run.log.ended else None)
-        _save_quietly(path, index)
+        target = str(path)
+        try:
+            if self.storage.remote:
+                target = f"{self.root}/dashboard/{path.name}"
+                self.manager.owned_paths.add(target)
+                self.storage.write_atomic(target, path.read_bytes())
+            _save(self.storage, target, index)
+        except OSError as exc:
+            self._say(f"cannot keep run {run.id} in {self.root}: {exc}")
 
     def _say(self, message: str) -> None:
         """Problems go to the server's log once each; the listing shows them per run."""
@@ -278,43 +278,37 @@ class Logdir:
             print(f"loaderscope: {message}", flush=True)
 
 
-def _index_all(found: list[tuple[Path, os.stat_result | None]]) -> list[tuple[Index, bool]]:
+def _index_all(storage: Storage, found: list[Entry]) -> list[tuple[Index, bool]]:
     """Each file's index, from its sidecar where it is current, else read and saved. Blocking."""
     indexes = []
-    for path, stat in found:
-        cached = load_sidecar(path, stat) if stat is not None else None
+    for entry in found:
+        cached = load_sidecar(storage, entry.path, entry) if entry.size >= 0 else None
         if cached is not None:
             indexes.append((cached, True))
             continue
-        index = quick_index(path)
+        index = quick_index(storage, entry.path)
         if index.problem is None:  # a live file's sidecar is stale at its next write: harmless
-            _save_quietly(path, index)
+            try:
+                save_sidecar(storage, entry.path, index)
+            except OSError:
+                pass  # a read-only logdir: listed all the same, indexed again at the next start
         indexes.append((index, False))
     return indexes
 
 
-def _save(path: Path, index: Index) -> None:
-    stat = path.stat()  # the sidecar describes the file as it is now
-    index.size, index.mtime_ns = stat.st_size, stat.st_mtime_ns
-    save_sidecar(path, index)
+def _save(storage: Storage, path: str, index: Index) -> None:
+    entry = storage.stat(path)  # the sidecar describes the file as it is now
+    index.size, index.mtime_ns = entry.size, entry.mtime_ns
+    save_sidecar(storage, path, index)
 
 
-def _save_quietly(path: Path, index: Index) -> None:
-    try:
-        save_sidecar(path, index)
-    except OSError:
-        pass  # a read-only logdir: listed all the same, indexed again at the next start
+def _grew(entry: Entry) -> float:
+    """The monotonic time of the file's last change, from its mtime (clocks of other nodes may drift).
 
-
-def _stat(path: Path) -> os.stat_result | None:
-    try:
-        return path.stat()
-    except OSError:
-        return None
-
-
-def _grew(stat: os.stat_result | None) -> float:
-    """The monotonic time of the file's last change, from its mtime (clocks of other nodes may drift)."""
-    if stat is None:
+    A store without modification times counts the file as changed when first seen.
+    """
+    if entry.size < 0:
         return float("-inf")
-    return time.monotonic() - max(0.0, time.time() - stat.st_mtime)
+    if entry.mtime_ns == 0:
+        return time.monotonic()
+    return time.monotonic() - max(0.0, time.time() - entry.mtime_ns / 1e9)

@@ -10,14 +10,13 @@ starts again reads the sidecar instead of the trace while both are unchanged.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from loaderscope.events import EventError, validate
+from loaderscope.server.storage import Entry, Storage
 from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
 
 SIDECAR_SUFFIX = ".idx.json"
@@ -49,60 +48,58 @@ class Index:
     problem: str | None = None  # why the file cannot be read as a trace
     brief: dict[str, Any] = field(default_factory=dict)  # the run's full brief, once it was read whole
 
-    def matches(self, stat: os.stat_result) -> bool:
-        return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
+    def matches(self, entry: Entry) -> bool:
+        return self.size == entry.size and self.mtime_ns == entry.mtime_ns
 
 
-def sidecar_path(trace_path: Path) -> Path:
-    return trace_path.with_name(trace_path.name + SIDECAR_SUFFIX)
+def sidecar_path(trace_path: str) -> str:
+    return trace_path + SIDECAR_SUFFIX
 
 
-def load_sidecar(trace_path: Path, stat: os.stat_result) -> Index | None:
+def load_sidecar(storage: Storage, trace_path: str, entry: Entry) -> Index | None:
     """The sidecar's index if it describes the file as it is now; None if missing, stale or damaged."""
     try:
-        data = orjson.loads(sidecar_path(trace_path).read_bytes())
+        with storage.open(sidecar_path(trace_path)) as f:
+            data = orjson.loads(f.read())
         if data.get("format") != SIDECAR_FORMAT or data.get("version") != SIDECAR_VERSION:
             return None
         index = Index(**data["index"])
     except (OSError, orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
         return None
-    return index if index.matches(stat) else None
+    return index if index.matches(entry) else None
 
 
-def save_sidecar(trace_path: Path, index: Index) -> None:
-    """Write the sidecar atomically (a reader never sees half of one).
+def save_sidecar(storage: Storage, trace_path: str, index: Index) -> None:
+    """Write the sidecar (atomically: a reader never sees half of one).
 
     Raises:
         OSError: the directory is not writable (the logdir is then indexed at every start).
     """
-    target = sidecar_path(trace_path)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     body = {"format": SIDECAR_FORMAT, "version": SIDECAR_VERSION, "index": asdict(index)}
-    temporary.write_bytes(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS, default=str))
-    os.replace(temporary, target)
+    storage.write_atomic(sidecar_path(trace_path), orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS, default=str))
 
 
-def quick_index(path: Path) -> Index:
+def quick_index(storage: Storage, path: str) -> Index:
     """Index a trace from its first two lines and its last complete line. Blocking.
 
     A file that is not a trace, or cannot be read, gets an index with ``problem`` set.
     """
+    entry = Entry(path, 0, 0)
     try:
-        stat = path.stat()
-        with path.open("rb") as f:
-            return _read_index(f, stat, str(path))
+        entry = storage.stat(path)
+        with storage.open(path) as f:
+            return _read_index(f, entry, path)
     except OSError as exc:
         return Index(size=0, mtime_ns=0, problem=f"cannot read {path}: {exc.strerror or exc}")
     except TraceError as exc:
-        now = _stat_or_none(path)
-        return Index(size=now.st_size if now else 0, mtime_ns=now.st_mtime_ns if now else 0, problem=str(exc))
+        return Index(size=entry.size, mtime_ns=entry.mtime_ns, problem=str(exc))
 
 
-def _read_index(f: Any, stat: os.stat_result, source: str) -> Index:
-    index = Index(size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+def _read_index(f: Any, entry: Entry, source: str) -> Index:
+    index = Index(size=entry.size, mtime_ns=entry.mtime_ns)
     first = f.readline(MAX_LINE_BYTES + 1)
     if not first.endswith(b"\n"):
-        if stat.st_size == 0 or (len(first) <= MAX_LINE_BYTES and first.lstrip().startswith(b"{")):
+        if entry.size == 0 or (len(first) <= MAX_LINE_BYTES and first.lstrip().startswith(b"{")):
             index.torn = True  # the header itself is still being written
             return index
         raise TraceError(f"{source} is not a loaderscope trace: no header line")
@@ -111,7 +108,7 @@ def _read_index(f: Any, stat: os.stat_result, source: str) -> Index:
     start = _first_event(f)
     if start is not None and start["kind"] == "run_start":
         _take_run_start(index, start)
-    last, index.torn = _last_line(f, stat.st_size)
+    last, index.torn = _last_line(f, entry.size)
     if last is not None:
         _take_last(index, last)
     if index.batches is None:  # no stats to read it from: count, at disk speed, without parsing
@@ -176,11 +173,4 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     try:
         return validate(orjson.loads(line))
     except (orjson.JSONDecodeError, EventError):
-        return None
-
-
-def _stat_or_none(path: Path) -> os.stat_result | None:
-    try:
-        return path.stat()
-    except OSError:
         return None

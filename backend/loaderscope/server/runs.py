@@ -188,7 +188,7 @@ class RunManager:
         self.runs: dict[str, Run] = {}
         self.launcher: Launcher | None = None
         self.logdir: Logdir | None = None  # set by Logdir when the dashboard serves one
-        self.owned_paths: set[Path] = set()  # trace files this dashboard writes (the logdir scan skips them)
+        self.owned_paths: set[str] = set()  # trace files this dashboard writes (the logdir scan skips them)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- lookup ---------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ class RunManager:
         if self.config.data_dir is not None:
             header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin)
             path = self.config.data_dir / f"{stem}.trace.jsonl"
-            self.owned_paths.add(path)
+            self.owned_paths.add(str(path))
             spill = TraceSpill(path, header)
         log = EventLog(run_id, memory_events=self.config.memory_events, spill=spill)
         run = Run(run_id, scenario, mode, params, origin, log)

@@ -13,12 +13,12 @@ reads events back, so the file is never rewritten.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import orjson
 
 from loaderscope.events import Event, EventError, validate
+from loaderscope.server.storage import Storage
 from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
 
 INDEX_EVERY = 256  # one byte offset remembered per this many events (as TraceSpill)
@@ -32,7 +32,8 @@ class TraceFile:
     looks at offsets ``poll`` has already published.
     """
 
-    def __init__(self, path: Path, run_id: str) -> None:
+    def __init__(self, storage: Storage, path: str, run_id: str) -> None:
+        self.storage = storage
         self.path = path
         self.run_id = run_id
         self.header: dict[str, Any] | None = None
@@ -68,7 +69,7 @@ class TraceFile:
         block = start // INDEX_EVERY
         seq, end = block * INDEX_EVERY, self.offset
         lines: list[bytes] = []
-        with self.path.open("rb") as f:
+        with self.storage.open(self.path) as f:
             f.seek(self._offsets[block])
             while len(lines) < count and seq < self.count and f.tell() < end:
                 event = _event(f.readline(MAX_LINE_BYTES + 2))
@@ -89,7 +90,7 @@ class TraceFile:
             OSError: the file cannot be read.
             TraceError: its first line is not a loaderscope trace header.
         """
-        with self.path.open("rb") as f:
+        with self.storage.open(self.path) as f:
             self.size = f.seek(0, 2)
             f.seek(self.offset)
             if self.header is None and not self._read_header(f):
@@ -104,7 +105,7 @@ class TraceFile:
             if len(line) > MAX_LINE_BYTES:
                 raise TraceError(f"{self.path}: the first line is longer than {MAX_LINE_BYTES} bytes: not a trace")
             return False  # the header is still being written
-        self.header = check_header(line, str(self.path))
+        self.header = check_header(line, self.path)
         self.offset, self._line = len(line), 1
         return True
 
