@@ -32,6 +32,26 @@ const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
+const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout']);
+const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thinned evenly past this
+
+/** Seconds as a demo pace: 0.15 -> "0.15 s". */
+function fmtPace(s) {
+  return `${Number(s.toFixed(3))} s`;
+}
+
+/**
+ * The diagnosis of a run slowed down by the dashboard (`loaderscope demo`, the speed control): the
+ * consumer's time per batch is the pace the dashboard adds, not a training step, and is said so.
+ */
+export function paceDiagnosis(lines, delay) {
+  if (!(delay > 0) || !Array.isArray(lines)) return lines;
+  const pace = `the dashboard's pace (one batch per ${fmtPace(delay)}, added so that you can follow the run; not a training step)`;
+  return lines.map((line) => String(line)
+    .replace(/the training step is the bottleneck \(([\d.]+) ms per batch, ([\d.]+) batches\/s\)/,
+      (_, ms, rate) => `the training loop is held to ${pace}: ${ms} ms per batch, ${rate} batches/s; loading keeps up with it`)
+    .replace(/the step alone would consume/, 'that pace alone would consume'));
+}
 
 /** 1536 -> "1.5 kB" */
 function fmtBytes(n) {
@@ -59,6 +79,8 @@ class App {
     this.lastEventWall = 0;
     this.pollTimer = null;
     this.selectedWorker = null;
+    this.offline = null; // {row, now}: the connection to the server is lost; the view is frozen there
+    this.unknownRun = false; // the server (restarted) does not know the open run
     this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
     this.scenarios = [];
     this.form = null;
@@ -110,9 +132,23 @@ class App {
     $('consumer-card').hidden = true;
     $('inspector-note').textContent = '';
     $('inspector-pick').replaceChildren();
+    $('inspector').replaceChildren();
+    $('inspector-count').textContent = '';
+    $('inspector-card').hidden = true;
     this.inspectorKey = '';
     $('banner').hidden = true;
     $('banner').dataset.key = '';
+    this.offline = null;
+    this.unknownRun = false;
+    this.showNotice();
+    this.findingsKey = '';
+    $('findings').replaceChildren();
+    $('findings-box').hidden = true;
+    this.marksKey = '';
+    $('pb-marks').replaceChildren();
+    $('demo-caption').hidden = true;
+    $('demo-caption').dataset.key = '';
+    this.timeline.fit?.();
     this.syncTimelineTracks();
   }
 
@@ -134,7 +170,8 @@ class App {
   isLiveRun() {
     const tr = this.track;
     const s = tr.player.full;
-    return tr.source === 'server' && s.mode === 'real' && !this.complete() && s.status !== 'pending';
+    return tr.source === 'server' && s.mode === 'real' && !this.complete() && s.status !== 'pending'
+      && !this.offline && !this.unknownRun;
   }
 
   /** Watching the newest events of a live real run (not scrubbed back). */
@@ -146,6 +183,8 @@ class App {
   /** Run time now: the playhead's time, or the latest event's t ticking on while a real run is live. */
   clock(wall) {
     const p = this.player;
+    // the server is gone: nothing ticks on, so healthy workers do not look hung
+    if (this.offline) return { now: this.offline.now, wall, live: false };
     if (!p.following || !this.isLiveRun()) {
       return { now: this.playing ? Math.max(p.time, this.playT) : p.time, wall, live: false };
     }
@@ -313,6 +352,13 @@ class App {
     const scrub = /** @type {HTMLInputElement} */ ($('pb-scrub'));
     if (scrub.max !== String(p.length)) scrub.max = String(p.length);
     if (scrub.value !== String(p.cursor) && document.activeElement !== scrub) scrub.value = String(p.cursor);
+    const time = /** @type {HTMLInputElement} */ ($('pb-time'));
+    const t0 = p.table.t[0] ?? 0, t1 = p.length ? p.table.t[p.length - 1] : 0;
+    if (time.min !== String(t0)) time.min = String(t0);
+    if (time.max !== String(t1)) time.max = String(t1);
+    const tv = String(p.cursor >= p.length ? t1 : p.time);
+    if (time.value !== tv && document.activeElement !== time) time.value = tv;
+    time.dataset.time = tv;
     const live = this.isLiveRun() && p.following;
     const state = this.state;
     const where = live ? `live · ${p.length.toLocaleString('en')} events · following the run (scrub back to replay)`
@@ -347,6 +393,8 @@ class App {
     this.renderWorker();
     this.renderConsumer();
     this.renderInspector();
+    this.renderFindings();
+    this.renderMarks();
     const wall = performance.now();
     if (wall - this.lastSlowPanels > SLOW_PANEL_MS) {
       this.lastSlowPanels = wall;
@@ -374,7 +422,7 @@ class App {
     const p = this.player;
     const scope = $('diagnosis-scope');
     if (this.track.source === 'server' && this.serverDiagnosis && (p.following || p.cursor === p.length)) {
-      renderDiagnosis($('diagnosis'), this.serverDiagnosis, 'no findings yet');
+      renderDiagnosis($('diagnosis'), paceDiagnosis(this.serverDiagnosis, this.pace()), 'no findings yet');
       scope.textContent = this.complete() ? '(whole run)' : '(live)';
       return;
     }
@@ -382,7 +430,7 @@ class App {
     const key = `${this.track.rank}:${p.cursor}:${p.length}`;
     if (key === this.diagKey) return;
     this.diagKey = key;
-    renderDiagnosis($('diagnosis'), diagnosis(this.state), 'no findings yet');
+    renderDiagnosis($('diagnosis'), paceDiagnosis(diagnosis(this.state), this.pace()), 'no findings yet');
     scope.textContent = p.cursor === p.length ? (this.complete() ? '(whole run)' : '(so far)') : `(at event ${p.cursor})`;
   }
 
@@ -534,12 +582,16 @@ class App {
     let status = tr.runInfo?.status ?? (tr.source !== 'none' ? full.status : 'no run');
     if (full.status !== 'running' && full.status !== 'pending') status = full.status; // run_end wins
     if (tr.source === 'file') status = full.status === 'running' ? 'incomplete' : full.status;
+    if (this.unknownRun) status = 'unknown';
+    else if (this.offline && !ENDED.has(status)) status = 'disconnected';
+    document.body.classList.toggle('offline', !!this.offline);
     if (el.textContent !== status) {
       el.textContent = status;
       el.dataset.status = status;
     }
     $('pipeline-empty').hidden = tr.source !== 'none';
-    const realLive = tr.source === 'server' && (full.mode === 'real' || full.mode === '') && !ENDED.has(status);
+    const realLive = tr.source === 'server' && (full.mode === 'real' || full.mode === '') && !ENDED.has(status)
+      && !this.offline && !this.unknownRun;
     // a logdir file's producer takes no controls from here (the server answers 409)
     $('live-controls').hidden = !(tr.source === 'server' && full.mode !== 'sim' && full.mode !== 'replay')
       || tr.runInfo?.origin === 'logdir' || !!this.demo;
@@ -557,7 +609,174 @@ class App {
     const title = tr.source !== 'none' ? [source, name, full.mode || tr.runInfo?.mode || '',
       c.num_workers !== undefined ? `${c.num_workers} workers · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}` : '',
       this.tracks.length > 1 ? `${this.tracks.length} ranks` : ''].filter(Boolean).join(' · ') : '';
-    if ($('run-title').textContent !== title) $('run-title').textContent = title;
+    if ($('run-title').textContent !== title) {
+      $('run-title').textContent = title;
+      $('run-title').title = title; // the whole of it when the bar is too narrow
+    }
+    this.renderPace();
+  }
+
+  /** The dashboard's own slowing-down (the demo's --delay, the speed control), said for what it is. */
+  pace() {
+    const tr = this.track;
+    const d = Number(tr.runInfo?.delay ?? 0);
+    return tr.source === 'server' && tr.player.full.mode !== 'sim' && d > 0 ? d : 0;
+  }
+
+  renderPace() {
+    const d = this.pace();
+    const el = $('pace');
+    const text = d ? `demo pace: one batch per ${fmtPace(d)}` : '';
+    if (el.textContent !== text) {
+      el.textContent = text;
+      el.hidden = !d;
+      el.title = d ? `the dashboard holds the training loop ${fmtPace(d)} per batch so that a person can follow the run; `
+        + 'it is not your training step and the diagnosis does not count it as one' : '';
+    }
+    const speed = /** @type {HTMLSelectElement} */ ($('speed'));
+    const want = String(d);
+    if (speed.value !== want && document.activeElement !== speed) {
+      if (![...speed.options].some((o) => o.value === want)) speed.append(new Option(`${fmtPace(d)}/batch (demo)`, want));
+      speed.value = want;
+    }
+    this.renderCaption(d);
+  }
+
+  /** The demo says in one line what to watch, and jumps to the first parked result on request. */
+  renderCaption(d) {
+    const box = $('demo-caption');
+    const full = this.track.player.full;
+    const show = d > 0 && full.scenario === 'out_of_order';
+    const key = show ? `${d}` : '';
+    if (box.dataset.key === key) return;
+    box.dataset.key = key;
+    box.hidden = !show;
+    if (!show) return;
+    const text = document.createElement('span');
+    text.textContent = 'Watch the reorder buffer: every few batches one task is held up, later tasks overtake it, and their '
+      + 'results wait there (amber) until rcvd_idx reaches it. It keeps happening all run long.';
+    const go = document.createElement('button');
+    go.type = 'button';
+    go.id = 'btn-first-parked';
+    go.textContent = 'pause at the first parked result';
+    go.addEventListener('click', () => {
+      const row = this.track.parkedRows[0];
+      if (row === undefined) return;
+      this.moveTo(row, true, true);
+    });
+    box.replaceChildren(text, go);
+  }
+
+  /** The full-width notice: connection lost (view frozen), or a server that does not know the run. */
+  showNotice() {
+    const box = $('conn-notice');
+    let main = '', sub = '';
+    if (this.unknownRun) {
+      main = `the dashboard server does not know run ${this.runId} (it was restarted without it)`;
+      sub = `what arrived before, ${this.player.length.toLocaleString('en')} events, is still here: play, step and scrub it; `
+        + 'start a new run or pick one above to go on';
+    } else if (this.offline) {
+      main = `lost connection to the dashboard server — view frozen at event ${this.offline.row.toLocaleString('en')}`;
+      sub = 'retrying every few seconds; the run may still be going on the server. Pause, Step and Stop are off until it is back.';
+    }
+    const key = `${main}|${sub}`;
+    if (box.dataset.key === key) return;
+    box.dataset.key = key;
+    box.hidden = !main;
+    const b = document.createElement('b');
+    b.textContent = main;
+    const span = document.createElement('span');
+    span.className = 'sub';
+    span.textContent = sub;
+    box.replaceChildren(b, span);
+  }
+
+  /** The connection of the selected run's stream changed. */
+  connectionChanged(tr, s) {
+    const c = $('connection');
+    c.textContent = s;
+    c.dataset.state = s;
+    if (s === 'reconnecting' && !this.offline && !this.unknownRun) {
+      // freeze the view where the server left it: the clock stops, the controls go off
+      this.offline = { row: tr.player.length, now: this.clock(performance.now()).now };
+      this.playing = false;
+    } else if ((s === 'live' || s === 'catching up') && this.offline) {
+      this.offline = null;
+      this.lastEventWall = performance.now();
+      this.refreshRuns(true);
+      this.poll();
+    } else return;
+    this.showNotice();
+    this.renderStatus();
+    this.wake();
+  }
+
+  /** Findings of the whole run (not cut at the playhead): each seeks to its moment and opens its worker. */
+  renderFindings() {
+    const tr = this.track;
+    const items = tr.noteItems.filter((n) => FINDING_KINDS.has(n.kind));
+    const key = `${tr.rank}:${items.length}`;
+    if (this.findingsKey === key) return;
+    this.findingsKey = key;
+    $('findings-box').hidden = !items.length;
+    $('findings').replaceChildren(...items.map((n) => {
+      const li = document.createElement('li');
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.dataset.kind = n.kind;
+      if (n.worker !== undefined && n.worker !== null) b.dataset.worker = String(n.worker);
+      const who = n.worker !== undefined && n.worker !== null ? `worker ${n.worker}` : 'the training loop';
+      const what = n.kind === 'worker_stuck' ? `${who} stuck on task ${n.idx ?? '?'}`
+        : n.kind === 'worker_died' ? `${who} died${n.signal ? ` (${n.signal})` : n.exitcode != null ? ` (exit ${n.exitcode})` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`
+          : n.kind === 'consumer_stuck' ? `training loop stuck in next(), waiting for task ${n.waiting_for ?? '?'}`
+            : n.kind === 'timeout' ? `timeout= expired after ${n.seconds ?? '?'} s`
+              : `error${n.worker != null ? ` in ${who}` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
+      b.textContent = `▶ ${fmtDuration(n.t ?? 0)} · ${what}`;
+      b.title = 'go to this moment and show the worker, its task and its stack';
+      b.addEventListener('click', () => this.showFinding(n));
+      li.append(b);
+      return li;
+    }));
+  }
+
+  showFinding(n) {
+    this.moveTo(n._row, true, true);
+    if (n.worker !== undefined && n.worker !== null) this.selectedWorker = n.worker;
+    this.lastPanels = 0;
+    this.renderPanels();
+    const card = n.kind === 'consumer_stuck' ? $('consumer-card') : $('worker-card');
+    if (!card.hidden) card.scrollIntoView({ block: 'nearest' });
+  }
+
+  /** Marks on the time slider: stuck, died, error, timeout, and where results were parked. */
+  renderMarks() {
+    const p = this.player;
+    const tr = this.track;
+    if (!p.length) return;
+    const t0 = p.table.t[0], t1 = p.table.t[p.length - 1];
+    const found = tr.noteItems.filter((n) => FINDING_KINDS.has(n.kind));
+    const key = `${tr.rank}:${found.length}:${tr.parked.length}:${Math.round((t1 - t0) * 20)}`;
+    if (this.marksKey === key) return;
+    this.marksKey = key;
+    const span = Math.max(t1 - t0, 1e-9);
+    const mark = (t, cls, title) => {
+      const i = document.createElement('i');
+      i.className = cls;
+      i.style.left = `${(Math.min(1, Math.max(0, (t - t0) / span)) * 100).toFixed(2)}%`;
+      i.title = title;
+      return i;
+    };
+    const parked = tr.parked;
+    const every = Math.max(1, Math.ceil(parked.length / MAX_PARK_MARKS));
+    const marks = [];
+    for (let k = 0; k < parked.length; k += every) marks.push(mark(parked[k], 'parked', 'a result parked in the reorder buffer'));
+    for (const n of found) {
+      const cls = n.kind === 'worker_died' ? 'died' : n.kind === 'timeout' ? 'timeout' : n.kind === 'error' ? 'error' : 'stuck';
+      marks.push(mark(n.t ?? t0, cls, n.kind));
+    }
+    $('pb-marks').replaceChildren(...marks);
+    $('pb-marks').dataset.parked = String(parked.length);
+    $('pb-marks').dataset.alarms = String(found.length);
   }
 
   // --- ranks ----------------------------------------------------------------------------------------
@@ -634,9 +853,11 @@ class App {
       fetchEvents: (after, limit) => api.events(id, after, limit),
       onEvents: (events) => { for (const e of events) tr.queue.push(e); this.wake(); },
       onNote: (n) => { tr.note(n); this.wake(); },
-      onConnection: (s) => { if (tr === this.track) { const c = $('connection'); c.textContent = s; c.dataset.state = s; } },
+      onConnection: (s) => { if (tr === this.track) this.connectionChanged(tr, s); },
       onRunStatus: (m) => {
-        if (typeof m.status === 'string') tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused };
+        if (typeof m.status === 'string') {
+          tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused, ...(typeof m.delay === 'number' ? { delay: m.delay } : {}) };
+        }
         if (m.type === 'end') {
           tr.complete = true;
           if (tr === this.track) this.poll();
@@ -687,7 +908,18 @@ class App {
       if (err instanceof ApiError && err.status === 404) {
         renderDiagnosis($('diagnosis'), [], `run ${id} is not known to this server`);
         tr.runInfo = { status: 'unknown' };
+        if (tr.player.length) {
+          // a restarted server without this run: stop asking for it, keep what arrived as a trace
+          this.unknownRun = true;
+          this.offline = null;
+          tr.stream?.close();
+          tr.complete = true;
+          tr.player.following = false;
+          this.showNotice();
+          this.refreshRuns(true);
+        }
         this.renderStatus();
+        this.wake();
         return;
       }
     }
@@ -696,8 +928,9 @@ class App {
     this.refreshRuns();
   }
 
-  async refreshRuns() {
+  async refreshRuns(force = false) {
     if (this.demo) return;
+    if (force) /** @type {HTMLSelectElement} */ ($('run-picker')).dataset.key = '';
     let runs;
     try {
       runs = await api.runs();
@@ -730,7 +963,7 @@ class App {
   }
 
   async control(body) {
-    if (!this.runId) return;
+    if (!this.runId || this.offline || this.unknownRun) return;
     try {
       await api.control(this.runId, body);
       this.poll();
@@ -949,6 +1182,7 @@ class App {
     $('pb-batch').addEventListener('click', () => this.stepBatch(1));
     $('pb-batch-back').addEventListener('click', () => this.stepBatch(-1));
     $('pb-speed').addEventListener('change', (ev) => { this.speed = Number(/** @type {HTMLSelectElement} */ (ev.target).value) || 1; });
+    $('pb-time').addEventListener('input', (ev) => this.seekTime(Number(/** @type {HTMLInputElement} */ (ev.target).value)));
     $('pb-scrub').addEventListener('input', (ev) => this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value), true, true));
     $('inspector-pick').addEventListener('change', () => { $('inspector-note').textContent = ''; this.renderInspector(); });
     window.addEventListener('keydown', (ev) => this.key(ev));

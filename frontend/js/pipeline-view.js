@@ -69,7 +69,15 @@ export class PipelineView {
     this.canvas.style.height = `${height}px`;
     this.overlay.style.width = `${this.L.width}px`;
     this.overlay.style.height = `${height}px`;
-    this.host.style.height = `${height}px`;
+    // a window narrower than the picture's minimum: scale the whole picture (canvas and overlay
+    // alike, so clicks still land on their lanes) instead of scrolling the page sideways
+    const scale = width > 0 && this.L.width > width ? width / this.L.width : 1;
+    this.scale = scale;
+    const t = scale < 1 ? `scale(${scale})` : '';
+    this.canvas.style.transform = t;
+    this.overlay.style.transform = t;
+    this.host.classList.toggle('scaled', scale < 1);
+    this.host.style.height = `${Math.ceil(height * scale)}px`;
     this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     this.buildOverlay(ids, inProcess);
     this.tokens.clear();

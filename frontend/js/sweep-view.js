@@ -10,6 +10,7 @@ const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const FIELDS = ['key', 'values', 'key2', 'values2'];
 const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79c0ff'];
 const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
+const STEP_FILL_MS = 20; // the training step a sweep assumes when the scenario has none
 
 /** Short numbers for the table and axes. */
 function fmt(v, digits = 2) {
@@ -34,6 +35,7 @@ export class SweepPanel {
     $('sweep-form').addEventListener('submit', (ev) => { ev.preventDefault(); this.run(); });
     $('sweep-key').addEventListener('change', () => this.keyChanged('key'));
     $('sweep-key2').addEventListener('change', () => this.keyChanged('key2'));
+    $('sweep-step').addEventListener('input', () => this.stepChanged());
     window.addEventListener('resize', () => { if (this.last) this.draw(this.last); });
   }
 
@@ -50,10 +52,34 @@ export class SweepPanel {
     if (pick.value !== old) this.keyChanged('key');
     this.keyChanged('key2', pick2.value === old2);
     $('btn-sweep').disabled = !usable.length;
+    // a scenario without a training step: every sweep would read ~100 % waiting, a flat line
+    const step = usable.find((f) => f.name === 'step_ms');
+    this.stepDefault = step ? Number(step.default ?? 0) : null;
+    $('sweep-step-label').hidden = step === undefined;
+    $('sweep-step').value = this.stepDefault === 0 ? String(STEP_FILL_MS) : '';
+    $('sweep-step').placeholder = this.stepDefault ? String(this.stepDefault) : '0';
+    this.stepChanged();
+  }
+
+  /** Why the training-step box holds what it holds. */
+  stepChanged() {
+    const why = $('sweep-step-why');
+    const v = $('sweep-step').value;
+    const sweptStep = $('sweep-key').value === 'step_ms' || $('sweep-key2').value === 'step_ms';
+    $('sweep-step-label').hidden = this.stepDefault === null || this.stepDefault === undefined || sweptStep;
+    if (this.stepDefault === 0 && !sweptStep) {
+      why.textContent = v !== '' && Number(v) > 0
+        ? `This scenario has no training step (step_ms = 0): with nothing to do between batches the training loop always waits, `
+          + `whatever the loader does, so the waiting line would be flat at ~100 %. The sweep assumes a ${v} ms step instead; `
+          + 'put your own step time here, or 0 to sweep the scenario as it is.'
+        : 'step_ms = 0: the training loop does nothing between batches, so it waits ~100 % of the time at every value: expect a flat line.';
+      why.hidden = false;
+    } else why.hidden = true;
   }
 
   /** A sensible default list of values for a newly picked parameter. */
   keyChanged(which, keep = false) {
+    if (this.fields) this.stepChanged();
     const key = $(`sweep-${which}`).value;
     const input = $(which === 'key' ? 'sweep-values' : 'sweep-values2');
     input.disabled = !key;
@@ -88,7 +114,18 @@ export class SweepPanel {
       return;
     }
     const key = $('sweep-key').value, key2 = $('sweep-key2').value;
-    const { body, errors } = sweepRequest({ scenario: src.scenario, params: src.params, costs: src.costs, key, values: $('sweep-values').value, key2, values2: $('sweep-values2').value });
+    const stepText = $('sweep-step').value.trim();
+    let params = src.params;
+    if (stepText !== '' && key !== 'step_ms' && key2 !== 'step_ms' && this.stepDefault !== null) {
+      const ms = Number(stepText);
+      if (!Number.isFinite(ms) || ms < 0 || ms > 10000) {
+        $('sweep-error').textContent = `training step ${stepText} ms: give a number of ms from 0 to 10000`;
+        $('sweep-error').hidden = false;
+        return;
+      }
+      params = { ...params, step_ms: ms };
+    }
+    const { body, errors } = sweepRequest({ scenario: src.scenario, params, costs: src.costs, key, values: $('sweep-values').value, key2, values2: $('sweep-values2').value });
     if (!body) {
       for (const [f, m] of Object.entries(errors)) this.showError(f, m);
       return;
@@ -104,7 +141,7 @@ export class SweepPanel {
       try { data = text ? JSON.parse(text) : null; } catch { data = text; }
       if (!res.ok) throw new ApiError(res.status, data);
       $('sweep-status').textContent = `${src.scenario}: ${n} simulated run${n === 1 ? '' : 's'}`;
-      this.last = { ...data, key, key2, xs: body.grid[key], scenario: src.scenario };
+      this.last = { ...data, key, key2, xs: body.grid[key], scenario: src.scenario, stepMs: params.step_ms ?? 0 };
       this.show(this.last);
     } catch (err) {
       $('sweep-status').textContent = '';
@@ -130,8 +167,28 @@ export class SweepPanel {
     $('sweep-rec').textContent = result.recommendation ? `Recommendation: ${result.recommendation}` : '';
     $('sweep-rec').hidden = !result.recommendation;
     $('sweep-rec').classList.toggle('warn', /starved|no num_workers|will not help/.test(result.recommendation ?? ''));
+    this.flat(result);
     this.table(result);
     this.draw(result);
+  }
+
+  /** A flat waiting line says nothing by itself: say why it is flat. */
+  flat({ rows, key, stepMs }) {
+    const el = $('sweep-flat');
+    const waits = (rows ?? []).map((r) => r.input_bound).filter((v) => typeof v === 'number');
+    const lo = Math.min(...waits), hi = Math.max(...waits);
+    let text = '';
+    if (waits.length > 1 && hi - lo < 0.03) {
+      if (lo > 0.9) {
+        text = `The waiting line is flat near 100 %: the training loop spends ${stepMs ? `only ${stepMs} ms` : 'no time'} per batch, `
+          + `so it waits for data at every ${key} tried. Give it a realistic training step (the box above) to see where loading stops being the bottleneck.`;
+      } else if (hi < 0.05) {
+        text = `The waiting line is flat near 0 %: the training step${stepMs ? ` (${stepMs} ms)` : ''} is slower than loading at every ${key} tried, `
+          + `so the loader is not the bottleneck and ${key} does not matter here.`;
+      } else text = `The waiting line is flat: ${key} does not change how long the training loop waits over the values tried.`;
+    }
+    el.textContent = text;
+    el.hidden = !text;
   }
 
   table({ rows, key, key2 }) {

@@ -39,6 +39,11 @@ export class Track {
     this.offset = 0; // seconds to add to this rank's run times to put it on the selected rank's clock
     /** @type {number[]} run times at which this rank delivered a step last of all ranks */
     this.slow = [];
+    /** @type {number[]} run times at which a result was parked in the reorder buffer (arrived early) */
+    this.parked = [];
+    /** @type {number[]} the rows just after each of those (the state with the result parked) */
+    this.parkedRows = [];
+    this.bufferLen = 0;
   }
 
   ingest(e) {
@@ -62,6 +67,12 @@ export class Track {
     }
     else if (kind === 'epoch_end' && typeof e.shard === 'string') this.epochEnds.set(e.epoch, e);
     else if (kind === 'run_end') this.complete = true;
+    const buffered = this.player.full.buffer.length;
+    if (buffered > this.bufferLen) {
+      this.parked.push(e.t ?? 0);
+      this.parkedRows.push(row + 1);
+    }
+    this.bufferLen = buffered;
     const v = this.player.full.violations;
     if (v.length > this.violationsShown) {
       for (const text of v.slice(this.violationsShown)) this.noteItems.push({ type: 'violation', text, _row: row + 1 });

@@ -83,7 +83,8 @@ def uniform_workload(params: p.CommonParams, dataset: Callable[[UniformCost], An
 
 
 def out_of_order(params: p.OutOfOrderParams) -> Workload:
-    return map_workload(params, DescendingRoundCost(params.sample_ms, params.batch_size, params.num_workers))
+    return map_workload(params, DescendingRoundCost(params.sample_ms, params.batch_size, params.num_workers,
+                                                    params.hold_every, params.hold_ms))
 
 
 def uniform(params: p.CommonParams) -> Workload:

@@ -67,10 +67,17 @@ class DescendingRoundCost:
     ms: float
     batch_size: int
     num_workers: int
+    # every ``hold_every``-th task (0: none) is held up: each of its samples takes ``hold_ms``. With a
+    # slow consumer (the demo's pace) the rounds alone stop reordering after the first window; a held
+    # task keeps later results overtaking it and parking in the reorder buffer all run long.
+    hold_every: int = 0
+    hold_ms: float = 0.0
 
     def __call__(self, index: int, worker: int) -> float:
         workers = max(self.num_workers, 1)
         task = index // self.batch_size
+        if self.hold_every and task % self.hold_every == self.hold_every - 1:
+            return self.hold_ms / 1000
         rank_in_round = (task - task // workers) % workers
         return self.ms * (workers - rank_in_round + TIE_BREAK * worker) / 1000
 

@@ -35,6 +35,9 @@ class CommonParams(BaseModel):
 
 class OutOfOrderParams(CommonParams):
     sample_ms: float = Field(10.0, ge=0, le=5_000, description="work per sample of the fastest task, ms")
+    hold_every: int = Field(0, ge=0, le=10_000, description="hold up every Nth task, so later results keep "
+                            "overtaking it and parking in the reorder buffer (0: never)")
+    hold_ms: float = Field(400.0, ge=0, le=5_000, description="work per sample of a held-up task, ms")
 
 
 class StragglerParams(CommonParams):
