@@ -104,6 +104,10 @@ def test_lists_every_trace_recursively_with_ranks_grouped_and_bad_files_named(
     with server.client() as http:  # opening a run reads its file: the events, renumbered as the store's
         page = http.get(f"/api/runs/{solo['id']}/events", params={"limit": 10000}).json()
         assert http.get(f"/api/runs/{bad['id']}").json()["status"] == "unreadable"
+        jsonl = http.get(f"/api/runs/{solo['id']}/trace").content
+        chrome = http.get(f"/api/runs/{solo['id']}/trace", params={"format": "chrome"})
+    assert jsonl == (logdir / "solo" / "deep" / "DataLoader-rank0-pid5-b.trace.jsonl").read_bytes()  # as written
+    assert chrome.status_code == 200 and any(e["ph"] == "X" for e in chrome.json()["traceEvents"])
     assert [e["kind"] for e in page["events"]] == [e["kind"] for e in recorded]
     assert [e["seq"] for e in page["events"]] == list(range(len(recorded)))
     assert {e["run"] for e in page["events"]} == {solo["id"]}

@@ -17,7 +17,7 @@ import loaderscope
 from loaderscope import scenarios, trace
 from loaderscope.server.errors import field_problems, readable
 from loaderscope.server.runs import Run, RunManager, RunRefused
-from loaderscope.server.store import EventLog, Gap
+from loaderscope.server.store import EventLog, Gap, Spill
 
 if TYPE_CHECKING:
     from loaderscope.sim import Variant
@@ -283,7 +283,7 @@ async def run_trace(
     spill = run.log.spill
     if spill is not None:
         run.log.flush()
-        return StreamingResponse(_file_bytes(spill.path, spill.flushed_bytes), media_type="application/x-ndjson",
+        return StreamingResponse(_file_bytes(spill, spill.flushed_bytes), media_type="application/x-ndjson",
                                  headers=disposition)
     return Response(_memory_trace(run), media_type="application/x-ndjson", headers=disposition)
 
@@ -310,9 +310,9 @@ def _chrome_json(lines: list[bytes]) -> bytes:
     return trace.chrome_json(orjson.loads(line) for line in lines)
 
 
-def _file_bytes(path: Any, size: int) -> Iterator[bytes]:
+def _file_bytes(spill: Spill, size: int) -> Iterator[bytes]:
     """The first ``size`` bytes (whole lines, flushed) while the run may still be appending."""
-    with path.open("rb") as f:
+    with spill.open() as f:
         left = size
         while left > 0:
             chunk = f.read(min(STREAM_CHUNK, left))

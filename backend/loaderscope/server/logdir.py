@@ -153,16 +153,13 @@ class Logdir:
         return entry.size >= 0 and not source.index.matches(entry)
 
     def _take(self, entry: Entry, index: Index) -> None:
-        run = self.files.get(entry.path)
-        if run is not None and run.source is not None:  # an indexed file that grew: now it is live
-            run.source.index = index
-            run.source.file.size = index.size
-            run.source.grew = _grew(entry)
-        else:
-            run = self._add(entry, index)
+        run = self.files.get(entry.path) or self._add(entry, index)
+        source = run.source
+        assert source is not None
+        source.index, source.file.size, source.grew = index, index.size, _grew(entry)  # new, or changed
         if index.problem is not None:
             self._say(index.problem)
-        elif index.reason is None and not run.source.silent:  # type: ignore[union-attr]
+        elif index.reason is None and not source.silent:
             self.follow(run)
         run.changed.notify()
 
@@ -171,9 +168,9 @@ class Logdir:
         run_id = run_id_for(relative)
         file = TraceFile(self.storage, entry.path, run_id)
         source = FileSource(entry.path, relative, file, index, self.silent_after, _grew(entry))
-        source.file.size = index.size  # growth is measured from the size the index saw
-        log_ = EventLog(run_id, memory_events=self.manager.config.memory_events, spill=source.file)  # type: ignore[arg-type]
-        run = Run(run_id, index.scenario, index.mode, {}, "logdir", log_, source=source)
+        file.size = index.size  # growth is measured from the size the index saw
+        events = EventLog(run_id, memory_events=self.manager.config.memory_events, spill=file)
+        run = Run(run_id, index.scenario, index.mode, {}, "logdir", events, source=source)
         run.attached = True
         self.manager.add(run)
         self.files[entry.path] = run
@@ -191,7 +188,7 @@ class Logdir:
 
     async def _follow(self, run: Run, source: FileSource) -> None:
         status = run.status
-        while not run.closed:
+        while source.following and not run.closed:  # _stop ends it
             if not await self._step(run, source):
                 await asyncio.sleep(self.poll_every)
             if run.status != status:

@@ -11,7 +11,7 @@ events from memory and still answer for them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -59,6 +59,9 @@ class TraceSpill:
             self.flush()
             self._file.close()
             self.closed = True
+
+    def open(self) -> IO[bytes]:
+        return self.path.open("rb")
 
     @property
     def flushed_bytes(self) -> int:

@@ -12,15 +12,32 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, Protocol
 
 import orjson
 
 from loaderscope.events import Event
-from loaderscope.server.spill import TraceSpill
 from loaderscope.state import LoaderState
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
+
+
+class Spill(Protocol):
+    """A run's trace file: ``TraceSpill`` (the store writes it) or ``TraceFile`` (a producer did)."""
+
+    @property
+    def flushed_bytes(self) -> int: ...
+
+    def write_many(self, lines: list[bytes]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def read(self, start: int, count: int) -> list[bytes]: ...
+
+    def open(self) -> IO[bytes]:
+        """The file for reading its first ``flushed_bytes`` as they are."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +54,7 @@ class Gap:
 class EventLog:
     """Append events, read them back by seq; memory bounded, optionally spilled to a trace file."""
 
-    def __init__(self, run_id: str, *, memory_events: int, spill: TraceSpill | None = None) -> None:
+    def __init__(self, run_id: str, *, memory_events: int, spill: Spill | None = None) -> None:
         self.run_id = run_id
         self.memory_events = max(1, memory_events)
         self.spill = spill

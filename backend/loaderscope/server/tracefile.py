@@ -13,7 +13,7 @@ reads events back, so the file is never rewritten.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -61,6 +61,9 @@ class TraceFile:
 
     def close(self) -> None:
         """Nothing is held open between polls."""
+
+    def open(self) -> IO[bytes]:
+        return self.storage.open(self.path)
 
     def read(self, start: int, count: int) -> list[bytes]:
         """Events ``start .. start+count-1`` as the store numbers them, encoded, read from the file."""
