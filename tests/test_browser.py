@@ -67,11 +67,21 @@ def page(browser: Any) -> Iterator[Page]:
 # The page has drawn everything it was sent: no events queued, no worker fetching, every token landed.
 SETTLED = """() => { const a = window.loaderscope;
   return a.queue.length === a.queueHead && [...a.state.workers.values()].every((w) => w.status !== 'fetching')
-    && [...a.pipeline.tokens.values()].every((t) => !t.dying && (t.tx === undefined || (t.x === t.tx && t.y === t.ty))); }"""
+    && a.pipeline.settled() && [...a.pipeline.tokens.values()].every((t) => !t.dying); }"""
+# Resolves after `n` animation frames.
+FRAMES = "(n) => new Promise((done) => { const f = () => (--n > 0 ? requestAnimationFrame(f) : done()); requestAnimationFrame(f); })"
+# The picture's tokens have landed and no panel refresh is waiting for its turn (they are throttled).
+DRAWN = "() => window.loaderscope.pipeline.settled() && !window.loaderscope.panelTimer"
 
 
 def settle(page: Any, timeout: float = 15_000) -> None:
     page.wait_for_function(SETTLED, timeout=timeout)
+
+
+def drawn(page: Any, timeout: float = 10_000) -> None:
+    """Wait until the page shows its current state: what a screenshot should catch."""
+    page.evaluate(FRAMES, 2)  # the frame that the last action asked for has run
+    page.wait_for_function(DRAWN, timeout=timeout)
 
 
 def rcvd(page: Any) -> int:
