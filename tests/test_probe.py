@@ -14,6 +14,7 @@ from loaderscope import InstrumentedDataLoader
 from loaderscope.conformance import check
 from loaderscope.runner import Collector, build_loader, run_real
 from loaderscope.scenarios import all_scenarios, get
+from tests.conftest import wait_for
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -227,11 +228,9 @@ def test_batch_values_are_sampled_only_when_asked(num_workers: int) -> None:
     iterator = iter(loader)
     for _ in range(2):
         next(iterator)
-    deadline = time.monotonic() + 5
-    while not collector.state.batch_samples and time.monotonic() < deadline:  # described on the probe's tick
-        loader.flush()
-        time.sleep(0.05)
-    assert collector.state.batch_samples and not any(b.get("values") for b in collector.state.batch_samples)
+    # described on the probe's tick
+    wait_for(lambda: loader.flush() or collector.state.batch_samples, timeout=5, what="a described batch")
+    assert not any(b.get("values") for b in collector.state.batch_samples)
     assert "values" not in str(collector.state.batch_samples[0]["structure"])  # structure and sizes only
     loader.ask_values()
     for _ in iterator:  # the workers describe the next batch they finish, with values
