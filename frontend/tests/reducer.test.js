@@ -1,4 +1,4 @@
-// The browser's reducer must agree with backend/loaderscope/state.py: the seed's worked example
+// The browser's reducer must agree with backend/loaderscope/state.py: a worked example
 // step by step, protocol invariants over synthetic runs, and the Python reducer and diagnosis
 // themselves on the same streams (python.js finds the interpreter).
 import { test } from 'node:test';
@@ -19,7 +19,7 @@ function stream(specs) {
 
 const CONFIG = { num_workers: 4, batch_size: 2, prefetch_factor: 1, in_order: true, persistent_workers: false };
 
-// Seed 001: 4 workers, prefetch 1, tasks 0–3 dispatched round-robin; task 1 arrives before task 0
+// A worked example: 4 workers, prefetch 1, tasks 0–3 dispatched round-robin; task 1 arrives before task 0
 // and is parked in _task_info; then task 0 arrives and both are released in order.
 const SEED = stream([
   [0.0, 'run_start', { mode: 'real', scenario: 'out_of_order', config: CONFIG }],
