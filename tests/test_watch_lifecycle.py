@@ -212,3 +212,16 @@ def test_wrappers_get_the_dataloaders_inside_watched() -> None:
 def test_something_without_a_dataloader_gets_told_what_to_pass() -> None:
     with pytest.raises(TypeError, match=r"holds none\. Pass the DataLoader itself"):
         loaderscope.watch([1, 2, 3], sink=print)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_loader_dropped_as_soon_as_its_iterator_exists_records_every_batch(num_workers: int) -> None:
+    """`for batch in watch(DataLoader(...))`: nothing but the iterator holds the loader; the run ends
+    when both are gone, after the last batch, not when the loader is."""
+    events: list[dict[str, Any]] = []
+    consumed = sum(1 for _ in loaderscope.watch(DataLoader(Squares(), batch_size=4, num_workers=num_workers),
+                                                sink=events.extend))
+    assert consumed == 8
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("yield") == 8 and kinds[-1] == "run_end"
+    assert epoch_ends(events) == [(0, 8, False)] and conformance.check(events) == []

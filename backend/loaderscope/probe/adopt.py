@@ -143,6 +143,7 @@ class Adoption:
                 return
             iterator.__class__ = probed
             iterator._probe_attach(self.given)
+            self.given.probe.hold(iterator)
         except Exception as exc:
             iterator.__class__ = original  # as it was: torch's iterator, unobserved
             report(f"adopting {original.__name__}", exc, self.given.probe.note)

@@ -143,7 +143,7 @@ class ProbeMixin(DataLoader[T_co]):
         # object.__setattr__: DataLoader.__setattr__ guards some names after init, not ours, but
         # going around it keeps the probe invisible to subclasses that override __setattr__ too.
         object.__setattr__(self, "_probe", recorder)
-        weakref.finalize(self, recorder.close)  # a loader dropped without close() still stops its thread
+        recorder.hold(self)  # a loader dropped without close() still stops its thread, once its iterators go
         object.__setattr__(self, "_probe_epochs", EpochCounter(recorder))
         object.__setattr__(self, "_probe_meta", {**meta, "rank_given": rank is not None})
         object.__setattr__(self, "_probe_started", False)

@@ -60,6 +60,10 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._watchers: list[Callable[[], None]] = []
         self.values_asked = False  # in-process loaders: describe the next batch with values
+        # The run lives while its loader or any of its iterators does (``for b in DataLoader(...)``
+        # drops the loader as soon as the iterator exists); the last one gone calls ``on_abandoned``.
+        self.on_abandoned: Callable[[], None] = self.close
+        self._holders = 0
 
     # --- producing records ---------------------------------------------------------------------
 
@@ -88,6 +92,23 @@ class Recorder:
     def unwatch(self, callback: Callable[[], None]) -> None:
         if callback in self._watchers:
             self._watchers.remove(callback)
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    def hold(self, owner: object) -> None:
+        """Keep the run open while ``owner`` (the loader, or one of its iterators) lives."""
+        self._holders += 1
+        weakref.finalize(owner, self._release).atexit = False  # at exit, atexit hooks end runs
+
+    def _release(self) -> None:
+        self._holders -= 1
+        if self._holders == 0:
+            try:
+                self.on_abandoned()
+            except Exception as exc:  # a finalizer's failure would only be printed by the collector
+                report("run end", exc)
 
     # --- the probe thread ----------------------------------------------------------------------
 

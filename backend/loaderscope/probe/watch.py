@@ -15,6 +15,7 @@ own there (``probe/logfile.py``); then a dashboard is used only if one is named 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import sys
 import threading
@@ -71,14 +72,12 @@ class Destination:
         other = self.sink if self.sink is not None else stream
         sink: Any = other if file is None else file if other is None else Fanout(file, other)
         loader._init_probe(sink, run_id=None, rank=None, meta=self.meta)
-        if file is not None:
-            outlets = Outlets(stream, file)
-            object.__setattr__(loader, "_probe_transport", outlets)  # ProbeMixin.close() closes it
-            # A loader dropped without close() (one built per evaluation, say) ended normally: its
-            # file must not read as a crash. Not at interpreter exit: _close_all knows the reason then.
-            weakref.finalize(loader, _end_dropped, loader._probe, outlets).atexit = False
-        elif stream is not None:
-            object.__setattr__(loader, "_probe_transport", stream)
+        transport: Any = Outlets(stream, file) if file is not None else stream
+        if transport is not None:
+            object.__setattr__(loader, "_probe_transport", transport)  # ProbeMixin.close() closes it
+        # A loader dropped without close() (`for batch in DataLoader(...)`, one built per evaluation)
+        # ended normally once it and its iterators are gone: its run must not read as a crash.
+        loader._probe.on_abandoned = functools.partial(_end_dropped, loader._probe, transport)
         _open_loaders.add(loader)
 
     # A copied loader reports to the same place, not to a copy of the sink's list.
@@ -113,15 +112,19 @@ class Outlets:
         self.file.close()
 
 
-def _end_dropped(recorder: Recorder, outlets: Outlets) -> None:
-    if outlets.closed or (recorder.seq == 0 and not recorder.pending):  # closed, or never iterated
+def _end_dropped(recorder: Recorder, transport: Any) -> None:
+    """The run of a loader that is gone with all its iterators: ``run_end``, then close quietly.
+
+    This runs inside the garbage collector, on the training thread: sending what is left (up to a
+    few seconds for a slow dashboard) happens on a thread of its own, which exit waits for.
+    """
+    if recorder.closed:  # ended by close() or `with loader:` already
         return
-    try:
+    if recorder.seq or recorder.pending:  # never iterated: nothing to end
         recorder.note("run_end", reason="done", stats={})
-        recorder.close()
-        outlets.close()
-    except Exception as exc:  # a finalizer's failure would only be printed by the garbage collector
-        report("run end", exc)
+    recorder.close()
+    if transport is not None:
+        threading.Thread(target=transport.close, name="loaderscope-close").start()
 
 
 def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], None] | None = None,
