@@ -1,4 +1,4 @@
-"""◆ The ``loaderscope`` command: demo, serve, scenarios, run, sim, export."""
+"""◆ The ``loaderscope`` command: demo, serve, scenarios, run, sim, export, record, compare."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from loaderscope import __version__, scenarios
+from loaderscope.compare_cli import add_compare_command
 from loaderscope.diagnosis import diagnosis
 from loaderscope.events import Event
+from loaderscope.record import add_record_command
 from loaderscope.report import first_epoch_orders, reordering_story
 from loaderscope.state import LoaderState, summary
 
@@ -272,7 +274,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 # A demo long enough to watch: out_of_order's default run is over in about a second.
-DEMO_SETS = {"out_of_order": ["dataset_size=400", "sample_ms=15"]}
+DEMO_SETS = {"out_of_order": ["dataset_size=400", "sample_ms=15", "hold_every=5"]}  # keeps results parking all run
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -351,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("chrome",), default="chrome")
     export.add_argument("-o", "--output", required=True)
     export.set_defaults(func=cmd_export)
+    add_record_command(sub)
+    add_compare_command(sub)
     return parser
 
 
