@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderscope.probe.logfile import job_directory, safe_name
+from loaderscope.logdir import job_directory, safe_name
 
 DEFAULT_LOGDIR = "loaderscope-runs"
 STARTUP_HOOK = "loaderscope_auto.pth"

@@ -17,7 +17,6 @@ file and the fix, and ends this run's file there; training goes on.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
@@ -28,35 +27,16 @@ from typing import Any
 import orjson
 
 from loaderscope.events import Event, expand
+from loaderscope.logdir import trace_path
 from loaderscope.probe.faults import report
 from loaderscope.trace import TraceWriter
 
 BUFFER_EVENTS = 200_000  # as transport.BUFFER_EVENTS: what may wait for a slow disk
 SYNC_EVERY = 1.0  # seconds between fsyncs while events come
 CLOSE_TIMEOUT = 5.0
-LOCAL_JOB = "local"  # the directory of runs that belong to no launcher's job
-UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 HEADER_FIELDS = ("name", "job", "rank", "world_size", "pid", "host", "loader", "wall_start")
 
 _said: set[str] = set()  # kinds of problem already reported by this process
-
-
-def safe_name(text: str) -> str:
-    """A file-name part from a job id or class name (``host:29500`` → ``host_29500``)."""
-    return UNSAFE.sub("_", text).strip("._") or "_"
-
-
-def job_directory(logdir: Path, job: str | None) -> Path:
-    """Where the runs of a job go: the ranks of one job share it."""
-    return logdir / safe_name(job or LOCAL_JOB)
-
-
-def trace_path(logdir: Path, start: Event) -> Path:
-    """``LOGDIR/<job>/<LoaderClass>-rank<R>-pid<P>-<run>.trace.jsonl``, from the run's ``run_start``."""
-    loader = str(start.get("loader") or "DataLoader").rsplit(".", 1)[-1]
-    pid = start.get("pid") or os.getpid()
-    name = f"{safe_name(loader)}-rank{start.get('rank', 0)}-pid{pid}-{safe_name(str(start.get('run', 'run')))}"
-    return job_directory(logdir, start.get("job")) / f"{name}.trace.jsonl"
 
 
 def _say(kind: str, message: str) -> None:
