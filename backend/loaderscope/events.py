@@ -20,6 +20,10 @@ COMMON_FIELDS = ("seq", "t", "run", "rank", "kind")
 MAX_FRAME_BYTES = 8 * 1024 * 1024
 MAX_INDICES = 64  # sample indices kept per task; the rest is counted in ``n``
 MAX_WORKERS = 4096  # per loader: the reducer keeps state per worker id
+# Every number at an event's top level lies within +-2**53 (JSON's exact integers; floats finite):
+# a time of 1.7e308 made the statistics overflow to infinity, and a seq of 2**64-1 made every later
+# answer about the run unencodable.
+MAX_NUMBER = 2**53
 
 Event = dict[str, Any]
 
@@ -125,14 +129,21 @@ def validate(event: Any) -> Event:
     # A bool is an int to isinstance, but never a count or a time.
     for name, value in event.items():
         want = _FIELD_TYPES.get(name)
-        if want is None or value is None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not -MAX_NUMBER <= value <= MAX_NUMBER:  # NaN fails every comparison
+                raise EventError(f"{kind} event: '{name}' must be a finite number within +-2**53, got {value!r}")
+            if want is not int or isinstance(value, int):
+                continue
+        elif want is None or value is None:
             continue
-        if not isinstance(value, want) or isinstance(value, bool):
-            noun = "an integer" if want is int else "a number"
-            raise EventError(f"{kind} event: '{name}' must be {noun}, got {value!r}")
+        noun = "an integer" if want is int else "a number"
+        raise EventError(f"{kind} event: '{name}' must be {noun}, got {value!r}")
     worker = event.get("worker")
     if worker is not None and not 0 <= worker < MAX_WORKERS:
         raise EventError(f"{kind} event: 'worker' must be from 0 to {MAX_WORKERS - 1}, got {worker}")
+    seq = event.get("seq")
+    if seq is not None and seq < 0:
+        raise EventError(f"{kind} event: 'seq' must be from 0 to 2**53, got {seq}")
     return event
 
 

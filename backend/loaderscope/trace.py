@@ -167,7 +167,15 @@ def _j(value: Any) -> str:
 
 
 def chrome_json(events: Iterable[Mapping[str, Any]]) -> bytes:
-    """Chrome trace-event JSON: a process per rank, a thread per worker plus main and pin threads.
+    """Chrome trace-event JSON, whole (``chrome_chunks`` streams the same bytes)."""
+    return b"".join(chrome_chunks(events))
+
+
+CHROME_CHUNK_EVENTS = 20_000  # trace events per chunk: a streamed export holds about this many at once
+
+
+def chrome_chunks(events: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
+    """Chrome trace-event JSON in chunks: a process per rank, a thread per worker plus main and pin threads.
 
     Fetches and consumer waits are complete ("X") events, dispatch→arrival a flow arrow ("s"/"f"),
     parking, skips, errors and the like are instants ("i"). The per-batch kinds are written as
@@ -185,7 +193,13 @@ def chrome_json(events: Iterable[Mapping[str, Any]]) -> bytes:
             named.add((pid, tid))
             append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"ts":0,"args":{{"name":{_j(label)}}}}}')
 
+    yield b'{"traceEvents":['
+    separator = ""
     for e in events:  # branches ordered by how often each kind occurs: this loop is the export's cost
+        if len(out) >= CHROME_CHUNK_EVENTS:
+            yield (separator + ",".join(out)).encode()
+            out.clear()
+            separator = ","
         kind, ts, pid = e["kind"], e["t"] * US, int(e.get("rank", 0))
         if kind == "fetch_start":
             continue  # the complete event at fetch_end covers it
@@ -230,4 +244,4 @@ def chrome_json(events: Iterable[Mapping[str, Any]]) -> bytes:
             args = {k: v for k, v in e.items() if k not in ("seq", "t", "run", "rank", "kind")}
             append(_j({"ph": "i", "s": "t", "name": kind, "cat": "protocol", "pid": pid, "tid": tid, "ts": ts,
                        "args": args}))
-    return ('{"traceEvents":[' + ",".join(out) + '],"displayTimeUnit":"ms"}').encode()
+    yield ((separator if out else "") + ",".join(out) + '],"displayTimeUnit":"ms"}').encode()

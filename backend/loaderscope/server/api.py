@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -15,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 import loaderscope
 from loaderscope import scenarios, trace
-from loaderscope.server.errors import field_problems, readable
+from loaderscope.events import MAX_NUMBER
+from loaderscope.server.budgets import PAGE_BYTES
+from loaderscope.server.errors import field_problems, readable, type_problems
 from loaderscope.server.runs import Run, RunManager, RunRefused
 from loaderscope.server.store import EventLog, Gap, Spill
 
@@ -23,7 +26,9 @@ if TYPE_CHECKING:
     from loaderscope.sim import Variant
 
 MAX_EVENTS_PER_REQUEST = 10_000
-MAX_CHROME_EVENTS = 2_000_000  # a conversion holds the whole run in memory; beyond this, use the CLI
+MAX_CHROME_EVENTS = 2_000_000  # ~2 s of conversion each; beyond this, `loaderscope export` on the jsonl file
+MAX_EXPORTS = 2  # Chrome conversions at once (each streams, but costs a core while it runs)
+EXPORT_BLOCK = 10_000  # events read from the trace file per step of a Chrome export
 STREAM_CHUNK = 1 << 20
 
 router = APIRouter(prefix="/api")
@@ -111,6 +116,9 @@ def _check_run(body: RunRequest) -> scenarios.Plan | JSONResponse:
         plan = scenarios.resolve(body.scenario, body.params)
     except scenarios.ParamError as exc:
         return rejected(exc, "params.")
+    mistyped = _mistyped(body.scenario, body.params, "params.")  # what resolving would have coerced
+    if mistyped:
+        return unprocessable(mistyped)
     if body.mode == "sim" and not sim_available():
         return unprocessable([{"field": "mode", "message": "the simulator is not available in this installation; "
                                "use mode 'real'", "allowed": "'real'"}])
@@ -120,11 +128,20 @@ def _check_run(body: RunRequest) -> scenarios.Plan | JSONResponse:
                                    "(mode 'sim')", "allowed": None}])
         from loaderscope.sim import CostModel
 
+        mistyped = type_problems(body.costs, CostModel.model_json_schema()["properties"], "costs.")
+        if mistyped:
+            return unprocessable(mistyped)
         try:
             CostModel.model_validate(body.costs)
         except ValidationError as exc:
             return unprocessable(field_problems(exc.errors(), CostModel, prefix="costs."))
     return plan
+
+
+def _mistyped(scenario: str, params: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """JSON is typed: over HTTP ``"4"`` and ``true`` are not integers (the command line's text is parsed)."""
+    described = next((s for s in _describe_scenarios() if s["name"] == scenario), None)
+    return type_problems(params, described["params"] if described else {}, prefix)
 
 
 def sim_available() -> bool:
@@ -146,6 +163,9 @@ class SweepRequest(BaseModel):
 
 
 MAX_SWEEP_RUNS = 36  # combinations per sweep: each is a whole simulated run
+# Events simulated by one sweep, all combinations together: ~15 s of one core and under 1 GB at the
+# simulator's ~150,000 events/s (one combination at its own 2M cap alone took 20 s and 737 MB).
+MAX_SWEEP_EVENTS = 2_000_000
 _sweeping = asyncio.Semaphore(1)  # one sweep at a time: they are CPU-bound
 
 
@@ -157,7 +177,7 @@ async def sim_costs() -> dict[str, Any]:
     return CostModel.model_json_schema()
 
 
-@router.post("/sweeps", responses={422: {}, 429: {}})
+@router.post("/sweeps", responses={413: {}, 422: {}, 429: {}})
 async def create_sweep(body: SweepRequest) -> Any:
     """Rows of batches/s, input-bound share, buffer high-water and worker use per combination,
     and the recommendation (the smallest num_workers that keeps the consumer fed)."""
@@ -175,22 +195,59 @@ def _check_sweep(body: SweepRequest) -> list[Variant] | JSONResponse:
     """Every combination, resolved and checked (torch-free), or the 422 that says what is wrong."""
     from loaderscope import sim
 
+    combinations = math.prod(max(len(values), 1) for values in body.grid.values())
+    if not body.grid or combinations > MAX_SWEEP_RUNS:  # before anything else: a grid may hold millions of values
+        return unprocessable([{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations "
+                               f"(got {combinations})", "allowed": None}])
     try:
         plan = scenarios.resolve(body.scenario, body.params)
     except scenarios.ParamError as exc:
         return rejected(exc, "params.")
-    combinations = math.prod(max(len(values), 1) for values in body.grid.values())
-    if not body.grid or combinations > MAX_SWEEP_RUNS:
-        return unprocessable([{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations "
-                               f"(got {combinations})", "allowed": None}])
+    cost_fields = sim.CostModel.model_json_schema()["properties"]
+    mistyped = (_mistyped(body.scenario, body.params, "params.") + _mistyped_grid(body, cost_fields)
+                + type_problems(body.costs or {}, cost_fields, "costs."))
+    if mistyped:
+        return unprocessable(mistyped)
     try:
         costs = sim.CostModel.model_validate(body.costs or {})
     except ValidationError as exc:
         return unprocessable(field_problems(exc.errors(), sim.CostModel, prefix="costs."))
     try:
-        return sim.variants(plan, body.grid, costs)
+        chosen = sim.variants(plan, body.grid, costs)
     except scenarios.ParamError as exc:
         return rejected(exc, "grid.")
+    return _within_budget(chosen)
+
+
+def _mistyped_grid(body: SweepRequest, costs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each swept value typed as its parameter or cost field takes it, named ``grid.KEY``."""
+    problems = []
+    for key, values in body.grid.items():
+        for value in values:
+            found = _mistyped(body.scenario, {key: value}, "grid.") if key not in costs else \
+                type_problems({key: value}, costs, "grid.")
+            if found:
+                problems += found
+                break
+    return problems
+
+
+def _within_budget(chosen: list[Variant]) -> list[Variant] | JSONResponse:
+    """413 when the combinations together would simulate more than MAX_SWEEP_EVENTS events."""
+    total = sum(_events_of(variant) for variant in chosen)
+    if total <= MAX_SWEEP_EVENTS:
+        return chosen
+    return JSONResponse({"detail": f"this sweep would simulate about {total:,} events, more than the {MAX_SWEEP_EVENTS:,} "
+                         "one sweep may: sweep fewer combinations, a smaller dataset_size or fewer epochs"},
+                        status_code=413)
+
+
+def _events_of(variant: Variant) -> int:
+    """About five events per batch (dispatch, fetch start and end, arrival, yield) per epoch."""
+    params = variant.plan.values()
+    samples = params.get("num_samples") or params.get("dataset_size") or 0
+    batch = max(1, params.get("batch_size") or 1)
+    return 5 * -(-int(samples) // batch) * max(1, int(params.get("epochs") or 1))
 
 
 def _sweep(chosen: list[Variant]) -> dict[str, Any]:
@@ -209,9 +266,11 @@ async def list_runs(request: Request) -> list[dict[str, Any]]:
 async def get_run(run_id: str, request: Request) -> Any:
     manager = manager_of(request)
     try:
-        return JSONResponse(manager.opened(manager.require(run_id)).detail())
+        detail = manager.opened(manager.require(run_id)).detail()
     except RunRefused as exc:
         return refused(exc)
+    # orjson writes a non-finite number as null where the standard encoder would fail the request
+    return Response(orjson.dumps(detail, option=orjson.OPT_NON_STR_KEYS), media_type="application/json")
 
 
 @router.post("/runs/{run_id}/control", responses={404: {}, 409: {}})
@@ -229,10 +288,14 @@ async def control_run(run_id: str, body: ControlRequest, request: Request) -> An
 async def run_events(
     run_id: str,
     request: Request,
-    after: int = Query(-1, ge=-1, description="the last seq already seen (-1: from the start)"),
+    after: int = Query(-1, ge=-1, le=MAX_NUMBER, description="the last seq already seen (-1: from the start)"),
     limit: int = Query(1000, ge=1, le=MAX_EVENTS_PER_REQUEST, description="most events returned"),
 ) -> Any:
-    """Events ``after+1 ..`` in seq order, with ``gap`` naming any requested ones no longer held."""
+    """Events ``after+1 ..`` in seq order, with ``gap`` naming any requested ones no longer held.
+
+    A page holds at most ``limit`` events and about PAGE_BYTES (4 MiB, at least one event): when
+    ``more`` is true, ask again with ``after=next_after``.
+    """
     manager = manager_of(request)
     try:
         run = manager.require(run_id)
@@ -240,8 +303,11 @@ async def run_events(
         return refused(exc)
     await manager.read_whole(run)
     lines, gap = await read_events(run.log, after + 1, limit)
+    start = max(after + 1, gap.last + 1 if gap else after + 1)
+    next_after = start + len(lines) - 1 if lines else (gap.last if gap else after)
     meta = {"run": run.id, "after": after, "last_seq": run.log.last_seq, "status": run.status,
-            "gap": gap.meta("not held by the store") if gap else None}
+            "gap": gap.meta("not held by the store") if gap else None,
+            "next_after": next_after, "more": next_after < run.log.last_seq}
     body = orjson.dumps(meta)[:-1] + b',"events":[' + b",".join(lines) + b"]}"
     return Response(body, media_type="application/json")
 
@@ -249,17 +315,17 @@ async def run_events(
 async def read_events(log: EventLog, start: int, limit: int) -> tuple[list[bytes], Gap | None]:
     """EventLog.read: from memory on the loop; from the trace file (blocking) in a worker thread."""
     if log.in_memory(max(start, log.first_held)):
-        return log.read(start, limit)
+        return log.read(start, limit, PAGE_BYTES)
     if log.spill is None:  # the trace file failed since first_held was read
         return [], Gap(start, log.first_held - 1)
     log.flush()
-    return await asyncio.to_thread(log.read, start, limit)
+    return await asyncio.to_thread(log.read, start, limit, PAGE_BYTES)
 
 
 TRACE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "jsonl: the trace file (header line, then one event per line); chrome: trace-event JSON",
           "content": {"application/x-ndjson": {}, "application/json": {}}},
-    404: {}, 410: {}, 413: {},
+    404: {}, 410: {}, 413: {}, 429: {},
 }
 
 
@@ -289,25 +355,57 @@ async def run_trace(
 
 
 async def _chrome_trace(run: Run) -> Response:
-    """The run as Chrome trace-event JSON (Perfetto, chrome://tracing), built off the event loop."""
+    """The run as Chrome trace-event JSON (Perfetto, chrome://tracing), streamed as it is converted:
+    an export holds one block of events at a time, whatever the run's size."""
     count = run.log.next_seq
     if count > MAX_CHROME_EVENTS:
         return JSONResponse({"detail": f"run {run.id} has {count} events, more than the {MAX_CHROME_EVENTS} the "
                              "dashboard converts; download format=jsonl and run `loaderscope export FILE --format "
                              "chrome`"}, status_code=413)
+    if _exports.running >= MAX_EXPORTS:
+        return JSONResponse({"detail": f"{MAX_EXPORTS} Chrome exports are already running; try again when one "
+                             "ends"}, status_code=429)
     spill = run.log.spill
     if spill is not None:
         run.log.flush()
-        lines = await asyncio.to_thread(spill.read, 0, count)
-    else:
-        lines = run.log.read_memory(0, count)
-    body = await asyncio.to_thread(_chrome_json, lines)
-    return Response(body, media_type="application/json",
-                    headers={"content-disposition": f'attachment; filename="{run.id}.chrome.json"'})
+        lines: Iterator[bytes] = _spill_lines(spill, count)
+    else:  # memory only: a snapshot taken on the loop (bounded by the run's memory budget)
+        lines = iter(run.log.read_memory(0, count))
+    return StreamingResponse(_exports.counted(trace.chrome_chunks(orjson.loads(line) for line in lines)),
+                             media_type="application/json",
+                             headers={"content-disposition": f'attachment; filename="{run.id}.chrome.json"'})
 
 
-def _chrome_json(lines: list[bytes]) -> bytes:
-    return trace.chrome_json(orjson.loads(line) for line in lines)
+def _spill_lines(spill: Spill, count: int) -> Iterator[bytes]:
+    """Events 0..count-1 of a trace file, read a block at a time (Starlette iterates this in a thread)."""
+    start = 0
+    while start < count:
+        block = spill.read(start, min(EXPORT_BLOCK, count - start))
+        if not block:
+            return
+        yield from block
+        start += len(block)
+
+
+class _Exports:
+    """How many Chrome exports are streaming. Counted from inside the stream (in Starlette's worker
+    threads), so a response that never starts holds no slot."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self._lock = threading.Lock()
+
+    def counted(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        with self._lock:
+            self.running += 1
+        try:
+            yield from chunks
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+_exports = _Exports()
 
 
 def _file_bytes(spill: Spill, size: int) -> Iterator[bytes]:

@@ -17,6 +17,7 @@ from starlette.staticfiles import StaticFiles
 
 import loaderscope
 from loaderscope.server import api, ingest, stream
+from loaderscope.server.bodylimit import BodyLimit
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.errors import field_problems, readable
 from loaderscope.server.logdir import Logdir
@@ -69,6 +70,7 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
     if config.allow_origins:  # pages served elsewhere (a dev server, a proxy) calling with the token
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allow_origins), allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type"])
+    app.add_middleware(BodyLimit)  # before any body is parsed
     app.include_router(api.router)
     app.add_exception_handler(RequestValidationError, _validation_error)
     _websockets(app, manager)

@@ -24,6 +24,18 @@ LOGDIR_POLL = 0.5  # seconds between looks at the logdir and at each followed fi
 # least every second while a loader runs, but a training loop in a long validation or checkpoint
 # writes nothing: 30 s keeps those "running" while a killed job is named within half a minute.
 SILENT_AFTER = 30.0
+# Connections: well under the 200 runs listed, so idle producers can never hold every slot, and under
+# uvicorn's and the OS's own limits (each viewer costs a task and a socket).
+MAX_PRODUCERS = 64
+MAX_VIEWERS = 256  # viewer websockets in all
+MAX_RUN_VIEWERS = 64  # viewer websockets per run
+# A disconnected watch() run may come back (its producer retries): it is not forgotten for this long.
+RECONNECT_GRACE = 600.0
+MAX_RUN_BYTES = 1 << 30  # a run's trace file; a producer writing more is cut off (1008)
+# Traces of a temporary data directory: those of forgotten runs are deleted beyond the newest
+# KEEP_FORGOTTEN, and forgotten runs' files go first once all of them pass DISK_BYTES.
+KEEP_FORGOTTEN = 16
+DISK_BYTES = 4 << 30
 
 
 def is_loopback(host: str) -> bool:
@@ -58,6 +70,13 @@ class ServerConfig:
     max_active_runs: int = MAX_ACTIVE_RUNS
     max_runs: int = MAX_RUNS
     max_run_events: int = MAX_RUN_EVENTS
+    max_run_bytes: int = MAX_RUN_BYTES
+    max_producers: int = MAX_PRODUCERS
+    max_viewers: int = MAX_VIEWERS
+    max_run_viewers: int = MAX_RUN_VIEWERS
+    reconnect_grace: float = RECONNECT_GRACE
+    keep_forgotten: int = KEEP_FORGOTTEN
+    disk_bytes: int = DISK_BYTES
     stop_grace: float = STOP_GRACE
     kill_grace: float = KILL_GRACE
     frontend_dir: Path | None = None

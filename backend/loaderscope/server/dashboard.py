@@ -119,7 +119,7 @@ def serve(
         app, log_level=log_level, ws="auto", ws_max_size=MAX_FRAME_BYTES, ws_per_message_deflate=False,
         proxy_headers=False, server_header=False, lifespan="on", timeout_graceful_shutdown=3,
     ))
-    logs.install()  # after uvicorn.Config: it (re)configures logging
+    logs.install(token)  # after uvicorn.Config: it (re)configures logging
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

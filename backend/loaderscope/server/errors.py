@@ -6,6 +6,7 @@ pydantic says "Input should be less than or equal to 32"; a user filling a form 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,9 +72,43 @@ def allowed_values(model: type[BaseModel], name: str) -> str | None:
 
 
 def _kind_name(kind: str) -> str:
-    return {"integer": "an integer", "number": "a number", "string": "a string"}.get(kind, kind)
+    return {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}.get(kind, kind)
 
 
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"integer": (int,), "number": (int, float), "boolean": (bool,),
+                                            "string": (str,), "object": (dict,), "array": (list,)}
+
+
+def type_problems(values: dict[str, Any], properties: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """Values whose JSON type is not the one their field declares (``"4"`` or ``true`` for an integer).
+
+    pydantic's lax mode would coerce them; over HTTP a client sends typed JSON, and a coerced value
+    hides a client's bug. Fields not in ``properties`` are left to the model (it names them).
+    """
+    problems = []
+    for name, value in values.items():
+        kind = properties.get(name, {}).get("type")
+        want = _JSON_TYPES.get(kind) if isinstance(kind, str) else None
+        if want is None or value is None:
+            continue
+        if isinstance(value, want) and (kind == "boolean" or not isinstance(value, bool)):
+            if not isinstance(value, float) or math.isfinite(value):  # Python's json reads NaN and Infinity
+                continue
+        problems.append({"field": prefix + name, "message": f"must be {_kind_name(kind)} (got {_short(value)}: "
+                         f"{type(value).__name__})", "allowed": allowed_from(properties[name])})
+    return problems
+
+
+def allowed_from(prop: dict[str, Any]) -> str | None:
+    """``allowed_values`` for one JSON-schema property."""
+    low, high, kind = prop.get("minimum"), prop.get("maximum"), _kind_name(str(prop.get("type", "value")))
+    if "enum" in prop:
+        return "one of " + ", ".join(repr(v) for v in prop["enum"])
+    if low is not None and high is not None:
+        return f"{kind} from {low} to {high}"
+    return kind

@@ -10,7 +10,12 @@ Protocol (◆):
   or ``{"type": "failed", "error": "..."}``;
 - the server sends controls: ``{"action": "pause"|"resume"|"step"|"stop"}`` and ``{"delay": s}``.
 Bad input closes the connection with a code that says why: 1007 (not JSON, not the schema),
-1009 (too big), 1008 (over the run's event limit), 4400/4409 (bad or busy run id).
+1009 (too big), 1008 (over the run's event limit), 4400/4409 (bad or busy run id), 1013 (try again
+later: ``max_producers`` connected, or every listed run still live).
+
+A frame is applied in slices of about SLICE_EVENTS events, yielding to the event loop between them:
+a 7 MB compact frame expands to a million events, and must not hold every other connection for
+seconds. Events before a bad one in the same frame are kept.
 """
 
 from __future__ import annotations
@@ -21,13 +26,19 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from loaderscope.events import MAX_FRAME_BYTES, EventError, decode_frame
+from loaderscope.events import MAX_FRAME_BYTES, MAX_NUMBER, MAX_ROWS, EventError, Event, expand, validate
+from loaderscope.server.config import ServerConfig
 from loaderscope.server.runs import Run, RunManager, RunRefused
+from loaderscope.server.spill import TraceSpill
 
 MAX_ERROR_TEXT = 4000
 CLOSE_BAD_DATA = 1007
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
+CLOSE_TRY_LATER = 1013
+# ~7 ms of the server's ~3.5 us per event: the longest one frame holds the event loop at a time.
+SLICE_EVENTS = 2000
+SLICE_ROWS = SLICE_EVENTS // 5  # a compact "batch" row is five events
 
 
 class WebSocketChannel:
@@ -46,26 +57,35 @@ def close_reason(text: str) -> str:
     return text if len(raw) <= 123 else raw[:120].decode("utf-8", "ignore") + "..."
 
 
+def close_code(status: int) -> int:
+    """A websocket close code for a RunRefused status: 4xxx as they are, "busy" (429) as 1013."""
+    return CLOSE_TRY_LATER if status == 429 else status
+
+
 async def ingest(websocket: WebSocket, manager: RunManager) -> None:
     await websocket.accept()
+    if manager.producers >= manager.config.max_producers:
+        await websocket.close(CLOSE_TRY_LATER, close_reason(
+            f"{manager.config.max_producers} producers are connected, the most this dashboard takes; try again later"))
+        return
     channel = WebSocketChannel(websocket)
     try:
         run, queued = manager.attach(websocket.query_params.get("run"), channel)
     except RunRefused as exc:
-        await websocket.close(exc.status, close_reason(exc.message))
+        await websocket.close(close_code(exc.status), close_reason(exc.message))
         return
     try:
         await channel.send({"type": "hello", "run": run.id, "next_seq": run.log.next_seq})
         for message in queued:
             await channel.send(message)
-        await _receive(websocket, run, manager.config.max_run_events)
+        await _receive(websocket, run, manager.config)
     except WebSocketDisconnect:
         pass
     finally:
         manager.detach(run)
 
 
-async def _receive(websocket: WebSocket, run: Run, max_events: int) -> None:
+async def _receive(websocket: WebSocket, run: Run, config: ServerConfig) -> None:
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
@@ -74,49 +94,82 @@ async def _receive(websocket: WebSocket, run: Run, max_events: int) -> None:
         if data is None:
             continue
         try:
-            take(run, data)
+            await take(run, data)
         except EventError as exc:
             code = CLOSE_TOO_BIG if len(data) > MAX_FRAME_BYTES else CLOSE_BAD_DATA
             await websocket.close(code, close_reason(str(exc)))
             return
-        if run.log.next_seq > max_events:
-            await websocket.close(CLOSE_POLICY, close_reason(f"run {run.id} reached the limit of {max_events} events"))
+        over = _over_limit(run, config)
+        if over is not None:
+            await websocket.close(CLOSE_POLICY, close_reason(f"run {run.id} reached the limit of {over}"))
             return
         await asyncio.sleep(0)  # a flooding producer must not starve the other connections
 
 
-def take(run: Run, data: bytes | str) -> None:
-    """One message from a producer: a meta object, or a frame of events.
+def _over_limit(run: Run, config: ServerConfig) -> str | None:
+    """Which of the run's limits it passed (events, or bytes on disk), if any."""
+    if run.log.next_seq > config.max_run_events:
+        return f"{config.max_run_events} events"
+    spill = run.log.spill
+    if isinstance(spill, TraceSpill) and spill.size > config.max_run_bytes:
+        return f"{config.max_run_bytes} bytes of trace"
+    return None
+
+
+async def take(run: Run, data: bytes | str) -> None:
+    """One message from a producer: a meta object, or a frame of events, applied a slice at a time.
 
     Raises:
         EventError: the message is not JSON, not the schema, or too big.
     """
-    if len(data) <= MAX_FRAME_BYTES and data[:1] in (b"{", "{"):
-        meta = _meta(data)
-        if meta is not None:
-            _apply_meta(run, meta)
-            return
-    run.ingest(decode_frame(data))
-
-
-def _meta(data: bytes | str) -> dict[str, Any] | None:
-    """A JSON object with a ``type`` and no ``kind`` is a meta message; anything else is a frame."""
+    if len(data) > MAX_FRAME_BYTES:
+        raise EventError(f"frame of {len(data)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit; send smaller frames")
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise EventError(f"message is not valid JSON: {exc}") from None
     if isinstance(value, dict) and "type" in value and "kind" not in value:
-        return value
-    return None
+        _apply_meta(run, value)
+        return
+    first = True
+    for events in _slices(value):
+        if not first:
+            await asyncio.sleep(0)
+        first = False
+        run.ingest(events)
+
+
+def _slices(value: Any) -> Any:
+    """Validated events of a decoded frame, SLICE_EVENTS at a time (compact rows expanded per slice)."""
+    if isinstance(value, dict) and "rows" in value:
+        rows, seq = value["rows"], value.get("seq", 0)
+        if not isinstance(rows, list) or len(rows) > MAX_ROWS:
+            raise EventError(f"a compact frame needs 'rows', a list of at most {MAX_ROWS} rows")
+        for start in range(0, len(rows), SLICE_ROWS):
+            events = expand({**value, "rows": rows[start:start + SLICE_ROWS], "seq": seq})
+            if events:
+                seq = events[-1]["seq"] + 1 if isinstance(events[-1].get("seq"), int) else seq
+            yield _valid(events)
+        return
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise EventError(f"a frame must be a JSON array of events, got {type(value).__name__}")
+    for start in range(0, len(value), SLICE_EVENTS):
+        yield _valid(value[start:start + SLICE_EVENTS])
+
+
+def _valid(events: list[Any]) -> list[Event]:
+    return [validate(event) for event in events]
 
 
 def _apply_meta(run: Run, meta: dict[str, Any]) -> None:
     kind = meta["type"]
     if kind == "dropped":
         count = meta.get("count")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise EventError(f"'dropped' needs a non-negative integer 'count', got {count!r}")
-        run.dropped += count
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_NUMBER:
+            raise EventError(f"'dropped' needs a non-negative integer 'count' (at most 2**53), got {count!r}")
+        run.add_dropped(count)
         run.changed.notify()
     elif kind == "failed":
         error = meta.get("error")

@@ -1,32 +1,53 @@
-"""Keep the token out of the logs: uvicorn writes request paths with their query strings."""
+"""Keep the token out of the logs: uvicorn writes request paths with their query strings.
+
+The token is redacted by its value as well as by the parameter's name: ``?%74oken=T`` is
+``?token=T`` to the query parser, and a refused request is logged like any other.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
+from urllib.parse import unquote_plus
 
-_TOKEN_IN_QUERY = re.compile(r"(token=)[^&\s\"']+")
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;\s\"'#]*)=([^&;\s\"'#]*)")
 LOGGERS = ("uvicorn.access", "uvicorn.error", "uvicorn")
+REDACTED = "[redacted]"
 
 
-def redact(text: str) -> str:
-    return _TOKEN_IN_QUERY.sub(r"\1[redacted]", text)
+def redact(text: str, token: str | None = None) -> str:
+    """``text`` with every query value named token (in any encoding), and every occurrence of the
+    token itself (in any encoding), replaced by ``[redacted]``."""
+
+    def pair(match: re.Match[str]) -> str:
+        key, value = unquote_plus(match.group(2)), unquote_plus(match.group(3))
+        if key.strip().lower() == "token" or (token and token in value):
+            return f"{match.group(1)}{match.group(2)}={REDACTED}"
+        return match.group(0)
+
+    text = _QUERY_PAIR.sub(pair, text)
+    return text.replace(token, REDACTED) if token else text
 
 
 class RedactToken(logging.Filter):
-    """Rewrites ``token=...`` in a record's message and arguments before any handler sees it."""
+    """Rewrites the token in a record's message and arguments before any handler sees it."""
+
+    def __init__(self, token: str | None = None) -> None:
+        super().__init__()
+        self.token = token
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.msg, str):
-            record.msg = redact(record.msg)
+            record.msg = redact(record.msg, self.token)
         if isinstance(record.args, tuple):
-            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+            record.args = tuple(redact(a, self.token) if isinstance(a, str) else a for a in record.args)
         return True
 
 
-def install() -> None:
-    """Attach the filter to uvicorn's loggers (idempotent)."""
+def install(token: str | None = None) -> None:
+    """Attach the filter to uvicorn's loggers (idempotent: the newest token wins)."""
     for name in LOGGERS:
         logger = logging.getLogger(name)
-        if not any(isinstance(f, RedactToken) for f in logger.filters):
-            logger.addFilter(RedactToken())
+        for old in [f for f in logger.filters if isinstance(f, RedactToken)]:
+            logger.removeFilter(old)
+        logger.addFilter(RedactToken(token))

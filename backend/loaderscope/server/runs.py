@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loaderscope import trace
-from loaderscope.events import Event
+from loaderscope.events import MAX_NUMBER, Event
 from loaderscope.scenarios import Plan
 from loaderscope.server import process
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.launcher import LaunchedProcess, Launcher
 from loaderscope.server.spill import TraceSpill
 from loaderscope.server.store import EventLog
-from loaderscope.state import diagnosis, summary
+from loaderscope.state import diagnosis
 
 if TYPE_CHECKING:
     from loaderscope.server.logdir import FileSource, Logdir
@@ -94,6 +94,9 @@ class Run:
     last_producer_seq: int | None = None
     log_path: Path | None = None
     source: FileSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
+    detached_at: float | None = None  # time.monotonic() when its producer last went away
+    viewers: int = 0  # websockets watching it
+    silent_after: float = 30.0  # a live producer quiet this long is shown as silent
 
     def __post_init__(self) -> None:
         self.producer_gone.set()
@@ -114,6 +117,20 @@ class Run:
     def live(self) -> bool:
         return not self.closed
 
+    def event_age(self) -> float | None:
+        """Seconds since the last event arrived (None before the first)."""
+        last = self.log.last_event_at
+        return None if last is None else time.monotonic() - last
+
+    @property
+    def silent(self) -> bool:
+        """Connected and meant to be running, yet nothing came for ``silent_after`` (a stopped or hung process)."""
+        age = self.event_age()
+        return self.status == "running" and self.producer is not None and age is not None and age > self.silent_after
+
+    def add_dropped(self, count: int) -> None:
+        self.dropped = min(self.dropped + count, MAX_NUMBER)  # stays a JSON integer whatever producers claim
+
     def ingest(self, events: list[Event]) -> None:
         """Events from the producer: count what it lost on the way, then number and keep them."""
         for event in events:
@@ -121,7 +138,7 @@ class Run:
             if isinstance(produced, int) and not isinstance(produced, bool):
                 expected = 0 if self.last_producer_seq is None else self.last_producer_seq + 1
                 if produced > expected:  # lost on the way, or sent to a dashboard that has since died
-                    self.dropped += produced - expected
+                    self.add_dropped(produced - expected)
                 self.last_producer_seq = produced
         self.log.append(events)
         self.changed.notify()
@@ -143,6 +160,8 @@ class Run:
             "first_held": self.log.first_held,
             "batches": state.batches,
             "dropped": self.dropped,
+            "silent": self.silent,
+            "last_event_age": self.event_age(),
             "name": state.name,
             "job": state.job,
             "rank": state.rank,
@@ -157,7 +176,7 @@ class Run:
             **self.brief(),
             "params": self.params,
             "config": state.config,
-            "statistics": summary(state),
+            "statistics": self.log.summary(),
             "diagnosis": diagnosis(state),
             "error": self.error,
             "exitcode": self.exitcode,
@@ -165,6 +184,8 @@ class Run:
             "trace": self.log.spill is not None,
             "trace_error": self.log.spill_error,
             "state_problems": self.log.state_problems,
+            "cut_events": self.log.cut_events,
+            "forgotten_tasks": self.log.forgotten_tasks,
             "log_tail": self._log_tail() if self.status == "error" else None,
         }
 
@@ -189,6 +210,8 @@ class RunManager:
         self.launcher: Launcher | None = None
         self.logdir: Logdir | None = None  # set by Logdir when the dashboard serves one
         self.owned_paths: set[str] = set()  # trace files this dashboard writes (the logdir scan skips them)
+        self.forgotten: list[Run] = []  # delisted runs whose files a temporary data directory still keeps
+        self.viewers = 0  # viewer websockets open
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- lookup ---------------------------------------------------------------------------------
@@ -221,6 +244,11 @@ class RunManager:
         """Runs the dashboard started that have not ended yet (what max_active_runs limits)."""
         return [r for r in self.runs.values() if r.origin == "dashboard" and not r.closed]
 
+    @property
+    def producers(self) -> int:
+        """Producer websockets connected now."""
+        return sum(r.producer is not None for r in self.runs.values())
+
     def running(self) -> list[Run]:
         """Runs whose process is still alive."""
         return [r for r in self.runs.values() if r.process is not None and not r.exited.is_set()]
@@ -232,26 +260,28 @@ class RunManager:
         self._make_room()
         run_id = run_id or uuid.uuid4().hex[:12]
         spill = None
-        stem = self._free_stem(run_id)
         if self.config.data_dir is not None:
             header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin)
-            path = self.config.data_dir / f"{stem}.trace.jsonl"
-            self.owned_paths.add(str(path))
-            spill = TraceSpill(path, header)
+            spill = self._new_spill(run_id, header)
+            self.owned_paths.add(str(spill.path))
         log = EventLog(run_id, memory_events=self.config.memory_events, spill=spill)
-        run = Run(run_id, scenario, mode, params, origin, log)
-        if self.config.data_dir is not None:
-            run.log_path = self.config.data_dir / f"{stem}.log"
+        run = Run(run_id, scenario, mode, params, origin, log, silent_after=self.config.silent_after)
+        if spill is not None:
+            run.log_path = spill.path.with_name(spill.path.name.removesuffix(".trace.jsonl") + ".log")
         self.runs[run_id] = run
         return run
 
-    def _free_stem(self, run_id: str) -> str:
-        """The file name for a run's trace: never one already there (a logdir keeps earlier runs)."""
-        directory, stem, n = self.config.data_dir, run_id, 1
-        while directory is not None and (directory / f"{stem}.trace.jsonl").exists():
-            n += 1
-            stem = f"{run_id}.{n}"
-        return stem
+    def _new_spill(self, run_id: str, header: dict[str, Any]) -> TraceSpill:
+        """A new trace file for the run: ``ID.trace.jsonl``, else ``ID.N.trace.jsonl``; never one already
+        there (a logdir keeps earlier runs, and an id a producer reuses must not cost the old trace)."""
+        assert self.config.data_dir is not None
+        n = 1
+        while True:
+            stem = run_id if n == 1 else f"{run_id}.{n}"
+            try:
+                return TraceSpill(self.config.data_dir / f"{stem}.trace.jsonl", header)
+            except FileExistsError:
+                n += 1
 
     def add(self, run: Run) -> None:
         """A run made elsewhere (a logdir trace): listed, never evicted, no process."""
@@ -319,15 +349,42 @@ class RunManager:
         return run
 
     def _make_room(self) -> None:
-        # Logdir runs are not counted: their files hold them, and the listing must show every one.
+        """Forget the oldest forgettable runs while too many are listed or their traces pass ``disk_bytes``.
+
+        Logdir runs are not counted: their files hold them, and the listing must show every one.
+        """
         while sum(r.source is None for r in self.runs.values()) >= self.config.max_runs:
-            evictable = [r for r in self.runs.values()
-                         if r.source is None and (r.closed or (r.origin == "external" and r.producer is None))]
+            evictable = self._evictable()
             if not evictable:
-                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all still live; stop some")
-            oldest = evictable[0]
-            oldest.log.close()
-            del self.runs[oldest.id]
+                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all live or "
+                                 "disconnected less than reconnect_grace ago; stop some, or try again later")
+            self._forget(evictable[0])
+        while self._disk_used() > self.config.disk_bytes and (evictable := self._evictable()):
+            self._forget(evictable[0])
+
+    def _evictable(self) -> list[Run]:
+        """Ended runs, and external runs whose producer left more than ``reconnect_grace`` ago (or sent
+        nothing): a watch()ed script that lost its connection comes back to the same run."""
+        now = time.monotonic()
+        return [r for r in self.runs.values() if r.source is None and (r.closed or (
+            r.origin == "external" and r.producer is None and r.detached_at is not None
+            and (r.log.next_seq == 0 or now - r.detached_at > self.config.reconnect_grace)))]
+
+    def _forget(self, run: Run) -> None:
+        """Delist ``run``. Its trace stays; a temporary data directory keeps the newest ``keep_forgotten``."""
+        run.log.close()
+        del self.runs[run.id]
+        if not self.config.remove_data_dir or self.config.logdir is not None:
+            return  # the user's directory: nothing in it is ever deleted
+        self.forgotten.append(run)
+        while len(self.forgotten) > self.config.keep_forgotten or (
+                self.forgotten and self._disk_used() > self.config.disk_bytes):
+            _delete_files(self.forgotten.pop(0))
+
+    def _disk_used(self) -> int:
+        """Bytes of the traces this dashboard wrote that are still on disk (listed or kept)."""
+        runs = [*self.runs.values(), *self.forgotten]
+        return sum(r.log.spill.size for r in runs if isinstance(r.log.spill, TraceSpill))
 
     # --- producers (the ingest websocket) -------------------------------------------------------
 
@@ -357,6 +414,7 @@ class RunManager:
 
     def detach(self, run: Run) -> None:
         run.producer = None
+        run.detached_at = time.monotonic()
         run.producer_gone.set()
         if run.origin == "external" and run.log.ended:
             self._close(run)
@@ -408,6 +466,7 @@ class RunManager:
         run.exitcode = code
         run.exited.set()
         process.kill_group(run.process.pid)  # workers the run process left behind
+        await asyncio.to_thread(remove_stack_dirs, run.process.pid)
         try:
             await asyncio.wait_for(run.producer_gone.wait(), DRAIN_WAIT)
         except asyncio.TimeoutError:
@@ -480,6 +539,7 @@ class RunManager:
         for run in self.runs.values():
             if run.process is not None:
                 process.kill_group(run.process.pid)
+                remove_stack_dirs(run.process.pid)
         for task in list(self._tasks):
             task.cancel()
         for run in self.runs.values():
@@ -487,6 +547,26 @@ class RunManager:
                 self._finish(run, run.exitcode)
         if self.launcher is not None:
             await asyncio.to_thread(self.launcher.close)
+
+
+def remove_stack_dirs(pid: int) -> None:
+    """The stack files a run process's workers dump to: its own exit removes them, a SIGKILL does not.
+
+    Imported here, not at the top: the server imports nothing of the probe until a run has ended.
+    """
+    from loaderscope.probe.stacks import remove_stale_stack_dirs
+
+    remove_stale_stack_dirs(pid)
+
+
+def _delete_files(run: Run) -> None:
+    """A forgotten run's trace, sidecar index and log, in a temporary data directory."""
+    spill = run.log.spill
+    paths = [run.log_path] + ([spill.path, spill.path.with_name(spill.path.name + ".idx.json")]
+                              if isinstance(spill, TraceSpill) else [])
+    for path in paths:
+        if path is not None:
+            path.unlink(missing_ok=True)
 
 
 def describe_exit(code: int | None) -> str:

@@ -29,7 +29,8 @@ class TraceSpill:
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         """``header`` is the first line as ``loaderscope.trace.header()`` makes it."""
         self.path = path
-        self._file = path.open("wb", buffering=WRITE_BUFFER)
+        # "x": a trace is never truncated, whatever id a producer reuses (FileExistsError instead)
+        self._file = path.open("xb", buffering=WRITE_BUFFER)
         line = orjson.dumps(header) + b"\n"
         self._file.write(line)
         self._pos = len(line)
@@ -64,12 +65,18 @@ class TraceSpill:
         return self.path.open("rb")
 
     @property
+    def size(self) -> int:
+        """Bytes written so far, flushed or not."""
+        return self._pos
+
+    @property
     def flushed_bytes(self) -> int:
         """Bytes of the file that are complete lines on disk (header included)."""
         return self._flushed
 
-    def read(self, start: int, count: int) -> list[bytes]:
-        """Events ``start .. start+count-1`` (fewer at the end), as encoded lines without newline.
+    def read(self, start: int, count: int, max_bytes: int | None = None) -> list[bytes]:
+        """Events ``start .. start+count-1`` (fewer at the end, or past ``max_bytes`` after the first),
+        as encoded lines without newline.
 
         Call ``flush`` first (from the writing thread): unflushed events are not returned.
         """
@@ -77,6 +84,7 @@ class TraceSpill:
             return []
         block = start // INDEX_EVERY
         lines: list[bytes] = []
+        budget = max_bytes if max_bytes is not None else -1
         with self.path.open("rb") as f:
             f.seek(self._offsets[block])
             limit = self._flushed
@@ -86,6 +94,9 @@ class TraceSpill:
                 if not line.endswith(b"\n"):
                     break  # a partial line: not flushed yet
                 if seq >= start:
+                    budget -= len(line)
+                    if lines and max_bytes is not None and budget < 0:
+                        break
                     lines.append(line[:-1])
                 seq += 1
         return lines

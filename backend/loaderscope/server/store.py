@@ -9,17 +9,20 @@ gone and readers are told so (a gap), never silently skipped.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-import orjson
-
 from loaderscope.events import Event
-from loaderscope.state import LoaderState
+from loaderscope.server.budgets import MAX_EVENT_BYTES, MEMORY_BYTES, encode, fitted, state_view, trim_open_tasks
+from loaderscope.state import LoaderState, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
+# The statistics walk every fetch time (23 ms at 1M events): a live run's are recomputed at most this
+# often, so GET /api/runs/{id} costs the same at any size.
+SUMMARY_EVERY = 1.0
 
 
 class Spill(Protocol):
@@ -34,7 +37,7 @@ class Spill(Protocol):
 
     def close(self) -> None: ...
 
-    def read(self, start: int, count: int) -> list[bytes]: ...
+    def read(self, start: int, count: int, max_bytes: int | None = None) -> list[bytes]: ...
 
     def open(self) -> IO[bytes]:
         """The file for reading its first ``flushed_bytes`` as they are."""
@@ -54,9 +57,11 @@ class Gap:
 class EventLog:
     """Append events, read them back by seq; memory bounded, optionally spilled to a trace file."""
 
-    def __init__(self, run_id: str, *, memory_events: int, spill: Spill | None = None) -> None:
+    def __init__(self, run_id: str, *, memory_events: int, memory_bytes: int = MEMORY_BYTES,
+                 spill: Spill | None = None) -> None:
         self.run_id = run_id
         self.memory_events = max(1, memory_events)
+        self.memory_bytes = memory_bytes
         self.spill = spill
         self.spill_error: str | None = None
         self.state = LoaderState()
@@ -65,7 +70,12 @@ class EventLog:
         self.state_problems: list[str] = []
         self.state_problem_count = 0
         self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
         self._first_in_memory = 0
+        self.cut_events = 0  # events over MAX_EVENT_BYTES, kept with their largest fields cut
+        self.forgotten_tasks = 0  # open tasks the reducer stopped tracking (MAX_OPEN_TASKS)
+        self.last_event_at: float | None = None  # time.monotonic() of the last append
+        self._summary: tuple[int, float, dict[str, Any]] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -79,43 +89,52 @@ class EventLog:
     def append(self, events: Iterable[Event]) -> int:
         """Number, reduce, keep and spill ``events`` (dicts, changed in place). Returns how many."""
         lines = []
-        seq, run_id, apply, dumps = self.next_seq, self.run_id, self.state.apply, orjson.dumps
+        seq, run_id, apply = self.next_seq, self.run_id, self.state.apply
         for event in events:
             event["seq"] = seq
             event["run"] = run_id
+            line = encode(event)
+            if len(line) > MAX_EVENT_BYTES:
+                event, line = fitted(event, line, MAX_EVENT_BYTES)
+                self.cut_events += 1
             try:
-                apply(event)
+                apply(state_view(event, line))
             except Exception as exc:  # noqa: BLE001 (a surprising event is kept, and the problem noted)
                 self._note_problem(event, exc)
-            # orjson's result keeps a 4 KiB buffer whatever its length: copy it to its own size, or
-            # 100k stored events would hold 400 MiB instead of ~12.
-            lines.append(bytes(memoryview(dumps(event, option=orjson.OPT_NON_STR_KEYS))))
+            lines.append(line)
             seq += 1
             if event["kind"] == "run_end":
                 self.ended = True
         self.next_seq = seq
+        self.last_event_at = time.monotonic()
+        self.forgotten_tasks += trim_open_tasks(self.state.tasks)
         self._tail.extend(lines)
+        self._tail_bytes += sum(map(len, lines))
         if self.spill is not None:
             spill = self.spill
             self._guard(lambda: spill.write_many(lines))
         self._evict()
         return len(lines)
 
-    def read_memory(self, start: int, limit: int) -> list[bytes]:
-        """Encoded events from ``start`` that are still in memory (callers check ``in_memory``)."""
+    def read_memory(self, start: int, limit: int, max_bytes: int | None = None) -> list[bytes]:
+        """Encoded events from ``start`` that are still in memory (callers check ``in_memory``),
+        at most ``limit`` of them and, past the first, at most ``max_bytes`` in all."""
         offset = start - self._first_in_memory
         if offset < 0 or limit <= 0:
             return []
         stop = min(len(self._tail), offset + limit)
-        if offset == 0 and stop == len(self._tail):
-            return list(self._tail)
-        return [self._tail[i] for i in range(offset, stop)]
+        if max_bytes is None:
+            if offset == 0 and stop == len(self._tail):
+                return list(self._tail)
+            return [self._tail[i] for i in range(offset, stop)]
+        return within(map(self._tail.__getitem__, range(offset, stop)), max_bytes)
 
     def in_memory(self, seq: int) -> bool:
         return seq >= self._first_in_memory
 
-    def read(self, start: int, limit: int) -> tuple[list[bytes], Gap | None]:
-        """Events from ``start`` (at most ``limit``), from memory or disk, and any gap before them.
+    def read(self, start: int, limit: int, max_bytes: int | None = None) -> tuple[list[bytes], Gap | None]:
+        """Events from ``start`` (at most ``limit`` and ``max_bytes``), from memory or disk, and any gap
+        before them.
 
         Disk reads block: the server calls this in a worker thread, after ``flush``.
         """
@@ -124,9 +143,18 @@ class EventLog:
             gap = Gap(start, self.first_held - 1)
             start = self.first_held
         if self.in_memory(start):
-            return self.read_memory(start, limit), gap
+            return self.read_memory(start, limit, max_bytes), gap
         assert self.spill is not None  # first_held is 0 only with a spill
-        return self.spill.read(start, limit), gap
+        return self.spill.read(start, limit, max_bytes), gap
+
+    def summary(self) -> dict[str, Any]:
+        """The run's statistics, recomputed at most every SUMMARY_EVERY seconds while events come."""
+        now = time.monotonic()
+        cached = self._summary
+        if cached is not None and (cached[0] == self.next_seq or (not self.ended and now - cached[1] < SUMMARY_EVERY)):
+            return cached[2]
+        self._summary = (self.next_seq, now, summary(self.state))
+        return self._summary[2]
 
     def flush(self) -> None:
         if self.spill is not None:
@@ -152,6 +180,19 @@ class EventLog:
             self.spill = None  # from now on first_held is the oldest event in memory
 
     def _evict(self) -> None:
-        while len(self._tail) > self.memory_events:
-            self._tail.popleft()
+        tail = self._tail
+        while len(tail) > self.memory_events or (self._tail_bytes > self.memory_bytes and len(tail) > 1):
+            self._tail_bytes -= len(tail.popleft())
             self._first_in_memory += 1
+
+
+def within(lines: Iterable[bytes], max_bytes: int) -> list[bytes]:
+    """The first lines whose sizes add up to at most ``max_bytes`` (always at least one)."""
+    out: list[bytes] = []
+    total = 0
+    for line in lines:
+        total += len(line) + 1
+        if out and total > max_bytes:
+            break
+        out.append(line)
+    return out

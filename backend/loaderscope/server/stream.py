@@ -14,7 +14,9 @@ Messages (◆): a JSON array is a frame of events in seq order. A JSON object is
 - ``{"type": "status", "status", "paused", "delay", "dropped"}`` when the run's status changes;
 - ``{"type": "end", "status", "last_seq"}``: the run ended and every event was sent; the
   server then closes with 1000.
-Closes: 4404 unknown run, 4400 bad ``after``, 1007/1009 a viewer sending garbage.
+Frames hold at most ``frame_events`` events and VIEWER_FRAME_BYTES (1 MiB; at least one event).
+Closes: 4404 unknown run, 4400 bad ``after``, 1007/1009 a viewer sending garbage, 1013 too many
+viewers (``max_viewers`` in all, ``max_run_viewers`` per run).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket
 
+from loaderscope.events import MAX_NUMBER
+from loaderscope.server.budgets import VIEWER_FRAME_BYTES
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.ingest import close_reason
+from loaderscope.server.ingest import CLOSE_TRY_LATER, close_reason
 from loaderscope.server.runs import Run, RunManager
 
 MAX_VIEWER_MESSAGE = 64 * 1024
@@ -39,20 +43,41 @@ async def stream(websocket: WebSocket, manager: RunManager) -> None:
     if run is None:
         await websocket.close(4404, close_reason(f"no run named {run_id!r}; GET /api/runs lists the runs"))
         return
-    manager.opened(run)  # a logdir run's file is read into the store from now on
     after = _parse_after(websocket.query_params.get("after", "-1"))
     if after is None:
-        await websocket.close(4400, "'after' must be an integer >= -1 (the last seq already seen)")
+        await websocket.close(4400, "'after' must be an integer from -1 to 2**53 (the last seq already seen)")
         return
-    await Subscriber(websocket, run, manager.config, after + 1).serve()
+    busy = _too_many(manager, run)
+    if busy is not None:
+        await websocket.close(CLOSE_TRY_LATER, close_reason(busy))
+        return
+    manager.opened(run)  # a logdir run's file is read into the store from now on
+    manager.viewers += 1
+    run.viewers += 1
+    try:
+        await Subscriber(websocket, run, manager.config, after + 1).serve()
+    finally:
+        manager.viewers -= 1
+        run.viewers -= 1
+
+
+def _too_many(manager: RunManager, run: Run) -> str | None:
+    config = manager.config
+    if manager.viewers >= config.max_viewers:
+        return f"{config.max_viewers} viewers are connected, the most this dashboard serves; try again later"
+    if run.viewers >= config.max_run_viewers:
+        return f"run {run.id} has {config.max_run_viewers} viewers, the most one run serves; try again later"
+    return None
 
 
 def _parse_after(text: str) -> int | None:
+    if len(text) > 20:  # int() of a huge string is itself slow
+        return None
     try:
         value = int(text)
     except ValueError:
         return None
-    return value if value >= -1 else None
+    return value if -1 <= value <= MAX_NUMBER else None
 
 
 class Subscriber:
@@ -101,7 +126,8 @@ class Subscriber:
                               "reason": "not held by the store (memory-only run)"})
             self.cursor = log.first_held
             return
-        lines = log.read_memory(self.cursor, self.frame_events) if head - self.cursor <= self.max_lag else []
+        lines = (log.read_memory(self.cursor, self.frame_events, VIEWER_FRAME_BYTES)
+                 if head - self.cursor <= self.max_lag else [])
         if not lines:
             await self._meta({"type": "resync", "from": self.cursor, "to": head - 1})
             self.cursor = head

@@ -65,13 +65,15 @@ class TraceFile:
     def open(self) -> IO[bytes]:
         return self.storage.open(self.path)
 
-    def read(self, start: int, count: int) -> list[bytes]:
-        """Events ``start .. start+count-1`` as the store numbers them, encoded, read from the file."""
+    def read(self, start: int, count: int, max_bytes: int | None = None) -> list[bytes]:
+        """Events ``start .. start+count-1`` as the store numbers them, encoded, read from the file
+        (fewer past ``max_bytes`` after the first)."""
         if start < 0 or start >= self.count or count <= 0:
             return []
         block = start // INDEX_EVERY
         seq, end = block * INDEX_EVERY, self.offset
         lines: list[bytes] = []
+        used = 0
         with self.storage.open(self.path) as f:
             f.seek(self._offsets[block])
             while len(lines) < count and seq < self.count and f.tell() < end:
@@ -80,7 +82,11 @@ class TraceFile:
                     continue  # the same lines poll skipped
                 if seq >= start:
                     event["seq"], event["run"] = seq, self.run_id
-                    lines.append(orjson.dumps(event, option=orjson.OPT_NON_STR_KEYS))
+                    line = orjson.dumps(event, option=orjson.OPT_NON_STR_KEYS)
+                    used += len(line) + 1
+                    if lines and max_bytes is not None and used > max_bytes:
+                        break
+                    lines.append(line)
                 seq += 1
         return lines
 

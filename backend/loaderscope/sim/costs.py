@@ -14,7 +14,7 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,7 +26,7 @@ DEFAULT_SAMPLE_BYTES = 32
 class SampleDist(BaseModel):
     """Per-sample fetch time drawn from a distribution (mean and standard deviation in ms)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     dist: Literal["constant", "normal", "lognormal", "exponential"] = "constant"
     mean_ms: float = Field(ge=0, description="mean fetch time of one sample, ms")
@@ -36,7 +36,7 @@ class SampleDist(BaseModel):
 class Stall(BaseModel):
     """Task ``task`` of epoch ``epoch`` takes ``seconds`` longer in whichever worker fetches it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     task: int = Field(ge=0, description="task (batch) number within the epoch")
     seconds: float = Field(gt=0, description="extra seconds the fetch hangs")
@@ -46,7 +46,7 @@ class Stall(BaseModel):
 class Death(BaseModel):
     """The worker that fetches task ``task`` of epoch ``epoch`` is killed ``after_ms`` into the fetch."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     task: int = Field(ge=0, description="task (batch) number within the epoch")
     epoch: int = Field(0, ge=0)
@@ -56,12 +56,13 @@ class Death(BaseModel):
 class CostModel(BaseModel):
     """What each step costs; every field is optional and defaults to the plan's own latencies."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     sample: SampleDist | None = Field(None, description="per-sample fetch time; default: the plan's sample_cost")
-    sample_table_ms: dict[int, float] = Field(default_factory=dict, description="fetch time per sample index, ms")
+    sample_table_ms: dict[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="fetch time per sample index, ms")
     collate_ms: float = Field(0.0, ge=0, description="collate cost per batch, ms")
-    worker_factor: dict[int, float] = Field(
+    worker_factor: dict[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="multiplies a worker's fetch times (2.0: twice as slow)"
     )
     stalls: list[Stall] = Field(default_factory=list)

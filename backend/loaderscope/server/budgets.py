@@ -1,0 +1,84 @@
+"""Byte budgets for what one producer or one client can make the server hold or send.
+
+Limits in events alone let 100 events of 4 MB take 800 MB: every budget here is in bytes. An event
+over its budget is cut rather than refused (a training script's long stack or message must not end
+its run), and the cut is recorded in the event itself: ``"cut": {field: bytes it had}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import orjson
+
+from loaderscope.events import COMMON_FIELDS, REQUIRED, Event
+
+# One stored event, encoded: 100 KB stacks pass whole; a line stays under trace.MAX_LINE_BYTES (1 MiB),
+# so every trace the server writes can be read back.
+MAX_EVENT_BYTES = 256 * 1024
+# What the reducer may keep of one event (its notes keep up to 1,000 of them): 1,000 x 8 KiB.
+STATE_EVENT_BYTES = 8 * 1024
+CUT_KEEP = 1024  # characters of JSON text a cut field keeps, so a person still sees what it was
+MEMORY_BYTES = 32 * 1024 * 1024  # encoded events kept in memory per run (older ones: the trace file)
+MAX_OPEN_TASKS = 65_536  # dispatched, unfinished tasks the reducer tracks per run (real loaders: thousands)
+PAGE_BYTES = 4 * 1024 * 1024  # events per REST page, encoded; the page says where to continue
+VIEWER_FRAME_BYTES = 1024 * 1024  # events per websocket message to a viewer
+MAX_BODY_BYTES = 256 * 1024  # request bodies (a run or a sweep needs a few hundred bytes)
+
+_KEEP_WHOLE = frozenset(COMMON_FIELDS) | {"cut"}
+
+
+def encode(event: Event) -> bytes:
+    # orjson's result keeps a 4 KiB buffer whatever its length: copy it to its own size, or 100k
+    # stored events would hold 400 MiB instead of ~12.
+    return bytes(memoryview(orjson.dumps(event, option=orjson.OPT_NON_STR_KEYS)))
+
+
+def fitted(event: Event, line: bytes, budget: int) -> tuple[Event, bytes]:
+    """``event`` (and its encoding) within ``budget`` bytes: its largest fields cut first.
+
+    A cut field becomes the first CUT_KEEP characters of its JSON text; an event that still does not
+    fit (thousands of fields) keeps only the common and required fields. Either way ``cut`` names
+    what was cut and how many bytes each had. Returns a new dict; ``event`` is not changed.
+    """
+    if len(line) <= budget:
+        return event, line
+    sizes = sorted(((len(encode(v)), k) for k, v in event.items() if k not in _KEEP_WHOLE), reverse=True)
+    out, cut, total = dict(event), dict(event.get("cut") or {}), len(line)
+    for size, name in sizes:
+        if total <= budget or size <= CUT_KEEP:
+            break
+        value = out[name]
+        text = value if isinstance(value, str) else encode(value).decode("utf-8", "replace")
+        out[name] = text[:CUT_KEEP]
+        cut[name] = size
+        total -= size - len(encode(out[name]))
+    out["cut"] = cut
+    line = encode(out)
+    if len(line) > budget:  # many small fields: keep what identifies the event
+        keep = _KEEP_WHOLE | set(REQUIRED.get(str(event.get("kind")), ()))
+        out = {k: (v if k in keep else None) for k, v in event.items() if k in keep}
+        out["cut"] = {"fields": len(event) - len(out), "bytes": len(encode(event))}
+        line = encode(out)
+    return out, line
+
+
+def state_view(event: Event, line: bytes) -> Event:
+    """What the reducer gets: the event, or a cut copy when it is large (it may keep it in notes)."""
+    if len(line) <= STATE_EVENT_BYTES or event.get("kind") == "batch_info":  # the reducer keeps 64 of those
+        return event
+    return fitted(event, line, STATE_EVENT_BYTES)[0]
+
+
+def trim_open_tasks(tasks: dict[Any, Any], limit: int = MAX_OPEN_TASKS) -> int:
+    """Forget the oldest open tasks beyond ``limit`` (down to half of it, so trimming is amortised).
+
+    Returns how many were forgotten.
+    """
+    if len(tasks) <= limit:
+        return 0
+    oldest = list(itertools.islice(tasks, len(tasks) - limit // 2))
+    for key in oldest:
+        del tasks[key]
+    return len(oldest)
