@@ -71,7 +71,7 @@ SETTLED = """() => { const a = window.loaderscope;
 # Resolves after `n` animation frames.
 FRAMES = "(n) => new Promise((done) => { const f = () => (--n > 0 ? requestAnimationFrame(f) : done()); requestAnimationFrame(f); })"
 # The picture's tokens have landed and no panel refresh is waiting for its turn (they are throttled).
-DRAWN = "() => window.loaderscope.pipeline.settled() && !window.loaderscope.panelTimer"
+DRAWN = "() => window.loaderscope.pipeline.settled() && !window.loaderscope.scheduler.pending"
 
 
 def settle(page: Any, timeout: float = 15_000) -> None:

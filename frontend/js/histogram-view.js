@@ -45,6 +45,11 @@ export class HistogramView {
     this.key = '';
   }
 
+  /** The next draw redraws (a resize, another rank or run). */
+  invalidate() {
+    this.key = '';
+  }
+
   /**
    * @param {import('./reducer.js').LoaderState} state
    * @param {Set<number>} slow straggler worker ids

@@ -25,13 +25,14 @@ import { readTraceFile, TraceError } from './trace-file.js';
 import { ENDED } from './schema.js';
 import { RanksView } from './ranks-view.js';
 import { fmtDuration } from './timeline-store.js';
+import { Scheduler } from './scheduler.js';
+import { Playback } from './playback.js';
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
-const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout']);
 const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thinned evenly past this
 
@@ -63,6 +64,8 @@ function fmtBytes(n) {
 
 class App {
   constructor() {
+    this.scheduler = new Scheduler();
+    this.scheduler.onFrame((wall) => this.frame(wall));
     this.pipeline = new PipelineView($('pipeline'));
     this.counters = new Counters($('counters'));
     this.notes = new Notes($('notes'), $('notes-count'));
@@ -73,7 +76,6 @@ class App {
     this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake());
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.runId = null;
-    this.frameRequested = false;
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
     this.lastEventWall = 0;
@@ -84,19 +86,27 @@ class App {
     this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
     this.scenarios = [];
     this.form = null;
-    this.playing = false;
-    this.speed = 1;
-    this.playT = 0;
-    this.lastPlayWall = 0;
+    this.playback = new Playback({
+      track: () => this.track,
+      tracks: () => this.tracks,
+      complete: () => this.complete(),
+      isLiveRun: () => this.isLiveRun(),
+      moved: (snap) => {
+        if (snap) this.pipeline.snap();
+        this.timeline.invalidate();
+        this.wake();
+      },
+      wake: () => this.wake(),
+    });
     /** @type {Track[]} */
     this.tracks = [];
     this.track = /** @type {Track} */ (/** @type {unknown} */ (null));
     this.reset();
     this.pipeline.onLaneClick = (wid) => { this.selectedWorker = wid; this.renderWorker(); };
     this.timeline.onInvalidate = () => this.wake();
-    this.timeline.onSeek = (t) => this.seekTime(t);
+    this.timeline.onSeek = (t) => this.playback.seekTime(t);
     this.timeline.onSpanClick = (span) => this.inspect(span);
-    window.addEventListener('resize', () => { this.hist.key = ''; this.wake(); });
+    window.addEventListener('resize', () => { this.hist.invalidate(); this.wake(); });
     window.loaderscope = this; // for scripts and tests: state, perf, timeline, player
   }
 
@@ -111,22 +121,25 @@ class App {
   get eventCount() { return this.track.player.length; }
   get runInfo() { return this.track.runInfo; }
   set runInfo(v) { this.track.runInfo = v; }
+  get playing() { return this.playback.playing; }
+  get speed() { return this.playback.speed; }
+  moveTo(i, pause = true, snap = false) { this.playback.moveTo(i, pause, snap); }
+  play() { this.playback.play(); }
+  pause() { this.playback.pause(); }
 
   reset(tracks = null) {
     for (const tr of this.tracks) tr.stream?.close();
     this.tracks = tracks ?? [new Track({ rank: 0, label: 'rank 0', source: 'none' })];
     this.track = this.tracks[0];
-    this.timeline.follow = true;
-    this.playing = false;
-    this.pipeline.layoutKey = '';
-    this.pipeline.tokens.clear();
+    this.playback.stop();
+    this.pipeline.invalidate();
     this.selectedWorker = null;
     this.finalPolled = false;
     this.ranksLooked = 0;
     this.ranksView.reset();
     this.serverDiagnosis = null;
     this.diagKey = '';
-    this.hist.key = '';
+    this.hist.invalidate();
     this.notes.render([]);
     $('worker-card').hidden = true;
     $('consumer-card').hidden = true;
@@ -148,16 +161,14 @@ class App {
     $('pb-marks').replaceChildren();
     $('demo-caption').hidden = true;
     $('demo-caption').dataset.key = '';
-    this.timeline.fit?.();
+    this.timeline.fit();
     this.syncTimelineTracks();
   }
 
   // --- frames -------------------------------------------------------------------------------------
 
   wake() {
-    if (this.frameRequested) return;
-    this.frameRequested = true;
-    requestAnimationFrame((ts) => this.frame(ts));
+    this.scheduler.wake();
   }
 
   /** Is every event of the selected run here (so that play has an end)? */
@@ -186,7 +197,8 @@ class App {
     // the server is gone: nothing ticks on, so healthy workers do not look hung
     if (this.offline) return { now: this.offline.now, wall, live: false };
     if (!p.following || !this.isLiveRun()) {
-      return { now: this.playing ? Math.max(p.time, this.playT) : p.time, wall, live: false };
+      const pb = this.playback;
+      return { now: pb.playing ? Math.max(p.time, pb.playT) : p.time, wall, live: false };
     }
     const live = this.isLive();
     let now = this.state.t;
@@ -194,11 +206,10 @@ class App {
     return { now, wall, live };
   }
 
-  frame() {
-    this.frameRequested = false;
-    const start = performance.now();
+  /** @param {number} start the frame's wall clock (performance.now()) */
+  frame(start) {
     const applied = this.applyQueued(start);
-    this.advancePlayback(start);
+    this.playback.advance(start);
     const wall = performance.now();
     const clock = this.clock(wall);
     const moving = this.pipeline.draw(this.state, clock);
@@ -208,11 +219,11 @@ class App {
     this.timeline.playhead = p.length && (!p.following || !this.isLiveRun()) ? p.time : null;
     this.timeline.draw(clock);
     const t3 = performance.now();
-    this.renderPlayback();
+    this.playback.render({ hidden: !!this.demo });
     if (wall - this.lastPanels > PANEL_MS || (applied && this.backlog() === 0 && wall - this.lastPanels > 50)) {
       this.lastPanels = wall;
       this.renderPanels();
-    } else this.panelsLater(PANEL_MS);
+    } else this.scheduler.later(PANEL_MS);
     const ms = performance.now() - start;
     const perf = this.perf;
     const split = perf.split;
@@ -226,13 +237,7 @@ class App {
     if (ms > 16) perf.longFrames += 1;
     perf.frameMs.push(ms);
     if (perf.frameMs.length > 240) perf.frameMs.shift();
-    if (this.backlog() > 0 || moving || clock.live || this.playing) this.wake();
-  }
-
-  /** Panels skipped by the throttle still show the last state: one more frame once it allows. */
-  panelsLater(ms) {
-    if (this.panelTimer) return;
-    this.panelTimer = setTimeout(() => { this.panelTimer = null; this.wake(); }, ms + 10);
+    return this.backlog() > 0 || moving || clock.live || this.playback.playing;
   }
 
   backlog() {
@@ -272,111 +277,6 @@ class App {
     return n;
   }
 
-  // --- playback -------------------------------------------------------------------------------------
-
-  advancePlayback(now) {
-    if (!this.playing) return;
-    const p = this.player;
-    const dt = Math.min(0.25, Math.max(0, (now - this.lastPlayWall) / 1000));
-    this.lastPlayWall = now;
-    this.playT += dt * this.speed;
-    const complete = this.complete();
-    // while events are still coming, the playhead waits at the newest one instead of running ahead
-    if (!complete) this.playT = Math.min(this.playT, p.length ? p.table.t[p.length - 1] : 0);
-    const target = p.rowAt(this.playT);
-    if (target !== p.cursor) this.moveTo(target, false);
-    if (p.cursor >= p.length && complete) this.playing = false;
-  }
-
-  /**
-   * Put the selected rank's cursor at row i, the other ranks at the same moment. Tokens fly when
-   * playing or stepping; a seek (slider, axis, Home/End) puts them in place at once.
-   */
-  moveTo(i, pause = true, snap = false) {
-    if (pause) this.playing = false;
-    const p = this.player;
-    const before = p.cursor;
-    p.seek(i);
-    if (snap || Math.abs(p.cursor - before) > SNAP_EVENTS) this.pipeline.snap();
-    if (!this.playing) this.playT = p.time;
-    const t = p.time;
-    for (const tr of this.tracks) {
-      if (tr === this.track || !tr.player.length) continue;
-      tr.player.seek(tr.player.rowAt(t - tr.offset));
-    }
-    this.timeline.invalidate();
-    this.wake();
-  }
-
-  seekTime(t) {
-    const wasPlaying = this.playing;
-    this.moveTo(this.player.rowAt(t), true, true);
-    this.playT = t;
-    if (wasPlaying) this.play();
-  }
-
-  play() {
-    const p = this.player;
-    if (!p.length) return;
-    if (p.cursor >= p.length && this.complete()) this.moveTo(0, true, true);
-    if (p.following) p.seek(p.cursor); // leave live following: the playhead is ours now
-    p.following = false;
-    this.playing = true;
-    this.playT = p.time;
-    this.lastPlayWall = performance.now();
-    this.wake();
-  }
-
-  pause() {
-    this.playing = false;
-    this.wake();
-  }
-
-  toEnd() {
-    if (this.isLiveRun()) {
-      this.playing = false;
-      for (const tr of this.tracks) tr.player.follow();
-      this.pipeline.snap();
-      this.wake();
-      return;
-    }
-    this.moveTo(this.player.length, true, true);
-  }
-
-  renderPlayback() {
-    const p = this.player;
-    const bar = $('playback');
-    const show = p.length > 0 && !this.demo;
-    if (bar.hidden === show) bar.hidden = !show;
-    if (!show) return;
-    const scrub = /** @type {HTMLInputElement} */ ($('pb-scrub'));
-    if (scrub.max !== String(p.length)) scrub.max = String(p.length);
-    if (scrub.value !== String(p.cursor) && document.activeElement !== scrub) scrub.value = String(p.cursor);
-    const time = /** @type {HTMLInputElement} */ ($('pb-time'));
-    const t0 = p.table.t[0] ?? 0, t1 = p.length ? p.table.t[p.length - 1] : 0;
-    if (time.min !== String(t0)) time.min = String(t0);
-    if (time.max !== String(t1)) time.max = String(t1);
-    const tv = String(p.cursor >= p.length ? t1 : p.time);
-    if (time.value !== tv && document.activeElement !== time) time.value = tv;
-    time.dataset.time = tv;
-    const live = this.isLiveRun() && p.following;
-    const state = this.state;
-    const where = live ? `live · ${p.length.toLocaleString('en')} events · following the run (scrub back to replay)`
-      : `event ${p.cursor.toLocaleString('en')} of ${p.length.toLocaleString('en')} · ${fmtDuration(p.time)} · batch ${state.batches}${this.complete() ? '' : ' · still loading'}`;
-    const el = $('pb-where');
-    if (el.textContent !== where) el.textContent = where;
-    el.dataset.cursor = String(p.cursor);
-    const play = /** @type {HTMLButtonElement} */ ($('pb-play'));
-    // following a live run there is nothing ahead to play: scrub back first
-    play.disabled = live;
-    /** @type {HTMLButtonElement} */ ($('pb-event')).disabled = live;
-    /** @type {HTMLButtonElement} */ ($('pb-batch')).disabled = live;
-    const label = this.playing ? '❚❚ Pause' : '▶ Play';
-    if (play.textContent !== label) play.textContent = label;
-    play.dataset.playing = String(this.playing);
-    /** @type {HTMLButtonElement} */ ($('pb-end')).title = this.isLiveRun() ? 'follow the live run again (End)' : 'to the last event (End)';
-  }
-
   // --- panels ---------------------------------------------------------------------------------------
 
   renderPanels() {
@@ -399,7 +299,7 @@ class App {
     if (wall - this.lastSlowPanels > SLOW_PANEL_MS) {
       this.lastSlowPanels = wall;
       this.renderSlowPanels();
-    } else this.panelsLater(SLOW_PANEL_MS);
+    } else this.scheduler.later(SLOW_PANEL_MS);
     const fm = this.perf.frameMs;
     if (fm.length) {
       const avg = fm.reduce((a, b) => a + b, 0) / fm.length;
@@ -699,7 +599,7 @@ class App {
     if (s === 'reconnecting' && !this.offline && !this.unknownRun) {
       // freeze the view where the server left it: the clock stops, the controls go off
       this.offline = { row: tr.player.length, now: this.clock(performance.now()).now };
-      this.playing = false;
+      this.playback.stop();
     } else if ((s === 'live' || s === 'catching up') && this.offline) {
       this.offline = null;
       this.lastEventWall = performance.now();
@@ -801,16 +701,15 @@ class App {
   selectTrack(i) {
     if (!this.tracks[i] || this.tracks[i] === this.track) return;
     this.track = this.tracks[i];
-    this.pipeline.layoutKey = '';
-    this.pipeline.tokens.clear();
+    this.pipeline.invalidate();
     this.selectedWorker = null;
     this.diagKey = '';
-    this.hist.key = '';
+    this.hist.invalidate();
     this.notes.render([]);
     this.timeline.invalidate();
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
-    this.ranksView.key = '';
+    this.ranksView.invalidate();
     this.wake();
   }
 
@@ -879,13 +778,8 @@ class App {
     $('run-picker').value = id;
     $('file-error').hidden = true;
     const tr = this.track;
-    if (autoplay) {
-      // a simulated run plays from its first event at the chosen speed as its events arrive
-      tr.player.following = false;
-      this.playing = true;
-      this.playT = 0;
-      this.lastPlayWall = performance.now();
-    }
+    // a simulated run plays from its first event at the chosen speed as its events arrive
+    if (autoplay) this.playback.playFromStart();
     tr.stream = this.makeStream(tr, id);
     this.poll();
     this.wake();
@@ -1173,19 +1067,8 @@ class App {
     $('btn-stop').addEventListener('click', () => this.control({ action: 'stop' }));
     $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
     $('btn-fit').addEventListener('click', () => this.timeline.fit());
-    // playback
-    $('pb-play').addEventListener('click', () => (this.playing ? this.pause() : this.play()));
-    $('pb-start').addEventListener('click', () => this.moveTo(0, true, true));
-    $('pb-end').addEventListener('click', () => this.toEnd());
-    $('pb-event').addEventListener('click', () => this.moveTo(this.player.cursor + 1));
-    $('pb-event-back').addEventListener('click', () => this.moveTo(this.player.cursor - 1));
-    $('pb-batch').addEventListener('click', () => this.stepBatch(1));
-    $('pb-batch-back').addEventListener('click', () => this.stepBatch(-1));
-    $('pb-speed').addEventListener('change', (ev) => { this.speed = Number(/** @type {HTMLSelectElement} */ (ev.target).value) || 1; });
-    $('pb-time').addEventListener('input', (ev) => this.seekTime(Number(/** @type {HTMLInputElement} */ (ev.target).value)));
-    $('pb-scrub').addEventListener('input', (ev) => this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value), true, true));
+    this.playback.bind();
     $('inspector-pick').addEventListener('change', () => { $('inspector-note').textContent = ''; this.renderInspector(); });
-    window.addEventListener('keydown', (ev) => this.key(ev));
     // trace files: the picker, and drag-and-drop anywhere on the page
     $('btn-open').addEventListener('click', () => $('file-input').click());
     $('file-input').addEventListener('change', (ev) => {
@@ -1212,31 +1095,6 @@ class App {
       const id = new URL(location.href).searchParams.get('run');
       if (id && id !== this.runId) this.openRun(id, { push: false });
     });
-  }
-
-  stepBatch(dir) {
-    this.playing = false;
-    const p = this.player;
-    const before = p.cursor;
-    p.stepBatch(dir);
-    const after = p.cursor;
-    p.seek(before);
-    this.moveTo(after);
-  }
-
-  key(ev) {
-    const t = /** @type {HTMLElement} */ (ev.target);
-    const typing = t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
-    if (typing && t.id !== 'pb-scrub') return; // the scrubber takes the playback keys too
-    if (!this.player.length || ev.ctrlKey || ev.metaKey || ev.altKey) return;
-    const p = this.player;
-    if (ev.key === ' ') (this.playing ? this.pause() : this.play());
-    else if (ev.key === 'ArrowRight') (ev.shiftKey ? this.stepBatch(1) : this.moveTo(p.cursor + 1));
-    else if (ev.key === 'ArrowLeft') (ev.shiftKey ? this.stepBatch(-1) : this.moveTo(p.cursor - 1));
-    else if (ev.key === 'Home') this.moveTo(0, true, true);
-    else if (ev.key === 'End') this.toEnd();
-    else return;
-    ev.preventDefault();
   }
 
   /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */

@@ -41,6 +41,12 @@ export class PipelineView {
     this.snapNext = false; // after a jump (seek), put tokens where they belong instead of flying
   }
 
+  /** Another run or rank: the next draw lays the picture out again, with no tokens from before. */
+  invalidate() {
+    this.layoutKey = '';
+    this.tokens.clear();
+  }
+
   /** The next draw places tokens at once (after a seek, a fly-over would tell a false story). */
   snap() {
     this.snapNext = true;

@@ -15,6 +15,12 @@ export class RanksView {
     this.reset();
   }
 
+  /** The next render writes the cards again (another rank was selected). */
+  invalidate() {
+    this.key = '';
+  }
+
+  /** A new run: forget the shard checks of the old one. */
   reset() {
     this.key = '';
     /** @type {Map<number, any>} epoch -> shard report (null while decoding) */
@@ -47,8 +53,8 @@ export class RanksView {
       const ends = new Map(tracks.map((tr) => [tr.rank, tr.epochEnds.get(ep)]));
       this.shards.set(ep, null);
       shardReport(ends, tracks[0].epochEnds.get(ep).shard_length).then(
-        (r) => { this.shards.set(ep, r); this.key = ''; this.onChange(); },
-        (err) => { this.shards.set(ep, { error: String(err?.message ?? err) }); this.key = ''; this.onChange(); },
+        (r) => { this.shards.set(ep, r); this.invalidate(); this.onChange(); },
+        (err) => { this.shards.set(ep, { error: String(err?.message ?? err) }); this.invalidate(); this.onChange(); },
       );
     }
     const cards = tracks.map((tr, i) => {
