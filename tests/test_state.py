@@ -85,3 +85,24 @@ def test_unknown_kinds_are_kept_and_summary_and_diagnosis_speak() -> None:
     stats = summary(s)
     assert stats["batches"] == 2 and stats["out_of_order"] == 1
     assert any("reorder cost" in line for line in diagnosis(s))
+
+
+def test_a_straggler_is_named_only_on_enough_fetches_and_a_robust_gap() -> None:
+    from loaderscope.state import stragglers
+
+    def state(times: dict[int, list[float]]) -> LoaderState:
+        s = LoaderState()
+        for wid, ts in times.items():
+            s.worker(wid).fetch_times = list(ts)
+        return s
+
+    # two or three fetches per worker: one slow sample names nobody
+    assert stragglers(state({0: [0.01, 0.01, 0.03], 1: [0.01, 0.01], 2: [0.011, 0.01, 0.01]})) == []
+    # enough fetches, but the "slow" worker sits inside the others' own spread
+    noisy = {0: [0.010, 0.030, 0.012, 0.028, 0.011], 1: [0.009, 0.031, 0.013, 0.027, 0.010],
+             2: [0.020, 0.026, 0.024, 0.025, 0.022]}
+    assert stragglers(state(noisy)) == []
+    # a worker consistently several times slower is named, with its factor
+    slow = {0: [0.010] * 6, 1: [0.011] * 6, 2: [0.052, 0.049, 0.051, 0.050, 0.048]}
+    found = stragglers(state(slow))
+    assert [f["worker"] for f in found] == [2] and 4.5 < found[0]["factor"] < 5.1

@@ -470,19 +470,26 @@ def worker_stats(s: LoaderState) -> list[dict[str, Any]]:
 
 STRAGGLER_FACTOR = 1.5  # a median fetch this many times the others' marks a straggler
 STRAGGLER_MIN_GAP = 0.005  # …and at least this many seconds slower: sub-millisecond noise is no straggler
-STRAGGLER_MIN_TASKS = 3
+STRAGGLER_MIN_TASKS = 5  # fetches a worker (and the others, pooled) needs before it can be named
+STRAGGLER_MAD_K = 3.0  # …and its median must sit beyond this many scaled MADs of the others' fetches
 
 
 def stragglers(s: LoaderState) -> list[dict[str, Any]]:
-    medians = {w.id: statistics.median(w.fetch_times) for w in s.workers.values()
-               if len(w.fetch_times) >= STRAGGLER_MIN_TASKS}
+    """Workers whose median fetch is well beyond the other workers' pooled fetch times.
+
+    Robust on purpose: with two or three fetches per worker, one slow sample used to name a worker
+    "1.6× slower"; the median and the median absolute deviation ignore such outliers.
+    """
+    done = {w.id: w.fetch_times for w in s.workers.values() if len(w.fetch_times) >= STRAGGLER_MIN_TASKS}
     found = []
-    for wid, median in medians.items():
-        others = [m for other, m in medians.items() if other != wid]
-        if not others:
+    for wid, times in done.items():
+        pooled = [t for other, ts in done.items() if other != wid for t in ts]
+        if len(pooled) < STRAGGLER_MIN_TASKS:
             continue
-        baseline = statistics.median(others)
-        if baseline > 0 and median > STRAGGLER_FACTOR * baseline and median - baseline >= STRAGGLER_MIN_GAP:
+        median, baseline = statistics.median(times), statistics.median(pooled)
+        spread = 1.4826 * statistics.median([abs(t - baseline) for t in pooled])
+        if baseline > 0 and median > STRAGGLER_FACTOR * baseline and \
+                median - baseline >= max(STRAGGLER_MIN_GAP, STRAGGLER_MAD_K * spread):
             found.append({"worker": wid, "factor": median / baseline, "median": median, "others": baseline})
     return found
 

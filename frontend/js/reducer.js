@@ -512,19 +512,24 @@ function fetchMax(xs) {
 
 export const STRAGGLER_FACTOR = 1.5; // a median fetch this many times the others' marks a straggler
 export const STRAGGLER_MIN_GAP = 0.005; // …and at least this many seconds slower
-export const STRAGGLER_MIN_TASKS = 3;
+export const STRAGGLER_MIN_TASKS = 5; // fetches a worker (and the others, pooled) needs before it can be named
+export const STRAGGLER_MAD_K = 3; // …and its median must sit beyond this many scaled MADs of the others'
 
+/** Workers whose median fetch is well beyond the other workers' pooled fetch times (state.py stragglers). */
 export function stragglers(s) {
-  const medians = new Map();
+  const done = new Map();
   for (const w of s.workers.values()) {
-    if (w.fetch_times.length >= STRAGGLER_MIN_TASKS) medians.set(w.id, median(w.fetch_times));
+    if (w.fetch_times.length >= STRAGGLER_MIN_TASKS) done.set(w.id, w.fetch_times);
   }
   const found = [];
-  for (const [wid, m] of medians) {
-    const others = [...medians].filter(([other]) => other !== wid).map(([, v]) => v);
-    if (!others.length) continue;
-    const baseline = median(others);
-    if (baseline > 0 && m > STRAGGLER_FACTOR * baseline && m - baseline >= STRAGGLER_MIN_GAP) {
+  for (const [wid, times] of done) {
+    const pooled = [...done].filter(([other]) => other !== wid).flatMap(([, ts]) => ts);
+    if (pooled.length < STRAGGLER_MIN_TASKS) continue;
+    const m = median(times);
+    const baseline = median(pooled);
+    const spread = 1.4826 * median(pooled.map((t) => Math.abs(t - baseline)));
+    if (baseline > 0 && m > STRAGGLER_FACTOR * baseline &&
+        m - baseline >= Math.max(STRAGGLER_MIN_GAP, STRAGGLER_MAD_K * spread)) {
       found.push({ worker: wid, factor: m / baseline, median: m, others: baseline });
     }
   }
