@@ -11,8 +11,8 @@ import { TimelineStore } from './timeline-store.js';
 import { PipelineView } from './pipeline-view.js';
 import { TimelineView } from './timeline-view.js';
 import { HistogramView } from './histogram-view.js';
-import { RunStream } from './stream.js';
-import { api, runSocket, ApiError, errorText, errorField, fieldErrors } from './api.js';
+import { api, ApiError, errorText, errorField, fieldErrors } from './api.js';
+import { ServerRun } from './server-run.js';
 import { fieldsFromSchema, renderForm } from './form.js';
 import { COST_FIELDS, costsFromForm, costField } from './costs.js';
 import { SweepPanel } from './sweep-view.js';
@@ -32,7 +32,6 @@ const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
-const POLL_MS = 1500; // run summary / diagnosis refresh while live
 const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout']);
 const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thinned evenly past this
 
@@ -75,14 +74,10 @@ class App {
     this.compare = new CompareView(() => this.tracks);
     this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake());
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
-    this.runId = null;
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
     this.lastEventWall = 0;
-    this.pollTimer = null;
     this.selectedWorker = null;
-    this.offline = null; // {row, now}: the connection to the server is lost; the view is frozen there
-    this.unknownRun = false; // the server (restarted) does not know the open run
     this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
     this.scenarios = [];
     this.form = null;
@@ -96,6 +91,19 @@ class App {
         this.timeline.invalidate();
         this.wake();
       },
+      wake: () => this.wake(),
+    });
+    this.server = new ServerRun({
+      track: () => this.track,
+      tracks: () => this.tracks,
+      open: (tracks) => this.reset(tracks),
+      runTime: () => this.clock(performance.now()).now,
+      stopPlaying: () => this.playback.stop(),
+      playFromStart: () => this.playback.playFromStart(),
+      diagnosisChanged: () => { this.diagKey = ''; this.renderDiagnosisNow(); },
+      unknown: (message) => renderDiagnosis($('diagnosis'), [], message),
+      statusChanged: () => this.renderStatus(),
+      resumed: () => { this.lastEventWall = performance.now(); },
       wake: () => this.wake(),
     });
     /** @type {Track[]} */
@@ -126,6 +134,11 @@ class App {
   moveTo(i, pause = true, snap = false) { this.playback.moveTo(i, pause, snap); }
   play() { this.playback.play(); }
   pause() { this.playback.pause(); }
+  get runId() { return this.server.runId; }
+  get demo() { return this.server.demo; }
+  get offline() { return this.server.offline; }
+  get unknownRun() { return this.server.unknownRun; }
+  openRun(id, o) { this.server.open(id, o); }
 
   reset(tracks = null) {
     for (const tr of this.tracks) tr.stream?.close();
@@ -134,10 +147,7 @@ class App {
     this.playback.stop();
     this.pipeline.invalidate();
     this.selectedWorker = null;
-    this.finalPolled = false;
-    this.ranksLooked = 0;
     this.ranksView.reset();
-    this.serverDiagnosis = null;
     this.diagKey = '';
     this.hist.invalidate();
     this.notes.render([]);
@@ -151,9 +161,7 @@ class App {
     this.inspectorKey = '';
     $('banner').hidden = true;
     $('banner').dataset.key = '';
-    this.offline = null;
-    this.unknownRun = false;
-    this.showNotice();
+    this.server.forget();
     this.findingsKey = '';
     $('findings').replaceChildren();
     $('findings-box').hidden = true;
@@ -267,13 +275,7 @@ class App {
     }
     if (!n) return 0;
     this.perf.applied += n;
-    const full = this.track.player.full;
-    if (full.t !== tBefore) this.lastEventWall = performance.now();
-    if (full.status !== 'running' && full.status !== 'pending' && !this.finalPolled && this.track.source === 'server') {
-      this.finalPolled = true;
-      this.poll();
-    }
-    if (full.meta.job && full.meta.world_size > 1 && this.track.source === 'server' && !this.ranksLooked) this.discoverRanks();
+    if (this.track.player.full.t !== tBefore) this.lastEventWall = performance.now();
     return n;
   }
 
@@ -321,8 +323,8 @@ class App {
   renderDiagnosisNow() {
     const p = this.player;
     const scope = $('diagnosis-scope');
-    if (this.track.source === 'server' && this.serverDiagnosis && (p.following || p.cursor === p.length)) {
-      renderDiagnosis($('diagnosis'), paceDiagnosis(this.serverDiagnosis, this.pace()), 'no findings yet');
+    if (this.track.source === 'server' && this.server.serverDiagnosis && (p.following || p.cursor === p.length)) {
+      renderDiagnosis($('diagnosis'), paceDiagnosis(this.server.serverDiagnosis, this.pace()), 'no findings yet');
       scope.textContent = this.complete() ? '(whole run)' : '(live)';
       return;
     }
@@ -567,50 +569,6 @@ class App {
     box.replaceChildren(text, go);
   }
 
-  /** The full-width notice: connection lost (view frozen), or a server that does not know the run. */
-  showNotice() {
-    const box = $('conn-notice');
-    let main = '', sub = '';
-    if (this.unknownRun) {
-      main = `the dashboard server does not know run ${this.runId} (it was restarted without it)`;
-      sub = `what arrived before, ${this.player.length.toLocaleString('en')} events, is still here: play, step and scrub it; `
-        + 'start a new run or pick one above to go on';
-    } else if (this.offline) {
-      main = `lost connection to the dashboard server — view frozen at event ${this.offline.row.toLocaleString('en')}`;
-      sub = 'retrying every few seconds; the run may still be going on the server. Pause, Step and Stop are off until it is back.';
-    }
-    const key = `${main}|${sub}`;
-    if (box.dataset.key === key) return;
-    box.dataset.key = key;
-    box.hidden = !main;
-    const b = document.createElement('b');
-    b.textContent = main;
-    const span = document.createElement('span');
-    span.className = 'sub';
-    span.textContent = sub;
-    box.replaceChildren(b, span);
-  }
-
-  /** The connection of the selected run's stream changed. */
-  connectionChanged(tr, s) {
-    const c = $('connection');
-    c.textContent = s;
-    c.dataset.state = s;
-    if (s === 'reconnecting' && !this.offline && !this.unknownRun) {
-      // freeze the view where the server left it: the clock stops, the controls go off
-      this.offline = { row: tr.player.length, now: this.clock(performance.now()).now };
-      this.playback.stop();
-    } else if ((s === 'live' || s === 'catching up') && this.offline) {
-      this.offline = null;
-      this.lastEventWall = performance.now();
-      this.refreshRuns(true);
-      this.poll();
-    } else return;
-    this.showNotice();
-    this.renderStatus();
-    this.wake();
-  }
-
   /** Findings of the whole run (not cut at the playhead): each seeks to its moment and opens its worker. */
   renderFindings() {
     const tr = this.track;
@@ -713,158 +671,8 @@ class App {
     this.wake();
   }
 
-  /** Other ranks of the same job on this server: each becomes a track of its own. */
-  async discoverRanks() {
-    this.ranksLooked = Date.now();
-    const job = this.track.player.full.meta.job;
-    const want = this.track.player.full.meta.world_size;
-    let runs;
-    try { runs = await api.runs(); } catch { return; }
-    if (!Array.isArray(runs)) runs = runs?.runs ?? [];
-    // the listing carries each run's job and rank (run_start's, or a logdir file's index): no run is
-    // opened just to learn them, so a logdir of many files reads only the ranks shown
-    for (const r of runs) {
-      if (this.tracks.some((tr) => tr.runId === r.id)) continue;
-      if (r.job === job && !this.tracks.some((tr) => tr.rank === r.rank)) this.addServerTrack(r.id, r.rank);
-    }
-    this.tracks.sort((a, b) => a.rank - b.rank);
-    if (this.tracks.length < want) setTimeout(() => { if (this.track.player.full.meta.job === job) this.discoverRanks(); }, POLL_MS * 2);
-    this.wake();
-  }
-
-  addServerTrack(id, rank) {
-    const tr = new Track({ rank, label: `rank ${rank}`, runId: id, source: 'server' });
-    tr.player.following = this.player.following;
-    tr.stream = this.makeStream(tr, id);
-    this.tracks.push(tr);
-    return tr;
-  }
-
   renderRanks() {
     this.ranksView.render(this.tracks, this.track);
-  }
-
-  // --- runs on the server ---------------------------------------------------------------------------
-
-  makeStream(tr, id) {
-    return new RunStream({
-      openSocket: (after) => runSocket(id, after),
-      fetchEvents: (after, limit) => api.events(id, after, limit),
-      onEvents: (events) => { for (const e of events) tr.queue.push(e); this.wake(); },
-      onNote: (n) => { tr.note(n); this.wake(); },
-      onConnection: (s) => { if (tr === this.track) this.connectionChanged(tr, s); },
-      onRunStatus: (m) => {
-        if (typeof m.status === 'string') {
-          tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused, ...(typeof m.delay === 'number' ? { delay: m.delay } : {}) };
-        }
-        if (m.type === 'end') {
-          tr.complete = true;
-          if (tr === this.track) this.poll();
-        }
-        this.wake();
-      },
-    }).start();
-  }
-
-  /** @param {string} id @param {{push?:boolean, autoplay?:boolean}} [o] */
-  openRun(id, { push = true, autoplay = false } = {}) {
-    clearTimeout(this.pollTimer);
-    this.reset([new Track({ rank: 0, label: 'rank 0', runId: id, source: 'server' })]);
-    this.runId = id;
-    const url = new URL(location.href);
-    url.searchParams.set('run', id);
-    url.searchParams.delete('token');
-    if (push && url.href !== location.href) history.pushState({ run: id }, '', url);
-    $('run-picker').value = id;
-    $('file-error').hidden = true;
-    const tr = this.track;
-    // a simulated run plays from its first event at the chosen speed as its events arrive
-    if (autoplay) this.playback.playFromStart();
-    tr.stream = this.makeStream(tr, id);
-    this.poll();
-    this.wake();
-  }
-
-  async poll() {
-    clearTimeout(this.pollTimer);
-    const id = this.runId;
-    const tr = this.track;
-    if (!id || this.demo || tr.source !== 'server') return;
-    try {
-      const info = await api.run(id);
-      if (id !== this.runId) return;
-      tr.runInfo = info;
-      this.serverDiagnosis = Array.isArray(info.diagnosis) ? info.diagnosis : null;
-      this.diagKey = '';
-      this.renderDiagnosisNow();
-      this.renderStatus();
-    } catch (err) {
-      if (err instanceof ApiError && err.status === 404) {
-        renderDiagnosis($('diagnosis'), [], `run ${id} is not known to this server`);
-        tr.runInfo = { status: 'unknown' };
-        if (tr.player.length) {
-          // a restarted server without this run: stop asking for it, keep what arrived as a trace
-          this.unknownRun = true;
-          this.offline = null;
-          tr.stream?.close();
-          tr.complete = true;
-          tr.player.following = false;
-          this.showNotice();
-          this.refreshRuns(true);
-        }
-        this.renderStatus();
-        this.wake();
-        return;
-      }
-    }
-    const status = tr.runInfo?.status;
-    if (!ENDED.has(status) && id === this.runId) this.pollTimer = setTimeout(() => this.poll(), POLL_MS);
-    this.refreshRuns();
-  }
-
-  async refreshRuns(force = false) {
-    if (this.demo) return;
-    if (force) /** @type {HTMLSelectElement} */ ($('run-picker')).dataset.key = '';
-    let runs;
-    try {
-      runs = await api.runs();
-    } catch { return; }
-    if (!Array.isArray(runs)) runs = runs?.runs ?? [];
-    const sel = /** @type {HTMLSelectElement} */ ($('run-picker'));
-    const key = JSON.stringify(runs.map((r) => [r.id, r.status]));
-    if (sel.dataset.key === key) return;
-    sel.dataset.key = key;
-    const opts = [new Option('— choose a run —', '')];
-    const groups = new Map(); // the ranks of one job, listed together
-    for (const r of [...runs].reverse()) {
-      const what = r.path ?? `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}`;
-      const shared = r.job != null && runs.filter((o) => o.job === r.job).length > 1;
-      if (!shared) {
-        opts.push(new Option(`${what} · ${r.status ?? ''} · ${r.id}`, r.id));
-        continue;
-      }
-      if (!groups.has(r.job)) {
-        const group = document.createElement('optgroup');
-        group.label = `job ${r.job}`;
-        groups.set(r.job, group);
-        opts.push(group);
-      }
-      groups.get(r.job).append(new Option(`rank ${r.rank} · ${what} · ${r.status ?? ''}`, r.id));
-    }
-    if (this.runId && !runs.some((r) => r.id === this.runId)) opts.push(new Option(this.runId, this.runId));
-    sel.replaceChildren(...opts);
-    sel.value = this.runId ?? '';
-  }
-
-  async control(body) {
-    if (!this.runId || this.offline || this.unknownRun) return;
-    try {
-      await api.control(this.runId, body);
-      this.poll();
-    } catch (err) {
-      this.track.note({ type: 'bad', reason: `control failed: ${err.message}` });
-      this.wake();
-    }
   }
 
   // --- trace files ----------------------------------------------------------------------------------
@@ -917,15 +725,8 @@ class App {
       if (tracks.length > 1 && Number.isInteger(meta.rank) && !tracks.some((o) => o !== tr && o.player.full.meta.rank === meta.rank)) tr.rank = meta.rank;
     }
     tracks.sort((a, b) => a.rank - b.rank);
-    clearTimeout(this.pollTimer);
     this.reset(tracks);
-    this.runId = null;
-    const url = new URL(location.href);
-    if (url.searchParams.has('run')) {
-      url.searchParams.delete('run');
-      history.pushState({}, '', url);
-    }
-    /** @type {HTMLSelectElement} */ ($('run-picker')).value = '';
+    this.server.close();
     $('connection').textContent = `${files.length > 1 ? `${tracks.length} files` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
     $('connection').dataset.state = 'file';
     for (const tr of tracks) tr.player.following = false;
@@ -1023,8 +824,8 @@ class App {
       if (!id) throw new Error('the server did not return a run id');
       /** @type {HTMLDetailsElement} */ ($('params-box')).open = false; // the run needs the room now
       /** @type {HTMLDetailsElement} */ ($('costs-box')).open = false;
-      this.openRun(id, { autoplay: mode === 'sim' });
-      this.refreshRuns();
+      this.server.open(id, { autoplay: mode === 'sim' });
+      this.server.refreshRuns();
     } catch (err) {
       const body = err instanceof ApiError ? err.body : null;
       // each problem next to its field; what names no field of the form goes under the button
@@ -1052,20 +853,11 @@ class App {
     $('new-run').addEventListener('submit', (ev) => this.submit(ev));
     $('scenario').addEventListener('change', () => this.showScenario());
     for (const r of document.querySelectorAll('input[name="mode"]')) r.addEventListener('change', () => this.showMode());
-    $('run-picker').addEventListener('change', (ev) => {
-      const id = /** @type {HTMLSelectElement} */ (ev.target).value;
-      if (id) this.openRun(id);
-    });
-    $('run-picker').addEventListener('focus', () => this.refreshRuns());
-    $('btn-pause').addEventListener('click', () => this.control({ action: 'pause' }));
+    this.server.bind();
     $('btn-values').addEventListener('click', () => {
       $('inspector-note').textContent = 'asked: the next batch of each worker will be listed here with its values';
-      this.control({ action: 'inspect' });
+      this.server.control({ action: 'inspect' });
     });
-    $('btn-resume').addEventListener('click', () => this.control({ action: 'resume' }));
-    $('btn-step').addEventListener('click', () => this.control({ action: 'step' }));
-    $('btn-stop').addEventListener('click', () => this.control({ action: 'stop' }));
-    $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
     $('btn-fit').addEventListener('click', () => this.timeline.fit());
     this.playback.bind();
     $('inspector-pick').addEventListener('change', () => { $('inspector-note').textContent = ''; this.renderInspector(); });
@@ -1091,15 +883,11 @@ class App {
       drop.hidden = true;
       if (ev.dataTransfer?.files?.length) this.loadFiles(ev.dataTransfer.files);
     });
-    window.addEventListener('popstate', () => {
-      const id = new URL(location.href).searchParams.get('run');
-      if (id && id !== this.runId) this.openRun(id, { push: false });
-    });
   }
 
   /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */
   async startDemo(params) {
-    this.demo = true;
+    this.server.demo = true;
     let synthesize;
     try {
       ({ synthesize } = await import('../dev/synth.js'));
@@ -1113,7 +901,7 @@ class App {
     const batches = Number(params.get('batches') ?? 400);
     const events = synthesize({ num_workers: workers, batches, prefetch_factor: Number(params.get('prefetch') ?? 2), step: Number(params.get('step') ?? 0.004), pin_ms: Number(params.get('pin') ?? 0), cost: (idx) => (0.02 + 0.03 * ((workers - (idx % workers)) / workers)) * Number(params.get('slow') ?? 1) });
     this.reset([new Track({ rank: 0, label: 'demo', source: 'demo' })]);
-    this.runId = 'demo';
+    this.server.runId = 'demo';
     renderDiagnosis($('diagnosis'), [], 'offline demo: the diagnosis comes from the server');
     $('connection').textContent = `demo · ${events.length} events`;
     let i = 0;
@@ -1141,9 +929,9 @@ class App {
       return;
     }
     this.loadScenarios();
-    this.refreshRuns();
+    this.server.refreshRuns();
     const id = params.get('run');
-    if (id) this.openRun(id, { push: false });
+    if (id) this.server.open(id, { push: false });
     else renderDiagnosis($('diagnosis'), [], 'start a run, pick one above, or drop a trace file on the page');
     this.renderStatus();
     this.wake(); // draw the empty picture: the parts are named before any run starts

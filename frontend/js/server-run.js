@@ -1,0 +1,308 @@
+// The connection to a run on the dashboard server: its event streams (one per rank), the run's
+// summary and diagnosis (polled while it runs), the run list, the live controls, and what the page
+// says when the server goes away or forgets the run. Every network call starts here, from a stream
+// callback, a timer or a click; never from the frame loop.
+
+import { Track } from './track.js';
+import { RunStream } from './stream.js';
+import { api, runSocket, ApiError } from './api.js';
+import { ENDED } from './schema.js';
+
+const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const POLL_MS = 1500; // run summary / diagnosis refresh while live
+
+/**
+ * What the connection needs of the page.
+ * @typedef {{
+ *   track: () => Track,
+ *   tracks: () => Track[],
+ *   open: (tracks: Track[]) => void,
+ *   runTime: () => number,
+ *   stopPlaying: () => void,
+ *   playFromStart: () => void,
+ *   diagnosisChanged: () => void,
+ *   unknown: (message: string) => void,
+ *   statusChanged: () => void,
+ *   resumed: () => void,
+ *   wake: () => void,
+ * }} ServerHost
+ */
+
+export class ServerRun {
+  /** @param {ServerHost} host */
+  constructor(host) {
+    this.host = host;
+    /** @type {string|null} the open run on the server ('demo' for the synthetic demo) */
+    this.runId = null;
+    this.demo = false;
+    /** @type {ReturnType<typeof setTimeout>|undefined} */
+    this.pollTimer = undefined;
+    this.forget();
+  }
+
+  /** Another run (or a file) is open: nothing of the old run's connection carries over. */
+  forget() {
+    clearTimeout(this.pollTimer);
+    /** @type {{row:number, now:number}|null} the server is gone; the view is frozen at this row and run time */
+    this.offline = null;
+    this.unknownRun = false; // the server (restarted) does not know the open run
+    /** @type {string[]|null} the server's diagnosis of the whole run */
+    this.serverDiagnosis = null;
+    this.finalPolled = false;
+    this.ranksLooked = 0;
+    this.showNotice();
+  }
+
+  /** Whether the live controls can reach the run. */
+  get reachable() {
+    return !this.offline && !this.unknownRun;
+  }
+
+  bind() {
+    $('run-picker').addEventListener('change', (ev) => {
+      const id = /** @type {HTMLSelectElement} */ (ev.target).value;
+      if (id) this.open(id);
+    });
+    $('run-picker').addEventListener('focus', () => this.refreshRuns());
+    $('btn-pause').addEventListener('click', () => this.control({ action: 'pause' }));
+    $('btn-resume').addEventListener('click', () => this.control({ action: 'resume' }));
+    $('btn-step').addEventListener('click', () => this.control({ action: 'step' }));
+    $('btn-stop').addEventListener('click', () => this.control({ action: 'stop' }));
+    $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
+    window.addEventListener('popstate', () => {
+      const id = new URL(location.href).searchParams.get('run');
+      if (id && id !== this.runId) this.open(id, { push: false });
+    });
+  }
+
+  /** @param {string} id @param {{push?:boolean, autoplay?:boolean}} [o] */
+  open(id, { push = true, autoplay = false } = {}) {
+    this.host.open([new Track({ rank: 0, label: 'rank 0', runId: id, source: 'server' })]);
+    this.runId = id;
+    const url = new URL(location.href);
+    url.searchParams.set('run', id);
+    url.searchParams.delete('token');
+    if (push && url.href !== location.href) history.pushState({ run: id }, '', url);
+    /** @type {HTMLSelectElement} */ ($('run-picker')).value = id;
+    $('file-error').hidden = true;
+    const tr = this.host.track();
+    // a simulated run plays from its first event at the chosen speed as its events arrive
+    if (autoplay) this.host.playFromStart();
+    tr.stream = this.stream(tr, id);
+    this.poll();
+    this.host.wake();
+  }
+
+  /** The open run is no longer on the server: a file or the demo took its place. */
+  close() {
+    this.forget();
+    this.runId = null;
+    const url = new URL(location.href);
+    if (url.searchParams.has('run')) {
+      url.searchParams.delete('run');
+      history.pushState({}, '', url);
+    }
+    /** @type {HTMLSelectElement} */ ($('run-picker')).value = '';
+  }
+
+  /** @param {Track} tr @param {string} id */
+  stream(tr, id) {
+    return new RunStream({
+      openSocket: (after) => runSocket(id, after),
+      fetchEvents: (after, limit) => api.events(id, after, limit),
+      onEvents: (events) => {
+        for (const e of events) tr.queue.push(e);
+        this.arrived(tr, events);
+        this.host.wake();
+      },
+      onNote: (n) => { tr.note(n); this.host.wake(); },
+      onConnection: (s) => { if (tr === this.host.track()) this.connectionChanged(tr, s); },
+      onRunStatus: (m) => {
+        if (typeof m.status === 'string') {
+          tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused, ...(typeof m.delay === 'number' ? { delay: m.delay } : {}) };
+        }
+        if (m.type === 'end') {
+          tr.complete = true;
+          if (tr === this.host.track()) this.poll();
+        }
+        this.host.wake();
+      },
+    }).start();
+  }
+
+  /**
+   * Events of the selected rank arrived (not yet applied): the run's end asks the server for its
+   * final summary once; a run_start of a job with several ranks looks for the other ranks.
+   */
+  arrived(tr, events) {
+    if (tr !== this.host.track()) return;
+    for (const e of events) {
+      if (e.kind === 'run_end' && !this.finalPolled) {
+        this.finalPolled = true;
+        this.poll();
+      } else if (e.kind === 'run_start' && e.job && e.world_size > 1 && !this.ranksLooked) {
+        this.discoverRanks(e.job, e.world_size);
+      }
+    }
+  }
+
+  async poll() {
+    clearTimeout(this.pollTimer);
+    const id = this.runId;
+    const tr = this.host.track();
+    if (!id || this.demo || tr.source !== 'server') return;
+    try {
+      const info = await api.run(id);
+      if (id !== this.runId) return;
+      tr.runInfo = info;
+      this.serverDiagnosis = Array.isArray(info.diagnosis) ? info.diagnosis : null;
+      this.host.diagnosisChanged();
+      this.host.statusChanged();
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) {
+        this.notKnown(tr, id);
+        return;
+      }
+    }
+    const status = tr.runInfo?.status;
+    if (!ENDED.has(status) && id === this.runId) this.pollTimer = setTimeout(() => this.poll(), POLL_MS);
+    this.refreshRuns();
+  }
+
+  /** A restarted server without this run: stop asking for it, keep what arrived as a trace. */
+  notKnown(tr, id) {
+    this.host.unknown(`run ${id} is not known to this server`);
+    tr.runInfo = { status: 'unknown' };
+    if (tr.player.length) {
+      this.unknownRun = true;
+      this.offline = null;
+      tr.stream?.close();
+      tr.complete = true;
+      tr.player.following = false;
+      this.showNotice();
+      this.refreshRuns(true);
+    }
+    this.host.statusChanged();
+    this.host.wake();
+  }
+
+  /** The run list in the picker; ranks of one job grouped. */
+  async refreshRuns(force = false) {
+    if (this.demo) return;
+    const sel = /** @type {HTMLSelectElement} */ ($('run-picker'));
+    if (force) sel.dataset.key = '';
+    let runs;
+    try {
+      runs = await api.runs();
+    } catch { return; }
+    if (!Array.isArray(runs)) runs = runs?.runs ?? [];
+    const key = JSON.stringify(runs.map((r) => [r.id, r.status]));
+    if (sel.dataset.key === key) return;
+    sel.dataset.key = key;
+    const opts = [new Option('— choose a run —', '')];
+    const groups = new Map(); // the ranks of one job, listed together
+    for (const r of [...runs].reverse()) {
+      const what = r.path ?? `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}`;
+      const shared = r.job != null && runs.filter((o) => o.job === r.job).length > 1;
+      if (!shared) {
+        opts.push(new Option(`${what} · ${r.status ?? ''} · ${r.id}`, r.id));
+        continue;
+      }
+      if (!groups.has(r.job)) {
+        const group = document.createElement('optgroup');
+        group.label = `job ${r.job}`;
+        groups.set(r.job, group);
+        opts.push(group);
+      }
+      groups.get(r.job).append(new Option(`rank ${r.rank} · ${what} · ${r.status ?? ''}`, r.id));
+    }
+    if (this.runId && !runs.some((r) => r.id === this.runId)) opts.push(new Option(this.runId, this.runId));
+    sel.replaceChildren(...opts);
+    sel.value = this.runId ?? '';
+  }
+
+  async control(body) {
+    if (!this.runId || !this.reachable) return;
+    try {
+      await api.control(this.runId, body);
+      this.poll();
+    } catch (err) {
+      this.host.track().note({ type: 'bad', reason: `control failed: ${err.message}` });
+      this.host.wake();
+    }
+  }
+
+  /**
+   * Other ranks of the same job on this server: each becomes a track of its own.
+   * @param {string} job @param {number} want the job's world size
+   */
+  async discoverRanks(job, want) {
+    this.ranksLooked = Date.now();
+    let runs;
+    try { runs = await api.runs(); } catch { return; }
+    if (!Array.isArray(runs)) runs = runs?.runs ?? [];
+    const tracks = this.host.tracks();
+    // the listing carries each run's job and rank (run_start's, or a logdir file's index): no run is
+    // opened just to learn them, so a logdir of many files reads only the ranks shown
+    for (const r of runs) {
+      if (tracks.some((tr) => tr.runId === r.id)) continue;
+      if (r.job === job && !tracks.some((tr) => tr.rank === r.rank)) tracks.push(this.rankTrack(r.id, r.rank));
+    }
+    tracks.sort((a, b) => a.rank - b.rank);
+    if (tracks.length < want) {
+      setTimeout(() => { if (this.host.track().player.full.meta.job === job) this.discoverRanks(job, want); }, POLL_MS * 2);
+    }
+    this.host.wake();
+  }
+
+  rankTrack(id, rank) {
+    const tr = new Track({ rank, label: `rank ${rank}`, runId: id, source: 'server' });
+    tr.player.following = this.host.track().player.following;
+    tr.stream = this.stream(tr, id);
+    return tr;
+  }
+
+  /** The connection of the selected run's stream changed. */
+  connectionChanged(tr, s) {
+    const c = $('connection');
+    c.textContent = s;
+    c.dataset.state = s;
+    if (s === 'reconnecting' && this.reachable) {
+      // freeze the view where the server left it: the clock stops, the controls go off
+      this.offline = { row: tr.player.length, now: this.host.runTime() };
+      this.host.stopPlaying();
+    } else if ((s === 'live' || s === 'catching up') && this.offline) {
+      this.offline = null;
+      this.host.resumed();
+      this.refreshRuns(true);
+      this.poll();
+    } else return;
+    this.showNotice();
+    this.host.statusChanged();
+    this.host.wake();
+  }
+
+  /** The full-width notice: connection lost (view frozen), or a server that does not know the run. */
+  showNotice() {
+    const box = $('conn-notice');
+    let main = '', sub = '';
+    if (this.unknownRun) {
+      main = `the dashboard server does not know run ${this.runId} (it was restarted without it)`;
+      sub = `what arrived before, ${this.host.track().player.length.toLocaleString('en')} events, is still here: play, step and scrub it; `
+        + 'start a new run or pick one above to go on';
+    } else if (this.offline) {
+      main = `lost connection to the dashboard server — view frozen at event ${this.offline.row.toLocaleString('en')}`;
+      sub = 'retrying every few seconds; the run may still be going on the server. Pause, Step and Stop are off until it is back.';
+    }
+    const key = `${main}|${sub}`;
+    if (box.dataset.key === key) return;
+    box.dataset.key = key;
+    box.hidden = !main;
+    const b = document.createElement('b');
+    b.textContent = main;
+    const span = document.createElement('span');
+    span.className = 'sub';
+    span.textContent = sub;
+    box.replaceChildren(b, span);
+  }
+}
