@@ -11,17 +11,15 @@ import { TimelineStore } from './timeline-store.js';
 import { PipelineView } from './pipeline-view.js';
 import { TimelineView } from './timeline-view.js';
 import { HistogramView } from './histogram-view.js';
-import { api, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { ServerRun } from './server-run.js';
-import { fieldsFromSchema, renderForm } from './form.js';
-import { COST_FIELDS, costsFromForm, costField } from './costs.js';
+import { RunForm } from './run-form.js';
 import { SweepPanel } from './sweep-view.js';
 import { CompareView } from './compare-view.js';
 import {
   Counters, Notes, EventLog, renderDiagnosis, workerDetail, stackItems, alarms, structureItems,
 } from './panels.js';
 import { pinStage } from './pin.js';
-import { readTraceFile, TraceError } from './trace-file.js';
+import { TraceOpener } from './trace-open.js';
 import { ENDED } from './schema.js';
 import { RanksView } from './ranks-view.js';
 import { fmtDuration } from './timeline-store.js';
@@ -70,7 +68,7 @@ class App {
     this.notes = new Notes($('notes'), $('notes-count'));
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
-    this.sweep = new SweepPanel(() => this.sweepSource());
+    this.sweep = new SweepPanel(() => this.runForm.sweepSource());
     this.compare = new CompareView(() => this.tracks);
     this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake());
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
@@ -79,8 +77,13 @@ class App {
     this.lastEventWall = 0;
     this.selectedWorker = null;
     this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
-    this.scenarios = [];
-    this.form = null;
+    this.runForm = new RunForm({
+      started: (id, mode) => {
+        this.server.open(id, { autoplay: mode === 'sim' });
+        this.server.refreshRuns();
+      },
+      fieldsChanged: (fields) => this.sweep.fieldsChanged(fields),
+    });
     this.playback = new Playback({
       track: () => this.track,
       tracks: () => this.tracks,
@@ -106,6 +109,7 @@ class App {
       resumed: () => { this.lastEventWall = performance.now(); },
       wake: () => this.wake(),
     });
+    this.files = new TraceOpener(this.perf, (o) => this.openFiles(o));
     /** @type {Track[]} */
     this.tracks = [];
     this.track = /** @type {Track} */ (/** @type {unknown} */ (null));
@@ -139,6 +143,7 @@ class App {
   get offline() { return this.server.offline; }
   get unknownRun() { return this.server.unknownRun; }
   openRun(id, o) { this.server.open(id, o); }
+  get form() { return this.runForm.form; }
 
   reset(tracks = null) {
     for (const tr of this.tracks) tr.stream?.close();
@@ -675,184 +680,17 @@ class App {
     this.ranksView.render(this.tracks, this.track);
   }
 
-  // --- trace files ----------------------------------------------------------------------------------
-
-  /** Open dropped or picked trace files: one track per file (per rank), replayed like a finished run. */
-  async loadFiles(list) {
-    const files = [...list];
-    if (!files.length) return;
-    const box = $('loading');
-    const errors = [];
-    const tracks = [];
-    const total = files.reduce((s, f) => s + f.size, 0);
-    let before = 0;
-    const t0 = performance.now();
-    box.hidden = false;
-    for (const file of files) {
-      const tr = new Track({ rank: tracks.length, label: file.name, source: 'file' });
-      $('loading-text').textContent = `reading ${file.name}…`;
-      try {
-        await readTraceFile(file, {
-          onHeader: (h) => { tr.header = h; },
-          onEvent: (e) => tr.ingest(e),
-          onProgress: (done) => {
-            const frac = total ? (before + done) / total : 1;
-            /** @type {HTMLElement} */ ($('loading-bar')).style.width = `${(frac * 100).toFixed(1)}%`;
-            $('loading-text').textContent = `reading ${file.name}: ${tr.player.length.toLocaleString('en')} events`;
-          },
-        });
-      } catch (err) {
-        if (!(err instanceof TraceError)) throw err;
-        if (!tr.player.length) { errors.push(err.message); before += file.size; continue; }
-        tr.fileError = err.message; // keep what came before the damage, and say where it is
-        tr.note({ type: 'bad', reason: err.message });
-      }
-      before += file.size;
-      tr.complete = true;
-      tracks.push(tr);
-    }
-    const ms = performance.now() - t0;
-    box.hidden = true;
-    const events = tracks.reduce((s, tr) => s + tr.player.length, 0);
-    this.perf.load = { ms, events, files: files.length, bytes: total };
-    const err = $('file-error');
-    err.hidden = !errors.length;
-    $('file-error-text').textContent = errors.join('\n');
-    if (!tracks.length) return;
-    // ranks: from each run_start; files without one keep their order
-    for (const tr of tracks) {
-      const meta = tr.player.full.meta;
-      if (tracks.length > 1 && Number.isInteger(meta.rank) && !tracks.some((o) => o !== tr && o.player.full.meta.rank === meta.rank)) tr.rank = meta.rank;
-    }
-    tracks.sort((a, b) => a.rank - b.rank);
+  /** @param {import('./trace-open.js').Opened} o trace files read: they replace the open run */
+  openFiles({ tracks, files, events, ms }) {
     this.reset(tracks);
     this.server.close();
-    $('connection').textContent = `${files.length > 1 ? `${tracks.length} files` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
+    $('connection').textContent = `${files > 1 ? `${tracks.length} files` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
     $('connection').dataset.state = 'file';
-    for (const tr of tracks) tr.player.following = false;
     this.wake();
   }
 
-  // --- the new-run form -----------------------------------------------------------------------------
-
-  async loadScenarios() {
-    let list;
-    try {
-      list = await api.scenarios();
-    } catch (err) {
-      $('form-error').textContent = `could not load scenarios: ${err.message}`;
-      $('form-error').hidden = false;
-      return;
-    }
-    this.scenarios = Array.isArray(list) ? list : [];
-    const sel = /** @type {HTMLSelectElement} */ ($('scenario'));
-    sel.replaceChildren(...this.scenarios.map((s) => new Option(s.title ? `${s.name} — ${s.title}` : s.name, s.name)));
-    const preferred = this.scenarios.find((s) => s.name === 'out_of_order') ?? this.scenarios[0];
-    if (preferred) sel.value = preferred.name;
-    this.showScenario();
-  }
-
-  showScenario() {
-    const name = /** @type {HTMLSelectElement} */ ($('scenario')).value;
-    const sc = this.scenarios.find((s) => s.name === name);
-    $('scenario-desc').textContent = sc?.description ?? '';
-    this.form = renderForm($('params'), fieldsFromSchema(sc?.params));
-    this.sweep.fieldsChanged(fieldsFromSchema(sc?.params));
-    $('form-error').hidden = true;
-    this.showMode();
-  }
-
-  /** What the what-if panel sweeps from: the form's scenario, parameters and (in simulate mode) cost model. */
-  sweepSource() {
-    const scenario = /** @type {HTMLSelectElement} */ ($('scenario')).value;
-    const read = this.form ? this.form.read() : { values: {}, errors: {} };
-    const bad = Object.entries(read.errors);
-    if (bad.length) {
-      for (const [field, msg] of bad) this.form.showError(field, msg);
-      /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
-    }
-    let costs = null;
-    const sim = /** @type {HTMLInputElement} */ ($('mode-sim')).checked;
-    if (sim && this.costForm) {
-      const c = this.costForm.read();
-      if (!Object.keys(c.errors).length) costs = costsFromForm(c.values);
-    }
-    return { scenario, params: bad.length ? null : read.values, costs };
-  }
-
-  showMode() {
-    const sim = /** @type {HTMLInputElement} */ ($('mode-sim')).checked;
-    $('costs-box').hidden = !sim;
-    if (sim && !this.costForm) this.costForm = renderForm($('costs'), fieldsFromSchema(COST_FIELDS), { prefix: 'cost-' });
-    $('mode-desc').textContent = sim
-      ? 'The simulator runs the same protocol on a virtual clock in seconds, then plays it here: pause, step one event or one batch, scrub along the timeline, at any speed.'
-      : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from the top bar.';
-  }
-
-  async submit(ev) {
-    ev.preventDefault();
-    const name = /** @type {HTMLSelectElement} */ ($('scenario')).value;
-    const mode = /** @type {HTMLInputElement} */ (document.querySelector('input[name="mode"]:checked'))?.value ?? 'real';
-    const errBox = $('form-error');
-    errBox.hidden = true;
-    if (!this.form) return;
-    this.form.clearErrors();
-    const { values, errors } = this.form.read();
-    const bad = Object.entries(errors);
-    if (bad.length) {
-      for (const [field, msg] of bad) this.form.showError(field, msg);
-      /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
-      return;
-    }
-    let costs = null;
-    if (mode === 'sim' && this.costForm) {
-      this.costForm.clearErrors();
-      const c = this.costForm.read();
-      const wrong = Object.entries(c.errors);
-      if (wrong.length) {
-        for (const [field, msg] of wrong) this.costForm.showError(field, msg);
-        /** @type {HTMLDetailsElement} */ ($('costs-box')).open = true;
-        return;
-      }
-      costs = costsFromForm(c.values);
-    }
-    const button = /** @type {HTMLButtonElement} */ ($('btn-start'));
-    button.disabled = true;
-    try {
-      const run = await api.start(name, mode, values, costs);
-      const id = run?.id ?? run?.run?.id;
-      if (!id) throw new Error('the server did not return a run id');
-      /** @type {HTMLDetailsElement} */ ($('params-box')).open = false; // the run needs the room now
-      /** @type {HTMLDetailsElement} */ ($('costs-box')).open = false;
-      this.server.open(id, { autoplay: mode === 'sim' });
-      this.server.refreshRuns();
-    } catch (err) {
-      const body = err instanceof ApiError ? err.body : null;
-      // each problem next to its field; what names no field of the form goes under the button
-      let placed = 0, placedCosts = 0;
-      for (const p of body ? fieldErrors(body) : []) {
-        const cost = costField(p.field);
-        if (cost && this.costForm?.showError(cost, p.message)) placedCosts += 1;
-        else if (this.form.showError(p.field, p.message)) placed += 1;
-      }
-      if (placedCosts) /** @type {HTMLDetailsElement} */ ($('costs-box')).open = true;
-      const field = placed ? null : body ? errorField(body, this.form.names()) : null;
-      const message = body ? errorText(body) : err.message;
-      if (field && this.form.showError(field, message)) placed += 1;
-      if (placed) /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
-      else if (!placedCosts) {
-        errBox.textContent = message || String(err);
-        errBox.hidden = false;
-      }
-    } finally {
-      button.disabled = false;
-    }
-  }
-
   bindControls() {
-    $('new-run').addEventListener('submit', (ev) => this.submit(ev));
-    $('scenario').addEventListener('change', () => this.showScenario());
-    for (const r of document.querySelectorAll('input[name="mode"]')) r.addEventListener('change', () => this.showMode());
+    this.runForm.bind();
     this.server.bind();
     $('btn-values').addEventListener('click', () => {
       $('inspector-note').textContent = 'asked: the next batch of each worker will be listed here with its values';
@@ -861,28 +699,7 @@ class App {
     $('btn-fit').addEventListener('click', () => this.timeline.fit());
     this.playback.bind();
     $('inspector-pick').addEventListener('change', () => { $('inspector-note').textContent = ''; this.renderInspector(); });
-    // trace files: the picker, and drag-and-drop anywhere on the page
-    $('btn-open').addEventListener('click', () => $('file-input').click());
-    $('file-input').addEventListener('change', (ev) => {
-      const input = /** @type {HTMLInputElement} */ (ev.target);
-      this.loadFiles(input.files ?? []).finally(() => { input.value = ''; });
-    });
-    $('file-error-close').addEventListener('click', () => { $('file-error').hidden = true; });
-    let depth = 0;
-    const drop = $('drop');
-    window.addEventListener('dragenter', (ev) => {
-      if (!ev.dataTransfer?.types?.includes('Files')) return;
-      depth += 1;
-      drop.hidden = false;
-    });
-    window.addEventListener('dragleave', () => { depth = Math.max(0, depth - 1); if (!depth) drop.hidden = true; });
-    window.addEventListener('dragover', (ev) => { if (ev.dataTransfer?.types?.includes('Files')) ev.preventDefault(); });
-    window.addEventListener('drop', (ev) => {
-      ev.preventDefault();
-      depth = 0;
-      drop.hidden = true;
-      if (ev.dataTransfer?.files?.length) this.loadFiles(ev.dataTransfer.files);
-    });
+    this.files.bind();
   }
 
   /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */
@@ -928,7 +745,7 @@ class App {
       this.startDemo(params);
       return;
     }
-    this.loadScenarios();
+    this.runForm.load();
     this.server.refreshRuns();
     const id = params.get('run');
     if (id) this.server.open(id, { push: false });

@@ -1,0 +1,109 @@
+// Opening trace files: the Open button, drag-and-drop anywhere on the page, the progress box, and
+// the refusal of files that are not traces. Each file becomes a Track (a rank), replayed like a
+// finished run; the page is handed the tracks once every file is read.
+
+import { Track } from './track.js';
+import { readTraceFile, TraceError } from './trace-file.js';
+
+const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+
+/**
+ * What a finished read hands to the page.
+ * @typedef {{tracks: Track[], files: number, events: number, ms: number, bytes: number}} Opened
+ */
+
+export class TraceOpener {
+  /**
+   * @param {{load: any}} perf the page's measurements: the last load's ms, events, files and bytes go to `load`
+   * @param {(opened: Opened) => void} onOpened called when at least one file could be read
+   */
+  constructor(perf, onOpened) {
+    this.perf = perf;
+    this.onOpened = onOpened;
+  }
+
+  bind() {
+    $('btn-open').addEventListener('click', () => $('file-input').click());
+    $('file-input').addEventListener('change', (ev) => {
+      const input = /** @type {HTMLInputElement} */ (ev.target);
+      this.open(input.files ?? []).finally(() => { input.value = ''; });
+    });
+    $('file-error-close').addEventListener('click', () => { $('file-error').hidden = true; });
+    // dragenter/dragleave fire for every child crossed: count them so the overlay does not flicker
+    let depth = 0;
+    const drop = $('drop');
+    window.addEventListener('dragenter', (ev) => {
+      if (!ev.dataTransfer?.types?.includes('Files')) return;
+      depth += 1;
+      drop.hidden = false;
+    });
+    window.addEventListener('dragleave', () => { depth = Math.max(0, depth - 1); if (!depth) drop.hidden = true; });
+    window.addEventListener('dragover', (ev) => { if (ev.dataTransfer?.types?.includes('Files')) ev.preventDefault(); });
+    window.addEventListener('drop', (ev) => {
+      ev.preventDefault();
+      depth = 0;
+      drop.hidden = true;
+      if (ev.dataTransfer?.files?.length) this.open(ev.dataTransfer.files);
+    });
+  }
+
+  /** Open dropped or picked trace files: one track per file (per rank). */
+  async open(list) {
+    const files = [...list];
+    if (!files.length) return;
+    const errors = [];
+    const total = files.reduce((s, f) => s + f.size, 0);
+    const t0 = performance.now();
+    $('loading').hidden = false;
+    const tracks = await this.readAll(files, total, errors);
+    const ms = performance.now() - t0;
+    $('loading').hidden = true;
+    const events = tracks.reduce((s, tr) => s + tr.player.length, 0);
+    this.perf.load = { ms, events, files: files.length, bytes: total };
+    $('file-error').hidden = !errors.length;
+    $('file-error-text').textContent = errors.join('\n');
+    if (!tracks.length) return;
+    rankTracks(tracks);
+    for (const tr of tracks) tr.player.following = false;
+    this.onOpened({ tracks, files: files.length, events, ms, bytes: total });
+  }
+
+  /** Read each file into a track; a file refused outright adds its reason to `errors`. */
+  async readAll(files, total, errors) {
+    const tracks = [];
+    let before = 0;
+    for (const file of files) {
+      const tr = new Track({ rank: tracks.length, label: file.name, source: 'file' });
+      $('loading-text').textContent = `reading ${file.name}…`;
+      try {
+        await readTraceFile(file, {
+          onHeader: (h) => { tr.header = h; },
+          onEvent: (e) => tr.ingest(e),
+          onProgress: (done) => {
+            const frac = total ? (before + done) / total : 1;
+            $('loading-bar').style.width = `${(frac * 100).toFixed(1)}%`;
+            $('loading-text').textContent = `reading ${file.name}: ${tr.player.length.toLocaleString('en')} events`;
+          },
+        });
+      } catch (err) {
+        if (!(err instanceof TraceError)) throw err;
+        if (!tr.player.length) { errors.push(err.message); before += file.size; continue; }
+        tr.fileError = err.message; // keep what came before the damage, and say where it is
+        tr.note({ type: 'bad', reason: err.message });
+      }
+      before += file.size;
+      tr.complete = true;
+      tracks.push(tr);
+    }
+    return tracks;
+  }
+}
+
+/** Ranks from each run_start (files without one, or with a rank taken twice, keep their order). */
+function rankTracks(tracks) {
+  for (const tr of tracks) {
+    const meta = tr.player.full.meta;
+    if (tracks.length > 1 && Number.isInteger(meta.rank) && !tracks.some((o) => o !== tr && o.player.full.meta.rank === meta.rank)) tr.rank = meta.rank;
+  }
+  tracks.sort((a, b) => a.rank - b.rank);
+}
