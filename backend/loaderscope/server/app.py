@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
@@ -67,6 +69,7 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
                   docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.state.manager = manager
     app.state.config = config
+    app.openapi = functools.partial(_openapi, app)  # type: ignore[method-assign]
     if config.allow_origins:  # pages served elsewhere (a dev server, a proxy) calling with the token
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allow_origins), allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type"])
@@ -97,6 +100,22 @@ def _page(app: FastAPI, directory: Path) -> None:
     async def missing_page() -> PlainTextResponse:
         return PlainTextResponse(f"the dashboard page is missing: expected {directory / 'index.html'}; "
                                  "the API works (GET /api/health)", status_code=503)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, with the 422 body as this server writes it: ``detail`` a sentence, ``errors``
+    one entry per field (FastAPI documents its default, ``detail`` a list)."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        schemas["HTTPValidationError"] = {
+            "title": "HTTPValidationError", "type": "object", "required": ["detail", "errors"],
+            "properties": {"detail": {"type": "string"}, "errors": {"type": "array", "items": {
+                "type": "object", "required": ["field", "message"],
+                "properties": {"field": {"type": "string"}, "message": {"type": "string"},
+                               "allowed": {"type": ["string", "null"]}}}}}}
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import logging
 import re
+from contextvars import ContextVar
 from urllib.parse import unquote_plus
 
 _QUERY_PAIR = re.compile(r"([?&;])([^=&;\s\"'#]*)=([^&;\s\"'#]*)")
 LOGGERS = ("uvicorn.access", "uvicorn.error", "uvicorn")
 REDACTED = "[redacted]"
+# uvicorn's websocket protocol (websockets-sansio, 0.3x-0.5x) answers a handshake refused with an HTTP
+# status, then logs it twice: '"WebSocket /path" 401' (kept: it says what happened) and
+# 'ASGI callable returned without completing handshake.' (dropped: nothing went wrong). The guard sets
+# this in the connection's task, where uvicorn logs both.
+REFUSED_HANDSHAKE: ContextVar[bool] = ContextVar("refused_handshake", default=False)
+_HANDSHAKE_NOISE = "ASGI callable returned without completing handshake."
 
 
 def redact(text: str, token: str | None = None) -> str:
@@ -37,6 +44,8 @@ class RedactToken(logging.Filter):
         self.token = token
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _HANDSHAKE_NOISE and REFUSED_HANDSHAKE.get():
+            return False
         if isinstance(record.msg, str):
             record.msg = redact(record.msg, self.token)
         if isinstance(record.args, tuple):

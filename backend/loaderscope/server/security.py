@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode
 import orjson
 
 from loaderscope.server.config import ServerConfig, is_loopback
+from loaderscope.server.logs import REFUSED_HANDSHAKE
 
 Scope = dict[str, Any]
 PUBLIC_PATHS = frozenset({"/api/health"})
@@ -239,6 +240,7 @@ async def _reject(scope: Scope, send: Any, rejection: Rejection, extra: list[tup
         await send({"type": "http.response.start", "status": rejection.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
     elif "websocket.http.response" in scope.get("extensions", {}):
+        REFUSED_HANDSHAKE.set(True)
         await send({"type": "websocket.http.response.start", "status": rejection.status, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body})
     else:

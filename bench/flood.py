@@ -1,0 +1,162 @@
+"""Soak: one producer floods the dashboard while a second run and its viewer must stay responsive.
+
+    .venv/bin/python bench/flood.py            # 20 s of flood, a table of figures
+    .venv/bin/python bench/flood.py --quick    # 5 s
+    .venv/bin/python bench/flood.py --json     # the figures as JSON (tests/test_server_hardening_soak.py)
+
+The flooder sends, in a loop, a compact frame of 200,000 batch rows (1,000,000 events), a frame holding
+one 4 MB event and a frame of 10,000 unknown-kind events. Meanwhile a steady producer sends 100
+events every 20 ms to its own run, one viewer follows that run, and /api/health is timed every 20 ms.
+Reported: health latency p50 / p99 / max, the steady run's events produced and seen by its viewer,
+the viewer's largest gap between messages, and the server's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from websockets.sync.client import connect
+
+URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/\?token=(\S+)")
+
+
+def start_server(directory: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    token = secrets.token_urlsafe(24)
+    log_path = directory / "server.log"
+    code = "from loaderscope.server import serve; serve(port=0, data_dir=%r, log_level='warning')" % str(directory)
+    env = {**os.environ, "LOADERSCOPE_TOKEN": token, "XDG_RUNTIME_DIR": str(directory), "PYTHONUNBUFFERED": "1"}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = URL_LINE.search(log_path.read_text(errors="replace"))
+        if match:
+            return process, match.group(1), token
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(log_path.read_text(errors="replace"))
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def flood_payloads() -> list[bytes]:
+    rows = [["batch", 1, i, 1, 1, 0, 0, None] for i in range(200_000)]
+    return [orjson.dumps({"rows": rows, "seq": 0, "t0": 0.0}),
+            orjson.dumps([{"kind": "note", "t": 1, "blob": "x" * (4 << 20)}]),
+            orjson.dumps([{"kind": "mystery", "t": 1, "i": i} for i in range(10_000)])]
+
+
+def run(seconds: float) -> dict[str, Any]:
+    directory = Path(tempfile.mkdtemp(prefix="loaderscope-flood-"))
+    process, url, token = start_server(directory)
+    ws_url, headers = "ws" + url[4:], {"Authorization": f"Bearer {token}"}
+    stop = threading.Event()
+    figures: dict[str, Any] = {"flood_frames": 0, "steady_sent": 0, "steady_seen": 0, "viewer_max_gap_s": 0.0,
+                               "peak_rss_mb": 0.0, "health_errors": 0}
+    latencies: list[float] = []
+    payloads = flood_payloads()
+
+    def flooder() -> None:
+        with connect(f"{ws_url}/ws/ingest?run=flood", additional_headers=headers, max_size=None) as ws:
+            ws.recv(timeout=10)
+            ws.send(orjson.dumps([{"kind": "run_start", "t": 0, "mode": "real", "config": {}}]))
+            while not stop.is_set():
+                ws.send(payloads[figures["flood_frames"] % len(payloads)])
+                figures["flood_frames"] += 1
+
+    def steady() -> None:
+        with connect(f"{ws_url}/ws/ingest?run=steady", additional_headers=headers, max_size=None) as ws:
+            ws.recv(timeout=10)
+            while not stop.is_set():
+                ws.send(orjson.dumps([{"kind": "step", "t": 1, "batch": i} for i in range(100)]))
+                figures["steady_sent"] += 100
+                time.sleep(0.02)
+            ws.send(orjson.dumps([{"kind": "run_end", "t": 2, "reason": "done"}]))
+            figures["steady_sent"] += 1
+
+    def viewer() -> None:
+        with connect(f"{ws_url}/ws/runs/steady?after=-1", additional_headers=headers, max_size=None) as ws:
+            last = time.monotonic()
+            while True:
+                message = orjson.loads(ws.recv(timeout=60))
+                now = time.monotonic()
+                figures["viewer_max_gap_s"] = max(figures["viewer_max_gap_s"], now - last) if not stop.is_set() \
+                    else figures["viewer_max_gap_s"]
+                last = now
+                if isinstance(message, list):
+                    figures["steady_seen"] += len(message)
+                elif message.get("type") == "end":
+                    return
+
+    def health() -> None:
+        with httpx.Client(timeout=30) as http:
+            while not stop.is_set():
+                start = time.perf_counter()
+                try:
+                    http.get(f"{url}/api/health").raise_for_status()
+                except httpx.HTTPError:
+                    figures["health_errors"] += 1
+                latencies.append(time.perf_counter() - start)
+                figures["peak_rss_mb"] = max(figures["peak_rss_mb"], rss_mb(process.pid))
+                time.sleep(0.02)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (steady, viewer, health)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    flood = threading.Thread(target=flooder, daemon=True)
+    flood.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in (*threads, flood):
+        t.join(60)
+    with httpx.Client(timeout=30, headers=headers) as http:
+        figures["steady_stored"] = http.get(f"{url}/api/runs/steady").json()["events"]
+        figures["flood_stored"] = http.get(f"{url}/api/runs/flood").json()["events"]
+    figures["server_alive"] = process.poll() is None
+    process.terminate()
+    process.wait(15)
+    latencies.sort()
+    figures["health_samples"] = len(latencies)
+    figures["health_p50_ms"] = 1000 * latencies[len(latencies) // 2]
+    figures["health_p99_ms"] = 1000 * latencies[int(len(latencies) * 0.99)]
+    figures["health_max_ms"] = 1000 * latencies[-1]
+    shutil.rmtree(directory, ignore_errors=True)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--quick", action="store_true", help="5 s of flood")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    figures = run(5.0 if args.quick else args.seconds)
+    if args.json:
+        print(json.dumps(figures))
+        return
+    for key, value in figures.items():
+        print(f"{key:>24}: {value:,.1f}" if isinstance(value, float) else f"{key:>24}: {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Soak: a flooding producer (million-event frames, 4 MB events, unknown kinds) against a steady run
+and its viewer (bench/flood.py --quick). Conditions only: the timings are the bench's to print."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RSS_BUDGET_MB = 1024  # the server's whole footprint under the flood; it held ~135 MB in the bench
+
+
+def test_a_flood_leaves_the_steady_run_its_viewer_and_health_whole() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "flood.py"), "--quick", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["server_alive"] and figures["health_errors"] == 0 and figures["health_samples"] > 10
+    assert figures["steady_seen"] == figures["steady_sent"] == figures["steady_stored"] > 0
+    assert figures["flood_stored"] > 1_000_000  # the flood itself was taken, not refused
+    assert figures["peak_rss_mb"] < RSS_BUDGET_MB
