@@ -94,6 +94,9 @@ def run(seconds: float) -> dict[str, Any]:
             figures["steady_sent"] += 1
 
     def viewer() -> None:
+        with httpx.Client(timeout=30, headers=headers) as http:  # the steady producer names the run first
+            while http.get(f"{url}/api/runs/steady").status_code == 404:
+                time.sleep(0.02)
         with connect(f"{ws_url}/ws/runs/steady?after=-1", additional_headers=headers, max_size=None) as ws:
             last = time.monotonic()
             while True:
