@@ -103,7 +103,7 @@ def test_summary_is_cached_while_events_come() -> None:
     log.append([{"kind": "epoch_end", "t": 1, "epoch": 0}])
     assert log.summary() is first  # within SUMMARY_EVERY: the same object, no recomputation
     log.append([{"kind": "run_end", "t": 2, "reason": "done"}])
-    assert log.summary() is not first and log.summary()["status"] == "done"
+    assert log.summary() is not first and log.summary()[0]["status"] == "done"
 
 
 # --- replies are bounded in bytes, with a cursor -------------------------------------------------

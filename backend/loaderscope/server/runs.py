@@ -27,7 +27,6 @@ from loaderscope.server.config import ServerConfig
 from loaderscope.server.launcher import LaunchedProcess, Launcher
 from loaderscope.server.spill import TraceSpill
 from loaderscope.server.store import EventLog
-from loaderscope.state import diagnosis
 
 if TYPE_CHECKING:
     from loaderscope.server.logdir import FileSource, Logdir
@@ -172,12 +171,13 @@ class Run:
     def detail(self) -> dict[str, Any]:
         """The run as GET /api/runs/{id} shows it: status, config, statistics and diagnosis."""
         state = self.log.state
+        statistics, findings = self.log.summary()
         return {
             **self.brief(),
             "params": self.params,
             "config": state.config,
-            "statistics": self.log.summary(),
-            "diagnosis": diagnosis(state),
+            "statistics": statistics,
+            "diagnosis": findings,
             "error": self.error,
             "exitcode": self.exitcode,
             "pid": self.process.pid if self.process is not None else None,  # leader of the run's process group

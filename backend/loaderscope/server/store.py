@@ -17,7 +17,7 @@ from typing import IO, Any, Protocol
 
 from loaderscope.events import Event
 from loaderscope.server.budgets import MAX_EVENT_BYTES, MEMORY_BYTES, encode, fitted, state_view, trim_open_tasks
-from loaderscope.state import LoaderState, summary
+from loaderscope.state import LoaderState, diagnosis, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
 # The statistics walk every fetch time (23 ms at 1M events): a live run's are recomputed at most this
@@ -75,7 +75,7 @@ class EventLog:
         self.cut_events = 0  # events over MAX_EVENT_BYTES, kept with their largest fields cut
         self.forgotten_tasks = 0  # open tasks the reducer stopped tracking (MAX_OPEN_TASKS)
         self.last_event_at: float | None = None  # time.monotonic() of the last append
-        self._summary: tuple[int, float, dict[str, Any]] | None = None
+        self._summary: tuple[int, float, tuple[dict[str, Any], list[str]]] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -147,13 +147,14 @@ class EventLog:
         assert self.spill is not None  # first_held is 0 only with a spill
         return self.spill.read(start, limit, max_bytes), gap
 
-    def summary(self) -> dict[str, Any]:
-        """The run's statistics, recomputed at most every SUMMARY_EVERY seconds while events come."""
+    def summary(self) -> tuple[dict[str, Any], list[str]]:
+        """The run's statistics and diagnosis, recomputed at most every SUMMARY_EVERY seconds while
+        events come (and once more when they change after the run ended)."""
         now = time.monotonic()
         cached = self._summary
         if cached is not None and (cached[0] == self.next_seq or (not self.ended and now - cached[1] < SUMMARY_EVERY)):
             return cached[2]
-        self._summary = (self.next_seq, now, summary(self.state))
+        self._summary = (self.next_seq, now, (summary(self.state), diagnosis(self.state)))
         return self._summary[2]
 
     def flush(self) -> None:
