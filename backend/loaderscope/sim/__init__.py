@@ -10,9 +10,11 @@ from loaderscope.sim.costs import CostModel, Death, SampleDist, Stall, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
 from loaderscope.sim.fit import fit_from_trace, machinery
 from loaderscope.sim.run import simulate
-from loaderscope.sim.sweep import Variant, format_table, recommend, simulate_variants, sweep, trace_sweep, variants
+from loaderscope.sim.sweep import (TRACE_KEYS, Variant, format_table, recommend, simulate_variants, sweep,
+                                   trace_sweep, variants)
 
 __all__ = [
+    "TRACE_KEYS",
     "CostModel",
     "Death",
     "SampleDist",
