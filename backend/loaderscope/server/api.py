@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -184,11 +185,21 @@ async def create_sweep(body: SweepRequest) -> Any:
     checked = _check_sweep(body)
     if isinstance(checked, JSONResponse):
         return checked
-    if _sweeping.locked():
-        return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
-    async with _sweeping:
+    async with sweep_slot() as free:
+        if not free:
+            return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
         # builds torch samplers and simulates: CPU-bound, off the event loop
         return await asyncio.to_thread(_sweep, checked)
+
+
+@contextlib.asynccontextmanager
+async def sweep_slot() -> AsyncIterator[bool]:
+    """One sweep at a time, scenario or run (they are CPU-bound): False, at once, while one runs."""
+    if _sweeping.locked():
+        yield False
+        return
+    async with _sweeping:
+        yield True
 
 
 def _check_sweep(body: SweepRequest) -> list[Variant] | JSONResponse:

@@ -18,7 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
 import loaderscope
-from loaderscope.server import api, ingest, stream
+from loaderscope.server import api, ingest, stream, whatif
 from loaderscope.server.bodylimit import BodyLimit
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.errors import field_problems, readable
@@ -75,6 +75,7 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
                            allow_headers=["authorization", "content-type"])
     app.add_middleware(BodyLimit)  # before any body is parsed
     app.include_router(api.router)
+    app.include_router(whatif.router)
     app.add_exception_handler(RequestValidationError, _validation_error)
     _websockets(app, manager)
     _page(app, config.frontend_dir or frontend_dir())

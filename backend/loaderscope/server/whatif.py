@@ -1,0 +1,117 @@
+"""◆ ``POST /api/runs/{id}/sweeps``: what if, for a recorded or watched run of the user's own loader.
+
+The built-in scenarios are swept by ``POST /api/sweeps``. A run of someone's own loader has no
+scenario to rebuild, so this fits the simulator's cost model to the run's own fetches
+(``sim.fit_from_trace``) and replays its own batches with the swept loader arguments and cost fields
+(``sim.trace_sweep``). The run's events are read from the store like any viewer reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from loaderscope.events import Event
+from loaderscope.server.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused,
+                                    sweep_slot, unprocessable)
+from loaderscope.server.runs import Run, RunRefused
+
+router = APIRouter(prefix="/api")
+READ_PAGE = 10_000  # events per store read while collecting a run for a sweep
+
+
+class RunSweepRequest(BaseModel):
+    """The loader arguments and cost-model fields to try on this run."""
+
+    model_config = ConfigDict(extra="forbid")
+    grid: dict[str, list[Any]] = Field(..., description="num_workers, prefetch_factor, persistent_workers, "
+                                                         "in_order, pin_memory or a cost-model field -> values to try")
+
+
+@router.post("/runs/{run_id}/sweeps", responses={404: {}, 413: {}, 422: {}, 429: {}})
+async def sweep_run(run_id: str, body: RunSweepRequest, request: Request) -> Any:
+    """The same rows and recommendation as ``POST /api/sweeps``, for this run's own loader."""
+    manager = manager_of(request)
+    try:
+        run = manager.require(run_id)
+    except RunRefused as exc:
+        return refused(exc)
+    problems = grid_problems(body.grid)
+    if problems:
+        return unprocessable(problems)
+    events = await all_events(manager, run)
+    combinations = math.prod(len(values) for values in body.grid.values())
+    if len(events) * combinations > MAX_SWEEP_EVENTS:
+        return JSONResponse({"detail": f"this run holds {len(events):,} events: {combinations} replays of it would "
+                             f"simulate more than the {MAX_SWEEP_EVENTS:,} one sweep may; sweep fewer values"},
+                            status_code=413)
+    async with sweep_slot() as free:
+        if not free:
+            return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
+        return await asyncio.to_thread(_sweep, events, body.grid)
+
+
+def grid_problems(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """What a replay of a recorded loader cannot sweep, each naming the field and what is allowed."""
+    from loaderscope import sim
+
+    combinations = math.prod(max(len(values), 1) for values in grid.values())
+    if not grid or combinations > MAX_SWEEP_RUNS or any(not values for values in grid.values()):
+        return [{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations of non-empty value lists "
+                 f"(got {combinations})", "allowed": None}]
+    costs = sim.CostModel.model_json_schema()["properties"]
+    allowed = sorted(sim.TRACE_KEYS) + sorted(costs)
+    problems = []
+    for key, values in grid.items():
+        if key not in allowed:
+            problems.append({"field": f"grid.{key}", "message": f"{key} cannot be changed in a replay of a recorded "
+                             f"loader; choose from {', '.join(allowed)}", "allowed": allowed})
+        elif (bad := _bad_value(key, values)) is not None:
+            problems.append({"field": f"grid.{key}", "message": bad, "allowed": None})
+    return problems
+
+
+def _bad_value(key: str, values: list[Any]) -> str | None:
+    from loaderscope import sim
+
+    for value in values:
+        if key in ("num_workers", "prefetch_factor"):
+            if type(value) is not int or not (0 if key == "num_workers" else 1) <= value <= 64:
+                return f"{key}={value!r}: give an integer from {0 if key == 'num_workers' else 1} to 64"
+        elif key in sim.TRACE_KEYS:
+            if type(value) is not bool:
+                return f"{key}={value!r}: give true or false"
+        else:
+            try:
+                sim.CostModel.model_validate({key: value})
+            except ValueError as exc:
+                return f"{key}={value!r}: {str(exc).splitlines()[-1].strip()}"
+    return None
+
+
+async def all_events(manager: Any, run: Run) -> list[Event]:
+    """Every event the store holds for ``run``, in seq order."""
+    await manager.read_whole(run)
+    events: list[Event] = []
+    start = 0
+    while start <= run.log.last_seq:
+        lines, gap = await read_events(run.log, start, READ_PAGE)
+        events += [orjson.loads(line) for line in lines]
+        start = (events[-1]["seq"] if lines else gap.last if gap else run.log.last_seq) + 1
+    return events
+
+
+def _sweep(events: list[Event], grid: dict[str, list[Any]]) -> dict[str, Any] | JSONResponse:
+    from loaderscope import sim
+
+    try:
+        rows = sim.trace_sweep(events, grid)
+    except ValueError as exc:  # a run with no finished fetch yet: nothing to fit
+        return unprocessable([{"field": "run", "message": str(exc), "allowed": None}])
+    return {"rows": rows, "recommendation": sim.recommend(rows), "source": "run"}
