@@ -555,12 +555,3 @@ def user_frame(stack: Any) -> dict[str, Any] | None:
         if frame.get("user"):
             return frame
     return frames[-1] if frames else None
-
-
-def __getattr__(name: str) -> Any:
-    # server/runs.py still imports diagnosis from here: delete this once it imports loaderscope.diagnosis.
-    if name == "diagnosis":
-        from loaderscope.diagnosis import diagnosis
-
-        return diagnosis
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

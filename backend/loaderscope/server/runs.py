@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loaderscope import trace
-from loaderscope.events import MAX_NUMBER, Event
+from loaderscope.events import MAX_NUMBER, Event, RunStatus
 from loaderscope.scenarios import Plan
 from loaderscope.server import process
 from loaderscope.server.config import ServerConfig
@@ -107,10 +107,10 @@ class Run:
         if self.source is not None:
             return self.source.status()
         if self.producer is None and not self.attached:
-            return "starting"
+            return RunStatus.STARTING
         if self.producer is None and self.origin == "external":
-            return "disconnected"  # it may come back (watch() reconnects)
-        return "paused" if self.paused else "running"
+            return RunStatus.DISCONNECTED  # it may come back (watch() reconnects)
+        return RunStatus.PAUSED if self.paused else RunStatus.RUNNING
 
     @property
     def live(self) -> bool:
@@ -125,7 +125,7 @@ class Run:
     def silent(self) -> bool:
         """Connected and meant to be running, yet nothing came for ``silent_after`` (a stopped or hung process)."""
         age = self.event_age()
-        return self.status == "running" and self.producer is not None and age is not None and age > self.silent_after
+        return self.status == RunStatus.RUNNING and self.producer is not None and age is not None and age > self.silent_after
 
     def add_dropped(self, count: int) -> None:
         self.dropped = min(self.dropped + count, MAX_NUMBER)  # stays a JSON integer whatever producers claim
@@ -186,7 +186,7 @@ class Run:
             "state_problems": self.log.state_problems,
             "cut_events": self.log.cut_events,
             "forgotten_tasks": self.log.forgotten_tasks,
-            "log_tail": self._log_tail() if self.status == "error" else None,
+            "log_tail": self._log_tail() if self.status == RunStatus.ERROR else None,
         }
 
     def _log_tail(self) -> str | None:
@@ -493,11 +493,11 @@ class RunManager:
         if run.closed:
             return
         if not run.log.ended:
-            reason = "stopped" if run.stop_requested else "error"
+            reason = RunStatus.STOPPED if run.stop_requested else RunStatus.ERROR
             message = why or run.error or describe_exit(code)
             run.log.append([{"kind": "run_end", "t": run.log.state.t, "rank": 0, "reason": reason,
                              "source": "server", "message": message, "exitcode": code}])
-            if reason == "error" and run.error is None:
+            if reason == RunStatus.ERROR and run.error is None:
                 run.error = message
         self._close(run)
 

@@ -17,7 +17,8 @@ from typing import IO, Any, Protocol
 
 from loaderscope.events import Event
 from loaderscope.server.budgets import MAX_EVENT_BYTES, MEMORY_BYTES, encode, fitted, state_view, trim_open_tasks
-from loaderscope.state import LoaderState, diagnosis, summary
+from loaderscope.diagnosis import diagnosis
+from loaderscope.state import LoaderState, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
 # The statistics walk every fetch time (23 ms at 1M events): a live run's are recomputed at most this
