@@ -46,6 +46,9 @@ export const RunStatus = Object.freeze({
 /** The statuses of a run that has ended: run_end's reasons (events.py ENDED). */
 export const ENDED = new Set([RunStatus.DONE, RunStatus.STOPPED, RunStatus.ERROR]);
 
+/** JSON's exact integers (events.py MAX_NUMBER): no number an event carries lies beyond. */
+export const MAX_NUMBER = 2 ** 53;
+
 const INT_FIELDS = ['seq', 'rank', 'idx', 'worker', 'epoch', 'waiting_for'];
 const NUMBER_FIELDS = ['t', 'wait', 'dt', 'elapsed', 'seconds'];
 
@@ -63,6 +66,9 @@ export function invalidReason(e) {
   if (!('t' in ev)) return `${kind} event is missing 't'`;
   for (const name of REQUIRED[kind] || []) {
     if (!(name in ev)) return `${kind} event is missing its '${name}' field`;
+  }
+  for (const [name, v] of Object.entries(ev)) { // events.py: every top-level number within ±2**53
+    if (typeof v === 'number' && !(Math.abs(v) <= MAX_NUMBER)) return `${kind} event: '${name}' must be a finite number within +-2**53, got ${JSON.stringify(v)}`;
   }
   for (const name of INT_FIELDS) {
     const v = ev[name];

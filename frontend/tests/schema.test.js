@@ -3,14 +3,14 @@
 // fails here, not on a user's page).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { REQUIRED, KNOWN_KINDS, RunStatus, ENDED } from '../js/schema.js';
+import { REQUIRED, KNOWN_KINDS, RunStatus, ENDED, MAX_NUMBER, invalidReason } from '../js/schema.js';
 import { python, needsPython } from './python.js';
 
 const PY_SCHEMA = `
 import json
-from loaderscope.events import ENDED, REQUIRED, Kind, RunStatus
+from loaderscope.events import ENDED, MAX_NUMBER, REQUIRED, Kind, RunStatus
 print(json.dumps({"required": {str(k): list(v) for k, v in REQUIRED.items()}, "kinds": [str(k) for k in Kind],
-                  "statuses": {s.name: s.value for s in RunStatus}, "ended": sorted(ENDED)}))`;
+                  "statuses": {s.name: s.value for s in RunStatus}, "ended": sorted(ENDED), "max": MAX_NUMBER}))`;
 
 const py = needsPython ? null : python(PY_SCHEMA);
 
@@ -25,4 +25,12 @@ test('every kind has the same required fields in schema.js and events.py', { ski
 test('RunStatus and the ended statuses are the same in schema.js and events.py', { skip: needsPython }, () => {
   assert.deepEqual({ ...RunStatus }, py.statuses);
   assert.deepEqual([...ENDED].sort(), py.ended);
+});
+
+test('numbers beyond ±2**53 are refused on both sides', { skip: needsPython }, () => {
+  assert.equal(MAX_NUMBER, py.max);
+  const ok = { seq: 0, t: 1.5, run: 'r', rank: 0, kind: 'yield', idx: 3, wait: 0.1 };
+  assert.equal(invalidReason(ok), null);
+  assert.match(invalidReason({ ...ok, t: 1.7e308 }), /within \+-2\*\*53/);
+  assert.match(invalidReason({ ...ok, seq: 2 ** 64 }), /within \+-2\*\*53/);
 });
