@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from loaderscope.probe.stacks import STACK_DIR_PREFIX, remove_stale_stack_dirs
+from tests.conftest import wait_for
 
 SCRIPT = """
 import sys, time
@@ -47,3 +50,20 @@ def test_the_stack_files_of_a_killed_process_are_removed_by_the_next_one() -> No
     assert len(stack_dirs(process.pid)) == 1
     remove_stale_stack_dirs()  # what the next process that starts workers does first
     assert stack_dirs(process.pid) == []
+
+
+def test_the_dashboard_removes_the_stack_files_of_a_run_process_killed_by_sigkill(start_server: Any) -> None:
+    server = start_server()
+    run = server.start_run("stuck_worker", num_workers=2)
+    start = wait_for(lambda: next((e for e in _events(server, run["id"]) if e["kind"] == "run_start"), None),
+                     what="the run to start")
+    pid = start["pid"]
+    wait_for(lambda: stack_dirs(pid), what="the run's workers to make their stack files")
+    os.kill(pid, signal.SIGKILL)
+    server.wait_status(run["id"])
+    wait_for(lambda: not stack_dirs(pid), what="the dashboard to remove the killed run's stack files")
+
+
+def _events(server: Any, run_id: str) -> list[dict[str, Any]]:
+    with server.client() as http:
+        return http.get(f"/api/runs/{run_id}/events").json()["events"]
