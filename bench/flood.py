@@ -4,8 +4,8 @@
     .venv/bin/python bench/flood.py --quick    # 5 s
     .venv/bin/python bench/flood.py --json     # the figures as JSON (tests/test_server_hardening_soak.py)
 
-The flooder sends, in a loop, a compact frame of 200,000 batch rows (1,000,000 events), a frame holding
-one 4 MB event and a frame of 10,000 unknown-kind events. Meanwhile a steady producer sends 100
+The flooder sends, in a loop, a compact frame of 60,000 batch rows (300,000 events, at the frame cap), a frame holding
+one 1.5 MB event and a frame of 10,000 unknown-kind events. Meanwhile a steady producer sends 100
 events every 20 ms to its own run, one viewer follows that run, and /api/health is timed every 20 ms.
 Reported: health latency p50 / p99 / max, the steady run's events produced and seen by its viewer,
 the viewer's largest gap between messages, and the server's peak RSS.
@@ -59,9 +59,9 @@ def rss_mb(pid: int) -> float:
 
 
 def flood_payloads() -> list[bytes]:
-    rows = [["batch", 1, i, 1, 1, 0, 0, None] for i in range(200_000)]
+    rows = [["batch", 1, i, 1, 1, 0, 0, None] for i in range(60_000)]  # ~1.8 MB: at the frame cap
     return [orjson.dumps({"rows": rows, "seq": 0, "t0": 0.0}),
-            orjson.dumps([{"kind": "note", "t": 1, "blob": "x" * (4 << 20)}]),
+            orjson.dumps([{"kind": "note", "t": 1, "blob": "x" * (3 << 19)}]),
             orjson.dumps([{"kind": "mystery", "t": 1, "i": i} for i in range(10_000)])]
 
 

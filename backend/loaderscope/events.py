@@ -16,8 +16,9 @@ import orjson
 
 SCHEMA_VERSION = 1
 COMMON_FIELDS = ("seq", "t", "run", "rank", "kind")
-# A frame is one websocket message; a cap keeps a hostile producer from exhausting memory.
-MAX_FRAME_BYTES = 8 * 1024 * 1024
+# A frame is one websocket message, parsed in one go: the cap bounds both a hostile producer's
+# memory and how long one frame can hold the dashboard's event loop (the probe sends half of it).
+MAX_FRAME_BYTES = 2 * 1024 * 1024
 MAX_INDICES = 64  # sample indices kept per task; the rest is counted in ``n``
 MAX_WORKERS = 4096  # per loader: the reducer keeps state per worker id
 # Every number at an event's top level lies within +-2**53 (JSON's exact integers; floats finite):

@@ -18,13 +18,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from loaderscope.events import Event, event_count, expand, to_json
+from loaderscope.events import MAX_FRAME_BYTES, Event, event_count, expand, to_json
 from loaderscope.probe.faults import report
 from loaderscope.probe.worker import RingReader
 
 Sink = Callable[[list[Event]], None]  # or an object with ``takes_frames = True`` and ``frame(bytes, count)``
 
 _running: weakref.WeakSet[Recorder] = weakref.WeakSet()
+SEND_FRAME_BYTES = MAX_FRAME_BYTES // 2  # a flush bigger than this goes out as several frames
 
 
 @atexit.register
@@ -139,17 +140,34 @@ class Recorder:
             records = [pending.popleft() for _ in range(len(pending))]
             if not records:
                 return
+            if getattr(self.sink, "takes_frames", False):
+                self._send_frames(records)
+                return
             frame = {"run": self.run_id, "rank": self.rank, "seq": self.seq, "t0": self.t0, "rows": records}
-            count = event_count(records)
-            self.seq += count
+            self.seq += event_count(records)
             try:
-                if getattr(self.sink, "takes_frames", False):
-                    self.sink.frame(to_json(frame), count)
-                else:
-                    self.sink(expand(frame))
+                self.sink(expand(frame))
             except Exception as exc:  # the sink's problem, not training's: counted, said once
                 self.sink_errors += 1
                 report("event sink", exc)
+
+    def _send_frames(self, records: list[tuple[Any, ...]]) -> None:
+        """Encoded frames of at most SEND_FRAME_BYTES (halved until they fit): the dashboard parses a
+        frame in one go, so a small frame keeps it answering everyone else meanwhile."""
+        frame = {"run": self.run_id, "rank": self.rank, "seq": self.seq, "t0": self.t0, "rows": records}
+        count = event_count(records)
+        data = to_json(frame)
+        if len(data) > SEND_FRAME_BYTES and len(records) > 1:
+            half = len(records) // 2
+            self._send_frames(records[:half])
+            self._send_frames(records[half:])
+            return
+        self.seq += count
+        try:
+            self.sink.frame(data, count)  # type: ignore[union-attr]
+        except Exception as exc:  # the sink's problem, not training's: counted, said once
+            self.sink_errors += 1
+            report("event sink", exc)
 
     def close(self) -> None:
         _running.discard(self)
