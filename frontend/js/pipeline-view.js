@@ -239,7 +239,7 @@ export class PipelineView {
 
   /**
    * @param {import('./reducer.js').LoaderState} state
-   * @param {{now:number, wall:number}} clock run time now (s) and performance.now() (ms)
+   * @param {{now:number, wall:number, live:boolean}} clock run time now (s), performance.now() (ms), whether it ticks on
    * @returns {boolean} whether anything is still moving (ask for another frame)
    */
   draw(state, clock) {
@@ -336,7 +336,9 @@ export class PipelineView {
       ctx.globalAlpha = 0.55;
       ctx.fillRect(f.x + 2, f.y + f.h - 4, (f.w - 4) * frac, 2.5);
       ctx.globalAlpha = 1;
-      moving = true; // keep the bar and the elapsed time ticking
+      // a live clock moves the bar and the elapsed time; a paused playhead's clock stands still, and
+      // asking for frames then would only keep the page busy
+      if (clock.live) moving = true;
     });
 
     // the index stream in the sampler: the newest dispatched tasks' sample indices
