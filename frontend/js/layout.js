@@ -21,6 +21,7 @@ const PIN_THREAD_H = 74; // the pin thread's box (one task at a time) above the 
 const BYPASS = 30; // room above the reorder buffer for the in-order path
 const LABEL_W = 100; // lane label (worker name, status)
 const FETCH_W = [150, 196]; // current fetch (token, indices, elapsed): min, max
+export const RCVD_TEXT = 46; // rcvd_idx's box: the cursor and its hint, above the in-hand lane
 
 const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
 
@@ -119,8 +120,11 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
     const queue = { x: label.x + label.w + 4, y, w: Math.max(0, fetch.x - (label.x + label.w) - 10), h: laneH };
     laneRects.push({ rect, label, queue, fetch });
   }
-  const rcvdCursor = { x: consumer.x, y: top, w: consumer.w, h: 46 };
-  const consumerBox = { x: consumer.x, y: top + 56, w: consumer.w, h: Math.max(areaH - 56, 40) };
+  // rcvd_idx's box: its text on top, and under it a lane of its own for the batch next() holds,
+  // so that token never sits on the box's border or covers "next batch to hand out"
+  const rcvdCursor = { x: consumer.x, y: top, w: consumer.w, h: RCVD_TEXT + token.h + 10 };
+  const below = rcvdCursor.h + 10;
+  const consumerBox = { x: consumer.x, y: top + below, w: consumer.w, h: Math.max(areaH - below, 40) };
   const bypassY = top + 12;
   const titles = [
     { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
@@ -188,6 +192,12 @@ export const consumerSlot = (L, k, steps = false) => gridSlot(L.consumer, L.toke
 /** The task the pin thread copies now (one at a time), and the pinned queue, oldest on top. */
 export const pinSlot = (L) => (L.pinThread ? { x: L.pinThread.x + 8, y: L.pinThread.y + HEADER.pinThread + 6 } : null);
 export const pinnedSlot = (L, k) => (L.pinned ? gridSlot(L.pinned, L.token, k, HEADER.pinned, true) : null);
+
+/** The batch next() has taken and is about to hand out: the lane under rcvd_idx's text. */
+export function handSlot(L) {
+  const r = L.rcvdCursor;
+  return { x: r.x + r.w - L.token.w - 8, y: r.y + RCVD_TEXT + (r.h - RCVD_TEXT - L.token.h) / 2 };
+}
 
 /** Where a new task token appears: the dispatcher's out edge. */
 export function dispatchPoint(L) {

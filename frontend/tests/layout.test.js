@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   pipelineLayout, queueSlot, queueCapacity, fetchSlot, resultSlot, bufferSlot, consumerSlot, gridCapacity,
-  overlaps, inside, HEADER, MIN_WIDTH, tokenSize, pinSlot, pinnedSlot,
+  overlaps, inside, HEADER, MIN_WIDTH, tokenSize, pinSlot, pinnedSlot, handSlot, pipelineHeight, RCVD_TEXT,
 } from '../js/layout.js';
 
 const SIZES = [[1000, 360], [1400, 420], [1920, 700], [MIN_WIDTH, 300]];
@@ -98,6 +98,18 @@ test('many workers (17..64): compact rows, two columns past 32, nothing overlaps
         }
         assert.ok(right > L.lanes[lanes - 1].rect.x);
       }
+    }
+  }
+});
+
+test('the batch next() holds has a lane of its own under rcvd_idx, clear of its text and of the consumer', () => {
+  for (const lanes of [1, 4, 8, 16, 64]) {
+    for (const pin of ['none', 'active']) {
+      const L = pipelineLayout({ width: 1200, height: pipelineHeight(lanes), lanes, pin });
+      const p = handSlot(L);
+      assert.ok(inside(p, L.token, L.rcvdCursor), `lanes ${lanes}: inside rcvd_idx's box`);
+      assert.ok(p.y >= L.rcvdCursor.y + RCVD_TEXT, `lanes ${lanes}: below the text`);
+      assert.ok(!overlaps({ ...p, ...L.token }, L.consumer), `lanes ${lanes}: not on the consumer`);
     }
   }
 });
