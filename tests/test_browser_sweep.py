@@ -63,3 +63,26 @@ def test_sweep_errors_next_to_the_field(server: Any, page: Page) -> None:
     pg.click("#btn-sweep")
     pg.wait_for_selector("#sweep-values2-error:not([hidden])", timeout=5_000)
     assert "36" in (pg.text_content("#sweep-values2-error") or "")
+
+
+def test_what_if_replays_the_open_real_run_s_own_loader(server: Any, page: Page) -> None:
+    """A real run (here a built-in scenario run for real; a watched script's run is the same to the
+    panel) is swept as itself: costs fitted to its fetches, its own batches replayed."""
+    run = server.start_run("uniform", num_workers=1, dataset_size=64, sample_ms=4, step_ms=2)
+    server.wait_status(run["id"])
+    pg = page.page
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    option = pg.locator('#sweep-target option[value="run"]')
+    pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=30_000)
+    assert "own loader" in (option.text_content() or "")
+    pg.select_option("#sweep-target", "run")
+    assert sorted(pg.eval_on_selector_all("#sweep-key option", "os => os.map((o) => o.value)")) == sorted(
+        ["num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory"])
+    pg.fill("#sweep-values", "1,2,4")
+    pg.click("#btn-sweep")
+    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="3"]', timeout=30_000)
+    assert "replay" in (pg.text_content("#sweep-status") or "")
+    assert "num_workers" in (pg.text_content('[data-testid="sweep-recommendation"]') or "")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.locator("#sweep").scroll_into_view_if_needed()
+    pg.locator("#sweep").screenshot(path=str(SHOTS / "sweep-run.png"))

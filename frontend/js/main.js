@@ -41,7 +41,7 @@ class App {
     this.notes = new Notes($('notes'), $('notes-count'));
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
-    this.sweep = new SweepPanel(() => this.runForm.sweepSource());
+    this.sweep = new SweepPanel(() => this.runForm.sweepSource(), () => this.realRun());
     this.compare = new CompareView(() => this.tracks);
     this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake());
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
@@ -94,7 +94,7 @@ class App {
       playFromStart: () => this.playback.playFromStart(),
       diagnosisChanged: () => { this.diagKey = ''; this.renderDiagnosisNow(); },
       unknown: (message) => renderDiagnosis($('diagnosis'), [], message),
-      statusChanged: () => this.status.render(),
+      statusChanged: () => { this.status.render(); this.sweep.runChanged(); },
       resumed: () => { this.lastEventWall = performance.now(); },
       wake: () => this.wake(),
     });
@@ -131,6 +131,13 @@ class App {
   play() { this.playback.play(); }
   pause() { this.playback.pause(); }
   get runId() { return this.server.runId; }
+
+  /** The open run when it is a real loader's with fetches to fit (what-if replays it), else null. */
+  realRun() {
+    const info = this.track?.runInfo;
+    if (!this.runId || !info || info.mode !== 'real' || !(info.batches > 0)) return null;
+    return { id: this.runId, label: info.name || info.scenario || this.runId };
+  }
   get demo() { return this.server.demo; }
   get offline() { return this.server.offline; }
   get unknownRun() { return this.server.unknownRun; }

@@ -1,6 +1,7 @@
 // The "What if…" panel: sweeps the scenario chosen in the new-run form over one or two parameters
-// (POST /api/sweeps), then draws batches/s and the consumer's waiting share against the swept
-// value (one line per value of the second parameter), a table of the rows and the recommendation.
+// (POST /api/sweeps), or the open run's own loader replayed with a cost model fitted to its fetches
+// (POST /api/runs/{id}/sweeps), then draws batches/s and the consumer's waiting share against the
+// swept value (one line per value of the second parameter), a table of the rows and the recommendation.
 
 import { PALETTE } from './colors.js';
 import { niceMax, sweepErrorField, sweepRequest, sweepSeries } from './sweep.js';
@@ -11,6 +12,11 @@ const FIELDS = ['key', 'values', 'key2', 'values2'];
 const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79c0ff'];
 const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
 const STEP_FILL_MS = 20; // the training step a sweep assumes when the scenario has none
+// What a replay of a recorded loader can change (sim.TRACE_KEYS): its own dataset and batches stay.
+const RUN_FIELDS = [
+  { name: 'num_workers', kind: 'int' }, { name: 'prefetch_factor', kind: 'int' },
+  { name: 'persistent_workers', kind: 'bool' }, { name: 'in_order', kind: 'bool' }, { name: 'pin_memory', kind: 'bool' },
+];
 
 /** Short numbers for the table and axes. */
 function fmt(v, digits = 2) {
@@ -23,9 +29,13 @@ export class SweepPanel {
   /**
    * @param {() => ({scenario:string, params:object|null, paramErrors?:object, costs?:object|null, fields:any[]})} source
    *   the new-run form: scenario, its parameter values (null if a field is invalid) and fields
+   * @param {() => ({id:string, label:string}|null)} openRun the open run, if it is a real loader's
    */
-  constructor(source) {
+  constructor(source, openRun) {
     this.source = source;
+    this.openRun = openRun;
+    /** @type {any[]} the new-run form's fields, kept while the open run is swept instead */
+    this.scenarioFields = [];
     this.canvas = document.createElement('canvas');
     this.canvas.setAttribute('data-testid', 'sweep-chart');
     this.canvas.setAttribute('role', 'img');
@@ -36,11 +46,32 @@ export class SweepPanel {
     $('sweep-key').addEventListener('change', () => this.keyChanged('key'));
     $('sweep-key2').addEventListener('change', () => this.keyChanged('key2'));
     $('sweep-step').addEventListener('input', () => this.stepChanged());
+    $('sweep-target').addEventListener('change', () => this.targetChanged());
     window.addEventListener('resize', () => { if (this.last) this.draw(this.last); });
   }
 
+  /** Whether the sweep replays the open run's own loader (else it simulates the form's scenario). */
+  get onRun() { return $('sweep-target').value === 'run' && this.openRun() !== null; }
+
+  /** The open run changed: offer its own loader when it is a real one. */
+  runChanged() {
+    const run = this.openRun();
+    const option = $('sweep-target').querySelector('option[value="run"]');
+    option.disabled = run === null;
+    option.textContent = run ? `this run's own loader (${run.label})` : "this run's own loader (open a real run)";
+    if (run === null && $('sweep-target').value === 'run') { $('sweep-target').value = 'scenario'; this.targetChanged(); }
+  }
+
+  targetChanged() {
+    this.clearErrors();
+    $('sweep-result').hidden = true;
+    this.fieldsChanged(this.scenarioFields, true);
+  }
+
   /** The parameters that can be swept: the scenario's numeric / boolean / choice fields. */
-  fieldsChanged(fields) {
+  fieldsChanged(fields, keepScenario = false) {
+    if (!keepScenario) this.scenarioFields = fields;
+    if (this.onRun) fields = RUN_FIELDS;
     const usable = fields.filter((f) => f.kind !== 'string');
     const pick = $('sweep-key'), pick2 = $('sweep-key2');
     const old = pick.value, old2 = pick2.value;
@@ -53,7 +84,7 @@ export class SweepPanel {
     this.keyChanged('key2', pick2.value === old2);
     $('btn-sweep').disabled = !usable.length;
     // a scenario without a training step: every sweep would read ~100 % waiting, a flat line
-    const step = usable.find((f) => f.name === 'step_ms');
+    const step = this.onRun ? undefined : usable.find((f) => f.name === 'step_ms');
     this.stepDefault = step ? Number(step.default ?? 0) : null;
     $('sweep-step-label').hidden = step === undefined;
     $('sweep-step').value = this.stepDefault === 0 ? String(STEP_FILL_MS) : '';
@@ -107,6 +138,7 @@ export class SweepPanel {
 
   async run() {
     this.clearErrors();
+    if (this.onRun) return this.runOnOpenRun();
     const src = this.source();
     if (!src.params) {
       $('sweep-error').textContent = 'a parameter under "Start a run" is not valid; fix it there first (the sweep starts from those values)';
@@ -130,19 +162,48 @@ export class SweepPanel {
       for (const [f, m] of Object.entries(errors)) this.showError(f, m);
       return;
     }
+    const n = Object.values(body.grid).reduce((m, v) => m * v.length, 1);
+    await this.post('/api/sweeps', body, `simulating ${n} run${n === 1 ? '' : 's'} of ${src.scenario}…`,
+      (data) => {
+        $('sweep-status').textContent = `${src.scenario}: ${n} simulated run${n === 1 ? '' : 's'}`;
+        this.last = { ...data, key, key2, xs: body.grid[key], scenario: src.scenario, stepMs: params.step_ms ?? 0 };
+        this.show(this.last);
+      });
+  }
+
+  /** The open run's own loader, replayed with costs fitted to its fetches, over the chosen values. */
+  async runOnOpenRun() {
+    const run = this.openRun();
+    if (run === null) return;
+    const key = $('sweep-key').value, key2 = $('sweep-key2').value;
+    const { body, errors } = sweepRequest({ scenario: '', params: {}, key, values: $('sweep-values').value, key2, values2: $('sweep-values2').value });
+    if (!body) {
+      for (const [f, m] of Object.entries(errors)) this.showError(f, m);
+      return;
+    }
+    const n = Object.values(body.grid).reduce((m, v) => m * v.length, 1);
+    await this.post(`/api/runs/${encodeURIComponent(run.id)}/sweeps`, { grid: body.grid },
+      `replaying ${run.label}'s loader ${n} time${n === 1 ? '' : 's'} with costs fitted to its fetches…`,
+      (data) => {
+        $('sweep-status').textContent = `${run.label}: ${n} replay${n === 1 ? '' : 's'} of its own loader`;
+        this.last = { ...data, key, key2, xs: body.grid[key], scenario: run.label, stepMs: null };
+        this.show(this.last);
+      });
+  }
+
+  /** POST a sweep, show its progress, hand the answer to `done` or place its errors by field. */
+  async post(url, body, progress, done) {
+    const key = $('sweep-key').value, key2 = $('sweep-key2').value;
     const button = $('btn-sweep');
     button.disabled = true;
-    const n = Object.values(body.grid).reduce((m, v) => m * v.length, 1);
-    $('sweep-status').textContent = `simulating ${n} run${n === 1 ? '' : 's'} of ${src.scenario}…`;
+    $('sweep-status').textContent = progress;
     try {
-      const res = await fetch('/api/sweeps', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), credentials: 'same-origin' });
+      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), credentials: 'same-origin' });
       const text = await res.text();
       let data = null;
       try { data = text ? JSON.parse(text) : null; } catch { data = text; }
       if (!res.ok) throw new ApiError(res.status, data);
-      $('sweep-status').textContent = `${src.scenario}: ${n} simulated run${n === 1 ? '' : 's'}`;
-      this.last = { ...data, key, key2, xs: body.grid[key], scenario: src.scenario, stepMs: params.step_ms ?? 0 };
-      this.show(this.last);
+      done(data);
     } catch (err) {
       $('sweep-status').textContent = '';
       const b = err instanceof ApiError ? err.body : null;
@@ -179,7 +240,9 @@ export class SweepPanel {
     const lo = Math.min(...waits), hi = Math.max(...waits);
     let text = '';
     if (waits.length > 1 && hi - lo < 0.03) {
-      if (lo > 0.9) {
+      if (stepMs === null) { // a run's own loader: its training step is what the run measured
+        text = `The waiting line is flat: ${key} does not change how long this run's training loop waits over the values tried.`;
+      } else if (lo > 0.9) {
         text = `The waiting line is flat near 100 %: the training loop spends ${stepMs ? `only ${stepMs} ms` : 'no time'} per batch, `
           + `so it waits for data at every ${key} tried. Give it a realistic training step (the box above) to see where loading stops being the bottleneck.`;
       } else if (hi < 0.05) {
