@@ -236,8 +236,35 @@ export class TimelineView {
     const { t0, t1 } = this.view;
     const plotW = g.width - GUTTER;
     const X = (t) => GUTTER + ((t - t0) / (t1 - t0)) * plotW;
+    this.X = X;
 
-    // axis: the scrubber strip
+    const frame = { ctx, g, t0, t1, X, plotW, nowT: clock.live ? clock.now : store.tmax };
+    this.drawAxis(frame);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(0, AXIS, g.width, g.height - AXIS);
+    ctx.clip();
+    let aggregated = false;
+    g.rows.forEach((row, r) => {
+      if (row.kind === 'group') this.drawGroup(frame, row);
+      else if (row.kind === 'worker') aggregated = this.drawWorkerRow(frame, row, r) || aggregated;
+      else if (row.kind === 'pin') aggregated = this.drawPinRow(frame, row) || aggregated;
+      else aggregated = this.drawConsumerRow(frame, row) || aggregated;
+    });
+    this.drawEpochs(frame);
+    this.drawFuture(frame);
+    ctx.restore();
+    this.drawMarks(frame);
+    this.drawPlayhead(frame);
+    this.mode = aggregated ? 'aggregated' : 'spans';
+    this.canvas.dataset.mode = this.mode;
+    this.hoverTip(g, frame.nowT);
+    this.lastFrameMs = performance.now() - start;
+    return true;
+  }
+
+  /** The time axis: the scrubber strip, ticks and grid lines. */
+  drawAxis({ ctx, g, t0, t1, X, plotW }) {
     ctx.fillStyle = this.onSeek ? '#141c27' : '#10161e';
     ctx.fillRect(GUTTER, 0, plotW, AXIS - 4);
     ctx.font = '10px system-ui, sans-serif';
@@ -254,128 +281,130 @@ export class TimelineView {
       if (x > GUTTER + 2) ctx.fillText(fmtTick(v, tk.step), x + 3, 12);
     }
     ctx.fillText(this.onSeek && this.playhead !== null ? 'run time (seek ▸)' : 'run time →', 6, 12);
+  }
 
+  /** A rank's header row (several ranks). */
+  drawGroup({ ctx, g }, row) {
+    ctx.fillStyle = '#1a2230';
+    ctx.fillRect(0, row.y, g.width, row.h);
+    ctx.fillStyle = PALETTE.ink;
+    ctx.font = '600 11px system-ui, sans-serif';
+    ctx.fillText(row.label, 8, row.y + 12);
+  }
+
+  /**
+   * What every row starts with: its background, its name in the gutter, and a clip to its plot
+   * area (restored by the caller). `label` false: the name is left out (thin rows).
+   */
+  rowFrame({ ctx, plotW }, row, bg, ink, font, labelY, label = true) {
+    ctx.fillStyle = bg;
+    ctx.fillRect(GUTTER, row.y, plotW, row.h);
+    ctx.fillStyle = ink;
+    ctx.font = font;
+    if (label) ctx.fillText(row.label, 8, row.y + labelY);
     ctx.save();
     ctx.beginPath();
-    ctx.rect(0, AXIS, g.width, g.height - AXIS);
+    ctx.rect(GUTTER, row.y, plotW, row.h);
     ctx.clip();
+  }
+
+  /**
+   * A span with no end yet (a fetch in progress, a wait inside next()): drawn up to now, outlined,
+   * and labelled when it is stuck and wide enough for the words.
+   */
+  openSpan({ ctx, g, nowT }, tr, start, y, h, o) {
+    const Xo = (t) => this.X(t + tr.offset);
+    const end = tr === this.primary ? nowT : tr.store.tmax;
+    const x0 = Math.max(GUTTER, Xo(start)), x1 = Math.min(g.width, Xo(Math.max(end, start)));
+    ctx.fillStyle = o.fill;
+    ctx.globalAlpha = o.alpha;
+    ctx.fillRect(x0, y, Math.max(1, x1 - x0), h);
+    ctx.globalAlpha = 1;
+    ctx.strokeStyle = o.stroke;
+    ctx.lineWidth = o.lineWidth;
+    ctx.strokeRect(x0 + o.inset, y + o.inset, Math.max(1, x1 - x0 - 2 * o.inset), h - 2 * o.inset);
+    ctx.lineWidth = 1;
+    if (o.text && x1 - x0 > o.minWidth) {
+      ctx.fillStyle = '#ffd7d5';
+      ctx.font = '600 10px system-ui, sans-serif';
+      ctx.fillText(o.text, x0 + 6, y + h / 2 + 3.5);
+    }
+  }
+
+  /** A worker's fetches, and the fetch in progress (outlined red when stuck). */
+  drawWorkerRow(frame, row, r) {
+    const { ctx, t0, t1, plotW } = frame;
+    const tr = row.track, off = tr.offset;
+    const col = tr.store.workers.get(row.wid);
+    // thin rows (many workers): a name on every 4th row, the rest by hover, so names never collide
+    const named = row.h >= 10 || (row.h >= 8 && row.wid % 4 === 0);
+    this.rowFrame(frame, row, r % 2 ? '#121821' : '#0f141b', PALETTE.dim, `${Math.max(8, Math.min(11, row.h - 1))}px system-ui, sans-serif`, row.h / 2 + 4, named);
     let aggregated = false;
-    const nowT = clock.live ? clock.now : store.tmax;
-    g.rows.forEach((row, r) => {
-      const tr = row.track;
-      const off = tr.offset;
-      const Xo = (t) => X(t + off);
-      if (row.kind === 'group') {
-        ctx.fillStyle = '#1a2230';
-        ctx.fillRect(0, row.y, g.width, row.h);
-        ctx.fillStyle = PALETTE.ink;
-        ctx.font = '600 11px system-ui, sans-serif';
-        ctx.fillText(row.label, 8, row.y + 12);
-        return;
+    const pad = row.h > 10 ? 2 : 1;
+    if (col) aggregated = drawRow(ctx, col, t0 - off, t1 - off, (t) => this.X(t + off), row.y + pad, row.h - 2 * pad, plotW, (i) => taskColor(col.idx[i]), PALETTE.fetch);
+    const open = tr.store.open.get(row.wid);
+    if (col && open && open.start + off <= t1) {
+      this.openSpan(frame, tr, open.start, row.y + pad, row.h - 2 * pad, {
+        fill: taskColor(open.idx), alpha: 0.45, stroke: open.stuck ? PALETTE.stuck : taskColor(open.idx),
+        lineWidth: open.stuck ? 2 : 1, inset: 0.5, minWidth: 60,
+        text: open.stuck && row.h >= 12 ? `STUCK · task ${open.idx}` : '',
+      });
+    }
+    ctx.restore();
+    return aggregated;
+  }
+
+  /** The pin thread's copies; hatched with the reason when pinning is off. */
+  drawPinRow(frame, row) {
+    const { ctx, g, t0, t1, plotW } = frame;
+    const tr = row.track, off = tr.offset;
+    this.rowFrame(frame, row, '#101a1f', '#8fd3e0', '11px system-ui, sans-serif', 12);
+    let aggregated = false;
+    if (tr.pin.mode === 'active') {
+      aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 2, row.h - 4, plotW, (i) => taskColor(tr.store.pin.idx[i], 45), PALETTE.pin);
+    } else {
+      ctx.fillStyle = '#1a222c';
+      for (let x = GUTTER - row.h; x < g.width; x += 10) {
+        ctx.beginPath();
+        ctx.moveTo(x, row.y + row.h);
+        ctx.lineTo(x + row.h, row.y);
+        ctx.lineTo(x + row.h + 4, row.y);
+        ctx.lineTo(x + 4, row.y + row.h);
+        ctx.fill();
       }
-      const label = row.kind === 'worker' ? row.label : row.label;
-      if (row.kind === 'worker') {
-        const col = tr.store.workers.get(row.wid);
-        ctx.fillStyle = r % 2 ? '#121821' : '#0f141b';
-        ctx.fillRect(GUTTER, row.y, plotW, row.h);
-        ctx.fillStyle = PALETTE.dim;
-        ctx.font = `${Math.max(8, Math.min(11, row.h - 1))}px system-ui, sans-serif`;
-        // thin rows (many workers): a name on every 4th row, the rest by hover, so names never collide
-        if (row.h >= 10 || (row.h >= 8 && row.wid % 4 === 0)) ctx.fillText(label, 8, row.y + row.h / 2 + 4);
-        if (!col) return;
-        ctx.save();
-        ctx.beginPath();
-        ctx.rect(GUTTER, row.y, plotW, row.h);
-        ctx.clip();
-        const pad = row.h > 10 ? 2 : 1;
-        aggregated = drawRow(ctx, col, t0 - off, t1 - off, Xo, row.y + pad, row.h - 2 * pad, plotW, (i) => taskColor(col.idx[i]), PALETTE.fetch) || aggregated;
-        const open = tr.store.open.get(row.wid);
-        if (open && open.start + off <= t1) {
-          const end = tr === this.primary ? nowT : tr.store.tmax;
-          const x0 = Math.max(GUTTER, Xo(open.start)), x1 = Math.min(g.width, Xo(Math.max(end, open.start)));
-          ctx.fillStyle = taskColor(open.idx);
-          ctx.globalAlpha = 0.45;
-          ctx.fillRect(x0, row.y + pad, Math.max(1, x1 - x0), row.h - 2 * pad);
-          ctx.globalAlpha = 1;
-          ctx.strokeStyle = open.stuck ? PALETTE.stuck : taskColor(open.idx);
-          ctx.lineWidth = open.stuck ? 2 : 1;
-          ctx.strokeRect(x0 + 0.5, row.y + pad + 0.5, Math.max(1, x1 - x0 - 1), row.h - 2 * pad - 1);
-          ctx.lineWidth = 1;
-          if (open.stuck && x1 - x0 > 60 && row.h >= 12) {
-            ctx.fillStyle = '#ffd7d5';
-            ctx.font = '600 10px system-ui, sans-serif';
-            ctx.fillText(`STUCK · task ${open.idx}`, x0 + 6, row.y + row.h / 2 + 3.5);
-          }
-        }
-        ctx.restore();
-      } else if (row.kind === 'pin') {
-        ctx.fillStyle = '#101a1f';
-        ctx.fillRect(GUTTER, row.y, plotW, row.h);
-        ctx.fillStyle = '#8fd3e0';
-        ctx.font = '11px system-ui, sans-serif';
-        ctx.fillText(label, 8, row.y + 12);
-        ctx.save();
-        ctx.beginPath();
-        ctx.rect(GUTTER, row.y, plotW, row.h);
-        ctx.clip();
-        if (tr.pin.mode === 'active') {
-          aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, Xo, row.y + 2, row.h - 4, plotW, (i) => taskColor(tr.store.pin.idx[i], 45), PALETTE.pin) || aggregated;
-        } else {
-          ctx.fillStyle = '#1a222c';
-          for (let x = GUTTER - row.h; x < g.width; x += 10) {
-            ctx.beginPath();
-            ctx.moveTo(x, row.y + row.h);
-            ctx.lineTo(x + row.h, row.y);
-            ctx.lineTo(x + row.h + 4, row.y);
-            ctx.lineTo(x + 4, row.y + row.h);
-            ctx.fill();
-          }
-          ctx.fillStyle = PALETTE.dim;
-          ctx.font = '10.5px system-ui, sans-serif';
-          ctx.fillText(`pinning ${tr.pin.short}: ${tr.pin.box}`, GUTTER + 8, row.y + 12);
-        }
-        ctx.restore();
-      } else {
-        ctx.fillStyle = '#15121a';
-        ctx.fillRect(GUTTER, row.y, plotW, row.h);
-        ctx.fillStyle = PALETTE.ink;
-        ctx.font = '11px system-ui, sans-serif';
-        ctx.fillText(label, 8, row.y + 14);
-        ctx.save();
-        ctx.beginPath();
-        ctx.rect(GUTTER, row.y, plotW, row.h);
-        ctx.clip();
-        aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, Xo, row.y + 3, row.h - 6, plotW, () => PALETTE.wait, PALETTE.wait, true) || aggregated;
-        const waiting = tr.store.consumerOpen;
-        if (waiting) { // stuck inside next(): the wait has no end yet
-          const end = tr === this.primary ? nowT : tr.store.tmax;
-          const x0 = Math.max(GUTTER, Xo(waiting.start)), x1 = Math.min(g.width, Xo(Math.max(end, waiting.start)));
-          ctx.fillStyle = PALETTE.wait;
-          ctx.globalAlpha = 0.35;
-          ctx.fillRect(x0, row.y + 3, Math.max(1, x1 - x0), row.h - 6);
-          ctx.globalAlpha = 1;
-          ctx.strokeStyle = PALETTE.stuck;
-          ctx.lineWidth = 2;
-          ctx.strokeRect(x0 + 1, row.y + 4, Math.max(1, x1 - x0 - 2), row.h - 8);
-          ctx.lineWidth = 1;
-          if (x1 - x0 > 120) {
-            ctx.fillStyle = '#ffd7d5';
-            ctx.font = '600 10px system-ui, sans-serif';
-            ctx.fillText(`STUCK in next() · waiting for task ${waiting.idx}`, x0 + 6, row.y + row.h / 2 + 3.5);
-          }
-        }
-        // the rank that delivered a step last (several ranks): a tick under the consumer row
-        if (tr.slow) {
-          ctx.fillStyle = PALETTE.buffer;
-          for (const t of tr.slow) {
-            const x = Xo(t);
-            if (x >= GUTTER && x <= g.width) ctx.fillRect(x - 1, row.y + row.h - 3, 2, 3);
-          }
-        }
-        ctx.restore();
-      }
-    });
-    // epochs
+      ctx.fillStyle = PALETTE.dim;
+      ctx.font = '10.5px system-ui, sans-serif';
+      ctx.fillText(`pinning ${tr.pin.short}: ${tr.pin.box}`, GUTTER + 8, row.y + 12);
+    }
+    ctx.restore();
+    return aggregated;
+  }
+
+  /** The training loop's waits in next(), an unfinished wait (stuck), and the slowest-rank ticks. */
+  drawConsumerRow(frame, row) {
+    const { ctx, g, t0, t1, plotW } = frame;
+    const tr = row.track, off = tr.offset;
+    this.rowFrame(frame, row, '#15121a', PALETTE.ink, '11px system-ui, sans-serif', 14);
+    const aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 3, row.h - 6, plotW, () => PALETTE.wait, PALETTE.wait, true);
+    const waiting = tr.store.consumerOpen;
+    if (waiting) {
+      this.openSpan(frame, tr, waiting.start, row.y + 3, row.h - 6, {
+        fill: PALETTE.wait, alpha: 0.35, stroke: PALETTE.stuck, lineWidth: 2, inset: 1, minWidth: 120,
+        text: `STUCK in next() · waiting for task ${waiting.idx}`,
+      });
+    }
+    // the rank that delivered a step last (several ranks): a tick under the consumer row
+    ctx.fillStyle = PALETTE.buffer;
+    for (const t of tr.slow ?? []) {
+      const x = this.X(t + off);
+      if (x >= GUTTER && x <= g.width) ctx.fillRect(x - 1, row.y + row.h - 3, 2, 3);
+    }
+    ctx.restore();
+    return aggregated;
+  }
+
+  /** Epoch boundaries: dashed lines with the epoch's number. */
+  drawEpochs({ ctx, g, t0, t1, X }) {
     ctx.strokeStyle = '#5b6b82';
     ctx.setLineDash([3, 3]);
     for (const ep of this.store.epochs) {
@@ -390,22 +419,25 @@ export class TimelineView {
       ctx.fillText(`epoch ${ep.epoch}`, x + 3, AXIS + 9);
     }
     ctx.setLineDash([]);
-    // the future, when the playhead is behind the end: dimmed
-    if (this.playhead !== null) {
-      const px = X(this.playhead);
-      if (px < g.width) {
-        ctx.fillStyle = 'rgba(11,16,22,0.55)';
-        ctx.fillRect(Math.max(GUTTER, px), AXIS, g.width - Math.max(GUTTER, px), g.height - AXIS);
-      }
-    }
-    ctx.restore();
-    // markers: stuck, died, errors, timeouts
+  }
+
+  /** The future, when the playhead is behind the end: dimmed. */
+  drawFuture({ ctx, g, X }) {
+    if (this.playhead === null) return;
+    const px = X(this.playhead);
+    if (px >= g.width) return;
+    ctx.fillStyle = 'rgba(11,16,22,0.55)';
+    ctx.fillRect(Math.max(GUTTER, px), AXIS, g.width - Math.max(GUTTER, px), g.height - AXIS);
+  }
+
+  /** Markers on the axis: stuck, died, errors, timeouts. */
+  drawMarks({ ctx, t0, t1, X }) {
+    ctx.fillStyle = PALETTE.stuck;
     for (const tr of this.tracks) {
       for (const m of tr.store.marks) {
         const t = m.t + tr.offset;
         if (t < t0 || t > t1) continue;
         const x = X(t);
-        ctx.fillStyle = PALETTE.stuck;
         ctx.beginPath();
         ctx.moveTo(x, AXIS);
         ctx.lineTo(x - 4, AXIS - 6);
@@ -413,24 +445,20 @@ export class TimelineView {
         ctx.fill();
       }
     }
-    // the playhead
-    if (this.playhead !== null) {
-      const px = X(this.playhead);
-      if (px >= GUTTER && px <= g.width) {
-        ctx.fillStyle = PALETTE.accent;
-        ctx.fillRect(Math.round(px) - 1, 2, 2, g.height - 2);
-        ctx.beginPath();
-        ctx.moveTo(px - 6, 0);
-        ctx.lineTo(px + 6, 0);
-        ctx.lineTo(px, 9);
-        ctx.fill();
-      }
-    }
-    this.mode = aggregated ? 'aggregated' : 'spans';
-    this.canvas.dataset.mode = this.mode;
-    this.hoverTip(g, nowT);
-    this.lastFrameMs = performance.now() - start;
-    return true;
+  }
+
+  /** The playhead: a line through every row and a handle on the axis. */
+  drawPlayhead({ ctx, g, X }) {
+    if (this.playhead === null) return;
+    const px = X(this.playhead);
+    if (px < GUTTER || px > g.width) return;
+    ctx.fillStyle = PALETTE.accent;
+    ctx.fillRect(Math.round(px) - 1, 2, 2, g.height - 2);
+    ctx.beginPath();
+    ctx.moveTo(px - 6, 0);
+    ctx.lineTo(px + 6, 0);
+    ctx.lineTo(px, 9);
+    ctx.fill();
   }
 
   hoverTip(g, nowT) {
