@@ -178,6 +178,9 @@ def test_fits_the_window_and_every_text_is_legible(server: Any, page: Page, tmp_
         box = pg.locator(sel).bounding_box()
         if box:  # hidden controls (no live run) have none
             assert box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5, sel
+    # labels that a narrow window cuts carry their whole text as a tooltip
+    assert pg.get_attribute("#scenario", "title")
+    assert pg.evaluate("() => [...document.querySelectorAll('.counter .k')].every((k) => k.title === k.textContent)")
     shoot(pg, tmp_path, f"layout_{width}x{height}")
     shoot(pg, tmp_path, f"layout_{width}x{height}_full", full_page=True)
     result = pg.evaluate(CONTRAST)

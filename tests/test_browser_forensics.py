@@ -60,8 +60,10 @@ def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_p
     pg.keyboard.press("Home")
     assert pg.evaluate("window.loaderscope.player.cursor") == 0
     assert pg.evaluate("window.loaderscope.state.batches") == 0
+    # End: the last event, followed while more may come (a run that already ended has nothing more to follow)
     pg.keyboard.press("End")
-    pg.wait_for_function("() => window.loaderscope.player.following && window.loaderscope.player.cursor === window.loaderscope.player.length")
+    pg.wait_for_function("() => { const a = window.loaderscope, p = a.player;"
+                         " return (p.following || a.track.complete) && p.cursor === p.length; }")
     # the fetch recovers: the lane leaves the stuck state and the run ends cleanly
     final = server.wait_status(run_id, timeout=60)
     assert final["status"] == "done"

@@ -56,6 +56,7 @@ export class Counters {
       const k = document.createElement('div');
       k.className = 'k';
       k.textContent = label;
+      k.title = label; // the whole label when a narrow window cuts it
       el.append(v, k);
       host.append(el);
       this.cells.set(key, { el, v, last: '' });

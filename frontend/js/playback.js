@@ -107,8 +107,10 @@ export class Playback {
     this.host.wake();
   }
 
+  /** To the last event; and stay there while a run's events may still come (live, or a stream not yet ended). */
   toEnd() {
-    if (this.host.isLiveRun()) {
+    const lead = this.host.track();
+    if (this.host.isLiveRun() || (lead.source === 'server' && !lead.complete)) {
       this.playing = false;
       for (const tr of this.host.tracks()) tr.player.follow();
       this.host.moved(true);

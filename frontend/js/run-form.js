@@ -53,6 +53,9 @@ export class RunForm {
     const name = /** @type {HTMLSelectElement} */ ($('scenario')).value;
     const sc = this.scenarios.find((s) => s.name === name);
     $('scenario-desc').textContent = sc?.description ?? '';
+    // the select cuts long titles: its tooltip has the whole one
+    const sel = /** @type {HTMLSelectElement} */ ($('scenario'));
+    sel.title = sel.selectedOptions[0]?.textContent ?? '';
     this.form = renderForm($('params'), fieldsFromSchema(sc?.params));
     this.onFields(fieldsFromSchema(sc?.params));
     $('form-error').hidden = true;
