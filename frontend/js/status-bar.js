@@ -52,9 +52,12 @@ export class StatusBar {
     const status = this.statusWord(tr);
     const el = $('run-status');
     document.body.classList.toggle('offline', !!this.host.server().offline);
-    if (el.textContent !== status) {
-      el.textContent = status;
-      el.dataset.status = status;
+    const label = this.silentLabel(tr, status) ?? status;
+    if (el.textContent !== label) {
+      el.textContent = label;
+      el.dataset.status = label === status ? status : 'silent';
+      el.title = label === status ? '' : 'the producer is connected but has sent nothing for this long while the run '
+        + 'should be running: a training script stuck outside the loader, or a hung process';
     }
     $('pipeline-empty').hidden = tr.source !== 'none';
     this.renderControls(tr, status);
@@ -72,6 +75,13 @@ export class StatusBar {
     el.textContent = `⚠ ${lost} events lost`;
     el.title = `${lost} events were dropped by the producer (a watch()ed script whose buffer to the dashboard was full) `
       + 'before they reached the dashboard; the picture and the statistics miss them';
+  }
+
+  /** "silent 42 s": a running run whose producer has sent nothing for a while (the server says so). */
+  silentLabel(tr, status) {
+    const info = tr.runInfo;
+    if (status !== 'running' || !info?.silent) return null;
+    return `silent ${Math.round(info.last_event_age ?? 0)} s`;
   }
 
   /** The badge's word: the server's status, unless the events or the connection say otherwise. */
