@@ -226,7 +226,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         events = read_events(args.from_trace)
         plan = trace_plan(events)
         if plan is None:  # the trace's own loader, replayed with other settings
-            grid = sweep_grid(args.sweep, ["num_workers", "prefetch_factor", "batch_size", "in_order", *cost_fields])
+            grid = sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields])  # what a replay can change
             return print_sweep(lambda: sim.trace_sweep(events, grid))
         costs = sim.fit_from_trace(events)
     elif args.scenario:
