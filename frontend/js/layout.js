@@ -16,7 +16,16 @@ const TITLE = 30; // column titles (and a hint line under them)
 const WIDE = { sampler: 132, result: 96, pin: 0, buffer: 150, consumer: 138 };
 // with the pin column, the columns right of the workers give up a little room so the index queues keep theirs
 const NARROW = { sampler: 132, result: 86, pin: 92, buffer: 136, consumer: 128 };
-const GAP = { toLanes: 28, toResult: 26, toPin: 24, toBuffer: 26, toConsumer: 26 };
+const WIDE_GAP = { toLanes: 28, toResult: 26, toPin: 24, toBuffer: 32, toConsumer: 26 }; // toBuffer: room for "early" (11 px)
+// a window narrower than MIN_WIDTH: the same columns, slimmer, with tighter gaps and lane labels,
+// so the picture keeps its text at full size down to NARROW_MIN (it is scaled only below that)
+const SLIM = { sampler: 112, result: 72, pin: 0, buffer: 108, consumer: 112 };
+const SLIM_PIN = { sampler: 100, result: 60, pin: 82, buffer: 92, consumer: 98 };
+const SLIM_GAP = { toLanes: 16, toResult: 14, toPin: 12, toBuffer: 30, toConsumer: 14 }; // toBuffer: room for 'early'
+const SLIM_LABEL_W = 76;
+const SLIM_FETCH_W = [96, 160];
+export const NARROW_MIN = 724;
+export const NARROW_MIN_PIN = 764;
 const PIN_THREAD_H = 74; // the pin thread's box (one task at a time) above the pinned queue
 const BYPASS = 30; // room above the reorder buffer for the in-order path
 const LABEL_W = 100; // lane label (worker name, status)
@@ -62,8 +71,10 @@ export function tokenSize(laneH, digits) {
  */
 export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = false, pin = 'none' }) {
   const hasPin = pin !== 'none';
-  const COL = hasPin ? NARROW : WIDE;
-  const W = Math.max(width, hasPin ? MIN_WIDTH_PIN : MIN_WIDTH);
+  const slim = width < (hasPin ? MIN_WIDTH_PIN : MIN_WIDTH);
+  const COL = slim ? (hasPin ? SLIM_PIN : SLIM) : hasPin ? NARROW : WIDE;
+  const GAP = slim ? SLIM_GAP : WIDE_GAP;
+  const W = slim ? Math.max(width, hasPin ? NARROW_MIN_PIN : NARROW_MIN) : width;
   const n = Math.max(lanes, 1);
   const top = M + TITLE;
   const areaH = Math.max(height - top - M, 60);
@@ -105,10 +116,11 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
 
   const laneRects = [];
   const colW = (lanesW - COL_GAP * (grid.cols - 1)) / grid.cols;
-  const labelW = grid.compact ? COMPACT_LABEL_W : LABEL_W;
+  const labelW = grid.compact ? COMPACT_LABEL_W : slim ? SLIM_LABEL_W : LABEL_W;
   const fetchW = grid.compact
     ? Math.min(clamp(Math.round((colW - labelW) * 0.6), 110, FETCH_W[1]), Math.max(colW - labelW - 18, 0)) // narrow page: the queue keeps a slot
-    : clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
+    : slim ? clamp(Math.round(lanesW - labelW - 10 - 2 * (token.w + 3)), SLIM_FETCH_W[0], SLIM_FETCH_W[1]) // two queue slots if they fit
+      : clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
   for (let i = 0; i < n; i++) {
     // two columns: the first half of the workers on the left, top to bottom, then the right
     const col = Math.floor(i / rows), row = i % rows;
@@ -126,15 +138,16 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const below = rcvdCursor.h + 10;
   const consumerBox = { x: consumer.x, y: top + below, w: consumer.w, h: Math.max(areaH - below, 40) };
   const bypassY = top + 12;
+  // slim columns: the same titles, shortened where they would run into the next column's
   const titles = [
-    { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
+    slim ? { x: samplerCol.x, text: 'main process', hint: '' } : { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
     { x: lanesX, text: workersTitle(lanes, inProcess), hint: 'index queue (waiting) · fetching now' },
-    { x: result.x, text: 'result queue', hint: 'oldest on top' },
-    ...(hasPin ? [{ x: pinCol.x, text: 'pin memory', hint: pin === 'active' ? 'thread → pinned queue' : 'turned off' }] : []),
-    { x: buffer.x, text: 'reorder buffer', hint: '_task_info, holding data' },
+    { x: result.x, text: slim ? 'results' : 'result queue', hint: slim ? 'oldest first' : 'oldest on top' },
+    ...(hasPin ? [{ x: pinCol.x, text: 'pin memory', hint: pin === 'active' ? (slim ? 'thread → queue' : 'thread → pinned queue') : 'turned off' }] : []),
+    { x: buffer.x, text: 'reorder buffer', hint: slim ? '_task_info' : '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
   ];
-  return { width: W, height, top, areaH, bypassY, laneH, laneGap, lanesH, compact: grid.compact, laneCols: grid.cols, laneRows: rows, lanesX, lanesW, token, sampler, dispatcher, lanes: laneRects, result, pin, pinCol, pinThread, pinned, buffer, rcvdCursor, consumer: consumerBox, titles };
+  return { width: W, slim, bufferHeader: slim ? HEADER.bufferSlim : HEADER.buffer, height, top, areaH, bypassY, laneH, laneGap, lanesH, compact: grid.compact, laneCols: grid.cols, laneRows: rows, lanesX, lanesW, token, sampler, dispatcher, lanes: laneRects, result, pin, pinCol, pinThread, pinned, buffer, rcvdCursor, consumer: consumerBox, titles };
 }
 
 function workersTitle(lanes, inProcess) {
@@ -182,11 +195,12 @@ export function gridCapacity(r, t, header = 0) {
 }
 
 /** Header heights inside the boxes (room for "waiting for task N" and similar). */
-export const HEADER = { result: 8, buffer: 70, consumer: 60, consumerSteps: 118, pinThread: 30, pinned: 18 };
+export const HEADER = { result: 8, buffer: 70, bufferSlim: 104, consumer: 60, consumerSteps: 118, pinThread: 30, pinned: 18 };
 
 /** The result queue reads top to bottom in arrival order (oldest on top, taken first). */
 export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result, true);
-export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, HEADER.buffer);
+/** The reorder buffer's tokens sit under its text, which wraps to more lines in a slim column. */
+export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, L.bufferHeader ?? HEADER.buffer);
 /** The consumer's history; its header grows when the training step reports timings (step events). */
 export const consumerSlot = (L, k, steps = false) => gridSlot(L.consumer, L.token, k, steps ? HEADER.consumerSteps : HEADER.consumer);
 /** The task the pin thread copies now (one at a time), and the pinned queue, oldest on top. */

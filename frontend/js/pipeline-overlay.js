@@ -51,10 +51,10 @@ export class PipelineOverlay {
       s.textContent = t.hint;
       el.append(b, s);
     }
-    const sampler = mk('box-label sampler-label', L.sampler, '<b>sampler</b><span class="hint">batches of sample indices</span><div class="sampler-kind"></div>');
+    const sampler = mk('box-label sampler-label', L.sampler, `<b>sampler</b><span class="hint">${L.slim ? 'index batches' : 'batches of sample indices'}</span><div class="sampler-kind"></div>`);
     this.samplerKind = sampler.querySelector('.sampler-kind');
     mk('box-label dispatcher-label', L.dispatcher,
-      '<b>dispatcher</b><span class="hint">round-robin to workers</span><div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>');
+      `<b>dispatcher</b><span class="hint">${L.slim ? 'round-robin' : 'round-robin to workers'}</span><div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>`);
     this.sendEl = this.el.querySelector('[data-testid="cursor-send"]');
     this.laneEls = ids.map((id, i) => {
       const lane = mk(L.compact ? 'lane compact' : 'lane', L.lanes[i].rect);
@@ -84,7 +84,9 @@ export class PipelineOverlay {
     this.resultEl = mk('box-label result-label', { ...L.result, h: 16, y: L.result.y + L.result.h - 18 });
     this.pinEl = this.pinNow = this.pinnedEl = null;
     if (L.pin === 'active') {
-      const el = mk('box-label pin-label', L.pinThread, '<b>pin thread</b><div class="pin-now"></div>');
+      // a slim column has no room for "pin thread" on one line (a token sits under its title)
+      const el = mk('box-label pin-label', L.pinThread, `<b>${L.slim ? 'pinning' : 'pin thread'}</b><div class="pin-now"></div>`);
+      if (L.slim) el.title = 'the pin thread';
       el.setAttribute('data-testid', 'pin-stage');
       el.dataset.state = 'active';
       this.pinEl = el;

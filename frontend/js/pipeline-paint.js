@@ -60,8 +60,8 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
   arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, '#3a4558', 1.4);
   arrow(ctx, L.buffer.x + L.buffer.w, L.buffer.y + 24, L.rcvdCursor.x - 2, inY + 5, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
   ctx.fillStyle = PALETTE.dim;
-  ctx.font = '10px system-ui, sans-serif';
-  ctx.fillText('in order: straight on', L.buffer.x + 4, L.bypassY - 4);
+  ctx.font = '11px system-ui, sans-serif';
+  ctx.fillText(L.slim ? 'in order' : 'in order: straight on', L.buffer.x + 4, L.bypassY - 4);
   ctx.fillText('early', rx + 3, midY - 5);
   box(ctx, L.rcvdCursor, '#14202e', PALETTE.accent);
 }

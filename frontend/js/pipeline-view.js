@@ -77,7 +77,7 @@ export class PipelineView {
     this.canvas.style.height = `${height}px`;
     this.overlay.style.width = `${this.L.width}px`;
     this.overlay.style.height = `${height}px`;
-    // a window narrower than the picture's minimum: scale the whole picture (canvas and overlay
+    // a window narrower than even the slim picture (layout.js NARROW_MIN): scale the whole picture (canvas and overlay
     // alike, so clicks still land on their lanes) instead of scrolling the page sideways
     const scale = width > 0 && this.L.width > width ? width / this.L.width : 1;
     this.scale = scale;
