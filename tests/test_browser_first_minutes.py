@@ -303,3 +303,19 @@ def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_pa
     shoot(pg, tmp_path, "layout_800x900_pinned")
     result = pg.evaluate(CONTRAST)
     assert not result["bad"], result["bad"][:12]
+
+
+def test_start_and_diagnosis_in_the_first_screen_of_a_real_run_at_1024x700(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+    """A real run also opens the batch inspector in the side panel: it goes under the diagnosis, so
+    Start and the Diagnosis heading stay in a 1024x700 window without scrolling."""
+    pg = page.page
+    pg.set_viewport_size({"width": 1024, "height": 700})
+    open_finished_run(server, pg, "out_of_order", "real", num_workers=2, dataset_size=32)
+    pg.locator("#inspector-card").wait_for(state="visible", timeout=10_000)
+    pg.wait_for_function("(s) => window.loaderscope.lastPanels > s", arg=pg.evaluate("() => performance.now()"), timeout=10_000)
+    assert pg.evaluate(NO_SIDEWAYS)
+    assert pg.evaluate("() => window.scrollY") == 0
+    shoot(pg, tmp_path, "layout_1024x700_real")
+    for sel in ("#btn-start", "h2:has(#diagnosis-scope)"):
+        box = pg.locator(sel).bounding_box()
+        assert box and 0 <= box["y"] and box["y"] + box["height"] <= 700, (sel, box)
