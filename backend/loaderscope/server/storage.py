@@ -60,7 +60,7 @@ def storage_for(logdir: str) -> Storage:
     if not is_url(logdir):
         return LocalStorage(logdir)
     try:
-        import fsspec  # type: ignore[import-untyped]
+        import fsspec  # type: ignore[import-untyped]  # the optional extra `remote`: only for URL logdirs
     except ImportError:
         raise ValueError(f"{logdir}: a remote logdir needs fsspec (pip install 'loaderscope[remote]' and the "
                          "protocol's package, e.g. s3fs or gcsfs)") from None
