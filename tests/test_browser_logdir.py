@@ -1,6 +1,6 @@
 """The page on a logdir trace that another node is still writing: the batch count rises as the file grows.
 
-Debian's chromium via Playwright, as tests/test_browser.py. The screenshot (mid-growth) lands in
+Debian's chromium via Playwright (tests/test_browser.py's fixture). The screenshot (mid-growth) lands in
 the test's tmp dir.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,39 +15,12 @@ import pytest
 
 from loaderscope.trace import TraceWriter
 from tests.conftest import wait_for
+from tests.test_browser import VIEWPORT, browser  # noqa: F401 (fixture)
+from tests.test_server_logdir import real_run
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-VIEWPORT = {"width": 1440, "height": 900}
 BATCHES = 60
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
-
-
-def real_events() -> list[dict[str, Any]]:
-    """A real 60-batch run with two workers, recorded through the probe's sink."""
-    import torch
-
-    from loaderscope import InstrumentedDataLoader
-
-    events: list[dict[str, Any]] = []
-    loader = InstrumentedDataLoader(torch.arange(240.0), batch_size=4, num_workers=2, sink=events.extend)
-    for _ in loader:
-        pass
-    loader.close()
-    return events
 
 
 def batches_shown(page: Any) -> int:
@@ -57,7 +29,7 @@ def batches_shown(page: Any) -> int:
 
 
 def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: Any, tmp_path: Path) -> None:
-    events = real_events()
+    events = real_run(4 * BATCHES, num_workers=2)
     first_yields = [i for i, e in enumerate(events) if e["kind"] == "yield"]
     head, rest = events[: first_yields[9] + 1], events[first_yields[9] + 1:]  # 10 batches written so far
     path = tmp_path / "logs" / "node2" / "DataLoader-rank0-pid77-x.trace.jsonl"

@@ -29,20 +29,26 @@ from tests.live import LiveServer, _wait_healthy, launch
 BATCHES = 12
 
 
-@pytest.fixture(scope="module")
-def recorded() -> list[dict[str, Any]]:
-    """The events of one real 12-batch run (run_start .. run_end)."""
+def real_run(samples: int, num_workers: int) -> list[dict[str, Any]]:
+    """The events of one real run of batches of 4 (run_start .. run_end), through the probe's sink."""
     import torch
 
     from loaderscope import InstrumentedDataLoader
 
     events: list[dict[str, Any]] = []
-    loader = InstrumentedDataLoader(torch.arange(48.0), batch_size=4, num_workers=0, sink=events.extend)
+    loader = InstrumentedDataLoader(torch.arange(float(samples)), batch_size=4, num_workers=num_workers,
+                                    sink=events.extend)
     for _ in loader:
         pass
     loader.close()
     assert events[0]["kind"] == "run_start" and events[-1]["kind"] == "run_end"
     return events
+
+
+@pytest.fixture(scope="module")
+def recorded() -> list[dict[str, Any]]:
+    """One real 12-batch in-process run."""
+    return real_run(4 * BATCHES, num_workers=0)
 
 
 def as_rank(events: list[dict[str, Any]], rank: int, job: str | None, world_size: int = 1) -> list[dict[str, Any]]:
