@@ -131,33 +131,53 @@ def bootstrap_median(values: list[float], resamples: int = 2000) -> tuple[float,
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples)]
 
 
+@dataclass
+class Alternated:
+    """Two loaders measured in alternating segments: per side time, CPU and worker CPU, and the ratios."""
+
+    vanilla: Side
+    probe: Side
+    worker_cpu: dict[str, float]  # seconds of worker CPU per side over the rounds
+    ratios: list[float]  # vanilla seconds / probe seconds, one per round
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return bootstrap_median(self.ratios)
+
+
+def alternate(vanilla: Any, probe: Any, *, rounds: int, segment: int, warmup: int = 4) -> Alternated:
+    """Keep both iterators alive and alternate ``rounds`` segments of ``segment`` batches (who goes
+    first alternating), after ``warmup`` batches each so workers run and pipelines are full."""
+    sides = {"vanilla": Side(vanilla, iter(vanilla)), "probe": Side(probe, iter(probe))}
+    for side in sides.values():
+        for _ in range(warmup):
+            next(side.iterator)
+    workers0 = {name: side.worker_seconds() for name, side in sides.items()}
+    for i in range(rounds):
+        for name in ("vanilla", "probe") if i % 2 == 0 else ("probe", "vanilla"):
+            sides[name].segment(segment)
+    worker_cpu = {name: side.worker_seconds() - workers0[name] for name, side in sides.items()}
+    v, p = sides["vanilla"], sides["probe"]
+    for side in sides.values():
+        del side.iterator
+    return Alternated(v, p, worker_cpu, [tv / tp for tv, tp in zip(v.seconds, p.seconds)])
+
+
 def run_case(case: Case, rounds: int) -> dict[str, Any]:
     length = (rounds * case.segment + 16) * case.batch_size  # one epoch covers every round
     kwargs = {"batch_size": case.batch_size, "num_workers": case.num_workers}
     transport = Transport()
     vanilla = DataLoader(Tensors(length, case.shape), **kwargs)
     probe = InstrumentedDataLoader(Tensors(length, case.shape), sink=transport, **kwargs)
-    sides = {"vanilla": Side(vanilla, iter(vanilla)), "probe": Side(probe, iter(probe))}
-    for side in sides.values():  # workers started and pipelines full before anything is timed
-        for _ in range(4):
-            next(side.iterator)
-    workers0 = {name: side.worker_seconds() for name, side in sides.items()}
-    for i in range(rounds):
-        for name in ("vanilla", "probe") if i % 2 == 0 else ("probe", "vanilla"):
-            sides[name].segment(case.segment)
-    worker_cpu = {name: side.worker_seconds() - workers0[name] for name, side in sides.items()}
-    v, p = sides["vanilla"], sides["probe"]
-    ratios = [tv / tp for tv, tp in zip(v.seconds, p.seconds)]
-    low, high = bootstrap_median(ratios)
-    for side in sides.values():
-        del side.iterator
+    run = alternate(vanilla, probe, rounds=rounds, segment=case.segment)
     probe.close()
     transport.close()
+    v, p, worker_cpu = run.vanilla, run.probe, run.worker_cpu
     return {
         "vanilla": v.batches / sum(v.seconds),
         "probe": p.batches / sum(p.seconds),
-        "ratio": statistics.median(ratios),
-        "interval": (low, high),
+        "ratio": statistics.median(run.ratios),
+        "interval": run.interval,
         "main_us": (p.cpu / p.batches - v.cpu / v.batches) * 1e6,
         "worker_us": (worker_cpu["probe"] / p.batches - worker_cpu["vanilla"] / v.batches) * 1e6,
         "vanilla_us": (v.cpu + worker_cpu["vanilla"]) / v.batches * 1e6,

@@ -38,7 +38,7 @@ from rich.table import Table
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import Side, Transport, bootstrap_median  # noqa: E402
+from overhead import Transport, alternate  # noqa: E402
 
 import loaderscope  # noqa: E402
 
@@ -111,29 +111,19 @@ def main() -> None:
         watched = loaderscope.watch(
             DataLoader(JpegFolder(samples, length), generator=torch.Generator().manual_seed(0), **kwargs),
             sink=transport)
-        sides = {"vanilla": Side(vanilla, iter(vanilla)), "watched": Side(watched, iter(watched))}
-        for side in sides.values():  # workers started and pipelines full before anything is timed
-            for _ in range(warmup):
-                next(side.iterator)
-        workers0 = {name: side.worker_seconds() for name, side in sides.items()}
-        for i in range(rounds):
-            for name in ("vanilla", "watched") if i % 2 == 0 else ("watched", "vanilla"):
-                sides[name].segment(segment)
-        worker_cpu = {name: side.worker_seconds() - workers0[name] for name, side in sides.items()}
-        v, w = sides["vanilla"], sides["watched"]
-        ratios = [tv / tw for tv, tw in zip(v.seconds, w.seconds)]
-        low, high = bootstrap_median(ratios)
-        for side in sides.values():
-            del side.iterator
+        run = alternate(vanilla, watched, rounds=rounds, segment=segment, warmup=warmup)
         watched.close()
         transport.close()
 
+    v, w = run.vanilla, run.probe
+    worker_cpu = {"vanilla": run.worker_cpu["vanilla"], "watched": run.worker_cpu["probe"]}
+    low, high = run.interval
     table = Table("workload", "batches per side", "vanilla batches/s", "watched batches/s",
                   "ratio (median, 95% CI)", "watched CPU/batch: main", "workers", "vanilla CPU/batch", "events/batch")
     table.add_row(
         f"JPEG {SIZE}px decode+augment, {args.workers} workers", f"{w.batches:,}",
         f"{v.batches / sum(v.seconds):,.1f}", f"{w.batches / sum(w.seconds):,.1f}",
-        f"{statistics.median(ratios):.3f} ({low:.3f}–{high:.3f})",
+        f"{statistics.median(run.ratios):.3f} ({low:.3f}–{high:.3f})",
         f"{(w.cpu / w.batches - v.cpu / v.batches) * 1e3:+.2f} ms",
         f"{(worker_cpu['watched'] / w.batches - worker_cpu['vanilla'] / v.batches) * 1e3:+.2f} ms",
         f"{(v.cpu + worker_cpu['vanilla']) / v.batches * 1e3:.1f} ms",
