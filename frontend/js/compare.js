@@ -3,6 +3,7 @@
 // mirror of backend/loaderscope/compare.py (frontend/tests/compare.test.js runs both on the same
 // events and checks they agree). Pure: no DOM.
 
+import { binCounts, logEdges } from './bins.js';
 import { reduce, summary } from './reducer.js';
 import { diagnosis } from './diagnosis.js';
 
@@ -113,40 +114,20 @@ export function metrics(a, b) {
   });
 }
 
-/** Log-spaced bin edges covering [lo, hi] seconds. */
-export function logEdges(lo, hi, bins = BINS) {
-  lo = Math.max(lo, 1e-6);
-  hi = Math.max(hi, lo * 1.5);
-  const a = Math.log(lo / 1.05), b = Math.log(hi * 1.05);
-  return Array.from({ length: bins + 1 }, (_, i) => Math.exp(a + ((b - a) * i) / bins));
-}
-
-/** How many values fall in each bin of edges (values outside go to the end bins). @param {Iterable<number>} values @param {number[]} edges */
-export function counts(values, edges) {
-  const bins = edges.length - 1;
-  const out = new Array(bins).fill(0);
-  const a = Math.log(edges[0]), span = Math.log(edges[bins]) - a;
-  for (const v of values) {
-    const k = Math.floor(((Math.log(Math.max(v, 1e-9)) - a) / span) * bins);
-    out[Math.min(Math.max(k, 0), bins - 1)] += 1;
-  }
-  return out;
-}
-
 /** Per-worker fetch-time histograms of both runs over one set of edges. @param {LoaderState} a @param {LoaderState} b */
 export function histograms(a, b) {
   let lo = Infinity, hi = -Infinity;
   for (const s of [a, b]) {
     for (const w of s.workers.values()) for (const dt of w.fetch_times) { lo = Math.min(lo, dt); hi = Math.max(hi, dt); }
   }
-  const edges = Number.isFinite(lo) ? logEdges(lo, hi) : [];
+  const edges = Number.isFinite(lo) ? logEdges(lo, hi, BINS) : [];
   /** @param {LoaderState} s @returns {HistRow[]} */
   const rows = (s) => {
     const stats = new Map(summary(s).workers.map((w) => [w.worker, w]));
     return [...s.workers.values()].sort((x, y) => x.id - y.id).map((w) => ({
       worker: w.id, in_process: !s.config.num_workers, tasks: w.fetch_times.length,
       p50: stats.get(w.id).fetch_p50, p95: stats.get(w.id).fetch_p95,
-      counts: edges.length ? counts(w.fetch_times, edges) : [],
+      counts: edges.length ? binCounts(w.fetch_times, edges) : [],
     }));
   };
   return { edges, a: rows(a), b: rows(b) };

@@ -2,32 +2,11 @@
 // so workers compare at a glance. Binning is pure (exported for tests); drawing happens at most a
 // few times a second, and only when the fetch counts or the playhead changed.
 
+import { binCounts, logEdges } from './bins.js';
 import { PALETTE } from './colors.js';
 import { fmtDuration } from './timeline-store.js';
 
 export const BINS = 28;
-
-/** Log-spaced bin edges covering [lo, hi] (seconds); a flat range is widened a little. */
-export function logEdges(lo, hi, bins = BINS) {
-  lo = Math.max(lo, 1e-6);
-  hi = Math.max(hi, lo * 1.5);
-  const a = Math.log(lo / 1.05), b = Math.log(hi * 1.05);
-  return Array.from({ length: bins + 1 }, (_, i) => Math.exp(a + ((b - a) * i) / bins));
-}
-
-/** Counts of `values` per bin of `edges` (values outside go to the end bins). */
-export function histogram(values, edges) {
-  const bins = edges.length - 1;
-  const counts = new Uint32Array(bins);
-  const a = Math.log(edges[0]), span = Math.log(edges[bins]) - a;
-  for (const v of values) {
-    let k = Math.floor(((Math.log(Math.max(v, 1e-9)) - a) / span) * bins);
-    if (k < 0) k = 0;
-    else if (k >= bins) k = bins - 1;
-    counts[k] += 1;
-  }
-  return counts;
-}
 
 function quantile(sorted, q) {
   return sorted.length ? sorted[Math.min(sorted.length - 1, Math.round(q * (sorted.length - 1)))] : NaN;
@@ -85,12 +64,12 @@ export class HistogramView {
       this.canvas.setAttribute('aria-label', 'no fetch has finished yet');
       return true;
     }
-    const edges = logEdges(lo, hi);
+    const edges = logEdges(lo, hi, BINS);
     const a = Math.log(edges[0]), span = Math.log(edges[BINS]) - a;
     workers.forEach((w, i) => {
       const x0 = (i % cols) * cellW + 6, y0 = Math.floor(i / cols) * cellH + 4;
       const pw = cellW - 14, ph = cellH - 30;
-      const c = histogram(w.fetch_times, edges);
+      const c = binCounts(w.fetch_times, edges);
       let max = 0;
       for (const v of c) max = Math.max(max, v);
       ctx.fillStyle = '#121821';

@@ -7,7 +7,8 @@ import { existsSync, writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { compareRuns, counts, diagnosisDiff, logEdges, normalise, sideOf } from '../js/compare.js';
+import { BINS, compareRuns, diagnosisDiff, normalise, sideOf } from '../js/compare.js';
+import { binCounts, logEdges } from '../js/bins.js';
 import { reduce } from '../js/reducer.js';
 import { synthesize } from '../dev/synth.js';
 
@@ -55,7 +56,7 @@ test('histogram edges are shared and every fetch is counted', () => {
   const { histograms } = compareRuns(a, b);
   assert.equal(histograms.edges.length, 25);
   for (const side of ['a', 'b']) for (const w of histograms[side]) assert.equal(w.counts.reduce((x, y) => x + y, 0), w.tasks);
-  assert.deepEqual(counts([1e-7, 5], logEdges(0.01, 0.1)), [1, ...new Array(22).fill(0), 1]);
+  assert.deepEqual(binCounts([1e-7, 5], logEdges(0.01, 0.1, BINS)), [1, ...new Array(BINS - 2).fill(0), 1]);
 });
 
 test('a state with its run_start compares like the events it came from', () => {
