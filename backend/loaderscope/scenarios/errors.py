@@ -26,7 +26,7 @@ class Problem:
     allowed: str | None = None
 
     def __str__(self) -> str:
-        where = self.field if self.given is _NOTHING else f"{self.field}={_short(self.given)}"
+        where = self.field if self.given is _NOTHING else f"{self.field}={short(self.given)}"
         return f"{where}: {self.message}" + (f"; allowed: {self.allowed}" if self.allowed else "")
 
 
@@ -61,14 +61,18 @@ def _problem(item: Any, model: type[BaseModel], scenario: str) -> Problem:
 def allowed(model: type[BaseModel], name: str) -> str | None:
     """The range or choices a field takes, from the model's own JSON schema."""
     prop = model.model_json_schema().get("properties", {}).get(name)
-    if prop is None:
-        return None
+    return None if prop is None else allowed_by(prop)
+
+
+def allowed_by(prop: dict[str, Any]) -> str:
+    """What one JSON-schema property allows, in words (``an integer from 0 to 64``)."""
     if "enum" in prop:
         return "one of " + ", ".join(repr(v) for v in prop["enum"])
-    kind = {"integer": "an integer", "number": "a number", "string": "a string"}.get(prop.get("type"), "a value")
-    low, high = prop.get("minimum"), prop.get("maximum")
+    kind = kind_name(str(prop.get("type", "value")))
     if prop.get("type") == "boolean":
-        return "true or false"
+        return kind
+    low = prop.get("minimum", prop.get("exclusiveMinimum"))
+    high = prop.get("maximum", prop.get("exclusiveMaximum"))
     if low is not None and high is not None:
         return f"{kind} from {low} to {high}"
     if low is not None:
@@ -76,6 +80,11 @@ def allowed(model: type[BaseModel], name: str) -> str | None:
     return kind if high is None else f"{kind} of at most {high}"
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def kind_name(json_type: str) -> str:
+    return {"integer": "an integer", "number": "a number", "string": "a string",
+            "boolean": "true or false"}.get(json_type, "a value")
+
+
+def short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

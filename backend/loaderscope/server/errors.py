@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from loaderscope.scenarios.errors import allowed, allowed_by, kind_name, short
+
 _NO_SCOPE = ("body",)  # FastAPI's location prefix for JSON bodies says nothing to a user
 
 
@@ -24,8 +26,8 @@ def field_problems(
         loc = [str(part) for part in err.get("loc", ()) if part not in _NO_SCOPE]
         name = loc[-1] if loc else ""
         field = prefix + ".".join(loc)
-        allowed = allowed_values(model, name) if model is not None and len(loc) == 1 else None
-        problems.append({"field": field, "message": _message(err, model, name), "allowed": allowed})
+        takes = allowed(model, name) if model is not None and len(loc) == 1 else None
+        problems.append({"field": field, "message": _message(err, model, name), "allowed": takes})
     return problems
 
 
@@ -46,38 +48,8 @@ def _message(err: Any, model: type[BaseModel] | None, name: str) -> str:
         return f"unknown parameter {name!r}" + (f"; known parameters: {known}" if known else "")
     message = str(err.get("msg", "invalid value"))
     if "input" in err and err.get("type") != "missing":
-        message += f" (got {_short(err['input'])})"
+        message += f" (got {short(err['input'])})"
     return message
-
-
-def allowed_values(model: type[BaseModel], name: str) -> str | None:
-    """The range or choices a field takes, from the model's own JSON schema."""
-    prop = model.model_json_schema().get("properties", {}).get(name)
-    if prop is None:
-        return None
-    if "enum" in prop:
-        return "one of " + ", ".join(repr(v) for v in prop["enum"])
-    kind = prop.get("type", "value")
-    low = prop.get("minimum", prop.get("exclusiveMinimum"))
-    high = prop.get("maximum", prop.get("exclusiveMaximum"))
-    if kind == "boolean":
-        return "true or false"
-    if low is not None and high is not None:
-        return f"{_kind_name(kind)} from {low} to {high}"
-    if low is not None:
-        return f"{_kind_name(kind)} of at least {low}"
-    if high is not None:
-        return f"{_kind_name(kind)} of at most {high}"
-    return _kind_name(kind)
-
-
-def _kind_name(kind: str) -> str:
-    return {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "true or false"}.get(kind, kind)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {"integer": (int,), "number": (int, float), "boolean": (bool,),
@@ -99,16 +71,6 @@ def type_problems(values: dict[str, Any], properties: dict[str, Any], prefix: st
         if isinstance(value, want) and (kind == "boolean" or not isinstance(value, bool)):
             if not isinstance(value, float) or math.isfinite(value):  # Python's json reads NaN and Infinity
                 continue
-        problems.append({"field": prefix + name, "message": f"must be {_kind_name(kind)} (got {_short(value)}: "
-                         f"{type(value).__name__})", "allowed": allowed_from(properties[name])})
+        problems.append({"field": prefix + name, "message": f"must be {kind_name(kind)} (got {short(value)}: "
+                         f"{type(value).__name__})", "allowed": allowed_by(properties[name])})
     return problems
-
-
-def allowed_from(prop: dict[str, Any]) -> str | None:
-    """``allowed_values`` for one JSON-schema property."""
-    low, high, kind = prop.get("minimum"), prop.get("maximum"), _kind_name(str(prop.get("type", "value")))
-    if "enum" in prop:
-        return "one of " + ", ".join(repr(v) for v in prop["enum"])
-    if low is not None and high is not None:
-        return f"{kind} from {low} to {high}"
-    return kind
