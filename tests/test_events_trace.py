@@ -96,3 +96,14 @@ def test_chrome_export_is_valid_trace_event_format() -> None:
     flows = [e for e in chrome if e["ph"] in "sf"]
     assert len(fetches) == 2 and len(waits) == 2 and len(flows) == 5 + 2
     assert {e["tid"] for e in fetches} == {2, 3}
+
+
+def test_a_trace_left_by_a_killed_writer_reads_up_to_its_torn_last_line(tmp_path: Path) -> None:
+    """`loaderscope export`, `compare` and `sim --from-trace` read what a killed job left in a logdir."""
+    events = [{"seq": i, "t": float(i), "run": "r", "rank": 0, "kind": "epoch_start", "epoch": i} for i in range(3)]
+    path = write_trace(tmp_path / "killed.trace.jsonl", events, run="r")
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"seq": 3, "t": 3.0, "ki')  # the write the kill cut short
+    assert [e["seq"] for e in read_trace(path)[1]] == [0, 1, 2]
+    path.write_bytes(whole.rstrip(b"\n"))  # a complete last line without its newline is kept
+    assert [e["seq"] for e in read_trace(path)[1]] == [0, 1, 2]
