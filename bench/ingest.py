@@ -1,0 +1,141 @@
+"""Ingest cost: the server's CPU per event beside the cost of merely parsing the same bytes.
+
+    .venv/bin/python bench/ingest.py             # 5 alternating repeats of ~200,000 events each way
+    .venv/bin/python bench/ingest.py --quick     # a smoke run (one small repeat)
+
+The frames come from a real run: a 4-worker DataLoader through the probe's own Recorder, whose sink
+keeps the compact frames the probe sends (``events.ROW_FIELDS`` rows, ``BATCH_ROW``...). The same
+events, expanded, make the frames of full events (1,000 per frame). Each repeat sends both, in
+alternating order, over a real websocket to a real uvicorn server on 127.0.0.1, as fast as it takes
+them; the server process's CPU (user + system, from /proc) per event is set beside
+``orjson.loads`` of the same bytes, timed in this process in the same repeat (the parse floor).
+Reports the median of the repeats and their range, and the ratio to the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+import httpx
+import orjson
+import torch
+from rich.console import Console
+from rich.table import Table
+from torch.utils.data import Dataset
+
+from loaderscope.events import decode_frame, encode_frame
+from loaderscope.probe.loader import InstrumentedDataLoader
+from pipeline import FRAME, Server  # bench/pipeline.py: the same server under test
+
+WORKERS = 4
+
+
+class Frames:
+    """A probe sink that keeps the compact frames the Recorder sends to a transport."""
+
+    takes_frames = True
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def frame(self, data: bytes, count: int) -> None:
+        self.frames.append(data)
+
+
+class Tiny(Dataset[torch.Tensor]):
+    """Samples that cost nothing to make: the run is all protocol, as many events per second as it gets."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((4,), index)
+
+
+def record(batches: int) -> list[bytes]:
+    """The compact frames of one real 4-worker run of ``batches`` batches."""
+    sink = Frames()
+    loader = InstrumentedDataLoader(Tiny(batches), batch_size=1, num_workers=WORKERS, sink=sink, run_id="bench")
+    for _ in loader:
+        pass
+    loader.close()
+    return sink.frames
+
+
+def full_frames(compact: list[bytes]) -> list[bytes]:
+    """The same events as frames of FRAME full events."""
+    events = [event for data in compact for event in decode_frame(data)]
+    return [encode_frame(events[i:i + FRAME]) for i in range(0, len(events), FRAME)]
+
+
+def parse_floor(frames: list[bytes], events: int) -> float:
+    """µs of this process's CPU per event to ``orjson.loads`` every frame."""
+    start = time.process_time()
+    for data in frames:
+        orjson.loads(data)
+    return (time.process_time() - start) / events * 1e6
+
+
+def held(http: httpx.Client, run: str) -> int:
+    """Events the server holds for ``run``, from the run listing (not the run's detail, whose
+    statistics would add to the CPU measured)."""
+    return next((r["events"] for r in http.get("/api/runs").json() if r["id"] == run), 0)
+
+
+def server_cost(server: Server, frames: list[bytes], events: int) -> float:
+    """µs of the server's CPU per event to take ``frames`` on a fresh run, sent as fast as it reads them."""
+    cpu0 = server.cpu_seconds()
+    with server.producer() as ws:
+        run = orjson.loads(ws.recv())["run"]
+        for data in frames:
+            ws.send(data)
+        while held(server.http, run) < events:
+            time.sleep(0.02)
+    return (server.cpu_seconds() - cpu0) / events * 1e6
+
+
+def interval(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--batches", type=int, default=40_000, help="batches of the recorded run (5 events each)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    batches, repeats = (2_000, 1) if args.quick else (args.batches, args.repeats)
+    compact = record(batches)
+    full = full_frames(compact)
+    events = sum(len(decode_frame(data)) for data in compact)
+    ways: dict[str, list[bytes]] = {"full events": full, "compact rows": compact}
+    cost: dict[str, list[float]] = {way: [] for way in ways}
+    floor: dict[str, list[float]] = {way: [] for way in ways}
+    server = Server()
+    try:
+        for repeat in range(repeats):
+            for way in (list(ways) if repeat % 2 == 0 else list(reversed(ways))):
+                floor[way].append(parse_floor(ways[way], events))
+                cost[way].append(server_cost(server, ways[way], events))
+    finally:
+        server.stop()
+    table = Table("frames", "bytes/event", "server CPU µs/event", "orjson.loads µs/event", "ratio to the floor")
+    for way, frames in ways.items():
+        ratios = [c / f for c, f in zip(cost[way], floor[way], strict=True)]
+        table.add_row(f"{way} ({len(frames)} frames)", f"{sum(map(len, frames)) / events:.0f}",
+                      interval(cost[way]), interval(floor[way]), interval(ratios))
+    console = Console()
+    console.print(table)
+    console.print(f"{events:,} events of a real {WORKERS}-worker run per way and repeat; {repeats} repeats, "
+                  f"alternating; median (min-max); {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
