@@ -8,9 +8,11 @@ Shared machines drift by tens of percent between runs of a few seconds (here, va
 anything. This bench keeps one vanilla and one instrumented iterator alive side by side and
 alternates short segments between them (a fraction of a second each, who goes first alternating):
 both sides see the same machine within milliseconds, and each round gives one ratio. It reports the
-median ratio with a bootstrap 95% interval, and the CPU each side spends per batch in the main
-process (all its threads) and in the workers (from /proc), so the probe's cost is visible apart
-from the noise.
+median ratio with a bootstrap 95% interval, and the CPU each side spends per batch, thread by
+thread, so the probe's cost is visible apart from the noise: the training thread (the one calling
+``next``), the main process's background threads (the probe's own thread, the transport's sender)
+and the worker processes. Each is read from the kernel's per-thread and per-process CPU clocks
+(``pthread_getcpuclockid``, ``clock_getcpuclockid``: nanoseconds, where /proc's stat counts 10 ms ticks).
 
 The instrumented loader's sink is the production one: the probe's compact frames (encoded by orjson
 on the probe thread) go to a bounded queue that a transport thread drains (here it discards the
@@ -21,6 +23,7 @@ the events recorded in a segment are encoded and handed over inside it, on its s
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import queue
 import random
@@ -40,7 +43,22 @@ from torch.utils.data import DataLoader, Dataset
 from loaderscope import InstrumentedDataLoader
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
-CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds a process (all its threads) has used so far, from its kernel CPU clock."""
+    clock = ctypes.c_int()
+    if _libc.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
+        raise OSError(ctypes.get_errno(), f"no CPU clock for process {pid}")
+    return time.clock_gettime(clock.value)
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each of this process's Python threads but the main one, by name."""
+    main = threading.main_thread()
+    return {thread.name: time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            for thread in threading.enumerate() if thread is not main and thread.ident is not None}
 
 
 class Tensors(Dataset[torch.Tensor]):
@@ -65,7 +83,7 @@ class Transport:
         self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=1024)
         self.events = 0
         self.dropped = 0
-        self.thread = threading.Thread(target=self._send, daemon=True)
+        self.thread = threading.Thread(target=self._send, name="sender", daemon=True)
         self.thread.start()
 
     def frame(self, data: bytes, count: int) -> None:
@@ -100,28 +118,25 @@ class Side:
     loader: Any
     iterator: Iterator[Any]
     seconds: list[float] = field(default_factory=list)
-    cpu: float = 0.0
+    cpu: float = 0.0  # the main process, all threads, during this side's segments
+    training: float = 0.0  # the thread calling next(), during this side's segments
     batches: int = 0
 
     def segment(self, batches: int) -> None:
         flush = getattr(self.loader, "flush", None)
-        cpu0, t0 = time.process_time(), time.perf_counter()
+        cpu0, training0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
         for _ in range(batches):
             next(self.iterator)
         if flush is not None:
             flush()
         self.seconds.append(time.perf_counter() - t0)
+        self.training += time.thread_time() - training0
         self.cpu += time.process_time() - cpu0
         self.batches += batches
 
     def worker_seconds(self) -> float:
         """CPU seconds the iterator's worker processes have used so far (0 for num_workers=0)."""
-        total = 0
-        for process in getattr(self.iterator, "_workers", []):
-            with open(f"/proc/{process.pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-        return total / CLOCK_TICK
+        return sum(process_cpu(process.pid) for process in getattr(self.iterator, "_workers", []))
 
 
 def bootstrap_median(values: list[float], resamples: int = 2000) -> tuple[float, float]:
@@ -139,6 +154,7 @@ class Alternated:
     probe: Side
     worker_cpu: dict[str, float]  # seconds of worker CPU per side over the rounds
     ratios: list[float]  # vanilla seconds / probe seconds, one per round
+    threads: dict[str, float]  # seconds of CPU of the main process's other threads over the rounds, by name
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -153,14 +169,16 @@ def alternate(vanilla: Any, probe: Any, *, rounds: int, segment: int, warmup: in
         for _ in range(warmup):
             next(side.iterator)
     workers0 = {name: side.worker_seconds() for name, side in sides.items()}
+    threads0 = thread_cpu()
     for i in range(rounds):
         for name in ("vanilla", "probe") if i % 2 == 0 else ("probe", "vanilla"):
             sides[name].segment(segment)
+    threads = {name: seconds - threads0.get(name, 0.0) for name, seconds in thread_cpu().items()}
     worker_cpu = {name: side.worker_seconds() - workers0[name] for name, side in sides.items()}
     v, p = sides["vanilla"], sides["probe"]
     for side in sides.values():
         del side.iterator
-    return Alternated(v, p, worker_cpu, [tv / tp for tv, tp in zip(v.seconds, p.seconds)])
+    return Alternated(v, p, worker_cpu, [tv / tp for tv, tp in zip(v.seconds, p.seconds)], threads)
 
 
 def run_case(case: Case, rounds: int) -> dict[str, Any]:
@@ -173,17 +191,29 @@ def run_case(case: Case, rounds: int) -> dict[str, Any]:
     probe.close()
     transport.close()
     v, p, worker_cpu = run.vanilla, run.probe, run.worker_cpu
+
+    def per_batch(seconds: float, side: Side) -> float:
+        return seconds / side.batches * 1e6
+
     return {
         "vanilla": v.batches / sum(v.seconds),
         "probe": p.batches / sum(p.seconds),
         "ratio": statistics.median(run.ratios),
         "interval": run.interval,
-        "main_us": (p.cpu / p.batches - v.cpu / v.batches) * 1e6,
-        "worker_us": (worker_cpu["probe"] / p.batches - worker_cpu["vanilla"] / v.batches) * 1e6,
-        "vanilla_us": (v.cpu + worker_cpu["vanilla"]) / v.batches * 1e6,
+        # µs of CPU per batch, (vanilla, probe) where both sides have it; the probe's threads are its own
+        "training": (per_batch(v.training, v), per_batch(p.training, p)),
+        "probe_thread": per_batch(run.threads.get("loaderscope-probe", 0.0), p),
+        "sender": per_batch(run.threads.get("sender", 0.0), p),
+        "workers": (per_batch(worker_cpu["vanilla"], v), per_batch(worker_cpu["probe"], p)),
+        "vanilla_us": per_batch(v.cpu + worker_cpu["vanilla"], v),
         "events": transport.events / (p.batches + 4),
         "batches": p.batches,
     }
+
+
+def _pair(pair: tuple[float, float]) -> str:
+    vanilla, probe = pair
+    return f"{vanilla:.1f} → {probe:.1f} ({probe - vanilla:+.1f})"
 
 
 def main() -> None:
@@ -201,19 +231,25 @@ def main() -> None:
         "in-process": Case("in-process", (4,), 1, 0, 2000 // scale),
     }
     table = Table("case", "batches per side", "vanilla batches/s", "probe batches/s", "ratio (median, 95% CI)",
-                  "probe CPU/batch: main", "workers", "vanilla CPU/batch", "events/batch")
+                  "training thread µs/batch: vanilla → probe", "probe thread", "sender",
+                  "workers µs/batch: vanilla → probe", "vanilla CPU/batch", "events/batch")
     for key in args.only or list(cases):
         r = run_case(cases[key], rounds)
         low, high = r["interval"]
         table.add_row(cases[key].name, f"{r['batches']:,}", f"{r['vanilla']:,.0f}", f"{r['probe']:,.0f}",
-                      f"{r['ratio']:.3f} ({low:.3f}–{high:.3f})", f"{r['main_us']:+.1f} µs",
-                      f"{r['worker_us']:+.1f} µs", f"{r['vanilla_us']:.0f} µs", f"{r['events']:.1f}")
-    console = Console(width=max(Console().width, 150))
+                      f"{r['ratio']:.3f} ({low:.3f}–{high:.3f})", _pair(r["training"]),
+                      f"{r['probe_thread']:.2f} µs", f"{r['sender']:.2f} µs",
+                      _pair(r["workers"]) if cases[key].num_workers else "–", f"{r['vanilla_us']:.0f} µs",
+                      f"{r['events']:.1f}")
+    console = Console(width=max(Console().width, 180))
     console.print(table)
     console.print("tiny: batch_size=1 of 4 floats, 2 workers; moderate: batch_size=64 of 3x64x64 floats, 2 workers; "
                   "in-process: tiny with num_workers=0")
+    console.print("CPU per batch from the kernel's thread and process CPU clocks: the training thread during each "
+                  "side's segments; the probe's thread and the transport's sender thread (the probe's alone) over "
+                  "all rounds; the workers (all their threads)")
     console.print(f"{rounds} alternating rounds per case; torch {torch.__version__}; {os.cpu_count()} CPUs; "
-                  f"{torch.get_num_threads()} torch threads")
+                  f"{torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":
