@@ -1,4 +1,4 @@
-"""Eight ranks of one job, side by side (issue 8: 8 ranks render legibly)."""
+"""The job view: a job of 12 ranks is a table of ranks, names the slowest, and drills into one (issue 17)."""
 
 from __future__ import annotations
 
@@ -28,23 +28,30 @@ def _rank_traces(directory: Path, ranks: int) -> list[str]:
     return files
 
 
-def test_eight_ranks_side_by_side(browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
-    live = start_server(traces=_rank_traces(tmp_path, 8))
+def test_job_view_names_the_slowest_rank_and_drills_in(browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+    ranks = 12
+    live = start_server(traces=_rank_traces(tmp_path, ranks))
     with live.client() as http:
         runs = http.get("/api/runs").json()
-    assert sorted(r["rank"] for r in runs) == list(range(8)) and {r["job"] for r in runs} == {"job8"}
+    assert sorted(r["rank"] for r in runs) == list(range(ranks)) and {r["job"] for r in runs} == {"job8"}
     page = browser.new_page(viewport=VIEWPORT)
     page.goto(f"{live.page_url}&run={next(r['id'] for r in runs if r['rank'] == 0)}")
-    cards = page.get_by_test_id("rank-card")
-    cards.nth(7).wait_for(timeout=30_000)
-    assert cards.count() == 8
-    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=rank-card]')]"
-                           ".some(c => /slowest in 40 of 40/.test(c.textContent))", timeout=30_000)
-    assert "slowest in 40 of 40" in cards.nth(7).text_content()  # the slowest rank is named
-    boxes = [cards.nth(i).bounding_box() for i in range(8)]
-    for i, a in enumerate(boxes):  # legible: no two cards overlap
-        for b in boxes[i + 1:]:
-            assert a["x"] + a["width"] <= b["x"] + 1 or b["x"] + b["width"] <= a["x"] + 1 or \
-                a["y"] + a["height"] <= b["y"] + 1 or b["y"] + b["height"] <= a["y"] + 1
-    page.screenshot(path=str(tmp_path / "ranks8.png"), full_page=True)
+    rows = page.get_by_test_id("rank-card")
+    rows.nth(ranks - 1).wait_for(timeout=30_000)
+    assert rows.count() == ranks, "a row per rank"
+    page.wait_for_function("() => document.querySelector('[data-testid=slowest-rank]')?.textContent.includes('step 39')",
+                           timeout=30_000)
+    assert page.get_by_test_id("slowest-rank").get_attribute("data-rank") == str(ranks - 1)
+    last = page.locator(f"[data-testid=rank-card][data-rank='{ranks - 1}']")
+    assert "slowest in 40 of 40" in (last.text_content() or "")
+    # past a handful of ranks the timeline draws the rank shown and the slowest one, not all 12
+    page.wait_for_function(f"() => window.loaderscope.timeline.tracks.map(t => t.label).join() === 'rank 0,rank {ranks - 1}'")
+    page.get_by_test_id("job-table").locator("th", has_text="last to deliver").click()
+    assert rows.first.get_attribute("data-rank") == str(ranks - 1), "sorted: the slowest rank first"
+    last.click()
+    page.wait_for_function(f"() => window.loaderscope.track.rank === {ranks - 1}")
+    page.wait_for_function(f"() => document.querySelector(\"[data-testid=rank-card][data-rank='{ranks - 1}']\")"
+                           ".textContent.includes('shown')")
+    page.wait_for_function(f"() => window.loaderscope.timeline.tracks.map(t => t.label).join() === 'rank {ranks - 1}'")
+    page.screenshot(path=str(tmp_path / "ranks12.png"), full_page=True)
     page.close()

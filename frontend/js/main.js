@@ -1,8 +1,8 @@
 // The page: wires streams and trace files, the players (reducer + playback) and the views. Events
 // are queued as they arrive and applied in batches at the next animation frame; each frame draws
 // at most once. A run is one Track per rank: its Player (every event, the state at any point) and
-// its TimelineStore. The selected track is shown in the pipeline picture; all of them in the
-// timeline, side by side on one clock.
+// its TimelineStore. The selected track is shown in the pipeline picture; in the timeline, side by
+// side on one clock, every rank of a small job, or the selected and the slowest rank of a large one.
 
 import { stragglers } from './reducer.js';
 import { diagnosis } from './diagnosis.js';
@@ -23,7 +23,7 @@ import { FindingsView } from './findings-view.js';
 import { pinStage } from './pin.js';
 import { TraceOpener } from './trace-open.js';
 import { ENDED } from './schema.js';
-import { RanksView } from './ranks-view.js';
+import { RanksView, timelineRanks } from './ranks-view.js';
 import { Scheduler } from './scheduler.js';
 import { Playback } from './playback.js';
 
@@ -336,21 +336,24 @@ class App {
 
   // --- ranks ----------------------------------------------------------------------------------------
 
+  /**
+   * The timeline's rows: every rank of a small job; past TIMELINE_ALL_RANKS ranks only the selected
+   * one and the rank most often last to deliver a step (64 ranks of 8 workers would be 512 lanes).
+   */
   syncTimelineTracks() {
     const primary = this.track;
     const base = primary.wall0;
     const multi = this.tracks.length > 1;
-    const want = this.tracks.map((tr) => ({
+    for (const tr of this.tracks) tr.offset = multi && base && tr.wall0 ? tr.wall0 - base : 0;
+    this.timeline.tracks = timelineRanks(this.tracks, primary, this.ranksView.mostOftenLast()).map((tr) => ({
       store: tr.store,
       label: multi ? `rank ${tr.rank}${tr.source === 'file' ? ` · ${tr.label}` : ''}` : '',
-      offset: multi && base && tr.wall0 ? tr.wall0 - base : 0,
+      offset: tr.offset,
       inProcess: tr.player.full.config.num_workers === 0,
       pin: pinStage(tr.player.full),
       slow: multi ? tr.slow : undefined,
       primary: tr === primary,
     }));
-    for (const tr of this.tracks) tr.offset = want[this.tracks.indexOf(tr)].offset;
-    this.timeline.tracks = want;
   }
 
   selectTrack(i) {

@@ -1,10 +1,29 @@
-// Ranks side by side: a card per rank (its batches, rate, wait share, workers, how often it was the
-// slowest to deliver a step) and the shard check per epoch. Click a card to show that rank in the
-// picture. The logic is in ranks.js; this draws it, and only when something changed.
+// The job: a table of its ranks (batches, rate, waiting share, the slowest worker, how often the
+// rank was the last to deliver a step), a strip naming the slowest rank of the recent steps, and
+// the shard check per epoch. Click a rank to drill into it (the picture and the timeline show its
+// workers). Built for 64 ranks: the rows stay in the page and only the cells whose text changed
+// are written, and the slowest rank per step is computed incrementally (ranks.js JobSteps).
 
-import { shardReport, slowestPerStep, slowestCounts } from './ranks.js';
+import { JobSteps, shardReport, slowestWorker } from './ranks.js';
 import { recentRate } from './panels.js';
 import { fmtDuration } from './timeline-store.js';
+
+/**
+ * The table's columns: what each shows, and the number it sorts by (descending first, except rank).
+ * @type {{key:string, label:string, title:string, text:(r:RankRow) => string, sort:(r:RankRow) => number}[]}
+ */
+const COLUMNS = [
+  { key: 'rank', label: 'rank', title: 'the rank; click a row to drill into its workers', text: (r) => `rank ${r.rank}${r.selected ? ' · shown' : ''}`, sort: (r) => r.rank },
+  { key: 'batches', label: 'batches', title: 'batches handed out so far', text: (r) => String(r.batches), sort: (r) => r.batches },
+  { key: 'rate', label: 'batches/s', title: 'over the last 2 s of the rank’s run', text: (r) => r.rate.toFixed(1), sort: (r) => r.rate },
+  { key: 'wait', label: 'waited', title: 'share of the run the training loop waited for a batch', text: (r) => `${(r.wait * 100).toFixed(0)}%`, sort: (r) => r.wait },
+  { key: 'worker', label: 'slowest worker', title: 'the worker with the longest mean fetch, against the median of the rank’s workers', text: (r) => (r.worker ? `worker ${r.worker.worker} · ${r.worker.ratio.toFixed(2)}× median` : '–'), sort: (r) => r.worker?.ratio ?? 0 },
+  { key: 'slow', label: 'last to deliver', title: 'steps this rank delivered last of all ranks (the others waited for it), and its worst lag', text: (r) => r.slowText, sort: (r) => r.slowSteps },
+];
+
+/** @typedef {{i:number, rank:number, selected:boolean, batches:number, rate:number, wait:number,
+ *   worker:{worker:number, mean:number, ratio:number}|null, slowSteps:number, slowText:string,
+ *   workers:string[], file:string}} RankRow */
 
 export class RanksView {
   /** @param {HTMLElement} host @param {(i:number) => void} onSelect @param {() => void} onChange */
@@ -12,120 +31,243 @@ export class RanksView {
     this.host = host;
     this.onSelect = onSelect;
     this.onChange = onChange;
+    this.sortKey = 'rank';
+    this.descending = false;
+    this.build();
     this.reset();
   }
 
-  /** The next render writes the cards again (another rank was selected). */
+  /** The next render writes every row again (another rank was selected, the sort changed). */
   invalidate() {
-    this.key = '';
+    this.order = '';
   }
 
-  /** A new run: forget the shard checks of the old one. */
+  /** A new run: forget the old job's rows, steps and shard checks. */
   reset() {
-    this.key = '';
+    this.steps = new JobSteps();
+    /** @type {Map<number, {row:HTMLTableRowElement, cells:HTMLElement[], chips:HTMLElement, chipKey:string}>} */
+    this.rows = new Map();
+    this.body.replaceChildren();
+    this.order = '';
+    this.stripKey = '';
     /** @type {Map<number, any>} epoch -> shard report (null while decoding) */
     this.shards = new Map();
+    this.shardKey = '';
+    this.shown = null;
+  }
+
+  /** The parts that stay: a heading, the strip of recent steps, the table, the shard checks. */
+  build() {
+    this.head = el('div', 'ranks-head');
+    this.strip = el('div', 'step-strip');
+    this.strip.setAttribute('data-testid', 'step-strip');
+    this.table = el('table', 'job-table');
+    this.table.setAttribute('data-testid', 'job-table');
+    const headRow = el('tr', '');
+    this.headCells = COLUMNS.map((c) => {
+      const th = el('th', '');
+      th.textContent = c.label;
+      th.title = `${c.title} — click to sort`;
+      th.dataset.key = c.key;
+      th.addEventListener('click', () => this.sortBy(c.key));
+      headRow.append(th);
+      return th;
+    });
+    const workersTh = el('th', '');
+    workersTh.textContent = 'workers';
+    headRow.append(workersTh);
+    const thead = el('thead', '');
+    thead.append(headRow);
+    this.body = el('tbody', '');
+    this.table.append(thead, this.body);
+    const scroll = el('div', 'job-scroll');
+    scroll.append(this.table);
+    this.shardBox = el('div', 'shards');
+    this.shardBox.setAttribute('data-testid', 'shards');
+    this.host.replaceChildren(this.head, this.strip, scroll, this.shardBox);
+  }
+
+  /** @param {string} key a column's key: the same column again flips the order */
+  sortBy(key) {
+    this.descending = key === this.sortKey ? !this.descending : key !== 'rank';
+    this.sortKey = key;
+    this.invalidate();
+    if (this.shown) this.render(...this.shown); // at once: a click should not wait for the next refresh
   }
 
   /** @param {import('./track.js').Track[]} tracks @param {import('./track.js').Track} selected */
   render(tracks, selected) {
-    const host = this.host;
-    if (tracks.length < 2) { host.hidden = true; return; }
-    host.hidden = false;
-    // the slowest rank per step, for every epoch the ranks reached; each track keeps its own ticks
-    const epochs = new Set();
-    for (const tr of tracks) for (const ep of tr.yields.keys()) epochs.add(ep);
-    const steps = [];
-    for (const tr of tracks) tr.slow = [];
-    for (const ep of [...epochs].sort((a, b) => a - b)) {
-      const times = new Map(tracks.map((tr) => [tr.rank, tr.yields.get(ep) ?? []]));
-      for (const s of slowestPerStep(times)) {
-        steps.push(s);
-        const tr = tracks.find((x) => x.rank === s.rank);
-        tr.slow.push(times.get(s.rank)[s.step] - tr.wall0);
-      }
+    if (tracks.length < 2) { this.host.hidden = true; return; }
+    this.host.hidden = false;
+    /** @type {[import('./track.js').Track[], import('./track.js').Track]} */
+    this.shown = [tracks, selected];
+    if (this.steps.update(tracks)) this.onChange(); // the timeline's choice of ranks may change
+    this.checkShards(tracks);
+    const rows = tracks.map((tr, i) => this.rowOf(tr, i, tr === selected));
+    this.head.textContent = `job ${selected.player.full.meta.job ?? '(files)'} · ${tracks.length} ranks · `
+      + `${this.steps.total} steps every rank delivered — click a rank to drill into its workers`
+      + (tracks.length > 4 ? ' (the timeline shows the rank you pick and the one most often last)' : '');
+    this.renderStrip();
+    this.renderRows(rows);
+    this.renderShards(tracks);
+  }
+
+  /** @param {import('./track.js').Track} tr @returns {RankRow} */
+  rowOf(tr, i, selected) {
+    const s = tr.player.state;
+    const wall = (s.last_yield_t ?? s.t) - (s.first_t ?? 0);
+    const c = this.steps.counts.get(tr.rank);
+    const total = this.steps.total;
+    return {
+      i, rank: tr.rank, selected, file: tr.source === 'file' ? tr.label : '',
+      batches: s.batches,
+      rate: recentRate(tr.store.consumer, s.t),
+      wait: wall > 0 ? s.consumer_wait / wall : 0,
+      worker: slowestWorker(s.workers.values()),
+      slowSteps: c ? c.steps : 0,
+      slowText: total ? `slowest in ${c ? c.steps : 0} of ${total}${c ? ` · worst ${fmtDuration(c.worst)}` : ''}` : 'no step yet',
+      workers: [...s.workers.values()].sort((a, b) => a.id - b.id).map((w) => w.status),
+    };
+  }
+
+  /** @param {RankRow[]} rows write the cells that changed; reorder only when the order changed */
+  renderRows(rows) {
+    const col = COLUMNS.find((c) => c.key === this.sortKey) ?? COLUMNS[0];
+    const sign = this.descending ? -1 : 1;
+    rows.sort((a, b) => sign * (col.sort(a) - col.sort(b)) || a.rank - b.rank);
+    for (const r of rows) this.writeRow(r);
+    const order = rows.map((r) => r.rank).join(',');
+    if (order !== this.order) {
+      this.order = order;
+      this.body.replaceChildren(...rows.map((r) => /** @type {any} */ (this.rows.get(r.rank)).row));
+      for (const th of this.headCells) th.dataset.sorted = th.dataset.key === this.sortKey ? (this.descending ? 'desc' : 'asc') : '';
     }
-    const counts = slowestCounts(steps);
-    // shard checks, for each epoch every rank reported one for (decoded once, asynchronously)
-    const shardEpochs = [...tracks[0].epochEnds.keys()].filter((ep) => tracks.every((tr) => tr.epochEnds.has(ep)));
-    for (const ep of shardEpochs) {
+    const leader = this.mostOftenLast();
+    for (const [rank, { row }] of this.rows) row.classList.toggle('last', rank === leader);
+  }
+
+  /** @param {RankRow} r */
+  writeRow(r) {
+    let entry = this.rows.get(r.rank);
+    if (!entry) {
+      const row = /** @type {HTMLTableRowElement} */ (el('tr', 'rank-row'));
+      row.setAttribute('data-testid', 'rank-card');
+      row.dataset.rank = String(r.rank);
+      const cells = COLUMNS.map(() => row.appendChild(el('td', '')));
+      const chips = row.appendChild(el('td', 'chips'));
+      row.addEventListener('click', () => this.onSelect(Number(row.dataset.index)));
+      entry = { row, cells, chips, chipKey: '' };
+      this.rows.set(r.rank, entry);
+    }
+    entry.row.dataset.index = String(r.i);
+    entry.row.title = r.file || `rank ${r.rank}: click to show its workers`;
+    entry.row.classList.toggle('selected', r.selected);
+    COLUMNS.forEach((c, k) => {
+      const text = c.text(r);
+      if (entry.cells[k].textContent !== text) entry.cells[k].textContent = text;
+    });
+    const chipKey = r.workers.join(',');
+    if (chipKey !== entry.chipKey) {
+      entry.chipKey = chipKey;
+      entry.chips.title = `workers: ${r.workers.join(', ')}`;
+      entry.chips.replaceChildren(...r.workers.map((st) => el('i', `wchip ${st}`)));
+    }
+  }
+
+  /** The rank most often the last to deliver a step (null before the first step). */
+  mostOftenLast() {
+    let best = null, most = 0;
+    for (const [rank, c] of this.steps.counts) if (c.steps > most) { most = c.steps; best = rank; }
+    return best;
+  }
+
+  /** The slowest rank of each recent step, newest on the right, and a sentence about the newest. */
+  renderStrip() {
+    const recent = this.steps.recent;
+    const last = recent[recent.length - 1];
+    const key = last ? `${this.steps.total}` : '';
+    if (key === this.stripKey) return;
+    this.stripKey = key;
+    if (!last) { this.strip.textContent = 'slowest rank per step: named once every rank has delivered a step'; return; }
+    const worst = Math.max(...recent.map((s) => s.lag)) || 1;
+    const cells = recent.map((s) => {
+      const cell = el('span', 'step');
+      cell.textContent = String(s.rank);
+      cell.title = `epoch ${s.epoch}, step ${s.step}: rank ${s.rank}, ${fmtDuration(s.lag)} after the first rank`;
+      cell.style.setProperty('--late', (s.lag / worst).toFixed(2));
+      return cell;
+    });
+    const line = el('b', 'step-last');
+    line.setAttribute('data-testid', 'slowest-rank');
+    line.dataset.rank = String(last.rank);
+    line.textContent = `step ${last.step} (epoch ${last.epoch}): rank ${last.rank} last, ${fmtDuration(last.lag)} after the first`;
+    const label = el('span', 'step-label');
+    label.textContent = 'slowest rank, recent steps:';
+    this.strip.replaceChildren(label, ...cells, line);
+  }
+
+  /** Start decoding the shard digests of each epoch every rank has reported (once, asynchronously). */
+  checkShards(tracks) {
+    for (const ep of this.shardEpochs(tracks)) {
       if (this.shards.has(ep)) continue;
       const ends = new Map(tracks.map((tr) => [tr.rank, tr.epochEnds.get(ep)]));
       this.shards.set(ep, null);
       shardReport(ends, tracks[0].epochEnds.get(ep).shard_length).then(
-        (r) => { this.shards.set(ep, r); this.invalidate(); this.onChange(); },
-        (err) => { this.shards.set(ep, { error: String(err?.message ?? err) }); this.invalidate(); this.onChange(); },
+        (r) => { this.shards.set(ep, r); this.shardKey = ''; this.onChange(); },
+        (err) => { this.shards.set(ep, { error: String(err?.message ?? err) }); this.shardKey = ''; this.onChange(); },
       );
     }
-    const cards = tracks.map((tr, i) => {
-      const s = tr.player.state;
-      const wall = (s.last_yield_t ?? s.t) - (s.first_t ?? 0);
-      const share = wall > 0 ? s.consumer_wait / wall : 0;
-      const c = counts.get(tr.rank);
-      return {
-        i, rank: tr.rank, selected: tr === selected, file: tr.source === 'file' ? tr.label : '',
-        line: `${s.batches} batches · ${recentRate(tr.store.consumer, s.t).toFixed(1)}/s · waited ${(share * 100).toFixed(0)}%`,
-        slow: steps.length ? `slowest in ${c ? c.steps : 0} of ${steps.length} steps${c ? ` (worst ${fmtDuration(c.worst)} behind)` : ''}` : 'no step yet',
-        workers: [...s.workers.values()].sort((a, b) => a.id - b.id).map((w) => w.status),
-      };
-    });
-    const shardLines = shardEpochs.map((ep) => ({ ep, r: this.shards.get(ep) }));
-    const key = JSON.stringify([cards, shardLines]);
-    if (key === this.key) return;
-    this.key = key;
-    const head = document.createElement('div');
-    head.className = 'ranks-head';
-    head.textContent = `${tracks.length} ranks of job ${selected.player.full.meta.job ?? '(files)'} — click one to show it in the picture; `
-      + 'the timeline shows all of them on one clock, and a tick under a consumer row marks a step that rank delivered last';
-    host.replaceChildren(head, ...cards.map((c) => this.card(c)), this.shardBox(shardLines));
   }
 
-  card(c) {
-    const card = document.createElement('button');
-    card.type = 'button';
-    card.className = `rank-card${c.selected ? ' selected' : ''}`;
-    card.setAttribute('data-testid', 'rank-card');
-    card.dataset.rank = String(c.rank);
-    card.title = c.file || `rank ${c.rank}`;
-    const title = document.createElement('b');
-    title.textContent = `rank ${c.rank}${c.selected ? ' · shown' : ''}`;
-    const chips = document.createElement('span');
-    chips.className = 'chips';
-    chips.title = `workers: ${c.workers.join(', ')}`;
-    for (const st of c.workers) {
-      const chip = document.createElement('i');
-      chip.className = `wchip ${st}`;
-      chips.append(chip);
-    }
-    const line = document.createElement('div');
-    line.textContent = c.line;
-    const slow = document.createElement('div');
-    slow.className = 'slow';
-    slow.textContent = c.slow;
-    card.append(title, chips, line, slow);
-    card.addEventListener('click', () => this.onSelect(c.i));
-    return card;
+  shardEpochs(tracks) {
+    return [...tracks[0].epochEnds.keys()].filter((ep) => tracks.every((tr) => tr.epochEnds.has(ep)));
   }
 
-  shardBox(lines) {
-    const box = document.createElement('div');
-    box.className = 'shards';
-    box.setAttribute('data-testid', 'shards');
-    if (!lines.length) box.textContent = 'sample shards: checked when every rank has ended an epoch (runs with a DistributedSampler report what each rank read)';
-    for (const { ep, r } of lines) {
-      const div = document.createElement('div');
-      if (!r) div.textContent = `epoch ${ep}: checking shards…`;
-      else if (r.error) div.textContent = `epoch ${ep}: the shard digests could not be read: ${r.error}`;
-      else {
-        const per = Object.entries(r.per_rank).map(([rank, n]) => `rank ${rank}: ${n}`).join(', ');
-        div.className = r.disjoint && r.complete ? 'ok' : 'bad';
-        div.dataset.disjoint = String(r.disjoint);
-        div.dataset.complete = String(r.complete);
-        div.textContent = `epoch ${ep} shards: ${r.disjoint ? 'disjoint ✓' : `OVERLAP: ${r.overlap} indices read by more than one rank (e.g. ${r.overlap_sample.join(', ')})`} · `
-          + `${r.complete ? 'complete ✓' : `MISSING: ${r.missing} indices read by no rank (e.g. ${r.missing_sample.join(', ')})`} (${per} samples)`;
-      }
-      box.append(div);
+  renderShards(tracks) {
+    const epochs = this.shardEpochs(tracks);
+    const key = `${tracks.length}:${epochs.join(',')}`;
+    if (key === this.shardKey) return;
+    this.shardKey = key;
+    const box = this.shardBox;
+    if (!epochs.length) {
+      box.textContent = 'sample shards: checked when every rank has ended an epoch (runs with a DistributedSampler report what each rank read)';
+      return;
     }
-    return box;
+    box.replaceChildren(...epochs.map((ep) => shardLine(ep, this.shards.get(ep))));
   }
+}
+
+/** One epoch's shard check, as a line. */
+function shardLine(ep, r) {
+  const div = el('div', '');
+  if (!r) div.textContent = `epoch ${ep}: checking shards…`;
+  else if (r.error) div.textContent = `epoch ${ep}: the shard digests could not be read: ${r.error}`;
+  else {
+    const per = Object.entries(r.per_rank).map(([rank, n]) => `rank ${rank}: ${n}`).join(', ');
+    div.className = r.disjoint && r.complete ? 'ok' : 'bad';
+    div.dataset.disjoint = String(r.disjoint);
+    div.dataset.complete = String(r.complete);
+    div.textContent = `epoch ${ep} shards: ${r.disjoint ? 'disjoint ✓' : `OVERLAP: ${r.overlap} indices read by more than one rank (e.g. ${r.overlap_sample.join(', ')})`} · `
+      + `${r.complete ? 'complete ✓' : `MISSING: ${r.missing} indices read by no rank (e.g. ${r.missing_sample.join(', ')})`} (${per} samples)`;
+  }
+  return div;
+}
+
+/** @param {string} tag @param {string} className */
+function el(tag, className) {
+  const e = document.createElement(tag);
+  if (className) e.className = className;
+  return e;
+}
+
+export const TIMELINE_ALL_RANKS = 4; // a job of more ranks shows two of them in the timeline
+
+/**
+ * The ranks whose workers the timeline draws, in rank order: all of a small job; of a larger one
+ * the selected rank and the rank most often last to deliver a step (the one worth comparing).
+ * @template {{rank:number}} T @param {T[]} tracks @param {T} selected @param {number|null} slowest
+ */
+export function timelineRanks(tracks, selected, slowest) {
+  if (tracks.length <= TIMELINE_ALL_RANKS) return tracks;
+  return tracks.filter((tr) => tr === selected || tr.rank === slowest);
 }

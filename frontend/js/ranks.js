@@ -108,3 +108,95 @@ export function slowestCounts(steps) {
   }
   return out;
 }
+
+const RECENT_STEPS = 48; // steps kept for the "slowest rank of recent steps" strip
+
+/**
+ * The slowest rank per step, kept up to date as deliveries arrive: each update looks only at the
+ * steps every rank has delivered since the last one (O(new steps × ranks)), not at the whole run,
+ * so a job of 64 ranks and thousands of steps costs the page nothing between steps.
+ */
+export class JobSteps {
+  constructor() {
+    this.reset('');
+  }
+
+  /** @param {string} ranksKey the ranks these steps were computed over */
+  reset(ranksKey) {
+    this.ranksKey = ranksKey;
+    /** @type {Map<number, number>} epoch -> steps already looked at */
+    this.done = new Map();
+    this.total = 0;
+    /** @type {Map<number, {steps:number, worst:number, total:number}>} rank -> how often it was last */
+    this.counts = new Map();
+    /** @type {{epoch:number, step:number, rank:number, lag:number}[]} the newest steps, oldest first */
+    this.recent = [];
+  }
+
+  /**
+   * Take in the steps all ranks have delivered since the last call. A rank that joins (found later
+   * on the server) starts the count again over the new set of ranks. Each track's `slow` gets the
+   * run times of the steps it delivered last (the timeline marks them).
+   * @param {{rank:number, wall0:number, yields:Map<number, number[]>, slow:number[]}[]} tracks
+   * @returns {boolean} whether any step was added
+   */
+  update(tracks) {
+    const key = tracks.map((tr) => tr.rank).join(',');
+    if (key !== this.ranksKey) {
+      this.reset(key);
+      for (const tr of tracks) tr.slow = [];
+    }
+    if (tracks.length < 2) return false;
+    const epochs = new Set();
+    for (const tr of tracks) for (const ep of tr.yields.keys()) epochs.add(ep);
+    let added = false;
+    for (const ep of [...epochs].sort((a, b) => a - b)) {
+      const lists = tracks.map((tr) => tr.yields.get(ep) ?? []);
+      let steps = Infinity;
+      for (const l of lists) steps = Math.min(steps, l.length);
+      for (let step = this.done.get(ep) ?? 0; step < steps; step++) {
+        let last = 0, min = Infinity;
+        for (let k = 0; k < lists.length; k++) {
+          const t = lists[k][step];
+          if (t > lists[last][step]) last = k;
+          if (t < min) min = t;
+        }
+        const at = lists[last][step];
+        this.add({ epoch: ep, step, rank: tracks[last].rank, lag: at - min });
+        tracks[last].slow.push(at - tracks[last].wall0);
+        added = true;
+      }
+      this.done.set(ep, Math.max(this.done.get(ep) ?? 0, steps));
+    }
+    return added;
+  }
+
+  /** @param {{epoch:number, step:number, rank:number, lag:number}} s */
+  add(s) {
+    this.total += 1;
+    const c = this.counts.get(s.rank) ?? { steps: 0, worst: 0, total: 0 };
+    c.steps += 1;
+    c.worst = Math.max(c.worst, s.lag);
+    c.total += s.lag;
+    this.counts.set(s.rank, c);
+    this.recent.push(s);
+    if (this.recent.length > RECENT_STEPS) this.recent.shift();
+  }
+}
+
+/**
+ * A rank's slowest worker by mean fetch time, and how much slower it is than the median of its
+ * rank's workers (1.0: no slower). Null until a worker has finished a fetch.
+ * @param {Iterable<{id:number, busy:number, fetch_times:number[]}>} workers
+ * @returns {{worker:number, mean:number, ratio:number}|null}
+ */
+export function slowestWorker(workers) {
+  const means = [];
+  for (const w of workers) if (w.fetch_times.length) means.push({ worker: w.id, mean: w.busy / w.fetch_times.length });
+  if (!means.length) return null;
+  means.sort((a, b) => a.mean - b.mean);
+  const mid = means.length >> 1;
+  const median = means.length % 2 ? means[mid].mean : (means[mid - 1].mean + means[mid].mean) / 2;
+  const slowest = means[means.length - 1];
+  return { ...slowest, ratio: median > 0 ? slowest.mean / median : 1 };
+}

@@ -2,7 +2,8 @@
 // report, and the slowest rank per step agrees with slowest_per_step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { shardReport, decodeShard, deliveries, slowestPerStep, slowestCounts } from '../js/ranks.js';
+import { shardReport, decodeShard, deliveries, slowestPerStep, slowestCounts, JobSteps, slowestWorker } from '../js/ranks.js';
+import { timelineRanks } from '../js/ranks-view.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';
 
@@ -51,4 +52,66 @@ print(json.dumps(slowest_per_step(runs)))`, JSON.stringify(runs));
   });
   const counts = slowestCounts(got);
   assert.equal([...counts.values()].reduce((a, c) => a + c.steps, 0), got.length);
+});
+
+/** A rank as JobSteps sees it: delivery times of epoch 0, the first `upto` of them so far. */
+function fakeTrack(rank, times, upto = times.length) {
+  return { rank, wall0: 100, yields: new Map([[0, times.slice(0, upto)]]), slow: [] };
+}
+
+test('JobSteps, fed as deliveries arrive, finds the same slowest rank per step as slowestPerStep', () => {
+  let seed = 7;
+  const rnd = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+  const times = new Map();
+  for (let rank = 0; rank < 12; rank++) {
+    let t = 100;
+    times.set(rank, Array.from({ length: 200 }, () => (t += 0.01 + rnd() * 0.005 * (rank === 5 ? 3 : 1))));
+  }
+  const whole = slowestPerStep(times);
+  const steps = new JobSteps();
+  const tracks = [...times].map(([rank, list]) => fakeTrack(rank, list, 0));
+  for (let upto = 0; upto <= 200; upto += 37) { // arrivals in uneven slices, one rank ahead of the others
+    tracks.forEach((tr, k) => tr.yields.set(0, times.get(tr.rank).slice(0, Math.min(200, upto + (k === 3 ? 20 : 0)))));
+    steps.update(tracks);
+  }
+  tracks.forEach((tr) => tr.yields.set(0, times.get(tr.rank)));
+  steps.update(tracks);
+  assert.equal(steps.total, whole.length);
+  const counts = slowestCounts(whole);
+  for (const [rank, c] of counts) {
+    assert.equal(steps.counts.get(rank).steps, c.steps, `rank ${rank}`);
+    assert.ok(Math.abs(steps.counts.get(rank).worst - c.worst) < 1e-12);
+    assert.equal(tracks.find((tr) => tr.rank === rank).slow.length, c.steps);
+  }
+  assert.equal(steps.recent.at(-1).step, 199);
+  assert.equal(steps.recent.at(-1).rank, whole.at(-1).rank);
+  assert.ok(steps.recent.length < whole.length, 'only the recent steps are kept');
+});
+
+test('a rank found later restarts the count over the new set of ranks', () => {
+  const steps = new JobSteps();
+  const a = fakeTrack(0, [1, 2, 3]), b = fakeTrack(1, [1.5, 2.5, 3.5]);
+  steps.update([a, b]);
+  assert.equal(steps.counts.get(1).steps, 3);
+  steps.update([a, b, fakeTrack(2, [2, 3, 4])]);
+  assert.equal(steps.total, 3);
+  assert.equal(steps.counts.get(2).steps, 3);
+  assert.equal(steps.counts.get(1), undefined);
+  assert.equal(b.slow.length, 0, 'the ticks of the old count are gone');
+});
+
+test('the slowest worker is named with its mean fetch against the median of its rank', () => {
+  const w = (id, mean, n = 4) => ({ id, busy: mean * n, fetch_times: Array(n).fill(mean) });
+  const got = slowestWorker([w(0, 0.01), w(1, 0.012), w(2, 0.04), w(3, 0.011)]);
+  assert.equal(got.worker, 2);
+  assert.ok(Math.abs(got.ratio - 0.04 / 0.0115) < 1e-9);
+  assert.equal(slowestWorker([{ id: 0, busy: 0, fetch_times: [] }]), null);
+});
+
+test('the timeline draws every rank of a small job, the selected and the slowest of a large one', () => {
+  const small = [0, 1, 2].map((rank) => ({ rank }));
+  assert.equal(timelineRanks(small, small[1], 2).length, 3);
+  const job = Array.from({ length: 64 }, (_, rank) => ({ rank }));
+  assert.deepEqual(timelineRanks(job, job[9], 37).map((t) => t.rank), [9, 37]);
+  assert.deepEqual(timelineRanks(job, job[9], null).map((t) => t.rank), [9]);
 });
