@@ -21,8 +21,10 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import statistics
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -148,96 +150,220 @@ def ingest(server: Server, frames: list[bytes], total: int) -> tuple[str, float,
 
 
 FRAME_STATS = """() => { const app = window.loaderscope, fm = [...app.perf.frameMs].sort((a, b) => a - b);
+  const s = app.stream, split = app.perf.split, frames = Math.max(1, app.perf.frames);
   return {fps: app.perf.frames / ((performance.now() - window._t0) / 1000), p50: fm[fm.length >> 1],
-          p95: fm[Math.floor(fm.length * 0.95)]}; }"""
+          p95: fm[Math.floor(fm.length * 0.95)], messages: s.messages - window._m0, chars: s.chars - window._c0,
+          received: s.lastSeq + 1 - window._r0, resyncs: s.resyncs - window._s0,
+          split: Object.fromEntries(Object.entries(split).map(([k, v]) => [k, v / frames]))}; }"""
+
+# Counted in the page: received (over the websocket), applied (in the player) and drawn (by the
+# last frame: a frame callback registered after the page's own runs once it has drawn).
+PAGE_SETUP = """() => { const app = window.loaderscope, p = app.perf, s = app.stream;
+  p.frames = 0; p.frameMs.length = 0; for (const k in p.split) p.split[k] = 0;
+  window._t0 = performance.now(); window._m0 = s.messages; window._c0 = s.chars; window._r0 = s.lastSeq + 1; window._s0 = s.resyncs; window._drawn = app.eventCount;
+  if (!window._hooked) { window._hooked = true; app.scheduler.onFrame(() => { window._drawn = app.eventCount; }); } }"""
+PAGE_COUNTS = "() => [window.loaderscope.stream.lastSeq + 1, window.loaderscope.eventCount, window._drawn]"
+STAGES = ("ingest", "deliver", "apply", "draw")  # producer -> server -> page socket -> player -> frame
 
 
-def live(server: Server, page: Any, frames: list[bytes], rate: float, seconds: float) -> dict[str, float]:
+def lag_stages(points: list[int], rate: float) -> dict[str, float]:
+    """Seconds of stream between each pair of points on the path (events sent, held, received,
+    applied, drawn): where the lag is, stage by stage."""
+    return {stage: (points[i] - points[i + 1]) / rate for i, stage in enumerate(STAGES)}
+
+
+def live(server: Server, page: Any, frames: list[bytes], rate: float, seconds: float,
+         profile: bool = False) -> dict[str, Any]:
     """A producer paced at ``rate`` events/s with the page open on its run: lag, frames, server CPU.
 
-    The lag is producer to page (events sent but not yet applied by the page, in seconds of the
-    stream), read from the page only, so the bench adds no REST calls to the server's CPU."""
+    Lag is events sent but not yet drawn, in seconds of the stream, split into where they are:
+    sent but not yet held by the server (GET /api/runs, the cheap listing), held but not yet
+    received by the page, received but not applied, applied but not drawn. The maximum total is
+    reported with its split at that moment, and the mean of each stage."""
     with server.producer() as ws:
         run = orjson.loads(ws.recv())["run"]
         page.goto(f"{server.url}/?run={run}")
-        page.wait_for_function("() => !!window.loaderscope", timeout=30_000)
-        page.evaluate("() => { const p = window.loaderscope.perf; p.frames = 0; p.frameMs.length = 0;"
-                      " window._t0 = performance.now(); }")
+        page.wait_for_function("() => !!(window.loaderscope && window.loaderscope.stream)", timeout=30_000)
+        page.evaluate(PAGE_SETUP)
         sent = frames[: int(rate * seconds / FRAME)]
         progress = [0]
         sender = threading.Thread(target=server.send, args=(ws, sent, rate, progress))
+        profiler = Profiler(page) if profile else None
         cpu0 = server.cpu_seconds()
         sender.start()
-        lags = []
+        samples = []
         while sender.is_alive():
-            time.sleep(0.5)
-            lags.append((progress[0] - page.evaluate("() => window.loaderscope.eventCount")) / rate)
+            time.sleep(0.25)
+            count = progress[0]
+            held = next(r["events"] for r in server.http.get("/api/runs").json() if r["id"] == run)
+            samples.append(lag_stages([count, held, *page.evaluate(PAGE_COUNTS)], rate))
         sender.join()
         cpu = server.cpu_seconds() - cpu0
-    return {"lag": max(lags, default=0.0), "cpu_us": cpu / (len(sent) * FRAME) * 1e6} | page.evaluate(FRAME_STATS)
+        hot = profiler.stop() if profiler else []
+    stats: dict[str, Any] = page.evaluate(FRAME_STATS)
+    worst = max(samples, key=lambda s: sum(s.values()), default=dict.fromkeys(STAGES, 0.0))
+    mean = {stage: statistics.fmean(s[stage] for s in samples) for stage in STAGES} if samples else worst
+    return {"lag": sum(worst.values()), "worst": worst, "mean": mean, "cpu_us": cpu / (len(sent) * FRAME) * 1e6,
+            "events_per_message": stats["received"] / max(1, stats["messages"]),
+            "bytes_per_message": stats["chars"] / max(1, stats["messages"]), "hot": hot} | stats
 
 
-def page_numbers(server: Server, run_done: str, total: int, seconds: float) -> tuple[float, list[list[str]]]:
-    """The finished run's load rate, and a row per (workers, rate) of GROWTH."""
-    from playwright.sync_api import sync_playwright
+class Profiler:
+    """The page's CPU profile over the Chrome DevTools Protocol, summed by function."""
 
-    growth = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        page.goto(f"{server.url}/?token={server.token}&run={run_done}")
-        start = time.perf_counter()
-        page.wait_for_function(f"() => window.loaderscope && window.loaderscope.eventCount >= {total}",
-                               timeout=120_000, polling=50)
-        load = total / (time.perf_counter() - start)
-        for workers, rate in GROWTH:
-            r = live(server, page, frames_of(events_for(int(rate * seconds), workers)), rate, seconds)
-            growth.append([str(workers), f"{rate:,}", f"{r['cpu_us']:.1f} µs ({r['cpu_us'] * rate / 1e4:.0f}% of a core)",
-                           f"{r['lag']:.2f} s", f"{r['fps']:.0f}", f"{r['p50']:.1f} / {r['p95']:.1f} ms"])
-        browser.close()
-    return load, growth
+    def __init__(self, page: Any) -> None:
+        self.cdp = page.context.new_cdp_session(page)
+        self.cdp.send("Profiler.enable")
+        self.cdp.send("Profiler.setSamplingInterval", {"interval": 500})  # µs
+        self.cdp.send("Profiler.start")
+
+    def stop(self, top: int = 18) -> list[tuple[str, float, float]]:
+        """(function, self share, inclusive share) of the page's samples, idle included, for the
+        ``top`` functions by inclusive share."""
+        profile = self.cdp.send("Profiler.stop")["profile"]
+        self.cdp.detach()
+        nodes = {node["id"]: node for node in profile["nodes"]}
+        parent = {child: node["id"] for node in profile["nodes"] for child in node.get("children", ())}
+        own: Counter[str] = Counter()
+        inclusive: Counter[str] = Counter()
+        for node_id in profile["samples"]:
+            own[self.name(nodes[node_id])] += 1
+            chain = {self.name(nodes[node_id])}
+            while node_id in parent:
+                node_id = parent[node_id]
+                chain.add(self.name(nodes[node_id]))
+            inclusive.update(chain - {"(root)"})
+        total = max(1, len(profile["samples"]))
+        return [(name, own[name] / total, count / total) for name, count in inclusive.most_common(top)]
+
+    @staticmethod
+    def name(node: dict[str, Any]) -> str:
+        frame = node["callFrame"]
+        where = frame["url"].rsplit("/", 1)[-1]
+        function = frame["functionName"] or "(anonymous)"
+        return f"{function} {where}:{frame['lineNumber'] + 1}" if where else function
+
+
+def open_page(pw: Any, server: Server) -> Any:
+    browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(f"{server.url}/?token={server.token}")  # the token becomes the page's cookie
+    return page
+
+
+def load_rate(page: Any, server: Server, run: str, total: int) -> float:
+    """Events/s at which the page loads a finished run."""
+    page.goto(f"{server.url}/?run={run}")
+    start = time.perf_counter()
+    page.wait_for_function(f"() => window.loaderscope && window.loaderscope.eventCount >= {total}",
+                           timeout=120_000, polling=50)
+    return total / (time.perf_counter() - start)
+
+
+def growth_runs(page: Any, server: Server, growth: list[tuple[int, int]], seconds: float, repeat: int,
+                profile: bool) -> list[list[dict[str, Any]]]:
+    """``repeat`` live runs of each (workers, rate), taken in turn so that load from elsewhere on
+    the machine falls on all of them alike."""
+    frames = {(workers, rate): frames_of(events_for(int(rate * seconds), workers)) for workers, rate in growth}
+    results: list[list[dict[str, Any]]] = [[] for _ in growth]
+    for _ in range(repeat):
+        for i, (workers, rate) in enumerate(growth):
+            results[i].append(live(server, page, frames[workers, rate], rate, seconds, profile))
+    return results
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """The median, and the range when there are several values."""
+    middle = format(statistics.median(values), fmt)
+    return middle if len(values) < 2 else f"{middle} [{min(values):{fmt}}–{max(values):{fmt}}]"
+
+
+def growth_tables(growth: list[tuple[int, int]], results: list[list[dict[str, Any]]]) -> list[Table]:
+    costs = Table("workers", "live events/s", "server CPU per event", "page max lag", "page fps",
+                  "page frame p50 / p95", "events / bytes per message", "resyncs",
+                  title="cost growth: live runs with the page open (median [range] of the runs)")
+    where = Table("workers", "live events/s", *(f"{stage} (mean / at max)" for stage in STAGES),
+                  "frame: apply / pipeline / timeline / panels ms",
+                  title="where the lag is: seconds of stream between producer, server, page socket, player, frame")
+    for (workers, rate), runs in zip(growth, results):
+        cpu = [r["cpu_us"] for r in runs]
+        costs.add_row(str(workers), f"{rate:,}", f"{spread(cpu, '.1f')} µs ({statistics.median(cpu) * rate / 1e4:.0f}% of a core)",
+                      spread([r["lag"] for r in runs], ".2f") + " s", spread([r["fps"] for r in runs], ".0f"),
+                      f"{statistics.median(r['p50'] for r in runs):.1f} / {statistics.median(r['p95'] for r in runs):.1f} ms",
+                      f"{statistics.median(r['events_per_message'] for r in runs):.0f} / "
+                      f"{statistics.median(r['bytes_per_message'] for r in runs) / 1024:.0f} KiB",
+                      spread([r["resyncs"] for r in runs], ".0f"))
+        split = " / ".join(f"{statistics.median(r['split'][k] for r in runs):.1f}" for k in ("apply", "pipeline", "timeline", "panels"))
+        where.add_row(str(workers), f"{rate:,}", *(f"{statistics.median(r['mean'][s] for r in runs):.2f} / "
+                                                  f"{statistics.median(r['worst'][s] for r in runs):.2f}" for s in STAGES), split)
+    return [costs, where]
+
+
+def profile_tables(growth: list[tuple[int, int]], results: list[list[dict[str, Any]]]) -> list[Table]:
+    tables = []
+    for (workers, rate), runs in zip(growth, results):
+        table = Table("function", "self", "inclusive", title=f"page CPU profile, {workers} workers at {rate:,}/s (share of samples)")
+        for name, own, inclusive in runs[0]["hot"]:
+            table.add_row(name, f"{own:.1%}", f"{inclusive:.1%}")
+        tables.append(table)
+    return tables
+
+
+def parse_growth(text: str) -> list[tuple[int, int]]:
+    """'64:50000,8:10000' -> [(64, 50000), (8, 10000)]."""
+    return [(int(w), int(r)) for w, r in (item.split(":") for item in text.split(","))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-page", action="store_true")
+    parser.add_argument("--live-only", action="store_true", help="only the live runs with the page open")
+    parser.add_argument("--growth", type=parse_growth, default=GROWTH, help="workers:rate,... (default: %(default)s)")
+    parser.add_argument("--seconds", type=float, help="length of each live run (default 8, 3 with --quick)")
+    parser.add_argument("--repeat", type=int, default=1, help="live runs of each growth row, taken in turn")
+    parser.add_argument("--profile", action="store_true", help="record the page's CPU profile in each live run")
     parser.add_argument("--events", type=int, default=200_000)
     args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
     total = 20_000 if args.quick else args.events
+    seconds = args.seconds or (3 if args.quick else 8)
     events = events_for(total)
     rows: list[tuple[str, str]] = []
-    growth: list[list[str]] = []
+    tables: list[Table] = []
     server = Server()
     try:
-        run, rate, cpu_us = ingest(server, frames_of(events), total)
-        _, compact_rate, compact_cpu_us = ingest(server, frames_of(events, compact_frame), total)
-        rows += [("ingest, frames of full events", f"{rate:,.0f} events/s, server CPU {cpu_us:.1f} µs per event"),
-                 ("ingest, frames of compact rows (as the probe sends)",
-                  f"{compact_rate:,.0f} events/s, server CPU {compact_cpu_us:.1f} µs per event")]
-        rows.append(("Python websocket viewer (replay of the run)", f"{viewer_rate(server, run, total):,.0f} events/s"))
+        if not args.live_only:
+            run, rate, cpu_us = ingest(server, frames_of(events), total)
+            _, compact_rate, compact_cpu_us = ingest(server, frames_of(events, compact_frame), total)
+            rows += [("ingest, frames of full events", f"{rate:,.0f} events/s, server CPU {cpu_us:.1f} µs per event"),
+                     ("ingest, frames of compact rows (as the probe sends)",
+                      f"{compact_rate:,.0f} events/s, server CPU {compact_cpu_us:.1f} µs per event")]
+            rows.append(("Python websocket viewer (replay of the run)", f"{viewer_rate(server, run, total):,.0f} events/s"))
         if not args.no_page:
-            load, growth = page_numbers(server, run, total, 3 if args.quick else 8)
-            rows.append(("page: load a finished run", f"{load:,.0f} events/s"))
+            with sync_playwright() as pw:
+                page = open_page(pw, server)
+                if not args.live_only:
+                    rows.append(("page: load a finished run", f"{load_rate(page, server, run, total):,.0f} events/s"))
+                results = growth_runs(page, server, args.growth, seconds, args.repeat, args.profile)
+                page.context.browser.close()
+            tables += growth_tables(args.growth, results) + (profile_tables(args.growth, results) if args.profile else [])
     finally:
         server.stop()
-    start = time.perf_counter()
-    chrome = chrome_json(events)
-    seconds = time.perf_counter() - start
-    rows.append(("Chrome-trace export (chrome_json)", f"{len(events) / seconds:,.0f} events/s "
-                 f"({len(orjson.loads(chrome)['traceEvents']):,} trace events)"))
-    console = Console()
+    if not args.live_only:
+        start = time.perf_counter()
+        chrome = chrome_json(events)
+        elapsed = time.perf_counter() - start
+        rows.append(("Chrome-trace export (chrome_json)", f"{len(events) / elapsed:,.0f} events/s "
+                     f"({len(orjson.loads(chrome)['traceEvents']):,} trace events)"))
+    console = Console(width=200)
     table = Table("measure", "result")
     for row in rows:
         table.add_row(*row)
-    console.print(table)
-    if growth:
-        table = Table("workers", "live events/s", "server CPU per event", "page max lag", "page fps",
-                      "page frame p50 / p95", title="cost growth: live runs with the page open")
-        for row in growth:
-            table.add_row(*row)
-        console.print(table)
-    console.print(f"{total:,} events in frames of {FRAME}; {os.cpu_count()} CPUs")
+    for t in ([table] if rows else []) + tables:
+        console.print(t)
+    console.print(f"{total:,} events in frames of {FRAME}; live runs of {seconds:g} s; {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ export class RunStream {
     this.duplicates = 0;
     this.invalid = 0;
     this.frames = 0;
+    this.messages = 0; // websocket messages, their characters, and resyncs: what the page is sent (bench/pipeline.py)
+    this.chars = 0;
+    this.resyncs = 0;
   }
 
   start() {
@@ -81,6 +84,8 @@ export class RunStream {
 
   /** @param {string} data one websocket message */
   message(data) {
+    this.messages += 1;
+    this.chars += data.length;
     let parsed;
     try {
       parsed = JSON.parse(data);
@@ -98,6 +103,7 @@ export class RunStream {
     if (meta.type === 'resync') {
       // We fell behind: the server skipped [from, to]; fetch it over REST, then go on.
       const to = Number.isInteger(meta.to) ? meta.to : null;
+      this.resyncs += 1;
       this.catchUp(to);
     } else if (meta.type === 'gap') {
       // The store no longer holds [from, to]: show it, and move the cursor past it.

@@ -118,3 +118,14 @@ test('REST pages may be lists or objects', () => {
   assert.deepEqual(normalizePage({ events: [2], gap: { from: 0, to: 1 } }).gap, { from: 0, to: 1 });
   assert.deepEqual(normalizePage(null).events, []);
 });
+
+test('messages, their characters and resyncs are counted (what bench/pipeline.py reports per message)', async () => {
+  const h = harness();
+  h.s.start();
+  h.send(range(0, 9));
+  h.send({ type: 'resync', from: 10, to: 19 });
+  await tick();
+  assert.equal(h.s.messages, 2);
+  assert.equal(h.s.chars, JSON.stringify(range(0, 9)).length + JSON.stringify({ type: 'resync', from: 10, to: 19 }).length);
+  assert.equal(h.s.resyncs, 1);
+});
