@@ -1,4 +1,4 @@
-"""How fast the simulator runs: one ImageNet-sized epoch, and a 5×5 what-if sweep.
+"""How fast the simulator runs: one ImageNet-sized epoch, a 64-rank job, and a 5×5 what-if sweep.
 
     .venv/bin/python bench/sim_speed.py
 
@@ -12,7 +12,8 @@ import random
 import time
 
 from loaderscope.scenarios import LoaderArgs, Workload, resolve
-from loaderscope.sim import CostModel, SimConfig, Simulator, TaskCosts, format_table, simulate, sweep
+from loaderscope.sim import CostModel, SampleDist, SimConfig, Simulator, TaskCosts, format_table, simulate, sweep
+from loaderscope.sim.job import batched, distributed_shard, simulate_job
 
 IMAGENET = 1_281_167
 BATCH = 256
@@ -65,6 +66,28 @@ def bench_noisy(batches: list[list[int]]) -> None:
     print(f"lognormal  : {len(events):>9,} events in {wall:6.2f} s = {len(events) / wall:>10,.0f} events/s")
 
 
+def bench_job(ranks: int, workers: int, batch: int, *, whole_epoch_each: bool) -> None:
+    """A data-parallel job: every rank reads its DistributedSampler shard of ImageNet (or, with
+    ``whole_epoch_each``, all of it), 8 workers per rank, noisy samples, ranks stepping together."""
+    model = CostModel(sample=SampleDist(dist="lognormal", mean_ms=4.0, sd_ms=2.0))
+    per_rank = []
+    for rank in range(ranks):
+        indices = range(IMAGENET) if whole_epoch_each else distributed_shard(IMAGENET, ranks, rank)
+        cfg = SimConfig(num_workers=workers, prefetch_factor=2, batches=[batched(indices, batch)], run_id=f"rank{rank}",
+                        rank=rank, config={"num_workers": workers, "prefetch_factor": 2},
+                        extra_start={"job": "bench", "world_size": ranks})
+        per_rank.append((cfg, TaskCosts(model, None, STEP_S, random.Random(rank))))
+    start = time.perf_counter()
+    job = simulate_job(per_rank, keep_events=False)
+    wall = time.perf_counter() - start
+    events = sum(job.counts)
+    slowest = max(range(ranks), key=[rank for rank, lag in job.slowest if lag > 0].count)
+    what = "a whole epoch per rank" if whole_epoch_each else "one epoch, sharded"
+    print(f"job        : {ranks} ranks x {workers} workers, {what} ({len(job.slowest):,} steps of {batch} per rank): "
+          f"{events:,} events in {wall:6.2f} s = {events / wall:>10,.0f} events/s; "
+          f"{job.wall:.0f} s of virtual time, rank {slowest} slowest most often")
+
+
 def bench_sweep() -> None:
     grid = {"num_workers": [1, 2, 4, 8, 16], "prefetch_factor": [1, 2, 4, 8, 16]}
     base = {"dataset_size": 100_000, "batch_size": 64, "sample_ms": 2.0, "step_ms": 20.0}
@@ -84,6 +107,8 @@ def main() -> None:
     bench_core(batches)
     bench_simulate(batches)
     bench_noisy(batches)
+    bench_job(64, 8, 32, whole_epoch_each=False)
+    bench_job(64, 8, 256, whole_epoch_each=True)
     import loaderscope.scenarios.builders  # noqa: F401  (torch import: not part of the sweep's time)
 
     bench_sweep()

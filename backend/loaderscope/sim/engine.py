@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -57,6 +58,7 @@ class SimConfig:
     batch_size: int = 1
     shard_sizes: Sequence[int] = ()
     run_id: str = "sim"
+    rank: int = 0  # this loader's rank in a data-parallel job (``sim.job``)
     scenario: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     extra_start: dict[str, Any] = field(default_factory=dict)  # more run_start fields (params, ...)
@@ -111,7 +113,14 @@ class Simulator:
         max_events: stop the run (reason "stopped", ``truncated``) once this many events exist.
     """
 
-    def __init__(self, cfg: SimConfig, costs: TaskCosts, *, max_events: int | None = None) -> None:
+    def __init__(
+        self,
+        cfg: SimConfig,
+        costs: TaskCosts,
+        *,
+        max_events: int | None = None,
+        barrier: Callable[[Simulator], None] | None = None,
+    ) -> None:
         if cfg.num_workers < 0 or cfg.prefetch_factor < 1:
             raise ValueError(f"need num_workers >= 0 and prefetch_factor >= 1, got {cfg.num_workers}, "
                              f"{cfg.prefetch_factor}")
@@ -120,6 +129,9 @@ class Simulator:
         self.now = 0.0
         self.done = False
         self._max_events = max_events
+        # Called at each yield instead of scheduling the next next() a step later: a job of ranks
+        # (sim.job) starts every rank's next step only once all ranks delivered this one.
+        self._barrier = barrier
         self._heap: list[tuple[float, int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._order = itertools.count()
         self._out: list[Event] = []
@@ -138,13 +150,8 @@ class Simulator:
         """Run every scheduled step up to virtual time ``until`` (all, if None); return new events."""
         heap = self._heap
         while heap and not self.done and (until is None or heap[0][0] <= until):
-            t, _, _, handler, args = heapq.heappop(heap)
-            self.now = t
-            handler(*args)
-            if self._max_events is not None and self._seq >= self._max_events and not self.done:
-                self._finish("stopped", truncated=True)
-        out, self._out = self._out, []
-        return out
+            self.step()
+        return self.take()
 
     def run(self) -> list[Event]:
         """Every event of the run.
@@ -157,6 +164,28 @@ class Simulator:
             raise RuntimeError(f"simulation stalled at t={self.now:.6f}: nothing scheduled and the run not over")
         return events
 
+    @property
+    def next_time(self) -> float:
+        """Virtual time of the next scheduled step (infinity once the run is over or idle)."""
+        return self._heap[0][0] if self._heap and not self.done else math.inf
+
+    def step(self) -> None:
+        """Run the next scheduled step alone (a job interleaves its ranks' steps in time order)."""
+        t, _, _, handler, args = heapq.heappop(self._heap)
+        self.now = t
+        handler(*args)
+        if self._max_events is not None and self._seq >= self._max_events and not self.done:
+            self._finish("stopped", truncated=True)
+
+    def take(self) -> list[Event]:
+        """The events produced since the last ``take`` or ``advance``."""
+        out, self._out = self._out, []
+        return out
+
+    def resume_at(self, t: float) -> None:
+        """The training loop calls ``next()`` again at ``t`` (after a job's step barrier)."""
+        self._at(t, self._consumer_next)
+
     def _at(self, t: float, handler: Callable[..., None], *args: Any, worker: int = -1) -> None:
         """Schedule ``handler(*args)`` at virtual time ``t``.
 
@@ -167,7 +196,7 @@ class Simulator:
         heapq.heappush(self._heap, (round(t, TIME_QUANTUM_DIGITS), worker, next(self._order), handler, args))
 
     def _emit(self, kind: str, **fields: Any) -> None:
-        event = {"seq": self._seq, "t": self.now, "run": self.cfg.run_id, "rank": 0, "kind": kind}
+        event = {"seq": self._seq, "t": self.now, "run": self.cfg.run_id, "rank": self.cfg.rank, "kind": kind}
         event.update(fields)
         self._out.append(event)
         self._seq += 1
@@ -416,7 +445,10 @@ class Simulator:
         self._stats["consumer_wait"] += wait
         self._yielded_in_epoch += 1
         self._emit(Kind.YIELD, idx=idx, worker=worker, epoch=self._epoch, wait=wait, from_buffer=from_buffer)
-        self._at(self.now + self.costs.step, self._consumer_next)
+        if self._barrier is not None:
+            self._barrier(self)
+        else:
+            self._at(self.now + self.costs.step, self._consumer_next)
 
     def _block(self) -> None:
         """Wait in ``_get_data()``; with ``timeout > 0`` each wait is bounded."""
