@@ -52,3 +52,24 @@ def test_loader_error_is_reported_and_the_trace_kept(tmp_path: Path) -> None:
     assert "timed out" in result.stdout and "timeout: no batch arrived" in result.stdout
     _, events = read_trace(tmp_path / "x.jsonl")
     assert events[-1]["kind"] == "run_end" and events[-1]["reason"] == "error"
+
+
+def test_run_sim_ranks_writes_a_job_with_the_slow_rank_named(tmp_path: Path) -> None:
+    result = loaderscope("run", "uniform", "--mode", "sim", "--ranks", "3", "--rank-factor", "1=4",
+                         "--set", "dataset_size=240", "--set", "step_ms=5", "--logdir", "job", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    traces = sorted((tmp_path / "job").glob("*/*.trace.jsonl"))
+    assert len(traces) == 3 and "serve --logdir job" in result.stdout
+    starts = [read_trace(path)[1][0] for path in traces]
+    assert sorted(s["rank"] for s in starts) == [0, 1, 2]
+    assert {s["job"] for s in starts} == {starts[0]["job"]} and {s["world_size"] for s in starts} == {3}
+    assert all(s["config"]["sampler"] == "DistributedSampler" for s in starts)
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line[:1].isdigit() and "steps" in line}
+    assert "0 of" in rows["0"] and "0 of" not in rows["1"]  # rank 1, four times slower, delivers last
+
+
+def test_run_ranks_needs_the_simulator_and_a_real_rank(tmp_path: Path) -> None:
+    result = loaderscope("run", "uniform", "--ranks", "4", cwd=tmp_path)
+    assert result.returncode == 2 and "--mode sim" in result.stdout and "torchrun" in result.stdout
+    result = loaderscope("run", "uniform", "--mode", "sim", "--ranks", "4", "--rank-factor", "4=2", cwd=tmp_path)
+    assert result.returncode == 2 and "rank from 0 to 3" in result.stdout

@@ -133,6 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     plan = resolve(name, values)
     console.print(f"[bold]{plan.scenario.title}[/] ({args.mode}): {plan.scenario.description}")
+    if args.ranks > 1 or args.rank_factor:
+        return run_job(plan, args)
     events, state, error = execute(plan, args.mode, cost_model(args.costs))
     out = Path(args.out or f"{plan.name}.trace.jsonl")
     from loaderscope.trace import write_trace
@@ -143,6 +145,72 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"\n[bold red]the DataLoader raised[/] {escape(error)}")
     console.print(f"\ntrace: {out} ({len(events)} events) — open it with [bold]loaderscope serve --open {out}[/]")
     return 1 if error else 0
+
+
+def rank_factors(specs: Sequence[str], ranks: int) -> dict[int, float]:
+    """--rank-factor R=F: rank R's samples take F times as long (a slow disk, a busy node)."""
+    factors = {}
+    for spec in specs:
+        rank, sep, factor = spec.partition("=")
+        try:
+            factors[int(rank)] = float(factor)
+        except ValueError:
+            raise UsageError(f"--rank-factor {spec!r}: expected RANK=FACTOR, e.g. --rank-factor 3=2.5") from None
+        if not sep or not 0 <= int(rank) < ranks or not float(factor) > 0:
+            raise UsageError(f"--rank-factor {spec!r}: need a rank from 0 to {ranks - 1} and a factor above 0")
+    return factors
+
+
+def run_job(plan: scenarios.Plan, args: argparse.Namespace) -> int:
+    """--ranks N --mode sim: a data-parallel job of N ranks, a trace per rank in a logdir."""
+    from loaderscope.runner import new_run_id
+    from loaderscope.sim import CostModel
+    from loaderscope.sim.run import simulate_ranks
+    from loaderscope.logdir import trace_path
+    from loaderscope.trace import write_trace
+
+    if args.mode != "sim":
+        raise UsageError("--ranks simulates a data-parallel job: add --mode sim (to watch a real job, run it with "
+                         "`loaderscope record -- torchrun --nproc-per-node N train.py`)")
+    if args.ranks < 2:
+        raise UsageError(f"--ranks {args.ranks}: a job needs at least 2 ranks")
+    base: CostModel = cost_model(args.costs) or CostModel()
+    factors = rank_factors(args.rank_factor, args.ranks)
+    workload = plan.build()
+    fetchers = range(max(workload.args.num_workers, 1))
+    costs = [base.model_copy(update={"worker_factor": {w: base.worker_factor.get(w, 1.0) * factors.get(rank, 1.0)
+                                                       for w in fetchers}})
+             for rank in range(args.ranks)]
+    try:
+        job = simulate_ranks(workload, job=f"sim-{plan.name}-{new_run_id()[:6]}", scenario=plan.name,
+                             params=plan.values(), costs=costs)
+    except ValueError as exc:
+        raise UsageError(f"--ranks: {exc}") from None
+    logdir = Path(args.logdir or f"{plan.name}-job")
+    for events in job.events:
+        write_trace(trace_path(logdir, events[0]), events, events[0]["run"], scenario=plan.name, mode="sim",
+                    params=plan.values())
+    print_job(job, args.ranks)
+    console.print(f"\ntraces: {logdir}/ ({args.ranks} ranks, {sum(job.counts):,} events) — open the job with "
+                  f"[bold]loaderscope serve --logdir {logdir}[/]")
+    return 0
+
+
+def print_job(job: Any, ranks: int) -> None:
+    steps = len(job.slowest)
+    late = [rank for rank, lag in job.slowest if lag > 0]
+    console.print(f"\n{steps} steps in {job.wall:.2f} s = [bold]{steps / job.wall if job.wall else 0:.1f} steps/s[/] "
+                  f"for the job; ranks step together, so the slowest rank to deliver a batch sets the pace")
+    table = Table("rank", "batches/s", "waited in next()", "slowest in", "worst lag", box=None, pad_edge=False)
+    for rank in range(ranks):
+        stats = job.events[rank][-1].get("stats", {})
+        lags = [lag for r, lag in job.slowest if r == rank and lag > 0]
+        table.add_row(str(rank), f"{stats.get('batches_per_s', 0):.1f}", f"{stats.get('input_bound', 0):.0%}",
+                      f"{len(lags)} of {steps} steps", f"{max(lags) * 1000:.1f} ms" if lags else "-")
+    console.print(table)
+    if job.hung:
+        console.print(f"[bold red]ranks {job.hung} wait forever in the all-reduce[/]: another rank's loader ran out "
+                      "of batches first (uneven inputs)")
 
 
 def find_scenario(name: str) -> scenarios.Scenario:
@@ -338,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="trace file to write (default: SCENARIO.trace.jsonl)")
     run.add_argument("--help-params", action="store_true", help="list the scenario's parameters and exit")
     run.add_argument("--costs", metavar="JSON", help="""simulator cost model for --mode sim, e.g. '{"worker_factor": {"0": 5}}'""")
+    run.add_argument("--ranks", type=int, default=1, metavar="N",
+                     help="with --mode sim: a data-parallel job of N ranks stepping together, each reading its "
+                          "DistributedSampler shard; a trace per rank goes to --logdir")
+    run.add_argument("--rank-factor", action="append", default=[], metavar="RANK=FACTOR",
+                     help="with --ranks: that rank's samples take FACTOR times as long (e.g. 3=2.5)")
+    run.add_argument("--logdir", metavar="DIR", help="with --ranks: where the traces go (default: SCENARIO-job)")
     run.set_defaults(func=cmd_run)
 
     sim = sub.add_parser("sim", help="what-if: simulate a scenario over a grid of parameters")

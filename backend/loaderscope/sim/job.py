@@ -80,18 +80,21 @@ class JobRun:
     hung: list[int]
 
 
-def simulate_job(ranks: Sequence[tuple[SimConfig, TaskCosts]], *, keep_events: bool = True) -> JobRun:
+def simulate_job(
+    ranks: Sequence[tuple[SimConfig, TaskCosts]], *, keep_events: bool = True, max_events: int | None = None
+) -> JobRun:
     """Run every rank's loader, stepping together; ``cfg.rank`` must be 0..len(ranks)-1 in order.
 
     With ``keep_events=False`` events are counted and dropped (a long job's events do not fit in
-    memory as dicts); ``JobRun.events`` then holds one empty list per rank.
+    memory as dicts); ``JobRun.events`` then holds one empty list per rank. ``max_events`` stops each
+    rank past that many events (the rest then wait for it in the all-reduce: ``hung``).
     """
     sims: list[Simulator] = []
     barrier = StepBarrier(sims)
     for position, (cfg, costs) in enumerate(ranks):
         if cfg.rank != position:
             raise ValueError(f"rank {position}'s SimConfig says rank {cfg.rank}: give ranks in order 0..N-1")
-        sims.append(Simulator(cfg, costs, barrier=barrier))
+        sims.append(Simulator(cfg, costs, barrier=barrier, max_events=max_events))
     events: list[list[Event]] = [[] for _ in sims]
     counts = [0] * len(sims)
     pending = [(sim.next_time, rank) for rank, sim in enumerate(sims)]

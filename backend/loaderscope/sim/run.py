@@ -7,13 +7,16 @@ given, the order of its own samplers) into a ``SimConfig``, compiles the cost mo
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from loaderscope.events import Event, Kind
 from loaderscope.scenarios.workload import SamplerOrder, Workload
 from loaderscope.sim.costs import CostModel, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
+from loaderscope.sim.job import JobRun, batched, distributed_shard, simulate_job
 from loaderscope.state import reduce, summary
 
 # A run this long holds ~1 GB of events; beyond it the run ends with reason "stopped".
@@ -122,3 +125,45 @@ def simulate(
     if events and events[-1]["kind"] == Kind.RUN_END:
         events[-1]["stats"] = summary(reduce(events))
     return events
+
+
+def simulate_ranks(
+    workload: Workload,
+    *,
+    job: str,
+    scenario: str,
+    params: dict[str, Any],
+    costs: Sequence[CostModel],
+    max_events: int = DEFAULT_MAX_EVENTS,
+) -> JobRun:
+    """A data-parallel job of ``len(costs)`` ranks, each running ``workload``'s loader on its shard.
+
+    Each rank reads what ``DistributedSampler(shuffle=False, drop_last=workload's)`` deals it, in
+    batches of the workload's batch size; ranks step together (``sim.job``). ``costs[r]`` is rank
+    r's cost model (a slow rank is one with a ``worker_factor`` on every worker). Run ids are
+    ``{job}-rank{r}``; every ``run_start`` names the job and the world size, as a real rank's does.
+
+    Raises:
+        ValueError: for an iterable dataset (torch shards those inside the dataset, not by sampler).
+    """
+    if workload.dataset_kind != "map":
+        raise ValueError("a simulated job shards a map-style dataset with DistributedSampler; "
+                         "this workload's dataset is iterable")
+    world = len(costs)
+    args = workload.args
+    per_rank = []
+    for rank, model in enumerate(costs):
+        shard = distributed_shard(workload.length, world, rank, drop_last=args.drop_last)
+        epoch = batched(shard, args.batch_size or 1, drop_last=args.drop_last)
+        order = SamplerOrder([epoch] * workload.epochs, "DistributedSampler", "BatchSampler")
+        cfg = sim_config(workload, run_id=f"{job}-rank{rank}", scenario=scenario, params=params, costs=model,
+                         order=order)
+        cfg = dataclasses.replace(cfg, rank=rank, extra_start={**cfg.extra_start, "job": job, "world_size": world})
+        seed = (model.seed if model.seed is not None else int(params.get("seed", 0))) + rank
+        per_rank.append((cfg, TaskCosts(model, workload.sample_cost, workload.step_cost, random.Random(seed),
+                                        pin_memory=args.pin_memory)))
+    run = simulate_job(per_rank, max_events=max_events)
+    for events in run.events:
+        if events and events[-1]["kind"] == Kind.RUN_END:
+            events[-1]["stats"] = summary(reduce(events))
+    return run
