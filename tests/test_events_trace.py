@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from loaderscope.events import EventError, decode_frame, encode_frame, event_count, expand, to_json
+from loaderscope.events import ROW_FIELDS, EventError, decode_frame, encode_frame, event_count, expand, to_json, validate
 from loaderscope.trace import TraceError, read_trace, to_chrome, write_trace
 
 GOOD = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 3, "worker": 1, "indices": [6, 7]}
@@ -52,6 +53,37 @@ def test_an_in_process_batch_row_expands_to_its_five_events_in_order() -> None:
 def test_a_short_batch_row_is_refused_by_position() -> None:
     with pytest.raises(EventError, match="row 1"):
         expand({"seq": 0, "t0": 0.0, "rows": [["epoch_start", 1.0, {"epoch": 0}], ["batch", 1.0, 0]]})
+
+
+# Values at and past every limit validate() draws, for the row checks to be compared against it.
+EDGES = [0, 1, -1, 4095, 4096, 2**53, 2**53 + 1, -(2**53) - 1, 0.5, 1e300, float("inf"), float("nan"), True, None,
+         "3", [1], {"a": 1}]
+
+
+def assert_validated_as_its_events(frame: dict[str, Any]) -> None:
+    """``expand(validated=True)`` gives what validating each expanded event gives: the events, or the error."""
+    def outcome(expand_and_check: Any) -> str:
+        try:
+            return repr(expand_and_check())
+        except EventError as exc:
+            return str(exc)
+
+    assert outcome(lambda: expand(frame, validated=True)) == outcome(lambda: [validate(e) for e in expand(frame)]), frame
+
+
+@pytest.mark.parametrize("kind", ["dispatch", "fetch_start", "fetch_end", "arrive", "buffer", "yield", "skip"])
+def test_a_compact_row_is_valid_exactly_when_its_expanded_event_is(kind: str) -> None:
+    names = ROW_FIELDS[kind]
+    for position in range(len(names) + 1):  # the row's t, then each field in turn
+        for edge in EDGES:
+            values: list[Any] = [1.0, *([2] * len(names))]
+            values[position] = edge
+            assert_validated_as_its_events({"run": "r", "rank": 0, "seq": 5, "t0": 0.0, "rows": [[kind, *values]]})
+
+
+def test_a_compact_frame_with_odd_common_fields_is_validated_as_its_events_are() -> None:
+    for common in ({"run": 3}, {"run": 2**60}, {"rank": 2**60}, {"rank": True}, {"seq": 2**53 - 1}, {"seq": 2**53}):
+        assert_validated_as_its_events({"run": "r", "rank": 0, "seq": 5, "t0": 0.0, "rows": [["arrive", 1.0, 0, 1]]} | common)
 
 
 def test_oversized_frame_is_refused() -> None:

@@ -110,6 +110,11 @@ class EventError(ValueError):
     """An event or frame that does not follow the schema; the message says what and how to fix it."""
 
 
+_REQUIRED_SETS = {kind: frozenset(("t", *names)) for kind, names in REQUIRED.items()}
+_T_ONLY = frozenset(("t",))
+_UNTYPED_VALUES = (str, list, dict, type(None))  # never numbers: any field may hold them
+
+
 def validate(event: Any) -> Event:
     """Check one decoded event against the schema and return it.
 
@@ -121,24 +126,21 @@ def validate(event: Any) -> Event:
     kind = event.get("kind")
     if not isinstance(kind, str) or not kind:
         raise EventError("an event needs a non-empty string 'kind'")
-    if "t" not in event:
-        raise EventError(f"{kind} event is missing 't'")
-    for name in REQUIRED.get(kind, ()):
-        if name not in event:
-            raise EventError(f"{kind} event is missing its '{name}' field (see docs/DESIGN.md, Events)")
-    # One pass over the fields the event has (the server's main per-event cost is this check).
-    # A bool is an int to isinstance, but never a count or a time.
+    if not event.keys() >= _REQUIRED_SETS.get(kind, _T_ONLY):
+        _missing(event, kind)
+    # One pass over the fields, on exact types: this check is the server's main cost per event.
+    # Anything unusual (a bool, an int subclass, a number out of range) goes to _check_field.
     for name, value in event.items():
-        want = _FIELD_TYPES.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not -MAX_NUMBER <= value <= MAX_NUMBER:  # NaN fails every comparison
-                raise EventError(f"{kind} event: '{name}' must be a finite number within +-2**53, got {value!r}")
-            if want is not int or isinstance(value, int):
+        cls = type(value)
+        if cls is int:
+            if -MAX_NUMBER <= value <= MAX_NUMBER:
                 continue
-        elif want is None or value is None:
+        elif cls is float:
+            if -MAX_NUMBER <= value <= MAX_NUMBER and _FIELD_TYPES.get(name) is not int:  # NaN fails
+                continue
+        elif cls in _UNTYPED_VALUES and (value is None or name not in _FIELD_TYPES):
             continue
-        noun = "an integer" if want is int else "a number"
-        raise EventError(f"{kind} event: '{name}' must be {noun}, got {value!r}")
+        _check_field(kind, name, value)
     worker = event.get("worker")
     if worker is not None and not 0 <= worker < MAX_WORKERS:
         raise EventError(f"{kind} event: 'worker' must be from 0 to {MAX_WORKERS - 1}, got {worker}")
@@ -146,6 +148,28 @@ def validate(event: Any) -> Event:
     if seq is not None and seq < 0:
         raise EventError(f"{kind} event: 'seq' must be from 0 to 2**53, got {seq}")
     return event
+
+
+def _missing(event: Event, kind: str) -> None:
+    if "t" not in event:
+        raise EventError(f"{kind} event is missing 't'")
+    for name in REQUIRED.get(kind, ()):
+        if name not in event:
+            raise EventError(f"{kind} event is missing its '{name}' field (see docs/DESIGN.md, Events)")
+
+
+def _check_field(kind: str, name: str, value: Any) -> None:
+    """The whole rule for one field. A bool is an int to isinstance, but never a count or a time."""
+    want = _FIELD_TYPES.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not -MAX_NUMBER <= value <= MAX_NUMBER:  # NaN fails every comparison
+            raise EventError(f"{kind} event: '{name}' must be a finite number within +-2**53, got {value!r}")
+        if want is not int or isinstance(value, int):
+            return
+    elif want is None or value is None:
+        return
+    noun = "an integer" if want is int else "a number"
+    raise EventError(f"{kind} event: '{name}' must be {noun}, got {value!r}")
 
 
 # Compact rows: what the probe sends for the per-batch kinds, ``[kind, t, field values...]`` in this
@@ -184,6 +208,40 @@ def _row_builder(kind: str, names: tuple[str, ...]) -> Any:
 _BUILDERS = {kind: _row_builder(kind, names) for kind, names in ROW_FIELDS.items()}
 
 
+def _value_check(name: str) -> str:
+    """An expression that is true when a field's value passes ``validate`` for sure (False may still pass)."""
+    within = f"-{MAX_NUMBER} <= {name} <= {MAX_NUMBER}"
+    if name == "worker":
+        return f"(type(worker) is int and 0 <= worker < {MAX_WORKERS})"
+    if _FIELD_TYPES.get(name) is int:
+        return f"(type({name}) is int and {within})"
+    number = f"((type({name}) is float or type({name}) is int) and {within})"
+    if name in _FIELD_TYPES:
+        return number
+    return f"(type({name}) in _UNTYPED_VALUES or type({name}) is bool or {number})"
+
+
+def _row_check(names: tuple[str, ...]) -> Any:
+    """A function of a row's ``t`` and field values: true when the event they make is valid, so the
+    server checks a row in one expression instead of a loop over its dict (``indices`` is always
+    valid once ``clip_indices`` made it a list)."""
+    terms = " and ".join(_value_check(name) for name in ("t", *names) if name != "indices")
+    source = f"def check(t, {', '.join(names)}):\n    return {terms}"
+    namespace: dict[str, Any] = {"_UNTYPED_VALUES": _UNTYPED_VALUES}
+    exec(source, namespace)  # noqa: S102  (our own field names, fixed at import; no input reaches it)
+    return namespace["check"]
+
+
+_CHECKS = {kind: _row_check(names) for kind, names in ROW_FIELDS.items()}
+
+
+def _common_fields_valid(frame: Mapping[str, Any], rows: int) -> bool:
+    """Whether every event of a compact frame has valid ``seq``, ``run`` and ``rank``."""
+    seq, rank = frame.get("seq", 0), frame.get("rank", 0)
+    return (isinstance(frame.get("run", ""), str) and type(seq) is int and 0 <= seq <= MAX_NUMBER - BATCH_EVENTS * rows
+            and type(rank) is int and -MAX_NUMBER <= rank <= MAX_NUMBER)
+
+
 def event_count(rows: list[Any]) -> int:
     """How many events a list of rows expands to."""
     return len(rows) + (BATCH_EVENTS - 1) * countOf(map(itemgetter(0), rows), BATCH_ROW)
@@ -200,11 +258,12 @@ def _batch_events(seq: int, t: float, run: str, rank: int, idx: int, next_starte
             build["yield"](seq + 4, t, run, rank, idx, t - next_started, False)]
 
 
-def expand(frame: Mapping[str, Any]) -> list[Event]:
-    """Events from a compact frame ``{"rows": [...], "run", "rank", "seq", "t0"}``.
+def expand(frame: Mapping[str, Any], *, validated: bool = False) -> list[Event]:
+    """Events from a compact frame ``{"rows": [...], "run", "rank", "seq", "t0"}``; with ``validated``,
+    each checked as ``validate`` would (the per-batch rows by their values, before any dict is built).
 
     Raises:
-        EventError: naming the row that does not fit the row format.
+        EventError: naming the row that does not fit the row format (or, validated, the bad field).
     """
     rows, t0, seq = frame.get("rows"), frame.get("t0", 0.0), frame.get("seq", 0)
     run, rank = frame.get("run", ""), frame.get("rank", 0)
@@ -215,6 +274,7 @@ def expand(frame: Mapping[str, Any]) -> list[Event]:
     events: list[Event] = []
     builders = _BUILDERS
     number = seq
+    checks = _CHECKS if validated and _common_fields_valid(frame, len(rows)) else {}
     for position, row in enumerate(rows):
         try:
             kind = row[0]
@@ -222,8 +282,8 @@ def expand(frame: Mapping[str, Any]) -> list[Event]:
             if build is not None:
                 event = build(number, row[1] - t0, run, rank, *row[2:])
             elif kind == BATCH_ROW:
-                events.extend(_batch_events(number, row[1] - t0, run, rank, row[2], row[3] - t0, row[4] - t0,
-                                            *row[5:]))
+                batch = _batch_events(number, row[1] - t0, run, rank, row[2], row[3] - t0, row[4] - t0, *row[5:])
+                events.extend(map(validate, batch) if validated else batch)
                 number += BATCH_EVENTS
                 continue
             else:
@@ -233,6 +293,8 @@ def expand(frame: Mapping[str, Any]) -> list[Event]:
                              f"fields of events.ROW_FIELDS, got {str(row)[:80]}") from None
         if kind == "dispatch":
             event["indices"], event["n"] = clip_indices(event["indices"])
+        if validated and not (kind in checks and checks[kind](event["t"], *row[2:])):
+            validate(event)
         events.append(event)
         number += 1
     return events
@@ -261,8 +323,10 @@ def decode_frame(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES) -> list
         decoded = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise EventError(f"frame is not valid JSON: {exc}") from None
+    if isinstance(decoded, dict) and "rows" in decoded:
+        return expand(decoded, validated=True)
     if isinstance(decoded, dict):
-        decoded = expand(decoded) if "rows" in decoded else [decoded]
+        decoded = [decoded]
     if not isinstance(decoded, list):
         raise EventError(f"a frame must be a JSON array of events, got {type(decoded).__name__}")
     return [validate(event) for event in decoded]

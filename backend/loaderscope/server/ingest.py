@@ -146,10 +146,10 @@ def _slices(value: Any) -> Any:
         if not isinstance(rows, list) or len(rows) > MAX_ROWS:
             raise EventError(f"a compact frame needs 'rows', a list of at most {MAX_ROWS} rows")
         for start in range(0, len(rows), SLICE_ROWS):
-            events = expand({**value, "rows": rows[start:start + SLICE_ROWS], "seq": seq})
+            events = expand({**value, "rows": rows[start:start + SLICE_ROWS], "seq": seq}, validated=True)
             if events:
-                seq = events[-1]["seq"] + 1 if isinstance(events[-1].get("seq"), int) else seq
-            yield _valid(events)
+                seq = events[-1]["seq"] + 1
+            yield events
         return
     if isinstance(value, dict):
         value = [value]
