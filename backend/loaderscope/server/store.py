@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from loaderscope.events import Event
-from loaderscope.server.budgets import MAX_EVENT_BYTES, MEMORY_BYTES, encode, fitted, state_view, trim_open_tasks
+from loaderscope.server.budgets import (MAX_EVENT_BYTES, MEMORY_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view,
+                                           trim_open_tasks)
 from loaderscope.diagnosis import diagnosis
 from loaderscope.state import LoaderState, summary
 
@@ -91,15 +92,15 @@ class EventLog:
         """Number, reduce, keep and spill ``events`` (dicts, changed in place). Returns how many."""
         lines = []
         seq, run_id, apply = self.next_seq, self.run_id, self.state.apply
-        for event in events:
+        for event in events:  # the server's per-event path: kept to what every event needs
             event["seq"] = seq
             event["run"] = run_id
             line = encode(event)
-            if len(line) > MAX_EVENT_BYTES:
-                event, line = fitted(event, line, MAX_EVENT_BYTES)
-                self.cut_events += 1
+            view = event
+            if len(line) > STATE_EVENT_BYTES:  # rare: a large event is cut for the store, the reducer, or both
+                event, line, view = self._fit(event, line)
             try:
-                apply(state_view(event, line))
+                apply(view)
             except Exception as exc:  # noqa: BLE001 (a surprising event is kept, and the problem noted)
                 self._note_problem(event, exc)
             lines.append(line)
@@ -168,6 +169,13 @@ class EventLog:
 
     # --- internals ------------------------------------------------------------------------------
 
+    def _fit(self, event: Event, line: bytes) -> tuple[Event, bytes, Event]:
+        """A large event as stored (cut to MAX_EVENT_BYTES) and as the reducer gets it."""
+        if len(line) > MAX_EVENT_BYTES:
+            event, line = fitted(event, line, MAX_EVENT_BYTES)
+            self.cut_events += 1
+        return event, line, state_view(event, line)
+
     def _note_problem(self, event: Event, exc: Exception) -> None:
         self.state_problem_count += 1
         if len(self.state_problems) < MAX_STATE_PROBLEMS:
@@ -182,9 +190,12 @@ class EventLog:
             self.spill = None  # from now on first_held is the oldest event in memory
 
     def _evict(self) -> None:
-        tail = self._tail
-        while len(tail) > self.memory_events or (self._tail_bytes > self.memory_bytes and len(tail) > 1):
-            self._tail_bytes -= len(tail.popleft())
+        tail, popleft = self._tail, self._tail.popleft
+        over = max(0, len(tail) - self.memory_events)  # by count first: no test per event
+        self._tail_bytes -= sum(len(popleft()) for _ in range(over))
+        self._first_in_memory += over
+        while self._tail_bytes > self.memory_bytes and len(tail) > 1:
+            self._tail_bytes -= len(popleft())
             self._first_in_memory += 1
 
 
