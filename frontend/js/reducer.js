@@ -515,25 +515,89 @@ export const STRAGGLER_MIN_GAP = 0.005; // …and at least this many seconds slo
 export const STRAGGLER_MIN_TASKS = 5; // fetches a worker (and the others, pooled) needs before it can be named
 export const STRAGGLER_MAD_K = 3; // …and its median must sit beyond this many scaled MADs of the others'
 
-/** Workers whose median fetch is well beyond the other workers' pooled fetch times (state.py stragglers). */
+/**
+ * Workers whose median fetch is well beyond the other workers' pooled fetch times (state.py stragglers).
+ * The page asks a few times a second, with millions of fetch times in a long trace: each list is
+ * sorted once, each worker's pool is every time minus its own (a merge walk, no sort), and the
+ * answer is kept until a worker's list changes.
+ */
 export function stragglers(s) {
+  const lists = [...s.workers.values()].map((w) => w.fetch_times);
+  const lens = lists.map((l) => l.length);
+  const cached = STRAGGLERS.get(s);
+  if (cached && cached.lists.every((l, i) => l === lists[i] && cached.lens[i] === lens[i]) && cached.lists.length === lists.length) {
+    return cached.found.map((f) => ({ ...f }));
+  }
+  const found = findStragglers(s);
+  STRAGGLERS.set(s, { lists, lens, found });
+  return found.map((f) => ({ ...f }));
+}
+
+/** @type {WeakMap<LoaderState, {lists: number[][], lens: number[], found: any[]}>} */
+const STRAGGLERS = new WeakMap();
+
+function findStragglers(s) {
   const done = new Map();
   for (const w of s.workers.values()) {
-    if (w.fetch_times.length >= STRAGGLER_MIN_TASKS) done.set(w.id, w.fetch_times);
+    if (w.fetch_times.length >= STRAGGLER_MIN_TASKS) done.set(w.id, Float64Array.from(w.fetch_times).sort());
   }
+  const all = new Float64Array([...done.values()].reduce((n, a) => n + a.length, 0));
+  let at = 0;
+  for (const times of done.values()) { all.set(times, at); at += times.length; }
+  all.sort();
   const found = [];
   for (const [wid, times] of done) {
-    const pooled = [...done].filter(([other]) => other !== wid).flatMap(([, ts]) => ts);
+    const pooled = without(all, times);
     if (pooled.length < STRAGGLER_MIN_TASKS) continue;
-    const m = median(times);
-    const baseline = median(pooled);
-    const spread = 1.4826 * median(pooled.map((t) => Math.abs(t - baseline)));
+    const m = sortedMedian(times);
+    const baseline = sortedMedian(pooled);
+    const spread = 1.4826 * medianDeviation(pooled, baseline);
     if (baseline > 0 && m > STRAGGLER_FACTOR * baseline &&
         m - baseline >= Math.max(STRAGGLER_MIN_GAP, STRAGGLER_MAD_K * spread)) {
       found.push({ worker: wid, factor: m / baseline, median: m, others: baseline });
     }
   }
   return found;
+}
+
+/** Ascending `all` less the ascending `some` (a sub-multiset of it). */
+function without(all, some) {
+  const out = new Float64Array(all.length - some.length);
+  let j = 0, k = 0;
+  for (let i = 0; i < all.length; i++) {
+    if (j < some.length && all[i] === some[j]) j += 1;
+    else out[k++] = all[i];
+  }
+  return out;
+}
+
+/** statistics.median of an ascending array. */
+function sortedMedian(s) {
+  const n = s.length;
+  return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/**
+ * statistics.median of |x - center| over ascending `s`, without building and sorting them: the
+ * deviations below and above `center` are two ascending runs, walked outwards like a merge.
+ */
+function medianDeviation(s, center) {
+  const n = s.length;
+  let right = 0;
+  while (right < n && s[right] < center) right += 1;
+  let left = right - 1;
+  const next = () => {
+    const below = left >= 0 ? center - s[left] : Infinity;
+    const above = right < n ? s[right] - center : Infinity;
+    if (below <= above) { left -= 1; return below; }
+    right += 1;
+    return above;
+  };
+  const half = n >> 1;
+  let prev = 0;
+  for (let k = 0; k < half; k++) prev = next();
+  const mid = next();
+  return n % 2 ? mid : (prev + mid) / 2;
 }
 
 /** Per batch, where the training loop's time went: waiting for data, host-to-device, compute. */

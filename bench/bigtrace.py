@@ -1,0 +1,165 @@
+"""How the page opens a trace file of 1M and 10M events, and how it pans and zooms it afterwards.
+
+    .venv/bin/python bench/bigtrace.py [--events 1000000 10000000] [--cache /tmp/loaderscope-bigtrace]
+
+For each size: a simulated run of that many events (8 workers, pin thread on) is written once as a
+trace file and cached (10M events take minutes to simulate and ~1.3 GB on disk); then Debian's
+chromium (headless, software rendering) opens it through the page's real file input, and we report
+
+- the open time (the page's own ``perf.load.ms``: file read, decoded, applied, drawn);
+- pan and zoom frames per second (the same wheel-and-drag script as tests/test_browser_perf.py)
+  and the time of a seek to a random point;
+- the page's JS heap after a forced garbage collection (CDP ``Runtime.getHeapUsage``), and that
+  heap divided by the number of events.
+
+Each figure is printed as one JSON line. Not part of the test suite (tests/test_browser_bigtrace.py
+runs the 1M case as a perf-marked test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loaderscope import scenarios  # noqa: E402
+from loaderscope.sim.costs import CostModel, TaskCosts  # noqa: E402
+from loaderscope.sim.engine import Simulator  # noqa: E402
+from loaderscope.sim.run import sim_config  # noqa: E402
+from loaderscope.state import LoaderState, summary  # noqa: E402
+from loaderscope.trace import TraceWriter  # noqa: E402
+
+CACHE = Path("/tmp/loaderscope-bigtrace")
+EVENTS_PER_SAMPLE = 7.2  # dispatch, fetch start/end, pin start/end, arrive, yield, a few parked
+DATASET = 100_000  # the scenario's largest dataset: longer runs are more epochs
+STEP_S = 5.0  # simulated seconds per slice written: bounds the generator's memory
+
+
+def trace_path(events: int, cache: Path = CACHE) -> Path:
+    """A cached simulated trace of at least ``events`` events, written on first use."""
+    path = cache / f"bigtrace-{events}.trace.jsonl"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        write_simulated(partial, events)
+        partial.rename(path)
+    return path
+
+
+def write_simulated(path: Path, events: int) -> int:
+    """Simulate a run (uniform scenario, 8 workers, pinned) of ``events`` events into ``path``, slice by slice.
+
+    ``sim.simulate`` keeps every event in a list (~1 KB each in Python); this drives the same
+    ``Simulator`` a few simulated seconds at a time and writes each slice out, so 10M events fit.
+    """
+    sc = scenarios.get("uniform")
+    epochs = int(events / EVENTS_PER_SAMPLE / DATASET) + 1  # the run stops at max_events, within the last
+    params = sc.params.model_validate({"num_workers": 8, "batch_size": 1, "dataset_size": DATASET, "epochs": epochs,
+                                       "sample_ms": 1.0, "step_ms": 0.05, "pin_memory": True})
+    workload = sc.build(params)
+    costs = CostModel(pin_ms_per_mb=20_000, sample_bytes=4096)
+    cfg = sim_config(workload, run_id="bigtrace", scenario="uniform", params=params.model_dump(), costs=costs,
+                     order=workload.sampler_order())
+    task_costs = TaskCosts(costs, workload.sample_cost, workload.step_cost, random.Random(0), pin_memory=True)
+    sim = Simulator(cfg, task_costs, max_events=events)
+    state = LoaderState()  # for run_end's summary, as simulate() puts it there
+    written = 0
+    with TraceWriter(path, "bigtrace", scenario="uniform", mode="sim") as writer:
+        while not sim.done:
+            chunk = sim.advance(sim.now + STEP_S)
+            for e in chunk:
+                state.apply(e)
+            if chunk and chunk[-1]["kind"] == "run_end":
+                chunk[-1]["stats"] = summary(state)
+            writer.write(chunk)
+            written += len(chunk)
+    return written
+
+
+def heap(cdp: Any) -> dict[str, float]:
+    """The page's memory after a full garbage collection, in MB: the JS heap and the typed arrays' buffers."""
+    cdp.send("HeapProfiler.collectGarbage")
+    usage = cdp.send("Runtime.getHeapUsage")
+    return {"heap_mb": usage["usedSize"] / 1e6, "buffers_mb": usage.get("backingStorageSize", 0) / 1e6}
+
+
+def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) -> dict[str, Any]:
+    """Open ``path`` in a fresh page through its file input; the open time, pan/zoom figures and heap."""
+    from tests.test_browser import VIEWPORT
+    from tests.test_browser_perf import INTERACT
+
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    cdp = context.new_cdp_session(page)
+    page.goto(url)
+    page.wait_for_function("() => window.loaderscope", timeout=30_000)
+    before = heap(cdp)
+    if profile:
+        cdp.send("Profiler.enable")
+        cdp.send("Profiler.setSamplingInterval", {"interval": 500})
+        cdp.send("Profiler.start")
+    page.set_input_files("#file-input", str(path))
+    page.wait_for_function("() => window.loaderscope.perf.load", timeout=600_000, polling=100)
+    if profile:
+        profile.write_text(json.dumps(cdp.send("Profiler.stop")["profile"]))
+    load = page.evaluate("window.loaderscope.perf.load")
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    after = heap(cdp)
+    result = page.evaluate(INTERACT)
+    context.close()
+    if errors:
+        raise RuntimeError(f"the page failed: {errors}")
+    events = load["events"]
+    return {"events": events, "mb": path.stat().st_size / 1e6, "open_s": load["ms"] / 1000,
+            "events_per_s": events / (load["ms"] / 1000), "fps": result["fps"], "frame_p95_ms": result["p95"],
+            "timeline_p95_ms": result["timeline_p95"], "seek_ms": result["seek_ms"],
+            "heap_mb": after["heap_mb"], "buffers_mb": after["buffers_mb"], "empty_heap_mb": before["heap_mb"],
+            "bytes_per_event": (after["heap_mb"] + after["buffers_mb"] - before["heap_mb"] - before["buffers_mb"])
+            * 1e6 / events}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    ap.add_argument("--cache", type=Path, default=CACHE, help="where the generated traces are kept")
+    ap.add_argument("--repeat", type=int, default=1, help="opens per size (alternating sizes)")
+    ap.add_argument("--profile", type=Path, help="write a CPU profile (.cpuprofile) of each open here")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    from tests.live import launch
+    from tests.test_browser import ARGS, CHROMIUM
+
+    paths = {}
+    for n in args.events:
+        t0 = time.perf_counter()
+        paths[n] = trace_path(n, args.cache)
+        print(json.dumps({"trace": str(paths[n]), "events": n, "ready_s": round(time.perf_counter() - t0, 1)}))
+    server = launch(args.cache / "server")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            for k in range(args.repeat):
+                for n, path in paths.items():
+                    prof = args.profile / f"open-{n}-{k}.cpuprofile" if args.profile else None
+                    if prof:
+                        prof.parent.mkdir(parents=True, exist_ok=True)
+                    r = open_trace(browser, server.page_url, path, prof)
+                    print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}),
+                          flush=True)
+            browser.close()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
