@@ -98,9 +98,9 @@ def _input_bound_finding(stats: Mapping[str, Any], workers: int) -> str:
     return text
 
 
-def diagnosis(s: LoaderState) -> list[str]:
-    """Findings in plain words, most important first."""
-    stats = summary(s)
+def diagnosis(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[str]:
+    """Findings in plain words, most important first (``stats``: ``summary(s)``, if the caller has it)."""
+    stats = summary(s) if stats is None else stats
     findings = []
     for err in s.errors:
         where = f" in task {err['idx']} (worker {err.get('worker')}, samples {err.get('indices')})" \

@@ -19,12 +19,9 @@ from loaderscope.events import Event
 from loaderscope.server.budgets import (MAX_EVENT_BYTES, MEMORY_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view,
                                            trim_open_tasks)
 from loaderscope.diagnosis import diagnosis
-from loaderscope.state import LoaderState, summary
+from loaderscope.state import FetchOrder, LoaderState, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
-# The statistics walk every fetch time (23 ms at 1M events): a live run's are recomputed at most this
-# often, so GET /api/runs/{id} costs the same at any size.
-SUMMARY_EVERY = 1.0
 
 
 class Spill(Protocol):
@@ -77,7 +74,8 @@ class EventLog:
         self.cut_events = 0  # events over MAX_EVENT_BYTES, kept with their largest fields cut
         self.forgotten_tasks = 0  # open tasks the reducer stopped tracking (MAX_OPEN_TASKS)
         self.last_event_at: float | None = None  # time.monotonic() of the last append
-        self._summary: tuple[int, float, tuple[dict[str, Any], list[str]]] | None = None
+        self._order = FetchOrder()  # the statistics' sorted fetch times, caught up at each summary
+        self._summary: tuple[int, tuple[dict[str, Any], list[str]]] | None = None  # (next_seq, summary)
 
     @property
     def last_seq(self) -> int:
@@ -150,14 +148,12 @@ class EventLog:
         return self.spill.read(start, limit, max_bytes), gap
 
     def summary(self) -> tuple[dict[str, Any], list[str]]:
-        """The run's statistics and diagnosis, recomputed at most every SUMMARY_EVERY seconds while
-        events come (and once more when they change after the run ended)."""
-        now = time.monotonic()
-        cached = self._summary
-        if cached is not None and (cached[0] == self.next_seq or (not self.ended and now - cached[1] < SUMMARY_EVERY)):
-            return cached[2]
-        self._summary = (self.next_seq, now, (summary(self.state), diagnosis(self.state)))
-        return self._summary[2]
+        """The run's statistics and diagnosis: kept while no event comes, else brought up to date by
+        adding the fetches that came since to the sorted ones (FetchOrder), not by sorting them all."""
+        if self._summary is None or self._summary[0] != self.next_seq:
+            stats = summary(self.state, self._order)
+            self._summary = (self.next_seq, (stats, diagnosis(self.state, stats)))
+        return self._summary[1]
 
     def flush(self) -> None:
         if self.spill is not None:
