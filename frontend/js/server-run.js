@@ -50,6 +50,7 @@ export class ServerRun {
     this.serverDiagnosis = null;
     this.finalPolled = false;
     this.ranksLooked = 0;
+    this.rankLooks = 0; // looks for the job's other ranks since the run opened
     this.showNotice();
   }
 
@@ -250,7 +251,11 @@ export class ServerRun {
     }
     tracks.sort((a, b) => a.rank - b.rank);
     if (tracks.length < want) {
-      setTimeout(() => { if (this.host.track().player.full.meta.job === job) this.discoverRanks(job, want); }, POLL_MS * 2);
+      // ranks of a job start together: the others' run_start is usually a moment behind, so look
+      // again soon, then less often (a rank that starts late is found within POLL_MS * 2)
+      this.rankLooks += 1;
+      const delay = Math.min(POLL_MS * 2, 250 * 2 ** (this.rankLooks - 1));
+      setTimeout(() => { if (this.host.track().player.full.meta.job === job) this.discoverRanks(job, want); }, delay);
     }
     this.host.wake();
   }

@@ -1,0 +1,386 @@
+"""One job of many ranks into one dashboard: 8, 16, 32 and 64 ranks of 8 workers each.
+
+    .venv/bin/python bench/job.py                     # 8/16/32/64 ranks, 100 batches/s per rank, 12 s each
+    .venv/bin/python bench/job.py --quick             # a smoke run (8 and 16 ranks, 3 s, no page)
+    .venv/bin/python bench/job.py --ranks 64 --rate 200 --no-page
+    .venv/bin/python bench/job.py --ranks 64 --page-only --screenshot docs/job64.png
+
+The frames are the real probe's: a real DataLoader (8 worker processes whose samples sleep, so that
+it delivers --rate batches/s) is recorded through ``watch()`` once per distinct rank; one of them
+has a worker 1.5x slower than the others. On two shared cores a recorded loader reaches only part
+of the rate it aims at, so each recording's times are stretched to the stated rate (rank 5, the one
+with the slow worker, 3 % slower). Each rank of the job replays one of them over a websocket of its
+own, frame by frame at the times the probe sent them (every 50 ms), with its own run id, ``rank``,
+``world_size`` and the job's ``job`` in run_start. All producers are one
+asyncio process with one real websocket per rank (the server sees 64 producer connections).
+
+For each number of ranks, a fresh server (real uvicorn on 127.0.0.1); without, then with, the page
+(headless chromium) open on rank 0 of the job, which finds the other ranks and opens a websocket
+per rank. Reported: events/s sent, events the server held at the end against those sent, the
+server's CPU (share of one core) and RSS, /api/health latency (p50/p99, polled every 50 ms during
+the run) and, with the page, how far behind it was (max over the run) and its frame rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import pickle
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from pipeline import CHROMIUM_ARGS, Server  # bench/pipeline.py: the same server start and CPU reading
+
+WORKERS = 8
+BATCH = 4
+RECORDINGS = 4  # distinct ranks recorded; the job's ranks replay them in turn
+SLOW_RANK = 5  # the rank that replays the recording with a slow worker
+SLOW_WORKER, SLOW_FACTOR = 3, 1.5
+HEALTH_EVERY = 0.05
+Recording = list[tuple[float, dict[str, Any], int]]  # (seconds after the first frame, frame, events)
+DURATIONS = {"fetch_end": 4, "yield": 3}  # the row position of each kind's duration (events.ROW_FIELDS)
+PAGE_STATS = """() => { const app = window.loaderscope, fm = [...app.perf.frameMs].sort((a, b) => a - b);
+  return {fps: app.perf.frames / ((performance.now() - window._t0) / 1000), p50: fm[fm.length >> 1],
+          p95: fm[Math.floor(fm.length * 0.95)], tracks: app.tracks.length}; }"""
+PAGE_APPLIED = "() => window.loaderscope.tracks.reduce((n, tr) => n + tr.player.length, 0)"
+
+
+# --- recording the probe's frames -------------------------------------------------------------------
+
+def record(out: Path, batches: int, rate: float, slow: bool) -> None:
+    """A real DataLoader watched by the probe; its frames and when each was sent, pickled to ``out``."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+    from loaderscope import watch
+
+    sample_s = WORKERS / (rate * BATCH)  # 8 workers in turn deliver `rate` batches/s
+
+    class Sleepy(Dataset[torch.Tensor]):
+        def __len__(self) -> int:
+            return batches * BATCH
+
+        def __getitem__(self, index: int) -> torch.Tensor:
+            info = get_worker_info()
+            time.sleep(sample_s * (SLOW_FACTOR if slow and info is not None and info.id == SLOW_WORKER else 1))
+            return torch.zeros(16)
+
+    class Frames:
+        """A probe sink that keeps the encoded frames as the probe hands them to its transport."""
+        takes_frames = True
+
+        def __init__(self) -> None:
+            self.frames: list[tuple[float, bytes, int]] = []
+
+        def __call__(self, events: Any) -> None:
+            raise AssertionError("the probe sends frames to a sink that takes them")
+
+        def frame(self, data: bytes, count: int) -> None:
+            self.frames.append((time.monotonic(), data, count))
+
+        def close(self) -> None:
+            pass
+
+    sink = Frames()
+    loader = watch(DataLoader(Sleepy(), batch_size=BATCH, num_workers=WORKERS), sink=sink)
+    for _ in loader:
+        pass
+    loader.close()
+    t0 = sink.frames[0][0]
+    out.write_bytes(pickle.dumps([(at - t0, orjson.loads(data), count) for at, data, count in sink.frames]))
+
+
+def recordings(batches: int, rate: float) -> list[Recording]:
+    """RECORDINGS real runs, recorded at once (their workers mostly sleep); the last has a slow worker."""
+    directory = Path(tempfile.mkdtemp(prefix="loaderscope-job-"))
+    outs = [directory / f"rank{k}.pickle" for k in range(RECORDINGS)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [subprocess.Popen([sys.executable, __file__, "--record", str(out), "--batches", str(batches),
+                               "--rate", str(rate), *(["--slow"] if k == RECORDINGS - 1 else [])], env=env)
+             for k, out in enumerate(outs)]
+    for proc in procs:
+        if proc.wait() != 0:
+            raise RuntimeError(f"recording failed: {proc.args!r}")
+    return [pickle.loads(out.read_bytes()) for out in outs]
+
+
+# --- the producers: one asyncio process, a websocket per rank ---------------------------------------
+
+
+
+def warp(recording: Recording, rate: float) -> Recording:
+    """The recording slowed or sped up to deliver ``rate`` batches/s: every time in it, the send
+    times and the fetch and wait durations stretched alike. On two shared cores the recorded loaders
+    reach 50-90 % of the rate they aim at, each a different share; stretched, every rank runs at the
+    stated rate with its own recorded jitter, as the ranks of a job do (they step together)."""
+    factor = delivered(recording) / rate
+    out = []
+    for at, frame, count in recording:
+        t0, rows = frame["t0"], []
+        for row in frame["rows"]:
+            row = [row[0], t0 + (row[1] - t0) * factor, *row[2:]]
+            if row[0] in DURATIONS:
+                row[DURATIONS[row[0]]] *= factor
+            rows.append(row)
+        out.append((at * factor, {**frame, "rows": rows}, count))
+    return out
+
+
+def delivered(recording: Recording) -> float:
+    """Batches/s the recorded loader delivered, from its first yield to its last."""
+    times = [row[1] for _, frame, _ in recording for row in frame["rows"] if row[0] == "yield"]
+    return float((len(times) - 1) / (times[-1] - times[0]))
+
+
+def first_yield(recording: Recording) -> float:
+    """Run time of the first batch handed out (the run's t, from the probe's t0)."""
+    return float(next(row[1] - frame["t0"] for _, frame, _ in recording for row in frame["rows"] if row[0] == "yield"))
+
+
+def rank_frames(recording: Recording, run: str, rank: int, ranks: int, job: str,
+                wall_start: float) -> list[tuple[float, bytes, int]]:
+    """The recording as rank ``rank`` of ``job`` sends it: its run id, rank and the job in run_start."""
+    out = []
+    for at, frame, count in recording:
+        rows = frame["rows"]
+        if rows and rows[0][0] == "run_start":
+            fields = {**rows[0][2], "job": job, "rank": rank, "world_size": ranks, "wall_start": wall_start,
+                      "pid": 10_000 + rank, "name": "train.py"}
+            rows = [[rows[0][0], rows[0][1], fields], *rows[1:]]
+        out.append((at, orjson.dumps({**frame, "run": run, "rank": rank, "rows": rows}), count))
+    return out
+
+
+def rank_recording(recs: list[Recording], rank: int, rate: float) -> Recording:
+    """What rank ``rank`` replays: the recording with the slow worker for SLOW_RANK (3 % slower), the
+    others in turn, each stretched to the rate give or take 0.2 % (ranks that replay one recording
+    would otherwise tie at every step)."""
+    jitter = 1 + 0.004 * (random.Random(rank).random() - 0.5)
+    if rank == SLOW_RANK:
+        return warp(recs[-1], rate * 0.97 * jitter)
+    return warp(recs[rank % (len(recs) - 1)], rate * jitter)
+
+
+async def produce(url: str, token: str, recs: list[Recording], rate: float, ranks: int, job: str, runs: Any,
+                  go: Any, sent: Any) -> None:
+    from websockets.asyncio.client import connect
+
+    headers = {"Authorization": f"Bearer {token}"}
+    sockets = [await connect(f"{url.replace('http', 'ws')}/ws/ingest", additional_headers=headers,
+                             compression=None, max_size=None) for _ in range(ranks)]
+    ids = [orjson.loads(await ws.recv())["run"] for ws in sockets]
+    # each rank's wall_start puts its first batch at the same instant, as ranks that start together
+    mine = [rank_recording(recs, r, rate) for r in range(ranks)]
+    wall = time.time() + max(first_yield(rec) for rec in mine)
+    frames = [rank_frames(mine[r], ids[r], r, ranks, job, wall - first_yield(mine[r])) for r in range(ranks)]
+    runs.send(ids)
+    await asyncio.get_running_loop().run_in_executor(None, go.wait)
+    start = time.perf_counter()
+
+    async def one(r: int) -> None:
+        phase = 0.05 * r / ranks  # the ranks' probes flush at their own moments
+        for at, data, count in frames[r]:
+            await asyncio.sleep(max(0.0, start + phase + at - time.perf_counter()))
+            await sockets[r].send(data)
+            with sent.get_lock():
+                sent.value += count
+
+    await asyncio.gather(*(one(r) for r in range(ranks)))
+    runs.send(time.perf_counter() - start)
+    for ws in sockets:
+        await ws.close()
+
+
+def producer_main(url: str, token: str, recs: list[Recording], rate: float, ranks: int, job: str, runs: Any,
+                  go: Any, sent: Any) -> None:
+    asyncio.run(produce(url, token, recs, rate, ranks, job, runs, go, sent))
+
+
+# --- measuring one job ------------------------------------------------------------------------------
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak) of a process, in KiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {name: int(fields[name].split()[0]) for name in ("VmRSS", "VmHWM")}
+
+
+def poll_health(server: Server, stop: threading.Event, latencies: list[float]) -> None:
+    while not stop.wait(HEALTH_EVERY):
+        start = time.perf_counter()
+        server.http.get("/api/health").raise_for_status()
+        latencies.append(time.perf_counter() - start)
+
+
+def held(server: Server, ids: list[str]) -> tuple[int, int]:
+    """Events the server holds for these runs, and those their producers' seq showed as dropped."""
+    runs = [r for r in server.http.get("/api/runs").json() if r["id"] in set(ids)]
+    return sum(r["events"] for r in runs), sum(r["dropped"] for r in runs)
+
+
+def run_job(recs: list[Recording], rate: float, ranks: int, page: Any | None, shot: Path | None) -> dict[str, Any]:
+    """One job into a fresh server; with ``page``, a browser tab open on it the whole time."""
+    server = Server()
+    ctx = multiprocessing.get_context("spawn")  # the producer starts clean: no browser threads forked
+    runs_rx, runs_tx = ctx.Pipe(duplex=False)
+    go, sent = ctx.Event(), ctx.Value("q", 0)
+    producer = ctx.Process(target=producer_main, args=(server.url, server.token, recs, rate, ranks,
+                                                       f"job-{uuid.uuid4().hex[:6]}", runs_tx, go, sent))
+    try:
+        producer.start()
+        ids = runs_rx.recv()
+        if page is not None:
+            open_page(page, server, ids[0])
+        stop, latencies = threading.Event(), list[float]()
+        pinger = threading.Thread(target=poll_health, args=(server, stop, latencies))
+        cpu0, wall0 = server.cpu_seconds(), time.perf_counter()
+        go.set()
+        pinger.start()
+        lags, found = watch_page(page, sent, runs_rx, ranks) if page is not None else ([], None)
+        send_seconds = runs_rx.recv()
+        cpu, wall = server.cpu_seconds() - cpu0, time.perf_counter() - wall0
+        stop.set()
+        pinger.join()
+        total = sent.value
+        drained = drain(server, ids, total)
+        stats = page_stats(page, server, ids, total, shot) if page is not None else {}
+        mem = memory_kib(server.process.pid)
+        producer.join(30)
+    finally:
+        server.stop()
+    ms = sorted(x * 1000 for x in latencies)
+    return {"ranks": ranks, "page": page is not None, "sent": total, "rate": total / send_seconds,
+            "held": drained["held"], "dropped": drained["dropped"], "drain_s": drained["seconds"],
+            "cpu": cpu / wall, "rss_mib": mem["VmRSS"] / 1024, "hwm_mib": mem["VmHWM"] / 1024,
+            "health_p50": statistics.median(ms), "health_p99": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
+            "lag": max(lags, default=0.0), "lag_end": lags[-1] if lags else 0.0, "found": found, **stats}
+
+
+def drain(server: Server, ids: list[str], total: int, timeout: float = 120) -> dict[str, Any]:
+    """Wait (polling) until the server holds every event sent, or ``timeout``; how long it took."""
+    start = time.perf_counter()
+    while True:
+        count, dropped = held(server, ids)
+        if count >= total or time.perf_counter() - start > timeout:
+            return {"held": count, "dropped": dropped, "seconds": time.perf_counter() - start}
+        time.sleep(0.1)
+
+
+def open_page(page: Any, server: Server, run: str) -> None:
+    page.goto(f"{server.url}/?token={server.token}&run={run}")
+    page.wait_for_function("() => !!window.loaderscope", timeout=30_000)
+    page.evaluate("() => { const p = window.loaderscope.perf; p.frames = 0; p.frameMs.length = 0;"
+                  " window._t0 = performance.now(); }")
+
+
+def watch_page(page: Any, sent: Any, runs_rx: Any, ranks: int) -> tuple[list[float], float | None]:
+    """How far behind the page is, in seconds of the job's stream, every half second until the end,
+    from the moment it has found every rank (it finds them by their run_start); and that moment."""
+    start, found, lags = time.perf_counter(), None, []
+    while not runs_rx.poll(0.5):
+        tracks, applied = page.evaluate(f"() => [window.loaderscope.tracks.length, ({PAGE_APPLIED})()]")
+        elapsed = time.perf_counter() - start
+        if found is None and tracks == ranks:
+            found = elapsed
+        if found is not None:
+            lags.append(max(0, sent.value - applied) / (sent.value / elapsed))
+    return lags, found
+
+
+def page_stats(page: Any, server: Server, ids: list[str], total: int, shot: Path | None) -> dict[str, Any]:
+    stats: dict[str, Any] = page.evaluate(PAGE_STATS)
+    start = time.perf_counter()
+    page.wait_for_function(f"() => ({PAGE_APPLIED})() >= {total}", timeout=120_000, polling=100)
+    stats["catch_up"] = time.perf_counter() - start
+    if shot is not None:
+        page.wait_for_timeout(600)  # the job table refreshes a few times a second
+        page.screenshot(path=str(shot))
+    return stats
+
+
+# --- the report ---------------------------------------------------------------------------------------
+
+def row(r: dict[str, Any]) -> list[str]:
+    found = "not all" if r.get("found") is None else f"{r['found']:.1f} s"
+    page = [found, f"{r['lag']:.2f} / {r['lag_end']:.2f} s", f"{r['fps']:.0f}", f"{r['p50']:.1f} / {r['p95']:.1f} ms", str(r["tracks"])] \
+        if r["page"] else ["–"] * 5
+    return [str(r["ranks"]), "open" if r["page"] else "–", f"{r['rate']:,.0f}",
+            f"{r['held']:,} / {r['sent']:,}" + (f" ({r['dropped']} dropped)" if r["dropped"] else ""),
+            f"{r['drain_s']:.1f} s", f"{r['cpu'] * 100:.0f}%", f"{r['rss_mib']:.0f} / {r['hwm_mib']:.0f} MiB",
+            f"{r['health_p50']:.1f} / {r['health_p99']:.1f} ms", *page]
+
+
+def report(results: list[dict[str, Any]], rate: float, seconds: float, rates: list[float]) -> None:
+    table = Table("ranks", "page", "events/s sent", "held / sent", "drain", "server CPU", "server RSS / peak",
+                  "/api/health p50 / p99", "page found all ranks", "page lag max / end", "page fps", "frame p50 / p95", "page ranks",
+                  title=f"one job, {WORKERS} workers per rank, {seconds:g} s of each rank's loader")
+    for r in results:
+        table.add_row(*row(r))
+    console = Console(width=220)
+    console.print(table)
+    console.print(f"each rank delivers {rate:g} batches/s (rank {SLOW_RANK}, with a slow worker, 3 % less): recorded "
+                  f"loaders that delivered {', '.join(f'{r:.0f}' for r in rates)} batches/s, their times stretched")
+    console.print(f"{os.cpu_count()} CPUs; server, producers (one asyncio process) and chromium share them. "
+                  "drain: from the last frame sent until the server held every event; the page's lag counts from "
+                  "when it had found every rank.")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--ranks", type=int, nargs="*", default=[8, 16, 32, 64])
+    parser.add_argument("--rate", type=float, default=100.0, help="batches/s each rank's loader delivers")
+    parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--no-page", action="store_true", help="only without the page")
+    parser.add_argument("--page-only", action="store_true", help="only with the page")
+    parser.add_argument("--screenshot", type=Path, help="a screenshot of the page on the largest job")
+    parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--batches", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--slow", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.record:
+        record(args.record, args.batches, args.rate, args.slow)
+        return
+    if args.quick:
+        args.ranks, args.seconds, args.no_page = [8, 16], 3.0, True
+    recs = recordings(int(args.rate * args.seconds), args.rate)
+    modes = [False] if args.no_page else [True] if args.page_only else [False, True]
+    results = with_browser(recs, args, modes)
+    report(results, args.rate, args.seconds, [delivered(r) for r in recs])
+
+
+def with_browser(recs: list[Any], args: argparse.Namespace, modes: list[bool]) -> list[dict[str, Any]]:
+    """Each number of ranks without, then with, the page (one chromium for the whole bench)."""
+    results = []
+    if True not in modes:
+        return [run_job(recs, args.rate, n, None, None) for n in args.ranks]
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
+        for n in args.ranks:
+            for with_page in modes:
+                page = browser.new_page(viewport={"width": 1440, "height": 1000}) if with_page else None
+                shot = args.screenshot if with_page and n == max(args.ranks) else None
+                results.append(run_job(recs, args.rate, n, page, shot))
+                if page is not None:
+                    page.close()
+        browser.close()
+    return results
+
+
+if __name__ == "__main__":
+    main()
