@@ -27,6 +27,9 @@ const FIELDS = Object.fromEntries(Object.entries({
 const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH: 128 };
 const INT_MAX = 2 ** 31 - 1;
 
+// The typed columns, in the order toParts() hands them over.
+const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'epoch', 'a', 'b', 'c']);
+
 const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
 const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 
@@ -65,9 +68,44 @@ export class EventTable {
     return this.n;
   }
 
+  /** Room for `capacity` rows without growing (a file's size tells roughly how many will come). */
+  reserve(capacity) {
+    if (capacity > this.kind.length) this.alloc(capacity);
+  }
+
+  /**
+   * The rows as structured-cloneable parts, each column cut to length in its own buffer, so a
+   * Web Worker can hand them over without copying (`postMessage(parts, EventTable.transfers(parts))`).
+   */
+  toParts() {
+    /** @type {Record<string, ArrayBufferView & {buffer: ArrayBuffer}>} */
+    const cols = {};
+    for (const key of COLUMNS) cols[key] = this[key].slice(0, this.n);
+    return { n: this.n, cols, objects: [...this.objects], pool: this.pool.slice(0, this.poolN), run: this.run, rank: this.rank };
+  }
+
+  /** The buffers of `parts` that postMessage can transfer rather than copy. */
+  static transfers(parts) {
+    return [...Object.values(parts.cols).map((c) => c.buffer), parts.pool.buffer];
+  }
+
+  /** A table holding the rows `toParts()` gave (to read with get(); it can grow like any other). */
+  static fromParts(parts) {
+    const table = new EventTable(1);
+    Object.assign(table, parts.cols);
+    table.n = parts.n;
+    table.objects = new Map(parts.objects);
+    table.pool = parts.pool.length ? parts.pool : new Int32Array(16);
+    table.poolN = parts.pool.length;
+    table.run = parts.run;
+    table.rank = parts.rank;
+    table.packed = parts.n - table.objects.size;
+    return table;
+  }
+
   /** Append one (valid) event. */
   push(e) {
-    if (this.n === this.kind.length) this.alloc(this.kind.length * 2);
+    if (this.n === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
     const i = this.n++;
     this.seq[i] = e.seq;
     this.t[i] = e.t;

@@ -3,11 +3,12 @@
 // the file and the line, like backend/loaderscope/trace.py. Feed it bytes as they are read.
 
 import { invalidReason } from './schema.js';
+import { EventTable } from './event-table.js';
 
 export const FORMAT = 'loaderscope-trace';
 export const VERSION = 1;
 export const MAX_LINE_BYTES = 1 << 20;
-export const MAX_TRACE_BYTES = 1 << 30; // a browser tab holds about this much comfortably
+export const MAX_TRACE_BYTES = 2 ** 31; // ~16M events, ~1.5 GB of page memory at ~95 bytes an event
 
 export class TraceError extends Error {}
 
@@ -100,10 +101,7 @@ export class TraceReader {
  * @param {{onHeader:(h:any)=>void, onEvent:(e:any)=>void, onProgress?:(done:number, total:number)=>void, sliceMs?:number}} o
  */
 export async function readTraceFile(file, { onHeader, onEvent, onProgress, sliceMs = 60 }) {
-  const source = file.name || 'the file';
-  if (file.size > MAX_TRACE_BYTES) {
-    throw new TraceError(`${source} is ${(file.size / 2 ** 20).toFixed(0)} MiB, more than the ${MAX_TRACE_BYTES >> 20} MiB a page opens; open it with \`loaderscope serve --open FILE\` or split the run`);
-  }
+  const source = checkSize(file);
   const reader = new TraceReader({ source, onHeader, onEvent });
   const decoder = new TextDecoder();
   const stream = file.stream().getReader();
@@ -125,4 +123,53 @@ export async function readTraceFile(file, { onHeader, onEvent, onProgress, slice
   reader.end();
   onProgress?.(file.size, file.size);
   return { header: reader.header, events: reader.events };
+}
+
+/** The file's name for messages; refuses a file larger than the page holds before reading it. */
+function checkSize(file) {
+  const source = file.name || 'the file';
+  if (file.size > MAX_TRACE_BYTES) {
+    const mib = (n) => (n / 2 ** 20).toFixed(0);
+    throw new TraceError(`${source} is ${mib(file.size)} MiB, more than the ${mib(MAX_TRACE_BYTES)} MiB a page opens; open it with \`loaderscope serve --open FILE\` or split the run`);
+  }
+  return source;
+}
+
+/**
+ * readTraceFile's contract, with the parsing in a Web Worker (trace-worker.js): the page's thread
+ * only rebuilds each event from the worker's columns and hands it to `onEvent`, one batch per task,
+ * so the page stays responsive and the two run in parallel.
+ * @param {Blob & {name?:string}} file
+ * @param {{onHeader:(h:any)=>void, onEvent:(e:any)=>void, onProgress?:(done:number, total:number)=>void}} o
+ */
+export async function readTraceFileInWorker(file, { onHeader, onEvent, onProgress }) {
+  const source = checkSize(file);
+  const worker = new Worker(new URL('./trace-worker.js', import.meta.url), { type: 'module' });
+  try {
+    return await new Promise((resolve, reject) => {
+      let header = null;
+      let events = 0;
+      worker.onmessage = ({ data }) => {
+        try {
+          if (data.type === 'header') onHeader((header = data.header));
+          else if (data.type === 'rows') {
+            const rows = EventTable.fromParts(data.parts);
+            for (let i = 0; i < rows.length; i++) onEvent(rows.get(i));
+            events += rows.length;
+            worker.postMessage('ack');
+            onProgress?.(data.bytes, file.size);
+          } else if (data.type === 'end') {
+            onProgress?.(file.size, file.size);
+            resolve({ header, events });
+          } else reject(data.type === 'error' ? new TraceError(data.message) : new Error(data.message));
+        } catch (err) {
+          reject(err);
+        }
+      };
+      worker.onerror = (ev) => reject(new Error(`the trace reader failed: ${ev.message}`));
+      worker.postMessage({ file, source });
+    });
+  } finally {
+    worker.terminate();
+  }
 }

@@ -3,7 +3,7 @@
 // finished run; the page is handed the tracks once every file is read.
 
 import { Track } from './track.js';
-import { readTraceFile, TraceError } from './trace-file.js';
+import { readTraceFile, readTraceFileInWorker, TraceError } from './trace-file.js';
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
@@ -75,11 +75,14 @@ export class TraceOpener {
     for (const file of files) {
       const tr = new Track({ rank: tracks.length, label: file.name, source: 'file' });
       $('loading-text').textContent = `reading ${file.name}…`;
+      let reserved = false;
       try {
-        await readTraceFile(file, {
+        const read = typeof Worker === 'undefined' ? readTraceFile : readTraceFileInWorker;
+        await read(file, {
           onHeader: (h) => { tr.header = h; },
           onEvent: (e) => tr.ingest(e),
           onProgress: (done) => {
+            if (!reserved && done < file.size) reserved = reserveRows(tr, done, file.size);
             const frac = total ? (before + done) / total : 1;
             $('loading-bar').style.width = `${(frac * 100).toFixed(1)}%`;
             $('loading-text').textContent = `reading ${file.name}: ${tr.player.length.toLocaleString('en')} events`;
@@ -97,6 +100,18 @@ export class TraceOpener {
     }
     return tracks;
   }
+}
+
+/**
+ * Size the track's event table for the whole file from the rows its first bytes held, so that a
+ * long trace is not copied into twice-larger columns as it grows (and does not end up with up to
+ * twice the memory it needs). Returns whether an estimate could be made.
+ */
+function reserveRows(tr, bytesRead, fileBytes) {
+  const rows = tr.player.length;
+  if (!rows || !bytesRead) return false;
+  tr.player.table.reserve(Math.ceil((rows * fileBytes / bytesRead) * 1.03));
+  return true;
 }
 
 /** Ranks from each run_start (files without one, or with a rank taken twice, keep their order). */

@@ -45,3 +45,33 @@ test('rowAfterTime finds the first event after a time', () => {
   const i = table.rowAfterTime(t);
   assert.ok(events[i].t > t && events[i - 1].t <= t);
 });
+
+test('rows handed over as parts (a worker to the page) come back equal, and the table grows on', () => {
+  const events = synthesize({ num_workers: 3, batches: 30, pin_ms: 2 });
+  const odd = { seq: events.length, t: 9, run: 'synth', rank: 0, kind: 'gpu_sync', x: [1, 2] };
+  const source = new EventTable(4);
+  for (const e of [...events, odd]) source.push(e);
+  const parts = source.toParts();
+  const buffers = EventTable.transfers(parts);
+  assert.equal(new Set(buffers).size, buffers.length, 'every column has its own buffer to transfer');
+  const copy = EventTable.fromParts(structuredClone(parts, { transfer: buffers }));
+  assert.equal(copy.length, events.length + 1);
+  for (let i = 0; i < copy.length; i++) assert.deepEqual(strip(copy.get(i)), strip(i < events.length ? events[i] : odd));
+  copy.push({ ...events[5], seq: 1000 });
+  assert.deepEqual(strip(copy.get(copy.length - 1)), strip({ ...events[5], seq: 1000 }));
+  const empty = EventTable.fromParts(new EventTable().toParts());
+  empty.push(events[3]);
+  assert.deepEqual(strip(empty.get(0)), strip(events[3]));
+});
+
+test('reserve makes room once, keeping the rows', () => {
+  const events = synthesize({ num_workers: 2, batches: 5 });
+  const table = new EventTable(4);
+  for (const e of events.slice(0, 3)) table.push(e);
+  table.reserve(1000);
+  assert.equal(table.kind.length, 1000);
+  for (const e of events.slice(3)) table.push(e);
+  for (let i = 0; i < events.length; i++) assert.deepEqual(strip(table.get(i)), strip(events[i]));
+  table.reserve(10);
+  assert.equal(table.kind.length, 1000, 'never shrinks');
+});

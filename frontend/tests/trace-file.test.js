@@ -49,6 +49,6 @@ test('readTraceFile reads a Blob, reports progress, and refuses a huge one befor
   assert.equal(r.events, events.length);
   assert.equal(got.length, events.length);
   assert.equal(progress, blob.size);
-  const huge = { size: 2 ** 31, name: 'huge.jsonl', stream: () => { throw new Error('must not read'); } };
-  await assert.rejects(readTraceFile(/** @type {any} */ (huge), { onHeader: () => {}, onEvent: () => {} }), /huge.jsonl is 2048 MiB, more than the 1024 MiB/);
+  const huge = { size: 3 * 2 ** 30, name: 'huge.jsonl', stream: () => { throw new Error('must not read'); } };
+  await assert.rejects(readTraceFile(/** @type {any} */ (huge), { onHeader: () => {}, onEvent: () => {} }), /huge.jsonl is 3072 MiB, more than the 2048 MiB/);
 });
