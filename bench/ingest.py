@@ -1,7 +1,8 @@
-"""Ingest cost: the server's CPU per event beside the cost of merely parsing the same bytes.
+"""Ingest cost: the server's CPU per event beside the cost of merely parsing the same bytes; and the
+cost of a run's summary (GET /api/runs/{id}) at 1M events.
 
     .venv/bin/python bench/ingest.py             # 5 alternating repeats of ~200,000 events each way
-    .venv/bin/python bench/ingest.py --quick     # a smoke run (one small repeat)
+    .venv/bin/python bench/ingest.py --quick     # a smoke run (one small repeat, a 50,000-event summary)
 
 The frames come from a real run: a 4-worker DataLoader through the probe's own Recorder, whose sink
 keeps the compact frames the probe sends (``events.ROW_FIELDS`` rows, ``BATCH_ROW``...). The same
@@ -10,6 +11,12 @@ alternating order, over a real websocket to a real uvicorn server on 127.0.0.1, 
 them; the server process's CPU (user + system, from /proc) per event is set beside
 ``orjson.loads`` of the same bytes, timed in this process in the same repeat (the parse floor).
 Reports the median of the repeats and their range, and the ratio to the floor.
+
+The summary part feeds a simulated 4-worker run into a run's event log in this process, in frames
+of 1,000, and times what the route computes (``Run.detail()`` and its JSON): after each of the
+last frames (events arriving between calls), then on the finished run, and beside them a summary
+computed from scratch (every fetch sorted again), which is what each call after new events cost
+before the statistics were kept incrementally.
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ from torch.utils.data import Dataset
 
 from loaderscope.events import decode_frame, encode_frame
 from loaderscope.probe.loader import InstrumentedDataLoader
-from pipeline import FRAME, Server  # bench/pipeline.py: the same server under test
+from loaderscope.server.runs import Run
+from loaderscope.server.store import EventLog
+from loaderscope.state import summary
+from pipeline import FRAME, Server, events_for  # bench/pipeline.py: the same server under test
 
 WORKERS = 4
 
@@ -101,6 +111,32 @@ def server_cost(server: Server, frames: list[bytes], events: int) -> float:
     return (server.cpu_seconds() - cpu0) / events * 1e6
 
 
+def summary_costs(total: int) -> dict[str, list[float]]:
+    """µs per call of a run's detail (statistics, diagnosis, JSON) at ``total`` events: while events
+    arrive (a frame between calls, over the last tenth of the run), finished, and from scratch."""
+    events = events_for(total, WORKERS)
+    run = Run(id="bench", scenario=None, mode="sim", params={}, origin="external",
+              log=EventLog("bench", memory_events=FRAME))
+
+    def timed(call: Any) -> float:
+        start = time.perf_counter()
+        call()
+        return (time.perf_counter() - start) * 1e6
+
+    def detail() -> None:
+        orjson.dumps(run.detail(), option=orjson.OPT_NON_STR_KEYS)
+
+    arriving = []
+    for start in range(0, len(events), FRAME):
+        run.log.append(events[start:start + FRAME])
+        if start >= 0.9 * len(events):
+            arriving.append(timed(detail))
+    finished = [timed(detail) for _ in range(20)]
+    scratch = [timed(lambda: summary(run.log.state)) for _ in range(3)]
+    return {"while events arrive (a frame between calls)": arriving, "finished run": finished,
+            "from scratch (every fetch sorted again)": scratch}
+
+
 def interval(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
@@ -110,6 +146,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--batches", type=int, default=40_000, help="batches of the recorded run (5 events each)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--summary-events", type=int, default=1_000_000)
     args = parser.parse_args()
     batches, repeats = (2_000, 1) if args.quick else (args.batches, args.repeats)
     compact = record(batches)
@@ -135,6 +172,11 @@ def main() -> None:
     console.print(table)
     console.print(f"{events:,} events of a real {WORKERS}-worker run per way and repeat; {repeats} repeats, "
                   f"alternating; median (min-max); {os.cpu_count()} CPUs")
+    summary_events = 50_000 if args.quick else args.summary_events
+    table = Table("GET /api/runs/{id}", "µs per call", title=f"a run's summary at {summary_events:,} events")
+    for case, times in summary_costs(summary_events).items():
+        table.add_row(case, interval(times))
+    console.print(table)
 
 
 if __name__ == "__main__":
