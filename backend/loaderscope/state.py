@@ -45,7 +45,7 @@ class WorkerStatus(StrEnum):
     DIED = "died"
 
 
-@dataclass
+@dataclass(slots=True)  # slots: one per batch is made and read on the server's per-event path
 class Task:
     idx: int
     worker: int
@@ -61,7 +61,7 @@ class Task:
     nbytes: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Worker:
     id: int
     pid: int | None = None
@@ -154,9 +154,10 @@ class LoaderState:
     # --- helpers used by handlers ----------------------------------------------------------------
 
     def worker(self, wid: int) -> Worker:
-        if wid not in self.workers:
-            self.workers[wid] = Worker(wid)
-        return self.workers[wid]
+        worker = self.workers.get(wid)
+        if worker is None:
+            worker = self.workers[wid] = Worker(wid)
+        return worker
 
     def task(self, event: Mapping[str, Any]) -> Task | None:
         task = self.tasks.get(event["idx"])
