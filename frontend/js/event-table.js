@@ -30,6 +30,11 @@ const INT_MAX = 2 ** 31 - 1;
 // The typed columns, in the order toParts() hands them over.
 const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'epoch', 'a', 'b', 'c']);
 
+// An event read out with handOver() remembers its table and row: push() into another table then
+// copies the row's columns instead of checking and packing the object again (a worker's batches).
+const SOURCE = Symbol('source table');
+const SOURCE_ROW = Symbol('source row');
+
 const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
 const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 
@@ -109,7 +114,14 @@ export class EventTable {
     const i = this.n++;
     this.seq[i] = e.seq;
     this.t[i] = e.t;
-    if (!this.pack(i, e)) {
+    const source = e[SOURCE];
+    if (source !== undefined && this.copyRow(i, source, e[SOURCE_ROW])) {
+      this.packed += 1;
+    } else if (!this.pack(i, e)) {
+      if (source !== undefined) { // kept whole: it must not hold on to its (large) source table
+        delete e[SOURCE];
+        delete e[SOURCE_ROW];
+      }
       this.kind[i] = OBJECT;
       this.objects.set(i, e);
     } else {
@@ -193,6 +205,29 @@ export class EventTable {
     return true;
   }
 
+  /** Row j of another table into row i: false when the two hold different runs or ranks. */
+  copyRow(i, from, j) {
+    if (this.run === undefined) { this.run = from.run; this.rank = from.rank; }
+    if (from.run !== this.run || from.rank !== this.rank) return false;
+    const flags = from.flags[j];
+    this.kind[i] = from.kind[j];
+    this.flags[i] = flags;
+    this.idx[i] = from.idx[j];
+    this.worker[i] = from.worker[j];
+    this.epoch[i] = from.epoch[j];
+    this.a[i] = from.a[j];
+    this.b[i] = from.b[j];
+    this.c[i] = from.c[j];
+    if (flags & F.INDICES) {
+      const off = from.b[j], k = from.c[j];
+      this.ensurePool(k);
+      this.pool.set(from.pool.subarray(off, off + k), this.poolN);
+      this.b[i] = this.poolN;
+      this.poolN += k;
+    }
+    return true;
+  }
+
   ensurePool(k) {
     if (this.poolN + k <= this.pool.length) return;
     let cap = this.pool.length * 2;
@@ -250,6 +285,16 @@ export class EventTable {
         break;
       default:
         break;
+    }
+    return e;
+  }
+
+  /** Event i as get() gives it, marked so that pushing it into another table copies the row. */
+  handOver(i) {
+    const e = this.get(i);
+    if (this.kind[i] !== OBJECT) {
+      e[SOURCE] = this;
+      e[SOURCE_ROW] = i;
     }
     return e;
   }

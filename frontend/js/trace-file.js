@@ -10,7 +10,16 @@ export const VERSION = 1;
 export const MAX_LINE_BYTES = 1 << 20;
 export const MAX_TRACE_BYTES = 2 ** 31; // ~16M events, ~1.5 GB of page memory at ~95 bytes an event
 
-export class TraceError extends Error {}
+export class TraceError extends Error {
+  /**
+   * @param {string} message
+   * @param {{line:number, detail:string}|null} [at] the damaged line (counted from the piece's start) and what is wrong with it
+   */
+  constructor(message, at = null) {
+    super(message);
+    this.at = at;
+  }
+}
 
 /** Check a trace's first line; returns the header. */
 export function checkHeader(line, source) {
@@ -35,9 +44,13 @@ export function checkHeader(line, source) {
  * been delivered: a truncated recording still shows what it holds).
  */
 export class TraceReader {
-  /** @param {{source:string, onHeader:(h:any)=>void, onEvent:(e:any)=>void}} o */
-  constructor({ source, onHeader, onEvent }) {
+  /**
+   * @param {{source:string, onHeader:(h:any)=>void, onEvent:(e:any)=>void, header?:boolean}} o
+   * `header: false` reads a later piece of a file (from a line start on): every line is an event.
+   */
+  constructor({ source, onHeader, onEvent, header = true }) {
     this.source = source;
+    this.withHeader = header;
     this.onHeader = onHeader;
     this.onEvent = onEvent;
     this.carry = '';
@@ -49,7 +62,7 @@ export class TraceReader {
   /** @param {string} text the next piece of the file, decoded */
   push(text) {
     let chunk = this.carry + text;
-    if (this.line === 0) {
+    if (this.line === 0 && this.withHeader) {
       const first = chunk.trimStart();
       if (first && first[0] !== '{' && first[0] !== '[') throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not JSON`);
       if (chunk.length > MAX_LINE_BYTES && chunk.indexOf('\n') < 0) throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not a header`);
@@ -62,21 +75,21 @@ export class TraceReader {
       pos = end + 1;
     }
     this.carry = chunk.slice(pos);
-    if (this.carry.length > MAX_LINE_BYTES) throw new TraceError(`${this.source}, line ${this.line + 1}: longer than ${MAX_LINE_BYTES} bytes`);
+    if (this.carry.length > MAX_LINE_BYTES) throw this.damaged(this.line + 1, `longer than ${MAX_LINE_BYTES} bytes`);
   }
 
   /** The file ended. */
   end() {
     if (this.carry.trim()) this.take(this.carry, 0, this.carry.length);
     this.carry = '';
-    if (this.line === 0) throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
+    if (this.line === 0 && this.withHeader) throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
   }
 
   take(text, start, end) {
     this.line += 1;
-    if (end - start > MAX_LINE_BYTES) throw new TraceError(`${this.source}, line ${this.line}: longer than ${MAX_LINE_BYTES} bytes`);
+    if (end - start > MAX_LINE_BYTES) throw this.damaged(this.line, `longer than ${MAX_LINE_BYTES} bytes`);
     const line = text.slice(start, end);
-    if (this.line === 1) {
+    if (this.line === 1 && this.withHeader) {
       this.header = checkHeader(line, this.source);
       this.onHeader(this.header);
       return;
@@ -86,12 +99,16 @@ export class TraceReader {
     try {
       e = JSON.parse(line);
     } catch {
-      throw new TraceError(`${this.source}, line ${this.line}: not valid JSON (a truncated or edited file?)`);
+      throw this.damaged(this.line, 'not valid JSON (a truncated or edited file?)');
     }
     const bad = invalidReason(e);
-    if (bad !== null) throw new TraceError(`${this.source}, line ${this.line}: ${bad}`);
+    if (bad !== null) throw this.damaged(this.line, bad);
     this.events += 1;
     this.onEvent(e);
+  }
+
+  damaged(line, detail) {
+    return new TraceError(`${this.source}, line ${line}: ${detail}`, { line, detail });
   }
 }
 
@@ -135,41 +152,96 @@ function checkSize(file) {
   return source;
 }
 
+// A long file is cut at line starts into segments of about this many bytes, parsed by a small
+// pool of workers (segment k by worker k mod N) and applied in file order.
+const SEGMENT_BYTES = 16 << 20;
+const APPLY_SLICE_MS = 50; // the page's thread applies batches for at most this long per task
+
 /**
- * readTraceFile's contract, with the parsing in a Web Worker (trace-worker.js): the page's thread
- * only rebuilds each event from the worker's columns and hands it to `onEvent`, one batch per task,
- * so the page stays responsive and the two run in parallel.
- * @param {Blob & {name?:string}} file
- * @param {{onHeader:(h:any)=>void, onEvent:(e:any)=>void, onProgress?:(done:number, total:number)=>void}} o
+ * Offsets that cut `file` into segments of about `step` bytes, each starting at a line start (a
+ * cut is skipped where no line ends within 64 KiB of it). First 0, last file.size.
+ * @param {Blob} file
  */
-export async function readTraceFileInWorker(file, { onHeader, onEvent, onProgress }) {
+export async function lineStarts(file, step = SEGMENT_BYTES) {
+  const cuts = [0];
+  for (let pos = step; pos < file.size; pos += step) {
+    const near = new Uint8Array(await file.slice(pos, Math.min(file.size, pos + 65536)).arrayBuffer());
+    const cut = pos + near.indexOf(10) + 1; // a newline byte never occurs inside a UTF-8 character
+    if (cut > pos && cut < file.size) cuts.push(cut);
+  }
+  cuts.push(file.size);
+  return cuts;
+}
+
+/**
+ * readTraceFile's contract, with the parsing in Web Workers (trace-worker.js): they decode, parse
+ * and check segments of the file side by side and hand over EventTable columns; the page's thread
+ * only rebuilds each event and gives it to `onEvent`, in file order, a slice at a time, so the page
+ * stays responsive. A damaged line stops the read there, as in readTraceFile.
+ * @param {Blob & {name?:string}} file
+ * @param {{onHeader:(h:any)=>void, onEvent:(e:any)=>void, onProgress?:(done:number, total:number)=>void, workers?:number, segmentBytes?:number}} o
+ */
+export async function readTraceFileInWorkers(file, { onHeader, onEvent, onProgress, workers = 2, segmentBytes = SEGMENT_BYTES }) {
   const source = checkSize(file);
-  const worker = new Worker(new URL('./trace-worker.js', import.meta.url), { type: 'module' });
+  const cuts = await lineStarts(file, segmentBytes);
+  const segments = cuts.slice(0, -1).map((start, k) => ({ start, end: cuts[k + 1], queue: [], last: null }));
+  const pool = Array.from({ length: Math.min(workers, segments.length) },
+    () => new Worker(new URL('./trace-worker.js', import.meta.url), { type: 'module' }));
   try {
     return await new Promise((resolve, reject) => {
-      let header = null;
+      let current = 0; // the segment being applied
+      let lines = 0; // lines of the segments before it
       let events = 0;
-      worker.onmessage = ({ data }) => {
-        try {
-          if (data.type === 'header') onHeader((header = data.header));
-          else if (data.type === 'rows') {
-            const rows = EventTable.fromParts(data.parts);
-            for (let i = 0; i < rows.length; i++) onEvent(rows.get(i));
+      let header = null;
+      let scheduled = false;
+      // Apply what has come, in file order, for at most APPLY_SLICE_MS; then let the page breathe.
+      const apply = () => {
+        scheduled = false;
+        const t0 = performance.now();
+        while (current < segments.length) {
+          const seg = segments[current];
+          if (seg.queue.length) {
+            const { parts, bytes, worker } = seg.queue.shift();
+            const rows = EventTable.fromParts(parts);
+            for (let i = 0; i < rows.length; i++) onEvent(rows.handOver(i));
             events += rows.length;
             worker.postMessage('ack');
-            onProgress?.(data.bytes, file.size);
-          } else if (data.type === 'end') {
-            onProgress?.(file.size, file.size);
-            resolve({ header, events });
-          } else reject(data.type === 'error' ? new TraceError(data.message) : new Error(data.message));
-        } catch (err) {
-          reject(err);
+            onProgress?.(seg.start + bytes, file.size);
+            if (performance.now() - t0 > APPLY_SLICE_MS) { later(); return; }
+            continue;
+          }
+          if (seg.last === null) return; // wait for its worker
+          if (seg.last.type !== 'done') { reject(failure(seg.last, lines, source)); return; }
+          lines += seg.last.lines;
+          current += 1;
         }
+        onProgress?.(file.size, file.size);
+        resolve({ header, events });
       };
-      worker.onerror = (ev) => reject(new Error(`the trace reader failed: ${ev.message}`));
-      worker.postMessage({ file, source });
+      const step = () => {
+        try { apply(); } catch (err) { reject(err); }
+      };
+      const later = () => { if (!scheduled) { scheduled = true; setTimeout(step, 0); } };
+      pool.forEach((worker) => {
+        worker.onmessage = ({ data }) => {
+          if (data.type === 'header') onHeader((header = data.header));
+          else if (data.type === 'rows') segments[data.segment].queue.push({ ...data, worker });
+          else segments[data.segment].last = data;
+          step();
+        };
+        worker.onerror = (ev) => reject(new Error(`the trace reader failed: ${ev.message}`));
+      });
+      segments.forEach(({ start, end }, k) => pool[k % pool.length].postMessage({ blob: file.slice(start, end), segment: k, source, header: k === 0 }));
     });
   } finally {
-    worker.terminate();
+    for (const worker of pool) worker.terminate();
   }
+}
+
+/** The error a worker reported for a segment, its line counted from the file's start. */
+function failure(last, linesBefore, source) {
+  if (last.type === 'failed') return new Error(last.message);
+  if (!last.at) return new TraceError(last.message);
+  const line = linesBefore + last.at.line;
+  return new TraceError(`${source}, line ${line}: ${last.at.detail}`, { line, detail: last.at.detail });
 }

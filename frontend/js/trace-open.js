@@ -3,7 +3,11 @@
 // finished run; the page is handed the tracks once every file is read.
 
 import { Track } from './track.js';
-import { readTraceFile, readTraceFileInWorker, TraceError } from './trace-file.js';
+import { readTraceFile, readTraceFileInWorkers, TraceError } from './trace-file.js';
+
+// Web Workers that parse a file's segments side by side (`?parsers=N` in the page's address
+// overrides it, for benchmarks): two keep both cores of a small machine busy with the page's thread.
+const PARSERS = Number(new URLSearchParams(globalThis.location?.search).get('parsers')) || 2;
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
@@ -77,8 +81,9 @@ export class TraceOpener {
       $('loading-text').textContent = `reading ${file.name}…`;
       let reserved = false;
       try {
-        const read = typeof Worker === 'undefined' ? readTraceFile : readTraceFileInWorker;
+        const read = typeof Worker === 'undefined' ? readTraceFile : readTraceFileInWorkers;
         await read(file, {
+          workers: PARSERS,
           onHeader: (h) => { tr.header = h; },
           onEvent: (e) => tr.ingest(e),
           onProgress: (done) => {

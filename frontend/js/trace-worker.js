@@ -1,29 +1,32 @@
-// A Web Worker that reads a trace file off the page's main thread: it decodes, parses and checks
-// every line (TraceReader) and packs the events into EventTable columns, which it hands to the
-// page in batches without copying (transferred buffers). The page then only rebuilds and applies
-// each event, so on two cores parsing and applying run side by side. Messages, in order:
-// {type:'header'}, {type:'rows'} (answered with 'ack'), then {type:'end'} or {type:'error'}.
+// A Web Worker that parses segments of a trace file off the page's main thread: it decodes, parses
+// and checks every line (TraceReader) and packs the events into EventTable columns, which it hands
+// to the page in batches without copying (transferred buffers). The page only rebuilds and
+// applies each event, so parsing and applying run side by side. It is sent
+// {blob, segment, source, header} per segment (done in the order sent) and 'ack' per batch the
+// page applied; it answers {type:'header'} (the first segment), {type:'rows'} batches, then
+// {type:'done', lines} or {type:'error', message, at} for each segment.
 
 import { TraceReader, TraceError } from './trace-file.js';
 import { EventTable } from './event-table.js';
 
 const BATCH = 1 << 16; // rows per message: ~3.5 MB of columns, tens of ms to apply
-const AHEAD = 4; // batches sent and not yet applied before the worker waits: bounds what queues up
+const AHEAD = 6; // batches sent and not yet applied before the worker waits: bounds what queues up
 
 let credit = AHEAD;
 /** @type {(() => void) | null} */
 let wake = null;
+let work = Promise.resolve();
 
 self.onmessage = ({ data }) => {
   if (data === 'ack') {
     credit += 1;
     wake?.();
     wake = null;
-  } else read(data.file, data.source);
+  } else work = work.then(() => read(data));
 };
 
-/** @param {Blob} file @param {string} source */
-async function read(file, source) {
+/** @param {{blob: Blob, segment: number, source: string, header: boolean}} job */
+async function read({ blob, segment, source, header }) {
   let rows = new EventTable(BATCH);
   let bytes = 0;
   const send = async () => {
@@ -31,16 +34,17 @@ async function read(file, source) {
     while (credit === 0) await new Promise((r) => { wake = () => r(undefined); });
     credit -= 1;
     const parts = rows.toParts();
-    self.postMessage({ type: 'rows', parts, bytes }, EventTable.transfers(parts));
+    self.postMessage({ type: 'rows', segment, parts, bytes }, EventTable.transfers(parts));
     rows = new EventTable(BATCH);
   };
   const reader = new TraceReader({
     source,
-    onHeader: (header) => self.postMessage({ type: 'header', header }),
+    header,
+    onHeader: (h) => self.postMessage({ type: 'header', header: h }),
     onEvent: (e) => rows.push(e),
   });
   try {
-    const stream = file.stream().getReader();
+    const stream = blob.stream().getReader();
     const decoder = new TextDecoder();
     for (;;) {
       const { value, done } = await stream.read();
@@ -52,10 +56,10 @@ async function read(file, source) {
     reader.push(decoder.decode());
     reader.end();
     await send();
-    self.postMessage({ type: 'end', events: reader.events });
+    self.postMessage({ type: 'done', segment, lines: reader.line });
   } catch (err) {
     await send(); // what came before the damage is shown
     const trace = err instanceof TraceError;
-    self.postMessage({ type: trace ? 'error' : 'failed', message: trace ? err.message : String(err?.stack ?? err) });
+    self.postMessage({ type: trace ? 'error' : 'failed', segment, message: trace ? err.message : String(err?.stack ?? err), at: trace ? err.at : null });
   }
 }

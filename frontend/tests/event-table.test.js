@@ -75,3 +75,20 @@ test('reserve makes room once, keeping the rows', () => {
   table.reserve(10);
   assert.equal(table.kind.length, 1000, 'never shrinks');
 });
+
+test('an event handed over from another table is copied row for row, indices and all', () => {
+  const events = synthesize({ num_workers: 2, batches: 20, pin_ms: 1 });
+  const source = new EventTable();
+  for (const e of events) source.push(e);
+  const target = new EventTable(2);
+  for (let i = 0; i < source.length; i++) target.push(source.handOver(i));
+  assert.equal(target.packed, source.packed);
+  for (let i = 0; i < events.length; i++) assert.deepEqual(strip(target.get(i)), strip(events[i]));
+  const dispatch = events.findIndex((e) => e.kind === 'dispatch' && e.indices);
+  assert.deepEqual(target.indicesOf(dispatch), events[dispatch].indices);
+  const other = new EventTable();
+  other.push({ ...events[dispatch], run: 'another' });
+  other.push(source.handOver(dispatch)); // a second run in one table: kept whole, as push() keeps it
+  assert.deepEqual(strip(other.get(1)), strip(events[dispatch]));
+  assert.equal(other.packed, 1);
+});

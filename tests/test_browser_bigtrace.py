@@ -1,0 +1,92 @@
+"""Big trace files in the page: parsed by Web Workers in segments, applied in file order.
+
+The default run checks, in Debian's chromium, that the workers' path gives the page exactly the
+events the single-thread reader gives (every field of every event, in order) and stops at the
+same damaged line with the same message, the line counted from the file's start across segments.
+
+The perf-marked test opens a cached simulated trace of 1M events (``LOADERSCOPE_BIGTRACE_EVENTS``
+picks other sizes, e.g. ``1000000,10000000``) through the page's file input and prints the open
+time, pan/zoom frame rate and heap; ``bench/bigtrace.py`` is the same as a script::
+
+    .venv/bin/python -m pytest -m perf tests/test_browser_bigtrace.py -s
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+# Reads `text` as a file both ways and returns what each gave (events, or the error and the count before it).
+BOTH_WAYS = """async ({ text, segmentBytes }) => {
+  const { readTraceFile, readTraceFileInWorkers } = await import('/js/trace-file.js');
+  const file = new File([text], 'small.trace.jsonl');
+  const run = async (read, options) => {
+    const events = [];
+    let header = null, error = null;
+    try {
+      await read(file, { onHeader: (h) => { header = h; }, onEvent: (e) => events.push(JSON.stringify(e)), ...options });
+    } catch (err) { error = err.message; }
+    return { header, events, error };
+  };
+  return { main: await run(readTraceFile, { sliceMs: 1e9 }), workers: await run(readTraceFileInWorkers, { workers: 3, segmentBytes }) };
+}"""
+
+
+def small_trace(tmp_path: Path) -> str:
+    from bigtrace import write_simulated
+
+    path = tmp_path / "small.trace.jsonl"
+    write_simulated(path, 30_000)
+    return path.read_text()
+
+
+def read_both_ways(page: Any, server: Any, text: str, segment_bytes: int) -> dict[str, Any]:
+    page.goto(server.page_url)
+    page.wait_for_function("() => window.loaderscope")
+    return page.evaluate(BOTH_WAYS, {"text": text, "segmentBytes": segment_bytes})
+
+
+def test_workers_give_the_page_the_same_events_in_order(page: Page, server: Any, tmp_path: Path) -> None:
+    text = small_trace(tmp_path)
+    got = read_both_ways(page.page, server, text, segment_bytes=200_000)  # ~19 segments over 3 workers
+    main, workers = got["main"], got["workers"]
+    assert main["error"] is None and workers["error"] is None, (main["error"], workers["error"])
+    assert len(main["events"]) == len(text.splitlines()) - 1
+    assert workers["header"] == main["header"]
+    assert workers["events"] == main["events"]
+
+
+def test_a_damaged_line_in_a_later_segment_stops_there_with_its_file_line(page: Page, server: Any,
+                                                                          tmp_path: Path) -> None:
+    lines = small_trace(tmp_path).splitlines()
+    bad = 23_456  # 1-based line number in the file: well inside a later segment
+    lines[bad - 1] = lines[bad - 1][:40]
+    got = read_both_ways(page.page, server, "\n".join(lines) + "\n", segment_bytes=200_000)
+    main, workers = got["main"], got["workers"]
+    assert main["error"] == f"small.trace.jsonl, line {bad}: not valid JSON (a truncated or edited file?)"
+    assert workers["error"] == main["error"]
+    assert workers["events"] == main["events"] and len(main["events"]) == bad - 2
+
+
+@pytest.mark.perf
+@pytest.mark.slow
+def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any) -> None:  # noqa: F811
+    from bigtrace import open_trace, trace_path
+
+    sizes = [int(n) for n in os.environ.get("LOADERSCOPE_BIGTRACE_EVENTS", "1000000").split(",")]
+    for n in sizes:
+        r = open_trace(browser, server.page_url, trace_path(n))
+        print(f"\nbig trace {n}: " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}))
+        assert r["events"] >= 0.97 * n
+        assert r["fps"] >= 30, "pan and zoom at 30 frames a second or more"
