@@ -10,6 +10,7 @@ events from memory and still answer for them.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,14 +42,15 @@ class TraceSpill:
 
     def write_many(self, lines: list[bytes]) -> None:
         """Append the next events (already encoded; the first one's seq == self.count)."""
-        pos, count = self._pos, self.count
-        for line in lines:
-            if count % INDEX_EVERY == 0:
-                self._offsets.append(pos)
-            pos += len(line) + 1
-            count += 1
-        self._file.write(b"\n".join(lines) + b"\n" if lines else b"")
-        self._pos, self.count = pos, count
+        if not lines:
+            return
+        # line i starts at self._pos + before[i] + i (the lengths of the lines before it, and their newlines)
+        before = list(itertools.accumulate(map(len, lines), initial=0))
+        first = -self.count % INDEX_EVERY  # the first line whose seq is a multiple of INDEX_EVERY
+        self._offsets.extend(self._pos + before[i] + i for i in range(first, len(lines), INDEX_EVERY))
+        self._file.write(b"\n".join(lines) + b"\n")
+        self._pos += before[-1] + len(lines)
+        self.count += len(lines)
 
     def flush(self) -> None:
         if not self.closed:
