@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 import orjson
+import psutil
 from rich.console import Console
 from rich.table import Table
 from websockets.sync.client import ClientConnection, connect
@@ -71,13 +72,17 @@ def frames_of(events: list[dict[str, Any]], encode: Any = encode_frame) -> list[
 
 
 class Server:
-    def __init__(self) -> None:
-        self.token = secrets.token_urlsafe(24)
+    """``loaderscope serve`` in a child process; ``root``: a checkout to run the server and page of
+    instead of this one (A/B runs); ``token``: shared by servers one browser talks to (one cookie)."""
+
+    def __init__(self, root: Path | None = None, token: str | None = None) -> None:
+        self.token = token or secrets.token_urlsafe(24)
+        path = {"PYTHONPATH": str(root / "backend")} if root else {}
         self.log = Path(tempfile.mkdtemp(prefix="loaderscope-bench-")) / "server.log"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser"],
-                env={**os.environ, "LOADERSCOPE_TOKEN": self.token}, stdout=out, stderr=subprocess.STDOUT)
+                env={**os.environ, **path, "LOADERSCOPE_TOKEN": self.token}, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not (match := re.search(r"(http://[\d.]+:\d+)/", self.log.read_text())):
             if time.monotonic() > deadline:
@@ -163,7 +168,33 @@ PAGE_SETUP = """() => { const app = window.loaderscope, p = app.perf, s = app.st
   window._t0 = performance.now(); window._m0 = s.messages; window._c0 = s.chars; window._r0 = s.lastSeq + 1; window._s0 = s.resyncs; window._drawn = app.eventCount;
   if (!window._hooked) { window._hooked = true; app.scheduler.onFrame(() => { window._drawn = app.eventCount; }); } }"""
 PAGE_COUNTS = "() => [window.loaderscope.stream.lastSeq + 1, window.loaderscope.eventCount, window._drawn]"
-STAGES = ("ingest", "deliver", "apply", "draw")  # producer -> server -> page socket -> player -> frame
+STAGES = ("ingest", "deliver", "apply", "draw")
+ROLES = ("server", "bench", "renderer", "gpu", "browser")  # where the machine's CPU goes in a live run
+
+
+def role(process: psutil.Process, server: Server) -> str:
+    """Which part of the live path a process of this bench is: the server, the bench itself (the
+    producer and Playwright's client), chromium's renderer (the page), its GPU process (software
+    compositing) or the rest of the browser (with Playwright's driver)."""
+    if process.pid == server.process.pid:
+        return "server"
+    if process.pid == os.getpid():
+        return "bench"
+    command = " ".join(process.cmdline())
+    return "renderer" if "--type=renderer" in command else "gpu" if "--type=gpu-process" in command else "browser"
+
+
+def cpu_by_role(server: Server) -> Counter[str]:
+    """CPU seconds so far of this process and its children, by ``role``."""
+    seconds: Counter[str] = Counter()
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            seconds[role(process, server)] += times.user + times.system
+        except psutil.Error:  # gone meanwhile
+            continue
+    return seconds  # producer -> server -> page socket -> player -> frame
 
 
 def lag_stages(points: list[int], rate: float) -> dict[str, float]:
@@ -182,14 +213,14 @@ def live(server: Server, page: Any, frames: list[bytes], rate: float, seconds: f
     reported with its split at that moment, and the mean of each stage."""
     with server.producer() as ws:
         run = orjson.loads(ws.recv())["run"]
-        page.goto(f"{server.url}/?run={run}")
+        page.goto(f"{server.url}/?token={server.token}&run={run}")  # each server's own cookie
         page.wait_for_function("() => !!(window.loaderscope && window.loaderscope.stream)", timeout=30_000)
         page.evaluate(PAGE_SETUP)
         sent = frames[: int(rate * seconds / FRAME)]
         progress = [0]
         sender = threading.Thread(target=server.send, args=(ws, sent, rate, progress))
         profiler = Profiler(page) if profile else None
-        cpu0 = server.cpu_seconds()
+        cpu0, roles0, start = server.cpu_seconds(), cpu_by_role(server), time.perf_counter()
         sender.start()
         samples = []
         while sender.is_alive():
@@ -199,13 +230,17 @@ def live(server: Server, page: Any, frames: list[bytes], rate: float, seconds: f
             samples.append(lag_stages([count, held, *page.evaluate(PAGE_COUNTS)], rate))
         sender.join()
         cpu = server.cpu_seconds() - cpu0
+        roles = cpu_by_role(server)
+        roles.subtract(roles0)
+        elapsed = time.perf_counter() - start
         hot = profiler.stop() if profiler else []
     stats: dict[str, Any] = page.evaluate(FRAME_STATS)
     worst = max(samples, key=lambda s: sum(s.values()), default=dict.fromkeys(STAGES, 0.0))
     mean = {stage: statistics.fmean(s[stage] for s in samples) for stage in STAGES} if samples else worst
     return {"lag": sum(worst.values()), "worst": worst, "mean": mean, "cpu_us": cpu / (len(sent) * FRAME) * 1e6,
             "events_per_message": stats["received"] / max(1, stats["messages"]),
-            "bytes_per_message": stats["chars"] / max(1, stats["messages"]), "hot": hot} | stats
+            "bytes_per_message": stats["chars"] / max(1, stats["messages"]), "hot": hot,
+            "cores": {name: roles[name] / elapsed for name in ROLES}} | stats
 
 
 class Profiler:
@@ -260,15 +295,20 @@ def load_rate(page: Any, server: Server, run: str, total: int) -> float:
     return total / (time.perf_counter() - start)
 
 
-def growth_runs(page: Any, server: Server, growth: list[tuple[int, int]], seconds: float, repeat: int,
-                profile: bool) -> list[list[dict[str, Any]]]:
-    """``repeat`` live runs of each (workers, rate), taken in turn so that load from elsewhere on
-    the machine falls on all of them alike."""
+Row = tuple[str, int, int]  # (which server's tree, workers, live events/s)
+
+
+def growth_runs(page: Any, servers: dict[str, Server], growth: list[tuple[int, int]], seconds: float,
+                repeat: int, profile: bool) -> dict[Row, list[dict[str, Any]]]:
+    """``repeat`` live runs of each (workers, rate) on each server, taken in turn so that load from
+    elsewhere on the machine falls on all of them alike."""
     frames = {(workers, rate): frames_of(events_for(int(rate * seconds), workers)) for workers, rate in growth}
-    results: list[list[dict[str, Any]]] = [[] for _ in growth]
+    results: dict[Row, list[dict[str, Any]]] = {}
     for _ in range(repeat):
-        for i, (workers, rate) in enumerate(growth):
-            results[i].append(live(server, page, frames[workers, rate], rate, seconds, profile))
+        for workers, rate in growth:
+            for tree, server in servers.items():
+                run = live(server, page, frames[workers, rate], rate, seconds, profile)
+                results.setdefault((tree, workers, rate), []).append(run)
     return results
 
 
@@ -278,31 +318,35 @@ def spread(values: list[float], fmt: str) -> str:
     return middle if len(values) < 2 else f"{middle} [{min(values):{fmt}}–{max(values):{fmt}}]"
 
 
-def growth_tables(growth: list[tuple[int, int]], results: list[list[dict[str, Any]]]) -> list[Table]:
-    costs = Table("workers", "live events/s", "server CPU per event", "page max lag", "page fps",
+def growth_tables(results: dict[Row, list[dict[str, Any]]]) -> list[Table]:
+    costs = Table("tree", "workers", "live events/s", "server CPU per event", "page CPU per event", "page max lag", "page fps",
                   "page frame p50 / p95", "events / bytes per message", "resyncs",
                   title="cost growth: live runs with the page open (median [range] of the runs)")
-    where = Table("workers", "live events/s", *(f"{stage} (mean / at max)" for stage in STAGES),
-                  "frame: apply / pipeline / timeline / panels ms",
+    where = Table("tree", "workers", "live events/s", *(f"{stage} (mean / at max)" for stage in STAGES),
+                  "frame: apply / pipeline / timeline / panels ms", "cores: " + " / ".join(ROLES),
                   title="where the lag is: seconds of stream between producer, server, page socket, player, frame")
-    for (workers, rate), runs in zip(growth, results):
+    for (tree, workers, rate), runs in results.items():
         cpu = [r["cpu_us"] for r in runs]
-        costs.add_row(str(workers), f"{rate:,}", f"{spread(cpu, '.1f')} µs ({statistics.median(cpu) * rate / 1e4:.0f}% of a core)",
+        page_us = [(r["cores"]["renderer"] + r["cores"]["gpu"]) / rate * 1e6 for r in runs]
+        costs.add_row(tree, str(workers), f"{rate:,}", f"{spread(cpu, '.1f')} µs ({statistics.median(cpu) * rate / 1e4:.0f}% of a core)",
+                      f"{spread(page_us, '.1f')} µs",
                       spread([r["lag"] for r in runs], ".2f") + " s", spread([r["fps"] for r in runs], ".0f"),
                       f"{statistics.median(r['p50'] for r in runs):.1f} / {statistics.median(r['p95'] for r in runs):.1f} ms",
                       f"{statistics.median(r['events_per_message'] for r in runs):.0f} / "
                       f"{statistics.median(r['bytes_per_message'] for r in runs) / 1024:.0f} KiB",
                       spread([r["resyncs"] for r in runs], ".0f"))
         split = " / ".join(f"{statistics.median(r['split'][k] for r in runs):.1f}" for k in ("apply", "pipeline", "timeline", "panels"))
-        where.add_row(str(workers), f"{rate:,}", *(f"{statistics.median(r['mean'][s] for r in runs):.2f} / "
-                                                  f"{statistics.median(r['worst'][s] for r in runs):.2f}" for s in STAGES), split)
+        where.add_row(tree, str(workers), f"{rate:,}", *(f"{statistics.median(r['mean'][s] for r in runs):.2f} / "
+                                                  f"{statistics.median(r['worst'][s] for r in runs):.2f}" for s in STAGES), split,
+                      " / ".join(f"{statistics.median(r['cores'][name] for r in runs):.2f}" for name in ROLES))
     return [costs, where]
 
 
-def profile_tables(growth: list[tuple[int, int]], results: list[list[dict[str, Any]]]) -> list[Table]:
+def profile_tables(results: dict[Row, list[dict[str, Any]]]) -> list[Table]:
     tables = []
-    for (workers, rate), runs in zip(growth, results):
-        table = Table("function", "self", "inclusive", title=f"page CPU profile, {workers} workers at {rate:,}/s (share of samples)")
+    for (tree, workers, rate), runs in results.items():
+        table = Table("function", "self", "inclusive",
+                      title=f"page CPU profile, {tree}: {workers} workers at {rate:,}/s (share of the first run's samples)")
         for name, own, inclusive in runs[0]["hot"]:
             table.add_row(name, f"{own:.1%}", f"{inclusive:.1%}")
         tables.append(table)
@@ -323,6 +367,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="length of each live run (default 8, 3 with --quick)")
     parser.add_argument("--repeat", type=int, default=1, help="live runs of each growth row, taken in turn")
     parser.add_argument("--profile", action="store_true", help="record the page's CPU profile in each live run")
+    parser.add_argument("--baseline", type=Path, help="a checkout whose server and page also run each live run (A/B)")
     parser.add_argument("--events", type=int, default=200_000)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
@@ -333,6 +378,7 @@ def main() -> None:
     rows: list[tuple[str, str]] = []
     tables: list[Table] = []
     server = Server()
+    servers = {"this": server} | ({"baseline": Server(args.baseline, server.token)} if args.baseline else {})
     try:
         if not args.live_only:
             run, rate, cpu_us = ingest(server, frames_of(events), total)
@@ -346,11 +392,12 @@ def main() -> None:
                 page = open_page(pw, server)
                 if not args.live_only:
                     rows.append(("page: load a finished run", f"{load_rate(page, server, run, total):,.0f} events/s"))
-                results = growth_runs(page, server, args.growth, seconds, args.repeat, args.profile)
+                results = growth_runs(page, servers, args.growth, seconds, args.repeat, args.profile)
                 page.context.browser.close()
-            tables += growth_tables(args.growth, results) + (profile_tables(args.growth, results) if args.profile else [])
+            tables += growth_tables(results) + (profile_tables(results) if args.profile else [])
     finally:
-        server.stop()
+        for each in servers.values():
+            each.stop()
     if not args.live_only:
         start = time.perf_counter()
         chrome = chrome_json(events)

@@ -4,7 +4,7 @@
 // scrubber: click or drag there to move the playhead. Draws only what is visible; zoomed out, each
 // pixel column shows how busy the row was.
 
-import { PALETTE, taskColor } from './colors.js';
+import { PALETTE, taskColor, taskHue } from './colors.js';
 import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
 
@@ -14,6 +14,7 @@ const CONSUMER_H = 22;
 const PIN_H = 16;
 const GROUP_H = 16;
 const LIVE_REDRAW_MS = 50;
+const LIVE_SHARE = 5; // following live, a redraw waits at least this many times its own cost: it keeps to a fifth of the frames' time
 
 /**
  * @typedef {{store: import('./timeline-store.js').TimelineStore, label: string, offset: number,
@@ -34,6 +35,13 @@ export class TimelineView {
     this.tip.hidden = true;
     host.append(this.canvas, this.tip);
     this.ctx = /** @type {CanvasRenderingContext2D} */ (this.canvas.getContext('2d'));
+    // the host's width, kept by an observer: read in a frame, after the picture's overlay changed
+    // the page, clientWidth forced a layout of the whole page a second time in every frame
+    this.width = host.clientWidth;
+    new ResizeObserver(() => {
+      this.width = host.clientWidth;
+      this.invalidate();
+    }).observe(host);
     /** @type {Track[]} */
     this.tracks = [{ store, label: '', offset: 0 }];
     this.follow = true;
@@ -100,7 +108,7 @@ export class TimelineView {
       rows.push({ kind: 'consumer', track: tr, y, h: CONSUMER_H, label: 'consumer waits' });
       y += CONSUMER_H + 6;
     }
-    return { rows, rh, height: y + 2, width: Math.max(this.host.clientWidth, 400) };
+    return { rows, rh, height: y + 2, width: Math.max(this.width, 400) };
   }
 
   /** Time at canvas x (first track's clock). */
@@ -208,9 +216,11 @@ export class TimelineView {
    * @returns {boolean} drew
    */
   draw(clock) {
-    // following a live run, 20 redraws a second are plenty; interaction redraws at once
+    // following a live run, 20 redraws a second are plenty, fewer when each costs more (many rows,
+    // a busy machine) so that the rest of the page keeps its frames; interaction redraws at once
     const wall = performance.now();
-    if (this.follow && clock.live && !this.forced && wall - this.lastDrawWall < LIVE_REDRAW_MS) return false;
+    const every = Math.max(LIVE_REDRAW_MS, LIVE_SHARE * this.lastFrameMs);
+    if (this.follow && clock.live && !this.forced && wall - this.lastDrawWall < every) return false;
     this.forced = false;
     const g = this.geometry();
     const store = this.store;
@@ -341,7 +351,7 @@ export class TimelineView {
     this.rowFrame(frame, row, r % 2 ? '#121821' : '#0f141b', PALETTE.dim, `${Math.max(8, Math.min(11, row.h - 1))}px system-ui, sans-serif`, row.h / 2 + 4, named);
     let aggregated = false;
     const pad = row.h > 10 ? 2 : 1;
-    if (col) aggregated = drawRow(ctx, col, t0 - off, t1 - off, (t) => this.X(t + off), row.y + pad, row.h - 2 * pad, plotW, (i) => taskColor(col.idx[i]), PALETTE.fetch);
+    if (col) aggregated = drawRow(ctx, col, t0 - off, t1 - off, (t) => this.X(t + off), row.y + pad, row.h - 2 * pad, plotW, { lightness: 58 }, PALETTE.fetch);
     const open = tr.store.open.get(row.wid);
     if (col && open && open.start + off <= t1) {
       this.openSpan(frame, tr, open.start, row.y + pad, row.h - 2 * pad, {
@@ -361,7 +371,7 @@ export class TimelineView {
     this.rowFrame(frame, row, '#101a1f', '#8fd3e0', '11px system-ui, sans-serif', 12);
     let aggregated = false;
     if (tr.pin.mode === 'active') {
-      aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 2, row.h - 4, plotW, (i) => taskColor(tr.store.pin.idx[i], 45), PALETTE.pin);
+      aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 2, row.h - 4, plotW, { lightness: 45 }, PALETTE.pin);
     } else {
       ctx.fillStyle = '#1a222c';
       for (let x = GUTTER - row.h; x < g.width; x += 10) {
@@ -385,7 +395,7 @@ export class TimelineView {
     const { ctx, g, t0, t1, plotW } = frame;
     const tr = row.track, off = tr.offset;
     this.rowFrame(frame, row, '#15121a', PALETTE.ink, '11px system-ui, sans-serif', 14);
-    const aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 3, row.h - 6, plotW, () => PALETTE.wait, PALETTE.wait, true);
+    const aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 3, row.h - 6, plotW, { fixed: PALETTE.wait }, PALETTE.wait, true);
     const waiting = tr.store.consumerOpen;
     if (waiting) {
       this.openSpan(frame, tr, waiting.start, row.y + 3, row.h - 6, {
@@ -528,39 +538,102 @@ function nearest(col, t, slack) {
   return col.at(t - slack);
 }
 
-/** Draw one row; returns true when it had to aggregate (too many spans to draw one by one). */
-function drawRow(ctx, col, t0, t1, X, y, h, plotW, colorOf, aggColor, zeroTicks = false) {
+/**
+ * How a row's spans are coloured: one colour for all, or each its task's colour at a lightness.
+ * @typedef {{fixed: string} | {lightness: number}} Paint
+ */
+
+const DENSE_SPANS = 48; // more spans than this in a row: their hues are rounded and drawn a colour at a time
+const HUE_STEP = 10; // degrees; golden-angle neighbours stay far apart after rounding
+/** @type {Map<string, string>} */
+const roundedColors = new Map();
+
+/** A task's colour with its hue rounded to HUE_STEP: a few dozen colours for any number of tasks. */
+function roundedColor(idx, lightness) {
+  const hue = (Math.round(taskHue(idx) / HUE_STEP) * HUE_STEP) % 360;
+  const key = `${hue}:${lightness}`;
+  let color = roundedColors.get(key);
+  if (color === undefined) roundedColors.set(key, (color = `hsl(${hue} 70% ${lightness}%)`));
+  return color;
+}
+
+/**
+ * Draw one row; returns true when it had to aggregate (too many spans to draw one by one).
+ * Level of detail: spans are culled to the view (`visible`); a sub-pixel span in a pixel column
+ * that already has one is left out; a dense row is drawn a colour at a time; an aggregated row is
+ * one rectangle per run of equal columns. In software rendering a fill costs about 0.7 µs and a
+ * change of fill colour about 2 µs, so with many thin rows the calls, not the arithmetic, are
+ * what a frame costs.
+ * @param {Paint} paint
+ */
+function drawRow(ctx, col, t0, t1, X, y, h, plotW, paint, aggColor, zeroTicks = false) {
   const [i0, i1] = col.visible(t0, t1);
   if (i1 - i0 <= plotW / 3) {
-    for (let i = i0; i < i1; i++) {
-      const x0 = X(col.start[i]), x1 = X(col.end[i]);
-      const w = x1 - x0;
-      ctx.fillStyle = colorOf(i);
-      if (w >= 1) ctx.fillRect(x0, y, w, h);
-      if (zeroTicks || w < 1) {
-        ctx.fillRect(x1 - 0.5, y, 1, h);
-      }
-      if (!zeroTicks && w > 3) {
-        ctx.fillStyle = 'rgba(0,0,0,0.35)';
-        ctx.fillRect(x1 - 1, y, 1, h);
-      }
-    }
+    drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks);
     return false;
   }
-  const buckets = Math.max(1, Math.floor(plotW / 2));
-  const occ = col.occupancy(t0, t1, buckets);
-  const bw = plotW / buckets;
-  ctx.fillStyle = aggColor;
-  const x0 = X(t0);
-  for (let k = 0; k < buckets; k++) {
-    const v = occ[k];
-    if (v <= 0) continue;
-    ctx.globalAlpha = 0.25 + 0.75 * v;
-    const bh = Math.max(1, h * v);
-    ctx.fillRect(x0 + k * bw, y + h - bh, Math.ceil(bw), bh);
+  drawOccupancy(ctx, col.occupancy(t0, t1, Math.max(1, Math.floor(plotW / 2))), X(t0), y, h, plotW, aggColor);
+  return true;
+}
+
+/**
+ * Spans one by one, grouped by colour (a dense row's hues rounded), then the dark edges that part
+ * neighbouring spans wider than 3 px.
+ * @param {Paint} paint
+ */
+function drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks) {
+  const dense = i1 - i0 > DENSE_SPANS;
+  /** @type {Map<string, number[]>} colour -> x, width, x, width, ... */
+  const groups = new Map();
+  /** @type {number[]} */
+  const edges = [];
+  let lastTick = -Infinity;
+  for (let i = i0; i < i1; i++) {
+    const x0 = X(col.start[i]), x1 = X(col.end[i]);
+    const w = x1 - x0;
+    if (w < 1 && !zeroTicks && Math.round(x1) === lastTick) continue;
+    const color = 'fixed' in paint ? paint.fixed
+      : dense ? roundedColor(col.idx[i], paint.lightness) : taskColor(col.idx[i], paint.lightness);
+    let rects = groups.get(color);
+    if (rects === undefined) groups.set(color, (rects = []));
+    if (w >= 1) rects.push(x0, w);
+    if (zeroTicks || w < 1) {
+      rects.push(x1 - 0.5, 1);
+      lastTick = Math.round(x1);
+    }
+    if (!zeroTicks && w > 3) edges.push(x1 - 1, 1);
+  }
+  for (const [color, rects] of groups) fillRects(ctx, color, rects, y, h);
+  fillRects(ctx, 'rgba(0,0,0,0.35)', edges, y, h);
+}
+
+/** @param {number[]} rects x, width, x, width, ... all from y to y + h */
+function fillRects(ctx, color, rects, y, h) {
+  if (!rects.length) return;
+  ctx.fillStyle = color;
+  for (let k = 0; k < rects.length; k += 2) ctx.fillRect(rects[k], y, rects[k + 1], h);
+}
+
+/**
+ * How busy each column was, as bars from the row's floor: the busy share is rounded to the row's
+ * whole pixels (all a bar can show), so neighbouring columns alike make one rectangle.
+ */
+function drawOccupancy(ctx, occ, x0, y, h, plotW, color) {
+  const bw = plotW / occ.length;
+  const level = (v) => (v > 0 ? Math.max(1, Math.round(h * v)) : 0);
+  ctx.fillStyle = color;
+  let k = 0;
+  while (k < occ.length) {
+    const px = level(occ[k]);
+    let end = k + 1;
+    while (end < occ.length && level(occ[end]) === px) end++;
+    if (px > 0) {
+      ctx.globalAlpha = 0.25 + (0.75 * px) / h;
+      ctx.fillRect(x0 + k * bw, y + h - px, Math.ceil((end - k) * bw), px);
+    }
+    k = end;
   }
   ctx.globalAlpha = 1;
-  return true;
 }
 
 function fmtTick(v, step) {
