@@ -537,7 +537,9 @@ class SingleProcessProbe:
 class TorchSingleProcessProbe(SingleProcessProbe):
     """torch's own ``_SingleProcessDataLoaderIter``: its four-line ``_next_data``
     (torch/utils/data/dataloader.py) done here with the probe's clock reads between the steps,
-    so a batch costs the training thread two clock reads and one row instead of three extra calls."""
+    so a batch costs the training thread two clock reads and one row instead of three extra calls.
+    A plain tensor batch past the first few is recorded inline: on a ~10 µs batch, the call to
+    ``_record`` and its second look at ``_pin_memory`` cost 0.15-0.3 µs of the probe's ~1.5 µs."""
 
     _dataset_fetcher: Any = None  # a plain attribute again: nothing wraps torch's fetcher here
 
@@ -549,11 +551,12 @@ class TorchSingleProcessProbe(SingleProcessProbe):
         liveness = self._liveness
         liveness.next_started = started = monotonic()
         index = None
+        pinned = self._pin_memory
         try:
             index = self._next_index()
             data = self._dataset_fetcher.fetch(index)
             fetched = monotonic()
-            if self._pin_memory:
+            if pinned:
                 data = pin_memory(data, self._pin_memory_device)
         except StopIteration:
             self._stopped([index, started, started])
@@ -563,5 +566,13 @@ class TorchSingleProcessProbe(SingleProcessProbe):
             raise
         finally:
             liveness.next_started = None
+        idx = self._probe_yields
+        if idx > 2 and type(data) is Tensor and not pinned and not self._probe.values_asked:
+            self._probe_yields = idx + 1
+            try:  # what _record does for this batch, without the call
+                self._append((BATCH_ROW, fetched, idx, started, started, data.nbytes, 0, index))
+            except Exception as exc:
+                report("batch record", exc, self._probe.note)
+            return data
         self._record(data, index, started, started, fetched)
         return data
