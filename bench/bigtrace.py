@@ -133,6 +133,10 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=CACHE, help="where the generated traces are kept")
     ap.add_argument("--repeat", type=int, default=1, help="opens per size (alternating sizes)")
     ap.add_argument("--profile", type=Path, help="write a CPU profile (.cpuprofile) of each open here")
+    ap.add_argument("--against", type=Path,
+                    help="another checkout (its backend/ and frontend/): its page opens each trace too, alternately")
+    ap.add_argument("--parsers", type=int, nargs="+", default=[2],
+                    help="parsing workers (the page's ?parsers=N); several are measured alternately")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -144,21 +148,26 @@ def main() -> None:
         t0 = time.perf_counter()
         paths[n] = trace_path(n, args.cache)
         print(json.dumps({"trace": str(paths[n]), "events": n, "ready_s": round(time.perf_counter() - t0, 1)}))
-    server = launch(args.cache / "server")
+    pages = {"this": launch(args.cache / "server")}
+    if args.against:
+        pages["against"] = launch(args.cache / "server-against", env={"PYTHONPATH": str(args.against / "backend")})
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             for k in range(args.repeat):
                 for n, path in paths.items():
-                    prof = args.profile / f"open-{n}-{k}.cpuprofile" if args.profile else None
-                    if prof:
-                        prof.parent.mkdir(parents=True, exist_ok=True)
-                    r = open_trace(browser, server.page_url, path, prof)
-                    print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}),
-                          flush=True)
+                    for page, parsers in [(p, n) for p in pages for n in (args.parsers if p == "this" else [0])]:
+                        prof = args.profile / f"open-{n}-{page}{parsers}-{k}.cpuprofile" if args.profile else None
+                        if prof:
+                            prof.parent.mkdir(parents=True, exist_ok=True)
+                        url = f"{pages[page].page_url}&parsers={parsers}"
+                        r = {"page": page, "parsers": parsers, **open_trace(browser, url, path, prof)}
+                        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}),
+                              flush=True)
             browser.close()
     finally:
-        server.stop()
+        for server in pages.values():
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,26 @@ const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'ep
 const SOURCE = Symbol('source table');
 const SOURCE_ROW = Symbol('source row');
 
+// What schema.js's invalidReason demands of a hot event beyond what pack() checks anyway: seq an
+// integer, t finite, rank an integer if given, worker present where the kind requires it, and
+// every number within +-2**53 (events.py MAX_NUMBER). pushValid() relies on it.
+const MAX_NUMBER = 2 ** 53;
+const WORKERLESS = new Set(['yield', 'pin_start', 'pin_end']);
+const BOUNDED = ['n', 'dt', 'nbytes', 'pickled', 'wait'];
+const within = (v) => typeof v === 'number' && Math.abs(v) <= MAX_NUMBER;
+
+/** True when a hot event that pack() accepts also passes invalidReason (the schema's check). */
+function schemaValid(e) {
+  if (!Number.isInteger(e.seq) || !within(e.seq) || !within(e.t)) return false;
+  if (e.rank !== undefined && e.rank !== null && !(Number.isInteger(e.rank) && within(e.rank))) return false;
+  if (e.worker === undefined && !WORKERLESS.has(e.kind)) return false;
+  for (const key of BOUNDED) {
+    const v = e[key];
+    if (typeof v === 'number' && !within(v)) return false;
+  }
+  return true;
+}
+
 const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
 const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 
@@ -127,6 +147,23 @@ export class EventTable {
     } else {
       this.packed += 1;
     }
+  }
+
+  /**
+   * Append `e` if it is a hot event that fits the columns and is valid by the schema (checked here
+   * rather than by invalidReason: parsing a big file, that check was a fifth of the time). False,
+   * and nothing appended, otherwise: the caller validates it and push()es it whole.
+   */
+  pushValid(e) {
+    if (!CODE.has(e.kind) || !schemaValid(e)) return false;
+    if (this.n === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
+    const i = this.n;
+    if (!this.pack(i, e)) return false;
+    this.seq[i] = e.seq;
+    this.t[i] = e.t;
+    this.n += 1;
+    this.packed += 1;
+    return true;
   }
 
   /** Put a hot event into the columns; false when it does not fit (it is then kept whole). */

@@ -45,11 +45,14 @@ export function checkHeader(line, source) {
  */
 export class TraceReader {
   /**
-   * @param {{source:string, onHeader:(h:any)=>void, onEvent:(e:any)=>void, header?:boolean}} o
+   * @param {{source:string, onHeader:(h:any)=>void, onEvent:(e:any)=>void, header?:boolean, accept?:(e:any)=>boolean}} o
    * `header: false` reads a later piece of a file (from a line start on): every line is an event.
+   * `accept` may take an event it has checked itself as strictly as the schema does (returning
+   * true), so that it is not checked twice; what it refuses is checked and goes to `onEvent`.
    */
-  constructor({ source, onHeader, onEvent, header = true }) {
+  constructor({ source, onHeader, onEvent, header = true, accept = () => false }) {
     this.source = source;
+    this.accept = accept;
     this.withHeader = header;
     this.onHeader = onHeader;
     this.onEvent = onEvent;
@@ -101,10 +104,12 @@ export class TraceReader {
     } catch {
       throw this.damaged(this.line, 'not valid JSON (a truncated or edited file?)');
     }
-    const bad = invalidReason(e);
-    if (bad !== null) throw this.damaged(this.line, bad);
+    if (e === null || typeof e !== 'object' || !this.accept(e)) {
+      const bad = invalidReason(e);
+      if (bad !== null) throw this.damaged(this.line, bad);
+      this.onEvent(e);
+    }
     this.events += 1;
-    this.onEvent(e);
   }
 
   damaged(line, detail) {

@@ -42,6 +42,7 @@ async function read({ blob, segment, source, header }) {
     header,
     onHeader: (h) => self.postMessage({ type: 'header', header: h }),
     onEvent: (e) => rows.push(e),
+    accept: (e) => rows.pushValid(e),
   });
   try {
     const stream = blob.stream().getReader();

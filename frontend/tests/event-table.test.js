@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventTable } from '../js/event-table.js';
 import { synthesize } from '../dev/synth.js';
+import { invalidReason } from '../js/schema.js';
 
 function strip(e) {
   const out = {};
@@ -91,4 +92,25 @@ test('an event handed over from another table is copied row for row, indices and
   other.push(source.handOver(dispatch)); // a second run in one table: kept whole, as push() keeps it
   assert.deepEqual(strip(other.get(1)), strip(events[dispatch]));
   assert.equal(other.packed, 1);
+});
+
+test('pushValid takes only what the schema takes, and gives it back equal', () => {
+  const events = synthesize({ num_workers: 3, batches: 20, pin_ms: 1 });
+  const hot = events.filter((e) => ['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end'].includes(e.kind));
+  const broken = [
+    { seq: 1.5 }, { seq: 2 ** 54 }, { t: Infinity }, { t: 2 ** 60 }, { t: '1' }, { rank: 0.5 }, { rank: 'r' },
+    { worker: undefined }, { worker: null }, { idx: 2 ** 40 }, { n: 2 ** 60 }, { dt: 1e300 }, { wait: -(2 ** 54) },
+    { nbytes: 2 ** 60 }, { pickled: 1e308 }, { waiting_for: 1.5 }, { indices: 'x' }, { epoch: null }, { extra: 1 },
+  ];
+  const variants = [...hot, ...hot.slice(0, 40).flatMap((e) => broken.map((b) => ({ ...e, ...b })))];
+  const table = new EventTable(2);
+  for (const e of variants) {
+    const before = table.length;
+    const took = table.pushValid(e);
+    if (took) {
+      assert.equal(invalidReason(e), null, JSON.stringify(e));
+      assert.deepEqual(strip(table.get(before)), strip(e));
+    } else assert.equal(table.length, before, 'nothing appended');
+  }
+  assert.ok(hot.every((e) => invalidReason(e) !== null || new EventTable().pushValid(e)), 'every valid hot event of a run is taken');
 });
