@@ -86,6 +86,22 @@ def test_a_compact_frame_with_odd_common_fields_is_validated_as_its_events_are()
         assert_validated_as_its_events({"run": "r", "rank": 0, "seq": 5, "t0": 0.0, "rows": [["arrive", 1.0, 0, 1]]} | common)
 
 
+def test_an_event_of_a_known_shape_is_checked_as_fully_as_a_new_one() -> None:
+    from loaderscope.events import _validate_fully
+
+    def outcome(check: Any, event: dict[str, Any]) -> str:
+        try:
+            return repr(check(dict(event)))
+        except EventError as exc:
+            return str(exc)
+
+    for name in [*GOOD, "from_buffer"]:
+        for edge in [*EDGES, "", "dispatch"]:
+            event = GOOD | {name: edge}
+            outcome(validate, event)  # its shape is known from now on, if it passed
+            assert outcome(validate, event) == outcome(_validate_fully, event), (name, edge)
+
+
 def test_oversized_frame_is_refused() -> None:
     with pytest.raises(EventError, match="exceeds"):
         decode_frame(b"[" + b" " * 100 + b"]", max_bytes=50)

@@ -112,15 +112,31 @@ class EventError(ValueError):
 
 _REQUIRED_SETS = {kind: frozenset(("t", *names)) for kind, names in REQUIRED.items()}
 _T_ONLY = frozenset(("t",))
-_UNTYPED_VALUES = (str, list, dict, type(None))  # never numbers: any field may hold them
+_UNTYPED_VALUES = (str, list, dict, bool, type(None))  # what any field without a type may hold, besides numbers
+# Fields an event's shape may be made of to get a compiled check (see _shape_check); others take the loop.
+_KNOWN_FIELDS = frozenset((*COMMON_FIELDS, *_FIELD_TYPES, *(n for names in REQUIRED.values() for n in names),
+                           "n", "indices", "nbytes", "pickled", "from_buffer", "pid", "exitcode", "signal", "dt"))
+MAX_SHAPES = 256  # compiled checks kept; producers send a handful of shapes, a hostile one cannot grow this
 
 
 def validate(event: Any) -> Event:
     """Check one decoded event against the schema and return it.
 
+    This is the server's main cost per event: an event of a shape seen before (the same fields in
+    the same order) is checked by that shape's compiled expression; anything it does not pass for
+    sure takes the full check, which says what is wrong.
+
     Raises:
         EventError: naming the field that is missing or of the wrong type.
     """
+    if type(event) is dict:
+        check = _SHAPES.get(tuple(event))
+        if check is not None and check(event):
+            return event
+    return _validate_fully(event)
+
+
+def _validate_fully(event: Any) -> Event:
     if not isinstance(event, dict):
         raise EventError(f"an event must be a JSON object, got {type(event).__name__}")
     kind = event.get("kind")
@@ -128,18 +144,7 @@ def validate(event: Any) -> Event:
         raise EventError("an event needs a non-empty string 'kind'")
     if not event.keys() >= _REQUIRED_SETS.get(kind, _T_ONLY):
         _missing(event, kind)
-    # One pass over the fields, on exact types: this check is the server's main cost per event.
-    # Anything unusual (a bool, an int subclass, a number out of range) goes to _check_field.
     for name, value in event.items():
-        cls = type(value)
-        if cls is int:
-            if -MAX_NUMBER <= value <= MAX_NUMBER:
-                continue
-        elif cls is float:
-            if -MAX_NUMBER <= value <= MAX_NUMBER and _FIELD_TYPES.get(name) is not int:  # NaN fails
-                continue
-        elif cls in _UNTYPED_VALUES and (value is None or name not in _FIELD_TYPES):
-            continue
         _check_field(kind, name, value)
     worker = event.get("worker")
     if worker is not None and not 0 <= worker < MAX_WORKERS:
@@ -147,15 +152,48 @@ def validate(event: Any) -> Event:
     seq = event.get("seq")
     if seq is not None and seq < 0:
         raise EventError(f"{kind} event: 'seq' must be from 0 to 2**53, got {seq}")
+    shape = tuple(event)
+    if len(_SHAPES) < MAX_SHAPES and _KNOWN_FIELDS.issuperset(shape):
+        _SHAPES[shape] = _shape_check(shape)
     return event
 
 
-def _missing(event: Event, kind: str) -> None:
-    if "t" not in event:
-        raise EventError(f"{kind} event is missing 't'")
-    for name in REQUIRED.get(kind, ()):
-        if name not in event:
-            raise EventError(f"{kind} event is missing its '{name}' field (see docs/DESIGN.md, Events)")
+def _value_check(name: str, value: str) -> str:
+    """Python for: the value in variable ``value`` passes ``validate`` as field ``name`` for sure
+    (false may still pass: the full check decides)."""
+    within = f"-{MAX_NUMBER} <= {value} <= {MAX_NUMBER}"
+    if name == "worker":
+        return f"(type({value}) is int and 0 <= {value} < {MAX_WORKERS})"
+    if name == "seq":
+        return f"(type({value}) is int and 0 <= {value} <= {MAX_NUMBER})"
+    if _FIELD_TYPES.get(name) is int:
+        return f"(type({value}) is int and {within})"
+    number = f"((type({value}) is float or type({value}) is int) and {within})"
+    if name in _FIELD_TYPES:
+        return number
+    return f"(type({value}) in _UNTYPED_VALUES or {number})"
+
+
+def _compile(source: str, **names: Any) -> Any:
+    """The function ``check`` that ``source`` defines. Only our own field names reach it (the schema's,
+    in _KNOWN_FIELDS or ROW_FIELDS, as variables v0, v1...): never a producer's text."""
+    namespace: dict[str, Any] = {"_UNTYPED_VALUES": _UNTYPED_VALUES, **names}
+    exec(source, namespace)  # noqa: S102
+    return namespace["check"]
+
+
+def _shape_check(shape: tuple[str, ...]) -> Any:
+    """One expression over the values of an event with exactly these fields, in this order."""
+    variables = [f"v{i}" for i in range(len(shape))]
+    kind = variables[shape.index("kind")]
+    terms = [f"type({kind}) is str", kind, f"_REQUIRED_SETS.get({kind}, _T_ONLY) <= _FIELDS"]
+    terms += [_value_check(name, variable) for name, variable in zip(shape, variables) if name != "kind"]
+    unpack = f"{', '.join(variables)}, = event.values()"
+    return _compile(f"def check(event):\n    {unpack}\n    return {' and '.join(terms)}",
+                    _REQUIRED_SETS=_REQUIRED_SETS, _T_ONLY=_T_ONLY, _FIELDS=frozenset(shape))
+
+
+_SHAPES: dict[tuple[str, ...], Any] = {}
 
 
 def _check_field(kind: str, name: str, value: Any) -> None:
@@ -170,6 +208,14 @@ def _check_field(kind: str, name: str, value: Any) -> None:
         return
     noun = "an integer" if want is int else "a number"
     raise EventError(f"{kind} event: '{name}' must be {noun}, got {value!r}")
+
+
+def _missing(event: Event, kind: str) -> None:
+    if "t" not in event:
+        raise EventError(f"{kind} event is missing 't'")
+    for name in REQUIRED.get(kind, ()):
+        if name not in event:
+            raise EventError(f"{kind} event is missing its '{name}' field (see docs/DESIGN.md, Events)")
 
 
 # Compact rows: what the probe sends for the per-batch kinds, ``[kind, t, field values...]`` in this
@@ -208,28 +254,12 @@ def _row_builder(kind: str, names: tuple[str, ...]) -> Any:
 _BUILDERS = {kind: _row_builder(kind, names) for kind, names in ROW_FIELDS.items()}
 
 
-def _value_check(name: str) -> str:
-    """An expression that is true when a field's value passes ``validate`` for sure (False may still pass)."""
-    within = f"-{MAX_NUMBER} <= {name} <= {MAX_NUMBER}"
-    if name == "worker":
-        return f"(type(worker) is int and 0 <= worker < {MAX_WORKERS})"
-    if _FIELD_TYPES.get(name) is int:
-        return f"(type({name}) is int and {within})"
-    number = f"((type({name}) is float or type({name}) is int) and {within})"
-    if name in _FIELD_TYPES:
-        return number
-    return f"(type({name}) in _UNTYPED_VALUES or type({name}) is bool or {number})"
-
-
 def _row_check(names: tuple[str, ...]) -> Any:
     """A function of a row's ``t`` and field values: true when the event they make is valid, so the
     server checks a row in one expression instead of a loop over its dict (``indices`` is always
     valid once ``clip_indices`` made it a list)."""
-    terms = " and ".join(_value_check(name) for name in ("t", *names) if name != "indices")
-    source = f"def check(t, {', '.join(names)}):\n    return {terms}"
-    namespace: dict[str, Any] = {"_UNTYPED_VALUES": _UNTYPED_VALUES}
-    exec(source, namespace)  # noqa: S102  (our own field names, fixed at import; no input reaches it)
-    return namespace["check"]
+    terms = " and ".join(_value_check(name, name) for name in ("t", *names) if name != "indices")
+    return _compile(f"def check(t, {', '.join(names)}):\n    return {terms}")
 
 
 _CHECKS = {kind: _row_check(names) for kind, names in ROW_FIELDS.items()}
