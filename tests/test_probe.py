@@ -240,3 +240,33 @@ def test_batch_values_are_sampled_only_when_asked(num_workers: int) -> None:
     assert asked, "asking gives a batch described with its values"
     leaf = asked[0]["structure"]["items"][0]  # TensorDataset batches are [tensor]
     assert leaf["type"] == "Tensor" and len(leaf["values"]) == 2 and leaf["values"][0] >= 0
+
+
+class Rows(Dataset[torch.Tensor]):
+    """Items are tensors, so in-process batches are plain tensors: torch's fast path, recorded inline."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((2,), float(index))
+
+
+def test_in_process_tensor_batches_give_each_batch_its_five_events_and_values_when_asked() -> None:
+    collector = Collector()
+    loader = InstrumentedDataLoader(Rows(), batch_size=2, sink=collector)
+    iterator = iter(loader)
+    for _ in range(5):  # past the first three, which are described
+        next(iterator)
+    loader.ask_values()
+    rest = list(iterator)
+    loader.close()
+    assert len(rest) == 3
+    per_batch = {kind: [e for e in collector.events if e["kind"] == kind]
+                 for kind in ("dispatch", "fetch_start", "fetch_end", "arrive", "yield")}
+    assert all(len(events) == 8 for events in per_batch.values())
+    assert [e["indices"] for e in per_batch["dispatch"]] == [[2 * i, 2 * i + 1] for i in range(8)]
+    assert {e["nbytes"] for e in per_batch["fetch_end"]} == {2 * 2 * 4}  # two rows of two float32
+    assert all(e["wait"] >= e2["dt"] >= 0 for e, e2 in zip(per_batch["yield"], per_batch["fetch_end"]))
+    asked = [b for b in collector.state.batch_samples if b.get("values")]
+    assert [b["idx"] for b in asked] == [5], "the batch after the ask is described with its values"
