@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 from rich.console import Console
 from rich.table import Table
 
@@ -57,6 +58,7 @@ PAGE_STATS = """() => { const app = window.loaderscope, fm = [...app.perf.frameM
   return {fps: app.perf.frames / ((performance.now() - window._t0) / 1000), p50: fm[fm.length >> 1],
           p95: fm[Math.floor(fm.length * 0.95)], tracks: app.tracks.length}; }"""
 PAGE_APPLIED = "() => window.loaderscope.tracks.reduce((n, tr) => n + tr.player.length, 0)"
+PAGE_QUEUED = "() => window.loaderscope.backlog()"
 
 
 # --- recording the probe's frames -------------------------------------------------------------------
@@ -218,6 +220,23 @@ def memory_kib(pid: int) -> dict[str, int]:
     return {name: int(fields[name].split()[0]) for name in ("VmRSS", "VmHWM")}
 
 
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    """User and system CPU of these processes (those gone count nothing)."""
+    total = 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def others(exclude: set[int]) -> list[psutil.Process]:
+    """This bench's other processes (producer, chromium), not the server: who shares the cores."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in exclude]
+
+
 def poll_health(server: Server, stop: threading.Event, latencies: list[float]) -> None:
     while not stop.wait(HEALTH_EVERY):
         start = time.perf_counter()
@@ -225,10 +244,33 @@ def poll_health(server: Server, stop: threading.Event, latencies: list[float]) -
         latencies.append(time.perf_counter() - start)
 
 
+def busy(times: Any) -> float:
+    """CPU seconds the whole machine spent busy (every core)."""
+    return float(times.user + times.nice + times.system + times.irq + times.softirq + times.steal)
+
+
 def held(server: Server, ids: list[str]) -> tuple[int, int]:
     """Events the server holds for these runs, and those their producers' seq showed as dropped."""
     runs = [r for r in server.http.get("/api/runs").json() if r["id"] in set(ids)]
     return sum(r["events"] for r in runs), sum(r["dropped"] for r in runs)
+
+
+class CpuMeter:
+    """CPU shares (of one core) since it was made: the server, this bench's other processes
+    (producers, chromium, this script) and everything else on the machine (other people's work)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.bench = [psutil.Process(), *others({server.process.pid})]
+        self.wall, self.box = time.perf_counter(), busy(psutil.cpu_times())
+        self.cpu, self.mine = server.cpu_seconds(), cpu_seconds(self.bench)
+
+    def shares(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.wall
+        cpu, mine = self.server.cpu_seconds() - self.cpu, cpu_seconds(self.bench) - self.mine
+        box = busy(psutil.cpu_times()) - self.box
+        return {"cpu": cpu / wall, "bench_cpu": mine / wall, "other_cpu": max(0.0, box - mine - cpu) / wall,
+                "cpu_s": cpu}
 
 
 def run_job(recs: list[Recording], rate: float, ranks: int, page: Any | None, shot: Path | None) -> dict[str, Any]:
@@ -246,27 +288,29 @@ def run_job(recs: list[Recording], rate: float, ranks: int, page: Any | None, sh
             open_page(page, server, ids[0])
         stop, latencies = threading.Event(), list[float]()
         pinger = threading.Thread(target=poll_health, args=(server, stop, latencies))
-        cpu0, wall0 = server.cpu_seconds(), time.perf_counter()
+        meter = CpuMeter(server)
         go.set()
         pinger.start()
-        lags, found = watch_page(page, sent, runs_rx, ranks) if page is not None else ([], None)
+        behind = watch_page(page, sent, runs_rx, ranks) if page is not None else {}
         send_seconds = runs_rx.recv()
-        cpu, wall = server.cpu_seconds() - cpu0, time.perf_counter() - wall0
+        usage = meter.shares()
         stop.set()
         pinger.join()
         total = sent.value
         drained = drain(server, ids, total)
-        stats = page_stats(page, server, ids, total, shot) if page is not None else {}
+        stats = page_stats(page, total, shot) if page is not None else {}
+        # all the server spent on these events: ingest, and sending them to the page until it caught up
+        per_event = (meter.shares()["cpu_s"]) / total * 1e6
         mem = memory_kib(server.process.pid)
         producer.join(30)
     finally:
         server.stop()
     ms = sorted(x * 1000 for x in latencies)
     return {"ranks": ranks, "page": page is not None, "sent": total, "rate": total / send_seconds,
-            "held": drained["held"], "dropped": drained["dropped"], "drain_s": drained["seconds"],
-            "cpu": cpu / wall, "rss_mib": mem["VmRSS"] / 1024, "hwm_mib": mem["VmHWM"] / 1024,
+            "held": drained["held"], "dropped": drained["dropped"], "drain_s": drained["seconds"], **usage,
+            "us_per_event": per_event, "rss_mib": mem["VmRSS"] / 1024, "hwm_mib": mem["VmHWM"] / 1024,
             "health_p50": statistics.median(ms), "health_p99": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
-            "lag": max(lags, default=0.0), "lag_end": lags[-1] if lags else 0.0, "found": found, **stats}
+            **behind, **stats}
 
 
 def drain(server: Server, ids: list[str], total: int, timeout: float = 120) -> dict[str, Any]:
@@ -286,21 +330,25 @@ def open_page(page: Any, server: Server, run: str) -> None:
                   " window._t0 = performance.now(); }")
 
 
-def watch_page(page: Any, sent: Any, runs_rx: Any, ranks: int) -> tuple[list[float], float | None]:
-    """How far behind the page is, in seconds of the job's stream, every half second until the end,
-    from the moment it has found every rank (it finds them by their run_start); and that moment."""
-    start, found, lags = time.perf_counter(), None, []
+def watch_page(page: Any, sent: Any, runs_rx: Any, ranks: int) -> dict[str, Any]:
+    """Every half second until the producers are done: how far behind the page is (events sent and not
+    yet applied, in seconds of the job's stream) from the moment it has found every rank (by their
+    run_start), and how many events it had received but not yet applied (its own backlog)."""
+    start, found, lags, queued = time.perf_counter(), None, [], [0]
     while not runs_rx.poll(0.5):
-        tracks, applied = page.evaluate(f"() => [window.loaderscope.tracks.length, ({PAGE_APPLIED})()]")
+        tracks, applied, waiting = page.evaluate(
+            f"() => [window.loaderscope.tracks.length, ({PAGE_APPLIED})(), ({PAGE_QUEUED})()]")
         elapsed = time.perf_counter() - start
         if found is None and tracks == ranks:
             found = elapsed
         if found is not None:
             lags.append(max(0, sent.value - applied) / (sent.value / elapsed))
-    return lags, found
+            queued.append(waiting)
+    return {"lag": max(lags, default=0.0), "lag_end": lags[-1] if lags else 0.0, "found": found,
+            "queued": max(queued)}
 
 
-def page_stats(page: Any, server: Server, ids: list[str], total: int, shot: Path | None) -> dict[str, Any]:
+def page_stats(page: Any, total: int, shot: Path | None) -> dict[str, Any]:
     stats: dict[str, Any] = page.evaluate(PAGE_STATS)
     start = time.perf_counter()
     page.wait_for_function(f"() => ({PAGE_APPLIED})() >= {total}", timeout=120_000, polling=100)
@@ -313,29 +361,56 @@ def page_stats(page: Any, server: Server, ids: list[str], total: int, shot: Path
 
 # --- the report ---------------------------------------------------------------------------------------
 
-def row(r: dict[str, Any]) -> list[str]:
-    found = "not all" if r.get("found") is None else f"{r['found']:.1f} s"
-    page = [found, f"{r['lag']:.2f} / {r['lag_end']:.2f} s", f"{r['fps']:.0f}", f"{r['p50']:.1f} / {r['p95']:.1f} ms", str(r["tracks"])] \
-        if r["page"] else ["–"] * 5
-    return [str(r["ranks"]), "open" if r["page"] else "–", f"{r['rate']:,.0f}",
-            f"{r['held']:,} / {r['sent']:,}" + (f" ({r['dropped']} dropped)" if r["dropped"] else ""),
-            f"{r['drain_s']:.1f} s", f"{r['cpu'] * 100:.0f}%", f"{r['rss_mib']:.0f} / {r['hwm_mib']:.0f} MiB",
-            f"{r['health_p50']:.1f} / {r['health_p99']:.1f} ms", *page]
+def spread(runs: list[dict[str, Any]], key: str, spec: str, scale: float = 1.0) -> str:
+    """The median of the repeats, with their range when there are several."""
+    values = sorted(r[key] * scale for r in runs if r.get(key) is not None)
+    if not values:
+        return "not all"
+    median = format(statistics.median(values), spec)
+    return median if len(values) == 1 else f"{median} [{values[0]:{spec}}–{values[-1]:{spec}}]"
 
 
-def report(results: list[dict[str, Any]], rate: float, seconds: float, rates: list[float]) -> None:
-    table = Table("ranks", "page", "events/s sent", "held / sent", "drain", "server CPU", "server RSS / peak",
-                  "/api/health p50 / p99", "page found all ranks", "page lag max / end", "page fps", "frame p50 / p95", "page ranks",
-                  title=f"one job, {WORKERS} workers per rank, {seconds:g} s of each rank's loader")
+def row(runs: list[dict[str, Any]]) -> list[str]:
+    """One (ranks, page) configuration over its repeats."""
+    first, sent, held = runs[0], sum(r["sent"] for r in runs), sum(r["held"] for r in runs)
+    dropped = sum(r["dropped"] for r in runs)
+    needs = [{"needs": r["us_per_event"] * r["rate"] / 1e6} for r in runs]
+    page = [spread(runs, "found", ".1f"), spread(runs, "lag", ".2f"), spread(runs, "lag_end", ".2f"),
+            spread(runs, "queued", ",.0f"), spread(runs, "fps", ".0f"), spread(runs, "p95", ".1f"),
+            spread(runs, "tracks", ".0f")] if first["page"] else ["–"] * 7
+    return [str(first["ranks"]), "open" if first["page"] else "–", spread(runs, "rate", ",.0f"),
+            f"{held:,} / {sent:,}" + (f" ({dropped} dropped)" if dropped else ""), spread(runs, "drain_s", ".1f"),
+            spread(runs, "us_per_event", ".1f"), spread(needs, "needs", ".0f", 100), spread(runs, "cpu", ".0f", 100),
+            spread(runs, "bench_cpu", ".0f", 100), spread(runs, "other_cpu", ".0f", 100),
+            spread(runs, "rss_mib", ".0f"), spread(runs, "health_p50", ".1f"), spread(runs, "health_p99", ".1f"), *page]
+
+
+COLUMNS = ["ranks", "page", "events/s sent", "held / sent (all repeats)", "drain s", "server CPU µs/event",
+           "server needs % core", "server got % core", "bench % core", "other % core", "server RSS MiB",
+           "health p50 ms", "health p99 ms", "page found all ranks s", "page lag max s", "page lag end s",
+           "page backlog max", "page fps", "page frame p95 ms", "page ranks"]
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace, rates: list[float]) -> None:
+    groups: dict[tuple[int, bool], list[dict[str, Any]]] = {}
     for r in results:
-        table.add_row(*row(r))
-    console = Console(width=220)
+        groups.setdefault((r["ranks"], r["page"]), []).append(r)
+    table = Table(*COLUMNS, title=f"one job, {WORKERS} workers per rank, {args.rate:g} batches/s per rank, "
+                                  f"{args.seconds:g} s; median [range] of {args.repeat} alternating repeats")
+    for key in sorted(groups):
+        table.add_row(*row(groups[key]))
+    console = Console(width=300)
     console.print(table)
-    console.print(f"each rank delivers {rate:g} batches/s (rank {SLOW_RANK}, with a slow worker, 3 % less): recorded "
-                  f"loaders that delivered {', '.join(f'{r:.0f}' for r in rates)} batches/s, their times stretched")
-    console.print(f"{os.cpu_count()} CPUs; server, producers (one asyncio process) and chromium share them. "
-                  "drain: from the last frame sent until the server held every event; the page's lag counts from "
-                  "when it had found every rank.")
+    console.print(f"each rank delivers {args.rate:g} batches/s (rank {SLOW_RANK}, with a slow worker, 3 % less): "
+                  f"recorded loaders that delivered {', '.join(f'{r:.0f}' for r in rates)} batches/s, their times "
+                  "stretched")
+    console.print(f"{os.cpu_count()} CPUs shared by the server, the producers (one asyncio process), chromium and "
+                  "whatever else runs. drain: from the last frame sent until the server held every event. Page lag: "
+                  "events sent and not yet applied by the page, in seconds of the stream, from when it had found "
+                  "every rank; its backlog: events received and not yet applied. % core while the producers sent: "
+                  "got = the server's share; bench = producers, chromium and this script; other = everything else "
+                  "(other people's work). µs/event: the server's CPU until every event was held (and shown by the "
+                  "page) over the events; needs = that at the rate sent.")
 
 
 def main() -> None:
@@ -346,6 +421,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--no-page", action="store_true", help="only without the page")
     parser.add_argument("--page-only", action="store_true", help="only with the page")
+    parser.add_argument("--repeat", type=int, default=2, help="alternating repeats of every configuration")
     parser.add_argument("--screenshot", type=Path, help="a screenshot of the page on the largest job")
     parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=int, help=argparse.SUPPRESS)
@@ -355,29 +431,30 @@ def main() -> None:
         record(args.record, args.batches, args.rate, args.slow)
         return
     if args.quick:
-        args.ranks, args.seconds, args.no_page = [8, 16], 3.0, True
+        args.ranks, args.seconds, args.no_page, args.repeat = [8, 16], 3.0, True, 1
     recs = recordings(int(args.rate * args.seconds), args.rate)
     modes = [False] if args.no_page else [True] if args.page_only else [False, True]
     results = with_browser(recs, args, modes)
-    report(results, args.rate, args.seconds, [delivered(r) for r in recs])
+    report(results, args, [delivered(r) for r in recs])
 
 
-def with_browser(recs: list[Any], args: argparse.Namespace, modes: list[bool]) -> list[dict[str, Any]]:
-    """Each number of ranks without, then with, the page (one chromium for the whole bench)."""
-    results = []
+def with_browser(recs: list[Recording], args: argparse.Namespace, modes: list[bool]) -> list[dict[str, Any]]:
+    """Every number of ranks without, then with, the page, all of them ``--repeat`` times in turn
+    (one chromium for the whole bench); the screenshot is of the last job with the page."""
+    configs = [(n, with_page) for _ in range(args.repeat) for n in args.ranks for with_page in modes]
     if True not in modes:
-        return [run_job(recs, args.rate, n, None, None) for n in args.ranks]
+        return [run_job(recs, args.rate, n, None, None) for n, _ in configs]
     from playwright.sync_api import sync_playwright
 
+    results = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
-        for n in args.ranks:
-            for with_page in modes:
-                page = browser.new_page(viewport={"width": 1440, "height": 1000}) if with_page else None
-                shot = args.screenshot if with_page and n == max(args.ranks) else None
-                results.append(run_job(recs, args.rate, n, page, shot))
-                if page is not None:
-                    page.close()
+        for k, (n, with_page) in enumerate(configs):
+            page = browser.new_page(viewport={"width": 1440, "height": 1000}) if with_page else None
+            last = k == max(i for i, (_, p) in enumerate(configs) if p)
+            results.append(run_job(recs, args.rate, n, page, args.screenshot if last else None))
+            if page is not None:
+                page.close()
         browser.close()
     return results
 
