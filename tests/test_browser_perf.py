@@ -15,6 +15,8 @@ Run them on purpose with::
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +70,36 @@ def test_thirty_two_workers_fifty_thousand_events(browser: Any, server: Any) -> 
     assert r["lanes"] == 32
     assert r["events_per_s"] > 40_000, "the page keeps up with the stream"
     assert r["p50"] < 33, "frames stay under two 60 Hz budgets"
+
+
+# --- live through a real server (issue 17) ------------------------------------------------------------
+
+def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browser: Any) -> None:  # noqa: F811
+    """The issue's target: a producer sends 64 workers' events at 50,000/s over WS /ws/ingest, the
+    page follows the run through the server, and stays under 1 s behind at 30 fps or more.
+    ``bench/pipeline.py``'s own live run, with its own server, so the figures are the bench's."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import pipeline
+
+    rate, seconds = 50_000, 8
+    frames = pipeline.frames_of(pipeline.events_for(rate * seconds, workers=64))
+    server = pipeline.Server()
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        r = pipeline.live(server, page, frames, rate, seconds)
+        lanes = page.locator("[data-testid=worker-lane]").count()
+    finally:
+        context.close()
+        server.stop()
+    print("\nlive 64 workers at 50,000/s: " + json.dumps({k: r[k] for k in ("lag", "fps", "p50", "p95", "cpu_us", "resyncs")}
+                                                        | {"stages": r["mean"], "cores": r["cores"]}, default=str))
+    assert not errors, errors
+    assert lanes == 64
+    assert r["lag"] < 1.0, "the page stays under a second behind the producer"
+    assert r["fps"] >= 30
 
 
 # --- a million-event trace (issue 6) -----------------------------------------------------------------

@@ -159,6 +159,12 @@ export class EventLog {
     this.pre = pre;
     this.countEl = count;
     this.key = '';
+    // whether the log follows its newest line: kept by scrolling, not read at render, where
+    // scrollHeight after the other panels' changes forced a layout of the whole page
+    this.stick = true;
+    pre.addEventListener('scroll', () => {
+      this.stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+    });
   }
 
   /**
@@ -171,9 +177,9 @@ export class EventLog {
     this.key = key;
     const lines = [];
     for (let i = Math.max(0, cursor - 60); i < cursor; i++) lines.push(eventLine(eventAt(i)));
-    const stick = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 8;
     this.pre.textContent = lines.join('\n');
-    if (stick) this.pre.scrollTop = this.pre.scrollHeight;
+    // to the newest line at the next frame's start, when the layout is already done
+    if (this.stick) requestAnimationFrame(() => { this.pre.scrollTop = this.pre.scrollHeight; });
     this.countEl.textContent = cursor === total ? `(${total})` : `(${cursor} of ${total})`;
   }
 }

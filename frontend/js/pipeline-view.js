@@ -16,6 +16,9 @@ const EASE_MS = 60; // token motion time constant
 const MIN_SPEED = 0.6; // px per ms
 const FADE_MS = 600;
 const MAX_FLYING = 24; // released tokens animated at once
+// following a live run, the overlay's words change at most 10 times a second: faster reads as a
+// blur, and each change costs the page a style, layout and paint (a fifth of a frame at 64 workers)
+const OVERLAY_LIVE_MS = 100;
 
 export { pipelineHeight, fmtIndices };
 
@@ -41,6 +44,7 @@ export class PipelineView {
     this.moving = false;
     this.lastYieldCount = 0;
     this.snapNext = false; // after a jump (seek), put tokens where they belong instead of flying
+    this.lastOverlay = -Infinity; // when the overlay's words were last brought up to date (performance.now())
   }
 
   /** Another run or rank: the next draw lays the picture out again, with no tokens from before. */
@@ -88,6 +92,7 @@ export class PipelineView {
     this.host.style.height = `${Math.ceil(height * scale)}px`;
     this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     this.overlayView.build(this.L, ids, inProcess, pin);
+    this.lastOverlay = -Infinity;
     this.tokens.clear();
     this.bgKey = '';
   }
@@ -172,7 +177,10 @@ export class PipelineView {
     this.drawConsumerHistory(state);
     ctx.textAlign = 'start';
     ctx.textBaseline = 'alphabetic';
-    this.overlayView.update(state, clock);
+    if (!clock.live || clock.wall - this.lastOverlay >= OVERLAY_LIVE_MS) {
+      this.overlayView.update(state, clock);
+      this.lastOverlay = clock.wall;
+    }
     this.moving = moving;
     return moving;
   }
