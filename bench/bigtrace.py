@@ -6,7 +6,8 @@ For each size: a simulated run of that many events (8 workers, pin thread on) is
 trace file and cached (10M events take minutes to simulate and ~1.3 GB on disk); then Debian's
 chromium (headless, software rendering) opens it through the page's real file input, and we report
 
-- the open time (the page's own ``perf.load.ms``: file read, decoded, applied, drawn);
+- the open time (the page's own ``perf.load.ms``: file read, decoded, applied, drawn), and the
+  95th percentile and longest gap between animation frames meanwhile (is the page responsive?);
 - pan and zoom frames per second (the same wheel-and-drag script as tests/test_browser_perf.py)
   and the time of a seek to a random point;
 - the page's JS heap after a forced garbage collection (CDP ``Runtime.getHeapUsage``), and that
@@ -90,6 +91,12 @@ def heap(cdp: Any) -> dict[str, float]:
     return {"heap_mb": usage["usedSize"] / 1e6, "buffers_mb": usage.get("backingStorageSize", 0) / 1e6}
 
 
+# Records the time between animation frames while the file loads: how responsive the page stays.
+GAPS = """() => { const g = window.bigtraceGaps = { ms: [], stop: false }; let last = performance.now();
+  const tick = (now) => { g.ms.push(now - last); last = now; if (!g.stop) requestAnimationFrame(tick); };
+  requestAnimationFrame(tick); }"""
+
+
 def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) -> dict[str, Any]:
     """Open ``path`` in a fresh page through its file input; the open time, pan/zoom figures and heap."""
     from tests.test_browser import VIEWPORT
@@ -107,8 +114,10 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
         cdp.send("Profiler.enable")
         cdp.send("Profiler.setSamplingInterval", {"interval": 500})
         cdp.send("Profiler.start")
+    page.evaluate(GAPS)
     page.set_input_files("#file-input", str(path))
     page.wait_for_function("() => window.loaderscope.perf.load", timeout=600_000, polling=100)
+    gaps = page.evaluate("() => { window.bigtraceGaps.stop = true; return window.bigtraceGaps.ms.sort((a, b) => a - b); }")
     if profile:
         profile.write_text(json.dumps(cdp.send("Profiler.stop")["profile"]))
     load = page.evaluate("window.loaderscope.perf.load")
@@ -122,6 +131,7 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
     return {"events": events, "mb": path.stat().st_size / 1e6, "open_s": load["ms"] / 1000,
             "events_per_s": events / (load["ms"] / 1000), "fps": result["fps"], "frame_p95_ms": result["p95"],
             "timeline_p95_ms": result["timeline_p95"], "seek_ms": result["seek_ms"],
+            "load_frame_p95_ms": gaps[int(len(gaps) * 0.95)] if gaps else None, "load_frame_max_ms": max(gaps, default=None),
             "heap_mb": after["heap_mb"], "buffers_mb": after["buffers_mb"], "empty_heap_mb": before["heap_mb"],
             "bytes_per_event": (after["heap_mb"] + after["buffers_mb"] - before["heap_mb"] - before["buffers_mb"])
             * 1e6 / events}
@@ -135,8 +145,8 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, help="write a CPU profile (.cpuprofile) of each open here")
     ap.add_argument("--against", type=Path,
                     help="another checkout (its backend/ and frontend/): its page opens each trace too, alternately")
-    ap.add_argument("--parsers", type=int, nargs="+", default=[2],
-                    help="parsing workers (the page's ?parsers=N); several are measured alternately")
+    ap.add_argument("--parsers", type=int, nargs="+", default=[0],
+                    help="parsing workers (the page's ?parsers=N, 0: its default); several are measured alternately")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 

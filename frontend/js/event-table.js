@@ -99,14 +99,15 @@ export class EventTable {
   }
 
   /**
-   * The rows as structured-cloneable parts, each column cut to length in its own buffer, so a
-   * Web Worker can hand them over without copying (`postMessage(parts, EventTable.transfers(parts))`).
+   * The table as structured-cloneable parts that share its buffers, so a Web Worker can hand them
+   * over without copying (`postMessage(parts, EventTable.transfers(parts))`; the table is then
+   * spent). The receiver can send them back the same way to be refilled: `EventTable.recycle`.
    */
   toParts() {
     /** @type {Record<string, ArrayBufferView & {buffer: ArrayBuffer}>} */
     const cols = {};
-    for (const key of COLUMNS) cols[key] = this[key].slice(0, this.n);
-    return { n: this.n, cols, objects: [...this.objects], pool: this.pool.slice(0, this.poolN), run: this.run, rank: this.rank };
+    for (const key of COLUMNS) cols[key] = this[key];
+    return { n: this.n, cols, objects: [...this.objects], pool: this.pool, poolN: this.poolN, run: this.run, rank: this.rank };
   }
 
   /** The buffers of `parts` that postMessage can transfer rather than copy. */
@@ -120,12 +121,21 @@ export class EventTable {
     Object.assign(table, parts.cols);
     table.n = parts.n;
     table.objects = new Map(parts.objects);
-    table.pool = parts.pool.length ? parts.pool : new Int32Array(16);
-    table.poolN = parts.pool.length;
+    table.pool = parts.pool;
+    table.poolN = parts.poolN;
     table.run = parts.run;
     table.rank = parts.rank;
     table.packed = parts.n - table.objects.size;
     return table;
+  }
+
+  /**
+   * An empty table in the buffers of `parts` (handed back after use): a worker that refills the
+   * same few buffers does not make the page's garbage collector chase hundreds of megabytes of new
+   * ones.
+   */
+  static recycle(parts) {
+    return EventTable.fromParts({ ...parts, n: 0, objects: [], poolN: 0, run: undefined, rank: undefined });
   }
 
   /** Append one (valid) event. */

@@ -210,7 +210,7 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onProgre
             const rows = EventTable.fromParts(parts);
             for (let i = 0; i < rows.length; i++) onEvent(rows.handOver(i));
             events += rows.length;
-            worker.postMessage('ack');
+            worker.postMessage({ type: 'ack', parts }, EventTable.transfers(parts)); // its buffers, to refill
             onProgress?.(seg.start + bytes, file.size);
             if (performance.now() - t0 > APPLY_SLICE_MS) { later(); return; }
             continue;

@@ -5,9 +5,11 @@
 import { Track } from './track.js';
 import { readTraceFile, readTraceFileInWorkers, TraceError } from './trace-file.js';
 
-// Web Workers that parse a file's segments side by side (`?parsers=N` in the page's address
-// overrides it, for benchmarks): two keep both cores of a small machine busy with the page's thread.
-const PARSERS = Number(new URLSearchParams(globalThis.location?.search).get('parsers')) || 2;
+// Web Workers that parse a file's segments side by side: one core is left to the page's thread,
+// which applies the events (as costly as parsing them). `?parsers=N` in the page's address
+// overrides it, for benchmarks.
+const PARSERS = Number(new URLSearchParams(globalThis.location?.search).get('parsers')) ||
+  Math.max(1, Math.min(3, (globalThis.navigator?.hardwareConcurrency ?? 2) - 1));
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 

@@ -1,10 +1,11 @@
 // A Web Worker that parses segments of a trace file off the page's main thread: it decodes, parses
 // and checks every line (TraceReader) and packs the events into EventTable columns, which it hands
 // to the page in batches without copying (transferred buffers). The page only rebuilds and
-// applies each event, so parsing and applying run side by side. It is sent
-// {blob, segment, source, header} per segment (done in the order sent) and 'ack' per batch the
-// page applied; it answers {type:'header'} (the first segment), {type:'rows'} batches, then
-// {type:'done', lines} or {type:'error', message, at} for each segment.
+// applies each event, so parsing and applying run side by side.
+// In: {blob, segment, source, header} per segment (done in the order sent), and {type:'ack', parts}
+// for each batch the page applied, its buffers handed back to be refilled.
+// Out: {type:'header'} (the first segment), {type:'rows'} batches, then per segment
+// {type:'done', lines} or {type:'error', message, at} (a damaged line) or {type:'failed'}.
 
 import { TraceReader, TraceError } from './trace-file.js';
 import { EventTable } from './event-table.js';
@@ -16,18 +17,23 @@ let credit = AHEAD;
 /** @type {(() => void) | null} */
 let wake = null;
 let work = Promise.resolve();
+/** @type {any[]} batches' buffers the page handed back, to be filled again */
+const spare = [];
 
 self.onmessage = ({ data }) => {
-  if (data === 'ack') {
+  if (data.type === 'ack') {
+    spare.push(data.parts);
     credit += 1;
     wake?.();
     wake = null;
   } else work = work.then(() => read(data));
 };
 
+const emptyBatch = () => (spare.length ? EventTable.recycle(spare.pop()) : new EventTable(BATCH));
+
 /** @param {{blob: Blob, segment: number, source: string, header: boolean}} job */
 async function read({ blob, segment, source, header }) {
-  let rows = new EventTable(BATCH);
+  let rows = emptyBatch();
   let bytes = 0;
   const send = async () => {
     if (!rows.length) return;
@@ -35,7 +41,7 @@ async function read({ blob, segment, source, header }) {
     credit -= 1;
     const parts = rows.toParts();
     self.postMessage({ type: 'rows', segment, parts, bytes }, EventTable.transfers(parts));
-    rows = new EventTable(BATCH);
+    rows = emptyBatch();
   };
   const reader = new TraceReader({
     source,

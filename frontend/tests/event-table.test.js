@@ -63,6 +63,12 @@ test('rows handed over as parts (a worker to the page) come back equal, and the 
   const empty = EventTable.fromParts(new EventTable().toParts());
   empty.push(events[3]);
   assert.deepEqual(strip(empty.get(0)), strip(events[3]));
+  const back = copy.toParts(); // handed back to be refilled: same buffers, no rows
+  const again = EventTable.recycle(structuredClone(back, { transfer: EventTable.transfers(back) }));
+  assert.equal(again.length, 0);
+  assert.equal(again.objects.size, 0);
+  for (const e of events.slice(0, 10)) again.push(e);
+  for (let i = 0; i < 10; i++) assert.deepEqual(strip(again.get(i)), strip(events[i]));
 });
 
 test('reserve makes room once, keeping the rows', () => {
