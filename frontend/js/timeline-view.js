@@ -566,7 +566,7 @@ function roundedColor(idx, lightness) {
  * what a frame costs.
  * @param {Paint} paint
  */
-function drawRow(ctx, col, t0, t1, X, y, h, plotW, paint, aggColor, zeroTicks = false) {
+export function drawRow(ctx, col, t0, t1, X, y, h, plotW, paint, aggColor, zeroTicks = false) {
   const [i0, i1] = col.visible(t0, t1);
   if (i1 - i0 <= plotW / 3) {
     drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks);
