@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from loaderscope.conformance import check
 from loaderscope.diagnosis import diagnosis
 from loaderscope.state import LoaderState, Where, WorkerStatus, reduce, summary
@@ -106,3 +108,21 @@ def test_a_straggler_is_named_only_on_enough_fetches_and_a_robust_gap() -> None:
     slow = {0: [0.010] * 6, 1: [0.011] * 6, 2: [0.052, 0.049, 0.051, 0.050, 0.048]}
     found = stragglers(state(slow))
     assert [f["worker"] for f in found] == [2] and 4.5 < found[0]["factor"] < 5.1
+
+
+def test_statistics_kept_between_summaries_equal_those_computed_from_scratch() -> None:
+    import random
+
+    from loaderscope.state import FetchOrder
+
+    rng = random.Random(7)
+    s, kept = LoaderState(), FetchOrder()
+    for step in range(40):  # fetches arrive between summaries; worker 2 turns slow, worker 3 joins late
+        for wid in range(4 if step > 20 else 3):
+            slow = 5 if wid == 2 and step > 10 else 1
+            s.worker(wid).fetch_times.extend(round(0.01 * slow * rng.uniform(0.8, 1.2), 4) for _ in range(rng.randint(0, 3)))
+        incremental, scratch = summary(s, kept), summary(s)
+        assert incremental.pop("mean_task") == pytest.approx(scratch.pop("mean_task"), rel=1e-12)
+        assert incremental.pop("ideal_batches_per_s") == pytest.approx(scratch.pop("ideal_batches_per_s"), rel=1e-12)
+        assert incremental == scratch
+    assert [found["worker"] for found in summary(s, kept)["stragglers"]] == [2]
