@@ -30,10 +30,10 @@ const INT_MAX = 2 ** 31 - 1;
 // The typed columns, in the order toParts() hands them over.
 const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'epoch', 'a', 'b', 'c']);
 
-// An event read out with handOver() remembers its table and row: push() into another table then
-// copies the row's columns instead of checking and packing the object again (a worker's batches).
-const SOURCE = Symbol('source table');
-const SOURCE_ROW = Symbol('source row');
+// The event handOver() gave last and where it came from: pushing that very object into another
+// table next copies the row's columns instead of checking and packing it again (a worker's batches).
+/** @type {{event: any, table: EventTable|null, row: number}} */
+const handed = { event: null, table: null, row: -1 };
 
 // What schema.js's invalidReason demands of a hot event beyond what pack() checks anyway: seq an
 // integer, t finite, rank an integer if given, worker present where the kind requires it, and
@@ -144,14 +144,11 @@ export class EventTable {
     const i = this.n++;
     this.seq[i] = e.seq;
     this.t[i] = e.t;
-    const source = e[SOURCE];
-    if (source !== undefined && this.copyRow(i, source, e[SOURCE_ROW])) {
+    const copy = e === handed.event && this.copyRow(i, handed.table, handed.row);
+    handed.event = handed.table = null;
+    if (copy) {
       this.packed += 1;
     } else if (!this.pack(i, e)) {
-      if (source !== undefined) { // kept whole: it must not hold on to its (large) source table
-        delete e[SOURCE];
-        delete e[SOURCE_ROW];
-      }
       this.kind[i] = OBJECT;
       this.objects.set(i, e);
     } else {
@@ -336,12 +333,13 @@ export class EventTable {
     return e;
   }
 
-  /** Event i as get() gives it, marked so that pushing it into another table copies the row. */
+  /** Event i as get() gives it; pushing it into another table next copies the row. */
   handOver(i) {
     const e = this.get(i);
     if (this.kind[i] !== OBJECT) {
-      e[SOURCE] = this;
-      e[SOURCE_ROW] = i;
+      handed.event = e;
+      handed.table = this;
+      handed.row = i;
     }
     return e;
   }
