@@ -372,8 +372,14 @@ def clip_indices(indices: Any) -> tuple[list[Any] | None, int]:
     if indices is None:
         return None, 0
     if isinstance(indices, (list, tuple)):
-        return [_plain(i) for i in indices[:MAX_INDICES]], len(indices)
+        head = list(indices[:MAX_INDICES])
+        if not _PLAIN.issuperset(map(type, head)):  # one pass in C for the usual list of ints
+            head = [_plain(i) for i in head]
+        return head, len(indices)
     return [_plain(indices)], 1
+
+
+_PLAIN = frozenset((int, float, str, bool, type(None)))  # JSON scalars: _plain returns them as they are
 
 
 def _plain(value: Any) -> Any:
