@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -117,7 +118,7 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
     page.evaluate(GAPS)
     page.set_input_files("#file-input", str(path))
     page.wait_for_function("() => window.loaderscope.perf.load", timeout=600_000, polling=100)
-    gaps = page.evaluate("() => { window.bigtraceGaps.stop = true; return window.bigtraceGaps.ms.sort((a, b) => a - b); }")
+    gaps = page.evaluate("() => { const g = window.bigtraceGaps; g.stop = true; return g.ms.sort((a, b) => a - b); }")
     if profile:
         profile.write_text(json.dumps(cdp.send("Profiler.stop")["profile"]))
     load = page.evaluate("window.loaderscope.perf.load")
@@ -131,17 +132,32 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
     return {"events": events, "mb": path.stat().st_size / 1e6, "open_s": load["ms"] / 1000,
             "events_per_s": events / (load["ms"] / 1000), "fps": result["fps"], "frame_p95_ms": result["p95"],
             "timeline_p95_ms": result["timeline_p95"], "seek_ms": result["seek_ms"],
-            "load_frame_p95_ms": gaps[int(len(gaps) * 0.95)] if gaps else None, "load_frame_max_ms": max(gaps, default=None),
+            "load_frame_p95_ms": gaps[int(len(gaps) * 0.95)] if gaps else None,
+            "load_frame_max_ms": max(gaps, default=None),
             "heap_mb": after["heap_mb"], "buffers_mb": after["buffers_mb"], "empty_heap_mb": before["heap_mb"],
             "bytes_per_event": (after["heap_mb"] + after["buffers_mb"] - before["heap_mb"] - before["buffers_mb"])
             * 1e6 / events}
+
+
+def summarise(results: list[dict[str, Any]]) -> None:
+    """One line per size and page: the median of each figure with its range over the repeats."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["events"], r["page"], r["parsers"]), []).append(r)
+    for (events, page, parsers), rs in groups.items():
+        line: dict[str, Any] = {"events": events, "page": page, "parsers": parsers, "runs": len(rs)}
+        for key in ("open_s", "fps", "load_frame_p95_ms", "seek_ms", "heap_mb", "buffers_mb", "bytes_per_event"):
+            values = sorted(r[key] for r in rs if r[key] is not None)
+            if values:
+                line[key] = f"{statistics.median(values):.2f} [{values[0]:.2f}-{values[-1]:.2f}]"
+        print("median " + json.dumps(line), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--cache", type=Path, default=CACHE, help="where the generated traces are kept")
-    ap.add_argument("--repeat", type=int, default=1, help="opens per size (alternating sizes)")
+    ap.add_argument("--repeat", type=int, default=1, help="opens of each size by each page, alternating")
     ap.add_argument("--profile", type=Path, help="write a CPU profile (.cpuprofile) of each open here")
     ap.add_argument("--against", type=Path,
                     help="another checkout (its backend/ and frontend/): its page opens each trace too, alternately")
@@ -158,26 +174,31 @@ def main() -> None:
         t0 = time.perf_counter()
         paths[n] = trace_path(n, args.cache)
         print(json.dumps({"trace": str(paths[n]), "events": n, "ready_s": round(time.perf_counter() - t0, 1)}))
-    pages = {"this": launch(args.cache / "server")}
+    servers = {"this": launch(args.cache / "server")}
+    variants = [("this", parsers) for parsers in args.parsers]
     if args.against:
-        pages["against"] = launch(args.cache / "server-against", env={"PYTHONPATH": str(args.against / "backend")})
+        servers["against"] = launch(args.cache / "server-against", env={"PYTHONPATH": str(args.against / "backend")})
+        variants.append(("against", 0))
+    results = []
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             for k in range(args.repeat):
                 for n, path in paths.items():
-                    for page, parsers in [(p, n) for p in pages for n in (args.parsers if p == "this" else [0])]:
+                    for page, parsers in variants:
                         prof = args.profile / f"open-{n}-{page}{parsers}-{k}.cpuprofile" if args.profile else None
                         if prof:
                             prof.parent.mkdir(parents=True, exist_ok=True)
-                        url = f"{pages[page].page_url}&parsers={parsers}"
+                        url = f"{servers[page].page_url}&parsers={parsers}"
                         r = {"page": page, "parsers": parsers, **open_trace(browser, url, path, prof)}
-                        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}),
+                        results.append(r)
+                        print(json.dumps({key: round(v, 2) if isinstance(v, float) else v for key, v in r.items()}),
                               flush=True)
             browser.close()
     finally:
-        for server in pages.values():
+        for server in servers.values():
             server.stop()
+    summarise(results)
 
 
 if __name__ == "__main__":
