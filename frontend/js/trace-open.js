@@ -3,7 +3,7 @@
 // finished run; the page is handed the tracks once every file is read.
 
 import { Track } from './track.js';
-import { readTraceFile, readTraceFileInWorkers, TraceError } from './trace-file.js';
+import { readTraceFileInWorkers, TraceError } from './trace-file.js';
 
 // Web Workers that parse a file's segments side by side: one core is left to the page's thread,
 // which applies the events (as costly as parsing them). `?parsers=N` in the page's address
@@ -83,8 +83,7 @@ export class TraceOpener {
       $('loading-text').textContent = `reading ${file.name}…`;
       let reserved = false;
       try {
-        const read = typeof Worker === 'undefined' ? readTraceFile : readTraceFileInWorkers;
-        await read(file, {
+        await readTraceFileInWorkers(file, {
           workers: PARSERS,
           onHeader: (h) => { tr.header = h; },
           onEvent: (e) => tr.ingest(e),
