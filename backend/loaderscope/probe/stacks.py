@@ -157,8 +157,12 @@ def exit_status(pid: int) -> tuple[str, int] | None:
     Reads /proc instead of calling waitpid, so torch's own reaping (and its SIGCHLD check)
     still sees the child: the probe must never change what torch observes.
     """
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    try:  # os.open and os.read: a third of the cost of a text file object, on every probe tick that checks
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            fields = os.read(fd, 4096).decode().rsplit(")", 1)[1].split()
+        finally:
+            os.close(fd)
     except (OSError, IndexError):
         return ("gone", 0)
     if fields[0] not in ("Z", "X"):
