@@ -348,11 +348,14 @@ def watch_page(page: Any, sent: Any, runs_rx: Any, ranks: int) -> dict[str, Any]
             "queued": max(queued)}
 
 
-def page_stats(page: Any, total: int, shot: Path | None) -> dict[str, Any]:
+def page_stats(page: Any, total: int, shot: Path | None, timeout: float = 60) -> dict[str, Any]:
+    """The page's frame rate over the run, then how long it took to show every event sent (None:
+    not within ``timeout``; ``shown`` says how many it had)."""
     stats: dict[str, Any] = page.evaluate(PAGE_STATS)
     start = time.perf_counter()
-    page.wait_for_function(f"() => ({PAGE_APPLIED})() >= {total}", timeout=120_000, polling=100)
-    stats["catch_up"] = time.perf_counter() - start
+    while (shown := page.evaluate(PAGE_APPLIED)) < total and time.perf_counter() - start < timeout:
+        time.sleep(0.2)
+    stats |= {"shown": shown, "catch_up": time.perf_counter() - start if shown >= total else None}
     if shot is not None:
         page.wait_for_timeout(600)  # the job table refreshes a few times a second
         page.screenshot(path=str(shot))
@@ -377,7 +380,7 @@ def row(runs: list[dict[str, Any]]) -> list[str]:
     needs = [{"needs": r["us_per_event"] * r["rate"] / 1e6} for r in runs]
     page = [spread(runs, "found", ".1f"), spread(runs, "lag", ".2f"), spread(runs, "lag_end", ".2f"),
             spread(runs, "queued", ",.0f"), spread(runs, "fps", ".0f"), spread(runs, "p95", ".1f"),
-            spread(runs, "tracks", ".0f")] if first["page"] else ["–"] * 7
+            spread(runs, "tracks", ".0f"), spread(runs, "catch_up", ".1f")] if first["page"] else ["–"] * 8
     return [str(first["ranks"]), "open" if first["page"] else "–", spread(runs, "rate", ",.0f"),
             f"{held:,} / {sent:,}" + (f" ({dropped} dropped)" if dropped else ""), spread(runs, "drain_s", ".1f"),
             spread(runs, "us_per_event", ".1f"), spread(needs, "needs", ".0f", 100), spread(runs, "cpu", ".0f", 100),
@@ -388,7 +391,7 @@ def row(runs: list[dict[str, Any]]) -> list[str]:
 COLUMNS = ["ranks", "page", "events/s sent", "held / sent (all repeats)", "drain s", "server CPU µs/event",
            "server needs % core", "server got % core", "bench % core", "other % core", "server RSS MiB",
            "health p50 ms", "health p99 ms", "page found all ranks s", "page lag max s", "page lag end s",
-           "page backlog max", "page fps", "page frame p95 ms", "page ranks"]
+           "page backlog max", "page fps", "page frame p95 ms", "page ranks", "page showed all after s"]
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace, rates: list[float]) -> None:
@@ -407,7 +410,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, rates: list[
     console.print(f"{os.cpu_count()} CPUs shared by the server, the producers (one asyncio process), chromium and "
                   "whatever else runs. drain: from the last frame sent until the server held every event. Page lag: "
                   "events sent and not yet applied by the page, in seconds of the stream, from when it had found "
-                  "every rank; its backlog: events received and not yet applied. % core while the producers sent: "
+                  "every rank; its backlog: events received and not yet applied; showed all: from the last frame "
+                  "sent until the page held every event (not all: not within 60 s). % core while the producers sent: "
                   "got = the server's share; bench = producers, chromium and this script; other = everything else "
                   "(other people's work). µs/event: the server's CPU until every event was held (and shown by the "
                   "page) over the events; needs = that at the rate sent.")
@@ -443,7 +447,7 @@ def with_browser(recs: list[Recording], args: argparse.Namespace, modes: list[bo
     (one chromium for the whole bench); the screenshot is of the last job with the page."""
     configs = [(n, with_page) for _ in range(args.repeat) for n in args.ranks for with_page in modes]
     if True not in modes:
-        return [run_job(recs, args.rate, n, None, None) for n, _ in configs]
+        return [run_job(recs, args.rate, n, None, None) for n, _ in configs]  # no page: nothing to lose
     from playwright.sync_api import sync_playwright
 
     results = []
@@ -453,6 +457,7 @@ def with_browser(recs: list[Recording], args: argparse.Namespace, modes: list[bo
             page = browser.new_page(viewport={"width": 1440, "height": 1000}) if with_page else None
             last = k == max(i for i, (_, p) in enumerate(configs) if p)
             results.append(run_job(recs, args.rate, n, page, args.screenshot if last else None))
+            print(orjson.dumps(results[-1]).decode(), file=sys.stderr, flush=True)  # kept if a later one fails
             if page is not None:
                 page.close()
         browser.close()

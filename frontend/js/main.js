@@ -48,6 +48,7 @@ class App {
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
     this.lastEventWall = 0;
+    this.applyFrom = 0; // the rank applyQueued starts at (it moves on every frame)
     this.cards = new WorkerCards({
       state: () => this.state,
       now: () => this.clock(performance.now()).now,
@@ -248,7 +249,11 @@ class App {
   applyQueued(start) {
     let n = 0;
     const tBefore = this.track.player.full.t;
-    for (const tr of this.tracks) {
+    // when the budget runs out, the next frame starts at the next rank: no rank waits behind the others
+    const tracks = this.tracks;
+    this.applyFrom = (this.applyFrom + 1) % tracks.length;
+    for (let k = 0; k < tracks.length; k++) {
+      const tr = tracks[(this.applyFrom + k) % tracks.length];
       const q = tr.queue;
       let i = tr.queueHead;
       const end = q.length;
