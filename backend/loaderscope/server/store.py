@@ -22,6 +22,9 @@ from loaderscope.diagnosis import diagnosis
 from loaderscope.state import FetchOrder, LoaderState, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
+# A live run's statistics are brought up to date at most this often: a dashboard polling many runs
+# pays for each at most once a second (each update costs ~2 ms at 1M events, see FetchOrder).
+SUMMARY_EVERY = 1.0
 
 
 class Spill(Protocol):
@@ -75,7 +78,7 @@ class EventLog:
         self.forgotten_tasks = 0  # open tasks the reducer stopped tracking (MAX_OPEN_TASKS)
         self.last_event_at: float | None = None  # time.monotonic() of the last append
         self._order = FetchOrder()  # the statistics' sorted fetch times, caught up at each summary
-        self._summary: tuple[int, tuple[dict[str, Any], list[str]]] | None = None  # (next_seq, summary)
+        self._summary: tuple[int, float, tuple[dict[str, Any], list[str]]] | None = None  # (next_seq, when, it)
 
     @property
     def last_seq(self) -> int:
@@ -148,12 +151,16 @@ class EventLog:
         return self.spill.read(start, limit, max_bytes), gap
 
     def summary(self) -> tuple[dict[str, Any], list[str]]:
-        """The run's statistics and diagnosis: kept while no event comes, else brought up to date by
-        adding the fetches that came since to the sorted ones (FetchOrder), not by sorting them all."""
-        if self._summary is None or self._summary[0] != self.next_seq:
-            stats = summary(self.state, self._order)
-            self._summary = (self.next_seq, (stats, diagnosis(self.state, stats)))
-        return self._summary[1]
+        """The run's statistics and diagnosis, brought up to date at most every SUMMARY_EVERY seconds
+        while events come (and once more when they change after the run ended): by adding the fetches
+        that came since to the sorted ones (FetchOrder), not by sorting them all again."""
+        now = time.monotonic()
+        cached = self._summary
+        if cached is not None and (cached[0] == self.next_seq or (not self.ended and now - cached[1] < SUMMARY_EVERY)):
+            return cached[2]
+        stats = summary(self.state, self._order)
+        self._summary = (self.next_seq, now, (stats, diagnosis(self.state, stats)))
+        return self._summary[2]
 
     def flush(self) -> None:
         if self.spill is not None:
