@@ -459,7 +459,8 @@ _NONE: Sorted = np.empty(0)
 
 class FetchOrder:
     """The workers' fetch times kept sorted too, so that the statistics read percentiles and medians by
-    position instead of sorting every fetch of the run at each summary (28 ms at 1M events).
+    position instead of sorting every fetch of the run at each summary: at 1M events of a 4-worker run an
+    update costs ~2 ms of CPU, a summary from scratch ~30 ms.
 
     It follows one LoaderState: ``catch_up`` merges the fetches added since its last call (the reducer's
     lists only grow), so a summary costs the new fetches, a copy of the sorted arrays at C speed, and
