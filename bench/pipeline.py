@@ -97,8 +97,10 @@ class Server:
 
     def producer(self) -> ClientConnection:
         headers = {"Authorization": f"Bearer {self.token}"}
+        # no keepalive pings: on a machine loaded past its cores a starved server answers late, and
+        # the run would end with a ping timeout instead of a measure of how far behind it fell
         return connect(f"{self.url.replace('http', 'ws')}/ws/ingest", additional_headers=headers,
-                       compression=None, max_size=None)
+                       compression=None, max_size=None, ping_interval=None)
 
     @staticmethod
     def send(ws: ClientConnection, frames: list[bytes], rate: float | None = None,
