@@ -15,7 +15,7 @@ import { paintBackground, arrow, roundRect, drawToken } from './pipeline-paint.j
 const EASE_MS = 60; // token motion time constant
 const MIN_SPEED = 0.6; // px per ms
 const FADE_MS = 600;
-const MAX_FLYING = 24; // released tokens animated at once
+const MAX_FLYING = 24; // tokens animated at once: released ones, and new ones per frame
 // following a live run, the overlay's words change at most 10 times a second: faster reads as a
 // blur, and each change costs the page a style, layout and paint (a fifth of a frame at 64 workers)
 const OVERLAY_LIVE_MS = 100;
@@ -196,10 +196,15 @@ export class PipelineView {
     const fresh = Math.min(MAX_FLYING, Math.max(0, state.batches - this.lastYieldCount), yielded.length);
     for (let i = yielded.length - fresh; i < yielded.length; i++) newYields.add(`${yielded[i][0]}:${yielded[i][1]}`);
     this.lastYieldCount = state.batches;
+    // more new tasks in one frame than the eye can follow (a fast live run): they appear where they
+    // belong instead of a cloud of tokens flying out of the dispatcher over the lanes
+    let arriving = 0;
+    for (const key of out.keys()) if (!this.tokens.has(key)) arriving += 1;
+    const from = arriving > MAX_FLYING ? null : dispatchPoint(L);
     for (const [key, p] of out) {
       let tok = this.tokens.get(key);
       if (tok === undefined) {
-        const d = dispatchPoint(L);
+        const d = from ?? p;
         tok = { x: d.x, y: d.y, idx: +key.split(':')[1], alpha: 1, dying: 0, failed: false };
         this.tokens.set(key, tok);
       }
