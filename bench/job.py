@@ -178,7 +178,9 @@ def rank_recording(recs: list[Recording], rank: int, rate: float) -> Recording:
 
 
 async def produce(url: str, token: str, recs: list[Recording], rate: float, ranks: int, job: str, runs: Any,
-                  go: Any, sent: Any) -> None:
+                  go: Any, done: Any, sent: Any) -> None:
+    """Connect a websocket per rank, send each rank's frames on time once ``go`` is set, and close
+    once ``done`` is; ``sent`` counts the events sent."""
     from websockets.asyncio.client import connect
 
     headers = {"Authorization": f"Bearer {token}"}
@@ -203,13 +205,16 @@ async def produce(url: str, token: str, recs: list[Recording], rate: float, rank
 
     await asyncio.gather(*(one(r) for r in range(ranks)))
     runs.send(time.perf_counter() - start)
+    # Stay connected until the server holds every event: a client's close waits 10 s for the server's
+    # answer and then drops the connection, and with it what the server had not yet read.
+    await asyncio.get_running_loop().run_in_executor(None, done.wait)
     for ws in sockets:
         await ws.close()
 
 
 def producer_main(url: str, token: str, recs: list[Recording], rate: float, ranks: int, job: str, runs: Any,
-                  go: Any, sent: Any) -> None:
-    asyncio.run(produce(url, token, recs, rate, ranks, job, runs, go, sent))
+                  go: Any, done: Any, sent: Any) -> None:
+    asyncio.run(produce(url, token, recs, rate, ranks, job, runs, go, done, sent))
 
 
 # --- measuring one job ------------------------------------------------------------------------------
@@ -278,9 +283,9 @@ def run_job(recs: list[Recording], rate: float, ranks: int, page: Any | None, sh
     server = Server()
     ctx = multiprocessing.get_context("spawn")  # the producer starts clean: no browser threads forked
     runs_rx, runs_tx = ctx.Pipe(duplex=False)
-    go, sent = ctx.Event(), ctx.Value("q", 0)
+    go, done, sent = ctx.Event(), ctx.Event(), ctx.Value("q", 0)
     producer = ctx.Process(target=producer_main, args=(server.url, server.token, recs, rate, ranks,
-                                                       f"job-{uuid.uuid4().hex[:6]}", runs_tx, go, sent))
+                                                       f"job-{uuid.uuid4().hex[:6]}", runs_tx, go, done, sent))
     try:
         producer.start()
         ids = runs_rx.recv()
@@ -298,6 +303,7 @@ def run_job(recs: list[Recording], rate: float, ranks: int, page: Any | None, sh
         pinger.join()
         total = sent.value
         drained = drain(server, ids, total)
+        done.set()  # the producers may close now
         stats = page_stats(page, total, shot) if page is not None else {}
         # all the server spent on these events: ingest, and sending them to the page until it caught up
         per_event = (meter.shares()["cpu_s"]) / total * 1e6
