@@ -184,8 +184,9 @@ async def produce(url: str, token: str, recs: list[Recording], rate: float, rank
     from websockets.asyncio.client import connect
 
     headers = {"Authorization": f"Bearer {token}"}
+    # no keepalive pings: a server starved by a loaded machine must show up as lag, not as a ping timeout
     sockets = [await connect(f"{url.replace('http', 'ws')}/ws/ingest", additional_headers=headers,
-                             compression=None, max_size=None) for _ in range(ranks)]
+                             compression=None, max_size=None, ping_interval=None) for _ in range(ranks)]
     ids = [orjson.loads(await ws.recv())["run"] for ws in sockets]
     # each rank's wall_start puts its first batch at the same instant, as ranks that start together
     mine = [rank_recording(recs, r, rate) for r in range(ranks)]
