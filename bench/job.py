@@ -1,24 +1,25 @@
 """One job of many ranks into one dashboard: 8, 16, 32 and 64 ranks of 8 workers each.
 
-    .venv/bin/python bench/job.py                     # 8/16/32/64 ranks, 100 batches/s per rank, 12 s each
+    .venv/bin/python bench/job.py                     # 8/16/32/64 ranks, 100 batches/s per rank, 12 s, 2 repeats
     .venv/bin/python bench/job.py --quick             # a smoke run (8 and 16 ranks, 3 s, no page)
     .venv/bin/python bench/job.py --ranks 64 --rate 200 --no-page
-    .venv/bin/python bench/job.py --ranks 64 --page-only --screenshot docs/job64.png
+    .venv/bin/python bench/job.py --ranks 64 --page-only --repeat 1 --screenshot docs/job64.png
 
 The frames are the real probe's: a real DataLoader (8 worker processes whose samples sleep, so that
-it delivers --rate batches/s) is recorded through ``watch()`` once per distinct rank; one of them
-has a worker 1.5x slower than the others. On two shared cores a recorded loader reaches only part
-of the rate it aims at, so each recording's times are stretched to the stated rate (rank 5, the one
-with the slow worker, 3 % slower). Each rank of the job replays one of them over a websocket of its
-own, frame by frame at the times the probe sent them (every 50 ms), with its own run id, ``rank``,
-``world_size`` and the job's ``job`` in run_start. All producers are one
-asyncio process with one real websocket per rank (the server sees 64 producer connections).
+it delivers --rate batches/s) is recorded through ``watch()`` 4 times; one of the recordings has a
+worker 1.5x slower than the others. On two shared cores a recorded loader reaches only part of the
+rate it aims at, so each rank stretches its recording's times to the stated rate (give or take
+0.2 %; rank 5, which replays the one with the slow worker, 3 % slower). Each rank of the job sends
+its frames over a websocket of its own at the times the probe sent them (every 50 ms), with its
+own run id, ``rank``, ``world_size`` and the job's ``job`` in run_start. All producers are one
+asyncio process with one real websocket per rank: the server sees 64 producer connections.
 
-For each number of ranks, a fresh server (real uvicorn on 127.0.0.1); without, then with, the page
+For each number of ranks a fresh server (real uvicorn on 127.0.0.1), without and then with the page
 (headless chromium) open on rank 0 of the job, which finds the other ranks and opens a websocket
-per rank. Reported: events/s sent, events the server held at the end against those sent, the
-server's CPU (share of one core) and RSS, /api/health latency (p50/p99, polled every 50 ms during
-the run) and, with the page, how far behind it was (max over the run) and its frame rate.
+per rank; every configuration ``--repeat`` times in turn. Reported (median and range): events/s
+sent, events the server held against those sent, the server's CPU per event and share of a core,
+who else used the cores, its RSS, /api/health latency (p50/p99, polled every 50 ms during the run)
+and, with the page, how far behind it was, its own backlog and its frame rate.
 """
 
 from __future__ import annotations
@@ -410,7 +411,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, rates: list[
                                   f"{args.seconds:g} s; median [range] of {args.repeat} alternating repeats")
     for key in sorted(groups):
         table.add_row(*row(groups[key]))
-    console = Console(width=300)
+    console = Console(width=420)
     console.print(table)
     console.print(f"each rank delivers {args.rate:g} batches/s (rank {SLOW_RANK}, with a slow worker, 3 % less): "
                   f"recorded loaders that delivered {', '.join(f'{r:.0f}' for r in rates)} batches/s, their times "
