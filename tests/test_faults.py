@@ -185,3 +185,21 @@ def test_torch_errors_still_reach_the_loop_unchanged() -> None:
     for num_workers in (0, 2):
         with pytest.raises(KeyError, match="sample 9 is missing"):
             list(loaderscope.watch(DataLoader(Raising(), batch_size=4, num_workers=num_workers), sink=lambda _: None))
+
+
+def test_a_script_that_dies_with_a_live_iterator_says_nothing_about_the_probe(tmp_path: Any) -> None:
+    """torch shuts the workers down while the interpreter tears its modules down: nothing to record."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import torch\n"
+        "from loaderscope import InstrumentedDataLoader\n"
+        "loader = InstrumentedDataLoader(torch.arange(100.0), num_workers=2, sink=lambda events: None)\n"
+        "iterator = iter(loader)\n"
+        "next(iterator)\n"
+        "raise SystemExit('the script fails')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "the script fails" in done.stderr
+    assert "loaderscope" not in done.stderr, done.stderr

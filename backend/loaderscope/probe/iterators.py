@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import traceback
 import weakref
@@ -337,7 +338,10 @@ class MultiProcessProbe:
         return {"waiting_for": idx, "held_by": info[0] if info else None, "has_data": bool(info and len(info) == 2)}
 
     def _shutdown_workers(self) -> None:
-        first = not self._exited and getattr(self, "_workers", None) is not None
+        # An iterator still alive at interpreter exit is shut down by the collector after the run
+        # has ended (the atexit hook closed its recorder) and while module globals are torn down:
+        # there is nothing left to record, and the bookkeeping would only fail.
+        first = not self._exited and getattr(self, "_workers", None) is not None and not sys.is_finalizing()
         if first:
             self._before_shutdown()
         super()._shutdown_workers()  # type: ignore[misc]
