@@ -30,11 +30,6 @@ const INT_MAX = 2 ** 31 - 1;
 // The typed columns, in the order toParts() hands them over.
 const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'epoch', 'a', 'b', 'c']);
 
-// The event handOver() gave last and where it came from: pushing that very object into another
-// table next copies the row's columns instead of checking and packing it again (a worker's batches).
-/** @type {{event: any, table: EventTable|null, row: number}} */
-const handed = { event: null, table: null, row: -1 };
-
 // What schema.js's invalidReason demands of a hot event beyond what pack() checks anyway: seq an
 // integer, t finite, rank an integer if given, worker present where the kind requires it, and
 // every number within +-2**53 (events.py MAX_NUMBER). pushValid() relies on it.
@@ -144,16 +139,38 @@ export class EventTable {
     const i = this.n++;
     this.seq[i] = e.seq;
     this.t[i] = e.t;
-    const copy = e === handed.event && this.copyRow(i, handed.table, handed.row);
-    handed.event = handed.table = null;
-    if (copy) {
+    if (this.pack(i, e)) {
       this.packed += 1;
-    } else if (!this.pack(i, e)) {
+    } else {
       this.kind[i] = OBJECT;
       this.objects.set(i, e);
-    } else {
-      this.packed += 1;
     }
+  }
+
+  /**
+   * Append every row of `other` (a worker's batch) column by column, building no event: the page
+   * applies ten million rows, and rebuilding, checking and packing each one again was a tenth of
+   * its thread. False, and nothing appended, when both hold packed rows of different runs or ranks
+   * (push() each event then: the other run's are kept whole).
+   */
+  append(other) {
+    if (other.packed > 0) {
+      if (this.packed === 0) { this.run = other.run; this.rank = other.rank; }
+      else if (other.run !== this.run || other.rank !== this.rank) return false;
+    }
+    const n = this.n, k = other.n;
+    if (n + k > this.kind.length) this.alloc(Math.max(n + k, this.kind.length * 2));
+    for (const key of COLUMNS) this[key].set(other[key].subarray(0, k), n);
+    const base = this.poolN;
+    this.ensurePool(other.poolN);
+    this.pool.set(other.pool.subarray(0, other.poolN), base);
+    this.poolN += other.poolN;
+    // a dispatch's indices offset points into `other`'s pool; an object row's flags are stale bytes
+    if (base) for (let i = n; i < n + k; i++) if (this.kind[i] !== OBJECT && this.flags[i] & F.INDICES) this.b[i] += base;
+    for (const [j, e] of other.objects) this.objects.set(n + j, e);
+    this.n += k;
+    this.packed += other.packed;
+    return true;
   }
 
   /**
@@ -249,29 +266,6 @@ export class EventTable {
     return true;
   }
 
-  /** Row j of another table into row i: false when the two hold different runs or ranks. */
-  copyRow(i, from, j) {
-    if (this.run === undefined) { this.run = from.run; this.rank = from.rank; }
-    if (from.run !== this.run || from.rank !== this.rank) return false;
-    const flags = from.flags[j];
-    this.kind[i] = from.kind[j];
-    this.flags[i] = flags;
-    this.idx[i] = from.idx[j];
-    this.worker[i] = from.worker[j];
-    this.epoch[i] = from.epoch[j];
-    this.a[i] = from.a[j];
-    this.b[i] = from.b[j];
-    this.c[i] = from.c[j];
-    if (flags & F.INDICES) {
-      const off = from.b[j], k = from.c[j];
-      this.ensurePool(k);
-      this.pool.set(from.pool.subarray(off, off + k), this.poolN);
-      this.b[i] = this.poolN;
-      this.poolN += k;
-    }
-    return true;
-  }
-
   ensurePool(k) {
     if (this.poolN + k <= this.pool.length) return;
     let cap = this.pool.length * 2;
@@ -329,17 +323,6 @@ export class EventTable {
         break;
       default:
         break;
-    }
-    return e;
-  }
-
-  /** Event i as get() gives it; pushing it into another table next copies the row. */
-  handOver(i) {
-    const e = this.get(i);
-    if (this.kind[i] !== OBJECT) {
-      handed.event = e;
-      handed.table = this;
-      handed.row = i;
     }
     return e;
   }

@@ -72,13 +72,21 @@ export class Player {
 
   /** Load one event (in seq order). */
   append(e) {
-    const n = this.table.length;
+    this.table.push(e);
+    this.applyRow(this.table.length - 1, e);
+  }
+
+  /**
+   * Apply the event already stored at row n (rows are applied in order, each once: a batch can be
+   * stored whole first, see EventTable.append). Returns the event.
+   */
+  applyRow(n, e = this.table.get(n)) {
     // a cursor parked at the end (not following) must not move with `full`: give it its own state
     if (!this.following && this.view === null) this.view = restore(snapshot(this.full), this.full);
     if (n % this.every === 0) this.snapshots[n / this.every] = snapshot(this.full);
-    this.table.push(e);
     this.full.apply(e);
     if (this.following) this.cursor = n + 1;
+    return e;
   }
 
   /** The event at row i (an object). */

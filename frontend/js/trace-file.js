@@ -181,12 +181,15 @@ export async function lineStarts(file, step = SEGMENT_BYTES) {
 /**
  * readTraceFile's contract, with the parsing in Web Workers (trace-worker.js): they decode, parse
  * and check segments of the file side by side and hand over EventTable columns; the page's thread
- * only rebuilds each event and gives it to `onEvent`, in file order, a slice at a time, so the page
- * stays responsive. A damaged line stops the read there, as in readTraceFile.
+ * gets them in file order, a slice at a time, so the page stays responsive: each batch whole through
+ * `onRows` (its table is valid only during the call: its buffers go back to the worker), or, without
+ * `onRows`, each event rebuilt through `onEvent`. A damaged line stops the read there, as in
+ * readTraceFile.
  * @param {Blob & {name?:string}} file
- * @param {{onHeader:(h:any)=>void, onEvent:(e:any)=>void, onProgress?:(done:number, total:number)=>void, workers?:number, segmentBytes?:number}} o
+ * @param {{onHeader:(h:any)=>void, onEvent?:(e:any)=>void, onRows?:(rows:EventTable)=>void, onProgress?:(done:number, total:number)=>void, workers?:number, segmentBytes?:number}} o
  */
-export async function readTraceFileInWorkers(file, { onHeader, onEvent, onProgress, workers = 2, segmentBytes = SEGMENT_BYTES }) {
+export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, onProgress, workers = 2, segmentBytes = SEGMENT_BYTES }) {
+  const take = onRows ?? ((rows) => { for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i)); });
   const source = checkSize(file);
   const cuts = await lineStarts(file, segmentBytes);
   const segments = cuts.slice(0, -1).map((start, k) => ({ start, end: cuts[k + 1], queue: [], last: null }));
@@ -208,7 +211,7 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onProgre
           if (seg.queue.length) {
             const { parts, bytes, worker } = seg.queue.shift();
             const rows = EventTable.fromParts(parts);
-            for (let i = 0; i < rows.length; i++) onEvent(rows.handOver(i));
+            take(rows);
             events += rows.length;
             worker.postMessage({ type: 'ack', parts }, EventTable.transfers(parts)); // its buffers, to refill
             onProgress?.(seg.start + bytes, file.size);

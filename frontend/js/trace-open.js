@@ -86,7 +86,7 @@ export class TraceOpener {
         await readTraceFileInWorkers(file, {
           workers: PARSERS,
           onHeader: (h) => { tr.header = h; },
-          onEvent: (e) => tr.ingest(e),
+          onRows: (rows) => tr.ingestRows(rows),
           onProgress: (done) => {
             if (!reserved && done < file.size) reserved = reserveRows(tr, done, file.size);
             const frac = total ? (before + done) / total : 1;

@@ -49,6 +49,25 @@ export class Track {
   ingest(e) {
     const row = this.player.length;
     this.player.append(e);
+    this.applied(e, row);
+  }
+
+  /**
+   * Take a batch of events in an EventTable (a worker's, from a file): its columns are copied into
+   * the player's table at once, then each row is applied as ingest() applies an event.
+   * @param {import('./event-table.js').EventTable} rows
+   */
+  ingestRows(rows) {
+    const from = this.player.length;
+    if (!this.player.table.append(rows)) { // another run's rows: each is kept whole
+      for (let i = 0; i < rows.length; i++) this.ingest(rows.get(i));
+      return;
+    }
+    for (let row = from; row < from + rows.length; row++) this.applied(this.player.applyRow(row), row);
+  }
+
+  /** Everything kept beside the player about event `e`, just applied at `row`. */
+  applied(e, row) {
     this.store.apply(e, row);
     const kind = e.kind;
     if (!KNOWN.has(kind)) this.noteItems.push({ ...e, unknown: true, _row: row + 1 });

@@ -83,21 +83,28 @@ test('reserve makes room once, keeping the rows', () => {
   assert.equal(table.kind.length, 1000, 'never shrinks');
 });
 
-test('an event handed over from another table is copied row for row, indices and all', () => {
-  const events = synthesize({ num_workers: 2, batches: 20, pin_ms: 1 });
-  const source = new EventTable();
-  for (const e of events) source.push(e);
+test('append copies other tables\' rows column by column: indices, kept objects, recycled buffers', () => {
+  const events = synthesize({ num_workers: 2, batches: 20, pin_ms: 1 }).map((e, i) => ({ ...e, seq: i }));
+  events.splice(30, 0, { seq: 30.5, t: 1, run: 'synth', rank: 0, kind: 'gpu_sync', x: [1] }); // kept whole
   const target = new EventTable(2);
-  for (let i = 0; i < source.length; i++) target.push(source.handOver(i));
-  assert.equal(target.packed, source.packed);
-  for (let i = 0; i < events.length; i++) assert.deepEqual(strip(target.get(i)), strip(events[i]));
-  const dispatch = events.findIndex((e) => e.kind === 'dispatch' && e.indices);
-  assert.deepEqual(target.indicesOf(dispatch), events[dispatch].indices);
+  let spare = null; // a worker refills the same buffers, stale bytes and all
+  for (let from = 0; from < events.length; from += 17) {
+    const batch = spare ? EventTable.recycle(spare) : new EventTable(4);
+    for (const e of events.slice(from, from + 17)) batch.push(e);
+    assert.ok(target.append(batch));
+    spare = batch.toParts();
+  }
+  assert.equal(target.length, events.length);
+  for (let i = 0; i < events.length; i++) assert.deepEqual(strip(target.get(i)), strip(events[i]), `row ${i}`);
+  const d = events.findLastIndex((e) => e.kind === 'dispatch' && e.indices);
+  assert.deepEqual(target.indicesOf(d), events[d].indices);
+  assert.equal(target.packed, events.length - target.objects.size);
   const other = new EventTable();
-  other.push({ ...events[dispatch], run: 'another' });
-  other.push(source.handOver(dispatch)); // a second run in one table: kept whole, as push() keeps it
-  assert.deepEqual(strip(other.get(1)), strip(events[dispatch]));
-  assert.equal(other.packed, 1);
+  other.push({ ...events[d], run: 'another' });
+  const batch = new EventTable();
+  batch.push(events[d]);
+  assert.equal(other.append(batch), false, 'packed rows of another run are refused');
+  assert.equal(other.length, 1);
 });
 
 test('pushValid takes only what the schema takes, and gives it back equal', () => {

@@ -3,6 +3,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Player } from '../js/player.js';
+import { Track } from '../js/track.js';
+import { EventTable } from '../js/event-table.js';
 import { reduce, summary } from '../js/reducer.js';
 import { synthesize } from '../dev/synth.js';
 
@@ -95,5 +97,31 @@ test('seeks stay exact across the reducer trimming yield_order', () => {
     const fresh = reduce(events.slice(0, i));
     assert.equal(fingerprint(p.state), fingerprint(fresh), `cursor ${i}`);
     assert.deepEqual(p.state.yield_order.slice(-5), fresh.yield_order.slice(-5));
+  }
+});
+
+test('a track given batches of rows ends where one given each event ends, timeline and notes too', () => {
+  const events = synthesize({ num_workers: 3, batches: 80, epochs: 2, pin_ms: 2 });
+  events.splice(100, 0, { seq: 0, t: events[99].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 0, idx: 30, elapsed: 11 });
+  events.forEach((e, i) => { e.seq = i; });
+  const one = new Track({ rank: 0, label: 'one', source: 'file' });
+  const bulk = new Track({ rank: 0, label: 'bulk', source: 'file' });
+  one.player.every = bulk.player.every = 64;
+  for (const e of events) one.ingest(e);
+  for (let from = 0; from < events.length; from += 50) {
+    const rows = new EventTable();
+    for (const e of events.slice(from, from + 50)) rows.push(e);
+    bulk.ingestRows(rows);
+  }
+  assert.equal(fingerprint(bulk.state), fingerprint(one.state));
+  assert.equal(bulk.player.cursor, events.length);
+  assert.deepEqual(bulk.noteItems, one.noteItems);
+  assert.deepEqual([...bulk.yields], [...one.yields]);
+  assert.deepEqual(bulk.parkedRows, one.parkedRows);
+  const spans = (tr) => [...tr.store.workers.values(), tr.store.consumer, tr.store.pin].map((c) => [...c.ref.subarray(0, c.n), ...c.ref2.subarray(0, c.n), ...c.end.subarray(0, c.n)]);
+  assert.deepEqual(spans(bulk), spans(one));
+  for (const i of [0, 63, 64, 500, events.length - 1]) {
+    bulk.player.seek(i);
+    assert.equal(fingerprint(bulk.state), fingerprint(reduce(events.slice(0, i))), `cursor ${i}`);
   }
 });
