@@ -47,8 +47,9 @@ def test_no_rank_starts_a_step_before_the_slowest_delivered_the_last() -> None:
         assert all(times[step + 1] >= released - 1e-9 for times in yields)
     # the slow rank delivers last at every step, and the job goes at its pace
     assert len(job.slowest) == 16
-    late = [rank for rank, lag in job.slowest if lag > 0]
+    late = [rank for rank, _ in job.slowest if rank is not None]
     assert set(late) == {2} and len(late) >= 8
+    assert all(lag == 0 for rank, lag in job.slowest if rank is None)  # the others: delivered together
     assert job.wall > 16 * 0.012
     for rank, events in enumerate(job.events):
         assert problems(events) == []
@@ -83,3 +84,14 @@ def test_a_rank_that_runs_out_early_leaves_the_others_hung() -> None:
 def test_ranks_must_come_in_order() -> None:
     with pytest.raises(ValueError, match="rank 0's SimConfig says rank 1"):
         simulate_job([_rank(1, 2, 0.001)])
+
+
+def test_a_step_delivered_together_has_no_slowest_rank() -> None:
+    from loaderscope.ranks import slowest_per_step
+
+    def run(*times: float) -> list[dict]:
+        return [{"kind": "run_start", "wall_start": 1.7e9}, {"kind": "epoch_start", "epoch": 0},
+                *({"kind": "yield", "t": t} for t in times)]
+
+    steps = slowest_per_step({0: run(1.0, 2.0), 1: run(1.0, 2.5)})
+    assert [s["rank"] for s in steps] == [None, 1]

@@ -198,13 +198,12 @@ def run_job(plan: scenarios.Plan, args: argparse.Namespace) -> int:
 
 def print_job(job: Any, ranks: int) -> None:
     steps = len(job.slowest)
-    late = [rank for rank, lag in job.slowest if lag > 0]
     console.print(f"\n{steps} steps in {job.wall:.2f} s = [bold]{steps / job.wall if job.wall else 0:.1f} steps/s[/] "
                   f"for the job; ranks step together, so the slowest rank to deliver a batch sets the pace")
     table = Table("rank", "batches/s", "waited in next()", "slowest in", "worst lag", box=None, pad_edge=False)
     for rank in range(ranks):
         stats = job.events[rank][-1].get("stats", {})
-        lags = [lag for r, lag in job.slowest if r == rank and lag > 0]
+        lags = [lag for r, lag in job.slowest if r == rank]
         table.add_row(str(rank), f"{stats.get('batches_per_s', 0):.1f}", f"{stats.get('input_bound', 0):.0%}",
                       f"{len(lags)} of {steps} steps", f"{max(lags) * 1000:.1f} ms" if lags else "-")
     console.print(table)

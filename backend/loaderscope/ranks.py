@@ -53,10 +53,16 @@ def shard_report(epoch_ends: Mapping[int, Mapping[str, Any]], length: int, sampl
     }
 
 
+# Ranks whose batches came within this of each other delivered together: no rank was last (a
+# simulated job's ranks tie exactly; wall_start + t rounds to about 0.2 µs at today's epoch seconds).
+TIE_S = 1e-6
+
+
 def slowest_per_step(runs: Mapping[int, Sequence[Mapping[str, Any]]], epoch: int = 0) -> list[dict[str, Any]]:
     """For each step of ``epoch``, the rank whose batch came last (wall clock) and how late it was.
 
     Ranks step together (gradients are all-reduced), so the slowest rank's loader sets the pace.
+    A step every rank delivered together (within ``TIE_S``) has no slowest rank: ``rank`` is None.
     """
     deliveries: dict[int, list[float]] = {}
     for rank, events in runs.items():
@@ -74,5 +80,6 @@ def slowest_per_step(runs: Mapping[int, Sequence[Mapping[str, Any]]], epoch: int
     for step in range(steps):
         at = {rank: times[step] for rank, times in deliveries.items()}
         slowest = max(at, key=at.__getitem__)
-        report.append({"step": step, "rank": slowest, "lag": at[slowest] - min(at.values())})
+        lag = at[slowest] - min(at.values())
+        report.append({"step": step, "rank": slowest if lag > TIE_S else None, "lag": lag})
     return report

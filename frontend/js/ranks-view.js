@@ -12,12 +12,15 @@ import { fmtDuration } from './timeline-store.js';
  * The table's columns: what each shows, and the number it sorts by (descending first, except rank).
  * @type {{key:string, label:string, title:string, text:(r:RankRow) => string, sort:(r:RankRow) => number}[]}
  */
+// A worker this close to its rank's median is not called slow: equal workers differ by noise only.
+const EVEN = 1.05;
+
 const COLUMNS = [
   { key: 'rank', label: 'rank', title: 'the rank; click a row to drill into its workers', text: (r) => `rank ${r.rank}${r.selected ? ' · shown' : ''}`, sort: (r) => r.rank },
   { key: 'batches', label: 'batches', title: 'batches handed out so far', text: (r) => String(r.batches), sort: (r) => r.batches },
   { key: 'rate', label: 'batches/s', title: 'over the last 2 s of the rank’s run', text: (r) => r.rate.toFixed(1), sort: (r) => r.rate },
   { key: 'wait', label: 'waited', title: 'share of the run the training loop waited for a batch', text: (r) => `${(r.wait * 100).toFixed(0)}%`, sort: (r) => r.wait },
-  { key: 'worker', label: 'slowest worker', title: 'the worker with the longest mean fetch, against the median of the rank’s workers', text: (r) => (r.worker ? `worker ${r.worker.worker} · ${r.worker.ratio.toFixed(2)}× median` : '–'), sort: (r) => r.worker?.ratio ?? 0 },
+  { key: 'worker', label: 'slowest worker', title: 'the worker with the longest mean fetch, against the median of the rank’s workers', text: (r) => (!r.worker ? '–' : r.worker.ratio < EVEN ? 'none: workers even' : `worker ${r.worker.worker} · ${r.worker.ratio.toFixed(2)}× median`), sort: (r) => r.worker?.ratio ?? 0 },
   { key: 'slow', label: 'last to deliver', title: 'steps this rank delivered last of all ranks (the others waited for it), and its worst lag', text: (r) => r.slowText, sort: (r) => r.slowSteps },
 ];
 
@@ -192,15 +195,17 @@ export class RanksView {
     const worst = Math.max(...recent.map((s) => s.lag)) || 1;
     const cells = recent.map((s) => {
       const cell = el('span', 'step');
-      cell.textContent = String(s.rank);
-      cell.title = `epoch ${s.epoch}, step ${s.step}: rank ${s.rank}, ${fmtDuration(s.lag)} after the first rank`;
+      cell.textContent = s.rank === null ? '=' : String(s.rank);
+      cell.title = s.rank === null ? `epoch ${s.epoch}, step ${s.step}: every rank delivered together`
+        : `epoch ${s.epoch}, step ${s.step}: rank ${s.rank}, ${fmtDuration(s.lag)} after the first rank`;
       cell.style.setProperty('--late', (s.lag / worst).toFixed(2));
       return cell;
     });
     const line = el('b', 'step-last');
     line.setAttribute('data-testid', 'slowest-rank');
-    line.dataset.rank = String(last.rank);
-    line.textContent = `step ${last.step} (epoch ${last.epoch}): rank ${last.rank} last, ${fmtDuration(last.lag)} after the first`;
+    line.dataset.rank = last.rank === null ? '' : String(last.rank);
+    line.textContent = last.rank === null ? `step ${last.step} (epoch ${last.epoch}): every rank delivered together`
+      : `step ${last.step} (epoch ${last.epoch}): rank ${last.rank} last, ${fmtDuration(last.lag)} after the first`;
     const label = el('span', 'step-label');
     label.textContent = 'slowest rank, recent steps:';
     this.strip.replaceChildren(label, ...cells, line);

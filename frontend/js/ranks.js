@@ -73,11 +73,16 @@ export function deliveries(events, epoch = 0) {
   return times;
 }
 
+// Ranks whose batches came within this of each other delivered together: no rank was last
+// (ranks.TIE_S: simulated ranks tie exactly; wall_start + t rounds to about 0.2 µs).
+export const TIE_S = 1e-6;
+
 /**
  * For each step, the rank whose batch came last and how late (ranks.slowest_per_step); ranks step
- * together (gradients are all-reduced), so the slowest rank's loader sets the pace.
+ * together (gradients are all-reduced), so the slowest rank's loader sets the pace. A step every
+ * rank delivered together has rank null.
  * @param {Map<number, number[]>} times rank -> delivery times of one epoch
- * @returns {{step:number, rank:number, lag:number}[]}
+ * @returns {{step:number, rank:number|null, lag:number}[]}
  */
 export function slowestPerStep(times) {
   const ranks = [...times.keys()];
@@ -90,16 +95,18 @@ export function slowestPerStep(times) {
       if (t > times.get(slowest)[step]) slowest = r;
       if (t < min) min = t;
     }
-    out.push({ step, rank: slowest, lag: times.get(slowest)[step] - min });
+    const lag = times.get(slowest)[step] - min;
+    out.push({ step, rank: lag > TIE_S ? slowest : null, lag });
   }
   return out;
 }
 
-/** How many steps each rank was the slowest in, and its worst lag. */
+/** How many steps each rank was the slowest in, and its worst lag (steps without one left out). */
 export function slowestCounts(steps) {
   /** @type {Map<number, {steps:number, worst:number, total:number}>} */
   const out = new Map();
   for (const s of steps) {
+    if (s.rank === null) continue;
     const c = out.get(s.rank) ?? { steps: 0, worst: 0, total: 0 };
     c.steps += 1;
     c.worst = Math.max(c.worst, s.lag);
@@ -129,7 +136,7 @@ export class JobSteps {
     this.total = 0;
     /** @type {Map<number, {steps:number, worst:number, total:number}>} rank -> how often it was last */
     this.counts = new Map();
-    /** @type {{epoch:number, step:number, rank:number, lag:number}[]} the newest steps, oldest first */
+    /** @type {{epoch:number, step:number, rank:number|null, lag:number}[]} the newest steps, oldest first (rank null: delivered together) */
     this.recent = [];
   }
 
@@ -162,8 +169,9 @@ export class JobSteps {
           if (t < min) min = t;
         }
         const at = lists[last][step];
-        this.add({ epoch: ep, step, rank: tracks[last].rank, lag: at - min });
-        tracks[last].slow.push(at - tracks[last].wall0);
+        const tie = at - min <= TIE_S;
+        this.add({ epoch: ep, step, rank: tie ? null : tracks[last].rank, lag: at - min });
+        if (!tie) tracks[last].slow.push(at - tracks[last].wall0);
         added = true;
       }
       this.done.set(ep, Math.max(this.done.get(ep) ?? 0, steps));
@@ -171,16 +179,17 @@ export class JobSteps {
     return added;
   }
 
-  /** @param {{epoch:number, step:number, rank:number, lag:number}} s */
+  /** @param {{epoch:number, step:number, rank:number|null, lag:number}} s */
   add(s) {
     this.total += 1;
+    this.recent.push(s);
+    if (this.recent.length > RECENT_STEPS) this.recent.shift();
+    if (s.rank === null) return;
     const c = this.counts.get(s.rank) ?? { steps: 0, worst: 0, total: 0 };
     c.steps += 1;
     c.worst = Math.max(c.worst, s.lag);
     c.total += s.lag;
     this.counts.set(s.rank, c);
-    this.recent.push(s);
-    if (this.recent.length > RECENT_STEPS) this.recent.shift();
   }
 }
 

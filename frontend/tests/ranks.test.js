@@ -115,3 +115,17 @@ test('the timeline draws every rank of a small job, the selected and the slowest
   assert.deepEqual(timelineRanks(job, job[9], 37).map((t) => t.rank), [9, 37]);
   assert.deepEqual(timelineRanks(job, job[9], null).map((t) => t.rank), [9]);
 });
+
+test('a step every rank delivered together names no rank (ranks.slowest_per_step agrees)', () => {
+  const t0 = 1.7e9; // wall_start + t: equal times differ by rounding only
+  const times = new Map([[0, [t0 + 1, t0 + 2]], [1, [t0 + 1 + 1e-7, t0 + 2.5]]]);
+  const whole = slowestPerStep(times);
+  assert.deepEqual(whole.map((s) => s.rank), [null, 1]);
+  const steps = new JobSteps();
+  const tracks = [...times].map(([rank, list]) => ({ rank, wall0: t0, yields: new Map([[0, list]]), slow: [] }));
+  steps.update(tracks);
+  assert.equal(steps.total, 2);
+  assert.deepEqual([...steps.counts.keys()], [1]);
+  assert.deepEqual(steps.recent.map((s) => s.rank), [null, 1]);
+  assert.deepEqual(tracks.map((tr) => tr.slow.length), [0, 1]);
+});

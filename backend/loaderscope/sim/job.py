@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loaderscope.events import Event
+from loaderscope.ranks import TIE_S
 from loaderscope.sim.costs import TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
 
@@ -49,7 +50,8 @@ class StepBarrier:
     ranks: list[Simulator]
     arrived: dict[int, list[float]] = field(default_factory=dict)  # step -> delivery times so far
     delivered: dict[int, int] = field(default_factory=dict)  # rank -> batches it has delivered
-    slowest: list[tuple[int, float]] = field(default_factory=list)  # per step: (rank, how late)
+    # per step: (the rank that delivered last, or None if all delivered together; how late)
+    slowest: list[tuple[int | None, float]] = field(default_factory=list)
     released: Callable[[], None] = lambda: None
 
     def __call__(self, sim: Simulator) -> None:
@@ -61,7 +63,8 @@ class StepBarrier:
         if not any(math.isnan(t) for t in times):
             del self.arrived[step]
             last = max(range(len(times)), key=times.__getitem__)
-            self.slowest.append((last, times[last] - min(times)))
+            lag = times[last] - min(times)
+            self.slowest.append((last if lag > TIE_S else None, lag))
             for other in self.ranks:
                 other.resume_at(times[last] + other.costs.step)
             self.released()
@@ -73,7 +76,7 @@ class JobRun:
 
     events: list[list[Event]]
     counts: list[int]  # events each rank produced (kept or not)
-    slowest: list[tuple[int, float]]  # per step: (the rank that delivered last, its lag behind the first)
+    slowest: list[tuple[int | None, float]]  # per step: (the rank that delivered last or None, its lag)
     wall: float  # virtual seconds until the last rank stopped
     # Ranks left waiting in the all-reduce for a rank whose loader ended early (uneven inputs: a
     # real DDP job hangs there until its collective timeout).
