@@ -23,6 +23,14 @@ const FIELDS = Object.fromEntries(Object.entries({
   pin_end: ['dt', 'nbytes', 'pinned'],
 }).map(([k, v]) => [k, new Set([...COMMON, ...v])]));
 
+// pushLine's keys per kind code: the names it reads (COMMON and FIELDS), and a bit mask of those
+// the line must carry (idx; the kind's value where pack() demands one).
+const LINE_KEYS = [[], ...HOT.map((kind) => {
+  const keys = Object.assign([...FIELDS[kind]], { required: 0 });
+  for (const [k, name] of keys.entries()) if (name === 'idx' || name === 'waiting_for' || name === 'wait') keys.required |= 1 << k;
+  return keys;
+})];
+
 // flags: which optional fields were present, and booleans
 const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH: 128 };
 const INT_MAX = 2 ** 31 - 1;
@@ -52,6 +60,101 @@ function schemaValid(e) {
 
 const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
 const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
+
+// 10**k for k <= 22: exact doubles, so an integer below 2**53 divided by one is rounded once, the
+// way JSON.parse rounds the decimal it came from (Clinger's fast path).
+const POW10 = Array.from({ length: 23 }, (_, k) => Number(`1e${k}`));
+const D0 = 48, D9 = 57, MINUS = 45, DOT = 46, QUOTE = 34, BACKSLASH = 92, COMMA = 44, CLOSE = 93;
+
+/** A cursor over one line of text for EventTable.pushLine: JSON's grammar for what it reads, no more. */
+class LineScan {
+  constructor(text, pos, end) {
+    this.text = text;
+    this.pos = pos;
+    this.end = end;
+  }
+
+  /** Step over `s` if the text continues with it. */
+  lit(s) {
+    if (!this.text.startsWith(s, this.pos) || this.pos + s.length > this.end) return false;
+    this.pos += s.length;
+    return true;
+  }
+
+  /** A JSON number's value (as JSON.parse gives it), or NaN where there is none. */
+  num() {
+    const text = this.text, start = this.pos, end = this.end;
+    let p = start;
+    if (text.charCodeAt(p) === MINUS) p += 1;
+    const first = p;
+    let m = 0;
+    for (let c = text.charCodeAt(p); p < end && c >= D0 && c <= D9; c = text.charCodeAt(++p)) m = m * 10 + (c - D0);
+    if (p === first || (text.charCodeAt(first) === D0 && p - first > 1)) return NaN; // no digits, or a leading 0
+    let k = 0;
+    if (p < end && text.charCodeAt(p) === DOT) {
+      const dot = ++p;
+      for (let c = text.charCodeAt(p); p < end && c >= D0 && c <= D9; c = text.charCodeAt(++p)) m = m * 10 + (c - D0);
+      k = p - dot;
+      if (k === 0) return NaN;
+    }
+    const c = text.charCodeAt(p);
+    if (p < end && (c === 101 || c === 69)) return NaN; // an exponent: left to JSON.parse
+    this.pos = p;
+    if (m > 2 ** 53 || k > 22) return Number(text.slice(start, p)); // the slow, exact way
+    const v = k ? m / POW10[k] : m;
+    return text.charCodeAt(start) === MINUS ? -v : v;
+  }
+
+  /** The characters up to the next quote when they are printable ASCII without escapes, else null. */
+  plainString() {
+    const text = this.text, start = this.pos;
+    let p = start;
+    for (let c = text.charCodeAt(p); p < this.end && c !== QUOTE; c = text.charCodeAt(++p)) {
+      if (c < 32 || c > 126 || c === BACKSLASH) return null;
+    }
+    if (p >= this.end) return null;
+    this.pos = p;
+    return text.slice(start, p);
+  }
+
+  /** The code of the hot kind named next (before its closing quote), or OBJECT. */
+  kindCode() {
+    for (let code = 1; code <= HOT.length; code++) {
+      const name = HOT[code - 1];
+      if (this.text.charCodeAt(this.pos + name.length) === QUOTE && this.lit(name)) return code;
+    }
+    return OBJECT;
+  }
+
+  /** Which of `names` comes next, closed by `":`, stepping over it (-1 for none). */
+  key(names) {
+    for (let k = 0; k < names.length; k++) {
+      const name = names[k];
+      if (this.text.charCodeAt(this.pos + name.length) === QUOTE && this.text.charCodeAt(this.pos + name.length + 1) === 58 && this.lit(name)) {
+        this.pos += 2;
+        return k;
+      }
+    }
+    return -1;
+  }
+
+  /** A list of int32s into `table`'s pool after its used part: their count, or -1. */
+  intList(table) {
+    if (!this.lit('[')) return -1;
+    let count = 0;
+    if (this.lit(']')) return 0;
+    for (;;) {
+      const v = this.num();
+      if (!isInt(v)) return -1;
+      table.ensurePool(count + 1);
+      table.pool[table.poolN + count++] = v;
+      const c = this.text.charCodeAt(this.pos);
+      if (this.pos >= this.end || (c !== COMMA && c !== CLOSE)) return -1;
+      this.pos += 1;
+      if (c === CLOSE) return count;
+    }
+  }
+}
 
 export class EventTable {
   constructor(capacity = 1024) {
@@ -190,6 +293,89 @@ export class EventTable {
     return true;
   }
 
+  /**
+   * Append the event on text[start, end) (one line of a trace) straight into the columns, if it is
+   * written the way loaderscope writes the frequent kinds: `{"seq":…,"t":…,"run":"…","rank":…,
+   * "kind":"…"` then the kind's fields (COMMON and FIELDS) in any order, each once, no spaces, no
+   * string escapes, no exponents. False, and nothing appended, for any other line: the caller
+   * parses it with JSON.parse and pushValid()/push() as before. What it takes is exactly what
+   * JSON.parse and pushValid() would take, with the same values (JSON.parse was half of a worker's
+   * time).
+   */
+  pushLine(text, start, end) {
+    const line = new LineScan(text, start, end);
+    if (!line.lit('{"seq":')) return false;
+    const seq = line.num();
+    if (!Number.isInteger(seq) || !within(seq) || !line.lit(',"t":')) return false;
+    const t = line.num();
+    if (!within(t) || !line.lit(',"run":"')) return false;
+    const run = line.plainString();
+    if (run === null || !line.lit('","rank":')) return false;
+    const rank = line.num();
+    if (!Number.isInteger(rank) || !within(rank) || !line.lit(',"kind":"')) return false;
+    const code = line.kindCode();
+    if (code === OBJECT || !line.lit('"')) return false;
+    if (this.run !== undefined && (run !== this.run || rank !== this.rank)) return false;
+    const i = this.n;
+    if (i === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
+    const keys = LINE_KEYS[code];
+    let seen = 0;
+    let flags = 0;
+    while (flags >= 0 && line.lit(',"')) {
+      const k = line.key(keys);
+      if (k < 0 || seen & (1 << k)) return false;
+      seen |= 1 << k;
+      flags = this.lineValue(line, keys[k], i, flags);
+    }
+    if (flags < 0 || !line.lit('}') || line.pos !== end || (seen & keys.required) !== keys.required) return false;
+    if (!(flags & F.WORKER) && !WORKERLESS.has(HOT[code - 1])) return false;
+    if (this.run === undefined) { this.run = run; this.rank = rank; }
+    this.kind[i] = code;
+    this.flags[i] = flags;
+    this.seq[i] = seq;
+    this.t[i] = t;
+    if (!(flags & F.WORKER)) this.worker[i] = 0;
+    if (flags & F.INDICES) this.poolN += this.c[i];
+    this.n += 1;
+    this.packed += 1;
+    return true;
+  }
+
+  /**
+   * The value of field `name` of a pushLine line into row i's columns, as pack() puts it: the flags
+   * with its bit added, or -1 when the value does not fit.
+   */
+  lineValue(line, name, i, flags) {
+    switch (name) {
+      case 'idx': case 'worker': case 'epoch': case 'waiting_for': {
+        const v = line.num();
+        if (!isInt(v)) return -1;
+        if (name === 'idx') this.idx[i] = v;
+        else if (name === 'worker') { this.worker[i] = v; return flags | F.WORKER; }
+        else if (name === 'epoch') { this.epoch[i] = v; return flags | F.EPOCH; }
+        else this.a[i] = v;
+        return flags;
+      }
+      case 'indices': {
+        const count = line.intList(this);
+        if (count < 0) return -1;
+        this.b[i] = this.poolN;
+        this.c[i] = count;
+        return flags | F.INDICES;
+      }
+      case 'from_buffer': case 'pinned':
+        if (line.lit('true')) return flags | F.TRUE;
+        return line.lit('false') ? flags | F.FALSE : -1;
+      default: { // a bounded number: n, dt, wait (column a), nbytes (b), pickled (c)
+        const v = line.num();
+        if (!within(v)) return -1;
+        const col = name === 'nbytes' ? 'b' : name === 'pickled' ? 'c' : 'a';
+        this[col][i] = v;
+        return name === 'wait' ? flags : flags | (col === 'a' ? F.A : col === 'b' ? F.B : F.C);
+      }
+    }
+  }
+
   /** Put a hot event into the columns; false when it does not fit (it is then kept whole). */
   pack(i, e) {
     const code = CODE.get(e.kind);
@@ -271,7 +457,7 @@ export class EventTable {
     let cap = this.pool.length * 2;
     while (cap < this.poolN + k) cap *= 2;
     const next = new Int32Array(cap);
-    next.set(this.pool.subarray(0, this.poolN));
+    next.set(this.pool); // all of it: pushLine writes a list past poolN before it counts it
     this.pool = next;
   }
 

@@ -45,14 +45,17 @@ export function checkHeader(line, source) {
  */
 export class TraceReader {
   /**
-   * @param {{source:string, onHeader:(h:any)=>void, onEvent:(e:any)=>void, header?:boolean, accept?:(e:any)=>boolean}} o
+   * @param {{source:string, onHeader:(h:any)=>void, onEvent:(e:any)=>void, header?:boolean, accept?:(e:any)=>boolean, acceptLine?:(text:string, start:number, end:number)=>boolean}} o
    * `header: false` reads a later piece of a file (from a line start on): every line is an event.
    * `accept` may take an event it has checked itself as strictly as the schema does (returning
    * true), so that it is not checked twice; what it refuses is checked and goes to `onEvent`.
+   * `acceptLine(text, start, end)` may likewise take an event line before it is parsed, when it
+   * reads it exactly as JSON.parse and the schema would (EventTable.pushLine).
    */
-  constructor({ source, onHeader, onEvent, header = true, accept = () => false }) {
+  constructor({ source, onHeader, onEvent, header = true, accept = () => false, acceptLine = () => false }) {
     this.source = source;
     this.accept = accept;
+    this.acceptLine = acceptLine;
     this.withHeader = header;
     this.onHeader = onHeader;
     this.onEvent = onEvent;
@@ -91,12 +94,16 @@ export class TraceReader {
   take(text, start, end) {
     this.line += 1;
     if (end - start > MAX_LINE_BYTES) throw this.damaged(this.line, `longer than ${MAX_LINE_BYTES} bytes`);
-    const line = text.slice(start, end);
     if (this.line === 1 && this.withHeader) {
-      this.header = checkHeader(line, this.source);
+      this.header = checkHeader(text.slice(start, end), this.source);
       this.onHeader(this.header);
       return;
     }
+    if (this.acceptLine(text, start, end)) {
+      this.events += 1;
+      return;
+    }
+    const line = text.slice(start, end);
     if (!line.trim()) return;
     let e;
     try {

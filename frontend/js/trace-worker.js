@@ -1,5 +1,6 @@
 // A Web Worker that parses segments of a trace file off the page's main thread: it decodes, parses
-// and checks every line (TraceReader) and packs the events into EventTable columns, which it hands
+// and checks every line (TraceReader; the frequent kinds read straight into the columns by
+// EventTable.pushLine, the rest by JSON.parse) and packs the events into EventTable columns, which it hands
 // to the page in batches without copying (transferred buffers). The page only copies each batch's
 // columns into its own table and applies each event, so parsing and applying run side by side.
 // In: {blob, segment, source, header} per segment (done in the order sent), and {type:'ack', parts}
@@ -48,6 +49,7 @@ async function read({ blob, segment, source, header }) {
     header,
     onHeader: (h) => self.postMessage({ type: 'header', header: h }),
     onEvent: (e) => rows.push(e),
+    acceptLine: (text, start, end) => rows.pushLine(text, start, end),
     accept: (e) => rows.pushValid(e),
   });
   try {

@@ -127,3 +127,46 @@ test('pushValid takes only what the schema takes, and gives it back equal', () =
   }
   assert.ok(hot.every((e) => invalidReason(e) !== null || new EventTable().pushValid(e)), 'every valid hot event of a run is taken');
 });
+
+test('pushLine takes a line only where JSON.parse and pushValid take it, with the same values', () => {
+  const events = synthesize({ num_workers: 3, batches: 30, pin_ms: 1 }).map((e, i) => ({ ...e, seq: i }));
+  const hot = events.filter((e) => e.kind in { dispatch: 1, fetch_start: 1, fetch_end: 1, arrive: 1, buffer: 1, yield: 1, skip: 1, pin_start: 1, pin_end: 1 });
+  const written = hot.map((e) => JSON.stringify(e));
+  // text that JSON reads the same or differently, numbers at the edges, the run changing
+  const edits = [
+    (s) => s.replace('"t":', '"t": '), (s) => s.replace(/"idx":(\d+)/, '"idx":$1.0'), (s) => s.replace(/"idx":(\d+)/, '"idx":0$1'),
+    (s) => s.replace(/"t":([\d.]+)/, '"t":$1e0'), (s) => s.replace(/"t":([\d.]+)/, '"t":-$1'), (s) => s.replace(/"t":[\d.]+/, '"t":-0'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":0.1000000000000000055511151231257827'), (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740993'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740992.5'), (s) => s.replace(/"t":[\d.]+/, '"t":1.'), (s) => s.replace(/"t":[\d.]+/, '"t":-'),
+    (s) => s.replace(/"t":[\d.]+/, `"t":1${'0'.repeat(400)}`), (s) => s.replace(/"seq":\d+/, '"seq":1.5'), (s) => s.replace(/"seq":\d+/, '"seq":9007199254740994'),
+    (s) => s.replace(/"rank":\d+/, '"rank":null'), (s) => s.replace('"run":"synth"', '"run":"syn\\u0074h"'), (s) => s.replace('"run":"synth"', '"run":"other"'),
+    (s) => s.replace('"run":"synth"', '"run":"synth","run":"synth"'), (s) => s.replace(/,"worker":\d+/, ''), (s) => s.replace(/"worker":\d+/, '"worker":2147483648'),
+    (s) => s.replace(/"epoch":\d+/, '"epoch":null'), (s) => s.replace('[', '[ '), (s) => s.replace(/\[\d+/, '[2147483648'), (s) => s.replace(/\[\d+/, '[]'),
+    (s) => s.replace(/"n":\d+/, '"n":1e400'), (s) => s.replace('"wait":', '"wait":1,"wait":'), (s) => s.replace('true', 'tru'), (s) => s.replace('false', 'null'),
+    (s) => s.replace(/}$/, ',"extra":1}'), (s) => s.replace(/}$/, '} '), (s) => s.replace(/}$/, '}\r'), (s) => s.slice(0, -1),
+    (s) => s.replace(/"dt":[\d.e-]+/, '"dt":0.07807500000035361'), (s) => s.replace(/"dt":[\d.e-]+/, '"dt":123456789.123456789'),
+  ];
+  const lines = [...written, ...written.slice(0, 60).flatMap((s) => edits.map((edit) => edit(s)))];
+  const text = lines.join('\n') + '\n';
+  const fast = new EventTable(2);
+  const slow = new EventTable(2);
+  let start = 0, taken = 0;
+  for (const line of lines) {
+    const end = start + line.length;
+    const before = fast.length;
+    if (fast.pushLine(text, start, end)) {
+      if (line === written[taken]) taken += 1;
+      const e = JSON.parse(line);
+      assert.ok(slow.pushValid(e), `taken by pushLine only: ${line}`);
+      const [a, b] = [fast.get(before), slow.get(slow.length - 1)];
+      assert.deepEqual(a, b, line);
+      assert.ok(Object.is(a.t, b.t), line);
+    } else {
+      assert.equal(fast.length, before, 'nothing appended');
+    }
+    start = end + 1;
+  }
+  assert.equal(taken, written.length, 'every line as loaderscope writes it is read straight into the columns');
+  const d = hot.findLastIndex((e) => e.kind === 'dispatch' && e.indices);
+  assert.deepEqual(fast.indicesOf(d), hot[d].indices);
+});
