@@ -31,6 +31,8 @@ const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
+const PACED_MS = 250; // the longest a paced view (timeline, the picture's words) waits for its redraw
+const LIVE_SLOW_PANEL_MS = 1000; // the same while following a live run: the socket and the picture come first
 
 class App {
   constructor() {
@@ -49,6 +51,9 @@ class App {
     this.lastSlowPanels = 0;
     this.lastEventWall = 0;
     this.applyFrom = 0; // the rank applyQueued starts at (it moves on every frame)
+    this.timelineKey = ''; // the timeline's rows as last given (syncTimelineTracks)
+    /** @type {unknown[]} the stores and slow-step lists of those rows */
+    this.timelineObjects = [];
     this.cards = new WorkerCards({
       state: () => this.state,
       now: () => this.clock(performance.now()).now,
@@ -191,19 +196,32 @@ class App {
     return this.isLiveRun() && this.player.following && status !== 'paused';
   }
 
-  /** Run time now: the playhead's time, or the latest event's t ticking on while a real run is live. */
+  /**
+   * Following a server run whose events still come, real or simulated: the heavy views are paced
+   * (drawn a few times a second), so that the main thread keeps time to read the socket.
+   */
+  isFollowingStream() {
+    const tr = this.track;
+    return tr.source === 'server' && tr.player.following && !this.complete() && !this.offline && !this.unknownRun;
+  }
+
+  /**
+   * Run time now: the playhead's time, or the latest event's t ticking on while a real run is live;
+   * `paced`: isFollowingStream().
+   */
   clock(wall) {
     const p = this.player;
     // the server is gone: nothing ticks on, so healthy workers do not look hung
-    if (this.offline) return { now: this.offline.now, wall, live: false };
+    if (this.offline) return { now: this.offline.now, wall, live: false, paced: false };
+    const paced = this.isFollowingStream();
     if (!p.following || !this.isLiveRun()) {
       const pb = this.playback;
-      return { now: pb.playing ? Math.max(p.time, pb.playT) : p.time, wall, live: false };
+      return { now: pb.playing ? Math.max(p.time, pb.playT) : p.time, wall, live: false, paced };
     }
     const live = this.isLive();
     let now = this.state.t;
     if (live && this.lastEventWall) now += Math.min(60, (wall - this.lastEventWall) / 1000);
-    return { now, wall, live };
+    return { now, wall, live, paced };
   }
 
   /** @param {number} start the frame's wall clock (performance.now()) */
@@ -218,6 +236,8 @@ class App {
     const p = this.player;
     this.timeline.playhead = p.length && (!p.following || !this.isLiveRun()) ? p.time : null;
     this.timeline.draw(clock);
+    // a paced view left for later still shows the newest events once its turn comes
+    if (this.timeline.deferred || this.pipeline.overlayDeferred) this.scheduler.later(PACED_MS);
     const t3 = performance.now();
     this.playback.render({ hidden: !!this.demo });
     if (wall - this.lastPanels > PANEL_MS || (applied && this.backlog() === 0 && wall - this.lastPanels > 50)) {
@@ -291,10 +311,11 @@ class App {
     this.inspector.render();
     this.findings.render(this.track);
     const wall = performance.now();
-    if (wall - this.lastSlowPanels > SLOW_PANEL_MS) {
+    const slowMs = this.isFollowingStream() ? LIVE_SLOW_PANEL_MS : SLOW_PANEL_MS;
+    if (wall - this.lastSlowPanels > slowMs) {
       this.lastSlowPanels = wall;
       this.renderSlowPanels();
-    } else this.scheduler.later(SLOW_PANEL_MS);
+    } else this.scheduler.later(slowMs);
     const fm = this.perf.frameMs;
     if (fm.length) {
       const avg = fm.reduce((a, b) => a + b, 0) / fm.length;
@@ -350,7 +371,7 @@ class App {
     const base = primary.wall0;
     const multi = this.tracks.length > 1;
     for (const tr of this.tracks) tr.offset = multi && base && tr.wall0 ? tr.wall0 - base : 0;
-    this.timeline.tracks = timelineRanks(this.tracks, primary, this.ranksView.mostOftenLast()).map((tr) => ({
+    const shown = timelineRanks(this.tracks, primary, this.ranksView.mostOftenLast()).map((tr) => ({
       store: tr.store,
       label: multi ? `rank ${tr.rank}${tr.source === 'file' ? ` · ${tr.label}` : ''}` : '',
       offset: tr.offset,
@@ -359,6 +380,15 @@ class App {
       slow: multi ? tr.slow : undefined,
       primary: tr === primary,
     }));
+    // the timeline gets new rows only when they change: new rows redraw it at once, which would
+    // undo its live pacing if done every frame
+    // (the stores and the slow-step lists are the same objects as they grow: compared by identity)
+    const key = shown.map((t) => `${t.label}:${t.offset}:${t.inProcess}:${JSON.stringify(t.pin)}:${t.primary}`).join('|');
+    const objects = shown.flatMap((t) => [t.store, t.slow]);
+    if (key === this.timelineKey && objects.every((o, i) => o === this.timelineObjects[i])) return;
+    this.timelineKey = key;
+    this.timelineObjects = objects;
+    this.timeline.setTracks(shown);
   }
 
   selectTrack(i) {

@@ -10,7 +10,7 @@ import {
 import { pinStage } from './pin.js';
 import { Where, WorkerStatus } from './reducer.js';
 import { PipelineOverlay, liveResultQueue, fmtIndices, clip } from './pipeline-overlay.js';
-import { paintBackground, arrow, roundRect, drawToken } from './pipeline-paint.js';
+import { paintBackground, arrow, roundRect, TokenSprites } from './pipeline-paint.js';
 
 const EASE_MS = 60; // token motion time constant
 const MIN_SPEED = 0.6; // px per ms
@@ -38,6 +38,7 @@ export class PipelineView {
     this.ctx = /** @type {CanvasRenderingContext2D} */ (this.canvas.getContext('2d'));
     /** @type {Map<string, {x:number, y:number, idx:number, alpha:number, dying:number, failed:boolean}>} */
     this.tokens = new Map();
+    this.sprites = new TokenSprites();
     this.layoutKey = '';
     this.L = null;
     this.lastDraw = 0;
@@ -45,6 +46,7 @@ export class PipelineView {
     this.lastYieldCount = 0;
     this.snapNext = false; // after a jump (seek), put tokens where they belong instead of flying
     this.lastOverlay = -Infinity; // when the overlay's words were last brought up to date (performance.now())
+    this.overlayDeferred = false; // the last draw left the overlay's words for later (pacing)
   }
 
   /** Another run or rank: the next draw lays the picture out again, with no tokens from before. */
@@ -148,7 +150,8 @@ export class PipelineView {
 
   /**
    * @param {import('./reducer.js').LoaderState} state
-   * @param {{now:number, wall:number, live:boolean}} clock run time now (s), performance.now() (ms), whether it ticks on
+   * @param {{now:number, wall:number, live:boolean, paced?:boolean}} clock run time now (s), performance.now() (ms),
+   *   whether it ticks on, whether a stream is followed (the overlay's words are paced)
    * @returns {boolean} whether anything is still moving (ask for another frame)
    */
   draw(state, clock) {
@@ -168,16 +171,11 @@ export class PipelineView {
     // still, and asking for frames then would only keep the page busy
     if (this.drawFetchProgress(state, clock.now) && clock.live) moving = true;
     this.drawSamplerIndices(state);
-    // tokens: one font for all of them; text is the costly part in software rendering
-    ctx.font = `600 ${Math.max(9, Math.round(L.token.h * 0.62))}px ui-monospace, SFMono-Regular, Menlo, monospace`;
-    ctx.textAlign = 'center';
-    ctx.textBaseline = 'middle';
     this.drawTokens(state, new Set(parked));
     if (bufferFull && this.drawHeadRing(state, clock.wall)) moving = true;
     this.drawConsumerHistory(state);
-    ctx.textAlign = 'start';
-    ctx.textBaseline = 'alphabetic';
-    if (!clock.live || clock.wall - this.lastOverlay >= OVERLAY_LIVE_MS) {
+    this.overlayDeferred = !!clock.paced && clock.wall - this.lastOverlay < OVERLAY_LIVE_MS;
+    if (!this.overlayDeferred) {
       this.overlayView.update(state, clock);
       this.lastOverlay = clock.wall;
     }
@@ -310,14 +308,21 @@ export class PipelineView {
     });
   }
 
+  /** The tokens' size and font, for their images (one font for all of them). */
+  tokenLook() {
+    const t = this.L.token;
+    const font = `600 ${Math.max(9, Math.round(t.h * 0.62))}px ui-monospace, SFMono-Regular, Menlo, monospace`;
+    return { w: t.w, h: t.h, font, dpr: window.devicePixelRatio || 1 };
+  }
+
   /** Every token where it is now; parked ones with an amber rim, failed ones red. */
   drawTokens(state, parked) {
-    const L = this.L, ctx = this.ctx;
+    const ctx = this.ctx, look = this.tokenLook();
     for (const [key, tok] of this.tokens) {
       const task = state.tasks.get(tok.idx);
       const live = task && key === `${state.epoch}:${tok.idx}`;
       ctx.globalAlpha = Math.max(0, Math.min(1, tok.alpha));
-      drawToken(ctx, tok.x, tok.y, L.token.w, L.token.h, tok.idx, !!(live && parked.has(tok.idx)), !!(live && task.where === Where.FAILED));
+      this.sprites.draw(ctx, tok.x, tok.y, look, tok.idx, !!(live && parked.has(tok.idx)), !!(live && task.where === Where.FAILED));
     }
     ctx.globalAlpha = 1;
   }
@@ -344,7 +349,7 @@ export class PipelineView {
 
   /** The consumer's history: the latest batches handed to the training loop, newest first, fading. */
   drawConsumerHistory(state) {
-    const L = this.L, ctx = this.ctx;
+    const L = this.L, ctx = this.ctx, look = this.tokenLook();
     const steps = state.steps > 0;
     const cap = gridCapacity(L.consumer, L.token, steps ? HEADER.consumerSteps : HEADER.consumer);
     const tail = state.yield_order.slice(-cap).reverse();
@@ -352,7 +357,7 @@ export class PipelineView {
       const p = consumerSlot(L, i, steps);
       if (!p) return;
       ctx.globalAlpha = Math.max(0.25, 1 - i / cap);
-      drawToken(ctx, p.x, p.y, L.token.w, L.token.h, idx, false, false);
+      this.sprites.draw(ctx, p.x, p.y, look, idx, false, false);
     });
     ctx.globalAlpha = 1;
   }

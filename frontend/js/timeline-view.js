@@ -13,8 +13,10 @@ export const AXIS = 22;
 const CONSUMER_H = 22;
 const PIN_H = 16;
 const GROUP_H = 16;
-const LIVE_REDRAW_MS = 50;
-const LIVE_SHARE = 5; // following live, a redraw waits at least this many times its own cost: it keeps to a fifth of the frames' time
+// following live, 4 redraws a second at most: the view scrolls on, its spans need no more, and at
+// 64 workers on a busy machine a redraw costs 15-20 ms of the main thread that reads the socket
+const LIVE_REDRAW_MS = 250;
+const LIVE_SHARE = 8; // following live, a redraw waits at least this many times its own cost: it keeps to an eighth of the main thread
 
 /**
  * @typedef {{store: import('./timeline-store.js').TimelineStore, label: string, offset: number,
@@ -52,6 +54,7 @@ export class TimelineView {
     this.mode = 'spans';
     this.lastDrawWall = 0;
     this.forced = false;
+    this.deferred = false; // the last draw() was skipped for pacing
     /** @type {number|null} playhead, in the first track's run time; null: none (live) */
     this.playhead = null;
     /** @type {((t:number) => void)|null} the user clicked or dragged on the axis */
@@ -212,15 +215,17 @@ export class TimelineView {
 
   /**
    * Redraw if anything visible changed.
-   * @param {{now:number, live:boolean}} clock
+   * @param {{now:number, live:boolean, paced?:boolean}} clock `paced`: following a stream, redraws are spaced out
    * @returns {boolean} drew
    */
   draw(clock) {
-    // following a live run, 20 redraws a second are plenty, fewer when each costs more (many rows,
+    // following a live run, 4 redraws a second are plenty, fewer when each costs more (many rows,
     // a busy machine) so that the rest of the page keeps its frames; interaction redraws at once
     const wall = performance.now();
     const every = Math.max(LIVE_REDRAW_MS, LIVE_SHARE * this.lastFrameMs);
-    if (this.follow && clock.live && !this.forced && wall - this.lastDrawWall < every) return false;
+    // deferred: a redraw may be due later (the caller asks for a frame then, if nothing else does)
+    this.deferred = this.follow && !!clock.paced && !this.forced && wall - this.lastDrawWall < every;
+    if (this.deferred) return false;
     this.forced = false;
     const g = this.geometry();
     const store = this.store;
