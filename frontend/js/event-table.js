@@ -76,8 +76,10 @@ class LineScan {
 
   /** Step over `s` if the text continues with it. */
   lit(s) {
-    if (!this.text.startsWith(s, this.pos) || this.pos + s.length > this.end) return false;
-    this.pos += s.length;
+    const text = this.text, pos = this.pos, n = s.length;
+    if (pos + n > this.end) return false;
+    for (let j = 0; j < n; j++) if (text.charCodeAt(pos + j) !== s.charCodeAt(j)) return false; // faster than startsWith
+    this.pos = pos + n;
     return true;
   }
 
