@@ -119,3 +119,56 @@ def test_watch_starts_a_dashboard_when_none_is_given(monkeypatch: pytest.MonkeyP
     finally:
         os.kill(started.pid, signal.SIGTERM)
         wait_for(lambda: not dashboard._running(started.pid), what="the background dashboard to stop")
+
+
+def test_a_dashboard_that_does_not_confirm_the_end_is_said(monkeypatch: pytest.MonkeyPatch,
+                                                          capfd: pytest.CaptureFixture[str]) -> None:
+    """A dashboard far behind answers the closing handshake late: the tail may be unread, so say so."""
+    import asyncio
+    import threading
+
+    from websockets.asyncio.server import serve
+
+    from loaderscope.probe import transport
+
+    monkeypatch.setattr(transport, "CLOSE_CONFIRM", 0.5)
+    ready, stop = threading.Event(), threading.Event()
+    port: list[int] = []
+
+    async def busy(ws: Any) -> None:  # says hello, then never reads: a dashboard stuck behind
+        await ws.send('{"run": "r", "next_seq": 1}')
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+
+    async def main() -> None:
+        async with serve(busy, "127.0.0.1", 0, max_queue=1, compression=None) as server:
+            port.append(server.sockets[0].getsockname()[1])
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    sink = transport.StreamSink(f"http://127.0.0.1:{port[0]}", None)
+    try:
+        for _ in range(20):
+            sink.frame(b"[" + b"0" * 1000 + b"]", 1)
+        wait_for(lambda: sink.sent == 20)
+        sink.close(timeout=1.0)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert sink.unconfirmed
+    err = capfd.readouterr().err
+    assert "did not confirm" in err and "LOADERSCOPE_LOGDIR" in err
+    assert err.count("loaderscope:") == 1
+
+
+def test_a_dashboard_that_keeps_up_confirms_the_end(server: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    loader = loaderscope.watch(DataLoader(Squares(16), batch_size=4, num_workers=0), url=server.page_url)
+    with loader:
+        assert len(list(loader)) == 4
+    sink = loader._probe_transport
+    assert sink.sent > 0 and not sink.unconfirmed
+    assert "did not confirm" not in capfd.readouterr().err

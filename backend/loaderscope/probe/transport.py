@@ -9,6 +9,11 @@ Problems are said once, on stderr, from the sender thread (never the training lo
 that refuses the token (the events are lost until the right token is given, so the user must know
 at once) and one that stays unreachable. Nothing the sender thread meets may reach the training
 process: every failure is caught, said at most once, and retried with backoff.
+
+At the end, the websocket's closing handshake is the dashboard's receipt: it answers our close frame
+only once it has read every frame sent before it. A dashboard far behind (a loaded box, a job of
+many ranks) may not answer within ``CLOSE_CONFIRM``; the connection is then dropped with frames
+still unread on its side, so that is said, never passed over in silence.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 CONNECT_TIMEOUT = 3.0
 UNREACHABLE_AFTER = 2.0  # seconds of failed connections before saying so (a restart takes about that)
 REFUSED = (401, 403)
+CLOSE_CONFIRM = 10.0  # seconds close() waits for the dashboard to confirm it read every frame
 
 
 def ingest_url(dashboard: str) -> str:
@@ -61,6 +67,7 @@ class StreamSink:
         self.run: str | None = None  # the dashboard's id for this run, once connected
         self.head: bytes | None = None  # the first frame (run_start): a restarted dashboard needs it
         self.sent = 0
+        self.unconfirmed = False  # the last connection closed without the dashboard's receipt
         self.connected = threading.Event()
         self._wake = threading.Event()
         self._closing = False
@@ -87,16 +94,23 @@ class StreamSink:
             time.sleep(0.01)
         self._closing = True
         self._wake.set()
-        self._thread.join(max(0.1, deadline - time.monotonic()))
+        self._thread.join(max(0.1, deadline - time.monotonic()) + (CLOSE_CONFIRM if self.connected.is_set() else 0))
         lost = self.dropped + self.buffered
         if lost:  # the training went on; say what the dashboard did not get
             self._say("lost", f"loaderscope: {lost} of {self.sent + lost} events did not reach the dashboard at "
                       f"{self.dashboard} ({self._why_lost()})")
+        elif self.sent and (self.unconfirmed or self._thread.is_alive()):
+            self._say("unconfirmed", f"loaderscope: the dashboard at {self.dashboard} did not confirm within "
+                      f"{CLOSE_CONFIRM:.0f} s that it read the run's last frames (it is far behind); the end of "
+                      "the run may be missing there. A logdir keeps every event whatever the dashboard does: "
+                      "LOADERSCOPE_LOGDIR=DIR, or watch(loader, logdir=DIR)")
 
     def _why_lost(self) -> str:
         if self.refused is not None:
             return f"it refused the token ({self.refused}): pass the URL it printed, with ?token=..."
-        return "it was unreachable" if not self.connected.is_set() else "the buffer was full"
+        if not self.connected.is_set():
+            return "it was unreachable"
+        return "it did not read them in time: it is far behind" if self.buffered else "the buffer was full"
 
     # --- the sender thread ---------------------------------------------------------------------
 
@@ -133,7 +147,7 @@ class StreamSink:
         """One connection: the handshake, the dashboard's hello, then frames until it fails or we close."""
         url, headers = self._address()
         with connect(url, additional_headers=headers, compression=None, open_timeout=CONNECT_TIMEOUT,
-                     max_size=1 << 20) as ws:
+                     close_timeout=CLOSE_CONFIRM, max_size=1 << 20) as ws:
             hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
             self.run = hello.get("run", self.run)
             if self.head is not None and hello.get("next_seq") == 0:
@@ -141,6 +155,8 @@ class StreamSink:
             self.refused = None
             self.connected.set()
             self._pump(ws)
+            ws.close()
+            self.unconfirmed = ws.protocol.close_rcvd is None
 
     def _rejected(self, status: int) -> None:
         if status not in REFUSED:
