@@ -74,3 +74,28 @@ def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> N
     pg.screenshot(path=str(shot), full_page=True)
     if os.environ.get("LOADERSCOPE_SCREENSHOT_DIR"):
         shutil.copy(shot, Path(os.environ["LOADERSCOPE_SCREENSHOT_DIR"]) / shot.name)
+
+
+PACED = """() => {
+  const tl = window.loaderscope.timeline, clock = { now: 1, live: false, paced: true };
+  tl.fit();
+  const forced = tl.draw(clock);             // asked for (fit): drawn at once, paced or not
+  tl.hover = { x: 300, y: 40 };              // something visible changed...
+  const second = tl.draw(clock);             // ...but a paced redraw waits for its turn
+  const deferred = tl.deferred;
+  tl.lastDrawWall -= 10_000;                 // its turn has come
+  const later = tl.draw(clock);
+  tl.hover = null;
+  const unpaced = tl.draw({ now: 1, live: false, paced: false });  // not following: at once
+  return { forced, second, deferred, later, unpaced, afterDeferred: tl.deferred };
+}"""
+
+
+def test_following_a_stream_paces_the_timeline(server: Any, page: Page) -> None:  # noqa: F811
+    """Following a server stream (issue 17), the timeline redraws a few times a second, not every
+    frame, and says so (``deferred``) so that the page asks for the frame that draws it later."""
+    page.page.goto(server.page_url)
+    page.page.wait_for_function("() => !!window.loaderscope")
+    r = page.page.evaluate(PACED)
+    assert r == {"forced": True, "second": False, "deferred": True, "later": True, "unpaced": True,
+                 "afterDeferred": False}, r
