@@ -32,7 +32,7 @@ const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for t
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const PACED_MS = 250; // the longest a paced view (timeline, the picture's words) waits for its redraw
-const LIVE_SLOW_PANEL_MS = 1000; // the same while following a live run: the socket and the picture come first
+const LIVE_SLOW_PANEL_MS = 1000; // the same while following a stream: the socket and the picture come first
 
 class App {
   constructor() {

@@ -2,7 +2,7 @@
 // off, task tokens, and the background (boxes and arrows that change only with the layout, the
 // workers' statuses and the reorder buffer's highlight).
 
-import { PALETTE, taskHue, taskInk } from './colors.js';
+import { PALETTE, taskColor, taskInk } from './colors.js';
 import { WorkerStatus } from './reducer.js';
 
 /**
@@ -126,104 +126,16 @@ export function arrow(ctx, x0, y0, x1, y1, color, lw = 1) {
   ctx.fill();
 }
 
-const SPRITE_PAD = 2; // room for a parked token's 2 px rim around the chip
-const HUES = 360; // chip images by whole degree of hue: neighbouring ids still differ by 137.5°
-
-/**
- * Tokens stamped from images drawn once: a chip per hue (and rim), and each ink's ten digits. A
- * token's text and rounded outline are the costly part of the picture in software rendering, and
- * a live run at 64 workers draws hundreds of tokens in every frame, most of them new task ids:
- * images per id would be drawn as often as they are used. Images are kept at device pixels and
- * stamped on whole device pixels, so stamps are as sharp as drawing.
- */
-export class TokenSprites {
-  constructor() {
-    this.size = '';
-    /** @type {Map<string, HTMLCanvasElement>} chip images by hue and rim */
-    this.chips = new Map();
-    /** @type {Map<string, HTMLCanvasElement>} a strip of the digits 0-9 by ink */
-    this.digits = new Map();
-    this.cell = 0; // a digit's width in the strip, whole device pixels
-  }
-
-  /**
-   * Stamp token idx with its top left corner at (x, y) on ctx (scaled by dpr, as the picture is).
-   * @param {CanvasRenderingContext2D} ctx @param {number} x @param {number} y
-   * @param {{w:number, h:number, font:string, dpr:number}} t token size, its font, device pixel ratio
-   * @param {number} idx @param {boolean} parked @param {boolean} failed
-   */
-  draw(ctx, x, y, t, idx, parked, failed) {
-    this.fit(t);
-    const d = t.dpr;
-    const px = Math.round(x * d) / d, py = Math.round(y * d) / d;
-    const hue = Math.round(taskHue(idx)) % HUES;
-    const chipKey = failed ? 'failed' : `${hue}:${parked ? 1 : 0}`;
-    let chip = this.chips.get(chipKey);
-    if (chip === undefined) {
-      chip = this.image(t, t.w + 2 * SPRITE_PAD, t.h + 2 * SPRITE_PAD, (c) => {
-        drawChip(c, SPRITE_PAD, SPRITE_PAD, t.w, t.h, failed ? '#5a1e25' : `hsl(${hue} 70% 58%)`, parked, failed);
-      });
-      this.chips.set(chipKey, chip);
-    }
-    ctx.drawImage(chip, px - SPRITE_PAD, py - SPRITE_PAD, t.w + 2 * SPRITE_PAD, t.h + 2 * SPRITE_PAD);
-    const ink = failed ? '#ffd7d5' : taskInk(idx);
-    const strip = this.digitStrip(t, ink);
-    const text = String(idx), cw = this.cell / d;
-    let cx = Math.round((px + (t.w - text.length * cw) / 2) * d) / d;
-    for (let i = 0; i < text.length; i++, cx += cw) {
-      const k = text.charCodeAt(i) - 48;
-      if (k >= 0 && k <= 9) ctx.drawImage(strip, k * this.cell, 0, this.cell, strip.height, cx, py, cw, t.h);
-    }
-  }
-
-  /** A new token size or font: the images drawn so far are for another size. */
-  fit(t) {
-    const size = `${t.w}x${t.h}:${t.dpr}:${t.font}`;
-    if (size === this.size) return;
-    this.size = size;
-    this.chips.clear();
-    this.digits.clear();
-    const probe = /** @type {CanvasRenderingContext2D} */ (document.createElement('canvas').getContext('2d'));
-    probe.font = t.font;
-    this.cell = Math.ceil(probe.measureText('0').width * t.dpr);
-  }
-
-  /** The digits 0-9 in one ink, one cell each, as tall as a token. */
-  digitStrip(t, ink) {
-    let strip = this.digits.get(ink);
-    if (strip !== undefined) return strip;
-    const cw = this.cell / t.dpr;
-    strip = this.image(t, cw * 10, t.h, (c) => {
-      c.font = t.font;
-      c.textAlign = 'center';
-      c.textBaseline = 'middle';
-      c.fillStyle = ink;
-      for (let k = 0; k < 10; k++) c.fillText(String(k), (k + 0.5) * cw, t.h / 2 + 0.5);
-    });
-    this.digits.set(ink, strip);
-    return strip;
-  }
-
-  /** A canvas of w x h css pixels at the device pixel ratio, drawn by paint. */
-  image(t, w, h, paint) {
-    const img = document.createElement('canvas');
-    img.width = Math.ceil(w * t.dpr);
-    img.height = Math.ceil(h * t.dpr);
-    const c = /** @type {CanvasRenderingContext2D} */ (img.getContext('2d'));
-    c.setTransform(t.dpr, 0, 0, t.dpr, 0, 0);
-    paint(c);
-    return img;
-  }
-}
-
-/** A token's chip without its id: a rounded rect, an amber rim when parked, red when failed. */
-function drawChip(ctx, x, y, w, h, fill, parked, failed) {
+/** A task token: a rounded chip in the task's color with its id; parked ones get an amber rim. */
+export function drawToken(ctx, x, y, w, h, idx, parked, failed) {
   roundRect(ctx, x, y, w, h, Math.min(5, h / 3));
-  ctx.fillStyle = fill;
+  ctx.fillStyle = failed ? '#5a1e25' : taskColor(idx);
   ctx.fill();
   if (parked || failed) {
     ctx.strokeStyle = failed ? PALETTE.stuck : PALETTE.buffer;
     ctx.lineWidth = 2;
     ctx.stroke();
   }
+  ctx.fillStyle = failed ? '#ffd7d5' : taskInk(idx);
+  ctx.fillText(String(idx), x + w / 2, y + h / 2 + 0.5);
 }
