@@ -15,6 +15,12 @@ chromium (headless, software rendering) opens it through the page's real file in
 
 Each figure is printed as one JSON line. Not part of the test suite (tests/test_browser_bigtrace.py
 runs the 1M case as a perf-marked test).
+
+``--cpu`` measures instead, in node and in CPU time (so less at the mercy of a loaded machine than the
+open time), the two halves of an open on the first ``--cpu-mb`` MB of each trace: what a parsing
+worker spends per event (trace-worker.js's reading into EventTable batches) and what the page's
+thread spends applying those batches to a Track; with ``--against``, that checkout's code too, the
+two alternating round by round.
 """
 
 from __future__ import annotations
@@ -139,6 +145,65 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
             * 1e6 / events}
 
 
+# node: CPU microseconds per event of parsing (as trace-worker.js reads) and of applying (as the page
+# does) the first MB of a trace, with each checkout's frontend/js, alternating. Prints one JSON line
+# per checkout and half: the median over the rounds and the range.
+CPU_SCRIPT = r"""
+const [path, mb, rounds, ...roots] = process.argv.slice(1);
+const fs = await import('node:fs');
+const buf = Buffer.alloc(Number(mb) << 20);
+const got = fs.readSync(fs.openSync(path, 'r'), buf, 0, buf.length);
+const bytes = buf.subarray(0, buf.subarray(0, got).lastIndexOf(10) + 1);
+const decoder = new TextDecoder(); // pieces decoded one by one, as a worker's stream gives them
+const pieces = [];
+for (let p = 0; p < bytes.length; p += 65536) pieces.push(decoder.decode(bytes.subarray(p, p + 65536), { stream: true }));
+const cpu = (f) => { const c0 = process.cpuUsage(); const n = f(); const c = process.cpuUsage(c0); return (c.user + c.system) / n; };
+const code = await Promise.all(roots.map(async (root) => ({
+  root, ...(await import(`${root}/frontend/js/trace-file.js`)), ...(await import(`${root}/frontend/js/event-table.js`)),
+  ...(await import(`${root}/frontend/js/track.js`)) })));
+function parse({ TraceReader, EventTable }) {
+  const batches = [];
+  let rows = new EventTable(1 << 16);
+  const reader = new TraceReader({ source: 'bench', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
+    acceptLine: rows.pushLine ? (text, start, end) => rows.pushLine(text, start, end) : undefined });
+  for (const piece of pieces) {
+    reader.push(piece);
+    if (rows.length >= 1 << 16) { batches.push(rows); rows = new EventTable(1 << 16); }
+  }
+  reader.end();
+  batches.push(rows);
+  return batches;
+}
+function apply({ Track }, batches) {
+  const tr = new Track({ rank: 0, label: 'bench', source: 'file' });
+  for (const rows of batches) {
+    if (tr.ingestRows) tr.ingestRows(rows);
+    else for (let i = 0; i < rows.length; i++) tr.ingest(rows.handOver(i));
+  }
+  return tr.player.length;
+}
+const out = code.map(() => ({ parse: [], apply: [] }));
+for (let r = 0; r < Number(rounds); r++) {
+  code.forEach((c, k) => {
+    let batches;
+    out[k].parse.push(cpu(() => { batches = parse(c); return batches.reduce((s, b) => s + b.length, 0); }));
+    out[k].apply.push(cpu(() => apply(c, batches)));
+  });
+}
+const fmt = (a) => { a.sort((x, y) => x - y); return `${a[a.length >> 1].toFixed(3)} [${a[0].toFixed(3)}-${a.at(-1).toFixed(3)}]`; };
+code.forEach((c, k) => console.log(JSON.stringify({ checkout: c.root, mb: Number(mb), rounds: Number(rounds),
+  parse_cpu_us_per_event: fmt(out[k].parse), apply_cpu_us_per_event: fmt(out[k].apply) })));
+"""
+
+
+def cpu_per_event(path: Path, mb: int, rounds: int, roots: list[Path]) -> None:
+    """Run CPU_SCRIPT in node over the first ``mb`` MB of ``path`` for each checkout in ``roots``."""
+    import subprocess
+
+    subprocess.run(["node", "--input-type=module", "-e", CPU_SCRIPT, str(path), str(mb), str(rounds),
+                    *(str(r.resolve()) for r in roots)], check=True)
+
+
 def summarise(results: list[dict[str, Any]]) -> None:
     """One line per size and page: the median of each figure with its range over the repeats."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -163,7 +228,15 @@ def main() -> None:
                     help="another checkout (its backend/ and frontend/): its page opens each trace too, alternately")
     ap.add_argument("--parsers", type=int, nargs="+", default=[0],
                     help="parsing workers (the page's ?parsers=N, 0: its default); several are measured alternately")
+    ap.add_argument("--cpu", action="store_true",
+                    help="measure parsing and applying CPU per event in node instead of opening in chromium")
+    ap.add_argument("--cpu-mb", type=int, default=40, help="with --cpu: how much of each trace (MB)")
     args = ap.parse_args()
+    if args.cpu:
+        for n in args.events:
+            cpu_per_event(trace_path(n, args.cache), args.cpu_mb, max(args.repeat, 5),
+                          [ROOT, *([args.against] if args.against else [])])
+        return
     from playwright.sync_api import sync_playwright
 
     from tests.live import launch
