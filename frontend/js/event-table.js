@@ -2,7 +2,9 @@
 // and the garbage collector never walks them. The frequent kinds (dispatch, fetch, pin, arrive,
 // buffer, yield, skip) with only their schema fields go into typed arrays; anything else — rare
 // kinds, unknown kinds, events with extra fields — is kept as the object it came as. `get(i)`
-// gives the event back as a plain object (the same object each time for the kept ones). Pure.
+// gives the event back as a plain object (the same object each time for the kept ones). A trace
+// line of a frequent kind can go straight from text to columns (pushLine), and a whole table into
+// another (append), without an object per event. Pure.
 
 const HOT = Object.freeze(['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end']);
 const CODE = new Map(HOT.map((k, i) => [k, i + 1]));
