@@ -16,7 +16,8 @@ chromium (headless, software rendering) opens it through the page's real file in
 Each figure is printed as one JSON line. Not part of the test suite (tests/test_browser_bigtrace.py
 runs the 1M case as a perf-marked test).
 
-``--cpu`` measures instead, in node and in CPU time (so less at the mercy of a loaded machine than the
+``--parse-only`` times only the parsing workers in chromium (the page's thread takes the rows and
+drops them). ``--cpu`` measures instead, in node and in CPU time (so less at the mercy of a loaded machine than the
 open time), the two halves of an open on the first ``--cpu-mb`` MB of each trace: what a parsing
 worker spends per event (trace-worker.js's reading into EventTable batches) and what the page's
 thread spends applying those batches to a Track; with ``--against``, that checkout's code too, the
@@ -204,6 +205,32 @@ def cpu_per_event(path: Path, mb: int, rounds: int, roots: list[Path]) -> None:
                     *(str(r.resolve()) for r in roots)], check=True)
 
 
+# Reads the file on a probe input through the page's parsing workers with nothing applied on the
+# page's thread: how long parsing alone takes in chromium.
+PARSE_ONLY = """async (parsers) => {
+  const { readTraceFileInWorkers } = await import('/js/trace-file.js');
+  const file = document.querySelector('#probe-input').files[0];
+  const t0 = performance.now();
+  let events = 0;
+  await readTraceFileInWorkers(file, { workers: parsers, onHeader: () => {}, onRows: (rows) => { events += rows.length; },
+    onEvent: () => { events += 1; } }); // a checkout without onRows rebuilds each event
+  return { events, parse_only_s: (performance.now() - t0) / 1000 };
+}"""
+
+
+def parse_only(browser: Any, url: str, path: Path, parsers: int) -> dict[str, Any]:
+    """Time the workers' parsing of ``path`` in a fresh page, the page's thread doing nothing with the rows."""
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_function("() => window.loaderscope", timeout=30_000)
+    page.evaluate("() => { const i = Object.assign(document.createElement('input'), { type: 'file', id: 'probe-input' });"
+                  " document.body.append(i); }")
+    page.set_input_files("#probe-input", str(path))
+    result = page.evaluate(PARSE_ONLY, parsers or 1)
+    page.close()
+    return result
+
+
 def summarise(results: list[dict[str, Any]]) -> None:
     """One line per size and page: the median of each figure with its range over the repeats."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -211,8 +238,8 @@ def summarise(results: list[dict[str, Any]]) -> None:
         groups.setdefault((r["events"], r["page"], r["parsers"]), []).append(r)
     for (events, page, parsers), rs in groups.items():
         line: dict[str, Any] = {"events": events, "page": page, "parsers": parsers, "runs": len(rs)}
-        for key in ("open_s", "fps", "load_frame_p95_ms", "seek_ms", "heap_mb", "buffers_mb", "bytes_per_event"):
-            values = sorted(r[key] for r in rs if r[key] is not None)
+        for key in ("open_s", "parse_only_s", "fps", "load_frame_p95_ms", "seek_ms", "heap_mb", "buffers_mb", "bytes_per_event"):
+            values = sorted(r[key] for r in rs if r.get(key) is not None)
             if values:
                 line[key] = f"{statistics.median(values):.2f} [{values[0]:.2f}-{values[-1]:.2f}]"
         print("median " + json.dumps(line), flush=True)
@@ -231,6 +258,8 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true",
                     help="measure parsing and applying CPU per event in node instead of opening in chromium")
     ap.add_argument("--cpu-mb", type=int, default=40, help="with --cpu: how much of each trace (MB)")
+    ap.add_argument("--parse-only", action="store_true",
+                    help="time only the workers' parsing in chromium (--parsers of them, 1 for 0), nothing applied")
     args = ap.parse_args()
     if args.cpu:
         for n in args.events:
@@ -263,7 +292,9 @@ def main() -> None:
                         if prof:
                             prof.parent.mkdir(parents=True, exist_ok=True)
                         url = f"{servers[page].page_url}&parsers={parsers}"
-                        r = {"page": page, "parsers": parsers, **open_trace(browser, url, path, prof)}
+                        measure = (lambda: parse_only(browser, url, path, parsers)) if args.parse_only else (
+                            lambda: open_trace(browser, url, path, prof))
+                        r = {"page": page, "parsers": parsers, **measure()}
                         results.append(r)
                         print(json.dumps({key: round(v, 2) if isinstance(v, float) else v for key, v in r.items()}),
                               flush=True)
