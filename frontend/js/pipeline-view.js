@@ -19,6 +19,9 @@ const MAX_FLYING = 24; // tokens animated at once: released ones, and new ones p
 // following a stream, the overlay's words change at most 10 times a second: faster reads as a
 // blur, and each change costs the page a style, layout and paint (a fifth of a frame at 64 workers)
 const OVERLAY_LIVE_MS = 100;
+// the head-of-line ring pulses this long after a task becomes the head, then holds still: a page
+// paused on a full reorder buffer would otherwise ask for 60 frames a second for ever
+const RING_PULSE_MS = 3000;
 
 export { pipelineHeight, fmtIndices };
 
@@ -45,6 +48,8 @@ export class PipelineView {
     this.lastYieldCount = 0;
     this.snapNext = false; // after a jump (seek), put tokens where they belong instead of flying
     this.lastOverlay = -Infinity; // when the overlay's words were last brought up to date (performance.now())
+    this.ringKey = ''; // the head-of-line task the ring marks, and since when (performance.now())
+    this.ringSince = 0;
     this.overlayDeferred = false; // the last draw left the overlay's words for later (pacing)
   }
 
@@ -328,22 +333,28 @@ export class PipelineView {
 
   /**
    * Head-of-line: the task rcvd_idx waits for, ringed wherever it is while later ones are parked.
-   * @returns {boolean} whether the ring was drawn (it pulses)
+   * @returns {boolean} whether the ring still pulses (ask for another frame)
    */
   drawHeadRing(state, wall) {
     const head = state.tasks.get(state.rcvd_idx);
-    const tok = head ? this.tokens.get(`${state.epoch}:${head.idx}`) : undefined;
+    const key = head ? `${state.epoch}:${head.idx}` : '';
+    const tok = head ? this.tokens.get(key) : undefined;
     if (!tok || head.where === Where.BUFFER) return false;
+    if (key !== this.ringKey) {
+      this.ringKey = key;
+      this.ringSince = wall;
+    }
+    const pulsing = wall - this.ringSince < RING_PULSE_MS;
     const ctx = this.ctx, t = this.L.token;
     ctx.strokeStyle = PALETTE.buffer;
-    ctx.globalAlpha = 0.6 + 0.4 * Math.sin(wall / 180);
+    ctx.globalAlpha = pulsing ? 0.6 + 0.4 * Math.sin(wall / 180) : 1;
     ctx.lineWidth = 2;
     ctx.setLineDash([4, 3]);
     roundRect(ctx, tok.x - 4, tok.y - 4, t.w + 8, t.h + 8, 6);
     ctx.stroke();
     ctx.setLineDash([]);
     ctx.globalAlpha = 1;
-    return true;
+    return pulsing;
   }
 
   /** The consumer's history: the latest batches handed to the training loop, newest first, fading. */
