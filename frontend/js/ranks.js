@@ -58,63 +58,9 @@ export async function shardReport(epochEnds, length, sample = 10) {
   };
 }
 
-/**
- * When each rank handed out its batches in `epoch`, on the wall clock (run_start's wall_start + t).
- * @param {Iterable<any>} events one rank's events
- */
-export function deliveries(events, epoch = 0) {
-  let wall0 = 0, current = -1;
-  const times = [];
-  for (const e of events) {
-    if (e.kind === 'run_start') wall0 = e.wall_start ?? 0;
-    else if (e.kind === 'epoch_start') current = e.epoch;
-    else if (e.kind === 'yield' && current === epoch) times.push(wall0 + e.t);
-  }
-  return times;
-}
-
 // Ranks whose batches came within this of each other delivered together: no rank was last
 // (ranks.TIE_S: simulated ranks tie exactly; wall_start + t rounds to about 0.2 µs).
 export const TIE_S = 1e-6;
-
-/**
- * For each step, the rank whose batch came last and how late (ranks.slowest_per_step); ranks step
- * together (gradients are all-reduced), so the slowest rank's loader sets the pace. A step every
- * rank delivered together has rank null.
- * @param {Map<number, number[]>} times rank -> delivery times of one epoch
- * @returns {{step:number, rank:number|null, lag:number}[]}
- */
-export function slowestPerStep(times) {
-  const ranks = [...times.keys()];
-  const steps = ranks.length ? Math.min(...ranks.map((r) => times.get(r).length)) : 0;
-  const out = [];
-  for (let step = 0; step < steps; step++) {
-    let slowest = ranks[0], min = Infinity;
-    for (const r of ranks) {
-      const t = times.get(r)[step];
-      if (t > times.get(slowest)[step]) slowest = r;
-      if (t < min) min = t;
-    }
-    const lag = times.get(slowest)[step] - min;
-    out.push({ step, rank: lag > TIE_S ? slowest : null, lag });
-  }
-  return out;
-}
-
-/** How many steps each rank was the slowest in, and its worst lag (steps without one left out). */
-export function slowestCounts(steps) {
-  /** @type {Map<number, {steps:number, worst:number, total:number}>} */
-  const out = new Map();
-  for (const s of steps) {
-    if (s.rank === null) continue;
-    const c = out.get(s.rank) ?? { steps: 0, worst: 0, total: 0 };
-    c.steps += 1;
-    c.worst = Math.max(c.worst, s.lag);
-    c.total += s.lag;
-    out.set(s.rank, c);
-  }
-  return out;
-}
 
 const RECENT_STEPS = 48; // steps kept for the "slowest rank of recent steps" strip
 

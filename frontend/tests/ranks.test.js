@@ -2,7 +2,7 @@
 // report, and the slowest rank per step agrees with slowest_per_step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { shardReport, decodeShard, deliveries, slowestPerStep, slowestCounts, JobSteps, slowestWorker } from '../js/ranks.js';
+import { shardReport, decodeShard, JobSteps, slowestWorker } from '../js/ranks.js';
 import { timelineRanks } from '../js/ranks-view.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';
@@ -33,6 +33,31 @@ test('a digest of the wrong length is refused', { skip: needsPython }, async () 
   await assert.rejects(decodeShard(digest, 11), /holds 10 counts for a dataset of 11/);
 });
 
+/** A rank as JobSteps sees it: delivery times of epoch 0, the first `upto` of them so far. */
+function fakeTrack(rank, times, upto = times.length, wall0 = 100) {
+  return { rank, wall0, yields: new Map([[0, times.slice(0, upto)]]), slow: [] };
+}
+
+/** A rank's delivery times of epoch 0 from its events, on the wall clock (wall_start + t), as Track keeps them. */
+function deliveries(events) {
+  let wall0 = 0, epoch = -1;
+  const times = [];
+  for (const e of events) {
+    if (e.kind === 'run_start') wall0 = e.wall_start ?? 0;
+    else if (e.kind === 'epoch_start') epoch = e.epoch;
+    else if (e.kind === 'yield' && epoch === 0) times.push(wall0 + e.t);
+  }
+  return times;
+}
+
+/** Every step JobSteps looked at, given all deliveries at once. */
+function allSteps(times) {
+  const steps = new JobSteps();
+  const tracks = [...times].map(([rank, list]) => fakeTrack(rank, list));
+  steps.update(tracks);
+  return { steps, tracks };
+}
+
 test('slowest rank per step agrees with ranks.slowest_per_step', { skip: needsPython }, () => {
   const runs = {
     0: synthesize({ num_workers: 2, batches: 12, rank: 0, job: 'j', world_size: 2, wall_start: 100 }),
@@ -43,23 +68,17 @@ import json, sys
 from loaderscope.ranks import slowest_per_step
 runs = {int(k): v for k, v in json.load(sys.stdin).items()}
 print(json.dumps(slowest_per_step(runs)))`, JSON.stringify(runs));
-  const times = new Map(Object.entries(runs).map(([r, ev]) => [Number(r), deliveries(ev, 0)]));
-  const got = slowestPerStep(times);
+  const { steps } = allSteps(new Map(Object.entries(runs).map(([r, ev]) => [Number(r), deliveries(ev)])));
+  const got = steps.recent;
   assert.equal(got.length, expected.length);
   got.forEach((s, i) => {
     assert.equal(s.rank, expected[i].rank, `step ${i}`);
     assert.ok(Math.abs(s.lag - expected[i].lag) < 1e-9);
   });
-  const counts = slowestCounts(got);
-  assert.equal([...counts.values()].reduce((a, c) => a + c.steps, 0), got.length);
+  assert.equal([...steps.counts.values()].reduce((a, c) => a + c.steps, 0), got.filter((s) => s.rank !== null).length);
 });
 
-/** A rank as JobSteps sees it: delivery times of epoch 0, the first `upto` of them so far. */
-function fakeTrack(rank, times, upto = times.length) {
-  return { rank, wall0: 100, yields: new Map([[0, times.slice(0, upto)]]), slow: [] };
-}
-
-test('JobSteps, fed as deliveries arrive, finds the same slowest rank per step as slowestPerStep', () => {
+test('JobSteps, fed as deliveries arrive, finds the same slowest rank per step as when given them all at once', () => {
   let seed = 7;
   const rnd = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
   const times = new Map();
@@ -67,7 +86,7 @@ test('JobSteps, fed as deliveries arrive, finds the same slowest rank per step a
     let t = 100;
     times.set(rank, Array.from({ length: 200 }, () => (t += 0.01 + rnd() * 0.005 * (rank === 5 ? 3 : 1))));
   }
-  const whole = slowestPerStep(times);
+  const whole = allSteps(times).steps;
   const steps = new JobSteps();
   const tracks = [...times].map(([rank, list]) => fakeTrack(rank, list, 0));
   for (let upto = 0; upto <= 200; upto += 37) { // arrivals in uneven slices, one rank ahead of the others
@@ -76,16 +95,15 @@ test('JobSteps, fed as deliveries arrive, finds the same slowest rank per step a
   }
   tracks.forEach((tr) => tr.yields.set(0, times.get(tr.rank)));
   steps.update(tracks);
-  assert.equal(steps.total, whole.length);
-  const counts = slowestCounts(whole);
-  for (const [rank, c] of counts) {
+  assert.equal(steps.total, whole.total);
+  for (const [rank, c] of whole.counts) {
     assert.equal(steps.counts.get(rank).steps, c.steps, `rank ${rank}`);
     assert.ok(Math.abs(steps.counts.get(rank).worst - c.worst) < 1e-12);
     assert.equal(tracks.find((tr) => tr.rank === rank).slow.length, c.steps);
   }
   assert.equal(steps.recent.at(-1).step, 199);
-  assert.equal(steps.recent.at(-1).rank, whole.at(-1).rank);
-  assert.ok(steps.recent.length < whole.length, 'only the recent steps are kept');
+  assert.equal(steps.recent.at(-1).rank, whole.recent.at(-1).rank);
+  assert.ok(steps.recent.length < whole.total, 'only the recent steps are kept');
 });
 
 test('a rank found later restarts the count over the new set of ranks', () => {
@@ -116,13 +134,11 @@ test('the timeline draws every rank of a small job, the selected and the slowest
   assert.deepEqual(timelineRanks(job, job[9], null).map((t) => t.rank), [9]);
 });
 
-test('a step every rank delivered together names no rank (ranks.slowest_per_step agrees)', () => {
+test('a step every rank delivered together names no rank (as ranks.slowest_per_step)', () => {
   const t0 = 1.7e9; // wall_start + t: equal times differ by rounding only
   const times = new Map([[0, [t0 + 1, t0 + 2]], [1, [t0 + 1 + 1e-7, t0 + 2.5]]]);
-  const whole = slowestPerStep(times);
-  assert.deepEqual(whole.map((s) => s.rank), [null, 1]);
   const steps = new JobSteps();
-  const tracks = [...times].map(([rank, list]) => ({ rank, wall0: t0, yields: new Map([[0, list]]), slow: [] }));
+  const tracks = [...times].map(([rank, list]) => fakeTrack(rank, list, list.length, t0));
   steps.update(tracks);
   assert.equal(steps.total, 2);
   assert.deepEqual([...steps.counts.keys()], [1]);
