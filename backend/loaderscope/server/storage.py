@@ -60,7 +60,9 @@ def storage_for(logdir: str) -> Storage:
     if not is_url(logdir):
         return LocalStorage(logdir)
     try:
-        import fsspec  # type: ignore[import-untyped]  # the optional extra `remote`: only for URL logdirs
+        # fsspec is the optional extra `remote` (pyproject.toml), not a runtime dependency: only URL
+        # logdirs need it, and without it such a logdir is refused with the install command below
+        import fsspec  # type: ignore[import-untyped]
     except ImportError:
         raise ValueError(f"{logdir}: a remote logdir needs fsspec (pip install 'loaderscope[remote]' and the "
                          "protocol's package, e.g. s3fs or gcsfs)") from None
