@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import wait_for
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import Page, browser, drawn, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -171,7 +171,7 @@ def test_fits_the_window_and_every_text_is_legible(server: Any, page: Page, tmp_
     open_finished_run(server, pg, num_workers=4, dataset_size=96)
     pg.click("#pb-end")
     pg.wait_for_function("() => window.loaderscope.pipeline.settled()", timeout=10_000)
-    pg.wait_for_function("(s) => window.loaderscope.lastPanels > s", arg=pg.evaluate("() => performance.now()"), timeout=10_000)
+    drawn(pg)  # the panels show the state the page is at
     assert pg.evaluate(NO_SIDEWAYS), f"horizontal scroll at {width} px"
     # the controls that matter are within the window's width
     for sel in ("#btn-start", "#pb-play", "#run-picker", "#btn-stop"):
@@ -210,7 +210,7 @@ def test_inspector_and_panels_reset_when_the_run_changes(server: Any, page: Page
     pg.wait_for_function("() => document.getElementById('inspector').textContent.includes('fetched')", timeout=10_000)
     pg.evaluate("(id) => window.loaderscope.openRun(id)", sim["id"])
     pg.wait_for_function("() => window.loaderscope.player.length > 0 && window.loaderscope.complete()", timeout=20_000)
-    pg.wait_for_function("(s) => window.loaderscope.lastPanels > s", arg=pg.evaluate("() => performance.now()"), timeout=10_000)
+    drawn(pg)  # the panels show the state the page is at
     assert pg.is_hidden("#inspector-card")
     assert pg.text_content("#inspector") == ""
     assert pg.text_content("#inspector-count") == ""
@@ -297,7 +297,7 @@ def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_pa
       for (let i = 1; i <= a.player.length; i++) { a.moveTo(i); if (a.state.buffer.length >= 2) return i; } return -1; }""")
     assert row > 0
     pg.wait_for_function("() => window.loaderscope.pipeline.settled()", timeout=10_000)
-    pg.wait_for_function("(s) => window.loaderscope.lastPanels > s", arg=pg.evaluate("() => performance.now()"), timeout=10_000)
+    drawn(pg)  # the panels show the state the page is at
     assert pg.evaluate(NO_SIDEWAYS)
     assert pg.evaluate("() => window.loaderscope.pipeline.scale") == 1
     shoot(pg, tmp_path, "layout_800x900_pinned")
@@ -312,7 +312,7 @@ def test_start_and_diagnosis_in_the_first_screen_of_a_real_run_at_1024x700(serve
     pg.set_viewport_size({"width": 1024, "height": 700})
     open_finished_run(server, pg, "out_of_order", "real", num_workers=2, dataset_size=32)
     pg.locator("#inspector-card").wait_for(state="visible", timeout=10_000)
-    pg.wait_for_function("(s) => window.loaderscope.lastPanels > s", arg=pg.evaluate("() => performance.now()"), timeout=10_000)
+    drawn(pg)  # the panels show the state the page is at
     assert pg.evaluate(NO_SIDEWAYS)
     assert pg.evaluate("() => window.scrollY") == 0
     shoot(pg, tmp_path, "layout_1024x700_real")

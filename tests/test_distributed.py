@@ -44,4 +44,4 @@ def test_two_ranks_report_disjoint_complete_shards(server: Any, tmp_path: Path) 
     assert report["disjoint"] and report["complete"], report
     assert report["per_rank"] == {0: 128, 1: 128}
     steps = slowest_per_step(streams)
-    assert len(steps) == 8 and {s["rank"] for s in steps} <= {0, 1}
+    assert len(steps) == 8 and {s["rank"] for s in steps} - {None} <= {0, 1}  # None: both delivered within 1 µs
