@@ -270,3 +270,40 @@ def test_in_process_tensor_batches_give_each_batch_its_five_events_and_values_wh
     assert all(e["wait"] >= e2["dt"] >= 0 for e, e2 in zip(per_batch["yield"], per_batch["fetch_end"]))
     asked = [b for b in collector.state.batch_samples if b.get("values")]
     assert [b["idx"] for b in asked] == [5], "the batch after the ask is described with its values"
+
+
+class LengthBatches(torch.utils.data.Sampler[list[int]]):
+    """A custom batch sampler that draws its batches itself (no inner sampler)."""
+
+    batch_size = 2
+
+    def __iter__(self) -> Any:
+        return iter([[0, 1], [2, 3]])
+
+    def __len__(self) -> int:
+        return 2
+
+
+def test_config_names_the_sampler_that_draws_the_indices_not_torchs_unused_default() -> None:
+    # DataLoader.__init__ builds a SequentialSampler even when a batch_sampler is given (the HF
+    # Trainer, accelerate): the indices come from the batch sampler's own sampler.
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
+
+    from loaderscope.probe.loader import loader_config
+
+    data = torch.arange(8.0)
+    shuffled = BatchSampler(RandomSampler(data), batch_size=2, drop_last=False)
+    cases = {
+        "RandomSampler": DataLoader(data, batch_sampler=shuffled),
+        "DistributedSampler": DataLoader(data, batch_sampler=BatchSampler(
+            DistributedSampler(data, num_replicas=2, rank=0), batch_size=2, drop_last=False)),
+        "LengthBatches": DataLoader(data, batch_sampler=LengthBatches()),
+        "SequentialSampler": DataLoader(data, batch_size=2),
+    }
+    # accelerate's prepare() wraps the user's batch sampler in a BatchSamplerShard
+    cases["RandomSampler (accelerate)"] = DataLoader(data, batch_sampler=BatchSamplerShard(shuffled, 1, 0))
+    for expected, loader in cases.items():
+        assert isinstance(loader.sampler, SequentialSampler)  # what torch shows, used or not
+        assert loader_config(loader)["sampler"] == expected.split()[0], expected
+    assert loader_config(cases["RandomSampler"])["batch_sampler"] == "BatchSampler"

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler
 
 from loaderscope.events import Event
 from loaderscope.probe.adopt import Adoption
@@ -47,9 +47,42 @@ def _length(dataset: Any) -> int | None:
         return None
 
 
+def _drawing_sampler(loader: DataLoader[Any]) -> Any:
+    """The sampler that actually draws the indices.
+
+    Given a ``batch_sampler``, ``DataLoader.__init__`` still builds a ``SequentialSampler`` (or
+    ``_InfiniteConstantSampler``) as ``loader.sampler`` and never uses it
+    (``torch/utils/data/dataloader.py``); the indices come from the batch sampler's own sampler,
+    perhaps nested in an adapter (accelerate's ``BatchSamplerShard`` holds the user's
+    ``BatchSampler``), else from the batch sampler itself.
+    """
+    if loader.batch_size is not None or loader.batch_sampler is None:  # torch built the BatchSampler
+        return loader.sampler
+    return _inner_sampler(loader.batch_sampler, depth=3) or loader.batch_sampler
+
+
+def _inner_sampler(outer: Any, depth: int) -> Any:
+    """The first ``Sampler`` held by ``outer`` that is not itself a batch sampler, breadth first."""
+    level = [outer]
+    for _ in range(depth):
+        held = [value for obj in level for value in _attributes(obj) if isinstance(value, Sampler)]
+        for value in held:
+            if getattr(value, "batch_size", None) is None:
+                return value
+        level = held
+    return None
+
+
+def _attributes(obj: Any) -> list[Any]:
+    """``sampler`` and ``batch_sampler`` first (the usual names), then the rest of the instance's fields."""
+    fields = dict(vars(obj)) if hasattr(obj, "__dict__") else {}
+    first = [fields.pop(name) for name in ("sampler", "batch_sampler") if name in fields]
+    return first + list(fields.values())
+
+
 def _distributed(loader: DataLoader[Any]) -> bool:
     """Shards are worth checking: a DistributedSampler, or a process group is up."""
-    return isinstance(loader.sampler, DistributedSampler) or (dist.is_available() and dist.is_initialized())
+    return isinstance(_drawing_sampler(loader), DistributedSampler) or (dist.is_available() and dist.is_initialized())
 
 
 def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
@@ -79,7 +112,7 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
         "pin_memory": loader.pin_memory,
         "pin_memory_active": bool(loader.pin_memory and torch.accelerator.is_available()),
         "multiprocessing_context": _context_name(loader.multiprocessing_context) if workers else None,
-        "sampler": _name(loader.sampler),
+        "sampler": _name(_drawing_sampler(loader)),
         "batch_sampler": _name(batch_sampler),
         "collate_fn": getattr(loader.collate_fn, "__name__", _name(loader.collate_fn)),
         "dataset": _name(dataset),
