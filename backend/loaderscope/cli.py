@@ -22,6 +22,7 @@ from loaderscope.events import Event
 from loaderscope.record import add_record_command
 from loaderscope.report import first_epoch_orders, reordering_story
 from loaderscope.state import LoaderState, summary
+from loaderscope.wording import say
 
 console = Console(highlight=False)
 
@@ -222,16 +223,16 @@ def find_scenario(name: str) -> scenarios.Scenario:
 def print_summary(events: list[Event], state: LoaderState) -> None:
     stats = summary(state)
     cfg = state.config
+    rate = say("cli.rate", batches=say("n.batches", n=stats["batches"]), wall=f"{stats['wall']:.2f}",
+               rate=f"{stats['batches_per_s']:.1f}")
     console.print(
-        f"\n{stats['batches']} batches in {stats['wall']:.2f} s = [bold]{stats['batches_per_s']:.1f} batches/s[/]"
-        f"  (num_workers={cfg.get('num_workers')}, batch_size={cfg.get('batch_size')}, "
-        f"prefetch_factor={cfg.get('prefetch_factor')}, in_order={cfg.get('in_order')})"
+        f"\n[bold]{rate}[/]  (num_workers={cfg.get('num_workers')}, batch_size={cfg.get('batch_size')}, "
+        f"prefetch_factor={cfg.get('prefetch_factor')}, in_order={cfg.get('in_order')}, sampler={cfg.get('sampler')})"
     )
-    console.print(
-        f"consumer waited {stats['consumer_wait']:.2f} s inside next() ({stats['input_bound']:.0%} of the time); "
-        f"{stats['out_of_order']} results arrived out of order; reorder buffer high-water {stats['buffer_high']}; "
-        f"in flight at most {stats['outstanding_high']} of {stats['window']}"
-    )
+    console.print(escape(say(
+        "cli.waited", wait=f"{stats['consumer_wait']:.2f}", share=f"{stats['input_bound']:.0%}",
+        results=say("n.results", n=stats["out_of_order"]), high=stats["buffer_high"],
+        high_out=stats["outstanding_high"], window=stats["window"])))
     table = Table("worker", "pid", "tasks", "fetch p50", "p95", "max", "MB", "idle", box=None, pad_edge=False)
     for w in stats["workers"]:
         table.add_row(str(w["worker"]), str(w["pid"] or "main"), str(w["tasks"]), f"{w['fetch_p50'] * 1000:.1f} ms",
@@ -248,7 +249,7 @@ def print_summary(events: list[Event], state: LoaderState) -> None:
             console.print("  " + line)
     console.print("\n[bold]Diagnosis[/]")
     for finding in diagnosis(state):
-        console.print(f"  • {finding}")
+        console.print(f"  • {escape(finding)}")
     if stats["violations"]:
         console.print(f"[red]protocol violations: {stats['violations'][:5]}[/]")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from loaderscope.events import Kind
 from loaderscope.state import LoaderState, summary, user_frame
+from loaderscope.wording import say
 
 def _where(stack: list[dict[str, Any]] | None) -> str:
     frame = user_frame(stack)
@@ -77,25 +78,50 @@ MIN_STEP = 0.002  # below this the "step" is only loop overhead: no worker count
 INPUT_BOUND = 0.2  # waiting for data more than this share of the time makes loading the bottleneck
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}"
+
+
 def _input_bound_finding(stats: Mapping[str, Any], workers: int) -> str:
-    share, rate, batches = stats["input_bound"], stats["batches_per_s"], stats["batches"]
-    steady = stats["input_bound_steady"]
-    step = (stats["wall"] - stats["consumer_wait"]) / batches  # the consumer's own time per batch
-    text = f"training waited for data {share:.0%} of the time ({stats['consumer_wait']:.2f} s of {stats['wall']:.2f} s"
-    text += f", {stats['startup_wait']:.2f} s of it for the first batch of an epoch)" if stats["startup_wait"] >= 0.05 else ")"
+    share, rate, steady = stats["input_bound"], stats["epoch_batches_per_s"], stats["input_bound_steady"]
+    step = stats["step_time"]  # the training loop's own time per batch, within epochs
+    startup = say("waited.startup", startup=f"{stats['startup_wait']:.2f}") if stats["startup_wait"] >= 0.05 else ""
+    text = say("waited", share=f"{share:.0%}", wait=f"{stats['consumer_wait']:.2f}", wall=f"{stats['epoch_wall']:.2f}",
+               startup=startup)
+    if stats["between_epochs"] >= 0.05:
+        text += say("waited.outside", outside=f"{stats['between_epochs']:.2f}")
     if steady <= INPUT_BOUND:
-        after = f" after start-up it waited {steady:.0%}, so" if share > INPUT_BOUND else ""
-        return text + f";{after} the training step is the bottleneck ({step * 1000:.1f} ms per batch, {rate:.1f} batches/s)"
-    text += f"; loading is the bottleneck: {workers or 'the main process'} worker(s) deliver {rate:.1f} batches/s"
+        after = say("step_bound.after", steady=f"{steady:.0%}") if share > INPUT_BOUND else ""
+        per = say("step_bound.step", step=_ms(step)) if step is not None else ""
+        return text + say("step_bound", after=after, step=per, rate=f"{rate:.1f}")
+    who = say("n.workers", n=workers) if workers else say("loading_bound.main")
+    text += say("loading_bound", workers=who, rate=f"{rate:.1f}")
     task = stats["median_task"]
-    if step >= MIN_STEP and task > 0:
+    if step is not None and step >= MIN_STEP and task > 0:
         needed = math.ceil(task / step)
-        text += (f", the step alone would consume {1 / step:.1f} batches/s; a worker takes {task * 1000:.1f} ms "
-                 f"per batch (median), so about {needed} workers would keep up "
-                 f"({task * 1000:.1f} ms / {step * 1000:.1f} ms per step)")
+        text += say("keep_up", consume=f"{1 / step:.1f}", task=_ms(task), needed=say("n.workers", n=needed),
+                    step=_ms(step))
         if needed <= workers:
-            text += "; you have that many, so the waits come from uneven or slow fetches (see stragglers, reorder cost)"
+            text += say("keep_up.have")
+            see = [say(key) for key, shown in (("see.stragglers", stats["stragglers"]),
+                                               ("see.reorder", stats["out_of_order"])) if shown]
+            text += say("keep_up.see", what=", ".join(see)) if see else ""
     return text
+
+
+def _failure(s: LoaderState, stats: Mapping[str, Any]) -> str | None:
+    """What cut the run short, if anything did: then its timings say nothing about the pipeline's pace."""
+    kinds = {note.get("kind") for note in s.notes}
+    why = [say(f"why.{name}") for name, seen in (
+        ("died", Kind.WORKER_DIED in kinds), ("stuck", Kind.WORKER_STUCK in kinds), ("error", stats["errors"] > 0),
+        ("consumer_stuck", Kind.CONSUMER_STUCK in kinds), ("timeout", Kind.TIMEOUT in kinds)) if seen]
+    return ", ".join(why) or None
+
+
+def _peeks_finding(stats: Mapping[str, Any]) -> str:
+    return say("peeks", iterators=say("n.iterators", n=stats["peeks"]),
+               batches=say("n.batches", n=stats["peek_batches"]),
+               starts=say("n.starts", n=stats["peek_worker_starts"]), wait=f"{stats['peek_wait']:.2f}")
 
 
 def diagnosis(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[str]:
@@ -111,14 +137,17 @@ def diagnosis(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[st
                             "torch.multiprocessing.set_sharing_strategy('file_system')")
     findings += [text for note in s.notes if (text := _safely(_note_finding, note))]
     if stats["batches"]:
-        findings.append(_input_bound_finding(stats, s.config.get("num_workers", 0) or 0))
+        failure = _failure(s, stats)
+        findings.append(say("no_verdict", why=failure) if failure
+                        else _input_bound_finding(stats, s.config.get("num_workers", 0) or 0))
+    if stats["peeks"]:
+        findings.append(_peeks_finding(stats))
     for slow in stats["stragglers"]:
-        findings.append(f"straggler: worker {slow['worker']} fetches {slow['factor']:.1f}× slower than the others "
-                        f"(median {slow['median'] * 1000:.0f} ms vs {slow['others'] * 1000:.0f} ms)")
+        findings.append(say("straggler", worker=slow["worker"], factor=f"{slow['factor']:.1f}",
+                            median=f"{slow['median'] * 1000:.0f}", others=f"{slow['others'] * 1000:.0f}"))
     if stats["out_of_order"]:
-        findings.append(f"reorder cost: {stats['out_of_order']} results arrived out of order and waited in the "
-                        f"reorder buffer (high-water {stats['buffer_high']}); {stats['head_of_line_wait']:.2f} s "
-                        f"spent waiting on a late head-of-line task while later ones sat ready")
+        findings.append(say("reorder", results=say("n.results", n=stats["out_of_order"]), high=stats["buffer_high"],
+                            hol=f"{stats['head_of_line_wait']:.2f}"))
     if s.config.get("pin_memory") and not s.config.get("pin_memory_active", False) and s.mode == "real":
         findings.append("pin_memory=True, but this machine has no accelerator, so torch silently turned pinning "
                         "off: batches stay in pageable memory and no pin-memory thread runs")

@@ -122,6 +122,20 @@ class LoaderState:
     step_device: str | None = None
     first_t: float | None = None
     last_yield_t: float | None = None
+    epoch_yield_t: float | None = None  # the current epoch's latest yield (None before its first)
+    # the training loop's own time between two yields of one epoch: its step. Gaps between epochs
+    # (evaluation, another loader) are not steps.
+    step_gaps: list[float] = field(default_factory=list)
+    step_total: float = 0.0
+    # iterators abandoned after a few batches (next(iter(loader)) before an epoch): not epochs
+    peeks: int = 0
+    peek_batches: int = 0
+    peek_wait: float = 0.0
+    peek_starts: int = 0  # worker start-ups the peeks cost
+    epoch_wait: float = 0.0  # consumer wait of the current epoch
+    epoch_failed: bool = False  # a worker died, an error or a timeout ended it: not a peek
+    first_next_t: float | None = None  # when the training loop first asked for a batch
+    starts: int = 0  # worker start-ups since the last epoch_end
     yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released, the latest ones
     errors: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)  # stuck, died, timeout, unknown kinds
@@ -197,6 +211,9 @@ def _run_end(s: LoaderState, e: Mapping[str, Any]) -> None:
 def _epoch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.epoch = e["epoch"]
     s.send_idx = s.rcvd_idx = s.outstanding = s.epoch_batches = 0
+    s.epoch_wait = 0.0
+    s.epoch_yield_t = None
+    s.epoch_failed = False
     s.tasks.clear()
     s.result_queue.clear()
     s.buffer.clear()
@@ -207,14 +224,32 @@ def _epoch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
             worker.status = WorkerStatus.IDLE
 
 
+PEEK_BATCHES = 3  # an iterator abandoned with fewer batches than this (and than its epoch) was a peek
+
+
+def is_peek(e: Mapping[str, Any], batches_per_epoch: int | None) -> bool:
+    """An epoch_end of an iterator left after a look at its first batches, not an epoch of training."""
+    batches = e.get("batches")
+    return (bool(e.get("abandoned")) and isinstance(batches, int) and batches < PEEK_BATCHES
+            and (batches_per_epoch is None or batches < batches_per_epoch))
+
+
 def _epoch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.epochs_done += 1
+    if not s.epoch_failed and is_peek(e, s.config.get("batches_per_epoch")):
+        s.peeks += 1
+        s.peek_batches = max(s.peek_batches, e["batches"])
+        s.peek_wait += s.epoch_wait
+        s.peek_starts += s.starts
+    else:
+        s.epochs_done += 1
+    s.starts = 0
 
 
 def _worker_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     worker = s.worker(e["worker"])
     worker.pid = e["pid"]
     worker.status = WorkerStatus.IDLE
+    s.starts += 1
 
 
 def _worker_exit(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -321,11 +356,18 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
     if wait > 0 and task is not None and task.pin_start is not None:  # how much of the wait was pinning
         s.pin_wait += max(0.0, min(s.t, task.pin_end or s.t) - max(s.t - wait, task.pin_start))
     s.consumer_wait += wait
+    s.epoch_wait += wait
+    if s.first_next_t is None:
+        s.first_next_t = s.t - wait
     if s.epoch_batches == 0:
         s.startup_wait += wait
+    if s.epoch_yield_t is not None:
+        gap = max(0.0, s.t - wait - s.epoch_yield_t)
+        s.step_gaps.append(gap)
+        s.step_total += gap
     s.epoch_batches += 1
     s.batches += 1
-    s.last_yield_t = s.t
+    s.last_yield_t = s.epoch_yield_t = s.t
     s.yield_order.append((s.epoch, idx))
     if len(s.yield_order) > 2 * MAX_KEPT:  # keep the most recent (amortised: trim in halves)
         del s.yield_order[:MAX_KEPT]
@@ -347,6 +389,7 @@ def _worker_stuck(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 
 def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.epoch_failed = True
     worker = s.worker(e["worker"])
     worker.status = WorkerStatus.DIED
     worker.exitcode = e.get("exitcode")
@@ -358,7 +401,13 @@ def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.keep(s.notes, note)
 
 
+def _failed(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.epoch_failed = True
+    s.keep(s.notes, dict(e))
+
+
 def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.epoch_failed = True
     error = dict(e)
     task = s.tasks.get(e.get("idx", -1))
     if task is not None:
@@ -427,7 +476,7 @@ _HANDLERS = {
     Kind.CONSUMER_STUCK: _note,
     Kind.WORKER_DIED: _worker_died,
     Kind.ERROR: _error,
-    Kind.TIMEOUT: _note,
+    Kind.TIMEOUT: _failed,
     Kind.BATCH_INFO: _batch_info,
     Kind.STEP: _step,
     Kind.PIN_START: _pin_start,
@@ -451,7 +500,8 @@ def reduce(events: Iterable[Mapping[str, Any]], until_seq: int | None = None) ->
 STRAGGLER_FACTOR = 1.5  # a median fetch this many times the others' marks a straggler
 STRAGGLER_MIN_GAP = 0.005  # …and at least this many seconds slower: sub-millisecond noise is no straggler
 STRAGGLER_MIN_TASKS = 5  # fetches a worker (and the others, pooled) needs before it can be named
-STRAGGLER_MAD_K = 3.0  # …and its median must sit beyond this many scaled MADs of the others' fetches
+STRAGGLER_QUARTILE = 0.75  # …and above this quantile of the others' fetches (rank-based: busy CPUs
+# spread every worker's fetches, and a spread-scaled margin then hid a worker twice as slow)
 
 Sorted = npt.NDArray[np.float64]
 _NONE: Sorted = np.empty(0)
@@ -472,6 +522,7 @@ class FetchOrder:
         self.all: Sorted = _NONE  # every fetch
         self.done: Sorted = _NONE  # the fetches of workers with STRAGGLER_MIN_TASKS or more (stragglers' pool)
         self.total = 0.0  # sum of every fetch time
+        self.steps: Sorted = _NONE  # the training loop's step gaps (LoaderState.step_gaps), sorted
 
     def catch_up(self, s: LoaderState) -> FetchOrder:
         for worker in s.workers.values():
@@ -484,6 +535,8 @@ class FetchOrder:
             if len(merged) >= STRAGGLER_MIN_TASKS:  # a worker joins the pool with all its fetches
                 self.done = _merge(self.done, new if len(mine) >= STRAGGLER_MIN_TASKS else merged)
             self.total = math.fsum((self.total, *new.tolist()))
+        if len(self.steps) < len(s.step_gaps):
+            self.steps = _merge(self.steps, np.sort(np.array(s.step_gaps[len(self.steps):], dtype=np.float64)))
         return self
 
     def median_without(self, wid: int) -> float:
@@ -506,10 +559,10 @@ class FetchOrder:
                 low = mid + 1
         return float(pool[low])
 
-    def others(self, wid: int) -> Sorted:
-        """Every pooled fetch of the workers but ``wid``: O(n), for the rare worker that looks slow."""
-        return np.concatenate([t for other, t in self.workers.items()
-                               if other != wid and len(t) >= STRAGGLER_MIN_TASKS] or [_NONE])
+    def quantile_without(self, wid: int, q: float) -> float:
+        """``_percentile`` of the pooled fetches of every worker but ``wid``."""
+        count = len(self.done) - len(self.workers[wid])
+        return self._kth_without(wid, min(count - 1, int(round(q * (count - 1)))))
 
 
 def _merge(ordered: Sorted, new: Sorted) -> Sorted:
@@ -555,7 +608,8 @@ def stragglers(s: LoaderState, order: FetchOrder | None = None) -> list[dict[str
     """Workers whose median fetch is well beyond the other workers' pooled fetch times.
 
     Robust on purpose: with two or three fetches per worker, one slow sample used to name a worker
-    "1.6× slower"; the median and the median absolute deviation ignore such outliers.
+    "1.6× slower"; medians and quantiles ignore such outliers, and ask no margin scaled by the others'
+    spread, which CPU contention widens for every worker alike.
     """
     order = order or FetchOrder().catch_up(s)
     found = []
@@ -564,10 +618,9 @@ def stragglers(s: LoaderState, order: FetchOrder | None = None) -> list[dict[str
         if len(times) < STRAGGLER_MIN_TASKS or len(order.done) - len(times) < STRAGGLER_MIN_TASKS:
             continue
         median, baseline = _median(times), order.median_without(wid)
-        if baseline > 0 and median > STRAGGLER_FACTOR * baseline and median - baseline >= STRAGGLER_MIN_GAP:
-            spread = 1.4826 * _median(np.sort(np.abs(order.others(wid) - baseline)))  # only for a likely straggler
-            if median - baseline >= STRAGGLER_MAD_K * spread:
-                found.append({"worker": wid, "factor": median / baseline, "median": median, "others": baseline})
+        if (baseline > 0 and median > STRAGGLER_FACTOR * baseline and median - baseline >= STRAGGLER_MIN_GAP
+                and median > order.quantile_without(wid, STRAGGLER_QUARTILE)):
+            found.append({"worker": wid, "factor": median / baseline, "median": median, "others": baseline})
     return found
 
 
@@ -587,7 +640,8 @@ def summary(s: LoaderState, order: FetchOrder | None = None) -> dict[str, Any]:
     """
     order = (order or FetchOrder()).catch_up(s)
     consumer_wall = (s.last_yield_t or s.t) - (s.first_t or 0.0)
-    steady_wait, steady_wall = s.consumer_wait - s.startup_wait, consumer_wall - s.startup_wait
+    epoch_wall = s.consumer_wait + s.step_total  # inside this loader's epochs: waiting or stepping
+    steady_wait, steady_wall = s.consumer_wait - s.startup_wait, epoch_wall - s.startup_wait
     workers = s.config.get("num_workers", 0) or 0
     mean_task = order.total / len(order.all) if len(order.all) else 0.0
     return {
@@ -597,10 +651,21 @@ def summary(s: LoaderState, order: FetchOrder | None = None) -> dict[str, Any]:
         "wall": consumer_wall,
         "batches_per_s": s.batches / consumer_wall if consumer_wall > 0 else 0.0,
         "consumer_wait": s.consumer_wait,
-        "input_bound": s.consumer_wait / consumer_wall if consumer_wall > 0 else 0.0,
+        # the training loop's own time per batch within epochs (median), None before an epoch's 2nd batch
+        "step_time": _median(order.steps) if len(order.steps) else None,
+        "epoch_wall": epoch_wall,
+        # from the first next() to the last yield, the time outside epochs: evaluation, other loaders
+        "between_epochs": max(0.0, (s.last_yield_t or s.t) - (s.t if s.first_next_t is None else s.first_next_t)
+                              - epoch_wall),
+        "epoch_batches_per_s": s.batches / epoch_wall if epoch_wall > 0 else 0.0,  # the pace while iterated
+        "input_bound": s.consumer_wait / epoch_wall if epoch_wall > 0 else 0.0,
         # the same without each epoch's first wait (workers starting, the pipeline filling)
         "input_bound_steady": steady_wait / steady_wall if steady_wall > 0 else 0.0,
         "startup_wait": s.startup_wait,
+        "peeks": s.peeks,
+        "peek_batches": s.peek_batches,
+        "peek_wait": s.peek_wait,
+        "peek_worker_starts": s.peek_starts,
         "out_of_order": s.out_of_order,
         "buffer_high": s.buffer_high,
         "outstanding_high": s.outstanding_high,

@@ -3,6 +3,7 @@
 // and the API say the same (frontend/tests/reducer.test.js compares them on the same streams).
 
 import { summary, userFrame } from './reducer.js';
+import { say } from './wording.gen.js';
 
 /**
  * format(x, f'.{d}f') as Python prints it: like toFixed, except that an exact tie (11.25 to one
@@ -89,26 +90,53 @@ function pyNum(v) {
 export const MIN_STEP = 0.002;
 export const INPUT_BOUND = 0.2; // waiting for data more than this share of the time makes loading the bottleneck
 
+const ms = (seconds) => f1(seconds * 1000);
+
 function inputBoundFinding(stats, workers) {
-  const share = stats.input_bound, rate = stats.batches_per_s, batches = stats.batches;
-  const steady = stats.input_bound_steady;
-  const step = (stats.wall - stats.consumer_wait) / batches;
-  let text = `training waited for data ${pct(share)} of the time (${pyFixed(stats.consumer_wait, 2)} s of ${pyFixed(stats.wall, 2)} s`;
-  text += stats.startup_wait >= 0.05 ? `, ${pyFixed(stats.startup_wait, 2)} s of it for the first batch of an epoch)` : ')';
+  const share = stats.input_bound, rate = stats.epoch_batches_per_s, steady = stats.input_bound_steady;
+  const step = stats.step_time; // the training loop's own time per batch, within epochs
+  const startup = stats.startup_wait >= 0.05 ? say('waited.startup', { startup: pyFixed(stats.startup_wait, 2) }) : '';
+  let text = say('waited', {
+    share: pct(share), wait: pyFixed(stats.consumer_wait, 2), wall: pyFixed(stats.epoch_wall, 2), startup,
+  });
+  if (stats.between_epochs >= 0.05) text += say('waited.outside', { outside: pyFixed(stats.between_epochs, 2) });
   if (steady <= INPUT_BOUND) {
-    const after = share > INPUT_BOUND ? ` after start-up it waited ${pct(steady)}, so` : '';
-    return `${text};${after} the training step is the bottleneck (${f1(step * 1000)} ms per batch, ${f1(rate)} batches/s)`;
+    const after = share > INPUT_BOUND ? say('step_bound.after', { steady: pct(steady) }) : '';
+    const per = step !== null ? say('step_bound.step', { step: ms(step) }) : '';
+    return text + say('step_bound', { after, step: per, rate: f1(rate) });
   }
-  text += `; loading is the bottleneck: ${workers || 'the main process'} worker(s) deliver ${f1(rate)} batches/s`;
+  const who = workers ? say('n.workers', { n: workers }) : say('loading_bound.main');
+  text += say('loading_bound', { workers: who, rate: f1(rate) });
   const task = stats.median_task;
-  if (step >= MIN_STEP && task > 0) {
+  if (step !== null && step >= MIN_STEP && task > 0) {
     const needed = Math.ceil(task / step);
-    text += `, the step alone would consume ${f1(1 / step)} batches/s; a worker takes ${f1(task * 1000)} ms ` +
-      `per batch (median), so about ${needed} workers would keep up ` +
-      `(${f1(task * 1000)} ms / ${f1(step * 1000)} ms per step)`;
-    if (needed <= workers) text += '; you have that many, so the waits come from uneven or slow fetches (see stragglers, reorder cost)';
+    text += say('keep_up', {
+      consume: f1(1 / step), task: ms(task), needed: say('n.workers', { n: needed }), step: ms(step),
+    });
+    if (needed <= workers) {
+      text += say('keep_up.have');
+      const see = [['see.stragglers', stats.stragglers.length], ['see.reorder', stats.out_of_order]]
+        .filter(([, shown]) => shown).map(([key]) => say(key));
+      if (see.length) text += say('keep_up.see', { what: see.join(', ') });
+    }
   }
   return text;
+}
+
+/** What cut the run short, if anything did: then its timings say nothing about the pipeline's pace. */
+function failure(s, stats) {
+  const kinds = new Set(s.notes.map((n) => n.kind));
+  const why = [['died', kinds.has('worker_died')], ['stuck', kinds.has('worker_stuck')], ['error', stats.errors > 0],
+    ['consumer_stuck', kinds.has('consumer_stuck')], ['timeout', kinds.has('timeout')]]
+    .filter(([, seen]) => seen).map(([name]) => say(`why.${name}`));
+  return why.length ? why.join(', ') : null;
+}
+
+function peeksFinding(stats) {
+  return say('peeks', {
+    iterators: say('n.iterators', { n: stats.peeks }), batches: say('n.batches', { n: stats.peek_batches }),
+    starts: say('n.starts', { n: stats.peek_worker_starts }), wait: pyFixed(stats.peek_wait, 2),
+  });
 }
 
 export const PICKLE_HEAVY_BYTES = 1_000_000;
@@ -130,15 +158,20 @@ export function diagnosis(s) {
     const text = noteFinding(n);
     if (text) findings.push(text);
   }
-  if (stats.batches) findings.push(inputBoundFinding(stats, s.config.num_workers || 0));
+  if (stats.batches) {
+    const why = failure(s, stats);
+    findings.push(why ? say('no_verdict', { why }) : inputBoundFinding(stats, s.config.num_workers || 0));
+  }
+  if (stats.peeks) findings.push(peeksFinding(stats));
   for (const slow of stats.stragglers) {
-    findings.push(`straggler: worker ${slow.worker} fetches ${f1(slow.factor)}× slower than the others ` +
-      `(median ${pyFixed(slow.median * 1000, 0)} ms vs ${pyFixed(slow.others * 1000, 0)} ms)`);
+    findings.push(say('straggler', {
+      worker: slow.worker, factor: f1(slow.factor), median: pyFixed(slow.median * 1000, 0), others: pyFixed(slow.others * 1000, 0),
+    }));
   }
   if (stats.out_of_order) {
-    findings.push(`reorder cost: ${stats.out_of_order} results arrived out of order and waited in the ` +
-      `reorder buffer (high-water ${stats.buffer_high}); ${pyFixed(stats.head_of_line_wait, 2)} s ` +
-      'spent waiting on a late head-of-line task while later ones sat ready');
+    findings.push(say('reorder', {
+      results: say('n.results', { n: stats.out_of_order }), high: stats.buffer_high, hol: pyFixed(stats.head_of_line_wait, 2),
+    }));
   }
   if (s.config.pin_memory && !(s.config.pin_memory_active ?? false) && s.mode === 'real') {
     findings.push('pin_memory=True, but this machine has no accelerator, so torch silently turned pinning ' +

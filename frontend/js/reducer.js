@@ -117,6 +117,23 @@ export class LoaderState {
     this.first_t = null;
     /** @type {number|null} */
     this.last_yield_t = null;
+    /** @type {number|null} the current epoch's latest yield (null before its first) */
+    this.epoch_yield_t = null;
+    // the training loop's own time between two yields of one epoch: its step. Gaps between epochs
+    // (evaluation, another loader) are not steps.
+    /** @type {number[]} */
+    this.step_gaps = [];
+    this.step_total = 0;
+    // iterators abandoned after a few batches (next(iter(loader)) before an epoch): not epochs
+    this.peeks = 0;
+    this.peek_batches = 0;
+    this.peek_wait = 0;
+    this.peek_starts = 0; // worker start-ups the peeks cost
+    this.epoch_wait = 0; // consumer wait of the current epoch
+    this.epoch_failed = false; // a worker died, an error or a timeout ended it: not a peek
+    /** @type {number|null} when the training loop first asked for a batch */
+    this.first_next_t = null;
+    this.starts = 0; // worker start-ups since the last epoch_end
     /** @type {Array<[number, number]>} (epoch, idx) as released */
     this.yield_order = [];
     /** @type {any[]} */
@@ -205,6 +222,9 @@ function runEnd(s, e) {
 function epochStart(s, e) {
   s.epoch = e.epoch;
   s.send_idx = s.rcvd_idx = s.outstanding = s.epoch_batches = 0;
+  s.epoch_wait = 0;
+  s.epoch_yield_t = null;
+  s.epoch_failed = false;
   s.tasks.clear();
   s.result_queue.length = 0;
   s.buffer.length = 0;
@@ -217,14 +237,32 @@ function epochStart(s, e) {
   s.consumer_stuck = null;
 }
 
-function epochEnd(s) {
-  s.epochs_done += 1;
+export const PEEK_BATCHES = 3; // an iterator abandoned with fewer batches than this (and than its epoch) was a peek
+
+/** An epoch_end of an iterator left after a look at its first batches, not an epoch of training (state.py is_peek). */
+export function isPeek(e, batchesPerEpoch) {
+  const b = e.batches;
+  return Boolean(e.abandoned) && Number.isInteger(b) && b < PEEK_BATCHES &&
+    (batchesPerEpoch === undefined || batchesPerEpoch === null || b < batchesPerEpoch);
+}
+
+function epochEnd(s, e) {
+  if (!s.epoch_failed && isPeek(e, s.config.batches_per_epoch)) {
+    s.peeks += 1;
+    s.peek_batches = Math.max(s.peek_batches, e.batches);
+    s.peek_wait += s.epoch_wait;
+    s.peek_starts += s.starts;
+  } else {
+    s.epochs_done += 1;
+  }
+  s.starts = 0;
 }
 
 function workerStart(s, e) {
   const w = s.worker(e.worker);
   w.pid = e.pid;
   w.status = WorkerStatus.IDLE;
+  s.starts += 1;
 }
 
 function workerExit(s, e) {
@@ -325,10 +363,17 @@ function yield_(s, e) {
     s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
   }
   s.consumer_wait += wait;
+  s.epoch_wait += wait;
+  if (s.first_next_t === null) s.first_next_t = s.t - wait;
   if (s.epoch_batches === 0) s.startup_wait += wait;
+  if (s.epoch_yield_t !== null) {
+    const gap = Math.max(0, s.t - wait - s.epoch_yield_t);
+    s.step_gaps.push(gap);
+    s.step_total += gap;
+  }
   s.epoch_batches += 1;
   s.batches += 1;
-  s.last_yield_t = s.t;
+  s.last_yield_t = s.epoch_yield_t = s.t;
   s.yield_order.push([s.epoch, idx]);
   if (s.yield_order.length > 2 * MAX_KEPT) s.yield_order.splice(0, MAX_KEPT); // keep the most recent
   s.release(idx);
@@ -353,6 +398,7 @@ function workerStuck(s, e) {
 }
 
 function workerDied(s, e) {
+  s.epoch_failed = true;
   const w = s.worker(e.worker);
   w.status = WorkerStatus.DIED;
   w.exitcode = e.exitcode ?? null;
@@ -365,6 +411,7 @@ function workerDied(s, e) {
 }
 
 function error(s, e) {
+  s.epoch_failed = true;
   const err = { ...e };
   const task = s.tasks.get(e.idx ?? -1);
   if (task !== undefined) {
@@ -396,6 +443,7 @@ function consumerStuck(s, e) {
 }
 
 function timeout(s, e) {
+  s.epoch_failed = true;
   s.timeout = e;
   s.keep(s.notes, e);
 }
@@ -513,7 +561,7 @@ function fetchMax(xs) {
 export const STRAGGLER_FACTOR = 1.5; // a median fetch this many times the others' marks a straggler
 export const STRAGGLER_MIN_GAP = 0.005; // …and at least this many seconds slower
 export const STRAGGLER_MIN_TASKS = 5; // fetches a worker (and the others, pooled) needs before it can be named
-export const STRAGGLER_MAD_K = 3; // …and its median must sit beyond this many scaled MADs of the others'
+export const STRAGGLER_QUARTILE = 0.75; // …and above this quantile of the others' fetches (rank-based, as in state.py)
 
 /**
  * Workers whose median fetch is well beyond the other workers' pooled fetch times (state.py stragglers).
@@ -551,9 +599,8 @@ function findStragglers(s) {
     if (pooled.length < STRAGGLER_MIN_TASKS) continue;
     const m = sortedMedian(times);
     const baseline = sortedMedian(pooled);
-    const spread = 1.4826 * medianDeviation(pooled, baseline);
-    if (baseline > 0 && m > STRAGGLER_FACTOR * baseline &&
-        m - baseline >= Math.max(STRAGGLER_MIN_GAP, STRAGGLER_MAD_K * spread)) {
+    const upper = pooled[Math.min(pooled.length - 1, pyRound(STRAGGLER_QUARTILE * (pooled.length - 1)))];
+    if (baseline > 0 && m > STRAGGLER_FACTOR * baseline && m - baseline >= STRAGGLER_MIN_GAP && m > upper) {
       found.push({ worker: wid, factor: m / baseline, median: m, others: baseline });
     }
   }
@@ -577,29 +624,6 @@ function sortedMedian(s) {
   return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
-/**
- * statistics.median of |x - center| over ascending `s`, without building and sorting them: the
- * deviations below and above `center` are two ascending runs, walked outwards like a merge.
- */
-function medianDeviation(s, center) {
-  const n = s.length;
-  let right = 0;
-  while (right < n && s[right] < center) right += 1;
-  let left = right - 1;
-  const next = () => {
-    const below = left >= 0 ? center - s[left] : Infinity;
-    const above = right < n ? s[right] - center : Infinity;
-    if (below <= above) { left -= 1; return below; }
-    right += 1;
-    return above;
-  };
-  const half = n >> 1;
-  let prev = 0;
-  for (let k = 0; k < half; k++) prev = next();
-  const mid = next();
-  return n % 2 ? mid : (prev + mid) / 2;
-}
-
 /** Per batch, where the training loop's time went: waiting for data, host-to-device, compute. */
 function consumerSplit(s) {
   if (!s.steps) return null;
@@ -613,7 +637,8 @@ function consumerSplit(s) {
 /** The statistics the diagnosis (docs/DESIGN.md) speaks of, as plain numbers (state.py summary()). */
 export function summary(s, { workers = true } = {}) {
   const wall = (s.last_yield_t || s.t) - (s.first_t || 0);
-  const steadyWait = s.consumer_wait - s.startup_wait, steadyWall = wall - s.startup_wait;
+  const epochWall = s.consumer_wait + s.step_total; // inside this loader's epochs: waiting or stepping
+  const steadyWait = s.consumer_wait - s.startup_wait, steadyWall = epochWall - s.startup_wait;
   const fetches = [];
   for (const w of s.workers.values()) for (const dt of w.fetch_times) fetches.push(dt);
   const nw = s.config.num_workers || 0;
@@ -625,10 +650,20 @@ export function summary(s, { workers = true } = {}) {
     wall,
     batches_per_s: wall > 0 ? s.batches / wall : 0,
     consumer_wait: s.consumer_wait,
-    input_bound: wall > 0 ? s.consumer_wait / wall : 0,
+    // the training loop's own time per batch within epochs (median), null before an epoch's 2nd batch
+    step_time: s.step_gaps.length ? median(s.step_gaps) : null,
+    epoch_wall: epochWall,
+    // from the first next() to the last yield, the time outside epochs: evaluation, other loaders
+    between_epochs: Math.max(0, (s.last_yield_t || s.t) - (s.first_next_t ?? s.t) - epochWall),
+    epoch_batches_per_s: epochWall > 0 ? s.batches / epochWall : 0, // the pace while iterated
+    input_bound: epochWall > 0 ? s.consumer_wait / epochWall : 0,
     // the same without each epoch's first wait (workers starting, the pipeline filling)
     input_bound_steady: steadyWall > 0 ? steadyWait / steadyWall : 0,
     startup_wait: s.startup_wait,
+    peeks: s.peeks,
+    peek_batches: s.peek_batches,
+    peek_wait: s.peek_wait,
+    peek_worker_starts: s.peek_starts,
     out_of_order: s.out_of_order,
     buffer_high: s.buffer_high,
     outstanding_high: s.outstanding_high,

@@ -179,6 +179,35 @@ function troubled() {
   return out.map((e, i) => ({ ...e, seq: i }));
 }
 
+/**
+ * The pytorch/examples habit and a real loop's evaluation: epoch 0 is a peek (next(iter(loader)),
+ * abandoned after one batch), then two epochs with fresh workers each and 2 s of evaluation between them.
+ */
+function lookedAt() {
+  const events = synthesize({ num_workers: 2, batches: 6, epochs: 3, step: 0.01 });
+  const out = [];
+  let epoch = 0, yields = 0, shift = 0;
+  for (const e of events) {
+    if (e.kind === 'epoch_start') {
+      epoch = e.epoch;
+      yields = 0;
+      if (epoch === 2) shift += 2;
+      if (epoch > 0) out.push(...[0, 1].map((w) => ({ ...e, kind: 'worker_start', worker: w, pid: 2000 + 10 * epoch + w })));
+    }
+    if (e.kind === 'yield') yields += 1;
+    if (epoch === 0 && e.kind === 'epoch_end') out.push({ ...e, abandoned: true, batches: 1 });
+    else if (epoch !== 0 || yields <= 1) out.push({ ...e, t: e.t + shift });
+  }
+  return out.map((e, i) => ({ ...e, seq: i }));
+}
+
+/** Worker 1 fetches about 3× slower than the others, with noise on every worker (a busy machine). */
+function straggling() {
+  let k = 0;
+  const noise = () => ((k++ * 7919) % 13) / 1000;
+  return synthesize({ num_workers: 4, batches: 40, cost: (idx, w) => (w === 1 ? 0.06 : 0.02) + noise() });
+}
+
 test('agrees with backend/loaderscope/state.py on the same events', { skip: needsPython }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'ls-reducer-'));
   const cases = {
@@ -189,6 +218,8 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: need
     pinned: synthesize({ num_workers: 4, batches: 40, pin_ms: 4, step: 0.001 }),
     pinned_single: synthesize({ num_workers: 0, batches: 8, pin_ms: 2 }),
     troubled: troubled(),
+    looked_at: lookedAt(),
+    straggling: straggling(),
     // long enough to trim yield_order, broken enough to hit the cap on violations and notes
     bounded: [...synthesize({ num_workers: 1, prefetch_factor: 1, batches: 2600, step: 0.0001 }).slice(0, -1),
       ...Array.from({ length: 1100 }, (_, i) => ({ seq: 0, t: 99, run: 'synth', rank: 0, kind: 'arrive', idx: 90000 + i, worker: 0 })),
@@ -201,7 +232,8 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: need
   const fields = ['send_idx', 'rcvd_idx', 'outstanding', 'batches', 'epochs_done', 'out_of_order', 'buffer_high',
     'outstanding_high', 'consumer_wait', 'head_of_line_wait', 'skipped', 'seq', 'epoch', 'status',
     'pin_bytes', 'pin_time', 'pin_wait', 'unpinned', 'fetched_bytes', 'pickled_bytes', 'startup_wait', 'epoch_batches',
-    'steps', 'step_h2d', 'step_compute', 'step_h2d_pageable', 'step_device'];
+    'steps', 'step_h2d', 'step_compute', 'step_h2d_pageable', 'step_device', 'step_total', 'peeks', 'peek_batches',
+    'peek_wait', 'peek_starts'];
   for (const [name, events] of Object.entries(cases)) {
     const file = join(dir, `${name}.json`);
     writeFileSync(file, JSON.stringify(events));
@@ -319,7 +351,12 @@ test('summary matches state.py formulas', () => {
   const sum = summary(s);
   assert.equal(sum.batches, 2);
   assert.ok(Math.abs(sum.wall - 0.22) < 1e-9);
-  assert.ok(Math.abs(sum.input_bound - 0.2 / 0.22) < 1e-9);
+  // the epoch's time is the first batch's wait (0.2 s) and the step between the two yields (0.01 s);
+  // the 0.01 s before the first next() is neither, and no time passed between epochs
+  assert.ok(Math.abs(sum.epoch_wall - 0.21) < 1e-9);
+  assert.ok(Math.abs(sum.step_time - 0.01) < 1e-9);
+  assert.equal(sum.between_epochs, 0);
+  assert.ok(Math.abs(sum.input_bound - 0.2 / 0.21) < 1e-9);
 });
 
 // state.py (and so this mirror) moves a task back to "fetching" when the worker's fetch_start /

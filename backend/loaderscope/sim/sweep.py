@@ -27,6 +27,7 @@ from loaderscope.scenarios.workload import LoaderArgs, Workload
 from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.run import simulate
+from loaderscope.wording import say
 
 if TYPE_CHECKING:
     from loaderscope.scenarios.plan import Plan
@@ -252,7 +253,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     keys = [k for k in (rows[0] if rows else {}) if k not in METRICS]
     for key in keys:
         table.add_column(key, justify="right")
-    for title in ("batches/s", "input-bound", "buffer high", "worker util", "status"):
+    for title in ("batches/s", say("label.input_bound"), "buffer high", "worker util", "status"):
         table.add_column(title, justify="right")
     for row in rows:
         table.add_row(*(str(row[k]) for k in keys), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",

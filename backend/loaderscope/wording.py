@@ -1,0 +1,122 @@
+"""One wording table for the verdicts, shared by the terminal and the page.
+
+The diagnosis (``diagnosis.py``, its mirror ``frontend/js/diagnosis.js``), the shard check
+(``ranks.py``, ``frontend/js/ranks.js``) and the CLI's summary take their sentences from here, so that
+the same situation reads the same everywhere. The page reads ``frontend/js/wording.gen.js``, generated
+from this table by ``python -m loaderscope.wording --write`` (tests/test_wording.py fails when it drifts).
+
+A template's ``{name}`` fields are filled with values the caller has already formatted (Python's
+number formatting, which ``diagnosis.js`` reproduces). An entry with ``one``/``other`` forms is chosen
+by the value ``n``: "1 result", "2 results".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+Entry = str | dict[str, str]
+
+WORDS: dict[str, Entry] = {
+    # names of the statistics, in the CLI's tables and the page's
+    "label.input_bound": "training loop waiting",
+    "label.input_bound_steady": "waiting after start-up",
+    # counted things
+    "n.results": {"one": "1 result", "other": "{n} results"},
+    "n.workers": {"one": "1 worker", "other": "{n} workers"},
+    "n.batches": {"one": "1 batch", "other": "{n} batches"},
+    "n.iterators": {"one": "1 iterator", "other": "{n} iterators"},
+    "n.starts": {"one": "1 worker start-up", "other": "{n} worker start-ups"},
+    "n.indices": {"one": "1 index", "other": "{n} indices"},
+    "n.indices_read": {"one": "1 index read", "other": "{n} indices read"},
+    # whether loading or the step limits the run
+    "waited": "training waited for data {share} of the time ({wait} s of {wall} s{startup})",
+    "waited.startup": ", {startup} s of it for the first batch of an epoch",
+    "waited.outside": "; the {outside} s between epochs (evaluation, another loader) are neither step nor wait",
+    "step_bound": ";{after} the training step is the bottleneck ({step}{rate} batches/s)",
+    "step_bound.after": " after start-up it waited {steady}, so",
+    "step_bound.step": "{step} ms per batch (median), ",
+    "loading_bound": "; loading is the bottleneck: {workers} deliver {rate} batches/s",
+    "loading_bound.main": "the main process",
+    "keep_up": ", the step alone would consume {consume} batches/s; a worker takes {task} ms per batch (median), "
+               "so about {needed} would keep up ({task} ms / {step} ms per step)",
+    "keep_up.have": "; you have that many, so the waits come from uneven or slow fetches",
+    "keep_up.see": " (see {what})",
+    "no_verdict": "no verdict on the bottleneck: {why}, so the timings show the failure, not the pipeline's pace",
+    "why.died": "a worker died",
+    "why.stuck": "a worker was stuck",
+    "why.error": "the dataset or collate_fn raised",
+    "why.consumer_stuck": "the training loop was stuck in next()",
+    "why.timeout": "timeout= expired",
+    "straggler": "straggler: worker {worker} fetches {factor}× slower than the others (median {median} ms vs {others} ms)",
+    "see.stragglers": "stragglers",
+    "see.reorder": "reorder cost",
+    "reorder": "reorder cost: {results} arrived out of order and waited in the reorder buffer (high-water {high}); "
+               "{hol} s spent waiting on a late head-of-line task while later ones sat ready",
+    "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), "
+             "not counted as epochs; cost: {starts}, {wait} s inside next()",
+    # the terminal's summary lines
+    "cli.rate": "{batches} in {wall} s = {rate} batches/s",
+    "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); "
+                  "{results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
+    # the ranks' sample shards (ranks.shard_report)
+    "shards": "epoch {epoch} shards: {verdict} · {coverage}",
+    "shards.disjoint": "disjoint ✓",
+    "shards.padding": "padding: {indices} twice, as DistributedSampler pads ranks to equal length "
+                      "(torch/utils/data/distributed.py) ✓",
+    "shards.overlap": "OVERLAP: {indices} by more than one rank (e.g. {sample})",
+    "shards.complete": "complete ✓",
+    "shards.missing": "MISSING: {indices} by no rank (e.g. {sample})",
+}
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def say(key: str, **values: Any) -> str:
+    """The table's sentence for ``key`` with its fields filled (``n`` picks the singular or plural form)."""
+    entry = WORDS[key]
+    template = entry if isinstance(entry, str) else entry["one" if values.get("n") == 1 else "other"]
+    return _FIELD.sub(lambda m: str(values[m.group(1)]), template)
+
+
+JS_PATH = Path(__file__).resolve().parents[2] / "frontend" / "js" / "wording.gen.js"
+
+_JS_SAY = """
+const FIELD = /\\{(\\w+)\\}/g;
+
+/** The table's sentence for `key` with its fields filled (`n` picks the singular or plural form). */
+export function say(key, values = {}) {
+  const entry = WORDS[key];
+  const template = typeof entry === 'string' ? entry : entry[values.n === 1 ? 'one' : 'other'];
+  return template.replace(FIELD, (_, name) => String(values[name]));
+}
+"""
+
+
+def render_js() -> str:
+    """``frontend/js/wording.gen.js``: the table and ``say`` for the page."""
+    table = json.dumps(WORDS, ensure_ascii=False, indent=2)
+    return ("// Generated from backend/loaderscope/wording.py by `python -m loaderscope.wording --write`: "
+            "edit the table there.\n\n"
+            f"export const WORDS = Object.freeze({table});\n{_JS_SAY}")
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--write"]:
+        JS_PATH.write_text(render_js(), encoding="utf-8")
+        return 0
+    if argv == ["--check"]:
+        current = JS_PATH.read_text(encoding="utf-8") if JS_PATH.exists() else ""
+        if current != render_js():
+            print(f"{JS_PATH} is out of date: run python -m loaderscope.wording --write", file=sys.stderr)
+            return 1
+        return 0
+    print("usage: python -m loaderscope.wording --write | --check", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,73 @@
+// Generated from backend/loaderscope/wording.py by `python -m loaderscope.wording --write`: edit the table there.
+
+export const WORDS = Object.freeze({
+  "label.input_bound": "training loop waiting",
+  "label.input_bound_steady": "waiting after start-up",
+  "n.results": {
+    "one": "1 result",
+    "other": "{n} results"
+  },
+  "n.workers": {
+    "one": "1 worker",
+    "other": "{n} workers"
+  },
+  "n.batches": {
+    "one": "1 batch",
+    "other": "{n} batches"
+  },
+  "n.iterators": {
+    "one": "1 iterator",
+    "other": "{n} iterators"
+  },
+  "n.starts": {
+    "one": "1 worker start-up",
+    "other": "{n} worker start-ups"
+  },
+  "n.indices": {
+    "one": "1 index",
+    "other": "{n} indices"
+  },
+  "n.indices_read": {
+    "one": "1 index read",
+    "other": "{n} indices read"
+  },
+  "waited": "training waited for data {share} of the time ({wait} s of {wall} s{startup})",
+  "waited.startup": ", {startup} s of it for the first batch of an epoch",
+  "waited.outside": "; the {outside} s between epochs (evaluation, another loader) are neither step nor wait",
+  "step_bound": ";{after} the training step is the bottleneck ({step}{rate} batches/s)",
+  "step_bound.after": " after start-up it waited {steady}, so",
+  "step_bound.step": "{step} ms per batch (median), ",
+  "loading_bound": "; loading is the bottleneck: {workers} deliver {rate} batches/s",
+  "loading_bound.main": "the main process",
+  "keep_up": ", the step alone would consume {consume} batches/s; a worker takes {task} ms per batch (median), so about {needed} would keep up ({task} ms / {step} ms per step)",
+  "keep_up.have": "; you have that many, so the waits come from uneven or slow fetches",
+  "keep_up.see": " (see {what})",
+  "no_verdict": "no verdict on the bottleneck: {why}, so the timings show the failure, not the pipeline's pace",
+  "why.died": "a worker died",
+  "why.stuck": "a worker was stuck",
+  "why.error": "the dataset or collate_fn raised",
+  "why.consumer_stuck": "the training loop was stuck in next()",
+  "why.timeout": "timeout= expired",
+  "straggler": "straggler: worker {worker} fetches {factor}× slower than the others (median {median} ms vs {others} ms)",
+  "see.stragglers": "stragglers",
+  "see.reorder": "reorder cost",
+  "reorder": "reorder cost: {results} arrived out of order and waited in the reorder buffer (high-water {high}); {hol} s spent waiting on a late head-of-line task while later ones sat ready",
+  "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), not counted as epochs; cost: {starts}, {wait} s inside next()",
+  "cli.rate": "{batches} in {wall} s = {rate} batches/s",
+  "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); {results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
+  "shards": "epoch {epoch} shards: {verdict} · {coverage}",
+  "shards.disjoint": "disjoint ✓",
+  "shards.padding": "padding: {indices} twice, as DistributedSampler pads ranks to equal length (torch/utils/data/distributed.py) ✓",
+  "shards.overlap": "OVERLAP: {indices} by more than one rank (e.g. {sample})",
+  "shards.complete": "complete ✓",
+  "shards.missing": "MISSING: {indices} by no rank (e.g. {sample})"
+});
+
+const FIELD = /\{(\w+)\}/g;
+
+/** The table's sentence for `key` with its fields filled (`n` picks the singular or plural form). */
+export function say(key, values = {}) {
+  const entry = WORDS[key];
+  const template = typeof entry === 'string' ? entry : entry[values.n === 1 ? 'one' : 'other'];
+  return template.replace(FIELD, (_, name) => String(values[name]));
+}
