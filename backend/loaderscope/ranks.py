@@ -13,6 +13,8 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from loaderscope.wording import say
+
 
 def encode_shard(indices: Iterable[int], length: int) -> str:
     """How many times each index 0..length-1 was read (capped at 255), zlib'd and base64'd."""
@@ -30,27 +32,60 @@ def decode_shard(digest: str, length: int) -> bytes:
     return counts
 
 
+def is_padding(reads: Sequence[int], length: int, twice: int, missing: int) -> bool:
+    """Whether the indices read twice are DistributedSampler's padding: with drop_last=False it gives
+    every one of R ranks ceil(length / R) samples, the last ranks topped up with the first indices of the
+    epoch's order (``torch/utils/data/distributed.py``: ``total_size = num_samples * num_replicas``), so
+    every index is read, ranks read equally many, and R·ceil(length / R) − length of them twice."""
+    ranks = len(reads)
+    per_rank = -(-length // ranks) if ranks else 0
+    return bool(twice) and not missing and all(n == per_rank for n in reads) and twice == per_rank * ranks - length
+
+
 def shard_report(epoch_ends: Mapping[int, Mapping[str, Any]], length: int, sample: int = 10) -> dict[str, Any]:
-    """Overlap and coverage of one epoch's shards across ranks (``{rank: epoch_end event}``)."""
+    """Overlap and coverage of one epoch's shards across ranks (``{rank: epoch_end event}``).
+
+    Indices that DistributedSampler's padding explains are ``padding``, not ``overlap``."""
     total = [0] * length
-    per_rank = {}
+    per_rank, reads = {}, []
     for rank, event in sorted(epoch_ends.items()):
         counts = decode_shard(event["shard"], length)
         per_rank[rank] = sum(1 for c in counts if c)
+        reads.append(sum(counts))
         for index, count in enumerate(counts):
             total[index] += count
     overlap = [i for i, c in enumerate(total) if c > 1]
     missing = [i for i, c in enumerate(total) if c == 0]
+    twice = sum(1 for c in total if c == 2)
+    padded = len(overlap) == twice and is_padding(reads, length, twice, len(missing))
+    padding, overlap = (overlap, []) if padded else ([], overlap)
     return {
         "ranks": sorted(epoch_ends),
         "per_rank": per_rank,
         "overlap": len(overlap),
         "overlap_sample": overlap[:sample],
+        "padding": len(padding),
+        "padding_sample": padding[:sample],
         "missing": len(missing),
         "missing_sample": missing[:sample],
         "disjoint": not overlap,
         "complete": not missing,
     }
+
+
+def shard_text(epoch: int, report: Mapping[str, Any]) -> str:
+    """One epoch's shard check in words (the page's ``ranks.shardText``)."""
+    if report["overlap"]:
+        verdict = say("shards.overlap", indices=say("n.indices_read", n=report["overlap"]),
+                      sample=", ".join(map(str, report["overlap_sample"])))
+    elif report["padding"]:
+        verdict = say("shards.padding", indices=say("n.indices_read", n=report["padding"]))
+    else:
+        verdict = say("shards.disjoint")
+    coverage = say("shards.complete") if report["complete"] else say(
+        "shards.missing", indices=say("n.indices_read", n=report["missing"]),
+        sample=", ".join(map(str, report["missing_sample"])))
+    return say("shards", epoch=epoch, verdict=verdict, coverage=coverage)
 
 
 # Ranks whose batches came within this of each other delivered together: no rank was last (a

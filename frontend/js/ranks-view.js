@@ -4,7 +4,7 @@
 // workers). Built for 64 ranks: the rows stay in the page and only the cells whose text changed
 // are written, and the slowest rank per step is computed incrementally (ranks.js JobSteps).
 
-import { JobSteps, shardReport, slowestWorker } from './ranks.js';
+import { JobSteps, shardReport, shardText, slowestWorker } from './ranks.js';
 import { recentRate } from './panels.js';
 import { fmtDuration } from './timeline-store.js';
 
@@ -252,8 +252,7 @@ function shardLine(ep, r) {
     div.className = r.disjoint && r.complete ? 'ok' : 'bad';
     div.dataset.disjoint = String(r.disjoint);
     div.dataset.complete = String(r.complete);
-    div.textContent = `epoch ${ep} shards: ${r.disjoint ? 'disjoint ✓' : `OVERLAP: ${r.overlap} indices read by more than one rank (e.g. ${r.overlap_sample.join(', ')})`} · `
-      + `${r.complete ? 'complete ✓' : `MISSING: ${r.missing} indices read by no rank (e.g. ${r.missing_sample.join(', ')})`} (${per} samples)`;
+    div.textContent = `${shardText(ep, r)} (${per} samples)`;
   }
   return div;
 }

@@ -4,6 +4,8 @@
 // index)), decoded here with the browser's own DecompressionStream('deflate') (zlib framing).
 // Pure apart from that decoder.
 
+import { say } from './wording.gen.js';
+
 /** The bytes of a base64 string. */
 export function fromBase64(text) {
   const bin = atob(text);
@@ -21,7 +23,19 @@ export async function decodeShard(digest, length) {
 }
 
 /**
- * Overlap and coverage of one epoch's shards across ranks (ranks.shard_report).
+ * Whether the indices read twice are DistributedSampler's padding (ranks.is_padding): with
+ * drop_last=False it gives each of R ranks ceil(length / R) samples, topping the last ranks up with
+ * the epoch's first indices (torch/utils/data/distributed.py), so every index is read, ranks read
+ * equally many, and R·ceil(length / R) − length of them twice.
+ */
+export function isPadding(reads, length, twice, missing) {
+  const perRank = reads.length ? Math.ceil(length / reads.length) : 0;
+  return twice > 0 && missing === 0 && reads.every((n) => n === perRank) && twice === perRank * reads.length - length;
+}
+
+/**
+ * Overlap and coverage of one epoch's shards across ranks (ranks.shard_report); the indices that
+ * DistributedSampler's padding explains are `padding`, not `overlap`.
  * @param {Map<number, any>|Record<number, any>} epochEnds rank -> epoch_end event (with shard)
  * @param {number} length dataset length
  */
@@ -31,31 +45,51 @@ export async function shardReport(epochEnds, length, sample = 10) {
   const total = new Uint16Array(length);
   /** @type {Record<number, number>} */
   const perRank = {};
+  const reads = [];
   for (const [rank, event] of entries) {
     const counts = await decodeShard(event.shard, length);
-    let read = 0;
+    let read = 0, all = 0;
     for (let i = 0; i < length; i++) {
       if (counts[i]) read += 1;
+      all += counts[i];
       total[i] += counts[i];
     }
     perRank[rank] = read;
+    reads.push(all);
   }
-  const overlap = [], missing = [];
-  let nOverlap = 0, nMissing = 0;
+  let overlap = [], nOverlap = 0, nMissing = 0, twice = 0;
+  const missing = [];
   for (let i = 0; i < length; i++) {
     if (total[i] > 1) { nOverlap += 1; if (overlap.length < sample) overlap.push(i); }
+    if (total[i] === 2) twice += 1;
     if (total[i] === 0) { nMissing += 1; if (missing.length < sample) missing.push(i); }
+  }
+  let padding = [], nPadding = 0;
+  if (nOverlap === twice && isPadding(reads, length, twice, nMissing)) {
+    [padding, nPadding, overlap, nOverlap] = [overlap, nOverlap, [], 0];
   }
   return {
     ranks: entries.map(([r]) => r),
     per_rank: perRank,
     overlap: nOverlap,
     overlap_sample: overlap,
+    padding: nPadding,
+    padding_sample: padding,
     missing: nMissing,
     missing_sample: missing,
     disjoint: nOverlap === 0,
     complete: nMissing === 0,
   };
+}
+
+/** One epoch's shard check in words (ranks.shard_text). */
+export function shardText(epoch, r) {
+  const indices = (n) => say('n.indices_read', { n });
+  const verdict = r.overlap ? say('shards.overlap', { indices: indices(r.overlap), sample: r.overlap_sample.join(', ') })
+    : r.padding ? say('shards.padding', { indices: indices(r.padding) }) : say('shards.disjoint');
+  const coverage = r.complete ? say('shards.complete')
+    : say('shards.missing', { indices: indices(r.missing), sample: r.missing_sample.join(', ') });
+  return say('shards', { epoch, verdict, coverage });
 }
 
 // Ranks whose batches came within this of each other delivered together: no rank was last

@@ -2,7 +2,7 @@
 // report, and the slowest rank per step agrees with slowest_per_step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { shardReport, decodeShard, JobSteps, slowestWorker } from '../js/ranks.js';
+import { shardReport, shardText, decodeShard, JobSteps, slowestWorker } from '../js/ranks.js';
 import { timelineRanks } from '../js/ranks-view.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';
@@ -25,6 +25,32 @@ print(json.dumps(out))`);
   assert.equal(cases[0].report.disjoint && cases[0].report.complete, true);
   assert.equal(cases[1].report.overlap, 10);
   assert.equal(cases[1].report.missing, 10);
+});
+
+test("DistributedSampler's padding is named padding, not overlap, in the same words as ranks.py", { skip: needsPython }, async () => {
+  // torch's own DistributedSampler: 11 samples over 3 ranks pads one index, 10 over 4 two; a rank that
+  // reads an index of another, with nothing to pad, is overlap
+  const cases = py(`
+import json
+from torch.utils.data import DistributedSampler
+from loaderscope.ranks import encode_shard, shard_report, shard_text
+out = []
+def shards(length, ranks):
+    return [list(DistributedSampler(range(length), num_replicas=ranks, rank=r, seed=3)) for r in range(ranks)]
+for length, parts in ((11, shards(11, 3)), (10, shards(10, 4)), (12, shards(12, 4)), (10, [range(0, 5), range(4, 10)]),
+                      (10, [range(0, 6), range(4, 10)])):
+    ends = {r: {"shard": encode_shard(s, length)} for r, s in enumerate(parts)}
+    report = shard_report(ends, length)
+    out.append({"ends": ends, "length": length, "report": report, "text": shard_text(1, report)})
+print(json.dumps(out))`);
+  for (const { ends, length, report, text } of cases) {
+    const js = await shardReport(ends, length);
+    assert.deepEqual(js, report);
+    assert.equal(shardText(1, js), text);
+  }
+  assert.deepEqual(cases.map((c) => [c.report.padding, c.report.overlap]), [[1, 0], [2, 0], [0, 0], [0, 1], [0, 2]]);
+  assert.match(cases[0].text, /^epoch 1 shards: padding: 1 index read twice, as DistributedSampler pads ranks to equal length/);
+  assert.match(cases[3].text, /OVERLAP: 1 index read by more than one rank \(e\.g\. 4\)/);
 });
 
 test('a digest of the wrong length is refused', { skip: needsPython }, async () => {
