@@ -63,7 +63,7 @@ def test_sweep_step_ms_also_overrides_a_fitted_step() -> None:
 def test_format_table_shows_every_row_and_metric() -> None:
     rows = sweep(resolve("out_of_order", {}), {"in_order": [True, False]})
     text = format_table(rows)
-    for title in ("in_order", "batches/s", "input-bound", "buffer high", "worker util"):
+    for title in ("in_order", "batches/s", "training loop waiting", "buffer high", "worker util"):  # the page's words
         assert title in text
     assert "True" in text and "False" in text
     assert [r["buffer_high"] for r in rows][1] == 0 < rows[0]["buffer_high"]

@@ -74,8 +74,8 @@ export class Counters {
   }
 
   render(state, timeline, eventCount) {
-    const wall = (state.last_yield_t ?? state.t) - (state.first_t ?? 0);
-    const s = { input_bound: wall > 0 ? state.consumer_wait / wall : 0 };
+    const epochWall = state.consumer_wait + state.step_total; // summary().input_bound: waits over the epochs' time
+    const s = { input_bound: epochWall > 0 ? state.consumer_wait / epochWall : 0 };
     const rate = recentRate(timeline.consumer, state.t);
     this.set('rate', rate ? rate.toFixed(rate < 10 ? 1 : 0) : '–');
     this.set('batches', String(state.batches));
