@@ -76,6 +76,6 @@ def test_straggler_is_named_and_input_bound_is_judged() -> None:
     assert stats["input_bound_steady"] > 0.5
 
     fed = Collector()
-    run_real("slow_consumer", {"num_workers": 2, "dataset_size": 48, "step_ms": 30}, fed)
+    run_real("slow_consumer", {"num_workers": 2, "dataset_size": 48, "step_ms": 60}, fed)
     assert summary(fed.state)["input_bound_steady"] < 0.2
     assert any("the training step is the bottleneck" in line for line in diagnosis(fed.state))
