@@ -1,7 +1,7 @@
 // DOM panels that change a few times a second: counters, notes, event log, diagnosis, worker detail.
 // Each render compares with what it wrote last, so an unchanged panel costs nothing.
 
-import { userFrame } from './reducer.js';
+import { inputBound, userFrame } from './reducer.js';
 import { fmtDuration, upperBound } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
 import { pinStage, pinRate } from './pin.js';
@@ -74,8 +74,7 @@ export class Counters {
   }
 
   render(state, timeline, eventCount) {
-    const epochWall = state.consumer_wait + state.step_total; // summary().input_bound: waits over the epochs' time
-    const s = { input_bound: epochWall > 0 ? state.consumer_wait / epochWall : 0 };
+    const s = { input_bound: inputBound(state) };
     const rate = recentRate(timeline.consumer, state.t);
     this.set('rate', rate ? rate.toFixed(rate < 10 ? 1 : 0) : '–');
     this.set('batches', String(state.batches));

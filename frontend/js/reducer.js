@@ -634,6 +634,12 @@ function consumerSplit(s) {
   };
 }
 
+/** The share of the epochs' time the training loop waited for data (summary().input_bound; the page's counter). */
+export function inputBound(s) {
+  const epochWall = s.consumer_wait + s.step_total;
+  return epochWall > 0 ? s.consumer_wait / epochWall : 0;
+}
+
 /** The statistics the diagnosis (docs/DESIGN.md) speaks of, as plain numbers (state.py summary()). */
 export function summary(s, { workers = true } = {}) {
   const wall = (s.last_yield_t || s.t) - (s.first_t || 0);
@@ -656,7 +662,7 @@ export function summary(s, { workers = true } = {}) {
     // from the first next() to the last yield, the time outside epochs: evaluation, other loaders
     between_epochs: Math.max(0, (s.last_yield_t || s.t) - (s.first_next_t ?? s.t) - epochWall),
     epoch_batches_per_s: epochWall > 0 ? s.batches / epochWall : 0, // the pace while iterated
-    input_bound: epochWall > 0 ? s.consumer_wait / epochWall : 0,
+    input_bound: inputBound(s),
     // the same without each epoch's first wait (workers starting, the pipeline filling)
     input_bound_steady: steadyWall > 0 ? steadyWait / steadyWall : 0,
     startup_wait: s.startup_wait,
