@@ -201,7 +201,7 @@ def print_job(job: Any, ranks: int) -> None:
     steps = len(job.slowest)
     console.print(f"\n{steps} steps in {job.wall:.2f} s = [bold]{steps / job.wall if job.wall else 0:.1f} steps/s[/] "
                   f"for the job; ranks step together, so the slowest rank to deliver a batch sets the pace")
-    table = Table("rank", "batches/s", "waited in next()", "slowest in", "worst lag", box=None, pad_edge=False)
+    table = Table("rank", "batches/s", say("label.input_bound"), "slowest in", "worst lag", box=None, pad_edge=False)
     for rank in range(ranks):
         stats = job.events[rank][-1].get("stats", {})
         lags = [lag for r, lag in job.slowest if r == rank]
