@@ -170,6 +170,5 @@ def diagnosis(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[st
                             f"{split['h2d_pageable'] * 1000:.2f} ms, {split['h2d_pageable'] / split['h2d']:.1f}× "
                             f"the pinned copy's {split['h2d'] * 1000:.2f} ms")
     if s.unpinned:
-        findings.append(f"{s.unpinned} batches left the pin thread without pinned tensors (a custom batch type "
-                        "needs a pin_memory() method)")
+        findings.append(say("unpinned", batches=say("n.batches", n=s.unpinned)))
     return findings

@@ -58,6 +58,7 @@ WORDS: dict[str, Entry] = {
                "{hol} s spent waiting on a late head-of-line task while later ones sat ready",
     "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), "
              "not counted as epochs; cost: {starts}, {wait} s inside next()",
+    "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
     # the terminal's summary lines
     "cli.rate": "{batches} in {wall} s = {rate} batches/s",
     "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); "

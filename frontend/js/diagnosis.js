@@ -198,8 +198,7 @@ export function diagnosis(s) {
     }
   }
   if (s.unpinned) {
-    findings.push(`${s.unpinned} batches left the pin thread without pinned tensors (a custom batch type ` +
-      'needs a pin_memory() method)');
+    findings.push(say('unpinned', { batches: say('n.batches', { n: s.unpinned }) }));
   }
   return findings;
 }

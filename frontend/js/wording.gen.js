@@ -53,6 +53,7 @@ export const WORDS = Object.freeze({
   "see.reorder": "reorder cost",
   "reorder": "reorder cost: {results} arrived out of order and waited in the reorder buffer (high-water {high}); {hol} s spent waiting on a late head-of-line task while later ones sat ready",
   "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), not counted as epochs; cost: {starts}, {wait} s inside next()",
+  "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
   "cli.rate": "{batches} in {wall} s = {rate} batches/s",
   "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); {results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
   "shards": "epoch {epoch} shards: {verdict} · {coverage}",
