@@ -140,7 +140,8 @@ def test_a_wrong_token_is_never_sent_and_said_once_not_called_unreachable(
     wait_for(lambda: live.output().count("GET /api/proof") >= 3, what="three challenges")
     loader.close()
     err = capsys.readouterr().err
-    assert err.count(f"the dashboard at {live.url} holds another token") == 1, err
+    assert err.count(f"what listens at {live.url} did not prove that it holds the token (it answered the "
+                     "challenge for another token)") == 1, err
     assert "?token=" in err and "LOADERSCOPE_TOKEN" in err
     assert "did not reach the dashboard" in err and "for another token" in err
     assert "unreachable" not in err and "refused" not in err

@@ -32,15 +32,7 @@ _CONTEXT = b"loaderscope proof v1\0"  # domain separation: this MAC is good for 
 
 
 class Unproven(Exception):
-    """The listener did not prove that it holds the token; nothing was sent to it.
-
-    ``other_token``: it answered the challenge as a dashboard does, for another token (most likely our
-    dashboard restarted with a new one, or a URL of another launch) rather than not at all.
-    """
-
-    def __init__(self, why: str, *, other_token: bool = False) -> None:
-        super().__init__(why)
-        self.other_token = other_token
+    """The listener did not prove that it holds the token; nothing was sent to it. The message says why."""
 
 
 def new_nonce() -> str:
@@ -75,7 +67,7 @@ def check(body: bytes, token: str, nonce: str, port: int | None) -> None:
     if port is not None and listening != port:
         raise Unproven(f"it answered for port {listening}, not {port}: it passed the challenge on")
     if not hmac.compare_digest(proof, mac(token, nonce, listening)):
-        raise Unproven("it answered the challenge for another token", other_token=True)
+        raise Unproven("it answered the challenge for another token")
 
 
 def proven_socket(url: str, token: str, timeout: float, *, loopback: bool) -> socket.socket:

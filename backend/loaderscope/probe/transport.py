@@ -184,16 +184,12 @@ class StreamSink:
 
     def _unproven(self, exc: proof.Unproven) -> None:
         self.unproven = str(exc)
-        if exc.other_token:
-            self._say("unproven", f"loaderscope: the dashboard at {self.dashboard} holds another token (it "
-                      "did not prove ours, which was not sent): pass the URL it printed (http://...:PORT/?token=...) "
-                      "to loaderscope.watch(loader, url=...), or set $LOADERSCOPE_URL to it or $LOADERSCOPE_TOKEN to "
-                      "its token. Training goes on; its events wait in a buffer until then")
-            return
-        self._say("unproven", f"loaderscope: what listens at {self.dashboard} did not prove that it is the dashboard "
-                  f"holding the token ({exc}): it may be another program, or another user's, on a port a dashboard "
-                  "left; the token and the events were not sent to it. Training goes on; events wait in a buffer "
-                  "and go out once the dashboard there proves it")
+        self._say("unproven", f"loaderscope: what listens at {self.dashboard} did not prove that it holds the token "
+                  f"({exc}), so neither the token nor an event was sent to it. If it is your dashboard, it holds "
+                  "another token: pass the URL it printed (http://...:PORT/?token=...) to loaderscope.watch(loader, "
+                  "url=...), or set $LOADERSCOPE_URL to it or $LOADERSCOPE_TOKEN to its token; if not, it is another "
+                  "program, maybe another user's on a port a dashboard left. Training goes on; events wait in a "
+                  "buffer until a dashboard there proves the token")
 
     def _rejected(self, status: int) -> None:
         if status not in REFUSED:
