@@ -82,5 +82,5 @@ class _Finder:
                 original(module)
                 callback()
 
-            loader.exec_module = exec_module  # type: ignore[method-assign]
+            loader.exec_module = exec_module
         return spec
