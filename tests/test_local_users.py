@@ -1,6 +1,7 @@
 """Another user on the same machine: they get neither a watch()ed training's token nor its events.
 
-The other user is real: a listener started with ``setpriv --reuid 4242`` (CI runs as root), on the
+The other user is real: a listener running as uid 4242 (CI runs as root; the forked child calls
+setgroups/setgid/setuid before exec, as ``setpriv --reuid 4242 --regid 4242 --clear-groups`` does), on the
 port a dead dashboard left in the state file, on the default port, or relaying to our dashboard. It
 records every byte it receives; the test then looks for the token and the run in them. Real
 dashboards, real scripts in subprocesses; HOME and XDG_RUNTIME_DIR point into tmp_path.
@@ -67,15 +68,21 @@ while True:
 
 
 def _can_be_another_user() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("setpriv") is not None
+    return hasattr(os, "geteuid") and os.geteuid() == 0 and Path(PYTHON).is_file()
 
 
+PYTHON = "/usr/bin/python3"  # the system's: the other user need not read our virtual environment
 pytestmark = pytest.mark.skipif(not _can_be_another_user(),
-                                reason="playing another local user needs root and setpriv (util-linux)")
+                                reason="playing another local user needs root (to setuid a child) and /usr/bin/python3")
 
 
 class Squatter:
     """A listener of user 4242 on ``port``; ``received()``: every byte it got so far."""
+
+    @staticmethod
+    def uid(pid: int) -> int:
+        return int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if line.startswith("Uid:")))
 
     def __init__(self, port: int, tmp_path: Path) -> None:
         self.port = port
@@ -83,12 +90,12 @@ class Squatter:
         self.out = tmp_path / f"squatter-{port}.out"
         with self.out.open("wb") as out:
             self.process = subprocess.Popen(
-                ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-                 "/usr/bin/python3", "-I", "-c", SQUATTER, str(port)],
+                [PYTHON, "-I", "-c", SQUATTER, str(port)], user=OTHER_UID, group=OTHER_UID, extra_groups=[],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd="/")
         wait_for(lambda: "listening" in self.out.read_text() or self.process.poll() is not None,
                  what="the other user's listener")
         assert self.process.poll() is None, self.out.read_text()
+        assert self.uid(self.process.pid) == OTHER_UID
 
     def received(self) -> str:
         return self.out.read_text()
