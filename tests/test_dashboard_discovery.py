@@ -107,13 +107,11 @@ def _state_file(env: dict[str, str]) -> Path:
 # --- a token the dashboard does not take --------------------------------------------------------
 
 
-@pytest.mark.parametrize("token", ["wrong-token-of-sufficient-length", None])
-def test_a_refused_token_is_said_once_and_not_called_unreachable(
-        start_server: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, token: str | None) -> None:
+def test_a_missing_token_is_refused_and_said_once_not_called_unreachable(
+        start_server: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LOADERSCOPE_TOKEN", raising=False)
     live: LiveServer = start_server()
-    url = f"{live.url}/?token={token}" if token else live.url
-    loader = loaderscope.watch(DataLoader(list(range(32)), batch_size=4), url=url)
+    loader = loaderscope.watch(DataLoader(list(range(32)), batch_size=4), url=live.url)
     sink = loader._probe_transport
     for _ in loader:
         pass
@@ -122,11 +120,32 @@ def test_a_refused_token_is_said_once_and_not_called_unreachable(
     wait_for(lambda: live.output().count("/ws/ingest") >= 3, what="three refused handshakes")
     loader.close()
     err = capsys.readouterr().err
-    what = "the token" if token else "a missing token"
-    assert err.count(f"the dashboard at {live.url} refused {what} (401)") == 1, err
+    assert err.count(f"the dashboard at {live.url} refused a missing token (401)") == 1, err
     assert "?token=" in err and "LOADERSCOPE_TOKEN" in err
     assert "did not reach the dashboard" in err and "it refused the token (401)" in err
     assert "unreachable" not in err
+    assert sink.run is None and sink.sent == 0
+
+
+def test_a_wrong_token_is_never_sent_and_said_once_not_called_unreachable(
+        start_server: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dashboard's proof is for its own token: ours stays here, and the fix is said."""
+    monkeypatch.delenv("LOADERSCOPE_TOKEN", raising=False)
+    live: LiveServer = start_server()
+    wrong = "wrong-token-of-sufficient-length"
+    loader = loaderscope.watch(DataLoader(list(range(32)), batch_size=4), url=f"{live.url}/?token={wrong}")
+    sink = loader._probe_transport
+    for _ in loader:
+        pass
+    wait_for(lambda: live.output().count("GET /api/proof") >= 3, what="three challenges")
+    loader.close()
+    err = capsys.readouterr().err
+    assert err.count(f"what listens at {live.url} did not prove that it holds the token (it answered the "
+                     "challenge for another token)") == 1, err
+    assert "?token=" in err and "LOADERSCOPE_TOKEN" in err
+    assert "did not reach the dashboard" in err and "for another token" in err
+    assert "unreachable" not in err and "refused" not in err
+    assert "/ws/ingest" not in live.output()  # not even a handshake carried the token
     assert sink.run is None and sink.sent == 0
 
 
@@ -218,7 +237,9 @@ def test_a_published_dashboard_is_used(user: dict[str, str], start_server: Any,
     live: LiveServer = start_server()
     assert dashboard.publish(live.url + "/", live.token)
     assert dashboard.find_dashboard(None) == (live.url, live.token)
-    assert f"streaming to the dashboard at {live.url}/?token=" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"streaming to the dashboard at {live.url}/ (published in {_state_file(user)}, where it proved" in err
+    assert live.token not in err  # script output is shared more than terminals are
     dashboard.unpublish("http://127.0.0.1:1")  # another dashboard's shutdown leaves ours published
     assert dashboard.read_state(dashboard.private_dir()) is not None
     dashboard.unpublish(live.url)

@@ -132,6 +132,8 @@ def test_a_dashboard_that_does_not_confirm_the_end_is_said(monkeypatch: pytest.M
     from loaderscope.probe import transport
 
     monkeypatch.setattr(transport, "CLOSE_CONFIRM", 0.5)
+    # a bare websocket server, not a dashboard: it has no proof of the token to give (transport.py)
+    monkeypatch.setattr(transport.StreamSink, "_proven", lambda self: None)
     ready, stop = threading.Event(), threading.Event()
     port: list[int] = []
 
@@ -150,7 +152,7 @@ def test_a_dashboard_that_does_not_confirm_the_end_is_said(monkeypatch: pytest.M
     thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
     thread.start()
     assert ready.wait(10)
-    sink = transport.StreamSink(f"http://127.0.0.1:{port[0]}", None)
+    sink = transport.StreamSink(f"http://127.0.0.1:{port[0]}", "some-token-of-sufficient-length")
     try:
         for _ in range(20):
             sink.frame(b"[" + b"0" * 1000 + b"]", 1)

@@ -1,13 +1,14 @@
 """◆ Every DataLoader a process builds, watched: what ``loaderscope record`` and ``$LOADERSCOPE_LOGDIR`` turn on.
 
-``install()`` runs at interpreter start, from the one line of ``loaderscope_auto.pth`` in
-site-packages, when ``$LOADERSCOPE_LOGDIR`` or ``$LOADERSCOPE_RECORD`` is set. That is how the ranks
+``install()`` runs once torch's DataLoader module has loaded in a process started with
+``$LOADERSCOPE_LOGDIR`` or ``$LOADERSCOPE_RECORD`` set: the one line of ``loaderscope_auto.pth`` in
+site-packages leaves a tiny hook for it at interpreter start (``loaderscope_hook.py``). That is how the ranks
 torchrun starts, DataLoader workers started by spawn or forkserver and ``python -m`` modules all get
 it without a line of the script changing: each is a new interpreter that inherits the environment.
 
 It costs nothing until torch's DataLoader module is imported (a command that never imports torch
-never imports it, nor this package's probe): a meta-path finder waits for
-``torch.utils.data.dataloader``, lets it load, then wraps ``DataLoader.__init__`` and, through
+never imports this package): the hook's meta-path finder waits for
+``torch.utils.data.dataloader``, lets it load, then this wraps ``DataLoader.__init__`` and, through
 ``__init_subclass__``, the ``__init__`` of every subclass defined later (torchdata's
 ``StatefulDataLoader`` does not call ``DataLoader.__init__``). When the outermost ``__init__`` of a
 new loader returns, the loader is ``watch()``ed (``probe/watch.py``, ``auto_watch``), unless it is
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Sequence
-from importlib.machinery import ModuleSpec
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-TARGET = "torch.utils.data.dataloader"
+import loaderscope_hook
+from loaderscope_hook import TARGET
 
 _installed = False
 _building: set[int] = set()  # ids of loaders inside their __init__: only the outermost one watches
@@ -35,40 +36,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    module = sys.modules.get(TARGET)
-    if module is not None:
-        _patch(module)
-    else:
-        sys.meta_path.insert(0, _Finder())
-
-
-class _Finder:
-    """Finds nothing itself: when torch's DataLoader module is about to load, it asks the other
-    finders for its spec and arranges for ``_patch`` to run once the module has executed."""
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
-        if fullname != TARGET:
-            return None
-        sys.meta_path.remove(self)  # once, and not found again by the search below
-        spec: ModuleSpec | None = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        if spec is None:
-            return None
-        loader = spec.loader
-        if loader is not None and hasattr(loader, "exec_module"):
-            original = loader.exec_module
-
-            def exec_module(module: ModuleType) -> None:
-                del loader.exec_module  # the loader is this module's own: leave it as it was
-                original(module)
-                _patch(module)
-
-            loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+    loaderscope_hook.after_import(TARGET, lambda: _patch(sys.modules[TARGET]))
 
 
 def _patch(module: ModuleType) -> None:

@@ -367,6 +367,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # --- parser ----------------------------------------------------------------------------------------
 
 
+def token_values_joined(argv: list[str]) -> list[str]:
+    """``--token -abc`` as ``--token=-abc``: argparse takes a value that starts with ``-`` for an
+    option, and a token may (``--token=VALUE`` always works). Nothing after ``--`` is touched: that is
+    the command ``record`` runs."""
+    out: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg == "--":
+            return [*out, arg, *rest]
+        value = next(rest, None) if arg == "--token" else None
+        out.append(arg if value is None else f"--token={value}")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loaderscope", description="Watch torch's DataLoader work.")
     parser.add_argument("--version", action="version", version=f"loaderscope {__version__}")
@@ -375,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     def server_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
         p.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
-        p.add_argument("--token", default=None, help="access token (default: $LOADERSCOPE_TOKEN or a new one)")
+        p.add_argument("--token", default=None, help="access token (default: $LOADERSCOPE_TOKEN or a new one); "
+                       "--token=VALUE or --token VALUE, also when VALUE starts with -")
         p.add_argument("--no-browser", action="store_true", help="do not open a browser")
         p.add_argument("--hub", action="append", default=[], metavar="DIR:ENTRY",
                        help="offer a torch.hub entry point of DIR/hubconf.py as a scenario (repeatable)")
@@ -433,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(token_values_joined(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.func(args)
     except UsageError as exc:

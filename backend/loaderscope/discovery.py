@@ -3,16 +3,19 @@
 ``find_dashboard(url)`` decides, in this order:
 
 1. ``url`` (``http://127.0.0.1:8000/?token=...``) or ``$LOADERSCOPE_URL`` (+ ``$LOADERSCOPE_TOKEN``);
-2. ``http://127.0.0.1:8000`` when it accepts ``$LOADERSCOPE_TOKEN``;
-3. the dashboard named in a per-user state file, if it answers and accepts the token written there
+2. ``http://127.0.0.1:8000`` when it proves that it holds ``$LOADERSCOPE_TOKEN``;
+3. the dashboard named in a per-user state file, if it proves that it holds the token written there
    (``loaderscope serve`` publishes itself there, and so does a dashboard started by 4.);
 4. a new dashboard started in the background, detached from the script, and published in the state
    file so that the next script reuses it instead of starting another.
 
-A dashboard always asks for its token, so a dashboard whose token we do not know is never used: its
-answer would be 401 and every event would be lost. The state file is trusted only if it and its
-directory belong to the current user and nobody else can read or write them (0600 in 0700): it
-holds the token, which lets its bearer start processes through the dashboard.
+A port is never trusted by itself: once our dashboard is gone, another user may listen where the
+state file, ``$LOADERSCOPE_URL`` or the default names. Every check is the challenge of
+``proof.py``, which never sends the token, and the uplink repeats it on each connection before the
+token or any event goes out. The state file is trusted only if it and its directory belong to the
+current user and nobody else can read or write them (0600 in 0700): it holds the token, which lets
+its bearer start processes through the dashboard. The script says once, on stderr, where it streams
+(the URL without the token) and how that dashboard was found.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import contextlib
 import http.client
 import os
 import re
-import secrets
 import stat
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,15 +43,19 @@ try:  # POSIX only; elsewhere nothing is published and each script starts its ow
 except ImportError:  # pragma: no cover (Windows)
     fcntl = None  # type: ignore[assignment]
 
-from loaderscope.server.config import is_loopback  # plain stdlib module: no FastAPI import here
+from loaderscope import proof
+from loaderscope.server.config import is_loopback, new_token  # plain stdlib module: no FastAPI import here
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV, TOKEN_ENV = "LOADERSCOPE_URL", "LOADERSCOPE_TOKEN"
 STATE_FILE, LOCK_FILE = "dashboard.json", "dashboard.lock"
 MAX_STATE_BYTES = 64 << 10
+LOG_HEAD = 64 << 10  # bytes of a starting dashboard's log read for its URL (printed within the first lines)
 CHECK_TIMEOUT = 1.0  # seconds per HTTP check: a local dashboard answers in milliseconds
 START_TIMEOUT = 30.0  # seconds a new dashboard has to come up (it imports FastAPI, uvicorn, ...)
 URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/")
+SERVER_PID = re.compile(r"Started server process \[(\d+)\]")  # uvicorn's line in a dashboard's log
+LEGACY_DIR_PREFIX = "loaderscope-dashboard-"  # where earlier versions kept a log without a private directory
 
 # The middle process of a double fork: it starts the dashboard in a new session and exits at once,
 # so the dashboard is reparented to init (which reaps it) and the training script holds no child
@@ -56,7 +63,7 @@ URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/")
 # os._exit skips Popen.__del__ and any buffered-IO finalizers of this short-lived process.
 _LAUNCHER = (
     "import os, subprocess, sys\n"
-    "log = open(sys.argv[1], 'ab')\n"
+    "log = open(int(sys.argv[1]), 'ab', closefd=False)\n"
     "p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,"
     " start_new_session=True)\n"
     "sys.stdout.write(str(p.pid)); sys.stdout.flush()\n"
@@ -89,8 +96,13 @@ def find_dashboard(url: str | None = None) -> tuple[str, str | None]:
     """
     base, token = dashboard_address(url)
     if base:
+        how = "given to watch(url=...)" if url else f"from ${URL_ENV}"
+        _say(f"loaderscope: streaming to the dashboard at {base}/ ({how}; events go there once it proves "
+             "that it holds the token)")
         return base, token
     if token and accepts(DEFAULT_URL, token):
+        _say(f"loaderscope: streaming to the dashboard at {DEFAULT_URL}/ (the default address, where it proved "
+             f"that it holds ${TOKEN_ENV})")
         return DEFAULT_URL, token
     directory = private_dir()
     found = _alive(_ours) or _alive(read_state(directory))
@@ -98,8 +110,9 @@ def find_dashboard(url: str | None = None) -> tuple[str, str | None]:
         with _locked(directory):
             # Another script may have started one while we waited for the lock.
             found = _alive(read_state(directory)) or _start_published(directory)
-    if found != _ours:  # ours was announced when it started
-        _say(f"loaderscope: streaming to the dashboard at {found.url}/?token={found.token}")
+    if found != _ours and directory is not None:  # ours was announced when it started
+        _say(f"loaderscope: streaming to the dashboard at {found.url}/ (published in {directory / STATE_FILE}, "
+             "where it proved that it holds the token written there)")
     return found.url, found.token
 
 
@@ -145,8 +158,18 @@ def dashboard_address(url: str | None) -> tuple[str, str | None]:
 
 
 def accepts(url: str, token: str) -> bool:
-    """Whether a loaderscope dashboard answers at ``url`` and takes ``token`` (a cheap authenticated GET)."""
-    return _status(url, "/api/health") == 200 and _status(url, "/api/runs", token) == 200
+    """Whether the dashboard at ``url`` proves that it holds ``token`` (``proof.py``), which is not sent.
+
+    Over https, the certificate proves who answers: the token goes in a cheap authenticated GET.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return _status(url, "/api/runs", token) == 200
+    try:
+        proof.proven_socket(url, token, CHECK_TIMEOUT, loopback=is_loopback(parts.hostname or "")).close()
+        return True
+    except (OSError, ValueError, proof.Unproven):
+        return False
 
 
 def answers(url: str) -> bool:
@@ -273,6 +296,7 @@ def _start_published(directory: Path | None) -> Published:
     global _ours
     stale = read_state(directory)
     _warn_if_unknown_dashboard()
+    remove_legacy_dirs()
     started = start_dashboard(directory)
     if directory is not None:
         with contextlib.suppress(OSError):
@@ -280,8 +304,10 @@ def _start_published(directory: Path | None) -> Published:
         _remove_stale_log(directory, stale)
     _ours = started
     stop = f"; stop it with `kill {started.pid}`" if started.pid else ""
-    _say(f"loaderscope: started a dashboard at {started.url}/?token={started.token} (log: {started.log}); "
-         f"it keeps running after this script and later scripts stream to it too{stop}")
+    # The token stays out of the script's output (logs are shared more than terminals): the log has the URL.
+    _say(f"loaderscope: started a dashboard at {started.url}/ and streaming to it (no dashboard was found; its URL "
+         f"with the token is in its log: {started.log}); it keeps running after this script and later scripts "
+         f"stream to it too{stop}")
     return started
 
 
@@ -298,15 +324,22 @@ def start_dashboard(directory: Path | None) -> Published:
     Raises:
         RuntimeError: it exited or did not come up within START_TIMEOUT.
     """
-    token = secrets.token_urlsafe(32)
-    # Its output goes to a file: a pipe nobody reads would fill up and freeze the dashboard.
-    where = directory if directory is not None else Path(tempfile.mkdtemp(prefix="loaderscope-dashboard-"))
-    fd, log = tempfile.mkstemp(dir=where, prefix="dashboard-", suffix=".log")
-    os.close(fd)
-    pid = _spawn_detached([sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser"],
-                          _dashboard_env(token), Path(log), where)
-    url = _wait_started(pid, Path(log), token)
-    return Published(url, token, pid, log)
+    token = new_token()
+    # Its output goes to a file: a pipe nobody reads would fill up and freeze the dashboard. Without a
+    # private directory the file is unlinked at once, so no exit path leaves anything in /tmp; it
+    # lives on as the dashboard's stdout.
+    if directory is not None:
+        fd, log = tempfile.mkstemp(dir=directory, prefix="dashboard-", suffix=".log")
+    else:
+        with tempfile.TemporaryFile() as unlinked:
+            fd, log = os.dup(unlinked.fileno()), None
+    try:
+        pid = _spawn_detached([sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser"],
+                              _dashboard_env(token), fd, directory or Path("/"))
+        url = _wait_started(pid, fd, log, token)
+    finally:
+        os.close(fd)
+    return Published(url, token, pid, log or f"/proc/{pid}/fd/1")
 
 
 def _dashboard_env(token: str) -> dict[str, str]:
@@ -318,11 +351,12 @@ def _dashboard_env(token: str) -> dict[str, str]:
     return {**os.environ, TOKEN_ENV: token, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 
 
-def _spawn_detached(argv: list[str], env: dict[str, str], log: Path, cwd: Path) -> int:
-    """Start ``argv`` through the launcher (a double fork); its pid. ``cwd``: a directory that stays."""
+def _spawn_detached(argv: list[str], env: dict[str, str], log: int, cwd: Path) -> int:
+    """Start ``argv`` through the launcher (a double fork), output to the file open as ``log``; its pid.
+    ``cwd``: a directory that stays."""
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-c", _LAUNCHER, str(log), *argv], env=env, cwd=cwd,
+            [sys.executable, "-I", "-c", _LAUNCHER, str(log), *argv], env=env, cwd=cwd, pass_fds=(log,),
             stdin=subprocess.DEVNULL, capture_output=True, timeout=START_TIMEOUT, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -332,20 +366,25 @@ def _spawn_detached(argv: list[str], env: dict[str, str], log: Path, cwd: Path) 
     return int(done.stdout)
 
 
-def _wait_started(pid: int, log: Path, token: str) -> str:
-    """Its URL, once it printed it and accepts the token, so the state file never names a half-started one."""
+def _wait_started(pid: int, fd: int, log: str | None, token: str) -> str:
+    """Its URL, once it printed it and proves the token, so the state file never names a half-started one."""
     deadline = time.monotonic() + START_TIMEOUT
     url = ""
     while time.monotonic() < deadline and _running(pid):
         if not url:
-            match = URL_LINE.search(log.read_text(errors="replace"))
+            match = URL_LINE.search(_read_log(fd))
             url = match.group(1) if match else ""
         if url and accepts(url, token):
             return url
         time.sleep(0.05)
-    tail = log.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"loaderscope: could not start a dashboard (log: {log}); start one with `loaderscope serve` "
+    tail = _read_log(fd)[-2000:]
+    where = f" (log: {log})" if log else ""
+    raise RuntimeError(f"loaderscope: could not start a dashboard{where}; start one with `loaderscope serve` "
                        f"and pass its URL to watch(url=...)\n{tail}")
+
+
+def _read_log(fd: int) -> str:
+    return os.pread(fd, LOG_HEAD, 0).decode(errors="replace")
 
 
 def _running(pid: int) -> bool:
@@ -365,6 +404,22 @@ def _remove_stale_log(directory: Path, stale: Published | None) -> None:
     log = Path(stale.log)
     if log.parent == directory and log.name.startswith("dashboard-"):
         log.unlink(missing_ok=True)
+
+
+def remove_legacy_dirs() -> None:
+    """``/tmp/loaderscope-dashboard-*`` of ours that earlier versions left, once their dashboard is gone
+    (its log names its pid: uvicorn's "Started server process [PID]")."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{LEGACY_DIR_PREFIX}*"):
+        try:
+            info = os.lstat(directory)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue  # a link, or another user's: not ours to judge
+            pids = {int(pid) for log in directory.glob("dashboard-*.log")
+                    for pid in SERVER_PID.findall(log.read_text(errors="replace"))}
+        except OSError:
+            continue
+        if not any(_running(pid) for pid in pids) and time.time() - info.st_mtime > START_TIMEOUT:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _say(message: str) -> None:

@@ -5,6 +5,10 @@ returns; a sender thread connects, sends frames, reconnects with backoff, and wh
 full the newest events are dropped and counted. The dashboard counts them too: the store sees the
 gaps in the probe's seq numbers and shows them as dropped events.
 
+Each connection starts with the dashboard's proof that it holds the token (``loaderscope/proof.py``),
+over the very socket the websocket then uses: a listener that cannot prove it (another user's program
+on a port our dashboard left) gets neither the token nor an event, and that is said.
+
 Problems are said once, on stderr, from the sender thread (never the training loop's): a dashboard
 that refuses the token (the events are lost until the right token is given, so the user must know
 at once) and one that stays unreachable. Nothing the sender thread meets may reach the training
@@ -18,6 +22,7 @@ still unread on its side, so that is said, never passed over in silence.
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -29,7 +34,9 @@ import orjson
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from loaderscope import proof
 from loaderscope.events import Event, encode_frame
+from loaderscope.server.config import is_loopback  # plain stdlib module: no FastAPI import here
 
 BUFFER_EVENTS = 200_000
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
@@ -59,6 +66,7 @@ class StreamSink:
         self.url = ingest_url(dashboard)
         self.token = token
         self.refused: int | None = None  # the status of the last refused handshake, until one succeeds
+        self.unproven: str | None = None  # why the last listener failed the proof, until one passes
         self._said: set[str] = set()  # kinds of problem already reported
         self.buffer: deque[tuple[bytes, int]] = deque()
         self.buffered = 0  # events in the buffer
@@ -108,6 +116,8 @@ class StreamSink:
     def _why_lost(self) -> str:
         if self.refused is not None:
             return f"it refused the token ({self.refused}): pass the URL it printed, with ?token=..."
+        if self.unproven is not None:
+            return f"what listens there did not prove that it holds the token: {self.unproven}"
         if not self.connected.is_set():
             return "it was unreachable"
         return "it did not read them in time: it is far behind" if self.buffered else "the buffer was full"
@@ -135,6 +145,8 @@ class StreamSink:
             self._session()
         except InvalidStatus as exc:
             self._rejected(exc.response.status_code)
+        except proof.Unproven as exc:
+            self._unproven(exc)
         except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError):
             if not self.connected.is_set():
                 self._check_unreachable(failing_since)
@@ -146,17 +158,38 @@ class StreamSink:
     def _session(self) -> None:
         """One connection: the handshake, the dashboard's hello, then frames until it fails or we close."""
         url, headers = self._address()
-        with connect(url, additional_headers=headers, compression=None, open_timeout=CONNECT_TIMEOUT,
-                     close_timeout=CLOSE_CONFIRM, max_size=1 << 20) as ws:
+        with connect(url, sock=self._proven(), additional_headers=headers, compression=None,
+                     open_timeout=CONNECT_TIMEOUT, close_timeout=CLOSE_CONFIRM, max_size=1 << 20) as ws:
+            if self.token is None:  # nothing to prove with, and a dashboard always asks for a token
+                raise proof.Unproven("it took a stream without a token, which a loaderscope dashboard never does")
             hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
             self.run = hello.get("run", self.run)
             if self.head is not None and hello.get("next_seq") == 0:
                 ws.send(self.head)  # a new dashboard: the run's config first, then the gap
-            self.refused = None
+            self.refused = self.unproven = None
             self.connected.set()
             self._pump(ws)
             ws.close()
             self.unconfirmed = ws.protocol.close_rcvd is None
+
+    def _proven(self) -> socket.socket | None:
+        """A connection whose peer proved the token; None where TLS proves the peer or there is no token
+        (the handshake then carries no secret, and a dashboard refuses it)."""
+        if self.token is None or urlsplit(self.dashboard).scheme == "https":
+            return None
+        host = urlsplit(self.dashboard).hostname or ""
+        sock = proof.proven_socket(self.dashboard, self.token, CONNECT_TIMEOUT, loopback=is_loopback(host))
+        sock.settimeout(None)  # the websocket's own timeouts take over
+        return sock
+
+    def _unproven(self, exc: proof.Unproven) -> None:
+        self.unproven = str(exc)
+        self._say("unproven", f"loaderscope: what listens at {self.dashboard} did not prove that it holds the token "
+                  f"({exc}), so neither the token nor an event was sent to it. If it is your dashboard, it holds "
+                  "another token: pass the URL it printed (http://...:PORT/?token=...) to loaderscope.watch(loader, "
+                  "url=...), or set $LOADERSCOPE_URL to it or $LOADERSCOPE_TOKEN to its token; if not, it is another "
+                  "program, maybe another user's on a port a dashboard left. Training goes on; events wait in a "
+                  "buffer until a dashboard there proves the token")
 
     def _rejected(self, status: int) -> None:
         if status not in REFUSED:

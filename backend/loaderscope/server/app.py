@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
 import loaderscope
+from loaderscope import proof
 from loaderscope.server import api, ingest, stream, whatif
 from loaderscope.server.bodylimit import BodyLimit
 from loaderscope.server.config import ServerConfig
@@ -30,6 +31,7 @@ from loaderscope.server.security import Guard, Policy
 FLUSH_EVERY = 0.5  # seconds: how stale a trace file on disk may be while its run goes on
 
 OnStarted = Callable[[RunManager], Awaitable[None]]
+OnStopped = Callable[[], None]
 
 
 def frontend_dir() -> Path:
@@ -40,10 +42,13 @@ def frontend_dir() -> Path:
     return Path(loaderscope.__file__).resolve().parents[2] / "frontend"
 
 
-def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> Any:
+def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
+               on_stopped: OnStopped | None = None) -> Any:
     """The dashboard app, wrapped in its security guard (an ASGI callable).
 
-    ``on_started`` runs once the app is up (serve() uses it to start a demo run and print the URL).
+    ``on_started`` runs once the app is up (serve() uses it to start a demo run and print the URL);
+    ``on_stopped`` first thing at shutdown, Ctrl-C and SIGTERM alike (serve() withdraws itself from
+    the discovery state file).
     The FastAPI app itself is reachable as ``.app`` on the result, and its run manager as
     ``.app.state.manager``.
     """
@@ -60,6 +65,8 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
         try:
             yield
         finally:
+            if on_stopped is not None:
+                on_stopped()
             for task in tasks:
                 task.cancel()
             await manager.shutdown()
@@ -77,9 +84,19 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None) -> 
     app.include_router(api.router)
     app.include_router(whatif.router)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    _proof(app, config)
     _websockets(app, manager)
     _page(app, config.frontend_dir or frontend_dir())
     return Guard(app, Policy(config))
+
+
+def _proof(app: FastAPI, config: ServerConfig) -> None:
+    @app.get(proof.PATH, include_in_schema=False)
+    async def prove(nonce: str = "") -> JSONResponse:
+        """No token needed: the answer shows that this dashboard holds it, and gives nothing else away."""
+        if not proof.NONCE.match(nonce):
+            return JSONResponse({"detail": "nonce: 16-128 characters of A-Z a-z 0-9 _ - expected"}, status_code=422)
+        return JSONResponse(proof.answer(config.token, nonce, config.port), headers={"Cache-Control": "no-store"})
 
 
 def _websockets(app: FastAPI, manager: RunManager) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,15 @@ MAX_RUN_BYTES = 1 << 30  # a run's trace file; a producer writing more is cut of
 # KEEP_FORGOTTEN, and forgotten runs' files go first once all of them pass DISK_BYTES.
 KEEP_FORGOTTEN = 16
 DISK_BYTES = 4 << 30
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits) that never starts with ``-``: a command line takes
+    ``--token VALUE`` for an option otherwise."""
+    while True:
+        token = secrets.token_urlsafe(32)
+        if not token.startswith("-"):
+            return token
 
 
 def is_loopback(host: str) -> bool:

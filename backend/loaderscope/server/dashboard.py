@@ -6,7 +6,6 @@ Used by ``loaderscope serve`` and ``loaderscope demo`` (cli.py) and by the test 
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from loaderscope.discovery import publish, unpublish
 from loaderscope.scenarios.hub import HubEntry, hub_scenario
 from loaderscope.server import logs
 from loaderscope.server.app import create_app
-from loaderscope.server.config import ServerConfig, is_loopback
+from loaderscope.server.config import ServerConfig, is_loopback, new_token
 from loaderscope.server.process import TOKEN_ENV
 from loaderscope.server.runs import RunManager
 from loaderscope.server.security import checked_token
@@ -80,7 +79,7 @@ def serve(
             bad ``hub`` entry (HubError), or a file in ``traces`` that is not a loaderscope trace.
         OSError: the address cannot be bound (port in use).
     """
-    token = checked_token(token) if token else checked_token_env() or secrets.token_urlsafe(32)
+    token = checked_token(token) if token else checked_token_env() or new_token()
     for spec in hub:
         scenarios.register(hub_scenario(HubEntry.parse(spec)))
     plan = scenarios.resolve(demo, demo_params) if demo is not None else None
@@ -114,7 +113,9 @@ def serve(
         if is_loopback(config.host):  # a script's watch() on this machine finds this dashboard by itself
             publish(address, config.token)
 
-    app = create_app(config, on_started=on_started)
+    # Withdrawn at shutdown (lifespan: Ctrl-C and SIGTERM alike; uvicorn re-raises SIGTERM, so code after
+    # server.run() never runs). kill -9 leaves the entry: a reader then finds it fails the proof.
+    app = create_app(config, on_started=on_started, on_stopped=lambda: unpublish(address))
     server = uvicorn.Server(uvicorn.Config(
         app, log_level=log_level, ws="auto", ws_max_size=MAX_FRAME_BYTES, ws_per_message_deflate=False,
         proxy_headers=False, server_header=False, lifespan="on", timeout_graceful_shutdown=3,
@@ -124,8 +125,6 @@ def serve(
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a dashboard ends; uvicorn has already shut down cleanly
-    finally:
-        unpublish(address)  # after SIGTERM this does not run; watch() then finds the entry stale
 
 
 def logdir_root(logdir: str | Path) -> str:

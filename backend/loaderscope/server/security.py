@@ -23,7 +23,7 @@ from loaderscope.server.config import ServerConfig, is_loopback
 from loaderscope.server.logs import REFUSED_HANDSHAKE
 
 Scope = dict[str, Any]
-PUBLIC_PATHS = frozenset({"/api/health"})
+PUBLIC_PATHS = frozenset({"/api/health", "/api/proof"})  # proof: loaderscope/proof.py
 _HOST_SAFE = re.compile(r"^[A-Za-z0-9.\-:\[\]]+$")
 
 
