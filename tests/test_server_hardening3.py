@@ -1,0 +1,115 @@
+"""Issue 26: one validation path for what producers send, work bounded before it starts, eviction
+that cannot be pinned, header and ping limits, nothing dropped without a word, runs owned by their
+producer. Real uvicorn on 127.0.0.1, real websocket clients.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from loaderscope.trace import write_trace
+from tests.conftest import LiveServer, launch, wait_for
+from tests.test_server_ingest import batches, closed_with, frames, produce
+
+
+@pytest.fixture(scope="module")
+def hard(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    server = launch(tmp_path_factory.mktemp("hardening3"))
+    yield server
+    server.stop()
+
+
+HEADER = [{"kind": "run_start", "t": 0, "mode": "real", "config": {"num_workers": 2}},
+          {"kind": "epoch_start", "t": 0, "epoch": 0}]
+
+
+def _deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+# Each of these once answered 500 on GET /api/runs/ID, cut the Chrome export off, made a status a
+# list, or dropped the producer without a close frame.
+OFF_SCHEMA = [
+    *(pytest.param({"kind": kind, "t": 1, "worker": None, **fields}, "'worker' must not be null", id=f"null-worker-{kind}")
+      for kind, fields in {"worker_start": {"pid": 1}, "worker_exit": {}, "dispatch": {"idx": 0},
+                           "fetch_start": {"idx": 0}, "fetch_end": {"idx": 0}, "arrive": {"idx": 0},
+                           "skip": {"idx": 0}, "worker_stuck": {"idx": 0, "elapsed": 1}, "worker_died": {}}.items()),
+    pytest.param({"kind": "error", "t": 1, "type": "ValueError", "message": {"text": "x"}}, "'message' must be a string",
+                 id="error-message-object"),
+    pytest.param({"kind": "dispatch", "t": 1, "idx": None, "worker": 0}, "'idx' must not be null", id="null-idx"),
+    pytest.param({"kind": "epoch_end", "t": 1, "epoch": None}, "'epoch' must not be null", id="null-epoch"),
+    pytest.param({"kind": "yield", "t": 1, "idx": 0, "wait": None}, "'wait' must not be null", id="null-wait"),
+    pytest.param({"kind": "note", "t": 1, "rank": None}, "'rank' must not be null", id="null-rank"),
+    pytest.param({"kind": "run_end", "t": 1, "reason": ["done"]}, "'reason' must be a string", id="reason-list"),
+    pytest.param({"kind": "run_start", "t": 1, "mode": "real", "config": [1]}, "'config' must be a JSON object",
+                 id="config-list"),
+    pytest.param({"kind": "note", "t": 1, "deep": _deep(500)}, "nested more than", id="nested-500"),
+]
+
+
+@pytest.mark.parametrize(("bad", "reason"), OFF_SCHEMA)
+def test_an_event_off_the_schema_closes_1007_naming_it_and_every_answer_stays_whole(
+        hard: LiveServer, bad: dict[str, Any], reason: str, request: pytest.FixtureRequest) -> None:
+    run_id = "off-" + request.node.callspec.id
+    with hard.connect(f"/ws/ingest?run={run_id}") as ws:
+        ws.recv(timeout=5)
+        ws.send(orjson.dumps(HEADER))
+        ws.send(json.dumps([bad]))  # the stdlib encoder: orjson's stops at 255 levels
+        code, text = closed_with(ws)
+    assert code == 1007 and reason in text, (code, text)
+    with hard.client() as http:
+        detail = http.get(f"/api/runs/{run_id}")
+        assert detail.status_code == 200, detail.text
+        assert detail.json()["events"] == len(HEADER)  # the frame before the bad one is kept
+        assert isinstance(detail.json()["status"], str)
+        chrome = http.get(f"/api/runs/{run_id}/trace", params={"format": "chrome"})
+        assert chrome.status_code == 200
+        assert "traceEvents" in orjson.loads(chrome.content)  # whole: it parses
+
+
+def test_the_probes_own_optional_nulls_still_pass(hard: LiveServer) -> None:
+    # worker_died names the task its worker held, or idx null (probe/liveness.py): not a required field
+    died = {"kind": "worker_died", "t": 1, "worker": 0, "pid": 7, "exitcode": -9, "signal": "SIGKILL", "idx": None}
+    produce(hard, "optional-nulls", iter([orjson.dumps([*HEADER, died])]))
+    run = hard.wait_status("optional-nulls")
+    assert run["events"] == len(HEADER) + 2 and any("SIGKILL" in finding for finding in run["diagnosis"])
+
+
+@pytest.mark.parametrize("factor", [{"0": 2.0}, {}], ids=["mapping", "empty-mapping"])
+def test_a_mapping_cost_field_swept_with_num_workers_answers_rows(hard: LiveServer, factor: dict[str, float]) -> None:
+    grid = {"num_workers": [1, 2], "worker_factor": [factor]}
+    run_id = f"sweepable-{len(factor)}"
+    counted = ({**e, "n": 2} if e["kind"] == "dispatch" else e for e in batches(40))  # as the probe sends them
+    produce(hard, run_id, frames(counted, 100))
+    hard.wait_status(run_id)
+    with hard.client() as http:
+        scenario = http.post("/api/sweeps", json={"scenario": "uniform", "params": {"dataset_size": 64}, "grid": grid})
+        recorded = http.post(f"/api/runs/{run_id}/sweeps", json={"grid": grid})
+    assert scenario.status_code == 200, scenario.text
+    assert recorded.status_code == 200, recorded.text
+    assert len(recorded.json()["rows"]) == 2 and "worker_factor=" in recorded.json()["recommendation"]
+
+
+def test_a_sweep_over_budget_is_refused_from_the_index_before_any_event_is_read(start_server: Any,
+                                                                                 tmp_path: Path) -> None:
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    ended = [{"kind": "run_end", "t": 13.0, "reason": "done"}]
+    write_trace(logdir / "big.trace.jsonl", [{**e, "seq": n} for n, e in enumerate([*batches(12_000), *ended])], run="big")  # 60,003 events
+    server = start_server(logdir=str(logdir))
+    with server.client() as http:
+        run = wait_for(lambda: next((r for r in http.get("/api/runs").json() if r.get("path") == "big.trace.jsonl"
+                                     and r["events"] == 60_003), None), what="the logdir run indexed")
+        assert run["last_event_age"] is None  # listed from its index: no event read into the store yet
+        answer = http.post(f"/api/runs/{run['id']}/sweeps", json={"grid": {"num_workers": list(range(36))}})
+        assert answer.status_code == 413 and "60,003 events" in answer.json()["detail"]
+        again = next(r for r in http.get("/api/runs").json() if r["id"] == run["id"])
+    assert again["last_event_age"] is None, "the file was read to refuse a sweep its index already ruled out"
