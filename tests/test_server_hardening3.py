@@ -113,3 +113,32 @@ def test_a_sweep_over_budget_is_refused_from_the_index_before_any_event_is_read(
         assert answer.status_code == 413 and "60,003 events" in answer.json()["detail"]
         again = next(r for r in http.get("/api/runs").json() if r["id"] == run["id"])
     assert again["last_event_age"] is None, "the file was read to refuse a sweep its index already ruled out"
+
+
+# --- eviction that cannot be pinned ----------------------------------------------------------------
+
+def test_producers_that_send_one_event_and_leave_cannot_lock_the_dashboard(start_server: Any) -> None:
+    server = start_server(max_runs=4, reconnect_grace=600)
+    for n in range(8):  # each connects, sends one event, and goes: disconnected, within reconnect_grace
+        with server.connect(f"/ws/ingest?run=drive-by{n}") as ws:
+            assert orjson.loads(ws.recv(timeout=5))["type"] == "hello", f"producer {n} was refused"
+            ws.send(orjson.dumps(HEADER[:1]))
+        wait_for(lambda n=n: server.run(f"drive-by{n}")["status"] == "disconnected", what=f"drive-by{n} gone")
+    with server.client() as http:
+        listed = [r["id"] for r in http.get("/api/runs").json()]
+    assert listed == [f"drive-by{n}" for n in range(4, 8)]  # the longest gone went first
+    evicted = server.data_dir / "drive-by0.trace.jsonl"
+    assert evicted.read_bytes().count(b"\n") == 2  # its trace kept: header and its one event
+    with server.connect("/ws/ingest?run=drive-by0") as ws:  # its producer comes back: a fresh trace
+        assert orjson.loads(ws.recv(timeout=5))["next_seq"] == 0
+    assert (server.data_dir / "drive-by0.2.trace.jsonl").exists()
+
+
+def test_live_producers_still_fill_the_dashboard_with_a_reason(start_server: Any) -> None:
+    server = start_server(max_runs=2)
+    with server.connect("/ws/ingest?run=live0") as a, server.connect("/ws/ingest?run=live1") as b:
+        a.recv(timeout=5)
+        b.recv(timeout=5)
+        with server.connect("/ws/ingest?run=third") as c:
+            code, reason = closed_with(c)
+    assert code == 1013 and "all live" in reason

@@ -354,10 +354,10 @@ class RunManager:
         Logdir runs are not counted: their files hold them, and the listing must show every one.
         """
         while sum(r.source is None for r in self.runs.values()) >= self.config.max_runs:
-            evictable = self._evictable()
+            evictable = self._evictable() or self._disconnected()
             if not evictable:
-                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all live or "
-                                 "disconnected less than reconnect_grace ago; stop some, or try again later")
+                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all live (connected "
+                                 "producers or started run processes); stop some, or try again later")
             self._forget(evictable[0])
         while self._disk_used() > self.config.disk_bytes and (evictable := self._evictable()):
             self._forget(evictable[0])
@@ -369,6 +369,15 @@ class RunManager:
         return [r for r in self.runs.values() if r.source is None and (r.closed or (
             r.origin == "external" and r.producer is None and r.detached_at is not None
             and (r.log.next_seq == 0 or now - r.detached_at > self.config.reconnect_grace)))]
+
+    def _disconnected(self) -> list[Run]:
+        """External runs whose producer left, longest gone first: when nothing else can go, they go before
+        a new run is refused. 200 producers that each sent an event and left once held every slot for
+        reconnect_grace; a forgotten run keeps its trace file, and a producer coming back under its id
+        starts ``ID.2.trace.jsonl``, told ``next_seq: 0`` (§8)."""
+        gone = [r for r in self.runs.values()
+                if r.source is None and r.origin == "external" and r.producer is None and r.detached_at is not None]
+        return sorted(gone, key=lambda r: r.detached_at or 0.0)
 
     def _forget(self, run: Run) -> None:
         """Delist ``run``. Its trace stays; a temporary data directory keeps the newest ``keep_forgotten``."""
