@@ -5,7 +5,12 @@ producer. Real uvicorn on 127.0.0.1, real websocket clients.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import socket
+import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +147,92 @@ def test_live_producers_still_fill_the_dashboard_with_a_reason(start_server: Any
         with server.connect("/ws/ingest?run=third") as c:
             code, reason = closed_with(c)
     assert code == 1013 and "all live" in reason
+
+
+# --- request heads, pings and keepalive (server/protocols.py) ---------------------------------------
+
+def _raw(server: LiveServer, head: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(head)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(65536) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+HALF_HEAD = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+
+
+def test_half_sent_request_heads_are_closed_after_the_head_timeout(start_server: Any) -> None:
+    server = start_server(head_timeout=1.0)
+    slow = [_raw(server, HALF_HEAD) for _ in range(20)]
+    wait_for(lambda: all(_closed_by_server(sock) for sock in slow), what="half-sent heads closed")
+    with server.client() as http:
+        assert http.get("/api/health").status_code == 200
+    for sock in slow:
+        sock.close()
+
+
+def test_past_max_heads_the_oldest_half_sent_head_goes_and_health_answers(start_server: Any) -> None:
+    server = start_server(head_timeout=600.0, max_heads=8)
+    slow = [_raw(server, HALF_HEAD) for _ in range(40)]
+    wait_for(lambda: all(_closed_by_server(sock) for sock in slow[:30]), what="the oldest heads closed")
+    with server.client() as http:  # its own head arrives whole: never one of those waiting
+        for _ in range(10):
+            assert http.get("/api/health").status_code == 200
+    assert not any(_closed_by_server(sock) for sock in slow[-7:])  # the newest still wait for their heads
+    for sock in slow:
+        sock.close()
+
+
+def _upgrade(server: LiveServer, path: str) -> socket.socket:
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock = _raw(server, (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nUpgrade: websocket\r\n"
+                         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                         f"Authorization: Bearer {server.token}\r\n\r\n").encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(1)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return sock
+
+
+def _frame(opcode: int, payload: bytes) -> bytes:
+    """A client frame, masked with a zero key (RFC 6455 allows any key; zero leaves the payload as is)."""
+    size = len(payload)
+    length = bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + struct.pack("!H", size) \
+        if size < 1 << 16 else bytes([0x80 | 127]) + struct.pack("!Q", size)
+    return bytes([0x80 | opcode]) + length + b"\0\0\0\0" + payload
+
+
+def test_a_ping_flood_whose_pongs_are_never_read_is_stopped_by_back_pressure(hard: LiveServer) -> None:
+    sock = _upgrade(hard, "/ws/ingest?run=ping-flood")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+    sock.settimeout(3.0)
+    burst, sent = _frame(0x9, b"p" * 125) * 500, 0
+    with pytest.raises(TimeoutError):  # the server stops reading once its pongs pile up unread
+        while sent < 256 << 20:
+            sock.sendall(burst)
+            sent += len(burst)
+    assert sent < 64 << 20, f"the server took {sent >> 20} MiB of pings without its pongs being read"
+    with hard.client() as http:
+        assert http.get("/api/health").status_code == 200
+    sock.close()
+
+
+def test_a_producer_that_keeps_sending_is_not_closed_by_the_keepalive(start_server: Any) -> None:
+    server = start_server(ping_interval=0.2, ping_timeout=0.2)
+    sock = _upgrade(server, "/ws/ingest?run=busy")  # it never reads: the server's pings go unanswered
+    events = list(batches(60))
+    for start in range(0, len(events), 10):  # a producer busy for 15 keepalive periods
+        sock.sendall(_frame(0x2, orjson.dumps(events[start:start + 10])))
+        time.sleep(0.1)
+    wait_for(lambda: server.run("busy")["events"] == len(events), what="every frame kept")
+    sock.close()
