@@ -18,6 +18,8 @@ import orjson
 import pytest
 
 from loaderscope.trace import write_trace
+from websockets.sync.client import connect
+
 from tests.conftest import LiveServer, launch, wait_for
 from tests.test_server_ingest import batches, closed_with, frames, produce
 
@@ -236,3 +238,43 @@ def test_a_producer_that_keeps_sending_is_not_closed_by_the_keepalive(start_serv
         time.sleep(0.1)
     wait_for(lambda: server.run("busy")["events"] == len(events), what="every frame kept")
     sock.close()
+
+
+# --- run ownership ---------------------------------------------------------------------------------
+
+def test_a_run_belongs_to_its_producer_and_only_its_secret_brings_it_back(hard: LiveServer) -> None:
+    with hard.connect("/ws/ingest?run=owned") as owner:
+        secret = orjson.loads(owner.recv(timeout=5))["secret"]
+        owner.send(orjson.dumps(HEADER))
+    wait_for(lambda: hard.run("owned")["status"] == "disconnected", what="the owner gone")
+    for guess in ({}, {"X-Loaderscope-Run-Secret": "not-the-secret"}):  # another token holder
+        with hard.connect("/ws/ingest?run=owned", additional_headers=guess) as intruder:
+            code, reason = closed_with(intruder)
+        assert code == 4403 and "X-Loaderscope-Run-Secret" in reason
+    assert hard.run("owned")["events"] == len(HEADER)  # nothing injected
+    with hard.connect("/ws/ingest?run=owned", additional_headers={"X-Loaderscope-Run-Secret": secret}) as back:
+        assert orjson.loads(back.recv(timeout=5))["next_seq"] == len(HEADER)
+        back.send(orjson.dumps([{"kind": "run_end", "t": 1, "reason": "done"}]))
+    assert hard.wait_status("owned")["status"] == "done"
+
+
+def test_a_dashboard_run_cannot_be_taken_before_its_process_connects(start_server: Any) -> None:
+    server = start_server()
+    run = server.start_run("uniform", dataset_size=32, batch_size=4, num_workers=0)
+    with server.connect(f"/ws/ingest?run={run['id']}") as intruder:
+        code, _ = closed_with(intruder)
+    assert code in (4403, 4409)  # another's run: refused whether or not its process got there first
+    assert server.wait_status(run["id"])["status"] == "done"  # its own process streamed it to the end
+
+
+def test_watch_keeps_its_runs_secret_for_coming_back(hard: LiveServer) -> None:
+    from loaderscope.probe.transport import StreamSink
+
+    sink = StreamSink(hard.url, hard.token)
+    sink(HEADER)
+    wait_for(lambda: sink.run is not None and hard.run(sink.run)["events"] == len(HEADER), what="streamed")
+    sink.close()  # without run_end: the run waits, disconnected, for its producer
+    url, headers = sink._address()  # what its next connection would send
+    assert headers.get("X-Loaderscope-Run-Secret") and "secret" not in url  # a header: never in access logs
+    with connect(url, additional_headers=headers, compression=None, open_timeout=10) as back:
+        assert orjson.loads(back.recv(timeout=5))["next_seq"] == len(HEADER)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -95,6 +96,9 @@ class Run:
     source: FileSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
     detached_at: float | None = None  # time.monotonic() when its producer last went away
     viewers: int = 0  # websockets watching it
+    # Proof of ownership: handed to the producer that created the run (in its hello) or to the run
+    # process the dashboard started (in its environment); a producer attaching to an existing run shows it.
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     silent_after: float = 30.0  # a live producer quiet this long is shown as silent
 
     def __post_init__(self) -> None:
@@ -299,7 +303,7 @@ class RunManager:
         if plan.scenario.hub is not None:  # the run process registers the same torch.hub entry
             argv += ["--hub", plan.scenario.hub.to_json()]
         try:
-            run.process = await self._launch(argv, run.log_path)
+            run.process = await self._launch(argv, run.log_path, run.secret)
         except OSError as exc:
             run.error = f"could not start the run process: {exc}"
             self._finish(run, None)
@@ -307,7 +311,7 @@ class RunManager:
         self._background(self._watch_process(run))
         return run
 
-    async def _launch(self, argv: list[str], log_path: Path | None) -> Any:
+    async def _launch(self, argv: list[str], log_path: Path | None, secret: str) -> Any:
         """Fork from the preloaded launcher; start a fresh interpreter if it is gone.
 
         The launcher starts with the first run, not with the server: a dashboard that never starts
@@ -318,10 +322,10 @@ class RunManager:
             self.launcher = Launcher({**os.environ, process.TOKEN_ENV: self.config.token})
         if self.launcher is not None and self.launcher.alive:
             try:
-                return await self.launcher.spawn(argv, log_path)
+                return await self.launcher.spawn(argv, log_path, secret)
             except OSError:
                 pass  # a launcher that died: the slow way still works
-        return process.spawn(argv, token=self.config.token, log_path=log_path)
+        return process.spawn(argv, token=self.config.token, log_path=log_path, secret=secret)
 
     def replay(self, path: Path) -> Run:
         """A recorded trace file as an ended run (mode "replay"), parsed as data, streamed, size-limited.
@@ -397,9 +401,11 @@ class RunManager:
 
     # --- producers (the ingest websocket) -------------------------------------------------------
 
-    def attach(self, run_id: str | None, channel: ControlChannel) -> tuple[Run, list[dict[str, Any]]]:
+    def attach(self, run_id: str | None, channel: ControlChannel,
+               secret: str | None = None) -> tuple[Run, list[dict[str, Any]]]:
         """A producer connects: to a run the dashboard started, or as a new (or returning) external run.
 
+        A run belongs to whoever created it: attaching to an existing run takes its ``secret``.
         Returns the run and the control messages queued for it. Raises RunRefused (with a
         websocket close reason) when the run cannot take a producer.
         """
@@ -408,6 +414,9 @@ class RunManager:
         run = self.runs.get(run_id) if run_id else None
         if run is None:
             run = self.create(scenario=None, mode="", params={}, origin="external", run_id=run_id)
+        elif run.source is None and not run.closed and not secrets.compare_digest(secret or "", run.secret):
+            raise RunRefused(4403, f"run {run.id} is another producer's: its owner returns with the "
+                             f"{process.SECRET_HEADER} header")
         if run.source is not None:
             raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir; a producer cannot add to it")
         if run.closed:
