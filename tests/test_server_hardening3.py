@@ -16,7 +16,11 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed
 
+from loaderscope.events import REQUIRED
 from loaderscope.trace import write_trace
 from websockets.sync.client import connect
 
@@ -278,3 +282,42 @@ def test_watch_keeps_its_runs_secret_for_coming_back(hard: LiveServer) -> None:
     assert headers.get("X-Loaderscope-Run-Secret") and "secret" not in url  # a header: never in access logs
     with connect(url, additional_headers=headers, compression=None, open_timeout=10) as back:
         assert orjson.loads(back.recv(timeout=5))["next_seq"] == len(HEADER)
+
+
+# --- property: no event a producer can send breaks an answer ---------------------------------------
+
+ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6)
+OPTIONAL = ("worker", "idx", "epoch", "rank", "n", "dt", "nbytes", "message", "error", "indices", "signal", "name")
+
+
+@st.composite
+def events_of_known_kinds(draw: Any) -> dict[str, Any]:
+    kind = draw(st.sampled_from(sorted(REQUIRED)))
+    names = [*REQUIRED[kind], *draw(st.lists(st.sampled_from(OPTIONAL), max_size=3, unique=True))]
+    return {"kind": kind, "t": draw(st.none() | st.floats(0, 10)), **{name: draw(ANY_VALUE) for name in names}}
+
+
+def test_no_event_of_any_known_kind_gives_a_5xx_or_a_cut_export(hard: LiveServer) -> None:
+    with hard.client() as http:
+
+        @given(event=events_of_known_kinds())
+        @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        def check(event: dict[str, Any]) -> None:
+            with hard.connect("/ws/ingest") as ws:
+                run_id = orjson.loads(ws.recv(timeout=5))["run"]
+                ws.send(orjson.dumps(HEADER))
+                try:
+                    ws.send(orjson.dumps([event]))
+                    ws.ping().wait(10)  # answered once the frame before it was read
+                except ConnectionClosed as closed:
+                    assert closed.rcvd is not None and closed.rcvd.code == 1007 and closed.rcvd.reason
+            detail = http.get(f"/api/runs/{run_id}")
+            assert detail.status_code == 200, (event, detail.text)
+            assert isinstance(detail.json()["status"], str)
+            chrome = http.get(f"/api/runs/{run_id}/trace", params={"format": "chrome"})
+            assert chrome.status_code == 200 and "traceEvents" in orjson.loads(chrome.content), event
+
+        check()
