@@ -74,7 +74,7 @@ PING = bytes([0x89, 0x80 | 125]) + b"\0\0\0\0" + b"p" * 125  # a masked client p
 
 
 def slowloris(address: tuple[str, int], stop: threading.Event, figures: dict[str, Any]) -> None:
-    """Half-sent request heads, as fast as they connect, each kept open (up to 4,000 at once)."""
+    """Half-sent request heads, as fast as they connect, each kept open (up to 15,000 at once)."""
     held: list[socket.socket] = []
     while not stop.is_set():
         try:
@@ -85,7 +85,7 @@ def slowloris(address: tuple[str, int], stop: threading.Event, figures: dict[str
         except OSError:
             figures["attack_refused"] += 1
             time.sleep(0.01)
-        if len(held) > 4000:
+        if len(held) > 15_000:
             held.pop(0).close()
     for sock in held:
         sock.close()
@@ -157,7 +157,9 @@ def run(seconds: float, attack: str = "frames") -> dict[str, Any]:
                     return
 
     def health() -> None:
-        with httpx.Client(timeout=30) as http:
+        # a new connection per poll under a heads attack: what it holds is the server's sockets
+        limits = httpx.Limits(max_keepalive_connections=0 if attack == "heads" else 20)
+        with httpx.Client(timeout=30, limits=limits) as http:
             while not stop.is_set():
                 start = time.perf_counter()
                 try:
