@@ -145,6 +145,20 @@ def test_producers_that_send_one_event_and_leave_cannot_lock_the_dashboard(start
     assert (server.data_dir / "drive-by0.2.trace.jsonl").exists()
 
 
+def test_one_address_driving_by_pushes_out_its_own_runs_before_anothers(start_server: Any) -> None:
+    server = start_server(max_runs=4, reconnect_grace=600)
+    elsewhere = socket.create_connection(("127.0.0.1", server.port), source_address=("127.0.0.2", 0))
+    with connect(f"{server.ws_url}/ws/ingest?run=victim", sock=elsewhere, additional_headers=server.headers) as ws:
+        ws.recv(timeout=5)
+        ws.send(orjson.dumps(HEADER))
+    wait_for(lambda: server.run("victim")["status"] == "disconnected", what="the victim's producer gone")
+    for n in range(8):  # another address: one event each, then gone
+        produce(server, f"flood{n}", iter([orjson.dumps(HEADER[:1])]), end=False)
+    with server.client() as http:
+        listed = {r["id"] for r in http.get("/api/runs").json()}
+    assert "victim" in listed and len(listed) == 4  # the oldest of them, yet the flooding address's went
+
+
 def test_live_producers_still_fill_the_dashboard_with_a_reason(start_server: Any) -> None:
     server = start_server(max_runs=2)
     with server.connect("/ws/ingest?run=live0") as a, server.connect("/ws/ingest?run=live1") as b:

@@ -73,7 +73,9 @@ async def ingest(websocket: WebSocket, manager: RunManager) -> None:
         return
     channel = WebSocketChannel(websocket)
     try:
-        run, queued = manager.attach(websocket.query_params.get("run"), channel, websocket.headers.get(SECRET_HEADER))
+        peer = websocket.client.host if websocket.client is not None else None
+        run, queued = manager.attach(websocket.query_params.get("run"), channel, websocket.headers.get(SECRET_HEADER),
+                                     peer)
     except RunRefused as exc:
         await websocket.close(close_code(exc.status), close_reason(exc.message))
         return

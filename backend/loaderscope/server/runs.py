@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -99,6 +100,7 @@ class Run:
     # Proof of ownership: handed to the producer that created the run (in its hello) or to the run
     # process the dashboard started (in its environment); a producer attaching to an existing run shows it.
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    peer: str | None = None  # the address its producer first connected from (eviction's per-source share)
     silent_after: float = 30.0  # a live producer quiet this long is shown as silent
 
     def __post_init__(self) -> None:
@@ -375,13 +377,15 @@ class RunManager:
             and (r.log.next_seq == 0 or now - r.detached_at > self.config.reconnect_grace)))]
 
     def _disconnected(self) -> list[Run]:
-        """External runs whose producer left, longest gone first: when nothing else can go, they go before
-        a new run is refused. 200 producers that each sent an event and left once held every slot for
-        reconnect_grace; a forgotten run keeps its trace file, and a producer coming back under its id
-        starts ``ID.2.trace.jsonl``, told ``next_seq: 0`` (§8)."""
+        """External runs whose producer left: when nothing else can go, they go before a new run is
+        refused. 200 producers that each sent an event and left once held every slot for reconnect_grace;
+        a forgotten run keeps its trace file, and a producer coming back under its id starts
+        ``ID.2.trace.jsonl``, told ``next_seq: 0`` (§8). The address holding the most of them loses its
+        longest gone first, so one source's drive-by runs push out its own, not another's."""
         gone = [r for r in self.runs.values()
                 if r.source is None and r.origin == "external" and r.producer is None and r.detached_at is not None]
-        return sorted(gone, key=lambda r: r.detached_at or 0.0)
+        held = Counter(r.peer for r in gone)
+        return sorted(gone, key=lambda r: (-held[r.peer], r.detached_at or 0.0))
 
     def _forget(self, run: Run) -> None:
         """Delist ``run``. Its trace stays; a temporary data directory keeps the newest ``keep_forgotten``."""
@@ -401,8 +405,8 @@ class RunManager:
 
     # --- producers (the ingest websocket) -------------------------------------------------------
 
-    def attach(self, run_id: str | None, channel: ControlChannel,
-               secret: str | None = None) -> tuple[Run, list[dict[str, Any]]]:
+    def attach(self, run_id: str | None, channel: ControlChannel, secret: str | None = None,
+               peer: str | None = None) -> tuple[Run, list[dict[str, Any]]]:
         """A producer connects: to a run the dashboard started, or as a new (or returning) external run.
 
         A run belongs to whoever created it: attaching to an existing run takes its ``secret``.
@@ -414,6 +418,7 @@ class RunManager:
         run = self.runs.get(run_id) if run_id else None
         if run is None:
             run = self.create(scenario=None, mode="", params={}, origin="external", run_id=run_id)
+            run.peer = peer
         elif run.source is None and not run.closed and not secrets.compare_digest(secret or "", run.secret):
             raise RunRefused(4403, f"run {run.id} is another producer's: its owner returns with the "
                              f"{process.SECRET_HEADER} header")
