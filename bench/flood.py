@@ -3,6 +3,8 @@
     .venv/bin/python bench/flood.py            # 20 s of flood, a table of figures
     .venv/bin/python bench/flood.py --quick    # 5 s
     .venv/bin/python bench/flood.py --json     # the figures as JSON (tests/test_server_hardening_soak.py)
+    .venv/bin/python bench/flood.py --attack heads   # instead: half-sent request heads, no token (slowloris)
+    .venv/bin/python bench/flood.py --attack pings   # instead: pings on an ingest socket, pongs never read
 
 The flooder sends, in a loop, a compact frame of 60,000 batch rows (300,000 events, at the frame cap), a frame holding
 one 1.5 MB event and a frame of 10,000 unknown-kind events. Meanwhile a steady producer sends 100
@@ -14,11 +16,13 @@ the viewer's largest gap between messages, and the server's peak RSS.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -65,7 +69,49 @@ def flood_payloads() -> list[bytes]:
             orjson.dumps([{"kind": "mystery", "t": 1, "i": i} for i in range(10_000)])]
 
 
-def run(seconds: float) -> dict[str, Any]:
+HALF_HEAD = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+PING = bytes([0x89, 0x80 | 125]) + b"\0\0\0\0" + b"p" * 125  # a masked client ping (zero key)
+
+
+def slowloris(address: tuple[str, int], stop: threading.Event, figures: dict[str, Any]) -> None:
+    """Half-sent request heads, as fast as they connect, each kept open (up to 15,000 at once)."""
+    held: list[socket.socket] = []
+    while not stop.is_set():
+        try:
+            sock = socket.create_connection(address, timeout=2)
+            sock.sendall(HALF_HEAD)
+            held.append(sock)
+            figures["attack_connections"] += 1
+        except OSError:
+            figures["attack_refused"] += 1
+            time.sleep(0.01)
+        if len(held) > 15_000:
+            held.pop(0).close()
+    for sock in held:
+        sock.close()
+
+
+def ping_flood(address: tuple[str, int], token: str, stop: threading.Event, figures: dict[str, Any]) -> None:
+    """Pings on one ingest socket whose pongs are never read; counts the MiB the server took."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock = socket.create_connection(address, timeout=10)
+    sock.sendall((f"GET /ws/ingest HTTP/1.1\r\nHost: {address[0]}:{address[1]}\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Authorization: Bearer {token}\r\n\r\n").encode())
+    sock.settimeout(0.5)
+    burst = PING * 500
+    while not stop.is_set():
+        try:
+            sock.sendall(burst)
+            figures["attack_mib"] += len(burst) / (1 << 20)
+        except TimeoutError:
+            figures["attack_stalled_s"] += 0.5  # the server stopped reading us
+        except OSError:
+            break
+    sock.close()
+
+
+def run(seconds: float, attack: str = "frames") -> dict[str, Any]:
     directory = Path(tempfile.mkdtemp(prefix="loaderscope-flood-"))
     process, url, token = start_server(directory)
     ws_url, headers = "ws" + url[4:], {"Authorization": f"Bearer {token}"}
@@ -111,7 +157,9 @@ def run(seconds: float) -> dict[str, Any]:
                     return
 
     def health() -> None:
-        with httpx.Client(timeout=30) as http:
+        # a new connection per poll under a heads attack: what it holds is the server's sockets
+        limits = httpx.Limits(max_keepalive_connections=0 if attack == "heads" else 20)
+        with httpx.Client(timeout=30, limits=limits) as http:
             while not stop.is_set():
                 start = time.perf_counter()
                 try:
@@ -126,7 +174,11 @@ def run(seconds: float) -> dict[str, Any]:
     for t in threads:
         t.start()
     time.sleep(0.5)
-    flood = threading.Thread(target=flooder, daemon=True)
+    address = (url.split("//")[1].rsplit(":", 1)[0], int(url.rsplit(":", 1)[1]))
+    figures.update(attack=attack, attack_connections=0, attack_refused=0, attack_mib=0.0, attack_stalled_s=0.0)
+    target: Any = {"frames": lambda: flooder(), "heads": lambda: slowloris(address, stop, figures),
+                   "pings": lambda: ping_flood(address, token, stop, figures)}[attack]
+    flood = threading.Thread(target=target, daemon=True)
     flood.start()
     time.sleep(seconds)
     stop.set()
@@ -134,7 +186,8 @@ def run(seconds: float) -> dict[str, Any]:
         t.join(60)
     with httpx.Client(timeout=30, headers=headers) as http:
         figures["steady_stored"] = http.get(f"{url}/api/runs/steady").json()["events"]
-        figures["flood_stored"] = http.get(f"{url}/api/runs/flood").json()["events"]
+        flooded = http.get(f"{url}/api/runs/flood")
+        figures["flood_stored"] = flooded.json()["events"] if flooded.status_code == 200 else 0
     figures["server_alive"] = process.poll() is None
     process.terminate()
     process.wait(15)
@@ -152,8 +205,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="5 s of flood")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--attack", choices=("frames", "heads", "pings"), default="frames",
+                        help="frames: the producer flood above; heads: half-sent request heads; pings: a ping flood")
     args = parser.parse_args()
-    figures = run(5.0 if args.quick else args.seconds)
+    figures = run(5.0 if args.quick else args.seconds, args.attack)
     if args.json:
         print(json.dumps(figures))
         return

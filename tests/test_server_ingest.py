@@ -49,9 +49,17 @@ def frames(events: Iterator[dict[str, Any]], size: int) -> Iterator[bytes]:
         yield orjson.dumps(chunk)
 
 
+SECRETS: dict[tuple[str, str], str] = {}  # (dashboard, run id) -> the secret its hello gave
+
+
 def produce(server: LiveServer, run_id: str, payloads: Iterator[bytes], *, end: bool = True) -> None:
-    with server.connect(f"/ws/ingest?run={run_id}") as ws:
-        assert orjson.loads(ws.recv(timeout=5))["run"] == run_id
+    """Send ``payloads`` as the producer of ``run_id``: coming back to a run it created, with its secret."""
+    known = SECRETS.get((server.url, run_id))
+    headers = {"X-Loaderscope-Run-Secret": known} if known else {}
+    with server.connect(f"/ws/ingest?run={run_id}", additional_headers=headers) as ws:
+        hello = orjson.loads(ws.recv(timeout=5))
+        assert hello["run"] == run_id
+        SECRETS[(server.url, run_id)] = hello["secret"]
         for payload in payloads:
             ws.send(payload)
         if end:
@@ -131,8 +139,8 @@ def test_run_ids_are_checked_and_a_run_takes_one_producer(server: LiveServer) ->
     with server.connect("/ws/ingest?run=../../etc/passwd") as ws:
         assert closed_with(ws)[0] == 4400
     with server.connect("/ws/ingest?run=solo-1") as first:
-        first.recv(timeout=5)
-        with server.connect("/ws/ingest?run=solo-1") as second:
+        secret = orjson.loads(first.recv(timeout=5))["secret"]  # even its owner's second connection waits
+        with server.connect("/ws/ingest?run=solo-1", additional_headers={"X-Loaderscope-Run-Secret": secret}) as second:
             code, reason = closed_with(second)
             assert code == 4409 and "already has a producer" in reason
 
@@ -220,7 +228,8 @@ def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(sma
     total = 5 * 40_000 + 3
     produce(server, "stall-1", frames(batches(0), 10), end=False)  # run_start, epoch_start
     with server.connect("/ws/runs/stall-1?after=-1") as viewer:  # not read until the producer is done
-        with server.connect("/ws/ingest?run=stall-1") as ws:
+        with server.connect("/ws/ingest?run=stall-1",
+                            additional_headers={"X-Loaderscope-Run-Secret": SECRETS[(server.url, "stall-1")]}) as ws:
             ws.recv(timeout=5)
             for payload in frames(batches(40_000, header=False), 1000):
                 ws.send(payload)

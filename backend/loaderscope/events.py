@@ -101,9 +101,26 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.PROBE_ERROR: ("where", "type", "message"),
 }
 
-_INT_FIELDS = ("seq", "rank", "idx", "worker", "epoch", "waiting_for")
+_INT_FIELDS = ("seq", "rank", "idx", "worker", "epoch", "waiting_for", "world_size")
 _NUMBER_FIELDS = ("t", "wait", "dt", "elapsed", "seconds")
 _FIELD_TYPES: dict[str, Any] = {name: int for name in _INT_FIELDS} | {name: (int, float) for name in _NUMBER_FIELDS}
+# Fields of the known kinds that the reducer, the diagnosis and the exports read as text or as a
+# mapping: a list for run_end's reason became the run's status, a number for error's message failed
+# the diagnosis (and GET /api/runs/{id} with it). Null passes where the field is optional.
+_KIND_TYPES: dict[str, dict[str, type]] = {
+    Kind.RUN_START: {"mode": str, "config": dict, "name": str, "job": str},
+    Kind.RUN_END: {"reason": str, "message": str},
+    Kind.ERROR: {"type": str, "message": str, "traceback": str},
+    Kind.PROBE_ERROR: {"where": str, "type": str, "message": str},
+    Kind.WORKER_DIED: {"signal": str},
+    Kind.TIMEOUT: {"workers": list},
+}
+# Never null where present: the common fields the reducer does arithmetic with (a null rank cut the
+# Chrome export off), besides every field the event's kind requires.
+_NEVER_NULL = frozenset(("t", "seq", "rank"))
+# Containers nested deeper than this are refused: the store's encoder stops at 255 levels, and an
+# event that cannot be encoded must be refused with a reason, not drop its producer.
+MAX_DEPTH = 64
 
 
 class EventError(ValueError):
@@ -112,10 +129,16 @@ class EventError(ValueError):
 
 _REQUIRED_SETS = {kind: frozenset(("t", *names)) for kind, names in REQUIRED.items()}
 _T_ONLY = frozenset(("t",))
-_UNTYPED_VALUES = (str, list, dict, bool, type(None))  # what any field without a type may hold, besides numbers
-# Fields an event's shape may be made of to get a compiled check (see _shape_check); others take the loop.
+# What any field without a type may hold for sure, besides numbers: containers take the full check,
+# which bounds their depth (sample indices excepted: a flat list of scalars is checked in one pass).
+_SCALAR_VALUES = (str, bool, type(None))
+_PLAIN = frozenset((int, float, str, bool, type(None)))  # JSON scalars
+# Fields an event's shape may be made of to get a compiled check (see _shape_check); others take the
+# loop. The per-kind typed fields are not among them: their kinds are rare, the loop checks them.
+_PER_KIND = frozenset(name for types in _KIND_TYPES.values() for name in types)
+_SOMETIMES_REQUIRED = frozenset(name for names in REQUIRED.values() for name in names)
 _KNOWN_FIELDS = frozenset((*COMMON_FIELDS, *_FIELD_TYPES, *(n for names in REQUIRED.values() for n in names),
-                           "n", "indices", "nbytes", "pickled", "from_buffer", "pid", "exitcode", "signal", "dt"))
+                           "n", "indices", "nbytes", "pickled", "from_buffer", "pid", "exitcode", "dt")) - _PER_KIND
 MAX_SHAPES = 256  # compiled checks kept; producers send a handful of shapes, a hostile one cannot grow this
 
 
@@ -142,10 +165,21 @@ def _validate_fully(event: Any) -> Event:
     kind = event.get("kind")
     if not isinstance(kind, str) or not kind:
         raise EventError("an event needs a non-empty string 'kind'")
-    if not event.keys() >= _REQUIRED_SETS.get(kind, _T_ONLY):
+    required = _REQUIRED_SETS.get(kind, _T_ONLY)
+    if not event.keys() >= required:
         _missing(event, kind)
+    types = _KIND_TYPES.get(kind, {})
     for name, value in event.items():
+        if value is None:
+            if name in required or name in _NEVER_NULL:
+                raise EventError(f"{kind} event: '{name}' must not be null")
+            continue
         _check_field(kind, name, value)
+        want = types.get(name)
+        if want is not None and not isinstance(value, want):
+            raise EventError(f"{kind} event: '{name}' must be {_NOUNS[want]}, got {type(value).__name__}")
+        if isinstance(value, (list, dict)) and _deeper_than(value, MAX_DEPTH):
+            raise EventError(f"{kind} event: '{name}' is nested more than {MAX_DEPTH} levels deep")
     worker = event.get("worker")
     if worker is not None and not 0 <= worker < MAX_WORKERS:
         raise EventError(f"{kind} event: 'worker' must be from 0 to {MAX_WORKERS - 1}, got {worker}")
@@ -156,6 +190,21 @@ def _validate_fully(event: Any) -> Event:
     if len(_SHAPES) < MAX_SHAPES and _KNOWN_FIELDS.issuperset(shape):
         _SHAPES[shape] = _shape_check(shape)
     return event
+
+
+_NOUNS: dict[type, str] = {str: "a string", dict: "a JSON object", list: "a JSON array"}
+
+
+def _deeper_than(value: list[Any] | dict[str, Any], limit: int) -> bool:
+    """Whether ``value`` holds containers more than ``limit`` levels deep (walked without recursion)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [child for container in level
+                 for child in (container.values() if isinstance(container, dict) else container)
+                 if isinstance(child, (list, dict))]
+        if not level:
+            return False
+    return True
 
 
 def _value_check(name: str, value: str) -> str:
@@ -171,13 +220,17 @@ def _value_check(name: str, value: str) -> str:
     number = f"((type({value}) is float or type({value}) is int) and {within})"
     if name in _FIELD_TYPES:
         return number
-    return f"(type({value}) in _UNTYPED_VALUES or {number})"
+    if name == "indices":
+        return f"({value} is None or (type({value}) is list and _PLAIN.issuperset(map(type, {value}))))"
+    if name in _SOMETIMES_REQUIRED:  # null: the full check knows whether this kind requires it
+        return f"({value} is not None and (type({value}) in _SCALAR_VALUES or {number}))"
+    return f"(type({value}) in _SCALAR_VALUES or {number})"
 
 
 def _compile(source: str, **names: Any) -> Any:
     """The function ``check`` that ``source`` defines. Only our own field names reach it (the schema's,
     in _KNOWN_FIELDS or ROW_FIELDS, as variables v0, v1...): never a producer's text."""
-    namespace: dict[str, Any] = {"_UNTYPED_VALUES": _UNTYPED_VALUES, **names}
+    namespace: dict[str, Any] = {"_SCALAR_VALUES": _SCALAR_VALUES, "_PLAIN": _PLAIN, **names}
     exec(source, namespace)  # noqa: S102
     return namespace["check"]
 
@@ -377,9 +430,6 @@ def clip_indices(indices: Any) -> tuple[list[Any] | None, int]:
             head = [_plain(i) for i in head]
         return head, len(indices)
     return [_plain(indices)], 1
-
-
-_PLAIN = frozenset((int, float, str, bool, type(None)))  # JSON scalars: _plain returns them as they are
 
 
 def _plain(value: Any) -> Any:

@@ -197,48 +197,54 @@ def chrome_chunks(events: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
             yield (separator + ",".join(out)).encode()
             out.clear()
             separator = ","
-        kind, ts, pid = e["kind"], e["t"] * US, int(e.get("rank", 0))
-        if kind == "fetch_start":
-            continue  # the complete event at fetch_end covers it
-        if kind == "dispatch":
-            flow = (pid << 40) | (epoch << 24) | int(e["idx"])
-            append(f'{{"ph":"s","name":"task","cat":"flow","id":{flow},"pid":{pid},"tid":{MAIN_TID},"ts":{ts!r},'
-                   f'"args":{{"worker":{int(e["worker"])},"indices":{_j(e.get("indices"))}}}}}')
-        elif kind == "fetch_end":
-            worker = int(e["worker"])
-            tid = worker + 2
-            if (pid, tid) not in named:
-                name_thread(pid, tid, f"worker {worker}")
-            dur = max(0.0, float(e.get("dt") or 0.0) * US)
-            nbytes = e.get("nbytes")
-            append(f'{{"ph":"X","name":"task {int(e["idx"])}","cat":"fetch","pid":{pid},"tid":{tid},'
-                   f'"ts":{ts - dur!r},"dur":{dur!r},"args":{{"epoch":{epoch},'
-                   f'"nbytes":{int(nbytes) if isinstance(nbytes, int) else "null"}}}}}')
-        elif kind == "arrive":
-            flow = (pid << 40) | (epoch << 24) | int(e["idx"])
-            append(f'{{"ph":"f","bp":"e","name":"task","cat":"flow","id":{flow},"pid":{pid},"tid":{MAIN_TID},'
-                   f'"ts":{ts!r}}}')
-        elif kind == "yield":
-            dur = max(0.0, float(e["wait"]) * US)
-            append(f'{{"ph":"X","name":"wait for task {int(e["idx"])}","cat":"consumer","pid":{pid},'
-                   f'"tid":{MAIN_TID},"ts":{ts - dur!r},"dur":{dur!r},'
-                   f'"args":{{"from_buffer":{"true" if e.get("from_buffer") else "false"}}}}}')
-        elif kind == "run_start":
-            label = f"rank {pid} ({e.get('scenario') or e.get('name') or 'loader'})"
-            append(f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"ts":0,"args":{{"name":{_j(label)}}}}}')
-            name_thread(pid, MAIN_TID, "main (consumer)")
-        elif kind == "epoch_start":
-            epoch = int(e["epoch"])
-        elif kind == "pin_start":
-            pins[(pid, epoch, e["idx"])] = ts
-        elif kind == "pin_end":
-            name_thread(pid, PIN_TID, "pin memory")
-            start = pins.pop((pid, epoch, e["idx"]), ts)
-            append(_j({"ph": "X", "name": f"pin task {e['idx']}", "cat": "pin", "pid": pid, "tid": PIN_TID,
-                       "ts": start, "dur": max(0.0, ts - start), "args": {"nbytes": e.get("nbytes")}}))
-        elif kind != "run_end":
-            tid = _tid(e["worker"]) if isinstance(e.get("worker"), int) else MAIN_TID
-            args = {k: v for k, v in e.items() if k not in ("seq", "t", "run", "rank", "kind")}
-            append(_j({"ph": "i", "s": "t", "name": kind, "cat": "protocol", "pid": pid, "tid": tid, "ts": ts,
-                       "args": args}))
+        try:
+            kind, ts, pid = e["kind"], e["t"] * US, int(e.get("rank", 0))
+            if kind == "fetch_start":
+                continue  # the complete event at fetch_end covers it
+            if kind == "dispatch":
+                flow = (pid << 40) | (epoch << 24) | int(e["idx"])
+                append(f'{{"ph":"s","name":"task","cat":"flow","id":{flow},"pid":{pid},"tid":{MAIN_TID},"ts":{ts!r},'
+                       f'"args":{{"worker":{int(e["worker"])},"indices":{_j(e.get("indices"))}}}}}')
+            elif kind == "fetch_end":
+                worker = int(e["worker"])
+                tid = worker + 2
+                if (pid, tid) not in named:
+                    name_thread(pid, tid, f"worker {worker}")
+                dur = max(0.0, float(e.get("dt") or 0.0) * US)
+                nbytes = e.get("nbytes")
+                append(f'{{"ph":"X","name":"task {int(e["idx"])}","cat":"fetch","pid":{pid},"tid":{tid},'
+                       f'"ts":{ts - dur!r},"dur":{dur!r},"args":{{"epoch":{epoch},'
+                       f'"nbytes":{int(nbytes) if isinstance(nbytes, int) else "null"}}}}}')
+            elif kind == "arrive":
+                flow = (pid << 40) | (epoch << 24) | int(e["idx"])
+                append(f'{{"ph":"f","bp":"e","name":"task","cat":"flow","id":{flow},"pid":{pid},"tid":{MAIN_TID},'
+                       f'"ts":{ts!r}}}')
+            elif kind == "yield":
+                dur = max(0.0, float(e["wait"]) * US)
+                append(f'{{"ph":"X","name":"wait for task {int(e["idx"])}","cat":"consumer","pid":{pid},'
+                       f'"tid":{MAIN_TID},"ts":{ts - dur!r},"dur":{dur!r},'
+                       f'"args":{{"from_buffer":{"true" if e.get("from_buffer") else "false"}}}}}')
+            elif kind == "run_start":
+                label = f"rank {pid} ({e.get('scenario') or e.get('name') or 'loader'})"
+                append(f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"ts":0,"args":{{"name":{_j(label)}}}}}')
+                name_thread(pid, MAIN_TID, "main (consumer)")
+            elif kind == "epoch_start":
+                epoch = int(e["epoch"])
+            elif kind == "pin_start":
+                pins[(pid, epoch, e["idx"])] = ts
+            elif kind == "pin_end":
+                name_thread(pid, PIN_TID, "pin memory")
+                start = pins.pop((pid, epoch, e["idx"]), ts)
+                append(_j({"ph": "X", "name": f"pin task {e['idx']}", "cat": "pin", "pid": pid, "tid": PIN_TID,
+                           "ts": start, "dur": max(0.0, ts - start), "args": {"nbytes": e.get("nbytes")}}))
+            elif kind != "run_end":
+                tid = _tid(e["worker"]) if isinstance(e.get("worker"), int) else MAIN_TID
+                args = {k: v for k, v in e.items() if k not in ("seq", "t", "run", "rank", "kind")}
+                append(_j({"ph": "i", "s": "t", "name": kind, "cat": "protocol", "pid": pid, "tid": tid, "ts": ts,
+                           "args": args}))
+        except (TypeError, ValueError, KeyError, OverflowError):
+            # An event off the schema (validate refuses them; a stored one may predate a rule) is shown
+            # as it is: a null idx once cut the export off mid-stream, an unreadable answer.
+            append(_j({"ph": "i", "s": "g", "name": str(e.get("kind")), "cat": "unreadable", "pid": 0,
+                       "tid": MAIN_TID, "ts": 0, "args": dict(e)}))
     yield ((separator if out else "") + ",".join(out) + '],"displayTimeUnit":"ms"}').encode()

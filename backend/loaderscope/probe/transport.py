@@ -73,6 +73,7 @@ class StreamSink:
         self.capacity = buffer_events
         self.dropped = 0  # events lost because the buffer was full
         self.run: str | None = None  # the dashboard's id for this run, once connected
+        self.secret: str | None = None  # the run's proof of ownership from the hello, shown on reconnects
         self.head: bytes | None = None  # the first frame (run_start): a restarted dashboard needs it
         self.sent = 0
         self.unconfirmed = False  # the last connection closed without the dashboard's receipt
@@ -164,6 +165,7 @@ class StreamSink:
                 raise proof.Unproven("it took a stream without a token, which a loaderscope dashboard never does")
             hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
             self.run = hello.get("run", self.run)
+            self.secret = hello.get("secret", self.secret)
             if self.head is not None and hello.get("next_seq") == 0:
                 ws.send(self.head)  # a new dashboard: the run's config first, then the gap
             self.refused = self.unproven = None
@@ -222,7 +224,10 @@ class StreamSink:
     def _address(self) -> tuple[str, dict[str, str]]:
         """URL (re-attaching to our run after a reconnect) and auth headers."""
         url = f"{self.url}?{urlencode({'run': self.run})}" if self.run else self.url
-        return url, {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if self.secret:  # the run is ours: a token holder without it cannot take it over (4403)
+            headers["X-Loaderscope-Run-Secret"] = self.secret
+        return url, headers
 
     def _pump(self, ws: ClientConnection) -> None:
         while True:

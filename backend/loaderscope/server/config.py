@@ -32,6 +32,14 @@ MAX_VIEWERS = 256  # viewer websockets in all
 MAX_RUN_VIEWERS = 64  # viewer websockets per run
 # A disconnected watch() run may come back (its producer retries): it is not forgotten for this long.
 RECONNECT_GRACE = 600.0
+# A client has this long to send a request head, and this many may be sending one at once (past it
+# the oldest is closed): half-sent heads held the server's sockets (server/protocols.py).
+HEAD_TIMEOUT = 10.0
+MAX_HEADS = 256
+# Websocket keepalive (uvicorn's defaults); a peer that keeps sending is alive whether or not its pong
+# has been read yet (server/protocols.py).
+PING_INTERVAL = 20.0
+PING_TIMEOUT = 20.0
 MAX_RUN_BYTES = 1 << 30  # a run's trace file; a producer writing more is cut off (1008)
 # Traces of a temporary data directory: those of forgotten runs are deleted beyond the newest
 # KEEP_FORGOTTEN, and forgotten runs' files go first once all of them pass DISK_BYTES.
@@ -85,6 +93,10 @@ class ServerConfig:
     max_viewers: int = MAX_VIEWERS
     max_run_viewers: int = MAX_RUN_VIEWERS
     reconnect_grace: float = RECONNECT_GRACE
+    head_timeout: float = HEAD_TIMEOUT
+    max_heads: int = MAX_HEADS
+    ping_interval: float = PING_INTERVAL
+    ping_timeout: float = PING_TIMEOUT
     keep_forgotten: int = KEEP_FORGOTTEN
     disk_bytes: int = DISK_BYTES
     stop_grace: float = STOP_GRACE

@@ -25,6 +25,7 @@ from loaderscope.server import logs
 from loaderscope.server.app import create_app
 from loaderscope.server.config import ServerConfig, is_loopback, new_token
 from loaderscope.server.process import TOKEN_ENV
+from loaderscope.server.protocols import WebSocketProtocol, http_protocol
 from loaderscope.server.runs import RunManager
 from loaderscope.server.security import checked_token
 from loaderscope.server.storage import is_url, storage_for
@@ -117,7 +118,9 @@ def serve(
     # server.run() never runs). kill -9 leaves the entry: a reader then finds it fails the proof.
     app = create_app(config, on_started=on_started, on_stopped=lambda: unpublish(address))
     server = uvicorn.Server(uvicorn.Config(
-        app, log_level=log_level, ws="auto", ws_max_size=MAX_FRAME_BYTES, ws_per_message_deflate=False,
+        app, log_level=log_level, http=http_protocol(config.head_timeout, config.max_heads), ws=WebSocketProtocol,
+        ws_max_size=MAX_FRAME_BYTES, ws_per_message_deflate=False, ws_ping_interval=config.ping_interval,
+        ws_ping_timeout=config.ping_timeout,
         proxy_headers=False, server_header=False, lifespan="on", timeout_graceful_shutdown=3,
     ))
     logs.install(token)  # after uvicorn.Config: it (re)configures logging

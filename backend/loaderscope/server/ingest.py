@@ -4,13 +4,15 @@ Protocol (◆):
 - connect to ``/ws/ingest?run=ID`` with the token (``Authorization: Bearer`` or ``?token=``);
   without ``run`` the server names a new run. A known ID attaches to that run (the dashboard's
   run process, or an external producer reconnecting).
-- the server says ``{"type": "hello", "run": ID, "next_seq": N}``;
+- the server says ``{"type": "hello", "run": ID, "next_seq": N, "secret": S}``; a producer coming back to
+  an existing run sends S in the ``X-Loaderscope-Run-Secret`` header (4403 without it);
 - the producer sends frames: JSON arrays of events (the store renumbers ``seq``; gaps in the
   producer's own seq are counted as dropped), and meta objects ``{"type": "dropped", "count": N}``
   or ``{"type": "failed", "error": "..."}``;
 - the server sends controls: ``{"action": "pause"|"resume"|"step"|"stop"}`` and ``{"delay": s}``.
 Bad input closes the connection with a code that says why: 1007 (not JSON, not the schema),
-1009 (too big), 1008 (over the run's event limit), 4400/4409 (bad or busy run id), 1013 (try again
+1009 (too big), 1008 (over the run's event limit), 4400/4409 (bad or busy run id), 4403 (another
+producer's run), 1013 (try again
 later: ``max_producers`` connected, or every listed run still live).
 
 A frame is applied in slices of about SLICE_EVENTS events, yielding to the event loop between them:
@@ -28,6 +30,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from loaderscope.events import MAX_FRAME_BYTES, MAX_NUMBER, MAX_ROWS, EventError, Event, expand, validate
 from loaderscope.server.config import ServerConfig
+from loaderscope.server.process import SECRET_HEADER
 from loaderscope.server.runs import Run, RunManager, RunRefused
 from loaderscope.server.spill import TraceSpill
 
@@ -70,12 +73,14 @@ async def ingest(websocket: WebSocket, manager: RunManager) -> None:
         return
     channel = WebSocketChannel(websocket)
     try:
-        run, queued = manager.attach(websocket.query_params.get("run"), channel)
+        peer = websocket.client.host if websocket.client is not None else None
+        run, queued = manager.attach(websocket.query_params.get("run"), channel, websocket.headers.get(SECRET_HEADER),
+                                     peer)
     except RunRefused as exc:
         await websocket.close(close_code(exc.status), close_reason(exc.message))
         return
     try:
-        await channel.send({"type": "hello", "run": run.id, "next_seq": run.log.next_seq})
+        await channel.send({"type": "hello", "run": run.id, "next_seq": run.log.next_seq, "secret": run.secret})
         for message in queued:
             await channel.send(message)
         await _receive(websocket, run, manager.config)

@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from loaderscope.server.process import SECRET_ENV
+
 REAP_EVERY = 0.05  # seconds between checks for exited children
 
 
@@ -73,7 +75,7 @@ class Launcher:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    async def spawn(self, argv: list[str], log_path: Path | None) -> LaunchedProcess:
+    async def spawn(self, argv: list[str], log_path: Path | None, secret: str) -> LaunchedProcess:
         """Fork a run process running ``runproc.main(argv)``.
 
         Raises:
@@ -84,7 +86,7 @@ class Launcher:
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         with self._lock:
             self._replies[request_id] = (loop, future)
-        self._send({"id": request_id, "argv": argv, "log": str(log_path) if log_path else None})
+        self._send({"id": request_id, "argv": argv, "log": str(log_path) if log_path else None, "secret": secret})
         reply = await future
         if "pid" not in reply:
             raise OSError(reply.get("error", "the launcher could not start the run"))
@@ -221,15 +223,17 @@ def _answer(request: dict[str, Any], replies: int) -> None:
         return
     if pid == 0:
         os.close(replies)
-        _run_child(request["argv"], request.get("log"))
+        _run_child(request["argv"], request.get("log"), request.get("secret"))
     _write(replies, {"id": request["id"], "pid": pid})
 
 
-def _run_child(argv: list[str], log: str | None) -> None:
+def _run_child(argv: list[str], log: str | None, secret: str | None) -> None:
     """In the forked child: become a session leader with the run's log as stdout, run, exit."""
     code = 1
     try:
         os.setsid()
+        if secret is not None:  # the environment, like the token: never argv, which others read in /proc
+            os.environ[SECRET_ENV] = secret
         out = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)

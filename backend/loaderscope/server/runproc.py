@@ -31,6 +31,7 @@ from loaderscope.events import Event, encode_frame, to_json
 from loaderscope.runner import Control
 from loaderscope.scenarios import Plan, register
 from loaderscope.scenarios.hub import HubEntry, hub_scenario
+from loaderscope.server.process import SECRET_ENV, SECRET_HEADER
 
 FRAME_EVENTS = 1000  # events per websocket message
 HIGH_WATER = 200_000  # events buffered before the sink blocks (backpressure: nothing is dropped)
@@ -209,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         print("runproc: set $LOADERSCOPE_TOKEN to the dashboard's token", file=sys.stderr)
         return 2
     url = f"{args.url}?run={args.run}"
-    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, compression=None,
+    headers = {"Authorization": f"Bearer {token}"}
+    secret = os.environ.get(SECRET_ENV)
+    if secret:  # the dashboard created the run: the secret proves this process is the one it started
+        headers[SECRET_HEADER] = secret
+    with connect(url, additional_headers=headers, compression=None,
                  open_timeout=CONNECT_TIMEOUT, max_size=MAX_MESSAGE) as ws:
         ws.recv(timeout=CONNECT_TIMEOUT)  # the hello: the dashboard has attached us to the run
         return stream_run(args, ws)

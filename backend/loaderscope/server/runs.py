@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -95,6 +97,10 @@ class Run:
     source: FileSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
     detached_at: float | None = None  # time.monotonic() when its producer last went away
     viewers: int = 0  # websockets watching it
+    # Proof of ownership: handed to the producer that created the run (in its hello) or to the run
+    # process the dashboard started (in its environment); a producer attaching to an existing run shows it.
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    peer: str | None = None  # the address its producer first connected from (eviction's per-source share)
     silent_after: float = 30.0  # a live producer quiet this long is shown as silent
 
     def __post_init__(self) -> None:
@@ -299,7 +305,7 @@ class RunManager:
         if plan.scenario.hub is not None:  # the run process registers the same torch.hub entry
             argv += ["--hub", plan.scenario.hub.to_json()]
         try:
-            run.process = await self._launch(argv, run.log_path)
+            run.process = await self._launch(argv, run.log_path, run.secret)
         except OSError as exc:
             run.error = f"could not start the run process: {exc}"
             self._finish(run, None)
@@ -307,7 +313,7 @@ class RunManager:
         self._background(self._watch_process(run))
         return run
 
-    async def _launch(self, argv: list[str], log_path: Path | None) -> Any:
+    async def _launch(self, argv: list[str], log_path: Path | None, secret: str) -> Any:
         """Fork from the preloaded launcher; start a fresh interpreter if it is gone.
 
         The launcher starts with the first run, not with the server: a dashboard that never starts
@@ -318,10 +324,10 @@ class RunManager:
             self.launcher = Launcher({**os.environ, process.TOKEN_ENV: self.config.token})
         if self.launcher is not None and self.launcher.alive:
             try:
-                return await self.launcher.spawn(argv, log_path)
+                return await self.launcher.spawn(argv, log_path, secret)
             except OSError:
                 pass  # a launcher that died: the slow way still works
-        return process.spawn(argv, token=self.config.token, log_path=log_path)
+        return process.spawn(argv, token=self.config.token, log_path=log_path, secret=secret)
 
     def replay(self, path: Path) -> Run:
         """A recorded trace file as an ended run (mode "replay"), parsed as data, streamed, size-limited.
@@ -354,10 +360,10 @@ class RunManager:
         Logdir runs are not counted: their files hold them, and the listing must show every one.
         """
         while sum(r.source is None for r in self.runs.values()) >= self.config.max_runs:
-            evictable = self._evictable()
+            evictable = self._evictable() or self._disconnected()
             if not evictable:
-                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all live or "
-                                 "disconnected less than reconnect_grace ago; stop some, or try again later")
+                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all live (connected "
+                                 "producers or started run processes); stop some, or try again later")
             self._forget(evictable[0])
         while self._disk_used() > self.config.disk_bytes and (evictable := self._evictable()):
             self._forget(evictable[0])
@@ -369,6 +375,17 @@ class RunManager:
         return [r for r in self.runs.values() if r.source is None and (r.closed or (
             r.origin == "external" and r.producer is None and r.detached_at is not None
             and (r.log.next_seq == 0 or now - r.detached_at > self.config.reconnect_grace)))]
+
+    def _disconnected(self) -> list[Run]:
+        """External runs whose producer left: when nothing else can go, they go before a new run is
+        refused. 200 producers that each sent an event and left once held every slot for reconnect_grace;
+        a forgotten run keeps its trace file, and a producer coming back under its id starts
+        ``ID.2.trace.jsonl``, told ``next_seq: 0`` (§8). The address holding the most of them loses its
+        longest gone first, so one source's drive-by runs push out its own, not another's."""
+        gone = [r for r in self.runs.values()
+                if r.source is None and r.origin == "external" and r.producer is None and r.detached_at is not None]
+        held = Counter(r.peer for r in gone)
+        return sorted(gone, key=lambda r: (-held[r.peer], r.detached_at or 0.0))
 
     def _forget(self, run: Run) -> None:
         """Delist ``run``. Its trace stays; a temporary data directory keeps the newest ``keep_forgotten``."""
@@ -388,9 +405,11 @@ class RunManager:
 
     # --- producers (the ingest websocket) -------------------------------------------------------
 
-    def attach(self, run_id: str | None, channel: ControlChannel) -> tuple[Run, list[dict[str, Any]]]:
+    def attach(self, run_id: str | None, channel: ControlChannel, secret: str | None = None,
+               peer: str | None = None) -> tuple[Run, list[dict[str, Any]]]:
         """A producer connects: to a run the dashboard started, or as a new (or returning) external run.
 
+        A run belongs to whoever created it: attaching to an existing run takes its ``secret``.
         Returns the run and the control messages queued for it. Raises RunRefused (with a
         websocket close reason) when the run cannot take a producer.
         """
@@ -399,6 +418,10 @@ class RunManager:
         run = self.runs.get(run_id) if run_id else None
         if run is None:
             run = self.create(scenario=None, mode="", params={}, origin="external", run_id=run_id)
+            run.peer = peer
+        elif run.source is None and not run.closed and not secrets.compare_digest(secret or "", run.secret):
+            raise RunRefused(4403, f"run {run.id} is another producer's: its owner returns with the "
+                             f"{process.SECRET_HEADER} header")
         if run.source is not None:
             raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir; a producer cannot add to it")
         if run.closed:

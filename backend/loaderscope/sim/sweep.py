@@ -217,12 +217,11 @@ def recommend(rows: Iterable[Mapping[str, Any]], fed_share: float = FED_SHARE) -
     if not rows:
         return "sweep num_workers (e.g. num_workers=0,1,2,4,8) for a recommendation"
     others = [k for k in rows[0] if k not in METRICS and k != "num_workers"]
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[k] for k in others), []).append(row)
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:  # keyed by their text: a cost field's value may be a mapping (worker_factor), unhashable
+        groups.setdefault(", ".join(f"{k}={row[k]}" for k in others), []).append(row)
     lines = []
-    for values, group in groups.items():
-        where = ", ".join(f"{k}={v}" for k, v in zip(others, values))
+    for where, group in groups.items():
         lines.append((f"{where}: " if where else "") + _recommend_one(sorted(group, key=lambda r: r["num_workers"]),
                                                                          fed_share))
     return "\n".join(lines)
