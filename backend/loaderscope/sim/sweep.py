@@ -27,6 +27,7 @@ from loaderscope.scenarios.workload import LoaderArgs, Workload
 from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.run import simulate
+from loaderscope.state import reduce, summary
 
 if TYPE_CHECKING:
     from loaderscope.scenarios.plan import Plan
@@ -162,6 +163,26 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dic
                        costs=costs.model_copy(update=cost_values), batches=batches)
         rows.append(values | row_stats(run))
     return rows
+
+
+def recorded_check(events: Sequence[Event], plan: Plan | None = None) -> dict[str, Any]:
+    """The fit's own check: batches/s recorded and predicted at the setting the trace recorded.
+
+    Both are ``state.summary``'s batches/s (batches over the time from the loader's first event
+    to its last batch, the loop's steps and its gaps between epochs included), so they compare.
+    ``plan``: the scenario a scenario's trace recorded (replayed as that scenario, as ``sim`` does).
+
+    Raises:
+        ValueError: as ``trace_sweep`` and ``fit_from_trace`` do, for a trace with nothing to fit.
+    """
+    start = next((e for e in events if e["kind"] == "run_start"), None)
+    config = (start or {}).get("config", {})
+    setting = {k: config[k] for k in sorted(TRACE_KEYS) if k in config}
+    rows = (sweep(plan, {}, fit_from_trace(events)) if plan is not None
+            else trace_sweep(events, {"num_workers": [config.get("num_workers") or 0]}))
+    recorded, predicted = summary(reduce(events))["batches_per_s"], rows[0]["batches_per_s"]
+    return {"setting": setting, "recorded_batches_per_s": recorded, "predicted_batches_per_s": predicted,
+            "error": predicted / recorded - 1 if recorded > 0 else None}
 
 
 def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[Any]]]]:
