@@ -3,6 +3,7 @@
     .venv/bin/python bench/fit_accuracy.py            # every case (several minutes)
     .venv/bin/python bench/fit_accuracy.py --quick    # three cases, a smoke run
     .venv/bin/python bench/fit_accuracy.py --keep runs/   # keep the traces
+    .venv/bin/python bench/fit_accuracy.py --refit runs/  # fit the kept traces again, recording nothing
 
 Each case records a real run: a built-in scenario (``loaderscope run NAME --set ...``, defaults and
 variants: 0/2/4 workers, a training step, persistent workers, iterable shards, pin_memory) or a
@@ -73,7 +74,7 @@ CASES = [
     Case("pickle_heavy", "pickle_heavy"),
     Case("gpu_step", "gpu_step"),
     Case("train_cnn.py, 0 workers", command=_loop(str(EXAMPLE), "--workers", "0", "--samples", "512", "--epochs", "2")),
-    Case("train_cnn.py, 2 workers", command=_loop(str(EXAMPLE), "--workers", "2", "--samples", "768", "--epochs", "2")),
+    Case("train_cnn.py, 2 workers", command=_loop(str(EXAMPLE), "--workers", "2", "--samples", "512", "--epochs", "2")),
     Case("train_eval.py (eval between epochs)", command=_loop(str(EVAL_LOOP), "--workers", "2")),
     Case("train_cnn.py, torchrun 2 ranks", command=(str(BIN / "torchrun"), "--nproc-per-node", "2", str(EXAMPLE),
                                                     "--workers", "1", "--samples", "512", "--epochs", "2")),
@@ -110,18 +111,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="three cases only")
     parser.add_argument("--keep", metavar="DIR", help="record the traces here and keep them")
+    parser.add_argument("--refit", metavar="DIR", help="fit the traces a --keep run left there, recording nothing")
     args = parser.parse_args()
     cases = [c for c in CASES if c.label in QUICK] if args.quick else CASES
     console = Console(width=140)
-    before = os.getloadavg()
+    before = os.getloadavg()  # during --refit: of the fitting, not of the recordings
     table = Table(title="sim --from-trace at the recorded setting", show_edge=False, header_style="bold")
     for title in ("case", "loader", "workers", "recorded b/s", "predicted b/s", "error"):
         table.add_column(title, justify="left" if title in ("case", "loader") else "right")
     errors = []
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(args.keep) if args.keep else Path(scratch)
+        root = Path(args.refit or args.keep or scratch)
         for number, case in enumerate(cases):
-            for path in record(case, root / f"{number:02d}"):
+            folder = root / f"{CASES.index(case):02d}"
+            for path in sorted(folder.rglob("*.trace.jsonl")) if args.refit else record(case, folder):
                 name, workers, result = check(path)
                 if result["error"] is None:
                     continue  # a loader that yielded no batch
