@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
 from loaderscope.sim import describe_fit, fit_from_trace, recorded_check
+from loaderscope.sim.sweep import plan_from_trace
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore:.*suggested max number of worker")]
@@ -46,8 +47,11 @@ def net() -> nn.Module:
                          nn.Linear(128, 10))
 
 
-def train(workers: int, epochs: int = 3) -> list[dict[str, Any]]:
-    """A real loop: train on one loader, evaluate on another between epochs; the train loader's events."""
+def train(workers: int, epochs: int = 3, peek: bool = False) -> list[dict[str, Any]]:
+    """A real loop: train on one loader, evaluate on another between epochs; the train loader's events.
+
+    ``peek``: take one batch with ``next(iter(loader))`` before each epoch (the pytorch/examples habit).
+    """
     events: list[dict[str, Any]] = []
     torch.manual_seed(0)
     train_loader = loaderscope.watch(DataLoader(Images(192), batch_size=16, shuffle=True, num_workers=workers),
@@ -57,6 +61,8 @@ def train(workers: int, epochs: int = 3) -> list[dict[str, Any]]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     with train_loader:
         for _ in range(epochs):
+            if peek:
+                next(iter(train_loader))
             for images, labels in train_loader:
                 optimizer.zero_grad()
                 loss_fn(model(images), labels).backward()
@@ -78,3 +84,11 @@ def test_a_fitted_training_loop_replays_its_recorded_batches_per_s(workers: int)
     assert {"sample", "step_ms", "epoch_gap_ms"} <= fitted  # the model step and the eval between epochs
     if workers:
         assert {"spawn_ms", "startup_ms"} <= fitted
+
+
+def test_a_peek_before_each_epoch_is_replayed_as_the_batch_it_took() -> None:
+    events = train(2, epochs=2, peek=True)
+    _, batches = plan_from_trace(events)
+    assert [len(epoch) for epoch in batches] == [1, 12, 1, 12]  # not the 4 tasks each peek prefetched
+    check = recorded_check(events)
+    assert abs(check["error"]) <= TOLERANCE, check

@@ -189,12 +189,15 @@ def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[A
     """A workload and per-epoch batches that replay a trace's loader (costs come from the fitted model).
 
     Sample indices a dispatch event cut short (``n`` beyond the indices kept) are replaced by -1,
-    which the fitted model charges from its distribution. An iterable stream is split evenly.
+    which the fitted model charges from its distribution. An epoch left early (a peek with
+    ``next(iter(loader))``, a ``break``) replays the batches it yielded, not those it prefetched.
+    An iterable stream is split evenly.
     """
     start = next(e for e in events if e["kind"] == "run_start")
     config = start.get("config", {})
     epoch = 0
     per_epoch: dict[int, list[tuple[int, list[Any]]]] = {}
+    yielded: dict[int, int] = {}  # epochs left early: the batches they yielded
     for event in events:
         if event["kind"] == "epoch_start":
             epoch = event["epoch"]
@@ -202,9 +205,11 @@ def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[A
             indices, n = event.get("indices") or [], event.get("n") or 0
             full = indices if len(indices) == n and None not in indices else [-1] * n
             per_epoch.setdefault(event.get("epoch", epoch), []).append((event["idx"], full))
-    batches = [[b for _, b in sorted(per_epoch[e])] for e in sorted(per_epoch)]
+        elif event["kind"] == "epoch_end" and event.get("abandoned") and event.get("batches") is not None:
+            yielded[event.get("epoch", epoch)] = event["batches"]
+    batches = [[b for _, b in sorted(per_epoch[e])][:yielded.get(e)] for e in sorted(per_epoch)]
     kind = config.get("dataset_kind", "map")
-    total = sum(len(b) for b in batches[0]) if batches else 0
+    total = max((sum(len(b) for b in epoch_batches) for epoch_batches in batches), default=0)
     workload = Workload(
         args=LoaderArgs.from_config(config),
         dataset_kind=kind,
