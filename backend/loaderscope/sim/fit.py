@@ -238,11 +238,6 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int,
     fields: dict[str, float] = {}
     if firsts:
         fields["startup_ms"] = _boot(list(firsts.values())) * 1000
-    boots: dict[int, list[float]] = defaultdict(list)
-    for (_, worker), (spawn_t, _, fetch) in firsts.items():
-        boots[worker].append(fetch - spawn_t)
-    # each worker's own: with in-order results the consumer waits for the last one up
-    own = {worker: max(0.0, statistics.fmean(times)) * 1000 for worker, times in boots.items()}
     get = statistics.median(gets) if gets else 0.0
     if gets:
         fields["get_ms"] = get * 1000
@@ -251,7 +246,16 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int,
     overheads = _task_overheads(tagged)
     if overheads:
         fields["task_overhead_ms"] = max(0.0, statistics.fmean(overheads)) * 1000
-    return fields, own
+    return fields, _own_boots(firsts)
+
+
+def _own_boots(firsts: dict[tuple[int, int], tuple[float, float, float]]) -> dict[int, float]:
+    """Each worker's boot (ms), its mean over epochs: with in-order results the consumer waits for
+    the last worker up, which a boot shared by all workers moves."""
+    boots: dict[int, list[float]] = defaultdict(list)
+    for (_, worker), (spawned, _, fetch) in firsts.items():
+        boots[worker].append(fetch - spawned)
+    return {worker: max(0.0, statistics.fmean(times)) * 1000 for worker, times in boots.items()}
 
 
 def _task_overheads(tagged: list[tuple[int, Mapping[str, Any]]]) -> list[float]:
