@@ -115,7 +115,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = [c for c in CASES if c.label in QUICK] if args.quick else CASES
     console = Console(width=140)
-    before = os.getloadavg()  # during --refit: of the fitting, not of the recordings
+    before = os.getloadavg()
     table = Table(title="sim --from-trace at the recorded setting", show_edge=False, header_style="bold")
     for title in ("case", "loader", "workers", "recorded b/s", "predicted b/s", "error"):
         table.add_column(title, justify="left" if title in ("case", "loader") else "right")
@@ -136,7 +136,8 @@ def main() -> None:
     within = sum(e <= TOLERANCE for e in errors)
     console.print(f"{len(errors)} loaders in {len(cases)} cases: |error| median {statistics.median(errors):.1%}, "
                   f"max {max(errors):.1%}; {within} of {len(errors)} within {TOLERANCE:.0%}")
-    console.print(f"load average (1, 5, 15 min) before {before[0]:.1f} {before[1]:.1f} {before[2]:.1f}, "
+    during = "fitting them again" if args.refit else "recording and fitting"
+    console.print(f"load average (1, 5, 15 min) {during}: before {before[0]:.1f} {before[1]:.1f} {before[2]:.1f}, "
                   f"after {after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs")
 
 

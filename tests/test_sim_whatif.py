@@ -158,7 +158,7 @@ def test_sim_from_trace_says_what_it_fitted_and_how_close_it_replays(tmp_path: P
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
     assert "fitted from the trace:" in out
-    assert "step_ms 3 ms per batch: the training step" in out
+    assert "step_ms 3 ms per batch: the training step" in out, out
     replayed = re.search(r"at the recorded setting \(.*num_workers=2.*\): recorded ([\d.]+) batches/s, "
                          r"replayed ([\d.]+) \(([+-][\d.]+)%\)", out)
     assert replayed is not None, out

@@ -320,7 +320,7 @@ def print_fit(events: list[Event], plan: scenarios.Plan | None) -> Any:
         raise UsageError(str(exc)) from None
     console.print("fitted from the trace:", highlight=False)
     for cost in sim.describe_fit(costs):
-        console.print(f"  {cost['field']:<14} {cost['text']}", highlight=False, soft_wrap=True)
+        console.print(f"  {cost['field']:<17} {cost['text']}", highlight=False, soft_wrap=True)
     setting = ", ".join(f"{k}={v}" for k, v in check["setting"].items())
     error = f" ({check['error']:+.1%})" if check["error"] is not None else ""
     console.print(f"at the recorded setting ({setting}): recorded {check['recorded_batches_per_s']:.2f} batches/s, "

@@ -364,9 +364,14 @@ def describe_fit(model: CostModel) -> list[dict[str, Any]]:
             text = f"{value.dist} mean {value.mean_ms:.3g} ms{spread} {meaning}{table}"
             value = value.model_dump()
         elif isinstance(value, dict):
-            shown = (f"{f:.2f}x" if field == "worker_factor" else f"{f:,.4g}" for f in value.values())
+            shown = (f"{f:.2f}x" if field == "worker_factor" else _number(f) for f in value.values())
             text = ", ".join(f"worker {w} {f}" for w, f in zip(value, shown)) + f": {meaning}"
         else:
-            text = f"{value:,.4g} {meaning}" if field != "sample_bytes" else f"{value:,} {meaning}"
+            text = f"{_number(value)} {meaning}"
         out.append({"field": field, "value": value, "text": text})
     return out
+
+
+def _number(value: float) -> str:
+    """Whole units from 100 on (1,879 ms, 32,810 ms), three digits below (9.66 ms, 0.0494 ms)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
