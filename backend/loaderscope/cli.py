@@ -294,8 +294,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         plan = trace_plan(events)
         if plan is None:  # the trace's own loader, replayed with other settings
             grid = sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields])  # what a replay can change
-            print_fit(events, None)
-            return print_sweep(lambda: sim.trace_sweep(events, grid))
+            fitted = print_fit(events, None)
+            return print_sweep(lambda: sim.trace_sweep(events, grid, fitted))
         costs = print_fit(events, plan)
     elif args.scenario:
         plan = resolve(args.scenario, parse_sets(args.set))
@@ -315,7 +315,7 @@ def print_fit(events: list[Event], plan: scenarios.Plan | None) -> Any:
 
     try:
         costs = sim.fit_from_trace(events)
-        check = sim.recorded_check(events, plan)
+        check = sim.recorded_check(events, plan, costs)
     except ValueError as exc:  # a trace without a finished fetch: nothing to fit
         raise UsageError(str(exc)) from None
     console.print("fitted from the trace:", highlight=False)

@@ -113,8 +113,9 @@ def _sweep(events: list[Event], grid: dict[str, list[Any]]) -> dict[str, Any] | 
     from loaderscope import sim
 
     try:
-        rows = sim.trace_sweep(events, grid)
-        fit = {"costs": sim.describe_fit(sim.fit_from_trace(events)), "recorded": sim.recorded_check(events)}
+        costs = sim.fit_from_trace(events)
+        rows = sim.trace_sweep(events, grid, costs)
+        fit = {"costs": sim.describe_fit(costs), "recorded": sim.recorded_check(events, costs=costs)}
     except ValueError as exc:  # a run with no finished fetch yet: nothing to fit
         return unprocessable([{"field": "run", "message": str(exc), "allowed": None}])
     return {"rows": rows, "recommendation": sim.recommend(rows), "source": "run", "fit": fit}

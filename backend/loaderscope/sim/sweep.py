@@ -136,11 +136,13 @@ def sweep(plan: Plan, grid: Mapping[str, Sequence[Any]], costs: CostModel | None
     return simulate_variants(variants(plan, grid, costs))
 
 
-def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]],
+                costs: CostModel | None = None) -> list[dict[str, Any]]:
     """``sweep`` for a recorded loader without a scenario: replayed with its own batches, costs fitted from it.
 
     Its grid may change the loader arguments in ``TRACE_KEYS`` and the scalar cost fields. (A trace
     of a scenario is swept as that scenario: ``sweep(resolve(name, params), grid, fit_from_trace(events))``.)
+    ``costs``: the model ``fit_from_trace(events)`` returned, if the caller has it already.
 
     Raises:
         ValueError: for a trace without ``run_start``, or a key the replay cannot change.
@@ -148,7 +150,7 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dic
     start = next((e for e in events if e["kind"] == "run_start"), None)
     if start is None:
         raise ValueError("the trace has no run_start event: cannot tell which loader it recorded")
-    costs = fit_from_trace(events)
+    costs = costs or fit_from_trace(events)
     workload, batches = plan_from_trace(events)
     rows = []
     for number, values in enumerate(_combinations(grid)):
@@ -165,12 +167,14 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dic
     return rows
 
 
-def recorded_check(events: Sequence[Event], plan: Plan | None = None) -> dict[str, Any]:
+def recorded_check(events: Sequence[Event], plan: Plan | None = None,
+                   costs: CostModel | None = None) -> dict[str, Any]:
     """The fit's own check: batches/s recorded and predicted at the setting the trace recorded.
 
     Both are ``state.summary``'s batches/s (batches over the time from the loader's first event
     to its last batch, the loop's steps and its gaps between epochs included), so they compare.
-    ``plan``: the scenario a scenario's trace recorded (replayed as that scenario, as ``sim`` does).
+    ``plan``: the scenario a scenario's trace recorded (replayed as that scenario, as ``sim`` does);
+    ``costs``: the model ``fit_from_trace(events)`` returned, if the caller has it already.
 
     Raises:
         ValueError: as ``trace_sweep`` and ``fit_from_trace`` do, for a trace with nothing to fit.
@@ -178,8 +182,9 @@ def recorded_check(events: Sequence[Event], plan: Plan | None = None) -> dict[st
     start = next((e for e in events if e["kind"] == "run_start"), None)
     config = (start or {}).get("config", {})
     setting = {k: config[k] for k in sorted(TRACE_KEYS) if k in config}
-    rows = (sweep(plan, {}, fit_from_trace(events)) if plan is not None
-            else trace_sweep(events, {"num_workers": [config.get("num_workers") or 0]}))
+    costs = costs or fit_from_trace(events)
+    rows = (sweep(plan, {}, costs) if plan is not None
+            else trace_sweep(events, {"num_workers": [config.get("num_workers") or 0]}, costs))
     recorded, predicted = summary(reduce(events))["batches_per_s"], rows[0]["batches_per_s"]
     return {"setting": setting, "recorded_batches_per_s": recorded, "predicted_batches_per_s": predicted,
             "error": predicted / recorded - 1 if recorded > 0 else None}
