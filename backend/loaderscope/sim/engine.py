@@ -541,6 +541,9 @@ class Simulator:
                        stack=SIMULATED_STACK)
 
     def _fetch_done(self, worker: _Worker, result: _Result, dt: float) -> None:
+        busy = self.costs.task_overhead > 0  # putting the result, taking the next index
+        if not busy:
+            worker.current = None
         self._fetch_times.append(dt)
         fields = {"stop": True} if result.stop else {}
         self._emit(Kind.FETCH_END, idx=result.idx, worker=worker.wid, epoch=result.epoch, dt=dt,
@@ -549,10 +552,10 @@ class Simulator:
             self._at(self.now + self.costs.transfer, self._result_queued, result)
         else:
             self._result_queued(result)
-        if self.costs.task_overhead > 0:  # putting the result, taking the next index: still busy
+        if busy:
             self._at(self.now + self.costs.task_overhead, self._worker_free, worker, worker=worker.wid)
         else:
-            self._worker_free(worker)
+            self._worker_kick(worker)
 
     def _worker_free(self, worker: _Worker) -> None:
         worker.current = None
