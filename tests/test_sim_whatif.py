@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from loaderscope.scenarios import ParamError, get, resolve
-from loaderscope.sim import CostModel, fit_from_trace, format_table, machinery, recommend, simulate, sweep, trace_sweep
+from loaderscope.sim import (CostModel, describe_fit, fit_from_trace, format_table, machinery, recommend, recorded_check,
+                             simulate, sweep, trace_sweep)
 from tests.test_sim_helpers import problems
 
 
@@ -139,3 +145,34 @@ def test_fit_reads_the_pin_cost() -> None:
     assert events[0]["config"]["pin_memory_active"] is True
     assert machinery(events)["pin_ms_per_mb"] == pytest.approx(2.0)
     assert fit_from_trace(events).sample_bytes == 1 << 18
+
+
+def test_sim_from_trace_says_what_it_fitted_and_how_close_it_replays(tmp_path: Path) -> None:
+    trace = tmp_path / "mine.trace.jsonl"
+    cli = [sys.executable, "-m", "loaderscope.cli"]
+    recorded = subprocess.run([*cli, "run", "uniform", "--mode", "sim", "--set", "num_workers=2", "--set", "step_ms=3",
+                               "--set", "epochs=2", "--out", str(trace)], capture_output=True, text=True, timeout=120)
+    assert recorded.returncode == 0, recorded.stderr
+    done = subprocess.run([*cli, "sim", "--from-trace", str(trace), "--sweep", "num_workers=2,4"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert "fitted from the trace:" in out
+    assert "step_ms 3 ms per batch: the training step" in out, out
+    replayed = re.search(r"at the recorded setting \(.*num_workers=2.*\): recorded ([\d.]+) batches/s, "
+                         r"replayed ([\d.]+) \(([+-][\d.]+)%\)", out)
+    assert replayed is not None, out
+    assert replayed[1] == replayed[2]  # a simulated run is replayed exactly by its own fit
+
+
+def test_recorded_check_counts_the_gap_between_epochs() -> None:
+    params = {"num_workers": 2, "step_ms": 2.0, "epochs": 3, "persistent_workers": True}
+    events = _events("uniform", params, CostModel(epoch_gap_ms=50.0, spawn_ms=5.0, startup_ms=10.0))
+    for event in events:
+        if event["kind"] == "run_start":
+            event["scenario"] = None
+    model = fit_from_trace(events)
+    assert model.epoch_gap_ms == pytest.approx(50.0)
+    check = recorded_check(events)
+    assert check["predicted_batches_per_s"] == pytest.approx(check["recorded_batches_per_s"], rel=1e-6)
+    assert "epoch_gap_ms" in {cost["field"] for cost in describe_fit(model)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -49,7 +50,18 @@ def test_the_what_if_panel_sweeps_a_watched_loader(server: Any) -> None:
     body = answer.json()
     rows = body["rows"]
     assert [r["num_workers"] for r in rows] == [1, 2, 4] and body["source"] == "run"
-    assert rows[2]["batches_per_s"] > rows[0]["batches_per_s"]  # more workers feed this loader faster
+    # Whether 4 workers beat 1 on 24 batches depends on what starting them cost on this machine at
+    # that moment (under load, more than the batches gain), and a 24-batch run is as noisy as the
+    # machine (the accuracy on real loops: tests/test_sim_fit_real.py, bench/fit_accuracy.py). What
+    # holds: the answer compares its replay of the recorded setting (1 worker) with the batches/s
+    # the page shows for the run, and says which costs it fitted.
+    recorded = body["fit"]["recorded"]
+    assert recorded["setting"]["num_workers"] == 1
+    assert rows[0]["batches_per_s"] == pytest.approx(recorded["predicted_batches_per_s"])
+    assert recorded["recorded_batches_per_s"] == pytest.approx(server.run(run_id)["statistics"]["batches_per_s"])
+    fitted = {cost["field"]: cost for cost in body["fit"]["costs"]}
+    assert {"sample", "step_ms", "spawn_ms", "startup_ms"} <= set(fitted)
+    assert "training step" in fitted["step_ms"]["text"]
     assert "num_workers" in body["recommendation"]
 
 

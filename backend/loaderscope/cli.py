@@ -295,15 +295,38 @@ def cmd_sim(args: argparse.Namespace) -> int:
         plan = trace_plan(events)
         if plan is None:  # the trace's own loader, replayed with other settings
             grid = sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields])  # what a replay can change
-            return print_sweep(lambda: sim.trace_sweep(events, grid))
-        costs = sim.fit_from_trace(events)
+            fitted = print_fit(events, None)
+            return print_sweep(lambda: sim.trace_sweep(events, grid, fitted))
+        costs = print_fit(events, plan)
     elif args.scenario:
         plan = resolve(args.scenario, parse_sets(args.set))
-        costs = sim.fit_from_trace(read_events(args.from_trace)) if args.from_trace else cost_model(args.costs)
+        costs = print_fit(read_events(args.from_trace), None) if args.from_trace else cost_model(args.costs)
     else:
         raise UsageError("name a scenario, or give --from-trace FILE to sweep a recorded run")
     grid = sweep_grid(args.sweep, [*plan.scenario.params.model_fields, *cost_fields])
     return print_sweep(lambda: sim.sweep(plan, grid, costs))
+
+
+def print_fit(events: list[Event], plan: scenarios.Plan | None) -> Any:
+    """Say which costs the trace gave the simulator, and how close it replays the recorded setting.
+
+    ``plan``: the scenario the trace recorded, if it is replayed as that scenario. Returns the model.
+    """
+    from loaderscope import sim
+
+    try:
+        costs = sim.fit_from_trace(events)
+        check = sim.recorded_check(events, plan, costs)
+    except ValueError as exc:  # a trace without a finished fetch: nothing to fit
+        raise UsageError(str(exc)) from None
+    console.print("fitted from the trace:", highlight=False)
+    for cost in sim.describe_fit(costs):
+        console.print(f"  {cost['field']:<17} {cost['text']}", highlight=False, soft_wrap=True)
+    setting = ", ".join(f"{k}={v}" for k, v in check["setting"].items())
+    error = f" ({check['error']:+.1%})" if check["error"] is not None else ""
+    console.print(f"at the recorded setting ({setting}): recorded {check['recorded_batches_per_s']:.2f} batches/s, "
+                  f"replayed {check['predicted_batches_per_s']:.2f}{error}", highlight=False, soft_wrap=True)
+    return costs
 
 
 def trace_plan(events: list[Event]) -> scenarios.Plan | None:

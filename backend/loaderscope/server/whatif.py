@@ -3,7 +3,9 @@
 The built-in scenarios are swept by ``POST /api/sweeps``. A run of someone's own loader has no
 scenario to rebuild, so this fits the simulator's cost model to the run's own fetches
 (``sim.fit_from_trace``) and replays its own batches with the swept loader arguments and cost fields
-(``sim.trace_sweep``). The run's events are read from the store like any viewer reads them.
+(``sim.trace_sweep``). The answer says which costs were fitted (``sim.describe_fit``) and how close
+the replay comes to the run at its recorded setting (``sim.recorded_check``). The run's events are
+read from the store like any viewer reads them.
 """
 
 from __future__ import annotations
@@ -125,7 +127,9 @@ def _sweep(events: list[Event], grid: dict[str, list[Any]]) -> dict[str, Any] | 
     from loaderscope import sim
 
     try:
-        rows = sim.trace_sweep(events, grid)
+        costs = sim.fit_from_trace(events)
+        rows = sim.trace_sweep(events, grid, costs)
+        fit = {"costs": sim.describe_fit(costs), "recorded": sim.recorded_check(events, costs=costs)}
     except ValueError as exc:  # a run with no finished fetch yet: nothing to fit
         return unprocessable([{"field": "run", "message": str(exc), "allowed": None}])
-    return {"rows": rows, "recommendation": sim.recommend(rows), "source": "run"}
+    return {"rows": rows, "recommendation": sim.recommend(rows), "source": "run", "fit": fit}

@@ -8,10 +8,10 @@ never on a scenario's builder or on torch: a workload's sampler order comes from
 
 from loaderscope.sim.costs import CostModel, Death, SampleDist, Stall, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
-from loaderscope.sim.fit import fit_from_trace, machinery
+from loaderscope.sim.fit import describe_fit, fit_from_trace, machinery
 from loaderscope.sim.run import simulate
-from loaderscope.sim.sweep import (TRACE_KEYS, Variant, format_table, recommend, simulate_variants, sweep,
-                                   trace_sweep, variants)
+from loaderscope.sim.sweep import (TRACE_KEYS, Variant, format_table, recommend, recorded_check, simulate_variants,
+                                   sweep, trace_sweep, variants)
 
 __all__ = [
     "TRACE_KEYS",
@@ -23,10 +23,12 @@ __all__ = [
     "Stall",
     "TaskCosts",
     "Variant",
+    "describe_fit",
     "fit_from_trace",
     "format_table",
     "machinery",
     "recommend",
+    "recorded_check",
     "simulate",
     "simulate_variants",
     "sweep",

@@ -68,8 +68,13 @@ class CostModel(BaseModel):
     stalls: list[Stall] = Field(default_factory=list)
     die: Death | None = None
     step_ms: float | None = Field(None, ge=0, description="consumer step per batch, ms; default: the plan's")
+    epoch_gap_ms: float = Field(
+        0.0, ge=0, description="the training loop's time between an epoch's end and the next iter() (eval), ms"
+    )
     pin_ms_per_mb: float = Field(0.0, ge=0, description="pin-memory copy cost, ms per MB (0: no pin stage)")
     startup_ms: float = Field(0.0, ge=0, description="a worker's boot time once started, before its first task, ms")
+    worker_startup_ms: dict[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="a listed worker's own boot time, ms (wins over startup_ms)")
     spawn_ms: float = Field(
         0.0, ge=0, description="main-process time to start each worker process (one after another), ms"
     )
@@ -78,6 +83,9 @@ class CostModel(BaseModel):
         0.0, ge=0, description="main-process time inside next() to take one result off the queue (unpickle), ms"
     )
     sample_overhead_ms: float = Field(0.0, ge=0, description="fixed cost added to every sample fetched, ms")
+    task_overhead_ms: float = Field(
+        0.0, ge=0, description="a worker's time per task outside the fetch (putting the result, taking the next "
+                               "index), ms")
     sample_bytes: int = Field(DEFAULT_SAMPLE_BYTES, ge=0, description="bytes per collated sample")
     stuck_after_s: float = Field(10.0, gt=0, description="a fetch this long (or 20x the median) is reported stuck")
     seed: int | None = Field(None, description="seed for the distributions; default: the scenario's seed")
@@ -128,10 +136,13 @@ class TaskCosts:
         self.model = model
         self.step = model.step_ms / 1000 if model.step_ms is not None else step_s
         self.startup = model.startup_ms / 1000
+        self._startups = {int(w): ms / 1000 for w, ms in model.worker_startup_ms.items()}
         self.spawn = model.spawn_ms / 1000
         self.transfer = model.transfer_ms / 1000
         self.get = model.get_ms / 1000
+        self.epoch_gap = model.epoch_gap_ms / 1000
         self._overhead = model.sample_overhead_ms / 1000
+        self.task_overhead = model.task_overhead_ms / 1000
         self.collate = model.collate_ms / 1000
         self.pin_active = pin_memory and model.pin_ms_per_mb > 0
         self._pin_per_byte = model.pin_ms_per_mb / 1000 / MB
@@ -166,6 +177,10 @@ class TaskCosts:
         else:
             base = lambda i: 0.0  # noqa: E731
         return lambda i: table[i] if i in table else base(i)
+
+    def startup_of(self, worker: int) -> float:
+        """Seconds worker ``worker`` boots before it can take a task."""
+        return self._startups.get(worker, self.startup)
 
     def stall(self, epoch: int, idx: int) -> float:
         return self._stalls.get((epoch, idx), 0.0) if self._stalls else 0.0

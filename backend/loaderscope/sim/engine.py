@@ -258,7 +258,7 @@ class Simulator:
         if not self.cfg.persistent_workers:
             self._exit_workers()
         if self._epoch + 1 < self.cfg.epochs:
-            self._begin_epoch(self._epoch + 1)
+            self._at(self.now + self.costs.epoch_gap, self._begin_epoch, self._epoch + 1)  # eval, checkpoints
         else:
             self._exit_workers()  # persistent workers live until the loader goes away
             self._finish("done")
@@ -474,7 +474,7 @@ class Simulator:
 
     def _worker_spawned(self, worker: _Worker) -> None:
         self._emit(Kind.WORKER_START, worker=worker.wid, pid=worker.pid)
-        self._at(self.now + self.costs.startup, self._worker_ready, worker, worker=worker.wid)
+        self._at(self.now + self.costs.startup_of(worker.wid), self._worker_ready, worker, worker=worker.wid)
 
     def _worker_ready(self, worker: _Worker) -> None:
         """Booted: the worker's loop starts reading its index queue."""
@@ -541,7 +541,9 @@ class Simulator:
                        stack=SIMULATED_STACK)
 
     def _fetch_done(self, worker: _Worker, result: _Result, dt: float) -> None:
-        worker.current = None
+        busy = self.costs.task_overhead > 0  # putting the result, taking the next index
+        if not busy:
+            worker.current = None
         self._fetch_times.append(dt)
         fields = {"stop": True} if result.stop else {}
         self._emit(Kind.FETCH_END, idx=result.idx, worker=worker.wid, epoch=result.epoch, dt=dt,
@@ -550,6 +552,13 @@ class Simulator:
             self._at(self.now + self.costs.transfer, self._result_queued, result)
         else:
             self._result_queued(result)
+        if busy:
+            self._at(self.now + self.costs.task_overhead, self._worker_free, worker, worker=worker.wid)
+        else:
+            self._worker_kick(worker)
+
+    def _worker_free(self, worker: _Worker) -> None:
+        worker.current = None
         self._worker_kick(worker)
 
     def _result_queued(self, result: _Result) -> None:
@@ -632,4 +641,7 @@ class Simulator:
             self._emit(Kind.PIN_END, idx=result.idx, worker=0, epoch=result.epoch, dt=dt, nbytes=result.nbytes,
                        pinned=True)
         self._emit(Kind.ARRIVE, idx=result.idx, worker=0, epoch=result.epoch)
-        self._yield(result.idx, 0, from_buffer=False)
+        if self.costs.get > 0:  # the sampler and the hand-over, in the main process too
+            self._at(self.now + self.costs.get, self._yield, result.idx, 0, False)
+        else:
+            self._yield(result.idx, 0, from_buffer=False)

@@ -27,6 +27,7 @@ from loaderscope.scenarios.workload import LoaderArgs, Workload
 from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.run import simulate
+from loaderscope.state import reduce, summary
 from loaderscope.wording import say
 
 if TYPE_CHECKING:
@@ -136,11 +137,13 @@ def sweep(plan: Plan, grid: Mapping[str, Sequence[Any]], costs: CostModel | None
     return simulate_variants(variants(plan, grid, costs))
 
 
-def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]],
+                costs: CostModel | None = None) -> list[dict[str, Any]]:
     """``sweep`` for a recorded loader without a scenario: replayed with its own batches, costs fitted from it.
 
     Its grid may change the loader arguments in ``TRACE_KEYS`` and the scalar cost fields. (A trace
     of a scenario is swept as that scenario: ``sweep(resolve(name, params), grid, fit_from_trace(events))``.)
+    ``costs``: the model ``fit_from_trace(events)`` returned, if the caller has it already.
 
     Raises:
         ValueError: for a trace without ``run_start``, or a key the replay cannot change.
@@ -148,7 +151,7 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dic
     start = next((e for e in events if e["kind"] == "run_start"), None)
     if start is None:
         raise ValueError("the trace has no run_start event: cannot tell which loader it recorded")
-    costs = fit_from_trace(events)
+    costs = costs or fit_from_trace(events)
     workload, batches = plan_from_trace(events)
     rows = []
     for number, values in enumerate(_combinations(grid)):
@@ -165,16 +168,42 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]]) -> list[dic
     return rows
 
 
+def recorded_check(events: Sequence[Event], plan: Plan | None = None,
+                   costs: CostModel | None = None) -> dict[str, Any]:
+    """The fit's own check: batches/s recorded and predicted at the setting the trace recorded.
+
+    Both are ``state.summary``'s batches/s (batches over the time from the loader's first event
+    to its last batch, the loop's steps and its gaps between epochs included), so they compare.
+    ``plan``: the scenario a scenario's trace recorded (replayed as that scenario, as ``sim`` does);
+    ``costs``: the model ``fit_from_trace(events)`` returned, if the caller has it already.
+
+    Raises:
+        ValueError: as ``trace_sweep`` and ``fit_from_trace`` do, for a trace with nothing to fit.
+    """
+    start = next((e for e in events if e["kind"] == "run_start"), None)
+    config = (start or {}).get("config", {})
+    setting = {k: config[k] for k in sorted(TRACE_KEYS) if k in config}
+    costs = costs or fit_from_trace(events)
+    rows = (sweep(plan, {}, costs) if plan is not None
+            else trace_sweep(events, {"num_workers": [config.get("num_workers") or 0]}, costs))
+    recorded, predicted = summary(reduce(events))["batches_per_s"], rows[0]["batches_per_s"]
+    return {"setting": setting, "recorded_batches_per_s": recorded, "predicted_batches_per_s": predicted,
+            "error": predicted / recorded - 1 if recorded > 0 else None}
+
+
 def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[Any]]]]:
     """A workload and per-epoch batches that replay a trace's loader (costs come from the fitted model).
 
     Sample indices a dispatch event cut short (``n`` beyond the indices kept) are replaced by -1,
-    which the fitted model charges from its distribution. An iterable stream is split evenly.
+    which the fitted model charges from its distribution. An epoch left early (a peek with
+    ``next(iter(loader))``, a ``break``) replays the batches it yielded, not those it prefetched.
+    An iterable stream is split evenly.
     """
     start = next(e for e in events if e["kind"] == "run_start")
     config = start.get("config", {})
     epoch = 0
     per_epoch: dict[int, list[tuple[int, list[Any]]]] = {}
+    yielded: dict[int, int] = {}  # epochs left early: the batches they yielded
     for event in events:
         if event["kind"] == "epoch_start":
             epoch = event["epoch"]
@@ -182,9 +211,11 @@ def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[A
             indices, n = event.get("indices") or [], event.get("n") or 0
             full = indices if len(indices) == n and None not in indices else [-1] * n
             per_epoch.setdefault(event.get("epoch", epoch), []).append((event["idx"], full))
-    batches = [[b for _, b in sorted(per_epoch[e])] for e in sorted(per_epoch)]
+        elif event["kind"] == "epoch_end" and event.get("abandoned") and event.get("batches") is not None:
+            yielded[event.get("epoch", epoch)] = event["batches"]
+    batches = [[b for _, b in sorted(per_epoch[e])][:yielded.get(e)] for e in sorted(per_epoch)]
     kind = config.get("dataset_kind", "map")
-    total = sum(len(b) for b in batches[0]) if batches else 0
+    total = max((sum(len(b) for b in epoch_batches) for epoch_batches in batches), default=0)
     workload = Workload(
         args=LoaderArgs.from_config(config),
         dataset_kind=kind,

@@ -1,0 +1,94 @@
+"""The simulator fitted to a real training loop predicts the loop it was fitted to.
+
+A real DataLoader with real worker processes feeds a real model (forward, backward, optimizer step)
+and an eval pass runs on a second loader between epochs, as in most training scripts. The run is
+recorded by ``watch()``; the cost model is fitted to that recording and replayed at the recorded
+setting. Both batches/s are ``state.summary``'s, so the replay must come within 10% of the
+recording whatever the machine's load: it is fitted from the same run, so this checks the model
+(what it charges for the step, the eval gap, the workers' boot, the main process's next()), not
+the machine. The bench (bench/fit_accuracy.py) prints the figure across scenarios and loops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import loaderscope
+from loaderscope.sim import describe_fit, fit_from_trace, recorded_check
+from loaderscope.sim.sweep import plan_from_trace
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore:.*suggested max number of worker")]
+TOLERANCE = 0.10
+
+
+class Images(Dataset[tuple[torch.Tensor, int]]):
+    """Small images made and augmented per sample on the CPU."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        generator = torch.Generator().manual_seed(index)
+        image = torch.rand(3, 32, 32, generator=generator)
+        return (image.flip(2) - 0.5) / 0.25, index % 10
+
+
+def net() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
+                         nn.Linear(128, 10))
+
+
+def train(workers: int, epochs: int = 3, peek: bool = False) -> list[dict[str, Any]]:
+    """A real loop: train on one loader, evaluate on another between epochs; the train loader's events.
+
+    ``peek``: take one batch with ``next(iter(loader))`` before each epoch (the pytorch/examples habit).
+    """
+    events: list[dict[str, Any]] = []
+    torch.manual_seed(0)
+    train_loader = loaderscope.watch(DataLoader(Images(192), batch_size=16, shuffle=True, num_workers=workers),
+                                     sink=events.extend, name="train_loader")
+    val_loader = DataLoader(Images(64), batch_size=16)
+    model, loss_fn = net(), nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with train_loader:
+        for _ in range(epochs):
+            if peek:
+                next(iter(train_loader))
+            for images, labels in train_loader:
+                optimizer.zero_grad()
+                loss_fn(model(images), labels).backward()
+                optimizer.step()
+            with torch.no_grad():
+                for images, _labels in val_loader:
+                    model(images)
+    wait_for(lambda: any(e["kind"] == "run_end" for e in events), what="the run to end")
+    return events
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_fitted_training_loop_replays_its_recorded_batches_per_s(workers: int) -> None:
+    events = train(workers)
+    check = recorded_check(events)
+    fitted = {cost["field"] for cost in describe_fit(fit_from_trace(events))}
+    assert check["setting"]["num_workers"] == workers
+    assert abs(check["error"]) <= TOLERANCE, (check, fitted)
+    assert {"sample", "step_ms", "epoch_gap_ms"} <= fitted  # the model step and the eval between epochs
+    if workers:
+        assert {"spawn_ms", "startup_ms"} <= fitted
+
+
+def test_a_peek_before_each_epoch_is_replayed_as_the_batch_it_took() -> None:
+    events = train(2, epochs=2, peek=True)
+    _, batches = plan_from_trace(events)
+    assert [len(epoch) for epoch in batches] == [1, 12, 1, 12]  # not the 4 tasks each peek prefetched
+    check = recorded_check(events)
+    assert abs(check["error"]) <= TOLERANCE, check
