@@ -43,8 +43,10 @@ class Activity:
     writing: bool = False  # its queue's feeder thread is blocked writing a result to the pipe
 
     def key(self) -> tuple[Any, ...]:
+        """What must stay the same between samples for the activity to count as one: a loop moves
+        between lines of its function, so the innermost function, not its line."""
         inner = self.stack[-1] if self.stack else {}
-        return (self.state, self.task, self.sample, inner.get("file"), inner.get("line"))
+        return (self.state, self.task, self.sample, inner.get("file"), inner.get("function"))
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Worker:
     start_method: str | None
     tasks_seen: list[int]
     exitcode: int | None = None
+    running: bool = False  # state R (on a CPU or waiting for one) in every sample: it computes, it does not wait
 
 
 @dataclass
@@ -343,6 +346,8 @@ def _workers(rec: Recording, times: list[float]) -> list[Worker]:
             continue  # not a DataLoader worker (a zombie counts when torch's name for one is on it)
         held, steady = _held([t for t, _ in history], [a.key() for _, a in history])
         tasks = [a.task for _, a in history if a.task is not None]
+        states = [s["procs"][key].get("state") for s in samples if key in s["procs"]]
         out.append(Worker(int(key), wid, history[-1][1], held, steady and len(history) == len(samples),
-                          _cpu(samples, key, tck), method, tasks, proc.get("exitcode")))
+                          _cpu(samples, key, tck), method, tasks, proc.get("exitcode"),
+                          len(states) >= 2 and all(st == "R" for st in states)))
     return sorted(out, key=lambda w: (w.worker is None, w.worker if w.worker is not None else 0, w.pid))

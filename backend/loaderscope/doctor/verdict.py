@@ -12,7 +12,9 @@ from typing import Any
 
 from loaderscope.doctor.model import Activity, Picture, Worker, short, user_frame
 
-BUSY_CPU = 0.5  # a worker using over half a core on the same lines in every sample is looping, not waiting
+# A worker on the same lines in every sample that runs (state R every time, or over half a core) is
+# looping, not waiting: on a busy machine its share of a core says less than its state.
+BUSY_CPU = 0.5
 
 # cause: (what it is, what to do). Fields: worker pid task sample where held cpu name how tasks …
 TEXT: dict[str, tuple[str, str]] = {
@@ -24,7 +26,7 @@ TEXT: dict[str, tuple[str, str]] = {
         "torch raises instead of hanging"),
     "busy_loop": (
         "stuck in a busy loop: worker {worker} (pid {pid}) has been fetching task {task}{sample} for at least "
-        "{held:.1f} s at {cpu:.0%} of a core, always{where}",
+        "{held:.1f} s, running on the CPU in every sample ({cpu:.0%} of a core){where}",
         "that code never finishes for sample index {index}: check the loop's exit condition with that sample"),
     "fork_lock": (
         "stuck on a lock held at fork: worker {worker} (pid {pid}) has waited at least {held:.1f} s for a lock"
@@ -245,7 +247,7 @@ def _waiting(p: Picture, base: dict[str, Any]) -> Verdict:
             return _about("fork_lock" if w.start_method == "fork" else "lock", w)
         if state in ("collate", "init"):
             return _about(state, w)
-        if w.cpu is not None and w.cpu >= BUSY_CPU:
+        if w.running or (w.cpu is not None and w.cpu >= BUSY_CPU):
             return _about("busy_loop", w)
         return _about("stuck_sample", w)
     writers = [w for w in p.workers if w.now.writing and w.steady]
