@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from loaderscope.doctor import model, verdict
-from loaderscope.doctor.sample import EXIT_NO_LOADER, EXIT_NO_PROCESS, EXIT_NOT_PYTHON
+from loaderscope.doctor.sample import EXIT_NO_LOADER, EXIT_NO_PROCESS, EXIT_NOT_PYTHON, children
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
 
@@ -188,10 +188,10 @@ train()
 RECORDS = HEAD + '''
 class Data(Dataset):
     def __len__(self):
-        return 48
+        return 320
 
     def __getitem__(self, i):
-        time.sleep(0.03)
+        time.sleep(0.05)
         return torch.tensor([i * 7 % 11])
 
 
@@ -224,11 +224,17 @@ class Hung:
         wait_for(ready, timeout=120, what="the script's hang")
 
     def end(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.communicate()
+        """Kill the script and every process under it (torchrun starts its ranks in sessions of their own)."""
+        family, todo = [], [self.proc.pid]
+        while todo:
+            family.append(todo.pop())
+            todo += children(family[-1])
+        for pid in family:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.communicate(timeout=60)
 
 
 @pytest.fixture
@@ -365,6 +371,7 @@ def test_another_users_process_says_why_it_cannot_be_read(hung: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # torchrun, two ranks and their workers each import torch
 def test_ddp_uneven_inputs_names_the_rank_that_is_still_loading(hung: Any) -> None:
     h = hung(UNEVEN, argv=[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "train.py"])
@@ -387,10 +394,11 @@ def test_a_doctored_process_finishes_with_the_same_batches(hung: Any) -> None:
     h = hung(RECORDS)
     h.wait()
     rc, out = doctor(str(h.proc.pid), "--duration", "1")
-    assert rc == 0
+    assert rc == 0 and out["verdict"]["cause"] == "moving", out["verdict"]
+    assert h.proc.poll() is None, "the script ended before doctor was done: make it longer"
     doctored_out = h.proc.communicate(timeout=180)[0]
     assert h.proc.returncode == plain.proc.returncode == 0
-    assert doctored_out == plain_out and doctored_out.count(b"\n") == 12
+    assert doctored_out == plain_out and doctored_out.count(b"\n") == 80
 
 
 # --- the pure model and verdict on recorded-shape dumps (no process, no py-spy) ---------------------

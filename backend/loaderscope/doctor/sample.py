@@ -102,13 +102,18 @@ def environ(pid: int) -> dict[str, str]:
 
 
 def no_process(pid: int) -> DoctorError:
+    st = proc_stat(pid)
+    if st is not None and st["state"] in ("Z", "X"):
+        return DoctorError(EXIT_NO_PROCESS, f"process {pid} has exited (exit code {st.get('exitcode')}); its parent "
+                           "has not collected it yet")
     return DoctorError(EXIT_NO_PROCESS, f"no process {pid} exists (it has ended, or the PID is wrong): "
                        "find the training process with `ps -ef | grep python` or `pgrep -af train`")
 
 
 def _cannot_attach(pid: int, text: str) -> DoctorError:
     """py-spy's failure, said in the user's terms with what to do about it."""
-    if proc_stat(pid) is None or "Check that the process is running" in text:
+    st = proc_stat(pid)
+    if st is None or st["state"] in ("Z", "X") or "Check that the process is running" in text:
         return no_process(pid)
     if "Permission" in text or "Operation not permitted" in text:
         return DoctorError(EXIT_NO_PERMISSION, _permission_advice(pid))
@@ -202,6 +207,9 @@ def record(pid: int, duration: float, interval: float = 0.5) -> Recording:
         while True:
             started = time.monotonic()
             samples.append(_snapshot(pid, pool))
+            st = proc_stat(pid)
+            if st is None or st["state"] in ("Z", "X"):
+                raise no_process(pid)  # it ended while doctor read it
             if len(samples) >= 2 and started + interval > deadline:
                 break
             time.sleep(max(0.0, min(interval - (time.monotonic() - started), deadline - time.monotonic())))
