@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _one(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     picture = model.build(sample.record(args.pid, args.duration, INTERVAL))
     found = verdict.decide(picture)
+    took = time.monotonic() - started
     out = snapshot.write(args.out, picture, found) if args.out else None
     if args.json:
-        print(orjson.dumps(snapshot.as_json(picture, found) | {"snapshot": str(out) if out else None}).decode())
+        print(orjson.dumps(snapshot.as_json(picture, found) | {"snapshot": str(out) if out else None,
+                                                               "took_s": round(took, 3)}).decode())
     else:
         _print(picture, found, out)
     return EXIT_NO_LOADER if found.cause == "no_loader" else 0

@@ -269,7 +269,7 @@ def _held(times: list[float], keys: list[Any]) -> tuple[float, bool]:
 
 
 def _cpu(samples: list[dict[str, Any]], pid: str, tck: float) -> float | None:
-    seen = [(s["t"], s["procs"][pid]["cpu"]) for s in samples if pid in s["procs"] and s["procs"][pid].get("cpu") is not None]
+    seen: list[tuple[float, int]] = [(s["t"], s["procs"][pid]["cpu"]) for s in samples if pid in s["procs"] and s["procs"][pid].get("cpu") is not None]
     if len(seen) < 2 or seen[-1][0] <= seen[0][0]:
         return None
     return (seen[-1][1] - seen[0][1]) / tck / (seen[-1][0] - seen[0][0])

@@ -78,7 +78,7 @@ def children(pid: int) -> list[int]:
 
 def _wchans(pid: int) -> dict[str, str]:
     """What each thread sleeps on in the kernel (e.g. ``futex_wait_queue``): tells a lock from a sleep."""
-    out = {}
+    out: dict[str, str] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:

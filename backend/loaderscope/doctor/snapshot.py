@@ -38,7 +38,8 @@ def events(p: Picture, v: Verdict, rank: int = 0, job: str | None = None) -> lis
                     "n": len(act.indices or [])})
         if w.steady:
             stuck: Event = {"t": end, "kind": Kind.WORKER_STUCK, "worker": w.worker, "idx": act.task,
-                            "elapsed": round(w.held, 6), "pid": w.pid, "stack": plain(act.stack), "state": act.state}
+                            "elapsed": round(w.held, 6), "threshold": round(w.held, 6), "pid": w.pid,
+                            "stack": plain(act.stack), "state": act.state}
             if act.sample is not None:
                 stuck["sample"] = act.sample
                 if act.indices and act.sample in act.indices:

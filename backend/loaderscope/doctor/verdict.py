@@ -271,6 +271,6 @@ def decide_job(ranks: list[tuple[int, int, Picture, Verdict]]) -> tuple[str, int
         return (f"rank {r} (pid {pid}) is not in the collective that rank(s) {who} wait in ({', '.join(names)}): "
                 f"{v.text}"), r
     if waiting:
-        names = "; ".join(f"rank {r}: {p.training.detail}" for r, p in waiting)
-        return f"every rank waits in a collective ({names}): they wait for each other or for a rank outside this job", None
+        each = "; ".join(f"rank {r}: {p.training.detail}" for r, p in waiting)
+        return f"every rank waits in a collective ({each}): they wait for each other or for a rank outside this job", None
     return "no rank waits in a collective: each rank's own verdict follows", None
