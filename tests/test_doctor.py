@@ -474,3 +474,12 @@ def test_a_collective_is_not_a_dataloader_problem() -> None:
     v = verdict.decide(model.build(_recording(main, {})))
     assert v.cause == "collective" and v.text.startswith("not a DataLoader problem: this rank waits for another rank")
     assert v.where is not None and v.where["line"] == 40
+
+
+def test_a_pin_thread_stuck_pinning_holds_up_next() -> None:
+    pin_py = "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/pin_memory.py"
+    pin = _thread(101, _f("pin_memory", pin_py, 57, "return data.pin_memory()"),
+                  _f("_pin_memory_loop", pin_py, 34, "data = pin_memory(data, device)"), name="Thread-1")
+    idle = "r = index_queue.get(timeout=MP_STATUS_CHECK_INTERVAL)"
+    v = verdict.decide(model.build(_recording([*WAITING, pin], {200: _worker(0, code=idle)})))
+    assert v.cause == "pin_thread" and "pin-memory thread" in v.text and "pin_memory=False" in v.advice

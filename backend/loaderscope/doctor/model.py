@@ -88,6 +88,7 @@ class Picture:
     start_method: str | None
     threads: int
     helper: bool  # multiprocessing's resource tracker or forkserver: a child that is no rank
+    pinning: list[Frame] | None = None  # the pin-memory thread's stack, when it pinned in every sample
 
 
 _HELPERS = ("multiprocessing/resource_tracker.py", "multiprocessing/forkserver.py")
@@ -248,6 +249,16 @@ def training_place(frames: list[Frame]) -> tuple[str, str]:
     return "step", short(inner["function"]) if inner else "?"
 
 
+def _pinning(threads: list[dict[str, Any]]) -> list[Frame] | None:
+    """The pin-memory thread's stack while it pins a batch (not while it waits on its queue)."""
+    for t in threads:
+        frames = frames_of(t)
+        loop = next((i for i, f in enumerate(frames) if _in(f, _DATA + "_utils/pin_memory.py", "_pin_memory_loop")), None)
+        if loop is not None and "pin_memory(" in (frames[loop]["code"] or ""):
+            return frames[loop:]
+    return None
+
+
 def _has_loader(threads: list[dict[str, Any]]) -> bool:
     for t in threads:
         for f in t.get("frames") or []:
@@ -316,8 +327,10 @@ def build(rec: Recording) -> Picture:
     moving = len(set(training.places_seen)) > 1 or any(len(set(w.tasks_seen)) > 1 for w in workers)
     has_loader = bool(workers) or any(_has_loader((s["procs"].get(str(pid)) or {}).get("threads") or []) for s in samples)
     helper = any(f["file"].endswith(_HELPERS) for f in frames)
+    pins = [_pinning((s["procs"].get(str(pid)) or {}).get("threads") or []) for s in samples]
+    pinning = pins[-1] if all(pins) else None
     return Picture(pid, times[-1] - times[0], len(samples), training, workers, has_loader, moving,
-                   methods.pop() if len(methods) == 1 else None, len(threads), helper)
+                   methods.pop() if len(methods) == 1 else None, len(threads), helper, pinning)
 
 
 def _workers(rec: Recording, times: list[float]) -> list[Worker]:

@@ -86,6 +86,10 @@ TEXT: dict[str, tuple[str, str]] = {
     "pin": (
         "the training thread has been pinning a batch (pin_memory) for at least {held:.1f} s{where}",
         "pinning needs the accelerator's driver: check it answers (nvidia-smi); try pin_memory=False"),
+    "pin_thread": (
+        "the pin-memory thread has been pinning one batch for at least {held:.1f} s{where}; the training loop "
+        "waits for it in next()",
+        "pinning needs the accelerator's driver: check it answers (nvidia-smi); try pin_memory=False"),
     "in_process": (
         "stuck: the main process (num_workers=0) has been fetching{sample} for at least {held:.1f} s{where}",
         "look at that line for sample index {index}: a read that never returns, or a wait without a timeout"),
@@ -236,6 +240,9 @@ def _waiting(p: Picture, base: dict[str, Any]) -> Verdict:
         if w.now.state == "zombie":
             how = f"signal {-w.exitcode}" if w.exitcode is not None and w.exitcode < 0 else f"exit code {w.exitcode}"
             return _about("dead_worker", w, how=how, holding="")
+    if p.pinning is not None:
+        v = _say("pin_thread", held=p.duration, where=_where(p.pinning))
+        return Verdict("pin_thread", *v, where=_frame(p.pinning))
     busy = _busy(p)
     if busy:
         w = busy[0]
