@@ -335,7 +335,7 @@ def test_slow_but_moving_is_not_a_hang(hung: Any) -> None:
     h = hung(MOVING)
     h.wait()
     rc, out = doctor(str(h.proc.pid), "--duration", "2")
-    assert rc == 0 and out["verdict"]["cause"] == "moving", out["verdict"]
+    assert rc == 0 and out["verdict"]["cause"] == "moving", out
     assert out["moving"]
 
 
@@ -394,7 +394,7 @@ def test_a_doctored_process_finishes_with_the_same_batches(hung: Any) -> None:
     h = hung(RECORDS)
     h.wait()
     rc, out = doctor(str(h.proc.pid), "--duration", "1")
-    assert rc == 0 and out["verdict"]["cause"] == "moving", out["verdict"]
+    assert rc == 0 and out["verdict"]["cause"] == "moving", out
     assert h.proc.poll() is None, "the script ended before doctor was done: make it longer"
     doctored_out = h.proc.communicate(timeout=180)[0]
     assert h.proc.returncode == plain.proc.returncode == 0

@@ -155,16 +155,26 @@ def _read(path: str) -> str | None:
         return None
 
 
-def dump(pid: int) -> list[dict[str, Any]]:
+def dump(pid: int, tries: int = 3) -> list[dict[str, Any]]:
     """One py-spy dump of every thread of ``pid``, with locals, without stopping it; frames get the
-    text of their line (from the file on this machine) so the model can read torch's own lines."""
-    try:
-        done = subprocess.run([py_spy(), "dump", "--pid", str(pid), "--locals", "--json", "--nonblocking"],
-                              capture_output=True, timeout=DUMP_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        raise DoctorError(EXIT_READ_FAILED, f"py-spy took over {DUMP_TIMEOUT:.0f} s to read process {pid}") from None
-    if done.returncode != 0:
-        raise _cannot_attach(pid, done.stderr.decode(errors="replace") + done.stdout.decode(errors="replace"))
+    text of their line (from the file on this machine) so the model can read torch's own lines.
+
+    A process read while it runs can change under the reader (a frame freed mid-read): such a read
+    fails and is tried again; not being allowed, or not being Python, is final.
+    """
+    for _ in range(tries):
+        try:
+            done = subprocess.run([py_spy(), "dump", "--pid", str(pid), "--locals", "--json", "--nonblocking"],
+                                  capture_output=True, timeout=DUMP_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            raise DoctorError(EXIT_READ_FAILED, f"py-spy took over {DUMP_TIMEOUT:.0f} s to read process {pid}") from None
+        if done.returncode == 0:
+            break
+        error = _cannot_attach(pid, done.stderr.decode(errors="replace") + done.stdout.decode(errors="replace"))
+        if error.code != EXIT_READ_FAILED:
+            raise error
+    else:
+        raise error
     threads: list[dict[str, Any]] = orjson.loads(done.stdout)
     for thread in threads:
         for frame in thread.get("frames") or []:
