@@ -133,6 +133,22 @@ mark("hang")
 time.sleep(3600)  # HANG
 '''
 
+IN_PROCESS = HEAD + '''
+class Data(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if i == 9:
+            mark("hang")
+            time.sleep(3600)  # HANG
+        return torch.tensor([i])
+
+
+for batch in DataLoader(Data(), batch_size=4, num_workers=0):
+    pass
+'''
+
 MOVING = HEAD + '''
 class Data(Dataset):
     def __len__(self):
@@ -316,6 +332,25 @@ def test_a_stopped_worker(hung: Any) -> None:
     assert (v["worker"], v["task"], v["indices"], v["sample"]) == (0, 4, [16, 17, 18, 19], 16)
     assert_where(v, h)
     assert f"kill -CONT {v['pid']}" in v["advice"]
+    # the same, as a person reads it
+    done = subprocess.run([sys.executable, "-m", "loaderscope.cli", "doctor", str(h.proc.pid), "--duration", "1"],
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith(f"worker 0 (pid {v['pid']}) is stopped") and f"train.py:{h.line('HANG')}" in lines[1]
+    assert lines[2].startswith("what to do: resume it with `kill -CONT")
+    assert any(line.strip().startswith("worker 1 (pid ") and "idle on its index queue" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_a_stuck_sample_in_the_main_process(hung: Any) -> None:
+    h = hung(IN_PROCESS)
+    h.wait()
+    rc, out = doctor(str(h.proc.pid), "--duration", "1")
+    v = out["verdict"]
+    assert rc == 0 and v["cause"] == "in_process", v
+    assert (v["indices"], v["sample"]) == ([8, 9, 10, 11], 9) and "sample index 9" in v["advice"]
+    assert_where(v, h)
 
 
 @pytest.mark.slow
@@ -372,12 +407,16 @@ def test_another_users_process_says_why_it_cannot_be_read(hung: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # torchrun, two ranks and their workers each import torch
-def test_ddp_uneven_inputs_names_the_rank_that_is_still_loading(hung: Any) -> None:
+def test_ddp_uneven_inputs_names_the_rank_that_is_still_loading(hung: Any, tmp_path: Path) -> None:
     h = hung(UNEVEN, argv=[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "train.py"])
     h.wait()
-    rc, out = doctor("--job", str(h.proc.pid), "--duration", "1.5")
+    rc, out = doctor("--job", str(h.proc.pid), "--duration", "1.5", "--out", str(tmp_path / "job.jsonl"))
     assert rc == 0 and out["rank"] == 1, out["verdict"]
+    for rank in (0, 1):
+        head, events = read_trace(tmp_path / f"job.rank{rank}.jsonl")
+        assert head["mode"] == "doctor" and {e["rank"] for e in events} == {rank}
+        assert next(e for e in events if e["kind"] == "doctor_verdict")["job"] == out["verdict"]
     by_rank = {r["rank"]: r for r in out["ranks"]}
     assert by_rank[0]["verdict"]["cause"] == "uneven"
     assert by_rank[0]["verdict"]["where"]["line"] == h.line("DONE")

@@ -47,8 +47,8 @@ TEXT: dict[str, tuple[str, str]] = {
         "stuck in worker_init_fn: worker {worker} (pid {pid}) has been starting for at least {held:.1f} s{where}",
         "worker_init_fn runs once per worker before any sample: make it return (no waits on the main process)"),
     "stopped": (
-        "worker {worker} (pid {pid}) is stopped (state T in /proc: SIGSTOP, Ctrl-Z or a debugger){holding}; the "
-        "training loop waits for it in next()",
+        "worker {worker} (pid {pid}) is stopped (state T in /proc: SIGSTOP, Ctrl-Z or a debugger){holding}{where}; "
+        "the training loop waits for it in next()",
         "resume it with `kill -CONT {pid}`, or detach the debugger that holds it"),
     "dead_worker": (
         "worker {worker} (pid {pid}) has exited ({how}) and nobody reaped it{holding}; the training loop waits in "
