@@ -522,3 +522,19 @@ def test_a_pin_thread_stuck_pinning_holds_up_next() -> None:
     idle = "r = index_queue.get(timeout=MP_STATUS_CHECK_INTERVAL)"
     v = verdict.decide(model.build(_recording([*WAITING, pin], {200: _worker(0, code=idle)})))
     assert v.cause == "pin_thread" and "pin-memory thread" in v.text and "pin_memory=False" in v.advice
+
+
+def test_the_job_names_the_rank_outside_the_collective() -> None:
+    c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    waiting = [_thread(100, _f("barrier", c10d, 4000), _f("main", "/home/me/train.py", 50, "dist.barrier()"))]
+    inner = [_f("Data.__getitem__", "/home/me/data.py", 7, "time.sleep(60)"),
+             _f("_MapDatasetFetcher.fetch", FETCH_PY, 54, "", possibly_batched_index=[5], idx=5)]
+    loading = _recording(WAITING, {201: _worker(1, *inner, wchan="hrtimer_nanosleep", idx=5, index=[5])})
+    ranks = [(r, 100 + r, p, verdict.decide(p)) for r, p in ((0, model.build(_recording(waiting, {}))),
+                                                            (1, model.build(loading)))]
+    line, culprit = verdict.decide_job(ranks)
+    assert culprit == 1 and line.startswith("rank 1 (pid 101) is not in the collective that rank(s) 0 wait in (barrier)")
+    assert "stuck: worker 1" in line and "data.py:7" in line
+    both = [(r, pid, ranks[0][2], ranks[0][3]) for r, pid in ((0, 100), (1, 101))]
+    assert verdict.decide_job(both) == ("every rank waits in a collective (rank 0: barrier; rank 1: barrier): they wait "
+                                        "for each other or for a rank outside this job", None)
