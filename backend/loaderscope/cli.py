@@ -18,6 +18,7 @@ from rich.table import Table
 from loaderscope import __version__, scenarios
 from loaderscope.compare_cli import add_compare_command
 from loaderscope.diagnosis import diagnosis
+from loaderscope.doctor.cli import add_doctor_command
 from loaderscope.events import Event
 from loaderscope.record import add_record_command
 from loaderscope.report import first_epoch_orders, reordering_story
@@ -467,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_export)
     add_record_command(sub)
     add_compare_command(sub)
+    add_doctor_command(sub)
     return parser
 
 

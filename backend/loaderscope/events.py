@@ -54,6 +54,7 @@ class Kind(StrEnum):
     BATCH_INFO = "batch_info"
     STEP = "step"
     PROBE_ERROR = "probe_error"
+    DOCTOR_VERDICT = "doctor_verdict"
 
 
 class RunStatus(StrEnum):
@@ -99,6 +100,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     Kind.BATCH_INFO: ("idx", "worker", "structure"),
     Kind.STEP: ("batch",),
     Kind.PROBE_ERROR: ("where", "type", "message"),
+    Kind.DOCTOR_VERDICT: ("text",),
 }
 
 _INT_FIELDS = ("seq", "rank", "idx", "worker", "epoch", "waiting_for", "world_size")

@@ -5,7 +5,7 @@
 import { fmtDuration } from './timeline-store.js';
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
-const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout']);
+const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout', 'doctor_verdict']);
 const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thinned evenly past this
 
 /** A finding in a few words: "worker 1 stuck on task 7". */
@@ -16,6 +16,7 @@ function findingText(n) {
     case 'worker_died': return `${who} died${n.signal ? ` (${n.signal})` : n.exitcode != null ? ` (exit ${n.exitcode})` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
     case 'consumer_stuck': return `training loop stuck in next(), waiting for task ${n.waiting_for ?? '?'}`;
     case 'timeout': return `timeout= expired after ${n.seconds ?? '?'} s`;
+    case 'doctor_verdict': return `doctor: ${n.text}`;
     default: return `error${n.worker != null ? ` in ${who}` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
   }
 }

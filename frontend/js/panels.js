@@ -104,6 +104,7 @@ const NOTE_TEXT = {
   batch_info: (n) => `batch ${n.idx} of worker ${n.worker} described for the inspector`,
   error: (n) => `${n.type}: ${n.message}${n.idx !== undefined && n.idx !== null ? ` (task ${n.idx}, worker ${n.worker})` : ''}`,
   violation: (n) => `protocol: ${n.text}`,
+  doctor_verdict: (n) => `doctor: ${n.text}${n.advice ? `. What to do: ${n.advice}` : ''}`,
 };
 
 function frameText(f) {

@@ -27,6 +27,7 @@ export const REQUIRED = Object.freeze({
   batch_info: ['idx', 'worker', 'structure'],
   step: ['batch'],
   probe_error: ['where', 'type', 'message'],
+  doctor_verdict: ['text'],
 });
 
 export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));

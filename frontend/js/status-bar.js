@@ -125,6 +125,10 @@ export class StatusBar {
     const title = tr.source !== 'none' ? [source, name, full.mode || tr.runInfo?.mode || '',
       c.num_workers !== undefined ? `${c.num_workers} workers · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}` : '',
       ranks > 1 ? `${ranks} ranks` : ''].filter(Boolean).join(' · ') : '';
+    const badge = $('doctor-badge'); // a `loaderscope doctor --out` snapshot: what the samples saw, frozen
+    badge.hidden = full.mode !== 'doctor';
+    const verdict = tr.noteItems.findLast((n) => n.kind === 'doctor_verdict');
+    badge.title = verdict ? `${verdict.text}\nwhat to do: ${verdict.advice ?? ''}` : '';
     const el = $('run-title');
     if (el.textContent !== title) {
       el.textContent = title;

@@ -7,7 +7,7 @@ import { TimelineStore } from './timeline-store.js';
 import { KNOWN_KINDS } from './schema.js';
 
 const KNOWN = new Set(KNOWN_KINDS);
-const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout']);
+const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout', 'doctor_verdict']);
 
 /** One rank of the open run: where its events come from, and everything kept about them. */
 export class Track {

@@ -1,0 +1,136 @@
+"""◆ ``loaderscope doctor PID`` and ``loaderscope doctor --job PID``: the command's shell.
+
+Exit codes (DESIGN.md §20): 0 a verdict; 2 a usage error; 3 no such process; 4 not allowed to read it
+(ptrace); 5 not a Python process; 6 no DataLoader in it (or no rank under --job's PID); 7 py-spy
+could not read it otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loaderscope.doctor import model, sample, snapshot, verdict
+from loaderscope.doctor.sample import EXIT_NO_LOADER, DoctorError
+
+DEFAULT_DURATION = 2.0
+INTERVAL = 0.5
+
+
+def add_doctor_command(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="say why a running training process is stuck (no setup needed)",
+                       description="Read a live training process with py-spy (it is never stopped, no code runs "
+                                   "in it) and say what its DataLoader is doing and why it is stuck.")
+    p.add_argument("pid", nargs="?", type=int, help="the training process (the one that iterates the DataLoader)")
+    p.add_argument("--job", type=int, metavar="PID", help="every rank under this parent (torchrun's agent, or the "
+                   "process that called torch.multiprocessing.spawn)")
+    p.add_argument("--duration", type=float, default=DEFAULT_DURATION, metavar="S",
+                   help=f"seconds to sample over (default {DEFAULT_DURATION}; samples every {INTERVAL} s)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--out", metavar="FILE", help="write a snapshot trace: `loaderscope serve --open FILE` shows it "
+                   "(with --job, one file per rank: FILE's name gets .rankN)")
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    if (args.pid is None) == (args.job is None):
+        print("error: give the training process's PID, or --job PID for every rank under a parent", file=sys.stderr)
+        return 2
+    if not 0 < args.duration <= 600:
+        print(f"error: --duration must be between 0 and 600 s, got {args.duration}", file=sys.stderr)
+        return 2
+    try:
+        return _job(args) if args.job is not None else _one(args)
+    except DoctorError as exc:
+        if args.json:
+            print(orjson.dumps({"error": str(exc), "exit_code": exc.code}).decode())
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+
+
+def _one(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    picture = model.build(sample.record(args.pid, args.duration, INTERVAL))
+    found = verdict.decide(picture)
+    took = time.monotonic() - started
+    out = snapshot.write(args.out, picture, found) if args.out else None
+    if args.json:
+        print(orjson.dumps(snapshot.as_json(picture, found) | {"snapshot": str(out) if out else None,
+                                                               "took_s": round(took, 3)}).decode())
+    else:
+        _print(picture, found, out)
+    return EXIT_NO_LOADER if found.cause == "no_loader" else 0
+
+
+def _print(p: model.Picture, v: verdict.Verdict, out: Path | None, indent: str = "") -> None:
+    if not indent:
+        print(f"loaderscope doctor: process {p.pid}, {p.samples} samples over {p.duration:.1f} s "
+              "(read with py-spy --nonblocking: the process was never stopped)")
+    print(f"{indent}{v.text}")
+    print(f"{indent}what to do: {v.advice}")
+    for line in v.details:
+        print(f"{indent}  {line}")
+    if out is not None:
+        print(f"{indent}snapshot: {out}  (open it: loaderscope serve --open {out})")
+
+
+def _rank_of(pid: int, p: model.Picture, fallback: int) -> int:
+    """$RANK from the rank's environment (torchrun), else torch.multiprocessing.spawn's process index."""
+    env = sample.environ(pid)
+    if env.get("RANK", "").isdigit():
+        return int(env["RANK"])
+    for f in p.training.stack:
+        if f["file"].endswith("torch/multiprocessing/spawn.py") and f["function"] == "_wrap":
+            index = model.int_or_none(f["locals"].get("i"))
+            if index is not None:
+                return index
+    return fallback
+
+
+def _job(args: argparse.Namespace) -> int:
+    if sample.proc_stat(args.job) is None:
+        raise sample.no_process(args.job)
+    candidates = sample.children(args.job)
+
+    def look(pid: int) -> tuple[int, model.Picture] | None:
+        try:
+            p = model.build(sample.record(pid, args.duration, INTERVAL))
+        except DoctorError as exc:
+            if exc.code == sample.EXIT_NO_PERMISSION:
+                raise
+            return None  # not a Python rank (a shell, a helper that ended)
+        return None if p.helper else (pid, p)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(candidates))) as pool:
+        seen = [r for r in pool.map(look, candidates) if r is not None]
+    if not seen:
+        raise DoctorError(EXIT_NO_LOADER, f"no Python rank runs under process {args.job}: give torchrun's agent "
+                          "(the parent of the ranks), or one rank's PID without --job")
+    ranks = sorted(((_rank_of(pid, p, i), pid, p, verdict.decide(p)) for i, (pid, p) in enumerate(seen)),
+                   key=lambda r: r[0])
+    line, culprit = verdict.decide_job(ranks)
+    outs = {}
+    if args.out:
+        path = Path(args.out)
+        for rank, pid, p, v in ranks:
+            target = path.with_name(f"{path.stem.split('.')[0]}.rank{rank}{''.join(path.suffixes)}")
+            outs[rank] = snapshot.write(target, p, v, rank=rank, job=line)
+    if args.json:
+        print(orjson.dumps({"job": args.job, "verdict": line, "rank": culprit,
+                            "ranks": [snapshot.as_json(p, v) | {"rank": r, "snapshot": str(outs[r]) if r in outs else None}
+                                      for r, _, p, v in ranks]}).decode())
+        return 0
+    print(f"loaderscope doctor: job under process {args.job}, {len(ranks)} ranks "
+          "(read with py-spy --nonblocking: no process was stopped)")
+    print(line)
+    for rank, pid, p, v in ranks:
+        print(f"\nrank {rank} (pid {pid}):")
+        _print(p, v, outs.get(rank), indent="  ")
+    return 0

@@ -1,0 +1,229 @@
+"""Reading a live process from outside: py-spy dumps of it and its DataLoader workers, and /proc.
+
+py-spy reads the target's memory over ptrace (``--nonblocking``: the target is never stopped) and
+runs no code in it, so a process started without loaderscope goes on exactly as before. What comes
+back is a recording: plain JSON that ``model.build`` turns into the loader's state.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loaderscope.doctor.model import Recording
+
+# Exit codes of `loaderscope doctor` (DESIGN.md §20): each way of not getting an answer has its own.
+EXIT_NO_PROCESS = 3
+EXIT_NO_PERMISSION = 4
+EXIT_NOT_PYTHON = 5
+EXIT_NO_LOADER = 6
+EXIT_READ_FAILED = 7
+DUMP_TIMEOUT = 20.0  # seconds one py-spy dump may take (a large process's locals)
+
+
+class DoctorError(Exception):
+    """Why doctor cannot answer, and what to do; ``code`` is the command's exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def py_spy() -> str:
+    """The py-spy binary installed with loaderscope (its wheel puts it beside this Python)."""
+    beside = Path(sys.executable).parent / "py-spy"
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise DoctorError(EXIT_READ_FAILED, "py-spy is not installed: pip install py-spy (loaderscope depends on it)")
+    return found
+
+
+def proc_stat(pid: int) -> dict[str, Any] | None:
+    """State, parent, CPU ticks and name from /proc/PID/stat (readable for any process); None once gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = raw[raw.index("(") + 1: raw.rindex(")")]
+    fields = raw.rsplit(")", 1)[1].split()
+    out: dict[str, Any] = {"state": fields[0], "ppid": int(fields[1]), "cpu": int(fields[11]) + int(fields[12]),
+                           "comm": comm}
+    if fields[0] in ("Z", "X") and len(fields) >= 50:
+        out["exitcode"] = _exit_code(int(fields[-1]))
+    return out
+
+
+def _exit_code(status: int) -> int | None:
+    """A waitpid status as multiprocessing's exitcode: negative for a signal."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (DataLoader workers, torchrun's ranks)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := proc_stat(int(entry))) is not None and st["ppid"] == pid:
+            out.append(int(entry))
+    return sorted(out)
+
+
+def _wchans(pid: int) -> dict[str, str]:
+    """What each thread sleeps on in the kernel (e.g. ``futex_wait_queue``): tells a lock from a sleep."""
+    out: dict[str, str] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            out[tid] = Path(f"/proc/{pid}/task/{tid}/wchan").read_text().strip()
+        except OSError:
+            pass
+    return out
+
+
+def environ(pid: int) -> dict[str, str]:
+    """A process's environment as it started (``RANK`` under torchrun); empty where unreadable."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def no_process(pid: int) -> DoctorError:
+    st = proc_stat(pid)
+    if st is not None and st["state"] in ("Z", "X"):
+        return DoctorError(EXIT_NO_PROCESS, f"process {pid} has exited (exit code {st.get('exitcode')}); its parent "
+                           "has not collected it yet")
+    return DoctorError(EXIT_NO_PROCESS, f"no process {pid} exists (it has ended, or the PID is wrong): "
+                       "find the training process with `ps -ef | grep python` or `pgrep -af train`")
+
+
+def _cannot_attach(pid: int, text: str) -> DoctorError:
+    """py-spy's failure, said in the user's terms with what to do about it."""
+    st = proc_stat(pid)
+    if st is None or st["state"] in ("Z", "X") or "Check that the process is running" in text:
+        return no_process(pid)
+    if "Permission" in text or "Operation not permitted" in text:
+        return DoctorError(EXIT_NO_PERMISSION, _permission_advice(pid))
+    if "python version" in text or "python interpreter" in text.lower():
+        return DoctorError(EXIT_NOT_PYTHON, f"process {pid} ({_comm(pid)}) is not a Python process: give the PID of "
+                           "the Python process that trains (for torchrun, the agent's PID with --job)")
+    first = next((line for line in text.splitlines() if line.strip()), "no output")
+    return DoctorError(EXIT_READ_FAILED, f"py-spy could not read process {pid}: {first}")
+
+
+def _comm(pid: int) -> str:
+    st = proc_stat(pid)
+    return st["comm"] if st else "?"
+
+
+def _permission_advice(pid: int) -> str:
+    why = []
+    try:
+        owner = Path(f"/proc/{pid}").stat().st_uid
+    except OSError:
+        owner = None
+    if owner is not None and owner != os.geteuid():
+        why.append(f"it belongs to another user (uid {owner}): run doctor as that user, or with sudo")
+    scope = _read("/proc/sys/kernel/yama/ptrace_scope")
+    if scope and scope != "0":
+        why.append(f"kernel.yama.ptrace_scope is {scope}: run doctor with sudo, or "
+                   "`sudo sysctl kernel.yama.ptrace_scope=0` (1 only lets a parent read its children)")
+    if not why:
+        why.append("this process lacks CAP_SYS_PTRACE (a container started without it): run doctor inside the "
+                   "container started with `--cap-add SYS_PTRACE` (docker) or `securityContext.capabilities.add: "
+                   "[SYS_PTRACE]` (Kubernetes), or from the host")
+    return f"not allowed to read process {pid} (ptrace): " + "; ".join(why)
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def dump(pid: int, tries: int = 3) -> list[dict[str, Any]]:
+    """One py-spy dump of every thread of ``pid``, with locals, without stopping it; frames get the
+    text of their line (from the file on this machine) so the model can read torch's own lines.
+
+    A process read while it runs can change under the reader (a frame freed mid-read): such a read
+    fails and is tried again; not being allowed, or not being Python, is final.
+    """
+    for _ in range(tries):
+        try:
+            done = subprocess.run([py_spy(), "dump", "--pid", str(pid), "--locals", "--json", "--nonblocking"],
+                                  capture_output=True, timeout=DUMP_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            raise DoctorError(EXIT_READ_FAILED, f"py-spy took over {DUMP_TIMEOUT:.0f} s to read process {pid}") from None
+        if done.returncode == 0:
+            break
+        error = _cannot_attach(pid, done.stderr.decode(errors="replace") + done.stdout.decode(errors="replace"))
+        if error.code != EXIT_READ_FAILED:
+            raise error
+    else:
+        raise error
+    threads: list[dict[str, Any]] = orjson.loads(done.stdout)
+    for thread in threads:
+        for frame in thread.get("frames") or []:
+            frame["code"] = linecache.getline(frame.get("filename") or "", frame.get("line") or 0).strip()
+    return threads
+
+
+def _snapshot(pid: int, pool: ThreadPoolExecutor) -> dict[str, Any]:
+    """One sample: the process and each child, read side by side."""
+    pids = [pid, *children(pid)]
+    stats = {p: proc_stat(p) for p in pids}
+    wchans = {p: _wchans(p) for p in pids}
+
+    def read(p: int) -> dict[str, Any]:
+        st = stats[p] or {}
+        entry = dict(st, wchan=wchans[p])
+        if st.get("state") in ("Z", "X"):
+            return entry
+        try:
+            entry["threads"] = dump(p)
+        except DoctorError as exc:
+            if p == pid:
+                raise
+            entry["error"] = str(exc)  # a child that is not Python (a compiler, a shell): not a worker
+        return entry
+
+    t = time.monotonic()
+    procs = {str(p): r for p, r in zip(pids, pool.map(read, pids), strict=True)
+             if p == pid or stats[p] is not None}
+    return {"t": t, "procs": procs}
+
+
+def record(pid: int, duration: float, interval: float = 0.5) -> Recording:
+    """Samples of ``pid`` and its workers every ``interval`` s over ``duration`` s (at least two)."""
+    if proc_stat(pid) is None:
+        raise _cannot_attach(pid, "")
+    samples: list[dict[str, Any]] = []
+    deadline = time.monotonic() + duration
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        while True:
+            started = time.monotonic()
+            samples.append(_snapshot(pid, pool))
+            st = proc_stat(pid)
+            if st is None or st["state"] in ("Z", "X"):
+                raise no_process(pid)  # it ended while doctor read it
+            if len(samples) >= 2 and started + interval > deadline:
+                break
+            time.sleep(max(0.0, min(interval - (time.monotonic() - started), deadline - time.monotonic())))
+    origin = samples[0]["t"]
+    for s in samples:
+        s["t"] -= origin
+    return {"pid": pid, "clk_tck": os.sysconf("SC_CLK_TCK"), "samples": samples}
