@@ -114,9 +114,9 @@ def test_a_refused_token_is_said_once_and_not_called_unreachable(
     live: LiveServer = start_server()
     url = f"{live.url}/?token={token}" if token else live.url
     loader = loaderscope.watch(DataLoader(list(range(32)), batch_size=4), url=url)
-    sink = loader._probe_transport
     for _ in loader:
         pass
+    sink = loader._probe_transport  # opened at the first iter()
     wait_for(lambda: sink.refused == 401, what="the refused handshake")
     # It keeps trying (the user may fix the token by restarting nothing); the message stays one.
     wait_for(lambda: live.output().count("/ws/ingest") >= 3, what="three refused handshakes")
