@@ -267,7 +267,7 @@ def ended(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess[str], d
     script.write_text(ENDINGS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(script), str(logdir), how], capture_output=True, text=True,
-                          timeout=180, env=env, cwd=tmp_path)
+                          timeout=280, env=env, cwd=tmp_path)
     last = {}
     for path in logdir.rglob("*.trace.jsonl"):
         head, events = read_trace(path)
@@ -276,6 +276,7 @@ def ended(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess[str], d
     return done, last
 
 
+@pytest.mark.timeout(300)  # three interpreters import torch (spawn), on a shared box
 def test_a_rank_that_dies_inside_torch_multiprocessing_spawn_ends_with_its_exception(tmp_path: Path) -> None:
     done, last = ended(tmp_path, "spawn-raise")
     assert done.returncode == 1 and "ValueError: process 1 failed" in done.stderr
@@ -345,8 +346,37 @@ def test_a_loader_never_iterated_opens_no_dashboard_run(server: Any) -> None:
     del loader  # never iterated, then dropped: no `disconnected` run with 0 events
     gc.collect()
     iterated = loaderscope.watch(DataLoader(Squares(), batch_size=4), url=server.page_url)
+    recreated = type(iterated)(Squares(), batch_size=8)  # as Lightning re-creates loaders, then drops this one
     with iterated:
         list(iterated)
+    recreated.close()
     run_id = iterated._probe_transport.run
     wait_for(lambda: run_id in ids(), what="the iterated run")
     assert ids() - before == {run_id}
+
+
+# --- every loader named from the code that made it ------------------------------------------------
+
+def make_loader() -> DataLoader[Any]:
+    return DataLoader(Squares(), batch_size=4)  # returned as is: the caller's variable names it
+
+
+class Holder:
+    val_loader: Any
+
+
+def test_runs_are_named_by_the_variable_the_function_or_the_line_that_made_them() -> None:
+    events: list[dict[str, Any]] = []
+    train_loader = loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend)
+    holder = Holder()
+    holder.val_loader = loaderscope.watch(make_loader(), sink=events.extend)
+    given = loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend, name="given")
+    for loader in (train_loader, holder.val_loader, given):
+        list(loader)
+        loader.close()
+    line = sys._getframe().f_lineno + 1
+    for _ in loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend):
+        pass
+    gc.collect()
+    names = [e["name"] for e in events if e["kind"] == "run_start"]
+    assert names == ["train_loader", "val_loader", "given", f"test_watch_lifecycle.py:{line}"]

@@ -3,8 +3,9 @@
 Read once per loader, when it is built (``record``) or watched (``watch()``), from the call stack:
 
 1. the variable the user's code stored it in (``train_loader = DataLoader(...)``,
-   ``self.val_loader = watch(...)``): the store instruction right after the call in the frame, or
-   a local of the frame that ``watch()`` was called from that holds it;
+   ``self.val_loader = watch(...)``): the store instruction right after the call in the frame, as
+   long as every frame in between returned the loader as it was; or, for ``watch()``, a local of
+   the calling frame that holds the object;
 2. else the function of a library that built it for the user (the Hugging Face ``Trainer``'s
    ``get_train_dataloader``, ``get_eval_dataloader``): the outermost library frame, below the user's
    code, whose function's name mentions a loader;
@@ -12,7 +13,8 @@ Read once per loader, when it is built (``record``) or watched (``watch()``), fr
 
 Frames of torch and of loaderscope are never a name; the standard library and site-packages are
 libraries; every other file is the user's code. Variables inside libraries (``dataloader``,
-``base_dataloader``) say nothing a user would recognise, so only the user's own stores count.
+``base_dataloader``) say nothing a user would recognise, and once a library keeps the loader in one
+of them, what the user's code stores further out (``result = trainer.train()``) is not the loader.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def loader_name(frame: FrameType | None, loader: Any = None) -> Name | None:
                     library_name = frame.f_code.co_name
             else:
                 first_user = first_user or frame
-                if passed_on and after not in (None, RETURN):
+                if passed_on and after is not None and after.isidentifier():  # not a tool's own (`@py_assert1`)
                     return Name(after, "variable")
                 held = _holding_local(frame, loader) if loader is not None else None
                 if held is not None:
