@@ -195,7 +195,7 @@ def torch_frame(original: Callable[..., None], after: Callable[[Any, Any], None]
         "def __init__(self, loader, *args, **kwargs): original(self, loader, *args, **kwargs); after(self, loader)")
     namespace: dict[str, Any] = {"__name__": original.__module__, "original": original, "after": after}
     exec(compile(source, code.co_filename, "exec"), namespace)  # noqa: S102 (our own fixed source)
-    return functools.wraps(original)(namespace["__init__"])  # type: ignore[no-any-return]
+    return functools.wraps(original)(namespace["__init__"])
 
 
 def _built(iterator: Any, loader: Any) -> None:

@@ -143,8 +143,9 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
 
     Args:
         loader: a ``torch.utils.data.DataLoader`` (or subclass, e.g. torchdata's
-            ``StatefulDataLoader``), before iterating it; or a wrapper that holds DataLoaders
-            (webdataset's ``WebLoader``, Lightning's ``CombinedLoader``): those inside are watched.
+            ``StatefulDataLoader``), before iterating it; or an adapter or wrapper that holds
+            DataLoaders (accelerate's ``DataLoaderShard``, webdataset's ``WebLoader``, Lightning's
+            ``CombinedLoader``): those inside are watched, and that is said on stderr.
         url: the dashboard (``http://127.0.0.1:8000/?token=...``); default ``$LOADERSCOPE_URL``,
             else (without a logdir) the dashboard this user last started, else a new one started in
             the background.
@@ -152,18 +153,16 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
             background thread; keep it quick).
         logdir: also write each run to a trace file of its own under this directory (default
             ``$LOADERSCOPE_LOGDIR``); with a logdir and no ``url``/``$LOADERSCOPE_URL``, no dashboard.
-        name: shown on the dashboard (default: ``$LOADERSCOPE_NAME``, else the script's name).
+        name: the runs' name (default: ``$LOADERSCOPE_NAME``, else the variable or function of the
+            caller's code that holds the loader, else ``file:line``: ``probe/names.py``).
         stuck_after: seconds after which a fetch is reported stuck (default: max(10 s, 20× median)).
 
     The training loop never waits for the dashboard: events go to a bounded buffer, a thread sends
     them, reconnects after a restart, and counts what it had to drop. ``loader.close()`` (or leaving
-    ``with loader:``) flushes and ends the run; interpreter exit does it too, with reason ``error``
-    if the script died of an exception.
+    ``with loader:``) flushes and ends the run; interpreter exit does it too, with the exit status,
+    and reason ``error`` and the exception if the process died of one (``ending``).
     """
-    if _is_loader(loader):
-        found = [("", loader)]
-    else:
-        found = _inner_loaders(loader)
+    found: list[tuple[str, Any]] = [("", loader)] if _is_loader(loader) else _inner_loaders(loader)
     if not found:
         raise TypeError(f"watch() takes a torch.utils.data.DataLoader, or an object that holds one (accelerate's "
                         f"DataLoaderShard, webdataset's WebLoader, Lightning's CombinedLoader); "
@@ -178,12 +177,16 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
         name = name or os.environ.get(NAME_ENV) or (found_name.text if found_name else None)
         watched = _instrument(fresh, _new_destination(url, sink, logdir, name, stuck_after, automatic=False))
         if found[0][0] and watched:  # an adapter or a wrapper: say which loaders inside it are watched
-            places = ", ".join(f"{type(loader).__name__}{path}" for path, inner in found if inner in watched)
+            places = ", ".join(f"{type(loader).__name__}{path}" for path, inner in found
+                               if any(inner is done for done in watched))
             _say(f"watch() watches the DataLoader{'s' if len(watched) > 1 else ''} inside the "
                  f"{type(loader).__name__}: {places}")
-        for inner in watched:
-            _rebuilds.remember(inner)
-        _hook_dataloader_init()
+        try:
+            for inner in watched:
+                _rebuilds.remember(inner)
+            _hook_dataloader_init()
+        except Exception as exc:  # a rebuilt loader then runs unwatched; this one is watched all the same
+            report("watching rebuilt loaders", exc)
     return loader
 
 
@@ -299,17 +302,18 @@ class Rebuilds:
             self._waiting[id(loader.dataset)] = weakref.ref(loader)
 
     def forget(self, loader: Any) -> None:
+        key = id(loader.dataset)
         with self._lock:
-            ref = self._waiting.get(id(loader.dataset))
+            ref = self._waiting.get(key)
             if ref is not None and ref() is loader:
-                del self._waiting[id(loader.dataset)]
+                del self._waiting[key]
 
     def source(self, loader: Any) -> Any:
         """The watched loader, never iterated, over whose dataset ``loader`` was just built."""
         dataset = getattr(loader, "dataset", None)
         with self._lock:
             ref = self._waiting.get(id(dataset))
-        source = ref() if ref is not None else None
+        source: Any = ref() if ref is not None else None
         if source is None or source is loader or source.dataset is not dataset:
             return None
         return None if getattr(source, "_probe_started", True) else source
