@@ -282,12 +282,10 @@ class MultiProcessProbe:
                 report("error record", exc)
         return super()._process_data(data, worker_idx, *args)  # type: ignore[misc]
 
-    # `_next_data`, not `__next__`: torch's `__next__` warns with stacklevel=2 (an IterableDataset
-    # longer than its __len__), which must name the training loop's frame, not one of ours.
-    def _next_data(self) -> Any:
+    def __next__(self) -> Any:
         self._liveness.next_started = start = monotonic()
         try:
-            data = super()._next_data()  # type: ignore[misc]
+            data = super().__next__()  # type: ignore[misc]
         except StopIteration:
             self._end_epoch(abandoned=False)
             raise
