@@ -112,9 +112,9 @@ def test_a_missing_token_is_refused_and_said_once_not_called_unreachable(
     monkeypatch.delenv("LOADERSCOPE_TOKEN", raising=False)
     live: LiveServer = start_server()
     loader = loaderscope.watch(DataLoader(list(range(32)), batch_size=4), url=live.url)
-    sink = loader._probe_transport
     for _ in loader:
         pass
+    sink = loader._probe_transport  # opened at the first iter()
     wait_for(lambda: sink.refused == 401, what="the refused handshake")
     # It keeps trying (the user may fix the token by restarting nothing); the message stays one.
     wait_for(lambda: live.output().count("/ws/ingest") >= 3, what="three refused handshakes")
@@ -134,9 +134,9 @@ def test_a_wrong_token_is_never_sent_and_said_once_not_called_unreachable(
     live: LiveServer = start_server()
     wrong = "wrong-token-of-sufficient-length"
     loader = loaderscope.watch(DataLoader(list(range(32)), batch_size=4), url=f"{live.url}/?token={wrong}")
-    sink = loader._probe_transport
     for _ in loader:
         pass
+    sink = loader._probe_transport  # opened at the first iter()
     wait_for(lambda: live.output().count("GET /api/proof") >= 3, what="three challenges")
     loader.close()
     err = capsys.readouterr().err

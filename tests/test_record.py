@@ -21,7 +21,8 @@ from tests.conftest import wait_for
 
 PYTHON = sys.executable
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
-FILE_NAME = re.compile(r"(?P<loader>\w+)-rank(?P<rank>\d+)-pid(?P<pid>\d+)-(?P<run>\w+)\.trace\.jsonl")
+FILE_NAME = re.compile(r"(?P<name>[\w.:-]+)-(?P<loader>\w+)-rank(?P<rank>\d+)-pid(?P<pid>\d+)-(?P<run>\w+)\.trace\.jsonl")
+JOB_NAME = re.compile(r"(?P<command>[\w.-]+)-\d{8}-\d{6}-[0-9a-f]{4}")
 
 # The user's script: it knows nothing of loaderscope. It prints how many batches it consumed.
 TRAIN = '''
@@ -68,6 +69,12 @@ dist.destroy_process_group()
 '''
 
 NO_TORCH = 'import sys; print("torch imported:", "torch" in sys.modules)'
+
+
+def torch_accelerator() -> bool:
+    import torch
+
+    return torch.accelerator.is_available()
 
 
 def environment() -> dict[str, str]:
@@ -122,8 +129,9 @@ def test_record_writes_a_conformant_trace_of_a_script_that_never_imports_loaders
     assert events[0]["config"]["num_workers"] == workers
     name = FILE_NAME.fullmatch(path.name)
     assert name and name["loader"] == "DataLoader" and name["rank"] == "0" and name["run"] == head["run"]
-    assert path.parent.parent == tmp_path / "runs" and path.parent.name.startswith("train-")
-    assert head["job"] == events[0]["job"] == path.parent.name and head["name"] == "train"
+    assert path.parent.parent == tmp_path / "runs" and JOB_NAME.fullmatch(path.parent.name)["command"] == "train"
+    assert head["job"] == events[0]["job"] == path.parent.name
+    assert head["name"] == events[0]["name"] == name["name"] == "loader"  # `loader = DataLoader(...)` in main()
     assert f"1 trace in runs/{path.parent.name}" in done.stderr
     assert "open them with: loaderscope serve --logdir runs" in done.stderr
     assert "loaderscope" not in done.stdout  # the command's own output is its own
@@ -134,6 +142,9 @@ def test_the_commands_exit_status_is_records(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr
     _, _, events = only_trace(tmp_path / "runs")
     assert yields(events) == consumed(done.stdout)[0]
+    end = events[-1]  # the loop ended, then the script exited 3: the run ends with that status, not `done`
+    assert end["kind"] == "run_end" and end["reason"] == "error" and end["exitcode"] == 3
+    assert end["error"] == {"type": "SystemExit", "message": "exit status 3"}
 
 
 def test_a_script_that_dies_of_an_exception_ends_its_run_with_error(tmp_path: Path) -> None:
@@ -142,7 +153,7 @@ def test_a_script_that_dies_of_an_exception_ends_its_run_with_error(tmp_path: Pa
     _, _, events = only_trace(tmp_path / "runs")
     assert yields(events) == 5
     end = events[-1]
-    assert end["kind"] == "run_end" and end["reason"] == "error"
+    assert end["kind"] == "run_end" and end["reason"] == "error" and end["exitcode"] == 1
     assert end["error"] == {"type": "ValueError", "message": "bad batch"}
 
 
@@ -205,6 +216,31 @@ def test_torchrun_ranks_write_one_trace_each_under_one_job(tmp_path: Path) -> No
         by_rank[head["rank"]] = yields(events)
     assert by_rank == {0: 8, 1: 8}
     assert sorted(consumed(done.stdout)) == [8, 8]
+    assert JOB_NAME.fullmatch(found[0].parent.name)["command"] == "train"
+
+
+def test_torchrun_ranks_share_one_job_named_by_the_command_without_record(tmp_path: Path) -> None:
+    """$LOADERSCOPE_LOGDIR alone (no record to name the job): the ranks still land in one job folder,
+    named by the script and a time stamp, not by torchrun's UUID."""
+    env = environment() | {"LOADERSCOPE_LOGDIR": str(tmp_path / "runs")}
+    done = subprocess.run([TORCHRUN, "--nproc-per-node", "2", "--standalone", script(tmp_path, DISTRIBUTED)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = traces(tmp_path / "runs")
+    assert len(found) == 2 and found[0].parent == found[1].parent, found
+    assert JOB_NAME.fullmatch(found[0].parent.name)["command"] == "train"
+    heads = [read_trace(path)[0] for path in found]
+    assert {head["job"] for head in heads} == {found[0].parent.name}
+    assert {head["name"] for head in heads} == {"loader"} and sorted(head["rank"] for head in heads) == [0, 1]
+
+
+def test_a_wrapper_script_names_the_job_by_the_program_it_runs(tmp_path: Path) -> None:
+    wrapper = tmp_path / "launch.sh"
+    wrapper.write_text(f"exec {PYTHON} {script(tmp_path)} \"$@\"\n")
+    done = record(tmp_path, "bash", str(wrapper), "workers=0")
+    assert done.returncode == 0, done.stderr
+    path, head, _ = only_trace(tmp_path / "runs")
+    assert JOB_NAME.fullmatch(path.parent.name)["command"] == "launch" and head["job"] == path.parent.name
 
 
 def test_python_dash_m_and_spawned_workers(tmp_path: Path) -> None:
@@ -214,7 +250,7 @@ def test_python_dash_m_and_spawned_workers(tmp_path: Path) -> None:
     done = record(tmp_path, PYTHON, "-m", "trainer", "workers=2", "context=spawn")
     assert done.returncode == 0, done.stderr
     path, head, events = only_trace(tmp_path / "runs")
-    assert head["name"] == "trainer" and path.parent.name.startswith("trainer-")
+    assert head["name"] == "loader" and JOB_NAME.fullmatch(path.parent.name)["command"] == "trainer"
     assert events[0]["config"]["multiprocessing_context"] == "spawn"
     assert len(traces(tmp_path / "runs")) == 1  # the spawned workers watched no loader of their own
     assert yields(events) == consumed(done.stdout)[0] == 24
@@ -238,7 +274,8 @@ def test_the_environment_alone_records_a_plain_python_command(tmp_path: Path) ->
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     path, head, events = only_trace(tmp_path / "runs")
-    assert path.parent == tmp_path / "runs" / "local" and head["job"] is None
+    assert path.parent.parent == tmp_path / "runs" and head["job"] == path.parent.name
+    assert JOB_NAME.fullmatch(head["job"])["command"] == "train"  # the rule record follows: one for both
     assert yields(events) == consumed(done.stdout)[0] == 24
 
 
@@ -273,7 +310,7 @@ def test_a_subclass_that_never_calls_dataloaders_init_is_recorded_too(tmp_path: 
     done = record(tmp_path, PYTHON, script(tmp_path, stateful, name="stateful.py"))
     assert done.returncode == 0, done.stderr
     path, _, events = only_trace(tmp_path / "runs")
-    assert path.name.startswith("StatefulDataLoader-rank0-")
+    assert path.name.startswith("loader-StatefulDataLoader-rank0-")
     assert yields(events) == consumed(done.stdout)[0] == 10
 
 
@@ -290,3 +327,53 @@ def test_a_scripts_own_watch_still_gets_its_events_under_record(tmp_path: Path) 
     assert "own sink yields 10" in done.stdout
     _, _, events = only_trace(tmp_path / "runs")
     assert yields(events) == 10
+
+
+# torch warns with stacklevel=2 from an iterator's __init__ when pin_memory finds no accelerator
+WARNS = '''
+import sys, warnings
+from torch.utils.data import DataLoader
+
+def pinned():
+    return DataLoader(list(range(8)), batch_size=4, pin_memory=True, num_workers=int(sys.argv[2]))
+
+if sys.argv[1] == "origins":
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        consumed = sum(1 for _ in pinned())
+    print("origins", sorted({(w.filename.rsplit("/", 1)[-1], w.category.__name__) for w in caught}))
+else:
+    print("consumed", sum(1 for _ in pinned()), "in all")
+'''
+
+
+def both(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """The command vanilla, then recorded."""
+    command = [PYTHON, *args]
+    vanilla = subprocess.run(command, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120)
+    return vanilla, record(tmp_path, *command)
+
+
+@pytest.mark.skipif(torch_accelerator(), reason="pin_memory warns only without an accelerator")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torchs_warnings_keep_their_origin_under_record(tmp_path: Path, workers: int) -> None:
+    vanilla, recorded = both(tmp_path, script(tmp_path, WARNS, name="warns.py"), "origins", str(workers))
+    assert recorded.returncode == vanilla.returncode == 0, recorded.stderr
+    line = next(line for line in vanilla.stdout.splitlines() if line.startswith("origins"))
+    assert line == "origins [('dataloader.py', 'UserWarning')]"
+    assert line in recorded.stdout.splitlines()
+
+
+@pytest.mark.skipif(torch_accelerator(), reason="pin_memory warns only without an accelerator")
+def test_warning_filters_on_torchs_module_work_as_without_record(tmp_path: Path) -> None:
+    path = script(tmp_path, WARNS, name="warns.py")
+    vanilla, recorded = both(tmp_path, "-W", "error::UserWarning:torch.utils.data.dataloader", path, "run", "0")
+    assert vanilla.returncode == recorded.returncode == 1
+    for done in (vanilla, recorded):
+        frames = re.findall(r'File "([^"]+)"', done.stderr)
+        assert frames[-1].endswith("torch/utils/data/dataloader.py") and "pin_memory" in done.stderr
+        assert frames[0].endswith("warns.py"), done.stderr
+    vanilla, recorded = both(tmp_path, "-W", "ignore::UserWarning:torch.utils.data.dataloader", path, "run", "0")
+    assert vanilla.returncode == recorded.returncode == 0
+    assert consumed(vanilla.stdout) == consumed(recorded.stdout) == [2]
+    assert "pin_memory" not in vanilla.stderr + recorded.stderr

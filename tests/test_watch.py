@@ -62,10 +62,11 @@ def test_watch_streams_a_library_loader_without_changing_what_it_yields(server: 
 def test_training_survives_the_dashboard_dying(start_server: Any) -> None:
     live = start_server()
     loader = loaderscope.watch(DataLoader(Squares(48, delay=0.005), batch_size=2, num_workers=2), url=live.page_url)
-    sink = loader._probe_transport
     started = time.monotonic()
     batches = 0
-    for batch in loader:
+    iterator = iter(loader)
+    sink = loader._probe_transport  # opened at the first iter(): a loader never iterated leaves no run
+    for batch in iterator:
         batches += 1
         if batches == 4:
             wait_for(lambda: sink.sent > 0)
@@ -81,9 +82,10 @@ def test_a_restarted_dashboard_gets_the_rest_of_the_run_and_counts_the_drops(sta
     first = start_server()
     port, token = first.port, first.token
     loader = loaderscope.watch(DataLoader(Squares(60, delay=0.02), batch_size=2, num_workers=2), url=first.page_url)
-    sink = loader._probe_transport
     second = None
-    for batches, _ in enumerate(loader, start=1):
+    iterator = iter(loader)
+    sink = loader._probe_transport
+    for batches, _ in enumerate(iterator, start=1):
         if batches == 5:
             wait_for(lambda: sink.sent > 0)
             first.stop()  # the dashboard goes away...

@@ -4,6 +4,7 @@ wrapped, in ranks the launcher names, and in a script that dies."""
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import pickle
@@ -19,6 +20,8 @@ from torch.utils.data import DataLoader, Dataset
 import loaderscope
 from loaderscope import conformance
 from loaderscope.probe.loader import distributed_identity, job_id
+from loaderscope.trace import read_trace
+from tests.conftest import wait_for
 
 
 class Squares(Dataset[torch.Tensor]):
@@ -225,3 +228,155 @@ def test_a_loader_dropped_as_soon_as_its_iterator_exists_records_every_batch(num
     kinds = [e["kind"] for e in events]
     assert kinds.count("yield") == 8 and kinds[-1] == "run_end"
     assert epoch_ends(events) == [(0, 8, False)] and conformance.check(events) == []
+
+
+# --- how a run ended, whatever path the process takes to exit ---------------------------------
+
+ENDINGS = """
+import sys
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader
+import loaderscope
+
+kept = []  # held to the end: the run ends at interpreter exit (test_record's scripts drop theirs on the way)
+
+def train(index, logdir, how):
+    loader = loaderscope.watch(DataLoader(list(range(16)), batch_size=4, num_workers=1), logdir=logdir,
+                               name=f"process{index}")
+    kept.append(loader)
+    if how == "own-excepthook":  # the script's own hook, set after watch(): the run still ends with the error
+        sys.excepthook = lambda *exc: print("own hook", exc[1], file=sys.stderr)
+    for batch, _ in enumerate(loader):
+        if how in ("spawn-raise", "own-excepthook") and index == 1 and batch == 1:
+            raise ValueError(f"process {index} failed")
+    if how == "exit3":
+        sys.exit(3)
+
+if __name__ == "__main__":
+    logdir, how = sys.argv[1], sys.argv[2]
+    if how.startswith("spawn"):
+        mp.spawn(train, args=(logdir, how), nprocs=2)  # torch/multiprocessing/spawn.py, _wrap: sys.exit(1)
+    else:
+        train(1, logdir, how)
+"""
+
+
+def ended(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess[str], dict[str, dict[str, Any]]]:
+    """Run ENDINGS; the last event of each run by the run's name."""
+    script, logdir = tmp_path / "endings.py", tmp_path / "runs"
+    script.write_text(ENDINGS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(script), str(logdir), how], capture_output=True, text=True,
+                          timeout=280, env=env, cwd=tmp_path)
+    last = {}
+    for path in logdir.rglob("*.trace.jsonl"):
+        head, events = read_trace(path)
+        assert conformance.check(events) == []
+        last[head["name"]] = events[-1]
+    return done, last
+
+
+@pytest.mark.timeout(300)  # three interpreters import torch (spawn), on a shared box
+def test_a_rank_that_dies_inside_torch_multiprocessing_spawn_ends_with_its_exception(tmp_path: Path) -> None:
+    done, last = ended(tmp_path, "spawn-raise")
+    assert done.returncode == 1 and "ValueError: process 1 failed" in done.stderr
+    assert last["process1"]["kind"] == "run_end" and last["process1"]["reason"] == "error"
+    assert last["process1"]["error"] == {"type": "ValueError", "message": "process 1 failed"}
+    assert last["process1"]["exitcode"] == 1
+    if "process0" in last:  # the rank still running may be killed by spawn before it ends
+        assert last["process0"]["kind"] != "run_end" or last["process0"]["reason"] == "done"
+
+
+def test_sys_exit_ends_the_run_with_the_exit_status(tmp_path: Path) -> None:
+    done, last = ended(tmp_path, "exit3")
+    assert done.returncode == 3, done.stderr
+    end = last["process1"]
+    assert end["kind"] == "run_end" and end["reason"] == "error" and end["exitcode"] == 3
+    assert end["error"] == {"type": "SystemExit", "message": "exit status 3"}
+
+
+def test_a_scripts_own_excepthook_does_not_hide_the_error(tmp_path: Path) -> None:
+    done, last = ended(tmp_path, "own-excepthook")
+    assert done.returncode == 1 and "own hook process 1 failed" in done.stderr
+    end = last["process1"]
+    assert end["reason"] == "error" and end["error"] == {"type": "ValueError", "message": "process 1 failed"}
+    assert end["exitcode"] == 1
+
+
+def test_a_normal_end_says_done_with_exit_status_0(tmp_path: Path) -> None:
+    done, last = ended(tmp_path, "done")
+    assert done.returncode == 0, done.stderr
+    assert last["process1"]["reason"] == "done" and last["process1"]["exitcode"] == 0
+    assert "error" not in last["process1"]
+
+
+def test_leaving_with_loader_on_an_exception_ends_the_run_with_it() -> None:
+    events: list[dict[str, Any]] = []
+    with pytest.raises(ValueError, match="mid-epoch"):
+        with loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend) as loader:
+            for _ in loader:
+                raise ValueError("mid-epoch")
+    end = events[-1]
+    assert end["kind"] == "run_end" and end["reason"] == "error"
+    assert end["error"] == {"type": "ValueError", "message": "mid-epoch"}
+
+
+# --- no empty ghost runs ----------------------------------------------------------------------
+
+def test_loaders_never_iterated_leave_no_run(tmp_path: Path) -> None:
+    """Lightning re-creates loaders as type(loader)(...) and iterates the new one: the one it dropped,
+    never iterated, leaves neither a run nor a trace file."""
+    events: list[dict[str, Any]] = []
+    original = loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend, logdir=tmp_path)
+    recreated = type(original)(Squares(), batch_size=8)
+    assert len(list(recreated)) == 4
+    recreated.close()
+    original.close()
+    assert set(runs(events)) == {recreated.run_id}
+    assert len(list(tmp_path.rglob("*.trace.jsonl"))) == 1
+
+
+def test_a_loader_never_iterated_opens_no_dashboard_run(server: Any) -> None:
+    def ids() -> set[str]:
+        with server.client() as http:
+            return {run["id"] for run in http.get("/api/runs").json()}
+
+    before = ids()
+    loader = loaderscope.watch(DataLoader(Squares(), batch_size=4), url=server.page_url)
+    del loader  # never iterated, then dropped: no `disconnected` run with 0 events
+    gc.collect()
+    iterated = loaderscope.watch(DataLoader(Squares(), batch_size=4), url=server.page_url)
+    recreated = type(iterated)(Squares(), batch_size=8)  # as Lightning re-creates loaders, then drops this one
+    with iterated:
+        list(iterated)
+    recreated.close()
+    run_id = iterated._probe_transport.run
+    wait_for(lambda: run_id in ids(), what="the iterated run")
+    assert ids() - before == {run_id}
+
+
+# --- every loader named from the code that made it ------------------------------------------------
+
+def make_loader() -> DataLoader[Any]:
+    return DataLoader(Squares(), batch_size=4)  # returned as is: the caller's variable names it
+
+
+class Holder:
+    val_loader: Any
+
+
+def test_runs_are_named_by_the_variable_the_function_or_the_line_that_made_them() -> None:
+    events: list[dict[str, Any]] = []
+    train_loader = loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend)
+    holder = Holder()
+    holder.val_loader = loaderscope.watch(make_loader(), sink=events.extend)
+    given = loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend, name="given")
+    for loader in (train_loader, holder.val_loader, given):
+        list(loader)
+        loader.close()
+    line = sys._getframe().f_lineno + 1
+    for _ in loaderscope.watch(DataLoader(Squares(), batch_size=4), sink=events.extend):
+        pass
+    gc.collect()
+    names = [e["name"] for e in events if e["kind"] == "run_start"]
+    assert names == ["train_loader", "val_loader", "given", f"test_watch_lifecycle.py:{line}"]

@@ -22,7 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderscope.logdir import job_directory, safe_name
+from loaderscope.logdir import job_directory
+from loaderscope.probe.logfile import job_name
 
 DEFAULT_LOGDIR = "loaderscope-runs"
 STARTUP_HOOK = "loaderscope_auto.pth"
@@ -52,7 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"where traces go (default: $LOADERSCOPE_LOGDIR, else ./{DEFAULT_LOGDIR})")
     parser.add_argument("--url", default=None,
                         help="also stream live to this dashboard (http://host:port/?token=...)")
-    parser.add_argument("--name", default=None, help="the runs' name (default: the script's or module's name)")
+    parser.add_argument("--name", default=None,
+                        help="the job's and every run's name (default: the job is named by the script or module, "
+                             "each loader by the variable or function that built it)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     parser.set_defaults(func=cmd_record)
 
@@ -75,15 +78,15 @@ def record(command: list[str], *, logdir: str | None = None, url: str | None = N
     """Run ``command`` recorded; its exit status. Raises RecordError when it cannot be recorded."""
     check_startup_hook()
     root = Path(logdir or os.environ.get("LOADERSCOPE_LOGDIR") or DEFAULT_LOGDIR).resolve()
-    name = name or command_name(command)
-    job = f"{safe_name(name)}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    job = job_name(name or command_name(command), time.time(), secrets.token_hex(8))
     directory = job_directory(root, job)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RecordError(f"cannot create {directory} ({exc.strerror or exc}): pass a writable --logdir") from None
-    env = {**os.environ, "LOADERSCOPE_RECORD": "1", "LOADERSCOPE_LOGDIR": str(root),
-           "LOADERSCOPE_JOB": job, "LOADERSCOPE_NAME": name}
+    env = {**os.environ, "LOADERSCOPE_RECORD": "1", "LOADERSCOPE_LOGDIR": str(root), "LOADERSCOPE_JOB": job}
+    if name:  # every run named so; without it each loader is named from the code that built it
+        env["LOADERSCOPE_NAME"] = name
     if url:
         env["LOADERSCOPE_URL"] = url
     say(f"recording the DataLoaders of `{shlex.join(command)}` into {shown(directory)}")
@@ -114,14 +117,16 @@ def check_startup_hook() -> None:
 
 
 def command_name(command: Sequence[str]) -> str:
-    """What the runs are called: the script's stem (``train.py`` → ``train``), the ``-m`` module, else
-    the program's name. torchrun's and python's own options are skipped that way."""
+    """What the job is called: the script's stem (``train.py`` → ``train``), the ``-m`` module, the
+    script a wrapper runs (``bash train.sh`` → ``train``), else the program's name. torchrun's and
+    python's own options are skipped that way."""
     for position, word in enumerate(command):
         if word == "-m" and position + 1 < len(command):
             return command[position + 1]
         if word.endswith(".py"):
             return Path(word).stem
-    return Path(command[0]).name
+    script = next((word for word in command[1:] if not word.startswith("-") and Path(word).is_file()), None)
+    return Path(script).stem if script else Path(command[0]).name
 
 
 def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch.multiprocessing
@@ -170,20 +171,37 @@ class Adoption:
 
 
 def install_hook() -> None:
-    """Wrap ``_BaseDataLoaderIter.__init__`` once, so adoptions see each iterator being built."""
+    """Wrap ``_BaseDataLoaderIter.__init__`` once, so adoptions see each iterator being built.
+
+    torch warns from that ``__init__`` with ``stacklevel=2`` (pin_memory without an accelerator), which
+    names its caller: the wrapper must read as torch's own frame, or ``-W ignore::UserWarning:torch.utils.
+    data.dataloader`` would no longer match. So it is compiled as part of ``torch/utils/data/dataloader.py``
+    (its file, its module's ``__name__``, the line of the ``__init__`` it wraps): warnings and tracebacks
+    name torch, as they do without loaderscope.
+    """
     original = _BaseDataLoaderIter.__init__
     if getattr(original, "_loaderscope_hook", False):
         return
-
-    @functools.wraps(original)
-    def __init__(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        original(self, loader, *args, **kwargs)
-        adoption = getattr(_current, "adoption", None)
-        if adoption is not None and adoption.loader is loader:
-            adoption.adopt(self)
-
+    __init__ = torch_frame(original, _built)
     __init__._loaderscope_hook = True  # type: ignore[attr-defined]
     _BaseDataLoaderIter.__init__ = __init__  # type: ignore[method-assign]
+
+
+def torch_frame(original: Callable[..., None], after: Callable[[Any, Any], None]) -> Callable[..., None]:
+    """``original(self, loader, ...)`` then ``after(self, loader)``, in a frame of ``original``'s own file,
+    module and first line."""
+    code = original.__code__
+    source = "\n" * (code.co_firstlineno - 1) + (
+        "def __init__(self, loader, *args, **kwargs): original(self, loader, *args, **kwargs); after(self, loader)")
+    namespace: dict[str, Any] = {"__name__": original.__module__, "original": original, "after": after}
+    exec(compile(source, code.co_filename, "exec"), namespace)  # noqa: S102 (our own fixed source)
+    return functools.wraps(original)(namespace["__init__"])
+
+
+def _built(iterator: Any, loader: Any) -> None:
+    adoption = getattr(_current, "adoption", None)
+    if adoption is not None and adoption.loader is loader:
+        adoption.adopt(iterator)
 
 
 install_hook()

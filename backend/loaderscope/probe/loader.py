@@ -171,7 +171,7 @@ class ProbeMixin(DataLoader[T_co]):
     _probe_destination: Any = None  # set on watched classes: how a re-created loader gets its probe
     _probe_base: type | None = None  # set on watched classes: the user's own loader class
 
-    def _init_probe(self, sink: Sink, *, run_id: str | None, rank: int | None, meta: dict[str, Any]) -> None:
+    def _init_probe(self, sink: Sink | None, *, run_id: str | None, rank: int | None, meta: dict[str, Any]) -> None:
         recorder = Recorder(sink, run_id=run_id or uuid.uuid4().hex[:12], rank=rank or 0)
         # object.__setattr__: DataLoader.__setattr__ guards some names after init, not ours, but
         # going around it keeps the probe invisible to subclasses that override __setattr__ too.
@@ -197,6 +197,8 @@ class ProbeMixin(DataLoader[T_co]):
     def _start_probe(self) -> None:
         if self._probe_started:
             return
+        if self._probe_destination is not None:
+            self._probe_destination.open(self)
         object.__setattr__(self, "_probe_started", True)
         rank, world_size = distributed_identity()
         if not self._probe_meta.get("rank_given"):
@@ -255,8 +257,10 @@ class ProbeMixin(DataLoader[T_co]):
             reader.ask_values()
 
     def close(self, reason: str = "done", stats: dict[str, Any] | None = None,
-              error: dict[str, str] | None = None) -> None:
-        """End the run: shut persistent workers down, emit ``run_end``, flush, stop the probe thread."""
+              error: dict[str, str] | None = None, exitcode: int | None = None) -> None:
+        """End the run: shut persistent workers down, emit ``run_end``, flush, stop the probe thread.
+
+        ``exitcode``: the process's exit status, when the run ends because the process exits."""
         if getattr(self, "_probe_closed", False) or "_probe" not in vars(self):
             return
         object.__setattr__(self, "_probe_closed", True)
@@ -266,7 +270,7 @@ class ProbeMixin(DataLoader[T_co]):
             if self._probe_started:
                 self._probe.drain_all()  # the workers' last records belong before run_end
                 self._probe_epochs.end_open()
-                extra = {"error": error} if error else {}
+                extra = ({"error": error} if error else {}) | ({"exitcode": exitcode} if exitcode is not None else {})
                 self._probe.note("run_end", reason=reason, stats=stats or {}, **extra)
             self._probe.close()
         except Exception as exc:
@@ -289,8 +293,18 @@ class ProbeMixin(DataLoader[T_co]):
     def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
-        self.close("done" if exc_type is None else "error")
+    def __exit__(self, exc_type: Any, exc: BaseException | None, _tb: Any) -> None:
+        if exc is None:
+            self.close("done")
+        elif isinstance(exc, KeyboardInterrupt):
+            self.close("stopped")
+        else:
+            self.close("error", error=failure(exc))
+
+
+def failure(exc: BaseException) -> dict[str, str]:
+    """``run_end.error``: what a run ended with."""
+    return {"type": type(exc).__name__, "message": str(exc)[:1000]}
 
 
 def _rebuild(base: type, destination: Any) -> Any:

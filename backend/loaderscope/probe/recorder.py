@@ -42,8 +42,8 @@ def _stop_all() -> None:
 class Recorder:
     """Collects records from the main thread, the worker rings and the probe's own thread."""
 
-    def __init__(self, sink: Sink, *, run_id: str, rank: int = 0, interval: float = 0.05) -> None:
-        self.sink = sink
+    def __init__(self, sink: Sink | None, *, run_id: str, rank: int = 0, interval: float = 0.05) -> None:
+        self.sink = sink  # None until the run starts (``watch()`` opens its outlets at the first iter())
         self.run_id = run_id
         self.rank = rank
         self.interval = interval
@@ -137,6 +137,8 @@ class Recorder:
             self.drain_all()
         with self._flush_lock:
             pending = self.pending
+            if self.sink is None:  # not started: what waits is kept for the sink to come
+                return
             records = [pending.popleft() for _ in range(len(pending))]
             if not records:
                 return

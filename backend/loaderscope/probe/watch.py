@@ -17,11 +17,11 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import signal
 import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from types import TracebackType
 from typing import Any, TypeVar
 
 from torch.utils.data import DataLoader
@@ -29,8 +29,9 @@ from torch.utils.data import DataLoader
 from loaderscope.events import Event
 from loaderscope.discovery import find_dashboard
 from loaderscope.probe.faults import report
-from loaderscope.probe.logfile import Fanout, LogfileSink
-from loaderscope.probe.loader import ProbeMixin
+from loaderscope.probe.logfile import Fanout, LogfileSink, running_command, this_job
+from loaderscope.probe.loader import ProbeMixin, failure
+from loaderscope.probe.names import caller_frame, loader_name, place
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.transport import StreamSink
 
@@ -66,19 +67,23 @@ class Destination:
             return self._classes[base]
 
     def attach(self, loader: Any) -> None:
-        """Give ``loader`` a probe of its own (a new run) that reports here."""
+        """Give ``loader`` a probe of its own (a new run) that reports here from its first ``iter()``."""
+        loader._init_probe(None, run_id=None, rank=None, meta=self.meta)
+        _open_loaders.add(loader)
+
+    def open(self, loader: Any) -> None:
+        """At the run's first ``iter()``: its outlets. A loader never iterated (one a library re-creates or
+        rebuilds, then drops) connects to no dashboard and writes no file: it leaves no run at all."""
         stream = StreamSink(*self.dashboard) if self.dashboard is not None else None
         file = LogfileSink(self.logdir) if self.logdir is not None else None
         other = self.sink if self.sink is not None else stream
-        sink: Any = other if file is None else file if other is None else Fanout(file, other)
-        loader._init_probe(sink, run_id=None, rank=None, meta=self.meta)
+        loader._probe.sink = other if file is None else file if other is None else Fanout(file, other)
         transport: Any = Outlets(stream, file) if file is not None else stream
         if transport is not None:
             object.__setattr__(loader, "_probe_transport", transport)  # ProbeMixin.close() closes it
         # A loader dropped without close() (`for batch in DataLoader(...)`, one built per evaluation)
         # ended normally once it and its iterators are gone: its run must not read as a crash.
         loader._probe.on_abandoned = functools.partial(_end_dropped, loader._probe, transport)
-        _open_loaders.add(loader)
 
     # A copied loader reports to the same place, not to a copy of the sink's list.
     def __copy__(self) -> Destination:
@@ -121,7 +126,11 @@ def _end_dropped(recorder: Recorder, transport: Any) -> None:
     if recorder.closed:  # ended by close() or `with loader:` already
         return
     if recorder.seq or recorder.pending:  # never iterated: nothing to end
-        recorder.note("run_end", reason="done", stats={})
+        # Dropped while sys.exit() unwinds the stack (the script's own, or torch's spawn wrapper after
+        # an exception): the run ends as the process does.
+        reason, error, code = ending() if _exit["code"] is not None else ("done", None, None)
+        extra = ({"error": error} if error else {}) | ({"exitcode": code} if code is not None else {})
+        recorder.note("run_end", reason=reason, stats={}, **extra)
     recorder.close()
     if transport is not None:
         threading.Thread(target=transport.close, name="loaderscope-close").start()
@@ -134,8 +143,9 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
 
     Args:
         loader: a ``torch.utils.data.DataLoader`` (or subclass, e.g. torchdata's
-            ``StatefulDataLoader``), before iterating it; or a wrapper that holds DataLoaders
-            (webdataset's ``WebLoader``, Lightning's ``CombinedLoader``): those inside are watched.
+            ``StatefulDataLoader``), before iterating it; or an adapter or wrapper that holds
+            DataLoaders (accelerate's ``DataLoaderShard``, webdataset's ``WebLoader``, Lightning's
+            ``CombinedLoader``): those inside are watched, and that is said on stderr.
         url: the dashboard (``http://127.0.0.1:8000/?token=...``); default ``$LOADERSCOPE_URL``,
             else (without a logdir) the dashboard this user last started, else a new one started in
             the background.
@@ -143,41 +153,70 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
             background thread; keep it quick).
         logdir: also write each run to a trace file of its own under this directory (default
             ``$LOADERSCOPE_LOGDIR``); with a logdir and no ``url``/``$LOADERSCOPE_URL``, no dashboard.
-        name: shown on the dashboard (default: ``$LOADERSCOPE_NAME``, else the script's name).
+        name: the runs' name (default: ``$LOADERSCOPE_NAME``, else the variable or function of the
+            caller's code that holds the loader, else ``file:line``: ``probe/names.py``).
         stuck_after: seconds after which a fetch is reported stuck (default: max(10 s, 20× median)).
 
     The training loop never waits for the dashboard: events go to a bounded buffer, a thread sends
     them, reconnects after a restart, and counts what it had to drop. ``loader.close()`` (or leaving
-    ``with loader:``) flushes and ends the run; interpreter exit does it too, with reason ``error``
-    if the script died of an exception.
+    ``with loader:``) flushes and ends the run; interpreter exit does it too, with the exit status,
+    and reason ``error`` and the exception if the process died of one (``ending``).
     """
-    loaders = [loader] if isinstance(loader, DataLoader) else _inner_loaders(loader)
-    if not loaders:
-        raise TypeError(f"watch() takes a torch.utils.data.DataLoader, or an object that holds one (webdataset's "
-                        f"WebLoader, Lightning's CombinedLoader); {type(loader).__name__} holds none. "
-                        f"Pass the DataLoader itself: watch(DataLoader(...)).")
-    for inner in loaders:
+    found: list[tuple[str, Any]] = [("", loader)] if _is_loader(loader) else _inner_loaders(loader)
+    if not found:
+        raise TypeError(f"watch() takes a torch.utils.data.DataLoader, or an object that holds one (accelerate's "
+                        f"DataLoaderShard, webdataset's WebLoader, Lightning's CombinedLoader); "
+                        f"{type(loader).__name__} holds none. Pass the DataLoader itself: watch(DataLoader(...)).")
+    for _, inner in found:
         if getattr(inner, "_iterator", None) is not None:
             raise RuntimeError("watch() must be called before iterating the loader (its persistent workers "
                                "already run): call watch(loader) right after building it")
-    fresh = [inner for inner in loaders if not isinstance(inner, ProbeMixin) or _automatic_and_unstarted(inner)]
+    fresh = [inner for _, inner in found if not isinstance(inner, ProbeMixin) or _automatic_and_unstarted(inner)]
     if fresh:
-        _instrument(fresh, _new_destination(url, sink, logdir, name, stuck_after, automatic=False))
+        found_name = loader_name(caller_frame(1), loader)
+        name = name or os.environ.get(NAME_ENV) or (found_name.text if found_name else None)
+        watched = _instrument(fresh, _new_destination(url, sink, logdir, name, stuck_after, automatic=False))
+        if found[0][0] and watched:  # an adapter or a wrapper: say which loaders inside it are watched
+            places = ", ".join(f"{type(loader).__name__}{path}" for path, inner in found
+                               if any(inner is done for done in watched))
+            _say(f"watch() watches the DataLoader{'s' if len(watched) > 1 else ''} inside the "
+                 f"{type(loader).__name__}: {places}")
+        try:
+            for inner in watched:
+                _rebuilds.remember(inner)
+            _hook_dataloader_init()
+        except Exception as exc:  # a rebuilt loader then runs unwatched; this one is watched all the same
+            report("watching rebuilt loaders", exc)
     return loader
 
 
 def auto_watch(loader: DataLoader[Any]) -> None:
-    """Watch a DataLoader just built, unless it already is (``loaderscope record``, ``autowatch.py``)."""
-    if not isinstance(loader, ProbeMixin):
-        _instrument([loader], _new_destination(None, None, None, None, None, automatic=True))
+    """Watch a DataLoader just built, unless it already is (``loaderscope record``, ``autowatch.py``).
+
+    A loader rebuilt from one not iterated yet (accelerate's ``prepare()``, inside the ``Trainer`` too)
+    takes that one's name, unless the user's code stored it in a variable of its own."""
+    if isinstance(loader, ProbeMixin):
+        return
+    found = loader_name(caller_frame(1))
+    source = _rebuilds.source(loader)
+    inherited = source._probe_meta.get("name") if source is not None else None
+    name = os.environ.get(NAME_ENV) or (found.text if found and found.kind == "variable" else None) \
+        or inherited or (found.text if found else None)
+    _instrument([loader], _new_destination(None, None, None, name, None, automatic=True))
+    if source is None:
+        _rebuilds.remember(loader)
+    elif source._probe_destination.automatic:
+        _rebuilds.forget(source)
 
 
 def _new_destination(url: str | None, sink: Callable[[list[Event]], None] | None,
                      logdir: str | os.PathLike[str] | None, name: str | None, stuck_after: float | None, *,
                      automatic: bool) -> Destination:
     logdir = logdir or os.environ.get(LOGDIR_ENV) or None
-    meta = {"name": name or os.environ.get(NAME_ENV) or os.path.basename(sys.argv[0] or "python"),
-            "stuck_after": stuck_after, "job": os.environ.get(JOB_ENV) or None}
+    # One rule for the job, where the runs go to a logdir (§18); a dashboard alone groups the ranks
+    # by their launcher's id (probe/loader.py, job_id)
+    job = this_job() if logdir or os.environ.get(JOB_ENV) else None
+    meta = {"name": name or running_command(), "stuck_after": stuck_after, "job": job}
     # A logdir alone means no dashboard: on a cluster node there is none to find, and starting one
     # in the background there would serve nobody.
     wants_dashboard = sink is None and (logdir is None or bool(url or os.environ.get(URL_ENV)))
@@ -185,14 +224,20 @@ def _new_destination(url: str | None, sink: Callable[[list[Event]], None] | None
                        logdir=os.fspath(logdir) if logdir else None, automatic=automatic)
 
 
-def _instrument(loaders: list[DataLoader[Any]], destination: Destination) -> None:
+def _instrument(loaders: list[DataLoader[Any]], destination: Destination) -> list[DataLoader[Any]]:
+    """Instrument what can be; the rest runs on untouched, said once per class. Returns those instrumented."""
     _install_exit_hooks()
+    done = []
     for inner in loaders:
-        previous = getattr(inner, "_probe_transport", None)
-        if previous is not None:  # an automatic probe that never started: its outlets hold nothing yet
-            previous.close()
-        inner.__class__ = destination.loader_class(getattr(inner, "_probe_base", None) or type(inner))
+        base = getattr(inner, "_probe_base", None) or type(inner)
+        try:
+            inner.__class__ = destination.loader_class(base)
+        except (TypeError, AttributeError) as exc:  # a layout or a __class__ of its own that refuses it
+            _say(f"cannot watch the {base.__name__} ({exc}); it runs on as it is, unobserved")
+            continue
         destination.attach(inner)
+        done.append(inner)
+    return done
 
 
 def _automatic_and_unstarted(loader: ProbeMixin[Any]) -> bool:
@@ -200,60 +245,178 @@ def _automatic_and_unstarted(loader: ProbeMixin[Any]) -> bool:
     return destination is not None and destination.automatic and not getattr(loader, "_probe_started", False)
 
 
-def _inner_loaders(obj: Any) -> list[DataLoader[Any]]:
-    """The DataLoaders a wrapper holds in its attributes (lists, tuples and dicts of them too)."""
-    found: dict[int, DataLoader[Any]] = {}
-    for value in _attribute_values(obj, WRAPPER_DEPTH):
-        if isinstance(value, DataLoader):
-            found.setdefault(id(value), value)
+def _is_loader(obj: Any) -> bool:
+    """A DataLoader itself. ``type()``, not ``isinstance``: an adapter (accelerate's ``DataLoaderShard``)
+    answers ``__class__`` with the class of the loader it wraps, and its own class cannot be switched."""
+    return issubclass(type(obj), DataLoader)
+
+
+def _inner_loaders(obj: Any) -> list[tuple[str, DataLoader[Any]]]:
+    """The DataLoaders an adapter or wrapper holds in its attributes (lists, tuples and dicts of them
+    too), each with where it was found (``.base_dataloader``, ``.pipeline[0]``)."""
+    found: dict[int, tuple[str, DataLoader[Any]]] = {}
+    for path, value in _attribute_values(obj, WRAPPER_DEPTH, ""):
+        if _is_loader(value):
+            found.setdefault(id(value), (path, value))
     return list(found.values())
 
 
-def _attribute_values(obj: Any, depth: int) -> Iterator[Any]:
+def _attribute_values(obj: Any, depth: int, path: str) -> Iterator[tuple[str, Any]]:
     if depth == 0:
         return
-    values: list[Any] = []
+    items: list[tuple[str, Any]] = []
     if isinstance(obj, Mapping):
-        values = list(obj.values())
+        items = [(f"[{key!r}]", value) for key, value in obj.items()]
     elif isinstance(obj, (list, tuple)):
-        values = list(obj)
+        items = [(f"[{index}]", value) for index, value in enumerate(obj)]
     elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-        values = list(vars(obj).values())
-    for value in values:
-        yield value
-        if not isinstance(value, DataLoader):
-            yield from _attribute_values(value, depth - 1)
+        items = [(f".{key}", value) for key, value in vars(obj).items()]
+    for key, value in items:
+        yield path + key, value
+        if not _is_loader(value):
+            yield from _attribute_values(value, depth - 1, path + key)
+
+
+def _say(message: str) -> None:
+    if message:
+        print(f"loaderscope: {message}", file=sys.stderr, flush=True)
+
+
+class Rebuilds:
+    """Watched loaders that a library may rebuild before iterating them.
+
+    ``accelerator.prepare(loader)`` (accelerate's ``prepare_data_loader``) iterates not the loader it is
+    given but a new ``DataLoader`` it builds from that one's dataset, sampler and arguments. A
+    ``DataLoader`` built over the dataset of a watched loader that has not been iterated yet is taken
+    for its rebuild: it is watched in its place, to the same destination, and that is said once.
+    (A subclass whose ``__init__`` never calls ``DataLoader.__init__``, such as torchdata's
+    ``StatefulDataLoader``, is not seen being built.)
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, weakref.ref[Any]] = {}  # id(dataset) -> the watched loader
+        self._lock = threading.Lock()
+
+    def remember(self, loader: Any) -> None:
+        with self._lock:
+            self._waiting[id(loader.dataset)] = weakref.ref(loader)
+
+    def forget(self, loader: Any) -> None:
+        key = id(loader.dataset)
+        with self._lock:
+            ref = self._waiting.get(key)
+            if ref is not None and ref() is loader:
+                del self._waiting[key]
+
+    def source(self, loader: Any) -> Any:
+        """The watched loader, never iterated, over whose dataset ``loader`` was just built."""
+        dataset = getattr(loader, "dataset", None)
+        with self._lock:
+            ref = self._waiting.get(id(dataset))
+        source: Any = ref() if ref is not None else None
+        if source is None or source is loader or source.dataset is not dataset:
+            return None
+        return None if getattr(source, "_probe_started", True) else source
+
+    def built(self, loader: Any) -> None:
+        """After ``DataLoader.__init__``: watch ``loader`` where the loader it rebuilds was watched to."""
+        source = self.source(loader)
+        if source is None or source._probe_destination.automatic:
+            return  # record watches every loader already (auto_watch)
+        if isinstance(loader, ProbeMixin) and not _automatic_and_unstarted(loader):
+            return
+        self.forget(source)
+        destination = source._probe_destination
+        _instrument([loader], destination)
+        _say(f"the watched DataLoader {destination.meta.get('name')!r} was rebuilt before it was iterated (a new "
+             f"DataLoader over its dataset, built at {place(caller_frame(2))}, as accelerate's prepare() does): "
+             "watching the new one")
+
+
+_rebuilds = Rebuilds()
+
+
+def _hook_dataloader_init() -> None:
+    """Once: tell ``_rebuilds`` of every DataLoader built from now on."""
+    original = DataLoader.__init__
+    if getattr(original, "_loaderscope_rebuilds", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original(self, *args, **kwargs)
+        try:
+            _rebuilds.built(self)
+        except Exception as exc:  # the new loader runs unwatched rather than not at all
+            report("watching a rebuilt loader", exc)
+
+    __init__._loaderscope_rebuilds = True  # type: ignore[attr-defined]
+    DataLoader.__init__ = __init__  # type: ignore[method-assign]
 
 
 # --- the end of the script -------------------------------------------------------------------------
 
 _open_loaders: weakref.WeakSet[Any] = weakref.WeakSet()
-_failure: dict[str, str] | None = None  # the exception the script died of, if any
+_exit: dict[str, Any] = {"code": None, "failure": None}  # what sys.exit() was called with, and while handling
 _hooks_installed = False
 
 
 def _install_exit_hooks() -> None:
-    """Once: remember an uncaught exception, and end every open run at interpreter exit."""
+    """Once: note what ``sys.exit()`` is called with, and end every open run at interpreter exit.
+
+    ``sys.exit`` is where a run's end is decided whatever path the process takes: the script's own
+    ``sys.exit(3)``, and torch's spawn wrapper (``torch/multiprocessing/spawn.py``, ``_wrap``), which
+    catches a rank's exception and calls ``sys.exit(1)`` so that ``sys.excepthook`` never sees it.
+    An exception that reaches the top is read at exit from ``sys.last_value``, which the interpreter
+    sets before it calls any ``sys.excepthook``, the script's own included.
+    """
     global _hooks_installed
     if _hooks_installed:
         return
     _hooks_installed = True
-    previous = sys.excepthook
-
-    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-        global _failure
-        _failure = {"type": exc_type.__name__, "message": str(exc)[:1000]}
-        previous(exc_type, exc, tb)
-
-    sys.excepthook = excepthook
+    sys.exit = _noting_exit(sys.exit)
     atexit.register(_close_all)
 
 
+def _noting_exit(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def exit(status: object = None, /) -> Any:  # noqa: A001
+        try:
+            _exit["code"] = status_code(status)
+            handled = sys.exc_info()[1]
+            if _exit["failure"] is None and _exit["code"] and isinstance(handled, Exception):
+                _exit["failure"] = handled
+        except Exception:  # noqa: BLE001 (exiting goes on whatever happens here)
+            pass
+        return original(status)
+
+    return exit
+
+
+def status_code(status: object) -> int:
+    """The process's exit status for ``sys.exit(status)``."""
+    return 0 if status is None else status if isinstance(status, int) else 1
+
+
+def ending() -> tuple[str, dict[str, str] | None, int]:
+    """(reason, error, exit status) of a process that is exiting now."""
+    uncaught = None if hasattr(sys, "ps1") or sys.flags.interactive else getattr(sys, "last_value", None)
+    if isinstance(uncaught, KeyboardInterrupt):
+        return "stopped", None, 128 + signal.SIGINT  # the interpreter ends itself with SIGINT
+    if isinstance(uncaught, BaseException) and not isinstance(uncaught, SystemExit):
+        return "error", failure(uncaught), 1
+    code = _exit["code"] if _exit["code"] is not None else 0
+    if _exit["failure"] is not None:
+        return "error", failure(_exit["failure"]), code
+    if code:
+        return "error", {"type": "SystemExit", "message": f"exit status {code}"}, code
+    return "done", None, 0
+
+
 def _close_all() -> None:
-    interrupted = _failure is not None and _failure["type"] == "KeyboardInterrupt"
-    reason = "done" if _failure is None else "stopped" if interrupted else "error"
+    reason, error, code = ending()
     for loader in list(_open_loaders):
         try:
-            loader.close(reason, error=None if interrupted else _failure)
+            loader.close(reason, error=error, exitcode=code)
         except Exception:  # interpreter exit: nothing left to break, nothing to report to
             pass
