@@ -19,11 +19,12 @@ from loaderscope import __version__, scenarios
 from loaderscope.compare_cli import add_compare_command
 from loaderscope.diagnosis import diagnosis
 from loaderscope.events import Event
+from loaderscope.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.record import add_record_command
 from loaderscope.report import first_epoch_orders, reordering_story
 from loaderscope.state import LoaderState, summary
 
-console = Console(highlight=False)
+console: Console = stdout_console()
 
 
 class UsageError(Exception):
@@ -294,7 +295,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         plan = trace_plan(events)
         if plan is None:  # the trace's own loader, replayed with other settings
             grid = sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields])  # what a replay can change
-            return print_sweep(lambda: sim.trace_sweep(events, grid))
+            return print_sweep(lambda: sim.trace_sweep(events, grid), args.format)
         costs = sim.fit_from_trace(events)
     elif args.scenario:
         plan = resolve(args.scenario, parse_sets(args.set))
@@ -302,7 +303,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     else:
         raise UsageError("name a scenario, or give --from-trace FILE to sweep a recorded run")
     grid = sweep_grid(args.sweep, [*plan.scenario.params.model_fields, *cost_fields])
-    return print_sweep(lambda: sim.sweep(plan, grid, costs))
+    return print_sweep(lambda: sim.sweep(plan, grid, costs), args.format)
 
 
 def trace_plan(events: list[Event]) -> scenarios.Plan | None:
@@ -313,15 +314,20 @@ def trace_plan(events: list[Event]) -> scenarios.Plan | None:
     return resolve(start["scenario"], start.get("params") or {})
 
 
-def print_sweep(rows_of: Callable[[], list[dict[str, Any]]]) -> int:
+def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table") -> int:
     from loaderscope import sim
 
     try:
         rows = rows_of()
     except ValueError as exc:  # a ParamError, or a key a replayed trace cannot change
         raise UsageError(str(exc)) from None
-    console.print(sim.format_table(rows))
-    console.print(sim.recommend(rows))
+    if fmt == "csv":
+        sys.stdout.write(to_csv(rows))
+    elif fmt == "json":
+        sys.stdout.write(to_json({"rows": rows, "recommendation": sim.recommend(rows)}) + "\n")
+    else:
+        console.print(sim.format_table(rows), end="")
+        console.print(sim.recommend(rows))
     return 0
 
 
@@ -419,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     sim.add_argument("--from-trace", metavar="FILE", help="fit the cost model to a recorded real trace")
     sim.add_argument("--costs", metavar="JSON", help="simulator cost model as JSON (see loaderscope.sim.CostModel)")
+    add_format_option(sim)
     sim.set_defaults(func=cmd_sim)
 
     export = sub.add_parser("export", help="convert a trace for Perfetto / chrome://tracing")
