@@ -191,22 +191,23 @@ def run_job(plan: scenarios.Plan, args: argparse.Namespace) -> int:
     for events in job.events:
         write_trace(trace_path(logdir, events[0]), events, events[0]["run"], scenario=plan.name, mode="sim",
                     params=plan.values())
-    print_job(job, args.ranks)
+    print_job(job)
     console.print(f"\ntraces: {logdir}/ ({args.ranks} ranks, {sum(job.counts):,} events) — open the job with "
                   f"[bold]loaderscope serve --logdir {logdir}[/]")
     return 0
 
 
-def print_job(job: Any, ranks: int) -> None:
+def print_job(job: Any) -> None:
+    from loaderscope.sim.job import rank_figures
+
     steps = len(job.slowest)
     console.print(f"\n{steps} steps in {job.wall:.2f} s = [bold]{steps / job.wall if job.wall else 0:.1f} steps/s[/] "
                   f"for the job; ranks step together, so the slowest rank to deliver a batch sets the pace")
     table = Table("rank", "batches/s", "waited in next()", "slowest in", "worst lag", box=None, pad_edge=False)
-    for rank in range(ranks):
-        stats = job.events[rank][-1].get("stats", {})
-        lags = [lag for r, lag in job.slowest if r == rank]
-        table.add_row(str(rank), f"{stats.get('batches_per_s', 0):.1f}", f"{stats.get('input_bound', 0):.0%}",
-                      f"{len(lags)} of {steps} steps", f"{max(lags) * 1000:.1f} ms" if lags else "-")
+    for row in rank_figures(job):
+        lag = row["worst_lag"]
+        table.add_row(str(row["rank"]), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
+                      f"{row['slowest_steps']} of {steps} steps", "-" if lag is None else f"{lag * 1000:.1f} ms")
     console.print(table)
     if job.hung:
         console.print(f"[bold red]ranks {job.hung} wait forever in the all-reduce[/]: another rank's loader ran out "

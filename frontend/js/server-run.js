@@ -25,6 +25,7 @@ const POLL_MS = 1500; // run summary / diagnosis refresh while live
  *   statusChanged: () => void,
  *   resumed: () => void,
  *   wake: () => void,
+ *   selectRun: (id: string, push?: boolean) => boolean,
  * }} ServerHost
  */
 
@@ -62,7 +63,7 @@ export class ServerRun {
   bind() {
     $('run-picker').addEventListener('change', (ev) => {
       const id = /** @type {HTMLSelectElement} */ (ev.target).value;
-      if (id) this.open(id);
+      if (id && !this.host.selectRun(id)) this.open(id);
     });
     $('run-picker').addEventListener('focus', () => this.refreshRuns());
     $('btn-pause').addEventListener('click', () => this.control({ action: 'pause' }));
@@ -72,7 +73,7 @@ export class ServerRun {
     $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
     window.addEventListener('popstate', () => {
       const id = new URL(location.href).searchParams.get('run');
-      if (id && id !== this.runId) this.open(id, { push: false });
+      if (id && id !== this.runId && !this.host.selectRun(id, false)) this.open(id, { push: false });
     });
   }
 
@@ -92,6 +93,24 @@ export class ServerRun {
     tr.stream = this.stream(tr, id);
     this.poll();
     this.host.wake();
+  }
+
+  /**
+   * Another rank of the open job is shown (its row was clicked): the diagnosis, the run picker and
+   * the URL follow it, so that what the page says and a shared link are about the rank on screen.
+   * @param {Track} tr @param {boolean} [push] a history entry (not when going back to one)
+   */
+  select(tr, push = true) {
+    if (tr.source !== 'server' || !tr.runId || tr.runId === this.runId) return;
+    this.runId = tr.runId;
+    this.serverDiagnosis = null; // the other rank's: never shown beside this rank's counters
+    this.finalPolled = tr.complete;
+    const url = new URL(location.href);
+    url.searchParams.set('run', tr.runId);
+    url.searchParams.delete('token');
+    if (push && url.href !== location.href) history.pushState({ run: tr.runId }, '', url);
+    /** @type {HTMLSelectElement} */ ($('run-picker')).value = tr.runId;
+    this.poll();
   }
 
   /** The open run is no longer on the server: a file or the demo took its place. */
