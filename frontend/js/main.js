@@ -483,6 +483,7 @@ class App {
     }
     this.runForm.load();
     this.server.refreshRuns();
+    this.server.followRuns();
     const id = params.get('run');
     if (id) this.server.open(id, { push: false });
     else renderDiagnosis($('diagnosis'), [], 'start a run, pick one above, or drop a trace file on the page');
