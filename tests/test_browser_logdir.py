@@ -74,3 +74,28 @@ def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: 
     assert len(set(seen)) >= 4, f"the count should rise step by step as the file grows, saw {seen}"
     assert seen == sorted(seen) and seen[0] == 10 and seen[-1] == BATCHES
     assert not errors, errors
+
+
+def test_a_recorded_runs_timeline_starts_at_its_loaders_first_event(browser: Any, start_server: Any,  # noqa: F811
+                                                                     tmp_path: Path) -> None:
+    """The probe's clock starts when the loader is built; a Trainer's first iter() comes seconds later.
+    The timeline shows the loader's events, not 8.7 s of nothing before them (issue 22)."""
+    events = real_run(48, num_workers=2)
+    for event in events:
+        event["t"] += 8.7
+    first = events[1]["t"]  # the first event after run_start
+    path = tmp_path / "logs" / "DataLoader-rank0-pid9-late.trace.jsonl"
+    writer = TraceWriter(path, "late", mode="real")
+    writer.write(events)
+    writer.close()
+    server = start_server(logdir=str(tmp_path / "logs"), logdir_poll=0.1)
+    with server.client() as http:
+        run = http.get("/api/runs").json()[0]
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(f"{server.page_url}&run={run['id']}")
+    wait_for(lambda: page.text_content("#run-status") == "done", timeout=30, what="the run read to its end")
+    page.wait_for_function(f"() => window.loaderscope.timeline.view.t0 === {first!r}", timeout=30_000)
+    span = page.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
+    assert span < 1.1 * (events[-1]["t"] - first) + 0.05, "the view is the loader's run, not the 8.7 s before it"
+    page.screenshot(path=str(tmp_path / "timeline_late_start.png"))
+    page.close()

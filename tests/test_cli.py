@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -73,3 +75,53 @@ def test_run_ranks_needs_the_simulator_and_a_real_rank(tmp_path: Path) -> None:
     assert result.returncode == 2 and "--mode sim" in result.stdout and "torchrun" in result.stdout
     result = loaderscope("run", "uniform", "--mode", "sim", "--ranks", "4", "--rank-factor", "4=2", cwd=tmp_path)
     assert result.returncode == 2 and "rank from 0 to 3" in result.stdout
+
+
+def piped(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """As a user's `loaderscope ... | less` runs it: stdout a pipe, no $COLUMNS."""
+    return subprocess.run([sys.executable, "-m", "loaderscope.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={"PATH": "/usr/bin:/bin"})
+
+
+SWEEP = ("sim", "uniform", "--sweep", "num_workers=1,2", "--sweep", "prefetch_factor=1,2", "--sweep", "sample_ms=1,3",
+         "--set", "dataset_size=32")
+
+
+def test_a_piped_sweep_keeps_each_row_on_one_line(tmp_path: Path) -> None:
+    result = piped(*SWEEP, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if "num_workers" in line and "batches/s" in line)
+    assert "buffer high" in header and "status" in header  # not wrapped onto a second line at 80 columns
+    rows = [line for line in lines if line.rstrip().endswith("done")]
+    assert len(rows) == 8 and all(len(row.split("│")) == 8 for row in rows)
+    assert any(len(line) > 80 for line in lines)
+    assert not any(line.startswith("more workers") for line in lines)  # the recommendation is not wrapped either
+
+
+def test_sim_prints_csv_and_json(tmp_path: Path) -> None:
+    table = piped(*SWEEP, "--format", "csv", cwd=tmp_path)
+    assert table.returncode == 0, table.stdout + table.stderr
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert len(rows) == 8 and {(r["num_workers"], r["prefetch_factor"], r["sample_ms"]) for r in rows} == {
+        (w, p, s) for w in "12" for p in "12" for s in ("1.0", "3.0")}
+    assert all(float(r["batches_per_s"]) > 0 and r["status"] == "done" for r in rows)
+    data = json.loads(piped(*SWEEP, "--format", "json", cwd=tmp_path).stdout)
+    assert len(data["rows"]) == 8 and "num_workers=" in data["recommendation"]
+    assert [r["batches_per_s"] for r in data["rows"]] == [float(r["batches_per_s"]) for r in rows]
+
+
+def test_compare_prints_csv_and_json(tmp_path: Path) -> None:
+    from loaderscope import scenarios, sim
+    from loaderscope.trace import write_trace
+
+    for workers, out in ((1, "a.jsonl"), (3, "b.jsonl")):
+        params = {"num_workers": workers, "dataset_size": 24}
+        events = sim.simulate(scenarios.get("uniform").plan(params), run_id=out, scenario="uniform", params=params)
+        write_trace(tmp_path / out, events, out, scenario="uniform", mode="sim", params=params)
+    compared = list(csv.DictReader(io.StringIO(piped("compare", "a.jsonl", "b.jsonl", "--format", "csv",
+                                                     cwd=tmp_path).stdout)))
+    assert {"section": "setting", "name": "num_workers", "a": "1", "b": "3", "delta": "", "ratio": ""} in compared
+    assert any(r["section"] == "metric" and r["name"] == "batches_per_s" for r in compared)
+    full = json.loads(piped("compare", "a.jsonl", "b.jsonl", "--format", "json", cwd=tmp_path).stdout)
+    assert [r["label"] for r in full["runs"]] == ["a.jsonl", "b.jsonl"] and full["histograms"]["a"]

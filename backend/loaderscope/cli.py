@@ -20,12 +20,13 @@ from loaderscope.compare_cli import add_compare_command
 from loaderscope.diagnosis import diagnosis
 from loaderscope.doctor.cli import add_doctor_command
 from loaderscope.events import Event
+from loaderscope.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.record import add_record_command
 from loaderscope.report import first_epoch_orders, reordering_story
 from loaderscope.state import LoaderState, summary
 from loaderscope.wording import say
 
-console = Console(highlight=False)
+console: Console = stdout_console()
 
 
 class UsageError(Exception):
@@ -192,22 +193,23 @@ def run_job(plan: scenarios.Plan, args: argparse.Namespace) -> int:
     for events in job.events:
         write_trace(trace_path(logdir, events[0]), events, events[0]["run"], scenario=plan.name, mode="sim",
                     params=plan.values())
-    print_job(job, args.ranks)
+    print_job(job)
     console.print(f"\ntraces: {logdir}/ ({args.ranks} ranks, {sum(job.counts):,} events) — open the job with "
                   f"[bold]loaderscope serve --logdir {logdir}[/]")
     return 0
 
 
-def print_job(job: Any, ranks: int) -> None:
+def print_job(job: Any) -> None:
+    from loaderscope.sim.job import rank_figures
+
     steps = len(job.slowest)
     console.print(f"\n{steps} steps in {job.wall:.2f} s = [bold]{steps / job.wall if job.wall else 0:.1f} steps/s[/] "
                   f"for the job; ranks step together, so the slowest rank to deliver a batch sets the pace")
     table = Table("rank", "batches/s", say("label.input_bound"), "slowest in", "worst lag", box=None, pad_edge=False)
-    for rank in range(ranks):
-        stats = job.events[rank][-1].get("stats", {})
-        lags = [lag for r, lag in job.slowest if r == rank]
-        table.add_row(str(rank), f"{stats.get('batches_per_s', 0):.1f}", f"{stats.get('input_bound', 0):.0%}",
-                      f"{len(lags)} of {steps} steps", f"{max(lags) * 1000:.1f} ms" if lags else "-")
+    for row in rank_figures(job):
+        lag = row["worst_lag"]
+        table.add_row(str(row["rank"]), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
+                      f"{row['slowest_steps']} of {steps} steps", "-" if lag is None else f"{lag * 1000:.1f} ms")
     console.print(table)
     if job.hung:
         console.print(f"[bold red]ranks {job.hung} wait forever in the all-reduce[/]: another rank's loader ran out "
@@ -296,22 +298,23 @@ def cmd_sim(args: argparse.Namespace) -> int:
         plan = trace_plan(events)
         if plan is None:  # the trace's own loader, replayed with other settings
             grid = sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields])  # what a replay can change
-            fitted = print_fit(events, None)
-            return print_sweep(lambda: sim.trace_sweep(events, grid, fitted))
-        costs = print_fit(events, plan)
+            fitted = print_fit(events, None, args.format)
+            return print_sweep(lambda: sim.trace_sweep(events, grid, fitted), args.format)
+        costs = print_fit(events, plan, args.format)
     elif args.scenario:
         plan = resolve(args.scenario, parse_sets(args.set))
-        costs = print_fit(read_events(args.from_trace), None) if args.from_trace else cost_model(args.costs)
+        costs = print_fit(read_events(args.from_trace), None, args.format) if args.from_trace else cost_model(args.costs)
     else:
         raise UsageError("name a scenario, or give --from-trace FILE to sweep a recorded run")
     grid = sweep_grid(args.sweep, [*plan.scenario.params.model_fields, *cost_fields])
-    return print_sweep(lambda: sim.sweep(plan, grid, costs))
+    return print_sweep(lambda: sim.sweep(plan, grid, costs), args.format)
 
 
-def print_fit(events: list[Event], plan: scenarios.Plan | None) -> Any:
+def print_fit(events: list[Event], plan: scenarios.Plan | None, fmt: str = "table") -> Any:
     """Say which costs the trace gave the simulator, and how close it replays the recorded setting.
 
     ``plan``: the scenario the trace recorded, if it is replayed as that scenario. Returns the model.
+    With ``--format csv|json`` this goes to stderr, so that stdout holds only the table's data.
     """
     from loaderscope import sim
 
@@ -320,12 +323,13 @@ def print_fit(events: list[Event], plan: scenarios.Plan | None) -> Any:
         check = sim.recorded_check(events, plan, costs)
     except ValueError as exc:  # a trace without a finished fetch: nothing to fit
         raise UsageError(str(exc)) from None
-    console.print("fitted from the trace:", highlight=False)
+    out = console if fmt == "table" else Console(stderr=True, highlight=False)
+    out.print("fitted from the trace:", highlight=False)
     for cost in sim.describe_fit(costs):
-        console.print(f"  {cost['field']:<17} {cost['text']}", highlight=False, soft_wrap=True)
+        out.print(f"  {cost['field']:<17} {cost['text']}", highlight=False, soft_wrap=True)
     setting = ", ".join(f"{k}={v}" for k, v in check["setting"].items())
     error = f" ({check['error']:+.1%})" if check["error"] is not None else ""
-    console.print(f"at the recorded setting ({setting}): recorded {check['recorded_batches_per_s']:.2f} batches/s, "
+    out.print(f"at the recorded setting ({setting}): recorded {check['recorded_batches_per_s']:.2f} batches/s, "
                   f"replayed {check['predicted_batches_per_s']:.2f}{error}", highlight=False, soft_wrap=True)
     return costs
 
@@ -338,15 +342,20 @@ def trace_plan(events: list[Event]) -> scenarios.Plan | None:
     return resolve(start["scenario"], start.get("params") or {})
 
 
-def print_sweep(rows_of: Callable[[], list[dict[str, Any]]]) -> int:
+def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table") -> int:
     from loaderscope import sim
 
     try:
         rows = rows_of()
     except ValueError as exc:  # a ParamError, or a key a replayed trace cannot change
         raise UsageError(str(exc)) from None
-    console.print(sim.format_table(rows))
-    console.print(sim.recommend(rows))
+    if fmt == "csv":
+        sys.stdout.write(to_csv(rows))
+    elif fmt == "json":
+        sys.stdout.write(to_json({"rows": rows, "recommendation": sim.recommend(rows)}) + "\n")
+    else:
+        console.print(sim.format_table(rows), end="")
+        console.print(sim.recommend(rows))
     return 0
 
 
@@ -459,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     sim.add_argument("--from-trace", metavar="FILE", help="fit the cost model to a recorded real trace")
     sim.add_argument("--costs", metavar="JSON", help="simulator cost model as JSON (see loaderscope.sim.CostModel)")
+    add_format_option(sim)
     sim.set_defaults(func=cmd_sim)
 
     export = sub.add_parser("export", help="convert a trace for Perfetto / chrome://tracing")

@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from loaderscope.compare import compare
+from loaderscope.output import add_format_option, stdout_console, to_csv, to_json
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
@@ -39,6 +40,7 @@ def add_compare_command(subparsers: Any) -> None:
     p.add_argument("b", metavar="B", help="the run to compare it with (trace file or run id)")
     p.add_argument("--url", default=None, help="the dashboard holding run ids (default: $LOADERSCOPE_URL, "
                    "else the dashboard `loaderscope serve` runs on this machine)")
+    add_format_option(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -50,8 +52,25 @@ def cmd_compare(args: argparse.Namespace, console: Console | None = None) -> int
         events = [load_run(ref, args.url) for ref in (args.a, args.b)]
     except CompareError as exc:
         raise UsageError(str(exc)) from None
-    print_comparison(compare(events[0], events[1], labels=(args.a, args.b)), console or Console(highlight=False))
+    result = compare(events[0], events[1], labels=(args.a, args.b))
+    out = console or stdout_console()
+    fmt = getattr(args, "format", "table")
+    if fmt == "json":
+        out.out(to_json(result), highlight=False)
+    elif fmt == "csv":
+        out.out(to_csv(comparison_rows(result)), end="", highlight=False)
+    else:
+        print_comparison(result, out)
     return 0
+
+
+def comparison_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The settings that differ and the headline statistics, one row each, for ``--format csv``."""
+    settings = [{"section": "setting", "name": row["key"], "a": row["a"], "b": row["b"], "delta": None, "ratio": None}
+                for row in result["settings"]["changed"]]
+    metrics = [{"section": "metric", "name": row["key"], "a": row["a"], "b": row["b"], "delta": row["delta"],
+                "ratio": row["ratio"]} for row in result["metrics"]]
+    return settings + metrics
 
 
 # --- finding the runs -------------------------------------------------------------------------------

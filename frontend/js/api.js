@@ -88,3 +88,9 @@ export function runSocket(id, after) {
   const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
   return new WebSocket(`${proto}//${location.host}/ws/runs/${encodeURIComponent(id)}?after=${after}`);
 }
+
+/** The run list's websocket (WS /ws/runs): the whole list, pushed whenever it changes. */
+export function runListSocket() {
+  const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  return new WebSocket(`${proto}//${location.host}/ws/runs`);
+}

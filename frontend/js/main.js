@@ -103,6 +103,7 @@ class App {
       statusChanged: () => { this.status.render(); this.sweep.runChanged(); },
       resumed: () => { this.lastEventWall = performance.now(); },
       wake: () => this.wake(),
+      selectRun: (id, push) => this.selectRun(id, push),
     });
     this.files = new TraceOpener(this.perf, (o) => this.openFiles(o));
     /** @type {Track[]} */
@@ -391,9 +392,18 @@ class App {
     this.timeline.setTracks(shown);
   }
 
-  selectTrack(i) {
+  /** Show the rank of the open job whose run is `id`; false when no open rank is that run. */
+  selectRun(id, push = true) {
+    const i = this.tracks.findIndex((tr) => tr.runId === id);
+    if (i < 0) return false;
+    this.selectTrack(i, push);
+    return true;
+  }
+
+  selectTrack(i, push = true) {
     if (!this.tracks[i] || this.tracks[i] === this.track) return;
     this.track = this.tracks[i];
+    this.server.select(this.track, push);
     this.pipeline.invalidate();
     this.cards.selected = null;
     this.diagKey = '';
@@ -473,6 +483,7 @@ class App {
     }
     this.runForm.load();
     this.server.refreshRuns();
+    this.server.followRuns();
     const id = params.get('run');
     if (id) this.server.open(id, { push: false });
     else renderDiagnosis($('diagnosis'), [], 'start a run, pick one above, or drop a trace file on the page');

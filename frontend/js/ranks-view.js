@@ -4,9 +4,9 @@
 // workers). Built for 64 ranks: the rows stay in the page and only the cells whose text changed
 // are written, and the slowest rank per step is computed incrementally (ranks.js JobSteps).
 
-import { JobSteps, shardReport, shardText, slowestWorker } from './ranks.js';
-import { recentRate } from './panels.js';
+import { JobSteps, rankRate, rankWall, shardReport, shardText, slowestWorker } from './ranks.js';
 import { fmtDuration } from './timeline-store.js';
+import { ENDED } from './schema.js';
 
 /**
  * The table's columns: what each shows, and the number it sorts by (descending first, except rank).
@@ -18,7 +18,7 @@ const EVEN = 1.05;
 const COLUMNS = [
   { key: 'rank', label: 'rank', title: 'the rank; click a row to drill into its workers', text: (r) => `rank ${r.rank}${r.selected ? ' · shown' : ''}`, sort: (r) => r.rank },
   { key: 'batches', label: 'batches', title: 'batches handed out so far', text: (r) => String(r.batches), sort: (r) => r.batches },
-  { key: 'rate', label: 'batches/s', title: 'over the last 2 s of the rank’s run', text: (r) => r.rate.toFixed(1), sort: (r) => r.rate },
+  { key: 'rate', label: 'batches/s', title: 'batches over the rank’s time from its first event to its last batch (as `loaderscope run --ranks` prints it)', text: (r) => r.rate.toFixed(1), sort: (r) => r.rate },
   { key: 'wait', label: 'waited', title: 'share of the run the training loop waited for a batch', text: (r) => `${(r.wait * 100).toFixed(0)}%`, sort: (r) => r.wait },
   { key: 'worker', label: 'slowest worker', title: 'the worker with the longest mean fetch, against the median of the rank’s workers', text: (r) => (!r.worker ? '–' : r.worker.ratio < EVEN ? 'none: workers even' : `worker ${r.worker.worker} · ${r.worker.ratio.toFixed(2)}× median`), sort: (r) => r.worker?.ratio ?? 0 },
   { key: 'slow', label: 'last to deliver', title: 'steps this rank delivered last of all ranks (the others waited for it), and its worst lag', text: (r) => r.slowText, sort: (r) => r.slowSteps },
@@ -118,13 +118,13 @@ export class RanksView {
   /** @param {import('./track.js').Track} tr @returns {RankRow} */
   rowOf(tr, i, selected) {
     const s = tr.player.state;
-    const wall = (s.last_yield_t ?? s.t) - (s.first_t ?? 0);
+    const wall = rankWall(s);
     const c = this.steps.counts.get(tr.rank);
     const total = this.steps.total;
     return {
       i, rank: tr.rank, selected, file: tr.source === 'file' ? tr.label : '',
       batches: s.batches,
-      rate: recentRate(tr.store.consumer, s.t),
+      rate: rankRate(s),
       wait: wall > 0 ? s.consumer_wait / wall : 0,
       worker: slowestWorker(s.workers.values()),
       slowSteps: c ? c.steps : 0,
@@ -230,16 +230,30 @@ export class RanksView {
 
   renderShards(tracks) {
     const epochs = this.shardEpochs(tracks);
-    const key = `${tracks.length}:${epochs.join(',')}`;
+    const ended = tracks.every((tr) => tr.complete || ENDED.has(tr.player.full.status));
+    const key = `${tracks.length}:${epochs.join(',')}:${ended}`;
     if (key === this.shardKey) return;
     this.shardKey = key;
     const box = this.shardBox;
     if (!epochs.length) {
-      box.textContent = 'sample shards: checked when every rank has ended an epoch (runs with a DistributedSampler report what each rank read)';
+      box.textContent = ended ? uncheckedShards(tracks)
+        : 'sample shards: checked when every rank has ended an epoch (runs with a DistributedSampler report what each rank read)';
       return;
     }
     box.replaceChildren(...epochs.map((ep) => shardLine(ep, this.shards.get(ep))));
   }
+}
+
+/** Why a job whose ranks have all ended has no shard check. */
+function uncheckedShards(tracks) {
+  const reported = tracks.filter((tr) => tr.epochEnds.size).map((tr) => tr.rank);
+  if (!reported.length) {
+    return 'sample shards: not checked — no rank reported which samples it read (a loader reports them at each epoch’s end '
+      + 'when it has a DistributedSampler or runs in an initialized process group)';
+  }
+  const silent = tracks.filter((tr) => !tr.epochEnds.size).map((tr) => tr.rank);
+  return `sample shards: not checked — no epoch was reported by every rank (rank${reported.length > 1 ? 's' : ''} `
+    + `${reported.join(', ')} reported theirs${silent.length ? `; rank${silent.length > 1 ? 's' : ''} ${silent.join(', ')} none` : ''})`;
 }
 
 /** One epoch's shard check, as a line. */

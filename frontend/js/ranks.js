@@ -174,6 +174,23 @@ export class JobSteps {
 }
 
 /**
+ * A rank's batches per second: its batches over its wall time from its first event to its last
+ * batch. The one definition of a rank's rate: state.py summary()'s batches_per_s, which
+ * `loaderscope run --ranks` prints (sim/job.py rank_figures). A rate over the last seconds read 0.0
+ * for a rank whose job had ended, and a few steps' noise in a short job.
+ * @param {{batches:number, t:number, first_t:number|null, last_yield_t:number|null}} state
+ */
+export function rankRate(state) {
+  const wall = rankWall(state);
+  return wall > 0 ? state.batches / wall : 0;
+}
+
+/** The wall time a rank's rate and waiting share are over (`or` as state.py's summary has it). */
+export function rankWall(state) {
+  return (state.last_yield_t || state.t) - (state.first_t || 0);
+}
+
+/**
  * A rank's slowest worker by mean fetch time, and how much slower it is than the median of its
  * rank's workers (1.0: no slower). Null until a worker has finished a fetch.
  * @param {Iterable<{id:number, busy:number, fetch_times:number[]}>} workers

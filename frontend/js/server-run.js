@@ -5,7 +5,8 @@
 
 import { Track } from './track.js';
 import { RunStream } from './stream.js';
-import { api, runSocket, ApiError } from './api.js';
+import { api, runSocket, runListSocket, ApiError } from './api.js';
+import { pickerGroups } from './run-list.js';
 import { ENDED } from './schema.js';
 
 const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -25,6 +26,7 @@ const POLL_MS = 1500; // run summary / diagnosis refresh while live
  *   statusChanged: () => void,
  *   resumed: () => void,
  *   wake: () => void,
+ *   selectRun: (id: string, push?: boolean) => boolean,
  * }} ServerHost
  */
 
@@ -62,7 +64,7 @@ export class ServerRun {
   bind() {
     $('run-picker').addEventListener('change', (ev) => {
       const id = /** @type {HTMLSelectElement} */ (ev.target).value;
-      if (id) this.open(id);
+      if (id && !this.host.selectRun(id)) this.open(id);
     });
     $('run-picker').addEventListener('focus', () => this.refreshRuns());
     $('btn-pause').addEventListener('click', () => this.control({ action: 'pause' }));
@@ -72,7 +74,7 @@ export class ServerRun {
     $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
     window.addEventListener('popstate', () => {
       const id = new URL(location.href).searchParams.get('run');
-      if (id && id !== this.runId) this.open(id, { push: false });
+      if (id && id !== this.runId && !this.host.selectRun(id, false)) this.open(id, { push: false });
     });
   }
 
@@ -92,6 +94,24 @@ export class ServerRun {
     tr.stream = this.stream(tr, id);
     this.poll();
     this.host.wake();
+  }
+
+  /**
+   * Another rank of the open job is shown (its row was clicked): the diagnosis, the run picker and
+   * the URL follow it, so that what the page says and a shared link are about the rank on screen.
+   * @param {Track} tr @param {boolean} [push] a history entry (not when going back to one)
+   */
+  select(tr, push = true) {
+    if (tr.source !== 'server' || !tr.runId || tr.runId === this.runId) return;
+    this.runId = tr.runId;
+    this.serverDiagnosis = null; // the other rank's: never shown beside this rank's counters
+    this.finalPolled = tr.complete;
+    const url = new URL(location.href);
+    url.searchParams.set('run', tr.runId);
+    url.searchParams.delete('token');
+    if (push && url.href !== location.href) history.pushState({ run: tr.runId }, '', url);
+    /** @type {HTMLSelectElement} */ ($('run-picker')).value = tr.runId;
+    this.poll();
   }
 
   /** The open run is no longer on the server: a file or the demo took its place. */
@@ -142,7 +162,7 @@ export class ServerRun {
         this.finalPolled = true;
         this.poll();
       } else if (e.kind === 'run_start' && e.job && e.world_size > 1 && !this.ranksLooked) {
-        this.discoverRanks(e.job, e.world_size);
+        this.discoverRanks(e.job, e.world_size, e.name ?? null);
       }
     }
   }
@@ -167,7 +187,6 @@ export class ServerRun {
     }
     const status = tr.runInfo?.status;
     if (!ENDED.has(status) && id === this.runId) this.pollTimer = setTimeout(() => this.poll(), POLL_MS);
-    this.refreshRuns();
   }
 
   /** A restarted server without this run: stop asking for it, keep what arrived as a trace. */
@@ -187,7 +206,7 @@ export class ServerRun {
     this.host.wake();
   }
 
-  /** The run list in the picker; ranks of one job grouped. */
+  /** The run list in the picker, asked for now (a focus, a reconnect); WS /ws/runs pushes it too. */
   async refreshRuns(force = false) {
     if (this.demo) return;
     const sel = /** @type {HTMLSelectElement} */ ($('run-picker'));
@@ -196,30 +215,45 @@ export class ServerRun {
     try {
       runs = await api.runs();
     } catch { return; }
-    if (!Array.isArray(runs)) runs = runs?.runs ?? [];
-    const key = JSON.stringify(runs.map((r) => [r.id, r.status]));
+    this.showRuns(Array.isArray(runs) ? runs : runs?.runs ?? []);
+  }
+
+  /**
+   * Follow the run list as the server pushes it (WS /ws/runs), as TensorBoard's reload does: a
+   * run that starts is listed without a reload. A lost socket comes back, its first message the
+   * whole list again.
+   */
+  followRuns(delay = 1000) {
+    if (this.demo) return;
+    const socket = runListSocket();
+    socket.onmessage = (m) => {
+      delay = 1000;
+      let msg;
+      try { msg = JSON.parse(m.data); } catch { return; }
+      if (msg?.type === 'runs' && Array.isArray(msg.runs)) this.showRuns(msg.runs);
+    };
+    socket.onclose = () => { if (!this.demo) setTimeout(() => this.followRuns(Math.min(delay * 2, 10_000)), delay); };
+  }
+
+  /** @param {import('./run-list.js').RunBrief[]} runs */
+  showRuns(runs) {
+    const sel = /** @type {HTMLSelectElement} */ ($('run-picker'));
+    const key = JSON.stringify(runs.map((r) => [r.id, r.status, r.name, r.epochs, r.batches, r.started]));
     if (sel.dataset.key === key) return;
     sel.dataset.key = key;
     const opts = [new Option('— choose a run —', '')];
-    const groups = new Map(); // the ranks of one job, listed together
-    for (const r of [...runs].reverse()) {
-      const what = r.path ?? `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}`;
-      const shared = r.job != null && runs.filter((o) => o.job === r.job).length > 1;
-      if (!shared) {
-        opts.push(new Option(`${what} · ${r.status ?? ''} · ${r.id}`, r.id));
-        continue;
-      }
-      if (!groups.has(r.job)) {
-        const group = document.createElement('optgroup');
-        group.label = `job ${r.job}`;
-        groups.set(r.job, group);
-        opts.push(group);
-      }
-      groups.get(r.job).append(new Option(`rank ${r.rank} · ${what} · ${r.status ?? ''}`, r.id));
+    for (const g of pickerGroups(runs)) {
+      const options = g.options.map((o) => new Option(o.text, o.id));
+      if (g.label === null) { opts.push(...options); continue; }
+      const group = document.createElement('optgroup');
+      group.label = g.label;
+      group.append(...options);
+      opts.push(group);
     }
     if (this.runId && !runs.some((r) => r.id === this.runId)) opts.push(new Option(this.runId, this.runId));
     sel.replaceChildren(...opts);
     sel.value = this.runId ?? '';
+    sel.dataset.runs = String(runs.length);
   }
 
   async control(body) {
@@ -234,10 +268,11 @@ export class ServerRun {
   }
 
   /**
-   * Other ranks of the same job on this server: each becomes a track of its own.
-   * @param {string} job @param {number} want the job's world size
+   * Other ranks of the same loader of the same job on this server: each becomes a track of its own.
+   * A job's train and eval loaders share its id: a rank is the run of the same job and loader name.
+   * @param {string} job @param {number} want the job's world size @param {string|null} name the loader's
    */
-  async discoverRanks(job, want) {
+  async discoverRanks(job, want, name) {
     this.ranksLooked = Date.now();
     let runs;
     try { runs = await api.runs(); } catch { return; }
@@ -247,7 +282,9 @@ export class ServerRun {
     // opened just to learn them, so a logdir of many files reads only the ranks shown
     for (const r of runs) {
       if (tracks.some((tr) => tr.runId === r.id)) continue;
-      if (r.job === job && !tracks.some((tr) => tr.rank === r.rank)) tracks.push(this.rankTrack(r.id, r.rank));
+      if (r.job === job && (r.name ?? null) === name && !tracks.some((tr) => tr.rank === r.rank)) {
+        tracks.push(this.rankTrack(r.id, r.rank));
+      }
     }
     tracks.sort((a, b) => a.rank - b.rank);
     if (tracks.length < want) {
@@ -255,7 +292,7 @@ export class ServerRun {
       // again soon, then less often (a rank that starts late is found within POLL_MS * 2)
       this.rankLooks += 1;
       const delay = Math.min(POLL_MS * 2, 250 * 2 ** (this.rankLooks - 1));
-      setTimeout(() => { if (this.host.track().player.full.meta.job === job) this.discoverRanks(job, want); }, delay);
+      setTimeout(() => { if (this.host.track().player.full.meta.job === job) this.discoverRanks(job, want, name); }, delay);
     }
     this.host.wake();
   }

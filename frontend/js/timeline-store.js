@@ -133,6 +133,9 @@ export class TimelineStore {
     this.epoch = 0;
     this.tmin = Infinity;
     this.tmax = 0;
+    // the loader's first event after run_start: a recorded run's clock starts when the loader was
+    // built, often seconds before its first iter() (a Trainer builds it, then sets up for 8.7 s)
+    this.tfirst = Infinity;
     /** @type {Map<number, number>} dispatch event row of each task of this epoch, until its fetch ends */
     this.dispatchRow = new Map();
     /** @type {import('./event-table.js').EventTable|null} where span refs point (hover text) */
@@ -155,6 +158,7 @@ export class TimelineStore {
     if (typeof t === 'number') {
       if (t < this.tmin) this.tmin = t;
       if (t > this.tmax) this.tmax = t;
+      if (t < this.tfirst && e.kind !== 'run_start') this.tfirst = t;
     }
     switch (e.kind) {
       case 'run_start':
@@ -235,11 +239,12 @@ export class TimelineStore {
 }
 
 /**
- * The time window to show. `follow` fits the whole run (plus running fetches up to `now`).
+ * The time window to show. `follow` fits the whole run (plus running fetches up to `now`), from the
+ * loader's first event after run_start on, not from the clock's zero.
  * @returns {{t0:number, t1:number}}
  */
 export function fitWindow(store, now) {
-  const t0 = Number.isFinite(store.tmin) ? Math.min(store.tmin, 0) : 0;
+  const t0 = Number.isFinite(store.tfirst) ? store.tfirst : Number.isFinite(store.tmin) ? Math.min(store.tmin, 0) : 0;
   const t1 = Math.max(store.tmax, now, t0 + 0.05);
   return { t0, t1: t1 + (t1 - t0) * 0.02 };
 }

@@ -2,7 +2,8 @@
 // report, and the slowest rank per step agrees with slowest_per_step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { shardReport, shardText, decodeShard, JobSteps, slowestWorker } from '../js/ranks.js';
+import { shardReport, shardText, decodeShard, JobSteps, slowestWorker, rankRate } from '../js/ranks.js';
+import { reduce } from '../js/reducer.js';
 import { timelineRanks } from '../js/ranks-view.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';
@@ -170,4 +171,40 @@ test('a step every rank delivered together names no rank (as ranks.slowest_per_s
   assert.deepEqual([...steps.counts.keys()], [1]);
   assert.deepEqual(steps.recent.map((s) => s.rank), [null, 1]);
   assert.deepEqual(tracks.map((tr) => tr.slow.length), [0, 1]);
+});
+
+test('a rank\'s batches/s is the one `loaderscope run --ranks` prints, ended or live', { skip: needsPython }, () => {
+  // a 3-step job (the page's last-2-s rate read 0.0 once it ended) and a 63-step one (42.0 against
+  // the terminal's figure); rank 1 is slow. Each rank also cut halfway, as a live page holds it.
+  const jobs = py(`
+import json
+from loaderscope import scenarios
+from loaderscope.sim import CostModel
+from loaderscope.sim.job import rank_figures
+from loaderscope.sim.run import simulate_ranks
+from loaderscope.state import LoaderState, summary
+out = []
+for size in (24, 504):
+    plan = scenarios.resolve("uniform", {"num_workers": 2, "dataset_size": size, "step_ms": 5})
+    costs = [CostModel(), CostModel(worker_factor={0: 3.0, 1: 3.0})]
+    job = simulate_ranks(plan.build(), job="j", scenario="uniform", params={}, costs=costs)
+    halves = []
+    for events in job.events:
+        state = LoaderState()
+        for e in events[: len(events) // 2]:
+            state.apply(e)
+        halves.append(summary(state)["batches_per_s"])
+    out.append({"events": job.events, "figures": rank_figures(job), "halves": halves})
+print(json.dumps(out))`);
+  for (const { events, figures, halves } of jobs) {
+    events.forEach((rankEvents, rank) => {
+      const shown = rankRate(reduce(rankEvents));
+      assert.ok(figures[rank].batches_per_s > 0);
+      assert.ok(Math.abs(shown - figures[rank].batches_per_s) < 1e-9, `rank ${rank}: page ${shown}, terminal ${figures[rank].batches_per_s}`);
+      assert.equal(shown.toFixed(1), figures[rank].batches_per_s.toFixed(1));
+      const live = rankRate(reduce(rankEvents.slice(0, Math.floor(rankEvents.length / 2))));
+      assert.ok(Math.abs(live - halves[rank]) < 1e-9, `rank ${rank} halfway: page ${live}, Python ${halves[rank]}`);
+    });
+  }
+  assert.deepEqual(jobs.map((j) => j.figures[0].batches), [3, 63], 'jobs of 3 and 63 steps');
 });

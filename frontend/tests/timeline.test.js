@@ -114,7 +114,8 @@ test('a million-event trace stays cheap to store and to query', () => {
 test('window math: fit, zoom around a point, pan, ticks, durations', () => {
   const store = new TimelineStore();
   store.apply({ seq: 0, t: 0, kind: 'run_start', config: { num_workers: 1 } });
-  store.apply({ seq: 1, t: 2, kind: 'epoch_end', epoch: 0 });
+  store.apply({ seq: 1, t: 0, kind: 'epoch_start', epoch: 0 });
+  store.apply({ seq: 2, t: 2, kind: 'epoch_end', epoch: 0 });
   const w = fitWindow(store, 3);
   assert.equal(w.t0, 0);
   assert.ok(w.t1 > 3);
@@ -126,4 +127,19 @@ test('window math: fit, zoom around a point, pan, ticks, durations', () => {
   assert.deepEqual(ticks(0, 1, 5).values, [0, 0.2, 0.4, 0.6, 0.8, 1]);
   assert.equal(fmtDuration(0.0123), '12.3 ms');
   assert.equal(fmtDuration(1.5), '1.50 s');
+});
+
+test('a recorded run\'s timeline starts at the loader\'s first event, not at the clock\'s zero', () => {
+  // the probe's clock starts when the loader is built; its first iter() came 8.7 s later
+  const store = new TimelineStore();
+  store.apply({ seq: 0, t: 8.7, kind: 'run_start', config: { num_workers: 1 } });
+  store.apply({ seq: 1, t: 8.71, kind: 'epoch_start', epoch: 0 });
+  store.apply({ seq: 2, t: 8.75, kind: 'worker_start', worker: 0, pid: 1 });
+  store.apply({ seq: 3, t: 9.7, kind: 'epoch_end', epoch: 0 });
+  const w = fitWindow(store, 9.7);
+  assert.equal(w.t0, 8.71);
+  assert.ok(w.t1 > 9.7 && w.t1 < 9.8, `the run's 1 s fills the view (${w.t1})`);
+  const bare = new TimelineStore(); // nothing after run_start yet
+  bare.apply({ seq: 0, t: 8.7, kind: 'run_start', config: { num_workers: 1 } });
+  assert.equal(fitWindow(bare, 8.7).t0, 0);
 });

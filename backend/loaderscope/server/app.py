@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 
 import loaderscope
 from loaderscope import proof
-from loaderscope.server import api, ingest, stream, whatif
+from loaderscope.server import api, ingest, runlist, stream, whatif
 from loaderscope.server.bodylimit import BodyLimit
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.errors import field_problems, readable
@@ -103,6 +103,10 @@ def _websockets(app: FastAPI, manager: RunManager) -> None:
     @app.websocket("/ws/ingest")
     async def ws_ingest(websocket: WebSocket) -> None:
         await ingest.ingest(websocket, manager)
+
+    @app.websocket("/ws/runs")
+    async def ws_run_list(websocket: WebSocket) -> None:
+        await runlist.run_list(websocket, manager)
 
     @app.websocket("/ws/runs/{run_id}")
     async def ws_run(websocket: WebSocket) -> None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
 from loaderscope import trace
 from loaderscope.events import MAX_NUMBER, Event, RunStatus
 from loaderscope.scenarios import Plan
@@ -102,6 +104,8 @@ class Run:
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     peer: str | None = None  # the address its producer first connected from (eviction's per-source share)
     silent_after: float = 30.0  # a live producer quiet this long is shown as silent
+    wall_start: float | None = None  # run_start's wall clock at t = 0 (started())
+    wall_start_read: bool = False
 
     def __post_init__(self) -> None:
         self.producer_gone.set()
@@ -151,7 +155,7 @@ class Run:
     def brief(self) -> dict[str, Any]:
         """The run as listed by GET /api/runs."""
         state = self.log.state
-        return {
+        brief = {
             "id": self.id,
             "scenario": self.scenario or state.config.get("scenario"),
             "mode": self.mode or state.mode,
@@ -171,8 +175,29 @@ class Run:
             "job": state.job,
             "rank": state.rank,
             "world_size": state.world_size,
+            "epochs": state.epoch + 1 if self.source is None or self.source.read_whole else None,
             **(self.source.brief() if self.source is not None else {}),
         }
+        # a replay's `created` is when it was opened here, not when it ran
+        return {**brief, "started": self.started() or (brief["created"] if self.origin != "replay" else None)}
+
+    def started(self) -> float | None:
+        """The wall clock of the loader's first event (its first ``iter()``): run_start's
+        ``wall_start`` plus its ``t``. None before it, or when its run_start has no wall clock."""
+        first_t = self.log.state.first_t
+        if first_t is None:
+            return None
+        if not self.wall_start_read:  # read once: the listing asks for every run, often
+            self.wall_start_read = True
+            try:
+                lines, _ = self.log.read(0, 1)
+                first = orjson.loads(lines[0]) if lines else {}
+            except (OSError, orjson.JSONDecodeError):
+                first = {}
+            wall = first.get("wall_start") if first.get("kind") == "run_start" else None
+            if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+                self.wall_start = float(wall)
+        return None if self.wall_start is None else self.wall_start + first_t
 
     def detail(self) -> dict[str, Any]:
         """The run as GET /api/runs/{id} shows it: status, config, statistics and diagnosis."""

@@ -14,11 +14,13 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from loaderscope.events import Event
 from loaderscope.ranks import TIE_S
 from loaderscope.sim.costs import TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
+from loaderscope.state import LoaderState, summary
 
 
 def distributed_shard(length: int, world_size: int, rank: int, *, drop_last: bool = False) -> list[int]:
@@ -121,3 +123,24 @@ def simulate_job(
         heapq.heappush(pending, (sim.next_time, rank))
     hung = [sim.cfg.rank for sim in sims if not sim.done]
     return JobRun(events, counts, barrier.slowest, max(sim.now for sim in sims), hung)
+
+
+def rank_figures(job: JobRun) -> list[dict[str, Any]]:
+    """Per rank: batches, batches/s, the share of its time spent waiting in ``next()``, and the steps
+    it delivered last with its worst lag.
+
+    A rank's rate is ``summary``'s ``batches_per_s`` (its batches over its time from its first event to
+    its last batch), the one definition the page's job table uses too (``frontend/js/ranks.js``
+    ``rankRate``): read from the rank's own events, not from whatever its ``run_end`` carries.
+    """
+    figures = []
+    for rank, events in enumerate(job.events):
+        state = LoaderState()
+        for event in events:
+            state.apply(event)
+        stats = summary(state)
+        lags = [lag for last, lag in job.slowest if last == rank]
+        figures.append({"rank": rank, "batches": stats["batches"], "batches_per_s": stats["batches_per_s"],
+                        "input_bound": stats["input_bound"], "slowest_steps": len(lags),
+                        "worst_lag": max(lags) if lags else None})
+    return figures
