@@ -4,8 +4,9 @@
 // workers). Built for 64 ranks: the rows stay in the page and only the cells whose text changed
 // are written, and the slowest rank per step is computed incrementally (ranks.js JobSteps).
 
-import { JobSteps, rankRate, rankWall, shardReport, shardText, slowestWorker } from './ranks.js';
+import { JobSteps, rankRate, shardReport, shardText, slowestWorker } from './ranks.js';
 import { fmtDuration } from './timeline-store.js';
+import { inputBound } from './reducer.js';
 import { ENDED } from './schema.js';
 
 /**
@@ -118,14 +119,13 @@ export class RanksView {
   /** @param {import('./track.js').Track} tr @returns {RankRow} */
   rowOf(tr, i, selected) {
     const s = tr.player.state;
-    const wall = rankWall(s);
     const c = this.steps.counts.get(tr.rank);
     const total = this.steps.total;
     return {
       i, rank: tr.rank, selected, file: tr.source === 'file' ? tr.label : '',
       batches: s.batches,
       rate: rankRate(s),
-      wait: wall > 0 ? s.consumer_wait / wall : 0,
+      wait: inputBound(s),
       worker: slowestWorker(s.workers.values()),
       slowSteps: c ? c.steps : 0,
       slowText: total ? `slowest in ${c ? c.steps : 0} of ${total}${c ? ` · worst ${fmtDuration(c.worst)}` : ''}` : 'no step yet',
