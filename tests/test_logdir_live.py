@@ -8,15 +8,19 @@ follows them.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
 
+import loaderscope
 from loaderscope.trace import TraceWriter
 from tests.conftest import wait_for
-from tests.test_server_logdir import real_run, recorded, runs  # noqa: F401 (recorded is a fixture)
+from tests.test_server_logdir import BATCHES, real_run, recorded, runs, write  # noqa: F401 (recorded: a fixture)
 
 WRITERS = 6
 FILES_PER_WRITER = 4
@@ -27,6 +31,11 @@ LONG_BATCHES = 300
 def long_run() -> list[dict[str, Any]]:
     """A real run long enough that a reader catches its writer in the middle of appending."""
     return real_run(4 * LONG_BATCHES, num_workers=0)
+
+
+def _all(server: Any) -> list[dict[str, Any]]:
+    with server.client() as http:
+        return list(http.get("/api/runs").json())
 
 
 def write_slowly(paths: list[Path], events: list[dict[str, Any]], started: threading.Event) -> None:
@@ -74,3 +83,63 @@ def test_files_written_line_by_line_while_followed_end_done_with_every_event(
         page = http.get(f"/api/runs/{one['id']}/events", params={"limit": 10000}).json()
     assert [e["kind"] for e in page["events"]] == [e["kind"] for e in recorded]
     assert orjson.loads((logdir / "w0" / "r0.trace.jsonl").read_bytes().split(b"\n")[-2])["kind"] == "run_end"
+
+
+def test_the_first_detail_of_a_logdir_run_is_pending_or_its_real_figures(
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
+    logdir = tmp_path / "logs"
+    write(logdir / "a.trace.jsonl", recorded)
+    server = start_server(logdir=str(logdir))
+    run = runs(server)["a.trace.jsonl"]
+    first = server.run(run["id"])
+    real = first["status"] == "done" and first["config"] and first["statistics"]["batches"] == BATCHES
+    assert first["status"] == "pending" or real, first  # never "done" with an empty config and 0 batches
+    final = wait_for(lambda: (d := server.run(run["id"]))["status"] == "done" and d, what="the file read")
+    assert final["config"]["batch_size"] == 4 and final["statistics"]["batches"] == BATCHES
+
+
+class Squares(Dataset[torch.Tensor]):
+    def __init__(self, length: int, delay: float) -> None:
+        self.length, self.delay = length, delay
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(self.delay)
+        return torch.tensor([index, index * index])
+
+
+def test_a_streaming_run_resumes_into_the_same_run_and_file_after_a_dashboard_restart(
+        start_server: Any, tmp_path: Path) -> None:
+    logdir = tmp_path / "logs"
+    first = start_server(logdir=str(logdir))
+    port, token = first.port, first.token
+    loader = loaderscope.watch(DataLoader(Squares(60, delay=0.02), batch_size=2, num_workers=2), url=first.page_url)
+    sink = loader._probe_transport
+    second = None
+    for batches, _ in enumerate(loader, start=1):
+        if batches == 5:
+            wait_for(lambda: sink.sent > 0)
+            run_id = sink.run
+            first.stop()  # the dashboard restarts (an upgrade, a crash) while the training goes on
+            second = start_server(logdir=str(logdir), port=port, token=token)
+    loader.close()
+    assert batches == 30 and second is not None
+    run = wait_for(lambda: next((r for r in _all(second) if r["id"] == run_id and r["status"] == "done"), None),
+                   what="the same run, ended")
+    assert sink.run == run_id and run["origin"] == "external"
+    assert [p.name for p in logdir.rglob("*.trace.jsonl")] == [f"{run_id}.trace.jsonl"]  # one run, one file
+    assert run["events"] + run["dropped"] == sink.sent and sink.dropped == 0  # anything lost is counted
+    assert run["batches"] + run["dropped"] >= 30
+    detail = second.run(run_id)  # an old link /?run=ID still works
+    assert detail["config"]["num_workers"] == 2 and detail["status"] == "done"
+    with second.client() as http:
+        page = http.get(f"/api/runs/{run_id}/events", params={"limit": 10000}).json()
+    kinds = [e["kind"] for e in page["events"]]
+    assert kinds[0] == "run_start" and kinds[-1] == "run_end" and kinds.count("run_start") == 1
+    assert [e["seq"] for e in page["events"]] == list(range(run["events"]))
+    second.stop()
+    third = start_server(logdir=str(logdir))  # and once more: listed under its id, from the file
+    assert third.output().count("1 runs (1 from their index") == 1
+    wait_for(lambda: third.run(run_id)["status"] == "done", what="the run read back under its id")

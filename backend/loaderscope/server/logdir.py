@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loaderscope.server.logindex import Index, load_sidecar, quick_index, save_sidecar
-from loaderscope.server.runs import Run, RunManager
+from loaderscope.server.runs import RUN_ID, Run, RunManager, RunRefused
+from loaderscope.server.spill import TraceSpill
 from loaderscope.server.storage import Entry, Storage
 from loaderscope.server.store import EventLog
 from loaderscope.server.tracefile import TraceFile
@@ -84,8 +86,15 @@ class FileSource:
         return fields
 
 
-def run_id_for(relative: str) -> str:
-    """Stable across restarts (the same file is the same run id), and never a producer's id."""
+def run_id_for(relative: str, index: Index) -> str:
+    """Stable across restarts: the same file is the same run id.
+
+    A dashboard's own file (``ID.trace.jsonl`` whose header names run ``ID``) keeps its run's id, so
+    links to it and a producer that reconnects after a restart find it; any other file gets an id
+    made from its path, which is never a producer's.
+    """
+    if index.run is not None and RUN_ID.match(index.run) and posixpath.basename(relative) == index.run + TRACE_SUFFIX:
+        return index.run
     return "log-" + hashlib.sha1(relative.encode()).hexdigest()[:12]
 
 
@@ -165,7 +174,9 @@ class Logdir:
 
     def _add(self, entry: Entry, index: Index) -> Run:
         relative = self.storage.relative(entry.path)
-        run_id = run_id_for(relative)
+        run_id = run_id_for(relative, index)
+        if run_id in self.manager.runs:  # a live run took the id first: the file is listed by its path
+            run_id = "log-" + hashlib.sha1(relative.encode()).hexdigest()[:12]
         file = TraceFile(self.storage, entry.path, run_id)
         source = FileSource(entry.path, relative, file, index, self.silent_after, _grew(entry))
         file.size = index.size  # growth is measured from the size the index saw
@@ -206,6 +217,8 @@ class Logdir:
         except (OSError, TraceError) as exc:
             self._stop(run, source, f"{source.relative}: {exc}")
             return False
+        if run.source is not source:
+            return False  # its producer resumed into the file meanwhile: the run is a live one now
         if file.size < file.offset or file.size < before:
             self._stop(run, source, f"{source.relative} shrank from {before} to {file.size} bytes: rewritten? "
                        "the run shows what was read before")
@@ -247,6 +260,38 @@ class Logdir:
             self._say(f"cannot write the index next to {source.relative} ({exc.strerror or exc}); "
                       "a read-only logdir is indexed again at each start")
 
+    def resume(self, run: Run) -> None:
+        """A producer reconnects to the run it streamed to this logdir's dashboard before a restart:
+        the run becomes its live run again, appending to the same file under the same id.
+
+        Raises:
+            RunRefused: the file is not such a run (someone else's trace, one that ended, a remote
+                logdir), or is still being read (429: the producer retries).
+        """
+        source = run.source
+        assert source is not None
+        index, file = source.index, source.file
+        own = (not self.storage.remote and index.origin == "external" and index.run == run.id
+               and self.manager.config.data_dir is not None
+               and Path(source.path).parent == self.manager.config.data_dir)
+        if not own or index.problem is not None or run.log.ended or file.problem_count:
+            raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir ({source.relative}); "
+                             "a producer cannot add to it")
+        if not source.read_whole:
+            self.follow(run)
+            raise RunRefused(429, f"run {run.id} is being read back from {source.relative} after a restart; "
+                             "reconnect in a moment")
+        try:
+            spill = TraceSpill.resume(Path(source.path), count=file.count, offsets=file.offsets, end=file.offset)
+        except OSError as exc:
+            raise RunRefused(4409, f"run {run.id} cannot be resumed: {exc}") from None
+        source.following = False
+        run.source, run.origin, run.log.spill = None, "external", spill
+        run.silent_after = self.manager.config.silent_after
+        run.last_producer_seq = run.log.last_seq  # what the file lacks of what the producer sent counts as dropped
+        self.manager.owned_paths.add(source.path)
+        self._say(f"run {run.id} resumed into {source.relative}")
+
     def index_own(self, run: Run, path: Path) -> None:
         """One of this dashboard's own runs is complete on disk: give it a sidecar (blocking, small).
 
@@ -255,6 +300,7 @@ class Logdir:
         """
         state = run.log.state
         index = Index(size=0, mtime_ns=0, created=run.created, scenario=run.scenario, mode=run.mode or state.mode,
+                      run=run.id, origin=run.origin,
                       name=state.name, job=state.job, rank=state.rank, world_size=state.world_size,
                       events=run.log.next_seq, batches=state.batches,
                       reason=state.status if run.log.ended else None)
@@ -279,6 +325,9 @@ def _index_all(storage: Storage, found: list[Entry]) -> list[tuple[Index, bool]]
     """Each file's index, from its sidecar where it is current, else read and saved. Blocking."""
     indexes = []
     for entry in found:
+        if entry.problem is not None:  # refused before opening it (a FIFO, a link out of the logdir...)
+            indexes.append((Index(size=0, mtime_ns=0, problem=entry.problem), False))
+            continue
         cached = load_sidecar(storage, entry.path, entry) if entry.size >= 0 else None
         if cached is not None:
             indexes.append((cached, True))

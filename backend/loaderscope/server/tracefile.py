@@ -46,6 +46,11 @@ class TraceFile:
         self._line = 0  # line number of the last complete line read
         self._offsets: list[int] = []  # byte offset of event i * INDEX_EVERY
 
+    @property
+    def offsets(self) -> list[int]:
+        """The byte offset of event ``i * INDEX_EVERY``, for each ``i`` read so far."""
+        return self._offsets
+
     # --- the spill interface the store uses ---------------------------------------------------
 
     @property
