@@ -85,6 +85,19 @@ def test_files_written_line_by_line_while_followed_end_done_with_every_event(
     assert orjson.loads((logdir / "w0" / "r0.trace.jsonl").read_bytes().split(b"\n")[-2])["kind"] == "run_end"
 
 
+def test_a_local_logdir_lists_new_files_when_the_kernel_says_not_when_polled(
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    server = start_server(logdir=str(logdir), logdir_poll=3600)  # polling alone would list nothing new for an hour
+    write(logdir / "new" / "deep" / "r.trace.jsonl", recorded)
+    (logdir / "later.trace.jsonl").write_bytes((logdir / "new" / "deep" / "r.trace.jsonl").read_bytes())
+    listed = wait_for(lambda: {"new/deep/r.trace.jsonl", "later.trace.jsonl"} <= set(runs(server)) and runs(server),
+                      what="new files listed from inotify's events")
+    assert {listed[p]["status"] for p in ("new/deep/r.trace.jsonl", "later.trace.jsonl")} == {"done"}
+    assert listed["later.trace.jsonl"]["batches"] == BATCHES
+
+
 def test_the_first_detail_of_a_logdir_run_is_pending_or_its_real_figures(
         start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
     logdir = tmp_path / "logs"

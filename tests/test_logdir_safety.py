@@ -87,7 +87,7 @@ def test_sidecars_are_written_under_random_names_that_never_follow_a_link(tmp_pa
     for pid in range(os.getpid() - 5, os.getpid() + 5):
         (logdir / f".a.trace.jsonl.idx.json.{pid}.tmp").symlink_to(victim)
     (logdir / "a.trace.jsonl.idx.json").symlink_to(victim)  # even the final name: replaced, not followed
-    LocalStorage(str(logdir), cache=None).write_atomic(str(logdir / "a.trace.jsonl.idx.json"), b"{}")
+    LocalStorage(str(logdir)).write_atomic(str(logdir / "a.trace.jsonl.idx.json"), b"{}")
     assert victim.read_bytes() == b"keep"
     assert (logdir / "a.trace.jsonl.idx.json").read_bytes() == b"{}"
     assert not (logdir / "a.trace.jsonl.idx.json").is_symlink()
@@ -152,12 +152,13 @@ def test_dangling_and_looping_links_answer_with_a_reason_never_a_cut_response(
     assert server.alive()
 
 
+@pytest.mark.parametrize("watch", [True, False], ids=["inotify", "polling"])
 def test_fifos_are_refused_with_the_reason_and_never_block_the_scan_or_a_read(
-        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]], watch: bool) -> None:
     logdir = tmp_path / "logs"
     logdir.mkdir()
     os.mkfifo(logdir / "pipe.trace.jsonl")  # present at start: the dashboard must still start
-    server = start_server(logdir=str(logdir), logdir_poll=0.1)
+    server = start_server(logdir=str(logdir), logdir_poll=0.1, logdir_watch=watch)
     pipe = runs(server)["pipe.trace.jsonl"]
     assert pipe["status"] == "unreadable" and "FIFO" in pipe["problem"]
     with server.client() as http:  # at once: an unreadable run has nothing to wait for

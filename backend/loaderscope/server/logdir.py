@@ -1,9 +1,12 @@
 """``serve --logdir DIR``: every trace under DIR is a run, listed at once and followed as it grows.
 
 Producers on any node write trace files into DIR (``watch(logdir=...)``, ``loaderscope record``,
-this dashboard's own runs). DIR is a local path or an fsspec URL (``storage.py``). The dashboard
-polls DIR (every ``logdir_poll`` seconds: plain ``os.walk`` + ``stat``, which works the same on NFS
-and Lustre, where inotify sees nothing a remote node writes) and:
+this dashboard's own runs). DIR is a local path or an fsspec URL (``storage.py``). On a local
+filesystem the kernel says what changed (inotify, through ``watchfiles``), so an idle logdir costs
+nothing and a change costs a ``stat`` of the files it touched, plus a full scan every
+``FULL_SCAN_EVERY`` seconds in case an event was missed (a directory made and filled at once). NFS,
+Lustre and remote stores, where inotify sees nothing another node writes, are polled (every
+``logdir_poll`` seconds: plain ``os.walk`` + ``stat``). Either way the dashboard:
 
 - lists a new file from its index (a sidecar ``<trace>.idx.json``, or ``logindex.quick_index``:
   header, first and last line), never by parsing its events;
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import posixpath
 import time
 from dataclasses import dataclass, field
@@ -27,13 +31,15 @@ from typing import Any
 from loaderscope.server.logindex import Index, load_sidecar, quick_index, save_sidecar
 from loaderscope.server.runs import RUN_ID, Run, RunManager, RunRefused
 from loaderscope.server.spill import TraceSpill
-from loaderscope.server.storage import Entry, Storage
+from loaderscope.server.storage import Entry, LocalStorage, Storage
 from loaderscope.server.store import EventLog
 from loaderscope.server.tracefile import TraceFile
 from loaderscope.trace import TraceError
 
 TRACE_SUFFIX = ".trace.jsonl"
 CHUNK_BYTES = 2 << 20  # read per step while catching up: ~15k events, ~50 ms of the event loop
+FULL_SCAN_EVERY = 30.0  # seconds between full scans of a logdir whose changes the kernel reports
+WATCH_DEBOUNCE_MS = 500  # changes are gathered this long at most before they are looked at
 MAX_FILES = 10_000  # traces listed from one logdir
 
 
@@ -122,16 +128,54 @@ class Logdir:
         return asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
+        if isinstance(self.storage, LocalStorage) and self.manager.config.logdir_watch \
+                and self.storage.kernel_watched():
+            try:
+                await self._watch(self.storage)
+            except Exception as exc:  # noqa: BLE001 (no inotify watch left, say: polling still works)
+                self._say(f"watching {self.root} for changes failed ({type(exc).__name__}: {exc}); polling it "
+                          f"every {self.poll_every} s instead")
         while True:
             await asyncio.sleep(self.poll_every)
-            try:
-                await self.scan()
-            except Exception as exc:  # noqa: BLE001 (one bad scan must not end the polling for good)
-                self._say(f"scanning {self.root} failed: {type(exc).__name__}: {exc}")
+            await self._scan_said()
+
+    async def _watch(self, storage: LocalStorage) -> None:
+        """Look at what the kernel says changed; everything once in a while. Returns if watching ends."""
+        import watchfiles
+
+        full_scan = time.monotonic()
+        async for changes in watchfiles.awatch(self.root, watch_filter=_is_trace, debounce=WATCH_DEBOUNCE_MS,
+                                               rust_timeout=int(FULL_SCAN_EVERY * 1000), yield_on_timeout=True,
+                                               ignore_permission_denied=True):
+            if time.monotonic() - full_scan >= FULL_SCAN_EVERY:
+                full_scan = time.monotonic()
+                await self._scan_said()
+            elif changes:
+                found = await asyncio.to_thread(self._look_at, storage, {path for _, path in changes})
+                await self._take_all([e for e in found if e.path in self.files or len(self.files) < MAX_FILES])
+
+    def _look_at(self, storage: LocalStorage, paths: set[str]) -> list[Entry]:
+        """The traces among ``paths`` as they are now, and every trace under a new directory among them
+        (its files may have come before the kernel watched it). Blocking."""
+        found: list[Entry] = []
+        for path in sorted(paths):
+            if os.path.isdir(path) and not os.path.islink(path):
+                found += [e for e in storage.walk(self._say, under=path) if e.path.endswith(TRACE_SUFFIX)]
+            elif os.path.lexists(path):
+                found.append(storage.entry(path))
+        return found
+
+    async def _scan_said(self) -> None:
+        try:
+            await self.scan()
+        except Exception as exc:  # noqa: BLE001 (one bad scan must not end the polling for good)
+            self._say(f"scanning {self.root} failed: {type(exc).__name__}: {exc}")
 
     async def scan(self) -> tuple[int, int]:
         """Add new traces, re-index changed ones. Returns (listed from a sidecar, indexed now)."""
-        found = await asyncio.to_thread(self._find)
+        return await self._take_all(await asyncio.to_thread(self._find))
+
+    async def _take_all(self, found: list[Entry]) -> tuple[int, int]:
         fresh = [entry for entry in found if self._changed(entry)]
         indexes = await asyncio.to_thread(_index_all, self.storage, fresh) if fresh else []
         from_sidecar = 0
@@ -340,6 +384,13 @@ def _index_all(storage: Storage, found: list[Entry]) -> list[tuple[Index, bool]]
                 pass  # a read-only logdir: listed all the same, indexed again at the next start
         indexes.append((index, False))
     return indexes
+
+
+def _is_trace(change: Any, path: str) -> bool:
+    """A trace's change, or a new directory (which may hold traces already)."""
+    import watchfiles
+
+    return path.endswith(TRACE_SUFFIX) or (change == watchfiles.Change.added and os.path.isdir(path))
 
 
 def _save(storage: Storage, path: str, index: Index) -> None:

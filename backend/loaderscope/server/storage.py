@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
+import functools
 import grp
 import hashlib
 import os
@@ -95,23 +96,33 @@ class LocalStorage:
 
     remote = False
 
-    def __init__(self, root: str, cache: str | None = None) -> None:
+    def __init__(self, root: str) -> None:
         self.root = os.path.normpath(root)
-        self.cache = cache if cache is not None else index_cache()
 
-    def walk(self, on_error: Callable[[str], None]) -> list[Entry]:
+    @functools.cached_property
+    def cache(self) -> str | None:
+        """The user's private sidecar cache: made when a shared directory first needs it."""
+        return index_cache()
+
+    def walk(self, on_error: Callable[[str], None], under: str | None = None) -> list[Entry]:
+        """Every file under the root (or under ``under``, a directory in it), recursively (blocking)."""
         def said(exc: OSError) -> None:
             on_error(f"cannot list {exc.filename}: {exc.strerror}")
 
-        found = []
-        for directory, _, names in os.walk(self.root, onerror=said):
-            for name in names:
-                path = os.path.join(directory, name)
-                try:
-                    found.append(self.stat(path))
-                except OSError as exc:  # listed, and named unreadable
-                    found.append(Entry(path, -1, 0, f"cannot read {path}: {exc.strerror or exc}"))
-        return found
+        return [self.entry(os.path.join(directory, name))
+                for directory, _, names in os.walk(under or self.root, onerror=said) for name in names]
+
+    def entry(self, path: str) -> Entry:
+        """``path`` as listed: its size and mtime, or (size -1) why it cannot be read."""
+        try:
+            return self.stat(path)
+        except OSError as exc:
+            return Entry(path, -1, 0, f"cannot read {path}: {exc.strerror or exc}")
+
+    def kernel_watched(self) -> bool:
+        """Whether inotify sees every change under the root: a local filesystem, not a network one
+        (NFS, Lustre, GPFS, CIFS, FUSE...), where other nodes' writes reach no local watch."""
+        return filesystem_type(os.path.realpath(self.root)) in LOCAL_FILESYSTEMS
 
     def stat(self, path: str) -> Entry:
         """Raises OSError: gone, a dangling or looping link, not a regular file, or outside the logdir."""
@@ -169,9 +180,9 @@ class LocalStorage:
 
     def _check_inside(self, real: str, path: str) -> None:
         """Raises OSError when ``real`` (what ``path`` resolves to) is neither in the logdir nor our cache."""
-        for allowed in (self.root, self.cache):
-            if allowed is not None and _within(real, os.path.realpath(allowed)):
-                return
+        if _within(real, os.path.realpath(self.root)) or (
+                self.cache is not None and _within(real, os.path.realpath(self.cache))):
+            return
         raise OSError(errno.EACCES, f"it resolves to {real}, outside the logdir: refused", path)
 
 
@@ -307,3 +318,23 @@ def _opened_path(fd: int, path: str) -> str:
 
 def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+# filesystems whose every change goes through this kernel (inotify sees it); anything else is polled
+LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "jfs",
+                               "reiserfs", "bcachefs", "vfat", "exfat", "ramfs"})
+
+
+def filesystem_type(path: str) -> str | None:
+    """The type of the filesystem ``path`` lives on (``/proc/self/mountinfo``), None where unknown."""
+    best, kind = "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields, _, rest = line.partition(" - ")
+                mount_point = fields.split()[4].replace("\\040", " ")
+                if _within(path, mount_point) and len(mount_point) >= len(best):
+                    best, kind = mount_point, rest.split()[0]
+    except (OSError, IndexError):
+        return None
+    return kind
