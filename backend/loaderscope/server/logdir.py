@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,12 +94,22 @@ class FileSource:
 def run_id_for(relative: str, index: Index) -> str:
     """Stable across restarts: the same file is the same run id.
 
-    A dashboard's own file (``ID.trace.jsonl`` whose header names run ``ID``) keeps its run's id, so
-    links to it and a producer that reconnects after a restart find it; any other file gets an id
-    made from its path, which is never a producer's.
+    A dashboard's own file (``ID.trace.jsonl`` at the top of the logdir, or of its ``dashboard/``
+    folder where a remote logdir gets them, whose header names run ``ID``: one name, so one file)
+    keeps its run's id, so links to it and a producer that reconnects after a restart find it.
+    Any other file gets an id made from its path, which is never a producer's.
     """
-    if index.run is not None and RUN_ID.match(index.run) and posixpath.basename(relative) == index.run + TRACE_SUFFIX:
+    if index.run is not None and RUN_ID.match(index.run) and relative in own_paths(index.run):
         return index.run
+    return path_id(relative)
+
+
+def own_paths(run_id: str) -> tuple[str, str]:
+    """Where a dashboard writes its run ``run_id`` in a logdir (relative to it): local, remote."""
+    return f"{run_id}{TRACE_SUFFIX}", f"dashboard/{run_id}{TRACE_SUFFIX}"
+
+
+def path_id(relative: str) -> str:
     return "log-" + hashlib.sha1(relative.encode()).hexdigest()[:12]
 
 
@@ -220,7 +229,7 @@ class Logdir:
         relative = self.storage.relative(entry.path)
         run_id = run_id_for(relative, index)
         if run_id in self.manager.runs:  # a live run took the id first: the file is listed by its path
-            run_id = "log-" + hashlib.sha1(relative.encode()).hexdigest()[:12]
+            run_id = path_id(relative)
         file = TraceFile(self.storage, entry.path, run_id)
         source = FileSource(entry.path, relative, file, index, self.silent_after, _grew(entry))
         file.size = index.size  # growth is measured from the size the index saw
@@ -315,9 +324,7 @@ class Logdir:
         source = run.source
         assert source is not None
         index, file = source.index, source.file
-        own = (not self.storage.remote and index.origin == "external" and index.run == run.id
-               and self.manager.config.data_dir is not None
-               and Path(source.path).parent == self.manager.config.data_dir)
+        own = not self.storage.remote and index.origin == "external" and source.relative == own_paths(run.id)[0]
         if not own or index.problem is not None or run.log.ended or file.problem_count:
             raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir ({source.relative}); "
                              "a producer cannot add to it")
