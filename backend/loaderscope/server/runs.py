@@ -529,7 +529,7 @@ class RunManager:
 
     def flush(self) -> None:
         for run in self.runs.values():
-            if not run.closed:
+            if not run.closed and run.source is None:  # a logdir file is its producer's to flush
                 run.log.flush()
 
     async def shutdown(self) -> None:
