@@ -172,9 +172,9 @@ def test_a_killed_producer_leaves_a_truncated_run_not_a_parse_error(
     server = start_server(logdir=str(logdir), silent_after=1.0, logdir_poll=0.1)
     killed = runs(server)["killed.trace.jsonl"]
     assert killed["status"] == "truncated" and "incomplete" in killed["problem"]
-    detail = server.run(killed["id"])
-    with server.client() as http:
+    with server.client() as http:  # /events waits until the file is read: the detail is then the file's
         page = http.get(f"/api/runs/{killed['id']}/events", params={"limit": 10000}).json()
+    detail = server.run(killed["id"])
     assert len(page["events"]) == len(cut) and page["status"] == "truncated"
     assert detail["status"] == "truncated" and detail["statistics"] is not None
     wait_for(lambda: runs(server)["silenced.trace.jsonl"]["status"] == "truncated", timeout=15,

@@ -179,3 +179,31 @@ def test_validation_errors_name_the_field_and_the_allowed_range() -> None:
     text = readable(problems)
     assert "params.num_workers" in text and "from 0 to 32" in text and "99" in text
     assert "unknown parameter 'bogus'" in text and "num_workers" in text
+
+
+def test_the_spill_file_is_created_with_the_first_event_and_resumed_where_its_lines_end(tmp_path: Path) -> None:
+    path = tmp_path / "r.trace.jsonl"
+    spill = TraceSpill(path, {"run": "r"})
+    spill.flush()
+    assert not path.exists()  # a producer that sends nothing leaves no file
+    assert spill.open().read() == b'{"run":"r"}\n' and spill.flushed_bytes == len(b'{"run":"r"}\n')
+    spill.close()
+    assert not path.exists()
+    log = EventLog("r", memory_events=10, spill=TraceSpill(path, {"run": "r"}))
+    log.append(events(INDEX_EVERY + 10))
+    log.close()
+    end = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(b'{"kind": "yie')  # the dashboard died mid-line
+    offsets = [_offset_of(path, 0), _offset_of(path, INDEX_EVERY)]  # as TraceFile found them reading it back
+    resumed = TraceSpill.resume(path, count=INDEX_EVERY + 10, offsets=offsets, end=end)
+    log.spill = resumed
+    log.append(events(5))
+    log.flush()
+    assert seqs(resumed.read(INDEX_EVERY, 20)) == list(range(INDEX_EVERY, INDEX_EVERY + 15))
+    assert path.read_bytes().count(b"\n") == 1 + INDEX_EVERY + 15 and b'"kind": "yie' not in path.read_bytes()
+
+
+def _offset_of(path: Path, seq: int) -> int:
+    """Byte offset of event ``seq``'s line (line ``seq + 1``: the header is first)."""
+    return sum(len(line) for line in path.read_bytes().splitlines(keepends=True)[:seq + 1])

@@ -61,7 +61,7 @@ class RunStatus(StrEnum):
     """A run's status as the API and the page show it. The reducer sets ``pending``, ``running`` and
     then ``run_end``'s reason (one of ENDED); the server adds the states of a live producer."""
 
-    PENDING = "pending"  # no run_start yet
+    PENDING = "pending"  # no run_start yet (a logdir run: its file not read to its end yet)
     STARTING = "starting"  # the server started a run process that has not connected yet
     RUNNING = "running"
     PAUSED = "paused"  # the dashboard paused the training loop

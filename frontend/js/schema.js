@@ -34,7 +34,7 @@ export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));
 
 /** A run's status as the API and the reducer give it (events.py RunStatus). */
 export const RunStatus = Object.freeze({
-  PENDING: 'pending', // no run_start yet
+  PENDING: 'pending', // no run_start yet (a logdir run: its file not read to its end yet)
   STARTING: 'starting', // the server started a run process that has not connected yet
   RUNNING: 'running',
   PAUSED: 'paused', // the dashboard paused the training loop

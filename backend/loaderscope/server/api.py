@@ -8,7 +8,7 @@ import functools
 import math
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request
@@ -360,9 +360,18 @@ async def run_trace(
     spill = run.log.spill
     if spill is not None:
         run.log.flush()
-        return StreamingResponse(_file_bytes(spill, spill.flushed_bytes), media_type="application/x-ndjson",
+        try:  # opened before the answer starts: a file gone (or turned into a bad link) is said, not cut off
+            handle = await asyncio.to_thread(spill.open)
+        except OSError as exc:
+            return _unreadable(run, exc)
+        return StreamingResponse(_file_bytes(handle, spill.flushed_bytes), media_type="application/x-ndjson",
                                  headers=disposition)
     return Response(_memory_trace(run), media_type="application/x-ndjson", headers=disposition)
+
+
+def _unreadable(run: Run, exc: OSError) -> JSONResponse:
+    return JSONResponse({"detail": f"the trace file of run {run.id} cannot be read now: {exc.strerror or exc}"},
+                        status_code=410)
 
 
 async def _chrome_trace(run: Run) -> Response:
@@ -379,12 +388,20 @@ async def _chrome_trace(run: Run) -> Response:
     spill = run.log.spill
     if spill is not None:
         run.log.flush()
+        try:
+            await asyncio.to_thread(_check_readable, spill)  # before the answer starts
+        except OSError as exc:
+            return _unreadable(run, exc)
         lines: Iterator[bytes] = _spill_lines(spill, count)
     else:  # memory only: a snapshot taken on the loop (bounded by the run's memory budget)
         lines = iter(run.log.read_memory(0, count))
     return StreamingResponse(_exports.counted(trace.chrome_chunks(orjson.loads(line) for line in lines)),
                              media_type="application/json",
                              headers={"content-disposition": f'attachment; filename="{run.id}.chrome.json"'})
+
+
+def _check_readable(spill: Spill) -> None:
+    spill.open().close()
 
 
 def _spill_lines(spill: Spill, count: int) -> Iterator[bytes]:
@@ -419,9 +436,9 @@ class _Exports:
 _exports = _Exports()
 
 
-def _file_bytes(spill: Spill, size: int) -> Iterator[bytes]:
+def _file_bytes(handle: IO[bytes], size: int) -> Iterator[bytes]:
     """The first ``size`` bytes (whole lines, flushed) while the run may still be appending."""
-    with spill.open() as f:
+    with handle as f:
         left = size
         while left > 0:
             chunk = f.read(min(STREAM_CHUNK, left))

@@ -78,6 +78,7 @@ class ServerConfig:
     remove_data_dir: bool = False  # a temporary data_dir of this launch: removed at server exit
     logdir: str | None = None  # list and follow every trace under this path or fsspec URL (a local one is data_dir)
     logdir_poll: float = LOGDIR_POLL
+    logdir_watch: bool = True  # a local logdir's changes come from inotify (False: polled, as a network one is)
     silent_after: float = SILENT_AFTER
     allow_origins: tuple[str, ...] = ()  # extra origins allowed to open websockets / send requests
     allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted besides loopback names

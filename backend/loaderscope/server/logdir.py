@@ -1,9 +1,12 @@
 """``serve --logdir DIR``: every trace under DIR is a run, listed at once and followed as it grows.
 
 Producers on any node write trace files into DIR (``watch(logdir=...)``, ``loaderscope record``,
-this dashboard's own runs). DIR is a local path or an fsspec URL (``storage.py``). The dashboard
-polls DIR (every ``logdir_poll`` seconds: plain ``os.walk`` + ``stat``, which works the same on NFS
-and Lustre, where inotify sees nothing a remote node writes) and:
+this dashboard's own runs). DIR is a local path or an fsspec URL (``storage.py``). On a local
+filesystem the kernel says what changed (inotify, through ``watchfiles``), so an idle logdir costs
+nothing and a change costs a ``stat`` of the files it touched, plus a full scan every
+``FULL_SCAN_EVERY`` seconds in case an event was missed (a directory made and filled at once). NFS,
+Lustre and remote stores, where inotify sees nothing another node writes, are polled (every
+``logdir_poll`` seconds: plain ``os.walk`` + ``stat``). Either way the dashboard:
 
 - lists a new file from its index (a sidecar ``<trace>.idx.json``, or ``logindex.quick_index``:
   header, first and last line), never by parsing its events;
@@ -18,20 +21,24 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loaderscope.server.logindex import Index, load_sidecar, quick_index, save_sidecar
-from loaderscope.server.runs import Run, RunManager
-from loaderscope.server.storage import Entry, Storage
+from loaderscope.server.runs import RUN_ID, Run, RunManager, RunRefused
+from loaderscope.server.spill import TraceSpill
+from loaderscope.server.storage import Entry, LocalStorage, Storage
 from loaderscope.server.store import EventLog
 from loaderscope.server.tracefile import TraceFile
 from loaderscope.trace import TraceError
 
 TRACE_SUFFIX = ".trace.jsonl"
 CHUNK_BYTES = 2 << 20  # read per step while catching up: ~15k events, ~50 ms of the event loop
+FULL_SCAN_EVERY = 30.0  # seconds between full scans of a logdir whose changes the kernel reports
+WATCH_DEBOUNCE_MS = 500  # changes are gathered this long at most before they are looked at
 MAX_FILES = 10_000  # traces listed from one logdir
 
 
@@ -84,8 +91,25 @@ class FileSource:
         return fields
 
 
-def run_id_for(relative: str) -> str:
-    """Stable across restarts (the same file is the same run id), and never a producer's id."""
+def run_id_for(relative: str, index: Index) -> str:
+    """Stable across restarts: the same file is the same run id.
+
+    A dashboard's own file (``ID.trace.jsonl`` at the top of the logdir, or of its ``dashboard/``
+    folder where a remote logdir gets them, whose header names run ``ID``: one name, so one file)
+    keeps its run's id, so links to it and a producer that reconnects after a restart find it.
+    Any other file gets an id made from its path, which is never a producer's.
+    """
+    if index.run is not None and RUN_ID.match(index.run) and relative in own_paths(index.run):
+        return index.run
+    return path_id(relative)
+
+
+def own_paths(run_id: str) -> tuple[str, str]:
+    """Where a dashboard writes its run ``run_id`` in a logdir (relative to it): local, remote."""
+    return f"{run_id}{TRACE_SUFFIX}", f"dashboard/{run_id}{TRACE_SUFFIX}"
+
+
+def path_id(relative: str) -> str:
     return "log-" + hashlib.sha1(relative.encode()).hexdigest()[:12]
 
 
@@ -113,16 +137,54 @@ class Logdir:
         return asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
+        if isinstance(self.storage, LocalStorage) and self.manager.config.logdir_watch \
+                and self.storage.kernel_watched():
+            try:
+                await self._watch(self.storage)
+            except Exception as exc:  # noqa: BLE001 (no inotify watch left, say: polling still works)
+                self._say(f"watching {self.root} for changes failed ({type(exc).__name__}: {exc}); polling it "
+                          f"every {self.poll_every} s instead")
         while True:
             await asyncio.sleep(self.poll_every)
-            try:
-                await self.scan()
-            except Exception as exc:  # noqa: BLE001 (one bad scan must not end the polling for good)
-                self._say(f"scanning {self.root} failed: {type(exc).__name__}: {exc}")
+            await self._scan_said()
+
+    async def _watch(self, storage: LocalStorage) -> None:
+        """Look at what the kernel says changed; everything once in a while. Returns if watching ends."""
+        import watchfiles
+
+        full_scan = time.monotonic()
+        async for changes in watchfiles.awatch(self.root, watch_filter=_is_trace, debounce=WATCH_DEBOUNCE_MS,
+                                               rust_timeout=int(FULL_SCAN_EVERY * 1000), yield_on_timeout=True,
+                                               ignore_permission_denied=True):
+            if time.monotonic() - full_scan >= FULL_SCAN_EVERY:
+                full_scan = time.monotonic()
+                await self._scan_said()
+            elif changes:
+                found = await asyncio.to_thread(self._look_at, storage, {path for _, path in changes})
+                await self._take_all([e for e in found if e.path in self.files or len(self.files) < MAX_FILES])
+
+    def _look_at(self, storage: LocalStorage, paths: set[str]) -> list[Entry]:
+        """The traces among ``paths`` as they are now, and every trace under a new directory among them
+        (its files may have come before the kernel watched it). Blocking."""
+        found: list[Entry] = []
+        for path in sorted(paths):
+            if os.path.isdir(path) and not os.path.islink(path):
+                found += [e for e in storage.walk(self._say, under=path) if e.path.endswith(TRACE_SUFFIX)]
+            elif os.path.lexists(path):
+                found.append(storage.entry(path))
+        return found
+
+    async def _scan_said(self) -> None:
+        try:
+            await self.scan()
+        except Exception as exc:  # noqa: BLE001 (one bad scan must not end the polling for good)
+            self._say(f"scanning {self.root} failed: {type(exc).__name__}: {exc}")
 
     async def scan(self) -> tuple[int, int]:
         """Add new traces, re-index changed ones. Returns (listed from a sidecar, indexed now)."""
-        found = await asyncio.to_thread(self._find)
+        return await self._take_all(await asyncio.to_thread(self._find))
+
+    async def _take_all(self, found: list[Entry]) -> tuple[int, int]:
         fresh = [entry for entry in found if self._changed(entry)]
         indexes = await asyncio.to_thread(_index_all, self.storage, fresh) if fresh else []
         from_sidecar = 0
@@ -165,7 +227,9 @@ class Logdir:
 
     def _add(self, entry: Entry, index: Index) -> Run:
         relative = self.storage.relative(entry.path)
-        run_id = run_id_for(relative)
+        run_id = run_id_for(relative, index)
+        if run_id in self.manager.runs:  # a live run took the id first: the file is listed by its path
+            run_id = path_id(relative)
         file = TraceFile(self.storage, entry.path, run_id)
         source = FileSource(entry.path, relative, file, index, self.silent_after, _grew(entry))
         file.size = index.size  # growth is measured from the size the index saw
@@ -206,6 +270,8 @@ class Logdir:
         except (OSError, TraceError) as exc:
             self._stop(run, source, f"{source.relative}: {exc}")
             return False
+        if run.source is not source:
+            return False  # its producer resumed into the file meanwhile: the run is a live one now
         if file.size < file.offset or file.size < before:
             self._stop(run, source, f"{source.relative} shrank from {before} to {file.size} bytes: rewritten? "
                        "the run shows what was read before")
@@ -247,6 +313,36 @@ class Logdir:
             self._say(f"cannot write the index next to {source.relative} ({exc.strerror or exc}); "
                       "a read-only logdir is indexed again at each start")
 
+    def resume(self, run: Run) -> None:
+        """A producer reconnects to the run it streamed to this logdir's dashboard before a restart:
+        the run becomes its live run again, appending to the same file under the same id.
+
+        Raises:
+            RunRefused: the file is not such a run (someone else's trace, one that ended, a remote
+                logdir), or is still being read (429: the producer retries).
+        """
+        source = run.source
+        assert source is not None
+        index, file = source.index, source.file
+        own = not self.storage.remote and index.origin == "external" and source.relative == own_paths(run.id)[0]
+        if not own or index.problem is not None or run.log.ended or file.problem_count:
+            raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir ({source.relative}); "
+                             "a producer cannot add to it")
+        if not source.read_whole:
+            self.follow(run)
+            raise RunRefused(429, f"run {run.id} is being read back from {source.relative} after a restart; "
+                             "reconnect in a moment")
+        try:
+            spill = TraceSpill.resume(Path(source.path), count=file.count, offsets=file.offsets, end=file.offset)
+        except OSError as exc:
+            raise RunRefused(4409, f"run {run.id} cannot be resumed: {exc}") from None
+        source.following = False
+        run.source, run.origin, run.log.spill = None, "external", spill
+        run.silent_after = self.manager.config.silent_after
+        run.last_producer_seq = run.log.last_seq  # what the file lacks of what the producer sent counts as dropped
+        self.manager.owned_paths.add(source.path)
+        self._say(f"run {run.id} resumed into {source.relative}")
+
     def index_own(self, run: Run, path: Path) -> None:
         """One of this dashboard's own runs is complete on disk: give it a sidecar (blocking, small).
 
@@ -255,6 +351,7 @@ class Logdir:
         """
         state = run.log.state
         index = Index(size=0, mtime_ns=0, created=run.created, scenario=run.scenario, mode=run.mode or state.mode,
+                      run=run.id, origin=run.origin,
                       name=state.name, job=state.job, rank=state.rank, world_size=state.world_size,
                       events=run.log.next_seq, batches=state.batches,
                       reason=state.status if run.log.ended else None)
@@ -279,6 +376,9 @@ def _index_all(storage: Storage, found: list[Entry]) -> list[tuple[Index, bool]]
     """Each file's index, from its sidecar where it is current, else read and saved. Blocking."""
     indexes = []
     for entry in found:
+        if entry.problem is not None:  # refused before opening it (a FIFO, a link out of the logdir...)
+            indexes.append((Index(size=0, mtime_ns=0, problem=entry.problem), False))
+            continue
         cached = load_sidecar(storage, entry.path, entry) if entry.size >= 0 else None
         if cached is not None:
             indexes.append((cached, True))
@@ -291,6 +391,13 @@ def _index_all(storage: Storage, found: list[Entry]) -> list[tuple[Index, bool]]
                 pass  # a read-only logdir: listed all the same, indexed again at the next start
         indexes.append((index, False))
     return indexes
+
+
+def _is_trace(change: Any, path: str) -> bool:
+    """A trace's change, or a new directory (which may hold traces already)."""
+    import watchfiles
+
+    return path.endswith(TRACE_SUFFIX) or (change == watchfiles.Change.added and os.path.isdir(path))
 
 
 def _save(storage: Storage, path: str, index: Index) -> None:

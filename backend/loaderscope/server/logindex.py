@@ -4,22 +4,24 @@ A logdir can hold hundreds of traces of millions of events; listing them must no
 ``quick_index`` reads the header, the first event (``run_start``: name, job, rank, world size,
 mode) and the last complete line (``run_end`` and its ``stats``, or the last seq): a few
 kilobytes per file whatever its length. The result is kept in a sidecar ``<trace>.idx.json``
-(written by the server, next to the trace) with the file's size and mtime; a dashboard that
-starts again reads the sidecar instead of the trace while both are unchanged.
+(written by the server, next to the trace, or in the user's cache when others can write there:
+``Storage.sidecar_path``) with the file's size and mtime; a dashboard that starts again reads the
+sidecar instead of the trace while both are unchanged. A sidecar is input like any other: one
+that does not validate (``Sidecar``, strictly typed) is treated as absent, and the trace indexed.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import orjson
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from loaderscope.events import EventError, validate
 from loaderscope.server.storage import Entry, Storage
 from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
 
-SIDECAR_SUFFIX = ".idx.json"
 SIDECAR_FORMAT = "loaderscope-index"
 SIDECAR_VERSION = 1
 TAIL_BYTES = MAX_LINE_BYTES + 1  # the last complete line is within this much of the end
@@ -28,22 +30,29 @@ COUNT_CHUNK = 8 << 20
 YIELD_MARKS = (b'"kind":"yield"', b'"kind": "yield"')
 
 
+Count = Annotated[int, Field(ge=0)]
+
+
 @dataclass
 class Index:
     """A trace file as listed: its size and mtime when indexed, and the run's brief facts."""
 
-    size: int
-    mtime_ns: int
+    __pydantic_config__ = ConfigDict(strict=True)  # how a sidecar's index is validated
+
+    size: Count
+    mtime_ns: Count
     created: float | None = None
     scenario: str | None = None
     mode: str = ""
     name: str | None = None
     job: str | None = None
-    rank: int = 0
-    world_size: int = 1
-    events: int = 0  # the last event's seq + 1 (the producer's numbering)
-    batches: int | None = None  # run_end.stats, else the yields counted in the file's bytes
+    rank: Count = 0
+    world_size: Annotated[int, Field(ge=1)] = 1
+    events: Count = 0  # the last event's seq + 1 (the producer's numbering)
+    batches: Count | None = None  # run_end.stats, else the yields counted in the file's bytes
     reason: str | None = None  # run_end's reason; None: no run_end (yet)
+    run: str | None = None  # the header's run id: a dashboard's own file keeps its run's id across restarts
+    origin: str | None = None  # the header's origin ("external": a producer that may resume into it)
     torn: bool = False  # the file ends in an incomplete line
     problem: str | None = None  # why the file cannot be read as a trace
     brief: dict[str, Any] = field(default_factory=dict)  # the run's full brief, once it was read whole
@@ -52,19 +61,30 @@ class Index:
         return self.size == entry.size and self.mtime_ns == entry.mtime_ns
 
 
-def sidecar_path(trace_path: str) -> str:
-    return trace_path + SIDECAR_SUFFIX
+@dataclass
+class Sidecar:
+    """A sidecar file, as validated when read."""
+
+    __pydantic_config__ = ConfigDict(strict=True)
+
+    format: Literal["loaderscope-index"]
+    version: Literal[1]
+    index: Index
+
+
+SIDECAR = TypeAdapter(Sidecar)
+MAX_SIDECAR_BYTES = 1 << 20
 
 
 def load_sidecar(storage: Storage, trace_path: str, entry: Entry) -> Index | None:
-    """The sidecar's index if it describes the file as it is now; None if missing, stale or damaged."""
+    """The sidecar's index if it describes the file as it is now; None if missing, stale, damaged or invalid."""
+    path = storage.sidecar_path(trace_path)
+    if path is None:
+        return None
     try:
-        with storage.open(sidecar_path(trace_path)) as f:
-            data = orjson.loads(f.read())
-        if data.get("format") != SIDECAR_FORMAT or data.get("version") != SIDECAR_VERSION:
-            return None
-        index = Index(**data["index"])
-    except (OSError, orjson.JSONDecodeError, TypeError, KeyError, AttributeError):
+        with storage.open(path) as f:
+            index = SIDECAR.validate_json(f.read(MAX_SIDECAR_BYTES + 1)).index
+    except (OSError, ValidationError):
         return None
     return index if index.matches(entry) else None
 
@@ -75,8 +95,12 @@ def save_sidecar(storage: Storage, trace_path: str, index: Index) -> None:
     Raises:
         OSError: the directory is not writable (the logdir is then indexed at every start).
     """
+    path = storage.sidecar_path(trace_path)
+    if path is None:
+        raise OSError(f"others can write the directory of {trace_path}, and there is no private cache to keep "
+                      "its index in (set XDG_CACHE_HOME)")
     body = {"format": SIDECAR_FORMAT, "version": SIDECAR_VERSION, "index": asdict(index)}
-    storage.write_atomic(sidecar_path(trace_path), orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS, default=str))
+    storage.write_atomic(path, orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS, default=str))
 
 
 def quick_index(storage: Storage, path: str) -> Index:
@@ -105,6 +129,7 @@ def _read_index(f: Any, entry: Entry, source: str) -> Index:
         raise TraceError(f"{source} is not a loaderscope trace: no header line")
     head = check_header(first, source)
     index.created, index.scenario, index.mode = head.get("created"), head.get("scenario"), head.get("mode") or ""
+    index.run, index.origin = _text(head.get("run")), _text(head.get("origin"))
     start = _first_event(f)
     if start is not None and start["kind"] == "run_start":
         _take_run_start(index, start)
@@ -174,3 +199,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
         return validate(orjson.loads(line))
     except (orjson.JSONDecodeError, EventError):
         return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -203,8 +203,11 @@ class Run:
         """The run as GET /api/runs/{id} shows it: status, config, statistics and diagnosis."""
         state = self.log.state
         statistics, findings = self.log.summary()
+        brief = self.brief()
+        if self.source is not None and not self.source.read_whole and self.source.index.problem is None:
+            brief["status"] = RunStatus.PENDING  # its file is still being read: nothing below is its own yet
         return {
-            **self.brief(),
+            **brief,
             "params": self.params,
             "config": state.config,
             "statistics": statistics,
@@ -265,7 +268,7 @@ class RunManager:
     async def read_whole(self, run: Run) -> None:
         """Wait (bounded) until a logdir run's file has been read to its end once."""
         self.opened(run)
-        if run.source is not None:
+        if run.source is not None and run.source.index.problem is None:  # an unreadable file: at once
             try:
                 await asyncio.wait_for(run.source.caught_up.wait(), LOAD_WAIT)
             except asyncio.TimeoutError:
@@ -308,11 +311,10 @@ class RunManager:
         assert self.config.data_dir is not None
         n = 1
         while True:
-            stem = run_id if n == 1 else f"{run_id}.{n}"
-            try:
-                return TraceSpill(self.config.data_dir / f"{stem}.trace.jsonl", header)
-            except FileExistsError:
-                n += 1
+            path = self.config.data_dir / f"{run_id if n == 1 else f'{run_id}.{n}'}.trace.jsonl"
+            if not os.path.lexists(path):  # TraceSpill creates it with the first event, never over another
+                return TraceSpill(path, header)
+            n += 1
 
     def add(self, run: Run) -> None:
         """A run made elsewhere (a logdir trace): listed, never evicted, no process."""
@@ -448,7 +450,9 @@ class RunManager:
             raise RunRefused(4403, f"run {run.id} is another producer's: its owner returns with the "
                              f"{process.SECRET_HEADER} header")
         if run.source is not None:
-            raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir; a producer cannot add to it")
+            if self.logdir is None:
+                raise RunRefused(4409, f"run {run.id} is read from a trace file; a producer cannot add to it")
+            self.logdir.resume(run)  # the run it streamed before this dashboard restarted, or refused
         if run.closed:
             raise RunRefused(4409, f"run {run.id} has ended; a producer cannot add to it (start a new run)")
         if run.producer is not None:
@@ -556,7 +560,7 @@ class RunManager:
     def _close(self, run: Run) -> None:
         run.closed = True
         run.log.close()
-        if self.logdir is not None and isinstance(run.log.spill, TraceSpill):
+        if self.logdir is not None and isinstance(run.log.spill, TraceSpill) and run.log.spill.created:
             self.logdir.index_own(run, run.log.spill.path)  # the next start lists it without reading it
         run.changed.notify()
 
@@ -573,7 +577,7 @@ class RunManager:
 
     def flush(self) -> None:
         for run in self.runs.values():
-            if not run.closed:
+            if not run.closed and run.source is None:  # a logdir file is its producer's to flush
                 run.log.flush()
 
     async def shutdown(self) -> None:
@@ -591,7 +595,13 @@ class RunManager:
         for task in list(self._tasks):
             task.cancel()
         for run in self.runs.values():
-            if run.source is None:  # a logdir file is its producer's: nothing is appended to it
+            if run.source is not None:
+                continue  # a logdir file is its producer's: nothing is appended to it
+            if run.origin == "external" and (run.log.next_seq == 0 or self.logdir is not None):
+                # nothing to end (no event: no file either), or a logdir run: its file stays open-ended,
+                # and the producer resumes into it when it reconnects to the next dashboard on this logdir
+                self._close(run)
+            else:
                 self._finish(run, run.exitcode)
         if self.launcher is not None:
             await asyncio.to_thread(self.launcher.close)

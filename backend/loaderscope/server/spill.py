@@ -10,7 +10,11 @@ events from memory and still answer for them.
 
 from __future__ import annotations
 
+import errno
+import io
 import itertools
+import os
+import stat
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,22 +32,58 @@ class TraceSpill:
     """
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
-        """``header`` is the first line as ``loaderscope.trace.header()`` makes it."""
+        """``header`` is the first line as ``loaderscope.trace.header()`` makes it.
+
+        The file is created with the first event, not before: a producer that connects and leaves
+        without sending one leaves no header-only file behind (in a logdir, every file is a run).
+        """
         self.path = path
-        # "x": a trace is never truncated, whatever id a producer reuses (FileExistsError instead)
-        self._file = path.open("xb", buffering=WRITE_BUFFER)
-        line = orjson.dumps(header) + b"\n"
-        self._file.write(line)
-        self._pos = len(line)
-        self._flushed = 0
+        self._head = orjson.dumps(header) + b"\n"
+        self._file: IO[bytes] | None = None
+        self._pos = len(self._head)
+        self._flushed = len(self._head)  # the header: served from memory until the file exists
         self._offsets: list[int] = []  # byte offset of seq i * INDEX_EVERY
         self.count = 0
         self.closed = False
+
+    @classmethod
+    def resume(cls, path: Path, *, count: int, offsets: list[int], end: int) -> TraceSpill:
+        """Go on appending to a trace a dashboard wrote before it restarted: its first ``end`` bytes are
+        the header and ``count`` whole event lines (``offsets`` as ``read`` needs them); what follows
+        (a torn line) is cut off.
+
+        Raises:
+            OSError: it is not a regular file of this user's (a link planted in its place, say).
+        """
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                raise OSError(errno.EPERM, "not a regular file of this user's: not written to", str(path))
+            file = os.fdopen(fd, "r+b", buffering=WRITE_BUFFER)
+        except BaseException:
+            os.close(fd)
+            raise
+        file.truncate(end)
+        file.seek(end)
+        spill = cls(path, {})
+        spill._file, spill._pos, spill._flushed = file, end, end
+        spill._offsets, spill.count = list(offsets), count
+        return spill
+
+    @property
+    def created(self) -> bool:
+        return self._file is not None
 
     def write_many(self, lines: list[bytes]) -> None:
         """Append the next events (already encoded; the first one's seq == self.count)."""
         if not lines:
             return
+        if self._file is None:
+            # "x": a trace is never truncated, whatever id a producer reuses (FileExistsError instead)
+            self._file = self.path.open("xb", buffering=WRITE_BUFFER)
+            self._file.write(self._head)
+            self._file.flush()  # readers may read the header from the file from now on
         # line i starts at self._pos + before[i] + i (the lengths of the lines before it, and their newlines)
         before = list(itertools.accumulate(map(len, lines), initial=0))
         first = -self.count % INDEX_EVERY  # the first line whose seq is a multiple of INDEX_EVERY
@@ -53,18 +93,19 @@ class TraceSpill:
         self.count += len(lines)
 
     def flush(self) -> None:
-        if not self.closed:
+        if not self.closed and self._file is not None:
             self._file.flush()
             self._flushed = self._pos
 
     def close(self) -> None:
         if not self.closed:
             self.flush()
-            self._file.close()
+            if self._file is not None:
+                self._file.close()
             self.closed = True
 
     def open(self) -> IO[bytes]:
-        return self.path.open("rb")
+        return self.path.open("rb") if self._file is not None else io.BytesIO(self._head)
 
     @property
     def size(self) -> int:

@@ -4,13 +4,27 @@ The logdir code only lists files with their size and mtime, opens them for readi
 and writes small sidecars; these are the operations both kinds offer. fsspec is an optional
 extra (``pip install loaderscope[remote]`` plus the protocol's package, e.g. ``s3fs``), imported
 only when a logdir is a URL.
+
+A local logdir may be shared with other users (a team directory), so it is read and written as
+if someone else were changing it at the same time: only regular files are opened, and without
+blocking (a FIFO would hang the reader); a file that resolves outside the logdir (a symlink out)
+is refused; writes go through a random temporary name created with ``O_EXCL | O_NOFOLLOW`` and
+are renamed into place, so a planted symlink is never written through. Sidecars of a directory
+that others can write are kept in the user's own cache instead (``index_cache``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
+import functools
+import grp
+import hashlib
 import os
 import posixpath
+import secrets
+import stat as stat_mode
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
@@ -21,8 +35,9 @@ class Entry:
     """A file as a listing sees it."""
 
     path: str
-    size: int
+    size: int  # -1: the file cannot be read (``problem`` says why, where known)
     mtime_ns: int  # 0 where the store keeps no modification time (then changes are seen by size)
+    problem: str | None = None
 
 
 class Storage(Protocol):
@@ -40,6 +55,9 @@ class Storage(Protocol):
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """Readers never see half of it. Raises OSError."""
+
+    def sidecar_path(self, trace_path: str) -> str | None:
+        """Where the index of ``trace_path`` is kept (next to it, or in the user's own cache); None: nowhere."""
 
     def is_dir(self) -> bool: ...
 
@@ -81,39 +99,92 @@ class LocalStorage:
     def __init__(self, root: str) -> None:
         self.root = os.path.normpath(root)
 
-    def walk(self, on_error: Callable[[str], None]) -> list[Entry]:
+    @functools.cached_property
+    def cache(self) -> str | None:
+        """The user's private sidecar cache: made when a shared directory first needs it."""
+        return index_cache()
+
+    def walk(self, on_error: Callable[[str], None], under: str | None = None) -> list[Entry]:
+        """Every file under the root (or under ``under``, a directory in it), recursively (blocking)."""
         def said(exc: OSError) -> None:
             on_error(f"cannot list {exc.filename}: {exc.strerror}")
 
-        found = []
-        for directory, _, names in os.walk(self.root, onerror=said):
-            for name in names:
-                path = os.path.join(directory, name)
-                try:
-                    found.append(self.stat(path))
-                except OSError:
-                    found.append(Entry(path, -1, 0))  # listed, and named unreadable when opened
-        return found
+        return [self.entry(os.path.join(directory, name))
+                for directory, _, names in os.walk(under or self.root, onerror=said) for name in names]
+
+    def entry(self, path: str) -> Entry:
+        """``path`` as listed: its size and mtime, or (size -1) why it cannot be read."""
+        try:
+            return self.stat(path)
+        except OSError as exc:
+            return Entry(path, -1, 0, f"cannot read {path}: {exc.strerror or exc}")
+
+    def kernel_watched(self) -> bool:
+        """Whether inotify sees every change under the root: a local filesystem, not a network one
+        (NFS, Lustre, GPFS, CIFS, FUSE...), where other nodes' writes reach no local watch."""
+        return filesystem_type(os.path.realpath(self.root)) in LOCAL_FILESYSTEMS
 
     def stat(self, path: str) -> Entry:
-        stat = os.stat(path)
-        return Entry(path, stat.st_size, stat.st_mtime_ns)
+        """Raises OSError: gone, a dangling or looping link, not a regular file, or outside the logdir."""
+        info = os.stat(path)  # stat never blocks, whatever the file is
+        _check_regular(info.st_mode, path)
+        if os.path.islink(path):  # listings do not enter linked directories: only the file may lead out
+            self._check_inside(os.path.realpath(path), path)
+        return Entry(path, info.st_size, info.st_mtime_ns)
 
     def open(self, path: str) -> IO[bytes]:
-        return open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        # O_NONBLOCK: opening a FIFO to read would wait for a writer; it is refused just after, by fstat
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            _check_regular(os.fstat(fd).st_mode, path)
+            self._check_inside(_opened_path(fd, path), path)
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
 
     def write_atomic(self, path: str, data: bytes) -> None:
         directory, name = os.path.split(path)
-        temporary = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-        with open(temporary, "wb") as f:
-            f.write(data)
-        os.replace(temporary, path)
+        # the directory is opened once and named by its descriptor from then on: renaming a directory
+        # or planting a link during the write cannot redirect it
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # replaces a link, never follows it
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary, dir_fd=dir_fd)
+                raise
+        finally:
+            os.close(dir_fd)
+
+    def sidecar_path(self, trace_path: str) -> str | None:
+        """Next to the trace, unless others can write its directory: then in the user's own cache
+        (where no one else can plant, replace or forge it), or nowhere if there is none."""
+        if not writable_by_others(os.path.dirname(trace_path)):
+            return trace_path + SIDECAR_SUFFIX
+        if self.cache is None:
+            return None
+        key = hashlib.sha256(os.path.realpath(trace_path).encode()).hexdigest()[:32]
+        return os.path.join(self.cache, key + SIDECAR_SUFFIX)
 
     def is_dir(self) -> bool:
         return os.path.isdir(self.root)
 
     def relative(self, path: str) -> str:
         return os.path.relpath(path, self.root).replace(os.sep, "/")
+
+    def _check_inside(self, real: str, path: str) -> None:
+        """Raises OSError when ``real`` (what ``path`` resolves to) is neither in the logdir nor our cache."""
+        if _within(real, os.path.realpath(self.root)) or (
+                self.cache is not None and _within(real, os.path.realpath(self.cache))):
+            return
+        raise OSError(errno.EACCES, f"it resolves to {real}, outside the logdir: refused", path)
 
 
 class FsspecStorage:
@@ -160,6 +231,9 @@ class FsspecStorage:
         except Exception as exc:  # noqa: BLE001
             raise OSError(f"{path}: {exc}") from exc
 
+    def sidecar_path(self, trace_path: str) -> str | None:
+        return trace_path + SIDECAR_SUFFIX
+
     def is_dir(self) -> bool:
         try:
             return bool(self.fs.isdir(self.root))
@@ -187,3 +261,81 @@ def _mtime_ns(info: dict[str, Any]) -> int:
             except ValueError:
                 continue
     return 0
+
+
+SIDECAR_SUFFIX = ".idx.json"
+
+
+def index_cache() -> str | None:
+    """The user's own directory for the sidecars of shared logdirs (``$XDG_CACHE_HOME/loaderscope/index``),
+    made private (0700); None if it cannot be made, or is not ours alone."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "loaderscope", "index")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat_mode.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        return None
+    return path
+
+
+def writable_by_others(directory: str) -> bool:
+    """Whether a user other than this one may create or rename files in ``directory``.
+
+    Group write counts unless the group is this user's own private group (umask 002 systems).
+    """
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return False  # nothing will be written there anyway
+    if info.st_uid != os.geteuid() or info.st_mode & stat_mode.S_IWOTH:
+        return True
+    if info.st_mode & stat_mode.S_IWGRP:
+        try:
+            members = grp.getgrgid(info.st_gid).gr_mem
+        except KeyError:
+            return True
+        return info.st_gid != os.getegid() or bool(members)
+    return False
+
+
+def _check_regular(mode: int, path: str) -> None:
+    if not stat_mode.S_ISREG(mode):
+        kind = ("a FIFO" if stat_mode.S_ISFIFO(mode) else "a socket" if stat_mode.S_ISSOCK(mode)
+                else "a device" if stat_mode.S_ISCHR(mode) or stat_mode.S_ISBLK(mode) else "a directory"
+                if stat_mode.S_ISDIR(mode) else "not a file")
+        raise OSError(errno.EINVAL, f"{kind}, not a regular file: refused, never read", path)
+
+
+def _opened_path(fd: int, path: str) -> str:
+    """The real path of an open file: the kernel's (nothing can swap it after the open), else resolved."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+# filesystems whose every change goes through this kernel (inotify sees it); anything else is polled
+LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "jfs",
+                               "reiserfs", "bcachefs", "vfat", "exfat", "ramfs"})
+
+
+def filesystem_type(path: str) -> str | None:
+    """The type of the filesystem ``path`` lives on (``/proc/self/mountinfo``), None where unknown."""
+    best, kind = "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields, _, rest = line.partition(" - ")
+                mount_point = fields.split()[4].replace("\\040", " ")
+                if _within(path, mount_point) and len(mount_point) >= len(best):
+                    best, kind = mount_point, rest.split()[0]
+    except (OSError, IndexError):
+        return None
+    return kind

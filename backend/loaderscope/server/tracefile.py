@@ -46,6 +46,11 @@ class TraceFile:
         self._line = 0  # line number of the last complete line read
         self._offsets: list[int] = []  # byte offset of event i * INDEX_EVERY
 
+    @property
+    def offsets(self) -> list[int]:
+        """The byte offset of event ``i * INDEX_EVERY``, for each ``i`` read so far."""
+        return self._offsets
+
     # --- the spill interface the store uses ---------------------------------------------------
 
     @property
@@ -100,12 +105,12 @@ class TraceFile:
             TraceError: its first line is not a loaderscope trace header.
         """
         with self.storage.open(self.path) as f:
-            self.size = f.seek(0, 2)
             f.seek(self.offset)
-            if self.header is None and not self._read_header(f):
-                return []
-            events = self._read_lines(f, max_bytes)
-        self.torn = self.size - self.offset
+            events = self._read_lines(f, max_bytes) if self.header is not None or self._read_header(f) else []
+            # the size after reading: a writer appends while we read, so a size taken before could be
+            # passed by the lines just read, and the file would look as if it had shrunk
+            self.size = f.seek(0, 2)
+        self.torn = max(0, self.size - self.offset)
         return events
 
     def _read_header(self, f: Any) -> bool:
