@@ -16,10 +16,7 @@ file and the fix, and ends this run's file there; training goes on.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
-import socket
 import sys
 import threading
 import time
@@ -39,56 +36,7 @@ SYNC_EVERY = 1.0  # seconds between fsyncs while events come
 CLOSE_TIMEOUT = 5.0
 HEADER_FIELDS = ("name", "job", "rank", "world_size", "pid", "host", "loader", "wall_start")
 
-JOB_ENV = "LOADERSCOPE_JOB"
-
 _said: set[str] = set()  # kinds of problem already reported by this process
-
-
-# --- one rule for job names --------------------------------------------------------------------
-
-def job_name(command: str, started: float, key: str) -> str:
-    """``<command>-<YYYYmmdd-HHMMSS>-<4 hex>``: what the user ran (``train``, ``pkg.train``), when the
-    job started, and 4 hex digits of ``key`` so two jobs started in the same second stay apart."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
-    return f"{safe_name(command)}-{stamp}-{hashlib.sha1(key.encode()).hexdigest()[:4]}"
-
-
-def this_job() -> str:
-    """The job of this process's runs: ``$LOADERSCOPE_JOB`` (``loaderscope record`` names it once for
-    every process of the command), else ``job_name`` of the running command and of the job's root
-    process: its start time, and its host and pid for the 4 hex digits."""
-    named = os.environ.get(JOB_ENV)
-    if named:
-        return named
-    root, started = _root()
-    return job_name(running_command(), started, f"{socket.gethostname()}:{root}:{started}")
-
-
-def running_command() -> str:
-    """The command this process runs: the ``-m`` module, else the script's stem, else ``python``."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is not None and spec.name and spec.name != "__main__":
-        return str(spec.name).removesuffix(".__main__")
-    script = sys.argv[0] if sys.argv else ""
-    return Path(script).stem if script and script != "-c" else "python"
-
-
-@functools.lru_cache(maxsize=1)
-def _root() -> tuple[int, float]:
-    """(pid, start time in epoch seconds) of the process that started this job: torchrun's agent for its
-    ranks (``$TORCHELASTIC_RUN_ID`` is set), the parent for a multiprocessing child (the ranks of
-    ``torch.multiprocessing.spawn``, Lightning's ``ddp_spawn``), else this process."""
-    import multiprocessing
-
-    launched = bool(os.environ.get("TORCHELASTIC_RUN_ID")) or multiprocessing.parent_process() is not None
-    pid = os.getppid() if launched else os.getpid()
-    try:
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return pid, boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):  # no /proc: this process's first look
-        return os.getpid(), time.time()
 
 
 def _say(kind: str, message: str) -> None:
