@@ -145,7 +145,8 @@ class Run:
         for event in events:
             produced = event.get("seq")
             if isinstance(produced, int) and not isinstance(produced, bool):
-                expected = 0 if self.last_producer_seq is None else self.last_producer_seq + 1
+                # a run resumed from its trace (§7) holds events its producer numbered before
+                expected = self.log.next_seq if self.last_producer_seq is None else self.last_producer_seq + 1
                 if produced > expected:  # lost on the way, or sent to a dashboard that has since died
                     self.add_dropped(produced - expected)
                 self.last_producer_seq = produced
