@@ -1,17 +1,22 @@
-"""Nothing dropped without a word: frames a dashboard never read are sent again, or counted on both sides."""
+"""Nothing dropped without a word (frames a dashboard never read are sent again, or counted on both
+sides), and who a producer is when eviction shares the run table out by source."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
+from loaderscope.server.ingest import loopback_uid
 from tests.conftest import wait_for
 
 
@@ -74,3 +79,30 @@ def test_frames_no_longer_held_are_counted_the_same_on_both_sides(
     assert run["events"] + run["dropped"] == sink.sent
     err = capfd.readouterr().err
     assert err.count(f"does not hold {sink.unread} events") == 1 and f"{sink.unread} of {sink.sent} events" in err
+
+
+# --- who a producer is, for eviction's per-source share ---------------------------------------------
+
+OTHER_UID = 4242
+CONNECT = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(30)"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").is_file(),
+                    reason="playing another local user needs root (to setuid a child) and /usr/bin/python3")
+def test_a_loopback_producer_is_told_apart_by_the_uid_that_owns_its_connection() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        other = subprocess.Popen(["/usr/bin/python3", "-I", "-c", CONNECT, str(port)], user=OTHER_UID,
+                                 group=OTHER_UID, extra_groups=[], cwd="/")
+        try:
+            theirs, their_address = server.accept()
+            with socket.create_connection(("127.0.0.1", port)) as mine_client:
+                mine, my_address = server.accept()
+                assert loopback_uid(my_address, ("127.0.0.1", port)) == os.geteuid()
+                assert loopback_uid(their_address, ("127.0.0.1", port)) == OTHER_UID
+                assert loopback_uid(("127.0.0.1", 1), ("127.0.0.1", port)) is None  # no such connection
+                mine.close()
+            theirs.close()
+        finally:
+            other.kill()
+            other.wait()
