@@ -142,7 +142,10 @@ def test_producers_that_send_one_event_and_leave_cannot_lock_the_dashboard(start
     assert evicted.read_bytes().count(b"\n") == 2  # its trace kept: header and its one event
     with server.connect("/ws/ingest?run=drive-by0") as ws:  # its producer comes back: a fresh trace
         assert orjson.loads(ws.recv(timeout=5))["next_seq"] == 0
-    assert (server.data_dir / "drive-by0.2.trace.jsonl").exists()
+        ws.send(orjson.dumps(HEADER[:1]))  # a trace file is made with its first event
+        wait_for(lambda: server.run("drive-by0")["events"] == 1, what="drive-by0's event")
+    assert wait_for(lambda: (server.data_dir / "drive-by0.2.trace.jsonl").exists(), what="the fresh trace")
+    assert evicted.read_bytes().count(b"\n") == 2  # the old one untouched
 
 
 OTHER_UID = 4242
