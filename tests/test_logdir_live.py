@@ -129,9 +129,10 @@ def test_a_streaming_run_resumes_into_the_same_run_and_file_after_a_dashboard_re
     first = start_server(logdir=str(logdir))
     port, token = first.port, first.token
     loader = loaderscope.watch(DataLoader(Squares(60, delay=0.02), batch_size=2, num_workers=2), url=first.page_url)
-    sink = loader._probe_transport
+    iterator = iter(loader)
+    sink = loader._probe_transport  # opened at the first iter()
     second = None
-    for batches, _ in enumerate(loader, start=1):
+    for batches, _ in enumerate(iterator, start=1):
         if batches == 5:
             wait_for(lambda: sink.sent > 0)
             run_id = sink.run

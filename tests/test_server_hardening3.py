@@ -142,21 +142,48 @@ def test_producers_that_send_one_event_and_leave_cannot_lock_the_dashboard(start
     assert evicted.read_bytes().count(b"\n") == 2  # its trace kept: header and its one event
     with server.connect("/ws/ingest?run=drive-by0") as ws:  # its producer comes back: a fresh trace
         assert orjson.loads(ws.recv(timeout=5))["next_seq"] == 0
-    assert (server.data_dir / "drive-by0.2.trace.jsonl").exists()
+        ws.send(orjson.dumps(HEADER[:1]))  # a trace file is made with its first event
+        wait_for(lambda: server.run("drive-by0")["events"] == 1, what="drive-by0's event")
+    assert wait_for(lambda: (server.data_dir / "drive-by0.2.trace.jsonl").exists(), what="the fresh trace")
+    assert evicted.read_bytes().count(b"\n") == 2  # the old one untouched
 
 
-def test_one_address_driving_by_pushes_out_its_own_runs_before_anothers(start_server: Any) -> None:
+OTHER_UID = 4242
+# Run as the other user: connect to the dashboard, hand the connected socket back over a Unix socket.
+CONNECT_AS = ("import socket, sys; back = socket.socket(fileno=int(sys.argv[1])); "
+              "conn = socket.create_connection(('127.0.0.1', int(sys.argv[2]))); "
+              "socket.send_fds(back, [b'x'], [conn.fileno()])")
+
+
+def _connection_of_another_user(port: int) -> socket.socket:
+    """A TCP connection to 127.0.0.1:``port`` that uid 4242 opened: the kernel lists it as theirs."""
+    import subprocess
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        child = subprocess.Popen(["/usr/bin/python3", "-I", "-c", CONNECT_AS, str(theirs.fileno()), str(port)],
+                                 user=OTHER_UID, group=OTHER_UID, extra_groups=[], pass_fds=[theirs.fileno()],
+                                 cwd="/")
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        child.wait()
+    return socket.socket(fileno=fds[0])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").is_file(),
+                    reason="playing another local user needs root (to setuid a child) and /usr/bin/python3")
+def test_one_user_driving_by_pushes_out_its_own_runs_before_anothers(start_server: Any) -> None:
+    """On loopback every producer has the same address: the source is the uid owning the connection."""
     server = start_server(max_runs=4, reconnect_grace=600)
-    elsewhere = socket.create_connection(("127.0.0.1", server.port), source_address=("127.0.0.2", 0))
+    elsewhere = _connection_of_another_user(server.port)
     with connect(f"{server.ws_url}/ws/ingest?run=victim", sock=elsewhere, additional_headers=server.headers) as ws:
         ws.recv(timeout=5)
         ws.send(orjson.dumps(HEADER))
     wait_for(lambda: server.run("victim")["status"] == "disconnected", what="the victim's producer gone")
-    for n in range(8):  # another address: one event each, then gone
+    for n in range(8):  # another user (this one): one event each, then gone
         produce(server, f"flood{n}", iter([orjson.dumps(HEADER[:1])]), end=False)
     with server.client() as http:
         listed = {r["id"] for r in http.get("/api/runs").json()}
-    assert "victim" in listed and len(listed) == 4  # the oldest of them, yet the flooding address's went
+    assert "victim" in listed and len(listed) == 4  # the oldest of them, yet the flooding user's went
 
 
 def test_live_producers_still_fill_the_dashboard_with_a_reason(start_server: Any) -> None:

@@ -78,13 +78,17 @@ def test_training_survives_the_dashboard_dying(start_server: Any) -> None:
     assert sink.sent > 0 and len(sink.buffer) + sink.dropped > 0  # what could not be sent is accounted for
 
 
-def test_a_restarted_dashboard_gets_the_rest_of_the_run_and_counts_the_drops(start_server: Any) -> None:
+@pytest.mark.parametrize("resend_events", [None, 0])
+def test_a_restarted_dashboard_gets_the_rest_of_the_run_and_counts_the_drops(start_server: Any,
+                                                                             resend_events: int | None) -> None:
     first = start_server()
     port, token = first.port, first.token
     loader = loaderscope.watch(DataLoader(Squares(60, delay=0.02), batch_size=2, num_workers=2), url=first.page_url)
     second = None
     iterator = iter(loader)
     sink = loader._probe_transport
+    if resend_events is not None:
+        sink.resend_limit = resend_events  # what the producer no longer holds when the new dashboard asks
     for batches, _ in enumerate(iterator, start=1):
         if batches == 5:
             wait_for(lambda: sink.sent > 0)
@@ -94,8 +98,11 @@ def test_a_restarted_dashboard_gets_the_rest_of_the_run_and_counts_the_drops(sta
     loader.close()
     assert batches == 30 and second is not None
     run = wait_for(lambda: next((r for r in _runs(second) if r["id"] == sink.run and r["status"] == "done"), None))
-    assert 0 < run["batches"] < 30  # the rest of the run, with its end...
-    assert run["dropped"] > 0  # ...and the events that went to the dead dashboard are counted, not hidden
+    if resend_events is None:  # the new dashboard (it holds nothing) gets the frames the producer still holds
+        assert run["batches"] == 30 and run["dropped"] == 0 == sink.unread
+    else:
+        assert 0 < run["batches"] < 30  # the rest of the run, with its end...
+        assert run["dropped"] == sink.unread > 0  # ...and the events the dead dashboard took, counted on both sides
     with second.client() as http:
         detail = http.get(f"/api/runs/{sink.run}").json()
     assert detail["config"]["num_workers"] == 2  # run_start was sent again to the new dashboard

@@ -18,6 +18,12 @@ At the end, the websocket's closing handshake is the dashboard's receipt: it ans
 only once it has read every frame sent before it. A dashboard far behind (a loaded box, a job of
 many ranks) may not answer within ``CLOSE_CONFIRM``; the connection is then dropped with frames
 still unread on its side, so that is said, never passed over in silence.
+
+A connection that ends otherwise (the dashboard closed it for a limit, a network error, a restart)
+may also leave frames it never read. The dashboard's hello on reconnect says how many events of the
+run it holds (``next_seq``): the sink keeps the frames it sent last (up to ``resend_events`` events)
+and sends again those the dashboard did not get; what it no longer holds is counted as lost and said
+once. The dashboard counts the same events from the gap in the producer's seq numbers.
 """
 
 from __future__ import annotations
@@ -61,7 +67,8 @@ class StreamSink:
 
     takes_frames = True
 
-    def __init__(self, dashboard: str, token: str | None, *, buffer_events: int = BUFFER_EVENTS) -> None:
+    def __init__(self, dashboard: str, token: str | None, *, buffer_events: int = BUFFER_EVENTS,
+                 resend_events: int = BUFFER_EVENTS) -> None:
         self.dashboard = dashboard.rstrip("/")
         self.url = ingest_url(dashboard)
         self.token = token
@@ -75,7 +82,13 @@ class StreamSink:
         self.run: str | None = None  # the dashboard's id for this run, once connected
         self.secret: str | None = None  # the run's proof of ownership from the hello, shown on reconnects
         self.head: bytes | None = None  # the first frame (run_start): a restarted dashboard needs it
+        self.head_count = 0
         self.sent = 0
+        self.held = 0  # events of this run the dashboard should hold: sent on it since its next_seq was 0
+        self.recent: deque[tuple[bytes, int]] = deque()  # the last frames sent, to send again if unread
+        self.recent_events = 0
+        self.resend_limit = resend_events
+        self.unread = 0  # events sent that the dashboard never read and that could not be sent again
         self.unconfirmed = False  # the last connection closed without the dashboard's receipt
         self.connected = threading.Event()
         self._wake = threading.Event()
@@ -104,9 +117,10 @@ class StreamSink:
         self._closing = True
         self._wake.set()
         self._thread.join(max(0.1, deadline - time.monotonic()) + (CLOSE_CONFIRM if self.connected.is_set() else 0))
-        lost = self.dropped + self.buffered
+        lost = self.dropped + self.buffered + self.unread
         if lost:  # the training went on; say what the dashboard did not get
-            self._say("lost", f"loaderscope: {lost} of {self.sent + lost} events did not reach the dashboard at "
+            total = self.sent + self.dropped + self.buffered  # what was sent but never read is in `sent`
+            self._say("lost", f"loaderscope: {lost} of {total} events did not reach the dashboard at "
                       f"{self.dashboard} ({self._why_lost()})")
         elif self.sent and (self.unconfirmed or self._thread.is_alive()):
             self._say("unconfirmed", f"loaderscope: the dashboard at {self.dashboard} did not confirm within "
@@ -115,6 +129,8 @@ class StreamSink:
                       "LOADERSCOPE_LOGDIR=DIR, or watch(loader, logdir=DIR)")
 
     def _why_lost(self) -> str:
+        if self.unread and not (self.dropped or self.buffered):
+            return "a connection ended before it read them"
         if self.refused is not None:
             return f"it refused the token ({self.refused}): pass the URL it printed, with ?token=..."
         if self.unproven is not None:
@@ -166,8 +182,9 @@ class StreamSink:
             hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
             self.run = hello.get("run", self.run)
             self.secret = hello.get("secret", self.secret)
-            if self.head is not None and hello.get("next_seq") == 0:
-                ws.send(self.head)  # a new dashboard: the run's config first, then the gap
+            held = hello.get("next_seq")
+            if isinstance(held, int) and not isinstance(held, bool) and 0 <= held < self.held:
+                self._resend(self.held - held)  # a restarted dashboard holds less than was sent, or nothing
             self.refused = self.unproven = None
             self.connected.set()
             self._pump(ws)
@@ -234,15 +251,52 @@ class StreamSink:
             if self.buffer:
                 data, count = self.buffer[0]
                 ws.send(data)  # on failure the frame stays first in line for the next connection
-                self.head = self.head or data
+                if self.head is None:
+                    self.head, self.head_count = data, count
                 self.buffer.popleft()
                 self.buffered -= count
                 self.sent += count
+                self.held += count
+                self._keep(data, count)
                 continue
             if self._closing:
                 return
             self._wake.wait(0.05)
             self._wake.clear()
+
+
+    def _keep(self, data: bytes, count: int) -> None:
+        """Remember a sent frame until ``resend_limit`` newer events were sent: the dashboard may not read it."""
+        self.recent.append((data, count))
+        self.recent_events += count
+        while self.recent and self.recent_events > self.resend_limit:
+            self.recent_events -= self.recent.popleft()[1]
+
+    def _resend(self, missing: int) -> None:
+        """The dashboard did not read the last ``missing`` events sent: queue again the frames still held
+        (whole frames, newest last), count the rest as lost, and say so once."""
+        again: list[tuple[bytes, int]] = []
+        count = 0
+        while self.recent and count + self.recent[-1][1] <= missing:
+            frame = self.recent.pop()
+            again.append(frame)
+            count += frame[1]
+        self.recent.clear()  # older frames were read: they never go again
+        self.recent_events = 0
+        for frame in again:  # newest first onto the front: the oldest ends up first in line
+            self.buffer.appendleft(frame)
+        if missing == self.held and count < missing and self.head is not None:
+            self.buffer.appendleft((self.head, self.head_count))  # a new run: its config first, then the gap
+            count += self.head_count
+        self.buffered += count
+        self.sent -= count  # counted again when sent again
+        self.held -= missing
+        lost = missing - count
+        if lost:
+            self.unread += lost
+            self._say("unread", f"loaderscope: the dashboard at {self.dashboard} does not hold {lost} events sent "
+                      "before a connection ended (it closed it, or restarted, before reading them), and they are no "
+                      "longer held here to send again: they are lost, and counted as dropped there too")
 
 
 def reachable(dashboard: str, timeout: float = 1.0) -> bool:

@@ -23,6 +23,8 @@ seconds. Events before a bad one in the same frame are kept.
 from __future__ import annotations
 
 import asyncio
+import socket
+import sys
 from typing import Any
 
 import orjson
@@ -73,9 +75,8 @@ async def ingest(websocket: WebSocket, manager: RunManager) -> None:
         return
     channel = WebSocketChannel(websocket)
     try:
-        peer = websocket.client.host if websocket.client is not None else None
         run, queued = manager.attach(websocket.query_params.get("run"), channel, websocket.headers.get(SECRET_HEADER),
-                                     peer)
+                                     source_of(websocket))
     except RunRefused as exc:
         await websocket.close(close_code(exc.status), close_reason(exc.message))
         return
@@ -109,6 +110,45 @@ async def _receive(websocket: WebSocket, run: Run, config: ServerConfig) -> None
             await websocket.close(CLOSE_POLICY, close_reason(f"run {run.id} reached the limit of {over}"))
             return
         await asyncio.sleep(0)  # a flooding producer must not starve the other connections
+
+
+def source_of(websocket: WebSocket) -> str | None:
+    """Who a producer is, for eviction's per-source share: on loopback every producer has the same
+    address, so the uid that owns its end of the connection ("uid:N"); else its address."""
+    client, server = websocket.client, websocket.scope.get("server")
+    if client is None:
+        return None
+    uid = loopback_uid((client.host, client.port), server) if server is not None else None
+    return client.host if uid is None else f"uid:{uid}"
+
+
+def loopback_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """The uid owning ``peer``'s end of a TCP connection to ``local`` on this machine: the kernel lists
+    it in /proc/net/tcp (or tcp6) as the row whose local address is ``peer``. None where there is no
+    such row (another machine, no /proc)."""
+    try:
+        want = (_proc_address(*peer), _proc_address(*local))
+    except (OSError, ValueError):
+        return None
+    table = "/proc/net/tcp6" if ":" in peer[0] else "/proc/net/tcp"
+    try:
+        with open(table, encoding="ascii") as rows:
+            next(rows, None)  # the column names
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 7 and (fields[1], fields[2]) == want:
+                    return int(fields[7])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _proc_address(host: str, port: int) -> str:
+    """An address as /proc/net/tcp writes it: the address's 32-bit words in host order, in hex, then the port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    packed = socket.inet_pton(family, host)
+    words = "".join(f"{int.from_bytes(packed[i:i + 4], sys.byteorder):08X}" for i in range(0, len(packed), 4))
+    return f"{words}:{port:04X}"
 
 
 def _over_limit(run: Run, config: ServerConfig) -> str | None:

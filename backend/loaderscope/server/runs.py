@@ -102,7 +102,7 @@ class Run:
     # Proof of ownership: handed to the producer that created the run (in its hello) or to the run
     # process the dashboard started (in its environment); a producer attaching to an existing run shows it.
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    peer: str | None = None  # the address its producer first connected from (eviction's per-source share)
+    peer: str | None = None  # its first producer's source, "uid:N" on loopback else the address (ingest.source_of)
     silent_after: float = 30.0  # a live producer quiet this long is shown as silent
     wall_start: float | None = None  # run_start's wall clock at t = 0 (started())
     wall_start_read: bool = False
@@ -145,7 +145,8 @@ class Run:
         for event in events:
             produced = event.get("seq")
             if isinstance(produced, int) and not isinstance(produced, bool):
-                expected = 0 if self.last_producer_seq is None else self.last_producer_seq + 1
+                # a run resumed from its trace (§7) holds events its producer numbered before
+                expected = self.log.next_seq if self.last_producer_seq is None else self.last_producer_seq + 1
                 if produced > expected:  # lost on the way, or sent to a dashboard that has since died
                     self.add_dropped(produced - expected)
                 self.last_producer_seq = produced
@@ -407,7 +408,7 @@ class RunManager:
         """External runs whose producer left: when nothing else can go, they go before a new run is
         refused. 200 producers that each sent an event and left once held every slot for reconnect_grace;
         a forgotten run keeps its trace file, and a producer coming back under its id starts
-        ``ID.2.trace.jsonl``, told ``next_seq: 0`` (§8). The address holding the most of them loses its
+        ``ID.2.trace.jsonl``, told ``next_seq: 0`` (§8). The source (a local uid, else an address) holding the most of them loses its
         longest gone first, so one source's drive-by runs push out its own, not another's."""
         gone = [r for r in self.runs.values()
                 if r.source is None and r.origin == "external" and r.producer is None and r.detached_at is not None]
