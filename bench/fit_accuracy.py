@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/fit_accuracy.py            # every case (several minutes)
     .venv/bin/python bench/fit_accuracy.py --quick    # three cases, a smoke run
+    .venv/bin/python bench/fit_accuracy.py --case pickle_heavy --case straggler   # the cases named
     .venv/bin/python bench/fit_accuracy.py --keep runs/   # keep the traces
     .venv/bin/python bench/fit_accuracy.py --refit runs/  # fit the kept traces again, recording nothing
 
@@ -111,9 +112,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="three cases only")
     parser.add_argument("--keep", metavar="DIR", help="record the traces here and keep them")
+    parser.add_argument("--case", action="append", metavar="LABEL", help="only this case (repeatable)")
     parser.add_argument("--refit", metavar="DIR", help="fit the traces a --keep run left there, recording nothing")
     args = parser.parse_args()
-    cases = [c for c in CASES if c.label in QUICK] if args.quick else CASES
+    chosen = args.case or (QUICK if args.quick else None)
+    cases = [c for c in CASES if chosen is None or c.label in chosen]
+    if not cases:
+        parser.error(f"no case is named {args.case}; the cases: {', '.join(c.label for c in CASES)}")
     console = Console(width=140)
     before = os.getloadavg()
     table = Table(title="sim --from-trace at the recorded setting", show_edge=False, header_style="bold")

@@ -101,6 +101,41 @@ def test_fit_from_trace_sees_noise_and_the_machinery() -> None:
     assert fitted["get_ms"] == pytest.approx(1.0)
 
 
+def _first_result_lags(events: list[dict]) -> list[float]:
+    """Per epoch and worker, its first result's time from fetch_end to arrive (ms)."""
+    ended, lags, seen, epoch = {}, [], set(), 0
+    for event in events:
+        if event["kind"] == "epoch_start":
+            epoch = event["epoch"]
+        elif event["kind"] == "fetch_end":
+            ended[(epoch, event["idx"])] = event["t"]
+        elif event["kind"] == "arrive" and (epoch, event["worker"]) not in seen:
+            seen.add((epoch, event["worker"]))
+            lags.append(round((event["t"] - ended[(epoch, event["idx"])]) * 1000, 6))
+    return lags
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_worker_process_pays_its_first_result_once(persistent: bool) -> None:
+    # multiprocessing.Queue starts its feeder thread on a process's first put: new workers every epoch pay it
+    # every epoch, persistent ones only in the first
+    costs = CostModel(first_result_ms=30.0, transfer_ms=0.5)
+    params = {"num_workers": 2, "batch_size": 1, "dataset_size": 40, "epochs": 2, "persistent_workers": persistent}
+    lags = _first_result_lags(_events("uniform", params, costs))
+    assert lags[:2] == pytest.approx([30.5, 30.5])
+    assert lags[2:] == pytest.approx([0.5, 0.5] if persistent else [30.5, 30.5])
+
+
+def test_fit_reads_the_first_result_lag_of_new_workers() -> None:
+    costs = CostModel(first_result_ms=30.0, transfer_ms=0.5, get_ms=1.0, spawn_ms=10.0)
+    params = {"num_workers": 2, "batch_size": 1, "dataset_size": 40, "epochs": 2, "step_ms": 5.0}
+    fitted = machinery(_events("uniform", params, costs))
+    # this loop's main process never waits for a steady result: the transfer shows only in the first
+    assert fitted["first_result_ms"] + fitted.get("transfer_ms", 0.0) == pytest.approx(30.5)
+    plain = machinery(_events("uniform", params, CostModel(transfer_ms=0.5, get_ms=1.0)))
+    assert plain["first_result_ms"] + plain.get("transfer_ms", 0.0) == pytest.approx(0.5)
+
+
 def test_fit_needs_fetches() -> None:
     with pytest.raises(ValueError, match="nothing to fit"):
         fit_from_trace([{"seq": 0, "t": 0.0, "kind": "run_start", "mode": "real", "config": {}}])

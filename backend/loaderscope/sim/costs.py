@@ -79,6 +79,9 @@ class CostModel(BaseModel):
         0.0, ge=0, description="main-process time to start each worker process (one after another), ms"
     )
     transfer_ms: float = Field(0.0, ge=0, description="result queue latency per batch (pickle, pipe), ms")
+    first_result_ms: float = Field(
+        0.0, ge=0, description="a worker process's first result reaches the result queue this much later than the "
+                               "others (multiprocessing.Queue starts its feeder thread on the first put), ms")
     get_ms: float = Field(
         0.0, ge=0, description="main-process time inside next() to take one result off the queue (unpickle), ms"
     )
@@ -140,6 +143,7 @@ class TaskCosts:
         self.spawn = model.spawn_ms / 1000
         self.transfer = model.transfer_ms / 1000
         self.get = model.get_ms / 1000
+        self.first_result = model.first_result_ms / 1000
         self.epoch_gap = model.epoch_gap_ms / 1000
         self._overhead = model.sample_overhead_ms / 1000
         self.task_overhead = model.task_overhead_ms / 1000

@@ -94,6 +94,7 @@ class _Worker:
     current: _Task | None = None
     iteration_end: bool = False  # iterable exhausted: later tasks are dropped unfetched
     shard_pos: int = 0  # next sample of its iterable shard
+    feeder_from: float | None = None  # when its result queue's feeder thread runs (started by the first put)
 
 
 @dataclass
@@ -548,8 +549,13 @@ class Simulator:
         fields = {"stop": True} if result.stop else {}
         self._emit(Kind.FETCH_END, idx=result.idx, worker=worker.wid, epoch=result.epoch, dt=dt,
                    nbytes=result.nbytes, **fields)
-        if self.costs.transfer > 0:
-            self._at(self.now + self.costs.transfer, self._result_queued, result)
+        # multiprocessing/queues.py: a process's first Queue.put starts the feeder thread that pickles
+        # and sends its results, in order: none of them leaves before it runs
+        if worker.feeder_from is None:
+            worker.feeder_from = self.now + self.costs.first_result
+        transfer = max(0.0, worker.feeder_from - self.now) + self.costs.transfer
+        if transfer > 0:
+            self._at(self.now + transfer, self._result_queued, result)
         else:
             self._result_queued(result)
         if busy:

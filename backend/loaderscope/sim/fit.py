@@ -156,11 +156,14 @@ def machinery(events: Events, *, sample_ms: float | None = None) -> dict[str, An
     - ``transfer_ms``: a low percentile of ``fetch_end`` → ``arrive`` (which includes ``get_ms``), over
       results the main process was already waiting for (others also waited for a busy consumer, and
       even these may have queued behind another result being unpickled);
+    - ``first_result_ms``: what a new worker's first result takes beyond ``transfer_ms`` and ``get_ms``
+      (multiprocessing.Queue starts its feeder thread on the first put), from each epoch that
+      started workers: its earliest first result the main process was waiting for;
     - ``task_overhead_ms``: a worker's mean time from a ``fetch_end`` to its next ``fetch_start``
       when that task was already dispatched to it;
 
     Each worker's first result of an epoch is left out of ``get_ms`` and ``transfer_ms``: it waits
-    for the worker's queue to start up (counted in ``startup_ms``' epoch, not per batch).
+    for the worker's queue to start up (``first_result_ms`` when the epoch started its worker).
     - ``pin_ms_per_mb`` from pin events;
     - ``sample_overhead_ms``: with ``sample_ms``, the nominal cost of each sample, what a sample
       really took beyond it (``time.sleep`` overshoot, indexing, collate).
@@ -212,6 +215,8 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int,
     delivered: set[tuple[int, int]] = set()  # (epoch, worker) that delivered a result
     steady: set[tuple[int, int]] = set()  # results after each worker's first
     arrived: list[tuple[float, float]] = []  # (fetch_end, arrive) of results taken in this next()
+    opening: list[tuple[int, float, float]] = []  # (epoch, fetch_end, arrive) of new workers' first results
+    first_lags: dict[int, list[float]] = defaultdict(list)  # per epoch that started workers
     for e, event in tagged:
         key, kind = (e, event.get("idx", -1)), event["kind"]
         if kind == "worker_start":
@@ -228,11 +233,17 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int,
             if (e, event["worker"]) in delivered:  # a worker's first result of an epoch is late (startup)
                 arrived.append((ended[key]["t"], event["t"]))
                 steady.add(key)
+            elif started_at is not None:
+                opening.append((e, ended[key]["t"], event["t"]))
             delivered.add((e, event["worker"]))
         elif kind == "yield":
             called = event["t"] - event["wait"]
             transfers += [taken - put for put, taken in arrived if put > called]  # main waited for it
             arrived.clear()
+            for epoch, put, taken in opening:
+                if put > called:
+                    first_lags[epoch].append(taken - put)
+            opening.clear()
             if not event.get("from_buffer") and key in steady and ended[key]["t"] < called:
                 gets.append(event["wait"])  # on the queue before next() was called
     fields: dict[str, float] = {}
@@ -243,6 +254,10 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int,
         fields["get_ms"] = get * 1000
     if transfers:
         fields["transfer_ms"] = max(0.0, sorted(transfers)[len(transfers) // 10] - get) * 1000
+    if first_lags:
+        # each epoch's earliest first result: the later ones also queued behind it in the main process
+        first = statistics.fmean(min(lags) for lags in first_lags.values())
+        fields["first_result_ms"] = max(0.0, (first - get) * 1000 - fields.get("transfer_ms", 0.0))
     overheads = _task_overheads(tagged)
     if overheads:
         fields["task_overhead_ms"] = max(0.0, statistics.fmean(overheads)) * 1000
@@ -341,6 +356,8 @@ MEANINGS = {
     "get_ms": "ms per batch: the main process inside next() taking the batch (unpickling, dispatching; "
               "without workers, beyond the fetch)",
     "transfer_ms": "ms per batch: from a worker's result to the main process",
+    "first_result_ms": "ms per worker process: its first result's extra way to the main process (the result "
+                       "queue's feeder thread starting)",
     "task_overhead_ms": "ms per batch: a worker's time outside the fetch (putting the result, taking the next "
                         "index)",
     "spawn_ms": "ms per worker: the main process starting it",
