@@ -32,7 +32,9 @@ def lists(ws: Any, until: Any, timeout: float = 60) -> list[dict[str, Any]]:
             return message["runs"]
 
 
-def test_a_new_run_is_pushed_as_it_starts_and_again_when_it_ends(server: LiveServer) -> None:
+def test_a_new_run_is_pushed_as_it_starts_and_again_when_it_ends(start_server: Any) -> None:
+    # A dashboard of its own: the shared one carries whatever earlier tests left streaming into it.
+    server: LiveServer = start_server()
     with server.connect("/ws/runs") as ws:
         first = orjson.loads(ws.recv(timeout=10))
         assert first["type"] == "runs" and isinstance(first["runs"], list)
