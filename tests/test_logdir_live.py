@@ -8,18 +8,17 @@ follows them.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import loaderscope
 from loaderscope.trace import TraceWriter
 from tests.conftest import wait_for
+from tests.test_watch import Squares
 from tests.test_server_logdir import BATCHES, real_run, recorded, runs, write  # noqa: F401 (recorded: a fixture)
 
 WRITERS = 6
@@ -109,18 +108,6 @@ def test_the_first_detail_of_a_logdir_run_is_pending_or_its_real_figures(
     assert first["status"] == "pending" or real, first  # never "done" with an empty config and 0 batches
     final = wait_for(lambda: (d := server.run(run["id"]))["status"] == "done" and d, what="the file read")
     assert final["config"]["batch_size"] == 4 and final["statistics"]["batches"] == BATCHES
-
-
-class Squares(Dataset[torch.Tensor]):
-    def __init__(self, length: int, delay: float) -> None:
-        self.length, self.delay = length, delay
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(self.delay)
-        return torch.tensor([index, index * index])
 
 
 def test_a_streaming_run_resumes_into_the_same_run_and_file_after_a_dashboard_restart(

@@ -7,29 +7,16 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import loaderscope
 from loaderscope.server.ingest import loopback_uid
 from tests.conftest import wait_for
-
-
-class Squares(Dataset[torch.Tensor]):
-    def __init__(self, length: int, delay: float) -> None:
-        self.length, self.delay = length, delay
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(self.delay)
-        return torch.tensor([index, index * index])
+from tests.test_watch import Squares
 
 
 def _run(server: Any, run_id: str) -> dict[str, Any] | None:
@@ -96,7 +83,7 @@ def test_a_loopback_producer_is_told_apart_by_the_uid_that_owns_its_connection()
                                  group=OTHER_UID, extra_groups=[], cwd="/")
         try:
             theirs, their_address = server.accept()
-            with socket.create_connection(("127.0.0.1", port)) as mine_client:
+            with socket.create_connection(("127.0.0.1", port)):
                 mine, my_address = server.accept()
                 assert loopback_uid(my_address, ("127.0.0.1", port)) == os.geteuid()
                 assert loopback_uid(their_address, ("127.0.0.1", port)) == OTHER_UID
