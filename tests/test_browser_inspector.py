@@ -14,7 +14,9 @@ pytestmark = pytest.mark.browser
 
 def test_values_of_a_batch_come_only_when_asked(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     pg = page.page
-    run = server.start_run("uniform", num_workers=2, dataset_size=600, sample_ms=5.0)
+    # Values are asked of a running loader: the run must outlast a page loading on a busy machine
+    # (600 samples ended in 1.5 s, before the page showed the button); it is stopped at the end.
+    run = server.start_run("uniform", num_workers=2, dataset_size=20_000, sample_ms=5.0)
     pg.goto(f"{server.page_url}&run={run['id']}")
     pg.wait_for_selector("#inspector-card:not([hidden])", timeout=30_000)
     options = pg.locator("#inspector-pick option")
