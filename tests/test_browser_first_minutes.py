@@ -249,7 +249,8 @@ def test_time_slider_seeks_by_time(server: Any, page: Page) -> None:  # noqa: F8
     pg.fill("#pb-time", str(end / 2))
     t = pg.evaluate("() => window.loaderscope.player.time")
     assert abs(t - end / 2) <= end * 0.05
-    assert int(pg.get_attribute("#pb-marks", "data-parked") or 0) > 0  # out_of_order parks results
+    # out_of_order parks results: the slider's marks say so once the findings panel has drawn them
+    pg.wait_for_function("() => Number(document.getElementById('pb-marks').dataset.parked || 0) > 0", timeout=10_000)
 
 
 def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
