@@ -5,6 +5,8 @@ and the ``Trainer`` (a tiny model built here) under ``loaderscope record``."""
 
 from __future__ import annotations
 
+import re
+
 import os
 import subprocess
 import sys
@@ -185,8 +187,9 @@ def test_accelerate_under_torchrun_two_ranks_watched_as_vanilla(tmp_path: Path) 
 
     vanilla, watched = launch("vanilla"), launch("watched", str(tmp_path / "runs"))
     assert vanilla.returncode == watched.returncode == 0, watched.stderr
-    lines = sorted(line for line in vanilla.stdout.splitlines() if line.startswith("rank"))
-    assert len(lines) == 4 and lines == sorted(line for line in watched.stdout.splitlines() if line.startswith("rank"))
+    # Two ranks print to one pipe: their lines may interleave without a newline between them.
+    lines = sorted(re.findall(r"rank \d+ epoch \d+ \[[^\]]*\]", vanilla.stdout))
+    assert len(lines) == 4 and lines == sorted(re.findall(r"rank \d+ epoch \d+ \[[^\]]*\]", watched.stdout))
     found = sorted((tmp_path / "runs").rglob("*.trace.jsonl"))
     assert len(found) == 2 and found[0].parent == found[1].parent, found
     for path in found:
