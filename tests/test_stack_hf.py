@@ -5,9 +5,8 @@ and the ``Trainer`` (a tiny model built here) under ``loaderscope record``."""
 
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
