@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-import loaderscope_hook
+import loaderscope_hook  # ours, not a dependency: the top-level module the wheel ships beside the .pth
 from loaderscope_hook import TARGET
 
 _installed = False
