@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 import time
 
-from loaderscope.scenarios import LoaderArgs, Workload, resolve
+from loaderscope.scenarios import Workload, resolve
+from loaderscope.settings import LoaderSettings
 from loaderscope.sim import CostModel, SampleDist, SimConfig, Simulator, TaskCosts, format_table, simulate, sweep
 from loaderscope.sim.job import batched, distributed_shard, simulate_job
 
@@ -32,7 +33,7 @@ def image_cost(index: int, worker: int) -> float:
 
 
 def bench_core(batches: list[list[int]]) -> None:
-    cfg = SimConfig(num_workers=WORKERS, prefetch_factor=2, batches=[batches], run_id="bench",
+    cfg = SimConfig(LoaderSettings(num_workers=WORKERS, prefetch_factor=2), batches=[batches], run_id="bench",
                     config={"num_workers": WORKERS, "prefetch_factor": 2})
     costs = TaskCosts(CostModel(), image_cost, STEP_S, random.Random(0))
     start = time.perf_counter()
@@ -43,7 +44,7 @@ def bench_core(batches: list[list[int]]) -> None:
 
 
 def bench_simulate(batches: list[list[int]]) -> None:
-    workload = Workload(args=LoaderArgs(num_workers=WORKERS, batch_size=BATCH), dataset_kind="map",
+    workload = Workload(settings=LoaderSettings(num_workers=WORKERS, batch_size=BATCH), dataset_kind="map",
                         length=IMAGENET, sample_cost=image_cost, make_dataset=lambda: None, step_cost=STEP_S)
     start = time.perf_counter()
     events = simulate(workload, run_id="bench", scenario="imagenet", params={}, batches=[batches])
@@ -56,7 +57,7 @@ def bench_simulate(batches: list[list[int]]) -> None:
 
 def bench_noisy(batches: list[list[int]]) -> None:
     """The same epoch with a lognormal per-sample draw: 1.28 M random draws."""
-    cfg = SimConfig(num_workers=WORKERS, prefetch_factor=2, batches=[batches], run_id="bench",
+    cfg = SimConfig(LoaderSettings(num_workers=WORKERS, prefetch_factor=2), batches=[batches], run_id="bench",
                     config={"num_workers": WORKERS, "prefetch_factor": 2})
     model = CostModel(sample={"dist": "lognormal", "mean_ms": 4.0, "sd_ms": 2.0})
     costs = TaskCosts(model, None, STEP_S, random.Random(0))
@@ -73,7 +74,7 @@ def bench_job(ranks: int, workers: int, batch: int, *, whole_epoch_each: bool) -
     per_rank = []
     for rank in range(ranks):
         indices = range(IMAGENET) if whole_epoch_each else distributed_shard(IMAGENET, ranks, rank)
-        cfg = SimConfig(num_workers=workers, prefetch_factor=2, batches=[batched(indices, batch)], run_id=f"rank{rank}",
+        cfg = SimConfig(LoaderSettings(num_workers=workers, prefetch_factor=2), batches=[batched(indices, batch)], run_id=f"rank{rank}",
                         rank=rank, config={"num_workers": workers, "prefetch_factor": 2},
                         extra_start={"job": "bench", "world_size": ranks})
         per_rank.append((cfg, TaskCosts(model, None, STEP_S, random.Random(rank))))

@@ -59,5 +59,5 @@ def test_registering_a_hub_entry_leaves_the_environment_alone(monkeypatch: pytes
     assert HubEntry.from_json(entry.to_json()) == entry
     plan = scenarios.resolve("hub:length_sorted_text", {"num_workers": 0})
     workload = plan.build()
-    assert workload.args.batch_size is None and workload.args.collate_fn is not None
+    assert workload.settings.batch_size is None and workload.collate_fn is not None
     assert len(workload.sampler_order().batches[0]) == 4

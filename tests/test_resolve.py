@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import subprocess
 import sys
 import textwrap
@@ -12,9 +11,8 @@ from typing import Any
 import pytest
 
 from loaderscope import scenarios
-from loaderscope.scenarios import LoaderArgs, ParamError, UnknownScenario, resolve
+from loaderscope.scenarios import ParamError, UnknownScenario, resolve
 from loaderscope.scenarios.catalog import BUILT_INS
-from loaderscope.scenarios.workload import TORCH_PREFETCH_FACTOR
 
 
 def test_good_values_are_typed_and_the_rest_defaulted() -> None:
@@ -82,33 +80,12 @@ def test_the_command_line_and_the_api_say_the_same(server: Any, tmp_path: Path) 
     assert [e["field"] for e in answer.json()["errors"]] == ["params.num_workers", "params.how"]
 
 
-def test_loader_args_defaults_are_torchs() -> None:
-    from torch.utils.data import DataLoader
-
-    signature = inspect.signature(DataLoader.__init__).parameters
-    for name, default in vars(LoaderArgs()).items():
-        expected = signature[name].default
-        assert default == expected, (name, default, expected)
-    assert DataLoader(range(4), num_workers=1).prefetch_factor == TORCH_PREFETCH_FACTOR
-    assert LoaderArgs(num_workers=1).prefetch_factor == TORCH_PREFETCH_FACTOR
-
-
-def test_loader_args_stay_a_call_torch_accepts() -> None:
-    args = LoaderArgs(num_workers=0, prefetch_factor=4, persistent_workers=True)
-    assert args.prefetch_factor is None and not args.persistent_workers
-    assert "prefetch_factor" not in args.kwargs() and "persistent_workers" not in args.kwargs()
-    assert LoaderArgs(num_workers=2, batch_size=None).kwargs().keys() == {
-        "num_workers", "timeout", "pin_memory", "in_order", "prefetch_factor", "persistent_workers"}
-    assert LoaderArgs.from_config(LoaderArgs(num_workers=3, batch_size=None).config()) == LoaderArgs(
-        num_workers=3, batch_size=None)
-
-
 def test_every_built_in_names_a_builder_that_builds() -> None:
     for scenario in BUILT_INS:
         module, _, function = scenario.builder.partition(":")
         assert callable(getattr(__import__(module, fromlist=[function]), function)), scenario.name
     workload = resolve("group_sampler", {"num_workers": 2}).build()
-    assert workload.args.batch_size is None and workload.args.prefetch_factor == 2
+    assert workload.settings.batch_size is None and workload.settings.prefetch_factor == 2
 
 
 TORCH_FREE = textwrap.dedent("""

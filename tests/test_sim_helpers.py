@@ -7,6 +7,7 @@ from typing import Any
 
 from loaderscope.conformance import check
 from loaderscope.events import validate
+from loaderscope.settings import LoaderSettings
 from loaderscope.sim import CostModel, SimConfig, Simulator, TaskCosts
 
 
@@ -49,17 +50,14 @@ def make_config(
         "batch_size": batch_size,
         "timeout": timeout,
     }
+    loader = LoaderSettings(num_workers=num_workers, batch_size=batch_size, drop_last=drop_last,
+                            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, in_order=in_order,
+                            timeout=timeout)
     return SimConfig(
-        num_workers=num_workers,
-        prefetch_factor=prefetch_factor,
-        in_order=in_order,
-        persistent_workers=persistent_workers,
-        drop_last=drop_last,
-        timeout=timeout,
+        loader=loader,
         dataset_kind=kind,  # type: ignore[arg-type]
         epochs=epochs,
         batches=map_batches(size, batch_size, drop_last, epochs, shuffle_seed) if kind == "map" else [],
-        batch_size=batch_size,
         shard_sizes=(shards if shards is not None else [size] * max(num_workers, 1)) if kind == "iterable" else [],
         run_id="t",
         scenario="test",

@@ -180,7 +180,7 @@ def run_job(plan: scenarios.Plan, args: argparse.Namespace) -> int:
     base: CostModel = cost_model(args.costs) or CostModel()
     factors = rank_factors(args.rank_factor, args.ranks)
     workload = plan.build()
-    fetchers = range(max(workload.args.num_workers, 1))
+    fetchers = range(max(workload.settings.num_workers, 1))
     costs = [base.model_copy(update={"worker_factor": {w: base.worker_factor.get(w, 1.0) * factors.get(rank, 1.0)
                                                        for w in fetchers}})
              for rank in range(args.ranks)]

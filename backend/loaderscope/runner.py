@@ -105,7 +105,9 @@ def build_loader(workload: Workload, loader_class: type | None = None, **probe: 
         from loaderscope.probe.loader import InstrumentedDataLoader as loader_class
 
     dataset = workload.make_dataset()
-    kwargs = workload.args.kwargs()
+    kwargs = workload.settings.kwargs()
+    if workload.collate_fn is not None:
+        kwargs["collate_fn"] = workload.collate_fn
     if workload.make_sampler is not None:
         kwargs["sampler"] = workload.make_sampler(dataset)
     if workload.make_batch_sampler is not None:

@@ -4,8 +4,8 @@
 ``Plan``; ``Plan.build()`` imports the scenario's builder (and torch) and returns the ``Workload``
 that the real runner and the simulator both take. Listing and resolving never import torch.
 
-Names are loaded on first use, so the simulator can import ``scenarios.workload`` (``Workload``,
-``LoaderArgs``) without the catalog.
+Names are loaded on first use, so the simulator can import ``scenarios.workload`` (``Workload``)
+without the catalog.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ if TYPE_CHECKING:
     from loaderscope.scenarios.errors import ParamError, Problem, UnknownScenario
     from loaderscope.scenarios.params import CommonParams
     from loaderscope.scenarios.plan import Plan, resolve
-    from loaderscope.scenarios.workload import LoaderArgs, SamplerOrder, Workload
+    from loaderscope.scenarios.workload import SamplerOrder, Workload
 
 _HOMES = {
     "Scenario": "catalog", "all_scenarios": "catalog", "get": "catalog", "register": "catalog",
     "ParamError": "errors", "Problem": "errors", "UnknownScenario": "errors",
     "CommonParams": "params",
     "Plan": "plan", "resolve": "plan",
-    "LoaderArgs": "workload", "SamplerOrder": "workload", "Workload": "workload",
+    "SamplerOrder": "workload", "Workload": "workload",
 }
 
 __all__ = sorted(_HOMES)

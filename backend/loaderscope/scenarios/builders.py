@@ -41,21 +41,7 @@ from loaderscope.scenarios.datasets import (
     write_files,
 )
 from loaderscope.scenarios.hub import HubEntry, HubError
-from loaderscope.scenarios.workload import LoaderArgs, Workload
-
-
-def loader_args(params: p.CommonParams, *, batched_by_sampler: bool = False) -> LoaderArgs:
-    """The DataLoader arguments the common parameters ask for (a batch sampler makes its own batches)."""
-    return LoaderArgs(
-        num_workers=params.num_workers,
-        batch_size=None if batched_by_sampler else params.batch_size,
-        drop_last=False if batched_by_sampler else params.drop_last,
-        prefetch_factor=params.prefetch_factor,
-        persistent_workers=params.persistent_workers,
-        in_order=params.in_order,
-        timeout=params.timeout,
-        pin_memory=params.pin_memory,
-    )
+from loaderscope.scenarios.workload import Workload
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -65,7 +51,7 @@ def _generator(seed: int) -> torch.Generator:
 def map_workload(params: p.CommonParams, cost: Any, **extra: Any) -> Workload:
     """A map-style workload over a CostDataset with a sequential sampler unless told otherwise."""
     return Workload(
-        args=loader_args(params, batched_by_sampler="make_batch_sampler" in extra),
+        settings=params.loader_settings(batched_by_sampler="make_batch_sampler" in extra),
         dataset_kind="map",
         length=params.dataset_size,
         sample_cost=cost,
@@ -99,7 +85,7 @@ def iterable_shards(params: p.IterableParams) -> Workload:
     cost = UniformCost(params.sample_ms)
     size, uneven = params.dataset_size, params.uneven
     return Workload(
-        args=loader_args(params),
+        settings=params.loader_settings(),
         dataset_kind="iterable",
         length=size,
         sample_cost=cost,
@@ -212,7 +198,7 @@ def pickle_heavy(params: p.PickleParams) -> Workload:
     workload = map_workload(params, UniformCost(params.sample_ms),
                             make_dataset=lambda: ImageDataset(params.dataset_size, params.image_size, as_numpy=True))
     if params.collate == "numpy":
-        return replace(workload, args=replace(workload.args, collate_fn=numpy_collate))
+        return replace(workload, collate_fn=numpy_collate)
     return workload
 
 
@@ -229,10 +215,9 @@ def hub(params: p.HubParams, entry: HubEntry) -> Workload:
     elif parts.get("sampler") is not None:
         extra["make_sampler"] = lambda ds: parts["sampler"]
     kind = "iterable" if isinstance(dataset, torch.utils.data.IterableDataset) else "map"
-    args = replace(loader_args(params, batched_by_sampler="make_batch_sampler" in extra),
-                   collate_fn=parts.get("collate_fn"))
     return Workload(
-        args=args,
+        settings=params.loader_settings(batched_by_sampler="make_batch_sampler" in extra),
+        collate_fn=parts.get("collate_fn"),
         dataset_kind=kind,
         length=len(dataset) if kind == "map" else params.dataset_size,
         sample_cost=UniformCost(params.sample_ms),  # unknown: the simulator needs a recorded trace to fit

@@ -28,8 +28,8 @@ def sampler_order(workload: Workload) -> SamplerOrder:
         sampler_name = type(inner).__name__ if inner is not None else "None"
     else:
         sampler = workload.make_sampler(dataset) if workload.make_sampler is not None else SequentialSampler(dataset)
-        args = workload.args
-        batch_sampler = BatchSampler(sampler, args.batch_size or 1, args.drop_last)
+        settings = workload.settings
+        batch_sampler = BatchSampler(sampler, settings.batch_size or 1, settings.drop_last)
         sampler_name = type(sampler).__name__
     batches = [[[_plain(i) for i in batch] for batch in batch_sampler] for _ in range(workload.epochs)]
     return SamplerOrder(batches, sampler_name, type(batch_sampler).__name__)

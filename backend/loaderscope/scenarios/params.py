@@ -10,27 +10,54 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from loaderscope.settings import (
+    TORCH_PREFETCH_FACTOR,
+    BatchSize,
+    DropLast,
+    InOrder,
+    LoaderSettings,
+    NumWorkers,
+    PersistentWorkers,
+    PinMemory,
+    PrefetchFactor,
+    Timeout,
+)
+
 
 class CommonParams(BaseModel):
     """Parameters every scenario takes."""
 
     model_config = ConfigDict(extra="forbid")
 
-    num_workers: int = Field(4, ge=0, le=64, description="worker processes (0: load in the main process)")
-    batch_size: int = Field(4, ge=1, le=1024, description="samples per batch")
+    # The loader's own settings: their types carry the bounds (loaderscope/settings.py), the defaults are the scenarios'.
+    num_workers: NumWorkers = 4
+    batch_size: BatchSize = 4
     dataset_size: int = Field(96, ge=1, le=100_000, description="samples in the dataset")
-    prefetch_factor: int = Field(2, ge=1, le=16, description="tasks in flight per worker")
-    persistent_workers: bool = Field(False, description="keep workers alive across epochs")
-    in_order: bool = Field(True, description="yield batches in sampler order")
-    drop_last: bool = Field(False, description="drop the last incomplete batch")
-    timeout: float = Field(0.0, ge=0, le=600, description="seconds to wait for a batch (0: forever)")
-    pin_memory: bool = Field(False, description="copy batches to page-locked memory")
+    prefetch_factor: PrefetchFactor = TORCH_PREFETCH_FACTOR
+    persistent_workers: PersistentWorkers = False
+    in_order: InOrder = True
+    drop_last: DropLast = False
+    timeout: Timeout = 0.0
+    pin_memory: PinMemory = False
     epochs: int = Field(1, ge=1, le=50, description="passes over the dataset")
     sample_ms: float = Field(5.0, ge=0, le=5_000, description="work per sample in a worker, ms")
     step_ms: float = Field(0.0, ge=0, le=10_000, description="training step per batch in the consumer, ms")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="seed for samplers and workers")
     stuck_after: float = Field(0.0, ge=0, le=3_600, description="report a fetch stuck after this many s "
                                "(0: the larger of 10 s and 20× the median fetch)")
+
+    def loader_settings(self, *, batched_by_sampler: bool = False) -> LoaderSettings:
+        """The DataLoader settings these parameters ask for (a batch sampler makes its own batches)."""
+        return LoaderSettings(
+            num_workers=self.num_workers,
+            batch_size=None if batched_by_sampler else self.batch_size,
+            drop_last=False if batched_by_sampler else self.drop_last,
+            prefetch_factor=self.prefetch_factor,
+            persistent_workers=self.persistent_workers,
+            in_order=self.in_order,
+            timeout=self.timeout,
+            pin_memory=self.pin_memory,
+        )
 
 
 class OutOfOrderParams(CommonParams):
@@ -72,7 +99,7 @@ class SamplerParams(CommonParams):
 
 
 class PersistentParams(CommonParams):
-    persistent_workers: bool = Field(True, description="keep workers alive across epochs")
+    persistent_workers: PersistentWorkers = True
     epochs: int = Field(3, ge=1, le=50, description="passes over the dataset")
     dataset_size: int = Field(48, ge=1, le=100_000, description="samples in the dataset")
     shuffle: bool = Field(True, description="reshuffle every epoch")
@@ -100,7 +127,7 @@ class RaisingParams(CommonParams):
 
 
 class TimeoutParams(CommonParams):
-    timeout: float = Field(1.0, ge=0, le=600, description="seconds to wait for a batch (0: forever)")
+    timeout: Timeout = 1.0
     stuck_index: int = Field(9, ge=0, le=100_000, description="the sample that takes too long")
     stuck_seconds: float = Field(3.0, ge=0, le=600, description="how long it takes")
 
@@ -111,11 +138,11 @@ class FileParams(CommonParams):
 
 
 class GpuParams(CommonParams):
-    batch_size: int = Field(64, ge=1, le=1024, description="images per batch")
+    batch_size: BatchSize = 64
     dataset_size: int = Field(2048, ge=1, le=100_000, description="images in the dataset")
     image_size: int = Field(64, ge=8, le=512, description="images are 3×size×size float32")
-    pin_memory: bool = Field(True, description="copy batches to page-locked memory")
-    num_workers: int = Field(2, ge=0, le=64, description="worker processes (0: load in the main process)")
+    pin_memory: PinMemory = True
+    num_workers: NumWorkers = 2
     sample_ms: float = Field(0.0, ge=0, le=5_000, description="extra work per sample in a worker, ms")
 
 
@@ -123,7 +150,7 @@ class PickleParams(CommonParams):
     collate: Literal["numpy", "tensor"] = Field("numpy", description="numpy: batches cross pickled; tensor: "
                                                 "default_collate, through shared memory")
     image_size: int = Field(128, ge=8, le=512, description="samples are 3×size×size float32")
-    batch_size: int = Field(16, ge=1, le=1024, description="samples per batch")
+    batch_size: BatchSize = 16
     dataset_size: int = Field(256, ge=1, le=100_000, description="samples in the dataset")
     sample_ms: float = Field(0.0, ge=0, le=5_000, description="extra work per sample in a worker, ms")
 

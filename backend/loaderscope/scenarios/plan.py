@@ -36,7 +36,7 @@ class Plan:
         return resolve(self.name, self.values() | dict(values))
 
     def build(self) -> Workload:
-        """The dataset, samplers, latency model and ``LoaderArgs`` (imports the builder and torch)."""
+        """The dataset, samplers, latency model and ``LoaderSettings`` (imports the builder and torch)."""
         return self.scenario.build(self.params)
 
 

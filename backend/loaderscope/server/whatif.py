@@ -2,10 +2,11 @@
 
 The built-in scenarios are swept by ``POST /api/sweeps``. A run of someone's own loader has no
 scenario to rebuild, so this fits the simulator's cost model to the run's own fetches
-(``sim.fit_from_trace``) and replays its own batches with the swept loader arguments and cost fields
-(``sim.trace_sweep``). The answer says which costs were fitted (``sim.describe_fit``) and how close
-the replay comes to the run at its recorded setting (``sim.recorded_check``). The run's events are
-read from the store like any viewer reads them.
+(``sim.fit_from_trace``) and replays its own batches with the swept loader settings and cost fields
+(``sim.trace_sweep``), each value checked against the bounds every request meets
+(``loaderscope/settings.py``). The answer says which costs were fitted (``sim.describe_fit``) and how
+close the replay comes to the run at its recorded setting (``sim.recorded_check``). The run's events
+are read from the store like any viewer reads them.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loaderscope.events import Event
-from loaderscope.server.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused,
+from loaderscope.server.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused, rejected,
                                     sweep_slot, unprocessable)
+from loaderscope.server.errors import type_problems
 from loaderscope.server.runs import Run, RunRefused
 
 router = APIRouter(prefix="/api")
@@ -44,12 +46,12 @@ async def sweep_run(run_id: str, body: RunSweepRequest, request: Request) -> Any
         run = manager.require(run_id)
     except RunRefused as exc:
         return refused(exc)
-    problems = grid_problems(body.grid)
-    if problems:
-        return unprocessable(problems)
+    grid = checked_grid(body.grid)
+    if isinstance(grid, JSONResponse):
+        return grid
     # Budget and slot before a single event is read: loading a 2M-event run to refuse it cost ~1 GB and
     # 14 s, and ten such requests at once 10 GB. The count comes from the store or the logdir's index.
-    combinations = math.prod(len(values) for values in body.grid.values())
+    combinations = math.prod(len(values) for values in grid.values())
     if (over := _over_budget(run.brief()["events"], combinations)) is not None:
         return over
     async with sweep_slot() as free:
@@ -58,7 +60,7 @@ async def sweep_run(run_id: str, body: RunSweepRequest, request: Request) -> Any
         events = await all_events(manager, run)
         if (over := _over_budget(len(events), combinations)) is not None:  # a live run grew meanwhile
             return over
-        return await asyncio.to_thread(_sweep, events, body.grid)
+        return await asyncio.to_thread(_sweep, events, grid)
 
 
 def _over_budget(events: int, combinations: int) -> JSONResponse | None:
@@ -69,42 +71,26 @@ def _over_budget(events: int, combinations: int) -> JSONResponse | None:
                         status_code=413)
 
 
-def grid_problems(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """What a replay of a recorded loader cannot sweep, each naming the field and what is allowed."""
-    from loaderscope import sim
+def checked_grid(grid: dict[str, list[Any]]) -> dict[str, list[Any]] | JSONResponse:
+    """The grid typed and checked by the bounds every request meets (``sim.replay_grid``), or its 422."""
+    from loaderscope import scenarios, sim
+    from loaderscope.settings import table
 
     combinations = math.prod(max(len(values), 1) for values in grid.values())
     if not grid or combinations > MAX_SWEEP_RUNS or any(not values for values in grid.values()):
-        return [{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations of non-empty value lists "
-                 f"(got {combinations})", "allowed": None}]
-    costs = sim.CostModel.model_json_schema()["properties"]
-    allowed = sorted(sim.TRACE_KEYS) + sorted(costs)
-    problems = []
-    for key, values in grid.items():
-        if key not in allowed:
-            problems.append({"field": f"grid.{key}", "message": f"{key} cannot be changed in a replay of a recorded "
-                             f"loader; choose from {', '.join(allowed)}", "allowed": allowed})
-        elif (bad := _bad_value(key, values)) is not None:
-            problems.append({"field": f"grid.{key}", "message": bad, "allowed": None})
-    return problems
-
-
-def _bad_value(key: str, values: list[Any]) -> str | None:
-    from loaderscope import sim
-
-    for value in values:
-        if key in ("num_workers", "prefetch_factor"):
-            if type(value) is not int or not (0 if key == "num_workers" else 1) <= value <= 64:
-                return f"{key}={value!r}: give an integer from {0 if key == 'num_workers' else 1} to 64"
-        elif key in sim.TRACE_KEYS:
-            if type(value) is not bool:
-                return f"{key}={value!r}: give true or false"
-        else:
-            try:
-                sim.CostModel.model_validate({key: value})
-            except ValueError as exc:
-                return f"{key}={value!r}: {str(exc).splitlines()[-1].strip()}"
-    return None
+        return unprocessable([{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations of non-empty value lists "
+                               f"(got {combinations})", "allowed": None}])
+    # JSON is typed: over HTTP "4" is not an integer (the command line's text is parsed), as on POST /api/sweeps
+    fields = sim.CostModel.model_json_schema()["properties"] | {
+        row["name"]: {"type": row["type"], "minimum": row["min"], "maximum": row["max"]} for row in table()}
+    mistyped = [problems[0] for key, values in grid.items()
+                if (problems := [p for v in values for p in type_problems({key: v}, fields, "grid.")])]
+    if mistyped:
+        return unprocessable(mistyped)
+    try:
+        return sim.replay_grid(grid)
+    except scenarios.ParamError as exc:
+        return rejected(exc, "grid.")
 
 
 async def all_events(manager: Any, run: Run) -> list[Event]:

@@ -2,8 +2,9 @@
 
 ``engine`` and ``costs`` are the pure core (no torch, no I/O, clock and randomness injected);
 ``run`` (``simulate``), ``sweep`` and ``fit`` are thin shells that take workloads, traces and tables
-in and out of it. The simulator depends on ``scenarios.workload`` (``Workload``, ``LoaderArgs``),
-never on a scenario's builder or on torch: a workload's sampler order comes from the workload.
+in and out of it. The simulator takes the loader's settings as one record (``settings.LoaderSettings``,
+the one the real loader is built from) and depends on ``scenarios.workload`` (``Workload``), never on
+a scenario's builder or on torch: a workload's sampler order comes from the workload.
 """
 
 from loaderscope.sim.costs import CostModel, Death, SampleDist, Stall, TaskCosts

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loaderscope.events import Event, Kind, clip_indices
-from loaderscope.scenarios.workload import TORCH_PREFETCH_FACTOR
+from loaderscope.settings import LoaderSettings
 from loaderscope.sim.costs import TaskCosts
 
 # Steps closer than this in virtual time count as simultaneous: float sums of equal costs differ in
@@ -39,23 +39,18 @@ SIMULATED_STACK = [{"file": "<simulated>", "line": 0, "function": "Dataset.__get
 
 @dataclass(frozen=True)
 class SimConfig:
-    """The DataLoader being simulated, and the order its sampler produces.
+    """The DataLoader being simulated (``loader``: the same record the real loader is built from), and
+    the order its sampler produces.
 
     ``batches[e]`` lists the sample indices of each batch of epoch ``e`` (map-style datasets);
     ``shard_sizes[w]`` is how many samples worker ``w`` of an iterable dataset yields (with
     ``num_workers=0``: one shard, the whole stream). ``config`` is copied into ``run_start``.
     """
 
-    num_workers: int
-    prefetch_factor: int = TORCH_PREFETCH_FACTOR
-    in_order: bool = True
-    persistent_workers: bool = False
-    drop_last: bool = False
-    timeout: float = 0.0
+    loader: LoaderSettings
     dataset_kind: Literal["map", "iterable"] = "map"
     epochs: int = 1
     batches: Sequence[Sequence[Sequence[Any]]] = ()
-    batch_size: int = 1
     shard_sizes: Sequence[int] = ()
     run_id: str = "sim"
     rank: int = 0  # this loader's rank in a data-parallel job (``sim.job``)
@@ -122,9 +117,9 @@ class Simulator:
         max_events: int | None = None,
         barrier: Callable[[Simulator], None] | None = None,
     ) -> None:
-        if cfg.num_workers < 0 or cfg.prefetch_factor < 1:
-            raise ValueError(f"need num_workers >= 0 and prefetch_factor >= 1, got {cfg.num_workers}, "
-                             f"{cfg.prefetch_factor}")
+        if cfg.loader.num_workers < 0 or cfg.loader.max_tasks < 1:
+            raise ValueError(f"need num_workers >= 0 and prefetch_factor >= 1, got {cfg.loader.num_workers}, "
+                             f"{cfg.loader.prefetch_factor}")
         self.cfg = cfg
         self.costs = costs
         self.now = 0.0
@@ -208,7 +203,7 @@ class Simulator:
         cfg = self.cfg
         self._emit(Kind.RUN_START, mode="sim", scenario=cfg.scenario, config=dict(cfg.config), torch=None,
                    host="simulator", **cfg.extra_start)
-        if cfg.num_workers == 0 and cfg.timeout > 0:
+        if cfg.loader.num_workers == 0 and cfg.loader.timeout > 0:
             # torch's _SingleProcessDataLoaderIter asserts this when the loader is iterated
             self._fail("AssertionError", "_SingleProcessDataLoaderIter requires timeout == 0")
             return
@@ -217,10 +212,10 @@ class Simulator:
     def _begin_epoch(self, epoch: int) -> None:
         """``iter(loader)``: a new iterator that starts its workers, or ``_reset`` of the persistent one."""
         self._epoch = epoch
-        if self.cfg.num_workers == 0:
+        if self.cfg.loader.num_workers == 0:
             self._workers = [_Worker(0, 0, alive=False)]  # the main process is the fetcher
             self._epoch_reset()
-        elif not self._workers or not self.cfg.persistent_workers:
+        elif not self._workers or not self.cfg.loader.persistent_workers:
             self._spawn_workers()
         else:
             self._resume_workers()
@@ -228,18 +223,19 @@ class Simulator:
 
     def _spawn_workers(self) -> None:
         """torch's iterator starts its workers one after another, then primes them (``_reset``)."""
-        self._workers = [_Worker(w, next(self._pids)) for w in range(self.cfg.num_workers)]
+        self._workers = [_Worker(w, next(self._pids)) for w in range(self.cfg.loader.num_workers)]
         for worker in self._workers:
             self._at(self.now + (worker.wid + 1) * self.costs.spawn, self._worker_spawned, worker)
-        self._at(self.now + self.cfg.num_workers * self.costs.spawn, self._epoch_reset)
+        self._at(self.now + self.cfg.loader.num_workers * self.costs.spawn, self._epoch_reset)
 
     def _epoch_reset(self) -> None:
         """``_reset``: fresh cursors, the cycle back at worker 0, the prefetch window primed."""
         batches = {"batches": len(self.cfg.batches[self._epoch])} if self.cfg.dataset_kind == "map" else {}
         self._emit(Kind.EPOCH_START, epoch=self._epoch, **batches)
         self._reset_iterator_state()
-        for _ in range(self.cfg.prefetch_factor * self.cfg.num_workers):
-            self._try_put_index()
+        if self.cfg.loader.num_workers:  # the single-process iterator primes nothing: it fetches in next()
+            for _ in range(self.cfg.loader.max_tasks):
+                self._try_put_index()
         self._at(self.now, self._consumer_next)  # the training loop's first next() of the epoch
 
     def _resume_workers(self) -> None:
@@ -256,7 +252,7 @@ class Simulator:
         Emitted in the real probe's order: ``epoch_end``, then the workers' ``worker_exit``.
         """
         self._emit(Kind.EPOCH_END, epoch=self._epoch, batches=self._yielded_in_epoch, abandoned=False)
-        if not self.cfg.persistent_workers:
+        if not self.cfg.loader.persistent_workers:
             self._exit_workers()
         if self._epoch + 1 < self.cfg.epochs:
             self._at(self.now + self.costs.epoch_gap, self._begin_epoch, self._epoch + 1)  # eval, checkpoints
@@ -291,7 +287,7 @@ class Simulator:
     # --- the main process: _reset, _try_put_index, _next_data, _process_data ----------------------------
 
     def _reset_iterator_state(self) -> None:
-        n = self.cfg.num_workers
+        n = self.cfg.loader.num_workers
         self._send_idx = 0
         self._rcvd_idx = 0
         self._task_info: dict[int, _Info] = {}
@@ -313,7 +309,8 @@ class Simulator:
     def _next_index(self) -> Sequence[Any] | None:
         """The batch sampler's next batch of indices; None for StopIteration."""
         if self.cfg.dataset_kind == "iterable":
-            return [None] * self.cfg.batch_size  # _InfiniteConstantSampler under a BatchSampler
+            # _InfiniteConstantSampler under a BatchSampler; without a batch_size, one sample per "batch"
+            return [None] * (self.cfg.loader.batch_size or 1)
         batches = self.cfg.batches[self._epoch]
         if self._batch_pos >= len(batches):
             return None
@@ -321,7 +318,7 @@ class Simulator:
         return batches[self._batch_pos - 1]
 
     def _try_put_index(self) -> None:
-        max_tasks = self.cfg.prefetch_factor * self.cfg.num_workers
+        max_tasks = self.cfg.loader.max_tasks
         if self._tasks_outstanding >= max_tasks:
             raise AssertionError("Number of outstanding tasks exceeded maximum allowed tasks")
         index = self._next_index()
@@ -342,19 +339,19 @@ class Simulator:
 
     def _pick_worker(self, max_tasks: int) -> int | None:
         """The next active worker of the cycle (with capacity, when ``in_order=False``)."""
-        n = self.cfg.num_workers
+        n = self.cfg.loader.num_workers
         for _ in range(n):
             worker = self._cycle
             self._cycle = (self._cycle + 1) % n
             if self._workers_status[worker]:
-                if self.cfg.in_order or self._workers_num_tasks[worker] < max_tasks // self._active:
+                if self.cfg.loader.in_order or self._workers_num_tasks[worker] < max_tasks // self._active:
                     return worker
         return None
 
     def _consumer_next(self) -> None:
         """The training loop calls ``next()``."""
         self._called_at = self.now
-        if self.cfg.num_workers == 0:
+        if self.cfg.loader.num_workers == 0:
             self._single_next()
         else:
             self._next_data()
@@ -407,7 +404,7 @@ class Simulator:
             self._try_put_index()
             return False
         if result.idx != self._rcvd_idx:
-            if not self.cfg.in_order:
+            if not self.cfg.loader.in_order:
                 del self._task_info[result.idx]
                 self._process_data(result, from_buffer=False)
                 return True
@@ -430,7 +427,7 @@ class Simulator:
         """``_IterableDatasetStopIteration`` received: the worker takes no more tasks this epoch."""
         self._workers_status[wid] = False
         self._active -= 1
-        if not self.cfg.persistent_workers:  # _mark_worker_as_unavailable: the worker gets None
+        if not self.cfg.loader.persistent_workers:  # _mark_worker_as_unavailable: the worker gets None
             worker = self._workers[wid]
             worker.queue.append(None)
             self._worker_kick(worker)
@@ -455,8 +452,8 @@ class Simulator:
         """Wait in ``_get_data()``; with ``timeout > 0`` each wait is bounded."""
         self._blocked = True
         self._wait_token += 1
-        if self.cfg.timeout > 0:
-            self._at(self.now + self.cfg.timeout, self._timed_out, self._wait_token)
+        if self.cfg.loader.timeout > 0:
+            self._at(self.now + self.cfg.loader.timeout, self._timed_out, self._wait_token)
 
     def _deliver(self, result: _Result) -> None:
         """A result lands on the queue the main process reads; wake it if it waits there."""
@@ -468,8 +465,8 @@ class Simulator:
 
     def _timed_out(self, token: int) -> None:
         if self._blocked and token == self._wait_token:
-            self._emit(Kind.TIMEOUT, seconds=self.cfg.timeout)
-            self._fail("RuntimeError", f"DataLoader timed out after {self.cfg.timeout} seconds")
+            self._emit(Kind.TIMEOUT, seconds=self.cfg.loader.timeout)
+            self._fail("RuntimeError", f"DataLoader timed out after {self.cfg.loader.timeout} seconds")
 
     # --- worker processes: _worker_loop ------------------------------------------------------------
 
@@ -523,7 +520,7 @@ class Simulator:
         take = min(len(task.samples), size - worker.shard_pos)
         samples = range(start + worker.shard_pos, start + worker.shard_pos + take)
         worker.shard_pos += take
-        stop = take == 0 or (self.cfg.drop_last and take < len(task.samples))
+        stop = take == 0 or (self.cfg.loader.drop_last and take < len(task.samples))
         if stop:
             worker.iteration_end = True
         return samples, stop

@@ -1,8 +1,8 @@
 """``simulate``: a scenario's workload in, the ◆ events of a simulated run out.
 
-The thin shell around the pure core: it turns a ``Workload`` (its ``LoaderArgs`` and, unless
-given, the order of its own samplers) into a ``SimConfig``, compiles the cost model, runs the
-``Simulator`` and puts the reducer's summary into ``run_end``, exactly as the real probe does.
+The thin shell around the pure core: it turns a ``Workload`` (its ``LoaderSettings``, handed on as
+they are, and unless given the order of its own samplers) into a ``SimConfig``, compiles the cost
+model, runs the ``Simulator`` and puts the reducer's summary into ``run_end``, exactly as the real probe does.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def run_start_config(workload: Workload, order: SamplerOrder) -> dict[str, Any]:
     """``run_start.config``: the loader's arguments as torch resolves them, the dataset and its samplers."""
     batches = order.batches[0] if workload.dataset_kind == "map" else None
     return {
-        **workload.args.config(),
+        **workload.settings.config(),
         "dataset_kind": workload.dataset_kind,
         "dataset_length": workload.length,
         "sampler": order.sampler,
@@ -56,24 +56,16 @@ def sim_config(
     """The core's configuration for ``workload`` dispatching ``order``."""
     if workload.dataset_kind == "map" and len(order.batches) < workload.epochs:
         raise ValueError(f"batches cover {len(order.batches)} epochs, the plan runs {workload.epochs}")
-    args = workload.args
     config = run_start_config(workload, order)
     config["costs"] = costs.model_dump(exclude_defaults=True)
     # torch pins only with an accelerator; the simulator pins when a pin cost says what it costs
-    config["pin_memory_active"] = bool(args.pin_memory and costs.pin_ms_per_mb > 0)
+    config["pin_memory_active"] = bool(workload.settings.pin_memory and costs.pin_ms_per_mb > 0)
     return SimConfig(
-        num_workers=args.num_workers,
-        # without workers nothing is prefetched: the core fetches in the main process
-        prefetch_factor=args.prefetch_factor or 1,
-        in_order=args.in_order,
-        persistent_workers=args.persistent_workers,
-        drop_last=args.drop_last,
-        timeout=args.timeout,
+        loader=workload.settings,
         dataset_kind=workload.dataset_kind,
         epochs=workload.epochs,
         batches=order.batches,
-        batch_size=args.batch_size or 1,
-        shard_sizes=_shards(workload, args.num_workers),
+        shard_sizes=_shards(workload, workload.settings.num_workers),
         run_id=run_id,
         scenario=scenario,
         config=config,
@@ -120,7 +112,7 @@ def simulate(
     cfg = sim_config(workload, run_id=run_id, scenario=scenario, params=params, costs=model, order=order)
     seed = model.seed if model.seed is not None else int(params.get("seed", 0))
     task_costs = TaskCosts(model, workload.sample_cost, workload.step_cost, random.Random(seed),
-                           pin_memory=workload.args.pin_memory)
+                           pin_memory=workload.settings.pin_memory)
     events = Simulator(cfg, task_costs, max_events=max_events).run()
     if events and events[-1]["kind"] == Kind.RUN_END:
         events[-1]["stats"] = summary(reduce(events))
@@ -150,18 +142,18 @@ def simulate_ranks(
         raise ValueError("a simulated job shards a map-style dataset with DistributedSampler; "
                          "this workload's dataset is iterable")
     world = len(costs)
-    args = workload.args
+    settings = workload.settings
     per_rank = []
     for rank, model in enumerate(costs):
-        shard = distributed_shard(workload.length, world, rank, drop_last=args.drop_last)
-        epoch = batched(shard, args.batch_size or 1, drop_last=args.drop_last)
+        shard = distributed_shard(workload.length, world, rank, drop_last=settings.drop_last)
+        epoch = batched(shard, settings.batch_size or 1, drop_last=settings.drop_last)
         order = SamplerOrder([epoch] * workload.epochs, "DistributedSampler", "BatchSampler")
         cfg = sim_config(workload, run_id=f"{job}-rank{rank}", scenario=scenario, params=params, costs=model,
                          order=order)
         cfg = dataclasses.replace(cfg, rank=rank, extra_start={**cfg.extra_start, "job": job, "world_size": world})
         seed = (model.seed if model.seed is not None else int(params.get("seed", 0))) + rank
         per_rank.append((cfg, TaskCosts(model, workload.sample_cost, workload.step_cost, random.Random(seed),
-                                        pin_memory=args.pin_memory)))
+                                        pin_memory=settings.pin_memory)))
     run = simulate_job(per_rank, max_events=max_events)
     for events in run.events:
         if events and events[-1]["kind"] == Kind.RUN_END:

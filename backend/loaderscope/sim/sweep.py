@@ -4,7 +4,9 @@
 ``num_workers`` or ``prefetch_factor``, or scalar cost-model fields such as ``transfer_ms``) and
 keeps the numbers the diagnosis (docs/DESIGN.md) speaks of: batches/s, the consumer's wait share
 (input-bound), the reorder buffer's high-water mark and the workers' utilisation.
-``trace_sweep`` does the same for a recorded loader without a scenario, costs fitted by ``fit_from_trace``.
+``trace_sweep`` does the same for a recorded loader without a scenario, costs fitted by ``fit_from_trace``;
+``replay_grid`` checks its grid with the bounds and words every loader setting is checked with
+(``settings.check``), before a run is read.
 
 A sweep takes a resolved ``scenarios.Plan`` and varies it with ``Plan.with_values``: the scenarios
 check every combination and build the workloads; this module never imports a builder or torch.
@@ -23,7 +25,8 @@ from pydantic import ValidationError
 
 from loaderscope.events import Event
 from loaderscope.scenarios.errors import ParamError, Problem
-from loaderscope.scenarios.workload import LoaderArgs, Workload
+from loaderscope.scenarios.workload import Workload
+from loaderscope.settings import REPLAYABLE, LoaderSettings, check
 from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.run import simulate
@@ -45,8 +48,8 @@ ORDER_NEUTRAL = frozenset({
     "sample_ms", "step_ms", "slow_worker", "slow_factor",
 })
 METRICS = ("batches_per_s", "input_bound", "buffer_high", "worker_util", "wall", "batches", "status")
-# Loader arguments a sweep of a trace without a scenario may change.
-TRACE_KEYS = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory"})
+# Loader settings a sweep of a trace without a scenario may change.
+TRACE_KEYS = REPLAYABLE
 
 
 @dataclass(frozen=True)
@@ -141,13 +144,16 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]],
                 costs: CostModel | None = None) -> list[dict[str, Any]]:
     """``sweep`` for a recorded loader without a scenario: replayed with its own batches, costs fitted from it.
 
-    Its grid may change the loader arguments in ``TRACE_KEYS`` and the scalar cost fields. (A trace
-    of a scenario is swept as that scenario: ``sweep(resolve(name, params), grid, fit_from_trace(events))``.)
-    ``costs``: the model ``fit_from_trace(events)`` returned, if the caller has it already.
+    Its grid may change the loader settings in ``TRACE_KEYS`` and the scalar cost fields, checked by
+    ``replay_grid``. (A trace of a scenario is swept as that scenario: ``sweep(resolve(name, params),
+    grid, fit_from_trace(events))``.) ``costs``: the model ``fit_from_trace(events)`` returned, if the
+    caller has it already.
 
     Raises:
-        ValueError: for a trace without ``run_start``, or a key the replay cannot change.
+        ParamError: for a key the replay cannot change or a value out of its bounds (a ValueError).
+        ValueError: for a trace without ``run_start``.
     """
+    grid = replay_grid(grid)
     start = next((e for e in events if e["kind"] == "run_start"), None)
     if start is None:
         raise ValueError("the trace has no run_start event: cannot tell which loader it recorded")
@@ -157,15 +163,44 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]],
     for number, values in enumerate(_combinations(grid)):
         loader = {k: v for k, v in values.items() if k in TRACE_KEYS}
         cost_values = {k: v for k, v in values.items() if k not in TRACE_KEYS}
-        unknown = sorted(set(cost_values) - set(CostModel.model_fields))
-        if unknown:
-            raise ValueError(f"cannot sweep {', '.join(unknown)} on a trace: choose from "
-                             f"{', '.join(sorted(TRACE_KEYS | set(CostModel.model_fields)))}")
-        replay = replace(workload, args=replace(workload.args, **loader))
+        replay = replace(workload, settings=workload.settings.with_values(loader))
         run = simulate(replay, run_id=f"sweep-{number}", scenario=start.get("scenario") or "trace", params=values,
                        costs=costs.model_copy(update=cost_values), batches=batches)
         rows.append(values | row_stats(run))
     return rows
+
+
+def replay_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """``grid`` for a replay of a recorded loader, each value typed and checked (torch-free).
+
+    Loader settings are checked against their bounds as every request is (``settings.check``), cost
+    fields by the cost model.
+
+    Raises:
+        ParamError: naming each key the replay cannot change and each value out of bounds.
+    """
+    costs = set(CostModel.model_fields)
+    checked: dict[str, list[Any]] = {}
+    problems: list[Problem] = []
+    for key, values in grid.items():
+        if key not in TRACE_KEYS | costs:
+            problems.append(Problem(key, values, f"cannot sweep {key} in a replay of a recorded loader (its "
+                                    "dataset and batches stay as recorded)", ", ".join(sorted(TRACE_KEYS) + sorted(costs))))
+            continue
+        try:
+            checked[key] = [check({key: v})[key] if key in TRACE_KEYS else _cost_value(key, v) for v in values]
+        except ParamError as exc:
+            problems += exc.problems[:1]
+    if problems:
+        raise ParamError(problems)
+    return checked
+
+
+def _cost_value(key: str, value: Any) -> Any:
+    try:
+        return getattr(CostModel.model_validate({key: value}), key)
+    except ValidationError as exc:
+        raise ParamError.of(exc, CostModel, "the cost model") from None
 
 
 def recorded_check(events: Sequence[Event], plan: Plan | None = None,
@@ -185,7 +220,7 @@ def recorded_check(events: Sequence[Event], plan: Plan | None = None,
     setting = {k: config[k] for k in sorted(TRACE_KEYS) if k in config}
     costs = costs or fit_from_trace(events)
     rows = (sweep(plan, {}, costs) if plan is not None
-            else trace_sweep(events, {"num_workers": [config.get("num_workers") or 0]}, costs))
+            else trace_sweep(events, {}, costs))  # the recorded settings, as they are (beyond a request's bounds too)
     recorded, predicted = summary(reduce(events))["batches_per_s"], rows[0]["batches_per_s"]
     return {"setting": setting, "recorded_batches_per_s": recorded, "predicted_batches_per_s": predicted,
             "error": predicted / recorded - 1 if recorded > 0 else None}
@@ -217,7 +252,7 @@ def plan_from_trace(events: Sequence[Event]) -> tuple[Workload, list[list[list[A
     kind = config.get("dataset_kind", "map")
     total = max((sum(len(b) for b in epoch_batches) for epoch_batches in batches), default=0)
     workload = Workload(
-        args=LoaderArgs.from_config(config),
+        settings=LoaderSettings.from_config(config),
         dataset_kind=kind,
         length=config.get("dataset_length") or total,
         sample_cost=_free,
