@@ -71,6 +71,21 @@ def test_what_a_replay_cannot_change_is_refused_by_name(server: Any) -> None:
         wrong_key = http.post(f"/api/runs/{run_id}/sweeps", json={"grid": {"batch_size": [8]}})
         wrong_value = http.post(f"/api/runs/{run_id}/sweeps", json={"grid": {"num_workers": ["4"]}})
         unknown = http.post("/api/runs/nope/sweeps", json={"grid": {"num_workers": [1]}})
-    assert wrong_key.status_code == 422 and "batch_size cannot be changed" in wrong_key.json()["detail"]
+    assert wrong_key.status_code == 422
+    assert wrong_key.json()["detail"].startswith("batch_size=[8]: cannot sweep batch_size in a replay of a recorded loader")
     assert wrong_value.status_code == 422 and wrong_value.json()["errors"][0]["field"] == "grid.num_workers"
     assert unknown.status_code == 404
+
+
+def test_a_setting_out_of_bounds_is_refused_alike_for_a_scenario_and_a_run(server: Any) -> None:
+    run_id = server.start_run("uniform", mode="sim", dataset_size=8)["id"]
+    server.wait_status(run_id)
+    grid = {"num_workers": [2], "prefetch_factor": [2, 64]}
+    with server.client() as http:
+        scenario = http.post("/api/sweeps", json={"scenario": "uniform", "grid": grid})
+        run = http.post(f"/api/runs/{run_id}/sweeps", json={"grid": grid})
+    assert scenario.status_code == run.status_code == 422
+    assert scenario.json() == run.json() == {
+        "detail": "prefetch_factor=64: Input should be less than or equal to 16; allowed: an integer from 1 to 16",
+        "errors": [{"field": "grid.prefetch_factor", "message": "Input should be less than or equal to 16",
+                    "allowed": "an integer from 1 to 16"}]}
