@@ -4,7 +4,10 @@ shared by the scenarios, the real loader, the simulator and the reducer."""
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,6 +20,7 @@ from loaderscope.scenarios import CommonParams, ParamError, resolve
 from loaderscope.settings import TORCH_PREFETCH_FACTOR, LoaderSettings, check, max_tasks, table
 from loaderscope.sim import replay_grid, simulate
 from loaderscope.state import LoaderState
+from loaderscope.trace import write_trace
 
 
 def test_the_defaults_are_torchs() -> None:
@@ -102,6 +106,19 @@ def test_a_replay_grid_is_checked_with_the_records_bounds() -> None:
     assert [p.field for p in caught.value.problems] == ["prefetch_factor", "batch_size", "transfer_ms"]
     assert str(caught.value).splitlines()[0] == ("prefetch_factor=64: Input should be less than or equal to 16; "
                                                  "allowed: an integer from 1 to 16")
+
+
+def test_the_command_line_refuses_a_replays_setting_in_the_same_words(tmp_path: Path) -> None:
+    plan = resolve("uniform", {"num_workers": 2, "dataset_size": 16})
+    events = simulate(plan.build(), run_id="own", scenario="", params={})
+    events[0]["scenario"] = None  # a loader of the user's own: replayed, not rebuilt as a scenario
+    trace = write_trace(tmp_path / "own.trace.jsonl", events, "own")
+    done = subprocess.run([sys.executable, "-m", "loaderscope.cli", "sim", "--from-trace", str(trace),
+                           "--sweep", "prefetch_factor=2,64"], capture_output=True, text=True, timeout=120,
+                          env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"})
+    with pytest.raises(ParamError) as caught:
+        check({"prefetch_factor": 64})
+    assert done.returncode == 2 and done.stdout == f"error: {caught.value}\n"
 
 
 def _most_in_flight(events: list[dict[str, Any]]) -> int:

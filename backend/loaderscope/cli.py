@@ -297,7 +297,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         events = read_events(args.from_trace)
         plan = trace_plan(events)
         if plan is None:  # the trace's own loader, replayed with other settings
-            grid = sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields])  # what a replay can change
+            try:  # what a replay can change, checked before the fit is printed
+                grid = sim.replay_grid(sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields]))
+            except scenarios.ParamError as exc:
+                raise UsageError(str(exc)) from None
             fitted = print_fit(events, None, args.format)
             return print_sweep(lambda: sim.trace_sweep(events, grid, fitted), args.format)
         costs = print_fit(events, plan, args.format)

@@ -143,7 +143,9 @@ class LoaderState:
 
     @property
     def window(self) -> int:
-        """Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process)."""
+        """Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process), a missing
+        prefetch_factor being torch's 2: ``settings.max_tasks``, which tests/test_settings.py holds this to
+        (the reducer does not import pydantic for it)."""
         workers = self.config.get("num_workers", 0) or 0
         return (self.config.get("prefetch_factor") or 2) * workers if workers else 1
 
