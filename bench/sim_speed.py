@@ -74,7 +74,8 @@ def bench_job(ranks: int, workers: int, batch: int, *, whole_epoch_each: bool) -
     per_rank = []
     for rank in range(ranks):
         indices = range(IMAGENET) if whole_epoch_each else distributed_shard(IMAGENET, ranks, rank)
-        cfg = SimConfig(LoaderSettings(num_workers=workers, prefetch_factor=2), batches=[batched(indices, batch)], run_id=f"rank{rank}",
+        cfg = SimConfig(LoaderSettings(num_workers=workers, prefetch_factor=2), batches=[batched(indices, batch)],
+                        run_id=f"rank{rank}",
                         rank=rank, config={"num_workers": workers, "prefetch_factor": 2},
                         extra_start={"job": "bench", "world_size": ranks})
         per_rank.append((cfg, TaskCosts(model, None, STEP_S, random.Random(rank))))

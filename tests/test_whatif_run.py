@@ -72,7 +72,8 @@ def test_what_a_replay_cannot_change_is_refused_by_name(server: Any) -> None:
         wrong_value = http.post(f"/api/runs/{run_id}/sweeps", json={"grid": {"num_workers": ["4"]}})
         unknown = http.post("/api/runs/nope/sweeps", json={"grid": {"num_workers": [1]}})
     assert wrong_key.status_code == 422
-    assert wrong_key.json()["detail"].startswith("batch_size=[8]: cannot sweep batch_size in a replay of a recorded loader")
+    assert wrong_key.json()["detail"].startswith("batch_size=[8]: cannot sweep batch_size in a replay of a "
+                                                 "recorded loader")
     assert wrong_value.status_code == 422 and wrong_value.json()["errors"][0]["field"] == "grid.num_workers"
     assert unknown.status_code == 404
 

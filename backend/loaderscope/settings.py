@@ -100,11 +100,6 @@ class LoaderSettings:
         given = {k: v for k, v in config.items() if k in _NAMES and (v is not None or k == "batch_size")}
         return cls(**given)
 
-    @classmethod
-    def requested(cls, values: Mapping[str, Any]) -> LoaderSettings:
-        """The settings a request asks for, checked against the bounds (raises ParamError naming each)."""
-        return cls(**check(values))
-
     def with_values(self, values: Mapping[str, Any]) -> LoaderSettings:
         """These settings with some changed (a sweep): the changed values are checked, the rest kept."""
         return LoaderSettings(**(asdict(self) | check(values)))

@@ -29,7 +29,7 @@ class CommonParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # The loader's own settings: their types carry the bounds (loaderscope/settings.py), the defaults are the scenarios'.
+    # The loader's settings: their types carry the bounds (loaderscope/settings.py); the defaults are ours.
     num_workers: NumWorkers = 4
     batch_size: BatchSize = 4
     dataset_size: int = Field(96, ge=1, le=100_000, description="samples in the dataset")

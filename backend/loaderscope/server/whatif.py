@@ -78,8 +78,8 @@ def checked_grid(grid: dict[str, list[Any]]) -> dict[str, list[Any]] | JSONRespo
 
     combinations = math.prod(max(len(values), 1) for values in grid.values())
     if not grid or combinations > MAX_SWEEP_RUNS or any(not values for values in grid.values()):
-        return unprocessable([{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations of non-empty value lists "
-                               f"(got {combinations})", "allowed": None}])
+        return unprocessable([{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations of non-empty "
+                               f"value lists (got {combinations})", "allowed": None}])
     # JSON is typed: over HTTP "4" is not an integer (the command line's text is parsed), as on POST /api/sweeps
     fields = sim.CostModel.model_json_schema()["properties"] | {
         row["name"]: {"type": row["type"], "minimum": row["min"], "maximum": row["max"]} for row in table()}

@@ -184,8 +184,8 @@ def replay_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
     problems: list[Problem] = []
     for key, values in grid.items():
         if key not in TRACE_KEYS | costs:
-            problems.append(Problem(key, values, f"cannot sweep {key} in a replay of a recorded loader (its "
-                                    "dataset and batches stay as recorded)", ", ".join(sorted(TRACE_KEYS) + sorted(costs))))
+            problems.append(Problem(key, values, f"cannot sweep {key} in a replay of a recorded loader (its dataset "
+                                    "and batches stay as recorded)", ", ".join(sorted(TRACE_KEYS) + sorted(costs))))
             continue
         try:
             checked[key] = [check({key: v})[key] if key in TRACE_KEYS else _cost_value(key, v) for v in values]
