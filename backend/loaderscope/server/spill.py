@@ -71,6 +71,14 @@ class TraceSpill:
         spill._offsets, spill.count = list(offsets), count
         return spill
 
+    def reopened(self) -> TraceSpill:
+        """This trace, closed (its run moved to disk), opened again to append from its last flushed line.
+
+        Raises:
+            OSError: it is gone, or no longer a regular file of this user's (``resume``).
+        """
+        return TraceSpill.resume(self.path, count=self.count, offsets=self._offsets, end=self._flushed)
+
     @property
     def created(self) -> bool:
         return self._file is not None
