@@ -247,3 +247,22 @@ def test_one_users_drive_by_runs_on_disk_push_out_their_own_not_anothers(start_s
     assert len(listed) == 4 and listed["victim"]["on_disk"]  # 2 in memory, 2 on disk: the flood's oldest went
     assert sorted(r for r in listed if listed[r]["on_disk"]) == ["flood3", "victim"]
     assert _come_back(server, "victim", secret)["next_seq"] == 2 + 10
+
+
+def test_after_a_logdir_dashboard_restarts_only_the_runs_secret_resumes_it(start_server: Any, tmp_path: Path) -> None:
+    """The new dashboard holds no secret in memory: the trace's header keeps SHA-256 of it."""
+    logdir = tmp_path / "logs"
+    first = start_server(logdir=str(logdir))
+    secret = _leave(first, "kept", [orjson.dumps(list(batches(4)))])
+    header = orjson.loads((logdir / "kept.trace.jsonl").read_bytes().split(b"\n", 1)[0])
+    assert secret not in str(header) and len(header["owner"]) == 64
+    first.stop()
+    second = start_server(logdir=str(logdir), port=first.port, token=first.token)
+    wait_for(lambda: "kept" in _listed(second), what="the run listed again from its file")
+    for guess in ({}, {SECRET: "not-the-secret"}):  # another token holder, in the producer's place
+        with second.connect("/ws/ingest?run=kept", additional_headers=guess) as intruder:
+            code, reason = closed_with(intruder)
+        assert code == 4403 and SECRET in reason
+    hello = _come_back(second, "kept", secret, (orjson.dumps([{"kind": "run_end", "t": 1.0, "reason": "done"}]),))
+    assert hello["next_seq"] == 2 + 20 and hello["secret"] == secret  # the same secret: good for the next restart
+    assert second.wait_status("kept")["status"] == "done"

@@ -9,6 +9,7 @@ process, reading a trace file) goes to worker threads.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import secrets
@@ -41,6 +42,9 @@ DRAIN_WAIT = 5.0  # seconds to let the ingest side finish reading what an exited
 LOG_TAIL_BYTES = 4096
 REPLAY_CHUNK = 1000
 RESTORE_CHUNK = 2000  # events of a parked run's trace read back per step (decoded off the event loop)
+# The trace header's field holding SHA-256 of the run's secret: a dashboard restarted on the logdir
+# holds no secret in memory, and lets a producer resume the run only if its secret matches this.
+OWNER_FIELD = "owner"
 
 
 class RunRefused(Exception):
@@ -302,13 +306,15 @@ class RunManager:
                run_id: str | None = None) -> Run:
         self._make_room()
         run_id = run_id or uuid.uuid4().hex[:12]
+        secret = secrets.token_urlsafe(24)
         spill = None
         if self.config.data_dir is not None:
-            header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin)
+            header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin,
+                                  **{OWNER_FIELD: owner_digest(secret)})
             spill = self._new_spill(run_id, header)
             self.owned_paths.add(str(spill.path))
         log = EventLog(run_id, memory_events=self.config.memory_events, spill=spill)
-        run = Run(run_id, scenario, mode, params, origin, log, silent_after=self.config.silent_after)
+        run = Run(run_id, scenario, mode, params, origin, log, silent_after=self.config.silent_after, secret=secret)
         if spill is not None:
             run.log_path = spill.path.with_name(spill.path.name.removesuffix(".trace.jsonl") + ".log")
         self.runs[run_id] = run
@@ -520,7 +526,7 @@ class RunManager:
         if run.source is not None:
             if self.logdir is None:
                 raise RunRefused(4409, f"run {run.id} is read from a trace file; a producer cannot add to it")
-            self.logdir.resume(run)  # the run it streamed before this dashboard restarted, or refused
+            self.logdir.resume(run, secret)  # the run it streamed before this dashboard restarted, or refused
         if run.closed:
             raise RunRefused(4409, f"run {run.id} has ended; a producer cannot add to it (start a new run)")
         if run.producer is not None:
@@ -706,6 +712,12 @@ def _delete_files(run: Run) -> None:
     for path in paths:
         if path is not None:
             path.unlink(missing_ok=True)
+
+
+def owner_digest(secret: str) -> str:
+    """What a trace header keeps of its run's secret (``OWNER_FIELD``): SHA-256 of a 192-bit random
+    secret gives nothing to whoever reads the trace (a team logdir is readable by others)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def _gone(run: Run) -> bool:
