@@ -1,5 +1,8 @@
 """Nothing dropped without a word (frames a dashboard never read are sent again, or counted on both
-sides), and who a producer is when eviction shares the run table out by source."""
+sides), who a producer is when eviction shares the run table out by source, and eviction that cannot
+be pinned (issue 26 item 7): disconnected runs move to disk, listed, readable and resumable into their
+trace; one source holds at most its quota of producers; only a run's secret resumes it, after a logdir
+dashboard's restart too. A second local user is real (uid 4242, a setuid child) where root allows."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from websockets.sync.client import connect
 import loaderscope
 from loaderscope.server.ingest import loopback_uid
 from tests.conftest import wait_for
-from tests.test_server_ingest import batches, closed_with, frames
+from tests.test_server_ingest import batches as loader_events
+from tests.test_server_ingest import closed_with, frames
 from tests.test_watch import Squares
 
 
@@ -139,7 +143,7 @@ def _listed(server: Any) -> dict[str, dict[str, Any]]:
 def test_a_disconnected_run_moved_to_disk_stays_listed_readable_and_resumes_into_its_trace(
         start_server: Any) -> None:
     server = start_server(max_runs=2, reconnect_grace=600)
-    sent = list(batches(40))
+    sent = list(loader_events(40))
     secret = _leave(server, "away", list(frames(iter(sent), 50)))
     for n in range(2):  # the table is full: the longest gone moves to disk, it is not delisted
         _leave(server, f"later{n}", [orjson.dumps(sent[:1])])
@@ -157,7 +161,7 @@ def test_a_disconnected_run_moved_to_disk_stays_listed_readable_and_resumes_into
     with server.connect("/ws/runs/away") as viewer:  # the viewer is sent to its file, as for any old event
         assert orjson.loads(viewer.recv(timeout=5))["last_seq"] == len(sent) - 1
         assert orjson.loads(viewer.recv(timeout=5)) == {"type": "resync", "from": 0, "to": len(sent) - 1}
-    more = list(batches(10, start=40)) + [{"kind": "run_end", "t": 1.0, "reason": "done"}]
+    more = list(loader_events(10, start=40)) + [{"kind": "run_end", "t": 1.0, "reason": "done"}]
     hello = _come_back(server, "away", secret, (orjson.dumps(more),))
     assert hello["run"] == "away" and hello["next_seq"] == len(sent)  # the same id, numbering on from there
     done = server.wait_status("away")
@@ -169,8 +173,8 @@ def test_a_disconnected_run_moved_to_disk_stays_listed_readable_and_resumes_into
 
 def test_a_run_stopped_while_on_disk_ends_in_its_trace(start_server: Any) -> None:
     server = start_server(max_runs=1, reconnect_grace=600)
-    _leave(server, "away", [orjson.dumps(list(batches(3)))])
-    _leave(server, "later", [orjson.dumps(list(batches(1)))])
+    _leave(server, "away", [orjson.dumps(list(loader_events(3)))])
+    _leave(server, "later", [orjson.dumps(list(loader_events(1)))])
     assert _listed(server)["away"]["on_disk"]
     with server.client() as http:
         assert http.post("/api/runs/away/control", json={"action": "stop"}).status_code == 200
@@ -181,8 +185,8 @@ def test_a_run_stopped_while_on_disk_ends_in_its_trace(start_server: Any) -> Non
 
 def test_a_run_whose_trace_is_gone_from_disk_starts_again_under_its_id(start_server: Any) -> None:
     server = start_server(max_runs=1, reconnect_grace=600)
-    secret = _leave(server, "away", [orjson.dumps(list(batches(3)))])
-    _leave(server, "later", [orjson.dumps(list(batches(1)))])
+    secret = _leave(server, "away", [orjson.dumps(list(loader_events(3)))])
+    _leave(server, "later", [orjson.dumps(list(loader_events(1)))])
     assert _listed(server)["away"]["on_disk"]
     (server.data_dir / "away.trace.jsonl").unlink()
     assert _come_back(server, "away", secret)["next_seq"] == 0  # it re-sends its first frame (§8)
@@ -191,8 +195,8 @@ def test_a_run_whose_trace_is_gone_from_disk_starts_again_under_its_id(start_ser
 
 def test_a_memory_only_dashboard_forgets_disconnected_runs_rather_than_write_them(start_server: Any) -> None:
     server = start_server(max_runs=1, reconnect_grace=600, record=False)
-    _leave(server, "away", [orjson.dumps(list(batches(3)))])
-    _leave(server, "later", [orjson.dumps(list(batches(1)))])
+    _leave(server, "away", [orjson.dumps(list(loader_events(3)))])
+    _leave(server, "later", [orjson.dumps(list(loader_events(1)))])
     assert list(_listed(server)) == ["later"]  # serve(record=False): nothing is written, so nothing moves to disk
 
 
@@ -203,7 +207,7 @@ def test_two_hundred_producers_that_send_one_event_and_leave_lock_nothing(start_
     for n in range(205):
         with server.connect(f"/ws/ingest?run=drive-by{n}") as ws:
             assert orjson.loads(ws.recv(timeout=5))["type"] == "hello", f"producer {n} was refused"
-            ws.send(orjson.dumps(list(batches(0))))
+            ws.send(orjson.dumps(list(loader_events(0))))
     listed = wait_for(lambda: (r := _listed(server)) and sum(x["status"] == "disconnected" for x in r.values()) == 205
                       and r, what="every drive-by producer gone")
     assert sum(r["on_disk"] for r in listed.values()) >= 5
@@ -240,9 +244,9 @@ def test_one_users_drive_by_runs_on_disk_push_out_their_own_not_anothers(start_s
     from tests.test_server_hardening3 import _connection_of_another_user
 
     server = start_server(max_runs=2, max_parked=2, reconnect_grace=600)
-    secret = _leave(server, "victim", [orjson.dumps(list(batches(2)))], sock=_connection_of_another_user(server.port))
+    secret = _leave(server, "victim", [orjson.dumps(list(loader_events(2)))], sock=_connection_of_another_user(server.port))
     for n in range(6):  # this user: one event each, then gone
-        _leave(server, f"flood{n}", [orjson.dumps(list(batches(0)))])
+        _leave(server, f"flood{n}", [orjson.dumps(list(loader_events(0)))])
     listed = _listed(server)
     assert len(listed) == 4 and listed["victim"]["on_disk"]  # 2 in memory, 2 on disk: the flood's oldest went
     assert sorted(r for r in listed if listed[r]["on_disk"]) == ["flood3", "victim"]
@@ -253,7 +257,7 @@ def test_after_a_logdir_dashboard_restarts_only_the_runs_secret_resumes_it(start
     """The new dashboard holds no secret in memory: the trace's header keeps SHA-256 of it."""
     logdir = tmp_path / "logs"
     first = start_server(logdir=str(logdir))
-    secret = _leave(first, "kept", [orjson.dumps(list(batches(4)))])
+    secret = _leave(first, "kept", [orjson.dumps(list(loader_events(4)))])
     header = orjson.loads((logdir / "kept.trace.jsonl").read_bytes().split(b"\n", 1)[0])
     assert secret not in str(header) and len(header["owner"]) == 64
     first.stop()
