@@ -270,3 +270,28 @@ def test_after_a_logdir_dashboard_restarts_only_the_runs_secret_resumes_it(start
     hello = _come_back(second, "kept", secret, (orjson.dumps([{"kind": "run_end", "t": 1.0, "reason": "done"}]),))
     assert hello["next_seq"] == 2 + 20 and hello["secret"] == secret  # the same secret: good for the next restart
     assert second.wait_status("kept")["status"] == "done"
+
+
+def test_a_parked_store_holds_no_event_answers_from_its_file_and_comes_back_whole(tmp_path: Path) -> None:
+    from loaderscope import trace
+    from loaderscope.server.spill import TraceSpill
+    from loaderscope.server.store import EventLog
+
+    def fresh_log(spill: TraceSpill | None) -> EventLog:
+        return EventLog("r", memory_events=100_000, spill=spill)
+
+    sent = list(loader_events(600))
+    log = fresh_log(TraceSpill(tmp_path / "r.trace.jsonl", trace.header("r")))
+    log.append([dict(e) for e in sent])
+    lines, before = log.read(0, len(sent))[0], log.summary()
+    assert log.park() and log.parked
+    assert log.read_memory(log.next_seq - 1, 1) == [] and log.state.tasks == {} and log.state.batches == 600
+    assert log.read(0, len(sent))[0] == lines and log.summary() == before  # the file, and the frozen summary
+    rebuilt = fresh_log(None)
+    rebuilt.append([orjson.loads(line) for line in lines])
+    assert isinstance(log.spill, TraceSpill)
+    log.unpark(rebuilt, log.spill.reopened())
+    log.append([dict(e) for e in loader_events(10, start=600)])
+    log.flush()
+    assert not log.parked and log.summary()[0]["batches"] == 610
+    assert [e["seq"] for e in trace.read_trace(tmp_path / "r.trace.jsonl")[1]] == list(range(len(sent) + 50))

@@ -447,8 +447,11 @@ class RunManager:
 
     def _park(self, run: Run) -> None:
         """Move a disconnected run to disk: still listed under its id (``on_disk``), read from its trace,
-        and resumed into the same file when its producer comes back with its secret (``_unpark``)."""
-        run.log.park()
+        and resumed into the same file when its producer comes back with its secret (``_unpark``). A
+        file that fails as it is closed leaves the run memory-only: it is then forgotten."""
+        run.started()  # its wall clock, read while its first event may still be in memory, not from the file
+        if not run.log.park():
+            self._forget(run)
         run.changed.notify()
 
     def _unpark(self, run: Run) -> None:
@@ -464,6 +467,8 @@ class RunManager:
         raise RunRefused(429, f"run {run.id} is being read back from its trace file; reconnect in a moment")
 
     async def _restore(self, run: Run) -> None:
+        """Read a parked run's trace back into a whole state, then reopen the file for its producer; a
+        trace that cannot be read back is said, and the run forgotten (its producer starts it again)."""
         log, spill = run.log, run.log.spill
         assert isinstance(spill, TraceSpill)
         rebuilt = EventLog(run.id, memory_events=log.memory_events, memory_bytes=log.memory_bytes)

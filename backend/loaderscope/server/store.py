@@ -167,20 +167,24 @@ class EventLog:
         self._summary = (self.next_seq, now, (stats, diagnosis(self.state, stats)))
         return self._summary[2]
 
-    def park(self) -> None:
+    def park(self) -> bool:
         """Move to disk: keep what lists the run (a slim state, the summary as of now) and nothing else.
 
         The trace file, closed, answers every read from now on. Only for a log whose trace file holds
         every event (``first_held`` 0); appending afterwards (the server's own ``run_end``) needs the
-        file reopened first (``reopen``).
+        file reopened first (``reopen``). Returns False, the log kept whole but memory-only, where
+        closing the file failed (``spill_error`` says why).
         """
+        self.close()
+        if self.spill is None:
+            return False
         stats = summary(self.state, self._order)
         self._summary = (self.next_seq, time.monotonic(), (stats, diagnosis(self.state, stats)))
         self.state, self._order = listing_state(self.state), FetchOrder()
         self._tail = deque()  # not clear(): a deque keeps up to 16 freed blocks (8 KiB) for reuse
         self._tail_bytes, self._first_in_memory = 0, self.next_seq
-        self.close()
         self.parked = True
+        return True
 
     def reopen(self, spill: Spill | None, problem: str | None = None) -> None:
         """A parked log's trace file again open for appending (``spill``), or, where it could not be
