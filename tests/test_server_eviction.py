@@ -295,3 +295,15 @@ def test_a_parked_store_holds_no_event_answers_from_its_file_and_comes_back_whol
     log.flush()
     assert not log.parked and log.summary()[0]["batches"] == 610
     assert [e["seq"] for e in trace.read_trace(tmp_path / "r.trace.jsonl")[1]] == list(range(len(sent) + 50))
+
+
+def test_controls_for_a_run_whose_producer_is_away_keep_only_the_newest(start_server: Any) -> None:
+    server = start_server()
+    secret = _leave(server, "away", [orjson.dumps(list(loader_events(1)))])
+    with server.client() as http:
+        for n in range(40):
+            assert http.post("/api/runs/away/control", json={"delay": n / 10}).status_code == 200
+    with server.connect("/ws/ingest?run=away", additional_headers={SECRET: secret}) as ws:
+        assert orjson.loads(ws.recv(timeout=5))["type"] == "hello"
+        queued = [orjson.loads(ws.recv(timeout=5)) for _ in range(16)]  # sent at once, after the hello
+    assert queued == [{"delay": n / 10} for n in range(24, 40)]  # had all 40 been kept, the oldest came first

@@ -45,6 +45,9 @@ RESTORE_CHUNK = 2000  # events of a parked run's trace read back per step (decod
 # The trace header's field holding SHA-256 of the run's secret: a dashboard restarted on the logdir
 # holds no secret in memory, and lets a producer resume the run only if its secret matches this.
 OWNER_FIELD = "owner"
+# Controls queued for a run whose producer is away (the newest kept): a run on disk, or any disconnected
+# one, must not grow with every control a client sends it.
+MAX_PENDING_CONTROLS = 16
 
 
 class RunRefused(Exception):
@@ -583,13 +586,13 @@ class RunManager:
             self._finish(run, None)  # an external run with nobody connected: just end it
 
     async def _send(self, run: Run, message: dict[str, Any]) -> None:
-        if run.producer is None:
-            run.pending_control.append(message)
-            return
-        try:
-            await run.producer.send(message)
-        except Exception:  # noqa: BLE001 (a producer that just went away: its run ends on its own)
-            run.pending_control.append(message)
+        if run.producer is not None:
+            try:
+                await run.producer.send(message)
+                return
+            except Exception:  # noqa: BLE001 (a producer that just went away: its run ends on its own)
+                pass
+        run.pending_control = [*run.pending_control[1 - MAX_PENDING_CONTROLS:], message]
 
     # --- process life ---------------------------------------------------------------------------
 
