@@ -130,22 +130,38 @@ def test_a_sweep_over_budget_is_refused_from_the_index_before_any_event_is_read(
 
 def test_producers_that_send_one_event_and_leave_cannot_lock_the_dashboard(start_server: Any) -> None:
     server = start_server(max_runs=4, reconnect_grace=600)
+    secrets = []
     for n in range(8):  # each connects, sends one event, and goes: disconnected, within reconnect_grace
         with server.connect(f"/ws/ingest?run=drive-by{n}") as ws:
-            assert orjson.loads(ws.recv(timeout=5))["type"] == "hello", f"producer {n} was refused"
+            hello = orjson.loads(ws.recv(timeout=5))
+            assert hello["type"] == "hello", f"producer {n} was refused"
+            secrets.append(hello["secret"])
             ws.send(orjson.dumps(HEADER[:1]))
         wait_for(lambda n=n: server.run(f"drive-by{n}")["status"] == "disconnected", what=f"drive-by{n} gone")
     with server.client() as http:
-        listed = [r["id"] for r in http.get("/api/runs").json()]
-    assert listed == [f"drive-by{n}" for n in range(4, 8)]  # the longest gone went first
+        listed = {r["id"]: r["on_disk"] for r in http.get("/api/runs").json()}
+    assert listed == {f"drive-by{n}": n < 4 for n in range(8)}  # the longest gone moved to disk, still listed
     evicted = server.data_dir / "drive-by0.trace.jsonl"
-    assert evicted.read_bytes().count(b"\n") == 2  # its trace kept: header and its one event
-    with server.connect("/ws/ingest?run=drive-by0") as ws:  # its producer comes back: a fresh trace
-        assert orjson.loads(ws.recv(timeout=5))["next_seq"] == 0
-        ws.send(orjson.dumps(HEADER[:1]))  # a trace file is made with its first event
-        wait_for(lambda: server.run("drive-by0")["events"] == 1, what="drive-by0's event")
-    assert wait_for(lambda: (server.data_dir / "drive-by0.2.trace.jsonl").exists(), what="the fresh trace")
-    assert evicted.read_bytes().count(b"\n") == 2  # the old one untouched
+    assert evicted.read_bytes().count(b"\n") == 2  # its trace: header and its one event
+    secret = {"X-Loaderscope-Run-Secret": secrets[0]}
+    hello = wait_for(lambda: _hello_or_try_later(server, "/ws/ingest?run=drive-by0", secret, HEADER[1:]),
+                     what="drive-by0 taken back")  # its producer comes back: the same run, the same trace
+    assert hello["next_seq"] == 1
+    wait_for(lambda: server.run("drive-by0")["events"] == 2, what="drive-by0's second event")
+    assert wait_for(lambda: evicted.read_bytes().count(b"\n") == 3, what="the event in the same trace")
+    assert not (server.data_dir / "drive-by0.2.trace.jsonl").exists()
+
+
+def _hello_or_try_later(server: LiveServer, path: str, headers: dict[str, str], events: list[Any]) -> Any:
+    """The hello of a producer that then sends ``events``, or None when told to try later (1013)."""
+    with server.connect(path, additional_headers=headers) as ws:
+        try:
+            hello = orjson.loads(ws.recv(timeout=5))
+        except ConnectionClosed as exc:
+            assert exc.rcvd is not None and exc.rcvd.code == 1013, exc
+            return None
+        ws.send(orjson.dumps(events))
+        return hello
 
 
 OTHER_UID = 4242
@@ -182,8 +198,8 @@ def test_one_user_driving_by_pushes_out_its_own_runs_before_anothers(start_serve
     for n in range(8):  # another user (this one): one event each, then gone
         produce(server, f"flood{n}", iter([orjson.dumps(HEADER[:1])]), end=False)
     with server.client() as http:
-        listed = {r["id"] for r in http.get("/api/runs").json()}
-    assert "victim" in listed and len(listed) == 4  # the oldest of them, yet the flooding user's went
+        held = {r["id"] for r in http.get("/api/runs").json() if not r["on_disk"]}
+    assert "victim" in held and len(held) == 4  # the oldest of them, yet the flooding user's moved to disk
 
 
 def test_live_producers_still_fill_the_dashboard_with_a_reason(start_server: Any) -> None:

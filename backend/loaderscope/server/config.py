@@ -16,7 +16,12 @@ MAX_LAG = 50_000  # a subscriber further behind than this is told to resync over
 # high-water mark, so a send rarely waits for a drain; measured 1.1-2x the rate of 1000-event frames.
 FRAME_EVENTS = 250
 MAX_ACTIVE_RUNS = 4  # run processes at once
-MAX_RUNS = 200  # runs kept listed; the oldest ended ones are forgotten (their trace files stay)
+# Runs held in memory (besides logdir runs): past it an ended run is forgotten (its trace file stays) or a
+# disconnected one moves to disk (parked: listed, resumable), the source holding the most going first.
+MAX_RUNS = 200
+# Runs parked on disk, listed with their summary (~45 KiB of server RSS each, bench/parked.py): past it the source parking
+# the most loses its longest gone (delisted; its trace stays).
+MAX_PARKED = 1000
 MAX_RUN_EVENTS = 50_000_000  # a producer sending more is cut off
 STOP_GRACE = 3.0  # seconds a run has to stop by itself before its process group gets SIGTERM
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL
@@ -25,9 +30,12 @@ LOGDIR_POLL = 0.5  # seconds between looks at the logdir and at each followed fi
 # least every second while a loader runs, but a training loop in a long validation or checkpoint
 # writes nothing: 30 s keeps those "running" while a killed job is named within half a minute.
 SILENT_AFTER = 30.0
-# Connections: well under the 200 runs listed, so idle producers can never hold every slot, and under
-# uvicorn's and the OS's own limits (each viewer costs a task and a socket).
-MAX_PRODUCERS = 64
+# Connections: with max_active_runs, under the 200 runs held in memory, so live runs can never hold every
+# slot, and under uvicorn's and the OS's own limits (each viewer costs a task and a socket). One source
+# (a local uid, else an address) may hold 64 of the 96: a 64-rank job streams whole, and 32 slots stay
+# for everyone else.
+MAX_PRODUCERS = 96
+MAX_SOURCE_PRODUCERS = 64
 MAX_VIEWERS = 256  # viewer websockets in all
 MAX_RUN_VIEWERS = 64  # viewer websockets per run
 # A disconnected watch() run may come back (its producer retries): it is not forgotten for this long.
@@ -91,6 +99,8 @@ class ServerConfig:
     max_run_events: int = MAX_RUN_EVENTS
     max_run_bytes: int = MAX_RUN_BYTES
     max_producers: int = MAX_PRODUCERS
+    max_source_producers: int = MAX_SOURCE_PRODUCERS
+    max_parked: int = MAX_PARKED
     max_viewers: int = MAX_VIEWERS
     max_run_viewers: int = MAX_RUN_VIEWERS
     reconnect_grace: float = RECONNECT_GRACE

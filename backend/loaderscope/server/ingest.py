@@ -13,7 +13,8 @@ Protocol (◆):
 Bad input closes the connection with a code that says why: 1007 (not JSON, not the schema),
 1009 (too big), 1008 (over the run's event limit), 4400/4409 (bad or busy run id), 4403 (another
 producer's run), 1013 (try again
-later: ``max_producers`` connected, or every listed run still live).
+later: ``max_producers`` connected, or ``max_source_producers`` of this producer's source, or every
+run in memory still live, or its run moved to disk and being read back for it).
 
 A frame is applied in slices of about SLICE_EVENTS events, yielding to the event loop between them:
 a 7 MB compact frame expands to a million events, and must not hold every other connection for

@@ -22,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loaderscope.server.logindex import Index, load_sidecar, quick_index, save_sidecar
-from loaderscope.server.runs import RUN_ID, Run, RunManager, RunRefused
-from loaderscope.server.spill import TraceSpill
+from loaderscope.server.process import SECRET_HEADER
+from loaderscope.server.runs import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
+from loaderscope.server.spill import TraceSpill, header_of
 from loaderscope.server.storage import Entry, LocalStorage, Storage
 from loaderscope.server.store import EventLog
 from loaderscope.server.tracefile import TraceFile
@@ -313,13 +315,15 @@ class Logdir:
             self._say(f"cannot write the index next to {source.relative} ({exc.strerror or exc}); "
                       "a read-only logdir is indexed again at each start")
 
-    def resume(self, run: Run) -> None:
+    def resume(self, run: Run, secret: str | None) -> None:
         """A producer reconnects to the run it streamed to this logdir's dashboard before a restart:
-        the run becomes its live run again, appending to the same file under the same id.
+        the run becomes its live run again, appending to the same file under the same id, if its
+        ``secret`` is the one whose digest the file's header keeps (``runs.OWNER_FIELD``).
 
         Raises:
             RunRefused: the file is not such a run (someone else's trace, one that ended, a remote
-                logdir), or is still being read (429: the producer retries).
+                logdir), the secret is not its owner's (4403), or the file is still being read (429:
+                the producer retries).
         """
         source = run.source
         assert source is not None
@@ -328,6 +332,13 @@ class Logdir:
         if not own or index.problem is not None or run.log.ended or file.problem_count:
             raise RunRefused(4409, f"run {run.id} is read from a trace file in the logdir ({source.relative}); "
                              "a producer cannot add to it")
+        try:
+            owner = header_of(Path(source.path)).get(OWNER_FIELD)
+        except OSError as exc:
+            raise RunRefused(4409, f"run {run.id} cannot be resumed: {exc}") from None
+        if not isinstance(owner, str) or not secrets.compare_digest(owner, owner_digest(secret or "")):
+            raise RunRefused(4403, f"run {run.id} is another producer's: its owner returns with the "
+                             f"{SECRET_HEADER} header")
         if not source.read_whole:
             self.follow(run)
             raise RunRefused(429, f"run {run.id} is being read back from {source.relative} after a restart; "
@@ -337,7 +348,7 @@ class Logdir:
         except OSError as exc:
             raise RunRefused(4409, f"run {run.id} cannot be resumed: {exc}") from None
         source.following = False
-        run.source, run.origin, run.log.spill = None, "external", spill
+        run.source, run.origin, run.log.spill, run.secret = None, "external", spill, secret or ""
         run.silent_after = self.manager.config.silent_after
         run.last_producer_seq = run.log.last_seq  # what the file lacks of what the producer sent counts as dropped
         self.manager.owned_paths.add(source.path)

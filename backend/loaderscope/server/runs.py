@@ -9,6 +9,7 @@ process, reading a trace file) goes to worker threads.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import secrets
@@ -40,6 +41,13 @@ LOAD_WAIT = 60.0  # seconds a REST read waits for a logdir run's file to be read
 DRAIN_WAIT = 5.0  # seconds to let the ingest side finish reading what an exited process sent
 LOG_TAIL_BYTES = 4096
 REPLAY_CHUNK = 1000
+RESTORE_CHUNK = 2000  # events of a parked run's trace read back per step (decoded off the event loop)
+# The trace header's field holding SHA-256 of the run's secret: a dashboard restarted on the logdir
+# holds no secret in memory, and lets a producer resume the run only if its secret matches this.
+OWNER_FIELD = "owner"
+# Controls queued for a run whose producer is away (the newest kept): a run on disk, or any disconnected
+# one, must not grow with every control a client sends it.
+MAX_PENDING_CONTROLS = 16
 
 
 class RunRefused(Exception):
@@ -103,6 +111,7 @@ class Run:
     # process the dashboard started (in its environment); a producer attaching to an existing run shows it.
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     peer: str | None = None  # its first producer's source, "uid:N" on loopback else the address (ingest.source_of)
+    producer_peer: str | None = None  # the source of the producer connected now (max_source_producers)
     silent_after: float = 30.0  # a live producer quiet this long is shown as silent
     wall_start: float | None = None  # run_start's wall clock at t = 0 (started())
     wall_start_read: bool = False
@@ -177,6 +186,7 @@ class Run:
             "rank": state.rank,
             "world_size": state.world_size,
             "epochs": state.epoch + 1 if self.source is None or self.source.read_whole else None,
+            "on_disk": self.log.parked,
             **(self.source.brief() if self.source is not None else {}),
         }
         # a replay's `created` is when it was opened here, not when it ran
@@ -248,6 +258,7 @@ class RunManager:
         self.forgotten: list[Run] = []  # delisted runs whose files a temporary data directory still keeps
         self.viewers = 0  # viewer websockets open
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._restoring: set[str] = set()  # parked runs whose trace is being read back for their producer
 
     # --- lookup ---------------------------------------------------------------------------------
 
@@ -284,6 +295,10 @@ class RunManager:
         """Producer websockets connected now."""
         return sum(r.producer is not None for r in self.runs.values())
 
+    def producers_of(self, peer: str | None) -> int:
+        """Producer websockets of one source connected now (what max_source_producers limits)."""
+        return sum(r.producer is not None and r.producer_peer == peer for r in self.runs.values())
+
     def running(self) -> list[Run]:
         """Runs whose process is still alive."""
         return [r for r in self.runs.values() if r.process is not None and not r.exited.is_set()]
@@ -294,13 +309,15 @@ class RunManager:
                run_id: str | None = None) -> Run:
         self._make_room()
         run_id = run_id or uuid.uuid4().hex[:12]
+        secret = secrets.token_urlsafe(24)
         spill = None
         if self.config.data_dir is not None:
-            header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin)
+            header = trace.header(run_id, scenario=scenario, mode=mode, params=params, origin=origin,
+                                  **{OWNER_FIELD: owner_digest(secret)})
             spill = self._new_spill(run_id, header)
             self.owned_paths.add(str(spill.path))
         log = EventLog(run_id, memory_events=self.config.memory_events, spill=spill)
-        run = Run(run_id, scenario, mode, params, origin, log, silent_after=self.config.silent_after)
+        run = Run(run_id, scenario, mode, params, origin, log, silent_after=self.config.silent_after, secret=secret)
         if spill is not None:
             run.log_path = spill.path.with_name(spill.path.name.removesuffix(".trace.jsonl") + ".log")
         self.runs[run_id] = run
@@ -383,37 +400,98 @@ class RunManager:
         return run
 
     def _make_room(self) -> None:
-        """Forget the oldest forgettable runs while too many are listed or their traces pass ``disk_bytes``.
+        """Room in memory for one more run: the source holding the most runs in memory gives first, its
+        ended runs forgotten (their traces stay), its disconnected ones moved to disk (``_park``). Then
+        the oldest forgettable traces go past ``disk_bytes``, and parked runs past ``max_parked``.
 
         Logdir runs are not counted: their files hold them, and the listing must show every one.
         """
-        while sum(r.source is None for r in self.runs.values()) >= self.config.max_runs:
-            evictable = self._evictable() or self._disconnected()
-            if not evictable:
-                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs, all live (connected "
-                                 "producers or started run processes); stop some, or try again later")
-            self._forget(evictable[0])
+        while len(held := self._in_memory()) >= self.config.max_runs:
+            run = self._victim(held)
+            if run is None:
+                raise RunRefused(429, f"this dashboard holds {self.config.max_runs} runs in memory, all live "
+                                 "(connected producers or started run processes); stop some, or try again later")
+            if self._parkable(run):
+                self._park(run)
+            else:
+                self._forget(run)
         while self._disk_used() > self.config.disk_bytes and (evictable := self._evictable()):
             self._forget(evictable[0])
+        while len(parked := [r for r in self.runs.values() if r.log.parked]) > self.config.max_parked:
+            count = Counter(r.peer for r in parked)
+            self._forget(min(parked, key=lambda r: (not r.closed, -count[r.peer], r.detached_at or 0.0)))
+
+    def _in_memory(self) -> list[Run]:
+        """Runs whose events and state the dashboard holds (what max_runs limits)."""
+        return [r for r in self.runs.values() if r.source is None and not r.log.parked]
+
+    def _victim(self, held: list[Run]) -> Run | None:
+        """The run that leaves memory for a new one: of the source (a local uid, else an address) holding
+        the most runs in memory, its oldest forgettable run, else its longest gone disconnected one.
+        So one source's drive-by runs push out its own, not another's; live runs never go."""
+        count = Counter(r.peer for r in held)
+        forgettable = set(map(id, self._evictable()))
+        candidates = [r for r in held if id(r) in forgettable or _gone(r)]
+        return min(candidates, default=None, key=lambda r: (
+            -count[r.peer], id(r) not in forgettable, 0.0 if id(r) in forgettable else r.detached_at or 0.0))
 
     def _evictable(self) -> list[Run]:
         """Ended runs, and external runs whose producer left more than ``reconnect_grace`` ago (or sent
         nothing): a watch()ed script that lost its connection comes back to the same run."""
         now = time.monotonic()
         return [r for r in self.runs.values() if r.source is None and (r.closed or (
-            r.origin == "external" and r.producer is None and r.detached_at is not None
-            and (r.log.next_seq == 0 or now - r.detached_at > self.config.reconnect_grace)))]
+            _gone(r) and (r.log.next_seq == 0 or now - (r.detached_at or now) > self.config.reconnect_grace)))]
 
-    def _disconnected(self) -> list[Run]:
-        """External runs whose producer left: when nothing else can go, they go before a new run is
-        refused. 200 producers that each sent an event and left once held every slot for reconnect_grace;
-        a forgotten run keeps its trace file, and a producer coming back under its id starts
-        ``ID.2.trace.jsonl``, told ``next_seq: 0`` (§8). The source (a local uid, else an address) holding the most of them loses its
-        longest gone first, so one source's drive-by runs push out its own, not another's."""
-        gone = [r for r in self.runs.values()
-                if r.source is None and r.origin == "external" and r.producer is None and r.detached_at is not None]
-        held = Counter(r.peer for r in gone)
-        return sorted(gone, key=lambda r: (-held[r.peer], r.detached_at or 0.0))
+    def _parkable(self, run: Run) -> bool:
+        """A disconnected run whose trace file holds every event can move to disk. A memory-only
+        dashboard (``serve(record=False)``) writes no file, by the user's choice: its runs are forgotten."""
+        spill = run.log.spill
+        return _gone(run) and isinstance(spill, TraceSpill) and spill.created and run.log.spill_error is None
+
+    def _park(self, run: Run) -> None:
+        """Move a disconnected run to disk: still listed under its id (``on_disk``), read from its trace,
+        and resumed into the same file when its producer comes back with its secret (``_unpark``). A
+        file that fails as it is closed leaves the run memory-only: it is then forgotten."""
+        run.started()  # its wall clock, read while its first event may still be in memory, not from the file
+        if not run.log.park():
+            self._forget(run)
+        run.changed.notify()
+
+    def _unpark(self, run: Run) -> None:
+        """Its producer is back: read the trace back into memory (in the background), then let it in.
+
+        Raises:
+            RunRefused: 429 (close 1013) until the trace has been read back: the producer retries.
+        """
+        if run.id not in self._restoring:
+            self._make_room()
+            self._restoring.add(run.id)
+            self._background(self._restore(run))
+        raise RunRefused(429, f"run {run.id} is being read back from its trace file; reconnect in a moment")
+
+    async def _restore(self, run: Run) -> None:
+        """Read a parked run's trace back into a whole state, then reopen the file for its producer; a
+        trace that cannot be read back is said, and the run forgotten (its producer starts it again)."""
+        log, spill = run.log, run.log.spill
+        assert isinstance(spill, TraceSpill)
+        rebuilt = EventLog(run.id, memory_events=log.memory_events, memory_bytes=log.memory_bytes)
+        try:
+            while rebuilt.next_seq < log.next_seq:
+                events = await asyncio.to_thread(_decoded, spill, rebuilt.next_seq, RESTORE_CHUNK)
+                if not events:
+                    raise OSError(f"it ends after {rebuilt.next_seq} of its {log.next_seq} events")
+                rebuilt.append(events)
+            if log.parked and not run.closed and self.runs.get(run.id) is run:  # not ended or forgotten meanwhile
+                log.unpark(rebuilt, spill.reopened())
+                run.detached_at = time.monotonic()  # the youngest gone: kept while its producer reconnects
+        except (OSError, ValueError) as exc:  # ValueError: orjson's JSONDecodeError, a line changed on disk
+            print(f"loaderscope: run {run.id} cannot come back from its trace file {spill.path} ({exc}); its "
+                  "producer starts it again as a new run under the same id", flush=True)
+            if self.runs.get(run.id) is run:
+                self._forget(run)
+        finally:
+            self._restoring.discard(run.id)
+        run.changed.notify()
 
     def _forget(self, run: Run) -> None:
         """Delist ``run``. Its trace stays; a temporary data directory keeps the newest ``keep_forgotten``."""
@@ -443,6 +521,9 @@ class RunManager:
         """
         if run_id is not None and not RUN_ID.match(run_id):
             raise RunRefused(4400, "run ids are 1 to 64 characters from A-Z a-z 0-9 _ -")
+        if (held := self.producers_of(peer)) >= self.config.max_source_producers:
+            raise RunRefused(429, f"{peer} has {held} producers connected, the most one source may "
+                             "(max_source_producers); try again when one ends")
         run = self.runs.get(run_id) if run_id else None
         if run is None:
             run = self.create(scenario=None, mode="", params={}, origin="external", run_id=run_id)
@@ -453,12 +534,14 @@ class RunManager:
         if run.source is not None:
             if self.logdir is None:
                 raise RunRefused(4409, f"run {run.id} is read from a trace file; a producer cannot add to it")
-            self.logdir.resume(run)  # the run it streamed before this dashboard restarted, or refused
+            self.logdir.resume(run, secret)  # the run it streamed before this dashboard restarted, or refused
         if run.closed:
             raise RunRefused(4409, f"run {run.id} has ended; a producer cannot add to it (start a new run)")
         if run.producer is not None:
             raise RunRefused(4409, f"run {run.id} already has a producer connected")
-        run.producer = channel
+        if run.log.parked:
+            self._unpark(run)
+        run.producer, run.producer_peer = channel, peer
         run.attached = True
         run.producer_gone.clear()
         queued, run.pending_control = run.pending_control, []
@@ -466,7 +549,7 @@ class RunManager:
         return run, queued
 
     def detach(self, run: Run) -> None:
-        run.producer = None
+        run.producer, run.producer_peer = None, None
         run.detached_at = time.monotonic()
         run.producer_gone.set()
         if run.origin == "external" and run.log.ended:
@@ -503,13 +586,13 @@ class RunManager:
             self._finish(run, None)  # an external run with nobody connected: just end it
 
     async def _send(self, run: Run, message: dict[str, Any]) -> None:
-        if run.producer is None:
-            run.pending_control.append(message)
-            return
-        try:
-            await run.producer.send(message)
-        except Exception:  # noqa: BLE001 (a producer that just went away: its run ends on its own)
-            run.pending_control.append(message)
+        if run.producer is not None:
+            try:
+                await run.producer.send(message)
+                return
+            except Exception:  # noqa: BLE001 (a producer that just went away: its run ends on its own)
+                pass
+        run.pending_control = [*run.pending_control[1 - MAX_PENDING_CONTROLS:], message]
 
     # --- process life ---------------------------------------------------------------------------
 
@@ -546,6 +629,8 @@ class RunManager:
         if run.closed:
             return
         if not run.log.ended:
+            if run.log.parked:
+                self._reopen(run)
             reason = RunStatus.STOPPED if run.stop_requested else RunStatus.ERROR
             message = why or run.error or describe_exit(code)
             run.log.append([{"kind": "run_end", "t": run.log.state.t, "rank": 0, "reason": reason,
@@ -553,6 +638,15 @@ class RunManager:
             if reason == RunStatus.ERROR and run.error is None:
                 run.error = message
         self._close(run)
+
+    def _reopen(self, run: Run) -> None:
+        """A parked run's trace takes the run_end the server writes for it (stopped, or server exit)."""
+        spill = run.log.spill
+        assert isinstance(spill, TraceSpill)
+        try:
+            run.log.reopen(spill.reopened())
+        except OSError as exc:
+            run.log.reopen(None, str(exc))
 
     def close(self, run: Run) -> None:
         """No more events will come (a logdir run whose file reached its run_end)."""
@@ -626,6 +720,23 @@ def _delete_files(run: Run) -> None:
     for path in paths:
         if path is not None:
             path.unlink(missing_ok=True)
+
+
+def owner_digest(secret: str) -> str:
+    """What a trace header keeps of its run's secret (``OWNER_FIELD``): SHA-256 of a 192-bit random
+    secret gives nothing to whoever reads the trace (a team logdir is readable by others)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _gone(run: Run) -> bool:
+    """An external run whose producer left and may come back (disconnected)."""
+    return run.source is None and run.origin == "external" and run.producer is None \
+        and run.detached_at is not None and not run.closed
+
+
+def _decoded(spill: TraceSpill, start: int, count: int) -> list[Event]:
+    """Events ``start ..`` of a trace file, decoded (blocking: a worker thread's)."""
+    return [orjson.loads(line) for line in spill.read(start, count)]
 
 
 def describe_exit(code: int | None) -> str:

@@ -21,7 +21,29 @@ from typing import IO, Any
 import orjson
 
 INDEX_EVERY = 256  # one byte offset remembered per this many events
+HEADER_BYTES = 64 * 1024  # a header line longer than this is not read for its fields (header_of)
 WRITE_BUFFER = 1 << 20
+
+
+def header_of(path: Path) -> dict[str, Any]:
+    """The header line of a trace this dashboard wrote: a regular file opened without following a link
+    or blocking (its first HEADER_BYTES; ``{}`` for a header that is not a JSON object there).
+
+    Raises:
+        OSError: it cannot be read, or is not a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EPERM, "not a regular file: not read", str(path))
+        line = os.pread(fd, HEADER_BYTES, 0).split(b"\n", 1)[0]
+    finally:
+        os.close(fd)
+    try:
+        head = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {}
+    return head if isinstance(head, dict) else {}
 
 
 class TraceSpill:
@@ -70,6 +92,14 @@ class TraceSpill:
         spill._file, spill._pos, spill._flushed = file, end, end
         spill._offsets, spill.count = list(offsets), count
         return spill
+
+    def reopened(self) -> TraceSpill:
+        """This trace, closed (its run moved to disk), opened again to append from its last flushed line.
+
+        Raises:
+            OSError: it is gone, or no longer a regular file of this user's (``resume``).
+        """
+        return TraceSpill.resume(self.path, count=self.count, offsets=self._offsets, end=self._flushed)
 
     @property
     def created(self) -> bool:

@@ -4,7 +4,9 @@ The store's seq is authoritative: strictly increasing from 0 per run, whatever t
 sent (a producer that reconnects, or drops events under pressure, cannot create duplicates).
 Memory holds the newest ``memory_events`` encoded events; every event also goes to the run's
 trace file, from which older ones are read back. Without a trace file, evicted events are
-gone and readers are told so (a gap), never silently skipped.
+gone and readers are told so (a gap), never silently skipped. A parked log (``park``) holds no
+event and no reducer state at all: its trace file answers for every event, a frozen summary for
+the statistics, until ``unpark`` hands it a state read back from that file.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class EventLog:
         self.last_event_at: float | None = None  # time.monotonic() of the last append
         self._order = FetchOrder()  # the statistics' sorted fetch times, caught up at each summary
         self._summary: tuple[int, float, tuple[dict[str, Any], list[str]]] | None = None  # (next_seq, when, it)
+        self.parked = False  # on disk only: see park()
 
     @property
     def last_seq(self) -> int:
@@ -156,11 +159,49 @@ class EventLog:
         that came since to the sorted ones (FetchOrder), not by sorting them all again."""
         now = time.monotonic()
         cached = self._summary
+        if self.parked and cached is not None:  # frozen at park(): the slim state has no statistics
+            return cached[2]
         if cached is not None and (cached[0] == self.next_seq or (not self.ended and now - cached[1] < SUMMARY_EVERY)):
             return cached[2]
         stats = summary(self.state, self._order)
         self._summary = (self.next_seq, now, (stats, diagnosis(self.state, stats)))
         return self._summary[2]
+
+    def park(self) -> bool:
+        """Move to disk: keep what lists the run (a slim state, the summary as of now) and nothing else.
+
+        The trace file, closed, answers every read from now on. Only for a log whose trace file holds
+        every event (``first_held`` 0); appending afterwards (the server's own ``run_end``) needs the
+        file reopened first (``reopen``). Returns False, the log kept whole but memory-only, where
+        closing the file failed (``spill_error`` says why).
+        """
+        self.close()
+        if self.spill is None:
+            return False
+        stats = summary(self.state, self._order)
+        self._summary = (self.next_seq, time.monotonic(), (stats, diagnosis(self.state, stats)))
+        self.state, self._order = listing_state(self.state), FetchOrder()
+        self._tail = deque()  # not clear(): a deque keeps up to 16 freed blocks (8 KiB) for reuse
+        self._tail_bytes, self._first_in_memory = 0, self.next_seq
+        self.parked = True
+        return True
+
+    def reopen(self, spill: Spill | None, problem: str | None = None) -> None:
+        """A parked log's trace file again open for appending (``spill``), or, where it could not be
+        reopened, ``problem``: the log is then memory-only from here on."""
+        self.spill = spill
+        if spill is None:
+            self.spill_error = f"trace file stopped before seq {self.next_seq}: {problem}"
+
+    def unpark(self, rebuilt: EventLog, spill: Spill) -> None:
+        """Whole again: the state and newest events of ``rebuilt`` (this log's trace read back into a
+        log without a file), appending to ``spill`` (the trace reopened) from now on."""
+        assert rebuilt.next_seq == self.next_seq, "the trace read back must hold every event"
+        self.state, self._order = rebuilt.state, rebuilt._order
+        self._tail, self._tail_bytes, self._first_in_memory = rebuilt._tail, rebuilt._tail_bytes, rebuilt._first_in_memory
+        self.state_problems, self.state_problem_count = rebuilt.state_problems, rebuilt.state_problem_count
+        self.forgotten_tasks, self.ended = rebuilt.forgotten_tasks, rebuilt.ended
+        self.spill, self._summary, self.parked = spill, None, False
 
     def flush(self) -> None:
         if self.spill is not None:
@@ -200,6 +241,15 @@ class EventLog:
         while self._tail_bytes > self.memory_bytes and len(tail) > 1:
             self._tail_bytes -= len(popleft())
             self._first_in_memory += 1
+
+
+def listing_state(state: LoaderState) -> LoaderState:
+    """What a parked run's listing and detail read of its state: names, config, counts; none of the
+    tasks, workers, notes and fetch times the reducer keeps (those come back with ``unpark``)."""
+    return LoaderState(run=state.run, mode=state.mode, rank=state.rank, name=state.name, job=state.job,
+                       world_size=state.world_size, config=state.config, status=state.status, seq=state.seq,
+                       t=state.t, epoch=state.epoch, batches=state.batches, epochs_done=state.epochs_done,
+                       first_t=state.first_t)
 
 
 def within(lines: Iterable[bytes], max_bytes: int) -> list[bytes]:
