@@ -156,7 +156,7 @@ def _manager() -> RunManager:
 
 
 def _exported(manager: RunManager, exporter: metrics.Exporter | None = None) -> Series:
-    return parse(generate_latest((exporter or metrics.Exporter(manager)).registry).decode())
+    return parse(generate_latest((exporter or metrics.Exporter(manager)).read()).decode())
 
 
 def test_worker_series_are_capped_and_the_rest_add_up_under_other() -> None:

@@ -10,6 +10,7 @@ docs/DESIGN.md §6 lists the metrics; deploy/prometheus/ has the scrape config a
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
@@ -26,9 +27,11 @@ from loaderscope.server.runs import Run, RunManager
 from loaderscope.state import LoaderState, WorkerStatus
 
 # Runs exported one by one, live ones first then the newest; the rest are only counted (runs by
-# status, and loaderscope_runs_unexported). A logdir's runs are exported once a page opens them (their
+# status, and loaderscope_runs_unexported). Twice the 64 producers a dashboard takes: every live run
+# and as many ended ones. A scrape of 128 runs of 8 workers is ~27,000 series, ~0.6 s of CPU to encode
+# on the 2-core VM (bench/metrics_scrape.py). A logdir's runs are exported once a page opens them (their
 # events are then in the store): a logdir of 10,000 traces is read by nobody for a scrape.
-MAX_RUNS = 256
+MAX_RUNS = 128
 # Worker ids with series of their own; the fetches and queues of workers from this id on are added
 # up under worker="other". With 17 bucket series each, a run has at most ~400 series.
 MAX_WORKERS = 16
@@ -36,6 +39,7 @@ OTHER = "other"
 MAX_LABEL = 100  # characters of a loader name or job id (a default name is the whole command line)
 # Fetch times in seconds: 0.5 ms (a tensor slice) to a minute (a stuck read is past the last bound).
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_BOUNDS = (*map(repr, BUCKETS), "+Inf")  # the le label values
 # logdir runs add these to the statuses a run can have (server/logdir.py, FileSource.status)
 STATUSES = (*(str(s) for s in RunStatus), "truncated", "unreadable")
 RUN_LABELS = ("run", "training_job", "loader", "rank")
@@ -45,10 +49,17 @@ router = APIRouter()
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    """Prometheus text (or OpenMetrics, as the scraper's Accept asks); needs the token like /api/."""
+    """Prometheus text (or OpenMetrics, as the scraper's Accept asks); needs the token like /api/.
+
+    The numbers are read on the event loop, where the runs' state changes; the series are built
+    and encoded (prometheus_client: tens of µs per series, bench/metrics_scrape.py) in a worker
+    thread, one scrape at a time, so that ingest goes on meanwhile.
+    """
     exporter: Exporter = request.app.state.metrics
     encode, content_type = choose_encoder(request.headers.get("accept", ""))
-    return Response(encode(exporter.registry), media_type=content_type)
+    async with exporter.encoding:
+        body = await asyncio.to_thread(encode, exporter.read())
+    return Response(body, media_type=content_type)
 
 
 Counts = npt.NDArray[np.int64]
@@ -80,8 +91,7 @@ class _Fetches:
             self.sums[label] += float(new.sum())
 
     def buckets(self, label: str) -> list[tuple[str, float]]:
-        cumulative = np.cumsum(self.counts[label]).tolist()
-        return [*((repr(b), c) for b, c in zip(BUCKETS, cumulative)), ("+Inf", cumulative[-1])]
+        return list(zip(_BOUNDS, np.cumsum(self.counts[label]).tolist()))
 
 
 def worker_label(wid: int) -> str:
@@ -93,43 +103,25 @@ def _text(value: object) -> str:
 
 
 class Exporter:
-    """The dashboard's registry: its runs (a custom collector) and its own process (CPU, memory)."""
-
-    def __init__(self, manager: RunManager) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.runs = RunCollector(manager)
-        self.registry.register(self.runs)
-        ProcessCollector(namespace="loaderscope_dashboard", registry=self.registry)
-
-
-class RunCollector:
-    """Builds the run metrics at each scrape (prometheus_client's custom-collector protocol)."""
+    """The dashboard's metrics: its runs, read on the event loop (``read``), and its own process
+    (CPU, memory: prometheus_client's ProcessCollector, read from /proc at encoding)."""
 
     def __init__(self, manager: RunManager) -> None:
         self.manager = manager
+        self.encoding = asyncio.Lock()
+        self.process = ProcessCollector(namespace="loaderscope_dashboard", registry=None)
         self._fetches: dict[str, _Fetches] = {}
 
-    def collect(self) -> Iterator[Metric]:
+    def read(self) -> Snapshot:
+        """Plain numbers of every exported run, taken at once (event loop only: the runs' state
+        changes there); building and encoding the series from them can then run in any thread."""
         runs = list(self.manager.runs.values())
         held = held_runs(runs)
         exported = held[:MAX_RUNS]
-        yield from self._dashboard(runs, len(held) - len(exported))
         self._forget(exported)
-        families = _Families()
-        for run in exported:
-            self._run(families, run)
-        yield from families.all()
-
-    def _dashboard(self, runs: list[Run], unexported: int) -> Iterator[Metric]:
-        by_status = GaugeMetricFamily("loaderscope_runs", "Runs the dashboard lists, by status (logdir runs not "
-                                      "opened yet included)", labels=["status"])
-        for status, count in sorted(Counter(run.status for run in runs).items()):
-            by_status.add_metric([status], count)
-        yield by_status
-        yield GaugeMetricFamily("loaderscope_runs_unexported", f"Runs held but without series of their own: "
-                                f"past the {MAX_RUNS} exported (live ones and the newest go first)", unexported)
-        yield GaugeMetricFamily("loaderscope_producers", "Producer websockets connected", self.manager.producers)
-        yield GaugeMetricFamily("loaderscope_viewers", "Viewer websockets open", self.manager.viewers)
+        return Snapshot(statuses=Counter(run.status for run in runs), unexported=len(held) - len(exported),
+                        producers=self.manager.producers, viewers=self.manager.viewers,
+                        runs=[self._read(run) for run in exported], process=self.process)
 
     def _forget(self, exported: list[Run]) -> None:
         """Histograms of runs no longer exported go (they are rebuilt from the run's state if it comes back)."""
@@ -137,31 +129,8 @@ class RunCollector:
         for run_id in [r for r, f in self._fetches.items() if keep.get(r) is not f.state]:
             del self._fetches[run_id]
 
-    def _run(self, f: _Families, run: Run) -> None:
+    def _read(self, run: Run) -> RunReading:
         s, log = run.log.state, run.log
-        labels = [run.id, _text(s.job), _text(s.name), str(s.rank)]
-        f.info.add_metric([*labels, _text(run.mode or s.mode), run.origin, str(s.world_size)], 1)
-        status = run.status
-        for known in (STATUSES if status in STATUSES else (*STATUSES, status)):
-            f.status.add_metric([*labels, known], float(known == status))
-        age = run.event_age()
-        if age is not None:
-            f.age.add_metric(labels, age)
-        for family, value in ((f.events, log.next_seq), (f.dropped, run.dropped), (f.cut, log.cut_events),
-                              (f.problems, log.state_problem_count), (f.batches, s.batches),
-                              (f.epochs, s.epochs_done), (f.wait, s.consumer_wait),
-                              (f.epoch_seconds, s.consumer_wait + s.step_total), (f.deaths, s.worker_deaths),
-                              (f.timeouts, s.timeouts), (f.outstanding, s.outstanding), (f.window, s.window),
-                              (f.result_queue, len(s.result_queue)), (f.buffer, len(s.buffer)),
-                              (f.buffer_high, s.buffer_high)):
-            family.add_metric(labels, value)
-        states = Counter(w.status for w in s.workers.values())
-        for worker_status in WorkerStatus:
-            f.workers.add_metric([*labels, str(worker_status)], states[worker_status])
-        self._per_worker(f, run, labels)
-
-    def _per_worker(self, f: _Families, run: Run, labels: list[str]) -> None:
-        s = run.log.state
         fetches = self._fetches.get(run.id)
         if fetches is None:
             fetches = self._fetches[run.id] = _Fetches(s)
@@ -169,10 +138,61 @@ class RunCollector:
         queues: Counter[str] = Counter()
         for worker in s.workers.values():
             queues[worker_label(worker.id)] += len(worker.queue)
-        for label in sorted(queues, key=_worker_order):
-            f.queue.add_metric([*labels, label], queues[label])
-        for label in sorted(fetches.counts, key=_worker_order):
-            f.fetch.add_metric([*labels, label], fetches.buckets(label), fetches.sums[label])
+        return RunReading(
+            labels=[run.id, _text(s.job), _text(s.name), str(s.rank)],
+            info=[_text(run.mode or s.mode), run.origin, str(s.world_size)],
+            status=run.status, age=run.event_age(),
+            values=(log.next_seq, run.dropped, log.cut_events, log.state_problem_count, s.batches, s.epochs_done,
+                    s.consumer_wait, s.consumer_wait + s.step_total, s.worker_deaths, s.timeouts, s.outstanding,
+                    s.window, len(s.result_queue), len(s.buffer), s.buffer_high),
+            workers=Counter(w.status for w in s.workers.values()), queues=queues,
+            fetches={label: (fetches.buckets(label), fetches.sums[label]) for label in fetches.counts})
+
+
+@dataclass
+class RunReading:
+    """One run's numbers at a scrape; ``values`` in the order of ``_Families.scalars``."""
+
+    labels: list[str]
+    info: list[str]
+    status: str
+    age: float | None
+    values: tuple[float, ...]
+    workers: Counter[WorkerStatus]
+    queues: Counter[str]
+    fetches: dict[str, tuple[list[tuple[str, float]], float]]
+
+
+@dataclass
+class Snapshot:
+    """A scrape: the numbers read on the loop, made into metric families when an encoder collects
+    (it stands for the registry prometheus_client's encoders take)."""
+
+    statuses: Counter[str]
+    unexported: int
+    producers: int
+    viewers: int
+    runs: list[RunReading]
+    process: ProcessCollector
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._dashboard()
+        families = _Families()
+        for run in self.runs:
+            families.add(run)
+        yield from families.all()
+        yield from self.process.collect()
+
+    def _dashboard(self) -> Iterator[Metric]:
+        by_status = GaugeMetricFamily("loaderscope_runs", "Runs the dashboard lists, by status (logdir runs not "
+                                      "opened yet included)", labels=["status"])
+        for status, count in sorted(self.statuses.items()):
+            by_status.add_metric([status], count)
+        yield by_status
+        yield GaugeMetricFamily("loaderscope_runs_unexported", f"Runs held but without series of their own: "
+                                f"past the {MAX_RUNS} exported (live ones and the newest go first)", self.unexported)
+        yield GaugeMetricFamily("loaderscope_producers", "Producer websockets connected", self.producers)
+        yield GaugeMetricFamily("loaderscope_viewers", "Viewer websockets open", self.viewers)
 
 
 def _worker_order(label: str) -> int:
@@ -231,5 +251,26 @@ class _Families:
         self.fetch = HistogramMetricFamily("loaderscope_fetch_seconds", "Seconds a worker took to fetch and "
                                            "collate one batch", labels=[*RUN_LABELS, "worker"])
 
+        self.scalars: tuple[CounterMetricFamily | GaugeMetricFamily, ...] = (self.events, self.dropped, self.cut, self.problems, self.batches, self.epochs, self.wait,
+                        self.epoch_seconds, self.deaths, self.timeouts, self.outstanding, self.window,
+                        self.result_queue, self.buffer, self.buffer_high)
+
+    def add(self, run: RunReading) -> None:
+        labels = run.labels
+        self.info.add_metric([*labels, *run.info], 1)
+        for known in (STATUSES if run.status in STATUSES else (*STATUSES, run.status)):
+            self.status.add_metric([*labels, known], float(known == run.status))
+        if run.age is not None:
+            self.age.add_metric(labels, run.age)
+        for family, value in zip(self.scalars, run.values, strict=True):
+            family.add_metric(labels, value)
+        for worker_status in WorkerStatus:
+            self.workers.add_metric([*labels, str(worker_status)], run.workers[worker_status])
+        for label in sorted(run.queues, key=_worker_order):
+            self.queue.add_metric([*labels, label], run.queues[label])
+        for label in sorted(run.fetches, key=_worker_order):
+            buckets, total = run.fetches[label]
+            self.fetch.add_metric([*labels, label], buckets, total)
+
     def all(self) -> Iterator[Metric]:
-        yield from vars(self).values()
+        return iter((self.info, self.status, self.age, *self.scalars, self.workers, self.queue, self.fetch))
