@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,6 +46,12 @@ def one(series: Series, name: str, **labels: str) -> float:
     found = of(series, name, **labels)
     assert len(found) == 1, f"{name}{labels}: {found}"
     return next(iter(found.values()))
+
+
+def listing(server: Any) -> list[dict[str, Any]]:
+    with server.client() as http:
+        runs: list[dict[str, Any]] = http.get("/api/runs").json()
+    return runs
 
 
 def per_worker(series: Series, name: str, run: str) -> dict[str, float]:
@@ -112,6 +119,35 @@ def test_metrics_need_the_token_like_the_api(server: Any) -> None:
                                                             "Accept": "application/openmetrics-text; version=1.0.0"})
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
     assert openmetrics.text.endswith("# EOF\n")
+
+
+def test_logdir_runs_get_series_once_a_page_opens_them(start_server: Any, tmp_path: Path) -> None:
+    from loaderscope import InstrumentedDataLoader
+    from loaderscope.trace import TraceWriter
+
+    events: list[dict[str, Any]] = []
+    loader = InstrumentedDataLoader(torch.arange(24.0), batch_size=4, num_workers=2, sink=events.extend)
+    for _ in loader:
+        pass
+    loader.close()
+    for rank in (0, 1):  # two ranks of one job, as `loaderscope record` writes them
+        events[0].update(job="job-7", world_size=2, rank=rank, name="train_loader")
+        with TraceWriter(tmp_path / "logs" / f"DataLoader-rank{rank}.trace.jsonl", "producer", mode="real") as writer:
+            writer.write([{**event, "rank": rank} for event in events])
+    live = start_server(logdir=str(tmp_path / "logs"))
+    listed = wait_for(lambda: len(runs := [r for r in listing(live) if r["origin"] == "logdir"]) == 2 and runs)
+    series = scrape(live)
+    assert one(series, "loaderscope_runs", status="done") == 2  # counted, not read
+    assert not of(series, "loaderscope_run_info") and one(series, "loaderscope_runs_unexported") == 0
+
+    opened = next(r for r in listed if r["rank"] == 1)
+    detail = live.run(opened["id"])  # what a page does when it opens the run
+    series = wait_for(lambda: of(s := scrape(live), "loaderscope_batches_total") and s)
+    labels = {"run": opened["id"], "training_job": "job-7", "loader": "train_loader", "rank": "1"}
+    assert one(series, "loaderscope_batches_total", **labels) == detail["batches"] == 6
+    assert one(series, "loaderscope_run_info", **labels, origin="logdir", world_size="2") == 1
+    assert one(series, "loaderscope_run_status", status="done", **labels) == 1
+    assert len(of(series, "loaderscope_run_info")) == 1  # rank 0, never opened, still only counted
 
 
 @pytest.mark.parametrize(("scenario", "params", "counter"), [
