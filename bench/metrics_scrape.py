@@ -1,11 +1,12 @@
 """What one ``GET /metrics`` scrape costs the dashboard's event loop, with many runs held.
 
-    .venv/bin/python bench/metrics_scrape.py [--runs 1024] [--workers 8] [--fetches 100] [--repeat 5]
+    .venv/bin/python bench/metrics_scrape.py [--runs 200] [--workers 8] [--fetches 100] [--repeat 5]
 
-Builds a RunManager holding RUNS runs (more than the 256 exported: the rest are only counted), each
+Builds a RunManager holding RUNS runs (more than the 128 exported: the rest are only counted), each
 fed through the store's own path (``Run.ingest``: numbered, reduced) with WORKERS workers and FETCHES
-fetches per worker, then times the exporter as the route runs it, three ways: the first scrape (every fetch counted into the histograms), a scrape with nothing new,
-and a scrape after every run got 10 more fetches per worker. Prints, for each, the time on the event
+fetches per worker, then times the exporter as the route runs it, three ways: the first scrape
+(every fetch counted into the histograms), a scrape with nothing new, and a scrape after every run
+got 10 more fetches per worker. Prints, for each, the time on the event
 loop (reading the runs) and in the worker thread (building and encoding the series), in ms of CPU,
 as median [min–max] over REPEAT scrapes, and the exposition's size. Not part of the test suite.
 """
@@ -54,7 +55,7 @@ def summary(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=1024)
+    parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--fetches", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)

@@ -2,8 +2,9 @@
 
 Every number is read from what the server already keeps (each run's ``LoaderState``, its store's
 counters), never from a trace file, on the event loop where that state changes (a scrape sees no
-half-applied event). A scrape costs runs × workers, plus the fetches that finished since the last
-scrape (the fetch-time histograms are kept as running bucket counts). Label values are bounded:
+half-applied event); the series are built and encoded from those plain numbers in a worker thread.
+A reading costs runs × workers, plus the fetches that finished since the last scrape (the
+fetch-time histograms are kept as running bucket counts). Label values are bounded:
 at most ``MAX_RUNS`` runs, ``MAX_WORKERS`` worker ids per run, ``MAX_LABEL`` characters of text.
 docs/DESIGN.md §6 lists the metrics; deploy/prometheus/ has the scrape config and alert rules.
 """
@@ -33,7 +34,7 @@ from loaderscope.state import LoaderState, WorkerStatus
 # events are then in the store): a logdir of 10,000 traces is read by nobody for a scrape.
 MAX_RUNS = 128
 # Worker ids with series of their own; the fetches and queues of workers from this id on are added
-# up under worker="other". With 17 bucket series each, a run has at most ~400 series.
+# up under worker="other". A run has at most 33 + 17 × 20 = 373 series (docs/DESIGN.md §6).
 MAX_WORKERS = 16
 OTHER = "other"
 MAX_LABEL = 100  # characters of a loader name or job id (a default name is the whole command line)
@@ -251,9 +252,10 @@ class _Families:
         self.fetch = HistogramMetricFamily("loaderscope_fetch_seconds", "Seconds a worker took to fetch and "
                                            "collate one batch", labels=[*RUN_LABELS, "worker"])
 
-        self.scalars: tuple[CounterMetricFamily | GaugeMetricFamily, ...] = (self.events, self.dropped, self.cut, self.problems, self.batches, self.epochs, self.wait,
-                        self.epoch_seconds, self.deaths, self.timeouts, self.outstanding, self.window,
-                        self.result_queue, self.buffer, self.buffer_high)
+        self.scalars: tuple[CounterMetricFamily | GaugeMetricFamily, ...] = (
+            self.events, self.dropped, self.cut, self.problems, self.batches, self.epochs, self.wait,
+            self.epoch_seconds, self.deaths, self.timeouts, self.outstanding, self.window, self.result_queue,
+            self.buffer, self.buffer_high)
 
     def add(self, run: RunReading) -> None:
         labels = run.labels
