@@ -160,9 +160,13 @@ def test_prometheus_scrapes_a_stuck_worker_and_fires_the_stuck_rule(prometheus: 
     assert float(alert["value"]) == 1
 
     # The pipeline stalls behind the stuck task: once Prometheus's last scrape and the REST API see
-    # the same stalled run, every number agrees.
-    rest = wait_for(lambda: (api := the_run_api(dashboard, run_id)) == scraped(prom, run_id) and api, 60,
-                    "Prometheus and the run API to agree while the worker is stuck")
+    # the same stalled run, every number agrees (but the events: the probe reports the stuck worker
+    # again every 5 s, so they are compared once the run has ended).
+    def stalled(numbers: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in numbers.items() if key != "events"}
+
+    rest = wait_for(lambda: (api := stalled(the_run_api(dashboard, run_id))) == stalled(scraped(prom, run_id))
+                    and api, 60, "Prometheus and the run API to agree while the worker is stuck")
     assert rest["stuck"] == 1 and rest["status"] == "running" and rest["batches"] == 3
     assert rest["fetches"]["1"] >= 1 and rest["dropped"] == 0
     fired = wait_for(lambda: (a := stuck_alert()) is not None and a["state"] == "firing" and a, 150,
@@ -174,7 +178,7 @@ def test_prometheus_scrapes_a_stuck_worker_and_fires_the_stuck_rule(prometheus: 
     dashboard.wait_status(run_id)
     ended = wait_for(lambda: (api := the_run_api(dashboard, run_id)) == scraped(prom, run_id) and api, 60,
                      "Prometheus and the run API to agree once the run ended")
-    assert ended["status"] == "stopped" and ended["events"] > rest["events"]
+    assert ended["status"] == "stopped" and ended["events"] > 0 and ended["batches"] == rest["batches"]
     wait_for(lambda: stuck_alert() is None, 30, "the alert to go: an ended run's stuck worker is nobody's to page")
 
     groups = prom.api("rules")["groups"]
