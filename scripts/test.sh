@@ -7,6 +7,7 @@ bash scripts/bootstrap.sh
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 command -v node >/dev/null || missing+=(nodejs)
+command -v promtool >/dev/null || missing+=(prometheus)  # the metrics tests: Debian's prometheus and promtool
 if [ ${#missing[@]} -gt 0 ]; then
   (apt-get update -q && apt-get install -y -q "${missing[@]}") >/dev/null
 fi

@@ -108,6 +108,9 @@ class LoaderState:
     epoch_batches: int = 0
     head_of_line_wait: float = 0.0
     skipped: int = 0
+    # counted here, not from notes: notes stop at MAX_KEPT, and /metrics exports these as counters
+    worker_deaths: int = 0
+    timeouts: int = 0
     pin_bytes: int = 0
     pin_time: float = 0.0
     pin_wait: float = 0.0  # consumer wait spent while the awaited batch was being pinned
@@ -392,6 +395,7 @@ def _worker_stuck(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.epoch_failed = True
+    s.worker_deaths += 1
     worker = s.worker(e["worker"])
     worker.status = WorkerStatus.DIED
     worker.exitcode = e.get("exitcode")
@@ -403,8 +407,9 @@ def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.keep(s.notes, note)
 
 
-def _failed(s: LoaderState, e: Mapping[str, Any]) -> None:
+def _timeout(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.epoch_failed = True
+    s.timeouts += 1
     s.keep(s.notes, dict(e))
 
 
@@ -478,7 +483,7 @@ _HANDLERS = {
     Kind.CONSUMER_STUCK: _note,
     Kind.WORKER_DIED: _worker_died,
     Kind.ERROR: _error,
-    Kind.TIMEOUT: _failed,
+    Kind.TIMEOUT: _timeout,
     Kind.BATCH_INFO: _batch_info,
     Kind.STEP: _step,
     Kind.PIN_START: _pin_start,

@@ -19,7 +19,7 @@ from starlette.staticfiles import StaticFiles
 
 import loaderscope
 from loaderscope import proof
-from loaderscope.server import api, ingest, runlist, stream, whatif
+from loaderscope.server import api, ingest, metrics, runlist, stream, whatif
 from loaderscope.server.bodylimit import BodyLimit
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.errors import field_problems, readable
@@ -83,6 +83,8 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
     app.add_middleware(BodyLimit)  # before any body is parsed
     app.include_router(api.router)
     app.include_router(whatif.router)
+    app.state.metrics = metrics.Exporter(manager)
+    app.include_router(metrics.router)  # GET /metrics, before the page's catch-all mount
     app.add_exception_handler(RequestValidationError, _validation_error)
     _proof(app, config)
     _websockets(app, manager)

@@ -115,10 +115,11 @@ class Policy:
 
 
 def needs_token(path: str) -> bool:
-    """Every API route and websocket; not the page shell (it holds no data) nor the health check."""
+    """Every API route, websocket and /metrics; not the page shell (it holds no data) nor the health check."""
     if path in PUBLIC_PATHS:
         return False
-    return path.startswith("/api/") or path == "/api" or path.startswith("/ws/") or path == "/ws"
+    return (path.startswith("/api/") or path == "/api" or path.startswith("/ws/") or path == "/ws"
+            or path == "/metrics")  # run names and ids: Prometheus sends the token (authorization:)
 
 
 def host_name(host: str) -> str:

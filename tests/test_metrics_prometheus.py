@@ -1,0 +1,190 @@
+"""A real Prometheus (Debian's package) scrapes a real dashboard while a real DataLoader's worker is
+stuck, and evaluates the alert rules of deploy/prometheus/ on it; promtool checks and unit-tests them.
+
+scripts/test.sh installs the package when promtool is missing: nothing here is skipped without it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy" / "prometheus"
+RULES = DEPLOY / "loaderscope.rules.yml"
+INTERVAL = "2s"  # scrapes and rule evaluations: short, but a scrape of a busy test box fits in it
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    assert found, f"{name} is not installed: `apt-get install -y prometheus` (scripts/test.sh does it)"
+    return found
+
+
+def test_promtool_checks_the_rules_and_the_example_config_and_passes_their_unit_tests(tmp_path: Path) -> None:
+    promtool = tool("promtool")
+    checked = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked.stdout + checked.stderr
+    tested = subprocess.run([promtool, "test", "rules", "loaderscope.rules.test.yml"], cwd=DEPLOY,
+                            capture_output=True, text=True)
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+    for name in ("prometheus.yml", "loaderscope.rules.yml"):  # its credentials_file is beside it
+        shutil.copy(DEPLOY / name, tmp_path / name)
+    (tmp_path / "loaderscope.token").write_text("a-token-for-the-check-0123\n")
+    config = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True,
+                            text=True)
+    assert config.returncode == 0, config.stdout + config.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Prometheus:
+    """``prometheus`` on a free loopback port, scraping one dashboard, with the repository's rules."""
+
+    def __init__(self, directory: Path, dashboard: Any) -> None:
+        directory.mkdir()
+        (directory / "token").write_text(dashboard.token)
+        (directory / "prometheus.yml").write_text(f"""
+global:
+  scrape_interval: {INTERVAL}
+  scrape_timeout: {INTERVAL}
+  evaluation_interval: {INTERVAL}
+rule_files: ["{RULES}"]
+scrape_configs:
+  - job_name: loaderscope
+    authorization: {{type: Bearer, credentials_file: "{directory / 'token'}"}}
+    static_configs: [{{targets: ["127.0.0.1:{dashboard.port}"]}}]
+""")
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = directory / "prometheus.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [tool("prometheus"), f"--config.file={directory / 'prometheus.yml'}",
+                 f"--storage.tsdb.path={directory / 'data'}", f"--web.listen-address={self.url[len('http://'):]}"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for(self.ready, 60, "Prometheus to be ready")
+
+    def ready(self) -> bool:
+        assert self.process.poll() is None, self.log.read_text()
+        try:
+            return httpx.get(f"{self.url}/-/ready", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def api(self, path: str, **params: str) -> Any:
+        answer = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10).json()
+        assert answer["status"] == "success", answer
+        return answer["data"]
+
+    def query(self, promql: str) -> dict[str, float]:
+        """An instant query: each series' value, by the label the dashboard's series differ in."""
+        return {_key(r["metric"]): float(r["value"][1]) for r in self.api("query", query=promql)["result"]}
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _key(metric: dict[str, str]) -> str:
+    return metric.get("worker") or metric.get("state") or metric.get("status") or ""
+
+
+@pytest.fixture
+def prometheus(start_server: Any, tmp_path: Path) -> Iterator[tuple[Any, Prometheus]]:
+    dashboard = start_server(stop_grace=1.0, kill_grace=1.0)
+    server = Prometheus(tmp_path / "prometheus", dashboard)
+    yield dashboard, server
+    server.stop()
+
+
+def the_run_api(dashboard: Any, run_id: str) -> dict[str, Any]:
+    """What the REST API says, in the exported series' terms."""
+    detail = dashboard.run(run_id)
+    stats = detail["statistics"]
+    return {"batches": detail["batches"], "events": detail["events"], "dropped": detail["dropped"],
+            "wait": round(stats["consumer_wait"], 9), "epoch": round(stats["epoch_wall"], 9),
+            "buffer_high": stats["buffer_high"], "fetches": {str(w["worker"]): w["tasks"] for w in stats["workers"]},
+            "stuck": sum(w["status"] == "stuck" for w in stats["workers"]), "status": detail["status"]}
+
+
+def scraped(prom: Prometheus, run_id: str) -> dict[str, Any]:
+    """The same, as Prometheus holds it from its last scrape."""
+    def scalar(name: str) -> float | None:
+        found = prom.query(f'{name}{{run="{run_id}"}}')
+        return found.get("") if found else None
+
+    statuses = prom.query(f'loaderscope_run_status{{run="{run_id}"}} == 1')
+    wait, epoch = scalar("loaderscope_wait_seconds_total"), scalar("loaderscope_epoch_seconds_total")
+    return {"batches": scalar("loaderscope_batches_total"), "events": scalar("loaderscope_events_total"),
+            "dropped": scalar("loaderscope_events_dropped_total"), "wait": None if wait is None else round(wait, 9),
+            "epoch": None if epoch is None else round(epoch, 9),
+            "buffer_high": scalar("loaderscope_reorder_buffer_high_tasks"),
+            "fetches": {w: int(v) for w, v in prom.query(f'loaderscope_fetch_seconds_count{{run="{run_id}"}}').items()},
+            "stuck": prom.query(f'loaderscope_workers{{run="{run_id}",state="stuck"}}').get("stuck"),
+            "status": next(iter(statuses), None)}
+
+
+@pytest.mark.slow  # the rule fires only after its `for: 1m`
+def test_prometheus_scrapes_a_stuck_worker_and_fires_the_stuck_rule(prometheus: tuple[Any, Prometheus]) -> None:
+    dashboard, prom = prometheus
+    # sample 13 (task 3, worker 1) hangs far longer than the test; the probe calls it stuck after 0.5 s
+    run_id = dashboard.start_run("stuck_worker", num_workers=2, stuck_after=0.5, stuck_seconds=600,
+                                 dataset_size=32, sample_ms=2)["id"]
+    wait_for(lambda: prom.query(f'loaderscope_workers{{run="{run_id}",state="stuck"}}').get("stuck") == 1, 90,
+             "Prometheus to hold the stuck worker")
+
+    def stuck_alert() -> dict[str, Any] | None:
+        return next((a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "LoaderscopeWorkerStuck"
+                     and a["labels"]["run"] == run_id), None)
+
+    alert = wait_for(stuck_alert, 60, "the stuck-worker rule to hold")
+    assert alert["labels"]["rank"] == "0" and "training_job" not in alert["labels"]  # empty: no label
+    assert float(alert["value"]) == 1
+
+    # The pipeline stalls behind the stuck task: once Prometheus's last scrape and the REST API see
+    # the same stalled run, every number agrees (but the events: the probe reports the stuck worker
+    # again every 5 s, so they are compared once the run has ended).
+    def stalled(numbers: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in numbers.items() if key != "events"}
+
+    rest = wait_for(lambda: (api := stalled(the_run_api(dashboard, run_id))) == stalled(scraped(prom, run_id))
+                    and api, 60, "Prometheus and the run API to agree while the worker is stuck")
+    assert rest["stuck"] == 1 and rest["status"] == "running" and rest["batches"] == 3
+    assert rest["fetches"]["1"] >= 1 and rest["dropped"] == 0
+    fired = wait_for(lambda: (a := stuck_alert()) is not None and a["state"] == "firing" and a, 150,
+                     "the stuck-worker rule to fire, a minute after it held")
+    assert fired["annotations"]["summary"] == f"1 DataLoader worker(s) stuck on rank 0 of run {run_id}"
+
+    with dashboard.client() as http:
+        assert http.post(f"/api/runs/{run_id}/control", json={"action": "stop"}).status_code == 200
+    dashboard.wait_status(run_id)
+    ended = wait_for(lambda: (api := the_run_api(dashboard, run_id)) == scraped(prom, run_id) and api, 60,
+                     "Prometheus and the run API to agree once the run ended")
+    assert ended["status"] == "stopped" and ended["events"] > 0 and ended["batches"] == rest["batches"]
+    wait_for(lambda: stuck_alert() is None, 30, "the alert to go: an ended run's stuck worker is nobody's to page")
+
+    groups = prom.api("rules")["groups"]
+    assert [g["name"] for g in groups] == ["loaderscope"]
+    rules = wait_for(lambda: len(ok := [r for g in prom.api("rules")["groups"] for r in g["rules"]
+                                         if r["health"] == "ok"]) == 6 and ok, 30, "every rule evaluated")
+    assert sorted(r["name"] for r in rules) == sorted(
+        ["LoaderscopeWorkerStuck", "LoaderscopeInputBound", "LoaderscopeWorkerDied", "LoaderscopeEventsDropped",
+         "LoaderscopeRunSilent", "LoaderscopeRunsNotExported"])
