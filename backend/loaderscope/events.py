@@ -239,32 +239,33 @@ def expand(frame: Mapping[str, Any], *, validated: bool = False) -> list[Event]:
     for position, row in enumerate(rows):
         try:
             kind = row[0]
-            if kind in _KEYS:
-                made = [_event(_KEYS[kind], (number, row[1] - t0, run, rank, kind, *_exactly(row[2:], ROW_FIELDS[kind])))]
+            keys = _KEYS.get(kind)
+            if keys is not None and len(row) == len(keys) - 3:  # [kind, t, values...] for the five common keys
+                event = dict(zip(keys, (number, row[1] - t0, run, rank, kind, *row[2:])))
                 if kind == "dispatch":
-                    made[0]["indices"], made[0]["n"] = clip_indices(made[0]["indices"])
-            elif kind == BATCH_ROW:
-                made = _batch_events(number, row[1] - t0, run, rank, row[2], row[3] - t0, row[4] - t0,
-                                     *_exactly(row[5:], ("nbytes", "pickled", "indices")))
-            else:
+                    event["indices"], event["n"] = clip_indices(event["indices"])
+                events.append(_checked(event, position) if validated else event)
+                number += 1
+                continue
+            if kind == BATCH_ROW and len(row) == 2 + len(BATCH_ROW_FIELDS):
+                made = _batch_events(number, row[1] - t0, run, rank, row[2], row[3] - t0, row[4] - t0, *row[5:])
+            elif keys is None and kind != BATCH_ROW:
                 made = [{"seq": number, "t": row[1] - t0, "run": run, "rank": rank, "kind": kind, **row[2]}]
+            else:
+                raise IndexError
         except (TypeError, IndexError, KeyError):
             raise EventError(f"compact frame, row {position}: expected [kind, t, fields...] with the "
                              f"fields of events.ROW_FIELDS, got {str(row)[:80]}") from None
-        if validated:
-            try:
-                made = [validate(event) for event in made]
-            except EventError as exc:
-                raise EventError(f"{exc} (compact frame, row {position})") from None
-        events.extend(made)
+        events.extend([_checked(event, position) for event in made] if validated else made)
         number += len(made)
     return events
 
 
-def _exactly(values: list[Any], names: tuple[str, ...]) -> list[Any]:
-    if len(values) != len(names):
-        raise TypeError
-    return values
+def _checked(event: Event, row: int) -> Event:
+    try:
+        return validate(event)
+    except EventError as exc:
+        raise EventError(f"{exc} (compact frame, row {row})") from None
 
 
 def _expand_typed(frame: _CompactFrame, start: int, stop: int, seq: int) -> list[Event]:
