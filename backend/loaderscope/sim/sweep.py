@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from loaderscope.contract.replay import TRACE_KEYS as TRACE_KEYS  # what a sweep of a trace may change
 from loaderscope.events import Event
 from loaderscope.scenarios.errors import ParamError, Problem
 from loaderscope.scenarios.workload import LoaderArgs, Workload
@@ -45,8 +46,6 @@ ORDER_NEUTRAL = frozenset({
     "sample_ms", "step_ms", "slow_worker", "slow_factor",
 })
 METRICS = ("batches_per_s", "input_bound", "buffer_high", "worker_util", "wall", "batches", "status")
-# Loader arguments a sweep of a trace without a scenario may change.
-TRACE_KEYS = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory"})
 
 
 @dataclass(frozen=True)
