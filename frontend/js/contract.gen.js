@@ -142,6 +142,11 @@ export const KINDS = Object.freeze({
       "min": -9007199254740992,
       "max": 9007199254740992,
       "required": true
+    },
+    "batches": {
+      "type": "any",
+      "nullable": true,
+      "required": false
     }
   },
   "epoch_end": {
@@ -151,6 +156,26 @@ export const KINDS = Object.freeze({
       "min": -9007199254740992,
       "max": 9007199254740992,
       "required": true
+    },
+    "batches": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "abandoned": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "shard": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "shard_length": {
+      "type": "any",
+      "nullable": true,
+      "required": false
     }
   },
   "epoch_resume": {
@@ -619,6 +644,42 @@ export const KINDS = Object.freeze({
       "type": "any",
       "nullable": false,
       "required": true
+    },
+    "h2d": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "compute": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "h2d_pageable": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "device": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "bytes": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "pinned": {
+      "type": "any",
+      "nullable": true,
+      "required": false
     }
   },
   "probe_error": {

@@ -138,26 +138,31 @@ class RunEnd(Event, tag=Kind.RUN_END.value):
 
 class EpochStart(Event, tag=Kind.EPOCH_START.value):
     epoch: Int
+    batches: Maybe[Scalar] = UNSET
 
 
 class EpochEnd(Event, tag=Kind.EPOCH_END.value):
     epoch: Int
+    batches: Maybe[Scalar] = UNSET
+    abandoned: Maybe[Scalar] = UNSET
+    shard: Maybe[Scalar] = UNSET
+    shard_length: Maybe[Scalar] = UNSET
 
 
 class EpochResume(Event, tag=Kind.EPOCH_RESUME.value):
     epoch: Int
-    batch: Value
+    batch: Scalar
 
 
 class WorkerStart(Event, tag=Kind.WORKER_START.value):
     worker: WorkerId
-    pid: Value
+    pid: Scalar
 
 
 class WorkerExit(Event, tag=Kind.WORKER_EXIT.value):
     worker: WorkerId
-    pid: Maybe[Value] = UNSET
-    exitcode: Maybe[Value] = UNSET
+    pid: Maybe[Scalar] = UNSET
+    exitcode: Maybe[Scalar] = UNSET
 
 
 class Dispatch(Event, tag=Kind.DISPATCH.value):
@@ -241,8 +246,8 @@ class WorkerDied(Event, tag=Kind.WORKER_DIED.value):
     worker: WorkerId
     signal: Maybe[str] = UNSET
     idx: Maybe[Int] = UNSET  # the task its worker held (probe/liveness.py), if any
-    pid: Maybe[Value] = UNSET
-    exitcode: Maybe[Value] = UNSET
+    pid: Maybe[Scalar] = UNSET
+    exitcode: Maybe[Scalar] = UNSET
 
 
 class Error(Event, tag=Kind.ERROR.value):
@@ -264,7 +269,13 @@ class BatchInfo(Event, tag=Kind.BATCH_INFO.value):
 
 
 class Step(Event, tag=Kind.STEP.value):
-    batch: Value
+    batch: Scalar
+    h2d: Maybe[Number] = UNSET  # the step's own timings (gpu_step), in seconds; state.py adds them up
+    compute: Maybe[Number] = UNSET
+    h2d_pageable: Maybe[Number] = UNSET
+    device: Maybe[Scalar] = UNSET
+    bytes: Maybe[Scalar] = UNSET
+    pinned: Maybe[Scalar] = UNSET
 
 
 class ProbeError(Event, tag=Kind.PROBE_ERROR.value):
