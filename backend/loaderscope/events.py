@@ -17,7 +17,7 @@ from typing import Any, Union, get_args, get_origin
 import msgspec
 import orjson
 from msgspec import Struct, UnsetType, ValidationError
-from msgspec.structs import astuple, fields
+from msgspec.structs import asdict, astuple, fields
 
 from loaderscope.contract.events import (BATCH_EVENTS, BATCH_ROW, BATCH_ROW_FIELDS, COMMON_FIELDS, ENDED,
                                          MAX_DEPTH, MAX_FRAME_BYTES, MAX_INDICES, MAX_NUMBER, MAX_ROWS, MAX_WORKERS,
@@ -64,8 +64,7 @@ def _fields_row_struct(kind: str) -> type[Struct]:
 
 _BatchRow = msgspec.defstruct("BatchRow", [("t", Time), *BATCH_ROW_FIELDS.items()], tag=BATCH_ROW, array_like=True,
                               forbid_unknown_fields=True)
-_POSITIONAL: dict[type[Struct], tuple[str, tuple[str, ...]]] = {
-    _row_struct(kind, names): (kind, ("seq", "t", "run", "rank", "kind", *names)) for kind, names in ROW_FIELDS.items()}
+_ROW_KIND: dict[type[Struct], str] = {_row_struct(kind, names): kind for kind, names in ROW_FIELDS.items()}
 _BY_FIELDS: dict[type[Struct], str] = {_fields_row_struct(kind): kind for kind in STRUCTS if kind not in ROW_FIELDS}
 
 
@@ -84,7 +83,7 @@ _NESTING_TYPES = frozenset({*(STRUCTS[kind] for kind in _NESTING),
 
 
 class _CompactFrame(Struct):
-    rows: list[Union[tuple(_POSITIONAL) + tuple(_BY_FIELDS) + (_BatchRow,)]]  # type: ignore[valid-type]  # noqa: UP007
+    rows: list[Union[tuple(_ROW_KIND) + tuple(_BY_FIELDS) + (_BatchRow,)]]  # type: ignore[valid-type]  # noqa: UP007
     run: str = ""
     rank: Int = 0
     seq: Seq = 0
@@ -274,13 +273,15 @@ def _expand_typed(frame: _CompactFrame, start: int, stop: int, seq: int) -> list
     events: list[Event] = []
     for row in frame.rows[start:stop]:
         cls = type(row)
-        positional = _POSITIONAL.get(cls)
-        if positional is not None:
-            kind, keys = positional
-            values = astuple(row)
-            event = dict(zip(keys, (seq, values[0] - t0, run, rank, kind, *values[1:])))
-            if kind == "dispatch":
-                event["indices"], event["n"] = clip_indices(event["indices"])
+        kind = _ROW_KIND.get(cls)
+        if kind is not None:
+            fields_of_row = asdict(row)
+            fields_of_row["t"] -= t0
+            # the common fields first, in their order; the row's own t takes the place of the 0
+            event = {"seq": seq, "t": 0, "run": run, "rank": rank, "kind": kind, **fields_of_row}
+            if kind == "dispatch":  # JSON scalars already: only cut to MAX_INDICES
+                indices = event["indices"]
+                event["indices"], event["n"] = (None, 0) if indices is None else (indices[:MAX_INDICES], len(indices))
             events.append(event)
             seq += 1
         elif cls is _BatchRow:
