@@ -121,6 +121,53 @@ export const KINDS = Object.freeze({
       "type": "string",
       "nullable": true,
       "required": false
+    },
+    "world_size": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "scenario": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "params": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "torch": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "python": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "host": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "pid": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "wall_start": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "snapshot": {
+      "type": "any",
+      "nullable": true,
+      "required": false
     }
   },
   "run_end": {
@@ -131,6 +178,31 @@ export const KINDS = Object.freeze({
     },
     "message": {
       "type": "string",
+      "nullable": true,
+      "required": false
+    },
+    "stats": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "error": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "exitcode": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "truncated": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "source": {
+      "type": "any",
       "nullable": true,
       "required": false
     }
@@ -636,6 +708,21 @@ export const KINDS = Object.freeze({
       "nullable": true,
       "min": -9007199254740992,
       "max": 9007199254740992,
+      "required": false
+    },
+    "pickle_bytes": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "pickle_s": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "values": {
+      "type": "any",
+      "nullable": true,
       "required": false
     }
   },

@@ -129,11 +129,25 @@ class RunStart(Event, tag=Kind.RUN_START.value):
     config: dict[str, Any]
     name: Maybe[str] = UNSET
     job: Maybe[str] = UNSET
+    world_size: Maybe[Int] = UNSET
+    scenario: Maybe[Value] = UNSET  # the rest as the probe (P) and the simulator (S) send them (docs/DESIGN.md, Kinds)
+    params: Maybe[Value] = UNSET
+    torch: Maybe[Value] = UNSET
+    python: Maybe[Value] = UNSET
+    host: Maybe[Value] = UNSET
+    pid: Maybe[Value] = UNSET
+    wall_start: Maybe[Value] = UNSET
+    snapshot: Maybe[Value] = UNSET
 
 
 class RunEnd(Event, tag=Kind.RUN_END.value):
     reason: str
     message: Maybe[str] = UNSET
+    stats: Maybe[Value] = UNSET
+    error: Maybe[Value] = UNSET
+    exitcode: Maybe[Value] = UNSET
+    truncated: Maybe[Value] = UNSET
+    source: Maybe[Value] = UNSET
 
 
 class EpochStart(Event, tag=Kind.EPOCH_START.value):
@@ -266,6 +280,9 @@ class BatchInfo(Event, tag=Kind.BATCH_INFO.value):
     worker: WorkerId
     structure: Value
     epoch: Maybe[Int] = UNSET
+    pickle_bytes: Maybe[Value] = UNSET
+    pickle_s: Maybe[Value] = UNSET
+    values: Maybe[Value] = UNSET
 
 
 class Step(Event, tag=Kind.STEP.value):
