@@ -76,8 +76,7 @@ def _may_nest(annotation: Any) -> bool:
 
 
 # Kinds with a field that may nest: their events get the depth check after the decoder passed them.
-_NESTING = {kind: tuple(f.name for f in fields(cls) if _may_nest(f.type))
-            for kind, cls in STRUCTS.items() if any(_may_nest(f.type) for f in fields(cls))}
+_NESTING = frozenset(kind for kind, cls in STRUCTS.items() if any(_may_nest(f.type) for f in fields(cls)))
 _NESTING_TYPES = frozenset({*(STRUCTS[kind] for kind in _NESTING),
                             *(row for row, kind in _BY_FIELDS.items() if kind in _NESTING)})
 
