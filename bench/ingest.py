@@ -10,7 +10,9 @@ events, expanded, make the frames of full events (1,000 per frame). Each repeat 
 alternating order, over a real websocket to a real uvicorn server on 127.0.0.1, as fast as it takes
 them; the server process's CPU (user + system, from /proc) per event is set beside
 ``orjson.loads`` of the same bytes, timed in this process in the same repeat (the parse floor).
-Reports the median of the repeats and their range, and the ratio to the floor.
+Reports the median of the repeats and their range, and the ratio to the floor; and beside it the CPU of
+``events.decode_frame`` in this process (the contract's decoding and validation, and the expansion of
+compact rows: the part of the server's work that the event schema decides).
 
 The summary part feeds a simulated 4-worker run into a run's event log in this process, in frames
 of 1,000, and times what the route computes (``Run.detail()`` and its JSON) after each of the last
@@ -86,11 +88,11 @@ def full_frames(compact: list[bytes]) -> list[bytes]:
     return [encode_frame(events[i:i + FRAME]) for i in range(0, len(events), FRAME)]
 
 
-def parse_floor(frames: list[bytes], events: int) -> float:
-    """µs of this process's CPU per event to ``orjson.loads`` every frame."""
+def cpu_per_event(parse: Any, frames: list[bytes], events: int) -> float:
+    """µs of this process's CPU per event to ``parse`` every frame (``orjson.loads``: the floor)."""
     start = time.process_time()
     for data in frames:
-        orjson.loads(data)
+        parse(data)
     return (time.process_time() - start) / events * 1e6
 
 
@@ -163,19 +165,23 @@ def main() -> None:
     ways: dict[str, list[bytes]] = {"full events": full, "compact rows": compact}
     cost: dict[str, list[float]] = {way: [] for way in ways}
     floor: dict[str, list[float]] = {way: [] for way in ways}
+    decode: dict[str, list[float]] = {way: [] for way in ways}
     server = Server()
     try:
         for repeat in range(repeats):
             for way in (list(ways) if repeat % 2 == 0 else list(reversed(ways))):
-                floor[way].append(parse_floor(ways[way], events))
+                floor[way].append(cpu_per_event(orjson.loads, ways[way], events))
+                decode[way].append(cpu_per_event(decode_frame, ways[way], events))
                 cost[way].append(server_cost(server, ways[way], events))
     finally:
         server.stop()
-    table = Table("frames", "bytes/event", "server CPU µs/event", "orjson.loads µs/event", "ratio to the floor")
+    table = Table("frames", "bytes/event", "server CPU µs/event", "orjson.loads µs/event", "ratio to the floor",
+                  "decode_frame µs/event", "its ratio to the floor")
     for way, frames in ways.items():
         ratios = [c / f for c, f in zip(cost[way], floor[way], strict=True)]
+        decoded = [d / f for d, f in zip(decode[way], floor[way], strict=True)]
         table.add_row(f"{way} ({len(frames)} frames)", f"{sum(map(len, frames)) / events:.0f}",
-                      interval(cost[way]), interval(floor[way]), interval(ratios))
+                      interval(cost[way]), interval(floor[way]), interval(ratios), interval(decode[way]), interval(decoded))
     console = Console()
     console.print(table)
     console.print(f"{events:,} events of a real {WORKERS}-worker run per way and repeat; {repeats} repeats, "

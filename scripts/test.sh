@@ -14,5 +14,6 @@ fi
 # The page's tests, and its agreement with the Python core through this interpreter.
 PYTHON="$PWD/.venv/bin/python" node --test frontend/tests/
 .venv/bin/python -m mypy                  # mypy.ini: strict on the pure core
+.venv/bin/python -m loaderscope.contract --check  # contract.gen.js and events.schema.json match the contract
 .venv/bin/python scripts/check_wheel.py   # the wheel, installed without extras in a clean venv, used
 exec .venv/bin/python -m pytest "$@"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from loaderscope.events import ROW_FIELDS, EventError, decode_frame, encode_frame, event_count, expand, to_json, validate
@@ -60,15 +61,19 @@ EDGES = [0, 1, -1, 4095, 4096, 2**53, 2**53 + 1, -(2**53) - 1, 0.5, 1e300, float
          "3", [1], {"a": 1}]
 
 
-def assert_validated_as_its_events(frame: dict[str, Any]) -> None:
-    """``expand(validated=True)`` gives what validating each expanded event gives: the events, or the error."""
-    def outcome(expand_and_check: Any) -> str:
-        try:
-            return repr(expand_and_check())
-        except EventError as exc:
-            return str(exc)
+def outcome(check: Any) -> str:
+    """What a check gives: the events (repr), or the start of its error (where the frame adds its position)."""
+    try:
+        return repr(check())
+    except EventError as exc:
+        return str(exc).split(" (", 1)[0]
 
-    assert outcome(lambda: expand(frame, validated=True)) == outcome(lambda: [validate(e) for e in expand(frame)]), frame
+
+def assert_validated_as_its_events(frame: dict[str, Any]) -> None:
+    """Decoding a compact frame (the decoder's one pass, or the full check) gives what validating each
+    expanded event gives: the same events, or the same error."""
+    sent = orjson.loads(to_json(frame))  # what a producer's bytes hold (NaN as null)
+    assert outcome(lambda: decode_frame(to_json(frame))) == outcome(lambda: [validate(e) for e in expand(sent)]), frame
 
 
 @pytest.mark.parametrize("kind", ["dispatch", "fetch_start", "fetch_end", "arrive", "buffer", "yield", "skip"])
@@ -82,24 +87,41 @@ def test_a_compact_row_is_valid_exactly_when_its_expanded_event_is(kind: str) ->
 
 
 def test_a_compact_frame_with_odd_common_fields_is_validated_as_its_events_are() -> None:
-    for common in ({"run": 3}, {"run": 2**60}, {"rank": 2**60}, {"rank": True}, {"seq": 2**53 - 1}, {"seq": 2**53}):
+    for common in ({"run": 3}, {"run": 2**60}, {"rank": 2**60}, {"rank": True}, {"seq": 2**53 - 1}, {"seq": 2**53},
+                   {"t0": -(2**53)}, {"t0": 2**52 + 1}):
         assert_validated_as_its_events({"run": "r", "rank": 0, "seq": 5, "t0": 0.0, "rows": [["arrive", 1.0, 0, 1]]} | common)
 
 
-def test_an_event_of_a_known_shape_is_checked_as_fully_as_a_new_one() -> None:
-    from loaderscope.events import _validate_fully
+def test_rows_of_other_kinds_are_validated_as_their_events_are() -> None:
+    for fields in ({"epoch": 0}, {"epoch": None}, {"epoch": 0, "note": [1]}, {"epoch": "0"}, {}):
+        assert_validated_as_its_events({"seq": 0, "t0": 0.0, "rows": [["epoch_start", 1.0, fields]]})
+    for structure in (_nested(10), _nested(70), None, 3):
+        row = ["batch_info", 1.0, {"idx": 0, "worker": 0, "structure": structure}]
+        assert_validated_as_its_events({"seq": 0, "t0": 0.0, "rows": [row]})
 
-    def outcome(check: Any, event: dict[str, Any]) -> str:
-        try:
-            return repr(check(dict(event)))
-        except EventError as exc:
-            return str(exc)
 
-    for name in [*GOOD, "from_buffer"]:
-        for edge in [*EDGES, "", "dispatch"]:
+def _nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_the_one_pass_decoder_accepts_exactly_what_the_full_check_accepts() -> None:
+    from loaderscope.events import _explain
+
+    for name in [*GOOD, "from_buffer", "epoch", "elapsed", "note"]:
+        for edge in [*EDGES, "", "dispatch", _nested(70)]:
             event = GOOD | {name: edge}
-            outcome(validate, event)  # its shape is known from now on, if it passed
-            assert outcome(validate, event) == outcome(_validate_fully, event), (name, edge)
+            data = to_json([event])  # NaN and infinities as a producer's orjson writes them: null
+            sent = orjson.loads(data)
+            assert outcome(lambda: decode_frame(data)) == outcome(lambda: [_explain(e) for e in sent]), (name, edge)
+            assert outcome(lambda: validate(dict(event))) == outcome(lambda: _explain(dict(event))), (name, edge)
+
+
+def test_a_bad_event_is_named_by_its_place_in_the_frame() -> None:
+    with pytest.raises(EventError, match=r"'worker' must not be null \(event 2 of the frame\)"):
+        decode_frame(encode_frame([GOOD, GOOD, GOOD | {"worker": None}]))
 
 
 def test_oversized_frame_is_refused() -> None:

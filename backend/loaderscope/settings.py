@@ -23,6 +23,7 @@ from typing import Annotated, Any, get_type_hints
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from loaderscope.contract.replay import TRACE_KEYS
 from loaderscope.scenarios.errors import ParamError, Problem, allowed_by
 
 # torch/utils/data/dataloader.py, DataLoader.__init__: "elif num_workers > 0 and prefetch_factor is None:
@@ -43,7 +44,7 @@ PinMemory = Annotated[bool, Field(description="copy batches to page-locked memor
 
 # What a replay of a recorded loader may change: it keeps the recorded batches, which batch_size
 # and drop_last made; a timeout only decides when a run fails.
-REPLAYABLE = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory"})
+REPLAYABLE = TRACE_KEYS
 
 
 @dataclass(frozen=True)

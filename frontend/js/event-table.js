@@ -6,30 +6,26 @@
 // line of a frequent kind can go straight from text to columns (pushLine), and a whole table into
 // another (append), without an object per event. Pure.
 
-const HOT = Object.freeze(['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end']);
+import { COMMON_FIELDS, FREQUENT, KINDS, LIMITS } from './contract.gen.js';
+
+/** @typedef {{type: string, nullable: boolean, required: boolean, min?: number, max?: number}} FieldRule */
+/** @type {Record<string, Record<string, FieldRule>>} each kind's own fields (contract.gen.js) */
+const OWN = /** @type {any} */ (KINDS);
+
+const HOT = FREQUENT;
 const CODE = new Map(HOT.map((k, i) => [k, i + 1]));
 const OBJECT = 0; // the row is a kept object
 
-// Fields each hot kind may carry (beyond seq, t, run, rank, kind, and idx, worker, epoch) and still
-// fit the columns.
-const COMMON = ['idx', 'worker', 'epoch'];
-const FIELDS = Object.fromEntries(Object.entries({
-  dispatch: ['indices', 'n'],
-  fetch_start: ['n'],
-  fetch_end: ['dt', 'nbytes', 'pickled'],
-  arrive: [],
-  buffer: ['waiting_for'],
-  yield: ['wait', 'from_buffer'],
-  skip: [],
-  pin_start: [],
-  pin_end: ['dt', 'nbytes', 'pinned'],
-}).map(([k, v]) => [k, new Set([...COMMON, ...v])]));
+// Fields each hot kind may carry (beyond seq, t, run, rank, kind) and still fit the columns: the
+// contract's own fields of the kind (idx, worker, epoch and the kind's values).
+/** @type {Record<string, Set<string>>} */
+const FIELDS = Object.fromEntries(HOT.map((kind) => [kind, new Set(Object.keys(OWN[kind]))]));
 
-// pushLine's keys per kind code: the names it reads (COMMON and FIELDS), and a bit mask of those
-// the line must carry (idx; the kind's value where pack() demands one).
+// pushLine's keys per kind code: the names it reads (FIELDS), and a bit mask of those the line must
+// carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
 const LINE_KEYS = [[], ...HOT.map((kind) => {
   const keys = Object.assign([...FIELDS[kind]], { required: 0 });
-  for (const [k, name] of keys.entries()) if (name === 'idx' || name === 'waiting_for' || name === 'wait') keys.required |= 1 << k;
+  for (const [k, name] of keys.entries()) if (OWN[kind][name].required && name !== 'worker') keys.required |= 1 << k;
   return keys;
 })];
 
@@ -42,10 +38,13 @@ const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'ep
 
 // What schema.js's invalidReason demands of a hot event beyond what pack() checks anyway: seq an
 // integer, t finite, rank an integer if given, worker present where the kind requires it, and
-// every number within +-2**53 (events.py MAX_NUMBER). pushValid() relies on it.
-const MAX_NUMBER = 2 ** 53;
-const WORKERLESS = new Set(['yield', 'pin_start', 'pin_end']);
-const BOUNDED = ['n', 'dt', 'nbytes', 'pickled', 'wait'];
+// every number within +-2**53 (the contract's MAX_NUMBER). pushValid() relies on it.
+const MAX_NUMBER = LIMITS.MAX_NUMBER;
+const WORKERLESS = new Set(HOT.filter((kind) => !OWN[kind].worker.required));
+const BOUNDED = [...new Set(HOT.flatMap((kind) => Object.keys(OWN[kind]).filter((name) => OWN[kind][name].type === 'number')))];
+// The common fields, which a line of the trace writer carries first, in the contract's order: the
+// text pushLine expects before each one's value (a string's opening quote included).
+const HEAD = COMMON_FIELDS.map((name, i) => ({ name, text: `${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}` }));
 const within = (v) => typeof v === 'number' && Math.abs(v) <= MAX_NUMBER;
 
 /** True when a hot event that pack() accepts also passes invalidReason (the schema's check). */
@@ -308,17 +307,20 @@ export class EventTable {
    */
   pushLine(text, start, end) {
     const line = new LineScan(text, start, end);
-    if (!line.lit('{"seq":')) return false;
-    const seq = line.num();
-    if (!Number.isInteger(seq) || !within(seq) || !line.lit(',"t":')) return false;
-    const t = line.num();
-    if (!within(t) || !line.lit(',"run":"')) return false;
-    const run = line.plainString();
-    if (run === null || !line.lit('","rank":')) return false;
-    const rank = line.num();
-    if (!Number.isInteger(rank) || !within(rank) || !line.lit(',"kind":"')) return false;
-    const code = line.kindCode();
-    if (code === OBJECT || !line.lit('"')) return false;
+    let seq = NaN, t = NaN, rank = NaN, code = OBJECT;
+    /** @type {string|null} */
+    let run = null;
+    for (const { name, text: head } of HEAD) {
+      if (!line.lit(head)) return false;
+      if (name === 'seq') seq = line.num();
+      else if (name === 't') t = line.num();
+      else if (name === 'rank') rank = line.num();
+      else if (name === 'run') run = line.plainString();
+      else code = line.kindCode();
+      if ((name === 'run' || name === 'kind') && !line.lit('"')) return false;
+    }
+    if (!Number.isInteger(seq) || !within(seq) || !within(t) || run === null || !Number.isInteger(rank) || !within(rank)) return false;
+    if (code === OBJECT) return false;
     if (this.run !== undefined && (run !== this.run || rank !== this.rank)) return false;
     const i = this.n;
     if (i === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));

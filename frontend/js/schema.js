@@ -1,57 +1,54 @@
-// Event schema v1 (mirrors backend/loaderscope/events.py): validate incoming JSON before use.
-// Pure: no DOM, no I/O. Unknown kinds pass validation (they are shown, never dropped).
+// Event schema v1: the tables of backend/loaderscope/contract/ (contract.gen.js), and the check of
+// incoming JSON against them before use. Pure: no DOM, no I/O. Unknown kinds pass validation (they
+// are shown, never dropped).
 
-/** Fields each kind must carry beyond the common ones (events.py REQUIRED). */
-export const REQUIRED = Object.freeze({
-  run_start: ['mode', 'config'],
-  run_end: ['reason'],
-  epoch_start: ['epoch'],
-  epoch_end: ['epoch'],
-  epoch_resume: ['epoch', 'batch'],
-  worker_start: ['worker', 'pid'],
-  worker_exit: ['worker'],
-  dispatch: ['idx', 'worker'],
-  fetch_start: ['idx', 'worker'],
-  fetch_end: ['idx', 'worker'],
-  arrive: ['idx', 'worker'],
-  pin_start: ['idx'],
-  pin_end: ['idx'],
-  buffer: ['idx', 'worker', 'waiting_for'],
-  yield: ['idx', 'wait'],
-  skip: ['idx', 'worker'],
-  worker_stuck: ['worker', 'idx', 'elapsed'],
-  consumer_stuck: ['elapsed'],
-  worker_died: ['worker'],
-  error: ['type', 'message'],
-  timeout: ['seconds'],
-  batch_info: ['idx', 'worker', 'structure'],
-  step: ['batch'],
-  probe_error: ['where', 'type', 'message'],
-  doctor_verdict: ['text'],
-});
+import { COMMON_FIELDS, ENDED as ENDED_STATUSES, KINDS, LIMITS, NAMED, REQUIRED as REQUIRED_FIELDS, RUN_STATUS } from './contract.gen.js';
+
+/** Fields each kind must carry beyond the common ones. */
+export const REQUIRED = REQUIRED_FIELDS;
 
 export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));
 
-/** A run's status as the API and the reducer give it (events.py RunStatus). */
-export const RunStatus = Object.freeze({
-  PENDING: 'pending', // no run_start yet (a logdir run: its file not read to its end yet)
-  STARTING: 'starting', // the server started a run process that has not connected yet
-  RUNNING: 'running',
-  PAUSED: 'paused', // the dashboard paused the training loop
-  DISCONNECTED: 'disconnected', // a watch() producer went away and may reconnect
-  DONE: 'done',
-  STOPPED: 'stopped',
-  ERROR: 'error',
-});
+/** A run's status as the API and the reducer give it (contract RunStatus). */
+export const RunStatus = RUN_STATUS;
 
-/** The statuses of a run that has ended: run_end's reasons (events.py ENDED). */
-export const ENDED = new Set([RunStatus.DONE, RunStatus.STOPPED, RunStatus.ERROR]);
+/** The statuses of a run that has ended: run_end's reasons. */
+export const ENDED = new Set(ENDED_STATUSES);
 
-/** JSON's exact integers (events.py MAX_NUMBER): no number an event carries lies beyond. */
-export const MAX_NUMBER = 2 ** 53;
+/** JSON's exact integers: no number an event carries lies beyond. */
+export const MAX_NUMBER = LIMITS.MAX_NUMBER;
 
-const INT_FIELDS = ['seq', 'rank', 'idx', 'worker', 'epoch', 'waiting_for'];
-const NUMBER_FIELDS = ['t', 'wait', 'dt', 'elapsed', 'seconds'];
+/** @typedef {{type: string, nullable: boolean, min?: number, max?: number, required?: boolean}} FieldRule */
+
+/** @type {Record<string, (v: unknown) => boolean>} whether a value is of a contract type */
+const FITS = {
+  int: (v) => Number.isInteger(v),
+  number: (v) => typeof v === 'number' && Number.isFinite(v),
+  string: (v) => typeof v === 'string',
+  bool: (v) => typeof v === 'boolean',
+  object: (v) => v !== null && typeof v === 'object' && !Array.isArray(v),
+  array: (v) => Array.isArray(v),
+  any: () => true,
+};
+/** @type {Record<string, string>} */
+const NOUN = { int: 'an integer', number: 'a number', string: 'a string', bool: 'true or false', object: 'an object', array: 'a list' };
+const COMMON = new Set(COMMON_FIELDS);
+
+/**
+ * The rule for field `name` of a `kind` event: the kind's own, else the one by name (null where the
+ * contract says nothing), and whether null is allowed.
+ * @param {string} kind
+ * @param {string} name
+ * @returns {{rule: FieldRule|null, nullable: boolean}}
+ */
+function ruleOf(kind, name) {
+  /** @type {Record<string, FieldRule>|undefined} */
+  const own = /** @type {any} */ (KINDS)[kind];
+  if (own && name in own) return { rule: own[name], nullable: own[name].nullable };
+  /** @type {FieldRule|undefined} */
+  const named = /** @type {any} */ (NAMED)[name];
+  return { rule: named ?? null, nullable: !COMMON.has(name) };
+}
 
 /**
  * Check one decoded event. Returns null when it is usable, else a message naming the field.
@@ -65,22 +62,21 @@ export function invalidReason(e) {
   if (typeof kind !== 'string' || !kind) return "an event needs a non-empty string 'kind'";
   if (!Number.isInteger(ev.seq)) return `${kind} event: 'seq' must be an integer, got ${JSON.stringify(ev.seq)}`;
   if (!('t' in ev)) return `${kind} event is missing 't'`;
-  for (const name of REQUIRED[kind] || []) {
+  for (const name of /** @type {any} */ (REQUIRED)[kind] || []) {
     if (!(name in ev)) return `${kind} event is missing its '${name}' field`;
   }
-  for (const [name, v] of Object.entries(ev)) { // events.py: every top-level number within ±2**53
+  for (const [name, v] of Object.entries(ev)) {
     if (typeof v === 'number' && !(Math.abs(v) <= MAX_NUMBER)) return `${kind} event: '${name}' must be a finite number within +-2**53, got ${JSON.stringify(v)}`;
+    const { rule, nullable } = ruleOf(kind, name);
+    if (rule === null || v === undefined) continue;
+    if (v === null) {
+      if (!nullable) return `${kind} event: '${name}' must not be null`;
+      continue;
+    }
+    if (!FITS[rule.type](v)) return `${kind} event: '${name}' must be ${NOUN[rule.type]}, got ${JSON.stringify(v)}`;
+    const n = /** @type {number} */ (v);
+    if (rule.min !== undefined && rule.max !== undefined && !(n >= rule.min && n <= rule.max)) return `${kind} event: '${name}' must be from ${rule.min} to ${rule.max}, got ${n}`;
   }
-  for (const name of INT_FIELDS) {
-    const v = ev[name];
-    if (v !== undefined && v !== null && !Number.isInteger(v)) return `${kind} event: '${name}' must be an integer, got ${JSON.stringify(v)}`;
-  }
-  for (const name of NUMBER_FIELDS) {
-    const v = ev[name];
-    if (v !== undefined && v !== null && (typeof v !== 'number' || !Number.isFinite(v))) return `${kind} event: '${name}' must be a number, got ${JSON.stringify(v)}`;
-  }
-  if (kind === 'run_start' && (ev.config === null || typeof ev.config !== 'object')) return "run_start event: 'config' must be an object";
-  if (ev.indices !== undefined && ev.indices !== null && !Array.isArray(ev.indices)) return `${kind} event: 'indices' must be a list`;
   return null;
 }
 

@@ -6,17 +6,16 @@
 import { PALETTE } from './colors.js';
 import { niceMax, sweepErrorField, sweepRequest, sweepSeries } from './sweep.js';
 import { ApiError, errorText, fieldErrors } from './api.js';
+import { TRACE_SETTINGS } from './contract.gen.js';
 
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const FIELDS = ['key', 'values', 'key2', 'values2'];
 const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79c0ff'];
 const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
 const STEP_FILL_MS = 20; // the training step a sweep assumes when the scenario has none
-// What a replay of a recorded loader can change (sim.TRACE_KEYS): its own dataset and batches stay.
-const RUN_FIELDS = [
-  { name: 'num_workers', kind: 'int' }, { name: 'prefetch_factor', kind: 'int' },
-  { name: 'persistent_workers', kind: 'bool' }, { name: 'in_order', kind: 'bool' }, { name: 'pin_memory', kind: 'bool' },
-];
+// What a replay of a recorded loader can change (the contract's TRACE_SETTINGS): its own dataset and batches stay.
+/** @type {{name: string, kind: string}[]} */
+const RUN_FIELDS = Object.entries(TRACE_SETTINGS).map(([name, kind]) => ({ name, kind }));
 
 /** Short numbers for the table and axes. */
 function fmt(v, digits = 2) {

@@ -1,6 +1,6 @@
-// schema.js is a hand copy of backend/loaderscope/events.py: every kind's required fields and the run
-// statuses must be the same on both sides, in both directions (a kind or status only one side knows
-// fails here, not on a user's page).
+// schema.js reads the contract's tables from contract.gen.js, generated from backend/loaderscope/contract/:
+// every kind's required fields and the run statuses must be the same as Python's, in both directions (a
+// kind or status only one side knows fails here, not on a user's page; `--check` catches a stale file).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { REQUIRED, KNOWN_KINDS, RunStatus, ENDED, MAX_NUMBER, invalidReason } from '../js/schema.js';

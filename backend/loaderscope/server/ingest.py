@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from loaderscope.events import MAX_FRAME_BYTES, MAX_NUMBER, MAX_ROWS, EventError, Event, expand, validate
+from loaderscope.events import MAX_FRAME_BYTES, MAX_NUMBER, EventError, decode_message
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.process import SECRET_HEADER
 from loaderscope.server.runs import Run, RunManager, RunRefused
@@ -44,7 +44,6 @@ CLOSE_TOO_BIG = 1009
 CLOSE_TRY_LATER = 1013
 # ~7 ms of the server's ~3.5 us per event: the longest one frame holds the event loop at a time.
 SLICE_EVENTS = 2000
-SLICE_ROWS = SLICE_EVENTS // 5  # a compact "batch" row is five events
 
 
 class WebSocketChannel:
@@ -168,45 +167,16 @@ async def take(run: Run, data: bytes | str) -> None:
     Raises:
         EventError: the message is not JSON, not the schema, or too big.
     """
-    if len(data) > MAX_FRAME_BYTES:
-        raise EventError(f"frame of {len(data)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit; send smaller frames")
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise EventError(f"message is not valid JSON: {exc}") from None
-    if isinstance(value, dict) and "type" in value and "kind" not in value:
-        _apply_meta(run, value)
+    message = decode_message(data, slice_events=SLICE_EVENTS)
+    if isinstance(message, dict):
+        _apply_meta(run, message)
         return
     first = True
-    for events in _slices(value):
+    for events in message:
         if not first:
             await asyncio.sleep(0)
         first = False
         run.ingest(events)
-
-
-def _slices(value: Any) -> Any:
-    """Validated events of a decoded frame, SLICE_EVENTS at a time (compact rows expanded per slice)."""
-    if isinstance(value, dict) and "rows" in value:
-        rows, seq = value["rows"], value.get("seq", 0)
-        if not isinstance(rows, list) or len(rows) > MAX_ROWS:
-            raise EventError(f"a compact frame needs 'rows', a list of at most {MAX_ROWS} rows")
-        for start in range(0, len(rows), SLICE_ROWS):
-            events = expand({**value, "rows": rows[start:start + SLICE_ROWS], "seq": seq}, validated=True)
-            if events:
-                seq = events[-1]["seq"] + 1
-            yield events
-        return
-    if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list):
-        raise EventError(f"a frame must be a JSON array of events, got {type(value).__name__}")
-    for start in range(0, len(value), SLICE_EVENTS):
-        yield _valid(value[start:start + SLICE_EVENTS])
-
-
-def _valid(events: list[Any]) -> list[Event]:
-    return [validate(event) for event in events]
 
 
 def _apply_meta(run: Run, meta: dict[str, Any]) -> None:

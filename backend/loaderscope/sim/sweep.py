@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from loaderscope.contract.replay import TRACE_KEYS as TRACE_KEYS  # what a sweep of a trace may change
 from loaderscope.events import Event
 from loaderscope.scenarios.errors import ParamError, Problem
 from loaderscope.scenarios.workload import Workload
-from loaderscope.settings import REPLAYABLE, LoaderSettings, check
+from loaderscope.settings import LoaderSettings, check
 from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.run import simulate
@@ -48,8 +49,6 @@ ORDER_NEUTRAL = frozenset({
     "sample_ms", "step_ms", "slow_worker", "slow_factor",
 })
 METRICS = ("batches_per_s", "input_bound", "buffer_high", "worker_util", "wall", "batches", "status")
-# Loader settings a sweep of a trace without a scenario may change.
-TRACE_KEYS = REPLAYABLE
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,42 @@
+"""The contract's generated files: checked in, and a drift fails `python -m loaderscope.contract --check`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loaderscope.contract import generate
+from loaderscope.contract.__main__ import main
+from loaderscope.contract.events import REQUIRED, STRUCTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_checked_in_files_are_what_the_contract_generates() -> None:
+    done = subprocess.run([sys.executable, "-m", "loaderscope.contract", "--check"], cwd=ROOT, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(ROOT / "backend")}, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_stale_file_fails_the_check_with_the_command_that_fixes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "contract.gen.js"
+    monkeypatch.setattr(generate, "ROOT", tmp_path)
+    monkeypatch.setattr("loaderscope.contract.__main__.ROOT", tmp_path)
+    monkeypatch.setattr("loaderscope.contract.__main__.OUTPUTS", {target: generate.render_js})
+    assert main(["--write"]) == 0 and main(["--check"]) == 0
+    target.write_text(target.read_text().replace('"waiting_for"', '"waiting"'))
+    assert main(["--check"]) == 1
+    said = capsys.readouterr().err
+    assert "contract.gen.js out of date" in said and generate.COMMAND in said
+
+
+def test_the_page_gets_every_kind_with_its_required_fields() -> None:
+    kinds = generate.kinds()
+    assert kinds.keys() == STRUCTS.keys()
+    for kind, names in REQUIRED.items():
+        assert [name for name, rule in kinds[kind].items() if rule["required"]] == list(names)
+    assert kinds["dispatch"]["worker"] == {"type": "int", "nullable": False, "min": 0, "max": 4095, "required": True}
