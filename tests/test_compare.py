@@ -13,9 +13,9 @@ import pytest
 from rich.console import Console
 
 from loaderscope import scenarios
-from loaderscope.cli import UsageError
+from loaderscope.cli.main import UsageError
 from loaderscope.compare import compare, counts, diagnosis_diff, log_edges, normalise
-from loaderscope.compare_cli import add_compare_command
+from loaderscope.cli.compare import add_compare_command
 from loaderscope.runner import Collector, run_real
 from loaderscope.sim import simulate
 from loaderscope.state import reduce, summary

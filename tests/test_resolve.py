@@ -113,8 +113,10 @@ def test_every_built_in_names_a_builder_that_builds() -> None:
 
 TORCH_FREE = textwrap.dedent("""
     import sys
-    from loaderscope.server import api, app, dashboard, runs
-    from loaderscope import cli, sim
+    from loaderscope.server.web import api, app, dashboard
+    from loaderscope.server.runs import manager
+    from loaderscope.cli import main
+    from loaderscope import sim
 
     listed = api._describe_scenarios()
     assert {s["name"] for s in listed} >= {"uniform", "samplers", "gpu_step"}, listed

@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import loaderscope
-from loaderscope.server.ingest import loopback_uid
+from loaderscope.server.web.ingest import loopback_uid
 from tests.conftest import wait_for
 from tests.test_watch import Squares
 

@@ -1,7 +1,7 @@
 """The dashboard server: FastAPI + uvicorn, a run store, run processes, websockets, security.
 
 ``serve()`` runs it; ``create_app(ServerConfig(...))`` builds the ASGI app for embedding and tests.
-Imports are lazy: run processes and the launcher (``python -m loaderscope.server.runproc`` /
+Imports are lazy: run processes and the launcher (``python -m loaderscope.server.processes.runproc`` /
 ``.launcher``) import this package too, and need neither FastAPI nor uvicorn.
 """
 
@@ -14,11 +14,11 @@ __all__ = ["ServerConfig", "create_app", "serve"]
 
 def __getattr__(name: str) -> Any:
     if name == "serve":
-        from loaderscope.server.dashboard import serve
+        from loaderscope.server.web.dashboard import serve
 
         return serve
     if name == "create_app":
-        from loaderscope.server.app import create_app
+        from loaderscope.server.web.app import create_app
 
         return create_app
     if name == "ServerConfig":

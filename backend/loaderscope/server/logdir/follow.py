@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loaderscope.server.logindex import Index, load_sidecar, quick_index, save_sidecar
-from loaderscope.server.runs import RUN_ID, Run, RunManager, RunRefused
-from loaderscope.server.spill import TraceSpill
-from loaderscope.server.storage import Entry, LocalStorage, Storage
-from loaderscope.server.store import EventLog
-from loaderscope.server.tracefile import TraceFile
+from loaderscope.server.logdir.index import Index, load_sidecar, quick_index, save_sidecar
+from loaderscope.server.runs.manager import RUN_ID, Run, RunManager, RunRefused
+from loaderscope.server.runs.spill import TraceSpill
+from loaderscope.server.logdir.storage import Entry, LocalStorage, Storage
+from loaderscope.server.runs.store import EventLog
+from loaderscope.server.logdir.tracefile import TraceFile
 from loaderscope.trace import TraceError
 
 TRACE_SUFFIX = ".trace.jsonl"

@@ -1,6 +1,6 @@
 """A run process: one scenario, run for real (or simulated), streamed to the dashboard.
 
-    python -m loaderscope.server.runproc --url ws://127.0.0.1:PORT/ws/ingest --run ID \\
+    python -m loaderscope.server.processes.runproc --url ws://127.0.0.1:PORT/ws/ingest --run ID \\
         --scenario NAME [--mode real|sim] [--params JSON] [--costs JSON] [--hub JSON]
 
 The token comes from ``$LOADERSCOPE_TOKEN`` (never the command line, which /proc shows to all).
@@ -31,7 +31,7 @@ from loaderscope.events import Event, encode_frame, to_json
 from loaderscope.runner import Control
 from loaderscope.scenarios import Plan, register
 from loaderscope.scenarios.hub import HubEntry, hub_scenario
-from loaderscope.server.process import SECRET_ENV, SECRET_HEADER
+from loaderscope.server.processes.process import SECRET_ENV, SECRET_HEADER
 
 FRAME_EVENTS = 1000  # events per websocket message
 HIGH_WATER = 200_000  # events buffered before the sink blocks (backpressure: nothing is dropped)
@@ -191,7 +191,7 @@ def simulate(args: argparse.Namespace, plan: Plan, uplink: Uplink, control: Cont
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m loaderscope.server.runproc",
+    parser = argparse.ArgumentParser(prog="python -m loaderscope.server.processes.runproc",
                                      description="Run one scenario and stream its events to a dashboard.")
     parser.add_argument("--url", required=True, help="the dashboard's ws://HOST:PORT/ws/ingest")
     parser.add_argument("--run", required=True, help="the run id the dashboard gave this run")

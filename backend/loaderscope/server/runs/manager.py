@@ -26,14 +26,14 @@ import orjson
 from loaderscope import trace
 from loaderscope.events import MAX_NUMBER, Event, RunStatus
 from loaderscope.scenarios import Plan
-from loaderscope.server import process
+from loaderscope.server.processes import process
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.launcher import LaunchedProcess, Launcher
-from loaderscope.server.spill import TraceSpill
-from loaderscope.server.store import EventLog
+from loaderscope.server.processes.launcher import LaunchedProcess, Launcher
+from loaderscope.server.runs.spill import TraceSpill
+from loaderscope.server.runs.store import EventLog
 
 if TYPE_CHECKING:
-    from loaderscope.server.logdir import FileSource, Logdir
+    from loaderscope.server.logdir.follow import FileSource, Logdir
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 LOAD_WAIT = 60.0  # seconds a REST read waits for a logdir run's file to be read to its end

@@ -19,9 +19,9 @@ import loaderscope
 from loaderscope import scenarios, trace
 from loaderscope.events import MAX_NUMBER
 from loaderscope.server.budgets import PAGE_BYTES
-from loaderscope.server.errors import field_problems, readable, type_problems
-from loaderscope.server.runs import Run, RunManager, RunRefused
-from loaderscope.server.store import EventLog, Gap, Spill
+from loaderscope.server.web.errors import field_problems, readable, type_problems
+from loaderscope.server.runs.manager import Run, RunManager, RunRefused
+from loaderscope.server.runs.store import EventLog, Gap, Spill
 
 if TYPE_CHECKING:
     from loaderscope.sim import Variant

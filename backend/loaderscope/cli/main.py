@@ -16,11 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from loaderscope import __version__, scenarios
-from loaderscope.compare_cli import add_compare_command
+from loaderscope.cli.compare import add_compare_command
 from loaderscope.diagnosis import diagnosis
 from loaderscope.doctor.cli import add_doctor_command
 from loaderscope.events import Event
-from loaderscope.output import add_format_option, stdout_console, to_csv, to_json
+from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.record import add_record_command
 from loaderscope.report import first_epoch_orders, reordering_story
 from loaderscope.state import LoaderState, summary
@@ -169,7 +169,7 @@ def run_job(plan: scenarios.Plan, args: argparse.Namespace) -> int:
     from loaderscope.runner import new_run_id
     from loaderscope.sim import CostModel
     from loaderscope.sim.run import simulate_ranks
-    from loaderscope.logdir import trace_path
+    from loaderscope.tracepaths import trace_path
     from loaderscope.trace import write_trace
 
     if args.mode != "sim":

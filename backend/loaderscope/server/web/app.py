@@ -19,14 +19,14 @@ from starlette.staticfiles import StaticFiles
 
 import loaderscope
 from loaderscope import proof
-from loaderscope.server import api, ingest, runlist, stream, whatif
-from loaderscope.server.bodylimit import BodyLimit
+from loaderscope.server.web import api, ingest, runlist, stream, whatif
+from loaderscope.server.security.bodylimit import BodyLimit
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.errors import field_problems, readable
-from loaderscope.server.logdir import Logdir
-from loaderscope.server.storage import storage_for
-from loaderscope.server.runs import RunManager
-from loaderscope.server.security import Guard, Policy
+from loaderscope.server.web.errors import field_problems, readable
+from loaderscope.server.logdir.follow import Logdir
+from loaderscope.server.logdir.storage import storage_for
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.security.guard import Guard, Policy
 
 FLUSH_EVERY = 0.5  # seconds: how stale a trace file on disk may be while its run goes on
 

@@ -21,14 +21,14 @@ from loaderscope import scenarios
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.discovery import publish, unpublish
 from loaderscope.scenarios.hub import HubEntry, hub_scenario
-from loaderscope.server import logs
-from loaderscope.server.app import create_app
+from loaderscope.server.security import logs
+from loaderscope.server.web.app import create_app
 from loaderscope.server.config import ServerConfig, is_loopback, new_token
-from loaderscope.server.process import TOKEN_ENV
-from loaderscope.server.protocols import WebSocketProtocol, http_protocol
-from loaderscope.server.runs import RunManager
-from loaderscope.server.security import checked_token
-from loaderscope.server.storage import is_url, storage_for
+from loaderscope.server.processes.process import TOKEN_ENV
+from loaderscope.server.security.protocols import WebSocketProtocol, http_protocol
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.security.guard import checked_token
+from loaderscope.server.logdir.storage import is_url, storage_for
 
 
 def serve(

@@ -20,9 +20,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loaderscope.events import Event
-from loaderscope.server.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused,
+from loaderscope.server.web.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused,
                                     sweep_slot, unprocessable)
-from loaderscope.server.runs import Run, RunRefused
+from loaderscope.server.runs.manager import Run, RunRefused
 
 router = APIRouter(prefix="/api")
 READ_PAGE = 10_000  # events per store read while collecting a run for a sweep
