@@ -1,6 +1,6 @@
 """Run a scenario end to end: build its loader, drive a training loop over it, stream its events.
 
-Used by ``loaderscope run`` in the terminal and by the dashboard's run processes (server/runproc.py).
+Used by ``loaderscope run`` in the terminal and by the dashboard's run processes (server/processes/runproc.py).
 A ``Control`` lets the dashboard pause, step, slow down or stop the consumer; the loader stays real.
 """
 

@@ -23,7 +23,7 @@ from rich.table import Table
 from loaderscope.compare import compare
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 
-RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs.py)
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/manager.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
 TIMEOUT = 30.0
 SPARK = " ▁▂▃▄▅▆▇█"

@@ -33,11 +33,11 @@ MAX_RUN_VIEWERS = 64  # viewer websockets per run
 # A disconnected watch() run may come back (its producer retries): it is not forgotten for this long.
 RECONNECT_GRACE = 600.0
 # A client has this long to send a request head, and this many may be sending one at once (past it
-# the oldest is closed): half-sent heads held the server's sockets (server/protocols.py).
+# the oldest is closed): half-sent heads held the server's sockets (server/security/protocols.py).
 HEAD_TIMEOUT = 10.0
 MAX_HEADS = 256
 # Websocket keepalive (uvicorn's defaults); a peer that keeps sending is alive whether or not its pong
-# has been read yet (server/protocols.py).
+# has been read yet (server/security/protocols.py).
 PING_INTERVAL = 20.0
 PING_TIMEOUT = 20.0
 MAX_RUN_BYTES = 1 << 30  # a run's trace file; a producer writing more is cut off (1008)

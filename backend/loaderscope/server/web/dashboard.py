@@ -1,6 +1,6 @@
 """``serve()``: bind, print the URL once, open a browser, run uvicorn until Ctrl-C.
 
-Used by ``loaderscope serve`` and ``loaderscope demo`` (cli.py) and by the test fixture.
+Used by ``loaderscope serve`` and ``loaderscope demo`` (cli/main.py) and by the test fixture.
 """
 
 from __future__ import annotations
