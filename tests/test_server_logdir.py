@@ -217,7 +217,7 @@ def launch_without_data_dir(directory: Path) -> tuple[LiveServer, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     token = "t" * 24
     log_path = directory / "server.log"
-    code = "from loaderscope.server import serve; serve(port=0, use_launcher=False)"
+    code = "from loaderscope.server.web.dashboard import serve; serve(port=0, use_launcher=False)"
     env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(directory),
            "TMPDIR": str(directory)}
     with log_path.open("wb") as log:

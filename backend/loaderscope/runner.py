@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from loaderscope.events import Event
-from loaderscope.scenarios import Plan, Workload, resolve
+from loaderscope.scenarios.plan import Plan, resolve
+from loaderscope.scenarios.workload import Workload
 from loaderscope.state import LoaderState, summary
 
 Sink = Callable[[list[Event]], None]

@@ -15,8 +15,8 @@ from typing import IO, Any
 
 import orjson
 
-from loaderscope import __version__
 from loaderscope.events import SCHEMA_VERSION, Event, EventError, to_json, validate
+from loaderscope.version import __version__
 
 FORMAT = "loaderscope-trace"
 MAX_LINE_BYTES = 1 << 20

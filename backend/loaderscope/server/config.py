@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+from loaderscope.proof import is_loopback
 
 # Limits keep one browser tab or one producer from exhausting the machine.
 MEMORY_EVENTS = 100_000  # events per run kept in memory; older ones are read back from the trace file
@@ -45,26 +43,6 @@ MAX_RUN_BYTES = 1 << 30  # a run's trace file; a producer writing more is cut of
 # KEEP_FORGOTTEN, and forgotten runs' files go first once all of them pass DISK_BYTES.
 KEEP_FORGOTTEN = 16
 DISK_BYTES = 4 << 30
-
-
-def new_token() -> str:
-    """A fresh random token (256 bits) that never starts with ``-``: a command line takes
-    ``--token VALUE`` for an option otherwise."""
-    while True:
-        token = secrets.token_urlsafe(32)
-        if not token.startswith("-"):
-            return token
-
-
-def is_loopback(host: str) -> bool:
-    """True for names and addresses that only this machine can reach."""
-    host = host.strip("[]").lower()
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass

@@ -26,11 +26,11 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from loaderscope import scenarios
 from loaderscope.events import Event, encode_frame, to_json
 from loaderscope.runner import Control
-from loaderscope.scenarios import Plan, register
-from loaderscope.scenarios.hub import HubEntry, hub_scenario
+from loaderscope.scenarios.catalog import hub_scenario, register
+from loaderscope.scenarios.hub import HubEntry
+from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.server.processes.process import SECRET_ENV, SECRET_HEADER
 
 FRAME_EVENTS = 1000  # events per websocket message
@@ -176,7 +176,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     """This process's edge: the scenario (a torch.hub entry registered first) and its parameters."""
     if args.hub:
         register(hub_scenario(HubEntry.from_json(args.hub)))
-    return scenarios.resolve(args.scenario, json.loads(args.params))
+    return resolve(args.scenario, json.loads(args.params))
 
 
 def simulate(args: argparse.Namespace, plan: Plan, uplink: Uplink, control: Control) -> None:

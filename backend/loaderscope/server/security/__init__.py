@@ -3,6 +3,6 @@
 ``guard.py`` checks Host, Origin and the token in one ASGI middleware ahead of every route,
 ``bodylimit.py`` caps request bodies before anything parses them, ``protocols.py`` gives uvicorn's
 HTTP and websocket protocols a request-head timeout and a pong budget, and ``logs.py`` keeps the
-token out of the access log. It may import only ``server.config`` and ``server.budgets`` (and
-Starlette's and uvicorn's types), so each check can be read and tested on its own.
+token out of the access log. It may import only ``server.config``, ``server.budgets`` and
+``proof.py`` (and Starlette's and uvicorn's types), so each check can be read and tested on its own.
 """

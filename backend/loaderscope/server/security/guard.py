@@ -19,7 +19,8 @@ from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
-from loaderscope.server.config import ServerConfig, is_loopback
+from loaderscope.proof import is_loopback
+from loaderscope.server.config import ServerConfig
 from loaderscope.server.security.logs import REFUSED_HANDSHAKE
 
 Scope = dict[str, Any]
