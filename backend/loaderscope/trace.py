@@ -156,7 +156,8 @@ def _tid(worker: int) -> int:
 
 def to_chrome(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Chrome trace-event JSON as a dict (see ``chrome_json``)."""
-    return orjson.loads(chrome_json(events))
+    chrome: dict[str, Any] = orjson.loads(chrome_json(events))
+    return chrome
 
 
 def _j(value: Any) -> str:

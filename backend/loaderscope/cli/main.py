@@ -497,7 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(token_values_joined(sys.argv[1:] if argv is None else list(argv)))
     try:
-        return args.func(args)
+        code: int = args.func(args)  # argparse's Namespace holds the subcommand's function untyped
+        return code
     except UsageError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2

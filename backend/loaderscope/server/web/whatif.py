@@ -79,7 +79,7 @@ def grid_problems(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
                  f"(got {combinations})", "allowed": None}]
     costs = sim.CostModel.model_json_schema()["properties"]
     allowed = sorted(sim.TRACE_KEYS) + sorted(costs)
-    problems = []
+    problems: list[dict[str, Any]] = []
     for key, values in grid.items():
         if key not in allowed:
             problems.append({"field": f"grid.{key}", "message": f"{key} cannot be changed in a replay of a recorded "
