@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loaderscope import scenarios  # noqa: E402
+from loaderscope.scenarios.catalog import get  # noqa: E402
 from loaderscope.sim.costs import CostModel, TaskCosts  # noqa: E402
 from loaderscope.sim.engine import Simulator  # noqa: E402
 from loaderscope.sim.run import sim_config  # noqa: E402
@@ -68,7 +68,7 @@ def write_simulated(path: Path, events: int) -> int:
     ``sim.simulate`` keeps every event in a list (~1 KB each in Python); this drives the same
     ``Simulator`` a few simulated seconds at a time and writes each slice out, so 10M events fit.
     """
-    sc = scenarios.get("uniform")
+    sc = get("uniform")
     epochs = int(events / EVENTS_PER_SAMPLE / DATASET) + 1  # the run stops at max_events, within the last
     params = sc.params.model_validate({"num_workers": 8, "batch_size": 1, "dataset_size": DATASET, "epochs": epochs,
                                        "sample_ms": 1.0, "step_ms": 0.05, "pin_memory": True})

@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loaderscope.cli import trace_plan
+from loaderscope.cli.main import trace_plan
 from loaderscope.sim import recorded_check
 from loaderscope.trace import read_trace
 

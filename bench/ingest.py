@@ -39,8 +39,8 @@ from torch.utils.data import Dataset
 from loaderscope.diagnosis import diagnosis
 from loaderscope.events import decode_frame, encode_frame
 from loaderscope.probe.loader import InstrumentedDataLoader
-from loaderscope.server.runs import Run
-from loaderscope.server.store import EventLog
+from loaderscope.server.runs.manager import Run
+from loaderscope.server.runs.store import EventLog
 from loaderscope.state import FetchOrder, summary
 from pipeline import FRAME, Server, events_for  # bench/pipeline.py: the same server under test
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from loaderscope.scenarios import resolve
+from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
 from loaderscope.trace import TraceWriter
 
@@ -53,7 +53,7 @@ def idle_share(root: Path, files: int, watch: bool, seconds: float, windows: int
     options = {"port": 0, "logdir": str(root), "logdir_watch": watch, "open_browser": False}
     env = {**os.environ, "LOADERSCOPE_TOKEN": TOKEN, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(root.parent)}
     log = root.parent / f"server-{watch}.log"
-    code = "import json, sys; from loaderscope.server import serve; serve(**json.loads(sys.argv[1]))"
+    code = "import json, sys; from loaderscope.server.web.dashboard import serve; serve(**json.loads(sys.argv[1]))"
     with log.open("wb") as out:
         server = subprocess.Popen([sys.executable, "-c", code, json.dumps(options)], stdout=out,
                                   stderr=subprocess.STDOUT, env=env)

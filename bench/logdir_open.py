@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from loaderscope.scenarios import resolve
+from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
 from loaderscope.state import LoaderState
 from loaderscope.trace import TraceWriter, read_trace

@@ -20,9 +20,9 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
-from loaderscope.server import metrics
+from loaderscope.server.web import metrics
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.runs import Run, RunManager
+from loaderscope.server.runs.manager import Run, RunManager
 
 
 def feed(run: Run, workers: int, fetches: int, first: int) -> None:

@@ -46,7 +46,7 @@ def events(batches: int) -> list[bytes]:
 
 def growth_per_run(max_runs: int, runs: int, frames: list[bytes], directory: Path) -> float:
     token = secrets.token_urlsafe(24)
-    code = "import json, sys; from loaderscope.server import serve; serve(**json.loads(sys.argv[1]))"
+    code = "import json, sys; from loaderscope.server.web.dashboard import serve; serve(**json.loads(sys.argv[1]))"
     options = {"port": 0, "data_dir": str(directory), "max_runs": max_runs, "reconnect_grace": 3600}
     log = directory.with_suffix(".log")
     with log.open("wb") as out:

@@ -35,8 +35,9 @@ from rich.console import Console
 from rich.table import Table
 from websockets.sync.client import ClientConnection, connect
 
-from loaderscope import scenarios, sim
+from loaderscope import sim
 from loaderscope.events import COMMON_FIELDS, ROW_FIELDS, encode_frame, to_json
+from loaderscope.scenarios.catalog import get
 from loaderscope.trace import chrome_json
 
 FRAME = 1000
@@ -50,7 +51,7 @@ GROWTH = [(8, 10_000), (32, 50_000), (64, 50_000), (64, 100_000)]  # (workers, l
 def events_for(count: int, workers: int = 32) -> list[dict[str, Any]]:
     samples = count // 5 + 64  # about five events per batch of one
     epochs = -(-samples // 100_000)  # the scenarios' dataset_size is capped: longer streams take more epochs
-    plan = scenarios.get("uniform").plan({"num_workers": workers, "batch_size": 1, "dataset_size": -(-samples // epochs),
+    plan = get("uniform").plan({"num_workers": workers, "batch_size": 1, "dataset_size": -(-samples // epochs),
                                           "epochs": epochs, "sample_ms": 1.0})
     return sim.simulate(plan, run_id="bench", scenario="uniform", params={})[:count]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 import time
 
-from loaderscope.scenarios import Workload, resolve
+from loaderscope.scenarios.plan import resolve
+from loaderscope.scenarios.workload import Workload
 from loaderscope.settings import LoaderSettings
 from loaderscope.sim import CostModel, SampleDist, SimConfig, Simulator, TaskCosts, format_table, simulate, sweep
 from loaderscope.sim.job import batched, distributed_shard, simulate_job

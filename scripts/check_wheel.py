@@ -155,8 +155,8 @@ def check_contents(wheel: Path, source: Path) -> None:
     missing = sorted(wanted - names)
     if missing:
         raise CheckFailed(f"{wheel.name} lacks the page's files: {missing}")
-    if "loaderscope/cli.py" not in names:
-        raise CheckFailed(f"{wheel.name} lacks the package itself (loaderscope/cli.py)")
+    if "loaderscope/cli/main.py" not in names:
+        raise CheckFailed(f"{wheel.name} lacks the package itself (loaderscope/cli/main.py)")
 
 
 def make_venv(tmp: Path, wheel: Path, env: dict[str, str]) -> Path:

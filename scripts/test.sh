@@ -13,7 +13,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The page's tests, and its agreement with the Python core through this interpreter.
 PYTHON="$PWD/.venv/bin/python" node --test frontend/tests/
-.venv/bin/python -m mypy                  # mypy.ini: strict on the pure core
+.venv/bin/python -m mypy                  # mypy.ini: strict over the whole package
+.venv/bin/lint-imports                    # .importlinter: no upward arrow between layers (DESIGN §1)
 .venv/bin/python -m loaderscope.contract --check  # contract.gen.js and events.schema.json match the contract
 .venv/bin/python scripts/check_wheel.py   # the wheel, installed without extras in a clean venv, used
 exec .venv/bin/python -m pytest "$@"

@@ -110,7 +110,7 @@ def launch(directory: Path, **options: Any) -> LiveServer:
     extra_env = options.pop("env", {})
     options = {"port": 0, "data_dir": str(directory / "data"), **options}
     log_path = directory / "server.log"
-    code = "import json, sys; from loaderscope.server import serve; serve(**json.loads(sys.argv[1]))"
+    code = "import json, sys; from loaderscope.server.web.dashboard import serve; serve(**json.loads(sys.argv[1]))"
     # XDG_RUNTIME_DIR: a test dashboard publishes itself for watch() here, not in the user's own state file
     env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(directory),
            **extra_env}

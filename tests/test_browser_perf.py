@@ -138,10 +138,11 @@ INTERACT = """async () => {
 
 def million_event_trace(path: Any) -> int:
     """A simulated run of 1,000,000 events (8 workers, pin thread on), written as a trace file."""
-    from loaderscope import scenarios, sim, trace
+    from loaderscope import sim, trace
+    from loaderscope.scenarios.catalog import get
     from loaderscope.sim.costs import CostModel
 
-    sc = scenarios.get("uniform")
+    sc = get("uniform")
     params = sc.params.model_validate({"num_workers": 8, "batch_size": 1, "dataset_size": 100_000, "epochs": 2,
                                        "sample_ms": 1.0, "step_ms": 0.05, "pin_memory": True})
     events = sim.simulate(sc.build(params), run_id="million", scenario="uniform", params=params.model_dump(),

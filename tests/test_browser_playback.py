@@ -126,10 +126,11 @@ def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path:
 
 
 def sim_events(scenario: str, params: dict[str, Any], **costs: Any) -> list[dict[str, Any]]:
-    from loaderscope import scenarios, sim
+    from loaderscope import sim
+    from loaderscope.scenarios.catalog import get
     from loaderscope.sim.costs import CostModel
 
-    sc = scenarios.get(scenario)
+    sc = get(scenario)
     validated = sc.params.model_validate(params)
     return sim.simulate(sc.build(validated), run_id=f"{scenario}-trace", scenario=scenario,
                         params=validated.model_dump(), costs=CostModel(**costs))

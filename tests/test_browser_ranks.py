@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from loaderscope import scenarios, sim
+from loaderscope import sim
+from loaderscope.scenarios.catalog import get
 from loaderscope.state import LoaderState, summary
 from loaderscope.trace import read_trace, write_trace
 from tests.conftest import wait_for
@@ -21,7 +22,7 @@ def _rank_traces(directory: Path, ranks: int) -> list[str]:
     """Simulated ranks of one job; rank r is a little slower than rank r-1, so the last one is slowest."""
     files = []
     for rank in range(ranks):
-        plan = scenarios.get("uniform").plan({"num_workers": 4, "dataset_size": 160, "sample_ms": 5 + rank})
+        plan = get("uniform").plan({"num_workers": 4, "dataset_size": 160, "sample_ms": 5 + rank})
         events = sim.simulate(plan, run_id=f"r{rank}", scenario="uniform", params={})
         for event in events:
             event["rank"] = rank

@@ -112,12 +112,13 @@ def test_sim_prints_csv_and_json(tmp_path: Path) -> None:
 
 
 def test_compare_prints_csv_and_json(tmp_path: Path) -> None:
-    from loaderscope import scenarios, sim
+    from loaderscope import sim
+    from loaderscope.scenarios.catalog import get
     from loaderscope.trace import write_trace
 
     for workers, out in ((1, "a.jsonl"), (3, "b.jsonl")):
         params = {"num_workers": workers, "dataset_size": 24}
-        events = sim.simulate(scenarios.get("uniform").plan(params), run_id=out, scenario="uniform", params=params)
+        events = sim.simulate(get("uniform").plan(params), run_id=out, scenario="uniform", params=params)
         write_trace(tmp_path / out, events, out, scenario="uniform", mode="sim", params=params)
     compared = list(csv.DictReader(io.StringIO(piped("compare", "a.jsonl", "b.jsonl", "--format", "csv",
                                                      cwd=tmp_path).stdout)))

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from loaderscope import scenarios
-from loaderscope.cli import UsageError
+from loaderscope.cli.compare import add_compare_command
+from loaderscope.cli.errors import UsageError
 from loaderscope.compare import compare, counts, diagnosis_diff, log_edges, normalise
-from loaderscope.compare_cli import add_compare_command
 from loaderscope.runner import Collector, run_real
+from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
 from loaderscope.state import reduce, summary
 from loaderscope.trace import write_trace
@@ -31,7 +31,7 @@ def real_run(num_workers: int) -> list[dict[str, Any]]:
 
 
 def sim_run(name: str, **params: Any) -> list[dict[str, Any]]:
-    plan = scenarios.resolve(name, params)
+    plan = resolve(name, params)
     return simulate(plan.build(), run_id=f"{name}-{len(params)}", scenario=name, params=plan.values())
 
 

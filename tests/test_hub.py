@@ -48,16 +48,17 @@ def test_dashboard_offers_only_registered_hub_entries(start_server: Any) -> None
 
 
 def test_registering_a_hub_entry_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from loaderscope import scenarios
-    from loaderscope.scenarios.hub import HubEntry, hub_scenario
+    from loaderscope.scenarios.catalog import get, hub_scenario, register
+    from loaderscope.scenarios.hub import HubEntry
+    from loaderscope.scenarios.plan import resolve
 
     before = dict(os.environ)
     entry = HubEntry.parse(f"{EXAMPLES}:length_sorted_text", {"samples": 64})
-    registered = scenarios.register(hub_scenario(entry))
+    registered = register(hub_scenario(entry))
     assert dict(os.environ) == before
-    assert scenarios.get("hub:length_sorted_text") is registered
+    assert get("hub:length_sorted_text") is registered
     assert HubEntry.from_json(entry.to_json()) == entry
-    plan = scenarios.resolve("hub:length_sorted_text", {"num_workers": 0})
+    plan = resolve("hub:length_sorted_text", {"num_workers": 0})
     workload = plan.build()
     assert workload.settings.batch_size is None and workload.collate_fn is not None
     assert len(workload.sampler_order().batches[0]) == 4

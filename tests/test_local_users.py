@@ -29,9 +29,9 @@ from torch.utils.data import DataLoader
 import loaderscope
 from loaderscope import discovery as dashboard
 from loaderscope import proof
-from loaderscope.cli import build_parser, token_values_joined
+from loaderscope.cli.main import build_parser, token_values_joined
 from loaderscope.probe.transport import StreamSink
-from loaderscope.server.config import new_token
+from loaderscope.proof import new_token
 from tests.conftest import LiveServer, wait_for
 from tests.test_dashboard_discovery import SCRIPT, _free_port, _script, _state_file, user  # noqa: F401 (fixture)
 

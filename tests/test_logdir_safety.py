@@ -78,7 +78,7 @@ def test_a_planted_link_at_the_temporary_name_never_gets_a_sidecar_written_throu
 
 
 def test_sidecars_are_written_under_random_names_that_never_follow_a_link(tmp_path: Path) -> None:
-    from loaderscope.server.storage import LocalStorage
+    from loaderscope.server.logdir.storage import LocalStorage
 
     logdir = tmp_path / "logs"
     logdir.mkdir()

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
-from loaderscope.server import metrics
+from loaderscope.server.web import metrics
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.runs import RunManager
+from loaderscope.server.runs.manager import RunManager
 from loaderscope.state import LoaderState
 from tests.conftest import wait_for
 

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from loaderscope import InstrumentedDataLoader
 from loaderscope.conformance import check
 from loaderscope.runner import Collector, build_loader, run_real
-from loaderscope.scenarios import all_scenarios, get
+from loaderscope.scenarios.catalog import all_scenarios, get
 from tests.conftest import wait_for
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")

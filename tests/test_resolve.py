@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from loaderscope import scenarios
-from loaderscope.scenarios import ParamError, UnknownScenario, resolve
-from loaderscope.scenarios.catalog import BUILT_INS
+from loaderscope.scenarios.catalog import BUILT_INS, get
+from loaderscope.scenarios.errors import ParamError, UnknownScenario
+from loaderscope.scenarios.plan import resolve
 
 
 def test_good_values_are_typed_and_the_rest_defaulted() -> None:
@@ -90,8 +90,10 @@ def test_every_built_in_names_a_builder_that_builds() -> None:
 
 TORCH_FREE = textwrap.dedent("""
     import sys
-    from loaderscope.server import api, app, dashboard, runs
-    from loaderscope import cli, sim
+    from loaderscope import sim
+    from loaderscope.cli import main
+    from loaderscope.server.runs import manager
+    from loaderscope.server.web import api, app, dashboard
 
     listed = api._describe_scenarios()
     assert {s["name"] for s in listed} >= {"uniform", "samplers", "gpu_step"}, listed
@@ -114,10 +116,10 @@ def test_the_server_lists_and_validates_scenarios_without_torch() -> None:
 def test_the_simulator_imports_no_scenario_builder() -> None:
     code = ("import sys, loaderscope.sim; "
             "assert not [m for m in sys.modules if m == 'torch' or m.startswith(('loaderscope.scenarios.builders', "
-            "'loaderscope.scenarios.order', 'loaderscope.scenarios.catalog', 'loaderscope.scenarios.plan'))]")
+            "'loaderscope.scenarios.catalog', 'loaderscope.scenarios.plan', 'loaderscope.probe'))]")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
 def test_registering_is_the_same_for_built_ins_and_hub_entries() -> None:
-    assert all(scenarios.get(s.name) is s for s in BUILT_INS)
+    assert all(get(s.name) is s for s in BUILT_INS)

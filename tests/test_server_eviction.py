@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 import loaderscope
-from loaderscope.server.ingest import loopback_uid
+from loaderscope.server.web.ingest import loopback_uid
 from tests.conftest import wait_for
 from tests.test_server_ingest import batches as loader_events
 from tests.test_server_ingest import closed_with, frames
@@ -274,8 +274,8 @@ def test_after_a_logdir_dashboard_restarts_only_the_runs_secret_resumes_it(start
 
 def test_a_parked_store_holds_no_event_answers_from_its_file_and_comes_back_whole(tmp_path: Path) -> None:
     from loaderscope import trace
-    from loaderscope.server.spill import TraceSpill
-    from loaderscope.server.store import EventLog
+    from loaderscope.server.runs.spill import TraceSpill
+    from loaderscope.server.runs.store import EventLog
 
     def fresh_log(spill: TraceSpill | None) -> EventLog:
         return EventLog("r", memory_events=100_000, spill=spill)

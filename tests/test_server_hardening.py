@@ -21,8 +21,8 @@ from websockets.exceptions import ConnectionClosed
 
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.server.budgets import MAX_EVENT_BYTES, MAX_OPEN_TASKS, PAGE_BYTES, VIEWER_FRAME_BYTES
-from loaderscope.server.logs import redact
-from loaderscope.server.store import EventLog
+from loaderscope.server.runs.store import EventLog
+from loaderscope.server.security.logs import redact
 from tests.conftest import LiveServer, launch, wait_for
 from tests.test_server_ingest import batches, closed_with, frames, produce, wait_events
 
@@ -321,7 +321,7 @@ def _temporary_dashboard(directory: Path, **options: Any) -> LiveServer:
     from tests.live import URL_LINE
 
     token, log_path = "t" * 32, directory / "server.log"
-    code = "import json, sys; from loaderscope.server import serve; serve(**json.loads(sys.argv[1]))"
+    code = "import json, sys; from loaderscope.server.web.dashboard import serve; serve(**json.loads(sys.argv[1]))"
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-c", code, json.dumps({"port": 0, **options})], stdout=log,
                                    stderr=subprocess.STDOUT, env={**os.environ, "LOADERSCOPE_TOKEN": token,
@@ -337,7 +337,7 @@ def _data_dir(output: str) -> str | None:
 
 
 def test_stack_dirs_of_an_ended_run_process_are_removed() -> None:
-    from loaderscope.server.runs import remove_stack_dirs
+    from loaderscope.server.runs.manager import remove_stack_dirs
 
     pid = 2**22 + 12345  # no such process
     directory = Path(tempfile.gettempdir()) / f"loaderscope-stacks-{pid}-x"

@@ -212,7 +212,7 @@ def test_live_producers_still_fill_the_dashboard_with_a_reason(start_server: Any
     assert code == 1013 and "all live" in reason
 
 
-# --- request heads, pings and keepalive (server/protocols.py) ---------------------------------------
+# --- request heads, pings and keepalive (server/security/protocols.py) ---------------------------------------
 
 def _raw(server: LiveServer, head: bytes) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)

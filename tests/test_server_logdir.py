@@ -217,7 +217,7 @@ def launch_without_data_dir(directory: Path) -> tuple[LiveServer, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     token = "t" * 24
     log_path = directory / "server.log"
-    code = "from loaderscope.server import serve; serve(port=0, use_launcher=False)"
+    code = "from loaderscope.server.web.dashboard import serve; serve(port=0, use_launcher=False)"
     env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(directory),
            "TMPDIR": str(directory)}
     with log_path.open("wb") as log:
@@ -306,9 +306,9 @@ def test_an_fsspec_logdir_lists_follows_and_keeps_page_runs(
 def test_a_store_without_mtimes_is_indexed_and_tailed(recorded: list[dict[str, Any]]) -> None:
     """fsspec's memory:// keeps no modification time (like some object stores): sizes tell growth."""
     fsspec = pytest.importorskip("fsspec")
-    from loaderscope.server.logindex import quick_index
-    from loaderscope.server.storage import storage_for
-    from loaderscope.server.tracefile import TraceFile
+    from loaderscope.server.logdir.index import quick_index
+    from loaderscope.server.logdir.storage import storage_for
+    from loaderscope.server.logdir.tracefile import TraceFile
 
     storage = storage_for("memory://loaderscope-test-logdir")
     lines = [orjson.dumps({"format": "loaderscope-trace", "version": 1, "run": "r"})]

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from tests.conftest import LiveServer, wait_for
-from loaderscope.server.process import group_pids
+from loaderscope.server.processes.process import group_pids
 
 FAST = {"num_workers": 2, "batch_size": 2, "dataset_size": 24, "sample_ms": 5.0}
 
@@ -268,7 +268,7 @@ def launcher_pid(server: LiveServer) -> int:
                 parent = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError):
             continue
-        if parent == server.process.pid and b"loaderscope.server.launcher" in command:
+        if parent == server.process.pid and b"loaderscope.server.processes.launcher" in command:
             return int(entry)
     raise AssertionError("no launcher process under the dashboard")
 

@@ -11,11 +11,11 @@ import pytest
 from pydantic import BaseModel, Field, ValidationError
 
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.errors import field_problems, readable
-from loaderscope.server.logs import RedactToken, redact
-from loaderscope.server.security import Policy, checked_token, host_name, needs_token, without_token
-from loaderscope.server.spill import INDEX_EVERY, TraceSpill
-from loaderscope.server.store import EventLog, Gap
+from loaderscope.server.web.errors import field_problems, readable
+from loaderscope.server.security.logs import RedactToken, redact
+from loaderscope.server.security.guard import Policy, checked_token, host_name, needs_token, without_token
+from loaderscope.server.runs.spill import INDEX_EVERY, TraceSpill
+from loaderscope.server.runs.store import EventLog, Gap
 from loaderscope.trace import header, read_trace
 
 

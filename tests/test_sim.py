@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from loaderscope.scenarios import get
+from loaderscope.scenarios.catalog import get
 from loaderscope.sim import CostModel, Death, SampleDist, Simulator, Stall, TaskCosts, simulate
 from loaderscope.sim.costs import MB
 from loaderscope.state import reduce

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from loaderscope.runner import Collector, run_real
-from loaderscope.scenarios import get
+from loaderscope.scenarios.catalog import get
 from loaderscope.sim import CostModel, machinery, simulate
 from loaderscope.state import reduce, summary
 

@@ -135,7 +135,7 @@ def test_the_pages_wording_module_is_generated_from_the_table() -> None:
 
 
 def test_the_terminal_summary_uses_the_tables_words(capsys: Any) -> None:
-    from loaderscope.cli import main
+    from loaderscope.cli.main import main
 
     assert main(["run", "out_of_order", "--mode", "sim", "--out", "/dev/null"]) == 0
     out = " ".join(capsys.readouterr().out.split())

@@ -5,7 +5,7 @@ what it did. ``compare(a, b)`` takes the two runs' events (or their reduced ``Lo
 returns plain data: the settings that differ, throughput and the training loop's waiting share,
 per-worker fetch-time histograms on one common scale, and how the diagnosis changed.
 
-Pure (no I/O): ``loaderscope compare`` (``compare_cli.py``) and the page's compare view
+Pure (no I/O): ``loaderscope compare`` (``cli/compare.py``) and the page's compare view
 (``frontend/js/compare.js`` mirrors this module; a node test checks that they agree) present it.
 """
 

@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover (Windows)
     fcntl = None  # type: ignore[assignment]
 
 from loaderscope import proof
-from loaderscope.server.config import is_loopback, new_token  # plain stdlib module: no FastAPI import here
+from loaderscope.proof import is_loopback, new_token
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 URL_ENV, TOKEN_ENV = "LOADERSCOPE_URL", "LOADERSCOPE_TOKEN"
@@ -344,9 +344,7 @@ def start_dashboard(directory: Path | None) -> Published:
 
 def _dashboard_env(token: str) -> dict[str, str]:
     """Our environment, the token, and our loaderscope on the path (the script may have put it there itself)."""
-    import loaderscope
-
-    package_root = str(Path(loaderscope.__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parent.parent)  # the directory that holds loaderscope/
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, TOKEN_ENV: token, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 

@@ -9,7 +9,9 @@ can compute it; binding it to the port defeats a listener that relays the challe
 dashboard on another port. The check and the stream then share one TCP connection, so the proven
 listener is the one that gets the token (a port freed in between cannot be taken over).
 
-``mac`` and ``check`` are pure; ``proven_socket`` is the client's side of the exchange.
+``mac`` and ``check`` are pure; ``proven_socket`` is the client's side of the exchange. The token
+itself (``new_token``) and which hosts count as this machine (``is_loopback``) are here too: the
+server, ``discovery`` and the probe's transport all need them, and this module sits below all three.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.client
+import ipaddress
 import re
 import secrets
 import socket
@@ -29,6 +32,28 @@ PATH = "/api/proof"
 NONCE = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
 MAX_ANSWER_BYTES = 4096
 _CONTEXT = b"loaderscope proof v1\0"  # domain separation: this MAC is good for nothing else
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits) that never starts with ``-``: a command line takes
+    ``--token VALUE`` for an option otherwise."""
+    while True:
+        token = secrets.token_urlsafe(32)
+        if not token.startswith("-"):
+            return token
+
+
+def is_loopback(host: str) -> bool:
+    """True for names and addresses that only this machine can reach."""
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
 
 
 class Unproven(Exception):

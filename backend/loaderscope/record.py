@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderscope.logdir import job_directory, job_name
+from loaderscope.tracepaths import job_directory, job_name
 
 DEFAULT_LOGDIR = "loaderscope-runs"
 STARTUP_HOOK = "loaderscope_auto.pth"

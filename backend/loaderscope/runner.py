@@ -1,6 +1,6 @@
 """Run a scenario end to end: build its loader, drive a training loop over it, stream its events.
 
-Used by ``loaderscope run`` in the terminal and by the dashboard's run processes (server/runproc.py).
+Used by ``loaderscope run`` in the terminal and by the dashboard's run processes (server/processes/runproc.py).
 A ``Control`` lets the dashboard pause, step, slow down or stop the consumer; the loader stays real.
 """
 
@@ -9,14 +9,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from loaderscope.events import Event
-from loaderscope.scenarios import Plan, Workload, resolve
+from loaderscope.scenarios.plan import Plan, resolve
+from loaderscope.scenarios.workload import Workload
 from loaderscope.state import LoaderState, summary
 
-Sink = Callable[[list[Event]], None]
+if TYPE_CHECKING:  # the probe imports torch; the runner imports it when a loader is built
+    from loaderscope.probe.recorder import EventSink, Sink
+
 
 
 class Control:
@@ -84,7 +87,7 @@ def new_run_id() -> str:
 class Collector:
     """A sink that keeps every event and a live reducer (for summaries and tests)."""
 
-    def __init__(self, forward: Sink | None = None) -> None:
+    def __init__(self, forward: EventSink | None = None) -> None:
         self.events: list[Event] = []
         self.state = LoaderState()
         self._forward = forward
@@ -102,7 +105,9 @@ class Collector:
 def build_loader(workload: Workload, loader_class: type | None = None, **probe: Any) -> Any:
     """The workload's real DataLoader: instrumented, unless a ``loader_class`` (vanilla torch) is given."""
     if loader_class is None:
-        from loaderscope.probe.loader import InstrumentedDataLoader as loader_class
+        from loaderscope.probe.loader import InstrumentedDataLoader
+
+        loader_class = InstrumentedDataLoader
 
     dataset = workload.make_dataset()
     kwargs = workload.settings.kwargs()
@@ -153,10 +158,15 @@ def run_plan(plan: Plan, sink: Sink, *, control: Control | None = None, run_id: 
     transport taking frames: its receiver reduces). Loader exceptions are
     recorded (``error`` / ``run_end`` with reason "error") and re-raised, as torch raised them.
     """
+    from loaderscope.probe.recorder import takes_frames
+
     workload = plan.build()
     # A transport takes the probe's frames as they are; Python sinks get dicts and a live reducer.
-    streaming = getattr(sink, "takes_frames", False)
-    collector = sink if isinstance(sink, Collector) else None if streaming else Collector(sink)
+    collector: Collector | None = None
+    if isinstance(sink, Collector):
+        collector = sink
+    elif not takes_frames(sink) and callable(sink):
+        collector = Collector(sink)
     control = control or Control()
     loader = build_loader(
         workload,

@@ -15,8 +15,8 @@ from typing import IO, Any
 
 import orjson
 
-from loaderscope import __version__
 from loaderscope.events import SCHEMA_VERSION, Event, EventError, to_json, validate
+from loaderscope.version import __version__
 
 FORMAT = "loaderscope-trace"
 MAX_LINE_BYTES = 1 << 20
@@ -156,7 +156,8 @@ def _tid(worker: int) -> int:
 
 def to_chrome(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Chrome trace-event JSON as a dict (see ``chrome_json``)."""
-    return orjson.loads(chrome_json(events))
+    chrome: dict[str, Any] = orjson.loads(chrome_json(events))
+    return chrome
 
 
 def _j(value: Any) -> str:

@@ -71,10 +71,10 @@ test('agrees with backend/loaderscope/compare.py on the same events', { skip: !e
   // the simulator's runs: a straggler that is gone in B, and a num_workers change
   const sims = python(`
 import json
-from loaderscope import scenarios
+from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
 def sim(name, **p):
-    plan = scenarios.resolve(name, p)
+    plan = resolve(name, p)
     return simulate(plan.build(), run_id=name, scenario=name, params=plan.values())
 print(json.dumps({"straggler": [sim("straggler", num_workers=4, slow_worker=1), sim("straggler", num_workers=4, slow_factor=1)],
                   "workers": [sim("uniform", num_workers=1), sim("uniform", num_workers=2, prefetch_factor=4)]}))`);

@@ -178,14 +178,14 @@ test('a rank\'s batches/s is the one `loaderscope run --ranks` prints, ended or 
   // the terminal's figure); rank 1 is slow. Each rank also cut halfway, as a live page holds it.
   const jobs = py(`
 import json
-from loaderscope import scenarios
+from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import rank_figures
 from loaderscope.sim.run import simulate_ranks
 from loaderscope.state import LoaderState, summary
 out = []
 for size in (24, 504):
-    plan = scenarios.resolve("uniform", {"num_workers": 2, "dataset_size": size, "step_ms": 5})
+    plan = resolve("uniform", {"num_workers": 2, "dataset_size": size, "step_ms": 5})
     costs = [CostModel(), CostModel(worker_factor={0: 3.0, 1: 3.0})]
     job = simulate_ranks(plan.build(), job="j", scenario="uniform", params={}, costs=costs)
     halves = []

@@ -89,8 +89,9 @@ def describe(data: Any, depth: int = 0, values: bool = False) -> dict[str, Any]:
         return {"type": type(data).__name__, "length": len(data),
                 "items": [describe(v, depth + 1, values) for v in data[:16]]}
     if isinstance(data, tuple):  # a namedtuple
+        fields: tuple[str, ...] = getattr(data, "_fields")  # noqa: B009  (not on tuple's type: hasattr said so)
         return {"type": type(data).__name__,
-                "items": {k: describe(getattr(data, k), depth + 1, values) for k in data._fields}}
+                "items": {k: describe(getattr(data, k), depth + 1, values) for k in fields}}
     return _leaf(data, values)
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
@@ -48,7 +49,7 @@ def _complete(iterator: Any) -> bool:
         expected = len(iterator)  # torch's __len__: the index sampler's length, in batches
     except TypeError:
         return False
-    return iterator._probe_first + iterator._probe_yields >= expected
+    return bool(iterator._probe_first + iterator._probe_yields >= expected)
 
 
 class EpochCounter:
@@ -112,6 +113,7 @@ class _TaskInfo(dict):  # type: ignore[type-arg]
     """``_task_info`` that reports parking, release and skipping of tasks to the probe."""
 
     __slots__ = ("owner",)
+    owner: weakref.ref[Any]
 
     def __setitem__(self, idx: int, info: tuple[Any, ...]) -> None:
         dict.__setitem__(self, idx, info)
@@ -196,6 +198,10 @@ class MultiProcessProbe:
 
     _rcvd_idx: int
     _send_idx: int
+    _pin_memory: bool
+    _workers: list[Any]
+    _data_queue: Any
+    _timeout: float
 
     def _probe_attach(self, given: IteratorProbe) -> None:
         self._probe = given.probe
@@ -428,6 +434,8 @@ class SingleProcessProbe:
 
     _pin_memory: bool
     _pin_memory_device: str
+    _probe_yields: int
+    _probe_first: int
 
     def _probe_attach(self, given: IteratorProbe) -> None:
         self._probe = given.probe
@@ -459,7 +467,7 @@ class SingleProcessProbe:
     def _next_data(self) -> Any:
         liveness, timer = self._liveness, self._probe_timer
         liveness.next_started = started = monotonic()
-        last = timer.last if timer is not None else [None, started, started]
+        last: list[Any] = timer.last if timer is not None else [None, started, started]
         last[0] = None
         try:
             data = super()._next_data()  # type: ignore[misc]
@@ -546,6 +554,7 @@ class TorchSingleProcessProbe(SingleProcessProbe):
     ``_record`` and its second look at ``_pin_memory`` cost 0.15-0.3 µs of the probe's ~1.5 µs."""
 
     _dataset_fetcher: Any = None  # a plain attribute again: nothing wraps torch's fetcher here
+    _next_index: Callable[[], Any]
 
     def _probe_attach(self, given: IteratorProbe) -> None:
         super()._probe_attach(given)
@@ -561,7 +570,8 @@ class TorchSingleProcessProbe(SingleProcessProbe):
             data = self._dataset_fetcher.fetch(index)
             fetched = monotonic()
             if pinned:
-                data = pin_memory(data, self._pin_memory_device)
+                # torch/utils/data/_utils/pin_memory.py: pin_memory is unannotated
+                data = pin_memory(data, self._pin_memory_device)  # type: ignore[no-untyped-call]
         except StopIteration:
             self._stopped([index, started, started])
             raise

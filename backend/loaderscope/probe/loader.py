@@ -11,22 +11,19 @@ import platform
 import socket
 import uuid
 import weakref
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler
 
-from loaderscope.events import Event
 from loaderscope.probe.adopt import Adoption
 from loaderscope.probe.faults import report
 from loaderscope.probe.iterators import EpochCounter, MultiProcessProbe
 from loaderscope.probe.liveness import StuckRule
-from loaderscope.probe.recorder import Recorder
+from loaderscope.probe.recorder import Recorder, Sink
 
 T_co = TypeVar("T_co", covariant=True)
-Sink = Callable[[list[Event]], None]
 
 
 def _name(obj: Any) -> str | None:
@@ -212,7 +209,7 @@ class ProbeMixin(DataLoader[T_co]):
             name=self._probe_meta.get("name"),
             job=self._probe_meta.get("job") or job_id(world_size),
             params=self._probe_meta.get("params"),
-            config=loader_config(self) | self._probe_meta.get("describe", {}),  # type: ignore[arg-type]
+            config=loader_config(self) | self._probe_meta.get("describe", {}),
             loader=_qualified(self._probe_base or type(self)),
             torch=torch.__version__,
             python=platform.python_version(),
@@ -281,7 +278,8 @@ class ProbeMixin(DataLoader[T_co]):
 
     def __getstate__(self) -> dict[str, Any]:
         """Copies and pickles carry the loader, not its run: a copy starts a run of its own."""
-        state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else vars(self))
+        inherited = super().__getstate__() if hasattr(super(), "__getstate__") else vars(self)
+        state = dict(inherited) if isinstance(inherited, dict) else dict(vars(self))  # object's: None for no attributes
         return {name: value for name, value in state.items() if not name.startswith("_probe")}
 
     def __reduce_ex__(self, protocol: Any) -> Any:

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from loaderscope.events import Event, expand
-from loaderscope.logdir import safe_name, trace_path
+from loaderscope.tracepaths import safe_name, trace_path
 from loaderscope.probe.faults import report
 from loaderscope.trace import TraceWriter
 

@@ -28,10 +28,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-import loaderscope
-
 STORES = frozenset({"STORE_NAME", "STORE_FAST", "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR"})
-OURS = tuple(os.path.dirname(module.__file__ or "") + os.sep for module in (torch, loaderscope))
+# torch's package directory, and ours (this file is loaderscope/probe/names.py)
+OURS = (os.path.dirname(torch.__file__ or "") + os.sep, os.path.dirname(os.path.dirname(__file__)) + os.sep)
 LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib",
                                                                                       "purelib", "platlib")})
 LOADS = frozenset({"LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF"})

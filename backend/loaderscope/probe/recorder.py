@@ -16,13 +16,30 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 from loaderscope.events import MAX_FRAME_BYTES, Event, event_count, expand, to_json
 from loaderscope.probe.faults import report
 from loaderscope.probe.worker import RingReader
 
-Sink = Callable[[list[Event]], None]  # or an object with ``takes_frames = True`` and ``frame(bytes, count)``
+
+
+class FrameSink(Protocol):
+    """A sink that takes the probe's compact frames encoded, as they are, when ``takes_frames`` is true:
+    a dashboard stream (``probe/transport.py``), a logdir file (``probe/logfile.py``), a run process's
+    uplink (``server/processes/runproc.py``)."""
+
+    takes_frames: bool
+
+    def frame(self, data: bytes, count: int) -> None: ...
+
+
+EventSink = Callable[[list[Event]], None]  # a Python callable: the events as dicts
+Sink = EventSink | FrameSink
+
+
+def takes_frames(sink: object) -> TypeGuard[FrameSink]:
+    return bool(getattr(sink, "takes_frames", False))
 
 _running: weakref.WeakSet[Recorder] = weakref.WeakSet()
 SEND_FRAME_BYTES = MAX_FRAME_BYTES // 2  # a flush bigger than this goes out as several frames
@@ -142,18 +159,21 @@ class Recorder:
             records = [pending.popleft() for _ in range(len(pending))]
             if not records:
                 return
-            if getattr(self.sink, "takes_frames", False):
-                self._send_frames(records)
+            sink = self.sink
+            if takes_frames(sink):
+                self._send_frames(sink, records)
                 return
             frame = {"run": self.run_id, "rank": self.rank, "seq": self.seq, "t0": self.t0, "rows": records}
             self.seq += event_count(records)
             try:
-                self.sink(expand(frame))
+                if not callable(sink):
+                    raise TypeError(f"{type(sink).__name__} neither takes frames nor is callable")
+                sink(expand(frame))
             except Exception as exc:  # the sink's problem, not training's: counted, said once
                 self.sink_errors += 1
                 report("event sink", exc)
 
-    def _send_frames(self, records: list[tuple[Any, ...]]) -> None:
+    def _send_frames(self, sink: FrameSink, records: list[tuple[Any, ...]]) -> None:
         """Encoded frames of at most SEND_FRAME_BYTES (halved until they fit): the dashboard parses a
         frame in one go, so a small frame keeps it answering everyone else meanwhile."""
         frame = {"run": self.run_id, "rank": self.rank, "seq": self.seq, "t0": self.t0, "rows": records}
@@ -161,12 +181,12 @@ class Recorder:
         data = to_json(frame)
         if len(data) > SEND_FRAME_BYTES and len(records) > 1:
             half = len(records) // 2
-            self._send_frames(records[:half])
-            self._send_frames(records[half:])
+            self._send_frames(sink, records[:half])
+            self._send_frames(sink, records[half:])
             return
         self.seq += count
         try:
-            self.sink.frame(data, count)  # type: ignore[union-attr]
+            sink.frame(data, count)
         except Exception as exc:  # the sink's problem, not training's: counted, said once
             self.sink_errors += 1
             report("event sink", exc)

@@ -42,7 +42,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from loaderscope import proof
 from loaderscope.events import Event, encode_frame
-from loaderscope.server.config import is_loopback  # plain stdlib module: no FastAPI import here
+from loaderscope.proof import is_loopback
 
 BUFFER_EVENTS = 200_000
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0

@@ -183,10 +183,11 @@ class _ResultQueueTap:
         slots[STATE] = EXHAUSTED if is_stop(data) else IDLE
 
     def _describe(self, idx: int, data: Any, values: bool) -> None:
-        if self._inspect is None:
+        ring = self._ring
+        if self._inspect is None or ring is None:
             return
         try:
-            self._inspect.put({"idx": idx, "worker": int(self._ring.slots[WORKER]), **transfer(data, values)})
+            self._inspect.put({"idx": idx, "worker": int(ring.slots[WORKER]), **transfer(data, values)})
         except Exception:  # the inspector must never take the user's worker down
             self._inspect = None
 

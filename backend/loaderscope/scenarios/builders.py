@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import (
@@ -204,7 +204,8 @@ def pickle_heavy(params: p.PickleParams) -> Workload:
 
 def hub(params: p.HubParams, entry: HubEntry) -> Workload:
     """A torch.hub entry's dataset (and samplers, collate_fn) under the loader's own parameters."""
-    loaded = torch.hub.load(str(entry.directory), entry.entry, source="local", **entry.kwargs)
+    loaded = torch.hub.load(  # type: ignore[no-untyped-call]  # torch/hub.py: load is unannotated
+        str(entry.directory), entry.entry, source="local", **entry.kwargs)
     parts = dict(loaded) if isinstance(loaded, Mapping) else {"dataset": loaded}
     if "dataset" not in parts:
         raise HubError(f"hub entry {entry.entry!r} returned a dict without 'dataset'")
@@ -214,7 +215,7 @@ def hub(params: p.HubParams, entry: HubEntry) -> Workload:
         extra["make_batch_sampler"] = lambda ds: parts["batch_sampler"]
     elif parts.get("sampler") is not None:
         extra["make_sampler"] = lambda ds: parts["sampler"]
-    kind = "iterable" if isinstance(dataset, torch.utils.data.IterableDataset) else "map"
+    kind: Literal["map", "iterable"] = "iterable" if isinstance(dataset, torch.utils.data.IterableDataset) else "map"
     return Workload(
         settings=params.loader_settings(batched_by_sampler="make_batch_sampler" in extra),
         collate_fn=parts.get("collate_fn"),

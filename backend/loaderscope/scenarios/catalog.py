@@ -10,16 +10,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from loaderscope.scenarios import params as p
 from loaderscope.scenarios.errors import ParamError, UnknownScenario
+from loaderscope.scenarios.hub import PREFIX, HubEntry
 from loaderscope.scenarios.workload import Workload
-
-if TYPE_CHECKING:
-    from loaderscope.scenarios.hub import HubEntry
 
 
 @dataclass(frozen=True)
@@ -101,6 +99,18 @@ BUILT_INS: tuple[Scenario, ...] = (
 )
 
 _REGISTRY: dict[str, Scenario] = {}
+
+
+def hub_scenario(entry: HubEntry) -> Scenario:
+    """``hub:ENTRY`` as a catalog entry (``register`` makes it runnable)."""
+    return Scenario(
+        f"{PREFIX}{entry.entry}",
+        f"hub: {entry.entry}",
+        f"torch.hub entry {entry.entry!r} from {entry.directory} (registered on the command line)",
+        p.HubParams,
+        "loaderscope.scenarios.builders:hub",
+        hub=entry,
+    )
 
 
 def register(scenario: Scenario) -> Scenario:

@@ -33,7 +33,8 @@ class GpuStep:
             start = time.perf_counter()
             self._train(images)
             return {"device": "cpu", "h2d": 0.0, "compute": time.perf_counter() - start, "bytes": images.nbytes}
-        marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+        # torch/cuda/streams.py: Event.__new__ is unannotated
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(5)]  # type: ignore[no-untyped-call]
         marks[0].record()
         on_gpu = images.to(self.device, non_blocking=True)
         marks[1].record()

@@ -6,7 +6,8 @@ returns a Dataset, or a dict with ``dataset`` and optionally ``sampler``, ``batc
 ``collate_fn``. Only entries named on the command line by whoever started loaderscope can load:
 the page may pick among them, never name a path; its parameters are the loader's, typed and bounded.
 A run process gets the entry of its scenario on its own command line (``HubEntry.to_json``).
-No torch here: the builder (``builders.hub``) loads the entry when a run is built.
+No torch here: the builder (``builders.hub``) loads the entry when a run is built, and
+``catalog.hub_scenario`` makes the entry a scenario of the catalog.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loaderscope.scenarios.catalog import Scenario
-from loaderscope.scenarios.params import HubParams
 
 PREFIX = "hub:"
 
@@ -54,14 +53,3 @@ class HubEntry:
         item = json.loads(text)
         return cls.parse(item["spec"], item.get("kwargs"))
 
-
-def hub_scenario(entry: HubEntry) -> Scenario:
-    """``hub:ENTRY`` as a catalog entry (``catalog.register`` makes it runnable)."""
-    return Scenario(
-        f"{PREFIX}{entry.entry}",
-        f"hub: {entry.entry}",
-        f"torch.hub entry {entry.entry!r} from {entry.directory} (registered on the command line)",
-        HubParams,
-        "loaderscope.scenarios.builders:hub",
-        hub=entry,
-    )

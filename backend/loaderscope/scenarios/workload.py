@@ -57,7 +57,32 @@ class Workload:
     collate_fn: Callable[[list[Any]], Any] | None = None
 
     def sampler_order(self) -> SamplerOrder:
-        """The batches this workload's own torch samplers yield, epoch by epoch (imports torch)."""
-        from loaderscope.scenarios.order import sampler_order
+        """The batches this workload's own torch samplers yield, epoch by epoch (imports torch).
 
-        return sampler_order(self)
+        A simulated ``samplers`` or ``group_sampler`` run dispatches the same sample indices as a real
+        one because they come from the very same sampler objects, iterated once per epoch as
+        ``DataLoader`` iterates them (``iter(batch_sampler)`` at every ``_reset``). No sample is
+        loaded: only ``len(dataset)`` and the samplers are touched. It lives with the scenarios, not
+        the simulator, because only a scenario can build its samplers; the simulator takes the lists.
+        """
+        from torch.utils.data import BatchSampler, SequentialSampler
+
+        if self.dataset_kind == "iterable":
+            # torch feeds an IterableDataset from _InfiniteConstantSampler; the shards decide the batches.
+            return SamplerOrder([], "_InfiniteConstantSampler", "BatchSampler")
+        dataset = self.make_dataset()
+        if self.make_batch_sampler is not None:
+            batch_sampler = self.make_batch_sampler(dataset)
+            inner = getattr(batch_sampler, "sampler", None)
+            sampler_name = type(inner).__name__ if inner is not None else "None"
+        else:
+            sampler = self.make_sampler(dataset) if self.make_sampler is not None else SequentialSampler(dataset)
+            batch_sampler = BatchSampler(sampler, self.settings.batch_size or 1, self.settings.drop_last)
+            sampler_name = type(sampler).__name__
+        batches = [[[_plain(i) for i in batch] for batch in batch_sampler] for _ in range(self.epochs)]
+        return SamplerOrder(batches, sampler_name, type(batch_sampler).__name__)
+
+
+def _plain(index: Any) -> Any:
+    """Samplers may yield tensors or numpy integers; the simulator and the events want plain ints."""
+    return index if isinstance(index, int) else int(index)

@@ -1,28 +1,11 @@
-"""The dashboard server: FastAPI + uvicorn, a run store, run processes, websockets, security.
+"""The dashboard server, in rooms by concern; ``server.web.dashboard.serve()`` runs it.
 
-``serve()`` runs it; ``create_app(ServerConfig(...))`` builds the ASGI app for embedding and tests.
-Imports are lazy: run processes and the launcher (``python -m loaderscope.server.runproc`` /
-``.launcher``) import this package too, and need neither FastAPI nor uvicorn.
+``web/`` is the HTTP and websocket surface (FastAPI, uvicorn: ``create_app``, the routes, ``serve``),
+``runs/`` the run manager and each run's store and trace file, ``logdir/`` the traces of
+``serve --logdir`` read as runs, ``processes/`` the run processes and their launcher, and
+``security/`` the checks and limits in front of it all. ``config.py`` (``ServerConfig``: one launch's
+settings) and ``budgets.py`` (the byte budgets) are read by every room. Each room's ``__init__`` says
+what it may import; ``web`` is on top, and nothing outside the server imports it but the command line.
+This package imports nothing itself: run processes and the launcher import it too, and need neither
+FastAPI nor uvicorn.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["ServerConfig", "create_app", "serve"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "serve":
-        from loaderscope.server.dashboard import serve
-
-        return serve
-    if name == "create_app":
-        from loaderscope.server.app import create_app
-
-        return create_app
-    if name == "ServerConfig":
-        from loaderscope.server.config import ServerConfig
-
-        return ServerConfig
-    raise AttributeError(f"module 'loaderscope.server' has no attribute {name!r}")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+from loaderscope.proof import is_loopback
 
 # Limits keep one browser tab or one producer from exhausting the machine.
 MEMORY_EVENTS = 100_000  # events per run kept in memory; older ones are read back from the trace file
@@ -41,11 +39,11 @@ MAX_RUN_VIEWERS = 64  # viewer websockets per run
 # A disconnected watch() run may come back (its producer retries): it is not forgotten for this long.
 RECONNECT_GRACE = 600.0
 # A client has this long to send a request head, and this many may be sending one at once (past it
-# the oldest is closed): half-sent heads held the server's sockets (server/protocols.py).
+# the oldest is closed): half-sent heads held the server's sockets (server/security/protocols.py).
 HEAD_TIMEOUT = 10.0
 MAX_HEADS = 256
 # Websocket keepalive (uvicorn's defaults); a peer that keeps sending is alive whether or not its pong
-# has been read yet (server/protocols.py).
+# has been read yet (server/security/protocols.py).
 PING_INTERVAL = 20.0
 PING_TIMEOUT = 20.0
 MAX_RUN_BYTES = 1 << 30  # a run's trace file; a producer writing more is cut off (1008)
@@ -53,26 +51,6 @@ MAX_RUN_BYTES = 1 << 30  # a run's trace file; a producer writing more is cut of
 # KEEP_FORGOTTEN, and forgotten runs' files go first once all of them pass DISK_BYTES.
 KEEP_FORGOTTEN = 16
 DISK_BYTES = 4 << 30
-
-
-def new_token() -> str:
-    """A fresh random token (256 bits) that never starts with ``-``: a command line takes
-    ``--token VALUE`` for an option otherwise."""
-    while True:
-        token = secrets.token_urlsafe(32)
-        if not token.startswith("-"):
-            return token
-
-
-def is_loopback(host: str) -> bool:
-    """True for names and addresses that only this machine can reach."""
-    host = host.strip("[]").lower()
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass

@@ -33,9 +33,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from loaderscope.events import MAX_FRAME_BYTES, MAX_NUMBER, EventError, decode_message
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.process import SECRET_HEADER
-from loaderscope.server.runs import Run, RunManager, RunRefused
-from loaderscope.server.spill import TraceSpill
+from loaderscope.server.processes.process import SECRET_HEADER
+from loaderscope.server.runs.manager import Run, RunManager, RunRefused
+from loaderscope.server.runs.spill import TraceSpill
 
 MAX_ERROR_TEXT = 4000
 CLOSE_BAD_DATA = 1007

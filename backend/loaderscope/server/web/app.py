@@ -17,16 +17,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
-import loaderscope
 from loaderscope import proof
-from loaderscope.server import api, ingest, metrics, runlist, stream, whatif
-from loaderscope.server.bodylimit import BodyLimit
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.errors import field_problems, readable
-from loaderscope.server.logdir import Logdir
-from loaderscope.server.storage import storage_for
-from loaderscope.server.runs import RunManager
-from loaderscope.server.security import Guard, Policy
+from loaderscope.server.logdir.follow import Logdir
+from loaderscope.server.logdir.storage import storage_for
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.security.bodylimit import BodyLimit
+from loaderscope.server.security.guard import Guard, Policy
+from loaderscope.server.web import api, ingest, metrics, runlist, stream, whatif
+from loaderscope.server.web.errors import field_problems, readable
+from loaderscope.version import __version__
 
 FLUSH_EVERY = 0.5  # seconds: how stale a trace file on disk may be while its run goes on
 
@@ -36,10 +36,11 @@ OnStopped = Callable[[], None]
 
 def frontend_dir() -> Path:
     """The page: inside the package when installed from a wheel, else the repository's frontend/."""
-    packaged = Path(loaderscope.__file__).parent / "frontend"
+    package = Path(__file__).resolve().parents[2]  # loaderscope/ (this is loaderscope/server/web/app.py)
+    packaged = package / "frontend"
     if packaged.is_dir():
         return packaged
-    return Path(loaderscope.__file__).resolve().parents[2] / "frontend"
+    return package.parents[1] / "frontend"
 
 
 def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
@@ -72,7 +73,7 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
             await manager.shutdown()
             _remove_temporary(config)
 
-    app = FastAPI(title="loaderscope", version=loaderscope.__version__, lifespan=lifespan,
+    app = FastAPI(title="loaderscope", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
     app.state.manager = manager
     app.state.config = config

@@ -15,13 +15,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-import loaderscope
-from loaderscope import scenarios, trace
+from loaderscope import trace
 from loaderscope.events import MAX_NUMBER
+from loaderscope.scenarios.catalog import all_scenarios
+from loaderscope.scenarios.errors import ParamError, UnknownScenario
+from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.server.budgets import PAGE_BYTES
-from loaderscope.server.errors import field_problems, readable, type_problems
-from loaderscope.server.runs import Run, RunManager, RunRefused
-from loaderscope.server.store import EventLog, Gap, Spill
+from loaderscope.server.runs.manager import Run, RunManager, RunRefused
+from loaderscope.server.runs.store import EventLog, Gap, Spill
+from loaderscope.server.web.errors import field_problems, readable, type_problems
+from loaderscope.version import __version__
 
 if TYPE_CHECKING:
     from loaderscope.sim import Variant
@@ -78,7 +81,7 @@ def unprocessable(problems: list[dict[str, Any]], detail: str | None = None) -> 
 
 @router.get("/health")
 async def health() -> dict[str, str]:
-    return {"status": "ok", "version": loaderscope.__version__}
+    return {"status": "ok", "version": __version__}
 
 
 @router.get("/scenarios")
@@ -89,7 +92,7 @@ async def list_scenarios() -> list[dict[str, Any]]:
 @functools.cache
 def _describe_scenarios() -> list[dict[str, Any]]:
     # The catalog is fixed once the server runs (torch.hub entries register before it starts).
-    return [s.describe() for s in scenarios.all_scenarios()]
+    return [s.describe() for s in all_scenarios()]
 
 
 @router.post("/runs", status_code=201, responses={422: {}, 429: {}, 503: {}})
@@ -104,18 +107,18 @@ async def create_run(body: RunRequest, request: Request) -> Any:
     return JSONResponse(run.detail(), status_code=201)
 
 
-def rejected(exc: scenarios.ParamError, prefix: str) -> JSONResponse:
+def rejected(exc: ParamError, prefix: str) -> JSONResponse:
     """422 with the ParamError's own words (the command line's), and its problems by request field."""
-    scope = "" if isinstance(exc, scenarios.UnknownScenario) else prefix
+    scope = "" if isinstance(exc, UnknownScenario) else prefix
     problems = [{"field": scope + p.field, "message": p.message, "allowed": p.allowed} for p in exc.problems]
     return unprocessable(problems, str(exc))
 
 
-def _check_run(body: RunRequest) -> scenarios.Plan | JSONResponse:
+def _check_run(body: RunRequest) -> Plan | JSONResponse:
     """The resolved plan (torch-free), or the 422 that says what is wrong with the request."""
     try:
-        plan = scenarios.resolve(body.scenario, body.params)
-    except scenarios.ParamError as exc:
+        plan = resolve(body.scenario, body.params)
+    except ParamError as exc:
         return rejected(exc, "params.")
     mistyped = _mistyped(body.scenario, body.params, "params.")  # what resolving would have coerced
     if mistyped:
@@ -211,8 +214,8 @@ def _check_sweep(body: SweepRequest) -> list[Variant] | JSONResponse:
         return unprocessable([{"field": "grid", "message": f"give 1 to {MAX_SWEEP_RUNS} combinations "
                                f"(got {combinations})", "allowed": None}])
     try:
-        plan = scenarios.resolve(body.scenario, body.params)
-    except scenarios.ParamError as exc:
+        plan = resolve(body.scenario, body.params)
+    except ParamError as exc:
         return rejected(exc, "params.")
     cost_fields = sim.CostModel.model_json_schema()["properties"]
     mistyped = (_mistyped(body.scenario, body.params, "params.") + _mistyped_grid(body, cost_fields)
@@ -225,7 +228,7 @@ def _check_sweep(body: SweepRequest) -> list[Variant] | JSONResponse:
         return unprocessable(field_problems(exc.errors(), sim.CostModel, prefix="costs."))
     try:
         chosen = sim.variants(plan, body.grid, costs)
-    except scenarios.ParamError as exc:
+    except ParamError as exc:
         return rejected(exc, "grid.")
     return _within_budget(chosen)
 

@@ -20,21 +20,18 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
 
 from loaderscope import trace
 from loaderscope.events import MAX_NUMBER, Event, RunStatus
-from loaderscope.scenarios import Plan
-from loaderscope.server import process
+from loaderscope.scenarios.plan import Plan
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.launcher import LaunchedProcess, Launcher
-from loaderscope.server.spill import TraceSpill
-from loaderscope.server.store import EventLog
-
-if TYPE_CHECKING:
-    from loaderscope.server.logdir import FileSource, Logdir
+from loaderscope.server.processes import process
+from loaderscope.server.processes.launcher import LaunchedProcess, Launcher
+from loaderscope.server.runs.spill import TraceSpill
+from loaderscope.server.runs.store import EventLog
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 LOAD_WAIT = 60.0  # seconds a REST read waits for a logdir run's file to be read to its end
@@ -63,6 +60,43 @@ class ControlChannel(Protocol):
     """Where control messages for a run go: its producer's websocket."""
 
     async def send(self, message: dict[str, Any]) -> None: ...
+
+
+class SourceIndex(Protocol):
+    """What the manager and the run list read of a logdir file's index (``server/logdir/index.py``)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def mtime_ns(self) -> int: ...
+    @property
+    def batches(self) -> int | None: ...
+    @property
+    def problem(self) -> str | None: ...
+
+
+class RunSource(Protocol):
+    """A run's producer when it is a trace file that someone else writes (``server/logdir/follow.py``,
+    ``FileSource``): the logdir room imports this room, never the other way round."""
+
+    @property
+    def relative(self) -> str: ...
+    @property
+    def index(self) -> SourceIndex: ...
+    @property
+    def read_whole(self) -> bool: ...
+    @property
+    def caught_up(self) -> asyncio.Event: ...
+    def status(self) -> str: ...
+    def brief(self) -> dict[str, Any]: ...
+
+
+class LogdirLink(Protocol):
+    """What the manager asks of the logdir it serves (``server/logdir/follow.py``, ``Logdir``)."""
+
+    def follow(self, run: Run) -> None: ...
+    def resume(self, run: Run) -> None: ...
+    def index_own(self, run: Run, path: Path) -> None: ...
 
 
 class Signal:
@@ -104,7 +138,7 @@ class Run:
     dropped: int = 0  # events the producer reported (or its seq showed) as lost before reaching us
     last_producer_seq: int | None = None
     log_path: Path | None = None
-    source: FileSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
+    source: RunSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
     detached_at: float | None = None  # time.monotonic() when its producer last went away
     viewers: int = 0  # websockets watching it
     # Proof of ownership: handed to the producer that created the run (in its hello) or to the run
@@ -253,7 +287,7 @@ class RunManager:
         self.config = config
         self.runs: dict[str, Run] = {}
         self.launcher: Launcher | None = None
-        self.logdir: Logdir | None = None  # set by Logdir when the dashboard serves one
+        self.logdir: LogdirLink | None = None  # set by Logdir when the dashboard serves one
         self.owned_paths: set[str] = set()  # trace files this dashboard writes (the logdir scan skips them)
         self.forgotten: list[Run] = []  # delisted runs whose files a temporary data directory still keeps
         self.viewers = 0  # viewer websockets open

@@ -1,6 +1,6 @@
 """A preloaded process that forks run processes, so a run starts in a fraction of a second.
 
-A fresh ``python -m loaderscope.server.runproc`` spends about two seconds importing torch before
+A fresh ``python -m loaderscope.server.processes.runproc`` spends about two seconds importing torch before
 its DataLoader does anything. The launcher imports everything once, then forks a run process per
 request (as torch's DataLoader forks its workers). Each child calls ``setsid()`` and so leads its
 own process group, exactly like a run started with ``start_new_session=True``: stops, kills and
@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from loaderscope.server.process import SECRET_ENV
+from loaderscope.server.processes.process import SECRET_ENV
 
 REAP_EVERY = 0.05  # seconds between checks for exited children
 
@@ -60,7 +60,7 @@ class Launcher:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "loaderscope.server.launcher"], env=env, stdin=subprocess.PIPE,
+            [sys.executable, "-m", "loaderscope.server.processes.launcher"], env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=None, start_new_session=True, close_fds=True,
         )
         self._ids = itertools.count()
@@ -190,7 +190,7 @@ def preload() -> None:
     import loaderscope.probe.loader  # noqa: F401
     import loaderscope.runner  # noqa: F401
     import loaderscope.scenarios.builders  # noqa: F401
-    import loaderscope.server.runproc  # noqa: F401
+    import loaderscope.server.processes.runproc  # noqa: F401
     import loaderscope.sim  # noqa: F401
 
 
@@ -238,7 +238,7 @@ def _run_child(argv: list[str], log: str | None, secret: str | None) -> None:
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        from loaderscope.server import runproc
+        from loaderscope.server.processes import runproc
 
         code = runproc.main(argv)
     except SystemExit as exc:

@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import choose_encoder
 
 from loaderscope.events import RunStatus
-from loaderscope.server.runs import Run, RunManager
+from loaderscope.server.runs.manager import Run, RunManager
 from loaderscope.state import LoaderState, WorkerStatus
 
 # Runs exported one by one, live ones first then the newest; the rest are only counted (runs by

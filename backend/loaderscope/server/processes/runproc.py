@@ -1,6 +1,6 @@
 """A run process: one scenario, run for real (or simulated), streamed to the dashboard.
 
-    python -m loaderscope.server.runproc --url ws://127.0.0.1:PORT/ws/ingest --run ID \\
+    python -m loaderscope.server.processes.runproc --url ws://127.0.0.1:PORT/ws/ingest --run ID \\
         --scenario NAME [--mode real|sim] [--params JSON] [--costs JSON] [--hub JSON]
 
 The token comes from ``$LOADERSCOPE_TOKEN`` (never the command line, which /proc shows to all).
@@ -26,12 +26,12 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from loaderscope import scenarios
 from loaderscope.events import Event, encode_frame, to_json
 from loaderscope.runner import Control
-from loaderscope.scenarios import Plan, register
-from loaderscope.scenarios.hub import HubEntry, hub_scenario
-from loaderscope.server.process import SECRET_ENV, SECRET_HEADER
+from loaderscope.scenarios.catalog import hub_scenario, register
+from loaderscope.scenarios.hub import HubEntry
+from loaderscope.scenarios.plan import Plan, resolve
+from loaderscope.server.processes.process import SECRET_ENV, SECRET_HEADER
 
 FRAME_EVENTS = 1000  # events per websocket message
 HIGH_WATER = 200_000  # events buffered before the sink blocks (backpressure: nothing is dropped)
@@ -176,7 +176,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     """This process's edge: the scenario (a torch.hub entry registered first) and its parameters."""
     if args.hub:
         register(hub_scenario(HubEntry.from_json(args.hub)))
-    return scenarios.resolve(args.scenario, json.loads(args.params))
+    return resolve(args.scenario, json.loads(args.params))
 
 
 def simulate(args: argparse.Namespace, plan: Plan, uplink: Uplink, control: Control) -> None:
@@ -191,7 +191,7 @@ def simulate(args: argparse.Namespace, plan: Plan, uplink: Uplink, control: Cont
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m loaderscope.server.runproc",
+    parser = argparse.ArgumentParser(prog="python -m loaderscope.server.processes.runproc",
                                      description="Run one scenario and stream its events to a dashboard.")
     parser.add_argument("--url", required=True, help="the dashboard's ws://HOST:PORT/ws/ingest")
     parser.add_argument("--run", required=True, help="the run id the dashboard gave this run")

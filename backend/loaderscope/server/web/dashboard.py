@@ -1,6 +1,6 @@
 """``serve()``: bind, print the URL once, open a browser, run uvicorn until Ctrl-C.
 
-Used by ``loaderscope serve`` and ``loaderscope demo`` (cli.py) and by the test fixture.
+Used by ``loaderscope serve`` and ``loaderscope demo`` (cli/main.py) and by the test fixture.
 """
 
 from __future__ import annotations
@@ -17,18 +17,20 @@ from typing import Any
 
 import uvicorn
 
-from loaderscope import scenarios
-from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.discovery import publish, unpublish
-from loaderscope.scenarios.hub import HubEntry, hub_scenario
-from loaderscope.server import logs
-from loaderscope.server.app import create_app
-from loaderscope.server.config import ServerConfig, is_loopback, new_token
-from loaderscope.server.process import TOKEN_ENV
-from loaderscope.server.protocols import WebSocketProtocol, http_protocol
-from loaderscope.server.runs import RunManager
-from loaderscope.server.security import checked_token
-from loaderscope.server.storage import is_url, storage_for
+from loaderscope.events import MAX_FRAME_BYTES
+from loaderscope.proof import is_loopback, new_token
+from loaderscope.scenarios.catalog import hub_scenario, register
+from loaderscope.scenarios.hub import HubEntry
+from loaderscope.scenarios.plan import resolve
+from loaderscope.server.config import ServerConfig
+from loaderscope.server.logdir.storage import is_url, storage_for
+from loaderscope.server.processes.process import TOKEN_ENV
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.security import logs
+from loaderscope.server.security.guard import checked_token
+from loaderscope.server.security.protocols import WebSocketProtocol, http_protocol
+from loaderscope.server.web.app import create_app
 
 
 def serve(
@@ -82,8 +84,8 @@ def serve(
     """
     token = checked_token(token) if token else checked_token_env() or new_token()
     for spec in hub:
-        scenarios.register(hub_scenario(HubEntry.parse(spec)))
-    plan = scenarios.resolve(demo, demo_params) if demo is not None else None
+        register(hub_scenario(HubEntry.parse(spec)))
+    plan = resolve(demo, demo_params) if demo is not None else None
     recorded = [checked_trace(Path(path)) for path in traces]
     if not is_loopback(host):
         print(f"WARNING: serving on {host}: anyone who can reach this address and has the token can start "

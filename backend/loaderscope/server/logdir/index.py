@@ -19,7 +19,7 @@ import orjson
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from loaderscope.events import EventError, validate
-from loaderscope.server.storage import Entry, Storage
+from loaderscope.server.logdir.storage import Entry, Storage
 from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
 
 SIDECAR_FORMAT = "loaderscope-index"

@@ -19,8 +19,9 @@ from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
-from loaderscope.server.config import ServerConfig, is_loopback
-from loaderscope.server.logs import REFUSED_HANDSHAKE
+from loaderscope.proof import is_loopback
+from loaderscope.server.config import ServerConfig
+from loaderscope.server.security.logs import REFUSED_HANDSHAKE
 
 Scope = dict[str, Any]
 PUBLIC_PATHS = frozenset({"/api/health", "/api/proof"})  # proof: loaderscope/proof.py

@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket
 
-from loaderscope.server.ingest import CLOSE_TRY_LATER, close_reason
-from loaderscope.server.runs import Run, RunManager
+from loaderscope.server.web.ingest import CLOSE_TRY_LATER, close_reason
+from loaderscope.server.runs.manager import Run, RunManager
 
 LIST_POLL = 0.5  # seconds between looks at the list: the logdir is scanned as often
 BATCHES_EVERY = 5.0  # seconds between lists sent only because batch counts moved

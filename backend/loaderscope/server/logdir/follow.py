@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loaderscope.server.logindex import Index, load_sidecar, quick_index, save_sidecar
-from loaderscope.server.process import SECRET_HEADER
-from loaderscope.server.runs import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
-from loaderscope.server.spill import TraceSpill, header_of
-from loaderscope.server.storage import Entry, LocalStorage, Storage
-from loaderscope.server.store import EventLog
-from loaderscope.server.tracefile import TraceFile
+from loaderscope.server.logdir.index import Index, load_sidecar, quick_index, save_sidecar
+from loaderscope.server.logdir.storage import Entry, LocalStorage, Storage
+from loaderscope.server.logdir.tracefile import TraceFile
+from loaderscope.server.processes.process import SECRET_HEADER
+from loaderscope.server.runs.manager import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
+from loaderscope.server.runs.spill import TraceSpill, header_of
+from loaderscope.server.runs.store import EventLog
 from loaderscope.trace import TraceError
 
 TRACE_SUFFIX = ".trace.jsonl"
@@ -211,7 +211,7 @@ class Logdir:
         if run is None:
             return True
         source = run.source
-        assert source is not None
+        assert isinstance(source, FileSource)
         if source.following or source.file.offset > 0:
             return False  # followed, or read and then stopped (shrank): the run keeps what it read
         return entry.size >= 0 and not source.index.matches(entry)
@@ -219,7 +219,7 @@ class Logdir:
     def _take(self, entry: Entry, index: Index) -> None:
         run = self.files.get(entry.path) or self._add(entry, index)
         source = run.source
-        assert source is not None
+        assert isinstance(source, FileSource)
         source.index, source.file.size, source.grew = index, index.size, _grew(entry)  # new, or changed
         if index.problem is not None:
             self._say(index.problem)
@@ -247,7 +247,7 @@ class Logdir:
     def follow(self, run: Run) -> None:
         """Read the run's file into its store and keep reading what is appended (idempotent)."""
         source = run.source
-        if source is None or source.following or run.closed or source.index.problem is not None:
+        if not isinstance(source, FileSource) or source.following or run.closed or source.index.problem is not None:
             return
         source.following = True
         self.manager.background(self._follow(run, source))
@@ -326,7 +326,7 @@ class Logdir:
                 the producer retries).
         """
         source = run.source
-        assert source is not None
+        assert isinstance(source, FileSource)
         index, file = source.index, source.file
         own = not self.storage.remote and index.origin == "external" and source.relative == own_paths(run.id)[0]
         if not own or index.problem is not None or run.log.ended or file.problem_count:

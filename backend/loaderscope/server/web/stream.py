@@ -30,8 +30,8 @@ from starlette.websockets import WebSocket
 from loaderscope.events import MAX_NUMBER
 from loaderscope.server.budgets import VIEWER_FRAME_BYTES
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.ingest import CLOSE_TRY_LATER, close_reason
-from loaderscope.server.runs import Run, RunManager
+from loaderscope.server.web.ingest import CLOSE_TRY_LATER, close_reason
+from loaderscope.server.runs.manager import Run, RunManager
 
 MAX_VIEWER_MESSAGE = 64 * 1024
 

@@ -21,10 +21,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loaderscope.events import Event
-from loaderscope.server.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused, rejected,
-                                    sweep_slot, unprocessable)
-from loaderscope.server.errors import type_problems
-from loaderscope.server.runs import Run, RunRefused
+from loaderscope.server.web.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused,
+                                        rejected, sweep_slot, unprocessable)
+from loaderscope.server.web.errors import type_problems
+from loaderscope.server.runs.manager import Run, RunRefused
 
 router = APIRouter(prefix="/api")
 READ_PAGE = 10_000  # events per store read while collecting a run for a sweep
@@ -73,7 +73,8 @@ def _over_budget(events: int, combinations: int) -> JSONResponse | None:
 
 def checked_grid(grid: dict[str, list[Any]]) -> dict[str, list[Any]] | JSONResponse:
     """The grid typed and checked by the bounds every request meets (``sim.replay_grid``), or its 422."""
-    from loaderscope import scenarios, sim
+    from loaderscope import sim
+    from loaderscope.scenarios.errors import ParamError
     from loaderscope.settings import table
 
     combinations = math.prod(max(len(values), 1) for values in grid.values())
@@ -89,7 +90,7 @@ def checked_grid(grid: dict[str, list[Any]]) -> dict[str, list[Any]] | JSONRespo
         return unprocessable(mistyped)
     try:
         return sim.replay_grid(grid)
-    except scenarios.ParamError as exc:
+    except ParamError as exc:
         return rejected(exc, "grid.")
 
 

@@ -16,25 +16,25 @@ from pathlib import Path
 from typing import Any
 
 TOKEN_ENV = "LOADERSCOPE_TOKEN"
-SECRET_ENV = "LOADERSCOPE_RUN_SECRET"  # the run's proof of ownership (server/runs.py), for the run process
+SECRET_ENV = "LOADERSCOPE_RUN_SECRET"  # the run's proof of ownership (server/runs/manager.py), for the run process
 SECRET_HEADER = "X-Loaderscope-Run-Secret"  # how a producer shows it: a header, as access logs show queries
 
 
 def runproc_argv(*, run_id: str, scenario: str, mode: str, params: dict[str, Any], ingest_url: str,
                  costs: dict[str, Any] | None = None) -> list[str]:
-    """The arguments of ``python -m loaderscope.server.runproc`` for one run (no secrets: see spawn)."""
+    """The arguments of ``python -m loaderscope.server.processes.runproc`` for one run (no secrets: see spawn)."""
     argv = ["--url", ingest_url, "--run", run_id, "--scenario", scenario, "--mode", mode,
             "--params", json.dumps(params)]
     return argv + ["--costs", json.dumps(costs)] if costs is not None else argv
 
 
 def spawn(argv: list[str], *, token: str, log_path: Path | None, secret: str) -> subprocess.Popen[bytes]:
-    """Start ``python -m loaderscope.server.runproc ARGV`` for one run.
+    """Start ``python -m loaderscope.server.processes.runproc ARGV`` for one run.
 
     The token and the run's secret travel in the environment, not on the command line, which other
     users can read in /proc. stdout and stderr go to the run's log file (never a pipe that nobody drains).
     """
-    command = [sys.executable, "-m", "loaderscope.server.runproc", *argv]
+    command = [sys.executable, "-m", "loaderscope.server.processes.runproc", *argv]
     env = {**os.environ, TOKEN_ENV: token, SECRET_ENV: secret}
     with open(log_path or os.devnull, "ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(

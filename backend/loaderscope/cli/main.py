@@ -7,7 +7,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import ValidationError
@@ -15,22 +15,23 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from loaderscope import __version__, scenarios
-from loaderscope.compare_cli import add_compare_command
+from loaderscope.cli.compare import add_compare_command
+from loaderscope.cli.errors import UsageError
+from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.diagnosis import diagnosis
 from loaderscope.doctor.cli import add_doctor_command
 from loaderscope.events import Event
-from loaderscope.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.record import add_record_command
 from loaderscope.report import first_epoch_orders, reordering_story
 from loaderscope.state import LoaderState, summary
+from loaderscope.version import __version__
 from loaderscope.wording import say
 
+if TYPE_CHECKING:  # the scenarios load inside the subcommands that use them: `loaderscope --help` stays quick
+    from loaderscope.scenarios.catalog import Scenario
+    from loaderscope.scenarios.plan import Plan
+
 console: Console = stdout_console()
-
-
-class UsageError(Exception):
-    """Bad command-line input: printed as one clear line, exit code 2."""
 
 
 # --- parameters ---------------------------------------------------------------------------------
@@ -55,11 +56,14 @@ def _literal(text: str) -> Any:
         return text
 
 
-def resolve(name: str, values: dict[str, Any]) -> scenarios.Plan:
-    """``scenarios.resolve``, its ParamError shown as the dashboard shows it."""
+def resolve(name: str, values: dict[str, Any]) -> Plan:
+    """``scenarios.plan.resolve``, its ParamError shown as the dashboard shows it."""
+    from loaderscope.scenarios import plan
+    from loaderscope.scenarios.errors import ParamError
+
     try:
-        return scenarios.resolve(name, values)
-    except scenarios.ParamError as exc:
+        return plan.resolve(name, values)
+    except ParamError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -68,14 +72,16 @@ def resolve(name: str, values: dict[str, Any]) -> scenarios.Plan:
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
     table = Table("scenario", "what it shows", box=None, pad_edge=False)
-    for scenario in scenarios.all_scenarios():
+    from loaderscope.scenarios.catalog import all_scenarios
+
+    for scenario in all_scenarios():
         table.add_row(f"[bold]{scenario.name}[/]", scenario.description)
     console.print(table)
     console.print("\nRun one: [bold]loaderscope run out_of_order[/]   parameters: [bold]loaderscope run NAME --help-params[/]")
     return 0
 
 
-def print_params(scenario: scenarios.Scenario) -> None:
+def print_params(scenario: Scenario) -> None:
     table = Table("parameter", "default", "allowed", "meaning", box=None, pad_edge=False)
     for name, spec in scenario.describe()["params"].items():
         allowed = spec.get("enum") or (f"{spec['minimum']}…{spec['maximum']}" if "minimum" in spec else spec.get("type", ""))
@@ -84,7 +90,7 @@ def print_params(scenario: scenarios.Scenario) -> None:
     console.print(table)
 
 
-def execute(plan: scenarios.Plan, mode: str, costs: Any = None) -> tuple[list[Event], LoaderState, str | None]:
+def execute(plan: Plan, mode: str, costs: Any = None) -> tuple[list[Event], LoaderState, str | None]:
     """Run for real (worker processes) or simulated; returns events, final state and torch's error."""
     from loaderscope.runner import Collector, new_run_id
 
@@ -104,12 +110,13 @@ def execute(plan: scenarios.Plan, mode: str, costs: Any = None) -> tuple[list[Ev
     return collector.events, collector.state, None
 
 
-def register_hub(spec: str, kwargs: dict[str, Any] | None = None) -> scenarios.Scenario:
+def register_hub(spec: str, kwargs: dict[str, Any] | None = None) -> Scenario:
     """Make a --hub entry a scenario of this process."""
     from loaderscope.scenarios import hub
+    from loaderscope.scenarios.catalog import hub_scenario, register
 
     try:
-        return scenarios.register(hub.hub_scenario(hub.HubEntry.parse(spec, kwargs)))
+        return register(hub_scenario(hub.HubEntry.parse(spec, kwargs)))
     except hub.HubError as exc:
         raise UsageError(str(exc)) from None
 
@@ -164,13 +171,13 @@ def rank_factors(specs: Sequence[str], ranks: int) -> dict[int, float]:
     return factors
 
 
-def run_job(plan: scenarios.Plan, args: argparse.Namespace) -> int:
+def run_job(plan: Plan, args: argparse.Namespace) -> int:
     """--ranks N --mode sim: a data-parallel job of N ranks, a trace per rank in a logdir."""
     from loaderscope.runner import new_run_id
     from loaderscope.sim import CostModel
     from loaderscope.sim.run import simulate_ranks
-    from loaderscope.logdir import trace_path
     from loaderscope.trace import write_trace
+    from loaderscope.tracepaths import trace_path
 
     if args.mode != "sim":
         raise UsageError("--ranks simulates a data-parallel job: add --mode sim (to watch a real job, run it with "
@@ -216,10 +223,13 @@ def print_job(job: Any) -> None:
                       "of batches first (uneven inputs)")
 
 
-def find_scenario(name: str) -> scenarios.Scenario:
+def find_scenario(name: str) -> Scenario:
+    from loaderscope.scenarios import catalog
+    from loaderscope.scenarios.errors import UnknownScenario
+
     try:
-        return scenarios.get(name)
-    except scenarios.UnknownScenario as exc:
+        return catalog.get(name)
+    except UnknownScenario as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -313,7 +323,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return print_sweep(lambda: sim.sweep(plan, grid, costs), args.format)
 
 
-def print_fit(events: list[Event], plan: scenarios.Plan | None, fmt: str = "table") -> Any:
+def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table") -> Any:
     """Say which costs the trace gave the simulator, and how close it replays the recorded setting.
 
     ``plan``: the scenario the trace recorded, if it is replayed as that scenario. Returns the model.
@@ -337,10 +347,12 @@ def print_fit(events: list[Event], plan: scenarios.Plan | None, fmt: str = "tabl
     return costs
 
 
-def trace_plan(events: list[Event]) -> scenarios.Plan | None:
+def trace_plan(events: list[Event]) -> Plan | None:
     """The scenario a trace recorded, with its parameters; None for a loader of the user's own."""
+    from loaderscope.scenarios import catalog
+
     start = next((e for e in events if e["kind"] == "run_start"), None)
-    if start is None or start.get("scenario") not in {s.name for s in scenarios.all_scenarios()}:
+    if start is None or start.get("scenario") not in {s.name for s in catalog.all_scenarios()}:
         return None
     return resolve(start["scenario"], start.get("params") or {})
 
@@ -382,7 +394,7 @@ DEMO_SETS = {"out_of_order": ["dataset_size=400", "sample_ms=15", "hold_every=5"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from loaderscope.server import serve
+    from loaderscope.server.web.dashboard import serve
 
     demo = getattr(args, "scenario", None)
     options: dict[str, Any] = {}
@@ -488,7 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(token_values_joined(sys.argv[1:] if argv is None else list(argv)))
     try:
-        return args.func(args)
+        code: int = args.func(args)  # argparse's Namespace holds the subcommand's function untyped
+        return code
     except UsageError as exc:
         console.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2

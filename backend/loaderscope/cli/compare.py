@@ -20,10 +20,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from loaderscope.cli.errors import UsageError
+from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.compare import compare
-from loaderscope.output import add_format_option, stdout_console, to_csv, to_json
 
-RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs.py)
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/manager.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
 TIMEOUT = 30.0
 SPARK = " ▁▂▃▄▅▆▇█"
@@ -46,8 +47,6 @@ def add_compare_command(subparsers: Any) -> None:
 
 def cmd_compare(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the comparison of ``args.a`` with ``args.b``; a run that cannot be read is a usage error (2)."""
-    from loaderscope.cli import UsageError
-
     try:
         events = [load_run(ref, args.url) for ref in (args.a, args.b)]
     except CompareError as exc:

@@ -18,7 +18,7 @@ from typing import IO, Any
 import orjson
 
 from loaderscope.events import Event, EventError, validate
-from loaderscope.server.storage import Storage
+from loaderscope.server.logdir.storage import Storage
 from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
 
 INDEX_EVERY = 256  # one byte offset remembered per this many events (as TraceSpill)
