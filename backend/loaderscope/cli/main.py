@@ -301,6 +301,7 @@ def cost_model(text: str | None) -> Any:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     from loaderscope import sim
+    from loaderscope.scenarios.errors import ParamError
 
     cost_fields = [name for name, f in sim.CostModel.model_fields.items() if f.annotation in (int, float)]
     if args.from_trace and not args.scenario:
@@ -309,7 +310,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if plan is None:  # the trace's own loader, replayed with other settings
             try:  # what a replay can change, checked before the fit is printed
                 grid = sim.replay_grid(sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields]))
-            except scenarios.ParamError as exc:
+            except ParamError as exc:
                 raise UsageError(str(exc)) from None
             fitted = print_fit(events, None, args.format)
             return print_sweep(lambda: sim.trace_sweep(events, grid, fitted), args.format)

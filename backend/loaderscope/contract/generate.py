@@ -97,7 +97,7 @@ def render_js() -> str:
 
 def render_schema() -> str:
     """``docs/events.schema.json``: a frame of full events, as JSON Schema (msgspec's)."""
-    frame = list[Union[tuple(events.STRUCTS.values())]]  # type: ignore[misc]  # noqa: UP007
+    frame = list[Union[tuple(events.STRUCTS.values())]]  # type: ignore[misc,valid-type]  # noqa: UP007  # a union built from the table, which mypy cannot follow
     schema = {"$comment": f"Generated from backend/loaderscope/contract/events.py by `{COMMAND}`: do not edit.",
               "title": "a frame of loaderscope events (schema version 1)", **msgspec.json.schema(frame)}
     return json.dumps(schema, indent=2) + "\n"
