@@ -1,0 +1,94 @@
+// Shared JSDoc types of the page, for `tsc --checkJs` (tsconfig.json): the event shapes of
+// docs/DESIGN.md §3 (backend/loaderscope/events.py), run briefs and summaries. Types only: the module
+// exports nothing at run time; other modules name its types as `import('./types.js').X`.
+
+/**
+ * One frame of a Python stack, as probe/stacks.py sends it (`user`: the frame is in the user's code).
+ * @typedef {{file: string, line: number, function: string, code?: string|null, user?: boolean}} Frame
+ */
+
+/**
+ * Fields every event may carry (DESIGN §3, Common fields); `seq` and `t` as the store and reader give them.
+ * @typedef {{seq: number, t: number, run?: string, rank?: number, epoch?: number, worker?: number}} Common
+ */
+
+/**
+ * A timed-out worker: what it was doing when `DataLoader(timeout=…)` expired.
+ * @typedef {{worker: number, idx?: number|null, pos?: number|null, sample?: unknown, elapsed?: number|null}} TimeoutWorker
+ */
+
+/**
+ * The fields of each known kind beyond the common ones: the required ones (events.py REQUIRED) as
+ * required, the rest optional. `null` where a producer sends null for "not known".
+ * @typedef {{
+ *   run_start: {mode: string, config: Record<string, any>, scenario?: string, params?: Record<string, unknown>,
+ *     name?: string|null, job?: string|null, world_size?: number, wall_start?: number|null, snapshot?: boolean,
+ *     delay?: number|null},
+ *   run_end: {reason: string, stats?: Record<string, unknown>|null, error?: {type: string, message: string}|null},
+ *   epoch_start: {epoch: number, batches?: number|null},
+ *   epoch_resume: {epoch: number, batch: number, replayed?: number},
+ *   epoch_end: {epoch: number, batches?: number, abandoned?: boolean},
+ *   worker_start: {worker: number, pid: number|null},
+ *   worker_exit: {worker: number, pid?: number|null, exitcode?: number|null},
+ *   dispatch: {idx: number, worker: number, indices?: number[]|null, n?: number},
+ *   fetch_start: {idx: number, worker: number, n?: number},
+ *   fetch_end: {idx: number, worker: number, dt?: number|null, nbytes?: number|null, pickled?: number|null, stop?: boolean},
+ *   arrive: {idx: number, worker: number},
+ *   pin_start: {idx: number},
+ *   pin_end: {idx: number, dt?: number|null, nbytes?: number|null, pinned?: boolean|null},
+ *   buffer: {idx: number, worker: number, waiting_for: number},
+ *   yield: {idx: number, wait: number, from_buffer?: boolean},
+ *   skip: {idx: number, worker: number},
+ *   worker_stuck: {worker: number, idx: number, elapsed: number, pid?: number|null, threshold?: number,
+ *     pos?: number|null, sample?: unknown, stack?: Frame[]|null},
+ *   consumer_stuck: {elapsed: number, threshold?: number, stack?: Frame[]|null, waiting_for?: number,
+ *     held_by?: number|null, has_data?: boolean},
+ *   worker_died: {worker: number, pid?: number|null, exitcode?: number|null, signal?: string|null,
+ *     idx?: number|null, pos?: number|null, sample?: unknown, elapsed?: number|null, holding?: unknown,
+ *     indices?: number[]|null},
+ *   error: {type: string, message: string, traceback?: string|null, where?: string|null, idx?: number|null,
+ *     indices?: number[]|null},
+ *   timeout: {seconds: number, workers?: TimeoutWorker[]},
+ *   batch_info: {idx: number, worker: number, structure: BatchStructure, pickle_bytes?: number|null,
+ *     pickle_s?: number|null},
+ *   step: {batch: number, h2d?: number|null, compute?: number|null, h2d_pageable?: number|null,
+ *     device?: string|null, bytes?: number|null, pinned?: boolean|null},
+ *   probe_error: {where: string, type: string, message: string},
+ *   doctor_verdict: {text: string, cause?: string|null, advice?: string|null, idx?: number|null,
+ *     sample?: unknown, indices?: number[]|null, where?: Frame|null, details?: string[], pid?: number|null,
+ *     samples?: number, duration?: number, training?: string|null, job?: string|null},
+ * }} KindFields
+ */
+
+/** @typedef {keyof KindFields} Kind */
+
+/**
+ * An event of one known kind, its required fields present.
+ * @template {Kind} K
+ * @typedef {Common & {kind: K} & KindFields[K]} EventOf
+ */
+
+/**
+ * Any event as the page holds it: a known kind or one it does not know (shown, never dropped), so
+ * every field beyond `kind`, `seq` and `t` may be missing; check `kind` (or the field) before use.
+ * Each field has the union of the types the kinds that carry it give it.
+ * @typedef {Common & {kind: string} & {[F in FieldName]?: FieldType<KindFields[Kind], F>}} LoaderEvent
+ */
+
+/** @typedef {KindFields[Kind] extends infer U ? (U extends unknown ? keyof U : never) : never} FieldName */
+
+/**
+ * The type of field F in whichever members of the union U carry it.
+ * @template U
+ * @template {PropertyKey} F
+ * @typedef {U extends unknown ? (F extends keyof U ? U[F] : never) : never} FieldType
+ */
+
+/**
+ * A batch's structure as probe/batchinfo.py describes it (nested containers down to tensors).
+ * @typedef {{type: string, items?: BatchStructure[]|Record<string, BatchStructure>, length?: number,
+ *   shape?: number[], dtype?: string, bytes?: number, shared?: boolean, pinned?: boolean|null, via?: string,
+ *   values?: unknown, keys?: string[], truncated?: number}} BatchStructure
+ */
+
+export {};
