@@ -69,6 +69,13 @@
  */
 
 /**
+ * An event of a known kind, as a union a `switch (e.kind)` narrows. Events reach the page through
+ * schema.js invalidReason (stream.js, trace-file.js), which checks each known kind's required
+ * fields, so an event whose `kind` is known may be read as this (after checking that it is known).
+ * @typedef {{[K in Kind]: EventOf<K>}[Kind]} KnownEvent
+ */
+
+/**
  * Any event as the page holds it: a known kind or one it does not know (shown, never dropped), so
  * every field beyond `kind`, `seq` and `t` may be missing; check `kind` (or the field) before use.
  * Each field has the union of the types the kinds that carry it give it.
