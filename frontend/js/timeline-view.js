@@ -24,7 +24,8 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
  * `offset` (s) is added to the track's run times to put several ranks on one clock; `primary`: the
  * selected rank's.
  * @typedef {{track: Track, y: number, h: number, label: string}} RowBox
- * @typedef {RowBox & ({kind: 'worker', wid: number} | {kind: 'group' | 'pin' | 'consumer'})} Row
+ * @typedef {RowBox & ({kind: 'worker', wid: number} | {kind: 'pin', pin: import('./pin.js').PinStage}
+ *   | {kind: 'group' | 'consumer'})} Row
  * @typedef {{rows: Row[], rh: number, height: number, width: number}} Geometry
  * @typedef {{ctx: CanvasRenderingContext2D, g: Geometry, t0: number, t1: number, X: (t: number) => number,
  *   plotW: number, nowT: number}} DrawFrame what one draw() hands each part
@@ -120,7 +121,7 @@ export class TimelineView {
       }
       if (tr.pin && tr.pin.mode !== 'none') {
         y += 3;
-        rows.push({ kind: 'pin', track: tr, y, h: PIN_H, label: 'pin memory' });
+        rows.push({ kind: 'pin', track: tr, pin: tr.pin, y, h: PIN_H, label: 'pin memory' });
         y += PIN_H;
       }
       y += 4;
@@ -391,14 +392,13 @@ export class TimelineView {
     return aggregated;
   }
 
-  /** The pin thread's copies; hatched with the reason when pinning is off. @param {DrawFrame} frame @param {Row} row */
+  /** The pin thread's copies; hatched with the reason when pinning is off. @param {DrawFrame} frame @param {Row & {kind: 'pin'}} row */
   drawPinRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
-    const tr = row.track, off = tr.offset;
-    if (!tr.pin) return false; // geometry() gives a pin row only to a track with a pin stage
+    const tr = row.track, off = tr.offset, pin = row.pin;
     this.rowFrame(frame, row, '#101a1f', '#8fd3e0', '11px system-ui, sans-serif', 12);
     let aggregated = false;
-    if (tr.pin.mode === 'active') {
+    if (pin.mode === 'active') {
       aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 2, row.h - 4, plotW, { lightness: 45 }, PALETTE.pin);
     } else {
       ctx.fillStyle = '#1a222c';
@@ -412,7 +412,7 @@ export class TimelineView {
       }
       ctx.fillStyle = PALETTE.dim;
       ctx.font = '10.5px system-ui, sans-serif';
-      ctx.fillText(`pinning ${tr.pin.short}: ${tr.pin.box}`, GUTTER + 8, row.y + 12);
+      ctx.fillText(`pinning ${pin.short}: ${pin.box}`, GUTTER + 8, row.y + 12);
     }
     ctx.restore();
     return aggregated;
@@ -531,7 +531,7 @@ export class TimelineView {
           text = `${who} idle at ${fmtDuration(t)}`;
         }
       } else if (row.kind === 'pin') {
-        const i = tr.pin.mode === 'active' ? nearest(store.pin, t, slack) : -1;
+        const i = row.pin.mode === 'active' ? nearest(store.pin, t, slack) : -1;
         if (i >= 0) {
           const e = store.eventAt(store.pin.ref[i]);
           const mb = e?.nbytes ? e.nbytes / 1e6 : null;
@@ -539,7 +539,7 @@ export class TimelineView {
           text = `${rank}task ${store.pin.idx[i]} pinned in ${fmtDuration(dt)}` +
             (mb !== null ? `\n${mb.toFixed(2)} MB${dt > 0 ? ` at ${(mb / dt).toFixed(0)} MB/s` : ''}` : '') +
             (e?.pinned === false ? '\nNOT pinned (a custom batch type needs pin_memory())' : '');
-        } else text = tr.pin.mode === 'active' ? `${rank}pin thread idle` : `${rank}${tr.pin.why}`;
+        } else text = row.pin.mode === 'active' ? `${rank}pin thread idle` : `${rank}${row.pin.why}`;
       } else {
         const col = store.consumer;
         const i = nearest(col, t, slack * 2);
