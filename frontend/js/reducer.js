@@ -42,7 +42,8 @@ export const MAX_KEPT = 1000; // notes, errors and violations kept per run (stat
  *   fetch_start:number|null, fetch_end:number|null, pin_start:number|null, pin_end:number|null,
  *   arrived:number|null, nbytes:number|null, epoch:number}} Task
  * @typedef {{id:number, pid:number|null, status:string, current:number|null, queue:number[], fetch_times:number[],
- *   busy:number, nbytes:number, exitcode:number|null, signal:string|null, stuck:any|null, died:any|null}} Worker
+ *   busy:number, nbytes:number, exitcode:number|null, signal:string|null,
+ *   stuck:EventOf<'worker_stuck'>|null, died:EventOf<'worker_died'>|null}} Worker
  */
 
 /**
@@ -114,7 +115,7 @@ export class LoaderState {
     this.unpinned = 0; // batches that left the pin thread without pinned tensors
     this.fetched_bytes = 0;
     this.pickled_bytes = 0; // of which crossed the process boundary pickled, not in shared memory
-    /** @type {any[]} structures for the inspector (batch_info events, at most MAX_BATCH_SAMPLES) */
+    /** @type {Array<EventOf<'batch_info'> & {epoch: number}>} structures for the inspector (at most MAX_BATCH_SAMPLES) */
     this.batch_samples = [];
     this.steps = 0; // consumer steps that reported timings (step events)
     this.step_h2d = 0;
@@ -145,16 +146,16 @@ export class LoaderState {
     this.starts = 0; // worker start-ups since the last epoch_end
     /** @type {Array<[number, number]>} (epoch, idx) as released */
     this.yield_order = [];
-    /** @type {any[]} */
+    /** @type {EventOf<'error'>[]} */
     this.errors = [];
-    /** @type {any[]} stuck, died, timeout, unknown kinds */
+    /** @type {LoaderEvent[]} stuck, died, timeout, unknown kinds */
     this.notes = [];
     /** @type {string[]} protocol invariants broken by the stream */
     this.violations = [];
     // page extras (see the header comment)
-    /** @type {any|null} */
+    /** @type {EventOf<'consumer_stuck'>|null} */
     this.consumer_stuck = null;
-    /** @type {any|null} */
+    /** @type {EventOf<'timeout'>|null} */
     this.timeout = null;
   }
 
@@ -743,7 +744,7 @@ export function summary(s, { workers = true } = {}) {
 }
 
 /** The innermost frame of the user's own code: where a stuck fetch really is. */
-/** @param {import('./types.js').Frame[]|null|undefined} stack */
+/** @template {{user?: boolean}} F @param {ReadonlyArray<F>|null|undefined} stack @returns {F|null} */
 export function userFrame(stack) {
   const frames = stack || [];
   for (let i = frames.length - 1; i >= 0; i--) if (frames[i] && frames[i].user) return frames[i];

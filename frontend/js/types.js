@@ -23,11 +23,12 @@
  * @typedef {{
  *   run_start: {mode: string, config: Record<string, any>, scenario?: string, params?: Record<string, unknown>,
  *     name?: string|null, job?: string|null, world_size?: number, wall_start?: number|null, snapshot?: boolean,
- *     delay?: number|null},
- *   run_end: {reason: string, stats?: Record<string, unknown>|null, error?: {type: string, message: string}|null},
+ *     torch?: string|null, python?: string|null, host?: string|null, pid?: number|null},
+ *   run_end: {reason: string, stats?: Record<string, unknown>|null, error?: {type: string, message: string}|null,
+ *     exitcode?: number|null, truncated?: boolean, source?: string, message?: string},
  *   epoch_start: {epoch: number, batches?: number|null},
  *   epoch_resume: {epoch: number, batch: number, replayed?: number},
- *   epoch_end: {epoch: number, batches?: number, abandoned?: boolean},
+ *   epoch_end: {epoch: number, batches?: number, abandoned?: boolean, shard?: string, shard_length?: number},
  *   worker_start: {worker: number, pid: number|null},
  *   worker_exit: {worker: number, pid?: number|null, exitcode?: number|null},
  *   dispatch: {idx: number, worker: number, indices?: number[]|null, n?: number},
@@ -50,7 +51,7 @@
  *     indices?: number[]|null},
  *   timeout: {seconds: number, workers?: TimeoutWorker[]},
  *   batch_info: {idx: number, worker: number, structure: BatchStructure, pickle_bytes?: number|null,
- *     pickle_s?: number|null},
+ *     pickle_s?: number|null, values?: boolean},
  *   step: {batch: number, h2d?: number|null, compute?: number|null, h2d_pageable?: number|null,
  *     device?: string|null, bytes?: number|null, pinned?: boolean|null},
  *   probe_error: {where: string, type: string, message: string},
@@ -92,10 +93,18 @@
  */
 
 /**
+ * A note the page lists (track.js noteItems): an event worth a line (stuck, died, error, …), a
+ * protocol violation (`type: 'violation'`, `text`), or what the stream says (`type`: `gap` with
+ * `from`/`to`, `invalid` with the `event`, `bad`; a `reason`). `_row`: the events loaded before it.
+ * @typedef {Partial<LoaderEvent> & {from?: number, to?: number, event?: unknown, unknown?: boolean,
+ *   _row?: number}} Note
+ */
+
+/**
  * A batch's structure as probe/batchinfo.py describes it (nested containers down to tensors).
  * @typedef {{type: string, items?: BatchStructure[]|Record<string, BatchStructure>, length?: number,
  *   shape?: number[], dtype?: string, bytes?: number, shared?: boolean, pinned?: boolean|null, via?: string,
- *   values?: unknown, keys?: string[], truncated?: number}} BatchStructure
+ *   values?: unknown[], value?: string}} BatchStructure
  */
 
 export {};
