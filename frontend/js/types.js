@@ -101,6 +101,34 @@
  */
 
 /**
+ * A run as GET /api/runs lists it (docs/DESIGN.md §6, the brief).
+ * @typedef {{id: string, scenario?: string|null, mode?: string, origin?: string, status?: string, paused?: boolean,
+ *   delay?: number|null, created?: number, events?: number|null, last_seq?: number, first_held?: number,
+ *   batches?: number|null, dropped?: number, silent?: boolean, last_event_age?: number|null, name?: string|null,
+ *   job?: string|null, rank?: number, world_size?: number, epochs?: number|null, started?: number|null,
+ *   path?: string|null, problem?: string|null}} RunBrief
+ */
+
+/**
+ * A run as GET /api/runs/{id} gives it: its brief and what the server computed of it.
+ * @typedef {RunBrief & {params?: Record<string, unknown>, config?: Record<string, unknown>,
+ *   statistics?: Record<string, unknown>|null, diagnosis?: string[]|null, error?: string|null,
+ *   exitcode?: number|null, pid?: number|null, trace?: boolean, trace_error?: string|null, log_tail?: string|null}} RunDetail
+ */
+
+/**
+ * A page of GET /api/runs/{id}/events.
+ * @typedef {{run?: string, after?: number, last_seq?: number, status?: string, next_after?: number, more?: boolean,
+ *   gap: {type: 'gap', from: number, to: number, reason?: string}|null, events: unknown[]}} EventsPage
+ */
+
+/**
+ * A scenario as GET /api/scenarios lists it: its parameters as a JSON schema.
+ * @typedef {{name: string, title?: string, description?: string,
+ *   params: {properties?: Record<string, Record<string, unknown>>, required?: string[]}}} Scenario
+ */
+
+/**
  * A batch's structure as probe/batchinfo.py describes it (nested containers down to tensors).
  * @typedef {{type: string, items?: BatchStructure[]|Record<string, BatchStructure>, length?: number,
  *   shape?: number[], dtype?: string, bytes?: number, shared?: boolean, pinned?: boolean|null, via?: string,
