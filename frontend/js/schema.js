@@ -2,6 +2,7 @@
 // Pure: no DOM, no I/O. Unknown kinds pass validation (they are shown, never dropped).
 
 /** Fields each kind must carry beyond the common ones (events.py REQUIRED). */
+/** @type {Readonly<Record<string, string[]>>} */
 export const REQUIRED = Object.freeze({
   run_start: ['mode', 'config'],
   run_end: ['reason'],
