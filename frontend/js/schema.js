@@ -46,6 +46,7 @@ export const RunStatus = Object.freeze({
 });
 
 /** The statuses of a run that has ended: run_end's reasons (events.py ENDED). */
+/** @type {ReadonlySet<string|undefined>} */
 export const ENDED = new Set([RunStatus.DONE, RunStatus.STOPPED, RunStatus.ERROR]);
 
 /** JSON's exact integers (events.py MAX_NUMBER): no number an event carries lies beyond. */
