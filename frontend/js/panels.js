@@ -32,8 +32,8 @@ export function compact(n) {
   return `${(n / 1e6).toFixed(2)}M`;
 }
 
-/** "sample 2 of 4 (index 17)" for a stuck or dead worker's report, or ''. */
 /**
+ * "sample 2 of 4 (index 17)" for a stuck or dead worker's report, or ''.
  * @param {{idx?: number|null, pos?: number|null, sample?: unknown}|null|undefined} report
  * @param {LoaderState} [state]
  */
