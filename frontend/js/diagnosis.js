@@ -90,8 +90,7 @@ function pyStr(v) {
   return String(v);
 }
 
-/** JSON cannot tell 2.0 from 2, so a float that happens to be whole prints like an int here. */
-/** @param {number} v */
+/** JSON cannot tell 2.0 from 2, so a float that happens to be whole prints like an int here. @param {number} v */
 function pyNum(v) {
   return String(v);
 }
