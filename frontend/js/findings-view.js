@@ -4,7 +4,7 @@
 
 import { fmtDuration } from './timeline-store.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout', 'doctor_verdict']);
 const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thinned evenly past this
 

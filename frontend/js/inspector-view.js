@@ -5,7 +5,7 @@
 import { structureItems } from './panels.js';
 import { fmtDuration } from './timeline-store.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /** 1536 -> "1.5 kB" */
 function fmtBytes(n) {
@@ -47,7 +47,10 @@ export class InspectorView {
     this.key = '';
   }
 
-  /** A fetch span was clicked: its batch in the inspector when the probe described it, else say so. */
+  /**
+   * A fetch span was clicked: its batch in the inspector when the probe described it, else say so.
+   * @param {{idx: number, epoch: number, worker: number}} span
+   */
   inspect({ idx, epoch, worker }) {
     const samples = this.host.full().batch_samples;
     const k = samples.findIndex((b) => b.idx === idx && b.epoch === epoch);

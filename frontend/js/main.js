@@ -27,7 +27,7 @@ import { RanksView, timelineRanks } from './ranks-view.js';
 import { Scheduler } from './scheduler.js';
 import { Playback } from './playback.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead

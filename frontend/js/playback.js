@@ -4,7 +4,7 @@
 
 import { fmtDuration } from './timeline-store.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 
 /**

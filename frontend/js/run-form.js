@@ -6,7 +6,7 @@ import { api, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { fieldsFromSchema, renderForm } from './form.js';
 import { COST_FIELDS, costsFromForm, costField } from './costs.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 export class RunForm {
   /**
@@ -120,7 +120,7 @@ export class RunForm {
     button.disabled = true;
     try {
       const run = await api.start(name, mode, values, costs);
-      const id = run?.id ?? run?.run?.id;
+      const id = run?.id;
       if (!id) throw new Error('the server did not return a run id');
       /** @type {HTMLDetailsElement} */ ($('params-box')).open = false; // the run needs the room now
       /** @type {HTMLDetailsElement} */ ($('costs-box')).open = false;

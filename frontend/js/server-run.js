@@ -9,7 +9,7 @@ import { api, runSocket, runListSocket, ApiError } from './api.js';
 import { pickerGroups } from './run-list.js';
 import { ENDED } from './schema.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
 
 /**

@@ -4,7 +4,7 @@
 
 import { ENDED } from './schema.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /** Seconds as a demo pace: 0.15 -> "0.15 s". */
 function fmtPace(s) {

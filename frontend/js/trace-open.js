@@ -11,7 +11,7 @@ import { readTraceFileInWorkers, TraceError } from './trace-file.js';
 const PARSERS = Number(new URLSearchParams(globalThis.location?.search).get('parsers')) ||
   Math.max(1, Math.min(3, (globalThis.navigator?.hardwareConcurrency ?? 2) - 1));
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /**
  * What a finished read hands to the page.
