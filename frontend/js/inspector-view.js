@@ -7,7 +7,7 @@ import { fmtDuration } from './timeline-store.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
-/** 1536 -> "1.5 kB" */
+/** 1536 -> "1.5 kB" @param {number} n */
 function fmtBytes(n) {
   if (n < 1e3) return `${n} B`;
   if (n < 1e6) return `${(n / 1e3).toFixed(1)} kB`;
@@ -103,7 +103,7 @@ export class InspectorView {
       facts.push(`the run so far: ${fmtBytes(full.fetched_bytes)} fetched, ${fmtBytes(full.pickled_bytes)} of it pickled `
         + `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared memory instead)`);
     }
-    if (b.pickle_bytes !== undefined) {
+    if (b.pickle_bytes !== undefined && b.pickle_bytes !== null) {
       facts.push(`this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s != null ? ` in ${fmtDuration(b.pickle_s)}` : ''}`
         + ' (for tensors only the handles of their shared memory)');
     }

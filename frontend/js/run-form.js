@@ -37,7 +37,7 @@ export class RunForm {
     try {
       list = await api.scenarios();
     } catch (err) {
-      $('form-error').textContent = `could not load scenarios: ${err.message}`;
+      $('form-error').textContent = `could not load scenarios: ${err instanceof Error ? err.message : err}`;
       $('form-error').hidden = false;
       return;
     }
@@ -89,6 +89,7 @@ export class RunForm {
       : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from the top bar.';
   }
 
+  /** @param {SubmitEvent} ev */
   async submit(ev) {
     ev.preventDefault();
     const name = /** @type {HTMLSelectElement} */ ($('scenario')).value;
@@ -136,7 +137,7 @@ export class RunForm {
       }
       if (placedCosts) /** @type {HTMLDetailsElement} */ ($('costs-box')).open = true;
       const field = placed ? null : body ? errorField(body, this.form.names()) : null;
-      const message = body ? errorText(body) : err.message;
+      const message = body ? errorText(body) : err instanceof Error ? err.message : String(err);
       if (field && this.form.showError(field, message)) placed += 1;
       if (placed) /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
       else if (!placedCosts) {
