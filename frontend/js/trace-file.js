@@ -17,7 +17,7 @@ export const MAX_TRACE_BYTES = 2 ** 31; // ~16M events, ~1.5 GB of page memory a
  * What the page and a parsing worker (trace-worker.js) say to each other. To the worker: a segment
  * to read, or a batch's buffers handed back (`ack`). From it: the header (first segment), batches
  * of rows, then the segment's end: `done`, `error` (a damaged line), or `failed` (anything else).
- * @typedef {{blob: Blob, segment: number, source: string, header: boolean}} SegmentJob
+ * @typedef {{type?: undefined, blob: Blob, segment: number, source: string, header: boolean}} SegmentJob
  * @typedef {{type: 'ack', parts: TableParts}} BatchAck
  * @typedef {{type: 'done', segment: number, lines: number}
  *   | {type: 'error' | 'failed', segment: number, message: string, at: {line: number, detail: string}|null}} SegmentEnd
