@@ -9,11 +9,7 @@ export const PAGE = 5000; // events per REST page when catching up
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 /** @typedef {import('./types.js').Note} Note */
 
-/**
- * What a stream needs of a websocket (a WebSocket, or a test's fake).
- * @typedef {{onopen: ((ev: any) => void)|null, onmessage: ((m: {data: string}) => void)|null,
- *   onclose: ((ev: any) => void)|null, onerror: ((ev: any) => void)|null, close: () => void}} SocketLike
- */
+/** @typedef {Pick<WebSocket, 'onopen' | 'onmessage' | 'onclose' | 'onerror' | 'close'>} SocketLike a WebSocket, or a test's fake */
 
 /**
  * @typedef {object} StreamDeps
