@@ -38,7 +38,7 @@ export const MAX_BATCH_SAMPLES = 64;
 export const MAX_KEPT = 1000; // notes, errors and violations kept per run (state.py MAX_KEPT)
 
 /**
- * @typedef {{idx:number, worker:number, indices:any[]|null, n:number, dispatched:number, where:string,
+ * @typedef {{idx:number, worker:number, indices:number[]|null, n:number, dispatched:number, where:string,
  *   fetch_start:number|null, fetch_end:number|null, pin_start:number|null, pin_end:number|null,
  *   arrived:number|null, nbytes:number|null, epoch:number}} Task
  * @typedef {{id:number, pid:number|null, status:string, current:number|null, queue:number[], fetch_times:number[],
@@ -77,7 +77,7 @@ export class LoaderState {
   constructor() {
     this.run = '';
     this.mode = '';
-    /** @type {Record<string, any>} */
+    /** @type {import('./types.js').LoaderConfig} */
     this.config = {};
     this.scenario = '';
     /** @type {{rank:number, job:string|null, world_size:number, wall_start:number|null, name:string|null}} */

@@ -12,17 +12,17 @@ export class RunForm {
   /**
    * @param {{
    *   started: (id: string, mode: string) => void,
-   *   fieldsChanged: (fields: any[]) => void,
+   *   fieldsChanged: (fields: import('./form.js').Field[]) => void,
    * }} o `started`: the server accepted a run; `fieldsChanged`: another scenario's parameters
    */
   constructor({ started, fieldsChanged }) {
     this.onStarted = started;
     this.onFields = fieldsChanged;
-    /** @type {any[]} the server's scenarios: name, title, description, params (a JSON schema) */
+    /** @type {import('./types.js').Scenario[]} the server's scenarios: name, title, description, params (a JSON schema) */
     this.scenarios = [];
-    /** @type {any} the parameter fields of the chosen scenario (renderForm's handle) */
+    /** @type {ReturnType<typeof renderForm>|null} the parameter fields of the chosen scenario (renderForm's handle) */
     this.form = null;
-    /** @type {any} the cost model's fields, made the first time simulate is chosen */
+    /** @type {ReturnType<typeof renderForm>|null} the cost model's fields, made the first time simulate is chosen */
     this.costForm = null;
   }
 

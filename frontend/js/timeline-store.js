@@ -127,7 +127,7 @@ export class TimelineStore {
     this.pin = new SpanColumn();
     /** @type {Map<number, number>} pin_start times of batches still being pinned (this epoch) */
     this.pinOpen = new Map();
-    /** @type {Record<string, any>} run_start's config (whether pinning was asked for) */
+    /** @type {import('./types.js').LoaderConfig} run_start's config (whether pinning was asked for) */
     this.config = {};
     /** @type {{start:number, idx:number}|null} the training loop is stuck inside next() since start */
     this.consumerOpen = null;

@@ -8,6 +8,18 @@
  */
 
 /**
+ * `run_start.config` (DESIGN §3): the DataLoader's arguments as torch resolved them, what the probe
+ * read off the loader, and the simulator's extras; null where unknown. Other keys (a scenario's
+ * `describe` fields) are shown as they come.
+ * @typedef {{num_workers?: number, batch_size?: number|null, prefetch_factor?: number|null,
+ *   persistent_workers?: boolean, in_order?: boolean, drop_last?: boolean, timeout?: number,
+ *   pin_memory?: boolean, pin_memory_active?: boolean, multiprocessing_context?: string|null,
+ *   sampler?: string|null, batch_sampler?: string|null, collate_fn?: string|null, dataset?: string|null,
+ *   dataset_kind?: string|null, dataset_length?: number|null, batches_per_epoch?: number|null,
+ *   epochs?: number, costs?: Record<string, unknown>, [key: string]: unknown}} LoaderConfig
+ */
+
+/**
  * Fields every event may carry (DESIGN §3, Common fields); `seq` and `t` as the store and reader give them.
  * @typedef {{seq: number, t: number, run?: string, rank?: number, epoch?: number, worker?: number}} Common
  */
@@ -21,7 +33,7 @@
  * The fields of each known kind beyond the common ones: the required ones (events.py REQUIRED) as
  * required, the rest optional. `null` where a producer sends null for "not known".
  * @typedef {{
- *   run_start: {mode: string, config: Record<string, any>, scenario?: string, params?: Record<string, unknown>,
+ *   run_start: {mode: string, config: LoaderConfig, scenario?: string, params?: Record<string, unknown>,
  *     name?: string|null, job?: string|null, world_size?: number, wall_start?: number|null, snapshot?: boolean,
  *     torch?: string|null, python?: string|null, host?: string|null, pid?: number|null},
  *   run_end: {reason: string, stats?: Record<string, unknown>|null, error?: {type: string, message: string}|null,
@@ -123,9 +135,10 @@
  */
 
 /**
- * A scenario as GET /api/scenarios lists it: its parameters as a JSON schema.
- * @typedef {{name: string, title?: string, description?: string,
- *   params: {properties?: Record<string, Record<string, unknown>>, required?: string[]}}} Scenario
+ * A scenario as GET /api/scenarios lists it (scenarios/catalog.py describe): its parameters as a
+ * JSON schema's `properties`.
+ * @typedef {{name: string, title?: string, description?: string, fails?: boolean,
+ *   params: Record<string, import('./form.js').FieldSchema>}} Scenario
  */
 
 /**
