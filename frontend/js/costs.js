@@ -4,7 +4,7 @@
 // differ from the defaults are sent; the server validates everything (422 per field). Pure.
 
 /** Form fields (flat). Nested CostModel fields are flattened: sample_*, slow_*, stall_*, die_*. */
-/** @type {Readonly<Record<string, import('./form.js').FieldSchema>>} */
+/** @type {Readonly<Record<string, import('./types.js').FieldSchema>>} */
 export const COST_FIELDS = Object.freeze({
   sample_dist: { enum: ['plan', 'constant', 'normal', 'lognormal', 'exponential'], default: 'plan', description: "per-sample fetch time: the scenario's own (plan), or drawn from a distribution" },
   sample_mean_ms: { type: 'number', minimum: 0, default: 5, description: 'mean fetch time of one sample, ms (with a distribution)' },

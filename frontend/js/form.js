@@ -6,12 +6,7 @@
  *   min?:number, max?:number, options?:unknown[], description:string, nullable:boolean}} Field
  */
 
-/**
- * One property of a JSON schema, as pydantic writes the ones the forms show.
- * @typedef {{type?: string, enum?: unknown[], default?: unknown, minimum?: number, maximum?: number,
- *   exclusiveMinimum?: number, exclusiveMaximum?: number, description?: string, title?: string,
- *   anyOf?: FieldSchema[], oneOf?: FieldSchema[]}} FieldSchema
- */
+/** @typedef {import('./types.js').FieldSchema} FieldSchema */
 
 /** @typedef {{value: unknown} | {error: string}} Reading an input's value, or what it must be */
 

@@ -68,7 +68,7 @@ export class RunForm {
     const read = this.form ? this.form.read() : { values: {}, errors: {} };
     const bad = Object.entries(read.errors);
     if (bad.length) {
-      for (const [field, msg] of bad) this.form.showError(field, msg);
+      for (const [field, msg] of bad) this.form?.showError(field, msg);
       /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
     }
     let costs = null;

@@ -1,6 +1,7 @@
 // Shared JSDoc types of the page, for `tsc --checkJs` (tsconfig.json): the event shapes of
 // docs/DESIGN.md §3 (backend/loaderscope/events.py), run briefs and summaries. Types only: the module
-// exports nothing at run time; other modules name its types as `import('./types.js').X`.
+// exports nothing at run time; other modules name its types as `import('./types.js').X`. It imports
+// no module: the trace worker's code uses it too (tsconfig.worker.json, no DOM).
 
 /**
  * One frame of a Python stack, as probe/stacks.py sends it (`user`: the frame is in the user's code).
@@ -138,7 +139,14 @@
  * A scenario as GET /api/scenarios lists it (scenarios/catalog.py describe): its parameters as a
  * JSON schema's `properties`.
  * @typedef {{name: string, title?: string, description?: string, fails?: boolean,
- *   params: Record<string, import('./form.js').FieldSchema>}} Scenario
+ *   params: Record<string, FieldSchema>}} Scenario
+ */
+
+/**
+ * One property of a JSON schema, as pydantic writes the ones the forms show (form.js).
+ * @typedef {{type?: string, enum?: unknown[], default?: unknown, minimum?: number, maximum?: number,
+ *   exclusiveMinimum?: number, exclusiveMaximum?: number, description?: string, title?: string,
+ *   anyOf?: FieldSchema[], oneOf?: FieldSchema[]}} FieldSchema
  */
 
 /**
