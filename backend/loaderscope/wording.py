@@ -88,9 +88,12 @@ JS_PATH = Path(__file__).resolve().parents[2] / "frontend" / "js" / "wording.gen
 _JS_SAY = """
 const FIELD = /\\{(\\w+)\\}/g;
 
-/** The table's sentence for `key` with its fields filled (`n` picks the singular or plural form). */
+/**
+ * The table's sentence for `key` with its fields filled (`n` picks the singular or plural form).
+ * @param {string} key @param {Record<string, unknown>} [values]
+ */
 export function say(key, values = {}) {
-  const entry = WORDS[key];
+  const entry = /** @type {Record<string, string | {one: string, other: string}>} */ (WORDS)[key];
   const template = typeof entry === 'string' ? entry : entry[values.n === 1 ? 'one' : 'other'];
   return template.replace(FIELD, (_, name) => String(values[name]));
 }

@@ -2,8 +2,22 @@
 // page without a server (`/?demo=synth`), and for the node tests. It emits schema-v1 events on a
 // virtual clock. The real simulator lives in backend/loaderscope/sim/; this is only a fixture.
 
+/** @typedef {import('../js/types.js').LoaderEvent} LoaderEvent */
+/** @typedef {{idx: number, w: number}} Result a fetched batch: its task and worker */
+/**
+ * What happens next on the virtual clock (`n` orders equal times): a fetch is done, a batch is
+ * pinned, or the consumer asks for its next batch.
+ * @typedef {{t: number, n: number} & ({type: 'done', w: number, idx: number, start: number}
+ *   | {type: 'pinned', r: Result, start: number} | {type: 'next'})} Happening
+ */
+
 class Heap {
-  constructor() { this.a = []; }
+  constructor() {
+    /** @type {Happening[]} */
+    this.a = [];
+  }
+
+  /** @param {Happening} x */
   push(x) {
     const a = this.a; a.push(x);
     let i = a.length - 1;
@@ -11,7 +25,7 @@ class Heap {
   }
   pop() {
     const a = this.a; const top = a[0]; const last = a.pop();
-    if (a.length) {
+    if (a.length && last) {
       a[0] = last; let i = 0;
       for (;;) {
         const l = 2 * i + 1, r = l + 1; let m = i;
@@ -22,8 +36,8 @@ class Heap {
     }
     return top;
   }
-  get size() { return this.a.length; }
 }
+/** @param {Happening} x @param {Happening} y */
 const less = (x, y) => x.t < y.t || (x.t === y.t && x.n < y.n);
 
 /**
@@ -35,7 +49,7 @@ const less = (x, y) => x.t < y.t || (x.t === y.t && x.n < y.n);
  * @param {number} [o.pin_ms] pin-memory thread seconds·1000 per batch (0: no pin stage)
  * @param {number} [o.rank] @param {string} [o.job] @param {number} [o.world_size] @param {number} [o.wall_start]
  * @param {string} [o.scenario] @param {string} [o.run]
- * @returns {object[]} events in seq order
+ * @returns {LoaderEvent[]} events in seq order
  */
 export function synthesize(o = {}) {
   const W = o.num_workers ?? 4, pf = o.prefetch_factor ?? 2, bs = o.batch_size ?? 4;
@@ -44,8 +58,10 @@ export function synthesize(o = {}) {
   const pinS = (o.pin_ms ?? 0) / 1000;
   // out_of_order's cost: earlier tasks of each round are slower (DescendingRoundCost)
   const cost = o.cost ?? ((idx) => 0.01 * bs * (Math.max(W, 1) - (idx % Math.max(W, 1))) / 4);
+  /** @type {LoaderEvent[]} */
   const out = [];
   let seq = 0, n = 0;
+  /** @param {number} t @param {string} kind @param {Partial<LoaderEvent>} f */
   const emit = (t, kind, f) => out.push({ seq: seq++, t, run, rank, kind, ...f });
   const config = { num_workers: W, batch_size: bs, prefetch_factor: W ? pf : null, in_order: inOrder, persistent_workers: false, batches_per_epoch: batches, pin_memory: pinS > 0, pin_memory_active: pinS > 0 };
   const extra = o.job ? { job: o.job, world_size: o.world_size ?? 1, wall_start: o.wall_start ?? 0 } : {};
@@ -56,27 +72,35 @@ export function synthesize(o = {}) {
   for (let epoch = 0; epoch < epochs; epoch++) {
     emit(t, 'epoch_start', { epoch });
     const heap = new Heap();
-    const queues = Array.from({ length: lanes }, () => []);
+    const queues = Array.from({ length: lanes }, () => /** @type {number[]} */ ([]));
     const busy = new Array(lanes).fill(false);
+    /** @type {Result[]} */
     const results = []; // arrival order
     const parked = new Set();
     let send = 0, rcvd = 0, rr = 0, outstanding = 0, yielded = 0;
+    /** @type {number|null} */
     let waitingSince = null;
+    /** @type {Result[]} */
     const pinQueue = [];
     let pinBusy = false;
+    /** @param {number} now */
     const pinKick = (now) => {
       if (pinBusy || !pinQueue.length) return;
-      const r = pinQueue.shift(); pinBusy = true;
+      const r = /** @type {Result} */ (pinQueue.shift()); pinBusy = true; // not empty: checked above
       emit(now, 'pin_start', { idx: r.idx });
       heap.push({ t: now + pinS, n: n++, type: 'pinned', r, start: now });
     };
     const window = W ? pf * W : 1;
+    /** @param {number} now @param {number} w */
     const startFetch = (now, w) => {
-      if (busy[w] || !queues[w].length) return;
-      const idx = queues[w].shift(); busy[w] = true;
+      if (busy[w]) return;
+      const idx = queues[w].shift();
+      if (idx === undefined) return;
+      busy[w] = true;
       emit(now, 'fetch_start', { worker: w, idx });
       heap.push({ t: now + cost(idx, w), n: n++, type: 'done', w, idx, start: now });
     };
+    /** @param {number} now */
     const put = (now) => {
       if (send >= batches || outstanding >= window) return;
       const w = rr++ % lanes, idx = send++;
@@ -85,6 +109,7 @@ export function synthesize(o = {}) {
       queues[w].push(idx); outstanding++;
       startFetch(now, w);
     };
+    /** @param {number} now @param {number} idx @param {boolean} fromBuffer */
     const release = (now, idx, fromBuffer) => {
       const wait = waitingSince === null ? 0 : now - waitingSince;
       waitingSince = null;
@@ -94,10 +119,11 @@ export function synthesize(o = {}) {
       put(now);
       if (yielded < batches) heap.push({ t: now + step, n: n++, type: 'next' });
     };
+    /** @param {number} now */
     const consume = (now) => {
       if (inOrder && parked.has(rcvd)) { parked.delete(rcvd); release(now, rcvd, true); return; }
-      while (results.length) {
-        const { idx, w } = results.shift();
+      for (let next = results.shift(); next !== undefined; next = results.shift()) {
+        const { idx, w } = next;
         emit(now, 'arrive', { idx, worker: w }); outstanding--;
         if (!inOrder || idx === rcvd) { release(now, idx, false); return; }
         parked.add(idx);
@@ -107,8 +133,8 @@ export function synthesize(o = {}) {
     };
     for (let k = 0; k < window; k++) put(t);
     heap.push({ t, n: n++, type: 'next' });
-    while (heap.size) {
-      const ev = heap.pop(); t = ev.t;
+    for (let ev = heap.pop(); ev !== undefined; ev = heap.pop()) {
+      t = ev.t;
       if (ev.type === 'done') {
         emit(t, 'fetch_end', { worker: ev.w, idx: ev.idx, dt: t - ev.start, nbytes: bs * 32 });
         busy[ev.w] = false;

@@ -1,7 +1,7 @@
 // Log-scaled histogram bins for fetch times: the worker panel and the compare view share them.
 // Pure: no DOM.
 
-/** Log-spaced bin edges covering [lo, hi] seconds; a flat range is widened a little. */
+/** Log-spaced bin edges covering [lo, hi] seconds; a flat range is widened a little. @param {number} lo @param {number} hi @param {number} bins */
 export function logEdges(lo, hi, bins) {
   lo = Math.max(lo, 1e-6);
   hi = Math.max(hi, lo * 1.5);

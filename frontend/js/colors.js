@@ -8,12 +8,12 @@ export function taskHue(idx) {
   return ((idx * GOLDEN) % 360 + 360) % 360;
 }
 
-/** Fill color of a task token. */
+/** Fill color of a task token. @param {number} idx @param {number} [lightness] */
 export function taskColor(idx, lightness = 58) {
   return `hsl(${taskHue(idx).toFixed(1)} 70% ${lightness}%)`;
 }
 
-/** Text color that reads on a task token (dark on the light yellow/green hues). */
+/** Text color that reads on a task token (dark on the light yellow/green hues). @param {number} idx */
 export function taskInk(idx) {
   const h = taskHue(idx);
   return h > 40 && h < 200 ? '#10141c' : '#ffffff';

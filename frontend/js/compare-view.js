@@ -12,7 +12,9 @@ import { pinStage } from './pin.js';
 import { PALETTE } from './colors.js';
 import { api } from './api.js';
 
-const $ = (id) => /** @type {any} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
+/** The run pickers (compare-a, compare-b): selects in index.html. @param {string} id */
+const pick = (id) => /** @type {HTMLSelectElement} */ ($(id));
 const PAGE = 10000; // events per REST request: the route's maximum
 
 /** @typedef {import('./compare.js').Comparison} Comparison */
@@ -25,7 +27,7 @@ function el(tag, attrs = {}, kids = []) {
   return node;
 }
 
-/** A value as the table shows it: JSON for objects, a dash for none. */
+/** A value as the table shows it: JSON for objects, a dash for none. @param {unknown} v */
 function shown(v) {
   return v === null || v === undefined ? '—' : typeof v === 'object' ? JSON.stringify(v) : String(v);
 }
@@ -38,7 +40,7 @@ export function fmtMetric(v, unit) {
   return v.toFixed(0);
 }
 
-/** B against A: percentage points for shares, a factor for the rest (as `loaderscope compare`). */
+/** B against A: percentage points for shares, a factor for the rest (as `loaderscope compare`). @param {import('./compare.js').Metric} row */
 export function fmtChange(row) {
   if (row.unit === 'share') return `${row.delta >= 0 ? '+' : ''}${(row.delta * 100).toFixed(0)} pts`;
   return row.ratio === null ? '' : `×${row.ratio.toFixed(2)}`;
@@ -50,10 +52,12 @@ async function fetchTrack(id) {
   let after = -1;
   for (;;) {
     const page = await api.events(id, after, PAGE);
-    const events = page?.events ?? [];
+    // the server's own events (its store checked them as they came): read as the page holds events
+    const events = /** @type {import('./types.js').LoaderEvent[]} */ (page?.events ?? []);
     for (const e of events) tr.ingest(e);
-    if (!events.length || events[events.length - 1].seq >= page.last_seq) break;
-    after = events[events.length - 1].seq;
+    const last = events[events.length - 1];
+    if (!last || (page.last_seq !== undefined && last.seq >= page.last_seq)) break;
+    after = last.seq;
   }
   tr.complete = true;
   return tr;
@@ -81,9 +85,9 @@ export class CompareView {
     $('btn-compare').addEventListener('click', () => this.open());
     $('compare-close').addEventListener('click', () => this.close());
     $('compare-swap').addEventListener('click', () => {
-      const a = $('compare-a').value;
-      $('compare-a').value = $('compare-b').value;
-      $('compare-b').value = a;
+      const a = pick('compare-a').value;
+      pick('compare-a').value = pick('compare-b').value;
+      pick('compare-b').value = a;
       this.load();
     });
     $('compare-a').addEventListener('change', () => this.load());
@@ -103,9 +107,11 @@ export class CompareView {
     $('compare').hidden = false;
     const options = await this.options();
     const values = options.map((o) => o.value);
-    for (const [id, want, fallback] of [['compare-a', a, values[0]], ['compare-b', b, values[1]]]) {
+    /** @type {Array<[string, string|undefined, string|undefined]>} */
+    const pickers = [['compare-a', a, values[0]], ['compare-b', b, values[1]]];
+    for (const [id, want, fallback] of pickers) {
       $(id).replaceChildren(...options.map((o) => new Option(o.text, o.value)));
-      $(id).value = want && values.includes(want) ? want : (fallback ?? '');
+      pick(id).value = want && values.includes(want) ? want : (fallback ?? '');
     }
     await this.load();
   }
@@ -121,10 +127,11 @@ export class CompareView {
     this.openTracks().forEach((tr, i) => {
       if (tr.source === 'file') out.push({ value: `track:${i}`, text: `file ${tr.label} · ${title(tr)}` });
     });
+    /** @type {import('./types.js').RunBrief[]} */
     let runs = [];
     try { runs = await api.runs(); } catch { /* a page opened from files alone has no server runs to offer */ }
     for (const r of [...(Array.isArray(runs) ? runs : [])].reverse()) {
-      const rank = r.world_size > 1 ? ` · rank ${r.rank}` : '';
+      const rank = (r.world_size ?? 1) > 1 ? ` · rank ${r.rank}` : '';
       out.push({ value: `run:${r.id}`, text: `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}${rank} · ${r.status ?? ''} · ${r.id}` });
     }
     return out;
@@ -139,7 +146,7 @@ export class CompareView {
 
   /** Read both runs and show them; a run that cannot be read is said in place of the comparison. */
   async load() {
-    const a = $('compare-a').value, b = $('compare-b').value;
+    const a = pick('compare-a').value, b = pick('compare-b').value;
     const status = $('compare-status');
     const root = $('compare');
     root.dataset.ready = 'false';
@@ -153,13 +160,14 @@ export class CompareView {
     try {
       tracks = await Promise.all([this.track(a), this.track(b)]);
     } catch (err) {
-      status.textContent = `could not read a run: ${err.message}`;
+      status.textContent = `could not read a run: ${err instanceof Error ? err.message : err}`;
       return;
     }
-    if ($('compare-a').value !== a || $('compare-b').value !== b) return; // picked again meanwhile
+    if (pick('compare-a').value !== a || pick('compare-b').value !== b) return; // picked again meanwhile
     this.shown = tracks;
-    const labels = /** @type {[string, string]} */ ([$('compare-a').selectedOptions[0].text, $('compare-b').selectedOptions[0].text]);
-    this.result = compareRuns(...tracks.map((tr) => ({ state: tr.player.full, start: tr.player.length ? tr.player.event(0) : null })), labels);
+    const labels = /** @type {[string, string]} */ ([pick('compare-a').selectedOptions[0].text, pick('compare-b').selectedOptions[0].text]);
+    const [ta, tb] = tracks.map((tr) => ({ state: tr.player.full, start: tr.player.length ? tr.player.event(0) : null }));
+    this.result = compareRuns(ta, tb, labels);
     status.textContent = '';
     $('compare-body').hidden = false;
     this.render(this.result);
@@ -206,7 +214,7 @@ export class CompareView {
       ? `one log scale for both runs: ${fmtDuration(edges[0])} … ${fmtDuration(edges[edges.length - 1])}; the tick marks the median`
       : 'no fetch finished in either run';
     for (const side of /** @type {const} */ (['a', 'b'])) {
-      const canvas = $(`compare-hist-${side}`);
+      const canvas = /** @type {HTMLCanvasElement} */ ($(`compare-hist-${side}`));
       const rows = r.histograms[side];
       canvas.dataset.counts = JSON.stringify(rows.map((w) => w.counts));
       drawHistogramRows(canvas, rows, edges);
@@ -229,6 +237,7 @@ export class CompareView {
 
   /** @param {Comparison['diagnosis']} d */
   renderDiagnosis(d) {
+    /** @param {string} id @param {string[]} texts @param {string} none */
     const list = (id, texts, none) => $(id).replaceChildren(...(texts.length ? texts.map((t) => el('li', {}, [t]))
       : [el('li', { class: 'muted' }, [none])]));
     list('compare-only-a', d.only_a, 'nothing');
@@ -239,7 +248,7 @@ export class CompareView {
   }
 }
 
-/** Whether B's change is good news (class ok) or bad (class bad): more throughput, less waiting. */
+/** Whether B's change is good news (class ok) or bad (class bad): more throughput, less waiting. @param {import('./compare.js').Metric} m */
 function better(m) {
   const up = m.key === 'batches_per_s' ? 1 : m.unit === 'share' || m.key === 'startup_wait' ? -1 : 0;
   const sign = Math.sign(m.delta) * up;

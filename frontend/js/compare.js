@@ -81,13 +81,14 @@ function settingsOf(run) {
   return out;
 }
 
-/** Python's == on JSON values: equal structure, key order ignored. */
+/** Python's == on JSON values: equal structure, key order ignored. @param {unknown} x @param {unknown} y @returns {boolean} */
 function same(x, y) {
   if (x === y) return true;
   if (typeof x !== 'object' || typeof y !== 'object' || x === null || y === null) return false;
   if (Array.isArray(x) !== Array.isArray(y)) return false;
-  const kx = Object.keys(x), ky = Object.keys(y);
-  return kx.length === ky.length && kx.every((k) => k in y && same(x[k], y[k]));
+  const ox = /** @type {Record<string, unknown>} */ (x), oy = /** @type {Record<string, unknown>} */ (y);
+  const kx = Object.keys(ox), ky = Object.keys(oy);
+  return kx.length === ky.length && kx.every((k) => k in oy && same(ox[k], oy[k]));
 }
 
 /** Python's sorted() of str: code-point order. @param {string[]} keys */
@@ -99,7 +100,7 @@ function sortedKeys(keys) {
 export function settingsDiff(a, b) {
   const sa = settingsOf(a), sb = settingsOf(b);
   const keys = sortedKeys([...new Set([...Object.keys(sa), ...Object.keys(sb)])]);
-  const at = (o, k) => o[k] ?? null; // a missing key reads as None
+  const at = (/** @type {Record<string, unknown>} */ o, /** @type {string} */ k) => o[k] ?? null; // a missing key reads as None
   return {
     changed: keys.filter((k) => !same(at(sa, k), at(sb, k))).map((k) => ({ key: k, a: at(sa, k), b: at(sb, k) })),
     same: keys.filter((k) => same(at(sa, k), at(sb, k))),
@@ -126,7 +127,7 @@ export function histograms(a, b) {
     const stats = new Map(summary(s).workers.map((w) => [w.worker, w]));
     return [...s.workers.values()].sort((x, y) => x.id - y.id).map((w) => ({
       worker: w.id, in_process: !s.config.num_workers, tasks: w.fetch_times.length,
-      p50: stats.get(w.id).fetch_p50, p95: stats.get(w.id).fetch_p95,
+      p50: stats.get(w.id)?.fetch_p50 ?? 0, p95: stats.get(w.id)?.fetch_p95 ?? 0, // summary() has every worker
       counts: edges.length ? binCounts(w.fetch_times, edges) : [],
     }));
   };
@@ -138,7 +139,7 @@ export function normalise(finding) {
   return finding.replace(NUMBER, '#');
 }
 
-const topic = (finding) => normalise(finding).split(/\s+/).filter(Boolean).slice(0, TOPIC_WORDS).join(' ');
+const topic = (/** @type {string} */ finding) => normalise(finding).split(/\s+/).filter(Boolean).slice(0, TOPIC_WORDS).join(' ');
 
 /**
  * Match findings with equal key, in order.

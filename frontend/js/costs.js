@@ -4,6 +4,7 @@
 // differ from the defaults are sent; the server validates everything (422 per field). Pure.
 
 /** Form fields (flat). Nested CostModel fields are flattened: sample_*, slow_*, stall_*, die_*. */
+/** @type {Readonly<Record<string, import('./types.js').FieldSchema>>} */
 export const COST_FIELDS = Object.freeze({
   sample_dist: { enum: ['plan', 'constant', 'normal', 'lognormal', 'exponential'], default: 'plan', description: "per-sample fetch time: the scenario's own (plan), or drawn from a distribution" },
   sample_mean_ms: { type: 'number', minimum: 0, default: 5, description: 'mean fetch time of one sample, ms (with a distribution)' },
@@ -28,8 +29,10 @@ const SCALARS = ['collate_ms', 'step_ms', 'pin_ms_per_mb', 'sample_bytes', 'star
  * The `costs` object for POST /api/runs from the form's values; null when nothing differs from
  * the defaults (the server then charges exactly what the scenario's real dataset sleeps).
  * @param {Record<string, any>} v
+ * @returns {Record<string, unknown>|null}
  */
 export function costsFromForm(v) {
+  /** @type {Record<string, unknown>} */
   const out = {};
   for (const k of SCALARS) {
     if (v[k] !== undefined && v[k] !== null && v[k] !== COST_FIELDS[k].default) out[k] = v[k];
@@ -41,7 +44,7 @@ export function costsFromForm(v) {
   return Object.keys(out).length ? out : null;
 }
 
-/** The form field a 422 problem about `costs.…` belongs to (the flat name), or null. */
+/** The form field a 422 problem about `costs.…` belongs to (the flat name), or null. @param {string} serverField */
 export function costField(serverField) {
   const path = String(serverField).replace(/^(body\.)?costs\./, '');
   if (path === String(serverField)) return null;

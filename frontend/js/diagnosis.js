@@ -5,27 +5,32 @@
 import { summary, userFrame } from './reducer.js';
 import { say } from './wording.gen.js';
 
+/** @typedef {import('./reducer.js').LoaderState} LoaderState */
+/** @typedef {ReturnType<typeof summary>} Stats */
+
 /**
  * format(x, f'.{d}f') as Python prints it: like toFixed, except that an exact tie (11.25 to one
  * digit) goes to the even digit, as Python's correctly rounded formatting does.
+ * @param {unknown} x a number (anything else prints as Python would not, but is shown) @param {number} d
  */
 export function pyFixed(x, d) {
-  x = Number(x);
-  if (!Number.isFinite(x)) return String(x);
-  const long = Math.abs(x).toFixed(Math.min(100, d + 25));
+  const v = Number(x);
+  if (!Number.isFinite(v)) return String(v);
+  const long = Math.abs(v).toFixed(Math.min(100, d + 25));
   const cut = long.indexOf('.') + 1 + d;
   const rest = long.slice(cut);
-  if (!/^50*$/.test(rest)) return x.toFixed(d);
+  if (!/^50*$/.test(rest)) return v.toFixed(d);
   const kept = long.slice(0, d ? cut : cut - 1); // the truncated digits
   const last = Number(kept.replace('.', '').slice(-1));
   const down = last % 2 === 0;
-  const out = down ? kept : (Math.abs(x) + 10 ** -d / 2).toFixed(d);
-  return (x < 0 && Number(out) !== 0 ? '-' : '') + out;
+  const out = down ? kept : (Math.abs(v) + 10 ** -d / 2).toFixed(d);
+  return (v < 0 && Number(out) !== 0 ? '-' : '') + out;
 }
 
-const f1 = (x) => pyFixed(x, 1);
-const pct = (x) => `${pyFixed(x * 100, 0)}%`;
+const f1 = (/** @type {unknown} */ x) => pyFixed(x, 1);
+const pct = (/** @type {number} */ x) => `${pyFixed(x * 100, 0)}%`;
 
+/** @param {import('./types.js').Frame[]|null|undefined} stack */
 function where(stack) {
   const frame = userFrame(stack);
   if (!frame) return '';
@@ -33,6 +38,7 @@ function where(stack) {
   return ` at ${name}:${frame.line} in ${frame.function}: ${frame.code || '?'}`;
 }
 
+/** @param {{pos?: number|null, sample?: unknown}} n */
 function sample(n) {
   if (n.sample === undefined || n.sample === null) return '';
   return `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})`;
@@ -40,7 +46,9 @@ function sample(n) {
 
 export const SHM_SIGNS = ['bus error', 'unable to write to file', 'no space left on device', 'sigbus', '/dev/shm'];
 
-export function noteFinding(n) {
+/** A note (stuck, died, timeout, …) as a finding, or null for a note that is none. @param {import('./types.js').LoaderEvent} note */
+export function noteFinding(note) {
+  const n = /** @type {import('./types.js').KnownEvent} */ (note); // a known kind's required fields were checked
   const kind = n.kind;
   if (kind === 'worker_died') {
     const how = n.signal || `exit code ${pyStr(n.exitcode)}`;
@@ -63,7 +71,7 @@ export function noteFinding(n) {
     const doing = busy.length ? busy.join('; ') : 'every worker was idle';
     return `timeout: no batch arrived within ${pyNum(n.seconds)} s; at that moment ${doing}`;
   }
-  if (kind === 'run_end') return `the script died of ${n.error.type}: ${n.error.message}`;
+  if (kind === 'run_end' && n.error) return `the script died of ${n.error.type}: ${n.error.message}`;
   if (kind === 'epoch_resume') {
     return `epoch ${n.epoch} resumed from a checkpoint at batch ${n.batch} (load_state_dict); ` +
       `${n.replayed ?? 0} batch(es) were fetched again to restore it`;
@@ -75,14 +83,14 @@ export function noteFinding(n) {
   return null;
 }
 
-/** str() of a JSON value as Python prints it (None, floats with a point). */
+/** str() of a JSON value as Python prints it (None, floats with a point). @param {unknown} v */
 function pyStr(v) {
   if (v === undefined || v === null) return 'None';
   if (typeof v === 'number') return pyNum(v);
   return String(v);
 }
 
-/** JSON cannot tell 2.0 from 2, so a float that happens to be whole prints like an int here. */
+/** JSON cannot tell 2.0 from 2, so a float that happens to be whole prints like an int here. @param {number} v */
 function pyNum(v) {
   return String(v);
 }
@@ -90,8 +98,9 @@ function pyNum(v) {
 export const MIN_STEP = 0.002;
 export const INPUT_BOUND = 0.2; // waiting for data more than this share of the time makes loading the bottleneck
 
-const ms = (seconds) => f1(seconds * 1000);
+const ms = (/** @type {number} */ seconds) => f1(seconds * 1000);
 
+/** @param {Stats} stats @param {number} workers num_workers */
 function inputBoundFinding(stats, workers) {
   const share = stats.input_bound, rate = stats.epoch_batches_per_s, steady = stats.input_bound_steady;
   const step = stats.step_time; // the training loop's own time per batch, within epochs
@@ -115,7 +124,9 @@ function inputBoundFinding(stats, workers) {
     });
     if (needed <= workers) {
       text += say('keep_up.have');
-      const see = [['see.stragglers', stats.stragglers.length], ['see.reorder', stats.out_of_order]]
+      /** @type {Array<[string, number]>} */
+      const signs = [['see.stragglers', stats.stragglers.length], ['see.reorder', stats.out_of_order]];
+      const see = signs
         .filter(([, shown]) => shown).map(([key]) => say(key));
       if (see.length) text += say('keep_up.see', { what: see.join(', ') });
     }
@@ -123,7 +134,10 @@ function inputBoundFinding(stats, workers) {
   return text;
 }
 
-/** What cut the run short, if anything did: then its timings say nothing about the pipeline's pace. */
+/**
+ * What cut the run short, if anything did: then its timings say nothing about the pipeline's pace.
+ * @param {LoaderState} s @param {Stats} stats
+ */
 function failure(s, stats) {
   const kinds = new Set(s.notes.map((n) => n.kind));
   const why = [['died', kinds.has('worker_died')], ['stuck', kinds.has('worker_stuck')], ['error', stats.errors > 0],
@@ -132,6 +146,7 @@ function failure(s, stats) {
   return why.length ? why.join(', ') : null;
 }
 
+/** @param {Stats} stats */
 function peeksFinding(stats) {
   return say('peeks', {
     iterators: say('n.iterators', { n: stats.peeks }), batches: say('n.batches', { n: stats.peek_batches }),
@@ -141,7 +156,7 @@ function peeksFinding(stats) {
 
 export const PICKLE_HEAVY_BYTES = 1_000_000;
 
-/** Findings in plain words, most important first (state.py diagnosis()). */
+/** Findings in plain words, most important first (state.py diagnosis()). @param {LoaderState} s @returns {string[]} */
 export function diagnosis(s) {
   const stats = summary(s);
   const findings = [];
@@ -203,6 +218,7 @@ export function diagnosis(s) {
   return findings;
 }
 
+/** @param {unknown} v */
 function pyList(v) {
   if (v === undefined || v === null) return 'None';
   if (Array.isArray(v)) return `[${v.map((x) => (typeof x === 'string' ? `'${x}'` : pyStr(x))).join(', ')}]`;

@@ -12,6 +12,8 @@ import { COMMON_FIELDS, FREQUENT, KINDS, LIMITS } from './contract.gen.js';
 /** @type {Record<string, Record<string, FieldRule>>} each kind's own fields (contract.gen.js) */
 const OWN = /** @type {any} */ (KINDS);
 
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
+
 const HOT = FREQUENT;
 const CODE = new Map(HOT.map((k, i) => [k, i + 1]));
 const OBJECT = 0; // the row is a kept object
@@ -23,7 +25,7 @@ const FIELDS = Object.fromEntries(HOT.map((kind) => [kind, new Set(Object.keys(O
 
 // pushLine's keys per kind code: the names it reads (FIELDS), and a bit mask of those the line must
 // carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
-const LINE_KEYS = [[], ...HOT.map((kind) => {
+const LINE_KEYS = [Object.assign([], { required: 0 }), ...HOT.map((kind) => {
   const keys = Object.assign([...FIELDS[kind]], { required: 0 });
   for (const [k, name] of keys.entries()) if (OWN[kind][name].required && name !== 'worker') keys.required |= 1 << k;
   return keys;
@@ -34,6 +36,7 @@ const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH
 const INT_MAX = 2 ** 31 - 1;
 
 // The typed columns, in the order toParts() hands them over.
+/** @type {ReadonlyArray<'kind' | 'flags' | 'seq' | 't' | 'idx' | 'worker' | 'epoch' | 'a' | 'b' | 'c'>} */
 const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'epoch', 'a', 'b', 'c']);
 
 // What schema.js's invalidReason demands of a hot event beyond what pack() checks anyway: seq an
@@ -41,25 +44,29 @@ const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'ep
 // every number within +-2**53 (the contract's MAX_NUMBER). pushValid() relies on it.
 const MAX_NUMBER = LIMITS.MAX_NUMBER;
 const WORKERLESS = new Set(HOT.filter((kind) => !OWN[kind].worker.required));
+/** @type {string[]} */
 const BOUNDED = [...new Set(HOT.flatMap((kind) => Object.keys(OWN[kind]).filter((name) => OWN[kind][name].type === 'number')))];
 // The common fields, which a line of the trace writer carries first, in the contract's order: the
 // text pushLine expects before each one's value (a string's opening quote included).
 const HEAD = COMMON_FIELDS.map((name, i) => ({ name, text: `${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}` }));
+/** @param {unknown} v @returns {v is number} */
 const within = (v) => typeof v === 'number' && Math.abs(v) <= MAX_NUMBER;
 
-/** True when a hot event that pack() accepts also passes invalidReason (the schema's check). */
+/** True when a hot event that pack() accepts also passes invalidReason (the schema's check). @param {LoaderEvent} e */
 function schemaValid(e) {
   if (!Number.isInteger(e.seq) || !within(e.seq) || !within(e.t)) return false;
   if (e.rank !== undefined && e.rank !== null && !(Number.isInteger(e.rank) && within(e.rank))) return false;
   if (e.worker === undefined && !WORKERLESS.has(e.kind)) return false;
   for (const key of BOUNDED) {
-    const v = e[key];
+    const v = /** @type {Record<string, unknown>} */ (e)[key];
     if (typeof v === 'number' && !within(v)) return false;
   }
   return true;
 }
 
+/** @param {unknown} v @returns {v is number} */
 const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
+/** @param {unknown} v @returns {v is number} */
 const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 
 // 10**k for k <= 22: exact doubles, so an integer below 2**53 divided by one is rounded once, the
@@ -69,13 +76,14 @@ const D0 = 48, D9 = 57, MINUS = 45, DOT = 46, QUOTE = 34, BACKSLASH = 92, COMMA 
 
 /** A cursor over one line of text for EventTable.pushLine: JSON's grammar for what it reads, no more. */
 class LineScan {
+  /** @param {string} text @param {number} pos @param {number} end */
   constructor(text, pos, end) {
     this.text = text;
     this.pos = pos;
     this.end = end;
   }
 
-  /** Step over `s` if the text continues with it. */
+  /** Step over `s` if the text continues with it. @param {string} s */
   lit(s) {
     const text = this.text, pos = this.pos, n = s.length;
     if (pos + n > this.end) return false;
@@ -129,7 +137,7 @@ class LineScan {
     return OBJECT;
   }
 
-  /** Which of `names` comes next, closed by `":`, stepping over it (-1 for none). */
+  /** Which of `names` comes next, closed by `":`, stepping over it (-1 for none). @param {string[]} names */
   key(names) {
     for (let k = 0; k < names.length; k++) {
       const name = names[k];
@@ -141,7 +149,7 @@ class LineScan {
     return -1;
   }
 
-  /** A list of int32s into `table`'s pool after its used part: their count, or -1. */
+  /** A list of int32s into `table`'s pool after its used part: their count, or -1. @param {EventTable} table */
   intList(table) {
     if (!this.lit('[')) return -1;
     let count = 0;
@@ -159,20 +167,35 @@ class LineScan {
   }
 }
 
+/**
+ * A table's rows as structured-cloneable parts (toParts): its typed columns by name, its kept objects
+ * as [row, event] pairs, the sample-index pool and the run and rank of its packed rows.
+ * @typedef {{n: number, cols: Record<string, Uint8Array<ArrayBuffer> | Int32Array<ArrayBuffer> | Float64Array<ArrayBuffer>>,
+ *   objects: Array<[number, LoaderEvent]>, pool: Int32Array<ArrayBuffer>, poolN: number, run: string|undefined,
+ *   rank: number|undefined}} TableParts
+ */
+
 export class EventTable {
   constructor(capacity = 1024) {
     this.n = 0;
     this.alloc(capacity);
-    /** @type {Map<number, any>} row -> kept object */
+    /** @type {Map<number, LoaderEvent>} row -> kept object */
     this.objects = new Map();
     this.pool = new Int32Array(4096); // sample indices of dispatches, back to back
     this.poolN = 0;
+    /** @type {string|undefined} */
     this.run = undefined; // run and rank shared by the packed rows
+    /** @type {number|undefined} */
     this.rank = undefined;
     this.packed = 0;
   }
 
+  /** @param {number} cap */
   alloc(cap) {
+    /**
+     * @template {Uint8Array<ArrayBuffer> | Int32Array<ArrayBuffer> | Float64Array<ArrayBuffer>} A
+     * @param {{new (n: number): A}} Type @param {A|undefined} old @returns {A}
+     */
     const grow = (Type, old) => {
       const next = new Type(cap);
       if (old) next.set(old.subarray(0, this.n));
@@ -194,7 +217,7 @@ export class EventTable {
     return this.n;
   }
 
-  /** Room for `capacity` rows without growing (a file's size tells roughly how many will come). */
+  /** Room for `capacity` rows without growing (a file's size tells roughly how many will come). @param {number} capacity */
   reserve(capacity) {
     if (capacity > this.kind.length) this.alloc(capacity);
   }
@@ -203,20 +226,21 @@ export class EventTable {
    * The table as structured-cloneable parts that share its buffers, so a Web Worker can hand them
    * over without copying (`postMessage(parts, EventTable.transfers(parts))`; the table is then
    * spent). The receiver can send them back the same way to be refilled: `EventTable.recycle`.
+   * @returns {TableParts}
    */
   toParts() {
-    /** @type {Record<string, ArrayBufferView & {buffer: ArrayBuffer}>} */
+    /** @type {TableParts['cols']} */
     const cols = {};
     for (const key of COLUMNS) cols[key] = this[key];
     return { n: this.n, cols, objects: [...this.objects], pool: this.pool, poolN: this.poolN, run: this.run, rank: this.rank };
   }
 
-  /** The buffers of `parts` that postMessage can transfer rather than copy. */
+  /** The buffers of `parts` that postMessage can transfer rather than copy. @param {TableParts} parts */
   static transfers(parts) {
     return [...Object.values(parts.cols).map((c) => c.buffer), parts.pool.buffer];
   }
 
-  /** A table holding the rows `toParts()` gave (to read with get(); it can grow like any other). */
+  /** A table holding the rows `toParts()` gave (to read with get(); it can grow like any other). @param {TableParts} parts */
   static fromParts(parts) {
     const table = new EventTable(1);
     Object.assign(table, parts.cols);
@@ -234,12 +258,13 @@ export class EventTable {
    * An empty table in the buffers of `parts` (handed back after use): a worker that refills the
    * same few buffers does not make the page's garbage collector chase hundreds of megabytes of new
    * ones.
+   * @param {TableParts} parts
    */
   static recycle(parts) {
     return EventTable.fromParts({ ...parts, n: 0, objects: [], poolN: 0, run: undefined, rank: undefined });
   }
 
-  /** Append one (valid) event. */
+  /** Append one (valid) event. @param {LoaderEvent} e */
   push(e) {
     if (this.n === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
     const i = this.n++;
@@ -258,6 +283,7 @@ export class EventTable {
    * applies ten million rows, and rebuilding, checking and packing each one again was a tenth of
    * its thread. False, and nothing appended, when both hold packed rows of different runs or ranks
    * (push() each event then: the other run's are kept whole).
+   * @param {EventTable} other
    */
   append(other) {
     if (other.packed > 0) {
@@ -283,6 +309,7 @@ export class EventTable {
    * Append `e` if it is a hot event that fits the columns and is valid by the schema (checked here
    * rather than by invalidReason: parsing a big file, that check was a fifth of the time). False,
    * and nothing appended, otherwise: the caller validates it and push()es it whole.
+   * @param {LoaderEvent} e
    */
   pushValid(e) {
     if (!CODE.has(e.kind) || !schemaValid(e)) return false;
@@ -304,6 +331,7 @@ export class EventTable {
    * parses it with JSON.parse and pushValid()/push() as before. What it takes is exactly what
    * JSON.parse and pushValid() would take, with the same values (JSON.parse was half of a worker's
    * time).
+   * @param {string} text @param {number} start @param {number} end
    */
   pushLine(text, start, end) {
     const line = new LineScan(text, start, end);
@@ -350,6 +378,7 @@ export class EventTable {
   /**
    * The value of field `name` of a pushLine line into row i's columns, as pack() puts it: the flags
    * with its bit added, or -1 when the value does not fit.
+   * @param {LineScan} line @param {string} name @param {number} i @param {number} flags
    */
   lineValue(line, name, i, flags) {
     switch (name) {
@@ -382,7 +411,7 @@ export class EventTable {
     }
   }
 
-  /** Put a hot event into the columns; false when it does not fit (it is then kept whole). */
+  /** Put a hot event into the columns; false when it does not fit (it is then kept whole). @param {number} i @param {LoaderEvent} e */
   pack(i, e) {
     const code = CODE.get(e.kind);
     if (code === undefined || !isInt(e.idx) || typeof e.t !== 'number') return false;
@@ -403,6 +432,7 @@ export class EventTable {
       flags |= F.EPOCH;
       this.epoch[i] = e.epoch;
     }
+    /** @param {unknown} v @param {number} bit @param {Float64Array} col */
     const num = (v, bit, col) => {
       if (v === undefined || v === null) return v === undefined;
       if (!isNum(v)) return false;
@@ -458,6 +488,7 @@ export class EventTable {
     return true;
   }
 
+  /** @param {number} k */
   ensurePool(k) {
     if (this.poolN + k <= this.pool.length) return;
     let cap = this.pool.length * 2;
@@ -467,19 +498,26 @@ export class EventTable {
     this.pool = next;
   }
 
-  /** The kind of row i, without building the event. */
+  /** The kind of row i, without building the event. @param {number} i @returns {string} */
   kindOf(i) {
     const code = this.kind[i];
-    return code === OBJECT ? this.objects.get(i).kind : HOT[code - 1];
+    return code === OBJECT ? this.kept(i).kind : HOT[code - 1];
   }
 
-  /** Event i as an object. */
+  /** The event kept whole in row i (every OBJECT row has one). @param {number} i @returns {LoaderEvent} */
+  kept(i) {
+    const e = this.objects.get(i);
+    if (e === undefined) throw new Error(`EventTable: row ${i} holds no kept event`);
+    return e;
+  }
+
+  /** Event i as an object. @param {number} i @returns {LoaderEvent} */
   get(i) {
     const code = this.kind[i];
-    if (code === OBJECT) return this.objects.get(i);
+    if (code === OBJECT) return this.kept(i);
     const kind = HOT[code - 1];
     const flags = this.flags[i];
-    /** @type {Record<string, any>} */
+    /** @type {LoaderEvent} */
     const e = { seq: this.seq[i], t: this.t[i], run: this.run, rank: this.rank, kind, idx: this.idx[i] };
     if (flags & F.WORKER) e.worker = this.worker[i];
     if (flags & F.EPOCH) e.epoch = this.epoch[i];
@@ -519,15 +557,15 @@ export class EventTable {
     return e;
   }
 
-  /** Sample indices of a dispatch row (null when it had none). */
+  /** Sample indices of a dispatch row (null when it had none). @param {number} i @returns {number[]|null} */
   indicesOf(i) {
-    if (this.kind[i] === OBJECT) return this.objects.get(i).indices ?? null;
+    if (this.kind[i] === OBJECT) return this.kept(i).indices ?? null;
     if (!(this.flags[i] & F.INDICES)) return null;
     const off = this.b[i];
     return Array.from(this.pool.subarray(off, off + this.c[i]));
   }
 
-  /** First row with t > time (binary search; t is close to sorted in seq order). */
+  /** First row with t > time (binary search; t is close to sorted in seq order). @param {number} time */
   rowAfterTime(time) {
     let lo = 0, hi = this.n;
     while (lo < hi) {

@@ -4,11 +4,13 @@
 
 import { fmtDuration } from './timeline-store.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout', 'doctor_verdict']);
 const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thinned evenly past this
 
-/** A finding in a few words: "worker 1 stuck on task 7". */
+/** @typedef {import('./types.js').Note} Note */
+
+/** A finding in a few words: "worker 1 stuck on task 7". @param {Note} n */
 function findingText(n) {
   const who = n.worker !== undefined && n.worker !== null ? `worker ${n.worker}` : 'the training loop';
   switch (n.kind) {
@@ -22,7 +24,7 @@ function findingText(n) {
 }
 
 export class FindingsView {
-  /** @param {(finding: any) => void} onShow a finding was clicked: go there and open its card */
+  /** @param {(finding: Note) => void} onShow a finding was clicked: go there and open its card */
   constructor(onShow) {
     this.onShow = onShow;
     this.findingsKey = '';
@@ -40,12 +42,12 @@ export class FindingsView {
 
   /** @param {import('./track.js').Track} tr */
   render(tr) {
-    const found = tr.noteItems.filter((n) => FINDING_KINDS.has(n.kind));
+    const found = tr.noteItems.filter((n) => FINDING_KINDS.has(n.kind ?? ''));
     this.renderFindings(tr, found);
     this.renderMarks(tr, found);
   }
 
-  /** Findings of the whole run (not cut at the playhead). */
+  /** Findings of the whole run (not cut at the playhead). @param {import('./track.js').Track} tr @param {Note[]} items */
   renderFindings(tr, items) {
     const key = `${tr.rank}:${items.length}`;
     if (this.findingsKey === key) return;
@@ -55,7 +57,7 @@ export class FindingsView {
       const li = document.createElement('li');
       const b = document.createElement('button');
       b.type = 'button';
-      b.dataset.kind = n.kind;
+      b.dataset.kind = n.kind ?? '';
       if (n.worker !== undefined && n.worker !== null) b.dataset.worker = String(n.worker);
       b.textContent = `▶ ${fmtDuration(n.t ?? 0)} · ${findingText(n)}`;
       b.title = 'go to this moment and show the worker, its task and its stack';
@@ -65,7 +67,7 @@ export class FindingsView {
     }));
   }
 
-  /** Marks on the time slider: stuck, died, error, timeout, and where results were parked. */
+  /** Marks on the time slider: stuck, died, error, timeout, and where results were parked. @param {import('./track.js').Track} tr @param {Note[]} found */
   renderMarks(tr, found) {
     const p = tr.player;
     if (!p.length) return;
@@ -74,6 +76,7 @@ export class FindingsView {
     if (this.marksKey === key) return;
     this.marksKey = key;
     const span = Math.max(t1 - t0, 1e-9);
+    /** @param {number} t @param {string} cls @param {string} title */
     const mark = (t, cls, title) => {
       const i = document.createElement('i');
       i.className = cls;
@@ -87,7 +90,7 @@ export class FindingsView {
     for (let k = 0; k < parked.length; k += every) marks.push(mark(parked[k], 'parked', 'a result parked in the reorder buffer'));
     for (const n of found) {
       const cls = n.kind === 'worker_died' ? 'died' : n.kind === 'timeout' ? 'timeout' : n.kind === 'error' ? 'error' : 'stuck';
-      marks.push(mark(n.t ?? t0, cls, n.kind));
+      marks.push(mark(n.t ?? t0, cls, n.kind ?? ''));
     }
     const box = $('pb-marks');
     box.replaceChildren(...marks);

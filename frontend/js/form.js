@@ -2,14 +2,19 @@
 // fieldsFromSchema and readValue are pure; renderForm builds the DOM.
 
 /**
- * @typedef {{name:string, label:string, kind:'int'|'number'|'bool'|'enum'|'string', default:any,
- *   min?:number, max?:number, options?:any[], description:string, nullable:boolean}} Field
+ * @typedef {{name:string, label:string, kind:'int'|'number'|'bool'|'enum'|'string', default:unknown,
+ *   min?:number, max?:number, options?:unknown[], description:string, nullable:boolean}} Field
  */
 
-/** @returns {Field[]} */
+/** @typedef {import('./types.js').FieldSchema} FieldSchema */
+
+/** @typedef {{value: unknown} | {error: string}} Reading an input's value, or what it must be */
+
+/** @param {Record<string, FieldSchema>|null|undefined} properties @returns {Field[]} */
 export function fieldsFromSchema(properties) {
   if (!properties || typeof properties !== 'object') return [];
   return Object.entries(properties).map(([name, raw]) => {
+    /** @type {FieldSchema} */
     let p = raw || {};
     let nullable = false;
     const alts = p.anyOf || p.oneOf;
@@ -18,6 +23,7 @@ export function fieldsFromSchema(properties) {
       nullable = real.length < alts.length;
       p = { ...real[0], ...p, anyOf: undefined, oneOf: undefined };
     }
+    /** @type {Field['kind']} */
     const kind = Array.isArray(p.enum) ? 'enum'
       : p.type === 'integer' ? 'int'
         : p.type === 'number' ? 'number'
@@ -38,7 +44,11 @@ export function fieldsFromSchema(properties) {
   });
 }
 
-/** Turn an input's string into the JSON value the server expects (or an error message). */
+/**
+ * Turn an input's string into the JSON value the server expects (or an error message).
+ * @param {Field} field @param {string|boolean} raw a checkbox's state, else the input's text
+ * @returns {Reading}
+ */
 export function readValue(field, raw) {
   switch (field.kind) {
     case 'bool':
@@ -56,20 +66,23 @@ export function readValue(field, raw) {
       return bounded(field, v);
     }
     case 'enum': {
-      const v = field.options.find((o) => String(o) === String(raw));
-      return v === undefined ? { error: `one of ${field.options.join(', ')}` } : { value: v };
+      const options = field.options ?? [];
+      const v = options.find((o) => String(o) === String(raw));
+      return v === undefined ? { error: `one of ${options.join(', ')}` } : { value: v };
     }
     default:
       return { value: String(raw) };
   }
 }
 
+/** @param {Field} field @param {number} v @returns {Reading} */
 function bounded(field, v) {
   if (field.min !== undefined && v < field.min) return { error: `at least ${field.min}` };
   if (field.max !== undefined && v > field.max) return { error: `at most ${field.max}` };
   return { value: v };
 }
 
+/** @param {Field} f */
 export function rangeText(f) {
   if (f.min !== undefined && f.max !== undefined) return `${f.min} – ${f.max}`;
   if (f.min !== undefined) return `≥ ${f.min}`;
@@ -100,13 +113,13 @@ export function renderForm(host, fields, { prefix = 'param-' } = {}) {
       input.checked = !!f.default;
     } else if (f.kind === 'enum') {
       input = document.createElement('select');
-      for (const o of f.options) {
+      for (const o of f.options ?? []) {
         const opt = document.createElement('option');
         opt.value = String(o);
         opt.textContent = String(o);
         input.append(opt);
       }
-      input.value = String(f.default ?? f.options[0]);
+      input.value = String(f.default ?? f.options?.[0]);
     } else {
       input = document.createElement('input');
       input.type = f.kind === 'string' ? 'text' : 'number';
@@ -138,7 +151,10 @@ export function renderForm(host, fields, { prefix = 'param-' } = {}) {
     names: () => [...rows.keys()],
     /** @returns {{values: Record<string, any>, errors: Record<string, string>}} */
     read() {
-      const values = {}, errors = {};
+      /** @type {Record<string, any>} */
+      const values = {};
+      /** @type {Record<string, string>} */
+      const errors = {};
       for (const [name, { field, input }] of rows) {
         const raw = field.kind === 'bool' ? /** @type {HTMLInputElement} */ (input).checked : input.value;
         const r = readValue(field, raw);
@@ -147,6 +163,7 @@ export function renderForm(host, fields, { prefix = 'param-' } = {}) {
       }
       return { values, errors };
     },
+    /** @param {string} name @param {string} message @returns {boolean} whether the form has that field */
     showError(name, message) {
       const row = rows.get(name);
       if (!row) return false;

@@ -8,6 +8,7 @@ import { fmtDuration } from './timeline-store.js';
 
 export const BINS = 28;
 
+/** @param {ArrayLike<number>} sorted @param {number} q */
 function quantile(sorted, q) {
   return sorted.length ? sorted[Math.min(sorted.length - 1, Math.round(q * (sorted.length - 1)))] : NaN;
 }
@@ -31,7 +32,7 @@ export class HistogramView {
 
   /**
    * @param {import('./reducer.js').LoaderState} state
-   * @param {Set<number>} slow straggler worker ids
+   * @param {Set<number>} slow straggler worker ids @param {boolean} inProcess num_workers=0
    */
   draw(state, slow, inProcess) {
     const workers = [...state.workers.values()].sort((a, b) => a.id - b.id);
@@ -56,6 +57,7 @@ export class HistogramView {
     const ctx = this.ctx;
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, width, height);
+    /** @type {string[]} */
     const summary = [];
     if (!Number.isFinite(lo)) {
       ctx.fillStyle = PALETTE.dim;

@@ -5,9 +5,9 @@
 import { structureItems } from './panels.js';
 import { fmtDuration } from './timeline-store.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
-/** 1536 -> "1.5 kB" */
+/** 1536 -> "1.5 kB" @param {number} n */
 function fmtBytes(n) {
   if (n < 1e3) return `${n} B`;
   if (n < 1e6) return `${(n / 1e3).toFixed(1)} kB`;
@@ -47,7 +47,10 @@ export class InspectorView {
     this.key = '';
   }
 
-  /** A fetch span was clicked: its batch in the inspector when the probe described it, else say so. */
+  /**
+   * A fetch span was clicked: its batch in the inspector when the probe described it, else say so.
+   * @param {{idx: number, epoch: number, worker: number}} span
+   */
   inspect({ idx, epoch, worker }) {
     const samples = this.host.full().batch_samples;
     const k = samples.findIndex((b) => b.idx === idx && b.epoch === epoch);
@@ -100,7 +103,7 @@ export class InspectorView {
       facts.push(`the run so far: ${fmtBytes(full.fetched_bytes)} fetched, ${fmtBytes(full.pickled_bytes)} of it pickled `
         + `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared memory instead)`);
     }
-    if (b.pickle_bytes !== undefined) {
+    if (b.pickle_bytes !== undefined && b.pickle_bytes !== null) {
       facts.push(`this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s != null ? ` in ${fmtDuration(b.pickle_s)}` : ''}`
         + ' (for tensors only the handles of their shared memory)');
     }

@@ -8,6 +8,9 @@
 // pin_memory=False (`pin: 'none'`) it is left out and the result queue feeds the main process.
 
 /** @typedef {{x:number, y:number, w:number, h:number}} Rect */
+/** @typedef {{x:number, y:number}} Point */
+/** @typedef {{w:number, h:number}} Size */
+/** @typedef {ReturnType<typeof pipelineLayout>} Layout */
 
 export const MIN_WIDTH = 940;
 export const MIN_WIDTH_PIN = 1100;
@@ -32,6 +35,7 @@ const LABEL_W = 100; // lane label (worker name, status)
 const FETCH_W = [150, 196]; // current fetch (token, indices, elapsed): min, max
 export const RCVD_TEXT = 46; // rcvd_idx's box: the cursor and its hint, above the in-hand lane
 
+/** @param {number} v @param {number} lo @param {number} hi */
 const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
 
 // Many workers: past COMPACT_AT lanes each lane becomes a thin row (name, index queue as small
@@ -44,7 +48,7 @@ const COMPACT_GAP = 2;
 const COMPACT_LABEL_W = 66; // "worker 63"
 const COL_GAP = 10; // between the two lane columns
 
-/** How the lanes are arranged for n workers: columns, rows per column, compact or not. */
+/** How the lanes are arranged for n workers: columns, rows per column, compact or not. @param {number} lanes */
 export function laneGrid(lanes) {
   const n = Math.max(lanes, 1);
   const compact = n >= COMPACT_AT;
@@ -52,14 +56,14 @@ export function laneGrid(lanes) {
   return { compact, cols, rows: Math.ceil(n / cols) };
 }
 
-/** Canvas height for n lanes: ~44 px per lane up to a point, then thinner; compact rows past that. */
+/** Canvas height for n lanes: ~44 px per lane up to a point, then thinner; compact rows past that. @param {number} lanes */
 export function pipelineHeight(lanes) {
   const g = laneGrid(lanes);
   if (g.compact) return Math.round(Math.max(660, M + TITLE + g.rows * (COMPACT_ROW + COMPACT_GAP) - COMPACT_GAP + M));
   return Math.round(Math.max(330, Math.min(660, 70 + lanes * 46)));
 }
 
-/** Token size for a lane height and the widest task id. */
+/** Token size for a lane height and the widest task id. @param {number} laneH @param {number} digits @returns {Size} */
 export function tokenSize(laneH, digits) {
   const h = Math.round(clamp(laneH * 0.56, 10, 22));
   const w = Math.round(Math.max(h * 1.45, digits * h * 0.62 + 8));
@@ -95,12 +99,14 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   x += lanesW + GAP.toResult;
   const result = { x, y: top, w: COL.result, h: areaH };
   x += COL.result;
+  /** @type {Rect|null} */
   let pinCol = null, pinThread = null, pinned = null;
   if (hasPin) {
     x += GAP.toPin;
     pinCol = { x, y: top, w: COL.pin, h: areaH };
-    pinThread = { x, y: top, w: COL.pin, h: Math.min(PIN_THREAD_H, areaH / 2) };
-    pinned = { x, y: top + pinThread.h + 10, w: COL.pin, h: Math.max(areaH - pinThread.h - 10, 30) };
+    const thread = { x, y: top, w: COL.pin, h: Math.min(PIN_THREAD_H, areaH / 2) };
+    pinThread = thread;
+    pinned = { x, y: top + thread.h + 10, w: COL.pin, h: Math.max(areaH - thread.h - 10, 30) };
     x += COL.pin;
   }
   x += GAP.toBuffer;
@@ -143,13 +149,14 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
     slim ? { x: samplerCol.x, text: 'main process', hint: '' } : { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
     { x: lanesX, text: workersTitle(lanes, inProcess), hint: 'index queue (waiting) · fetching now' },
     { x: result.x, text: slim ? 'results' : 'result queue', hint: slim ? 'oldest first' : 'oldest on top' },
-    ...(hasPin ? [{ x: pinCol.x, text: 'pin memory', hint: pin === 'active' ? (slim ? 'thread → queue' : 'thread → pinned queue') : 'turned off' }] : []),
+    ...(pinCol ? [{ x: pinCol.x, text: 'pin memory', hint: pin === 'active' ? (slim ? 'thread → queue' : 'thread → pinned queue') : 'turned off' }] : []),
     { x: buffer.x, text: 'reorder buffer', hint: slim ? '_task_info' : '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
   ];
   return { width: W, slim, bufferHeader: slim ? HEADER.bufferSlim : HEADER.buffer, height, top, areaH, bypassY, laneH, laneGap, lanesH, compact: grid.compact, laneCols: grid.cols, laneRows: rows, lanesX, lanesW, token, sampler, dispatcher, lanes: laneRects, result, pin, pinCol, pinThread, pinned, buffer, rcvdCursor, consumer: consumerBox, titles };
 }
 
+/** @param {number} lanes @param {boolean} inProcess */
 function workersTitle(lanes, inProcess) {
   if (lanes === 0) return 'worker processes';
   return inProcess ? 'main process fetches (num_workers=0)' : `${lanes} worker process${lanes === 1 ? '' : 'es'}`;
@@ -157,6 +164,7 @@ function workersTitle(lanes, inProcess) {
 
 /**
  * Index-queue slot k (0 = head, next to the fetch box) of a lane; null when it does not fit.
+ * @param {Layout} L @param {number} lane @param {number} k
  * @returns {{x:number, y:number}|null} top-left of the token
  */
 export function queueSlot(L, lane, k) {
@@ -167,18 +175,22 @@ export function queueSlot(L, lane, k) {
   return { x, y: q.y + (q.h - L.token.h) / 2 };
 }
 
-/** How many tokens a lane's index queue can show. */
+/** How many tokens a lane's index queue can show. @param {Layout} L @param {number} lane */
 export function queueCapacity(L, lane) {
   return Math.max(0, Math.floor(L.lanes[lane].queue.w / (L.token.w + 3)));
 }
 
-/** Where the task being fetched sits in its lane. */
+/** Where the task being fetched sits in its lane. @param {Layout} L @param {number} lane @returns {Point} */
 export function fetchSlot(L, lane) {
   const f = L.lanes[lane].fetch;
   return { x: f.x + 6, y: f.y + (f.h - L.token.h) / 2 };
 }
 
-/** Slot k of a grid filling rect r row by row (tokens of size t, 4 px apart, under a header). */
+/**
+ * Slot k of a grid filling rect r row by row (tokens of size t, 4 px apart, under a header).
+ * @param {Rect} r @param {Size} t @param {number} k @param {number} [header] @param {boolean} [downFirst]
+ * @returns {Point|null}
+ */
 export function gridSlot(r, t, k, header = 0, downFirst = false) {
   const cols = Math.max(1, Math.floor((r.w - 8) / (t.w + 4)));
   const rows = Math.max(1, Math.floor((r.h - header - 8) / (t.h + 4)));
@@ -188,6 +200,7 @@ export function gridSlot(r, t, k, header = 0, downFirst = false) {
   return { x: r.x + 6 + col * (t.w + 4), y: r.y + header + 6 + row * (t.h + 4) };
 }
 
+/** @param {Rect} r @param {Size} t @param {number} [header] */
 export function gridCapacity(r, t, header = 0) {
   const cols = Math.max(1, Math.floor((r.w - 8) / (t.w + 4)));
   const rows = Math.max(1, Math.floor((r.h - header - 8) / (t.h + 4)));
@@ -198,32 +211,35 @@ export function gridCapacity(r, t, header = 0) {
 export const HEADER = { result: 8, buffer: 70, bufferSlim: 104, consumer: 60, consumerSteps: 118, pinThread: 30, pinned: 18 };
 
 /** The result queue reads top to bottom in arrival order (oldest on top, taken first). */
-export const resultSlot = (L, k) => gridSlot(L.result, L.token, k, HEADER.result, true);
+export const resultSlot = (/** @type {Layout} */ L, /** @type {number} */ k) => gridSlot(L.result, L.token, k, HEADER.result, true);
 /** The reorder buffer's tokens sit under its text, which wraps to more lines in a slim column. */
-export const bufferSlot = (L, k) => gridSlot(L.buffer, L.token, k, L.bufferHeader ?? HEADER.buffer);
+export const bufferSlot = (/** @type {Layout} */ L, /** @type {number} */ k) => gridSlot(L.buffer, L.token, k, L.bufferHeader ?? HEADER.buffer);
 /** The consumer's history; its header grows when the training step reports timings (step events). */
-export const consumerSlot = (L, k, steps = false) => gridSlot(L.consumer, L.token, k, steps ? HEADER.consumerSteps : HEADER.consumer);
+export const consumerSlot = (/** @type {Layout} */ L, /** @type {number} */ k, steps = false) => gridSlot(L.consumer, L.token, k, steps ? HEADER.consumerSteps : HEADER.consumer);
 /** The task the pin thread copies now (one at a time), and the pinned queue, oldest on top. */
-export const pinSlot = (L) => (L.pinThread ? { x: L.pinThread.x + 8, y: L.pinThread.y + HEADER.pinThread + 6 } : null);
-export const pinnedSlot = (L, k) => (L.pinned ? gridSlot(L.pinned, L.token, k, HEADER.pinned, true) : null);
+export const pinSlot = (/** @type {Layout} */ L) => (L.pinThread ? { x: L.pinThread.x + 8, y: L.pinThread.y + HEADER.pinThread + 6 } : null);
+export const pinnedSlot = (/** @type {Layout} */ L, /** @type {number} */ k) => (L.pinned ? gridSlot(L.pinned, L.token, k, HEADER.pinned, true) : null);
 
 /** The batch next() has taken and is about to hand out: the lane under rcvd_idx's text. */
+/** @param {Layout} L @returns {Point} */
 export function handSlot(L) {
   const r = L.rcvdCursor;
   return { x: r.x + r.w - L.token.w - 8, y: r.y + RCVD_TEXT + (r.h - RCVD_TEXT - L.token.h) / 2 };
 }
 
 /** Where a new task token appears: the dispatcher's out edge. */
+/** @param {Layout} L @returns {Point} */
 export function dispatchPoint(L) {
   const d = L.dispatcher;
   return { x: d.x + d.w - L.token.w - 6, y: d.y + d.h / 2 - L.token.h / 2 };
 }
 
-/** Do two rectangles overlap (by more than a hair)? */
+/** Do two rectangles overlap (by more than a hair)? @param {Rect} a @param {Rect} b */
 export function overlaps(a, b) {
   return a.x < b.x + b.w - 0.5 && b.x < a.x + a.w - 0.5 && a.y < b.y + b.h - 0.5 && b.y < a.y + a.h - 0.5;
 }
 
+/** Does a token of `size` at `p` lie within r? @param {Point} p @param {Size} size @param {Rect} r */
 export function inside(p, size, r) {
   return p.x >= r.x - 0.5 && p.y >= r.y - 0.5 && p.x + size.w <= r.x + r.w + 0.5 && p.y + size.h <= r.y + r.h + 0.5;
 }

@@ -27,12 +27,20 @@ import { RanksView, timelineRanks } from './ranks-view.js';
 import { Scheduler } from './scheduler.js';
 import { Playback } from './playback.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
 const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const PACED_MS = 250; // the longest a paced view (timeline, the picture's words) waits for its redraw
 const LIVE_SLOW_PANEL_MS = 1000; // the same while following a stream: the socket and the picture come first
+
+/**
+ * The page's frame measurements (`window.loaderscope.perf`; tests and bench read them): frames,
+ * their times (the last 240), events applied, time split by part, and the last file load.
+ * @typedef {{frames: number, frameMs: number[], applied: number, maxFrameMs: number, lastFrameMs: number,
+ *   longFrames: number, split: {apply: number, pipeline: number, timeline: number, panels: number},
+ *   load: import('./trace-open.js').LoadPerf|null}} Perf
+ */
 
 class App {
   constructor() {
@@ -71,6 +79,7 @@ class App {
       moveTo: (row) => this.playback.moveTo(row, true, true),
     });
     this.findings = new FindingsView((n) => this.showFinding(n));
+    /** @type {Perf} */
     this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
     this.runForm = new RunForm({
       started: (id, mode) => {
@@ -109,6 +118,7 @@ class App {
     /** @type {Track[]} */
     this.tracks = [];
     this.track = /** @type {Track} */ (/** @type {unknown} */ (null));
+    this.diagKey = ''; // the diagnosis drawn last: rank, cursor, events
     this.reset();
     this.pipeline.onLaneClick = (wid) => this.cards.select(wid);
     this.timeline.onInvalidate = () => this.wake();
@@ -118,7 +128,7 @@ class App {
       this.inspector.inspect(span);
     };
     window.addEventListener('resize', () => { this.hist.invalidate(); this.wake(); });
-    window.loaderscope = this; // for scripts and tests: state, perf, timeline, player
+    Object.assign(window, { loaderscope: this }); // for scripts and tests: state, perf, timeline, player
   }
 
   // --- what tests and scripts read ------------------------------------------------------------------
@@ -134,6 +144,7 @@ class App {
   set runInfo(v) { this.track.runInfo = v; }
   get playing() { return this.playback.playing; }
   get speed() { return this.playback.speed; }
+  /** @param {number} i @param {boolean} [pause] @param {boolean} [snap] */
   moveTo(i, pause = true, snap = false) { this.playback.moveTo(i, pause, snap); }
   play() { this.playback.play(); }
   pause() { this.playback.pause(); }
@@ -142,16 +153,18 @@ class App {
   /** The open run when it is a real loader's with fetches to fit (what-if replays it), else null. */
   realRun() {
     const info = this.track?.runInfo;
-    if (!this.runId || !info || info.mode !== 'real' || !(info.batches > 0)) return null;
+    if (!this.runId || !info || info.mode !== 'real' || !((info.batches ?? 0) > 0)) return null;
     return { id: this.runId, label: info.name || info.scenario || this.runId };
   }
   get demo() { return this.server.demo; }
   get offline() { return this.server.offline; }
   get unknownRun() { return this.server.unknownRun; }
+  /** @param {string} id @param {{push?: boolean, autoplay?: boolean}} [o] */
   openRun(id, o) { this.server.open(id, o); }
   get form() { return this.runForm.form; }
   get selectedWorker() { return this.cards.selected; }
 
+  /** @param {Track[]|null} [tracks] the open run's ranks (none: an empty page) */
   reset(tracks = null) {
     for (const tr of this.tracks) tr.stream?.close();
     this.tracks = tracks ?? [new Track({ rank: 0, label: 'rank 0', source: 'none' })];
@@ -209,6 +222,8 @@ class App {
   /**
    * Run time now: the playhead's time, or the latest event's t ticking on while a real run is live;
    * `paced`: isFollowingStream().
+   * @param {number} wall performance.now()
+   * @returns {{now: number, wall: number, live: boolean, paced: boolean}}
    */
   clock(wall) {
     const p = this.player;
@@ -267,6 +282,7 @@ class App {
     return n;
   }
 
+  /** Apply the queued events of every rank, for at most APPLY_BUDGET_MS. @param {number} start the frame's wall clock */
   applyQueued(start) {
     let n = 0;
     const tBefore = this.track.player.full.t;
@@ -304,7 +320,7 @@ class App {
     this.counters.render(state, this.store, p.cursor);
     const notes = this.track.noteItems;
     let k = notes.length;
-    while (k > 0 && notes[k - 1]._row > p.cursor) k -= 1;
+    while (k > 0 && (notes[k - 1]._row ?? 0) > p.cursor) k -= 1;
     this.notes.render(k === notes.length ? notes : notes.slice(0, k));
     this.log.render((i) => p.event(i), p.cursor, p.length);
     this.status.render();
@@ -351,9 +367,9 @@ class App {
     scope.textContent = p.cursor === p.length ? (this.complete() ? '(whole run)' : '(so far)') : `(at event ${p.cursor})`;
   }
 
-  /** A finding was clicked: go to its moment, open its worker's card and bring it into view. */
+  /** A finding was clicked: go to its moment, open its worker's card and bring it into view. @param {import('./types.js').Note} n */
   showFinding(n) {
-    this.playback.moveTo(n._row, true, true);
+    this.playback.moveTo(n._row ?? 0, true, true);
     if (n.worker !== undefined && n.worker !== null) this.cards.selected = n.worker;
     this.lastPanels = 0;
     this.renderPanels();
@@ -392,7 +408,7 @@ class App {
     this.timeline.setTracks(shown);
   }
 
-  /** Show the rank of the open job whose run is `id`; false when no open rank is that run. */
+  /** Show the rank of the open job whose run is `id`; false when no open rank is that run. @param {string} id @param {boolean} [push] */
   selectRun(id, push = true) {
     const i = this.tracks.findIndex((tr) => tr.runId === id);
     if (i < 0) return false;
@@ -400,6 +416,7 @@ class App {
     return true;
   }
 
+  /** @param {number} i the rank's index in `tracks` @param {boolean} [push] a history entry */
   selectTrack(i, push = true) {
     if (!this.tracks[i] || this.tracks[i] === this.track) return;
     this.track = this.tracks[i];
@@ -439,6 +456,7 @@ class App {
   }
 
   /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */
+  /** @param {URLSearchParams} params */
   async startDemo(params) {
     this.server.demo = true;
     let synthesize;

@@ -6,7 +6,13 @@ import { fmtDuration, upperBound } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
 import { pinStage, pinRate } from './pin.js';
 
-/** Batches per second over the last `span` seconds before tNow (from the consumer row's yield times). */
+/** @typedef {import('./reducer.js').LoaderState} LoaderState */
+/** @typedef {import('./types.js').Note} Note */
+
+/**
+ * Batches per second over the last `span` seconds before tNow (from the consumer row's yield times).
+ * @param {import('./timeline-store.js').SpanColumn} consumer @param {number} tNow @param {number} [span]
+ */
 export function recentRate(consumer, tNow, span = 2) {
   const n = upperBound(consumer.end, consumer.n, tNow); // yields up to now (the playhead may be behind)
   if (n === 0) return 0;
@@ -19,23 +25,30 @@ export function recentRate(consumer, tNow, span = 2) {
 }
 
 /** 1234567 -> "1.23M", 45678 -> "45.7k": counts that must fit a small box. */
+/** @param {number} n */
 export function compact(n) {
   if (n < 1e4) return String(n);
   if (n < 1e6) return `${(n / 1e3).toFixed(n < 1e5 ? 1 : 0)}k`;
   return `${(n / 1e6).toFixed(2)}M`;
 }
 
-/** "sample 2 of 4 (index 17)" for a stuck or dead worker's report, or ''. */
+/**
+ * "sample 2 of 4 (index 17)" for a stuck or dead worker's report, or ''.
+ * @param {{idx?: number|null, pos?: number|null, sample?: unknown}|null|undefined} report
+ * @param {LoaderState} [state]
+ */
 export function sampleText(report, state) {
   if (!report || report.sample === undefined || report.sample === null) return '';
-  const task = state?.tasks.get(report.idx);
+  const task = report.idx === undefined || report.idx === null ? undefined : state?.tasks.get(report.idx);
   const n = task?.n || task?.indices?.length || null;
   return `sample ${(report.pos ?? 0) + 1}${n ? ` of ${n}` : ''} (index ${report.sample})`;
 }
 
 export class Counters {
+  /** @param {HTMLElement} host */
   constructor(host) {
     this.host = host;
+    /** @type {Map<string, {el: HTMLElement, v: HTMLElement, last: string}>} */
     this.cells = new Map();
     const defs = [
       ['rate', 'batches / s'],
@@ -63,8 +76,10 @@ export class Counters {
     }
   }
 
+  /** @param {string} key a counter's key @param {string} text @param {string} [cls] */
   set(key, text, cls = '') {
     const c = this.cells.get(key);
+    if (!c) return;
     if (text.length > 9) cls = `${cls} long`;
     if (c.last !== text + cls) {
       c.v.textContent = text;
@@ -73,6 +88,7 @@ export class Counters {
     }
   }
 
+  /** @param {LoaderState} state @param {import('./timeline-store.js').TimelineStore} timeline @param {number} eventCount */
   render(state, timeline, eventCount) {
     const s = { input_bound: inputBound(state) };
     const rate = recentRate(timeline.consumer, state.t);
@@ -88,18 +104,20 @@ export class Counters {
     const noRun = state.status === 'pending' && state.config.num_workers === undefined;
     if (noRun) this.set('pin', '–');
     else this.set('pin', pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short, pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '');
-    this.cells.get('pin').el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
+    const pinCell = this.cells.get('pin');
+    if (pinCell) pinCell.el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
     this.set('epoch', `${Math.max(state.epoch, 0)} · ${compact(eventCount)}`);
   }
 }
 
+/** @type {Record<string, (n: Note) => string>} */
 const NOTE_TEXT = {
   gap: (n) => `events ${n.from}–${n.to} are missing: ${n.reason || 'the server no longer holds them'}`,
   invalid: (n) => `ignored an invalid event: ${n.reason}`,
-  bad: (n) => n.reason,
-  worker_stuck: (n) => `worker ${n.worker} stuck on task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''} for ${(+n.elapsed).toFixed(1)} s${frameText(userFrame(n.stack))}`,
+  bad: (n) => String(n.reason),
+  worker_stuck: (n) => `worker ${n.worker} stuck on task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''} for ${Number(n.elapsed).toFixed(1)} s${frameText(userFrame(n.stack))}`,
   worker_died: (n) => `worker ${n.worker} (pid ${n.pid ?? '?'}) died: ${n.signal || `exit code ${n.exitcode}`}${n.idx !== undefined && n.idx !== null ? ` holding task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''}` : ''}`,
-  consumer_stuck: (n) => `the training loop has waited ${(+n.elapsed).toFixed(1)} s inside next() for task ${n.waiting_for ?? '?'}${n.held_by !== undefined && n.held_by !== null ? ` (worker ${n.held_by} holds it${n.has_data ? ', its data is ready' : ''})` : ''}`,
+  consumer_stuck: (n) => `the training loop has waited ${Number(n.elapsed).toFixed(1)} s inside next() for task ${n.waiting_for ?? '?'}${n.held_by !== undefined && n.held_by !== null ? ` (worker ${n.held_by} holds it${n.has_data ? ', its data is ready' : ''})` : ''}`,
   timeout: (n) => `timeout: no batch within ${n.seconds} s${timeoutWorkers(n)}`,
   batch_info: (n) => `batch ${n.idx} of worker ${n.worker} described for the inspector`,
   error: (n) => `${n.type}: ${n.message}${n.idx !== undefined && n.idx !== null ? ` (task ${n.idx}, worker ${n.worker})` : ''}`,
@@ -107,33 +125,37 @@ const NOTE_TEXT = {
   doctor_verdict: (n) => `doctor: ${n.text}${n.advice ? `. What to do: ${n.advice}` : ''}`,
 };
 
+/** @param {import('./types.js').Frame|null} f */
 function frameText(f) {
   if (!f) return '';
   return ` at ${String(f.file).split('/').pop()}:${f.line} (${f.code || f.function})`;
 }
 
+/** @param {Note} n */
 function timeoutWorkers(n) {
   const busy = (n.workers || []).filter((w) => w.idx !== undefined && w.idx !== null);
   if (!n.workers) return '';
   if (!busy.length) return '; every worker was idle';
-  return `; then: ${busy.map((w) => `worker ${w.worker} on task ${w.idx}${w.sample !== undefined && w.sample !== null ? ` (index ${w.sample})` : ''}${w.elapsed !== undefined ? ` for ${(+w.elapsed).toFixed(1)} s` : ''}`).join(', ')}`;
+  return `; then: ${busy.map((w) => `worker ${w.worker} on task ${w.idx}${w.sample !== undefined && w.sample !== null ? ` (index ${w.sample})` : ''}${w.elapsed !== undefined ? ` for ${Number(w.elapsed).toFixed(1)} s` : ''}`).join(', ')}`;
 }
 
+/** @param {Note} n */
 export function noteText(n) {
-  const f = NOTE_TEXT[n.kind ?? n.type];
+  const f = NOTE_TEXT[n.kind ?? n.type ?? ''];
   if (f) return f(n);
   const { seq, t, run, rank, kind, ...rest } = n;
   return `${kind ?? n.type}: ${JSON.stringify(rest).slice(0, 160)}`;
 }
 
 export class Notes {
+  /** @param {HTMLElement} list @param {HTMLElement} count */
   constructor(list, count) {
     this.list = list;
     this.count = count;
     this.shown = 0;
   }
 
-  /** @param {any[]} items in order of arrival */
+  /** @param {Note[]} items in order of arrival */
   render(items) {
     if (items.length === this.shown) return;
     if (items.length < this.shown) { this.list.replaceChildren(); this.shown = 0; }
@@ -142,7 +164,7 @@ export class Notes {
       const n = items[i];
       const li = document.createElement('li');
       const kind = n.kind ?? n.type;
-      li.className = n.unknown ? 'unknown' : kind;
+      li.className = n.unknown ? 'unknown' : kind ?? '';
       li.textContent = (typeof n.t === 'number' ? `${fmtDuration(n.t)}  ` : '') + noteText(n);
       if (n.unknown) li.textContent = `unknown event kind "${n.kind}": ${noteText(n)}`;
       frag.append(li);
@@ -155,6 +177,7 @@ export class Notes {
 
 /** The last events before the cursor as text, newest last; unknown kinds are marked, never hidden. */
 export class EventLog {
+  /** @param {HTMLElement} pre @param {HTMLElement} count */
   constructor(pre, count) {
     this.pre = pre;
     this.countEl = count;
@@ -168,7 +191,7 @@ export class EventLog {
   }
 
   /**
-   * @param {(i:number) => any} eventAt event by row @param {number} cursor rows [0, cursor) applied
+   * @param {(i:number) => import('./types.js').LoaderEvent} eventAt event by row @param {number} cursor rows [0, cursor) applied
    * @param {number} total rows loaded
    */
   render(eventAt, cursor, total) {
@@ -186,6 +209,7 @@ export class EventLog {
 
 const SKIP_FIELDS = new Set(['seq', 't', 'run', 'rank', 'kind', 'indices', 'stack', 'traceback', 'config', 'stats', 'structure', 'params']);
 
+/** @param {import('./types.js').LoaderEvent} e */
 export function eventLine(e) {
   const parts = [];
   for (const [k, v] of Object.entries(e)) {
@@ -196,6 +220,7 @@ export function eventLine(e) {
   return `#${e.seq} ${(+e.t).toFixed(4)} ${e.kind} ${parts.join(' ')}`;
 }
 
+/** @param {HTMLElement} ul @param {unknown} lines the diagnosis, one string a line @param {string} fallback */
 export function renderDiagnosis(ul, lines, fallback) {
   const items = Array.isArray(lines) && lines.length ? lines : [fallback];
   const key = items.join('\n');
@@ -205,17 +230,17 @@ export function renderDiagnosis(ul, lines, fallback) {
     const li = document.createElement('li');
     li.textContent = String(text);
     if (!Array.isArray(lines) || !lines.length) li.className = 'muted';
-    else if (i === 0 && /error|died|stuck|timeout/.test(text)) li.className = 'error';
+    else if (i === 0 && /error|died|stuck|timeout/.test(String(text))) li.className = 'error';
     return li;
   }));
 }
 
-/** A worker's numbers and its current task, as text. */
+/** A worker's numbers and its current task, as text. @param {LoaderState} state @param {number} wid @param {number} [now] */
 export function workerDetail(state, wid, now = state.t) {
   const w = state.workers.get(wid);
   if (!w) return '';
   const times = Float64Array.from(w.fetch_times).sort();
-  const pct = (q) => (times.length ? times[Math.min(times.length - 1, Math.round(q * (times.length - 1)))] : NaN);
+  const pct = (/** @type {number} */ q) => (times.length ? times[Math.min(times.length - 1, Math.round(q * (times.length - 1)))] : NaN);
   const lines = [];
   const task = w.current !== null ? state.tasks.get(w.current) : undefined;
   if (w.status === 'stuck' && w.stuck) {
@@ -225,10 +250,10 @@ export function workerDetail(state, wid, now = state.t) {
     lines.push(`STUCK on task ${s.idx}${sample ? `, ${sample}` : ''}`, `for ${running.toFixed(1)} s (reported stuck after ${(+(s.threshold ?? 0)).toFixed(1)} s)`, '');
   }
   if (w.status === 'died') {
-    const d = w.died ?? {};
+    const d = w.died;
     const sample = sampleText(d, state);
     lines.push(`DIED: ${w.signal ? `killed by ${w.signal}` : `exit code ${w.exitcode}`}`);
-    if (d.idx !== undefined && d.idx !== null) lines.push(`while fetching task ${d.idx}${sample ? `, ${sample}` : ''}`, `samples ${fmtIndices(d.indices, 0) || '?'}`);
+    if (d && d.idx !== undefined && d.idx !== null) lines.push(`while fetching task ${d.idx}${sample ? `, ${sample}` : ''}`, `samples ${fmtIndices(d.indices, 0) || '?'}`);
     if (w.signal === 'SIGKILL') lines.push("(SIGKILL is what the kernel's OOM killer sends: check memory)");
     if (w.signal === 'SIGBUS') lines.push('(SIGBUS: /dev/shm is probably full)');
     lines.push('');
@@ -248,12 +273,13 @@ export function workerDetail(state, wid, now = state.t) {
 /**
  * Stack frames (outermost first) as list items; the user's own frames are marked so they stand out.
  * Accepts the probe's [{file, line, function, code, user}], plain strings, or a traceback string.
+ * @param {StackFrame[]|string|null|undefined} stack
  * @returns {HTMLElement[]}
  */
 export function stackItems(stack) {
   if (!stack) return [];
   const frames = typeof stack === 'string' ? stack.split('\n').filter(Boolean) : Array.isArray(stack) ? stack : [];
-  const here = Array.isArray(stack) ? userFrame(stack) : null;
+  const here = Array.isArray(stack) ? userFrame(stack.filter((f) => typeof f !== 'string')) : null;
   return frames.map((f) => {
     const li = document.createElement('li');
     if (typeof f === 'string') {
@@ -284,18 +310,26 @@ export function stackItems(stack) {
   });
 }
 
+/**
+ * A frame as the probe sends it, or as another producer names its fields (Python's `traceback`
+ * names: filename, lineno, name), or a line of text.
+ * @typedef {string | (Partial<import('./types.js').Frame> & {filename?: string, lineno?: number, name?: string})} StackFrame
+ */
+
+/** @param {string} p */
 function shortPath(p) {
   const parts = String(p).split('/');
   return parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : p;
 }
 
 /** What needs attention now, most serious first: dead and stuck workers, a stuck consumer, timeouts, errors. */
+/** @param {LoaderState} state @param {number} [now] @returns {{worker: number|null, text: string}[]} */
 export function alarms(state, now = state.t) {
   const out = [];
   for (const w of state.workers.values()) {
     if (w.status !== 'died') continue;
-    const d = w.died ?? {};
-    const held = d.idx !== undefined && d.idx !== null ? ` while fetching task ${d.idx}${d.sample !== undefined && d.sample !== null ? `, ${sampleText(d, state)}` : ''}` : '';
+    const d = w.died;
+    const held = d && d.idx !== undefined && d.idx !== null ? ` while fetching task ${d.idx}${d.sample !== undefined && d.sample !== null ? `, ${sampleText(d, state)}` : ''}` : '';
     out.push({ worker: w.id, text: `worker ${w.id} died (${w.signal ? `killed by ${w.signal}` : `exit code ${w.exitcode}`})${held}` });
   }
   for (const w of state.workers.values()) {
@@ -312,13 +346,14 @@ export function alarms(state, now = state.t) {
   }
   if (state.timeout) out.push({ worker: null, text: noteText(state.timeout) });
   if (state.errors.length) {
-    const e = state.errors.at(-1);
+    const e = state.errors[state.errors.length - 1];
     out.push({ worker: e.worker ?? null, text: `${e.type}: ${String(e.message).split('\n')[0]}${e.idx !== undefined && e.idx !== null ? ` (task ${e.idx}, worker ${e.worker})` : ''}` });
   }
   return out;
 }
 
 /** A sampled batch's structure (batch_info) as a nested list: types, shapes, dtypes, bytes, how it travelled. */
+/** @param {import('./types.js').BatchStructure|null|undefined} node @param {string} [name] @returns {HTMLElement} */
 export function structureItems(node, name = 'batch') {
   const li = document.createElement('li');
   const head = document.createElement('span');
@@ -336,7 +371,7 @@ export function structureItems(node, name = 'batch') {
   if (node?.pinned) flags.push('pinned');
   if (flags.length) {
     const f = document.createElement('span');
-    f.className = `via ${node.via === 'pickle' ? 'pickle' : ''}`;
+    f.className = `via ${node?.via === 'pickle' ? 'pickle' : ''}`;
     f.textContent = flags.join(', ');
     li.append(' ', f);
   }
@@ -348,6 +383,7 @@ export function structureItems(node, name = 'batch') {
   const items = node?.items;
   if (items && typeof items === 'object') {
     const ul = document.createElement('ul');
+    /** @type {[string, import('./types.js').BatchStructure][]} */
     const entries = Array.isArray(items) ? items.map((x, i) => [String(i), x]) : Object.entries(items);
     for (const [k, child] of entries) ul.append(structureItems(child, k));
     li.append(ul);

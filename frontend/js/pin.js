@@ -2,8 +2,12 @@
 // in plain words. Pure: config and counters in, words out.
 
 /**
+ * @typedef {{mode:'none'|'active'|'disabled', why:string, short:string, box:string}} PinStage
+ */
+
+/**
  * @param {import('./reducer.js').LoaderState} state
- * @returns {{mode:'none'|'active'|'disabled', why:string, short:string, box:string}}
+ * @returns {PinStage}
  * `short`: one word for the counter; `box`: a few words for the picture; `why`: the whole story.
  */
 export function pinStage(state) {
@@ -28,7 +32,7 @@ export function pinStage(state) {
   return { mode: 'disabled', short: 'unknown', box: 'no batch seen in a pin thread yet', why: 'pin_memory=True, but no batch was seen in the pin-memory thread yet' };
 }
 
-/** Pin throughput in MB/s for the counters, or null. */
+/** Pin throughput in MB/s for the counters, or null. @param {import('./reducer.js').LoaderState} state */
 export function pinRate(state) {
   return state.pin_time > 0 ? state.pin_bytes / state.pin_time / 1e6 : null;
 }

@@ -6,16 +6,54 @@ import { queueCapacity, gridCapacity, HEADER } from './layout.js';
 import { Where, WorkerStatus } from './reducer.js';
 import { fmtDuration } from './timeline-store.js';
 
+/** @typedef {import('./reducer.js').LoaderState} LoaderState */
+/** @typedef {{lane: HTMLElement, status: HTMLElement, fetch: HTMLElement, more: HTMLElement}} LaneParts */
+
 export class PipelineOverlay {
   /** @param {HTMLElement} el the overlay element @param {(worker:number) => void} onLaneClick */
   constructor(el, onLaneClick) {
     this.el = el;
     this.onLaneClick = onLaneClick;
+    /** @type {WeakMap<Element, string>} */
     this.text = new WeakMap(); // element -> last text written (skip redundant DOM writes)
+    /** @type {import('./layout.js').Layout|null} */
     this.L = null;
+    /** @type {number[]} */
     this.ids = [];
+    /** @type {import('./pin.js').PinStage|null} */
+    this.pin = null;
+    // the parts build() makes (null before it, or for a stage this layout leaves out)
+    /** @type {LaneParts[]} */
+    this.laneEls = [];
+    /** @type {Element|null} */
+    this.samplerKind = null;
+    /** @type {Element|null} */
+    this.sendEl = null;
+    /** @type {Element|null} */
+    this.rcvdEl = null;
+    /** @type {HTMLElement|null} */
+    this.resultEl = null;
+    /** @type {HTMLElement|null} */
+    this.pinEl = null;
+    /** @type {Element|null} */
+    this.pinNow = null;
+    /** @type {HTMLElement|null} */
+    this.pinnedEl = null;
+    /** @type {HTMLElement|null} */
+    this.bufferEl = null;
+    /** @type {Element|null} */
+    this.bufferHead = null;
+    /** @type {Element|null} */
+    this.bufferSub = null;
+    /** @type {HTMLElement|null} */
+    this.consumerEl = null;
+    /** @type {Element|null} */
+    this.consumerStat = null;
+    /** @type {Element|null} */
+    this.consumerSub = null;
   }
 
+  /** @param {HTMLElement} el @param {import('./layout.js').Rect} r */
   place(el, r) {
     el.style.left = `${r.x}px`;
     el.style.top = `${r.y}px`;
@@ -25,14 +63,15 @@ export class PipelineOverlay {
 
   /**
    * Rebuild for a new layout.
-   * @param {any} L pipelineLayout() @param {number[]} ids worker ids, one lane each
-   * @param {boolean} inProcess num_workers=0 @param {{mode:string, why:string, box:string}} pin pinStage()
+   * @param {import('./layout.js').Layout} L pipelineLayout() @param {number[]} ids worker ids, one lane each
+   * @param {boolean} inProcess num_workers=0 @param {import('./pin.js').PinStage} pin pinStage()
    */
   build(L, ids, inProcess, pin) {
     this.L = L;
     this.ids = ids;
     this.pin = pin;
     this.el.replaceChildren();
+    /** @param {string} cls @param {import('./layout.js').Rect|null} [r] @param {string} [html] */
     const mk = (cls, r, html = '') => {
       const el = document.createElement('div');
       el.className = cls;
@@ -91,13 +130,14 @@ export class PipelineOverlay {
       el.dataset.state = 'active';
       this.pinEl = el;
       this.pinNow = el.querySelector('.pin-now');
-      this.pinnedEl = mk('box-label pinned-label', { ...L.pinned, h: 16 });
+      this.pinnedEl = mk('box-label pinned-label', L.pinned && { ...L.pinned, h: 16 });
     } else if (L.pin === 'disabled') {
       const el = mk('box-label pin-label pin-disabled', L.pinCol, '<b>pin thread</b><div class="pin-off">off</div><div class="pin-why"></div>');
       el.setAttribute('data-testid', 'pin-stage');
       el.dataset.state = 'disabled';
-      el.title = this.pin.why;
-      el.querySelector('.pin-why').textContent = this.pin.box;
+      el.title = pin.why;
+      const why = el.querySelector('.pin-why');
+      if (why) why.textContent = pin.box;
       this.pinEl = el;
     }
     this.bufferEl = mk('box-label buffer-label', L.buffer, '<div class="buffer-head"></div><div class="buffer-sub"></div>');
@@ -111,19 +151,24 @@ export class PipelineOverlay {
     this.consumerSub = this.consumerEl.querySelector('.consumer-sub');
   }
 
+  /** @param {Element|null} el (none: nothing to write) @param {string} s */
   setText(el, s) {
-    if (this.text.get(el) !== s) {
+    if (el && this.text.get(el) !== s) {
       el.textContent = s;
       this.text.set(el, s);
     }
   }
 
+  /** @param {Element|null} el (none: nothing to write) @param {string} name @param {string|number} v */
   setAttr(el, name, v) {
     const s = String(v);
-    if (el.getAttribute(name) !== s) el.setAttribute(name, s);
+    if (el && el.getAttribute(name) !== s) el.setAttribute(name, s);
   }
 
-  /** Cursors, lane texts, queue counts, the reorder buffer's story and the consumer's figures. */
+  /**
+   * Cursors, lane texts, queue counts, the reorder buffer's story and the consumer's figures.
+   * @param {LoaderState} state @param {{now: number}} clock
+   */
   update(state, clock) {
     this.setText(this.sendEl, String(state.send_idx));
     this.setText(this.rcvdEl, String(state.rcvd_idx));
@@ -135,9 +180,10 @@ export class PipelineOverlay {
     this.updateConsumer(state);
   }
 
-  /** Each lane: status, fetched count, the task being fetched (elapsed, samples), queue overflow. */
+  /** Each lane: status, fetched count, the task being fetched (elapsed, samples), queue overflow. @param {LoaderState} state @param {{now: number}} clock */
   updateLanes(state, clock) {
     const L = this.L;
+    if (!L) return;
     this.ids.forEach((wid, i) => {
       const w = state.workers.get(wid);
       const el = this.laneEls[i];
@@ -159,16 +205,16 @@ export class PipelineOverlay {
       const sep = one ? ' · ' : '\n';
       const alarm = one && status === WorkerStatus.STUCK ? 'STUCK · ' : '';
       if (one && status === WorkerStatus.DIED) {
-        const d = w.died ?? {};
-        const held = d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
+        const d = w.died;
+        const held = d && d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
         this.setText(el.fetch, `DIED · ${held.replace("held task", "task")} · ${w.signal || `exit ${w.exitcode}`}`);
         this.setAttr(el.lane, 'data-elapsed', '');
       } else if (status === WorkerStatus.DIED) {
-        const d = w.died ?? {};
-        const held = d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
-        let second = sampleLine(d, state);
+        const d = w.died;
+        const held = d && d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
+        let second = d ? sampleLine(d, state) : '';
         if (second && L.laneH >= 40) second = second.replace(' (', '\n(');
-        this.setText(el.fetch, `${held}\n${second || clip(fmtIndices(d.indices, 0), 34)}`);
+        this.setText(el.fetch, `${held}\n${second || clip(fmtIndices(d?.indices, 0), 34)}`);
         this.setAttr(el.lane, 'data-elapsed', '');
       } else if (task && status === WorkerStatus.EXITED) {
         this.setText(el.fetch, `task ${task.idx} abandoned${sep}(the worker exited)`);
@@ -188,26 +234,28 @@ export class PipelineOverlay {
     });
   }
 
-  /** The result queue's count and, when the loader pins, the pin thread and the pinned queue. */
+  /** The result queue's count and, when the loader pins, the pin thread and the pinned queue. @param {LoaderState} state @param {{now: number}} clock */
   updateQueues(state, clock) {
     const L = this.L;
+    if (!L) return;
     const queued = liveResultQueue(state);
     let unpinned = queued.length, pinnedN = 0;
     if (L.pin === 'active') {
       pinnedN = queued.filter((i) => state.tasks.get(i)?.pin_end != null).length;
       unpinned -= pinnedN;
+      /** @type {import('./reducer.js').Task|null} */
       let now = null;
       for (const task of state.tasks.values()) if (task.where === Where.PINNING) now = task;
-      this.setText(this.pinNow, now ? `task ${now.idx} · ${fmtElapsed(Math.max(0, clock.now - now.pin_start))}` : 'idle');
+      this.setText(this.pinNow, now ? `task ${now.idx} · ${fmtElapsed(Math.max(0, clock.now - (now.pin_start ?? clock.now)))}` : 'idle');
       this.setAttr(this.pinEl, 'data-current', now ? now.idx : '');
-      const over = pinnedN - gridCapacity(L.pinned, L.token, HEADER.pinned);
+      const over = L.pinned ? pinnedN - gridCapacity(L.pinned, L.token, HEADER.pinned) : 0;
       this.setText(this.pinnedEl, `${pinnedN} pinned${over > 0 ? ` (+${over})` : ''}`);
     }
     const hidden = unpinned - gridCapacity(L.result, L.token, HEADER.result);
     this.setText(this.resultEl, `${unpinned} waiting${hidden > 0 ? ` (+${hidden} not shown)` : ''}`);
   }
 
-  /** The reorder buffer: how many are parked and what rcvd_idx waits for. */
+  /** The reorder buffer: how many are parked and what rcvd_idx waits for. @param {LoaderState} state */
   updateBuffer(state) {
     const b = this.bufferEl;
     this.setAttr(b, 'data-size', state.buffer.length);
@@ -219,14 +267,14 @@ export class PipelineOverlay {
       this.setText(this.bufferSub, `task ${state.rcvd_idx} is here: the next next() takes it`);
     } else if (state.buffer.length) {
       this.setText(this.bufferHead, `${state.buffer.length} parked · waiting for task ${state.rcvd_idx}`);
-      this.setText(this.bufferSub, head ? describeWhere(head, state) : '');
+      this.setText(this.bufferSub, head ? describeWhere(head) : '');
     } else {
       this.setText(this.bufferHead, 'empty');
       this.setText(this.bufferSub, state.buffer_high ? `high-water ${state.buffer_high}` : 'results that arrive early wait here');
     }
   }
 
-  /** The consumer: batches received, time waited, and the step's own timings when it reports them. */
+  /** The consumer: batches received, time waited, and the step's own timings when it reports them. @param {LoaderState} state */
   updateConsumer(state) {
     this.setText(this.consumerStat, `${state.batches} batches received`);
     const lastWait = state.batches ? lastConsumerWait(state) : null;
@@ -240,7 +288,7 @@ export class PipelineOverlay {
         + 'the model step, and the same batch copied from pageable (unpinned) memory for comparison';
     }
     this.setText(this.consumerSub, sub);
-    if (this.consumerEl.title !== title) this.consumerEl.title = title;
+    if (this.consumerEl && this.consumerEl.title !== title) this.consumerEl.title = title;
   }
 }
 
@@ -248,6 +296,7 @@ export class PipelineOverlay {
  * The result queue as drawn: each live task once. (state.py can list a task twice, or keep one that
  * was already handed out, when a worker's fetch events reach the stream after the pin thread's;
  * the picture never draws a token for a task that is gone, nor two tokens for one task.)
+ * @param {LoaderState} state @returns {number[]}
  */
 export function liveResultQueue(state) {
   const seen = new Set();
@@ -260,15 +309,19 @@ export function liveResultQueue(state) {
   return out;
 }
 
-/** "sample 2 of 4 (index 17)" from a worker_stuck / worker_died report. */
+/**
+ * "sample 2 of 4 (index 17)" from a worker_stuck / worker_died report.
+ * @param {{idx?: number|null, pos?: number|null, sample?: unknown}} report @param {LoaderState} state
+ */
 function sampleLine(report, state) {
   if (report.sample === undefined || report.sample === null) return '';
-  const task = state.tasks.get(report.idx);
+  const task = report.idx === undefined || report.idx === null ? undefined : state.tasks.get(report.idx);
   const n = task?.n || task?.indices?.length || 0;
   return `sample ${(report.pos ?? 0) + 1}${n ? ` of ${n}` : ''} (index ${report.sample})`;
 }
 
-function describeWhere(task, state) {
+/** @param {import('./reducer.js').Task} task */
+function describeWhere(task) {
   switch (task.where) {
     case Where.INDEX_QUEUE: return `it is still queued at worker ${task.worker}`;
     case Where.FETCHING: return `worker ${task.worker} is still fetching it`;
@@ -279,10 +332,12 @@ function describeWhere(task, state) {
   }
 }
 
+/** @param {LoaderState} state */
 function lastConsumerWait(state) {
   return state.consumer_wait;
 }
 
+/** Sample indices in a few characters: the first 8, and how many more. @param {number[]|null|undefined} indices @param {number|null|undefined} n */
 export function fmtIndices(indices, n) {
   if (!indices || !indices.length) return n ? `${n} samples` : '';
   const shown = indices.slice(0, 8).join(' ');
@@ -290,10 +345,12 @@ export function fmtIndices(indices, n) {
   return `[${shown}${more > 0 ? ` …+${more}` : ''}]`;
 }
 
+/** @param {number} s */
 export function fmtElapsed(s) {
   return s < 1 ? `${(s * 1000).toFixed(0)} ms` : `${s.toFixed(1)} s`;
 }
 
+/** @param {string} s @param {number} n */
 export function clip(s, n) {
   return s.length > n ? `${s.slice(0, n - 1)}…` : s;
 }

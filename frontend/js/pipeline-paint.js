@@ -7,7 +7,7 @@ import { WorkerStatus } from './reducer.js';
 
 /**
  * The background: every box and arrow of the picture.
- * @param {CanvasRenderingContext2D} ctx @param {any} L pipelineLayout()
+ * @param {CanvasRenderingContext2D} ctx @param {import('./layout.js').Layout} L pipelineLayout()
  * @param {import('./reducer.js').LoaderState} state @param {number[]} ids worker ids by lane
  * @param {boolean} bufferFull results are parked: the reorder buffer is highlighted
  */
@@ -33,12 +33,12 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
   }
   box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
   const resultMidY = L.buffer.y + 24;
-  if (L.pin === 'active') {
+  if (L.pin === 'active' && L.pinThread && L.pinned) { // layout.js gives an active pin stage its boxes
     box(ctx, L.pinThread, '#14222a', '#3d7f8f');
     box(ctx, L.pinned, PALETTE.panel, PALETTE.panelEdge);
     arrow(ctx, L.result.x + L.result.w, L.pinThread.y + 22, L.pinThread.x - 2, L.pinThread.y + 22, '#3d7f8f', 1.4);
     arrow(ctx, L.pinThread.x + L.pinThread.w / 2, L.pinThread.y + L.pinThread.h, L.pinned.x + L.pinned.w / 2, L.pinned.y - 1, '#3d7f8f', 1.2);
-  } else if (L.pin === 'disabled') {
+  } else if (L.pin === 'disabled' && L.pinCol) {
     hatch(ctx, L.pinCol);
     arrow(ctx, L.result.x + L.result.w, resultMidY, L.pinCol.x + L.pinCol.w + 2, resultMidY, '#3a4558', 1);
   }
@@ -52,7 +52,7 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
   ctx.strokeStyle = '#3a4558';
   ctx.lineWidth = 1.4;
   ctx.beginPath();
-  const fromY = L.pin === 'active' ? L.pinned.y + 14 : L.result.y + 14;
+  const fromY = L.pin === 'active' && L.pinned ? L.pinned.y + 14 : L.result.y + 14;
   ctx.moveTo(rx, fromY);
   ctx.bezierCurveTo(rx + 14, fromY, rx + 6, L.bypassY, rx + 22, L.bypassY);
   ctx.lineTo(L.buffer.x + L.buffer.w - 10, L.bypassY);
@@ -66,7 +66,9 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
   box(ctx, L.rcvdCursor, '#14202e', PALETTE.accent);
 }
 
-/** A stage that exists but does not run: dashed outline over diagonal hatching. */
+/** @typedef {import('./layout.js').Rect} Rect */
+
+/** A stage that exists but does not run: dashed outline over diagonal hatching. @param {CanvasRenderingContext2D} ctx @param {Rect} r */
 export function hatch(ctx, r) {
   ctx.save();
   roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, 8);
@@ -90,6 +92,7 @@ export function hatch(ctx, r) {
   ctx.setLineDash([]);
 }
 
+/** A rounded rectangle's path. @param {CanvasRenderingContext2D} ctx @param {number} x @param {number} y @param {number} w @param {number} h @param {number} r corner radius */
 export function roundRect(ctx, x, y, w, h, r) {
   ctx.beginPath();
   ctx.moveTo(x + r, y);
@@ -100,6 +103,7 @@ export function roundRect(ctx, x, y, w, h, r) {
   ctx.closePath();
 }
 
+/** A filled, outlined box. @param {CanvasRenderingContext2D} ctx @param {Rect} r @param {string} fill @param {string} stroke @param {number} [lw] */
 export function box(ctx, r, fill, stroke, lw = 1) {
   roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, Math.min(8, r.h / 3));
   ctx.fillStyle = fill;
@@ -109,6 +113,11 @@ export function box(ctx, r, fill, stroke, lw = 1) {
   ctx.stroke();
 }
 
+/**
+ * A curved arrow from (x0, y0) to (x1, y1).
+ * @param {CanvasRenderingContext2D} ctx @param {number} x0 @param {number} y0 @param {number} x1 @param {number} y1
+ * @param {string} color @param {number} [lw]
+ */
 export function arrow(ctx, x0, y0, x1, y1, color, lw = 1) {
   ctx.strokeStyle = color;
   ctx.fillStyle = color;
@@ -126,7 +135,11 @@ export function arrow(ctx, x0, y0, x1, y1, color, lw = 1) {
   ctx.fill();
 }
 
-/** A task token: a rounded chip in the task's color with its id; parked ones get an amber rim. */
+/**
+ * A task token: a rounded chip in the task's color with its id; parked ones get an amber rim.
+ * @param {CanvasRenderingContext2D} ctx @param {number} x @param {number} y @param {number} w @param {number} h
+ * @param {number} idx @param {boolean} parked @param {boolean} failed
+ */
 export function drawToken(ctx, x, y, w, h, idx, parked, failed) {
   roundRect(ctx, x, y, w, h, Math.min(5, h / 3));
   ctx.fillStyle = failed ? '#5a1e25' : taskColor(idx);

@@ -23,6 +23,15 @@ const OVERLAY_LIVE_MS = 100;
 // paused on a full reorder buffer would otherwise ask for 60 frames a second for ever
 const RING_PULSE_MS = 3000;
 
+/** @typedef {import('./reducer.js').LoaderState} LoaderState */
+/** @typedef {import('./layout.js').Layout} Layout */
+/** @typedef {import('./layout.js').Point} Point */
+/**
+ * A task's token on the canvas: where it is, where it goes (`tx`, `ty`; unset until it has a
+ * place), and since when it fades out after its release (`dying`, performance.now(); 0: alive).
+ * @typedef {{x:number, y:number, tx?:number, ty?:number, idx:number, alpha:number, dying:number, failed:boolean}} Token
+ */
+
 export { pipelineHeight, fmtIndices };
 
 export class PipelineView {
@@ -39,10 +48,21 @@ export class PipelineView {
     this.onLaneClick = null;
     this.overlayView = new PipelineOverlay(this.overlay, (wid) => this.onLaneClick?.(wid));
     this.ctx = /** @type {CanvasRenderingContext2D} */ (this.canvas.getContext('2d'));
-    /** @type {Map<string, {x:number, y:number, idx:number, alpha:number, dying:number, failed:boolean}>} */
+    /** @type {Map<string, Token>} */
     this.tokens = new Map();
     this.layoutKey = '';
+    /** @type {Layout|null} laid out by the first draw */
     this.L = null;
+    /** @type {import('./pin.js').PinStage|null} */
+    this.pin = null;
+    /** @type {Map<number, number>} lane of each worker id */
+    this.laneOf = new Map();
+    /** @type {number[]} worker ids, lane by lane */
+    this.ids = [];
+    this.scale = 1;
+    /** @type {HTMLCanvasElement|null} the cached background (boxes, labels) */
+    this.bg = null;
+    this.bgKey = '';
     this.lastDraw = 0;
     this.moving = false;
     this.lastYieldCount = 0;
@@ -64,7 +84,13 @@ export class PipelineView {
     this.snapNext = true;
   }
 
-  /** Rebuild the layout and overlay when the size or the number of lanes changes. */
+  /** The layout of the last draw. */
+  get layout() {
+    if (!this.L) throw new Error('PipelineView: draw() lays the picture out before its parts are drawn');
+    return this.L;
+  }
+
+  /** Rebuild the layout and overlay when the size or the number of lanes changes. @param {LoaderState} state */
   ensureLayout(state) {
     const ids = [...state.workers.keys()].sort((a, b) => a - b);
     const lanes = Math.max(ids.length, 1);
@@ -77,19 +103,20 @@ export class PipelineView {
     if (key === this.layoutKey) return;
     this.layoutKey = key;
     this.pin = pin;
-    this.L = pipelineLayout({ width, height, lanes: ids.length, digits, inProcess, pin: pin.mode });
+    const L = pipelineLayout({ width, height, lanes: ids.length, digits, inProcess, pin: pin.mode });
+    this.L = L;
     this.laneOf = new Map(ids.map((id, i) => [id, i]));
     this.ids = ids;
     const dpr = window.devicePixelRatio || 1;
-    this.canvas.width = Math.round(this.L.width * dpr);
+    this.canvas.width = Math.round(L.width * dpr);
     this.canvas.height = Math.round(height * dpr);
-    this.canvas.style.width = `${this.L.width}px`;
+    this.canvas.style.width = `${L.width}px`;
     this.canvas.style.height = `${height}px`;
-    this.overlay.style.width = `${this.L.width}px`;
+    this.overlay.style.width = `${L.width}px`;
     this.overlay.style.height = `${height}px`;
     // a window narrower than even the slim picture (layout.js NARROW_MIN): scale the whole picture (canvas and overlay
     // alike, so clicks still land on their lanes) instead of scrolling the page sideways
-    const scale = width > 0 && this.L.width > width ? width / this.L.width : 1;
+    const scale = width > 0 && L.width > width ? width / L.width : 1;
     this.scale = scale;
     const t = scale < 1 ? `scale(${scale})` : '';
     this.canvas.style.transform = t;
@@ -97,18 +124,20 @@ export class PipelineView {
     this.host.classList.toggle('scaled', scale < 1);
     this.host.style.height = `${Math.ceil(height * scale)}px`;
     this.ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    this.overlayView.build(this.L, ids, inProcess, pin);
+    this.overlayView.build(L, ids, inProcess, pin);
     this.lastOverlay = -Infinity;
     this.tokens.clear();
     this.bgKey = '';
   }
 
-  /** Where each live task should be now. */
+  /** Where each live task should be now. @param {LoaderState} state */
   targets(state) {
-    const L = this.L;
+    const L = this.layout;
+    /** @type {Map<string, Point>} */
     const out = new Map();
+    /** @type {Set<string>} */
     const hidden = new Set();
-    const key = (idx) => `${state.epoch}:${idx}`;
+    const key = (/** @type {number} */ idx) => `${state.epoch}:${idx}`;
     for (const [wid, w] of state.workers) {
       const lane = this.laneOf.get(wid);
       if (lane === undefined) continue;
@@ -131,6 +160,7 @@ export class PipelineView {
       for (const task of state.tasks.values()) {
         if (task.where !== Where.PINNING) continue;
         const p = pinSlot(L);
+        if (!p) break; // a picture with a pin column has its pin thread's box
         out.set(key(task.idx), { x: p.x + kpin * (L.token.w + 4), y: p.y });
         kpin += 1;
       }
@@ -160,7 +190,7 @@ export class PipelineView {
    */
   draw(state, clock) {
     this.ensureLayout(state);
-    const L = this.L, ctx = this.ctx;
+    const L = this.layout, ctx = this.ctx;
     const dtMs = this.lastDraw ? Math.min(100, clock.wall - this.lastDraw) : 16;
     this.lastDraw = clock.wall;
     const { out, hidden, parked } = this.targets(state);
@@ -169,7 +199,7 @@ export class PipelineView {
     const statuses = this.ids.map((wid) => state.workers.get(wid)?.status ?? '').join(',');
     this.drawBackground(`${this.layoutKey}|${statuses}|${bufferFull}`, state, bufferFull);
     ctx.clearRect(0, 0, L.width, L.height);
-    ctx.drawImage(this.bg, 0, 0, L.width, L.height);
+    if (this.bg) ctx.drawImage(this.bg, 0, 0, L.width, L.height);
     this.drawDispatch(state);
     // a live clock moves the fetch bars and the elapsed times; a paused playhead's clock stands
     // still, and asking for frames then would only keep the page busy
@@ -196,10 +226,12 @@ export class PipelineView {
 
   /**
    * Tokens appear at the dispatcher, chase their targets, and fly to the consumer when released.
+   * @param {LoaderState} state @param {Map<string, Point>} out @param {Set<string>} hidden
+   * @param {number} wall @param {number} dtMs
    * @returns {boolean} whether one is still on its way
    */
   moveTokens(state, out, hidden, wall, dtMs) {
-    const L = this.L;
+    const L = this.layout;
     const yielded = state.yield_order; // the latest ones (the reducer trims it)
     const newYields = new Set();
     const fresh = Math.min(MAX_FLYING, Math.max(0, state.batches - this.lastYieldCount), yielded.length);
@@ -242,18 +274,18 @@ export class PipelineView {
       this.snapNext = false;
       for (const [key, tok] of this.tokens) {
         if (!out.has(key)) this.tokens.delete(key);
-        else { tok.x = tok.tx; tok.y = tok.ty; }
+        else if (tok.tx !== undefined && tok.ty !== undefined) { tok.x = tok.tx; tok.y = tok.ty; }
       }
     }
     return this.stepTokens(dtMs);
   }
 
-  /** One frame of motion: ease out, but never slower than MIN_SPEED, so a token lands instead of creeping. */
+  /** One frame of motion: ease out, but never slower than MIN_SPEED, so a token lands instead of creeping. @param {number} dtMs */
   stepTokens(dtMs) {
     const k = 1 - Math.exp(-dtMs / EASE_MS);
     let moving = false;
     for (const tok of this.tokens.values()) {
-      if (tok.tx === undefined) continue;
+      if (tok.tx === undefined || tok.ty === undefined) continue;
       const dx = tok.tx - tok.x, dy = tok.ty - tok.y;
       const dist = Math.hypot(dx, dy);
       if (dist > 0.5) {
@@ -270,9 +302,9 @@ export class PipelineView {
     return moving;
   }
 
-  /** The arrow from the dispatcher to the lane of the task dispatched last. */
+  /** The arrow from the dispatcher to the lane of the task dispatched last. @param {LoaderState} state */
   drawDispatch(state) {
-    const L = this.L;
+    const L = this.layout;
     const last = state.tasks.get(state.send_idx - 1);
     const lane = last ? L.lanes[this.laneOf.get(last.worker) ?? -1] : undefined;
     if (lane) arrow(this.ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, PALETTE.accent, 1.6);
@@ -280,13 +312,14 @@ export class PipelineView {
 
   /**
    * Fetch progress: elapsed against this worker's usual fetch time (red: slow).
+   * @param {LoaderState} state @param {number} now
    * @returns {boolean} whether a bar was drawn (it grows as the clock ticks)
    */
   drawFetchProgress(state, now) {
     const ctx = this.ctx;
     const typicalAll = median(allFetchTimes(state));
     let drawn = false;
-    this.L.lanes.forEach((lane, i) => {
+    this.layout.lanes.forEach((lane, i) => {
       const w = state.workers.get(this.ids[i]);
       if (!w || w.current === null || w.status === WorkerStatus.DIED || w.status === WorkerStatus.EXITED) return;
       const task = state.tasks.get(w.current);
@@ -305,9 +338,9 @@ export class PipelineView {
     return drawn;
   }
 
-  /** The index stream in the sampler: the newest dispatched tasks' sample indices. */
+  /** The index stream in the sampler: the newest dispatched tasks' sample indices. @param {LoaderState} state */
   drawSamplerIndices(state) {
-    const L = this.L, ctx = this.ctx;
+    const L = this.layout, ctx = this.ctx;
     const recent = [...state.tasks.values()].sort((a, b) => b.idx - a.idx).slice(0, Math.max(1, Math.floor((L.sampler.h - 70) / 16)));
     ctx.font = '11px ui-monospace, SFMono-Regular, Menlo, monospace';
     recent.reverse().forEach((task, i) => {
@@ -319,12 +352,12 @@ export class PipelineView {
     });
   }
 
-  /** Every token where it is now; parked ones with an amber rim, failed ones red. */
+  /** Every token where it is now; parked ones with an amber rim, failed ones red. @param {LoaderState} state @param {Set<number>} parked */
   drawTokens(state, parked) {
-    const L = this.L, ctx = this.ctx;
+    const L = this.layout, ctx = this.ctx;
     for (const [key, tok] of this.tokens) {
       const task = state.tasks.get(tok.idx);
-      const live = task && key === `${state.epoch}:${tok.idx}`;
+      const live = task !== undefined && key === `${state.epoch}:${tok.idx}`;
       ctx.globalAlpha = Math.max(0, Math.min(1, tok.alpha));
       drawToken(ctx, tok.x, tok.y, L.token.w, L.token.h, tok.idx, !!(live && parked.has(tok.idx)), !!(live && task.where === Where.FAILED));
     }
@@ -333,19 +366,20 @@ export class PipelineView {
 
   /**
    * Head-of-line: the task rcvd_idx waits for, ringed wherever it is while later ones are parked.
+   * @param {LoaderState} state @param {number} wall
    * @returns {boolean} whether the ring still pulses (ask for another frame)
    */
   drawHeadRing(state, wall) {
     const head = state.tasks.get(state.rcvd_idx);
     const key = head ? `${state.epoch}:${head.idx}` : '';
     const tok = head ? this.tokens.get(key) : undefined;
-    if (!tok || head.where === Where.BUFFER) return false;
+    if (!head || !tok || head.where === Where.BUFFER) return false;
     if (key !== this.ringKey) {
       this.ringKey = key;
       this.ringSince = wall;
     }
     const pulsing = wall - this.ringSince < RING_PULSE_MS;
-    const ctx = this.ctx, t = this.L.token;
+    const ctx = this.ctx, t = this.layout.token;
     ctx.strokeStyle = PALETTE.buffer;
     ctx.globalAlpha = pulsing ? 0.6 + 0.4 * Math.sin(wall / 180) : 1;
     ctx.lineWidth = 2;
@@ -357,9 +391,9 @@ export class PipelineView {
     return pulsing;
   }
 
-  /** The consumer's history: the latest batches handed to the training loop, newest first, fading. */
+  /** The consumer's history: the latest batches handed to the training loop, newest first, fading. @param {LoaderState} state */
   drawConsumerHistory(state) {
-    const L = this.L, ctx = this.ctx;
+    const L = this.layout, ctx = this.ctx;
     const steps = state.steps > 0;
     const cap = gridCapacity(L.consumer, L.token, steps ? HEADER.consumerSteps : HEADER.consumer);
     const tail = state.yield_order.slice(-cap).reverse();
@@ -376,26 +410,32 @@ export class PipelineView {
   settled() {
     for (const tok of this.tokens.values()) {
       if (tok.dying) continue;
-      if (tok.tx === undefined || Math.abs(tok.tx - tok.x) > 0.5 || Math.abs(tok.ty - tok.y) > 0.5) return false;
+      if (tok.tx === undefined || tok.ty === undefined || Math.abs(tok.tx - tok.x) > 0.5 || Math.abs(tok.ty - tok.y) > 0.5) return false;
     }
     return true;
   }
 
-  /** Repaint the cached background when the layout, a worker's status or the buffer highlight changed. */
+  /**
+   * Repaint the cached background when the layout, a worker's status or the buffer highlight changed.
+   * @param {string} key @param {LoaderState} state @param {boolean} bufferFull
+   */
   drawBackground(key, state, bufferFull) {
     if (this.bgKey === key) return;
     this.bgKey = key;
     const dpr = window.devicePixelRatio || 1;
-    if (!this.bg) this.bg = document.createElement('canvas');
-    this.bg.width = this.canvas.width;
-    this.bg.height = this.canvas.height;
-    const ctx = /** @type {CanvasRenderingContext2D} */ (this.bg.getContext('2d'));
+    const bg = this.bg ?? document.createElement('canvas');
+    this.bg = bg;
+    bg.width = this.canvas.width;
+    bg.height = this.canvas.height;
+    const ctx = /** @type {CanvasRenderingContext2D} */ (bg.getContext('2d'));
+    const L = this.layout;
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, this.L.width, this.L.height);
-    paintBackground(ctx, this.L, state, this.ids, bufferFull);
+    ctx.clearRect(0, 0, L.width, L.height);
+    paintBackground(ctx, L, state, this.ids, bufferFull);
   }
 }
 
+/** @param {number[]} xs */
 function median(xs) {
   if (!xs.length) return 0;
   const tail = xs.length > 64 ? xs.slice(-64) : xs;
@@ -403,7 +443,9 @@ function median(xs) {
   return sorted[sorted.length >> 1];
 }
 
+/** @param {LoaderState} state */
 function allFetchTimes(state) {
+  /** @type {number[]} */
   const out = [];
   for (const w of state.workers.values()) out.push(...w.fetch_times.slice(-16));
   return out;

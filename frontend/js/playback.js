@@ -4,7 +4,7 @@
 
 import { fmtDuration } from './timeline-store.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 
 /**
@@ -67,6 +67,7 @@ export class Playback {
   /**
    * Put the selected rank's cursor at row i, the other ranks at the same moment. Tokens fly when
    * playing or stepping; a seek (slider, axis, Home/End) puts them in place at once.
+   * @param {number} i @param {boolean} [pause] @param {boolean} [snap]
    */
   moveTo(i, pause = true, snap = false) {
     if (pause) this.playing = false;
@@ -83,6 +84,7 @@ export class Playback {
     this.host.moved(snap || Math.abs(p.cursor - before) > SNAP_EVENTS);
   }
 
+  /** @param {number} t run time of the selected rank */
   seekTime(t) {
     const wasPlaying = this.playing;
     this.moveTo(this.player.rowAt(t), true, true);
@@ -119,6 +121,7 @@ export class Playback {
     this.moveTo(this.player.length, true, true);
   }
 
+  /** @param {number} dir +1 forward, -1 back */
   stepBatch(dir) {
     this.playing = false;
     const p = this.player;
@@ -129,7 +132,7 @@ export class Playback {
     this.moveTo(after);
   }
 
-  /** Space, ←/→ (Shift: a batch), Home, End; not while typing, except on the event slider. */
+  /** Space, ←/→ (Shift: a batch), Home, End; not while typing, except on the event slider. @param {KeyboardEvent} ev */
   key(ev) {
     const t = /** @type {HTMLElement} */ (ev.target);
     const typing = t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);

@@ -7,6 +7,8 @@
 import { LoaderState } from './reducer.js';
 import { EventTable } from './event-table.js';
 
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
+
 // Lists that only ever grow during a run (up to a cap, never trimmed): a snapshot keeps their length,
 // a restore slices `full`'s. (yield_order is trimmed to its latest entries: it is copied instead.)
 const GROWING = new Set(['errors', 'notes', 'violations', 'batch_samples']);
@@ -14,26 +16,45 @@ const GROWING = new Set(['errors', 'notes', 'violations', 'batch_samples']);
 // replaces rather than mutates: config, meta, the latest stuck/timeout events) and is shared.
 const COPIED = new Set(['tasks', 'workers', 'result_queue', 'buffer']);
 
-/** A copy of what `s` holds at this moment, sharing what never changes once written. */
+/**
+ * What a snapshot holds: the state's plain fields by name (`values`), the lengths of its growing
+ * lists (`lens`), copies of its tasks and workers (a worker's fetch times as their count) and queues.
+ * @typedef {{values: Record<string, unknown>, lens: Record<string, number>, tasks: import('./reducer.js').Task[],
+ *   workers: Array<Omit<import('./reducer.js').Worker, 'fetch_times'> & {fetch_times: null, fetchN: number}>,
+ *   result_queue: number[], buffer: number[]}} Snapshot
+ */
+
+/**
+ * The state's fields by name: snapshot() and restore() walk them all, so a field the reducer adds
+ * is kept without a change here.
+ * @param {LoaderState} s @returns {Record<string, unknown>}
+ */
+const fields = (s) => /** @type {Record<string, unknown>} */ (/** @type {unknown} */ (s));
+
+/** A copy of what `s` holds at this moment, sharing what never changes once written. @param {LoaderState} s @returns {Snapshot} */
 export function snapshot(s) {
-  const snap = { values: {}, lens: {}, workers: [], tasks: [] };
-  for (const k of Object.keys(s)) {
-    if (GROWING.has(k)) snap.lens[k] = s[k].length;
+  /** @type {Snapshot} */
+  const snap = { values: {}, lens: {}, workers: [], tasks: [], result_queue: [...s.result_queue], buffer: [...s.buffer] };
+  const byName = fields(s);
+  for (const [k, v] of Object.entries(byName)) {
+    if (GROWING.has(k)) snap.lens[k] = /** @type {unknown[]} */ (v).length;
     else if (COPIED.has(k)) continue;
-    else snap.values[k] = Array.isArray(s[k]) ? [...s[k]] : s[k]; // an unknown list: copied, to be safe
+    else snap.values[k] = Array.isArray(v) ? [...v] : v; // an unknown list: copied, to be safe
   }
   for (const t of s.tasks.values()) snap.tasks.push({ ...t });
   for (const w of s.workers.values()) snap.workers.push({ ...w, queue: [...w.queue], fetch_times: null, fetchN: w.fetch_times.length });
-  snap.result_queue = [...s.result_queue];
-  snap.buffer = [...s.buffer];
   return snap;
 }
 
-/** A live LoaderState equal to the one `snap` was taken of; `full` is the same run further on. */
+/**
+ * A live LoaderState equal to the one `snap` was taken of; `full` is the same run further on.
+ * @param {Snapshot} snap @param {LoaderState} full
+ */
 export function restore(snap, full) {
   const s = new LoaderState();
-  for (const [k, v] of Object.entries(snap.values)) s[k] = Array.isArray(v) ? [...v] : v;
-  for (const [k, n] of Object.entries(snap.lens)) s[k] = full[k].slice(0, n);
+  const into = fields(s), from = fields(full);
+  for (const [k, v] of Object.entries(snap.values)) into[k] = Array.isArray(v) ? [...v] : v;
+  for (const [k, n] of Object.entries(snap.lens)) into[k] = /** @type {unknown[]} */ (from[k]).slice(0, n);
   for (const t of snap.tasks) s.tasks.set(t.idx, { ...t });
   for (const w of snap.workers) {
     const { fetchN, ...rest } = w;
@@ -51,7 +72,7 @@ export class Player {
     this.every = every;
     this.table = new EventTable();
     this.full = new LoaderState();
-    /** @type {any[]} snapshots[k] = state before event k·every */
+    /** @type {Snapshot[]} snapshots[k] = state before event k·every */
     this.snapshots = [];
     /** @type {LoaderState|null} the state at cursor when it is behind the end */
     this.view = null;
@@ -70,7 +91,7 @@ export class Player {
     return this.view ?? this.full;
   }
 
-  /** Load one event (in seq order). */
+  /** Load one event (in seq order). @param {LoaderEvent} e */
   append(e) {
     this.table.push(e);
     this.applyRow(this.table.length - 1, e);
@@ -79,6 +100,7 @@ export class Player {
   /**
    * Apply the event already stored at row n (rows are applied in order, each once: a batch can be
    * stored whole first, see EventTable.append). Returns the event.
+   * @param {number} n @param {LoaderEvent} [e]
    */
   applyRow(n, e = this.table.get(n)) {
     // a cursor parked at the end (not following) must not move with `full`: give it its own state
@@ -89,13 +111,14 @@ export class Player {
     return e;
   }
 
-  /** The event at row i (an object). */
+  /** The event at row i (an object). @param {number} i */
   event(i) {
     return this.table.get(i);
   }
 
   /**
    * Move the cursor so that events [0, i) are applied.
+   * @param {number} i
    * @returns {number} the new cursor
    */
   seek(i) {
@@ -129,21 +152,21 @@ export class Player {
     this.seek(this.table.length);
   }
 
-  /** Row of the next event at or after `from` whose kind is `kind` (-1 if none). */
+  /** Row of the next event at or after `from` whose kind is `kind` (-1 if none). @param {number} from @param {string} kind */
   findNext(from, kind) {
     const t = this.table;
     for (let i = Math.max(0, from); i < t.length; i++) if (t.kindOf(i) === kind) return i;
     return -1;
   }
 
-  /** Row of the last event before `from` whose kind is `kind` (-1 if none). */
+  /** Row of the last event before `from` whose kind is `kind` (-1 if none). @param {number} from @param {string} kind */
   findPrev(from, kind) {
     const t = this.table;
     for (let i = Math.min(from, t.length) - 1; i >= 0; i--) if (t.kindOf(i) === kind) return i;
     return -1;
   }
 
-  /** One event forward (+1) or back (-1). */
+  /** One event forward (+1) or back (-1). @param {number} dir */
   stepEvent(dir) {
     return this.seek(this.cursor + (dir < 0 ? -1 : 1));
   }
@@ -151,6 +174,7 @@ export class Player {
   /**
    * One batch forward: up to and including the next yield. Back: to just after the yield before
    * the last one applied (so the batch before is the last one handed out).
+   * @param {number} dir
    */
   stepBatch(dir) {
     if (dir >= 0) {
@@ -167,7 +191,7 @@ export class Player {
     return this.cursor > 0 ? this.table.t[this.cursor - 1] : (this.table.length ? this.table.t[0] : 0);
   }
 
-  /** Cursor position after every event with t <= time. */
+  /** Cursor position after every event with t <= time. @param {number} time */
   rowAt(time) {
     return this.table.rowAfterTime(time);
   }

@@ -9,13 +9,13 @@ import { fmtDuration } from './timeline-store.js';
 import { inputBound } from './reducer.js';
 import { ENDED } from './schema.js';
 
+// A worker this close to its rank's median is not called slow: equal workers differ by noise only.
+const EVEN = 1.05;
+
 /**
  * The table's columns: what each shows, and the number it sorts by (descending first, except rank).
  * @type {{key:string, label:string, title:string, text:(r:RankRow) => string, sort:(r:RankRow) => number}[]}
  */
-// A worker this close to its rank's median is not called slow: equal workers differ by noise only.
-const EVEN = 1.05;
-
 const COLUMNS = [
   { key: 'rank', label: 'rank', title: 'the rank; click a row to drill into its workers', text: (r) => `rank ${r.rank}${r.selected ? ' · shown' : ''}`, sort: (r) => r.rank },
   { key: 'batches', label: 'batches', title: 'batches handed out so far', text: (r) => String(r.batches), sort: (r) => r.batches },
@@ -28,6 +28,8 @@ const COLUMNS = [
 /** @typedef {{i:number, rank:number, selected:boolean, batches:number, rate:number, wait:number,
  *   worker:{worker:number, mean:number, ratio:number}|null, slowSteps:number, slowText:string,
  *   workers:string[], file:string}} RankRow */
+/** @typedef {import('./track.js').Track} Track */
+/** @typedef {import('./ranks.js').ShardReport | {error: string} | null} ShardCheck null while decoding */
 
 export class RanksView {
   /** @param {HTMLElement} host @param {(i:number) => void} onSelect @param {() => void} onChange */
@@ -37,8 +39,25 @@ export class RanksView {
     this.onChange = onChange;
     this.sortKey = 'rank';
     this.descending = false;
+    // the parts that stay: a heading, the strip of recent steps, the table, the shard checks
+    this.head = el('div', 'ranks-head');
+    this.strip = el('div', 'step-strip');
+    this.table = el('table', 'job-table');
+    /** @type {HTMLElement[]} */
+    this.headCells = [];
+    this.body = el('tbody', '');
+    this.shardBox = el('div', 'shards');
     this.build();
-    this.reset();
+    this.steps = new JobSteps();
+    /** @type {Map<number, {row:HTMLTableRowElement, cells:HTMLElement[], chips:HTMLElement, chipKey:string}>} */
+    this.rows = new Map();
+    this.order = '';
+    this.stripKey = '';
+    /** @type {Map<number, ShardCheck>} epoch -> shard report (null while decoding) */
+    this.shards = new Map();
+    this.shardKey = '';
+    /** @type {[Track[], Track]|null} what render() showed last */
+    this.shown = null;
   }
 
   /** The next render writes every row again (another rank was selected, the sort changed). */
@@ -49,23 +68,18 @@ export class RanksView {
   /** A new run: forget the old job's rows, steps and shard checks. */
   reset() {
     this.steps = new JobSteps();
-    /** @type {Map<number, {row:HTMLTableRowElement, cells:HTMLElement[], chips:HTMLElement, chipKey:string}>} */
     this.rows = new Map();
     this.body.replaceChildren();
     this.order = '';
     this.stripKey = '';
-    /** @type {Map<number, any>} epoch -> shard report (null while decoding) */
     this.shards = new Map();
     this.shardKey = '';
     this.shown = null;
   }
 
-  /** The parts that stay: a heading, the strip of recent steps, the table, the shard checks. */
+  /** Put the parts that stay together: heading, strip, table (its head row), shard checks. */
   build() {
-    this.head = el('div', 'ranks-head');
-    this.strip = el('div', 'step-strip');
     this.strip.setAttribute('data-testid', 'step-strip');
-    this.table = el('table', 'job-table');
     this.table.setAttribute('data-testid', 'job-table');
     const headRow = el('tr', '');
     this.headCells = COLUMNS.map((c) => {
@@ -82,11 +96,9 @@ export class RanksView {
     headRow.append(workersTh);
     const thead = el('thead', '');
     thead.append(headRow);
-    this.body = el('tbody', '');
     this.table.append(thead, this.body);
     const scroll = el('div', 'job-scroll');
     scroll.append(this.table);
-    this.shardBox = el('div', 'shards');
     this.shardBox.setAttribute('data-testid', 'shards');
     this.host.replaceChildren(this.head, this.strip, scroll, this.shardBox);
   }
@@ -103,7 +115,6 @@ export class RanksView {
   render(tracks, selected) {
     if (tracks.length < 2) { this.host.hidden = true; return; }
     this.host.hidden = false;
-    /** @type {[import('./track.js').Track[], import('./track.js').Track]} */
     this.shown = [tracks, selected];
     if (this.steps.update(tracks)) this.onChange(); // the timeline's choice of ranks may change
     this.checkShards(tracks);
@@ -116,7 +127,7 @@ export class RanksView {
     this.renderShards(tracks);
   }
 
-  /** @param {import('./track.js').Track} tr @returns {RankRow} */
+  /** @param {Track} tr @param {number} i @param {boolean} selected @returns {RankRow} */
   rowOf(tr, i, selected) {
     const s = tr.player.state;
     const c = this.steps.counts.get(tr.rank);
@@ -142,7 +153,7 @@ export class RanksView {
     const order = rows.map((r) => r.rank).join(',');
     if (order !== this.order) {
       this.order = order;
-      this.body.replaceChildren(...rows.map((r) => /** @type {any} */ (this.rows.get(r.rank)).row));
+      this.body.replaceChildren(...rows.flatMap((r) => this.rows.get(r.rank)?.row ?? [])); // writeRow made each
       for (const th of this.headCells) th.dataset.sorted = th.dataset.key === this.sortKey ? (this.descending ? 'desc' : 'asc') : '';
     }
     const leader = this.mostOftenLast();
@@ -165,9 +176,10 @@ export class RanksView {
     entry.row.dataset.index = String(r.i);
     entry.row.title = r.file || `rank ${r.rank}: click to show its workers`;
     entry.row.classList.toggle('selected', r.selected);
+    const { cells } = entry;
     COLUMNS.forEach((c, k) => {
       const text = c.text(r);
-      if (entry.cells[k].textContent !== text) entry.cells[k].textContent = text;
+      if (cells[k].textContent !== text) cells[k].textContent = text;
     });
     const chipKey = r.workers.join(',');
     if (chipKey !== entry.chipKey) {
@@ -211,23 +223,27 @@ export class RanksView {
     this.strip.replaceChildren(label, ...cells, line);
   }
 
-  /** Start decoding the shard digests of each epoch every rank has reported (once, asynchronously). */
+  /** Start decoding the shard digests of each epoch every rank has reported (once, asynchronously). @param {Track[]} tracks */
   checkShards(tracks) {
     for (const ep of this.shardEpochs(tracks)) {
       if (this.shards.has(ep)) continue;
-      const ends = new Map(tracks.map((tr) => [tr.rank, tr.epochEnds.get(ep)]));
+      /** @type {Map<number, import('./types.js').LoaderEvent>} */
+      const ends = new Map();
+      for (const tr of tracks) { const end = tr.epochEnds.get(ep); if (end) ends.set(tr.rank, end); } // shardEpochs: every rank has it
       this.shards.set(ep, null);
-      shardReport(ends, tracks[0].epochEnds.get(ep).shard_length).then(
+      shardReport(ends, tracks[0].epochEnds.get(ep)?.shard_length ?? 0).then(
         (r) => { this.shards.set(ep, r); this.shardKey = ''; this.onChange(); },
         (err) => { this.shards.set(ep, { error: String(err?.message ?? err) }); this.shardKey = ''; this.onChange(); },
       );
     }
   }
 
+  /** @param {Track[]} tracks */
   shardEpochs(tracks) {
     return [...tracks[0].epochEnds.keys()].filter((ep) => tracks.every((tr) => tr.epochEnds.has(ep)));
   }
 
+  /** @param {Track[]} tracks */
   renderShards(tracks) {
     const epochs = this.shardEpochs(tracks);
     const ended = tracks.every((tr) => tr.complete || ENDED.has(tr.player.full.status));
@@ -244,7 +260,7 @@ export class RanksView {
   }
 }
 
-/** Why a job whose ranks have all ended has no shard check. */
+/** Why a job whose ranks have all ended has no shard check. @param {Track[]} tracks */
 function uncheckedShards(tracks) {
   const reported = tracks.filter((tr) => tr.epochEnds.size).map((tr) => tr.rank);
   if (!reported.length) {
@@ -256,11 +272,11 @@ function uncheckedShards(tracks) {
     + `${reported.join(', ')} reported theirs${silent.length ? `; rank${silent.length > 1 ? 's' : ''} ${silent.join(', ')} none` : ''})`;
 }
 
-/** One epoch's shard check, as a line. */
+/** One epoch's shard check, as a line. @param {number} ep @param {ShardCheck|undefined} r */
 function shardLine(ep, r) {
   const div = el('div', '');
   if (!r) div.textContent = `epoch ${ep}: checking shards…`;
-  else if (r.error) div.textContent = `epoch ${ep}: the shard digests could not be read: ${r.error}`;
+  else if ('error' in r) div.textContent = `epoch ${ep}: the shard digests could not be read: ${r.error}`;
   else {
     const per = Object.entries(r.per_rank).map(([rank, n]) => `rank ${rank}: ${n}`).join(', ');
     div.className = r.disjoint && r.complete ? 'ok' : 'bad';

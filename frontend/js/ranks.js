@@ -6,7 +6,7 @@
 
 import { say } from './wording.gen.js';
 
-/** The bytes of a base64 string. */
+/** The bytes of a base64 string. @param {string} text */
 export function fromBase64(text) {
   const bin = atob(text);
   const out = new Uint8Array(bin.length);
@@ -14,7 +14,7 @@ export function fromBase64(text) {
   return out;
 }
 
-/** Per-index read counts of one rank's epoch (ranks.decode_shard). */
+/** Per-index read counts of one rank's epoch (ranks.decode_shard). @param {string} digest @param {number} length */
 export async function decodeShard(digest, length) {
   const stream = new Blob([fromBase64(digest)]).stream().pipeThrough(new DecompressionStream('deflate'));
   const counts = new Uint8Array(await new Response(stream).arrayBuffer());
@@ -27,6 +27,7 @@ export async function decodeShard(digest, length) {
  * drop_last=False it gives each of R ranks ceil(length / R) samples, topping the last ranks up with
  * the epoch's first indices (torch/utils/data/distributed.py), so every index is read, ranks read
  * equally many, and R·ceil(length / R) − length of them twice.
+ * @param {number[]} reads @param {number} length @param {number} twice @param {number} missing
  */
 export function isPadding(reads, length, twice, missing) {
   const perRank = reads.length ? Math.ceil(length / reads.length) : 0;
@@ -36,18 +37,21 @@ export function isPadding(reads, length, twice, missing) {
 /**
  * Overlap and coverage of one epoch's shards across ranks (ranks.shard_report); the indices that
  * DistributedSampler's padding explains are `padding`, not `overlap`.
- * @param {Map<number, any>|Record<number, any>} epochEnds rank -> epoch_end event (with shard)
+ * @param {Map<number, {shard?: string}>|Record<number, {shard?: string}>} epochEnds rank -> epoch_end event (with shard)
  * @param {number} length dataset length
+ * @param {number} [sample] indices named per list
+ * @returns {Promise<ShardReport>}
  */
 export async function shardReport(epochEnds, length, sample = 10) {
-  const entries = (epochEnds instanceof Map ? [...epochEnds] : Object.entries(epochEnds).map(([r, e]) => [Number(r), e]))
+  /** @type {Array<[number, {shard?: string}]>} */
+  const entries = (epochEnds instanceof Map ? [...epochEnds] : Object.entries(epochEnds).map(([r, e]) => /** @type {[number, {shard?: string}]} */ ([Number(r), e])))
     .sort((a, b) => a[0] - b[0]);
   const total = new Uint16Array(length);
   /** @type {Record<number, number>} */
   const perRank = {};
   const reads = [];
   for (const [rank, event] of entries) {
-    const counts = await decodeShard(event.shard, length);
+    const counts = await decodeShard(event.shard ?? '', length);
     let read = 0, all = 0;
     for (let i = 0; i < length; i++) {
       if (counts[i]) read += 1;
@@ -57,14 +61,18 @@ export async function shardReport(epochEnds, length, sample = 10) {
     perRank[rank] = read;
     reads.push(all);
   }
-  let overlap = [], nOverlap = 0, nMissing = 0, twice = 0;
+  /** @type {number[]} */
+  let overlap = [];
+  let nOverlap = 0, nMissing = 0, twice = 0;
   const missing = [];
   for (let i = 0; i < length; i++) {
     if (total[i] > 1) { nOverlap += 1; if (overlap.length < sample) overlap.push(i); }
     if (total[i] === 2) twice += 1;
     if (total[i] === 0) { nMissing += 1; if (missing.length < sample) missing.push(i); }
   }
-  let padding = [], nPadding = 0;
+  /** @type {number[]} */
+  let padding = [];
+  let nPadding = 0;
   if (nOverlap === twice && isPadding(reads, length, twice, nMissing)) {
     [padding, nPadding, overlap, nOverlap] = [overlap, nOverlap, [], 0];
   }
@@ -82,9 +90,14 @@ export async function shardReport(epochEnds, length, sample = 10) {
   };
 }
 
-/** One epoch's shard check in words (ranks.shard_text). */
+/**
+ * @typedef {{ranks: number[], per_rank: Record<number, number>, overlap: number, overlap_sample: number[], padding: number,
+ *   padding_sample: number[], missing: number, missing_sample: number[], disjoint: boolean, complete: boolean}} ShardReport
+ */
+
+/** One epoch's shard check in words (ranks.shard_text). @param {number} epoch @param {ShardReport} r */
 export function shardText(epoch, r) {
-  const indices = (n) => say('n.indices_read', { n });
+  const indices = (/** @type {number} */ n) => say('n.indices_read', { n });
   const verdict = r.overlap ? say('shards.overlap', { indices: indices(r.overlap), sample: r.overlap_sample.join(', ') })
     : r.padding ? say('shards.padding', { indices: indices(r.padding) }) : say('shards.disjoint');
   const coverage = r.complete ? say('shards.complete')
@@ -113,6 +126,7 @@ export class JobSteps {
     this.ranksKey = ranksKey;
     /** @type {Map<number, number>} epoch -> steps already looked at */
     this.done = new Map();
+    /** @type {number} steps every rank delivered */
     this.total = 0;
     /** @type {Map<number, {steps:number, worst:number, total:number}>} rank -> how often it was last */
     this.counts = new Map();
@@ -185,7 +199,10 @@ export function rankRate(state) {
   return wall > 0 ? state.batches / wall : 0;
 }
 
-/** The wall time a rank's rate and waiting share are over (`or` as state.py's summary has it). */
+/**
+ * The wall time a rank's rate and waiting share are over (`or` as state.py's summary has it).
+ * @param {{t:number, first_t:number|null, last_yield_t:number|null}} state
+ */
 export function rankWall(state) {
   return (state.last_yield_t || state.t) - (state.first_t || 0);
 }

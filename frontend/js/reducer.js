@@ -11,6 +11,9 @@
 
 import { RunStatus } from './schema.js';
 
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
+/** @template {import('./types.js').Kind} K @typedef {import('./types.js').EventOf<K>} EventOf */
+
 export const Where = Object.freeze({
   INDEX_QUEUE: 'index_queue', // dispatched, waiting in its worker's index queue
   FETCHING: 'fetching', // the worker is running __getitem__/collate for it
@@ -35,14 +38,19 @@ export const MAX_BATCH_SAMPLES = 64;
 export const MAX_KEPT = 1000; // notes, errors and violations kept per run (state.py MAX_KEPT)
 
 /**
- * @typedef {{idx:number, worker:number, indices:any[]|null, n:number, dispatched:number, where:string,
+ * @typedef {{idx:number, worker:number, indices:number[]|null, n:number, dispatched:number, where:string,
  *   fetch_start:number|null, fetch_end:number|null, pin_start:number|null, pin_end:number|null,
  *   arrived:number|null, nbytes:number|null, epoch:number}} Task
  * @typedef {{id:number, pid:number|null, status:string, current:number|null, queue:number[], fetch_times:number[],
- *   busy:number, nbytes:number, exitcode:number|null, signal:string|null, stuck:any|null, died:any|null}} Worker
+ *   busy:number, nbytes:number, exitcode:number|null, signal:string|null,
+ *   stuck:EventOf<'worker_stuck'>|null, died:EventOf<'worker_died'>|null}} Worker
  */
 
-/** @returns {Task} */
+/**
+ * @param {number} idx @param {number} worker @param {number[]|null} indices @param {number} n
+ * @param {number} dispatched @param {number} epoch
+ * @returns {Task}
+ */
 export function newTask(idx, worker, indices, n, dispatched, epoch) {
   return {
     idx, worker, indices, n, dispatched, where: Where.INDEX_QUEUE, fetch_start: null, fetch_end: null,
@@ -50,7 +58,7 @@ export function newTask(idx, worker, indices, n, dispatched, epoch) {
   };
 }
 
-/** @returns {Worker} */
+/** @param {number} id @returns {Worker} */
 export function newWorker(id) {
   return {
     id, pid: null, status: WorkerStatus.STARTING, current: null, queue: [], fetch_times: [], busy: 0, nbytes: 0,
@@ -58,6 +66,7 @@ export function newWorker(id) {
   };
 }
 
+/** @param {number[]} list @param {number} value */
 function remove(list, value) {
   const i = list.indexOf(value);
   if (i >= 0) list.splice(i, 1);
@@ -68,11 +77,12 @@ export class LoaderState {
   constructor() {
     this.run = '';
     this.mode = '';
-    /** @type {Record<string, any>} */
+    /** @type {import('./types.js').LoaderConfig} */
     this.config = {};
     this.scenario = '';
     /** @type {{rank:number, job:string|null, world_size:number, wall_start:number|null, name:string|null}} */
     this.meta = { rank: 0, job: null, world_size: 1, wall_start: null, name: null };
+    /** @type {string} a RunStatus */
     this.status = RunStatus.PENDING;
     this.seq = -1;
     this.t = 0;
@@ -105,7 +115,7 @@ export class LoaderState {
     this.unpinned = 0; // batches that left the pin thread without pinned tensors
     this.fetched_bytes = 0;
     this.pickled_bytes = 0; // of which crossed the process boundary pickled, not in shared memory
-    /** @type {any[]} structures for the inspector (batch_info events, at most MAX_BATCH_SAMPLES) */
+    /** @type {Array<EventOf<'batch_info'> & {epoch: number}>} structures for the inspector (at most MAX_BATCH_SAMPLES) */
     this.batch_samples = [];
     this.steps = 0; // consumer steps that reported timings (step events)
     this.step_h2d = 0;
@@ -136,16 +146,16 @@ export class LoaderState {
     this.starts = 0; // worker start-ups since the last epoch_end
     /** @type {Array<[number, number]>} (epoch, idx) as released */
     this.yield_order = [];
-    /** @type {any[]} */
+    /** @type {EventOf<'error'>[]} */
     this.errors = [];
-    /** @type {any[]} stuck, died, timeout, unknown kinds */
+    /** @type {LoaderEvent[]} stuck, died, timeout, unknown kinds */
     this.notes = [];
     /** @type {string[]} protocol invariants broken by the stream */
     this.violations = [];
     // page extras (see the header comment)
-    /** @type {any|null} */
+    /** @type {EventOf<'consumer_stuck'>|null} */
     this.consumer_stuck = null;
-    /** @type {any|null} */
+    /** @type {EventOf<'timeout'>|null} */
     this.timeout = null;
   }
 
@@ -159,21 +169,24 @@ export class LoaderState {
    * Append to a list the state keeps, up to MAX_KEPT: a broken producer must not grow memory
    * without bound (the trace still has everything).
    */
+  /** @template T @param {T[]} into @param {T} item */
   keep(into, item) {
     if (into.length < MAX_KEPT) into.push(item);
   }
 
-  /** Advance the state by one event (events must come in seq order). */
+  /** Advance the state by one event (events must come in seq order). @param {LoaderEvent} event */
   apply(event) {
     this.seq = event.seq ?? this.seq + 1;
     this.t = event.t ?? this.t;
     if (this.first_t === null) this.first_t = this.t;
-    const handler = HANDLERS[event.kind];
+    // a known kind has its required fields: schema.js invalidReason checked them before any event is kept
+    const handler = /** @type {((s: LoaderState, e: LoaderEvent) => void) | undefined} */ (
+      HANDLERS[/** @type {import('./types.js').Kind} */ (event.kind)]);
     if (handler === undefined) this.keep(this.notes, event); // unknown kinds are shown, never dropped
     else handler(this, event);
   }
 
-  /** @returns {Worker} */
+  /** @param {number} wid @returns {Worker} */
   worker(wid) {
     let w = this.workers.get(wid);
     if (w === undefined) {
@@ -183,7 +196,7 @@ export class LoaderState {
     return w;
   }
 
-  /** @returns {Task|undefined} */
+  /** @param {{kind: string, idx: number}} event @returns {Task|undefined} */
   task(event) {
     const task = this.tasks.get(event.idx);
     if (task === undefined) this.keep(this.violations, `seq ${this.seq}: ${event.kind} for unknown task ${event.idx}`);
@@ -191,6 +204,7 @@ export class LoaderState {
   }
 
   /** A task leaves the pipeline (yielded or skipped); rcvd_idx moves past released tasks. */
+  /** @param {number} idx */
   release(idx) {
     this.tasks.delete(idx);
     remove(this.buffer, idx);
@@ -200,6 +214,7 @@ export class LoaderState {
 
 // --- handlers: one per kind ------------------------------------------------------------------------
 
+/** @param {LoaderState} s @param {EventOf<'run_start'>} e */
 function runStart(s, e) {
   s.run = e.run ?? s.run;
   s.mode = e.mode;
@@ -214,11 +229,13 @@ function runStart(s, e) {
   for (let wid = 0; wid < n; wid++) s.worker(wid);
 }
 
+/** @param {LoaderState} s @param {EventOf<'run_end'>} e */
 function runEnd(s, e) {
   s.status = e.reason;
   if (e.error) s.keep(s.notes, e); // the script died of an exception: the diagnosis says which
 }
 
+/** @param {LoaderState} s @param {EventOf<'epoch_start'>} e */
 function epochStart(s, e) {
   s.epoch = e.epoch;
   s.send_idx = s.rcvd_idx = s.outstanding = s.epoch_batches = 0;
@@ -240,16 +257,18 @@ function epochStart(s, e) {
 export const PEEK_BATCHES = 3; // an iterator abandoned with fewer batches than this (and than its epoch) was a peek
 
 /** An epoch_end of an iterator left after a look at its first batches, not an epoch of training (state.py is_peek). */
+/** @param {{batches?: number|null, abandoned?: boolean}} e @param {number|null} [batchesPerEpoch] */
 export function isPeek(e, batchesPerEpoch) {
   const b = e.batches;
-  return Boolean(e.abandoned) && Number.isInteger(b) && b < PEEK_BATCHES &&
+  return Boolean(e.abandoned) && typeof b === 'number' && Number.isInteger(b) && b < PEEK_BATCHES &&
     (batchesPerEpoch === undefined || batchesPerEpoch === null || b < batchesPerEpoch);
 }
 
+/** @param {LoaderState} s @param {EventOf<'epoch_end'>} e */
 function epochEnd(s, e) {
   if (!s.epoch_failed && isPeek(e, s.config.batches_per_epoch)) {
     s.peeks += 1;
-    s.peek_batches = Math.max(s.peek_batches, e.batches);
+    s.peek_batches = Math.max(s.peek_batches, e.batches ?? 0);
     s.peek_wait += s.epoch_wait;
     s.peek_starts += s.starts;
   } else {
@@ -258,6 +277,7 @@ function epochEnd(s, e) {
   s.starts = 0;
 }
 
+/** @param {LoaderState} s @param {EventOf<'worker_start'>} e */
 function workerStart(s, e) {
   const w = s.worker(e.worker);
   w.pid = e.pid;
@@ -265,6 +285,7 @@ function workerStart(s, e) {
   s.starts += 1;
 }
 
+/** @param {LoaderState} s @param {EventOf<'worker_exit'>} e */
 function workerExit(s, e) {
   const w = s.worker(e.worker);
   // an older iterator's worker, shut down after the next epoch's workers started
@@ -273,10 +294,12 @@ function workerExit(s, e) {
   if (w.status !== WorkerStatus.DIED) w.status = WorkerStatus.EXITED;
 }
 
+/** @param {LoaderState} s @param {LoaderEvent} e */
 function keepNote(s, e) {
   s.keep(s.notes, e);
 }
 
+/** @param {LoaderState} s @param {EventOf<'dispatch'>} e */
 function dispatch(s, e) {
   const { idx, worker: wid } = e;
   if (idx !== s.send_idx) s.keep(s.violations, `seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
@@ -289,6 +312,7 @@ function dispatch(s, e) {
   if (s.outstanding > s.window) s.keep(s.violations, `seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
 }
 
+/** @param {LoaderState} s @param {EventOf<'fetch_start'>} e */
 function fetchStart(s, e) {
   const task = s.tasks.get(e.idx);
   const w = s.worker(e.worker);
@@ -303,6 +327,7 @@ function fetchStart(s, e) {
   }
 }
 
+/** @param {LoaderState} s @param {EventOf<'fetch_end'>} e */
 function fetchEnd(s, e) {
   const task = s.tasks.get(e.idx);
   const w = s.worker(e.worker);
@@ -328,12 +353,14 @@ function fetchEnd(s, e) {
   }
 }
 
+/** @param {LoaderState} s @param {Task} task */
 function leaveResultQueue(s, task) {
   remove(s.result_queue, task.idx);
   const w = s.workers.get(task.worker);
   if (w !== undefined) remove(w.queue, task.idx); // arrival seen before the worker's own events
 }
 
+/** @param {LoaderState} s @param {EventOf<'arrive'>} e */
 function arrive(s, e) {
   const task = s.task(e);
   if (task === undefined) return;
@@ -342,6 +369,7 @@ function arrive(s, e) {
   s.outstanding -= 1;
 }
 
+/** @param {LoaderState} s @param {EventOf<'buffer'>} e */
 function buffer(s, e) {
   const task = s.task(e);
   if (task === undefined) return;
@@ -351,6 +379,7 @@ function buffer(s, e) {
   s.buffer_high = Math.max(s.buffer_high, s.buffer.length);
 }
 
+/** @param {LoaderState} s @param {EventOf<'yield'>} e */
 function yield_(s, e) {
   const { idx, wait } = e;
   const task = s.tasks.get(idx);
@@ -380,6 +409,7 @@ function yield_(s, e) {
   s.consumer_stuck = null;
 }
 
+/** @param {LoaderState} s @param {EventOf<'skip'>} e */
 function skip(s, e) {
   const task = s.tasks.get(e.idx);
   if (task !== undefined && task.arrived === null) {
@@ -390,6 +420,7 @@ function skip(s, e) {
   s.release(e.idx);
 }
 
+/** @param {LoaderState} s @param {EventOf<'worker_stuck'>} e */
 function workerStuck(s, e) {
   const w = s.worker(e.worker);
   w.status = WorkerStatus.STUCK;
@@ -397,6 +428,7 @@ function workerStuck(s, e) {
   s.keep(s.notes, e);
 }
 
+/** @param {LoaderState} s @param {EventOf<'worker_died'>} e */
 function workerDied(s, e) {
   s.epoch_failed = true;
   const w = s.worker(e.worker);
@@ -410,6 +442,7 @@ function workerDied(s, e) {
   s.keep(s.notes, note);
 }
 
+/** @param {LoaderState} s @param {EventOf<'error'>} e */
 function error(s, e) {
   s.epoch_failed = true;
   const err = { ...e };
@@ -421,10 +454,12 @@ function error(s, e) {
   s.keep(s.errors, err);
 }
 
+/** @param {LoaderState} s @param {EventOf<'batch_info'>} e */
 function batchInfo(s, e) {
   if (s.batch_samples.length < MAX_BATCH_SAMPLES) s.batch_samples.push({ ...e, epoch: s.epoch });
 }
 
+/** @param {LoaderState} s @param {EventOf<'step'>} e */
 function step(s, e) {
   s.steps += 1;
   s.step_h2d += e.h2d || 0;
@@ -433,21 +468,20 @@ function step(s, e) {
   s.step_device = e.device ?? s.step_device;
 }
 
-function note(s, e) {
-  s.keep(s.notes, e);
-}
-
+/** @param {LoaderState} s @param {EventOf<'consumer_stuck'>} e */
 function consumerStuck(s, e) {
   s.consumer_stuck = e;
   s.keep(s.notes, e);
 }
 
+/** @param {LoaderState} s @param {EventOf<'timeout'>} e */
 function timeout(s, e) {
   s.epoch_failed = true;
   s.timeout = e;
   s.keep(s.notes, e);
 }
 
+/** @param {LoaderState} s @param {EventOf<'pin_start'>} e */
 function pinStart(s, e) {
   const task = s.tasks.get(e.idx);
   if (task !== undefined && task.arrived === null) {
@@ -457,6 +491,7 @@ function pinStart(s, e) {
   }
 }
 
+/** @param {LoaderState} s @param {EventOf<'pin_end'>} e */
 function pinEnd(s, e) {
   s.pin_bytes += e.nbytes || 0;
   s.pin_time += e.dt || 0;
@@ -469,7 +504,7 @@ function pinEnd(s, e) {
   }
 }
 
-/** @type {Record<string, (s: LoaderState, e: any) => void>} */
+/** @type {{[K in import('./types.js').Kind]?: (s: LoaderState, e: EventOf<K>) => void}} */
 const HANDLERS = {
   run_start: runStart,
   run_end: runEnd,
@@ -498,6 +533,7 @@ const HANDLERS = {
 };
 
 /** The state after every event up to and including untilSeq (all of them by default). */
+/** @param {Iterable<LoaderEvent>} events @param {number|null} [untilSeq] */
 export function reduce(events, untilSeq = null) {
   const state = new LoaderState();
   for (const e of events) {
@@ -510,18 +546,20 @@ export function reduce(events, untilSeq = null) {
 // --- statistics (state.py summary; diagnosis.js puts them into words) ---------------------------
 
 /** Python's round(): halves go to the even neighbour. */
+/** @param {number} x */
 export function pyRound(x) {
   const r = Math.round(x);
   return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
 }
 
+/** @param {ArrayLike<number>} values @param {number} q */
 function percentile(values, q) {
   if (!values.length) return 0;
   const ordered = Float64Array.from(values).sort();
   return ordered[Math.min(ordered.length - 1, pyRound(q * (ordered.length - 1)))];
 }
 
-/** statistics.median */
+/** statistics.median @param {ArrayLike<number>} values */
 export function median(values) {
   if (!values.length) return 0;
   const s = Float64Array.from(values).sort();
@@ -529,14 +567,17 @@ export function median(values) {
   return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
+/** @param {number[]} values */
 function mean(values) {
   let sum = 0;
   for (const v of values) sum += v;
   return values.length ? sum / values.length : 0;
 }
 
+/** @param {LoaderState} s */
 const sortedWorkers = (s) => [...s.workers.values()].sort((a, b) => a.id - b.id);
 
+/** @param {LoaderState} s */
 export function workerStats(s) {
   const wall = Math.max(s.t - (s.first_t || 0), 1e-9);
   return sortedWorkers(s).map((w) => ({
@@ -552,6 +593,7 @@ export function workerStats(s) {
   }));
 }
 
+/** @param {number[]} xs */
 function fetchMax(xs) {
   let m = -Infinity;
   for (const x of xs) if (x > m) m = x;
@@ -568,6 +610,8 @@ export const STRAGGLER_QUARTILE = 0.75; // …and above this quantile of the oth
  * The page asks a few times a second, with millions of fetch times in a long trace: each list is
  * sorted once, each worker's pool is every time minus its own (a merge walk, no sort), and the
  * answer is kept until a worker's list changes.
+ * @param {LoaderState} s
+ * @returns {Straggler[]}
  */
 export function stragglers(s) {
   const lists = [...s.workers.values()].map((w) => w.fetch_times);
@@ -581,9 +625,11 @@ export function stragglers(s) {
   return found.map((f) => ({ ...f }));
 }
 
-/** @type {WeakMap<LoaderState, {lists: number[][], lens: number[], found: any[]}>} */
+/** @typedef {{worker: number, factor: number, median: number, others: number}} Straggler */
+/** @type {WeakMap<LoaderState, {lists: number[][], lens: number[], found: Straggler[]}>} */
 const STRAGGLERS = new WeakMap();
 
+/** @param {LoaderState} s @returns {Straggler[]} */
 function findStragglers(s) {
   const done = new Map();
   for (const w of s.workers.values()) {
@@ -608,6 +654,7 @@ function findStragglers(s) {
 }
 
 /** Ascending `all` less the ascending `some` (a sub-multiset of it). */
+/** @param {Float64Array} all @param {Float64Array} some */
 function without(all, some) {
   const out = new Float64Array(all.length - some.length);
   let j = 0, k = 0;
@@ -618,13 +665,14 @@ function without(all, some) {
   return out;
 }
 
-/** statistics.median of an ascending array. */
+/** statistics.median of an ascending array. @param {Float64Array} s */
 function sortedMedian(s) {
   const n = s.length;
   return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 /** Per batch, where the training loop's time went: waiting for data, host-to-device, compute. */
+/** @param {LoaderState} s */
 function consumerSplit(s) {
   if (!s.steps) return null;
   const per = 1 / s.steps;
@@ -635,12 +683,14 @@ function consumerSplit(s) {
 }
 
 /** The share of the epochs' time the training loop waited for data (summary().input_bound; the page's counter). */
+/** @param {LoaderState} s */
 export function inputBound(s) {
   const epochWall = s.consumer_wait + s.step_total;
   return epochWall > 0 ? s.consumer_wait / epochWall : 0;
 }
 
 /** The statistics the diagnosis (docs/DESIGN.md) speaks of, as plain numbers (state.py summary()). */
+/** @param {LoaderState} s @param {{workers?: boolean}} [options] */
 export function summary(s, { workers = true } = {}) {
   const wall = (s.last_yield_t || s.t) - (s.first_t || 0);
   const epochWall = s.consumer_wait + s.step_total; // inside this loader's epochs: waiting or stepping
@@ -694,6 +744,7 @@ export function summary(s, { workers = true } = {}) {
 }
 
 /** The innermost frame of the user's own code: where a stuck fetch really is. */
+/** @template {{user?: boolean}} F @param {ReadonlyArray<F>|null|undefined} stack @returns {F|null} */
 export function userFrame(stack) {
   const frames = stack || [];
   for (let i = frames.length - 1; i >= 0; i--) if (frames[i] && frames[i].user) return frames[i];

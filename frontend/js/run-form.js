@@ -6,23 +6,23 @@ import { api, ApiError, errorText, errorField, fieldErrors } from './api.js';
 import { fieldsFromSchema, renderForm } from './form.js';
 import { COST_FIELDS, costsFromForm, costField } from './costs.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 export class RunForm {
   /**
    * @param {{
    *   started: (id: string, mode: string) => void,
-   *   fieldsChanged: (fields: any[]) => void,
+   *   fieldsChanged: (fields: import('./form.js').Field[]) => void,
    * }} o `started`: the server accepted a run; `fieldsChanged`: another scenario's parameters
    */
   constructor({ started, fieldsChanged }) {
     this.onStarted = started;
     this.onFields = fieldsChanged;
-    /** @type {any[]} the server's scenarios: name, title, description, params (a JSON schema) */
+    /** @type {import('./types.js').Scenario[]} the server's scenarios: name, title, description, params (a JSON schema) */
     this.scenarios = [];
-    /** @type {any} the parameter fields of the chosen scenario (renderForm's handle) */
+    /** @type {ReturnType<typeof renderForm>|null} the parameter fields of the chosen scenario (renderForm's handle) */
     this.form = null;
-    /** @type {any} the cost model's fields, made the first time simulate is chosen */
+    /** @type {ReturnType<typeof renderForm>|null} the cost model's fields, made the first time simulate is chosen */
     this.costForm = null;
   }
 
@@ -37,7 +37,7 @@ export class RunForm {
     try {
       list = await api.scenarios();
     } catch (err) {
-      $('form-error').textContent = `could not load scenarios: ${err.message}`;
+      $('form-error').textContent = `could not load scenarios: ${err instanceof Error ? err.message : err}`;
       $('form-error').hidden = false;
       return;
     }
@@ -68,7 +68,7 @@ export class RunForm {
     const read = this.form ? this.form.read() : { values: {}, errors: {} };
     const bad = Object.entries(read.errors);
     if (bad.length) {
-      for (const [field, msg] of bad) this.form.showError(field, msg);
+      for (const [field, msg] of bad) this.form?.showError(field, msg);
       /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
     }
     let costs = null;
@@ -89,6 +89,7 @@ export class RunForm {
       : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from the top bar.';
   }
 
+  /** @param {SubmitEvent} ev */
   async submit(ev) {
     ev.preventDefault();
     const name = /** @type {HTMLSelectElement} */ ($('scenario')).value;
@@ -120,7 +121,7 @@ export class RunForm {
     button.disabled = true;
     try {
       const run = await api.start(name, mode, values, costs);
-      const id = run?.id ?? run?.run?.id;
+      const id = run?.id;
       if (!id) throw new Error('the server did not return a run id');
       /** @type {HTMLDetailsElement} */ ($('params-box')).open = false; // the run needs the room now
       /** @type {HTMLDetailsElement} */ ($('costs-box')).open = false;
@@ -136,7 +137,7 @@ export class RunForm {
       }
       if (placedCosts) /** @type {HTMLDetailsElement} */ ($('costs-box')).open = true;
       const field = placed ? null : body ? errorField(body, this.form.names()) : null;
-      const message = body ? errorText(body) : err.message;
+      const message = body ? errorText(body) : err instanceof Error ? err.message : String(err);
       if (field && this.form.showError(field, message)) placed += 1;
       if (placed) /** @type {HTMLDetailsElement} */ ($('params-box')).open = true;
       else if (!placedCosts) {

@@ -2,9 +2,7 @@
 // name its run_start gave it, its rank, epochs, batches and start time, in the order the runs
 // started; a job's loaders grouped together, by name and then rank. Pure: no DOM.
 
-/** @typedef {{id:string, name?:string|null, scenario?:string|null, path?:string|null, mode?:string,
- *   status?:string, job?:string|null, rank?:number, world_size?:number, epochs?:number|null,
- *   batches?:number|null, started?:number|null, created?:number}} RunBrief */
+/** @typedef {import('./types.js').RunBrief} RunBrief */
 
 /** @typedef {{label:string|null, options:{id:string, text:string}[]}} PickerGroup  label null: a run on its own */
 
@@ -21,9 +19,9 @@ export function runName(/** @type {RunBrief} */ r) {
   return 'run';
 }
 
-const pad = (n) => String(n).padStart(2, '0');
+const pad = (/** @type {number} */ n) => String(n).padStart(2, '0');
 
-/** Local wall-clock time of `seconds`; the date too when it is not the day of `now`. */
+/** Local wall-clock time of `seconds`; the date too when it is not the day of `now`. @param {number} seconds @param {number} [now] */
 export function clockText(seconds, now = Date.now() / 1000) {
   const d = new Date(seconds * 1000);
   const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
@@ -31,6 +29,7 @@ export function clockText(seconds, now = Date.now() / 1000) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
 }
 
+/** @param {number} n @param {string} one @param {string} [many] */
 const plural = (n, one, many = `${one}s`) => `${n.toLocaleString('en')} ${n === 1 ? one : many}`;
 
 /** One run's line in the picker: name, rank, epochs, batches, start time, status. */

@@ -13,6 +13,7 @@ export const KNOWN_KINDS = Object.freeze(Object.keys(REQUIRED));
 export const RunStatus = RUN_STATUS;
 
 /** The statuses of a run that has ended: run_end's reasons. */
+/** @type {ReadonlySet<string|undefined>} */
 export const ENDED = new Set(ENDED_STATUSES);
 
 /** JSON's exact integers: no number an event carries lies beyond. */

@@ -9,7 +9,7 @@ import { api, runSocket, runListSocket, ApiError } from './api.js';
 import { pickerGroups } from './run-list.js';
 import { ENDED } from './schema.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
 
 /**
@@ -47,11 +47,15 @@ export class ServerRun {
     clearTimeout(this.pollTimer);
     /** @type {{row:number, now:number}|null} the server is gone; the view is frozen at this row and run time */
     this.offline = null;
+    /** @type {boolean} */
     this.unknownRun = false; // the server (restarted) does not know the open run
     /** @type {string[]|null} the server's diagnosis of the whole run */
     this.serverDiagnosis = null;
+    /** @type {boolean} */
     this.finalPolled = false;
+    /** @type {number} when the job's other ranks were last looked for (Date.now()) */
     this.ranksLooked = 0;
+    /** @type {number} */
     this.rankLooks = 0; // looks for the job's other ranks since the run opened
     this.showNotice();
   }
@@ -140,7 +144,7 @@ export class ServerRun {
       onConnection: (s) => { if (tr === this.host.track()) this.connectionChanged(tr, s); },
       onRunStatus: (m) => {
         if (typeof m.status === 'string') {
-          tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused, ...(typeof m.delay === 'number' ? { delay: m.delay } : {}) };
+          tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused === true, ...(typeof m.delay === 'number' ? { delay: m.delay } : {}) };
         }
         if (m.type === 'end') {
           tr.complete = true;
@@ -154,6 +158,7 @@ export class ServerRun {
   /**
    * Events of the selected rank arrived (not yet applied): the run's end asks the server for its
    * final summary once; a run_start of a job with several ranks looks for the other ranks.
+   * @param {Track} tr @param {import('./types.js').LoaderEvent[]} events
    */
   arrived(tr, events) {
     if (tr !== this.host.track()) return;
@@ -161,7 +166,7 @@ export class ServerRun {
       if (e.kind === 'run_end' && !this.finalPolled) {
         this.finalPolled = true;
         this.poll();
-      } else if (e.kind === 'run_start' && e.job && e.world_size > 1 && !this.ranksLooked) {
+      } else if (e.kind === 'run_start' && e.job && e.world_size !== undefined && e.world_size > 1 && !this.ranksLooked) {
         this.discoverRanks(e.job, e.world_size, e.name ?? null);
       }
     }
@@ -189,7 +194,7 @@ export class ServerRun {
     if (!ENDED.has(status) && id === this.runId) this.pollTimer = setTimeout(() => this.poll(), POLL_MS);
   }
 
-  /** A restarted server without this run: stop asking for it, keep what arrived as a trace. */
+  /** A restarted server without this run: stop asking for it, keep what arrived as a trace. @param {Track} tr @param {string} id */
   notKnown(tr, id) {
     this.host.unknown(`run ${id} is not known to this server`);
     tr.runInfo = { status: 'unknown' };
@@ -215,7 +220,7 @@ export class ServerRun {
     try {
       runs = await api.runs();
     } catch { return; }
-    this.showRuns(Array.isArray(runs) ? runs : runs?.runs ?? []);
+    this.showRuns(Array.isArray(runs) ? runs : []);
   }
 
   /**
@@ -241,6 +246,7 @@ export class ServerRun {
     const key = JSON.stringify(runs.map((r) => [r.id, r.status, r.name, r.epochs, r.batches, r.started]));
     if (sel.dataset.key === key) return;
     sel.dataset.key = key;
+    /** @type {Array<HTMLOptionElement | HTMLOptGroupElement>} */
     const opts = [new Option('— choose a run —', '')];
     for (const g of pickerGroups(runs)) {
       const options = g.options.map((o) => new Option(o.text, o.id));
@@ -256,13 +262,14 @@ export class ServerRun {
     sel.dataset.runs = String(runs.length);
   }
 
+  /** @param {{action?: string, delay?: number}} body */
   async control(body) {
     if (!this.runId || !this.reachable) return;
     try {
       await api.control(this.runId, body);
       this.poll();
     } catch (err) {
-      this.host.track().note({ type: 'bad', reason: `control failed: ${err.message}` });
+      this.host.track().note({ type: 'bad', reason: `control failed: ${err instanceof Error ? err.message : err}` });
       this.host.wake();
     }
   }
@@ -274,16 +281,17 @@ export class ServerRun {
    */
   async discoverRanks(job, want, name) {
     this.ranksLooked = Date.now();
+    /** @type {import('./types.js').RunBrief[]} */
     let runs;
     try { runs = await api.runs(); } catch { return; }
-    if (!Array.isArray(runs)) runs = runs?.runs ?? [];
+    if (!Array.isArray(runs)) runs = [];
     const tracks = this.host.tracks();
     // the listing carries each run's job and rank (run_start's, or a logdir file's index): no run is
     // opened just to learn them, so a logdir of many files reads only the ranks shown
     for (const r of runs) {
       if (tracks.some((tr) => tr.runId === r.id)) continue;
       if (r.job === job && (r.name ?? null) === name && !tracks.some((tr) => tr.rank === r.rank)) {
-        tracks.push(this.rankTrack(r.id, r.rank));
+        tracks.push(this.rankTrack(r.id, r.rank ?? 0));
       }
     }
     tracks.sort((a, b) => a.rank - b.rank);
@@ -297,6 +305,7 @@ export class ServerRun {
     this.host.wake();
   }
 
+  /** @param {string} id @param {number} rank */
   rankTrack(id, rank) {
     const tr = new Track({ rank, label: `rank ${rank}`, runId: id, source: 'server' });
     tr.player.following = this.host.track().player.following;
@@ -304,7 +313,7 @@ export class ServerRun {
     return tr;
   }
 
-  /** The connection of the selected run's stream changed. */
+  /** The connection of the selected run's stream changed. @param {Track} tr @param {string} s */
   connectionChanged(tr, s) {
     const c = $('connection');
     c.textContent = s;

@@ -4,9 +4,11 @@
 
 import { ENDED } from './schema.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
-/** Seconds as a demo pace: 0.15 -> "0.15 s". */
+/** @typedef {import('./track.js').Track} Track */
+
+/** Seconds as a demo pace: 0.15 -> "0.15 s". @param {number} s */
 function fmtPace(s) {
   return `${Number(s.toFixed(3))} s`;
 }
@@ -14,6 +16,8 @@ function fmtPace(s) {
 /**
  * The diagnosis of a run slowed down by the dashboard (`loaderscope demo`, the speed control): the
  * consumer's time per batch is the pace the dashboard adds, not a training step, and is said so.
+ * @template T @param {T} lines the diagnosis, a line a string (else left as it is) @param {number} delay
+ * @returns {T | string[]}
  */
 export function paceDiagnosis(lines, delay) {
   if (!(delay > 0) || !Array.isArray(lines)) return lines;
@@ -29,7 +33,7 @@ export function paceDiagnosis(lines, delay) {
  * @typedef {{
  *   track: () => import('./track.js').Track,
  *   ranks: () => number,
- *   server: () => {offline: any, unknownRun: boolean, demo: boolean},
+ *   server: () => {offline: {row: number, now: number}|null, unknownRun: boolean, demo: boolean},
  *   moveTo: (row: number) => void,
  * }} StatusHost `moveTo`: pause at that row with the picture in place
  */
@@ -65,7 +69,7 @@ export class StatusBar {
     this.renderPace();
   }
 
-  /** Events the producer dropped before they reached the dashboard. */
+  /** Events the producer dropped before they reached the dashboard. @param {Track} tr */
   renderLost(tr) {
     const lost = tr.runInfo?.dropped ?? 0;
     const el = $('lost');
@@ -78,13 +82,14 @@ export class StatusBar {
   }
 
   /** "silent 42 s": a running run whose producer has sent nothing for a while (the server says so). */
+  /** @param {Track} tr @param {string} status */
   silentLabel(tr, status) {
     const info = tr.runInfo;
     if (status !== 'running' || !info?.silent) return null;
     return `silent ${Math.round(info.last_event_age ?? 0)} s`;
   }
 
-  /** The badge's word: the server's status, unless the events or the connection say otherwise. */
+  /** The badge's word: the server's status, unless the events or the connection say otherwise. @param {Track} tr */
   statusWord(tr) {
     const full = tr.player.full;
     const server = this.host.server();
@@ -96,7 +101,7 @@ export class StatusBar {
     return status;
   }
 
-  /** Pause / Resume / Step / Stop / speed: shown for a real run on the server, enabled while it runs and is reachable. */
+  /** Pause / Resume / Step / Stop / speed: shown for a real run on the server, enabled while it runs and is reachable. @param {Track} tr @param {string} status */
   renderControls(tr, status) {
     const full = tr.player.full;
     const server = this.host.server();
@@ -107,7 +112,7 @@ export class StatusBar {
       || tr.runInfo?.origin === 'logdir' || server.demo;
     const off = !realLive || server.demo;
     const paused = status === 'paused';
-    const set = (id, disabled) => { /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled; };
+    const set = (/** @type {string} */ id, /** @type {boolean} */ disabled) => { /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled; };
     set('btn-pause', off || paused);
     set('btn-resume', off || !paused);
     set('btn-step', off);
@@ -115,7 +120,7 @@ export class StatusBar {
     set('speed', off);
   }
 
-  /** File, scenario, mode and the loader's settings in one line (all of it in the tooltip). */
+  /** File, scenario, mode and the loader's settings in one line (all of it in the tooltip). @param {Track} tr */
   renderTitle(tr) {
     const full = tr.player.full;
     const c = full.config;
@@ -162,7 +167,7 @@ export class StatusBar {
     this.renderCaption(d);
   }
 
-  /** The demo says in one line what to watch, and jumps to the first parked result on request. */
+  /** The demo says in one line what to watch, and jumps to the first parked result on request. @param {number} d */
   renderCaption(d) {
     const box = $('demo-caption');
     const full = this.host.track().player.full;

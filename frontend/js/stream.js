@@ -6,15 +6,20 @@ import { classifyMessage, invalidReason } from './schema.js';
 
 export const PAGE = 5000; // events per REST page when catching up
 
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
+/** @typedef {import('./types.js').Note} Note */
+
+/** @typedef {Pick<WebSocket, 'onopen' | 'onmessage' | 'onclose' | 'onerror' | 'close'>} SocketLike a WebSocket, or a test's fake */
+
 /**
  * @typedef {object} StreamDeps
- * @property {(after:number) => any} openSocket returns a WebSocket-like object (onopen/onmessage/onclose/close)
- * @property {(after:number, limit:number) => Promise<any>} fetchEvents REST: events with seq > after
- * @property {(events:any[]) => void} onEvents accepted events, in seq order, each seq once
- * @property {(note:{type:string, [k:string]:any}) => void} [onNote] gaps, invalid events, bad messages
+ * @property {(after:number) => SocketLike} openSocket returns a WebSocket-like object (onopen/onmessage/onclose/close)
+ * @property {(after:number, limit:number) => Promise<unknown>} fetchEvents REST: events with seq > after
+ * @property {(events:LoaderEvent[]) => void} onEvents accepted events, in seq order, each seq once
+ * @property {(note:Note) => void} [onNote] gaps, invalid events, bad messages
  * @property {(status:string) => void} [onConnection] 'connecting' | 'live' | 'catching up' | 'reconnecting' | 'ended' | 'closed'
- * @property {(meta:any) => void} [onRunStatus] hello / status / end messages: {status, paused, delay, ...}
- * @property {(fn:() => void, ms:number) => any} [setTimer]
+ * @property {(meta:Record<string, unknown>) => void} [onRunStatus] hello / status / end messages: {status, paused, delay, ...}
+ * @property {(fn:() => void, ms:number) => unknown} [setTimer]
  */
 
 export class RunStream {
@@ -22,11 +27,12 @@ export class RunStream {
   constructor(deps) {
     this.deps = deps;
     this.lastSeq = -1;
+    /** @type {SocketLike|null} */
     this.socket = null;
     this.closed = false;
     this.ended = false; // run_end seen: a closing socket is not an error
     this.catchingUp = false;
-    /** @type {any[][]} frames that came while catching up */
+    /** @type {unknown[][]} frames that came while catching up */
     this.pending = [];
     this.retry = 0;
     this.duplicates = 0;
@@ -48,10 +54,12 @@ export class RunStream {
     this.status('closed');
   }
 
+  /** @param {string} s */
   status(s) {
     this.deps.onConnection?.(s);
   }
 
+  /** @param {Note} n */
   note(n) {
     this.deps.onNote?.(n);
   }
@@ -99,16 +107,17 @@ export class RunStream {
     else this.note({ type: 'bad', reason: m.reason });
   }
 
+  /** @param {Record<string, unknown>} meta */
   meta(meta) {
     if (meta.type === 'resync') {
       // We fell behind: the server skipped [from, to]; fetch it over REST, then go on.
-      const to = Number.isInteger(meta.to) ? meta.to : null;
+      const to = typeof meta.to === 'number' && Number.isInteger(meta.to) ? meta.to : null;
       this.resyncs += 1;
       this.catchUp(to);
     } else if (meta.type === 'gap') {
       // The store no longer holds [from, to]: show it, and move the cursor past it.
       this.note({ ...meta });
-      if (Number.isInteger(meta.to) && meta.to > this.lastSeq) this.lastSeq = meta.to;
+      if (typeof meta.to === 'number' && Number.isInteger(meta.to) && meta.to > this.lastSeq) this.lastSeq = meta.to;
     } else if (meta.type === 'hello' || meta.type === 'status') {
       this.deps.onRunStatus?.(meta);
     } else if (meta.type === 'end') {
@@ -119,23 +128,26 @@ export class RunStream {
     }
   }
 
-  /** @param {any[]} events */
+  /** @param {unknown[]} events */
   frame(events) {
     this.frames += 1;
     if (this.catchingUp) {
       this.pending.push(events);
       return;
     }
+    /** @type {LoaderEvent[]} */
     const accepted = [];
     for (let i = 0; i < events.length; i++) {
-      const e = events[i];
-      const bad = invalidReason(e);
+      const raw = events[i];
+      const bad = invalidReason(raw);
       if (bad !== null) {
         this.invalid += 1;
-        this.note({ type: 'invalid', reason: bad, event: e });
-        if (e && Number.isInteger(e.seq) && e.seq === this.lastSeq + 1) this.lastSeq = e.seq; // keep counting
+        this.note({ type: 'invalid', reason: bad, event: raw });
+        const seq = seqOf(raw);
+        if (seq === this.lastSeq + 1) this.lastSeq = seq; // keep counting
         continue;
       }
+      const e = /** @type {LoaderEvent} */ (raw); // invalidReason found nothing wrong
       if (e.seq <= this.lastSeq) {
         this.duplicates += 1;
         continue;
@@ -154,11 +166,12 @@ export class RunStream {
     this.emit(accepted);
   }
 
+  /** @param {LoaderEvent[]} events */
   emit(events) {
     if (events.length) this.deps.onEvents(events);
   }
 
-  /** Fetch everything after lastSeq up to `to` (or until the server has no more) over REST. */
+  /** Fetch everything after lastSeq up to `to` (or until the server has no more) over REST. @param {number|null} to */
   async catchUp(to) {
     if (this.catchingUp) return;
     this.catchingUp = true;
@@ -169,15 +182,18 @@ export class RunStream {
         const limit = to === null ? PAGE : Math.min(PAGE, to - this.lastSeq);
         const page = normalizePage(await this.deps.fetchEvents(this.lastSeq, limit));
         if (page.gap) this.meta({ type: 'gap', ...page.gap });
+        /** @type {LoaderEvent[]} */
         const fresh = [];
-        for (const e of page.events) {
-          const bad = invalidReason(e);
+        for (const raw of page.events) {
+          const bad = invalidReason(raw);
           if (bad !== null) {
             this.invalid += 1;
-            this.note({ type: 'invalid', reason: bad, event: e });
-            if (e && Number.isInteger(e.seq) && e.seq > this.lastSeq) this.lastSeq = e.seq;
+            this.note({ type: 'invalid', reason: bad, event: raw });
+            const seq = seqOf(raw);
+            if (seq !== null && seq > this.lastSeq) this.lastSeq = seq;
             continue;
           }
+          const e = /** @type {LoaderEvent} */ (raw); // invalidReason found nothing wrong
           if (e.seq <= this.lastSeq) { this.duplicates += 1; continue; }
           if (e.seq > this.lastSeq + 1) {
             this.note({ type: 'gap', from: this.lastSeq + 1, to: e.seq - 1, reason: 'missing from the REST answer' });
@@ -200,7 +216,7 @@ export class RunStream {
         }
       }
     } catch (err) {
-      this.note({ type: 'bad', reason: `catching up failed: ${err?.message ?? err}; retrying` });
+      this.note({ type: 'bad', reason: `catching up failed: ${err instanceof Error ? err.message : err}; retrying` });
       this.catchingUp = false;
       (this.deps.setTimer ?? setTimeout)(() => this.catchUp(to), 1000);
       return;
@@ -213,12 +229,23 @@ export class RunStream {
   }
 }
 
-/** REST answers may be a bare list or {events, gap}. */
+/** The integer `seq` of a decoded value that is not a valid event, or null. @param {unknown} raw */
+function seqOf(raw) {
+  const seq = raw !== null && typeof raw === 'object' ? /** @type {{seq?: unknown}} */ (raw).seq : undefined;
+  return typeof seq === 'number' && Number.isInteger(seq) ? seq : null;
+}
+
+/**
+ * REST answers may be a bare list or {events, gap}.
+ * @param {unknown} body
+ * @returns {{events: unknown[], gap: Record<string, unknown>|null}}
+ */
 export function normalizePage(body) {
   if (Array.isArray(body)) return { events: body, gap: null };
   if (body && typeof body === 'object') {
-    const events = Array.isArray(body.events) ? body.events : [];
-    const gap = body.gap && typeof body.gap === 'object' ? body.gap : null;
+    const page = /** @type {Record<string, unknown>} */ (body);
+    const events = Array.isArray(page.events) ? page.events : [];
+    const gap = page.gap && typeof page.gap === 'object' ? /** @type {Record<string, unknown>} */ (page.gap) : null;
     return { events, gap };
   }
   return { events: [], gap: null };

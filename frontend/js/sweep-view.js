@@ -8,16 +8,26 @@ import { niceMax, sweepErrorField, sweepRequest, sweepSeries } from './sweep.js'
 import { ApiError, errorText, fieldErrors } from './api.js';
 import { TRACE_SETTINGS } from './contract.gen.js';
 
+/** @param {string} id @returns {any} the page's element of that id (an input, a select, a box: index.html) */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const FIELDS = ['key', 'values', 'key2', 'values2'];
 const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79c0ff'];
+/** @type {Record<string, string>} */
 const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
 const STEP_FILL_MS = 20; // the training step a sweep assumes when the scenario has none
 // What a replay of a recorded loader can change (the contract's TRACE_SETTINGS): its own dataset and batches stay.
-/** @type {{name: string, kind: string}[]} */
+/** @typedef {Pick<import('./form.js').Field, 'name' | 'kind'> & Partial<import('./form.js').Field>} SweepField */
+/** @type {SweepField[]} */
 const RUN_FIELDS = Object.entries(TRACE_SETTINGS).map(([name, kind]) => ({ name, kind }));
 
-/** Short numbers for the table and axes. */
+/**
+ * What the panel shows: a sweep's answer, with what was swept (`xs`: the first key's values as
+ * sent) and the training step it assumed (`stepMs`; null: a run's own loader, its measured step).
+ * @typedef {{rows: import('./sweep.js').SweepRow[], recommendation?: string|null, key: string, key2: string,
+ *   xs: import('./sweep.js').SweepValue[], scenario: string, stepMs: number|null}} Shown
+ */
+
+/** Short numbers for the table and axes. @param {unknown} v @param {number} [digits] */
 function fmt(v, digits = 2) {
   if (typeof v !== 'number') return String(v);
   if (Number.isInteger(v)) return String(v);
@@ -26,22 +36,23 @@ function fmt(v, digits = 2) {
 
 export class SweepPanel {
   /**
-   * @param {() => ({scenario:string, params:object|null, paramErrors?:object, costs?:object|null, fields:any[]})} source
+   * @param {() => ({scenario:string, params:Record<string, any>|null, costs?:object|null})} source
    *   the new-run form: scenario, its parameter values (null if a field is invalid) and fields
    * @param {() => ({id:string, label:string}|null)} openRun the open run, if it is a real loader's
    */
   constructor(source, openRun) {
     this.source = source;
     this.openRun = openRun;
-    /** @type {any[]} the new-run form's fields, kept while the open run is swept instead */
+    /** @type {SweepField[]} the new-run form's fields, kept while the open run is swept instead */
     this.scenarioFields = [];
     this.canvas = document.createElement('canvas');
     this.canvas.setAttribute('data-testid', 'sweep-chart');
     this.canvas.setAttribute('role', 'img');
     this.canvas.dataset.points = '0';
+    /** @type {Shown|null} the sweep shown */
     $('sweep-chart-host').append(this.canvas);
     this.last = null;
-    $('sweep-form').addEventListener('submit', (ev) => { ev.preventDefault(); this.run(); });
+    $('sweep-form').addEventListener('submit', (/** @type {SubmitEvent} */ ev) => { ev.preventDefault(); this.run(); });
     $('sweep-key').addEventListener('change', () => this.keyChanged('key'));
     $('sweep-key2').addEventListener('change', () => this.keyChanged('key2'));
     $('sweep-step').addEventListener('input', () => this.stepChanged());
@@ -67,7 +78,10 @@ export class SweepPanel {
     this.fieldsChanged(this.scenarioFields, true);
   }
 
-  /** The parameters that can be swept: the scenario's numeric / boolean / choice fields. */
+  /**
+   * The parameters that can be swept: the scenario's numeric / boolean / choice fields.
+   * @param {SweepField[]} fields @param {boolean} [keepScenario]
+   */
   fieldsChanged(fields, keepScenario = false) {
     if (!keepScenario) this.scenarioFields = fields;
     if (this.onRun) fields = RUN_FIELDS;
@@ -107,7 +121,7 @@ export class SweepPanel {
     } else why.hidden = true;
   }
 
-  /** A sensible default list of values for a newly picked parameter. */
+  /** A sensible default list of values for a newly picked parameter. @param {'key'|'key2'} which @param {boolean} [keep] */
   keyChanged(which, keep = false) {
     if (this.fields) this.stepChanged();
     const key = $(`sweep-${which}`).value;
@@ -119,6 +133,7 @@ export class SweepPanel {
     input.placeholder = key ? 'e.g. 1,2,4' : '';
   }
 
+  /** @param {string} field a panel field: key, values, key2, values2 @param {string} message */
   showError(field, message) {
     const el = $(`sweep-${field}-error`);
     const about = field === 'values' ? $('sweep-key').value : field === 'values2' ? $('sweep-key2').value : '';
@@ -190,7 +205,11 @@ export class SweepPanel {
       });
   }
 
-  /** POST a sweep, show its progress, hand the answer to `done` or place its errors by field. */
+  /**
+   * POST a sweep, show its progress, hand the answer to `done` or place its errors by field.
+   * @param {string} url @param {object} body @param {string} progress
+   * @param {(data: {rows: import('./sweep.js').SweepRow[], recommendation?: string|null}) => void} done
+   */
   async post(url, body, progress, done) {
     const key = $('sweep-key').value, key2 = $('sweep-key2').value;
     const button = $('btn-sweep');
@@ -205,7 +224,7 @@ export class SweepPanel {
       done(data);
     } catch (err) {
       $('sweep-status').textContent = '';
-      const b = err instanceof ApiError ? err.body : null;
+      const b = /** @type {{errors?: unknown}|null} */ (err instanceof ApiError ? err.body : null);
       let placed = 0;
       for (const p of Array.isArray(b?.errors) ? b.errors : []) {
         const f = sweepErrorField(p.field, key, key2);
@@ -213,7 +232,8 @@ export class SweepPanel {
       }
       if (!placed) {
         const extra = b ? fieldErrors(b).map((p) => `${p.field}: ${p.message}`).join('; ') : '';
-        const why = err?.status === 429 ? 'another sweep is running; try again in a moment' : (b ? errorText(b) : err.message);
+        const why = err instanceof ApiError && err.status === 429 ? 'another sweep is running; try again in a moment'
+          : (b ? errorText(b) : err instanceof Error ? err.message : String(err));
         $('sweep-error').textContent = extra && !why.includes(extra) ? `${why} (${extra})` : why || String(err);
         $('sweep-error').hidden = false;
       }
@@ -222,6 +242,7 @@ export class SweepPanel {
     }
   }
 
+  /** @param {Shown} result */
   show(result) {
     $('sweep-result').hidden = false;
     $('sweep-rec').textContent = result.recommendation ? `Recommendation: ${result.recommendation}` : '';
@@ -232,7 +253,7 @@ export class SweepPanel {
     this.draw(result);
   }
 
-  /** A flat waiting line says nothing by itself: say why it is flat. */
+  /** A flat waiting line says nothing by itself: say why it is flat. @param {Shown} shown */
   flat({ rows, key, stepMs }) {
     const el = $('sweep-flat');
     const waits = (rows ?? []).map((r) => r.input_bound).filter((v) => typeof v === 'number');
@@ -253,6 +274,7 @@ export class SweepPanel {
     el.hidden = !text;
   }
 
+  /** @param {Shown} shown */
   table({ rows, key, key2 }) {
     const cols = [[key, key], ...(key2 ? [[key2, key2]] : []),
       ['batches_per_s', 'batches/s'], ['input_bound', 'training loop waiting'], ['worker_util', 'workers busy'],
@@ -271,7 +293,7 @@ export class SweepPanel {
         if (k === 'input_bound' || k === 'worker_util') td.textContent = typeof v === 'number' ? `${(v * 100).toFixed(0)} %` : '–';
         else if (k === 'wall') td.textContent = typeof v === 'number' ? `${fmt(v)} s` : '–';
         else td.textContent = v === undefined || v === null ? '–' : fmt(v, k === 'batches_per_s' ? 1 : 2);
-        if (k === 'input_bound' && v > 0.2) td.className = 'bad';
+        if (k === 'input_bound' && typeof v === 'number' && v > 0.2) td.className = 'bad';
         if (k === 'batches' && r.status && !['done', 'finished', 'ok'].includes(r.status)) td.textContent += ` (${r.status})`;
         tr.append(td);
       }
@@ -280,7 +302,7 @@ export class SweepPanel {
     $('sweep-table').replaceChildren(head, ...body);
   }
 
-  /** Two small charts side by side: batches/s (higher is better), and the share of time the training loop waits. */
+  /** Two small charts side by side: batches/s (higher is better), and the share of time the training loop waits. @param {Shown} shown */
   draw({ rows, key, key2, xs }) {
     const { xs: order, series } = sweepSeries(rows, key, key2, xs);
     const host = $('sweep-chart-host');
@@ -296,6 +318,7 @@ export class SweepPanel {
     const gap = 40, padL = 44, padR = 22, top = 22 + legendH, bottom = 32;
     const pw = (width - 2 * padL - padR - gap) / 2, ph = height - top - bottom;
     const bestRate = Math.max(...rows.map((r) => Number(r.batches_per_s) || 0));
+    /** @type {{title: string, metric: 'batches_per_s'|'input_bound', max: number, fmt: (v: number) => string}[]} */
     const charts = [
       { title: 'batches/s (higher is better)', metric: 'batches_per_s', max: niceMax(bestRate), fmt: (v) => fmt(v, 1) },
       { title: 'training loop waiting for data (lower is better)', metric: 'input_bound', max: 1, fmt: (v) => `${Math.round(v * 100)}%` },
@@ -304,7 +327,9 @@ export class SweepPanel {
     let points = 0;
     charts.forEach((ch, ci) => {
       const x0 = padL + ci * (pw + gap + padL), y0 = top;
+      /** @param {number} i */
       const X = (i) => x0 + (n === 1 ? pw / 2 : (i / (n - 1)) * pw);
+      /** @param {number} v */
       const Y = (v) => y0 + ph - (Math.max(0, Math.min(v, ch.max)) / ch.max) * ph;
       ctx.font = '600 11px system-ui, sans-serif';
       ctx.fillStyle = PALETTE.ink;
@@ -347,6 +372,6 @@ export class SweepPanel {
     }
     c.dataset.points = String(points);
     c.dataset.series = String(series.length);
-    c.setAttribute('aria-label', `sweep of ${key}${key2 ? ` by ${key2}` : ''}: ` + rows.map((r) => `${key}=${r[key]}${key2 ? ` ${key2}=${r[key2]}` : ''}: ${fmt(r.batches_per_s, 1)} batches/s, waiting ${Math.round(r.input_bound * 100)}%`).join('; '));
+    c.setAttribute('aria-label', `sweep of ${key}${key2 ? ` by ${key2}` : ''}: ` + rows.map((r) => `${key}=${r[key]}${key2 ? ` ${key2}=${r[key2]}` : ''}: ${fmt(r.batches_per_s, 1)} batches/s, waiting ${Math.round(Number(r.input_bound) * 100)}%`).join('; '));
   }
 }

@@ -19,27 +19,31 @@ export class SpanColumn {
 
   grow() {
     const cap = this.start.length * 2;
-    for (const key of ['start', 'end', 'cum']) {
+    for (const key of /** @type {const} */ (['start', 'end', 'cum'])) {
       const old = this[key];
       const next = new Float64Array(key === 'cum' ? cap + 1 : cap);
       next.set(old);
       this[key] = next;
     }
-    for (const key of ['idx', 'epoch', 'ref', 'ref2']) {
+    for (const key of /** @type {const} */ (['idx', 'epoch', 'ref', 'ref2'])) {
       const next = new Int32Array(cap);
       next.set(this[key]);
       this[key] = next;
     }
   }
 
-  /** Append a span; one that starts before the last is inserted in order (rare clock skew). */
+  /**
+   * Append a span; one that starts before the last is inserted in order (rare clock skew).
+   * @param {number} start @param {number} end @param {number} idx @param {number} epoch
+   * @param {number} [ref] @param {number} [ref2]
+   */
   push(start, end, idx, epoch, ref = -1, ref2 = -1) {
     if (end < start) end = start;
     if (this.n === this.start.length) this.grow();
     let i = this.n;
     if (i > 0 && start < this.start[i - 1]) {
       i = upperBound(this.start, this.n, start);
-      for (const key of ['start', 'end', 'idx', 'epoch', 'ref', 'ref2']) this[key].copyWithin(i + 1, i, this.n);
+      for (const key of /** @type {const} */ (['start', 'end', 'idx', 'epoch', 'ref', 'ref2'])) this[key].copyWithin(i + 1, i, this.n);
     }
     this.start[i] = start;
     this.end[i] = end;
@@ -51,14 +55,17 @@ export class SpanColumn {
     for (let k = i; k < this.n; k++) this.cum[k + 1] = this.cum[k] + (this.end[k] - this.start[k]);
   }
 
-  /** [i0, i1): spans that intersect [t0, t1]. Ends are monotone because spans do not overlap. */
+  /**
+   * [i0, i1): spans that intersect [t0, t1]. Ends are monotone because spans do not overlap.
+   * @param {number} t0 @param {number} t1 @returns {[number, number]}
+   */
   visible(t0, t1) {
     const i0 = lowerBound(this.end, this.n, t0);
     const i1 = upperBound(this.start, this.n, t1);
     return [i0, Math.max(i0, i1)];
   }
 
-  /** Total span time inside [a, b). */
+  /** Total span time inside [a, b). @param {number} a @param {number} b */
   busy(a, b) {
     if (b <= a || this.n === 0) return 0;
     const i = upperBound(this.end, this.n, a); // first span ending after a
@@ -70,7 +77,7 @@ export class SpanColumn {
     return Math.max(0, sum);
   }
 
-  /** Busy fraction of each of `buckets` equal slices of [t0, t1). */
+  /** Busy fraction of each of `buckets` equal slices of [t0, t1). @param {number} t0 @param {number} t1 @param {number} buckets */
   occupancy(t0, t1, buckets) {
     const out = new Float32Array(buckets);
     const w = (t1 - t0) / buckets;
@@ -82,14 +89,14 @@ export class SpanColumn {
     return out;
   }
 
-  /** The span containing time t, or -1. */
+  /** The span containing time t, or -1. @param {number} t */
   at(t) {
     const i = upperBound(this.start, this.n, t) - 1;
     return i >= 0 && this.end[i] >= t ? i : -1;
   }
 }
 
-/** First i in [0, n) with arr[i] >= v (n if none). */
+/** First i in [0, n) with arr[i] >= v (n if none). @param {ArrayLike<number>} arr @param {number} n @param {number} v */
 export function lowerBound(arr, n, v) {
   let lo = 0, hi = n;
   while (lo < hi) {
@@ -99,7 +106,7 @@ export function lowerBound(arr, n, v) {
   return lo;
 }
 
-/** First i in [0, n) with arr[i] > v (n if none). */
+/** First i in [0, n) with arr[i] > v (n if none). @param {ArrayLike<number>} arr @param {number} n @param {number} v */
 export function upperBound(arr, n, v) {
   let lo = 0, hi = n;
   while (lo < hi) {
@@ -120,7 +127,7 @@ export class TimelineStore {
     this.pin = new SpanColumn();
     /** @type {Map<number, number>} pin_start times of batches still being pinned (this epoch) */
     this.pinOpen = new Map();
-    /** @type {Record<string, any>} run_start's config (whether pinning was asked for) */
+    /** @type {import('./types.js').LoaderConfig} run_start's config (whether pinning was asked for) */
     this.config = {};
     /** @type {{start:number, idx:number}|null} the training loop is stuck inside next() since start */
     this.consumerOpen = null;
@@ -143,6 +150,7 @@ export class TimelineStore {
     this.version = 0; // bumps whenever something visible changes
   }
 
+  /** @param {number} worker */
   row(worker) {
     let col = this.workers.get(worker);
     if (col === undefined) {
@@ -152,8 +160,10 @@ export class TimelineStore {
     return col;
   }
 
-  /** @param {any} e an event @param {number} [row] its row in `table` */
-  apply(e, row = -1) {
+  /** @param {import('./types.js').LoaderEvent} event an event @param {number} [row] its row in `table` */
+  apply(event, row = -1) {
+    // known kinds only reach the switch's cases: their required fields were checked (types.js KnownEvent)
+    const e = /** @type {import('./types.js').KnownEvent} */ (event);
     const t = e.t;
     if (typeof t === 'number') {
       if (t < this.tmin) this.tmin = t;
@@ -203,7 +213,10 @@ export class TimelineStore {
         this.consumerOpen = null;
         break;
       case 'worker_stuck':
-        if (this.open.get(e.worker)?.idx === e.idx) this.open.get(e.worker).stuck = true;
+        {
+          const open = this.open.get(e.worker);
+          if (open?.idx === e.idx) open.stuck = true;
+        }
         this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} stuck on task ${e.idx} for ${(+e.elapsed).toFixed(1)} s` });
         break;
       case 'worker_died':
@@ -226,12 +239,12 @@ export class TimelineStore {
     this.version += 1;
   }
 
-  /** The event behind a span's ref (null without a table). */
+  /** The event behind a span's ref (null without a table). @param {number} row */
   eventAt(row) {
     return this.table && row >= 0 && row < this.table.length ? this.table.get(row) : null;
   }
 
-  /** Sample indices and count of the task behind a dispatch row. */
+  /** Sample indices and count of the task behind a dispatch row. @param {number} row */
   samplesAt(row) {
     const e = this.eventAt(row);
     return e ? { indices: e.indices ?? null, n: e.n ?? (e.indices ? e.indices.length : 0) } : null;
@@ -241,6 +254,7 @@ export class TimelineStore {
 /**
  * The time window to show. `follow` fits the whole run (plus running fetches up to `now`), from the
  * loader's first event after run_start on, not from the clock's zero.
+ * @param {TimelineStore} store @param {number} now
  * @returns {{t0:number, t1:number}}
  */
 export function fitWindow(store, now) {
@@ -249,7 +263,11 @@ export function fitWindow(store, now) {
   return { t0, t1: t1 + (t1 - t0) * 0.02 };
 }
 
-/** Zoom [t0, t1] by `factor` (<1 zooms in) around time `at`, clamped to a sane range. */
+/**
+ * Zoom [t0, t1] by `factor` (<1 zooms in) around time `at`, clamped to a sane range.
+ * @param {TimeWindow} view @param {number} at @param {number} factor @param {number} [minSpan]
+ * @returns {TimeWindow}
+ */
 export function zoomWindow({ t0, t1 }, at, factor, minSpan = 1e-5) {
   const span = Math.max((t1 - t0) * factor, minSpan);
   const rel = (at - t0) / (t1 - t0 || 1);
@@ -257,12 +275,14 @@ export function zoomWindow({ t0, t1 }, at, factor, minSpan = 1e-5) {
   return { t0: n0, t1: n0 + span };
 }
 
-/** Pan by dt seconds. */
+/** Pan by dt seconds. @param {TimeWindow} view @param {number} dt @returns {TimeWindow} */
 export function panWindow({ t0, t1 }, dt) {
   return { t0: t0 + dt, t1: t1 + dt };
 }
 
-/** "Nice" tick positions for an axis over [t0, t1] with about `count` ticks. */
+/** @typedef {{t0: number, t1: number}} TimeWindow a time window (s) */
+
+/** "Nice" tick positions for an axis over [t0, t1] with about `count` ticks. @param {number} t0 @param {number} t1 */
 export function ticks(t0, t1, count = 8) {
   const span = t1 - t0;
   if (!(span > 0)) return { step: 1, values: [] };
@@ -274,7 +294,7 @@ export function ticks(t0, t1, count = 8) {
   return { step, values };
 }
 
-/** Format seconds for humans: 850 µs, 12.3 ms, 1.25 s. */
+/** Format seconds for humans: 850 µs, 12.3 ms, 1.25 s. @param {number} s */
 export function fmtDuration(s) {
   if (!Number.isFinite(s)) return '–';
   const a = Math.abs(s);

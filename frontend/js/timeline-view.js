@@ -20,8 +20,17 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
 
 /**
  * @typedef {{store: import('./timeline-store.js').TimelineStore, label: string, offset: number,
- *   inProcess?: boolean, pin?: {mode:string, short:string, why:string}, slow?: number[]}} Track
- * `offset` (s) is added to the track's run times to put several ranks on one clock.
+ *   inProcess?: boolean, pin?: import('./pin.js').PinStage, slow?: number[], primary?: boolean}} Track
+ * `offset` (s) is added to the track's run times to put several ranks on one clock; `primary`: the
+ * selected rank's.
+ * @typedef {{track: Track, y: number, h: number, label: string}} RowBox
+ * @typedef {RowBox & ({kind: 'worker', wid: number} | {kind: 'pin', pin: import('./pin.js').PinStage}
+ *   | {kind: 'group' | 'consumer'})} Row
+ * @typedef {{rows: Row[], rh: number, height: number, width: number}} Geometry
+ * @typedef {{ctx: CanvasRenderingContext2D, g: Geometry, t0: number, t1: number, X: (t: number) => number,
+ *   plotW: number, nowT: number}} DrawFrame what one draw() hands each part
+ * @typedef {{track: Track, worker: number, idx: number, epoch: number}} SpanHit a clicked fetch span
+ * @typedef {import('./timeline-store.js').SpanColumn} SpanColumn
  */
 
 export class TimelineView {
@@ -49,7 +58,12 @@ export class TimelineView {
     this.follow = true;
     this.view = { t0: 0, t1: 1 };
     this.drawn = '';
+    /** @type {{x: number, y: number}|null} */
     this.hover = null;
+    /** @type {Geometry|null} the rows of the last draw (hit tests use it) */
+    this.geo = null;
+    /** @type {(t: number) => number} canvas x of a time on the first track's clock (set by draw) */
+    this.X = (t) => t;
     this.lastFrameMs = 0;
     this.mode = 'spans';
     this.lastDrawWall = 0;
@@ -59,8 +73,9 @@ export class TimelineView {
     this.playhead = null;
     /** @type {((t:number) => void)|null} the user clicked or dragged on the axis */
     this.onSeek = null;
+    /** @type {(() => void)|null} */
     this.onInvalidate = null;
-    /** @type {((span:{track:any, worker:number, idx:number, epoch:number}) => void)|null} a fetch span was clicked */
+    /** @type {((span: SpanHit) => void)|null} a fetch span was clicked */
     this.onSpanClick = null;
     this.bind();
   }
@@ -74,6 +89,7 @@ export class TimelineView {
     return this.primary.store;
   }
 
+  /** @param {import('./timeline-store.js').TimelineStore} s */
   set store(s) {
     this.tracks = [{ ...this.tracks[0], store: s }];
   }
@@ -84,12 +100,13 @@ export class TimelineView {
     this.invalidate();
   }
 
-  /** Rows top to bottom: group headers (several ranks), workers, pin thread, consumer. */
+  /** Rows top to bottom: group headers (several ranks), workers, pin thread, consumer. @returns {Geometry} */
   geometry() {
     const multi = this.tracks.length > 1;
     let lanes = 0;
     for (const tr of this.tracks) lanes += tr.store.workers.size;
     const rh = lanes <= 8 ? 22 : lanes <= 16 ? 14 : lanes <= 40 ? 9 : lanes <= 72 ? 8 : 6;
+    /** @type {Row[]} */
     const rows = [];
     let y = AXIS;
     for (const tr of this.tracks) {
@@ -104,7 +121,7 @@ export class TimelineView {
       }
       if (tr.pin && tr.pin.mode !== 'none') {
         y += 3;
-        rows.push({ kind: 'pin', track: tr, y, h: PIN_H, label: 'pin memory' });
+        rows.push({ kind: 'pin', track: tr, pin: tr.pin, y, h: PIN_H, label: 'pin memory' });
         y += PIN_H;
       }
       y += 4;
@@ -114,10 +131,11 @@ export class TimelineView {
     return { rows, rh, height: y + 2, width: Math.max(this.width, 400) };
   }
 
-  /** Time at canvas x (first track's clock). */
+  /** Time at canvas x (first track's clock). @param {number} x */
   timeAt(x) {
-    const g = this.geo;
-    return this.view.t0 + ((x - GUTTER) / (g.width - GUTTER)) * (this.view.t1 - this.view.t0);
+    // before the first draw (a wheel or click in its first frame), the width geometry() will draw
+    const width = this.geo ? this.geo.width : Math.max(this.width, 400);
+    return this.view.t0 + ((x - GUTTER) / (width - GUTTER)) * (this.view.t1 - this.view.t0);
   }
 
   bind() {
@@ -132,6 +150,7 @@ export class TimelineView {
       this.follow = false;
       this.invalidate();
     }, { passive: false });
+    /** @type {{scrub: true} | {scrub?: false, x: number, view: {t0: number, t1: number}, moved: boolean} | null} */
     let drag = null;
     c.addEventListener('pointerdown', (ev) => {
       const rect = c.getBoundingClientRect();
@@ -154,7 +173,7 @@ export class TimelineView {
         const dx = ev.clientX - drag.x;
         if (Math.abs(dx) > 2) {
           drag.moved = true;
-          const dt = -(dx / (this.geo.width - GUTTER)) * (drag.view.t1 - drag.view.t0);
+          const dt = -(dx / ((this.geo?.width ?? this.width) - GUTTER)) * (drag.view.t1 - drag.view.t0);
           this.view = panWindow(drag.view, dt);
           this.follow = false;
           this.invalidate();
@@ -180,15 +199,15 @@ export class TimelineView {
     });
   }
 
-  /** The fetch span under canvas point (x, y): {track, worker, idx, epoch}, or null. */
+  /** The fetch span under canvas point (x, y), or null. @param {number} x @param {number} y @returns {SpanHit|null} */
   spanAt(x, y) {
     const g = this.geo;
-    const row = g.rows.find((r) => y >= r.y && y < r.y + r.h);
-    if (!row || row.kind !== 'worker' || x < GUTTER) return null;
+    const row = g?.rows.find((r) => y >= r.y && y < r.y + r.h);
+    if (!g || !row || row.kind !== 'worker' || x < GUTTER) return null;
     const col = row.track.store.workers.get(row.wid);
     const t = this.timeAt(x) - row.track.offset;
     const i = col ? nearest(col, t, (2 / (g.width - GUTTER)) * (this.view.t1 - this.view.t0)) : -1;
-    return i < 0 ? null : { track: row.track, worker: row.wid, idx: col.idx[i], epoch: col.epoch[i] };
+    return !col || i < 0 ? null : { track: row.track, worker: row.wid, idx: col.idx[i], epoch: col.epoch[i] };
   }
 
   fit() {
@@ -202,7 +221,7 @@ export class TimelineView {
     this.onInvalidate?.();
   }
 
-  /** The whole loaded run, on the first track's clock. */
+  /** The whole loaded run, on the first track's clock. @param {number} now */
   fitView(now) {
     let t0 = Infinity, t1 = -Infinity;
     for (const tr of this.tracks) {
@@ -250,7 +269,7 @@ export class TimelineView {
     ctx.clearRect(0, 0, g.width, g.height);
     const { t0, t1 } = this.view;
     const plotW = g.width - GUTTER;
-    const X = (t) => GUTTER + ((t - t0) / (t1 - t0)) * plotW;
+    const X = (/** @type {number} */ t) => GUTTER + ((t - t0) / (t1 - t0)) * plotW;
     this.X = X;
 
     const frame = { ctx, g, t0, t1, X, plotW, nowT: clock.live ? clock.now : store.tmax };
@@ -278,7 +297,7 @@ export class TimelineView {
     return true;
   }
 
-  /** The time axis: the scrubber strip, ticks and grid lines. */
+  /** The time axis: the scrubber strip, ticks and grid lines. @param {DrawFrame} frame */
   drawAxis({ ctx, g, t0, t1, X, plotW }) {
     ctx.fillStyle = this.onSeek ? '#141c27' : '#10161e';
     ctx.fillRect(GUTTER, 0, plotW, AXIS - 4);
@@ -298,7 +317,7 @@ export class TimelineView {
     ctx.fillText(this.onSeek && this.playhead !== null ? 'run time (seek ▸)' : 'run time →', 6, 12);
   }
 
-  /** A rank's header row (several ranks). */
+  /** A rank's header row (several ranks). @param {DrawFrame} frame @param {Row} row */
   drawGroup({ ctx, g }, row) {
     ctx.fillStyle = '#1a2230';
     ctx.fillRect(0, row.y, g.width, row.h);
@@ -310,6 +329,8 @@ export class TimelineView {
   /**
    * What every row starts with: its background, its name in the gutter, and a clip to its plot
    * area (restored by the caller). `label` false: the name is left out (thin rows).
+   * @param {DrawFrame} frame @param {Row} row @param {string} bg @param {string} ink @param {string} font
+   * @param {number} labelY @param {boolean} [label]
    */
   rowFrame({ ctx, plotW }, row, bg, ink, font, labelY, label = true) {
     ctx.fillStyle = bg;
@@ -326,9 +347,11 @@ export class TimelineView {
   /**
    * A span with no end yet (a fetch in progress, a wait inside next()): drawn up to now, outlined,
    * and labelled when it is stuck and wide enough for the words.
+   * @param {DrawFrame} frame @param {Track} tr @param {number} start @param {number} y @param {number} h
+   * @param {{fill: string, alpha: number, stroke: string, lineWidth: number, inset: number, minWidth: number, text: string}} o
    */
   openSpan({ ctx, g, nowT }, tr, start, y, h, o) {
-    const Xo = (t) => this.X(t + tr.offset);
+    const Xo = (/** @type {number} */ t) => this.X(t + tr.offset);
     const end = tr === this.primary ? nowT : tr.store.tmax;
     const x0 = Math.max(GUTTER, Xo(start)), x1 = Math.min(g.width, Xo(Math.max(end, start)));
     ctx.fillStyle = o.fill;
@@ -346,7 +369,7 @@ export class TimelineView {
     }
   }
 
-  /** A worker's fetches, and the fetch in progress (outlined red when stuck). */
+  /** A worker's fetches, and the fetch in progress (outlined red when stuck). @param {DrawFrame} frame @param {Row & {kind: 'worker'}} row @param {number} r */
   drawWorkerRow(frame, row, r) {
     const { ctx, t0, t1, plotW } = frame;
     const tr = row.track, off = tr.offset;
@@ -369,13 +392,13 @@ export class TimelineView {
     return aggregated;
   }
 
-  /** The pin thread's copies; hatched with the reason when pinning is off. */
+  /** The pin thread's copies; hatched with the reason when pinning is off. @param {DrawFrame} frame @param {Row & {kind: 'pin'}} row */
   drawPinRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
-    const tr = row.track, off = tr.offset;
+    const tr = row.track, off = tr.offset, pin = row.pin;
     this.rowFrame(frame, row, '#101a1f', '#8fd3e0', '11px system-ui, sans-serif', 12);
     let aggregated = false;
-    if (tr.pin.mode === 'active') {
+    if (pin.mode === 'active') {
       aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 2, row.h - 4, plotW, { lightness: 45 }, PALETTE.pin);
     } else {
       ctx.fillStyle = '#1a222c';
@@ -389,13 +412,13 @@ export class TimelineView {
       }
       ctx.fillStyle = PALETTE.dim;
       ctx.font = '10.5px system-ui, sans-serif';
-      ctx.fillText(`pinning ${tr.pin.short}: ${tr.pin.box}`, GUTTER + 8, row.y + 12);
+      ctx.fillText(`pinning ${pin.short}: ${pin.box}`, GUTTER + 8, row.y + 12);
     }
     ctx.restore();
     return aggregated;
   }
 
-  /** The training loop's waits in next(), an unfinished wait (stuck), and the slowest-rank ticks. */
+  /** The training loop's waits in next(), an unfinished wait (stuck), and the slowest-rank ticks. @param {DrawFrame} frame @param {Row} row */
   drawConsumerRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
     const tr = row.track, off = tr.offset;
@@ -418,7 +441,7 @@ export class TimelineView {
     return aggregated;
   }
 
-  /** Epoch boundaries: dashed lines with the epoch's number. */
+  /** Epoch boundaries: dashed lines with the epoch's number. @param {DrawFrame} frame */
   drawEpochs({ ctx, g, t0, t1, X }) {
     ctx.strokeStyle = '#5b6b82';
     ctx.setLineDash([3, 3]);
@@ -436,7 +459,7 @@ export class TimelineView {
     ctx.setLineDash([]);
   }
 
-  /** The future, when the playhead is behind the end: dimmed. */
+  /** The future, when the playhead is behind the end: dimmed. @param {DrawFrame} frame */
   drawFuture({ ctx, g, X }) {
     if (this.playhead === null) return;
     const px = X(this.playhead);
@@ -445,7 +468,7 @@ export class TimelineView {
     ctx.fillRect(Math.max(GUTTER, px), AXIS, g.width - Math.max(GUTTER, px), g.height - AXIS);
   }
 
-  /** Markers on the axis: stuck, died, errors, timeouts. */
+  /** Markers on the axis: stuck, died, errors, timeouts. @param {DrawFrame} frame */
   drawMarks({ ctx, t0, t1, X }) {
     ctx.fillStyle = PALETTE.stuck;
     for (const tr of this.tracks) {
@@ -462,7 +485,7 @@ export class TimelineView {
     }
   }
 
-  /** The playhead: a line through every row and a handle on the axis. */
+  /** The playhead: a line through every row and a handle on the axis. @param {DrawFrame} frame */
   drawPlayhead({ ctx, g, X }) {
     if (this.playhead === null) return;
     const px = X(this.playhead);
@@ -476,6 +499,7 @@ export class TimelineView {
     ctx.fill();
   }
 
+  /** @param {Geometry} g @param {number} nowT */
   hoverTip(g, nowT) {
     const h = this.hover;
     if (!h || h.x < GUTTER) { this.tip.hidden = true; return; }
@@ -495,7 +519,7 @@ export class TimelineView {
         const open = store.open.get(row.wid);
         const i = col ? nearest(col, t, slack) : -1;
         const who = `${rank}${row.label}`;
-        if (i >= 0) {
+        if (col && i >= 0) {
           const samples = store.samplesAt(col.ref2[i]);
           const end = store.eventAt(col.ref[i]);
           text = `task ${col.idx[i]} (epoch ${col.epoch[i]}) · ${who}\nfetch took ${fmtDuration(col.end[i] - col.start[i])}` +
@@ -507,7 +531,7 @@ export class TimelineView {
           text = `${who} idle at ${fmtDuration(t)}`;
         }
       } else if (row.kind === 'pin') {
-        const i = tr.pin.mode === 'active' ? nearest(store.pin, t, slack) : -1;
+        const i = row.pin.mode === 'active' ? nearest(store.pin, t, slack) : -1;
         if (i >= 0) {
           const e = store.eventAt(store.pin.ref[i]);
           const mb = e?.nbytes ? e.nbytes / 1e6 : null;
@@ -515,7 +539,7 @@ export class TimelineView {
           text = `${rank}task ${store.pin.idx[i]} pinned in ${fmtDuration(dt)}` +
             (mb !== null ? `\n${mb.toFixed(2)} MB${dt > 0 ? ` at ${(mb / dt).toFixed(0)} MB/s` : ''}` : '') +
             (e?.pinned === false ? '\nNOT pinned (a custom batch type needs pin_memory())' : '');
-        } else text = tr.pin.mode === 'active' ? `${rank}pin thread idle` : `${rank}${tr.pin.why}`;
+        } else text = row.pin.mode === 'active' ? `${rank}pin thread idle` : `${rank}${row.pin.why}`;
       } else {
         const col = store.consumer;
         const i = nearest(col, t, slack * 2);
@@ -534,7 +558,7 @@ export class TimelineView {
   }
 }
 
-/** The span under t (within slack), or -1. */
+/** The span under t (within slack), or -1. @param {SpanColumn} col @param {number} t @param {number} slack */
 function nearest(col, t, slack) {
   let i = col.at(t);
   if (i >= 0) return i;
@@ -553,7 +577,7 @@ const HUE_STEP = 10; // degrees; golden-angle neighbours stay far apart after ro
 /** @type {Map<string, string>} */
 const roundedColors = new Map();
 
-/** A task's colour with its hue rounded to HUE_STEP: a few dozen colours for any number of tasks. */
+/** A task's colour with its hue rounded to HUE_STEP: a few dozen colours for any number of tasks. @param {number} idx @param {number} lightness */
 function roundedColor(idx, lightness) {
   const hue = (Math.round(taskHue(idx) / HUE_STEP) * HUE_STEP) % 360;
   const key = `${hue}:${lightness}`;
@@ -569,7 +593,9 @@ function roundedColor(idx, lightness) {
  * one rectangle per run of equal columns. In software rendering a fill costs about 0.7 µs and a
  * change of fill colour about 2 µs, so with many thin rows the calls, not the arithmetic, are
  * what a frame costs.
- * @param {Paint} paint
+ * @param {CanvasRenderingContext2D} ctx @param {SpanColumn} col @param {number} t0 @param {number} t1
+ * @param {(t: number) => number} X @param {number} y @param {number} h @param {number} plotW
+ * @param {Paint} paint @param {string} aggColor @param {boolean} [zeroTicks]
  */
 export function drawRow(ctx, col, t0, t1, X, y, h, plotW, paint, aggColor, zeroTicks = false) {
   const [i0, i1] = col.visible(t0, t1);
@@ -584,7 +610,8 @@ export function drawRow(ctx, col, t0, t1, X, y, h, plotW, paint, aggColor, zeroT
 /**
  * Spans one by one, grouped by colour (a dense row's hues rounded), then the dark edges that part
  * neighbouring spans wider than 3 px.
- * @param {Paint} paint
+ * @param {CanvasRenderingContext2D} ctx @param {SpanColumn} col @param {number} i0 @param {number} i1
+ * @param {(t: number) => number} X @param {number} y @param {number} h @param {Paint} paint @param {boolean} zeroTicks
  */
 function drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks) {
   const dense = i1 - i0 > DENSE_SPANS;
@@ -612,7 +639,10 @@ function drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks) {
   fillRects(ctx, 'rgba(0,0,0,0.35)', edges, y, h);
 }
 
-/** @param {number[]} rects x, width, x, width, ... all from y to y + h */
+/**
+ * @param {CanvasRenderingContext2D} ctx @param {string} color
+ * @param {number[]} rects x, width, x, width, ... all from y to y + h @param {number} y @param {number} h
+ */
 function fillRects(ctx, color, rects, y, h) {
   if (!rects.length) return;
   ctx.fillStyle = color;
@@ -622,10 +652,12 @@ function fillRects(ctx, color, rects, y, h) {
 /**
  * How busy each column was, as bars from the row's floor: the busy share is rounded to the row's
  * whole pixels (all a bar can show), so neighbouring columns alike make one rectangle.
+ * @param {CanvasRenderingContext2D} ctx @param {Float32Array} occ @param {number} x0 @param {number} y
+ * @param {number} h @param {number} plotW @param {string} color
  */
 function drawOccupancy(ctx, occ, x0, y, h, plotW, color) {
   const bw = plotW / occ.length;
-  const level = (v) => (v > 0 ? Math.max(1, Math.round(h * v)) : 0);
+  const level = (/** @type {number} */ v) => (v > 0 ? Math.max(1, Math.round(h * v)) : 0);
   ctx.fillStyle = color;
   let k = 0;
   while (k < occ.length) {
@@ -641,6 +673,7 @@ function drawOccupancy(ctx, occ, x0, y, h, plotW, color) {
   ctx.globalAlpha = 1;
 }
 
+/** @param {number} v @param {number} step */
 function fmtTick(v, step) {
   if (step >= 1) return `${v.toFixed(0)} s`;
   if (step >= 0.001) return `${(v * 1000).toFixed(0)} ms`;

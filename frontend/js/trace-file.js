@@ -10,6 +10,21 @@ export const VERSION = 1;
 export const MAX_LINE_BYTES = 1 << 20;
 export const MAX_TRACE_BYTES = 2 ** 31; // ~16M events, ~1.5 GB of page memory at ~95 bytes an event
 
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
+/** @typedef {Record<string, unknown>} TraceHeader a trace's first line: {format, version, ...} */
+/** @typedef {import('./event-table.js').TableParts} TableParts */
+/**
+ * What the page and a parsing worker (trace-worker.js) say to each other. To the worker: a segment
+ * to read, or a batch's buffers handed back (`ack`). From it: the header (first segment), batches
+ * of rows, then the segment's end: `done`, `error` (a damaged line), or `failed` (anything else).
+ * @typedef {{type?: undefined, blob: Blob, segment: number, source: string, header: boolean}} SegmentJob
+ * @typedef {{type: 'ack', parts: TableParts}} BatchAck
+ * @typedef {{type: 'done', segment: number, lines: number}
+ *   | {type: 'error' | 'failed', segment: number, message: string, at: {line: number, detail: string}|null}} SegmentEnd
+ * @typedef {{type: 'header', header: TraceHeader} | {type: 'rows', segment: number, parts: TableParts, bytes: number}
+ *   | SegmentEnd} WorkerReply
+ */
+
 export class TraceError extends Error {
   /**
    * @param {string} message
@@ -21,21 +36,23 @@ export class TraceError extends Error {
   }
 }
 
-/** Check a trace's first line; returns the header. */
+/** Check a trace's first line; returns the header. @param {string} line @param {string} source @returns {TraceHeader} */
 export function checkHeader(line, source) {
+  /** @type {unknown} */
   let head;
   try {
     head = JSON.parse(line);
   } catch {
     throw new TraceError(`${source} is not a loaderscope trace: its first line is not JSON`);
   }
-  if (head === null || typeof head !== 'object' || Array.isArray(head) || head.format !== FORMAT) {
+  const h = head !== null && typeof head === 'object' && !Array.isArray(head) ? /** @type {TraceHeader} */ (head) : null;
+  if (h === null || h.format !== FORMAT) {
     throw new TraceError(`${source} is not a loaderscope trace: the first line must be a header {"format": "${FORMAT}", "version": ${VERSION}, ...}`);
   }
-  if (head.version !== VERSION) {
-    throw new TraceError(`${source} is a version ${JSON.stringify(head.version)} trace; this loaderscope reads version ${VERSION}: open it with the loaderscope that wrote it (${head.loaderscope ?? 'unknown'})`);
+  if (h.version !== VERSION) {
+    throw new TraceError(`${source} is a version ${JSON.stringify(h.version)} trace; this loaderscope reads version ${VERSION}: open it with the loaderscope that wrote it (${h.loaderscope ?? 'unknown'})`);
   }
-  return head;
+  return h;
 }
 
 /**
@@ -45,7 +62,7 @@ export function checkHeader(line, source) {
  */
 export class TraceReader {
   /**
-   * @param {{source:string, onHeader:(h:any)=>void, onEvent:(e:any)=>void, header?:boolean, accept?:(e:any)=>boolean, acceptLine?:(text:string, start:number, end:number)=>boolean}} o
+   * @param {{source:string, onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, header?:boolean, accept?:(e:LoaderEvent)=>boolean, acceptLine?:(text:string, start:number, end:number)=>boolean}} o
    * `header: false` reads a later piece of a file (from a line start on): every line is an event.
    * `accept` may take an event it has checked itself as strictly as the schema does (returning
    * true), so that it is not checked twice; what it refuses is checked and goes to `onEvent`.
@@ -61,6 +78,7 @@ export class TraceReader {
     this.onEvent = onEvent;
     this.carry = '';
     this.line = 0;
+    /** @type {TraceHeader|null} */
     this.header = null;
     this.events = 0;
   }
@@ -100,6 +118,7 @@ export class TraceReader {
     if (this.line === 0 && this.withHeader) throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
   }
 
+  /** One line, text[start, end). @param {string} text @param {number} start @param {number} end */
   take(text, start, end) {
     this.line += 1;
     if (end - start > MAX_LINE_BYTES) throw this.damaged(this.line, `longer than ${MAX_LINE_BYTES} bytes`);
@@ -114,20 +133,23 @@ export class TraceReader {
     }
     const line = text.slice(start, end);
     if (!line.trim()) return;
+    /** @type {unknown} */
     let e;
     try {
       e = JSON.parse(line);
     } catch {
       throw this.damaged(this.line, 'not valid JSON (a truncated or edited file?)');
     }
-    if (e === null || typeof e !== 'object' || !this.accept(e)) {
+    // accept() checks as strictly as the schema what it takes (an object that is no event it refuses)
+    if (e === null || typeof e !== 'object' || !this.accept(/** @type {LoaderEvent} */ (e))) {
       const bad = invalidReason(e);
       if (bad !== null) throw this.damaged(this.line, bad);
-      this.onEvent(e);
+      this.onEvent(/** @type {LoaderEvent} */ (e)); // invalidReason found nothing wrong
     }
     this.events += 1;
   }
 
+  /** @param {number} line @param {string} detail */
   damaged(line, detail) {
     return new TraceError(`${this.source}, line ${line}: ${detail}`, { line, detail });
   }
@@ -136,7 +158,7 @@ export class TraceReader {
 /**
  * Read a File (or Blob) through a TraceReader, yielding to the page between slices.
  * @param {Blob & {name?:string}} file
- * @param {{onHeader:(h:any)=>void, onEvent:(e:any)=>void, onProgress?:(done:number, total:number)=>void, sliceMs?:number}} o
+ * @param {{onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, onProgress?:(done:number, total:number)=>void, sliceMs?:number}} o
  */
 export async function readTraceFile(file, { onHeader, onEvent, onProgress, sliceMs = 60 }) {
   const source = checkSize(file);
@@ -163,11 +185,11 @@ export async function readTraceFile(file, { onHeader, onEvent, onProgress, slice
   return { header: reader.header, events: reader.events };
 }
 
-/** The file's name for messages; refuses a file larger than the page holds before reading it. */
+/** The file's name for messages; refuses a file larger than the page holds before reading it. @param {Blob & {name?:string}} file */
 function checkSize(file) {
   const source = file.name || 'the file';
   if (file.size > MAX_TRACE_BYTES) {
-    const mib = (n) => (n / 2 ** 20).toFixed(0);
+    const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(0);
     throw new TraceError(`${source} is ${mib(file.size)} MiB, more than the ${mib(MAX_TRACE_BYTES)} MiB a page opens; open it with \`loaderscope serve --open FILE\` or split the run`);
   }
   return source;
@@ -202,12 +224,20 @@ export async function lineStarts(file, step = SEGMENT_BYTES) {
  * `onRows`, each event rebuilt through `onEvent`. A damaged line stops the read there, as in
  * readTraceFile.
  * @param {Blob & {name?:string}} file
- * @param {{onHeader:(h:any)=>void, onEvent?:(e:any)=>void, onRows?:(rows:EventTable)=>void, onProgress?:(done:number, total:number)=>void, workers?:number, segmentBytes?:number}} o
+ * @param {{onHeader:(h:TraceHeader)=>void, onEvent?:(e:LoaderEvent)=>void, onRows?:(rows:EventTable)=>void, onProgress?:(done:number, total:number)=>void, workers?:number, segmentBytes?:number}} o
+ * @returns {Promise<{header: TraceHeader|null, events: number}>}
  */
 export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, onProgress, workers = 2, segmentBytes = SEGMENT_BYTES }) {
-  const take = onRows ?? ((rows) => { for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i)); });
+  const take = onRows ?? ((/** @type {EventTable} */ rows) => { for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i)); });
   const source = checkSize(file);
   const cuts = await lineStarts(file, segmentBytes);
+  /**
+   * A segment of the file: its byte range, the batches its worker sent and the page has not
+   * applied yet, and how the worker ended it (null: still reading).
+   * @typedef {{start: number, end: number, queue: Array<{parts: TableParts, bytes: number, worker: Worker}>,
+   *   last: SegmentEnd|null}} Segment
+   */
+  /** @type {Segment[]} */
   const segments = cuts.slice(0, -1).map((start, k) => ({ start, end: cuts[k + 1], queue: [], last: null }));
   const pool = Array.from({ length: Math.min(workers, segments.length) },
     () => new Worker(new URL('./trace-worker.js', import.meta.url), { type: 'module' }));
@@ -216,6 +246,7 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, 
       let current = 0; // the segment being applied
       let lines = 0; // lines of the segments before it
       let events = 0;
+      /** @type {TraceHeader|null} */
       let header = null;
       let scheduled = false;
       // Apply what has come, in file order, for at most APPLY_SLICE_MS; then let the page breathe.
@@ -224,8 +255,9 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, 
         const t0 = performance.now();
         while (current < segments.length) {
           const seg = segments[current];
-          if (seg.queue.length) {
-            const { parts, bytes, worker } = seg.queue.shift();
+          const batch = seg.queue.shift();
+          if (batch) {
+            const { parts, bytes, worker } = batch;
             const rows = EventTable.fromParts(parts);
             take(rows);
             events += rows.length;
@@ -247,7 +279,7 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, 
       };
       const later = () => { if (!scheduled) { scheduled = true; setTimeout(step, 0); } };
       pool.forEach((worker) => {
-        worker.onmessage = ({ data }) => {
+        worker.onmessage = (/** @type {MessageEvent<WorkerReply>} */ { data }) => {
           if (data.type === 'header') onHeader((header = data.header));
           else if (data.type === 'rows') segments[data.segment].queue.push({ ...data, worker });
           else segments[data.segment].last = data;
@@ -262,7 +294,10 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, 
   }
 }
 
-/** The error a worker reported for a segment, its line counted from the file's start. */
+/**
+ * The error a worker reported for a segment, its line counted from the file's start.
+ * @param {Exclude<SegmentEnd, {type: 'done'}>} last @param {number} linesBefore @param {string} source
+ */
 function failure(last, linesBefore, source) {
   if (last.type === 'failed') return new Error(last.message);
   if (!last.at) return new TraceError(last.message);

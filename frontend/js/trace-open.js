@@ -11,16 +11,17 @@ import { readTraceFileInWorkers, TraceError } from './trace-file.js';
 const PARSERS = Number(new URLSearchParams(globalThis.location?.search).get('parsers')) ||
   Math.max(1, Math.min(3, (globalThis.navigator?.hardwareConcurrency ?? 2) - 1));
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /**
  * What a finished read hands to the page.
  * @typedef {{tracks: Track[], files: number, events: number, ms: number, bytes: number}} Opened
+ * @typedef {{ms: number, events: number, files: number, bytes: number}} LoadPerf the last load, measured
  */
 
 export class TraceOpener {
   /**
-   * @param {{load: any}} perf the page's measurements: the last load's ms, events, files and bytes go to `load`
+   * @param {{load: LoadPerf|null}} perf the page's measurements: the last load's ms, events, files and bytes go to `load`
    * @param {(opened: Opened) => void} onOpened called when at least one file could be read
    */
   constructor(perf, onOpened) {
@@ -53,10 +54,11 @@ export class TraceOpener {
     });
   }
 
-  /** Open dropped or picked trace files: one track per file (per rank). */
+  /** Open dropped or picked trace files: one track per file (per rank). @param {FileList|File[]} list */
   async open(list) {
     const files = [...list];
     if (!files.length) return;
+    /** @type {string[]} */
     const errors = [];
     const total = files.reduce((s, f) => s + f.size, 0);
     const t0 = performance.now();
@@ -74,8 +76,12 @@ export class TraceOpener {
     this.onOpened({ tracks, files: files.length, events, ms, bytes: total });
   }
 
-  /** Read each file into a track; a file refused outright adds its reason to `errors`. */
+  /**
+   * Read each file into a track; a file refused outright adds its reason to `errors`.
+   * @param {File[]} files @param {number} total their bytes @param {string[]} errors
+   */
   async readAll(files, total, errors) {
+    /** @type {Track[]} */
     const tracks = [];
     let before = 0;
     for (const file of files) {
@@ -112,6 +118,7 @@ export class TraceOpener {
  * Size the track's event table for the whole file from the rows its first bytes held, so that a
  * long trace is not copied into twice-larger columns as it grows (and does not end up with up to
  * twice the memory it needs). Returns whether an estimate could be made.
+ * @param {Track} tr @param {number} bytesRead @param {number} fileBytes
  */
 function reserveRows(tr, bytesRead, fileBytes) {
   const rows = tr.player.length;
@@ -120,7 +127,7 @@ function reserveRows(tr, bytesRead, fileBytes) {
   return true;
 }
 
-/** Ranks from each run_start (files without one, or with a rank taken twice, keep their order). */
+/** Ranks from each run_start (files without one, or with a rank taken twice, keep their order). @param {Track[]} tracks */
 function rankTracks(tracks) {
   for (const tr of tracks) {
     const meta = tr.player.full.meta;

@@ -18,10 +18,10 @@ let credit = AHEAD;
 /** @type {(() => void) | null} */
 let wake = null;
 let work = Promise.resolve();
-/** @type {any[]} batches' buffers the page handed back, to be filled again */
+/** @type {import('./event-table.js').TableParts[]} batches' buffers the page handed back, to be filled again */
 const spare = [];
 
-self.onmessage = ({ data }) => {
+self.onmessage = (/** @type {MessageEvent<import('./trace-file.js').SegmentJob | import('./trace-file.js').BatchAck>} */ { data }) => {
   if (data.type === 'ack') {
     spare.push(data.parts);
     credit += 1;
@@ -30,9 +30,12 @@ self.onmessage = ({ data }) => {
   } else work = work.then(() => read(data));
 };
 
-const emptyBatch = () => (spare.length ? EventTable.recycle(spare.pop()) : new EventTable(BATCH));
+const emptyBatch = () => {
+  const parts = spare.pop();
+  return parts ? EventTable.recycle(parts) : new EventTable(BATCH);
+};
 
-/** @param {{blob: Blob, segment: number, source: string, header: boolean}} job */
+/** @param {import('./trace-file.js').SegmentJob} job */
 async function read({ blob, segment, source, header }) {
   let rows = emptyBatch();
   let bytes = 0;
@@ -69,6 +72,6 @@ async function read({ blob, segment, source, header }) {
   } catch (err) {
     await send(); // what came before the damage is shown
     const trace = err instanceof TraceError;
-    self.postMessage({ type: trace ? 'error' : 'failed', segment, message: trace ? err.message : String(err?.stack ?? err), at: trace ? err.at : null });
+    self.postMessage({ type: trace ? 'error' : 'failed', segment, message: trace ? err.message : String(err instanceof Error ? err.stack ?? err : err), at: trace ? err.at : null });
   }
 }

@@ -6,6 +6,8 @@ import { Player } from './player.js';
 import { TimelineStore } from './timeline-store.js';
 import { KNOWN_KINDS } from './schema.js';
 
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
+
 const KNOWN = new Set(KNOWN_KINDS);
 const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout', 'doctor_verdict']);
 
@@ -20,21 +22,25 @@ export class Track {
     this.player = new Player();
     this.store = new TimelineStore();
     this.store.table = this.player.table;
+    /** @type {LoaderEvent[]} events arrived and not yet applied, from queueHead on */
     this.queue = [];
     this.queueHead = 0;
-    /** @type {any[]} notable events and stream notes, each with `_row` (events loaded before it) */
+    /** @type {import('./types.js').Note[]} notable events and stream notes, each with `_row` (events loaded before it) */
     this.noteItems = [];
     this.violationsShown = 0;
-    /** @type {RunStream|null} */
+    /** @type {import('./stream.js').RunStream|null} */
     this.stream = null;
+    /** @type {Partial<import('./types.js').RunDetail>|null} what the server says of the run (brief, detail, status messages) */
     this.runInfo = null;
+    /** @type {Record<string, unknown>|null} a trace file's header line */
     this.header = null;
+    /** @type {string|null} why a trace file could not be read to its end */
     this.fileError = null;
     this.complete = false; // every event is here (a file read to its end, a run that ended)
     this.wall0 = 0;
     /** @type {Map<number, number[]>} epoch -> wall-clock times of the batches handed out */
     this.yields = new Map();
-    /** @type {Map<number, any>} epoch -> epoch_end carrying a shard digest */
+    /** @type {Map<number, LoaderEvent>} epoch -> epoch_end carrying a shard digest */
     this.epochEnds = new Map();
     this.offset = 0; // seconds to add to this rank's run times to put it on the selected rank's clock
     /** @type {number[]} run times at which this rank delivered a step last of all ranks */
@@ -46,6 +52,7 @@ export class Track {
     this.bufferLen = 0;
   }
 
+  /** @param {LoaderEvent} e */
   ingest(e) {
     const row = this.player.length;
     this.player.append(e);
@@ -66,7 +73,7 @@ export class Track {
     for (let row = from; row < from + rows.length; row++) this.applied(this.player.applyRow(row), row);
   }
 
-  /** Everything kept beside the player about event `e`, just applied at `row`. */
+  /** Everything kept beside the player about event `e`, just applied at `row`. @param {LoaderEvent} e @param {number} row */
   applied(e, row) {
     this.store.apply(e, row);
     const kind = e.kind;
@@ -79,12 +86,12 @@ export class Track {
       list.push(this.wall0 + e.t);
     } else if (kind === 'run_start') {
       this.wall0 = e.wall_start ?? 0;
-      if (this.source === 'server' && Number.isInteger(e.rank)) { // a run is one rank: say which
+      if (this.source === 'server' && typeof e.rank === 'number' && Number.isInteger(e.rank)) { // a run is one rank: say which
         this.rank = e.rank;
         this.label = `rank ${e.rank}`;
       }
     }
-    else if (kind === 'epoch_end' && typeof e.shard === 'string') this.epochEnds.set(e.epoch, e);
+    else if (kind === 'epoch_end' && typeof e.shard === 'string' && e.epoch !== undefined) this.epochEnds.set(e.epoch, e);
     else if (kind === 'run_end') this.complete = true;
     const buffered = this.player.full.buffer.length;
     if (buffered > this.bufferLen) {
@@ -99,6 +106,7 @@ export class Track {
     }
   }
 
+  /** @param {import('./types.js').Note} n */
   note(n) {
     this.noteItems.push({ ...n, _row: this.player.length });
   }

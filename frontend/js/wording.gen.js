@@ -66,9 +66,12 @@ export const WORDS = Object.freeze({
 
 const FIELD = /\{(\w+)\}/g;
 
-/** The table's sentence for `key` with its fields filled (`n` picks the singular or plural form). */
+/**
+ * The table's sentence for `key` with its fields filled (`n` picks the singular or plural form).
+ * @param {string} key @param {Record<string, unknown>} [values]
+ */
 export function say(key, values = {}) {
-  const entry = WORDS[key];
+  const entry = /** @type {Record<string, string | {one: string, other: string}>} */ (WORDS)[key];
   const template = typeof entry === 'string' ? entry : entry[values.n === 1 ? 'one' : 'other'];
   return template.replace(FIELD, (_, name) => String(values[name]));
 }

@@ -5,7 +5,7 @@
 import { workerDetail, stackItems, alarms } from './panels.js';
 import { fmtDuration } from './timeline-store.js';
 
-const $ = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
 /**
  * What the cards read of the page.
@@ -81,7 +81,7 @@ export class WorkerCards {
     const title = state.config.num_workers === 0 ? 'main process' : `worker ${this.selected}`;
     const rank = this.host.rankLabel();
     $('worker-title').textContent = rank ? `${rank} · ${title}` : title;
-    const text = workerDetail(state, this.selected, this.host.now());
+    const text = workerDetail(state, w.id, this.host.now());
     if ($('worker-detail').textContent !== text) $('worker-detail').textContent = text;
     const stuck = w.stuck;
     const list = $('worker-stack');
