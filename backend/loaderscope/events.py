@@ -102,6 +102,8 @@ def validate(event: Any) -> Event:
         EventError: naming the field that is missing or of the wrong type.
     """
     kind = event.get("kind") if type(event) is dict else None
+    if isinstance(kind, Kind):  # in-process producers (the simulator, doctor) emit the enum; msgspec's tags are text
+        event["kind"] = kind = kind.value
     cls = STRUCTS.get(kind) if type(kind) is str else None
     if cls is not None:
         try:
