@@ -268,6 +268,19 @@ def test_a_silent_producer_shows_as_silent_with_its_age(hard: LiveServer) -> Non
         assert not wait_for(lambda: not (r := hard.run(run_id))["silent"] and r)["silent"]
 
 
+def test_a_loader_between_epochs_is_not_called_silent(hard: LiveServer) -> None:
+    """Between epochs a loader sends nothing (the script evaluates, checkpoints): that is no hang."""
+    ws, run_id = ingest(hard)
+    with ws:
+        ws.send(orjson.dumps(START + [{"kind": "epoch_end", "t": 1, "epoch": 0}]))
+        quiet = wait_for(lambda: (r := hard.run(run_id))["last_event_age"] and r["last_event_age"] > 1.0 and r,
+                         what="a second of quiet after the epoch")
+        assert quiet["status"] == "running" and not quiet["silent"]
+        ws.send(orjson.dumps([{"kind": "epoch_start", "t": 2, "epoch": 1}]))  # the next epoch, then a hang
+        run = wait_for(lambda: (r := hard.run(run_id))["silent"] and r, what="silent inside the epoch")
+        assert run["last_event_age"] >= 0.5
+
+
 # --- traces are never destroyed --------------------------------------------------------------------
 
 def test_reusing_an_evicted_id_never_truncates_its_trace(start_server: Any) -> None:

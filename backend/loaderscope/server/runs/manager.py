@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import orjson
 
 from loaderscope import trace
-from loaderscope.events import MAX_NUMBER, Event, RunStatus
+from loaderscope.events import MAX_NUMBER, Event, Kind, RunStatus
 from loaderscope.scenarios.plan import Plan
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.processes import process
@@ -113,6 +113,10 @@ class Signal:
         await self._event.wait()
 
 
+_EPOCH_OPENS = frozenset({Kind.EPOCH_START, Kind.EPOCH_RESUME})
+_EPOCH_CLOSES = frozenset({Kind.EPOCH_END, Kind.RUN_END})
+
+
 @dataclass(eq=False)
 class Run:
     id: str
@@ -137,6 +141,9 @@ class Run:
     error: str | None = None
     dropped: int = 0  # events the producer reported (or its seq showed) as lost before reaching us
     last_producer_seq: int | None = None
+    # between epoch_start/epoch_resume and epoch_end: only then does silence mean something. Between
+    # epochs a loader sends nothing while the script evaluates or checkpoints, for as long as it likes.
+    in_epoch: bool = False
     log_path: Path | None = None
     source: RunSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
     detached_at: float | None = None  # time.monotonic() when its producer last went away
@@ -176,9 +183,10 @@ class Run:
 
     @property
     def silent(self) -> bool:
-        """Connected and meant to be running, yet nothing came for ``silent_after`` (a stopped or hung process)."""
+        """Connected, inside an epoch, yet nothing came for ``silent_after`` (a stopped or hung loop)."""
         age = self.event_age()
-        return self.status == RunStatus.RUNNING and self.producer is not None and age is not None and age > self.silent_after
+        return (self.in_epoch and self.status == RunStatus.RUNNING and self.producer is not None
+                and age is not None and age > self.silent_after)
 
     def add_dropped(self, count: int) -> None:
         self.dropped = min(self.dropped + count, MAX_NUMBER)  # stays a JSON integer whatever producers claim
@@ -193,6 +201,9 @@ class Run:
                 if produced > expected:  # lost on the way, or sent to a dashboard that has since died
                     self.add_dropped(produced - expected)
                 self.last_producer_seq = produced
+            kind = event.get("kind")
+            if kind in _EPOCH_OPENS or kind in _EPOCH_CLOSES:
+                self.in_epoch = kind in _EPOCH_OPENS
         self.log.append(events)
         self.changed.notify()
 
