@@ -27,3 +27,6 @@ def test_a_run_on_disk_opens_whole_in_the_page(start_server: Any, page: Page) ->
     pg.wait_for_function(f"() => window.loaderscope.player.length === {len(sent)}", timeout=30_000)
     pg.wait_for_function("() => document.getElementById('run-status').textContent === 'disconnected'",
                          timeout=10_000)
+    # the picker says where the run now lives
+    pg.wait_for_function("() => [...document.querySelectorAll('#run-picker option')]"
+                         ".some((o) => o.value === 'away' && o.textContent.endsWith('on disk'))", timeout=10_000)

@@ -32,7 +32,7 @@ export function clockText(seconds, now = Date.now() / 1000) {
 /** @param {number} n @param {string} one @param {string} [many] */
 const plural = (n, one, many = `${one}s`) => `${n.toLocaleString('en')} ${n === 1 ? one : many}`;
 
-/** One run's line in the picker: name, rank, epochs, batches, start time, status. */
+/** One run's line in the picker: name, rank, epochs, batches, start time, status, and whether it was moved to disk. */
 export function runText(/** @type {RunBrief} */ r, now = Date.now() / 1000, { rank = false } = {}) {
   const parts = [runName(r)];
   if (r.mode === 'sim') parts.push('sim');
@@ -42,6 +42,7 @@ export function runText(/** @type {RunBrief} */ r, now = Date.now() / 1000, { ra
   const start = startOf(r);
   if (start) parts.push(clockText(start, now));
   if (r.status) parts.push(r.status);
+  if (r.on_disk) parts.push('on disk'); // parked (DESIGN §9): read from its trace, resumed when its producer returns
   return parts.join(' · ');
 }
 

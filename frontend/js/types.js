@@ -119,7 +119,7 @@
  *   delay?: number|null, created?: number, events?: number|null, last_seq?: number, first_held?: number,
  *   batches?: number|null, dropped?: number, silent?: boolean, last_event_age?: number|null, name?: string|null,
  *   job?: string|null, rank?: number, world_size?: number, epochs?: number|null, started?: number|null,
- *   path?: string|null, problem?: string|null}} RunBrief
+ *   path?: string|null, problem?: string|null, on_disk?: boolean}} RunBrief
  */
 
 /**

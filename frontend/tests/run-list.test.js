@@ -41,4 +41,5 @@ test('names and times', () => {
   assert.match(clockText(T - 86400 * 2, T), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/, 'another day gets its date');
   assert.match(clockText(T, T), /^\d\d:\d\d:\d\d$/);
   assert.equal(runText({ id: 'x', name: 'n', rank: 3 }, T, { rank: true }), 'n · rank 3');
+  assert.equal(runText({ id: 'x', name: 'n', status: 'disconnected', on_disk: true }, T), 'n · disconnected · on disk');
 });
