@@ -260,9 +260,10 @@ _ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 def encode_each(events: list[Event]) -> list[bytes]:
-    """Each event as ``budgets.encode`` makes it, the same bytes, for a sixth of its CPU: one
-    ``orjson.dumps`` of the list (compact: its items are each event's own encoding, joined by commas)
-    cut at the items' bounds by msgspec, which copies each item to its own bytes."""
+    """Each event as ``budgets.encode`` makes it, the same bytes, for about 0.7 of its CPU (one call
+    into C per frame, not per event): one ``orjson.dumps`` of the list (compact: its items are each
+    event's own encoding, joined by commas) cut at the items' bounds by msgspec, each item copied to
+    bytes of its own size."""
     try:
         return [bytes(item) for item in _ITEMS.decode(orjson.dumps(events, option=orjson.OPT_NON_STR_KEYS))]
     except (TypeError, msgspec.DecodeError):  # an event orjson cannot write (JSONEncodeError): its error, as before
