@@ -96,6 +96,8 @@ export class LoaderState {
     this.epoch_batches = 0;
     this.head_of_line_wait = 0;
     this.skipped = 0;
+    this.worker_deaths = 0;
+    this.timeouts = 0;
     this.pin_bytes = 0;
     this.pin_time = 0;
     this.pin_wait = 0; // consumer wait spent while the awaited batch was being pinned
