@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
 from loaderscope.contract.rules import RULES, Rule, Where, WorkerStatus
 from loaderscope.events import Kind, RunStatus
 
@@ -130,7 +131,7 @@ class LoaderState:
         prefetch_factor being torch's 2: ``settings.max_tasks``, which tests/test_settings.py holds this to
         (the reducer does not import pydantic for it)."""
         workers = self.config.get("num_workers", 0) or 0
-        return (self.config.get("prefetch_factor") or 2) * workers if workers else 1
+        return (self.config.get("prefetch_factor") or TORCH_PREFETCH_FACTOR) * workers if workers else 1
 
     def keep(self, into: list[Any], item: Any) -> None:
         """Append to a list the state keeps, up to MAX_KEPT: a hostile or broken producer must not
