@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from loaderscope.contract import generate
-from loaderscope.contract.__main__ import main
+from loaderscope.contract import generate, generated
 from loaderscope.contract.events import REQUIRED, STRUCTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_checked_in_files_are_what_the_contract_generates() -> None:
-    done = subprocess.run([sys.executable, "-m", "loaderscope.contract", "--check"], cwd=ROOT, capture_output=True,
+@pytest.mark.parametrize("module", ["loaderscope.contract", "loaderscope.wording"])
+def test_the_checked_in_files_are_what_their_tables_generate(module: str) -> None:
+    done = subprocess.run([sys.executable, "-m", module, "--check"], cwd=ROOT, capture_output=True,
                           text=True, env={"PYTHONPATH": str(ROOT / "backend")}, check=False)
     assert done.returncode == 0, done.stderr
 
@@ -24,9 +24,10 @@ def test_the_checked_in_files_are_what_the_contract_generates() -> None:
 def test_a_stale_file_fails_the_check_with_the_command_that_fixes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "contract.gen.js"
-    monkeypatch.setattr(generate, "ROOT", tmp_path)
-    monkeypatch.setattr("loaderscope.contract.__main__.ROOT", tmp_path)
-    monkeypatch.setattr("loaderscope.contract.__main__.OUTPUTS", {target: generate.render_js})
+
+    def main(argv: list[str]) -> int:
+        return generated.main(argv, {target: generate.render_js}, "backend/loaderscope/contract/",
+                              generate.COMMAND, root=tmp_path)
     assert main(["--write"]) == 0 and main(["--check"]) == 0
     target.write_text(target.read_text().replace('"waiting_for"', '"waiting"'))
     assert main(["--check"]) == 1

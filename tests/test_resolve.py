@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from loaderscope.scenarios.catalog import BUILT_INS, get
-from loaderscope.scenarios.errors import ParamError, UnknownScenario
+from loaderscope.problems import ParamError, UnknownScenario
 from loaderscope.scenarios.plan import resolve
 
 

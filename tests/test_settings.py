@@ -16,10 +16,11 @@ from torch.utils.data import DataLoader
 
 from loaderscope.events import Kind
 from loaderscope.runner import Collector, run_plan
-from loaderscope.scenarios.errors import ParamError
+from loaderscope.problems import ParamError
 from loaderscope.scenarios.params import CommonParams
 from loaderscope.scenarios.plan import resolve
-from loaderscope.settings import TORCH_PREFETCH_FACTOR, LoaderSettings, check, max_tasks, table
+from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
+from loaderscope.settings import LoaderSettings, check, max_tasks, table
 from loaderscope.sim import replay_grid, simulate
 from loaderscope.state import LoaderState
 from loaderscope.trace import write_trace

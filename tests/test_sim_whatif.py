@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loaderscope.scenarios.catalog import get
-from loaderscope.scenarios.errors import ParamError
+from loaderscope.problems import ParamError
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import (CostModel, describe_fit, fit_from_trace, format_table, machinery, recommend, recorded_check,
                              simulate, sweep, trace_sweep)

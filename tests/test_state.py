@@ -8,7 +8,8 @@ import pytest
 
 from loaderscope.conformance import check
 from loaderscope.diagnosis import diagnosis
-from loaderscope.state import LoaderState, Where, WorkerStatus, reduce, summary
+from loaderscope.contract.rules import Where, WorkerStatus
+from loaderscope.state import LoaderState, reduce, summary
 
 
 def stream(*steps: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -23,24 +23,36 @@ from typing import Annotated, Any, get_type_hints
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from loaderscope.contract.loader import (
+    BATCH_SIZE,
+    DROP_LAST,
+    IN_ORDER,
+    NUM_WORKERS,
+    PERSISTENT_WORKERS,
+    PIN_MEMORY,
+    PREFETCH_FACTOR,
+    TIMEOUT,
+    TORCH_PREFETCH_FACTOR,
+    Setting,
+)
 from loaderscope.contract.replay import TRACE_KEYS
-from loaderscope.scenarios.errors import ParamError, Problem, allowed_by
+from loaderscope.problems import ParamError, Problem, allowed_by
 
-# torch/utils/data/dataloader.py, DataLoader.__init__: "elif num_workers > 0 and prefetch_factor is None:
-# prefetch_factor = 2". Its other defaults are LoaderSettings' field defaults.
-TORCH_PREFETCH_FACTOR = 2
 
-# The bounds a request may ask for: the upper ones keep a request from exhausting the machine, the
-# lower ones are torch's own (_MultiProcessingDataLoaderIter refuses prefetch_factor <= 0).
-NumWorkers = Annotated[int, Field(ge=0, le=64, description="worker processes (0: load in the main process)")]
-BatchSize = Annotated[int, Field(ge=1, le=1024, description="samples per batch")]
-PrefetchFactor = Annotated[int, Field(ge=1, le=16, description="batches in flight per worker "
-                                      "(torch's default: 2; ignored without workers)")]
-Timeout = Annotated[float, Field(ge=0, le=600, description="seconds to wait for a batch (0: forever)")]
-PersistentWorkers = Annotated[bool, Field(description="keep workers alive across epochs (needs workers)")]
-InOrder = Annotated[bool, Field(description="yield batches in sampler order")]
-DropLast = Annotated[bool, Field(description="drop the last incomplete batch")]
-PinMemory = Annotated[bool, Field(description="copy batches to page-locked memory")]
+def _field(setting: Setting[Any]) -> Any:
+    """pydantic's Field for a setting of the contract: its bounds and meaning."""
+    return Field(ge=setting.low, le=setting.high, description=setting.about)
+
+
+# The types of the settings, with the contract's bounds (contract/loader.py): the scenarios' parameters use them too.
+NumWorkers = Annotated[int, _field(NUM_WORKERS)]
+BatchSize = Annotated[int, _field(BATCH_SIZE)]
+PrefetchFactor = Annotated[int, _field(PREFETCH_FACTOR)]
+Timeout = Annotated[float, _field(TIMEOUT)]
+PersistentWorkers = Annotated[bool, _field(PERSISTENT_WORKERS)]
+InOrder = Annotated[bool, _field(IN_ORDER)]
+DropLast = Annotated[bool, _field(DROP_LAST)]
+PinMemory = Annotated[bool, _field(PIN_MEMORY)]
 
 # What a replay of a recorded loader may change: it keeps the recorded batches, which batch_size
 # and drop_last made; a timeout only decides when a run fails.
@@ -56,14 +68,14 @@ class LoaderSettings:
     ``prefetch_factor`` is torch's 2 with workers when none is given.
     """
 
-    num_workers: NumWorkers = 0
-    batch_size: BatchSize | None = 1
-    drop_last: DropLast = False
-    prefetch_factor: PrefetchFactor | None = None
-    persistent_workers: PersistentWorkers = False
-    in_order: InOrder = True
-    timeout: Timeout = 0.0
-    pin_memory: PinMemory = False
+    num_workers: NumWorkers = NUM_WORKERS.default
+    batch_size: BatchSize | None = BATCH_SIZE.default
+    drop_last: DropLast = DROP_LAST.default
+    prefetch_factor: PrefetchFactor | None = PREFETCH_FACTOR.default
+    persistent_workers: PersistentWorkers = PERSISTENT_WORKERS.default
+    in_order: InOrder = IN_ORDER.default
+    timeout: Timeout = TIMEOUT.default
+    pin_memory: PinMemory = PIN_MEMORY.default
 
     def __post_init__(self) -> None:
         # Resolved here, once, so a changed num_workers (a sweep, a replayed trace) stays a call torch accepts.

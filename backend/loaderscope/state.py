@@ -1,7 +1,9 @@
 """The loader-state model: a reducer from events to what the DataLoader looks like at any seq.
 
 Pure (no torch, no I/O): the real probe, the simulator and replayed traces feed it the same events,
-and the browser's ``frontend/js/reducer.js`` mirrors its semantics. ``summary()`` gives the statistics
+and the browser's ``frontend/js/reducer.js`` mirrors its semantics. Each kind's effect is a transition
+rule of the contract (``contract/rules.py``): the table-shaped part is interpreted here as in
+reducer.js, and the rest is the rule's own code below, one function per rule. ``summary()`` gives the statistics
 as numbers; ``diagnosis.py`` says what they mean. Tasks are numbered per epoch,
 so everything task-shaped lives in the current epoch and is reset by ``epoch_start``.
 """
@@ -10,39 +12,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
+from loaderscope.contract.rules import RULES, Rule, Where, WorkerStatus
 from loaderscope.events import Kind, RunStatus
 
 MAX_KEPT = 1000  # notes, errors and violations kept in memory per run
-
-
-class Where(StrEnum):
-    """Where a task is in the pipeline."""
-
-    INDEX_QUEUE = "index_queue"  # dispatched, waiting in its worker's index queue
-    FETCHING = "fetching"  # the worker is running __getitem__/collate for it
-    RESULT_QUEUE = "result_queue"  # fetched, on the shared result queue
-    PINNING = "pinning"  # the pin-memory thread copies it to page-locked memory
-    BUFFER = "buffer"  # arrived out of order, parked in _task_info
-    YIELDED = "yielded"
-    SKIPPED = "skipped"
-    FAILED = "failed"
-
-
-class WorkerStatus(StrEnum):
-    STARTING = "starting"
-    IDLE = "idle"
-    FETCHING = "fetching"
-    STUCK = "stuck"
-    EXITED = "exited"
-    DIED = "died"
 
 
 @dataclass(slots=True)  # slots: one per batch is made and read on the server's per-event path
@@ -150,7 +131,7 @@ class LoaderState:
         prefetch_factor being torch's 2: ``settings.max_tasks``, which tests/test_settings.py holds this to
         (the reducer does not import pydantic for it)."""
         workers = self.config.get("num_workers", 0) or 0
-        return (self.config.get("prefetch_factor") or 2) * workers if workers else 1
+        return (self.config.get("prefetch_factor") or TORCH_PREFETCH_FACTOR) * workers if workers else 1
 
     def keep(self, into: list[Any], item: Any) -> None:
         """Append to a list the state keeps, up to MAX_KEPT: a hostile or broken producer must not
@@ -164,11 +145,15 @@ class LoaderState:
         self.t = event.get("t", self.t)
         if self.first_t is None:
             self.first_t = self.t
-        handler = _HANDLERS.get(event["kind"])
-        if handler is None:
+        steps = _STEPS.get(event["kind"])
+        if steps is None:
             self.keep(self.notes, dict(event))  # unknown kinds are shown, never dropped
-        else:
-            handler(self, event)
+            return
+        needs_task, effects = steps
+        if needs_task and self.task(event) is None:
+            return
+        for effect in effects:
+            effect(self, event)
 
     # --- helpers used by handlers ----------------------------------------------------------------
 
@@ -193,7 +178,10 @@ class LoaderState:
             self.rcvd_idx += 1
 
 
-# --- handlers: one per kind --------------------------------------------------------------------------
+Effect = Callable[[LoaderState, Mapping[str, Any]], None]  # one step of a rule
+
+
+# --- each rule's own code: what its row in contract/rules.py does not say ---------------------------
 
 
 def _run_start(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -251,10 +239,7 @@ def _epoch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 
 def _worker_start(s: LoaderState, e: Mapping[str, Any]) -> None:
-    worker = s.worker(e["worker"])
-    worker.pid = e["pid"]
-    worker.status = WorkerStatus.IDLE
-    s.starts += 1
+    s.worker(e["worker"]).pid = e["pid"]
 
 
 def _worker_exit(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -266,36 +251,23 @@ def _worker_exit(s: LoaderState, e: Mapping[str, Any]) -> None:
         worker.status = WorkerStatus.EXITED
 
 
-def _keep_note(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.keep(s.notes, dict(e))
-
-
 def _dispatch(s: LoaderState, e: Mapping[str, Any]) -> None:
     idx, wid = e["idx"], e["worker"]
     if idx != s.send_idx:
         s.keep(s.violations, f"seq {s.seq}: dispatch of task {idx} but send_idx is {s.send_idx}")
     indices = e.get("indices")
     s.tasks[idx] = Task(idx, wid, indices, e.get("n", len(indices) if indices else 0), s.t)
-    s.worker(wid).queue.append(idx)
     s.send_idx = idx + 1
-    s.outstanding += 1
     s.outstanding_high = max(s.outstanding_high, s.outstanding)
     if s.outstanding > s.window:
         s.keep(s.violations, f"seq {s.seq}: {s.outstanding} tasks outstanding, window is {s.window}")
 
 
 def _fetch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
-    task, worker = s.tasks.get(e["idx"]), s.worker(e["worker"])
-    if e["idx"] in worker.queue:
-        worker.queue.remove(e["idx"])
-    worker.current = e["idx"]
-    worker.status = WorkerStatus.FETCHING
+    s.worker(e["worker"]).current = e["idx"]
+    task = s.tasks.get(e["idx"])
     if task is not None:
         task.fetch_start = s.t
-        # A worker's events are drained from its ring and may reach the stream after the pin
-        # thread's or the main process's: never move a task back once it has moved on.
-        if task.where == Where.INDEX_QUEUE:
-            task.where = Where.FETCHING
 
 
 def _fetch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -307,12 +279,12 @@ def _fetch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
         worker.fetch_times.append(dt)
         worker.busy += dt
     worker.nbytes += e.get("nbytes") or 0
-    s.fetched_bytes += e.get("nbytes") or 0
-    s.pickled_bytes += e.get("pickled") or 0
     if worker.current == e["idx"]:
         worker.current = None
         if worker.status in (WorkerStatus.FETCHING, WorkerStatus.STUCK):
             worker.status = WorkerStatus.IDLE
+    # A worker's events are drained from its ring and may reach the stream after the pin thread's or
+    # the main process's: never move a task back once it has moved on (hence not a table move).
     if task is not None and task.where in (Where.INDEX_QUEUE, Where.FETCHING):
         task.where = Where.RESULT_QUEUE
         task.fetch_end = s.t
@@ -329,21 +301,12 @@ def _leave_result_queue(s: LoaderState, task: Task) -> None:
 
 
 def _arrive(s: LoaderState, e: Mapping[str, Any]) -> None:
-    task = s.task(e)
-    if task is None:
-        return
+    task = s.tasks[e["idx"]]
     _leave_result_queue(s, task)
     task.arrived = s.t
-    s.outstanding -= 1
 
 
 def _buffer(s: LoaderState, e: Mapping[str, Any]) -> None:
-    task = s.task(e)
-    if task is None:
-        return
-    task.where = Where.BUFFER
-    s.buffer.append(task.idx)
-    s.out_of_order += 1
     s.buffer_high = max(s.buffer_high, len(s.buffer))
 
 
@@ -360,8 +323,6 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
         s.head_of_line_wait += wait
     if wait > 0 and task is not None and task.pin_start is not None:  # how much of the wait was pinning
         s.pin_wait += max(0.0, min(s.t, task.pin_end or s.t) - max(s.t - wait, task.pin_start))
-    s.consumer_wait += wait
-    s.epoch_wait += wait
     if s.first_next_t is None:
         s.first_next_t = s.t - wait
     if s.epoch_batches == 0:
@@ -371,7 +332,6 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
         s.step_gaps.append(gap)
         s.step_total += gap
     s.epoch_batches += 1
-    s.batches += 1
     s.last_yield_t = s.epoch_yield_t = s.t
     s.yield_order.append((s.epoch, idx))
     if len(s.yield_order) > 2 * MAX_KEPT:  # keep the most recent (amortised: trim in halves)
@@ -384,20 +344,11 @@ def _skip(s: LoaderState, e: Mapping[str, Any]) -> None:
     if task is not None and task.arrived is None:
         s.outstanding -= 1
         _leave_result_queue(s, task)
-    s.skipped += 1
     s.release(e["idx"])
 
 
-def _worker_stuck(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.worker(e["worker"]).status = WorkerStatus.STUCK
-    s.keep(s.notes, dict(e))
-
-
 def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.epoch_failed = True
-    s.worker_deaths += 1
     worker = s.worker(e["worker"])
-    worker.status = WorkerStatus.DIED
     worker.exitcode = e.get("exitcode")
     worker.signal = e.get("signal")
     note = dict(e)
@@ -407,18 +358,10 @@ def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.keep(s.notes, note)
 
 
-def _timeout(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.epoch_failed = True
-    s.timeouts += 1
-    s.keep(s.notes, dict(e))
-
-
 def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.epoch_failed = True
     error = dict(e)
     task = s.tasks.get(e.get("idx", -1))
     if task is not None:
-        task.where = Where.FAILED
         error.setdefault("indices", task.indices)
     s.keep(s.errors, error)
 
@@ -432,20 +375,12 @@ def _batch_info(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 
 def _step(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.steps += 1
-    s.step_h2d += e.get("h2d") or 0.0
-    s.step_compute += e.get("compute") or 0.0
-    s.step_h2d_pageable += e.get("h2d_pageable") or 0.0
     s.step_device = e.get("device", s.step_device)
-
-
-def _note(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.keep(s.notes, dict(e))
 
 
 def _pin_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     task = s.tasks.get(e["idx"])
-    if task is not None and task.arrived is None:
+    if task is not None and task.arrived is None:  # a batch already taken is not pinned again
         if task.idx in s.result_queue:
             s.result_queue.remove(task.idx)
         task.where = Where.PINNING
@@ -453,8 +388,6 @@ def _pin_start(s: LoaderState, e: Mapping[str, Any]) -> None:
 
 
 def _pin_end(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.pin_bytes += e.get("nbytes") or 0
-    s.pin_time += e.get("dt") or 0.0
     s.unpinned += e.get("pinned") is False
     task = s.tasks.get(e["idx"])
     if task is not None and task.arrived is None:
@@ -463,15 +396,13 @@ def _pin_end(s: LoaderState, e: Mapping[str, Any]) -> None:
         s.result_queue.append(task.idx)
 
 
-_HANDLERS = {
+_CODE: dict[Kind, Effect] = {
     Kind.RUN_START: _run_start,
     Kind.RUN_END: _run_end,
     Kind.EPOCH_START: _epoch_start,
     Kind.EPOCH_END: _epoch_end,
     Kind.WORKER_START: _worker_start,
     Kind.WORKER_EXIT: _worker_exit,
-    Kind.EPOCH_RESUME: _keep_note,
-    Kind.PROBE_ERROR: _keep_note,
     Kind.DISPATCH: _dispatch,
     Kind.FETCH_START: _fetch_start,
     Kind.FETCH_END: _fetch_end,
@@ -479,16 +410,95 @@ _HANDLERS = {
     Kind.BUFFER: _buffer,
     Kind.YIELD: _yield,
     Kind.SKIP: _skip,
-    Kind.WORKER_STUCK: _worker_stuck,
-    Kind.CONSUMER_STUCK: _note,
     Kind.WORKER_DIED: _worker_died,
     Kind.ERROR: _error,
-    Kind.TIMEOUT: _timeout,
     Kind.BATCH_INFO: _batch_info,
     Kind.STEP: _step,
     Kind.PIN_START: _pin_start,
     Kind.PIN_END: _pin_end,
 }
+
+
+# --- the rules' table-shaped effects, compiled once into steps (contract/rules.py gives the order) ---
+
+
+def _set_worker(status: WorkerStatus) -> Effect:
+    def effect(s: LoaderState, e: Mapping[str, Any]) -> None:
+        s.worker(e["worker"]).status = status
+    return effect
+
+
+def _move(sources: tuple[Where, ...], to: Where) -> Effect:
+    def effect(s: LoaderState, e: Mapping[str, Any]) -> None:
+        task = s.tasks.get(e.get("idx", -1))
+        if task is not None and (not sources or task.where in sources):
+            task.where = to
+    return effect
+
+
+def _enter(queue: str) -> Effect:
+    def to_worker(s: LoaderState, e: Mapping[str, Any]) -> None:
+        s.worker(e["worker"]).queue.append(e["idx"])
+
+    def to_buffer(s: LoaderState, e: Mapping[str, Any]) -> None:
+        s.buffer.append(e["idx"])
+    return to_worker if queue == "worker_queue" else to_buffer
+
+
+def _leave(queue: str) -> Effect:
+    def from_worker(s: LoaderState, e: Mapping[str, Any]) -> None:
+        _discard(s.worker(e["worker"]).queue, e["idx"])
+
+    def from_buffer(s: LoaderState, e: Mapping[str, Any]) -> None:
+        _discard(s.buffer, e["idx"])
+    return from_worker if queue == "worker_queue" else from_buffer
+
+
+def _discard(queue: list[int], idx: int) -> None:
+    if idx in queue:
+        queue.remove(idx)
+
+
+def _count(counts: dict[str, int | str]) -> Effect:
+    bumps = tuple(counts.items())
+    if len(bumps) == 1 and isinstance(bumps[0][1], int):  # the common case, one counter by a number
+        (name, step), = bumps
+
+        def bump(s: LoaderState, e: Mapping[str, Any]) -> None:
+            s.__dict__[name] += step
+        return bump
+
+    def effect(s: LoaderState, e: Mapping[str, Any]) -> None:
+        counters = s.__dict__  # the counters are plain attributes: their dict is the fast way in
+        for name, by in bumps:
+            counters[name] += by if isinstance(by, int) else e.get(by) or 0
+    return effect
+
+
+def _fail(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.epoch_failed = True
+
+
+def _keep(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.keep(s.notes, dict(e))
+
+
+def _compile(kind: Kind, rule: Rule) -> tuple[bool, tuple[Effect, ...]]:
+    """A rule's effects in the contract's order, its own code last."""
+    effects: list[Effect | None] = [
+        _set_worker(rule.worker) if rule.worker is not None else None,
+        _move(*rule.moves) if rule.moves is not None else None,
+        _enter(rule.enters) if rule.enters is not None else None,
+        _leave(rule.leaves) if rule.leaves is not None else None,
+        _count(rule.counts) if rule.counts else None,
+        _fail if rule.fails else None,
+        _keep if rule.keeps else None,
+        _CODE.get(kind),
+    ]
+    return rule.needs_task, tuple(effect for effect in effects if effect is not None)
+
+
+_STEPS = {kind: _compile(kind, rule) for kind, rule in RULES.items()}
 
 
 def reduce(events: Iterable[Mapping[str, Any]], until_seq: int | None = None) -> LoaderState:

@@ -3,7 +3,8 @@
 The diagnosis (``diagnosis.py``, its mirror ``frontend/js/diagnosis.js``), the shard check
 (``ranks.py``, ``frontend/js/ranks.js``) and the CLI's summary take their sentences from here, so that
 the same situation reads the same everywhere. The page reads ``frontend/js/wording.gen.js``, generated
-from this table by ``python -m loaderscope.wording --write`` (tests/test_wording.py fails when it drifts).
+from this table by ``python -m loaderscope.wording --write`` (``--check``, which tests/test_contract.py runs, fails
+when it drifts).
 
 A template's ``{name}`` fields are filled with values the caller has already formatted (Python's
 number formatting, which ``diagnosis.js`` reproduces). An entry with ``one``/``other`` forms is chosen
@@ -15,8 +16,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any
+
+from loaderscope.contract import generated
 
 Entry = str | dict[str, str]
 
@@ -83,7 +85,7 @@ def say(key: str, **values: Any) -> str:
     return _FIELD.sub(lambda m: str(values[m.group(1)]), template)
 
 
-JS_PATH = Path(__file__).resolve().parents[2] / "frontend" / "js" / "wording.gen.js"
+JS_PATH = generated.ROOT / "frontend" / "js" / "wording.gen.js"
 
 _JS_SAY = """
 const FIELD = /\\{(\\w+)\\}/g;
@@ -108,19 +110,6 @@ def render_js() -> str:
             f"export const WORDS = Object.freeze({table});\n{_JS_SAY}")
 
 
-def main(argv: list[str]) -> int:
-    if argv == ["--write"]:
-        JS_PATH.write_text(render_js(), encoding="utf-8")
-        return 0
-    if argv == ["--check"]:
-        current = JS_PATH.read_text(encoding="utf-8") if JS_PATH.exists() else ""
-        if current != render_js():
-            print(f"{JS_PATH} is out of date: run python -m loaderscope.wording --write", file=sys.stderr)
-            return 1
-        return 0
-    print("usage: python -m loaderscope.wording --write | --check", file=sys.stderr)
-    return 2
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(generated.main(sys.argv[1:], {JS_PATH: render_js}, "backend/loaderscope/wording.py",
+                            "python -m loaderscope.wording --write"))

@@ -2,6 +2,8 @@
 // page without a server (`/?demo=synth`), and for the node tests. It emits schema-v1 events on a
 // virtual clock. The real simulator lives in backend/loaderscope/sim/; this is only a fixture.
 
+import { TORCH_PREFETCH_FACTOR } from '../js/contract.gen.js';
+
 /** @typedef {import('../js/types.js').LoaderEvent} LoaderEvent */
 /** @typedef {{idx: number, w: number}} Result a fetched batch: its task and worker */
 /**
@@ -52,7 +54,7 @@ const less = (x, y) => x.t < y.t || (x.t === y.t && x.n < y.n);
  * @returns {LoaderEvent[]} events in seq order
  */
 export function synthesize(o = {}) {
-  const W = o.num_workers ?? 4, pf = o.prefetch_factor ?? 2, bs = o.batch_size ?? 4;
+  const W = o.num_workers ?? 4, pf = o.prefetch_factor ?? TORCH_PREFETCH_FACTOR, bs = o.batch_size ?? 4;
   const batches = o.batches ?? 24, epochs = o.epochs ?? 1, step = o.step ?? 0.002;
   const inOrder = o.in_order ?? true, run = o.run ?? 'synth', rank = o.rank ?? 0;
   const pinS = (o.pin_ms ?? 0) / 1000;

@@ -985,3 +985,235 @@ export const TRACE_SETTINGS = Object.freeze({
   "in_order": "bool",
   "pin_memory": "bool"
 });
+
+/** The DataLoader's settings: torch's default, the bounds a request may ask for, meaning. */
+export const LOADER_SETTINGS = Object.freeze({
+  "num_workers": {
+    "type": "integer",
+    "default": 0,
+    "min": 0,
+    "max": 64,
+    "about": "worker processes (0: load in the main process)"
+  },
+  "batch_size": {
+    "type": "integer",
+    "default": 1,
+    "min": 1,
+    "max": 1024,
+    "about": "samples per batch"
+  },
+  "drop_last": {
+    "type": "boolean",
+    "default": false,
+    "min": null,
+    "max": null,
+    "about": "drop the last incomplete batch"
+  },
+  "prefetch_factor": {
+    "type": "integer",
+    "default": null,
+    "min": 1,
+    "max": 16,
+    "about": "batches in flight per worker (torch's default: 2; ignored without workers)"
+  },
+  "persistent_workers": {
+    "type": "boolean",
+    "default": false,
+    "min": null,
+    "max": null,
+    "about": "keep workers alive across epochs (needs workers)"
+  },
+  "in_order": {
+    "type": "boolean",
+    "default": true,
+    "min": null,
+    "max": null,
+    "about": "yield batches in sampler order"
+  },
+  "timeout": {
+    "type": "number",
+    "default": 0.0,
+    "min": 0,
+    "max": 600,
+    "about": "seconds to wait for a batch (0: forever)"
+  },
+  "pin_memory": {
+    "type": "boolean",
+    "default": false,
+    "min": null,
+    "max": null,
+    "about": "copy batches to page-locked memory"
+  }
+});
+
+/** The prefetch_factor torch sets with workers when none is given. */
+export const TORCH_PREFETCH_FACTOR = Object.freeze(2);
+
+/** Where a task is in the pipeline. */
+export const WHERE = Object.freeze({
+  "INDEX_QUEUE": "index_queue",
+  "FETCHING": "fetching",
+  "RESULT_QUEUE": "result_queue",
+  "PINNING": "pinning",
+  "BUFFER": "buffer",
+  "YIELDED": "yielded",
+  "SKIPPED": "skipped",
+  "FAILED": "failed"
+});
+
+/** A worker's status. */
+export const WORKER_STATUS = Object.freeze({
+  "STARTING": "starting",
+  "IDLE": "idle",
+  "FETCHING": "fetching",
+  "STUCK": "stuck",
+  "EXITED": "exited",
+  "DIED": "died"
+});
+
+/** Each kind's transition rule: its table-shaped effects, in the order the reducers apply them. */
+export const RULES = Object.freeze({
+  "run_start": {
+    "says": "the loader's settings are known; its workers appear, starting"
+  },
+  "run_end": {
+    "says": "the run ends with run_end's reason as its status"
+  },
+  "epoch_start": {
+    "says": "a new iterator: cursors, queues and tasks start empty (tasks are numbered per epoch)"
+  },
+  "epoch_end": {
+    "says": "the iterator ends: an epoch done, or a peek when abandoned after a few batches"
+  },
+  "epoch_resume": {
+    "says": "a resumed iterator, shown as a note",
+    "keeps": true
+  },
+  "worker_start": {
+    "says": "a worker process runs _worker_loop",
+    "worker": "idle",
+    "counts": {
+      "starts": 1
+    }
+  },
+  "worker_exit": {
+    "says": "a worker process exits"
+  },
+  "dispatch": {
+    "says": "_try_put_index: the sampler's next batch goes to worker w's index queue; send_idx advances",
+    "enters": "worker_queue",
+    "counts": {
+      "outstanding": 1
+    }
+  },
+  "fetch_start": {
+    "says": "worker w takes the batch off its index queue and fetches it",
+    "worker": "fetching",
+    "moves": {
+      "from": [
+        "index_queue"
+      ],
+      "to": "fetching"
+    },
+    "leaves": "worker_queue"
+  },
+  "fetch_end": {
+    "says": "worker w puts the fetched batch on the result queue",
+    "counts": {
+      "fetched_bytes": "nbytes",
+      "pickled_bytes": "pickled"
+    }
+  },
+  "arrive": {
+    "says": "the main process takes the batch off the result (or pinned-data) queue",
+    "needs_task": true,
+    "counts": {
+      "outstanding": -1
+    }
+  },
+  "pin_start": {
+    "says": "the pin-memory thread takes the batch off the result queue"
+  },
+  "pin_end": {
+    "says": "the pin-memory thread puts the pinned batch on the data queue",
+    "counts": {
+      "pin_bytes": "nbytes",
+      "pin_time": "dt"
+    }
+  },
+  "buffer": {
+    "says": "the batch arrived before rcvd_idx's: parked in _task_info",
+    "needs_task": true,
+    "moves": {
+      "from": [],
+      "to": "buffer"
+    },
+    "enters": "buffer",
+    "counts": {
+      "out_of_order": 1
+    }
+  },
+  "yield": {
+    "says": "next() returns the batch at rcvd_idx; rcvd_idx advances",
+    "counts": {
+      "batches": 1,
+      "consumer_wait": "wait",
+      "epoch_wait": "wait"
+    }
+  },
+  "skip": {
+    "says": "torch drops the task from _task_info (its worker's iterable dataset ran out); rcvd_idx moves past it",
+    "counts": {
+      "skipped": 1
+    }
+  },
+  "worker_stuck": {
+    "says": "a worker fetches one batch for too long",
+    "worker": "stuck",
+    "keeps": true
+  },
+  "consumer_stuck": {
+    "says": "the training loop has waited in next() for too long",
+    "keeps": true
+  },
+  "worker_died": {
+    "says": "a worker process died",
+    "worker": "died",
+    "counts": {
+      "worker_deaths": 1
+    },
+    "fails": true
+  },
+  "error": {
+    "says": "the dataset or collate_fn raised for the batch",
+    "moves": {
+      "from": [],
+      "to": "failed"
+    },
+    "fails": true
+  },
+  "timeout": {
+    "says": "timeout= expired waiting for a batch",
+    "counts": {
+      "timeouts": 1
+    },
+    "fails": true,
+    "keeps": true
+  },
+  "batch_info": {
+    "says": "a batch's structure, kept for the inspector"
+  },
+  "step": {
+    "says": "the training step's own timings",
+    "counts": {
+      "steps": 1,
+      "step_h2d": "h2d",
+      "step_compute": "compute",
+      "step_h2d_pageable": "h2d_pageable"
+    }
+  },
+  "probe_error": {
+    "says": "the probe failed and stopped watching; training went on",
+    "keeps": true
+  }
+});

@@ -1,6 +1,8 @@
 // The loader-state model: events in, what the DataLoader looks like out.
 // A line-by-line mirror of backend/loaderscope/state.py (same field names, same rules), so the
-// page, the CLI and the API agree. Pure: no DOM, no I/O, no clock. Keep the two in step
+// page, the CLI and the API agree. Each kind's effect is a transition rule of the contract
+// (RULES in contract.gen.js, from backend/loaderscope/contract/rules.py): its table-shaped part is
+// interpreted below as in state.py, and the rest is the rule's own code, one function per rule. Pure: no DOM, no I/O, no clock. Keep the two in step
 // (frontend/tests/reducer.test.js runs both on the same streams and compares). The diagnosis in
 // words is diagnosis.js, as in Python.
 //
@@ -9,30 +11,15 @@
 // `worker.stuck` / `worker.died` (the latest worker_stuck / worker_died event of that worker),
 // `consumer_stuck` (the latest consumer_stuck, until the next yield), `timeout` (the latest one).
 
+import { RULES, TORCH_PREFETCH_FACTOR, WHERE, WORKER_STATUS } from './contract.gen.js';
 import { RunStatus } from './schema.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 /** @template {import('./types.js').Kind} K @typedef {import('./types.js').EventOf<K>} EventOf */
 
-export const Where = Object.freeze({
-  INDEX_QUEUE: 'index_queue', // dispatched, waiting in its worker's index queue
-  FETCHING: 'fetching', // the worker is running __getitem__/collate for it
-  RESULT_QUEUE: 'result_queue', // fetched, on the shared result queue (or, pinned, on the data queue)
-  PINNING: 'pinning', // the pin-memory thread copies it to page-locked memory
-  BUFFER: 'buffer', // arrived out of order, parked in _task_info
-  YIELDED: 'yielded',
-  SKIPPED: 'skipped',
-  FAILED: 'failed',
-});
-
-export const WorkerStatus = Object.freeze({
-  STARTING: 'starting',
-  IDLE: 'idle',
-  FETCHING: 'fetching',
-  STUCK: 'stuck',
-  EXITED: 'exited',
-  DIED: 'died',
-});
+/** Where a task is in the pipeline, and a worker's status: the contract's tables. */
+export const Where = WHERE;
+export const WorkerStatus = WORKER_STATUS;
 
 export const MAX_BATCH_SAMPLES = 64;
 export const MAX_KEPT = 1000; // notes, errors and violations kept per run (state.py MAX_KEPT)
@@ -109,6 +96,8 @@ export class LoaderState {
     this.epoch_batches = 0;
     this.head_of_line_wait = 0;
     this.skipped = 0;
+    this.worker_deaths = 0;
+    this.timeouts = 0;
     this.pin_bytes = 0;
     this.pin_time = 0;
     this.pin_wait = 0; // consumer wait spent while the awaited batch was being pinned
@@ -159,10 +148,10 @@ export class LoaderState {
     this.timeout = null;
   }
 
-  /** Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process). */
+  /** Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process), torch's default when none is given. */
   get window() {
     const workers = this.config.num_workers || 0;
-    return workers ? (this.config.prefetch_factor || 2) * workers : 1;
+    return workers ? (this.config.prefetch_factor || TORCH_PREFETCH_FACTOR) * workers : 1;
   }
 
   /**
@@ -180,10 +169,14 @@ export class LoaderState {
     this.t = event.t ?? this.t;
     if (this.first_t === null) this.first_t = this.t;
     // a known kind has its required fields: schema.js invalidReason checked them before any event is kept
-    const handler = /** @type {((s: LoaderState, e: LoaderEvent) => void) | undefined} */ (
-      HANDLERS[/** @type {import('./types.js').Kind} */ (event.kind)]);
-    if (handler === undefined) this.keep(this.notes, event); // unknown kinds are shown, never dropped
-    else handler(this, event);
+    const steps = STEPS.get(event.kind);
+    if (steps === undefined) {
+      this.keep(this.notes, event); // unknown kinds are shown, never dropped
+      return;
+    }
+    const [needsTask, effects] = steps;
+    if (needsTask && this.task(/** @type {{kind: string, idx: number}} */ (event)) === undefined) return;
+    for (const effect of effects) effect(this, event);
   }
 
   /** @param {number} wid @returns {Worker} */
@@ -212,7 +205,7 @@ export class LoaderState {
   }
 }
 
-// --- handlers: one per kind ------------------------------------------------------------------------
+// --- each rule's own code: what its row in RULES does not say -----------------------------------
 
 /** @param {LoaderState} s @param {EventOf<'run_start'>} e */
 function runStart(s, e) {
@@ -279,10 +272,7 @@ function epochEnd(s, e) {
 
 /** @param {LoaderState} s @param {EventOf<'worker_start'>} e */
 function workerStart(s, e) {
-  const w = s.worker(e.worker);
-  w.pid = e.pid;
-  w.status = WorkerStatus.IDLE;
-  s.starts += 1;
+  s.worker(e.worker).pid = e.pid;
 }
 
 /** @param {LoaderState} s @param {EventOf<'worker_exit'>} e */
@@ -294,37 +284,24 @@ function workerExit(s, e) {
   if (w.status !== WorkerStatus.DIED) w.status = WorkerStatus.EXITED;
 }
 
-/** @param {LoaderState} s @param {LoaderEvent} e */
-function keepNote(s, e) {
-  s.keep(s.notes, e);
-}
-
 /** @param {LoaderState} s @param {EventOf<'dispatch'>} e */
 function dispatch(s, e) {
   const { idx, worker: wid } = e;
   if (idx !== s.send_idx) s.keep(s.violations, `seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
   const indices = e.indices ?? null;
   s.tasks.set(idx, newTask(idx, wid, indices, e.n ?? (indices ? indices.length : 0), s.t, s.epoch));
-  s.worker(wid).queue.push(idx);
   s.send_idx = idx + 1;
-  s.outstanding += 1;
   s.outstanding_high = Math.max(s.outstanding_high, s.outstanding);
   if (s.outstanding > s.window) s.keep(s.violations, `seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
 }
 
 /** @param {LoaderState} s @param {EventOf<'fetch_start'>} e */
 function fetchStart(s, e) {
-  const task = s.tasks.get(e.idx);
   const w = s.worker(e.worker);
-  remove(w.queue, e.idx);
   w.current = e.idx;
-  w.status = WorkerStatus.FETCHING;
   w.stuck = null;
-  if (task !== undefined) {
-    task.fetch_start = s.t;
-    // a worker's events may reach the stream after the pin thread's: never move a task back
-    if (task.where === Where.INDEX_QUEUE) task.where = Where.FETCHING;
-  }
+  const task = s.tasks.get(e.idx);
+  if (task !== undefined) task.fetch_start = s.t;
 }
 
 /** @param {LoaderState} s @param {EventOf<'fetch_end'>} e */
@@ -338,13 +315,12 @@ function fetchEnd(s, e) {
     w.busy += dt;
   }
   w.nbytes += e.nbytes || 0;
-  s.fetched_bytes += e.nbytes || 0;
-  s.pickled_bytes += e.pickled || 0;
   if (w.current === e.idx) {
     w.current = null;
     w.stuck = null;
     if (w.status === WorkerStatus.FETCHING || w.status === WorkerStatus.STUCK) w.status = WorkerStatus.IDLE;
   }
+  // a worker's events may reach the stream after the pin thread's: never move a task back (hence not a table move)
   if (task !== undefined && (task.where === Where.INDEX_QUEUE || task.where === Where.FETCHING)) {
     task.where = Where.RESULT_QUEUE;
     task.fetch_end = s.t;
@@ -362,20 +338,13 @@ function leaveResultQueue(s, task) {
 
 /** @param {LoaderState} s @param {EventOf<'arrive'>} e */
 function arrive(s, e) {
-  const task = s.task(e);
-  if (task === undefined) return;
+  const task = /** @type {Task} */ (s.tasks.get(e.idx));
   leaveResultQueue(s, task);
   task.arrived = s.t;
-  s.outstanding -= 1;
 }
 
 /** @param {LoaderState} s @param {EventOf<'buffer'>} e */
 function buffer(s, e) {
-  const task = s.task(e);
-  if (task === undefined) return;
-  task.where = Where.BUFFER;
-  s.buffer.push(task.idx);
-  s.out_of_order += 1;
   s.buffer_high = Math.max(s.buffer_high, s.buffer.length);
 }
 
@@ -391,8 +360,6 @@ function yield_(s, e) {
   if (wait > 0 && task !== undefined && task.pin_start !== null) { // how much of the wait was pinning
     s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
   }
-  s.consumer_wait += wait;
-  s.epoch_wait += wait;
   if (s.first_next_t === null) s.first_next_t = s.t - wait;
   if (s.epoch_batches === 0) s.startup_wait += wait;
   if (s.epoch_yield_t !== null) {
@@ -401,7 +368,6 @@ function yield_(s, e) {
     s.step_total += gap;
   }
   s.epoch_batches += 1;
-  s.batches += 1;
   s.last_yield_t = s.epoch_yield_t = s.t;
   s.yield_order.push([s.epoch, idx]);
   if (s.yield_order.length > 2 * MAX_KEPT) s.yield_order.splice(0, MAX_KEPT); // keep the most recent
@@ -416,23 +382,17 @@ function skip(s, e) {
     s.outstanding -= 1;
     leaveResultQueue(s, task);
   }
-  s.skipped += 1;
   s.release(e.idx);
 }
 
 /** @param {LoaderState} s @param {EventOf<'worker_stuck'>} e */
 function workerStuck(s, e) {
-  const w = s.worker(e.worker);
-  w.status = WorkerStatus.STUCK;
-  w.stuck = e; // the page shows the latest stack on the stuck lane's card; state.py keeps it in notes only
-  s.keep(s.notes, e);
+  s.worker(e.worker).stuck = e; // the page shows the latest stack on the stuck lane's card; state.py keeps it in notes only
 }
 
 /** @param {LoaderState} s @param {EventOf<'worker_died'>} e */
 function workerDied(s, e) {
-  s.epoch_failed = true;
   const w = s.worker(e.worker);
-  w.status = WorkerStatus.DIED;
   w.exitcode = e.exitcode ?? null;
   w.signal = e.signal ?? null;
   const note = { ...e };
@@ -444,13 +404,9 @@ function workerDied(s, e) {
 
 /** @param {LoaderState} s @param {EventOf<'error'>} e */
 function error(s, e) {
-  s.epoch_failed = true;
   const err = { ...e };
   const task = s.tasks.get(e.idx ?? -1);
-  if (task !== undefined) {
-    task.where = Where.FAILED;
-    if (!('indices' in err)) err.indices = task.indices;
-  }
+  if (task !== undefined && !('indices' in err)) err.indices = task.indices;
   s.keep(s.errors, err);
 }
 
@@ -461,24 +417,17 @@ function batchInfo(s, e) {
 
 /** @param {LoaderState} s @param {EventOf<'step'>} e */
 function step(s, e) {
-  s.steps += 1;
-  s.step_h2d += e.h2d || 0;
-  s.step_compute += e.compute || 0;
-  s.step_h2d_pageable += e.h2d_pageable || 0;
   s.step_device = e.device ?? s.step_device;
 }
 
 /** @param {LoaderState} s @param {EventOf<'consumer_stuck'>} e */
 function consumerStuck(s, e) {
-  s.consumer_stuck = e;
-  s.keep(s.notes, e);
+  s.consumer_stuck = e; // the page's extra; the note is the table's
 }
 
 /** @param {LoaderState} s @param {EventOf<'timeout'>} e */
 function timeout(s, e) {
-  s.epoch_failed = true;
-  s.timeout = e;
-  s.keep(s.notes, e);
+  s.timeout = e; // the page's extra; the count, the failed epoch and the note are the table's
 }
 
 /** @param {LoaderState} s @param {EventOf<'pin_start'>} e */
@@ -493,8 +442,6 @@ function pinStart(s, e) {
 
 /** @param {LoaderState} s @param {EventOf<'pin_end'>} e */
 function pinEnd(s, e) {
-  s.pin_bytes += e.nbytes || 0;
-  s.pin_time += e.dt || 0;
   if (e.pinned === false) s.unpinned += 1;
   const task = s.tasks.get(e.idx);
   if (task !== undefined && task.arrived === null) {
@@ -505,15 +452,13 @@ function pinEnd(s, e) {
 }
 
 /** @type {{[K in import('./types.js').Kind]?: (s: LoaderState, e: EventOf<K>) => void}} */
-const HANDLERS = {
+const CODE = {
   run_start: runStart,
   run_end: runEnd,
   epoch_start: epochStart,
   epoch_end: epochEnd,
   worker_start: workerStart,
   worker_exit: workerExit,
-  epoch_resume: keepNote,
-  probe_error: keepNote,
   dispatch,
   fetch_start: fetchStart,
   fetch_end: fetchEnd,
@@ -531,6 +476,52 @@ const HANDLERS = {
   pin_start: pinStart,
   pin_end: pinEnd,
 };
+
+// --- the rules' table-shaped effects, compiled once into steps (contract/rules.py gives the order) ---
+
+/**
+ * @typedef {(s: LoaderState, e: any) => void} Effect
+ * @typedef {{says: string, needs_task?: boolean, worker?: string, moves?: {from: string[], to: string},
+ *   enters?: 'worker_queue'|'buffer', leaves?: 'worker_queue'|'buffer', counts?: Record<string, number|string>,
+ *   fails?: boolean, keeps?: boolean}} Rule
+ */
+
+/** @param {LoaderState} s @param {{worker: number}} e @param {'worker_queue'|'buffer'} name */
+function queueOf(s, e, name) {
+  return name === 'worker_queue' ? s.worker(e.worker).queue : s.buffer;
+}
+
+/** @param {Record<string, number|string>} counts @returns {Effect} */
+function count(counts) {
+  const bumps = Object.entries(counts);
+  return (s, e) => {
+    const counters = /** @type {Record<string, number>} */ (/** @type {unknown} */ (s));
+    for (const [name, by] of bumps) counters[name] += typeof by === 'number' ? by : e[by] || 0;
+  };
+}
+
+/** A rule's effects in the contract's order, its own code last. @param {string} kind @param {Rule} rule @returns {[boolean, Effect[]]} */
+function compile(kind, rule) {
+  const { worker, moves, enters, leaves, counts } = rule;
+  /** @type {(Effect|false|undefined)[]} */
+  const effects = [
+    worker !== undefined && ((s, e) => { s.worker(e.worker).status = worker; }),
+    moves !== undefined && ((s, e) => {
+      const task = s.tasks.get(e.idx ?? -1);
+      if (task !== undefined && (!moves.from.length || moves.from.includes(task.where))) task.where = moves.to;
+    }),
+    enters !== undefined && ((s, e) => { queueOf(s, e, enters).push(e.idx); }),
+    leaves !== undefined && ((s, e) => { remove(queueOf(s, e, leaves), e.idx); }),
+    counts !== undefined && count(counts),
+    rule.fails && ((s) => { s.epoch_failed = true; }),
+    rule.keeps && ((s, e) => { s.keep(s.notes, e); }),
+    /** @type {Effect|undefined} */ (CODE[/** @type {import('./types.js').Kind} */ (kind)]),
+  ];
+  return [Boolean(rule.needs_task), /** @type {Effect[]} */ (effects.filter(Boolean))];
+}
+
+/** @type {Map<string, [boolean, Effect[]]>} */
+const STEPS = new Map(Object.entries(/** @type {Record<string, Rule>} */ (RULES)).map(([kind, rule]) => [kind, compile(kind, rule)]));
 
 /** The state after every event up to and including untilSeq (all of them by default). */
 /** @param {Iterable<LoaderEvent>} events @param {number|null} [untilSeq] */

@@ -6,7 +6,8 @@
 import { PALETTE } from './colors.js';
 import { niceMax, sweepErrorField, sweepRequest, sweepSeries } from './sweep.js';
 import { ApiError, errorText, fieldErrors } from './api.js';
-import { TRACE_SETTINGS } from './contract.gen.js';
+import { LOADER_SETTINGS, TRACE_SETTINGS } from './contract.gen.js';
+import { rangeText } from './form.js';
 
 /** @param {string} id @returns {any} the page's element of that id (an input, a select, a box: index.html) */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
@@ -15,10 +16,16 @@ const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79
 /** @type {Record<string, string>} */
 const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
 const STEP_FILL_MS = 20; // the training step a sweep assumes when the scenario has none
-// What a replay of a recorded loader can change (the contract's TRACE_SETTINGS): its own dataset and batches stay.
+// What a replay of a recorded loader can change (the contract's TRACE_SETTINGS), with torch's default and the
+// bounds every request meets (LOADER_SETTINGS): its own dataset and batches stay.
 /** @typedef {Pick<import('./form.js').Field, 'name' | 'kind'> & Partial<import('./form.js').Field>} SweepField */
+/** @type {Record<string, {min: number|null, max: number|null}>} */
+const SETTINGS = LOADER_SETTINGS;
 /** @type {SweepField[]} */
-const RUN_FIELDS = Object.entries(TRACE_SETTINGS).map(([name, kind]) => ({ name, kind }));
+const RUN_FIELDS = Object.entries(TRACE_SETTINGS).map(([name, kind]) => {
+  const { min, max } = SETTINGS[name];
+  return { name, kind, ...(min === null ? {} : { min }), ...(max === null ? {} : { max }) };
+});
 
 /**
  * What the panel shows: a sweep's answer, with what was swept (`xs`: the first key's values as
@@ -130,7 +137,8 @@ export class SweepPanel {
     if (keep && input.value) return;
     const f = (this.fields ?? []).find((x) => x.name === key);
     input.value = !key ? '' : DEFAULTS[key] ?? (f?.kind === 'bool' ? 'false,true' : f?.kind === 'enum' ? (f.options ?? []).join(',') : f?.default !== undefined && f.default !== null ? String(f.default) : '');
-    input.placeholder = key ? 'e.g. 1,2,4' : '';
+    const range = f ? rangeText(/** @type {import('./form.js').Field} */ (f)) : '';
+    input.placeholder = key ? `e.g. 1,2,4${range ? ` (${range})` : ''}` : ''; // the bounds the server checks
   }
 
   /** @param {string} field a panel field: key, values, key2, values2 @param {string} message */

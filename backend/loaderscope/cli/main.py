@@ -59,7 +59,7 @@ def _literal(text: str) -> Any:
 def resolve(name: str, values: dict[str, Any]) -> Plan:
     """``scenarios.plan.resolve``, its ParamError shown as the dashboard shows it."""
     from loaderscope.scenarios import plan
-    from loaderscope.scenarios.errors import ParamError
+    from loaderscope.problems import ParamError
 
     try:
         return plan.resolve(name, values)
@@ -225,7 +225,7 @@ def print_job(job: Any) -> None:
 
 def find_scenario(name: str) -> Scenario:
     from loaderscope.scenarios import catalog
-    from loaderscope.scenarios.errors import UnknownScenario
+    from loaderscope.problems import UnknownScenario
 
     try:
         return catalog.get(name)
@@ -301,7 +301,7 @@ def cost_model(text: str | None) -> Any:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     from loaderscope import sim
-    from loaderscope.scenarios.errors import ParamError
+    from loaderscope.problems import ParamError
 
     cost_fields = [name for name, f in sim.CostModel.model_fields.items() if f.annotation in (int, float)]
     if args.from_trace and not args.scenario:

@@ -13,9 +13,9 @@ from typing import Any, Union
 import msgspec
 from msgspec import inspect
 
-from loaderscope.contract import events, replay
+from loaderscope.contract import events, loader, replay, rules
+from loaderscope.contract.generated import ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 JS_PATH = ROOT / "frontend" / "js" / "contract.gen.js"
 SCHEMA_PATH = ROOT / "docs" / "events.schema.json"
 COMMAND = "python -m loaderscope.contract --write"
@@ -81,6 +81,14 @@ SECTIONS: list[tuple[str, str, Callable[[], Any]]] = [
     ("ENDED", "the statuses of a run that has ended (run_end's reasons)", lambda: sorted(events.ENDED)),
     ("TRACE_SETTINGS", "what a replay of a recorded loader can change, with its kind of value",
      lambda: replay.TRACE_SETTINGS),
+    ("LOADER_SETTINGS", "the DataLoader's settings: torch's default, the bounds a request may ask for, meaning",
+     loader.table),
+    ("TORCH_PREFETCH_FACTOR", "the prefetch_factor torch sets with workers when none is given",
+     lambda: loader.TORCH_PREFETCH_FACTOR),
+    ("WHERE", "where a task is in the pipeline", lambda: {w.name: w.value for w in rules.Where}),
+    ("WORKER_STATUS", "a worker's status", lambda: {w.name: w.value for w in rules.WorkerStatus}),
+    ("RULES", "each kind's transition rule: its table-shaped effects, in the order the reducers apply them",
+     rules.table),
 ]
 
 

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
 from loaderscope.settings import (
-    TORCH_PREFETCH_FACTOR,
     BatchSize,
     DropLast,
     InOrder,

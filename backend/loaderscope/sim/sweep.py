@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from loaderscope.contract.replay import TRACE_KEYS as TRACE_KEYS  # what a sweep of a trace may change
 from loaderscope.events import Event
-from loaderscope.scenarios.errors import ParamError, Problem
+from loaderscope.problems import ParamError, Problem
 from loaderscope.scenarios.workload import Workload
 from loaderscope.settings import LoaderSettings, check
 from loaderscope.sim.costs import CostModel

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from loaderscope import trace
 from loaderscope.events import MAX_NUMBER
 from loaderscope.scenarios.catalog import all_scenarios
-from loaderscope.scenarios.errors import ParamError, UnknownScenario
+from loaderscope.problems import ParamError, UnknownScenario
 from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.server.budgets import PAGE_BYTES
 from loaderscope.server.runs.manager import Run, RunManager, RunRefused

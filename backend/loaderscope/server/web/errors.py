@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from loaderscope.scenarios.errors import allowed, allowed_by, kind_name, short
+from loaderscope.problems import allowed, allowed_by, kind_name, short
 
 _NO_SCOPE = ("body",)  # FastAPI's location prefix for JSON bodies says nothing to a user
 

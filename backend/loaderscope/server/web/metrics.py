@@ -25,7 +25,8 @@ from prometheus_client.exposition import choose_encoder
 
 from loaderscope.events import RunStatus
 from loaderscope.server.runs.manager import Run, RunManager
-from loaderscope.state import LoaderState, WorkerStatus
+from loaderscope.contract.rules import WorkerStatus
+from loaderscope.state import LoaderState
 
 # Runs exported one by one, live ones first then the newest; the rest are only counted (runs by
 # status, and loaderscope_runs_unexported). Twice the 64 producers a dashboard takes: every live run

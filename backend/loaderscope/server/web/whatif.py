@@ -74,7 +74,7 @@ def _over_budget(events: int, combinations: int) -> JSONResponse | None:
 def checked_grid(grid: dict[str, list[Any]]) -> dict[str, list[Any]] | JSONResponse:
     """The grid typed and checked by the bounds every request meets (``sim.replay_grid``), or its 422."""
     from loaderscope import sim
-    from loaderscope.scenarios.errors import ParamError
+    from loaderscope.problems import ParamError
     from loaderscope.settings import table
 
     combinations = math.prod(max(len(values), 1) for values in grid.values())

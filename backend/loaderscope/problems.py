@@ -1,4 +1,4 @@
-"""``ParamError``: the one error a scenario's name or parameters can raise, worded for a person.
+"""``ParamError``: the one error a scenario's name, its parameters or a loader setting can raise, worded for a person.
 
 Each problem names the field, what was given and what is allowed, in the same words on the
 command line (``--set``) and in the dashboard's 422 answers, e.g.
