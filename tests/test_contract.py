@@ -41,3 +41,29 @@ def test_the_page_gets_every_kind_with_its_required_fields() -> None:
     for kind, names in REQUIRED.items():
         assert [name for name, rule in kinds[kind].items() if rule["required"]] == list(names)
     assert kinds["dispatch"]["worker"] == {"type": "int", "nullable": False, "min": 0, "max": 4095, "required": True}
+
+
+def test_every_field_a_real_probe_sends_is_declared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An undeclared field sends a real run's frames down the slow, one-event-at-a-time check."""
+    import orjson
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import loaderscope
+    from loaderscope import events, trace
+
+    with loaderscope.watch(DataLoader(TensorDataset(torch.arange(32.0)), batch_size=4, num_workers=2),
+                           logdir=tmp_path) as loader:
+        for _ in range(2):
+            list(loader)
+    [path] = tmp_path.rglob("*.trace.jsonl")
+    _, recorded = trace.read_trace(path)
+    assert {"run_start", "dispatch", "fetch_end", "yield", "epoch_end"} <= {e["kind"] for e in recorded}
+
+    def slow(data: bytes, slice_events: int) -> object:
+        raise AssertionError("the one-pass decode refused a real run's frame: a field the contract does not declare")
+
+    monkeypatch.setattr(events, "_decode_slowly", slow)
+    decoded = events.decode_message(orjson.dumps(recorded))
+    assert not isinstance(decoded, dict)
+    assert sum(map(len, decoded)) == len(recorded)

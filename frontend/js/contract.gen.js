@@ -168,6 +168,11 @@ export const KINDS = Object.freeze({
       "type": "any",
       "nullable": true,
       "required": false
+    },
+    "loader": {
+      "type": "string",
+      "nullable": true,
+      "required": false
     }
   },
   "run_end": {

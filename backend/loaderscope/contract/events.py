@@ -138,6 +138,7 @@ class RunStart(Event, tag=Kind.RUN_START.value):
     pid: Maybe[Value] = UNSET
     wall_start: Maybe[Value] = UNSET
     snapshot: Maybe[Value] = UNSET
+    loader: Maybe[str] = UNSET  # P: the DataLoader class watched, qualified (a subclass or torchdata's)
 
 
 class RunEnd(Event, tag=Kind.RUN_END.value):
