@@ -7,9 +7,9 @@
 import { LoaderState } from './reducer.js';
 import { EventTable } from './event-table.js';
 
-// Lists that only ever grow during a run (never trimmed, some up to a cap): a snapshot keeps their length,
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 
-// Lists that only ever grow during a run (up to a cap, never trimmed): a snapshot keeps their length,
+// Lists that only ever grow during a run (never trimmed, some up to a cap): a snapshot keeps their length,
 // a restore slices `full`'s. (yield_order is trimmed to its latest entries: it is copied instead.)
 const GROWING = new Set(['errors', 'notes', 'violations', 'batch_samples', 'step_gaps']);
 // Collections copied whole; every other field of LoaderState is a value (or an object the reducer
