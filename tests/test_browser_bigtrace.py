@@ -79,6 +79,38 @@ def test_a_damaged_line_in_a_later_segment_stops_there_with_its_file_line(page: 
     assert workers["events"] == main["events"] and len(main["events"]) == bad - 2
 
 
+# Reads `text` into a Track each way: the reference (one thread, JSON.parse, each event applied
+# alone) and the page's (workers' columns, batches appended); what the page shows of each track.
+TRACKS_BOTH_WAYS = """async ({ text, segmentBytes }) => {
+  const { readTraceFile, readTraceFileInWorkers } = await import('/js/trace-file.js');
+  const { Track } = await import('/js/track.js');
+  const { summary } = await import('/js/reducer.js');
+  const file = new File([text], 'small.trace.jsonl');
+  const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
+  const fast = new Track({ rank: 0, label: 'fast', source: 'file' });
+  await readTraceFile(file, { onHeader: () => {}, onEvent: (e) => reference.ingest(e), sliceMs: 1e9 });
+  await readTraceFileInWorkers(file, { workers: 3, segmentBytes, onHeader: () => {}, onRows: (rows) => fast.ingestRows(rows) });
+  const shown = (tr) => {
+    const spans = [...tr.store.workers.values(), tr.store.consumer, tr.store.pin]
+      .map((c) => [...c.start.subarray(0, c.n), ...c.end.subarray(0, c.n), ...c.ref.subarray(0, c.n), ...c.ref2.subarray(0, c.n)]);
+    // each row as the page reads it (a column's bytes for a field a row lacks are not read)
+    const rows = Array.from({ length: tr.player.length }, (_, i) => tr.player.event(i));
+    return JSON.stringify({ n: tr.player.length, summary: summary(tr.state), violations: tr.state.violations,
+      notes: tr.noteItems, yields: [...tr.yields], parked: tr.parkedRows, spans, rows });
+  };
+  return { reference: shown(reference), fast: shown(fast) };
+}"""
+
+
+def test_a_trace_opened_the_fast_way_shows_what_the_reference_way_shows(page: Page, server: Any,
+                                                                       tmp_path: Path) -> None:
+    page.page.goto(server.page_url)
+    page.page.wait_for_function("() => window.loaderscope")
+    got = page.page.evaluate(TRACKS_BOTH_WAYS, {"text": small_trace(tmp_path), "segmentBytes": 200_000})
+    assert json.loads(got["reference"])["n"] > 29_000
+    assert got["fast"] == got["reference"]
+
+
 @pytest.mark.perf
 @pytest.mark.slow
 def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any) -> None:  # noqa: F811

@@ -9,9 +9,9 @@ import { EventTable } from './event-table.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 
-// Lists that only ever grow during a run (up to a cap, never trimmed): a snapshot keeps their length,
+// Lists that only ever grow during a run (never trimmed, some up to a cap): a snapshot keeps their length,
 // a restore slices `full`'s. (yield_order is trimmed to its latest entries: it is copied instead.)
-const GROWING = new Set(['errors', 'notes', 'violations', 'batch_samples']);
+const GROWING = new Set(['errors', 'notes', 'violations', 'batch_samples', 'step_gaps']);
 // Collections copied whole; every other field of LoaderState is a value (or an object the reducer
 // replaces rather than mutates: config, meta, the latest stuck/timeout events) and is shared.
 const COPIED = new Set(['tasks', 'workers', 'result_queue', 'buffer']);

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { Player } from '../js/player.js';
 import { Track } from '../js/track.js';
 import { EventTable } from '../js/event-table.js';
-import { reduce, summary } from '../js/reducer.js';
+import { reduce, summary, MAX_KEPT } from '../js/reducer.js';
 import { synthesize } from '../dev/synth.js';
 
 function fingerprint(s) {
@@ -98,6 +98,17 @@ test('seeks stay exact across the reducer trimming yield_order', () => {
     assert.equal(fingerprint(p.state), fingerprint(fresh), `cursor ${i}`);
     assert.deepEqual(p.state.yield_order.slice(-5), fresh.yield_order.slice(-5));
   }
+});
+
+test('a snapshot holds no list that grows with the run: a 10M-event trace takes thousands of them', () => {
+  // every list in the state that only grows is kept by its length; one copied whole made opening
+  // a long trace quadratic (step_gaps: 17M numbers copied into the snapshots of a 1M-event trace)
+  const events = synthesize({ num_workers: 1, prefetch_factor: 1, batches: 2600, step: 0.0001 });
+  const p = load(events, 512);
+  const longest = Math.max(...p.snapshots.flatMap((s) => Object.values(s.values).map((v) => (Array.isArray(v) ? v.length : 0))));
+  assert.ok(longest <= 2 * MAX_KEPT, `a snapshot copies a list of ${longest} items`);
+  p.seek(events.length - 7);
+  assert.equal(fingerprint(p.state), fingerprint(reduce(events.slice(0, events.length - 7))));
 });
 
 test('a track given batches of rows ends where one given each event ends, timeline and notes too', () => {
