@@ -208,12 +208,12 @@ class ParquetTraceWriter:
     Same interface as ``trace.TraceWriter``, so the probe's writer thread takes either.
     """
 
-    def __init__(self, path: str | Path, run: str, *, row_group_events: int = ROW_GROUP_EVENTS,
-                 part_seconds: float = PART_SECONDS, **meta: Any) -> None:
+    def __init__(self, path: str | Path, run: str, *, row_group_events: int | None = None,
+                 part_seconds: float | None = None, **meta: Any) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.row_group_events = row_group_events
-        self.part_seconds = part_seconds
+        self.row_group_events = row_group_events or ROW_GROUP_EVENTS
+        self.part_seconds = PART_SECONDS if part_seconds is None else part_seconds
         self._metadata = {METADATA_KEY: orjson.dumps(header(run, **meta))}
         self._pending: list[Mapping[str, Any]] = []
         self._since = 0.0  # monotonic time of the first pending event
@@ -226,22 +226,27 @@ class ParquetTraceWriter:
         while len(self._pending) >= self.row_group_events:
             self._write_part(self._pending[:self.row_group_events])
             del self._pending[:self.row_group_events]
-        if self._pending and time.monotonic() - self._since >= self.part_seconds:
-            self.sync()
+        self.flush()
 
     def flush(self) -> None:
-        """Nothing: events wait for their part (a part per flush would make thousands of tiny files)."""
+        """Write the pending events as a part once the oldest is ``part_seconds`` old (a part per call
+        would make thousands of tiny files)."""
+        if self._pending and time.monotonic() - self._since >= self.part_seconds:
+            self._write_pending()
 
     def sync(self) -> None:
-        """Write what is pending as a part, now."""
+        """As ``flush``: each part is synced to the disk as it is written."""
+        self.flush()
+
+    def close(self) -> None:
+        self._write_pending()
+        if self._parts == 0:  # no event at all: one empty part still holds the header
+            self._write_part([])
+
+    def _write_pending(self) -> None:
         if self._pending:
             self._write_part(self._pending)
             self._pending = []
-
-    def close(self) -> None:
-        self.sync()
-        if self._parts == 0:  # no event at all: one empty part still holds the header
-            self._write_part([])
 
     def _write_part(self, events: list[Mapping[str, Any]]) -> None:
         name = f"part-{self._parts:06d}.parquet"

@@ -22,7 +22,7 @@ from loaderscope.traceheader import FORMAT, TraceError, check_header, header
 if TYPE_CHECKING:
     from loaderscope.columnar import ParquetTraceWriter
 
-__all__ = ["FORMAT", "FORMATS", "TraceError", "TraceWriter", "check_header", "chosen_format", "header", "open_writer",
+__all__ = ["FORMAT", "FORMATS", "FORMAT_ENV", "SUFFIXES", "TraceError", "TraceWriter", "check_header", "chosen_format", "header", "open_writer",
            "parse_lines", "read_trace", "read_trace_tolerant", "write_trace"]
 
 MAX_LINE_BYTES = 1 << 20
@@ -32,6 +32,7 @@ MAX_TRACE_BYTES = 4 << 30
 FORMATS = ("jsonl", "parquet")
 FORMAT_ENV = "LOADERSCOPE_FORMAT"  # the format of the traces record, watch(logdir=) and the logdir write
 SUFFIXES = {"jsonl": ".trace.jsonl", "parquet": ".trace.parquet"}
+_noted: list[str] = []  # the fallback to JSON lines, once said
 
 
 def columnar_available() -> bool:
@@ -50,8 +51,10 @@ def chosen_format(asked: str | None = None) -> str:
         raise ValueError(f"unknown trace format {name!r} (from {'--format' if asked else '$' + FORMAT_ENV}): "
                          f"use one of {', '.join(FORMATS)}")
     if name == "parquet" and not columnar_available():
-        print("loaderscope: Parquet traces need pyarrow (pip install 'loaderscope[columnar]'); "
-              "writing JSON lines instead", file=sys.stderr, flush=True)
+        if not _noted:  # once per process, however many loaders it records
+            _noted.append(name)
+            print("loaderscope: Parquet traces need pyarrow (pip install 'loaderscope[columnar]'); "
+                  "writing JSON lines instead", file=sys.stderr, flush=True)
         return "jsonl"
     return name
 
