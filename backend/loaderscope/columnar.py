@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,7 +43,8 @@ METADATA_KEY = b"loaderscope-trace"
 EXTRA = "extra"  # the JSON text column: every field without a column of its own
 INTS = "int_fields"  # the float64 columns whose value was an integer (``nbytes,pickled``): they come back as ints
 ROW_GROUP_EVENTS = 65_536  # a part is written at this many events ...
-PART_SECONDS = 10.0  # ... or this long after its first event, whichever comes first
+PART_SECONDS = 10.0  # ... or this long after its first event, whichever comes first ($LOADERSCOPE_PART_SECONDS)
+PART_SECONDS_ENV = "LOADERSCOPE_PART_SECONDS"  # at most what a killed writer loses; smaller means more files
 COMPRESSION = "zstd"
 
 _INTS = ((pa.int8(), 2**7), (pa.int16(), 2**15), (pa.int32(), 2**31))
@@ -201,6 +202,27 @@ def read_parquet_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], li
     return head, events, torn or not events or events[-1]["kind"] != "run_end"
 
 
+def _part_seconds() -> float:
+    """``$LOADERSCOPE_PART_SECONDS`` when it is a positive number, else ``PART_SECONDS``."""
+    try:
+        seconds = float(os.environ.get(PART_SECONDS_ENV) or PART_SECONDS)
+    except ValueError:
+        return PART_SECONDS
+    return seconds if seconds > 0 else PART_SECONDS
+
+
+def parsed_parquet_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any] | Event]:
+    """The header, then every event, part by part (``trace.parse_lines`` for Parquet)."""
+    found = parts(path)
+    if not found or not found[0].exists():
+        raise TraceError(f"{path}: no {PART_GLOB} part in it (not a Parquet trace, or nothing written yet)")
+    for number, part in enumerate(found):
+        head, events = read_part(part)
+        if number == 0:
+            yield head
+        yield from events
+
+
 class ParquetTraceWriter:
     """A Parquet trace written as it comes: a closed part file every ``ROW_GROUP_EVENTS`` events or
     ``PART_SECONDS`` seconds (``write`` checks), and the rest at ``flush``/``close``.
@@ -213,7 +235,7 @@ class ParquetTraceWriter:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.row_group_events = row_group_events or ROW_GROUP_EVENTS
-        self.part_seconds = PART_SECONDS if part_seconds is None else part_seconds
+        self.part_seconds = part_seconds if part_seconds is not None else _part_seconds()
         self._metadata = {METADATA_KEY: orjson.dumps(header(run, **meta))}
         self._pending: list[Mapping[str, Any]] = []
         self._since = 0.0  # monotonic time of the first pending event

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from loaderscope.columnar import ParquetTraceWriter
 
 __all__ = ["FORMAT", "FORMATS", "FORMAT_ENV", "SUFFIXES", "TraceError", "TraceWriter", "check_header", "chosen_format", "header", "open_writer",
-           "parse_lines", "read_trace", "read_trace_tolerant", "write_trace"]
+           "is_parquet_path", "parse_lines", "parsed_trace", "read_trace", "read_trace_tolerant", "write_trace"]
 
 MAX_LINE_BYTES = 1 << 20
 MAX_TRACE_BYTES = 4 << 30
@@ -129,6 +129,22 @@ def parse_lines(lines: Iterable[bytes], source: str = "trace") -> Iterator[dict[
             raise TraceError(f"{source}, line {number}: {exc}") from None
     if number == 0:
         raise TraceError(f"{source} is empty: a trace starts with a header line")
+
+
+def parsed_trace(path: str | Path) -> Iterator[dict[str, Any] | Event]:
+    """The header, then every event, of a trace file of either format, read as it is consumed.
+
+    Raises:
+        TraceError: naming the file and the line (or part and row) that is not a trace's.
+    """
+    if is_parquet_path(path):
+        if not columnar_available():
+            raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow (pip install 'loaderscope[columnar]')")
+        from loaderscope.columnar import parsed_parquet_trace
+        yield from parsed_parquet_trace(path)
+        return
+    with Path(path).open("rb") as file:
+        yield from parse_lines(file, str(path))
 
 
 def read_trace(path: str | Path) -> tuple[dict[str, Any], list[Event]]:
