@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import msgspec.inspect as mi
 import orjson
@@ -150,31 +150,31 @@ def parts(path: str | os.PathLike[str]) -> list[Path]:
     return sorted(path.glob(PART_GLOB)) if path.is_dir() else [path]
 
 
-def part_header(part: str | os.PathLike[str] | pq.ParquetFile) -> dict[str, Any]:
+def part_header(file: pq.ParquetFile, source: str) -> dict[str, Any]:
     """The trace header kept in a part's key-value metadata; TraceError when it is not a trace's."""
-    file = part if isinstance(part, pq.ParquetFile) else pq.ParquetFile(part)
-    source = os.fspath(part) if not isinstance(part, pq.ParquetFile) else "a Parquet file"
     meta = file.schema_arrow.metadata or {}
     if METADATA_KEY not in meta:
         raise TraceError(f"{source} is a Parquet file but not a loaderscope trace: its key-value metadata has no "
-                         f"{METADATA_KEY.decode()!r} header (write one with `loaderscope export --to parquet`)")
+                         f"{METADATA_KEY.decode()!r} header (write one with `loaderscope export FILE -o NAME.trace.parquet`)")
     return check_header(meta[METADATA_KEY], source)
 
 
-def read_part(part: Path) -> tuple[dict[str, Any], list[Event]]:
-    """The header and validated events of one part file; TraceError names the file and the row."""
+def read_part(part: Path | IO[bytes], name: str | None = None) -> tuple[dict[str, Any], list[Event]]:
+    """The header and validated events of one part file (a path, or an open binary file named ``name``);
+    TraceError names the file and the row."""
+    source = name or (os.fspath(part) if isinstance(part, Path) else "a Parquet file")
     try:
         file = pq.ParquetFile(part)
-        head = part_header(file)
+        head = part_header(file, source)
         rows = from_table(file.read())
     except (OSError, pa.ArrowException) as exc:
-        raise TraceError(f"{part}: not a readable Parquet file ({exc})") from None
+        raise TraceError(f"{source}: not a readable Parquet file ({exc})") from None
     events: list[Event] = []
     for number, row in enumerate(rows):
         try:
             events.append(validate(row))
         except EventError as exc:
-            raise TraceError(f"{part}, row {number}: {exc}") from None
+            raise TraceError(f"{source}, row {number}: {exc}") from None
     return head, events
 
 
