@@ -102,11 +102,7 @@ def record(command: list[str], *, logdir: str | None = None, url: str | None = N
     traces = sorted(directory.rglob(f"*{SUFFIXES[fmt]}"))
     if traces:
         say(f"{len(traces)} trace{'s' if len(traces) != 1 else ''} in {shown(directory)}")
-        if fmt == "parquet":  # the logdir lists JSON lines only (docs/DESIGN.md §18): name what opens these
-            say(f"open one with: loaderscope serve --open {shlex.quote(shown(traces[0]))}; or query them all, e.g. "
-                f"in DuckDB: read_parquet('{shown(root)}/**/*.trace.parquet/*.parquet')")
-        else:
-            say(f"open them with: loaderscope serve --logdir {shlex.quote(shown(root))}")
+        say(f"open them with: loaderscope serve --logdir {shlex.quote(shown(root))}")
     else:
         _remove_if_empty(directory)
         say("no DataLoader was iterated, so there is no trace. If the command iterates one, check that it "
