@@ -191,3 +191,17 @@ def test_a_missing_part_directory_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "empty.trace.parquet").mkdir()
     with pytest.raises(TraceError, match="holds no part"):
         read_trace(tmp_path / "empty.trace.parquet")
+
+
+def test_without_pyarrow_a_parquet_request_records_jsonl_with_one_note(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "pyarrow"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("pyarrow is not installed here")\n')
+    env = environment() | {"LOADERSCOPE_LOGDIR": str(tmp_path / "runs"), "LOADERSCOPE_FORMAT": "parquet",
+                           "PYTHONPATH": str(tmp_path / "shadow")}
+    done = subprocess.run([PYTHON, script(tmp_path), "workers=2", "epochs=3"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "consumed 36 in all" in done.stdout
+    assert done.stderr.count("Parquet traces need pyarrow (pip install 'loaderscope[columnar]')") == 1
+    (trace,) = (tmp_path / "runs").rglob("*.trace.*")
+    assert trace.name.endswith(".trace.jsonl") and conformance.check(read_trace(trace)[1]) == []

@@ -7,7 +7,7 @@ columnar format (``columnar.py``, Parquet; the ``loaderscope[columnar]`` extra),
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -35,9 +35,14 @@ SUFFIXES = {"jsonl": ".trace.jsonl", "parquet": ".trace.parquet"}
 _noted: list[str] = []  # the fallback to JSON lines, once said
 
 
+@functools.cache
 def columnar_available() -> bool:
-    """Whether pyarrow (the ``loaderscope[columnar]`` extra) can be imported here."""
-    return importlib.util.find_spec("pyarrow") is not None
+    """Whether pyarrow (the ``loaderscope[columnar]`` extra) imports here: installed, and not broken."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def chosen_format(asked: str | None = None) -> str:
