@@ -205,3 +205,22 @@ def test_without_pyarrow_a_parquet_request_records_jsonl_with_one_note(tmp_path:
     assert done.stderr.count("Parquet traces need pyarrow (pip install 'loaderscope[columnar]')") == 1
     (trace,) = (tmp_path / "runs").rglob("*.trace.*")
     assert trace.name.endswith(".trace.jsonl") and conformance.check(read_trace(trace)[1]) == []
+
+
+def test_compare_and_sim_from_trace_read_a_parquet_recording(tmp_path: Path) -> None:
+    (source,) = recorded(tmp_path, "parquet", "workers=2")
+    head, events = read_trace(source)
+    jsonl = write_trace(tmp_path / "same.trace.jsonl", events, head["run"])
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*LOADERSCOPE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+
+    compared = cli("compare", str(source), str(jsonl), "--format", "json")
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    result = orjson.loads(compared.stdout)
+    assert [run["status"] for run in result["runs"]] == ["done", "done"] and result["settings"]["changed"] == []
+    assert result["metrics"] and all(metric["a"] == metric["b"] for metric in result["metrics"])
+    swept = {fmt: cli("sim", "--from-trace", str(path), "--sweep", "num_workers=1,2", "--format", "csv")
+             for fmt, path in (("parquet", source), ("jsonl", jsonl))}
+    assert swept["parquet"].returncode == 0, swept["parquet"].stdout + swept["parquet"].stderr
+    assert swept["parquet"].stdout == swept["jsonl"].stdout  # the same events, the same fit and table
