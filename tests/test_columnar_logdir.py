@@ -85,3 +85,20 @@ def test_a_killed_parquet_writer_leaves_a_truncated_run(
     with server.client() as http:
         page = http.get(f"/api/runs/{killed['id']}/events", params={"limit": 10000}).json()
     assert len(page["events"]) == 20 and page["status"] == "truncated" and server.alive()
+
+
+def test_serve_open_replays_a_parquet_trace(start_server: Any, tmp_path: Path,
+                                            recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+    path = parquet(tmp_path / "replay.trace.parquet", recorded)
+    server = start_server(traces=[str(path)])
+
+    def replayed() -> list[dict[str, Any]]:
+        with server.client() as http:
+            return [r for r in http.get("/api/runs").json() if r["mode"] == "replay"]
+
+    run = server.wait_status(wait_for(replayed, what="the replayed run")[0]["id"])
+    assert run["status"] == "done" and run["statistics"]["batches"] == BATCHES
+    with server.client() as http:
+        page = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()
+    assert [e["kind"] for e in page["events"]] == [e["kind"] for e in recorded]
+    assert f"{path} opened as run {run['id']}" in server.output()
