@@ -224,3 +224,21 @@ def test_compare_and_sim_from_trace_read_a_parquet_recording(tmp_path: Path) -> 
              for fmt, path in (("parquet", source), ("jsonl", jsonl))}
     assert swept["parquet"].returncode == 0, swept["parquet"].stdout + swept["parquet"].stderr
     assert swept["parquet"].stdout == swept["jsonl"].stdout  # the same events, the same fit and table
+
+
+def test_watch_writes_a_parquet_logdir_trace_when_asked(tmp_path: Path) -> None:
+    code = (
+        "import sys, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "from loaderscope import watch\n"
+        "loader = watch(DataLoader(torch.arange(40.0), batch_size=4, num_workers=2), logdir=sys.argv[1],\n"
+        "               trace_format='parquet')\n"
+        "print(sum(1 for _ in loader), 'batches')\n"
+    )
+    done = subprocess.run([PYTHON, "-c", code, str(tmp_path / "runs")], cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "10 batches" in done.stdout, done.stderr
+    (trace,) = (tmp_path / "runs").rglob("*.trace.*")
+    head, events, truncated = read_trace_tolerant(trace)
+    assert trace.name.endswith(".trace.parquet") and not truncated and head["origin"] == "logdir"
+    assert yields(events) == 10 and conformance.check(events) == []

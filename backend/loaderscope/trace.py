@@ -53,8 +53,8 @@ def chosen_format(asked: str | None = None) -> str:
     """
     name = (asked or os.environ.get(FORMAT_ENV) or "jsonl").strip().lower()
     if name not in FORMATS:
-        raise ValueError(f"unknown trace format {name!r} (from {'--format' if asked else '$' + FORMAT_ENV}): "
-                         f"use one of {', '.join(FORMATS)}")
+        source = "" if asked else f" (from ${FORMAT_ENV})"
+        raise ValueError(f"unknown trace format {name!r}{source}: use one of {', '.join(FORMATS)}")
     if name == "parquet" and not columnar_available():
         if not _noted:  # once per process, however many loaders it records
             _noted.append(name)

@@ -64,7 +64,8 @@ class LogfileSink:
 
     takes_frames = True
 
-    def __init__(self, logdir: str | os.PathLike[str], *, buffer_events: int = BUFFER_EVENTS) -> None:
+    def __init__(self, logdir: str | os.PathLike[str], *, buffer_events: int = BUFFER_EVENTS,
+                 trace_format: str | None = None) -> None:
         self.logdir = Path(logdir)
         self.capacity = buffer_events
         self.path: Path | None = None  # once the first events arrived
@@ -75,7 +76,7 @@ class LogfileSink:
         self._wake = threading.Event()
         self._closing = False
         self._failed = False  # a disk error ended this file: the rest is discarded
-        self.format = _format()
+        self.format = _format(trace_format)
         self._writer: TraceWriter | ParquetTraceWriter | None = None
         self._thread: threading.Thread | None = None
         self._synced = 0.0
@@ -194,10 +195,10 @@ class LogfileSink:
             self._writer.close()
 
 
-def _format() -> str:
-    """The trace format ``$LOADERSCOPE_FORMAT`` asks for; a bad value is said once and JSON lines written."""
+def _format(asked: str | None) -> str:
+    """The trace format asked for (else ``$LOADERSCOPE_FORMAT``'s); a bad one is said once and JSON lines written."""
     try:
-        return chosen_format()
+        return chosen_format(asked)
     except ValueError as exc:
         _say("format", f"loaderscope: {exc}; writing JSON lines")
         return "jsonl"
