@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from loaderscope.trace import FORMAT_ENV, FORMATS, SUFFIXES, chosen_format
 from loaderscope.tracepaths import job_directory, job_name
 
 DEFAULT_LOGDIR = "loaderscope-runs"
@@ -50,6 +51,9 @@ def add_record_command(subparsers: argparse._SubParsersAction) -> None:  # type:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logdir", default=None,
                         help=f"where traces go (default: $LOADERSCOPE_LOGDIR, else ./{DEFAULT_LOGDIR})")
+    parser.add_argument("--format", default=None, choices=FORMATS, dest="trace_format",
+                        help="trace format: jsonl (JSON lines) or parquet (columnar, needs loaderscope[columnar]; "
+                             "default: $LOADERSCOPE_FORMAT, else jsonl)")
     parser.add_argument("--url", default=None,
                         help="also stream live to this dashboard (http://host:port/?token=...)")
     parser.add_argument("--name", default=None,
@@ -66,16 +70,20 @@ def cmd_record(args: argparse.Namespace) -> int:
     try:
         if not command:
             raise RecordError("give the command to record after --, e.g. loaderscope record -- python train.py")
-        return record(command, logdir=args.logdir, url=args.url, name=args.name)
+        return record(command, logdir=args.logdir, url=args.url, name=args.name, trace_format=args.trace_format)
     except RecordError as exc:
         print(f"loaderscope record: {exc}", file=sys.stderr, flush=True)
         return 2
 
 
 def record(command: list[str], *, logdir: str | None = None, url: str | None = None,
-           name: str | None = None) -> int:
+           name: str | None = None, trace_format: str | None = None) -> int:
     """Run ``command`` recorded; its exit status. Raises RecordError when it cannot be recorded."""
     check_startup_hook()
+    try:
+        fmt = chosen_format(trace_format)
+    except ValueError as exc:
+        raise RecordError(str(exc)) from None
     root = Path(logdir or os.environ.get("LOADERSCOPE_LOGDIR") or DEFAULT_LOGDIR).resolve()
     job = job_name(name or command_name(command), time.time(), secrets.token_hex(8))
     directory = job_directory(root, job)
@@ -83,14 +91,15 @@ def record(command: list[str], *, logdir: str | None = None, url: str | None = N
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RecordError(f"cannot create {directory} ({exc.strerror or exc}): pass a writable --logdir") from None
-    env = {**os.environ, "LOADERSCOPE_RECORD": "1", "LOADERSCOPE_LOGDIR": str(root), "LOADERSCOPE_JOB": job}
+    env = {**os.environ, "LOADERSCOPE_RECORD": "1", "LOADERSCOPE_LOGDIR": str(root), "LOADERSCOPE_JOB": job,
+           FORMAT_ENV: fmt}
     if name:  # every run named so; without it each loader is named from the code that built it
         env["LOADERSCOPE_NAME"] = name
     if url:
         env["LOADERSCOPE_URL"] = url
     say(f"recording the DataLoaders of `{shlex.join(command)}` into {shown(directory)}")
     status = run_forwarding_signals(command, env)
-    traces = sorted(directory.rglob("*.trace.jsonl"))
+    traces = sorted(directory.rglob(f"*{SUFFIXES[fmt]}"))
     if traces:
         say(f"{len(traces)} trace{'s' if len(traces) != 1 else ''} in {shown(directory)}")
         say(f"open them with: loaderscope serve --logdir {shlex.quote(shown(root))}")

@@ -1,35 +1,80 @@
 """◆ Trace files (JSON Lines with a versioned header) and the Chrome trace-event export.
 
-Like ``torch.save``'s magic number and protocol version (torch/serialization.py, ``_legacy_save``: ``MAGIC_NUMBER`` and ``PROTOCOL_VERSION``), the first line names the format
-and its version, so a reader refuses other files with a clear message instead of misreading them.
-Traces are parsed as data (orjson), never unpickled, with size limits.
+The first line is the header (``traceheader.py``: the format and its version). Traces are parsed as
+data (orjson), never unpickled, with size limits. The readers and ``open_writer`` also take the
+columnar format (``columnar.py``, Parquet; the ``loaderscope[columnar]`` extra), chosen by the path.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import time
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from loaderscope.events import SCHEMA_VERSION, Event, EventError, to_json, validate
-from loaderscope.version import __version__
+from loaderscope.events import Event, EventError, to_json, validate
+from loaderscope.traceheader import FORMAT, TraceError, check_header, header
 
-FORMAT = "loaderscope-trace"
+if TYPE_CHECKING:
+    from loaderscope.columnar import ParquetTraceWriter
+
+__all__ = ["FORMAT", "FORMATS", "FORMAT_ENV", "SUFFIXES", "TraceError", "TraceWriter", "check_header", "chosen_format", "header", "open_writer",
+           "is_parquet_path", "parse_lines", "parsed_trace", "read_trace", "read_trace_tolerant", "write_trace"]
+
 MAX_LINE_BYTES = 1 << 20
 MAX_TRACE_BYTES = 4 << 30
 
 
-class TraceError(ValueError):
-    """A file that is not a loaderscope trace, or a damaged one; the message says which line and why."""
+FORMATS = ("jsonl", "parquet")
+FORMAT_ENV = "LOADERSCOPE_FORMAT"  # the format of the traces record, watch(logdir=) and the logdir write
+SUFFIXES = {"jsonl": ".trace.jsonl", "parquet": ".trace.parquet"}
+_noted: list[str] = []  # the fallback to JSON lines, once said
 
 
-def header(run: str, **meta: Any) -> dict[str, Any]:
-    return {"format": FORMAT, "version": SCHEMA_VERSION, "run": run, "created": time.time(),
-            "loaderscope": __version__, **meta}
+@functools.cache
+def columnar_available() -> bool:
+    """Whether pyarrow (the ``loaderscope[columnar]`` extra) imports here: installed, and not broken."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def chosen_format(asked: str | None = None) -> str:
+    """The trace format to write: ``asked``, else ``$LOADERSCOPE_FORMAT``, else JSON lines.
+
+    Parquet without pyarrow falls back to JSON lines with one note (training must not stop for it).
+    Raises ValueError for a format that does not exist, naming the ones that do.
+    """
+    name = (asked or os.environ.get(FORMAT_ENV) or "jsonl").strip().lower()
+    if name not in FORMATS:
+        source = "" if asked else f" (from ${FORMAT_ENV})"
+        raise ValueError(f"unknown trace format {name!r}{source}: use one of {', '.join(FORMATS)}")
+    if name == "parquet" and not columnar_available():
+        if not _noted:  # once per process, however many loaders it records
+            _noted.append(name)
+            print("loaderscope: Parquet traces need pyarrow (pip install 'loaderscope[columnar]'); "
+                  "writing JSON lines instead", file=sys.stderr, flush=True)
+        return "jsonl"
+    return name
+
+
+def with_format(path: Path, fmt: str) -> Path:
+    """``path`` (named for JSON lines) with the suffix of ``fmt``."""
+    return path.with_name(path.name.removesuffix(SUFFIXES["jsonl"]) + SUFFIXES[fmt])
+
+
+def open_writer(path: str | Path, run: str, fmt: str = "jsonl", **meta: Any) -> TraceWriter | ParquetTraceWriter:
+    """A writer of ``fmt`` (``FORMATS``); both have ``write``, ``flush``, ``sync`` and ``close``."""
+    if fmt == "parquet":
+        from loaderscope.columnar import ParquetTraceWriter
+        return ParquetTraceWriter(path, run, **meta)
+    return TraceWriter(path, run, **meta)
 
 
 class TraceWriter:
@@ -62,24 +107,12 @@ class TraceWriter:
         self.close()
 
 
-def write_trace(path: str | Path, events: Iterable[Mapping[str, Any]], run: str, **meta: Any) -> Path:
-    with TraceWriter(path, run, **meta) as writer:
+def write_trace(path: str | Path, events: Iterable[Mapping[str, Any]], run: str, fmt: str = "jsonl",
+                **meta: Any) -> Path:
+    """A whole trace at once, in ``fmt`` (a Parquet trace is a directory: name it ``*.trace.parquet``)."""
+    with open_writer(path, run, fmt, **meta) as writer:
         writer.write(events)
     return Path(path)
-
-
-def check_header(line: bytes, source: str) -> dict[str, Any]:
-    try:
-        head = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        raise TraceError(f"{source} is not a loaderscope trace: its first line is not JSON") from None
-    if not isinstance(head, dict) or head.get("format") != FORMAT:
-        raise TraceError(f"{source} is not a loaderscope trace: the first line must be a header "
-                         f'{{"format": "{FORMAT}", "version": {SCHEMA_VERSION}, ...}}')
-    if head.get("version") != SCHEMA_VERSION:
-        raise TraceError(f"{source} is a version {head.get('version')!r} trace; this loaderscope reads version "
-                         f"{SCHEMA_VERSION}: open it with the loaderscope that wrote it ({head.get('loaderscope')})")
-    return head
 
 
 def parse_lines(lines: Iterable[bytes], source: str = "trace") -> Iterator[dict[str, Any] | Event]:
@@ -103,6 +136,22 @@ def parse_lines(lines: Iterable[bytes], source: str = "trace") -> Iterator[dict[
         raise TraceError(f"{source} is empty: a trace starts with a header line")
 
 
+def parsed_trace(path: str | Path) -> Iterator[dict[str, Any] | Event]:
+    """The header, then every event, of a trace file of either format, read as it is consumed.
+
+    Raises:
+        TraceError: naming the file and the line (or part and row) that is not a trace's.
+    """
+    if is_parquet_path(path):
+        if not columnar_available():
+            raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow (pip install 'loaderscope[columnar]')")
+        from loaderscope.columnar import parsed_parquet_trace
+        yield from parsed_parquet_trace(path)
+        return
+    with Path(path).open("rb") as file:
+        yield from parse_lines(file, str(path))
+
+
 def read_trace(path: str | Path) -> tuple[dict[str, Any], list[Event]]:
     """Header and events of a trace file, also one a killed process left (``read_trace_tolerant``)."""
     head, events, _ = read_trace_tolerant(path)
@@ -115,9 +164,14 @@ def read_trace_tolerant(path: str | Path) -> tuple[dict[str, Any], list[Event], 
     A process that was killed, or is still running, leaves a trace without ``run_end`` whose last
     line may be torn (a write cut short). That is no error here: the events up to the torn line are
     returned with ``truncated=True``. Damage anywhere else raises TraceError naming the line, as in
-    ``read_trace``.
+    ``read_trace``. A Parquet trace (``columnar.read_parquet_trace``) is read the same way.
     """
     path = Path(path)
+    if is_parquet_path(path):
+        if not columnar_available():
+            raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow (pip install 'loaderscope[columnar]')")
+        from loaderscope.columnar import read_parquet_trace
+        return read_parquet_trace(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     if path.stat().st_size > MAX_TRACE_BYTES:
@@ -129,6 +183,11 @@ def read_trace_tolerant(path: str | Path) -> tuple[dict[str, Any], list[Event], 
         events: list[Event] = list(parsed)
     truncated = bool(torn) or not events or events[-1]["kind"] != "run_end"
     return head, events, truncated
+
+
+def is_parquet_path(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a Parquet trace (its directory, or a part file), by its name."""
+    return os.fspath(path).rstrip("/").endswith((SUFFIXES["parquet"], ".parquet"))
 
 
 def _complete_lines(file: IO[bytes], torn: list[bool]) -> Iterator[bytes]:

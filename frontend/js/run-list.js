@@ -15,7 +15,7 @@ export function startOf(/** @type {RunBrief} */ r) {
 export function runName(/** @type {RunBrief} */ r) {
   if (r.name) return r.name;
   if (r.scenario) return r.scenario;
-  if (r.path) return r.path.slice(r.path.lastIndexOf('/') + 1).replace(/\.trace\.jsonl$/, '');
+  if (r.path) return r.path.slice(r.path.lastIndexOf('/') + 1).replace(/\.trace\.(jsonl|parquet)$/, '');
   return 'run';
 }
 

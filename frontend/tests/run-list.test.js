@@ -38,6 +38,7 @@ test('a job of one run is listed on its own; a run of a job of one rank names no
 test('names and times', () => {
   assert.equal(runName({ id: 'x', name: 'train.py:41' }), 'train.py:41');
   assert.equal(runName({ id: 'x' }), 'run');
+  assert.equal(runName({ id: 'x', path: 'job/r1.trace.parquet' }), 'r1'); // a Parquet trace, a directory of parts
   assert.match(clockText(T - 86400 * 2, T), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/, 'another day gets its date');
   assert.match(clockText(T, T), /^\d\d:\d\d:\d\d$/);
   assert.equal(runText({ id: 'x', name: 'n', rank: 3 }, T, { rank: true }), 'n · rank 3');

@@ -376,18 +376,36 @@ def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from loaderscope.trace import TraceError, chrome_json, read_trace
+    from loaderscope.trace import TraceError, chrome_json, columnar_available, read_trace_tolerant, write_trace
 
+    fmt = args.format or export_format(args.output)
+    output = Path(args.output)
+    if fmt != "chrome" and output.exists():
+        raise UsageError(f"{output} already exists: remove it or name another -o (a trace is never overwritten)")
+    if fmt == "parquet" and not columnar_available():
+        raise UsageError("--format parquet needs pyarrow: pip install 'loaderscope[columnar]'")
     try:
-        _, events = read_trace(args.file)
+        head, events, truncated = read_trace_tolerant(args.file)
     except TraceError as exc:
         raise UsageError(str(exc)) from None
-    chrome = chrome_json(events)
-    Path(args.output).write_bytes(chrome)
-    count = chrome.count(b'"ph":')
-    console.print(f"{args.output}: {count} trace events from {len(events)} loaderscope events; "
-                  "open it in https://ui.perfetto.dev or chrome://tracing")
+    if fmt == "chrome":
+        chrome = chrome_json(events)
+        output.write_bytes(chrome)
+        count = chrome.count(b'"ph":')
+        console.print(f"{output}: {count} trace events from {len(events)} loaderscope events; "
+                      "open it in https://ui.perfetto.dev or chrome://tracing")
+        return 0
+    meta = {k: v for k, v in head.items() if k not in ("format", "version", "run", "loaderscope")}
+    write_trace(output, events, str(head.get("run")), fmt=fmt, **meta)
+    note = " (the source is truncated: its writer was killed or is still writing)" if truncated else ""
+    console.print(f"{output}: {len(events)} events as {fmt}{note}; open it with loaderscope serve --open {output}")
     return 0
+
+
+def export_format(output: str) -> str:
+    """The format ``-o`` names by its suffix: a Parquet trace, JSON lines, else Chrome trace-event JSON."""
+    name = output.rstrip("/")
+    return "parquet" if name.endswith(".parquet") else "jsonl" if name.endswith(".jsonl") else "chrome"
 
 
 # A demo long enough to watch: out_of_order's default run is over in about a second.
@@ -487,9 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_format_option(sim)
     sim.set_defaults(func=cmd_sim)
 
-    export = sub.add_parser("export", help="convert a trace for Perfetto / chrome://tracing")
-    export.add_argument("file")
-    export.add_argument("--format", choices=("chrome",), default="chrome")
+    export = sub.add_parser("export", help="convert a trace: for Perfetto / chrome://tracing, or between JSON lines "
+                                           "and Parquet")
+    export.add_argument("file", help="a trace: NAME.trace.jsonl, or a Parquet trace NAME.trace.parquet")
+    export.add_argument("--format", choices=("chrome", "jsonl", "parquet"), default=None,
+                        help="chrome (Perfetto), jsonl or parquet (needs loaderscope[columnar]); default: by the -o "
+                             "suffix (.parquet, .jsonl, else chrome)")
     export.add_argument("-o", "--output", required=True)
     export.set_defaults(func=cmd_export)
     add_record_command(sub)

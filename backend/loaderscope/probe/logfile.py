@@ -5,7 +5,9 @@ complete up to its last second whatever happens to the process: written per prob
 to the OS at once (a killed process loses nothing written) and synced to the disk at least every
 second (a shared filesystem shows it to other nodes). The file is the ordinary trace format
 (``trace.py``: header line, then one event per line); a file without ``run_end`` or with a torn last
-line is a truncated trace, which ``trace.read_trace_tolerant`` reads.
+line is a truncated trace, which ``trace.read_trace_tolerant`` reads. With ``$LOADERSCOPE_FORMAT=parquet``
+(``record --format parquet``) the run is a Parquet trace instead (``columnar.py``): a closed part file
+every few seconds, so a killed process loses the events since its last part.
 
 Nothing here may slow or break training. The probe thread only appends to a bounded queue; a
 writer thread of its own decodes frames, writes and syncs, so a slow or hung filesystem stalls
@@ -22,14 +24,17 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from loaderscope.events import Event, expand
 from loaderscope.tracepaths import safe_name, trace_path
 from loaderscope.probe.faults import report
-from loaderscope.trace import TraceWriter
+from loaderscope.trace import TraceWriter, chosen_format, open_writer, with_format
+
+if TYPE_CHECKING:
+    from loaderscope.columnar import ParquetTraceWriter
 
 BUFFER_EVENTS = 200_000  # as transport.BUFFER_EVENTS: what may wait for a slow disk
 SYNC_EVERY = 1.0  # seconds between fsyncs while events come
@@ -59,7 +64,8 @@ class LogfileSink:
 
     takes_frames = True
 
-    def __init__(self, logdir: str | os.PathLike[str], *, buffer_events: int = BUFFER_EVENTS) -> None:
+    def __init__(self, logdir: str | os.PathLike[str], *, buffer_events: int = BUFFER_EVENTS,
+                 trace_format: str | None = None) -> None:
         self.logdir = Path(logdir)
         self.capacity = buffer_events
         self.path: Path | None = None  # once the first events arrived
@@ -70,7 +76,8 @@ class LogfileSink:
         self._wake = threading.Event()
         self._closing = False
         self._failed = False  # a disk error ended this file: the rest is discarded
-        self._writer: TraceWriter | None = None
+        self.format = _format(trace_format)
+        self._writer: TraceWriter | ParquetTraceWriter | None = None
         self._thread: threading.Thread | None = None
         self._synced = 0.0
 
@@ -161,18 +168,21 @@ class LogfileSink:
             if self._writer is None:
                 self._writer = self._open(events[0])
             self._writer.write(events)
-        if self._writer is not None and items:
-            self._writer.flush()  # in the OS's hands: a killed process loses nothing written
-            if time.monotonic() - self._synced >= SYNC_EVERY:
+        if self._writer is not None:
+            # JSON lines: in the OS's hands, a killed process loses nothing written. Parquet: a part
+            # due by its age is written, also while no event comes (a stuck loader's last events).
+            self._writer.flush()
+            if items and time.monotonic() - self._synced >= SYNC_EVERY:
                 self._sync()
 
-    def _open(self, first: Event) -> TraceWriter:
+    def _open(self, first: Event) -> TraceWriter | ParquetTraceWriter:
         start = first if first["kind"] == "run_start" else {"rank": first.get("rank", 0), "run": first.get("run")}
         path = trace_path(self.logdir, start)
         # The loader's name first: the file a user looks for is `train_loader-...`, not `DataLoader-...`
-        self.path = path.with_name(f"{safe_name(str(start['name']))}-{path.name}") if start.get("name") else path
+        path = path.with_name(f"{safe_name(str(start['name']))}-{path.name}") if start.get("name") else path
+        self.path = with_format(path, self.format)
         meta = {field: start.get(field) for field in HEADER_FIELDS} | {"mode": "real", "origin": "logdir"}
-        return TraceWriter(self.path, str(start.get("run")), **meta)
+        return open_writer(self.path, str(start.get("run")), self.format, **meta)
 
     def _sync(self) -> None:
         assert self._writer is not None
@@ -183,6 +193,15 @@ class LogfileSink:
         if self._writer is not None:
             self._sync()
             self._writer.close()
+
+
+def _format(asked: str | None) -> str:
+    """The trace format asked for (else ``$LOADERSCOPE_FORMAT``'s); a bad one is said once and JSON lines written."""
+    try:
+        return chosen_format(asked)
+    except ValueError as exc:
+        _say("format", f"loaderscope: {exc}; writing JSON lines")
+        return "jsonl"
 
 
 class Fanout:

@@ -50,11 +50,13 @@ class Destination:
     """
 
     def __init__(self, *, dashboard: tuple[str, str | None] | None, sink: Callable[[list[Event]], None] | None,
-                 meta: dict[str, Any], logdir: str | None = None, automatic: bool = False) -> None:
+                 meta: dict[str, Any], logdir: str | None = None, automatic: bool = False,
+                 trace_format: str | None = None) -> None:
         self.dashboard = dashboard
         self.sink = sink
         self.meta = meta
         self.logdir = logdir
+        self.trace_format = trace_format
         self.automatic = automatic
         self._classes: dict[type, type] = {}
         self._lock = threading.Lock()
@@ -76,7 +78,7 @@ class Destination:
         """At the run's first ``iter()``: its outlets. A loader never iterated (one a library re-creates or
         rebuilds, then drops) connects to no dashboard and writes no file: it leaves no run at all."""
         stream = StreamSink(*self.dashboard) if self.dashboard is not None else None
-        file = LogfileSink(self.logdir) if self.logdir is not None else None
+        file = LogfileSink(self.logdir, trace_format=self.trace_format) if self.logdir is not None else None
         other = self.sink if self.sink is not None else stream
         loader._probe.sink = other if file is None else file if other is None else Fanout(file, other)
         transport: Any = Outlets(stream, file) if file is not None else stream
@@ -94,12 +96,14 @@ class Destination:
         return self
 
     def __reduce__(self) -> Any:
-        return (_destination, (self.dashboard, self.sink, self.meta, self.logdir, self.automatic))
+        return (_destination, (self.dashboard, self.sink, self.meta, self.logdir, self.automatic, self.trace_format))
 
 
 def _destination(dashboard: tuple[str, str | None] | None, sink: Callable[[list[Event]], None] | None,
-                 meta: dict[str, Any], logdir: str | None, automatic: bool) -> Destination:
-    return Destination(dashboard=dashboard, sink=sink, meta=meta, logdir=logdir, automatic=automatic)
+                 meta: dict[str, Any], logdir: str | None, automatic: bool,
+                 trace_format: str | None = None) -> Destination:
+    return Destination(dashboard=dashboard, sink=sink, meta=meta, logdir=logdir, automatic=automatic,
+                       trace_format=trace_format)
 
 
 class Outlets:
@@ -139,7 +143,7 @@ def _end_dropped(recorder: Recorder, transport: Any) -> None:
 
 def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], None] | None = None,
           logdir: str | os.PathLike[str] | None = None, name: str | None = None,
-          stuck_after: float | None = None) -> L:
+          stuck_after: float | None = None, trace_format: str | None = None) -> L:
     """Instrument ``loader`` in place and stream its events to a dashboard; returns the same object.
 
     Args:
@@ -157,6 +161,8 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
         name: the runs' name (default: ``$LOADERSCOPE_NAME``, else the variable or function of the
             caller's code that holds the loader, else ``file:line``: ``probe/names.py``).
         stuck_after: seconds after which a fetch is reported stuck (default: max(10 s, 20× median)).
+        trace_format: the logdir traces' format, ``"jsonl"`` or ``"parquet"`` (``loaderscope[columnar]``);
+            default ``$LOADERSCOPE_FORMAT``, else JSON lines. A bad one is said once; JSON lines are written.
 
     The training loop never waits for the dashboard: events go to a bounded buffer, a thread sends
     them, reconnects after a restart, and counts what it had to drop. ``loader.close()`` (or leaving
@@ -176,7 +182,8 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
     if fresh:
         found_name = loader_name(caller_frame(1), loader)
         name = name or os.environ.get(NAME_ENV) or (found_name.text if found_name else None)
-        watched = _instrument(fresh, _new_destination(url, sink, logdir, name, stuck_after, automatic=False))
+        watched = _instrument(fresh, _new_destination(url, sink, logdir, name, stuck_after, automatic=False,
+                                                        trace_format=trace_format))
         if found[0][0] and watched:  # an adapter or a wrapper: say which loaders inside it are watched
             places = ", ".join(f"{type(loader).__name__}{path}" for path, inner in found
                                if any(inner is done for done in watched))
@@ -212,7 +219,7 @@ def auto_watch(loader: DataLoader[Any]) -> None:
 
 def _new_destination(url: str | None, sink: Callable[[list[Event]], None] | None,
                      logdir: str | os.PathLike[str] | None, name: str | None, stuck_after: float | None, *,
-                     automatic: bool) -> Destination:
+                     automatic: bool, trace_format: str | None = None) -> Destination:
     logdir = logdir or os.environ.get(LOGDIR_ENV) or None
     # One rule for the job, where the runs go to a logdir (§18); a dashboard alone groups the ranks
     # by their launcher's id (probe/loader.py, job_id)
@@ -222,7 +229,7 @@ def _new_destination(url: str | None, sink: Callable[[list[Event]], None] | None
     # in the background there would serve nobody.
     wants_dashboard = sink is None and (logdir is None or bool(url or os.environ.get(URL_ENV)))
     return Destination(dashboard=find_dashboard(url) if wants_dashboard else None, sink=sink, meta=meta,
-                       logdir=os.fspath(logdir) if logdir else None, automatic=automatic)
+                       logdir=os.fspath(logdir) if logdir else None, automatic=automatic, trace_format=trace_format)
 
 
 def _instrument(loaders: list[DataLoader[Any]], destination: Destination) -> list[DataLoader[Any]]:

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from loaderscope.server.logdir.index import Index, load_sidecar, quick_index, save_sidecar
+from loaderscope.server.logdir.parquetfile import PARQUET_SUFFIX, ParquetTraceFile, grouped, is_part, parquet_index, \
+    trace_entry
 from loaderscope.server.logdir.storage import Entry, LocalStorage, Storage
 from loaderscope.server.logdir.tracefile import TraceFile
 from loaderscope.server.processes.process import SECRET_HEADER
@@ -169,11 +171,18 @@ class Logdir:
         """The traces among ``paths`` as they are now, and every trace under a new directory among them
         (its files may have come before the kernel watched it). Blocking."""
         found: list[Entry] = []
-        for path in sorted(paths):
+        parquet = {os.path.dirname(path) for path in paths if is_part(path)}
+        for path in sorted(paths - {p for p in paths if is_part(p)}):
             if os.path.isdir(path) and not os.path.islink(path):
-                found += [e for e in storage.walk(self._say, under=path) if e.path.endswith(TRACE_SUFFIX)]
+                inside = storage.walk(self._say, under=path)
+                found += [e for e in inside if e.path.endswith(TRACE_SUFFIX)] + grouped(inside)
             elif os.path.lexists(path):
                 found.append(storage.entry(path))
+        for directory in sorted(parquet - {entry.path for entry in found}):
+            try:
+                found.append(trace_entry(storage, directory))
+            except OSError:
+                continue  # gone again: the next scan says what is there
         return found
 
     async def _scan_said(self) -> None:
@@ -197,7 +206,8 @@ class Logdir:
 
     def _find(self) -> list[Entry]:
         """Every trace under the root (recursively), oldest first; blocking."""
-        found = [entry for entry in self.storage.walk(self._say) if entry.path.endswith(TRACE_SUFFIX)]
+        every = self.storage.walk(self._say)
+        found = [entry for entry in every if entry.path.endswith(TRACE_SUFFIX)] + grouped(every)
         if not self.storage.is_dir():
             self._say(f"the logdir {self.root} does not exist (any more)")
         found.sort(key=lambda entry: entry.mtime_ns)
@@ -232,7 +242,8 @@ class Logdir:
         run_id = run_id_for(relative, index)
         if run_id in self.manager.runs:  # a live run took the id first: the file is listed by its path
             run_id = path_id(relative)
-        file = TraceFile(self.storage, entry.path, run_id)
+        kind = ParquetTraceFile if entry.path.endswith(PARQUET_SUFFIX) else TraceFile
+        file = kind(self.storage, entry.path, run_id)
         source = FileSource(entry.path, relative, file, index, self.silent_after, _grew(entry))
         file.size = index.size  # growth is measured from the size the index saw
         events = EventLog(run_id, memory_events=self.manager.config.memory_events, spill=file)
@@ -394,7 +405,7 @@ def _index_all(storage: Storage, found: list[Entry]) -> list[tuple[Index, bool]]
         if cached is not None:
             indexes.append((cached, True))
             continue
-        index = quick_index(storage, entry.path)
+        index = (parquet_index if entry.path.endswith(PARQUET_SUFFIX) else quick_index)(storage, entry.path)
         if index.problem is None:  # a live file's sidecar is stale at its next write: harmless
             try:
                 save_sidecar(storage, entry.path, index)
@@ -408,11 +419,12 @@ def _is_trace(change: Any, path: str) -> bool:
     """A trace's change, or a new directory (which may hold traces already)."""
     import watchfiles
 
-    return path.endswith(TRACE_SUFFIX) or (change == watchfiles.Change.added and os.path.isdir(path))
+    return path.endswith(TRACE_SUFFIX) or is_part(path) or (change == watchfiles.Change.added and os.path.isdir(path))
 
 
 def _save(storage: Storage, path: str, index: Index) -> None:
-    entry = storage.stat(path)  # the sidecar describes the file as it is now
+    # the sidecar describes the file (a Parquet trace: its parts) as it is now
+    entry = trace_entry(storage, path) if path.endswith(PARQUET_SUFFIX) else storage.stat(path)
     index.size, index.mtime_ns = entry.size, entry.mtime_ns
     save_sidecar(storage, path, index)
 

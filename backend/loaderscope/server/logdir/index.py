@@ -132,10 +132,10 @@ def _read_index(f: Any, entry: Entry, source: str) -> Index:
     index.run, index.origin = _text(head.get("run")), _text(head.get("origin"))
     start = _first_event(f)
     if start is not None and start["kind"] == "run_start":
-        _take_run_start(index, start)
+        take_run_start(index, start)
     last, index.torn = _last_line(f, entry.size)
     if last is not None:
-        _take_last(index, last)
+        take_last(index, last)
     if index.batches is None:  # no stats to read it from: count, at disk speed, without parsing
         index.batches = _count_yields(f)
     return index
@@ -150,7 +150,7 @@ def _first_event(f: Any) -> dict[str, Any] | None:
             return _parse(line)
 
 
-def _take_run_start(index: Index, start: dict[str, Any]) -> None:
+def take_run_start(index: Index, start: dict[str, Any]) -> None:
     index.mode = start.get("mode") or index.mode
     index.scenario = start.get("scenario") or index.scenario
     index.name = start.get("name")
@@ -173,7 +173,7 @@ def _last_line(f: Any, size: int) -> tuple[dict[str, Any] | None, bool]:
     return None, torn
 
 
-def _take_last(index: Index, last: dict[str, Any]) -> None:
+def take_last(index: Index, last: dict[str, Any]) -> None:
     if isinstance(last.get("seq"), int):
         index.events = last["seq"] + 1
     if last["kind"] == "run_end":

@@ -50,6 +50,9 @@ class Storage(Protocol):
     def stat(self, path: str) -> Entry:
         """Raises OSError."""
 
+    def files(self, directory: str) -> list[Entry]:
+        """The files directly in ``directory`` (a Parquet trace's parts). Raises OSError."""
+
     def open(self, path: str) -> IO[bytes]:
         """A seekable binary reader. Raises OSError."""
 
@@ -118,6 +121,11 @@ class LocalStorage:
             return self.stat(path)
         except OSError as exc:
             return Entry(path, -1, 0, f"cannot read {path}: {exc.strerror or exc}")
+
+    def files(self, directory: str) -> list[Entry]:
+        self._check_inside(os.path.realpath(directory), directory)
+        with os.scandir(directory) as found:
+            return [self.entry(item.path) for item in found if not item.is_dir(follow_symlinks=False)]
 
     def kernel_watched(self) -> bool:
         """Whether inotify sees every change under the root: a local filesystem, not a network one
@@ -214,6 +222,16 @@ class FsspecStorage:
             raise
         except Exception as exc:  # noqa: BLE001 (backends raise their own errors: one kind for callers)
             raise OSError(f"{path}: {exc}") from exc
+
+    def files(self, directory: str) -> list[Entry]:
+        self.fs.invalidate_cache(directory)
+        try:
+            infos = self.fs.ls(directory, detail=True)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise OSError(f"{directory}: {exc}") from exc
+        return [self._entry(info) for info in infos if info.get("type", "file") == "file"]
 
     def open(self, path: str) -> IO[bytes]:
         try:

@@ -425,22 +425,21 @@ class RunManager:
         Raises:
             trace.TraceError: the file is not a loaderscope trace (its first line says so).
         """
-        with path.open("rb") as file:
-            parsed = trace.parse_lines(file, str(path))
-            head = next(parsed)
-            run = self.create(scenario=head.get("scenario"), mode="replay", params=head.get("params") or {},
-                              origin="replay")
-            run.attached = True
-            chunk: list[Event] = []
-            try:
-                for event in parsed:
-                    chunk.append(dict(event))
-                    if len(chunk) == REPLAY_CHUNK:
-                        run.ingest(chunk)
-                        chunk = []
-            except trace.TraceError as exc:  # keep what came before the damage, and say where it is
-                run.error = str(exc)
-            run.ingest(chunk)
+        parsed = trace.parsed_trace(path)  # JSON lines or Parquet
+        head = next(parsed)
+        run = self.create(scenario=head.get("scenario"), mode="replay", params=head.get("params") or {},
+                          origin="replay")
+        run.attached = True
+        chunk: list[Event] = []
+        try:
+            for event in parsed:
+                chunk.append(dict(event))
+                if len(chunk) == REPLAY_CHUNK:
+                    run.ingest(chunk)
+                    chunk = []
+        except trace.TraceError as exc:  # keep what came before the damage, and say where it is
+            run.error = str(exc)
+        run.ingest(chunk)
         self._finish(run, None, why=run.error or f"{path.name} ends before its run did (no run_end)")
         return run
 

@@ -171,8 +171,14 @@ def checked_token_env() -> str | None:
 
 def checked_trace(path: Path) -> Path:
     """Refuse, before starting, a file that is missing, too large or not a trace (its header says)."""
-    from loaderscope.trace import MAX_LINE_BYTES, MAX_TRACE_BYTES, TraceError, check_header
+    from loaderscope.trace import MAX_LINE_BYTES, MAX_TRACE_BYTES, TraceError, check_header, is_parquet_path, parsed_trace
 
+    if is_parquet_path(path):  # a Parquet trace: its first part's header
+        try:
+            next(parsed_trace(path))
+        except TraceError as exc:
+            raise ValueError(str(exc)) from None
+        return path
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
     if path.stat().st_size > MAX_TRACE_BYTES:
