@@ -187,7 +187,8 @@ def trace_files(root: str, fs: Any = None) -> list[str]:
         if not base.is_dir():
             raise JobQueryError(f"{root}: not a directory; give the job's directory of traces "
                                 "(e.g. LOGDIR/<job>, or the --logdir of `loaderscope run --ranks`)")
-        found = [str(p) for p in base.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+        found = [str(p) for p in base.rglob("*")  # a dangling link too: said by name, not skipped
+                 if (p.is_file() or p.is_symlink()) and p.name.endswith(TRACE_SUFFIXES)]
     else:
         found = [p if "://" in p else f"{fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]}://{p}"
                  for p in fs.find(root) if PurePosixPath(p).name.endswith(TRACE_SUFFIXES)]
