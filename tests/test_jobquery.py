@@ -5,6 +5,7 @@ and as Parquet."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -161,3 +162,24 @@ def test_clear_errors_name_the_directory_or_the_file(tmp_path: Path) -> None:
     gone.symlink_to(tmp_path / "deleted.trace.jsonl")  # a rank's trace removed under its link
     with pytest.raises(JobQueryError, match="gone.trace.jsonl: cannot be read"):
         job_table(str(tmp_path))
+
+
+def test_the_job_command_names_the_slow_rank_and_sorts_by_it(tmp_path: Path) -> None:
+    simulated_job(tmp_path / "job", "straggler", 4, {1: 3.0})
+    printed = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "job")], capture_output=True,
+                             text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert lines[0].startswith("rank 1 is the slowest: last to deliver")
+    assert lines[1].split()[0] == "rank" and lines[2].split()[0] == "1"  # sorted: the slowest first
+    as_json = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "job"), "--json"],
+                             capture_output=True, text=True, timeout=120)
+    parsed = json.loads(as_json.stdout)
+    assert parsed["slowest"]["rank"] == 1 and [r["rank"] for r in parsed["ranks"]][0] == 1
+    empty = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path)], capture_output=True, text=True,
+                           timeout=120)
+    assert empty.returncode == 0  # the traces under it are the job's
+    (tmp_path / "none").mkdir()
+    missing = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "none")], capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 2 and "no traces" in missing.stdout

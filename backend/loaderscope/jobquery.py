@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from loaderscope.ranks import TIE_S, shard_report
+from loaderscope.ranks import TIE_S, shard_report, shard_text
 
 if TYPE_CHECKING:
     import duckdb
@@ -276,6 +276,14 @@ def _shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]]) -
         except Exception as exc:  # noqa: BLE001 - ValueError, zlib.error, binascii.Error: a damaged digest is said
             report = {"error": f"a shard digest cannot be decoded: {exc}"}
         yield {"job": job, "name": name, "epoch": epoch, "report": report}
+
+
+def shard_text_of(check: dict[str, Any]) -> str:
+    """One shard check in words (``ranks.shard_text``), or why its digests could not be read."""
+    report = check["report"]
+    if "error" in report:
+        return f"epoch {check['epoch']}: the shards were not checked: {report['error']}"
+    return shard_text(check["epoch"], report)
 
 
 def job_table(root: str, fs: Any = None, *, threads: int | None = None) -> JobTable:
