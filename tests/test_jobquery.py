@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from loaderscope.jobquery import JobQueryError, job_table
@@ -23,6 +24,7 @@ from loaderscope.sim.run import simulate_ranks
 from loaderscope.state import LoaderState, summary
 from loaderscope.trace import read_trace, write_trace
 from loaderscope.tracepaths import trace_path
+from tests.conftest import wait_for
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -183,3 +185,22 @@ def test_the_job_command_names_the_slow_rank_and_sorts_by_it(tmp_path: Path) -> 
     missing = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "none")], capture_output=True,
                              text=True, timeout=120)
     assert missing.returncode == 2 and "no traces" in missing.stdout
+
+
+def test_the_dashboard_serves_a_logdir_jobs_table(start_server: Any, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    job = simulated_job(logs, "straggler", 3, {2: 3.0})
+    server = start_server(logdir=str(logs), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == 3, what="the job's 3 traces listed")
+        answer = http.get("/api/jobs/sim-straggler/table")
+        assert answer.status_code == 200, answer.text
+        table = answer.json()
+        assert table["slowest"]["rank"] == 2
+        figures = {row["rank"]: row for row in rank_figures(job)}
+        assert {row["rank"]: row["slowest_steps"] for row in table["ranks"]} == \
+            {rank: row["slowest_steps"] for rank, row in figures.items()}
+        assert all("file" not in row for row in table["ranks"])  # no server path handed out
+        missing = http.get("/api/jobs/nope/table")
+        assert missing.status_code == 404 and "no trace of job 'nope'" in missing.json()["detail"]
+    assert httpx.get(f"{server.url}/api/jobs/sim-straggler/table", timeout=30).status_code == 401  # no token

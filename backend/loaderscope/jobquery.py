@@ -235,13 +235,18 @@ def _parquet_source(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> str
     return f"SELECT {', '.join(picked)}, filename AS file FROM {source}"
 
 
-def connect(paths: Sequence[str], fs: Any = None, *, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the view ``events`` over ``paths`` (JSON lines or Parquet, by extension)."""
+def _duckdb() -> Any:
     try:
         import duckdb
     except ImportError:
         raise JobQueryError("the job table needs DuckDB: pip install 'loaderscope[job]'") from None
-    con = duckdb.connect(":memory:")
+    return duckdb
+
+
+def connect(paths: Sequence[str], fs: Any = None, *, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the table ``events`` of ``paths`` (JSON lines or Parquet, by extension)."""
+    con: duckdb.DuckDBPyConnection = _duckdb().connect(":memory:")
+    con.execute("SET enable_progress_bar = false")  # a bar on stderr is noise in a CLI and a server
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if fs is not None:
@@ -249,7 +254,8 @@ def connect(paths: Sequence[str], fs: Any = None, *, threads: int | None = None)
     parquet = [p for p in paths if p.endswith(".parquet")]
     jsonl = [p for p in paths if not p.endswith(".parquet")]
     sources = ([_json_source(jsonl)] if jsonl else []) + ([_parquet_source(con, parquet)] if parquet else [])
-    con.execute("CREATE VIEW events AS " + " UNION ALL ".join(sources))
+    # Read once for the three queries: a table of the events (a header line has no kind: left out)
+    con.execute("CREATE TEMP TABLE events AS SELECT * FROM (" + " UNION ALL ".join(sources) + ") WHERE kind IS NOT NULL")
     return con
 
 
@@ -288,9 +294,12 @@ def shard_text_of(check: dict[str, Any]) -> str:
 
 def job_table(root: str, fs: Any = None, *, threads: int | None = None) -> JobTable:
     """The job table of every trace under ``root`` (a local directory, or a path of ``fs``)."""
-    import duckdb
+    return table_of(trace_files(root, fs), fs, threads=threads, label=root)
 
-    paths = trace_files(root, fs)
+
+def table_of(paths: Sequence[str], fs: Any = None, *, threads: int | None = None, label: str = "") -> JobTable:
+    """The job table of these trace files (local paths, or paths of ``fs``)."""
+    duckdb = _duckdb()
     _check_readable(paths, fs)
     try:
         con = connect(paths, fs, threads=threads)
@@ -298,9 +307,14 @@ def job_table(root: str, fs: Any = None, *, threads: int | None = None) -> JobTa
         steps = _rows(con, STEPS_SQL)
         shard_rows = _rows(con, SHARDS_SQL)
     except duckdb.Error as exc:
-        raise JobQueryError(f"{root}: the traces could not be queried: {exc}") from None
-    for row in ranks:  # the steps it was last in, and its worst lag there (sim.job.rank_figures)
-        mine = [s["lag"] for s in steps if s["rank"] == row["rank"] and s["job"] == row["job"]
-                and s["name"] == row["name"]]
+        raise JobQueryError(f"{label or 'the job'}: the traces could not be queried: {exc}") from None
+    finally:
+        if "con" in locals():
+            con.close()
+    last: dict[tuple[Any, Any, Any], list[float]] = {}
+    for step in steps:  # the steps each rank was last in, and its worst lag there (sim.job.rank_figures)
+        last.setdefault((step["job"], step["name"], step["rank"]), []).append(step["lag"])
+    for row in ranks:
+        mine = last.get((row["job"], row["name"], row["rank"]), [])
         row["slowest_steps"], row["worst_lag"] = len(mine), max(mine) if mine else None
     return JobTable(ranks, steps, list(_shard_checks(shard_rows, ranks)))
