@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import duckdb
 
 TRACE_SUFFIXES = (".trace.jsonl", ".parquet")
+KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end")
 
 # The event fields the queries read, with their SQL types; a trace without one reads it as NULL.
 COLUMNS: dict[str, str] = {
@@ -31,43 +32,43 @@ COLUMNS: dict[str, str] = {
     "wall_start": "DOUBLE", "shard": "VARCHAR", "shard_length": "BIGINT",
 }
 
-# Each event with its run's segment (epoch_starts so far: state.py resets the epoch's pace at each)
-# and that segment's epoch number.
-_TIMELINE = """
-segmented AS (
+# Tables the three queries share, made once per connection, in order: each event with its run's
+# segment (epoch_starts so far: state.py resets the epoch's pace at each) and that segment's epoch;
+# each run's rank, loader and clock; its first event's time; its yields with the gap before each.
+PREPARED: tuple[tuple[str, str], ...] = (
+    ("timeline", """
+WITH segmented AS (
   SELECT e.*,
          SUM(CASE WHEN kind = 'epoch_start' THEN 1 ELSE 0 END)
            OVER (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS segment
   FROM events e
   WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end')
-),
-timeline AS (
-  SELECT s.*, b.epoch AS current_epoch
-  FROM segmented s
-  LEFT JOIN segmented b ON b.file = s.file AND b.segment = s.segment AND b.kind = 'epoch_start'
-),
-runs AS (
-  SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
-         COALESCE(MAX(wall_start), 0.0) AS wall_start
-  FROM timeline WHERE kind = 'run_start' GROUP BY file
-),
-firsts AS (
-  SELECT e.file, e.t AS first_t FROM events e
-  JOIN (SELECT file, MIN(seq) AS seq FROM events WHERE kind IS NOT NULL GROUP BY file) m
-    ON e.file = m.file AND e.seq = m.seq
-),
-yields AS (
-  SELECT file, seq, t, wait, segment, current_epoch,
-         t - wait - LAG(t) OVER (PARTITION BY file, segment ORDER BY seq) AS gap
-  FROM timeline WHERE kind = 'yield'
-)"""
+)
+SELECT s.*, b.epoch AS current_epoch
+FROM segmented s
+LEFT JOIN segmented b ON b.file = s.file AND b.segment = s.segment AND b.kind = 'epoch_start'
+"""),
+    ("runs", """
+SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
+       COALESCE(MAX(wall_start), 0.0) AS wall_start
+FROM timeline WHERE kind = 'run_start' GROUP BY file
+"""),
+    ("firsts", """
+SELECT e.file, e.t AS first_t FROM events e
+JOIN (SELECT file, MIN(seq) AS seq FROM events GROUP BY file) m ON e.file = m.file AND e.seq = m.seq
+"""),
+    ("yields", """
+SELECT file, seq, t, wait, segment, current_epoch,
+       t - wait - LAG(t) OVER (PARTITION BY file, segment ORDER BY seq) AS gap
+FROM timeline WHERE kind = 'yield'
+"""),
+)
 
 # Per rank: summary()'s batches_per_s and input_bound; the slowest worker by mean fetch time
 # (ranks.js slowestWorker) and its p95 as worker_stats takes it (sorted[round(0.95 * (n - 1))],
 # Python's round: half to even).
-RANKS_SQL = f"""
-WITH {_TIMELINE},
-pace AS (
+RANKS_SQL = """
+WITH pace AS (
   SELECT y.file, COUNT(*) AS batches, MAX(y.t) AS last_yield_t, SUM(y.wait) AS consumer_wait,
          SUM(CASE WHEN y.gap > 0 THEN y.gap ELSE 0.0 END) AS step_total
   FROM yields y GROUP BY y.file
@@ -116,8 +117,7 @@ ORDER BY r.job, r.name, r.rank
 # Per step of every epoch: the rank whose batch came last on the wall clock (wall_start + t) and how
 # much after the first; steps past the fewest any rank delivered are left out (ranks.slowest_per_step).
 STEPS_SQL = f"""
-WITH {_TIMELINE},
-deliveries AS (
+WITH deliveries AS (
   SELECT r.job, r.name, r.rank, y.current_epoch AS epoch, r.wall_start + y.t AS at,
          ROW_NUMBER() OVER (PARTITION BY y.file, y.current_epoch ORDER BY y.seq) - 1 AS step
   FROM yields y JOIN runs r ON r.file = y.file
@@ -144,10 +144,9 @@ ORDER BY job, name, epoch, step
 """
 
 # Each rank's shard digest per epoch (the probe's epoch_end), decoded by ranks.shard_report.
-SHARDS_SQL = f"""
-WITH {_TIMELINE}, runs_ AS (SELECT * FROM runs)
+SHARDS_SQL = """
 SELECT r.job, r.name, e.epoch, r.rank, e.shard, e.shard_length
-FROM timeline e JOIN runs_ r ON r.file = e.file
+FROM timeline e JOIN runs r ON r.file = e.file
 WHERE e.kind = 'epoch_end' AND e.shard IS NOT NULL
 ORDER BY r.job, r.name, e.epoch, r.rank
 """
@@ -255,7 +254,12 @@ def connect(paths: Sequence[str], fs: Any = None, *, threads: int | None = None)
     jsonl = [p for p in paths if not p.endswith(".parquet")]
     sources = ([_json_source(jsonl)] if jsonl else []) + ([_parquet_source(con, parquet)] if parquet else [])
     # Read once for the three queries: a table of the events (a header line has no kind: left out)
-    con.execute("CREATE TEMP TABLE events AS SELECT * FROM (" + " UNION ALL ".join(sources) + ") WHERE kind IS NOT NULL")
+    # Read once for the three queries: the kinds they read, and each run's first event (summary()'s
+    # clock starts there; a header line has no kind and no seq)
+    con.execute("CREATE TEMP TABLE events AS SELECT * FROM (" + " UNION ALL ".join(sources) + ") "
+                f"WHERE kind IN ({', '.join(map(_quote, KINDS))}) OR seq = 0")
+    for name, sql in PREPARED:
+        con.execute(f"CREATE TEMP TABLE {name} AS {sql}")
     return con
 
 
