@@ -7,7 +7,8 @@ The job is simulated once (``sim.run.simulate_ranks``, rank 731 with 2.5x slower
 ``--dir`` (default: $TMPDIR/loaderscope-job-R-S), a trace per rank as ``loaderscope run --ranks``
 writes them, then converted to Parquet by DuckDB's ``COPY ... TO`` (one file per rank). Each repeat
 runs ``job_table`` in a fresh process (cold: its own DuckDB, nothing cached but the OS's page cache)
-and reports its wall time and its peak RSS (``ru_maxrss``), first on JSON lines, then on Parquet.
+and reports its wall time, its CPU time (all threads) and its peak RSS (``ru_maxrss``), first on JSON
+lines, then on Parquet.
 Printed: median and range over the repeats, against the targets of 5 s and 1 GiB.
 """
 
@@ -61,21 +62,24 @@ def to_parquet(root: Path) -> None:
                     f"TO '{target}' (FORMAT parquet)")
 
 
-def measure(directory: Path) -> tuple[float, float, int | None]:
-    """(seconds, peak RSS in MiB, the slowest rank) of one job_table in a fresh process."""
+def measure(directory: Path) -> tuple[float, float, int | None, float]:
+    """(seconds, peak RSS in MiB, the slowest rank, CPU seconds of all its threads) of one job_table in a
+    fresh process. The CPU time does not depend on how many others share the cores; the wall time does."""
     code = ("import resource, sys, time; from loaderscope.jobquery import job_table; t = time.perf_counter(); "
-            "table = job_table(sys.argv[1]); took = time.perf_counter() - t; top = table.slowest_rank(); "
-            "print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, top and top['rank'])")
+            "c = time.process_time(); table = job_table(sys.argv[1]); took = time.perf_counter() - t; "
+            "cpu = time.process_time() - c; top = table.slowest_rank(); "
+            "print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, top and top['rank'], cpu)")
     out = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, check=True)
-    took, rss, rank = out.stdout.split()
-    return float(took), float(rss), None if rank == "None" else int(rank)
+    took, rss, rank, cpu = out.stdout.split()
+    return float(took), float(rss), None if rank == "None" else int(rank), float(cpu)
 
 
-def report(label: str, runs: list[tuple[float, float, int | None]]) -> None:
-    times, rss = [r[0] for r in runs], [r[1] for r in runs]
+def report(label: str, runs: list[tuple[float, float, int | None, float]]) -> None:
+    times, rss, cpu = [r[0] for r in runs], [r[1] for r in runs], [r[3] for r in runs]
     print(f"{label}: job table in {statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f}), "
           f"= {statistics.median(times) / 5:.2f} of the 5 s target; peak RSS {statistics.median(rss):.0f} MiB "
           f"({min(rss):.0f}-{max(rss):.0f}) = {statistics.median(rss) / 1024:.2f} of 1 GiB; "
+          f"CPU {statistics.median(cpu):.1f} s ({min(cpu):.1f}-{max(cpu):.1f}); "
           f"slowest rank named: {sorted({r[2] for r in runs}, key=str)}")
 
 
