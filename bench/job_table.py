@@ -48,7 +48,8 @@ def simulate(root: Path, ranks: int, steps: int) -> None:
                          max_events=10_000_000)
     for events in job.events:
         write_trace(trace_path(root / "jsonl", events[0]), events, events[0]["run"], scenario="uniform", mode="sim")
-    print(f"simulated: {ranks} ranks, {epochs} epochs of {per_epoch} steps, {sum(job.counts):,} events, slow rank {slow}")
+    print(f"simulated: {ranks} ranks, {epochs} epochs of {per_epoch} steps, {sum(job.counts):,} events, "
+          f"slow rank {slow}")
 
 
 def to_parquet(root: Path) -> None:

@@ -12,9 +12,9 @@ import asyncio
 import posixpath
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-import orjson
 
 from loaderscope.jobquery import JobQueryError, table_of
 from loaderscope.server.web.api import manager_of
