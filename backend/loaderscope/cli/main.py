@@ -1,4 +1,4 @@
-"""◆ The ``loaderscope`` command: demo, serve, scenarios, run, sim, export, record, compare."""
+"""◆ The ``loaderscope`` command: demo, serve, scenarios, run, sim, export, record, compare, job."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from rich.table import Table
 
 from loaderscope.cli.compare import add_compare_command
 from loaderscope.cli.errors import UsageError
+from loaderscope.cli.job import add_job_command
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.diagnosis import diagnosis
 from loaderscope.doctor.cli import add_doctor_command
@@ -516,6 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_record_command(sub)
     add_compare_command(sub)
     add_doctor_command(sub)
+    add_job_command(sub)
     return parser
 
 

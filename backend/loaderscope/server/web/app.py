@@ -24,7 +24,7 @@ from loaderscope.server.logdir.storage import storage_for
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.security.bodylimit import BodyLimit
 from loaderscope.server.security.guard import Guard, Policy
-from loaderscope.server.web import api, ingest, metrics, runlist, stream, whatif
+from loaderscope.server.web import api, ingest, jobs, metrics, runlist, stream, whatif
 from loaderscope.server.web.errors import field_problems, readable
 from loaderscope.version import __version__
 
@@ -84,6 +84,7 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
     app.add_middleware(BodyLimit)  # before any body is parsed
     app.include_router(api.router)
     app.include_router(whatif.router)
+    app.include_router(jobs.router)
     app.state.metrics = metrics.Exporter(manager)
     app.include_router(metrics.router)  # GET /metrics, before the page's catch-all mount
     app.add_exception_handler(RequestValidationError, _validation_error)

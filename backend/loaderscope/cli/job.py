@@ -1,0 +1,78 @@
+"""◆ ``loaderscope job DIR``: the job table of every rank's trace under DIR, from DuckDB (``jobquery``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from loaderscope.cli.errors import UsageError
+from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
+from loaderscope.jobquery import JobQueryError, JobTable, job_table, shard_text_of
+
+
+def add_job_command(subparsers: Any) -> None:
+    """Add ``job`` to the ``loaderscope`` command's subparsers."""
+    p = subparsers.add_parser("job", help="a data-parallel job's table of ranks from its traces: the slowest rank, "
+                              "each rank's pace and wait, its slowest worker, the shard check")
+    p.add_argument("dir", metavar="DIR", help="the job's directory of traces (LOGDIR/<job>, or --logdir of "
+                   "`loaderscope run --ranks`); an fsspec URL (s3://, gs://) with the `remote` extra")
+    add_format_option(p)
+    p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
+    p.set_defaults(func=cmd_job)
+
+
+def load(root: str) -> JobTable:
+    fs = None
+    if "://" in root and not root.startswith("file://"):
+        try:
+            import fsspec  # type: ignore[import-untyped]
+        except ImportError:
+            raise UsageError(f"{root}: a URL needs fsspec: pip install 'loaderscope[remote]'") from None
+        fs, root = fsspec.core.url_to_fs(root)
+    try:
+        return job_table(root.removeprefix("file://"), fs)
+    except JobQueryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def by_slowest(table: JobTable) -> list[dict[str, Any]]:
+    """Most often last first; then the slowest pace."""
+    return sorted(table.ranks, key=lambda r: (-r["slowest_steps"], r["batches_per_s"], r["rank"]))
+
+
+def cmd_job(args: argparse.Namespace, console: Console | None = None) -> int:
+    console = console or stdout_console()
+    table = load(args.dir)
+    rows = [{k: v for k, v in row.items() if k != "file"} | {"trace": row["file"]} for row in by_slowest(table)]
+    if args.format == "json":
+        console.print(to_json(table.as_json() | {"ranks": rows}), markup=False)
+        return 0
+    if args.format == "csv":
+        console.print(to_csv(rows), markup=False, end="")
+        return 0
+    console.print(slowest_sentence(table))
+    out = Table("rank", "batches", "batches/s", "waiting for data", "slowest worker", "its p95", "last in",
+                "worst lag", box=None, pad_edge=False)
+    for row in rows:
+        worker, p95, lag = row["slowest_worker"], row["slowest_worker_p95"], row["worst_lag"]
+        out.add_row(str(row["rank"]), str(row["batches"]), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
+                    "-" if worker is None else str(worker), "-" if p95 is None else f"{p95 * 1000:.1f} ms",
+                    f"{row['slowest_steps']} of {len(table.steps)} steps",
+                    "-" if lag is None else f"{lag * 1000:.1f} ms")
+    console.print(out)
+    for check in table.shards:
+        console.print(escape(shard_text_of(check)))
+    return 0
+
+
+def slowest_sentence(table: JobTable) -> str:
+    top = table.slowest_rank()
+    if top is None:
+        return (f"{len(table.ranks)} ranks, {len(table.steps)} steps: no rank was last to deliver a step "
+                "(every step's batches came within 1 µs of each other)")
+    return (f"[bold]rank {top['rank']} is the slowest[/]: last to deliver {top['steps']} of {top['of']} steps, "
+            f"up to {top['worst_lag'] * 1000:.1f} ms after the first rank; ranks step together, so it sets the pace")

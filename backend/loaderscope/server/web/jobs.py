@@ -1,0 +1,54 @@
+"""◆ ``GET /api/jobs/{job}/table``: a logdir job's table of ranks, from DuckDB over its traces.
+
+The page's job view draws it without opening a websocket per rank (``jobquery``: per rank its pace,
+wait share, slowest worker and p95; per step the rank that was last; the shard check). The query
+reads the files, so it runs in a thread, one job table at a time (a 1,024-rank job's read holds a
+few hundred MB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from loaderscope.jobquery import JobQueryError, table_of
+from loaderscope.server.web.api import manager_of
+
+router = APIRouter(prefix="/api")
+_ONE_AT_A_TIME = asyncio.Lock()
+
+
+def job_files(request: Request, job: str) -> tuple[list[str], Any]:
+    """The trace files of ``job``'s logdir runs, and the fsspec filesystem for a URL logdir (else None)."""
+    logdir = request.app.state.config.logdir
+    relative = sorted(brief["path"] for run in manager_of(request).runs.values()
+                      if (brief := run.brief()).get("job") == job and brief.get("path"))
+    if logdir is None or not relative:
+        return [], None
+    if "://" not in str(logdir):
+        return [posixpath.join(str(logdir), path) for path in relative], None
+    import fsspec  # type: ignore[import-untyped]  # the remote extra, present: the logdir is listed through it
+
+    fs, root = fsspec.core.url_to_fs(str(logdir))
+    return [posixpath.join(root, path) for path in relative], fs
+
+
+@router.get("/jobs/{job}/table", responses={404: {}, 422: {}})
+async def job_table(job: str, request: Request) -> Any:
+    """Per rank, per step and per epoch's shards: the answers of ``loaderscope job``, for a logdir job."""
+    paths, fs = job_files(request, job)
+    if not paths:
+        return JSONResponse({"detail": f"no trace of job {job!r} in this dashboard's logdir; the job table reads "
+                                       "a logdir's traces (loaderscope serve --logdir DIR)"}, status_code=404)
+    async with _ONE_AT_A_TIME:
+        try:
+            table = await asyncio.to_thread(table_of, paths, fs, label=f"job {job}")
+        except JobQueryError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=422)
+    rows = [{k: v for k, v in row.items() if k != "file"} for row in table.ranks]
+    return Response(orjson.dumps(table.as_json() | {"ranks": rows, "job": job}), media_type="application/json")

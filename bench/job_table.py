@@ -1,0 +1,113 @@
+"""The job table of a 1,024-rank job by DuckDB (``loaderscope.jobquery``): time and peak memory.
+
+    .venv/bin/python bench/job_table.py                       # 1,024 ranks x 8 workers x 200 steps, 3 repeats
+    .venv/bin/python bench/job_table.py --ranks 64 --steps 50 --repeat 2    # a smoke run
+
+The job is simulated once (``sim.run.simulate_ranks``, rank 731 with 2.5x slower samples) into
+``--dir`` (default: $TMPDIR/loaderscope-job-R-S), a trace per rank as ``loaderscope run --ranks``
+writes them, then converted to Parquet by DuckDB's ``COPY ... TO`` (one file per rank). Each repeat
+runs ``job_table`` in a fresh process (cold: its own DuckDB, nothing cached but the OS's page cache)
+and reports its wall time, its CPU time (all threads) and its peak RSS (``ru_maxrss``), first on JSON
+lines, then on Parquet.
+Printed: median and range over the repeats, against the targets of 5 s and 1 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SLOW_RANK, SLOW_FACTOR = 731, 2.5
+WORKERS, BATCH = 8, 4
+MAX_SAMPLES = 100_000
+
+
+def simulate(root: Path, ranks: int, steps: int) -> None:
+    from loaderscope.scenarios.plan import resolve
+    from loaderscope.sim import CostModel
+    from loaderscope.sim.run import simulate_ranks
+    from loaderscope.trace import write_trace
+    from loaderscope.tracepaths import trace_path
+
+    # the scenario's dataset holds at most 100,000 samples: the steps are spread over enough epochs
+    epochs = -(-ranks * steps * BATCH // MAX_SAMPLES)
+    per_epoch = -(-steps // epochs)
+    plan = resolve("uniform", {"num_workers": WORKERS, "batch_size": BATCH, "dataset_size": ranks * per_epoch * BATCH,
+                               "epochs": epochs, "sample_ms": 2.0})
+    slow = SLOW_RANK if SLOW_RANK < ranks else ranks - 1
+    costs = [CostModel(worker_factor={w: SLOW_FACTOR if rank == slow else 1.0 for w in range(WORKERS)})
+             for rank in range(ranks)]
+    job = simulate_ranks(plan.build(), job=f"bench-{ranks}", scenario="uniform", params=plan.values(), costs=costs,
+                         max_events=10_000_000)
+    for events in job.events:
+        write_trace(trace_path(root / "jsonl", events[0]), events, events[0]["run"], scenario="uniform", mode="sim")
+    print(f"simulated: {ranks} ranks, {epochs} epochs of {per_epoch} steps, {sum(job.counts):,} events, "
+          f"slow rank {slow}")
+
+
+def to_parquet(root: Path) -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    (root / "parquet").mkdir(exist_ok=True)
+    for number, path in enumerate(sorted((root / "jsonl").rglob("*.trace.jsonl"))):
+        target = root / "parquet" / f"rank{number:05d}.trace.parquet"
+        con.execute(f"COPY (SELECT * FROM read_json('{path}', format='newline_delimited') WHERE kind IS NOT NULL) "
+                    f"TO '{target}' (FORMAT parquet)")
+
+
+def measure(directory: Path) -> tuple[float, float, int | None, float]:
+    """(seconds, peak RSS in MiB, the slowest rank, CPU seconds of all its threads) of one job_table in a
+    fresh process. The CPU time does not depend on how many others share the cores; the wall time does."""
+    code = ("import resource, sys, time; from loaderscope.jobquery import job_table; t = time.perf_counter(); "
+            "c = time.process_time(); table = job_table(sys.argv[1]); took = time.perf_counter() - t; "
+            "cpu = time.process_time() - c; top = table.slowest_rank(); "
+            "print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, top and top['rank'], cpu)")
+    out = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, check=True)
+    took, rss, rank, cpu = out.stdout.split()
+    return float(took), float(rss), None if rank == "None" else int(rank), float(cpu)
+
+
+def report(label: str, runs: list[tuple[float, float, int | None, float]]) -> None:
+    times, rss, cpu = [r[0] for r in runs], [r[1] for r in runs], [r[3] for r in runs]
+    print(f"{label}: job table in {statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f}), "
+          f"= {statistics.median(times) / 5:.2f} of the 5 s target; peak RSS {statistics.median(rss):.0f} MiB "
+          f"({min(rss):.0f}-{max(rss):.0f}) = {statistics.median(rss) / 1024:.2f} of 1 GiB; "
+          f"CPU {statistics.median(cpu):.1f} s ({min(cpu):.1f}-{max(cpu):.1f}); "
+          f"slowest rank named: {sorted({r[2] for r in runs}, key=str)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+    root = args.dir or Path(tempfile.gettempdir()) / f"loaderscope-job-{args.ranks}-{args.steps}"
+    if not (root / "jsonl").is_dir():
+        started = time.perf_counter()
+        simulate(root, args.ranks, args.steps)
+        print(f"simulated and written in {time.perf_counter() - started:.0f} s (once; kept in {root})")
+    if not (root / "parquet").is_dir():
+        started = time.perf_counter()
+        to_parquet(root)
+        print(f"converted to Parquet in {time.perf_counter() - started:.0f} s")
+    for kind in ("jsonl", "parquet"):
+        size = sum(p.stat().st_size for p in (root / kind).rglob("*") if p.is_file())
+        print(f"{kind}: {size / 2**20:.0f} MiB on disk")
+    print(f"cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f} (other jobs share them); "
+          f"this process's peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    for kind in ("jsonl", "parquet"):
+        report(kind, [measure(root / kind) for _ in range(args.repeat)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""The job table by SQL (``jobquery``) agrees with the Python definitions: ``state.summary``,
+``sim.job.rank_figures``, ``ranks.slowest_per_step``, ``ranks.shard_report`` and the page's
+slowest worker; on simulated jobs, on a real torchrun job recorded into a logdir, as JSON lines
+and as Parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loaderscope.jobquery import JobQueryError, job_table
+from loaderscope.ranks import shard_report, slowest_per_step
+from loaderscope.scenarios.plan import resolve
+from loaderscope.sim import CostModel
+from loaderscope.sim.job import JobRun, rank_figures
+from loaderscope.sim.run import simulate_ranks
+from loaderscope.state import LoaderState, summary
+from loaderscope.trace import read_trace, write_trace
+from loaderscope.tracepaths import trace_path
+from tests.conftest import wait_for
+
+duckdb = pytest.importorskip("duckdb")
+
+PYTHON = sys.executable
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+DISTRIBUTED = '''
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+dist.init_process_group("gloo")
+data = TensorDataset(torch.arange(91))
+sampler = DistributedSampler(data, shuffle=True)
+loader = DataLoader(data, batch_size=4, num_workers=2, sampler=sampler)
+for epoch in range(2):
+    sampler.set_epoch(epoch)
+    for _ in loader:
+        pass
+dist.destroy_process_group()
+'''
+
+
+def simulated_job(logdir: Path, scenario: str, ranks: int, slow: dict[int, float],
+                  values: dict[str, Any] | None = None) -> JobRun:
+    """What ``loaderscope run SCENARIO --mode sim --ranks N --rank-factor R=F --logdir DIR`` writes."""
+    plan = resolve(scenario, values or {})
+    workload = plan.build()
+    fetchers = range(max(workload.settings.num_workers, 1))
+    costs = [CostModel(worker_factor={w: slow.get(rank, 1.0) for w in fetchers}) for rank in range(ranks)]
+    job = simulate_ranks(workload, job=f"sim-{scenario}", scenario=scenario, params=plan.values(), costs=costs)
+    for events in job.events:
+        write_trace(trace_path(logdir, events[0]), events, events[0]["run"], scenario=scenario, mode="sim")
+    return job
+
+
+def replayed(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A rank's figures the Python way: summary(), and the page's slowest worker (largest mean fetch)."""
+    state = LoaderState()
+    for event in events:
+        state.apply(event)
+    stats = summary(state)
+    means = {w.id: w.busy / len(w.fetch_times) for w in state.workers.values() if w.fetch_times}
+    slowest = sorted(means.items(), key=lambda item: item[1])[-1][0] if means else None
+    p95 = next((w["fetch_p95"] for w in stats["workers"] if w["worker"] == slowest), None)
+    return {"batches": stats["batches"], "batches_per_s": stats["batches_per_s"], "input_bound": stats["input_bound"],
+            "slowest_worker": slowest, "slowest_worker_mean": means.get(slowest) if slowest is not None else None,
+            "slowest_worker_p95": p95}
+
+
+def assert_agrees(table: Any, runs: dict[int, list[dict[str, Any]]]) -> None:
+    by_rank = {row["rank"]: row for row in table.ranks}
+    assert sorted(by_rank) == sorted(runs)
+    for rank, events in runs.items():
+        want, got = replayed(events), by_rank[rank]
+        assert got["batches"] == want["batches"]
+        assert got["slowest_worker"] == want["slowest_worker"], rank
+        for key in ("batches_per_s", "input_bound", "slowest_worker_mean", "slowest_worker_p95"):
+            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), (rank, key)
+    epochs = sorted({s["epoch"] for s in table.steps})
+    assert epochs, "the job has steps"
+    for epoch in epochs:
+        want_steps = slowest_per_step(runs, epoch)
+        got_steps = [s for s in table.steps if s["epoch"] == epoch]
+        assert [s["rank"] for s in got_steps] == [s["rank"] for s in want_steps], epoch
+        assert [s["lag"] for s in got_steps] == pytest.approx([s["lag"] for s in want_steps], abs=1e-9)
+
+
+def test_a_simulated_job_agrees_with_rank_figures_and_slowest_per_step(tmp_path: Path) -> None:
+    job = simulated_job(tmp_path, "straggler", 4, {2: 2.5}, {"epochs": 2})
+    table = job_table(str(tmp_path))
+    runs = {events[0]["rank"]: events for events in job.events}
+    assert_agrees(table, runs)
+    figures = {row["rank"]: row for row in rank_figures(job)}
+    for row in table.ranks:
+        want = figures[row["rank"]]
+        assert row["batches_per_s"] == pytest.approx(want["batches_per_s"], rel=1e-9)
+        assert row["input_bound"] == pytest.approx(want["input_bound"], rel=1e-9)
+        assert row["slowest_steps"] == want["slowest_steps"]
+        assert row["worst_lag"] == pytest.approx(want["worst_lag"], abs=1e-9)
+    assert table.slowest_rank() is not None and table.slowest_rank()["rank"] == 2  # type: ignore[index]
+    assert table.shards == []  # the simulator reports no shard digests
+
+
+def test_parquet_traces_give_the_same_table(tmp_path: Path) -> None:
+    simulated_job(tmp_path / "jsonl", "out_of_order", 3, {0: 3.0})
+    as_json = job_table(str(tmp_path / "jsonl"))
+    con = duckdb.connect()
+    (tmp_path / "parquet").mkdir()
+    for number, path in enumerate(sorted((tmp_path / "jsonl").rglob("*.trace.jsonl"))):
+        target = tmp_path / "parquet" / f"rank{number}.trace.parquet"
+        con.execute(f"COPY (SELECT * FROM read_json('{path}', format='newline_delimited') WHERE kind IS NOT NULL) "
+                    f"TO '{target}' (FORMAT parquet)")
+    as_parquet = job_table(str(tmp_path / "parquet"))
+    strip = [{k: v for k, v in row.items() if k != "file"} for row in as_json.ranks]
+    assert [{k: v for k, v in row.items() if k != "file"} for row in as_parquet.ranks] == strip
+    assert as_parquet.steps == as_json.steps
+
+
+def test_fsspec_paths_give_the_same_table(tmp_path: Path) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    simulated_job(tmp_path, "uniform", 2, {1: 2.0})
+    local = job_table(str(tmp_path))
+    remote = job_table(str(tmp_path), fsspec.filesystem("file"))
+    assert [row["batches_per_s"] for row in remote.ranks] == [row["batches_per_s"] for row in local.ranks]
+    assert remote.steps == local.steps
+
+
+@pytest.mark.slow
+def test_a_real_torchrun_job_agrees_and_checks_its_shards(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(DISTRIBUTED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run([PYTHON, "-m", "loaderscope.record", "--logdir", str(tmp_path / "runs"), "--", TORCHRUN,
+                           "--nproc-per-node", "2", "--standalone", str(script)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = {}
+    for path in sorted((tmp_path / "runs").rglob("*.trace.jsonl")):
+        head, events = read_trace(path)
+        runs[head["rank"]] = events
+    table = job_table(str(tmp_path / "runs"))
+    assert_agrees(table, runs)
+    assert [check["epoch"] for check in table.shards] == [0, 1]
+    for check in table.shards:
+        ends = {rank: next(e for e in events if e["kind"] == "epoch_end" and e["epoch"] == check["epoch"])
+                for rank, events in runs.items()}
+        assert check["report"] == shard_report(ends, 91)
+        assert check["report"]["padding"] == 1 and check["report"]["complete"]  # 91 over 2 ranks of 46: 1 padded
+
+
+def test_clear_errors_name_the_directory_or_the_file(tmp_path: Path) -> None:
+    with pytest.raises(JobQueryError, match="not a directory"):
+        job_table(str(tmp_path / "absent"))
+    with pytest.raises(JobQueryError, match="no traces"):
+        job_table(str(tmp_path))
+    simulated_job(tmp_path, "uniform", 2, {})
+    gone = tmp_path / "gone.trace.jsonl"
+    gone.symlink_to(tmp_path / "deleted.trace.jsonl")  # a rank's trace removed under its link
+    with pytest.raises(JobQueryError, match="gone.trace.jsonl: cannot be read"):
+        job_table(str(tmp_path))
+
+
+def test_the_job_command_names_the_slow_rank_and_sorts_by_it(tmp_path: Path) -> None:
+    simulated_job(tmp_path / "job", "straggler", 4, {1: 3.0})
+    printed = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "job")], capture_output=True,
+                             text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert lines[0].startswith("rank 1 is the slowest: last to deliver")
+    assert lines[1].split()[0] == "rank" and lines[2].split()[0] == "1"  # sorted: the slowest first
+    as_json = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "job"), "--json"],
+                             capture_output=True, text=True, timeout=120)
+    parsed = json.loads(as_json.stdout)
+    assert parsed["slowest"]["rank"] == 1 and [r["rank"] for r in parsed["ranks"]][0] == 1
+    empty = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path)], capture_output=True, text=True,
+                           timeout=120)
+    assert empty.returncode == 0  # the traces under it are the job's
+    (tmp_path / "none").mkdir()
+    missing = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "none")], capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 2 and "no traces" in missing.stdout
+
+
+def test_the_dashboard_serves_a_logdir_jobs_table(start_server: Any, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    job = simulated_job(logs, "straggler", 3, {2: 3.0})
+    server = start_server(logdir=str(logs), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == 3, what="the job's 3 traces listed")
+        answer = http.get("/api/jobs/sim-straggler/table")
+        assert answer.status_code == 200, answer.text
+        table = answer.json()
+        assert table["slowest"]["rank"] == 2
+        figures = {row["rank"]: row for row in rank_figures(job)}
+        assert {row["rank"]: row["slowest_steps"] for row in table["ranks"]} == \
+            {rank: row["slowest_steps"] for rank, row in figures.items()}
+        assert all("file" not in row for row in table["ranks"])  # no server path handed out
+        missing = http.get("/api/jobs/nope/table")
+        assert missing.status_code == 404 and "no trace of job 'nope'" in missing.json()["detail"]
+    assert httpx.get(f"{server.url}/api/jobs/sim-straggler/table", timeout=30).status_code == 401  # no token
+
+
+def test_the_query_in_design_runs_as_written_and_gives_the_steps(tmp_path: Path) -> None:
+    design = (Path(__file__).parents[1] / "docs" / "DESIGN.md").read_text()
+    shown = design.split("The per-step query, as it runs:", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
+    simulated_job(tmp_path, "straggler", 3, {0: 2.0}, {"epochs": 2})
+    from loaderscope.jobquery import STEPS_SQL, connect, trace_files
+
+    con = connect(trace_files(str(tmp_path)))
+    assert con.execute(shown).fetchall() == con.execute(STEPS_SQL).fetchall()
