@@ -120,6 +120,24 @@ def test_parquet_traces_give_the_same_table(tmp_path: Path) -> None:
     strip = [{k: v for k, v in row.items() if k != "file"} for row in as_json.ranks]
     assert [{k: v for k, v in row.items() if k != "file"} for row in as_parquet.ranks] == strip
     assert as_parquet.steps == as_json.steps
+    ours = as_loaderscope_parquet(tmp_path / "jsonl", tmp_path / "ours")
+    assert [{k: v for k, v in row.items() if k != "file"} for row in ours.ranks] == strip
+    assert ours.steps == as_json.steps
+
+
+def as_loaderscope_parquet(source: Path, target: Path) -> Any:
+    """The job table of ``source``'s traces written as loaderscope's Parquet traces (columnar.py): a
+    directory of parts per run, the loosely typed fields (``wall_start``, ``shard``) in ``extra``."""
+    from loaderscope.columnar import ParquetTraceWriter
+
+    for number, path in enumerate(sorted(source.rglob("*.trace.jsonl"))):
+        head, events = read_trace(path)
+        with ParquetTraceWriter(target / f"rank{number}.trace.parquet", head["run"], row_group_events=16) as writer:
+            writer.write(events)  # several parts per run
+    assert len(list(target.rglob("part-000001.parquet"))) == number + 1
+    table = job_table(str(target))
+    assert len(table.ranks) == number + 1  # a run per directory, not per part
+    return table
 
 
 def test_fsspec_paths_give_the_same_table(tmp_path: Path) -> None:
@@ -147,6 +165,10 @@ def test_a_real_torchrun_job_agrees_and_checks_its_shards(tmp_path: Path) -> Non
     table = job_table(str(tmp_path / "runs"))
     assert_agrees(table, runs)
     assert [check["epoch"] for check in table.shards] == [0, 1]
+    ours = as_loaderscope_parquet(tmp_path / "runs", tmp_path / "parquet")
+    assert [{k: v for k, v in row.items() if k != "file"} for row in ours.ranks] == \
+        [{k: v for k, v in row.items() if k != "file"} for row in table.ranks]
+    assert ours.steps == table.steps and ours.shards == table.shards
     for check in table.shards:
         ends = {rank: next(e for e in events if e["kind"] == "epoch_end" and e["epoch"] == check["epoch"])
                 for rank, events in runs.items()}

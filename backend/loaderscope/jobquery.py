@@ -22,7 +22,8 @@ from loaderscope.ranks import TIE_S, shard_report, shard_text
 if TYPE_CHECKING:
     import duckdb
 
-TRACE_SUFFIXES = (".trace.jsonl", ".parquet")
+TRACE_SUFFIXES = (".trace.jsonl", ".parquet")  # a Parquet file of another writer, or a part of ours
+PART_NAME = r"part-[0-9]+\.parquet"  # columnar.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
 KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end")
 
 # The event fields the queries read, with their SQL types; a trace without one reads it as NULL.
@@ -187,7 +188,7 @@ def trace_files(root: str, fs: Any = None) -> list[str]:
             raise JobQueryError(f"{root}: not a directory; give the job's directory of traces "
                                 "(e.g. LOGDIR/<job>, or the --logdir of `loaderscope run --ranks`)")
         found = [str(p) for p in base.rglob("*")  # a dangling link too: said by name, not skipped
-                 if (p.is_file() or p.is_symlink()) and p.name.endswith(TRACE_SUFFIXES)]
+                 if (p.is_file() or p.is_symlink()) and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")]
     else:
         found = [p if "://" in p else f"{fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]}://{p}"
                  for p in fs.find(root) if PurePosixPath(p).name.endswith(TRACE_SUFFIXES)]
@@ -227,11 +228,23 @@ def _json_source(paths: Sequence[str]) -> str:
             f"format='newline_delimited', columns={columns}, filename=true, ignore_errors=true)")
 
 
+def _parquet_column(name: str, sql_type: str, present: set[str]) -> str:
+    """A field from its column, else from loaderscope's ``extra`` JSON text (docs/DESIGN.md §5): a field
+    typed loosely in the contract (``wall_start``, ``shard``) has no column of its own there."""
+    column = f"TRY_CAST({name} AS {sql_type})" if name in present else None
+    extra = f"TRY_CAST(json_extract_string(extra, '$.{name}') AS {sql_type})" if "extra" in present else None
+    found = [c for c in (column, extra) if c]
+    picked = found[0] if len(found) == 1 else f"COALESCE({', '.join(found)})" if found else f"CAST(NULL AS {sql_type})"
+    return f"{picked} AS {name}"
+
+
 def _parquet_source(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> str:
     source = f"read_parquet({_file_list(paths)}, filename=true, union_by_name=true)"
     present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    picked = [f"CAST({k} AS {v}) AS {k}" if k in present else f"CAST(NULL AS {v}) AS {k}" for k, v in COLUMNS.items()]
-    return f"SELECT {', '.join(picked)}, filename AS file FROM {source}"
+    picked = [_parquet_column(k, v, present) for k, v in COLUMNS.items()]
+    # a loaderscope Parquet trace is a directory of parts: the run is the directory, not a part
+    run_file = f"regexp_replace(filename, '/{PART_NAME}$', '')"
+    return f"SELECT {', '.join(picked)}, {run_file} AS file FROM {source}"
 
 
 def _duckdb() -> Any:
