@@ -2,9 +2,9 @@
 # The suite on a busy machine: two CPU-bound processes run beside it for as long as it runs, as other
 # jobs sharing the cores would. The tests wait on conditions, not on time, so they must pass here too.
 #
-#   bash scripts/test_under_load.sh                      # the README's test command (scripts/test.sh)
-#   bash scripts/test_under_load.sh tests/test_watch.py  # the same with these pytest arguments
-#   BURNERS=4 bash scripts/test_under_load.sh -m browser # more load
+#   bash scripts/test_under_load.sh                           # the README's test command (scripts/test.sh)
+#   bash scripts/test_under_load.sh -n 2 tests/test_watch.py  # pytest alone, with these arguments
+#   BURNERS=4 bash scripts/test_under_load.sh -n 2 -m browser # more load
 set -euo pipefail
 cd "$(dirname "$0")/.."
 burners=()
@@ -17,4 +17,9 @@ for _ in $(seq "${BURNERS:-2}"); do
   burners+=($!)
 done
 echo "test_under_load: ${#burners[@]} CPU burners running beside the tests (pids ${burners[*]})"
-bash scripts/test.sh "$@"
+if [ $# -eq 0 ]; then
+  bash scripts/test.sh
+else
+  bash scripts/bootstrap.sh
+  .venv/bin/python -m pytest "$@"
+fi
