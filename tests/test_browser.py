@@ -26,14 +26,9 @@ VIEWPORT = {"width": 1440, "height": 900}
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
+def browser(chromium: Any) -> Any:
+    """The process's one chromium (tests/conftest.py); the browser modules import this name."""
+    return chromium
 
 
 class Page:

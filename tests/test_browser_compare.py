@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from loaderscope.compare import compare
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import FRAMES, Page, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -85,10 +85,10 @@ def test_compare_two_real_runs(server: Any, page: Page) -> None:
     assert geo["labels"][0].startswith("A · uniform") and geo["labels"][1].startswith("B · uniform")
 
     ARTIFACTS.mkdir(exist_ok=True)
-    pg.wait_for_timeout(300)  # the timeline draws at the next animation frame
+    pg.evaluate(FRAMES, 2)  # the timeline draws at the next animation frame
     pg.screenshot(path=str(ARTIFACTS / "compare.png"))
     pg.evaluate("document.getElementById('compare').scrollTop = 10000")
-    pg.wait_for_timeout(200)
+    pg.evaluate(FRAMES, 2)
     pg.screenshot(path=str(ARTIFACTS / "compare-bottom.png"))
     (ARTIFACTS / "compare.json").write_bytes(orjson.dumps(expected, option=orjson.OPT_INDENT_2))
 

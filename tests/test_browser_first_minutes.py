@@ -1,4 +1,4 @@
-"""The first five minutes (issue 18): a demo that teaches, a lost server said loudly, a page that
+"""The first five minutes: a demo that teaches, a lost server said loudly, a page that
 fits narrow windows, legible text, state per run, and findings that stay after the run ends.
 
 Every wait is on a condition (the page's own state, or a number of animation frames), never on a

@@ -1,4 +1,4 @@
-"""Stuck, dead and unpinned: what the page shows when a real DataLoader goes wrong (issues 4 and 9).
+"""Stuck, dead and unpinned: what the page shows when a real DataLoader goes wrong.
 
 Real runs through the real dashboard, watched in Debian's chromium. Screenshots land in the test's
 tmp dir; ``LOADERSCOPE_SCREENSHOT_DIR=docs`` also copies them there (docs/stuck_worker.png, ...).

@@ -1,4 +1,4 @@
-"""The batch inspector on a live run: structure and sizes by default, values only when asked (issue 9)."""
+"""The batch inspector on a live run: structure and sizes by default, values only when asked."""
 
 from __future__ import annotations
 

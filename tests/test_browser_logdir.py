@@ -79,7 +79,7 @@ def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: 
 def test_a_recorded_runs_timeline_starts_at_its_loaders_first_event(browser: Any, start_server: Any,  # noqa: F811
                                                                      tmp_path: Path) -> None:
     """The probe's clock starts when the loader is built; a Trainer's first iter() comes seconds later.
-    The timeline shows the loader's events, not 8.7 s of nothing before them (issue 22)."""
+    The timeline shows the loader's events, not 8.7 s of nothing before them."""
     events = real_run(48, num_workers=2)
     for event in events:
         event["t"] += 8.7

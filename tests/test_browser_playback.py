@@ -1,4 +1,4 @@
-"""Playback (issue 5) and replay of trace files (issue 6) in a real browser.
+"""Playback and replay of trace files in a real browser.
 
 A simulated run started from the form plays from its first event; it can be paused, stepped one
 event or one batch, scrubbed along the timeline, at any speed, and the state at any point equals

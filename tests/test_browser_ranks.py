@@ -1,5 +1,5 @@
-"""The job view: a job of 12 ranks is a table of ranks, names the slowest, and drills into one (issue 17);
-the rank drilled into carries the diagnosis, the run picker and the URL with it (issue 22)."""
+"""The job view: a job of 12 ranks is a table of ranks, names the slowest, and drills into one;
+the rank drilled into carries the diagnosis, the run picker and the URL with it."""
 
 from __future__ import annotations
 

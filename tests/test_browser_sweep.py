@@ -1,4 +1,4 @@
-"""The "What if…" panel (issue 5): a sweep of simulated runs drawn as a chart, a table and a recommendation.
+"""The "What if…" panel: a sweep of simulated runs drawn as a chart, a table and a recommendation.
 
 Not slow: a sweep of `uniform` over three worker counts on 96 samples simulates in well under a second.
 """
