@@ -29,6 +29,7 @@ test opens a context of its own).
 from __future__ import annotations
 
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +51,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "con
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for what cannot take port 0 (a launcher's MASTER_PORT): never a
+    fixed one, which two pytest workers or two suites on the machine would both pick."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def __getattr__(name: str) -> Any:

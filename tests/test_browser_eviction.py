@@ -1,4 +1,4 @@
-"""A run moved to disk (issue 26 item 7), opened in a real page: its viewer is sent to the trace file
+"""A run moved to disk, opened in a real page: its viewer is sent to the trace file
 for every event (resync), and the page shows the whole run from it. Real dashboard, real websocket
 producers, real chromium."""
 
