@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from tests.live import LiveServer
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; returns that value."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; returns that value. ``timeout`` caps a wait
+    on state, generous because a busy machine is slow to get there: it is no pace to keep."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -13,7 +13,7 @@ import pytest
 
 from loaderscope.trace import TraceWriter
 from tests.conftest import wait_for
-from tests.test_browser import VIEWPORT, browser  # noqa: F401 (fixture)
+from tests.test_browser import WAIT_MS, VIEWPORT, browser  # noqa: F401 (fixture)
 from tests.test_server_logdir import real_run
 
 pytestmark = pytest.mark.browser
@@ -88,7 +88,7 @@ def test_a_recorded_runs_timeline_starts_at_its_loaders_first_event(browser: Any
     page = browser.new_page(viewport=VIEWPORT)
     page.goto(f"{server.page_url}&run={run['id']}")
     wait_for(lambda: page.text_content("#run-status") == "done", timeout=30, what="the run read to its end")
-    page.wait_for_function(f"() => window.loaderscope.timeline.view.t0 === {first!r}", timeout=30_000)
+    page.wait_for_function(f"() => window.loaderscope.timeline.view.t0 === {first!r}", timeout=WAIT_MS)
     span = page.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
     assert span < 1.1 * (events[-1]["t"] - first) + 0.05, "the view is the loader's run, not the 8.7 s before it"
     page.screenshot(path=str(tmp_path / "timeline_late_start.png"))
