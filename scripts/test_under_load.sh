@@ -4,7 +4,7 @@
 #
 #   bash scripts/test_under_load.sh                           # the README's test command (scripts/test.sh)
 #   bash scripts/test_under_load.sh -n 2 tests/test_watch.py  # pytest alone, with these arguments
-#   BURNERS=4 bash scripts/test_under_load.sh -n 2 -m browser # more load
+#   BURNERS=4 bash scripts/test_under_load.sh -n 2 -m "browser and not perf"  # more load (a -m replaces the default "not perf")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 burners=()

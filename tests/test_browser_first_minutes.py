@@ -85,6 +85,7 @@ def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page
     pg.wait_for_function(f"() => [...document.querySelectorAll('#run-picker option')].some((o) => o.value === '{run['id']}')",
                          timeout=WAIT_MS)
     shoot(pg, tmp_path, "unknown_run")
+    page.close()  # before its server goes: an open page logs each refused reconnect, later on a busy box
     second.stop()
     # chromium logs each refused reconnect while the server was down: expected here, and only here
     page.errors[:] = [e for e in page.errors if "ERR_CONNECTION_REFUSED" not in e and "/ws/runs/" not in e]

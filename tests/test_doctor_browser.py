@@ -55,4 +55,5 @@ def test_a_snapshot_opens_as_a_frozen_picture(hung: Any, page: Page, tmp_path: P
         badge.wait_for(state="visible", timeout=WAIT_MS)
         assert pg.locator('#findings button[data-kind="doctor_verdict"]').count() == 1
     finally:
+        page.close()  # before its server goes: an open page logs each refused reconnect
         server.stop()
