@@ -1,6 +1,6 @@
 """The install a user gets: build the wheel, install it with no extras into a clean venv, use it.
 
-Why this exists (issue 13): the tests run against an editable install with the ``test`` extra, so
+Why this exists: the tests run against an editable install with the ``test`` extra, so
 they cannot see what ``pip install loaderscope`` gives a user. numpy was once only a test extra and
 ``loaderscope run out_of_order`` crashed in a clean venv; a wheel can also miss the page's files or
 ship the frontend's tests. This check builds the wheel, reads its file list, installs it next to

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Quick start, part 2: set up (venv, Debian chromium and node for the browser and page tests) and run
 # every test. Nothing is skipped for a missing tool: a run that compared nothing must not pass.
+#
+# pytest runs on every core (pytest-xdist); the other checks run beside it, each with its output kept
+# in a file and shown when it fails. Arguments go to pytest (e.g. `bash scripts/test.sh -n 0 -x`).
+# To add a check, add a `beside NAME COMMAND...` line below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -12,20 +16,50 @@ command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   (apt-get update -q && apt-get install -y -q "${missing[@]}") >/dev/null
 fi
-# The page's tests, and its agreement with the Python core through this interpreter.
-PYTHON="$PWD/.venv/bin/python" node --test frontend/tests/
 # The page's JSDoc types: TypeScript as package-lock.json pins it (a dev tool: the page has no build),
-# installed again only when the lockfile changed; then the page (tsconfig.json) and its worker.
+# installed again only when the lockfile changed.
 NPM_STAMP=node_modules/.loaderscope-installed
 NPM_WANT=$(sha256sum package-lock.json | cut -d' ' -f1)
 if [ "$(cat "$NPM_STAMP" 2>/dev/null)" != "$NPM_WANT" ] || [ ! -x node_modules/.bin/tsc ]; then
   npm ci --no-audit --no-fund --loglevel=error
   echo "$NPM_WANT" > "$NPM_STAMP"
 fi
-npx --no-install tsc -p tsconfig.json
-npx --no-install tsc -p tsconfig.worker.json
-.venv/bin/python -m mypy                  # mypy.ini: strict over the whole package
-.venv/bin/lint-imports                    # .importlinter: no upward arrow between layers (DESIGN §1)
-.venv/bin/python -m loaderscope.contract --check  # contract.gen.js and events.schema.json match the contract
-.venv/bin/python scripts/check_wheel.py   # the wheel, installed without extras in a clean venv, used
-exec .venv/bin/python -m pytest "$@"
+export PYTHON="$PWD/.venv/bin/python"   # the page's agreement tests compare with the Python core through it
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+checks=()
+beside() {  # beside NAME COMMAND...: start a check in the background; its output and status go to $logs
+  local name=$1
+  shift
+  checks+=("$name")
+  ( start=$SECONDS; rc=0; "$@" >"$logs/$name.log" 2>&1 || rc=$?
+    echo "$rc $((SECONDS - start))" >"$logs/$name.status" ) &
+}
+
+beside node-tests node --test frontend/tests/        # the page's tests, and its agreement with the core
+beside tsc-page npx --no-install tsc -p tsconfig.json           # the page's JSDoc types
+beside tsc-worker npx --no-install tsc -p tsconfig.worker.json  # ... and its worker's
+beside mypy "$PYTHON" -m mypy                        # mypy.ini: strict over the whole package
+beside lint-imports .venv/bin/lint-imports          # .importlinter: no upward arrow between layers (DESIGN §1)
+beside contract "$PYTHON" -m loaderscope.contract --check  # contract.gen.js and events.schema.json match the contract
+beside wheel "$PYTHON" scripts/check_wheel.py        # the wheel, installed without extras in a clean venv, used
+
+failed=()
+"$PYTHON" -m pytest -n auto --dist loadgroup "$@" || failed+=(pytest)
+wait
+for name in "${checks[@]}"; do
+  rc=killed seconds='?'
+  [ -f "$logs/$name.status" ] && read -r rc seconds <"$logs/$name.status"
+  if [ "$rc" = 0 ]; then
+    echo "$name: passed in ${seconds}s"
+  else
+    cat "$logs/$name.log"
+    echo "$name: FAILED (exit $rc) in ${seconds}s"
+    failed+=("$name")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed: ${failed[*]}"
+  exit 1
+fi

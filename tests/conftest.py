@@ -17,10 +17,20 @@ Use ``server`` (one per test session, shared: don't rely on the run list being e
         with server.connect(f"/ws/runs/{run['id']}?after=-1") as ws:   # websocket client
             ws.recv(timeout=5)
         server.output()     # what the server printed so far (logs)
+
+Every pytest process (each pytest-xdist worker too) runs with a HOME, XDG_RUNTIME_DIR, XDG_CACHE_HOME
+and TMPDIR of its own and without the user's ``LOADERSCOPE_*`` settings: the per-user state file that
+``watch()`` finds a dashboard by (``loaderscope.discovery``) and what the code under test leaves in the
+temporary directory are then never shared with another worker, another suite on the same machine or
+the user's own dashboard. ``chromium`` is one browser per process, shared by the browser tests (each
+test opens a context of its own).
 """
 
 from __future__ import annotations
 
+import shutil
+import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,8 +42,9 @@ if TYPE_CHECKING:
     from tests.live import LiveServer
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; returns that value."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; returns that value. ``timeout`` caps a wait
+    on state, generous because a busy machine is slow to get there: it is no pace to keep."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -41,6 +52,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20, what: str = "con
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for what cannot take port 0 (a launcher's MASTER_PORT): never a
+    fixed one, which two pytest workers or two suites on the machine would both pick."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def __getattr__(name: str) -> Any:
@@ -51,6 +70,48 @@ def __getattr__(name: str) -> Any:
 
         return getattr(live, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# What discovery, the startup hook and watch() read from the environment (loaderscope/discovery.py,
+# loaderscope_hook.py): a test that wants one sets it itself.
+USER_SETTINGS = ("LOADERSCOPE_URL", "LOADERSCOPE_TOKEN", "LOADERSCOPE_LOGDIR", "LOADERSCOPE_RECORD", "LOADERSCOPE_NAME",
+                 "LOADERSCOPE_JOB")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_user_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A HOME, per-user state directories and a temporary directory of this process's own, for it
+    and its subprocesses."""
+    home = tmp_path_factory.mktemp("home")
+    runtime = home / "run"
+    runtime.mkdir(mode=0o700)
+    # Outside pytest's private (0700) tmp and open to all like /tmp: tests play another local user too.
+    tmp = Path(tempfile.mkdtemp(prefix="loaderscope-tests-"))
+    tmp.chmod(0o1777)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.setenv("XDG_RUNTIME_DIR", str(runtime))
+        patch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+        patch.setenv("TMPDIR", str(tmp))
+        patch.setattr(tempfile, "tempdir", str(tmp))  # gettempdir() read $TMPDIR once, before this
+        for name in USER_SETTINGS:
+            patch.delenv(name, raising=False)
+        yield home
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """Debian's chromium through Playwright, launched once per process (tests/test_browser.py's ``browser``)."""
+    from tests.test_browser import ARGS, CHROMIUM
+
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
 
 
 @pytest.fixture(scope="session")

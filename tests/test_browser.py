@@ -23,17 +23,13 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1440, "height": 900}
+WAIT_MS = 60_000  # the cap on a wait for the page's state (not a pace: a busy machine needs it)
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
+def browser(chromium: Any) -> Any:
+    """The process's one chromium (tests/conftest.py); the browser modules import this name."""
+    return chromium
 
 
 class Page:
@@ -41,6 +37,9 @@ class Page:
 
     def __init__(self, browser: Any) -> None:
         self.context = browser.new_context(viewport=VIEWPORT)
+        # Playwright's own waits (a click, a locator) are waits on state: on a busy machine they may
+        # take longer than its 30 s default, and a cap only matters when the state never comes.
+        self.context.set_default_timeout(WAIT_MS)
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
@@ -74,11 +73,11 @@ FRAMES = "(n) => new Promise((done) => { const f = () => (--n > 0 ? requestAnima
 DRAWN = "() => window.loaderscope.pipeline.settled() && !window.loaderscope.scheduler.pending"
 
 
-def settle(page: Any, timeout: float = 15_000) -> None:
+def settle(page: Any, timeout: float = WAIT_MS) -> None:
     page.wait_for_function(SETTLED, timeout=timeout)
 
 
-def drawn(page: Any, timeout: float = 10_000) -> None:
+def drawn(page: Any, timeout: float = WAIT_MS) -> None:
     """Wait until the page shows its current state: what a screenshot should catch."""
     page.evaluate(FRAMES, 2)  # the frame that the last action asked for has run
     page.wait_for_function(DRAWN, timeout=timeout)
@@ -90,14 +89,14 @@ def rcvd(page: Any) -> int:
 
 def start_from_form(page: Any, scenario: str, **params: Any) -> str:
     """Choose a scenario, fill parameters, press Start; returns the run id from the address bar."""
-    page.wait_for_selector(f'#scenario option[value="{scenario}"]', state="attached", timeout=30_000)
+    page.wait_for_selector(f'#scenario option[value="{scenario}"]', state="attached", timeout=WAIT_MS)
     page.select_option("#scenario", scenario)
     if params:
         page.click("#params-box summary")
         for name, value in params.items():
             page.fill(f"#param-{name}", str(value))
     page.click("#btn-start")
-    page.wait_for_url(lambda url: "run=" in url, timeout=15_000)
+    page.wait_for_url(lambda url: "run=" in url, timeout=WAIT_MS)
     return page.url.split("run=", 1)[1].split("&", 1)[0]
 
 
@@ -115,10 +114,10 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     assert send >= rcvd(pg) > 10
     # pause while results sit in the reorder buffer: the picture freezes where a person can read it
     pg.wait_for_function("() => Number(document.querySelector('[data-testid=reorder-buffer]').dataset.size) > 0",
-                         timeout=20_000, polling=5)
+                         timeout=WAIT_MS, polling=5)
     pg.click("#btn-pause")
     pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').textContent === 'paused'",
-                         timeout=10_000)
+                         timeout=WAIT_MS)
     pg.evaluate("document.getElementById('params-box').open = false")  # folded: the diagnosis shows beside the picture
     settle(pg)  # workers finish what they hold, tokens land
     shot = tmp_path / "out_of_order.png"
@@ -131,7 +130,7 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     before = rcvd(pg)
     pg.click("#btn-step")
     pg.wait_for_function(f"() => Number(document.querySelector('[data-testid=cursor-rcvd]').textContent) > {before}",
-                         timeout=10_000)
+                         timeout=WAIT_MS)
     settle(pg)  # the freed slot is refilled and fetched: a consumer that did not stop would have gone on
     assert rcvd(pg) == before + 1
     # speed: the delay per batch reaches the run
@@ -142,8 +141,8 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     # the run ends; the page shows it, with everything the server has
     final = server.wait_status(run_id, timeout=90)
     pg.wait_for_function(f"() => document.querySelector('[data-testid=run-status]').textContent === {final['status']!r}",
-                         timeout=15_000)
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=15_000)
+                         timeout=WAIT_MS)
+    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
     assert rcvd(pg) == final["batches"] == 50
     state = pg.evaluate("({events: window.loaderscope.eventCount, violations: window.loaderscope.state.violations,"
                         " high: window.loaderscope.state.buffer_high})")
@@ -163,11 +162,11 @@ def test_reload_and_dropped_socket_lose_nothing(server: Any, page: Page) -> None
                          timeout=60_000)
     assert pg.locator('[data-testid="worker-lane"]').count() == 2
     pg.reload()  # the page starts over from seq 0 and catches up
-    pg.wait_for_function("() => window.loaderscope.eventCount > 0", timeout=30_000)
+    pg.wait_for_function("() => window.loaderscope.eventCount > 0", timeout=WAIT_MS)
     # drop the websocket under the page; it must reconnect with after=lastSeq
     pg.evaluate("window.loaderscope.stream.socket && window.loaderscope.stream.socket.close()")
     final = server.wait_status(run["id"], timeout=90)
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=20_000)
+    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
     got = pg.evaluate("({events: window.loaderscope.eventCount, dups: window.loaderscope.stream.duplicates,"
                       " batches: window.loaderscope.state.batches, violations: window.loaderscope.state.violations})")
     assert got["events"] == final["events"], "every event applied exactly once"
@@ -179,7 +178,7 @@ def test_bad_parameter_is_shown_next_to_its_field(server: Any, page: Page) -> No
     pg = page.page
     page.expected_status.add(422)
     pg.goto(server.page_url)
-    pg.wait_for_selector('#scenario option[value="uniform"]', state="attached", timeout=30_000)
+    pg.wait_for_selector('#scenario option[value="uniform"]', state="attached", timeout=WAIT_MS)
     pg.select_option("#scenario", "uniform")
     pg.click("#params-box summary")
     # the form knows the bounds, so bypass its own check to see the server's 422 placed by field
@@ -188,7 +187,7 @@ def test_bad_parameter_is_shown_next_to_its_field(server: Any, page: Page) -> No
                 " const r = window.__read(); r.errors = {}; r.values.num_workers = 99; return r; }")
     pg.click("#btn-start")
     error = pg.locator('[data-field="num_workers"] .field-error')
-    error.wait_for(state="visible", timeout=10_000)
+    error.wait_for(state="visible", timeout=WAIT_MS)
     assert "num_workers" in (error.text_content() or "") or "64" in (error.text_content() or "")
     assert "run=" not in pg.url
     # the form's own check names the field too, without a round trip
@@ -204,7 +203,7 @@ def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
     run = server.start_run("uniform", num_workers=0, dataset_size=48, sample_ms=5)
     final = server.wait_status(run["id"], timeout=60)
     pg.goto(f"{server.page_url}&run={run['id']}")
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=20_000)
+    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
     lanes = pg.locator('[data-testid="worker-lane"]')
     assert lanes.count() == 1
     assert "main process" in (lanes.first.text_content() or "")
@@ -214,15 +213,15 @@ def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
     assert box is not None
     pg.mouse.move(box["x"] + 112 + (box["width"] - 112) * 0.5, box["y"] + 20 + 11)
     tip = pg.locator("#timeline .tooltip")
-    tip.wait_for(state="visible", timeout=5_000)
+    tip.wait_for(state="visible", timeout=WAIT_MS)
     assert "main process" in (tip.text_content() or "")
     # a click on a span opens its batch in the inspector (or says the probe did not describe it)
     pg.mouse.click(box["x"] + 112 + (box["width"] - 112) * 0.5, box["y"] + 22 + 11)
-    pg.locator("#inspector-card").wait_for(state="visible", timeout=5_000)
+    pg.locator("#inspector-card").wait_for(state="visible", timeout=WAIT_MS)
     assert "not among" in (pg.text_content("#inspector-note") or "") or pg.locator("#inspector .tree").count() == 1
     # wheel zooms in: the view narrows and stops following the run
     before = pg.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
     pg.mouse.wheel(0, -400)
     pg.wait_for_function(f"() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0 < {before}",
-                         timeout=5_000)
+                         timeout=WAIT_MS)
     assert pg.evaluate("() => window.loaderscope.timeline.follow") is False

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from loaderscope.compare import compare
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, FRAMES, Page, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -54,10 +54,10 @@ def test_compare_two_real_runs(server: Any, page: Page) -> None:
     pg = page.page
     pg.goto(server.page_url)
     pg.click("#btn-compare")
-    pg.wait_for_selector(f'#compare-b option[value="run:{runs[1]["id"]}"]', state="attached", timeout=15_000)
+    pg.wait_for_selector(f'#compare-b option[value="run:{runs[1]["id"]}"]', state="attached", timeout=WAIT_MS)
     pg.select_option("#compare-a", f"run:{runs[0]['id']}")
     pg.select_option("#compare-b", f"run:{runs[1]['id']}")
-    pg.wait_for_function("() => document.getElementById('compare').dataset.ready === 'true'", timeout=30_000)
+    pg.wait_for_function("() => document.getElementById('compare').dataset.ready === 'true'", timeout=WAIT_MS)
     view = shown(pg)
 
     assert view["settings"] == [["num_workers", "1", "2"]]
@@ -85,18 +85,18 @@ def test_compare_two_real_runs(server: Any, page: Page) -> None:
     assert geo["labels"][0].startswith("A · uniform") and geo["labels"][1].startswith("B · uniform")
 
     ARTIFACTS.mkdir(exist_ok=True)
-    pg.wait_for_timeout(300)  # the timeline draws at the next animation frame
+    pg.evaluate(FRAMES, 2)  # the timeline draws at the next animation frame
     pg.screenshot(path=str(ARTIFACTS / "compare.png"))
     pg.evaluate("document.getElementById('compare').scrollTop = 10000")
-    pg.wait_for_timeout(200)
+    pg.evaluate(FRAMES, 2)
     pg.screenshot(path=str(ARTIFACTS / "compare-bottom.png"))
     (ARTIFACTS / "compare.json").write_bytes(orjson.dumps(expected, option=orjson.OPT_INDENT_2))
 
     pg.keyboard.press("Escape")  # back to the page as it was
-    pg.wait_for_function("() => document.getElementById('compare').hidden", timeout=5_000)
+    pg.wait_for_function("() => document.getElementById('compare').hidden", timeout=WAIT_MS)
     pg.screenshot(path=str(ARTIFACTS / "compare-closed.png"), clip={"x": 0, "y": 0, "width": 1440, "height": 120})
 
     # /?compare=A,B opens the same view directly, B before A this time
     pg.goto(f"{server.page_url}&compare={runs[1]['id']},{runs[0]['id']}")
-    pg.wait_for_function("() => document.getElementById('compare').dataset.ready === 'true'", timeout=30_000)
+    pg.wait_for_function("() => document.getElementById('compare').dataset.ready === 'true'", timeout=WAIT_MS)
     assert shown(pg)["settings"] == [["num_workers", "2", "1"]]

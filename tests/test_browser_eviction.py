@@ -1,4 +1,4 @@
-"""A run moved to disk (issue 26 item 7), opened in a real page: its viewer is sent to the trace file
+"""A run moved to disk, opened in a real page: its viewer is sent to the trace file
 for every event (resync), and the page shows the whole run from it. Real dashboard, real websocket
 producers, real chromium."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 from tests.test_server_eviction import _leave, _listed
 from tests.test_server_ingest import batches, frames
 
@@ -24,9 +24,9 @@ def test_a_run_on_disk_opens_whole_in_the_page(start_server: Any, page: Page) ->
     assert _listed(server)["away"]["on_disk"]
     pg = page.page
     pg.goto(f"{server.page_url}&run=away")
-    pg.wait_for_function(f"() => window.loaderscope.player.length === {len(sent)}", timeout=30_000)
+    pg.wait_for_function(f"() => window.loaderscope.player.length === {len(sent)}", timeout=WAIT_MS)
     pg.wait_for_function("() => document.getElementById('run-status').textContent === 'disconnected'",
-                         timeout=10_000)
+                         timeout=WAIT_MS)
     # the picker says where the run now lives
     pg.wait_for_function("() => [...document.querySelectorAll('#run-picker option')]"
-                         ".some((o) => o.value === 'away' && o.textContent.endsWith('on disk'))", timeout=10_000)
+                         ".some((o) => o.value === 'away' && o.textContent.endsWith('on disk'))", timeout=WAIT_MS)

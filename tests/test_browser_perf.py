@@ -72,7 +72,7 @@ def test_thirty_two_workers_fifty_thousand_events(browser: Any, server: Any) -> 
     assert r["p50"] < 33, "frames stay under two 60 Hz budgets"
 
 
-# --- live through a real server (issue 17) ------------------------------------------------------------
+# --- live through a real server -----------------------------------------------------------------------
 
 def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browser: Any) -> None:  # noqa: F811
     """The issue's target: a producer sends 64 workers' events at 50,000/s over WS /ws/ingest, the
@@ -102,7 +102,7 @@ def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browse
     assert r["fps"] >= 30
 
 
-# --- a million-event trace (issue 6) -----------------------------------------------------------------
+# --- a million-event trace ----------------------------------------------------------------------------
 
 INTERACT = """async () => {
   const app = window.loaderscope, c = document.querySelector('.timeline-canvas');

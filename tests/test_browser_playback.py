@@ -1,4 +1,4 @@
-"""Playback (issue 5) and replay of trace files (issue 6) in a real browser.
+"""Playback and replay of trace files in a real browser.
 
 A simulated run started from the form plays from its first event; it can be paused, stepped one
 event or one batch, scrubbed along the timeline, at any speed, and the state at any point equals
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_browser import FRAMES, Page, browser, drawn, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, FRAMES, Page, browser, drawn, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -48,21 +48,21 @@ def shoot(pg: Any, tmp_path: Path, name: str) -> None:
 def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     pg = page.page
     pg.goto(server.page_url)
-    pg.wait_for_selector('#scenario option[value="out_of_order"]', state="attached", timeout=30_000)
+    pg.wait_for_selector('#scenario option[value="out_of_order"]', state="attached", timeout=WAIT_MS)
     pg.select_option("#scenario", "out_of_order")
     pg.check("#mode-sim")
     pg.click("#params-box summary")
     pg.fill("#param-dataset_size", "400")
     pg.click("#btn-start")
-    pg.wait_for_url(lambda url: "run=" in url, timeout=15_000)
+    pg.wait_for_url(lambda url: "run=" in url, timeout=WAIT_MS)
     run_id = pg.url.split("run=", 1)[1].split("&", 1)[0]
     # it plays from the first event (at the run's own speed; a quarter of it from here on)
     pg.select_option("#pb-speed", "0.25")
-    pg.wait_for_function("() => window.loaderscope.player.cursor > 30", timeout=20_000)
+    pg.wait_for_function("() => window.loaderscope.player.cursor > 30", timeout=WAIT_MS)
     a = position(pg)
     assert a["playing"] and a["cursor"] < a["n"], a
     assert pg.evaluate("window.loaderscope.speed") == 0.25
-    pg.wait_for_function(f"() => window.loaderscope.player.cursor > {a['cursor'] + 5}", timeout=20_000)
+    pg.wait_for_function(f"() => window.loaderscope.player.cursor > {a['cursor'] + 5}", timeout=WAIT_MS)
     b = position(pg)
     assert b["t"] > a["t"], "playing moves the cursor and the clock"
     # pause: nothing moves
@@ -83,7 +83,7 @@ def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path:
     assert pg.evaluate(SAME_STATE)["same"]
     # scrub: click a quarter into the timeline's time axis, then drag to three quarters
     final = server.wait_status(run_id, timeout=60)
-    pg.wait_for_function(f"() => window.loaderscope.player.length === {final['events']}", timeout=20_000)
+    pg.wait_for_function(f"() => window.loaderscope.player.length === {final['events']}", timeout=WAIT_MS)
     pg.click("#btn-fit")
     box = pg.locator("#timeline .timeline-canvas").bounding_box()
     assert box is not None
@@ -117,7 +117,7 @@ def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path:
     pg.keyboard.press("Home")
     pg.select_option("#pb-speed", "1000")
     pg.click("#pb-play")
-    pg.wait_for_function("() => !window.loaderscope.playing", timeout=10_000)
+    pg.wait_for_function("() => !window.loaderscope.playing", timeout=WAIT_MS)
     assert position(pg)["cursor"] == final["events"]
     assert pg.evaluate("window.loaderscope.state.violations") == []
 
@@ -155,23 +155,23 @@ def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: 
     pg = page.page
     pg.goto(server.page_url)
     pg.set_input_files("#file-input", str(path))
-    pg.wait_for_function("() => window.loaderscope.perf.load", timeout=30_000)
+    pg.wait_for_function("() => window.loaderscope.perf.load", timeout=WAIT_MS)
     stage = pg.locator('[data-testid="pin-stage"]')
-    stage.wait_for(timeout=10_000)
+    stage.wait_for(timeout=WAIT_MS)
     assert stage.get_attribute("data-state") == "active"
     pg.wait_for_function("() => !isNaN(parseFloat(document.querySelector('[data-counter=pin] .v').textContent))",
-                         timeout=5_000)
+                         timeout=WAIT_MS)
     got = pg.evaluate("() => ({pins: window.loaderscope.store.pin.n, events: window.loaderscope.player.length,"
                       " mbs: document.querySelector('[data-counter=pin] .v').textContent})")
     assert got["events"] == len(events)
     assert got["pins"] == expected.batches == 30
     assert abs(float(got["mbs"]) - summary(expected)["pin_mb_per_s"]) < 0.1
-    pg.wait_for_function("() => document.querySelectorAll('#diagnosis li').length > 1", timeout=10_000)
+    pg.wait_for_function("() => document.querySelectorAll('#diagnosis li').length > 1", timeout=WAIT_MS)
     assert pg.eval_on_selector_all("#diagnosis li", "els => els.map((e) => e.textContent)") == diagnosis(expected)
     # mid-run, a batch sits in the pin thread: scrub to the first pin_start and look
     row = next(i for i, e in enumerate(events) if e["kind"] == "pin_start")
     pg.fill("#pb-scrub", str(row + 1))
-    pg.wait_for_function("() => document.querySelector('[data-testid=pin-stage]').dataset.current !== ''", timeout=5_000)
+    pg.wait_for_function("() => document.querySelector('[data-testid=pin-stage]').dataset.current !== ''", timeout=WAIT_MS)
     drawn(pg)
     shoot(pg, tmp_path, "pin_active")
 
@@ -190,14 +190,14 @@ def test_drop_a_trace_and_refuse_other_files(server: Any, page: Page, tmp_path: 
     pg = page.page
     pg.goto(server.page_url)
     pg.evaluate(DROP, ["ooo.trace.jsonl", text])
-    pg.wait_for_function(f"() => window.loaderscope.player.length === {len(events)}", timeout=15_000)
-    pg.wait_for_function("() => document.querySelector('#run-title').textContent.includes('ooo.trace.jsonl')", timeout=5_000)
+    pg.wait_for_function(f"() => window.loaderscope.player.length === {len(events)}", timeout=WAIT_MS)
+    pg.wait_for_function("() => document.querySelector('#run-title').textContent.includes('ooo.trace.jsonl')", timeout=WAIT_MS)
     assert pg.text_content('[data-testid="cursor-rcvd"]') == "16"
     assert pg.locator('[data-testid="playback"]').is_visible()
     # not a trace: refused by name and reason, and what was open stays open
     pg.evaluate(DROP, ["notes.txt", "hello, this is not a trace\n"])
     err = pg.locator('[data-testid="file-error"]')
-    err.wait_for(timeout=5_000)
+    err.wait_for(timeout=WAIT_MS)
     assert "notes.txt is not a loaderscope trace" in (err.text_content() or "")
     assert pg.evaluate("window.loaderscope.player.length") == len(events)
     pg.evaluate(DROP, ["other.jsonl", '{"format": "something-else"}\n'])
@@ -206,7 +206,7 @@ def test_drop_a_trace_and_refuse_other_files(server: Any, page: Page, tmp_path: 
     # a damaged trace: what comes before the damage opens, and the note says where it is
     cut = "\n".join(text.splitlines()[:40]) + '\n{"seq": 39, "t": \n'
     pg.evaluate(DROP, ["cut.jsonl", cut])
-    pg.wait_for_function("() => window.loaderscope.player.length === 39", timeout=5_000)
+    pg.wait_for_function("() => window.loaderscope.player.length === 39", timeout=WAIT_MS)
     pg.wait_for_function("() => document.querySelector('#notes').textContent.includes('line 41: not valid JSON')")
 
 
@@ -239,10 +239,10 @@ def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: 
     pg.goto(server.page_url)
     pg.set_input_files("#file-input", [str(p) for p in rank_traces(tmp_path, "jobA", [0, 1])])
     cards = pg.locator('[data-testid="rank-card"]')
-    cards.first.wait_for(timeout=20_000)
+    cards.first.wait_for(timeout=WAIT_MS)
     assert cards.count() == 2
     shards = pg.locator('[data-testid="shards"] > div')
-    pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.disjoint", timeout=10_000)
+    pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.disjoint", timeout=WAIT_MS)
     assert shards.first.get_attribute("data-disjoint") == "true"
     assert shards.first.get_attribute("data-complete") == "true"
     assert "rank 0: 32, rank 1: 32" in (shards.first.text_content() or "")
@@ -257,7 +257,7 @@ def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: 
     # the same rank twice: half the indices read by both, half by none
     pg.set_input_files("#file-input", [str(p) for p in rank_traces(tmp_path, "jobB", [0, 0])])
     pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.disjoint === 'false'",
-                         timeout=20_000)
+                         timeout=WAIT_MS)
     text = pg.text_content('[data-testid="shards"]') or ""
     assert "OVERLAP: 32 indices" in text and "MISSING: 32 indices" in text
 
@@ -289,9 +289,9 @@ def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tm
     pg = page.page
     pg.goto(f"{server.page_url}&run={dict(ours)[1]}")
     cards = pg.locator('[data-testid="rank-card"]')
-    pg.wait_for_function("() => document.querySelectorAll('[data-testid=rank-card]').length === 2", timeout=30_000)
+    pg.wait_for_function("() => document.querySelectorAll('[data-testid=rank-card]').length === 2", timeout=WAIT_MS)
     pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.complete === 'true'",
-                         timeout=30_000)
+                         timeout=WAIT_MS)
     shard = pg.locator('[data-testid="shards"] > div').first
     assert shard.get_attribute("data-disjoint") == "true"
     assert "rank 0: 128, rank 1: 128" in (shard.text_content() or "")
@@ -312,16 +312,16 @@ def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_p
     pg.goto(server.page_url)
     pg.set_input_files("#file-input", str(fixture))
     stage = pg.locator('[data-testid="pin-stage"]')
-    stage.wait_for(timeout=20_000)
+    stage.wait_for(timeout=WAIT_MS)
     assert stage.get_attribute("data-state") == "active"
     pg.wait_for_function("() => !isNaN(parseFloat(document.querySelector('[data-counter=pin] .v').textContent))",
-                         timeout=5_000)
+                         timeout=WAIT_MS)
     assert abs(float(pg.text_content('[data-counter="pin"] .v') or 0) - expected["pin_mb_per_s"]) < 1
     split = pg.text_content(".consumer-sub") or ""
     assert "batch: copy" in split and "compute" in split and "unpinned" in split, split
     assert "NVIDIA H100" in (pg.get_attribute(".consumer-label", "title") or "")
     pg.wait_for_function("() => document.querySelector('#diagnosis').textContent.includes('pinned memory pays')",
-                         timeout=10_000)
+                         timeout=WAIT_MS)
     # a moment when a batch is in the pin thread and pinned ones wait for the training loop
     rows = [i for i, e in enumerate(events) if e["kind"] == "pin_start"]
     pg.fill("#pb-scrub", str(rows[len(rows) // 2] + 1))
@@ -335,7 +335,7 @@ def test_simulate_with_a_cost_model_from_the_form(server: Any, page: Page, tmp_p
     pg = page.page
     page.expected_status.add(422)
     pg.goto(server.page_url)
-    pg.wait_for_selector('#scenario option[value="uniform"]', state="attached", timeout=30_000)
+    pg.wait_for_selector('#scenario option[value="uniform"]', state="attached", timeout=WAIT_MS)
     pg.select_option("#scenario", "uniform")
     assert not pg.locator("#costs-box").is_visible(), "costs are for simulated runs only"
     pg.check("#mode-sim")
@@ -343,7 +343,7 @@ def test_simulate_with_a_cost_model_from_the_form(server: Any, page: Page, tmp_p
     pg.fill("#cost-stuck_after_s", "0")
     pg.click("#btn-start")
     error = pg.locator('#costs [data-field="stuck_after_s"] .field-error')
-    error.wait_for(state="visible", timeout=10_000)
+    error.wait_for(state="visible", timeout=WAIT_MS)
     assert "greater than 0" in (error.text_content() or ""), error.text_content()
     assert "run=" not in pg.url
     pg.fill("#cost-stuck_after_s", "10")
@@ -353,10 +353,10 @@ def test_simulate_with_a_cost_model_from_the_form(server: Any, page: Page, tmp_p
     pg.click("#params-box summary")
     pg.check("#param-pin_memory")
     pg.click("#btn-start")
-    pg.wait_for_url(lambda url: "run=" in url, timeout=15_000)
+    pg.wait_for_url(lambda url: "run=" in url, timeout=WAIT_MS)
     stage = pg.locator('[data-testid="pin-stage"]')
-    stage.wait_for(timeout=20_000)
+    stage.wait_for(timeout=WAIT_MS)
     assert stage.get_attribute("data-state") == "active"
-    pg.wait_for_function("() => window.loaderscope.store.pin.n > 3", timeout=20_000)
+    pg.wait_for_function("() => window.loaderscope.store.pin.n > 3", timeout=WAIT_MS)
     pg.wait_for_function("() => document.querySelector('#diagnosis').textContent.includes('straggler: worker 1')",
-                         timeout=30_000)
+                         timeout=WAIT_MS)

@@ -1,5 +1,5 @@
-"""The job view: a job of 12 ranks is a table of ranks, names the slowest, and drills into one (issue 17);
-the rank drilled into carries the diagnosis, the run picker and the URL with it (issue 22)."""
+"""The job view: a job of 12 ranks is a table of ranks, names the slowest, and drills into one;
+the rank drilled into carries the diagnosis, the run picker and the URL with it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from loaderscope.scenarios.catalog import get
 from loaderscope.state import LoaderState, summary
 from loaderscope.trace import read_trace, write_trace
 from tests.conftest import wait_for
-from tests.test_browser import VIEWPORT, browser  # noqa: F401 (fixture)
+from tests.test_browser import WAIT_MS, VIEWPORT, browser  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.browser
 
@@ -41,10 +41,10 @@ def test_job_view_names_the_slowest_rank_and_drills_in(browser: Any, start_serve
     page = browser.new_page(viewport=VIEWPORT)
     page.goto(f"{live.page_url}&run={next(r['id'] for r in runs if r['rank'] == 0)}")
     rows = page.get_by_test_id("rank-card")
-    rows.nth(ranks - 1).wait_for(timeout=30_000)
+    rows.nth(ranks - 1).wait_for(timeout=WAIT_MS)
     assert rows.count() == ranks, "a row per rank"
     page.wait_for_function("() => document.querySelector('[data-testid=slowest-rank]')?.textContent.includes('step 39')",
-                           timeout=30_000)
+                           timeout=WAIT_MS)
     assert page.get_by_test_id("slowest-rank").get_attribute("data-rank") == str(ranks - 1)
     last = page.locator(f"[data-testid=rank-card][data-rank='{ranks - 1}']")
     assert "slowest in 40 of 40" in (last.text_content() or "")
@@ -75,9 +75,9 @@ def test_the_selected_rank_carries_diagnosis_picker_and_url(browser: Any, start_
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{live.page_url}&run={runs[0]}")
     rows = page.get_by_test_id("rank-card")
-    rows.nth(2).wait_for(timeout=30_000)
+    rows.nth(2).wait_for(timeout=WAIT_MS)
     page.wait_for_function("() => document.querySelector('[data-testid=shards]').textContent.includes('not checked')",
-                           timeout=30_000)
+                           timeout=WAIT_MS)
     assert "no rank reported which samples it read" in (page.get_by_test_id("shards").text_content() or "")
     for rank, path in enumerate(files):
         state = LoaderState()

@@ -1,4 +1,4 @@
-"""The run picker in a real browser (issue 22): an open page lists runs as they start, with no reload
+"""The run picker in a real browser: an open page lists runs as they start, with no reload
 and no click, each loader by name, rank, epochs, batches and start time, a job's loaders grouped.
 
 Debian's chromium via Playwright (tests/test_browser.py's fixture); the screenshot lands in the

@@ -1,4 +1,4 @@
-"""Many workers (issue 8): 64 simulated workers drawn as compact lanes in two columns.
+"""Many workers: 64 simulated workers drawn as compact lanes in two columns.
 
 A simulated run with one stalled fetch and one killed worker, watched in Debian's chromium: every
 worker gets a lane, the lane labels do not overlap, the stuck and the dead lane read as such.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, FRAMES, Page, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -35,7 +35,7 @@ def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> N
     run = answer.json()
     final = server.wait_status(run["id"], timeout=90)
     pg.goto(f"{server.page_url}&run={run['id']}")
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=30_000)
+    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
     lanes = pg.locator('[data-testid="worker-lane"]')
     assert lanes.count() == 64
     # the moment the worker fetching task 100 is killed (a stalled fetch would show the same way,
@@ -45,9 +45,9 @@ def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> N
         return -1; }""")
     assert at > 1, "the run has a dead worker"
     pg.evaluate(f"window.loaderscope.pause(); window.loaderscope.moveTo({at})")
-    pg.wait_for_function("() => document.querySelector('[data-testid=worker-lane][data-status=died]')", timeout=10_000)
+    pg.wait_for_function("() => document.querySelector('[data-testid=worker-lane][data-status=died]')", timeout=WAIT_MS)
     pg.evaluate("document.getElementById('params-box').open = false")
-    pg.wait_for_function("() => window.loaderscope.pipeline.settled()", timeout=10_000)
+    pg.wait_for_function("() => window.loaderscope.pipeline.settled()", timeout=WAIT_MS)
     # every label is on screen, at least 16 px tall, and no two overlap (once the layout has settled:
     # closing the form resizes the picture, and the labels move with it)
     boxes: list[Any] = []
@@ -55,7 +55,7 @@ def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> N
         previous, boxes = boxes, [lanes.nth(i).locator(".lane-label").bounding_box() for i in range(64)]
         if boxes == previous:
             break
-        pg.wait_for_timeout(100)
+        pg.evaluate(FRAMES, 2)  # a layout step runs at an animation frame
     assert all(b is not None and b["height"] >= 16 and b["width"] >= 50 for b in boxes), boxes[:3]
     for i in range(64):
         for j in range(i + 1, 64):
@@ -92,7 +92,7 @@ PACED = """() => {
 
 
 def test_following_a_stream_paces_the_timeline(server: Any, page: Page) -> None:  # noqa: F811
-    """Following a server stream (issue 17), the timeline redraws a few times a second, not every
+    """Following a server stream, the timeline redraws a few times a second, not every
     frame, and says so (``deferred``) so that the page asks for the frame that draws it later."""
     page.page.goto(server.page_url)
     page.page.wait_for_function("() => !!window.loaderscope")

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -25,7 +25,7 @@ def test_a_silent_producer_is_shown_as_silent_with_its_age(start_server: Any, pa
         pg.goto(f"{server.page_url}&run={run_id}")
         badge = pg.locator('[data-testid="run-status"]')
         pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').dataset.status === 'silent'",
-                             timeout=30_000)
+                             timeout=WAIT_MS)
         assert (badge.text_content() or "").startswith("silent ")
         assert "sent nothing" in (badge.get_attribute("title") or "")
         speaking = threading.Event()
@@ -40,7 +40,7 @@ def test_a_silent_producer_is_shown_as_silent_with_its_age(start_server: Any, pa
         talker.start()
         try:
             pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').dataset.status === 'running'",
-                                 timeout=30_000)
+                                 timeout=WAIT_MS)
         finally:
             speaking.set()
             talker.join()

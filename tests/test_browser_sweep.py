@@ -1,4 +1,4 @@
-"""The "What if…" panel (issue 5): a sweep of simulated runs drawn as a chart, a table and a recommendation.
+"""The "What if…" panel: a sweep of simulated runs drawn as a chart, a table and a recommendation.
 
 Not slow: a sweep of `uniform` over three worker counts on 96 samples simulates in well under a second.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -20,7 +20,7 @@ SHOTS = Path(os.environ.get("LOADERSCOPE_SHOTS", "/tmp/loaderscope-shots"))
 
 def open_sweep(pg: Any, server: Any, scenario: str, **params: Any) -> None:
     pg.goto(server.page_url)
-    pg.wait_for_selector(f'#scenario option[value="{scenario}"]', state="attached", timeout=30_000)
+    pg.wait_for_selector(f'#scenario option[value="{scenario}"]', state="attached", timeout=WAIT_MS)
     pg.select_option("#scenario", scenario)
     if params:
         pg.click("#params-box summary")
@@ -35,7 +35,7 @@ def test_sweep_num_workers_draws_chart_table_and_recommendation(server: Any, pag
     assert pg.input_value("#sweep-values") == "1,2,4,8"  # the default a first-time user sees
     pg.fill("#sweep-values", "1,2,4")
     pg.click("#btn-sweep")
-    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="3"]', timeout=30_000)
+    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="3"]', timeout=WAIT_MS)
     rows = pg.locator('[data-testid="sweep-row"]')
     assert rows.count() == 3
     assert [rows.nth(i).locator("td").first.text_content() for i in range(3)] == ["1", "2", "4"]
@@ -53,7 +53,7 @@ def test_sweep_errors_next_to_the_field(server: Any, page: Page) -> None:
     open_sweep(pg, server, "uniform", dataset_size=96)
     pg.fill("#sweep-values", "1,two")  # the server refuses "two" for num_workers: said next to the values
     pg.click("#btn-sweep")
-    pg.wait_for_selector("#sweep-values-error:not([hidden])", timeout=15_000)
+    pg.wait_for_selector("#sweep-values-error:not([hidden])", timeout=WAIT_MS)
     assert "num_workers = 1,two" in (pg.text_content("#sweep-values-error") or "")
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg.locator("#sweep").screenshot(path=str(SHOTS / "sweep-error.png"))
@@ -61,7 +61,7 @@ def test_sweep_errors_next_to_the_field(server: Any, page: Page) -> None:
     pg.select_option("#sweep-key2", "batch_size")
     pg.fill("#sweep-values2", "1,2,3,4,5,6")
     pg.click("#btn-sweep")
-    pg.wait_for_selector("#sweep-values2-error:not([hidden])", timeout=5_000)
+    pg.wait_for_selector("#sweep-values2-error:not([hidden])", timeout=WAIT_MS)
     assert "36" in (pg.text_content("#sweep-values2-error") or "")
 
 
@@ -73,14 +73,14 @@ def test_what_if_replays_the_open_real_run_s_own_loader(server: Any, page: Page)
     pg = page.page
     pg.goto(f"{server.page_url}&run={run['id']}")
     option = pg.locator('#sweep-target option[value="run"]')
-    pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=30_000)
+    pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=WAIT_MS)
     assert "own loader" in (option.text_content() or "")
     pg.select_option("#sweep-target", "run")
     assert sorted(pg.eval_on_selector_all("#sweep-key option", "os => os.map((o) => o.value)")) == sorted(
         ["num_workers", "prefetch_factor", "persistent_workers", "in_order", "pin_memory"])
     pg.fill("#sweep-values", "1,2,4")
     pg.click("#btn-sweep")
-    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="3"]', timeout=30_000)
+    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="3"]', timeout=WAIT_MS)
     assert "replay" in (pg.text_content("#sweep-status") or "")
     assert "num_workers" in (pg.text_content('[data-testid="sweep-recommendation"]') or "")
     SHOTS.mkdir(parents=True, exist_ok=True)

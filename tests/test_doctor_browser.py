@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 from tests.test_browser_forensics import shoot
 from tests.test_doctor import SLEEPS, doctor, hung  # noqa: F401 (fixture)
 
@@ -33,26 +33,27 @@ def test_a_snapshot_opens_as_a_frozen_picture(hung: Any, page: Page, tmp_path: P
         pg = page.page
         pg.goto(f"{server.page_url}&run={run['id']}")
         badge = pg.locator('[data-testid="doctor-badge"]')
-        badge.wait_for(state="visible", timeout=30_000)
+        badge.wait_for(state="visible", timeout=WAIT_MS)
         assert "stuck: worker 1" in (badge.get_attribute("title") or "")
         pg.keyboard.press("End")
         lane = pg.locator('[data-testid="worker-lane"][data-status="stuck"]')
-        lane.wait_for(timeout=15_000)
+        lane.wait_for(timeout=WAIT_MS)
         assert lane.get_attribute("data-worker") == "1"
         assert pg.locator('[data-testid="worker-lane"]').count() == 2
         finding = pg.locator('#findings button[data-kind="doctor_verdict"]')
         assert "doctor: stuck: worker 1" in (finding.text_content() or "")
         pg.locator('#findings button[data-kind="worker_stuck"]').click()
         here = pg.locator('#worker-stack [data-testid="user-frame"]')
-        here.wait_for(timeout=10_000)
+        here.wait_for(timeout=WAIT_MS)
         assert "time.sleep(3600)" in (here.text_content() or "")
-        pg.wait_for_function("() => window.loaderscope.pipeline.settled()", timeout=10_000)
+        pg.wait_for_function("() => window.loaderscope.pipeline.settled()", timeout=WAIT_MS)
         shot = shoot(pg, tmp_path, "doctor_snapshot")
         assert shot.stat().st_size > 10_000
         # the same file through the page's Open trace button
         pg.goto(server.page_url)
         pg.set_input_files("#file-input", str(snap))
-        badge.wait_for(state="visible", timeout=30_000)
+        badge.wait_for(state="visible", timeout=WAIT_MS)
         assert pg.locator('#findings button[data-kind="doctor_verdict"]').count() == 1
     finally:
+        page.close()  # before its server goes: an open page logs each refused reconnect
         server.stop()

@@ -168,7 +168,8 @@ def started(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Callable
         def ready() -> Path | None:
             assert process.poll() is None, process.communicate()
             for path in traces(tmp_path / "runs"):
-                if yields(read_trace_tolerant(path)[1]) >= 3:
+                # a file whose header line is not written yet is a trace still being opened
+                if b"\n" in path.read_bytes() and yields(read_trace_tolerant(path)[1]) >= 3:
                     return path
             return None
 

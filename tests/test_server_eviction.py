@@ -1,6 +1,6 @@
 """Nothing dropped without a word (frames a dashboard never read are sent again, or counted on both
 sides), who a producer is when eviction shares the run table out by source, and eviction that cannot
-be pinned (issue 26 item 7): disconnected runs move to disk, listed, readable and resumable into their
+be pinned: disconnected runs move to disk, listed, readable and resumable into their
 trace; one source holds at most its quota of producers; only a run's secret resumes it, after a logdir
 dashboard's restart too. A second local user is real (uid 4242, a setuid child) where root allows."""
 
@@ -201,7 +201,7 @@ def test_a_memory_only_dashboard_forgets_disconnected_runs_rather_than_write_the
 
 
 def test_two_hundred_producers_that_send_one_event_and_leave_lock_nothing(start_server: Any) -> None:
-    """Issue 26 item 7 at its own scale, with the default limits: 200 drive-by producers held every
+    """Eviction at the scale that once pinned it, with the default limits: 200 drive-by producers held every
     slot for reconnect_grace (600 s); now the oldest move to disk, still listed."""
     server = start_server()
     for n in range(205):

@@ -1,4 +1,4 @@
-"""Issue 26: one validation path for what producers send, work bounded before it starts, eviction
+"""One validation path for what producers send, work bounded before it starts, eviction
 that cannot be pinned, header and ping limits, nothing dropped without a word, runs owned by their
 producer. Real uvicorn on 127.0.0.1, real websocket clients.
 """

@@ -250,6 +250,7 @@ def test_a_stalled_viewer_never_blocks_the_producer_and_gets_everything_back(sma
     assert covered == list(range(total))
 
 
+@pytest.mark.perf  # a rate to print, not a condition: as busy as the machine
 def test_throughput_ingest_to_viewer(server: LiveServer, capsys: Any) -> None:
     """events/s from a producer through the store to a websocket viewer (LOADERSCOPE_BENCH_EVENTS to scale)."""
     batches_count = int(os.environ.get("LOADERSCOPE_BENCH_EVENTS", "50000")) // 5

@@ -1,4 +1,4 @@
-"""The run list as the picker reads it (issue 22): WS /ws/runs pushes it as runs start, change and
+"""The run list as the picker reads it: WS /ws/runs pushes it as runs start, change and
 end; each brief says when the loader started and how many epochs it began.
 
 A real dashboard on 127.0.0.1, real websocket clients, real run processes and real trace files.

@@ -21,7 +21,7 @@ import loaderscope
 from loaderscope import conformance
 from loaderscope.probe.loader import distributed_identity, job_id
 from loaderscope.trace import read_trace
-from tests.conftest import wait_for
+from tests.conftest import free_port, wait_for
 
 
 class Squares(Dataset[torch.Tensor]):
@@ -167,7 +167,7 @@ for i, batch in enumerate(loader):
 def run_script(tmp_path: Path, mode: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     script, out = tmp_path / "train.py", tmp_path / "events.json"
     script.write_text(SCRIPT)
-    port = str(29500 + os.getpid() % 400)
+    port = str(free_port())
     done = subprocess.run([sys.executable, str(script), str(out), mode, port], capture_output=True, text=True,
                           timeout=120)
     return done, json.loads(out.read_text())

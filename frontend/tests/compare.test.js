@@ -3,22 +3,21 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
+import { writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { BINS, compareRuns, diagnosisDiff, normalise, sideOf } from '../js/compare.js';
 import { binCounts, logEdges } from '../js/bins.js';
 import { reduce } from '../js/reducer.js';
 import { synthesize } from '../dev/synth.js';
+import { PY, ROOT, needsPython } from './python.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const PY = process.env.PYTHON ?? join(ROOT, '.venv', 'bin', 'python');
 const ENV = { ...process.env, PYTHONPATH: join(ROOT, 'backend') };
 
 /** Run Python with the backend on its path; its stdout parsed as JSON. */
 function python(script, ...args) {
   const r = spawnSync(PY, ['-c', script, ...args], { encoding: 'utf8', cwd: ROOT, env: ENV, maxBuffer: 1 << 28 });
+  assert.ok(!r.error, `cannot run Python at ${PY} (${r.error?.message}): set $PYTHON (scripts/test.sh does)`);
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout);
 }
@@ -66,7 +65,7 @@ test('a state with its run_start compares like the events it came from', () => {
   assert.equal(sideOf(a, 'x').start?.kind, 'run_start');
 });
 
-test('agrees with backend/loaderscope/compare.py on the same events', { skip: !existsSync(PY) && 'no .venv' }, () => {
+test('agrees with backend/loaderscope/compare.py on the same events', { skip: needsPython }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'ls-compare-'));
   // the simulator's runs: a straggler that is gone in B, and a num_workers change
   const sims = python(`
