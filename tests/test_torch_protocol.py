@@ -8,12 +8,16 @@ parameters), and the same script runs there with and without loaderscope.
 
 from __future__ import annotations
 
+import inspect
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from loaderscope.probe import protocol
 from loaderscope.probe.protocol import Need
@@ -105,3 +109,47 @@ def test_private_stands_in_for_a_missing_name() -> None:
     assert protocol.private("torch.utils.data.dataloader:_NoSuchIter") is protocol.Absent
     assert protocol.private("torch._utils:ExceptionWrapper") is torch._utils.ExceptionWrapper
     assert not isinstance(object(), protocol.private("torch.utils.data.dataloader:_NoSuchIter"))
+
+
+IN_ORDER = """
+import sys, traceback
+from torch.utils.data import DataLoader
+make = DataLoader
+if sys.argv[1] == "instrumented":
+    from loaderscope import InstrumentedDataLoader
+    events = []
+    make = lambda *args, **kwargs: InstrumentedDataLoader(*args, sink=events.extend, **kwargs)
+try:
+    loader = make(list(range(24)), batch_size=4, num_workers=2, in_order=False)  # the user's line
+except TypeError as exc:
+    print("refused:", type(exc).__name__, exc)
+    print("frames:", [frame.name for frame in traceback.extract_tb(exc.__traceback__)])
+else:
+    print("batches:", sorted(batch.tolist() for batch in loader))
+"""
+
+
+@pytest.mark.parametrize("how", ["instrumented", "logdir"])
+def test_in_order_false_gets_exactly_what_this_torch_says(tmp_path: Path, how: str) -> None:
+    """``in_order`` is an argument from torch 2.6 on (``DataLoader.__init__`` in
+    ``torch/utils/data/dataloader.py``): an older torch refuses it with its own TypeError, which
+    loaderscope passes on unchanged, recording no run of a loader that was never built; a newer torch
+    runs it, watched."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")}
+    vanilla = subprocess.run([sys.executable, "-c", IN_ORDER, "vanilla"], capture_output=True, text=True,
+                             timeout=120, check=True, env=env)
+    if how == "logdir":
+        env["LOADERSCOPE_LOGDIR"] = str(tmp_path / "runs")
+    ours = subprocess.run([sys.executable, "-c", IN_ORDER, how], capture_output=True, text=True, timeout=120,
+                          check=True, env=env)
+    said, ours_said = vanilla.stdout.splitlines(), ours.stdout.splitlines()
+    assert ours_said[0] == said[0]
+    refused = said[0].startswith("refused:")
+    assert refused == ("in_order" not in inspect.signature(DataLoader.__init__).parameters)
+    if refused:
+        assert "in_order" in said[0]
+        assert "<module>" in ours_said[1]  # the user's line is in the traceback
+        assert "loaderscope" not in ours.stderr
+        assert not list((tmp_path / "runs").rglob("*.jsonl*"))
+    elif how == "logdir":
+        assert list((tmp_path / "runs").rglob("*.jsonl*"))
