@@ -11,6 +11,8 @@ PY=${PYTHON:-python3}
 # newest: torch 2.14.1 and torchvision 0.29.1 lie on this machine's disk and import together, so
 # tests/test_stack_vision.py runs torchvision's real ImageFolder.
 declare -A TORCH=([oldest]="torch==2.4.1 numpy==1.26.*" [newest]="torch==2.14.1 torchvision==0.29.1")
+# What must import there: the vision test skips without torchvision, and a run that compared nothing must fail.
+declare -A IMPORTS=([oldest]="torch" [newest]="torch, torchvision")
 # Every file here exercises torch's private protocol (probe/protocol.py): the check itself, the fault
 # injection, a real image pipeline; then the probe against vanilla torch on the scenarios that make
 # each transition of _task_info (park, skip, in_order=False, persistent workers, samplers), watch()'s
@@ -26,7 +28,7 @@ setup() {
   local venv=".venv-torch-$1" want
   want=$(sha256sum pyproject.toml scripts/test_torch_versions.sh | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$venv/.loaderscope-installed" 2>/dev/null)" = "$want" ] \
-     && "$venv/bin/python" -c "import torch, loaderscope" 2>/dev/null; then
+     && "$venv/bin/python" -c "import ${IMPORTS[$1]}, loaderscope" 2>/dev/null; then
     return
   fi
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
@@ -34,6 +36,7 @@ setup() {
   "$venv/bin/pip" install -q --disable-pip-version-check ${TORCH[$1]}
   "$venv/bin/pip" install -q --disable-pip-version-check -e . "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" \
     "pillow>=10"
+  "$venv/bin/python" -c "import ${IMPORTS[$1]}, loaderscope"
   echo "$want" > "$venv/.loaderscope-installed"
 }
 

@@ -74,7 +74,8 @@ NO_TORCH = 'import sys; print("torch imported:", "torch" in sys.modules)'
 def torch_accelerator() -> bool:
     import torch
 
-    return torch.accelerator.is_available()
+    accelerator = getattr(torch, "accelerator", None)  # from torch 2.6 on; torch 2.4 pins only for CUDA
+    return bool(accelerator.is_available()) if accelerator is not None else torch.cuda.is_available()
 
 
 def environment() -> dict[str, str]:
