@@ -187,7 +187,7 @@ def install_hook() -> None:
         return
     __init__ = torch_frame(original, _built)
     __init__._loaderscope_hook = True  # type: ignore[attr-defined]
-    _BaseDataLoaderIter.__init__ = __init__  # type: ignore[method-assign]
+    _BaseDataLoaderIter.__init__ = __init__
 
 
 def torch_frame(original: Callable[..., None], after: Callable[[Any, Any], None]) -> Callable[..., None]:

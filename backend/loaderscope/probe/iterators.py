@@ -575,8 +575,7 @@ class TorchSingleProcessProbe(SingleProcessProbe):
             data = self._dataset_fetcher.fetch(index)
             fetched = monotonic()
             if pinned:
-                # torch/utils/data/_utils/pin_memory.py: pin_memory is unannotated
-                data = pin_memory(data, self._pin_memory_device)  # type: ignore[no-untyped-call]
+                data = pin_memory(data, self._pin_memory_device)
         except StopIteration:
             self._stopped([index, started, started])
             raise
