@@ -28,4 +28,11 @@ npx --no-install tsc -p tsconfig.worker.json
 .venv/bin/lint-imports                    # .importlinter: no upward arrow between layers (DESIGN §1)
 .venv/bin/python -m loaderscope.contract --check  # contract.gen.js and events.schema.json match the contract
 .venv/bin/python scripts/check_wheel.py   # the wheel, installed without extras in a clean venv, used
-exec .venv/bin/python -m pytest "$@"
+# The oldest and newest supported torch, each in a venv of its own (scripts/test_torch_versions.sh),
+# beside pytest: mostly downloads and installs the first time. Its log is shown if it fails.
+mkdir -p test-artifacts
+bash scripts/test_torch_versions.sh > test-artifacts/torch-versions.log 2>&1 & torch_versions=$!
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+wait "$torch_versions" || { cat test-artifacts/torch-versions.log; status=1; }
+exit "$status"
