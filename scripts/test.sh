@@ -44,6 +44,14 @@ beside mypy "$PYTHON" -m mypy                        # mypy.ini: strict over the
 beside lint-imports .venv/bin/lint-imports          # .importlinter: no upward arrow between layers (DESIGN §1)
 beside contract "$PYTHON" -m loaderscope.contract --check  # contract.gen.js and events.schema.json match the contract
 beside wheel "$PYTHON" scripts/check_wheel.py        # the wheel, installed without extras in a clean venv, used
+# The oldest and newest supported torch (2.4.1, 2.14.1 + torchvision), each in a venv of its own:
+# building them takes 35-40 min cold here (3-6 GB each), past the suite's 12 minutes, so it runs
+# when asked (LOADERSCOPE_TORCH_VERSIONS=1) or when both venvs are built already (a warm machine).
+if [ "${LOADERSCOPE_TORCH_VERSIONS:-}" = 1 ] || bash scripts/test_torch_versions.sh --built; then
+  beside torch-versions bash scripts/test_torch_versions.sh
+else
+  echo "torch versions: not run (their venvs are not built; LOADERSCOPE_TORCH_VERSIONS=1 builds and runs them)"
+fi
 
 failed=()
 "$PYTHON" -m pytest -n auto --dist loadgroup "$@" || failed+=(pytest)

@@ -74,7 +74,15 @@ NO_TORCH = 'import sys; print("torch imported:", "torch" in sys.modules)'
 def torch_accelerator() -> bool:
     import torch
 
-    return torch.accelerator.is_available()
+    accelerator = getattr(torch, "accelerator", None)  # from torch 2.6 on; torch 2.4 pins only for CUDA
+    return bool(accelerator.is_available()) if accelerator is not None else torch.cuda.is_available()
+
+
+def pin_warns() -> bool:
+    """torch warns of pin_memory without an accelerator from torch 2.6 on (torch.accelerator); 2.4 says nothing."""
+    import torch
+
+    return hasattr(torch, "accelerator")
 
 
 def environment() -> dict[str, str]:
@@ -355,7 +363,7 @@ def both(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], 
     return vanilla, record(tmp_path, *command)
 
 
-@pytest.mark.skipif(torch_accelerator(), reason="pin_memory warns only without an accelerator")
+@pytest.mark.skipif(torch_accelerator() or not pin_warns(), reason="pin_memory warns only without an accelerator")
 @pytest.mark.parametrize("workers", [0, 2])
 def test_torchs_warnings_keep_their_origin_under_record(tmp_path: Path, workers: int) -> None:
     vanilla, recorded = both(tmp_path, script(tmp_path, WARNS, name="warns.py"), "origins", str(workers))
@@ -365,7 +373,7 @@ def test_torchs_warnings_keep_their_origin_under_record(tmp_path: Path, workers:
     assert line in recorded.stdout.splitlines()
 
 
-@pytest.mark.skipif(torch_accelerator(), reason="pin_memory warns only without an accelerator")
+@pytest.mark.skipif(torch_accelerator() or not pin_warns(), reason="pin_memory warns only without an accelerator")
 def test_warning_filters_on_torchs_module_work_as_without_record(tmp_path: Path) -> None:
     path = script(tmp_path, WARNS, name="warns.py")
     vanilla, recorded = both(tmp_path, "-W", "error::UserWarning:torch.utils.data.dataloader", path, "run", "0")

@@ -4,7 +4,8 @@ torchvision cannot be installed beside the project's CPU torch 2.13.0: PyPI's to
 (the release built for torch 2.13.0) is a CUDA build whose ``_C.so`` links libtorch_cuda and
 libc10_cuda, so ``import torchvision`` fails with "operator torchvision::nms does not exist"; no
 CPU wheel or sdist is reachable from this machine, and torch 2.14.1 + torchvision 0.29.1 (which do
-import here) would change the project's torch. So ``JpegFolder`` below does what
+import here) would change the project's torch: scripts/test_torch_versions.sh runs this file in a venv
+of its own with those two, where ``test_torchvision_image_folder`` runs for real. So ``JpegFolder`` below does what
 ``torchvision.datasets.ImageFolder`` does with its default loader (class per sub-folder, sorted;
 PIL opens and converts to RGB) and the transforms are written with torch (resize with PIL, random
 crop and flip from torch's RNG in the worker, normalise). The JPEG files and their decoding are real

@@ -93,7 +93,9 @@ class LoaderSettings:
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``DataLoader``: only what torch accepts next to the others."""
         kwargs: dict[str, Any] = {"num_workers": self.num_workers, "timeout": self.timeout,
-                                  "pin_memory": self.pin_memory, "in_order": self.in_order}
+                                  "pin_memory": self.pin_memory}
+        if not self.in_order:  # torch's default; the argument exists from torch 2.6 on
+            kwargs["in_order"] = False
         if self.batch_size is not None:
             kwargs |= {"batch_size": self.batch_size, "drop_last": self.drop_last}
         if self.num_workers > 0:

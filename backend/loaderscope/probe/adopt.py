@@ -22,16 +22,18 @@ from collections.abc import Callable
 from typing import Any
 
 import torch.multiprocessing
-from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
 from loaderscope.probe.faults import report
 from loaderscope.probe.iterators import (EpochCounter, IteratorProbe, MultiProcessProbe, SingleProcessProbe,
                                          TorchSingleProcessProbe)
 from loaderscope.probe.liveness import StuckRule
+from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.stacks import new_dump_path
 from loaderscope.probe.worker import Ring, RingReader, probed_worker_loop, worker_loop_args
 
+_BaseDataLoaderIter = private("torch.utils.data.dataloader:_BaseDataLoaderIter")
+_SingleProcessDataLoaderIter = private("torch.utils.data.dataloader:_SingleProcessDataLoaderIter")
 CONTEXT_ATTR = "_DataLoader__multiprocessing_context"  # behind DataLoader.multiprocessing_context
 # What a multi-process iterator must have for the probe to follow its protocol.
 MULTI_PROCESS_PROTOCOL = ("_reset", "_try_put_index", "_next_index", "_get_data", "_process_data",
@@ -171,7 +173,8 @@ class Adoption:
 
 
 def install_hook() -> None:
-    """Wrap ``_BaseDataLoaderIter.__init__`` once, so adoptions see each iterator being built.
+    """Wrap ``_BaseDataLoaderIter.__init__`` once, so adoptions see each iterator being built (at the
+    first adoption: only once ``protocol.followable()`` has found the class).
 
     torch warns from that ``__init__`` with ``stacklevel=2`` (pin_memory without an accelerator), which
     names its caller: the wrapper must read as torch's own frame, or ``-W ignore::UserWarning:torch.utils.
@@ -184,7 +187,7 @@ def install_hook() -> None:
         return
     __init__ = torch_frame(original, _built)
     __init__._loaderscope_hook = True  # type: ignore[attr-defined]
-    _BaseDataLoaderIter.__init__ = __init__  # type: ignore[method-assign]
+    _BaseDataLoaderIter.__init__ = __init__
 
 
 def torch_frame(original: Callable[..., None], after: Callable[[Any, Any], None]) -> Callable[..., None]:
@@ -203,5 +206,3 @@ def _built(iterator: Any, loader: Any) -> None:
     if adoption is not None and adoption.loader is loader:
         adoption.adopt(iterator)
 
-
-install_hook()

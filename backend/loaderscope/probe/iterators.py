@@ -27,18 +27,19 @@ from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
-from torch._utils import ExceptionWrapper
-from torch.utils.data._utils.pin_memory import pin_memory
 
 from loaderscope.events import BATCH_ROW
 from loaderscope.probe.batchinfo import describe, is_pinned, sizes
 from loaderscope.probe.faults import report
 from loaderscope.probe.liveness import Liveness, StuckRule
 from loaderscope.probe.pinning import PinTap
+from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.worker import RingReader, is_stop
 from loaderscope.ranks import encode_shard
 
+ExceptionWrapper = private("torch._utils:ExceptionWrapper")
+pin_memory = private("torch.utils.data._utils.pin_memory:pin_memory")
 monotonic = time.monotonic
 DEATH_GRACE = 1.0  # seconds a worker whose pipe broke may take to become a zombie
 
@@ -279,14 +280,18 @@ class MultiProcessProbe:
             report("arrival record", exc, self._probe.note)
         return result
 
-    def _process_data(self, data: Any, worker_idx: int, *args: Any) -> Any:
+    def _process_data(self, data: Any, *args: Any) -> Any:
+        """torch 2.13 passes ``(data, worker_idx)``, torch 2.4 ``(data)`` alone (``_process_data`` in
+        ``torch/utils/data/dataloader.py``): the worker is the one of the task just released."""
         if isinstance(data, ExceptionWrapper):
             try:
-                idx = self._released[0] if self._released else None
-                self._probe.note("error", idx=idx, worker=worker_idx, **_exception_fields(data))
+                released = self._released
+                worker = args[0] if args else released[1] if released else None
+                self._probe.note("error", idx=released[0] if released else None, worker=worker,
+                                 **_exception_fields(data))
             except Exception as exc:
                 report("error record", exc)
-        return super()._process_data(data, worker_idx, *args)  # type: ignore[misc]
+        return super()._process_data(data, *args)  # type: ignore[misc]
 
     def __next__(self) -> Any:
         self._liveness.next_started = start = monotonic()
@@ -570,8 +575,7 @@ class TorchSingleProcessProbe(SingleProcessProbe):
             data = self._dataset_fetcher.fetch(index)
             fetched = monotonic()
             if pinned:
-                # torch/utils/data/_utils/pin_memory.py: pin_memory is unannotated
-                data = pin_memory(data, self._pin_memory_device)  # type: ignore[no-untyped-call]
+                data = pin_memory(data, self._pin_memory_device)
         except StopIteration:
             self._stopped([index, started, started])
             raise

@@ -17,10 +17,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler
 
-from loaderscope.probe.adopt import Adoption
+from loaderscope.probe.adopt import Adoption, install_hook
 from loaderscope.probe.faults import report
 from loaderscope.probe.iterators import EpochCounter, MultiProcessProbe
 from loaderscope.probe.liveness import StuckRule
+from loaderscope.probe.protocol import followable
 from loaderscope.probe.recorder import Recorder, Sink
 
 T_co = TypeVar("T_co", covariant=True)
@@ -107,7 +108,7 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
         "drop_last": loader.drop_last,
         "timeout": loader.timeout,
         "pin_memory": loader.pin_memory,
-        "pin_memory_active": bool(loader.pin_memory and torch.accelerator.is_available()),
+        "pin_memory_active": _pins(loader),
         "multiprocessing_context": _context_name(loader.multiprocessing_context) if workers else None,
         "sampler": _name(_drawing_sampler(loader)),
         "batch_sampler": _name(batch_sampler),
@@ -117,6 +118,18 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
         "dataset_length": length,
         "batches_per_epoch": batches,
     }
+
+
+def _pins(loader: DataLoader[Any]) -> bool:
+    """Whether the iterator will pin, by torch's rule in ``_BaseDataLoaderIter.__init__``
+    (``torch/utils/data/dataloader.py``): in torch 2.13, when ``torch.accelerator`` has one; in torch
+    2.4, which has no ``torch.accelerator``, when CUDA is available or a ``pin_memory_device`` is named."""
+    if not loader.pin_memory:
+        return False
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return bool(loader.pin_memory_device) or torch.cuda.is_available()
 
 
 def distributed_identity() -> tuple[int, int]:
@@ -222,8 +235,10 @@ class ProbeMixin(DataLoader[T_co]):
 
     def _get_iterator(self) -> Any:
         try:
-            ready = self._probe_ready()
+            # A torch without the private names the probe follows runs every loader unwatched (said once).
+            ready = followable() and self._probe_ready()
             if ready:
+                install_hook()
                 rule = StuckRule(self._probe_meta.get("stuck_after"))
                 adoption = Adoption(self, self._probe, self._probe_epochs, rule)
         except Exception as exc:
