@@ -33,6 +33,9 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
     page = browser.new_page(viewport=VIEWPORT)
     sockets: list[str] = []
     page.on("websocket", lambda ws: sockets.append(ws.url))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.goto(f"{server.page_url}&run={runs[0]}")
     sentence = page.get_by_test_id("job-slowest")
     sentence.wait_for(timeout=WAIT_MS)
@@ -71,6 +74,7 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
     assert page.locator(f"[data-testid=job-row][data-rank='{SLOW}']").get_attribute("class") == "vrow rank-line last selected"
     wait_for(lambda: len([url for url in sockets if "/ws/runs/" in url]) == 2, what="the clicked rank's stream")
     assert runs[SLOW] in [url for url in sockets if "/ws/runs/" in url][1]
+    assert not errors, errors
     page.screenshot(path=str(tmp_path / "jobtable40.png"), full_page=True)
     print(f"screenshot: {tmp_path / 'jobtable40.png'}")
     page.close()

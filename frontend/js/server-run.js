@@ -279,28 +279,28 @@ export class ServerRun {
 
   /**
    * A logdir job: the server's table of all its ranks (GET /api/jobs/{job}/table), and no rank's
-   * stream opened until its row is clicked. Any other job (404: not in a logdir; or a table the
-   * server could not read) opens its ranks' streams as they are found.
+   * stream opened until its row is clicked. Any other job (the open run has no logdir `path`, so
+   * the server has no table of it; or a table it could not make: 422) opens its ranks as found.
    * @param {string} job @param {number} want the job's world size @param {string|null} name the loader's
    */
   async jobOrRanks(job, want, name) {
     this.ranksLooked = Date.now();
     const tracks = this.host.tracks();
-    /** @type {[import('./job-table.js').JobAnswer, import('./types.js').RunBrief[]]} */
-    let answers;
+    const id = this.runId;
     try {
-      answers = await Promise.all([api.jobTable(job), api.runs()]);
-    } catch {
-      if (this.host.tracks() === tracks) this.discoverRanks(job, want, name);
-      return;
-    }
-    if (this.host.tracks() !== tracks) return; // another run was opened meanwhile
-    const [answer, runs] = answers;
-    // the table names ranks; the listing gives each rank's run id on this server (a logdir file's index)
-    this.jobRuns = new Map(runs.filter((r) => r.job === job && (r.name ?? null) === name && typeof r.rank === 'number')
-      .map((r) => [/** @type {number} */ (r.rank), r.id]));
-    this.host.jobTable(answer, name);
-    this.host.wake();
+      const runs = await api.runs();
+      if (Array.isArray(runs) && runs.some((r) => r.id === id && r.path)) {
+        const answer = await api.jobTable(job);
+        if (this.host.tracks() !== tracks) return; // another run was opened meanwhile
+        // the table names ranks; the listing gives each rank's run id on this server
+        this.jobRuns = new Map(runs.filter((r) => r.job === job && (r.name ?? null) === name && typeof r.rank === 'number')
+          .map((r) => [/** @type {number} */ (r.rank), r.id]));
+        this.host.jobTable(answer, name);
+        this.host.wake();
+        return;
+      }
+    } catch { /* no table: the ranks are opened as they are found, as for a live job */ }
+    if (this.host.tracks() === tracks) this.discoverRanks(job, want, name);
   }
 
   /** A row of the job's table was clicked: show that rank, opening its stream the first time. @param {number} rank */
