@@ -15,8 +15,9 @@ const OVERSCAN = 4; // rows drawn past each edge, so a fast scroll shows no blan
  *   slowest_worker_p95:number|null, slowest_steps:number, worst_lag:number|null}} JobRow
  */
 /**
+ * @typedef {{name:string|null, epoch:number, report:import('./ranks.js').ShardReport|{error:string}}} ShardCheck
  * @typedef {{job:string, ranks:JobRow[], steps:{name:string|null, epoch:number, step:number, rank:number|null, lag:number}[],
- *   shards:unknown[], slowest:{rank:number, steps:number, of:number, worst_lag:number}|null}} JobAnswer
+ *   shards:ShardCheck[], slowest:{rank:number, steps:number, of:number, worst_lag:number}|null}} JobAnswer
  */
 
 /**
@@ -31,7 +32,7 @@ export function visibleRows(scrollTop, viewPx, count, rowPx = ROW_PX) {
 }
 
 /**
- * The rows of one loader of the job in rank order, and how many steps it has (a job's train and
+ * The rows of one loader of the job in rank order, how many steps it has, its shard checks (a job's train and
  * eval loaders share its id; the endpoint answers for both).
  * @param {JobAnswer} answer @param {string|null} name the open run's loader name
  */
@@ -39,7 +40,11 @@ export function loaderRows(answer, name) {
   const several = new Set(answer.ranks.map((r) => r.name ?? null)).size > 1;
   /** @param {{name:string|null}} x */
   const ours = (x) => !several || (x.name ?? null) === name;
-  return { rows: answer.ranks.filter(ours).sort((a, b) => a.rank - b.rank), steps: answer.steps.filter(ours).length };
+  return {
+    rows: answer.ranks.filter(ours).sort((a, b) => a.rank - b.rank),
+    steps: answer.steps.filter(ours).length,
+    shards: answer.shards.filter(ours).sort((a, b) => a.epoch - b.epoch),
+  };
 }
 
 /**

@@ -122,11 +122,14 @@ export class RanksView {
    * @param {import('./job-table.js').JobAnswer} answer @param {string|null} name the open run's loader
    */
   showJob(answer, name) {
-    const { rows, steps } = loaderRows(answer, name);
+    const { rows, steps, shards } = loaderRows(answer, name);
     this.jobView = new JobTableView((row) => this.onOpenRank(row.rank));
     this.head.textContent = `job ${answer.job} · ${rows.length} ranks · ${steps} steps, from the traces in the dashboard’s logdir`
       + ' — click a rank to open its live picture';
-    this.host.replaceChildren(this.head, this.jobView.root);
+    if (shards.length) this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report)));
+    else this.shardBox.textContent = 'sample shards: not checked — no epoch of this job has a shard digest from every rank '
+      + '(a loader reports one at each epoch’s end when it has a DistributedSampler or runs in an initialized process group)';
+    this.host.replaceChildren(this.head, this.jobView.root, this.shardBox);
     this.host.hidden = false;
     this.jobView.show(rows, steps, answer.job);
     this.onChange(); // the timeline's choice of ranks follows the slowest rank named

@@ -29,6 +29,7 @@ test("a job's train and eval loaders: the open loader's rows and steps only", ()
   const { rows, steps } = loaderRows(answer, 'train');
   assert.deepEqual(rows.map((r) => r.rank), [0, 1]);
   assert.equal(steps, 2);
+  assert.deepEqual(loaderRows({ ...answer, shards: [{ name: 'eval', epoch: 0, report: { error: 'x' } }] }, 'train').shards, []);
   assert.equal(loaderRows({ ...answer, ranks: answer.ranks.slice(0, 2) }, null).rows.length, 2, 'one loader: all rows');
 });
 
