@@ -118,6 +118,8 @@ export const api = {
   control: (id, body) => call('POST', `/api/runs/${encodeURIComponent(id)}/control`, body),
   /** @param {string} id @param {number} after @param {number} limit @returns {Promise<import('./types.js').EventsPage>} */
   events: (id, after, limit) => call('GET', `/api/runs/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`),
+  /** @param {string} job a logdir job's id @returns {Promise<import('./job-table.js').JobAnswer>} */
+  jobTable: (job) => call('GET', `/api/jobs/${encodeURIComponent(job)}/table`),
 };
 
 /** The websocket for a run, on the page's own host. @param {string} id @param {number} after */

@@ -3,11 +3,14 @@
 // the shard check per epoch. Click a rank to drill into it (the picture and the timeline show its
 // workers). Built for 64 ranks: the rows stay in the page and only the cells whose text changed
 // are written, and the slowest rank per step is computed incrementally (ranks.js JobSteps).
+// A logdir job the server can query shows its table instead (job-table.js): every rank's figures
+// from GET /api/jobs/{job}/table, and a rank's live picture only once its row is clicked.
 
 import { JobSteps, rankRate, shardReport, shardText, slowestWorker } from './ranks.js';
 import { fmtDuration } from './timeline-store.js';
 import { inputBound } from './reducer.js';
 import { ENDED } from './schema.js';
+import { JobTableView, loaderRows } from './job-table.js';
 
 // A worker this close to its rank's median is not called slow: equal workers differ by noise only.
 const EVEN = 1.05;
@@ -32,17 +35,24 @@ const COLUMNS = [
 /** @typedef {import('./ranks.js').ShardReport | {error: string} | null} ShardCheck null while decoding */
 
 export class RanksView {
-  /** @param {HTMLElement} host @param {(i:number) => void} onSelect @param {() => void} onChange */
-  constructor(host, onSelect, onChange) {
+  /**
+   * @param {HTMLElement} host @param {(i:number) => void} onSelect @param {() => void} onChange
+   * @param {(rank:number) => void} onOpenRank a row of the job's table was clicked: open that rank
+   */
+  constructor(host, onSelect, onChange, onOpenRank) {
     this.host = host;
     this.onSelect = onSelect;
     this.onChange = onChange;
+    this.onOpenRank = onOpenRank;
+    /** @type {JobTableView|null} the server's table of a logdir job, when it answered for the open run */
+    this.jobView = null;
     this.sortKey = 'rank';
     this.descending = false;
     // the parts that stay: a heading, the strip of recent steps, the table, the shard checks
     this.head = el('div', 'ranks-head');
     this.strip = el('div', 'step-strip');
     this.table = el('table', 'job-table');
+    this.scroll = el('div', 'job-scroll');
     /** @type {HTMLElement[]} */
     this.headCells = [];
     this.body = el('tbody', '');
@@ -67,6 +77,10 @@ export class RanksView {
 
   /** A new run: forget the old job's rows, steps and shard checks. */
   reset() {
+    if (this.jobView) {
+      this.jobView = null;
+      this.host.replaceChildren(this.head, this.strip, this.scroll, this.shardBox);
+    }
     this.steps = new JobSteps();
     this.rows = new Map();
     this.body.replaceChildren();
@@ -97,10 +111,28 @@ export class RanksView {
     const thead = el('thead', '');
     thead.append(headRow);
     this.table.append(thead, this.body);
-    const scroll = el('div', 'job-scroll');
-    scroll.append(this.table);
+    this.scroll.append(this.table);
     this.shardBox.setAttribute('data-testid', 'shards');
-    this.host.replaceChildren(this.head, this.strip, scroll, this.shardBox);
+    this.host.replaceChildren(this.head, this.strip, this.scroll, this.shardBox);
+  }
+
+  /**
+   * The server's table of the open run's logdir job: it takes the place of the table built from
+   * open ranks, whose websockets are then opened one at a time, as rows are clicked.
+   * @param {import('./job-table.js').JobAnswer} answer @param {string|null} name the open run's loader
+   */
+  showJob(answer, name) {
+    const { rows, steps, shards } = loaderRows(answer, name);
+    this.jobView = new JobTableView((row) => this.onOpenRank(row.rank));
+    this.head.textContent = `job ${answer.job} · ${rows.length} ranks · ${steps} steps, from the traces in the dashboard’s logdir`
+      + ' — click a rank to open its live picture';
+    if (shards.length) this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report)));
+    else this.shardBox.textContent = 'sample shards: not checked — no epoch of this job has a shard digest from every rank '
+      + '(a loader reports one at each epoch’s end when it has a DistributedSampler or runs in an initialized process group)';
+    this.host.replaceChildren(this.head, this.jobView.root, this.shardBox);
+    this.host.hidden = false;
+    this.jobView.show(rows, steps, answer.job);
+    this.onChange(); // the timeline's choice of ranks follows the slowest rank named
   }
 
   /** @param {string} key a column's key: the same column again flips the order */
@@ -113,6 +145,7 @@ export class RanksView {
 
   /** @param {import('./track.js').Track[]} tracks @param {import('./track.js').Track} selected */
   render(tracks, selected) {
+    if (this.jobView) { this.jobView.select(selected.rank); return; }
     if (tracks.length < 2) { this.host.hidden = true; return; }
     this.host.hidden = false;
     this.shown = [tracks, selected];
@@ -191,6 +224,7 @@ export class RanksView {
 
   /** The rank most often the last to deliver a step (null before the first step). */
   mostOftenLast() {
+    if (this.jobView) return this.jobView.slowest;
     let best = null, most = 0;
     for (const [rank, c] of this.steps.counts) if (c.steps > most) { most = c.steps; best = rank; }
     return best;

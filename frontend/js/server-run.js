@@ -1,5 +1,5 @@
 // The connection to a run on the dashboard server: its event streams (one per rank), the run's
-// summary and diagnosis (polled while it runs), the run list, the live controls, and what the page
+// summary and diagnosis (polled while it runs), a logdir job's table of ranks, the run list, the live controls, and what the page
 // says when the server goes away or forgets the run. Every network call starts here, from a stream
 // callback, a timer or a click; never from the frame loop.
 
@@ -27,6 +27,7 @@ const POLL_MS = 1500; // run summary / diagnosis refresh while live
  *   resumed: () => void,
  *   wake: () => void,
  *   selectRun: (id: string, push?: boolean) => boolean,
+ *   jobTable: (answer: import('./job-table.js').JobAnswer, name: string|null) => void,
  * }} ServerHost
  */
 
@@ -57,6 +58,8 @@ export class ServerRun {
     this.ranksLooked = 0;
     /** @type {number} */
     this.rankLooks = 0; // looks for the job's other ranks since the run opened
+    /** @type {Map<number, string>} rank -> run id, of the logdir job whose table is shown */
+    this.jobRuns = new Map();
     this.showNotice();
   }
 
@@ -68,7 +71,7 @@ export class ServerRun {
   bind() {
     $('run-picker').addEventListener('change', (ev) => {
       const id = /** @type {HTMLSelectElement} */ (ev.target).value;
-      if (id && !this.host.selectRun(id)) this.open(id);
+      if (id && !this.host.selectRun(id) && !this.openJobRun(id)) this.open(id);
     });
     $('run-picker').addEventListener('focus', () => this.refreshRuns());
     $('btn-pause').addEventListener('click', () => this.control({ action: 'pause' }));
@@ -167,7 +170,7 @@ export class ServerRun {
         this.finalPolled = true;
         this.poll();
       } else if (e.kind === 'run_start' && e.job && e.world_size !== undefined && e.world_size > 1 && !this.ranksLooked) {
-        this.discoverRanks(e.job, e.world_size, e.name ?? null);
+        this.jobOrRanks(e.job, e.world_size, e.name ?? null);
       }
     }
   }
@@ -272,6 +275,48 @@ export class ServerRun {
       this.host.track().note({ type: 'bad', reason: `control failed: ${err instanceof Error ? err.message : err}` });
       this.host.wake();
     }
+  }
+
+  /**
+   * A logdir job: the server's table of all its ranks (GET /api/jobs/{job}/table), and no rank's
+   * stream opened until its row is clicked. Any other job (the open run has no logdir `path`, so
+   * the server has no table of it; or a table it could not make: 422) opens its ranks as found.
+   * @param {string} job @param {number} want the job's world size @param {string|null} name the loader's
+   */
+  async jobOrRanks(job, want, name) {
+    this.ranksLooked = Date.now();
+    const tracks = this.host.tracks();
+    const id = this.runId;
+    try {
+      const runs = await api.runs();
+      if (Array.isArray(runs) && runs.some((r) => r.id === id && r.path)) {
+        const answer = await api.jobTable(job);
+        if (this.host.tracks() !== tracks) return; // another run was opened meanwhile
+        // the table names ranks; the listing gives each rank's run id on this server
+        this.jobRuns = new Map(runs.filter((r) => r.job === job && (r.name ?? null) === name && typeof r.rank === 'number')
+          .map((r) => [/** @type {number} */ (r.rank), r.id]));
+        this.host.jobTable(answer, name);
+        this.host.wake();
+        return;
+      }
+    } catch { /* no table: the ranks are opened as they are found, as for a live job */ }
+    if (this.host.tracks() === tracks) this.discoverRanks(job, want, name);
+  }
+
+  /** A row of the job's table was clicked: show that rank, opening its stream the first time. @param {number} rank */
+  openRank(rank) {
+    const id = this.jobRuns.get(rank);
+    if (id === undefined || this.host.selectRun(id)) return;
+    const tracks = this.host.tracks();
+    tracks.push(this.rankTrack(id, rank));
+    tracks.sort((a, b) => a.rank - b.rank);
+    this.host.selectRun(id);
+  }
+
+  /** The run picker chose a rank of the job whose table is shown. @param {string} id */
+  openJobRun(id) {
+    for (const [rank, run] of this.jobRuns) if (run === id) { this.openRank(rank); return true; }
+    return false;
   }
 
   /**

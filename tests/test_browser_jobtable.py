@@ -1,0 +1,81 @@
+"""A logdir job in the page: the server's table of its 40 ranks (GET /api/jobs/{job}/table) names
+the slow rank, keeps only a window of rows in the page as it scrolls, and opens a rank's stream
+only when its row is clicked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.test_browser import VIEWPORT, WAIT_MS, browser  # noqa: F401 (fixture)
+from tests.test_jobquery import simulated_job
+
+pytestmark = pytest.mark.browser
+
+RANKS, SLOW = 40, 7
+
+
+def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_click(
+        browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+    logs = tmp_path / "logs"
+    simulated_job(logs, "straggler", RANKS, {SLOW: 3.0})
+    server = start_server(logdir=str(logs), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == RANKS, what=f"the job's {RANKS} traces listed")
+        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+        table = http.get("/api/jobs/sim-straggler/table").json()
+    assert table["slowest"]["rank"] == SLOW
+    figures = {row["rank"]: row for row in table["ranks"]}
+
+    page = browser.new_page(viewport=VIEWPORT)
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(f"{server.page_url}&run={runs[0]}")
+    sentence = page.get_by_test_id("job-slowest")
+    sentence.wait_for(timeout=WAIT_MS)
+    assert sentence.get_attribute("data-rank") == str(SLOW)
+    assert (sentence.text_content() or "").startswith(
+        f"rank {SLOW} is the slowest: last to deliver {table['slowest']['steps']} of {len(table['steps'])} steps")
+
+    assert "sample shards: not checked" in (page.get_by_test_id("shards").text_content() or ""), "no digests in a sim"
+    rows = page.get_by_test_id("job-row")
+    seen: dict[int, str] = {}
+    scroller = page.get_by_test_id("job-vtable").locator(".vscroll")
+    height = scroller.evaluate("s => s.scrollHeight")
+    view = scroller.evaluate("s => s.clientHeight")
+    assert height > view, "40 rows do not fit: the table scrolls"
+    for top in range(0, height, view // 2):
+        scroller.evaluate("(s, top) => { s.scrollTop = top; }", top)
+        first = min(RANKS - 1, top // 22)
+        page.wait_for_function(f"() => document.querySelector(\"[data-testid=job-row][data-rank='{first}']\")",
+                               timeout=WAIT_MS)
+        in_dom = rows.count()
+        assert 0 < in_dom < RANKS, f"{in_dom} rows in the page: only a window of the {RANKS}"
+        for rank, text in rows.evaluate_all("rs => rs.map(r => [Number(r.dataset.rank), r.textContent])"):
+            seen[rank] = text
+    assert sorted(seen) == list(range(RANKS)), "every rank's row shows up as the table scrolls"
+    for rank, text in seen.items():
+        assert f"{figures[rank]['batches_per_s']:.1f}" in text and f"{figures[rank]['input_bound']:.0%}" in text, rank
+    opened = [url for url in sockets if "/ws/runs/" in url]
+    assert len(opened) == 1 and runs[0] in opened[0], f"one rank's stream before any click: {opened}"
+
+    scroller.evaluate("(s, top) => { s.scrollTop = top; }", SLOW * 22)
+    page.locator(f"[data-testid=job-row][data-rank='{SLOW}']").click()
+    page.wait_for_function(f"() => window.loaderscope.track.rank === {SLOW}", timeout=WAIT_MS)
+    page.wait_for_function(f"() => new URL(location.href).searchParams.get('run') === '{runs[SLOW]}'", timeout=WAIT_MS)
+    assert page.locator("#run-picker").input_value() == runs[SLOW]
+    page.wait_for_function(f"() => window.loaderscope.player.length > 0 && window.loaderscope.state.batches === "
+                           f"{figures[SLOW]['batches']}", timeout=WAIT_MS)
+    assert page.locator(f"[data-testid=job-row][data-rank='{SLOW}']").get_attribute("class") == "vrow rank-line last selected"
+    wait_for(lambda: len([url for url in sockets if "/ws/runs/" in url]) == 2, what="the clicked rank's stream")
+    assert runs[SLOW] in [url for url in sockets if "/ws/runs/" in url][1]
+    assert not errors, errors
+    page.screenshot(path=str(tmp_path / "jobtable40.png"), full_page=True)
+    print(f"screenshot: {tmp_path / 'jobtable40.png'}")
+    page.close()
