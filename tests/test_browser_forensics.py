@@ -100,6 +100,8 @@ def test_pin_stage_disabled_without_an_accelerator(server: Any, page: Page, tmp_
     stage.wait_for(timeout=WAIT_MS)
     assert stage.get_attribute("data-state") == "disabled"
     assert "no accelerator" in (stage.text_content() or "")
-    assert pg.text_content('[data-counter="pin"] .v') == "disabled"
+    # the counters are refreshed with the slow panels, after the stage is drawn
+    pg.wait_for_function("() => document.querySelector('[data-counter=\"pin\"] .v').textContent === 'disabled'",
+                         timeout=WAIT_MS)
     pg.wait_for_function("() => [...document.querySelectorAll('#diagnosis li')].some((li) => li.textContent.includes('turned pinning off'))",
                          timeout=WAIT_MS)

@@ -10,6 +10,7 @@ config with non-string keys, an event over the reducer's budget and one over the
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,10 @@ def ingested(frames: list[bytes], spill: TraceSpill) -> Run:
         for data in frames:
             await take(run, data)
 
-    asyncio.run(send())
+    # a thread of its own: a browser test before this one in the same pytest worker leaves
+    # Playwright's event loop on this thread, where asyncio.run() refuses to start another
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, send()).result()
     run.log.flush()
     return run
 

@@ -10,7 +10,7 @@ bad value) takes the full check, which says what is wrong and where.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import countOf, itemgetter
 from typing import Any, Union, get_args, get_origin
 
@@ -268,11 +268,14 @@ def _checked(event: Event, row: int) -> Event:
         raise EventError(f"{exc} (compact frame, row {row})") from None
 
 
-def _expand_typed(frame: _CompactFrame, start: int, stop: int, seq: int) -> list[Event]:
-    """Events from rows the decoder checked: nothing left to validate but the depth of free fields."""
+def _expand_typed(frame: _CompactFrame, start: int, stop: int, seq: int,
+                  sent: Callable[[int], dict[str, Any]]) -> list[Event]:
+    """Events from rows the decoder checked: nothing left to validate but the depth of free fields.
+    ``sent(position)``: a rare kind's fields as the producer sent them (their order too, which a
+    Struct would not keep: the stored line is the same whether the run sent compact or full frames)."""
     t0, run, rank = frame.t0, frame.run, frame.rank
     events: list[Event] = []
-    for row in frame.rows[start:stop]:
+    for position, row in enumerate(frame.rows[start:stop], start):
         cls = type(row)
         kind = _ROW_KIND.get(cls)
         if kind is not None:
@@ -291,8 +294,7 @@ def _expand_typed(frame: _CompactFrame, start: int, stop: int, seq: int) -> list
                                     nbytes, pickled, indices)
             seq += BATCH_EVENTS
         else:
-            event = {"seq": seq, "t": row.t - t0, "run": run, "rank": rank, "kind": _BY_FIELDS[cls],
-                     **msgspec.to_builtins(row.fields)}
+            event = {"seq": seq, "t": row.t - t0, "run": run, "rank": rank, "kind": _BY_FIELDS[cls], **sent(position)}
             if cls in _NESTING_TYPES:
                 _check_depth(event)
             events.append(event)
@@ -344,7 +346,7 @@ def decode_message(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES,
     if isinstance(typed, _CompactFrame):
         if typed.seq + BATCH_EVENTS * len(typed.rows) > MAX_NUMBER or len(typed.rows) > MAX_ROWS:  # to be exact
             return _decode_slowly(data, slice_events)
-        return _typed_slices(typed, slice_events)
+        return _typed_slices(typed, data, slice_events)
     try:
         events: list[Event] = orjson.loads(data)
     except orjson.JSONDecodeError:  # text msgspec reads but orjson does not (a lone surrogate)
@@ -356,11 +358,22 @@ def decode_message(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES,
     return iter([events[i:i + slice_events] for i in range(0, len(events), slice_events)])
 
 
-def _typed_slices(frame: _CompactFrame, slice_events: int) -> Iterator[list[Event]]:
+def _typed_slices(frame: _CompactFrame, data: bytes | str, slice_events: int) -> Iterator[list[Event]]:
     rows = max(1, slice_events // BATCH_EVENTS)
     seq = frame.seq
+    parsed: list[Any] = []
+
+    def sent(position: int) -> dict[str, Any]:  # rare rows (run_start, epoch_start, ...): parsed once a frame
+        if not parsed:
+            try:
+                parsed.extend(orjson.loads(data)["rows"])
+            except orjson.JSONDecodeError as exc:  # text msgspec reads but orjson does not (a lone surrogate)
+                raise EventError(f"frame is not valid JSON: {exc}") from None
+        fields_sent: dict[str, Any] = parsed[position][2]
+        return fields_sent
+
     for start in range(0, len(frame.rows), rows):
-        events = _expand_typed(frame, start, start + rows, seq)
+        events = _expand_typed(frame, start, start + rows, seq, sent)
         if events:
             seq = events[-1]["seq"] + 1
             yield events
