@@ -59,10 +59,15 @@ def test_the_picker_lists_new_runs_by_name_as_they_start(browser: Any, start_ser
     page.select_option("#run-picker", runs[2]["id"])
     wait_for(lambda: "1 epoch · 2 batches" in next(r["text"] for r in listed() if r["id"] == runs[2]["id"]),
              timeout=30, what="the opened run's epochs in the picker")
-    # the job's ranks are its eval loader's: rank 1 of the train loader is another loader of the job
-    page.wait_for_function("() => window.loaderscope.server.rankLooks >= 1")
+    # a logdir job: its table comes from the traces (GET /api/jobs/{job}/table), the eval loader's
+    # rows only (rank 1 of the train loader is another loader of the job); no other rank is opened
+    eval_row = "[data-testid=job-row][data-rank='0']"
+    page.wait_for_selector(eval_row)
+    assert page.locator("[data-testid=job-row]").count() == 1
     assert page.evaluate("() => window.loaderscope.tracks.map(t => t.runId)") == [runs[2]["id"]]
     page.select_option("#run-picker", runs[0]["id"])
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=job-row]').length === 2")
+    page.locator("[data-testid=job-row][data-rank='1']").click()  # a rank opens on demand
     page.wait_for_function("() => window.loaderscope.tracks.length === 2")
     assert page.evaluate("() => window.loaderscope.tracks.map(t => t.runId)") == [runs[0]["id"], runs[1]["id"]]
     page.screenshot(path=str(tmp_path / "picker.png"))

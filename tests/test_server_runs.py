@@ -186,6 +186,9 @@ def test_a_run_that_fails_at_runtime_reports_why_and_the_server_goes_on(server: 
     run = server.start_run("raising_dataset", num_workers=0, sample_ms=0.0)
     ended = server.wait_status(run["id"])
     assert ended["status"] == "error"
+    # the loader's run_end (the status) comes before the run process's own report of the exception
+    # (its `failed` message, the brief's error): on a busy box a poll can fall between the two
+    ended = wait_for(lambda: (r := server.run(run["id"]))["error"] and r, what="the run process's error")
     assert "sample 17" in ended["error"]
     with server.client() as http:
         last = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()["events"][-1]

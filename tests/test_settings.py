@@ -40,7 +40,9 @@ def test_the_record_is_always_a_call_torch_accepts() -> None:
     assert settings.prefetch_factor is None and not settings.persistent_workers
     assert len(list(DataLoader(range(4), **settings.kwargs()))) == 2
     assert LoaderSettings(num_workers=2, batch_size=None).kwargs().keys() == {
-        "num_workers", "timeout", "pin_memory", "in_order", "prefetch_factor", "persistent_workers"}
+        "num_workers", "timeout", "pin_memory", "prefetch_factor", "persistent_workers"}
+    # in_order only when it is not torch's default: torch 2.4 and 2.5 have no such argument
+    assert LoaderSettings(num_workers=2, in_order=False).kwargs()["in_order"] is False
     swept = LoaderSettings(num_workers=0).with_values({"num_workers": 3})
     assert swept.prefetch_factor == TORCH_PREFETCH_FACTOR
     assert DataLoader(range(4), **swept.kwargs()).prefetch_factor == swept.prefetch_factor
