@@ -249,7 +249,7 @@ def _parquet_source(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> str
 
 def _duckdb() -> Any:
     try:
-        import duckdb
+        import duckdb  # the optional `job` extra, not a runtime dependency: refused with its install line
     except ImportError:
         raise JobQueryError("the job table needs DuckDB: pip install 'loaderscope[job]'") from None
     return duckdb

@@ -29,7 +29,7 @@ def load(root: str) -> JobTable:
     fs = None
     if "://" in root and not root.startswith("file://"):
         try:
-            import fsspec  # type: ignore[import-untyped]
+            import fsspec  # type: ignore[import-untyped]  # the optional `remote` extra: only URLs need it
         except ImportError:
             raise UsageError(f"{root}: a URL needs fsspec: pip install 'loaderscope[remote]'") from None
         fs, root = fsspec.core.url_to_fs(root)

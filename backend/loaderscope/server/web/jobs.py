@@ -32,7 +32,7 @@ def job_files(request: Request, job: str) -> tuple[list[str], Any]:
         return [], None
     if "://" not in str(logdir):
         return [posixpath.join(str(logdir), path) for path in relative], None
-    import fsspec  # type: ignore[import-untyped]  # the remote extra, present: the logdir is listed through it
+    import fsspec  # type: ignore[import-untyped]  # the optional remote extra; a URL logdir was only opened with it
 
     fs, root = fsspec.core.url_to_fs(str(logdir))
     return [posixpath.join(root, path) for path in relative], fs
