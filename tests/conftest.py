@@ -28,6 +28,7 @@ test opens a context of its own).
 
 from __future__ import annotations
 
+import multiprocessing.util
 import shutil
 import socket
 import tempfile
@@ -86,6 +87,9 @@ def private_user_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     runtime = home / "run"
     runtime.mkdir(mode=0o700)
     # Outside pytest's private (0700) tmp and open to all like /tmp: tests play another local user too.
+    # multiprocessing removes its own pymp- directory at exit, after this fixture's rmtree: made now, it
+    # lies in the real TMPDIR rather than in the directory below.
+    multiprocessing.util.get_temp_dir()
     tmp = Path(tempfile.mkdtemp(prefix="loaderscope-tests-"))
     tmp.chmod(0o1777)
     with pytest.MonkeyPatch.context() as patch:

@@ -81,9 +81,13 @@ def test_a_fitted_training_loop_replays_its_recorded_batches_per_s(workers: int)
     fitted = {cost["field"] for cost in describe_fit(fit_from_trace(events))}
     assert check["setting"]["num_workers"] == workers
     assert abs(check["error"]) <= TOLERANCE, (check, fitted)
-    assert {"sample", "step_ms", "epoch_gap_ms"} <= fitted  # the model step and the eval between epochs
+    assert {"sample", "step_ms"} <= fitted  # the model step
     if workers:
+        # The gap between epochs is charged first to the workers each epoch re-spawns: on a busy machine a
+        # slow spawn can take all of the short eval, so the gap may fit as 0 and stay out of the model.
         assert {"spawn_ms", "startup_ms"} <= fitted
+    else:
+        assert "epoch_gap_ms" in fitted  # the eval between epochs
 
 
 def test_a_peek_before_each_epoch_is_replayed_as_the_batch_it_took() -> None:

@@ -336,6 +336,26 @@ def test_loaders_never_iterated_leave_no_run(tmp_path: Path) -> None:
     assert len(list(tmp_path.rglob("*.trace.jsonl"))) == 1
 
 
+def test_a_loader_dropped_while_its_events_are_flushed_still_ends_its_run() -> None:
+    """The collector may free a loader on the probe thread while it holds the flush lock (here the sink
+    drops the last references, the loader's and its iterator's): the run still ends, and nothing hangs."""
+    events: list[dict[str, Any]] = []
+    held: list[Any] = []
+
+    def take(batch: list[dict[str, Any]]) -> None:
+        events.extend(batch)
+        if any(e["kind"] == "epoch_end" for e in batch):
+            held.clear()
+            gc.collect()
+
+    held.append(loaderscope.watch(DataLoader(Squares(), batch_size=4, num_workers=2), sink=take))
+    recorder = held[0]._probe
+    held.append(iter(held[0]))
+    assert sum(1 for _ in held[1]) == 8  # epoch_end is flushed, and the loader dropped, on the probe thread
+    wait_for(lambda: any(e["kind"] == "run_end" for e in events), what="run_end after the drop")
+    assert recorder.closed and conformance.check(events) == []
+
+
 def test_a_loader_never_iterated_opens_no_dashboard_run(server: Any) -> None:
     def ids() -> set[str]:
         with server.client() as http:

@@ -123,10 +123,20 @@ class Recorder:
     def _release(self) -> None:
         self._holders -= 1
         if self._holders == 0:
-            try:
-                self.on_abandoned()
-            except Exception as exc:  # a finalizer's failure would only be printed by the collector
-                report("run end", exc)
+            # The collector runs this on whichever thread allocated last, perhaps the very thread that
+            # holds the flush lock mid-flush (the probe thread, or training's loader.flush()): ending
+            # the run there would wait forever on its own lock, so then it ends on a thread of its own.
+            if self._flush_lock.acquire(blocking=False):
+                self._flush_lock.release()
+                self._end_abandoned()
+            else:
+                threading.Thread(target=self._end_abandoned, name="loaderscope-end").start()
+
+    def _end_abandoned(self) -> None:
+        try:
+            self.on_abandoned()
+        except Exception as exc:  # a finalizer's failure would only be printed by the collector
+            report("run end", exc)
 
     # --- the probe thread ----------------------------------------------------------------------
 
