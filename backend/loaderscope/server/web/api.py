@@ -71,8 +71,17 @@ def manager_of(request: Request) -> RunManager:
     return manager
 
 
-def refused(exc: RunRefused) -> JSONResponse:
+def refused(_: Request, exc: Exception) -> JSONResponse:
+    """Every route's answer to a RunRefused (404 unknown run, 409, 429, 503), installed on the app."""
+    assert isinstance(exc, RunRefused)
     return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+
+async def whole_run(manager: RunManager, run_id: str) -> Run:
+    """The run, with a logdir run's file read to its end first (raises RunRefused)."""
+    run = manager.require(run_id)
+    await manager.read_whole(run)
+    return run
 
 
 def unprocessable(problems: list[dict[str, Any]], detail: str | None = None) -> JSONResponse:
@@ -100,10 +109,7 @@ async def create_run(body: RunRequest, request: Request) -> Any:
     checked = _check_run(body)
     if isinstance(checked, JSONResponse):
         return checked
-    try:
-        run = await manager_of(request).start(checked, body.mode, costs=body.costs)
-    except RunRefused as exc:
-        return refused(exc)
+    run = await manager_of(request).start(checked, body.mode, costs=body.costs)
     return JSONResponse(run.detail(), status_code=201)
 
 
@@ -279,10 +285,7 @@ async def list_runs(request: Request) -> list[dict[str, Any]]:
 @router.get("/runs/{run_id}", responses={404: {}})
 async def get_run(run_id: str, request: Request) -> Any:
     manager = manager_of(request)
-    try:
-        detail = manager.opened(manager.require(run_id)).detail()
-    except RunRefused as exc:
-        return refused(exc)
+    detail = manager.opened(manager.require(run_id)).detail()
     # orjson writes a non-finite number as null where the standard encoder would fail the request
     return Response(orjson.dumps(detail, option=orjson.OPT_NON_STR_KEYS), media_type="application/json")
 
@@ -290,11 +293,8 @@ async def get_run(run_id: str, request: Request) -> Any:
 @router.post("/runs/{run_id}/control", responses={404: {}, 409: {}})
 async def control_run(run_id: str, body: ControlRequest, request: Request) -> Any:
     manager = manager_of(request)
-    try:
-        run = manager.require(run_id)
-        await manager.control(run, body.action, body.delay)
-    except RunRefused as exc:
-        return refused(exc)
+    run = manager.require(run_id)
+    await manager.control(run, body.action, body.delay)
     return JSONResponse(run.brief())
 
 
@@ -311,11 +311,7 @@ async def run_events(
     ``more`` is true, ask again with ``after=next_after``.
     """
     manager = manager_of(request)
-    try:
-        run = manager.require(run_id)
-    except RunRefused as exc:
-        return refused(exc)
-    await manager.read_whole(run)
+    run = await whole_run(manager, run_id)
     lines, gap = await read_events(run.log, after + 1, limit)
     start = max(after + 1, gap.last + 1 if gap else after + 1)
     next_after = start + len(lines) - 1 if lines else (gap.last if gap else after)
@@ -348,11 +344,7 @@ async def run_trace(
     run_id: str, request: Request, format: Literal["jsonl", "chrome"] = Query("jsonl"),
 ) -> Any:
     manager = manager_of(request)
-    try:
-        run = manager.require(run_id)
-    except RunRefused as exc:
-        return refused(exc)
-    await manager.read_whole(run)
+    run = await whole_run(manager, run_id)
     if run.log.first_held > 0:
         return JSONResponse({"detail": f"this dashboard keeps runs in memory only and no longer holds events "
                              f"0..{run.log.first_held - 1}; serve with a data directory to record complete traces"},

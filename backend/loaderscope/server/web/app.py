@@ -21,7 +21,7 @@ from loaderscope import proof
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.logdir.follow import Logdir
 from loaderscope.server.logdir.storage import storage_for
-from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.runs.manager import RunManager, RunRefused
 from loaderscope.server.security.bodylimit import BodyLimit
 from loaderscope.server.security.guard import Guard, Policy
 from loaderscope.server.web import api, ingest, jobs, metrics, runlist, stream, whatif
@@ -88,6 +88,7 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
     app.state.metrics = metrics.Exporter(manager)
     app.include_router(metrics.router)  # GET /metrics, before the page's catch-all mount
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(RunRefused, api.refused)
     _proof(app, config)
     _websockets(app, manager)
     _page(app, config.frontend_dir or frontend_dir())

@@ -21,10 +21,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loaderscope.events import Event
-from loaderscope.server.web.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events, refused,
+from loaderscope.server.web.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events,
                                         rejected, sweep_slot, unprocessable)
 from loaderscope.server.web.errors import type_problems
-from loaderscope.server.runs.manager import Run, RunRefused
+from loaderscope.server.runs.manager import Run
 
 router = APIRouter(prefix="/api")
 READ_PAGE = 10_000  # events per store read while collecting a run for a sweep
@@ -42,10 +42,7 @@ class RunSweepRequest(BaseModel):
 async def sweep_run(run_id: str, body: RunSweepRequest, request: Request) -> Any:
     """The same rows and recommendation as ``POST /api/sweeps``, for this run's own loader."""
     manager = manager_of(request)
-    try:
-        run = manager.require(run_id)
-    except RunRefused as exc:
-        return refused(exc)
+    run = manager.require(run_id)
     grid = checked_grid(body.grid)
     if isinstance(grid, JSONResponse):
         return grid
