@@ -25,7 +25,10 @@ declare -A PICK=(
   [tests/test_record.py]="conformant_trace or warnings_keep or spawned_workers"
 )
 
-want=$(sha256sum pyproject.toml scripts/test_torch_versions.sh | sha256sum | cut -d' ' -f1)
+# What each venv gets beside torch; with the pins and pyproject.toml, it makes the stamp (an edit
+# elsewhere in this script reinstalls nothing).
+EXTRA=("pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "pillow>=10")
+want=$({ declare -p TORCH; echo "${EXTRA[*]}"; cat pyproject.toml; } | sha256sum | cut -d' ' -f1)
 current() {  # current oldest|newest: its venv is built for this checkout
   local venv=".venv-torch-$1"
   [ "$(cat "$venv/.loaderscope-installed" 2>/dev/null)" = "$want" ] \
@@ -42,8 +45,7 @@ setup() {
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
   # shellcheck disable=SC2086 # the pins are words
   "$venv/bin/pip" install -q --disable-pip-version-check ${TORCH[$1]}
-  "$venv/bin/pip" install -q --disable-pip-version-check -e . "pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" \
-    "pillow>=10"
+  "$venv/bin/pip" install -q --disable-pip-version-check -e . "${EXTRA[@]}"
   "$venv/bin/python" -c "import ${IMPORTS[$1]}, loaderscope"
   echo "$want" > "$venv/.loaderscope-installed"
 }
