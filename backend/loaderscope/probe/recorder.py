@@ -42,6 +42,8 @@ def takes_frames(sink: object) -> TypeGuard[FrameSink]:
     return bool(getattr(sink, "takes_frames", False))
 
 _running: weakref.WeakSet[Recorder] = weakref.WeakSet()
+_ending: set[Recorder] = set()  # abandoned runs being ended on their probe thread: exit waits for them
+ENDING_WAIT = 30.0  # seconds exit waits for one (its trace file and stream have timeouts of their own)
 SEND_FRAME_BYTES = MAX_FRAME_BYTES // 2  # a flush bigger than this goes out as several frames
 
 
@@ -53,7 +55,12 @@ def _stop_all() -> None:
     would crash the process at exit; and what was recorded should reach the sink anyway.
     """
     for recorder in list(_running):
+        if recorder._abandoned:
+            recorder._end_abandoned()  # its probe thread had no tick left to end it (run_end, then close)
         recorder.close()
+    for recorder in list(_ending):  # its probe thread is ending it: a daemon, which exit would cut short
+        if recorder._thread is not None:
+            recorder._thread.join(ENDING_WAIT)
 
 
 class Recorder:
@@ -82,6 +89,8 @@ class Recorder:
         # drops the loader as soon as the iterator exists); the last one gone calls ``on_abandoned``.
         self.on_abandoned: Callable[[], None] = self.close
         self._holders = 0
+        self._abandoned = False  # its last holder is gone: the probe thread ends the run
+        self._ending = threading.Lock()
 
     # --- producing records ---------------------------------------------------------------------
 
@@ -122,21 +131,26 @@ class Recorder:
 
     def _release(self) -> None:
         self._holders -= 1
-        if self._holders == 0:
-            # The collector runs this on whichever thread allocated last, perhaps the very thread that
-            # holds the flush lock mid-flush (the probe thread, or training's loader.flush()): ending
-            # the run there would wait forever on its own lock, so then it ends on a thread of its own.
-            if self._flush_lock.acquire(blocking=False):
-                self._flush_lock.release()
-                self._end_abandoned()
-            else:
-                threading.Thread(target=self._end_abandoned, name="loaderscope-end").start()
+        if self._holders or self.closed:
+            return
+        # The collector runs this on whichever thread allocated last, perhaps one inside a lock that ending
+        # the run takes (the probe thread mid-flush, the trace writer mid-queue): a started run is ended by
+        # its probe thread at its next tick, holding nothing, or by _stop_all if the process exits first.
+        if self._thread is None:
+            self._end_abandoned()  # never started: no thread of this run's holds anything
+        else:
+            self._abandoned = True
 
     def _end_abandoned(self) -> None:
+        _ending.add(self)  # before the claim: exit, failing to claim it, finds whom to wait for
+        if not self._ending.acquire(blocking=False):  # the probe thread and exit may both come: once
+            return
         try:
             self.on_abandoned()
         except Exception as exc:  # a finalizer's failure would only be printed by the collector
             report("run end", exc)
+        finally:
+            _ending.discard(self)
 
     # --- the probe thread ----------------------------------------------------------------------
 
@@ -157,6 +171,8 @@ class Recorder:
                 self.flush()
             except Exception as exc:  # an unencodable record, a torn ring: the next tick tries again
                 report("recorder flush", exc, self.note)
+            if self._abandoned:
+                self._end_abandoned()  # closes the run: the loop ends
 
     def flush(self, rings: bool = True) -> None:
         """Drain rings and pending records into numbered events and hand them to the sink."""

@@ -38,6 +38,7 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.protocol import State
 from websockets.sync.client import ClientConnection, connect
 
 from loaderscope import proof
@@ -261,6 +262,8 @@ class StreamSink:
                 continue
             if self._closing:
                 return
+            if ws.protocol.state is State.CLOSED:  # the dashboard went away while nothing was to be sent
+                raise ConnectionClosed(ws.protocol.close_rcvd, ws.protocol.close_sent)
             self._wake.wait(0.05)
             self._wake.clear()
 

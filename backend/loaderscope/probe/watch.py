@@ -125,8 +125,9 @@ class Outlets:
 def _end_dropped(recorder: Recorder, transport: Any) -> None:
     """The run of a loader that is gone with all its iterators: ``run_end``, then close quietly.
 
-    This runs inside the garbage collector, on the training thread: sending what is left (up to a
-    few seconds for a slow dashboard) happens on a thread of its own, which exit waits for.
+    This runs on the run's probe thread soon after the collector freed the last of them (or at exit,
+    if that comes first); exit waits for it (``recorder._stop_all``), so what is left reaches the
+    dashboard and the trace file is finished.
     """
     if recorder.closed:  # ended by close() or `with loader:` already
         return
@@ -138,7 +139,7 @@ def _end_dropped(recorder: Recorder, transport: Any) -> None:
         recorder.note("run_end", reason=reason, stats={}, **extra)
     recorder.close()
     if transport is not None:
-        threading.Thread(target=transport.close, name="loaderscope-close").start()
+        transport.close()
 
 
 def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], None] | None = None,
