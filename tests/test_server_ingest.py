@@ -336,7 +336,8 @@ def rss_kib(pid: int) -> int:
 class CheckingViewer:
     """Reads like the page does: frames in seq order; on resync, the skipped range over REST."""
 
-    def __init__(self, server: LiveServer, run_id: str, *, events_per_s: float | None, stalled: float = 0) -> None:
+    def __init__(self, server: LiveServer, run_id: str, *, events_per_s: float | None,
+                 stalled: threading.Event | None = None) -> None:
         self.server, self.run_id, self.rate, self.stalled = server, run_id, events_per_s, stalled
         self.last, self.resyncs, self.fetched, self.error = -1, 0, 0, None
         self.connected = threading.Event()
@@ -346,7 +347,8 @@ class CheckingViewer:
         try:
             with self.server.connect(f"/ws/runs/{self.run_id}?after=-1") as ws, self.server.client() as http:
                 self.connected.set()
-                time.sleep(self.stalled)  # a tab in the background: the socket fills up
+                if self.stalled is not None:  # a tab in the background: the socket fills up meanwhile
+                    self.stalled.wait(300)
                 while True:
                     message = orjson.loads(ws.recv(timeout=60))
                     if isinstance(message, list):
@@ -376,8 +378,9 @@ def soak(server: LiveServer, run_id: str, count: int) -> tuple[int, int]:
     """``count`` batches streamed to a live and a stalled viewer, both checked to get every event once,
     and the trace checked complete. Returns the events and the server's RSS growth in KiB."""
     produce(server, run_id, frames(batches(0), 10), end=False)
+    stored = threading.Event()  # the stalled viewer reads again only once the whole run is stored
     viewers = [CheckingViewer(server, run_id, events_per_s=200_000),
-               CheckingViewer(server, run_id, events_per_s=None, stalled=3.0)]
+               CheckingViewer(server, run_id, events_per_s=None, stalled=stored)]
     for viewer in viewers:
         viewer.thread.start()
     for viewer in viewers:
@@ -386,6 +389,7 @@ def soak(server: LiveServer, run_id: str, count: int) -> tuple[int, int]:
     produce(server, run_id, frames(batches(count, header=False), 1000))
     total = count * 5 + 3
     wait_events(server, run_id, total, timeout=300)
+    stored.set()
     rss_after = rss_kib(server.process.pid)
     for viewer in viewers:
         viewer.thread.join(120)

@@ -216,27 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         headers[SECRET_HEADER] = secret
     with connect(url, additional_headers=headers, compression=None,
                  open_timeout=CONNECT_TIMEOUT, max_size=MAX_MESSAGE) as ws:
-        ws.recv(timeout=CONNECT_TIMEOUT)  # the hello: the dashboard has attached us to the run
-        return stream_run(args, ws)
+        hello = json.loads(ws.recv(timeout=CONNECT_TIMEOUT))  # the dashboard has attached us to the run
+        return stream_run(args, ws, hello.get("controls") or [])
 
 
-QUEUED_CONTROLS_WAIT = 0.05  # the dashboard sends controls queued before we connected right after hello
-
-
-def take_queued_controls(ws: ClientConnection, control: Control) -> None:
-    """Apply controls the dashboard held for this run (a pause sent while it was starting) before
-    the consumer's first next(): the listening thread might otherwise see them one batch late."""
-    while True:
-        try:
-            message = ws.recv(timeout=QUEUED_CONTROLS_WAIT)
-        except TimeoutError:
-            return
-        apply_message(control, message)
-
-
-def stream_run(args: argparse.Namespace, ws: ClientConnection) -> int:
+def stream_run(args: argparse.Namespace, ws: ClientConnection, held: list[dict[str, Any]]) -> int:
+    """Run the scenario, streaming up ``ws``; ``held``: the controls sent before we connected (a pause
+    while the run was starting), in force before the consumer's first next()."""
     control = Control()
-    take_queued_controls(ws, control)
+    for command in held:
+        if isinstance(command, dict):
+            apply(control, command)
     uplink = Uplink(ws)
     threading.Thread(target=listen, args=(ws, control), name="loaderscope-control", daemon=True).start()
     code = 0

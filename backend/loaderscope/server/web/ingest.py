@@ -4,7 +4,8 @@ Protocol (◆):
 - connect to ``/ws/ingest?run=ID`` with the token (``Authorization: Bearer`` or ``?token=``);
   without ``run`` the server names a new run. A known ID attaches to that run (the dashboard's
   run process, or an external producer reconnecting).
-- the server says ``{"type": "hello", "run": ID, "next_seq": N, "secret": S}``; a producer coming back to
+- the server says ``{"type": "hello", "run": ID, "next_seq": N, "secret": S, "controls": [...]}`` (the
+  controls held for the run while it started, oldest first); a producer coming back to
   an existing run sends S in the ``X-Loaderscope-Run-Secret`` header (4403 without it);
 - the producer sends frames: JSON arrays of events (the store renumbers ``seq``; gaps in the
   producer's own seq are counted as dropped), and meta objects ``{"type": "dropped", "count": N}``
@@ -81,9 +82,10 @@ async def ingest(websocket: WebSocket, manager: RunManager) -> None:
         await websocket.close(close_code(exc.status), close_reason(exc.message))
         return
     try:
-        await channel.send({"type": "hello", "run": run.id, "next_seq": run.log.next_seq, "secret": run.secret})
-        for message in queued:
-            await channel.send(message)
+        # Controls held while the run was starting ride in the hello, so a pause is in force before the
+        # producer's first next() however late the next message would arrive on a busy machine.
+        await channel.send({"type": "hello", "run": run.id, "next_seq": run.log.next_seq, "secret": run.secret,
+                            "controls": queued})
         await _receive(websocket, run, manager.config)
     except WebSocketDisconnect:
         pass
