@@ -263,7 +263,7 @@ def encode_each(events: list[Event]) -> list[bytes]:
     event's own encoding, joined by commas) cut at the items' bounds by msgspec, each item copied to
     bytes of its own size."""
     try:
-        return [bytes(item) for item in _ITEMS.decode(orjson.dumps(events, option=orjson.OPT_NON_STR_KEYS))]
+        return list(map(bytes, _ITEMS.decode(orjson.dumps(events, option=orjson.OPT_NON_STR_KEYS))))
     except (TypeError, msgspec.DecodeError):  # an event orjson cannot write (JSONEncodeError): its error, as before
         return [encode(event) for event in events]
 
