@@ -3,6 +3,11 @@ cost of a run's summary (GET /api/runs/{id}) at 1M events.
 
     .venv/bin/python bench/ingest.py             # 5 alternating repeats of ~200,000 events each way
     .venv/bin/python bench/ingest.py --quick     # a smoke run (one small repeat, a 50,000-event summary)
+    .venv/bin/python bench/ingest.py --baseline /tmp/main   # and the same frames into another checkout's server
+
+With ``--baseline CHECKOUT`` (e.g. ``git worktree add /tmp/main main``), each repeat also sends the frames
+to that checkout's server, started beside this one, in the same alternating order, and reports this
+server's CPU per event as a ratio to it (before/after, measured under the same load).
 
 The frames come from a real run: a 4-worker DataLoader through the probe's own Recorder, whose sink
 keeps the compact frames the probe sends (``events.ROW_FIELDS`` rows, ``BATCH_ROW``...). The same
@@ -16,7 +21,8 @@ compact rows: the part of the server's work that the event schema decides).
 
 Where the server's time goes: the same frames through the ingest route's own ``take`` in this process
 (into a run whose log writes a trace file), and each of its stages alone: ``decode_message``, the
-store's ``encode_each`` and the reducer's ``LoaderState.apply``; beside them the floors of any
+store's ``encode_each`` and the reducer (``LoaderState.apply_all`` over each frame, as the store runs it, and
+``apply`` event at a time); beside them the floors of any
 per-event design in Python: one call per event, and one dict per event (a copy of each parsed event).
 
 The summary part feeds a simulated 4-worker run into a run's event log in this process, in frames
@@ -153,6 +159,11 @@ def stage_costs(frames: list[bytes], events: int, directory: Path) -> dict[str, 
     def reduce() -> None:
         state = LoaderState()
         for part in decoded:
+            state.apply_all(part)
+
+    def reduce_each() -> None:
+        state = LoaderState()
+        for part in decoded:
             for event in part:
                 state.apply(event)
 
@@ -167,7 +178,8 @@ def stage_costs(frames: list[bytes], events: int, directory: Path) -> dict[str, 
                 each(lambda data: collections.deque(decode_message(data, slice_events=SLICE_EVENTS), maxlen=0), frames),
                 events),
             "encode_each: the stored lines": cpu_of(each(encode_each, decoded), events),
-            "LoaderState.apply: the reducer": cpu_of(reduce, events),
+            "LoaderState.apply_all: the reducer, a frame at once (the store's)": cpu_of(reduce, events),
+            "LoaderState.apply: the reducer, event at a time": cpu_of(reduce_each, events),
             "floor: one dict per event (a copy)": cpu_of(each(lambda part: [dict(e) for e in part], decoded), events),
             "floor: one call per event": cpu_of(each(lambda part: [noop(e) for e in part], decoded), events)}
 
@@ -215,6 +227,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40_000, help="batches of the recorded run (5 events each)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--summary-events", type=int, default=1_000_000)
+    parser.add_argument("--baseline", type=Path, help="a checkout whose server to measure beside this one's")
     args = parser.parse_args()
     batches, repeats = (2_000, 1) if args.quick else (args.batches, args.repeats)
     compact = record(batches)
@@ -225,7 +238,9 @@ def main() -> None:
     floor: dict[str, list[float]] = {way: [] for way in ways}
     decode: dict[str, list[float]] = {way: [] for way in ways}
     stages: dict[str, dict[str, list[float]]] = {way: {} for way in ways}
+    before: dict[str, list[float]] = {way: [] for way in ways}
     server = Server()
+    baseline = Server(root=args.baseline) if args.baseline else None
     try:
         with tempfile.TemporaryDirectory(prefix="loaderscope-bench-") as directory:
             for repeat in range(repeats):
@@ -233,10 +248,14 @@ def main() -> None:
                     floor[way].append(cpu_per_event(orjson.loads, ways[way], events))
                     decode[way].append(cpu_per_event(decode_frame, ways[way], events))
                     cost[way].append(server_cost(server, ways[way], events))
+                    if baseline is not None:
+                        before[way].append(server_cost(baseline, ways[way], events))
                     for stage, cpu in stage_costs(ways[way], events, Path(directory)).items():
                         stages[way].setdefault(stage, []).append(cpu / floor[way][-1])
     finally:
         server.stop()
+        if baseline is not None:
+            baseline.stop()
     table = Table("frames", "bytes/event", "server CPU µs/event", "orjson.loads µs/event", "ratio to the floor",
                   "decode_frame µs/event", "its ratio to the floor")
     for way, frames in ways.items():
@@ -247,7 +266,14 @@ def main() -> None:
     console = Console(width=200)
     console.print(table)
     console.print(f"{events:,} events of a real {WORKERS}-worker run per way and repeat; {repeats} repeats, "
-                  f"alternating; median (min-max); {os.cpu_count()} CPUs")
+                  f"alternating; median (min-max); {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+    if baseline is not None:
+        table = Table("frames", f"{args.baseline}: server CPU µs/event", "its ratio to the floor",
+                      "this server / that one", title="before/after: the same frames, the same repeats")
+        for way in ways:
+            table.add_row(way, interval(before[way]), interval([b / f for b, f in zip(before[way], floor[way], strict=True)]),
+                          interval([c / b for c, b in zip(cost[way], before[way], strict=True)]))
+        console.print(table)
     table = Table("in this process: CPU per event, as a ratio to orjson.loads of the same bytes",
                   *(f"{way}: median (min-max)" for way in ways), title="where the ingest's time goes")
     for stage in stages["full events"]:

@@ -164,3 +164,21 @@ def test_rest_serves_the_reference_lines(server: LiveServer, recorded: dict[str,
     renamed = [orjson.loads(line) | {"run": run} for line in lines]
     assert page["events"] == renamed
     assert trace[1:1 + len(lines)] == [orjson.dumps(event, option=orjson.OPT_NON_STR_KEYS) for event in renamed]
+
+
+@pytest.mark.parametrize("frames", [
+    [list(range(10)), list(range(13, 30)), [None], [31, 32]],  # whole frames, a jump between two
+    [[0, 1, 5, 6], [None, 9, True, 12], [3], [4.0, 20], ["x", 21]],  # jumps inside, seqs that are not integers
+    [[], [7, 8], [8, 9], [2, 10]],  # a frame sent again, a seq going back
+])
+def test_dropped_events_are_counted_as_event_at_a_time(frames: list[list[Any]]) -> None:
+    run = Run(id=RUN, scenario=None, mode=None, params={}, origin="external", log=EventLog(RUN, memory_events=10))
+    dropped, last = 0, None
+    for produced in frames:
+        run._count_dropped(produced)
+        for seq in produced:
+            if isinstance(seq, int) and not isinstance(seq, bool):
+                expected = 0 if last is None else last + 1
+                dropped += max(0, seq - expected)
+                last = seq
+        assert (run.dropped, run.last_producer_seq) == (dropped, last)

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -115,6 +116,7 @@ class Signal:
 
 _EPOCH_OPENS = frozenset({Kind.EPOCH_START, Kind.EPOCH_RESUME})
 _EPOCH_CLOSES = frozenset({Kind.EPOCH_END, Kind.RUN_END})
+_EPOCH_KINDS = _EPOCH_OPENS | _EPOCH_CLOSES
 
 
 @dataclass(eq=False)
@@ -193,19 +195,27 @@ class Run:
 
     def ingest(self, events: list[Event]) -> None:
         """Events from the producer: count what it lost on the way, then number and keep them."""
-        for event in events:
-            produced = event.get("seq")
-            if isinstance(produced, int) and not isinstance(produced, bool):
-                # a run resumed from its trace (§7) holds events its producer numbered before
-                expected = self.log.next_seq if self.last_producer_seq is None else self.last_producer_seq + 1
-                if produced > expected:  # lost on the way, or sent to a dashboard that has since died
-                    self.add_dropped(produced - expected)
-                self.last_producer_seq = produced
-            kind = event.get("kind")
-            if kind in _EPOCH_OPENS or kind in _EPOCH_CLOSES:
-                self.in_epoch = kind in _EPOCH_OPENS
+        self._count_dropped(list(map(dict.get, events, repeat("seq"))))
+        kinds = list(map(dict.get, events, repeat("kind")))
+        if not _EPOCH_KINDS.isdisjoint(kinds):
+            self.in_epoch = next(kind for kind in reversed(kinds) if kind in _EPOCH_KINDS) in _EPOCH_OPENS
         self.log.append(events)
         self.changed.notify()
+
+    def _count_dropped(self, produced: list[Any]) -> None:
+        """Add the jumps in the producer's own seq to ``dropped`` (a seq that is not an integer is not counted)."""
+        first = produced[0] if produced else None
+        run_of_seqs = type(first) is int and set(map(type, produced)) == {int} and \
+            produced == list(range(first, first + len(produced)))  # a producer's frame: no jump after its first
+        for seq in [first] if run_of_seqs else produced:
+            if isinstance(seq, int) and not isinstance(seq, bool):
+                # a run resumed from its trace (§7) holds events its producer numbered before
+                expected = self.log.next_seq if self.last_producer_seq is None else self.last_producer_seq + 1
+                if seq > expected:  # lost on the way, or sent to a dashboard that has since died
+                    self.add_dropped(seq - expected)
+                self.last_producer_seq = seq
+        if run_of_seqs:
+            self.last_producer_seq = produced[-1]
 
     def brief(self) -> dict[str, Any]:
         """The run as listed by GET /api/runs."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import IO, Any, Protocol
 
 import msgspec
@@ -103,18 +104,15 @@ class EventLog:
             event["seq"] = seq
             event["run"] = run_id
         lines = encode_each(events)
-        apply = self.state.apply
-        for position, line in enumerate(lines):  # the server's per-event path: kept to what every event needs
-            event = view = events[position]
-            if len(line) > STATE_EVENT_BYTES:  # rare: a large event is cut for the store, the reducer, or both
-                event, line, view = self._fit(event, line)
-                lines[position] = line
-            try:
-                apply(view)
-            except Exception as exc:  # noqa: BLE001 (a surprising event is kept, and the problem noted)
-                self._note_problem(event, exc)
-            if event["kind"] == "run_end":
-                self.ended = True
+        views = events
+        if max(map(len, lines), default=0) > STATE_EVENT_BYTES:  # rare: a large event is cut for the store, the reducer, or both
+            views = list(events)
+            for position, line in enumerate(lines):
+                if len(line) > STATE_EVENT_BYTES:
+                    _, lines[position], views[position] = self._fit(events[position], line)
+        self.state.apply_all(views, self._note_problem)  # a surprising event is kept, and the problem noted
+        if "run_end" in map(dict.get, events, repeat("kind")):
+            self.ended = True
         self.next_seq += len(lines)
         self.last_event_at = time.monotonic()
         self.forgotten_tasks += trim_open_tasks(self.state.tasks)
@@ -224,7 +222,7 @@ class EventLog:
             self.cut_events += 1
         return event, line, state_view(event, line)
 
-    def _note_problem(self, event: Event, exc: Exception) -> None:
+    def _note_problem(self, event: Mapping[str, Any], exc: Exception) -> None:
         self.state_problem_count += 1
         if len(self.state_problems) < MAX_STATE_PROBLEMS:
             self.state_problems.append(f"seq {event['seq']} ({event.get('kind')}): {type(exc).__name__}: {exc}")
@@ -265,7 +263,7 @@ def encode_each(events: list[Event]) -> list[bytes]:
     event's own encoding, joined by commas) cut at the items' bounds by msgspec, each item copied to
     bytes of its own size."""
     try:
-        return [bytes(item) for item in _ITEMS.decode(orjson.dumps(events, option=orjson.OPT_NON_STR_KEYS))]
+        return list(map(bytes, _ITEMS.decode(orjson.dumps(events, option=orjson.OPT_NON_STR_KEYS))))
     except (TypeError, msgspec.DecodeError):  # an event orjson cannot write (JSONEncodeError): its error, as before
         return [encode(event) for event in events]
 
