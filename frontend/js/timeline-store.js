@@ -2,6 +2,8 @@
 // cheap, with the queries the canvas needs: which spans are visible (binary search) and, when
 // zoomed out, how busy each pixel column is (prefix sums: O(width · log n), whatever n is). Pure.
 
+import { EventTable } from './event-table.js';
+
 /** One row of non-overlapping spans, appended roughly in start order. */
 export class SpanColumn {
   constructor(capacity = 256) {
@@ -116,6 +118,11 @@ export function upperBound(arr, n, v) {
   return lo;
 }
 
+// the packed rows' fields the spans need (EventTable.field: what the event would carry)
+const WORKER = EventTable.field('fetch_end', 'worker');
+const FETCH_DT = EventTable.field('fetch_end', 'dt');
+const PIN_DT = EventTable.field('pin_end', 'dt');
+
 /** Everything the timeline draws, fed by the same events as the reducer. */
 export class TimelineStore {
   constructor() {
@@ -187,30 +194,19 @@ export class TimelineStore {
         this.dispatchRow.set(e.idx, row);
         return;
       case 'fetch_start':
-        this.row(e.worker);
-        this.open.set(e.worker, { start: t, idx: e.idx, epoch: this.epoch, dref: this.dispatchRow.get(e.idx) ?? -1 });
+        this.fetchStart(t, e.worker, e.idx);
         break;
-      case 'fetch_end': {
-        const o = this.open.get(e.worker);
-        const mine = o !== undefined && o.idx === e.idx;
-        const start = mine ? o.start : t - (e.dt ?? 0);
-        this.row(e.worker).push(start, t, e.idx, this.epoch, row, this.dispatchRow.get(e.idx) ?? -1);
-        this.dispatchRow.delete(e.idx);
-        if (mine) this.open.delete(e.worker);
+      case 'fetch_end':
+        this.fetchEnd(t, e.worker, e.idx, e.dt, row);
         break;
-      }
       case 'pin_start':
         this.pinOpen.set(e.idx, t);
         return;
-      case 'pin_end': {
-        const start = this.pinOpen.get(e.idx) ?? t - (e.dt ?? 0);
-        this.pinOpen.delete(e.idx);
-        this.pin.push(start, t, e.idx, this.epoch, row);
+      case 'pin_end':
+        this.pinEnd(t, e.idx, e.dt, row);
         break;
-      }
       case 'yield':
-        this.consumer.push(t - (e.wait || 0), t, e.idx, this.epoch, row);
-        this.consumerOpen = null;
+        this.yielded(t, e.idx, e.wait, row);
         break;
       case 'worker_stuck':
         {
@@ -237,6 +233,72 @@ export class TimelineStore {
         return;
     }
     this.version += 1;
+  }
+
+  /**
+   * Apply row `row` of `table` as apply(table.get(row), row) does, reading a packed row (a frequent
+   * kind) straight from the columns: a big trace's spans with no event built.
+   * @param {import('./event-table.js').EventTable} table @param {number} row
+   */
+  applyRow(table, row) {
+    if (table.isObject(row)) return this.apply(table.get(row), row);
+    const t = table.t[row];
+    if (t < this.tmin) this.tmin = t;
+    if (t > this.tmax) this.tmax = t;
+    if (t < this.tfirst) this.tfirst = t; // a packed row is never run_start
+    const idx = table.idx[row];
+    switch (table.kindOf(row)) {
+      case 'dispatch':
+        this.dispatchRow.set(idx, row);
+        return;
+      case 'fetch_start':
+        this.fetchStart(t, WORKER(table, row), idx);
+        break;
+      case 'fetch_end':
+        this.fetchEnd(t, WORKER(table, row), idx, FETCH_DT(table, row), row);
+        break;
+      case 'pin_start':
+        this.pinOpen.set(idx, t);
+        return;
+      case 'pin_end':
+        this.pinEnd(t, idx, PIN_DT(table, row), row);
+        break;
+      case 'yield':
+        this.yielded(t, idx, table.a[row], row);
+        break;
+      default:
+        return;
+    }
+    this.version += 1;
+  }
+
+  /** @param {number} t @param {number} worker @param {number} idx */
+  fetchStart(t, worker, idx) {
+    this.row(worker);
+    this.open.set(worker, { start: t, idx, epoch: this.epoch, dref: this.dispatchRow.get(idx) ?? -1 });
+  }
+
+  /** @param {number} t @param {number} worker @param {number} idx @param {number|null|undefined} dt @param {number} row */
+  fetchEnd(t, worker, idx, dt, row) {
+    const o = this.open.get(worker);
+    const mine = o !== undefined && o.idx === idx;
+    const start = mine ? o.start : t - (dt ?? 0);
+    this.row(worker).push(start, t, idx, this.epoch, row, this.dispatchRow.get(idx) ?? -1);
+    this.dispatchRow.delete(idx);
+    if (mine) this.open.delete(worker);
+  }
+
+  /** @param {number} t @param {number} idx @param {number|null|undefined} dt @param {number} row */
+  pinEnd(t, idx, dt, row) {
+    const start = this.pinOpen.get(idx) ?? t - (dt ?? 0);
+    this.pinOpen.delete(idx);
+    this.pin.push(start, t, idx, this.epoch, row);
+  }
+
+  /** @param {number} t @param {number} idx @param {number} wait @param {number} row */
+  yielded(t, idx, wait, row) {
+    this.consumer.push(t - (wait || 0), t, idx, this.epoch, row);
+    this.consumerOpen = null;
   }
 
   /** The event behind a span's ref (null without a table). @param {number} row */
