@@ -523,10 +523,7 @@ export class EventTable {
     if (flags & F.EPOCH) e.epoch = this.epoch[i];
     switch (kind) {
       case 'dispatch':
-        if (flags & F.INDICES) {
-          const off = this.b[i];
-          e.indices = Array.from(this.pool.subarray(off, off + this.c[i]));
-        }
+        if (flags & F.INDICES) e.indices = /** @type {number[]} */ (this.indicesOf(i));
         if (flags & F.A) e.n = this.a[i];
         break;
       case 'fetch_start':
@@ -600,8 +597,10 @@ export class EventTable {
   indicesOf(i) {
     if (this.kind[i] === OBJECT) return this.kept(i).indices ?? null;
     if (!(this.flags[i] & F.INDICES)) return null;
-    const off = this.b[i];
-    return Array.from(this.pool.subarray(off, off + this.c[i]));
+    const off = this.b[i], n = this.c[i], pool = this.pool;
+    const out = new Array(n); // a loop, not Array.from(subarray): no view nor iterator per dispatch
+    for (let k = 0; k < n; k++) out[k] = pool[off + k];
+    return out;
   }
 
   /** First row with t > time (binary search; t is close to sorted in seq order). @param {number} time */

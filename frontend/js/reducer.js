@@ -530,14 +530,35 @@ function queueOf(s, worker, name) {
   return name === 'worker_queue' ? s.worker(worker).queue : s.buffer;
 }
 
-/** @param {Record<string, number|string>} counts @param {Fields} field @returns {Effect} */
+// The counters the frequent kinds' rules bump, each by its own store: one generic `s[name] += v`
+// shared by every rule is a megamorphic store, a thirteenth of applying a big trace.
+/** @type {Record<string, (s: LoaderState, v: number) => void>} */
+const ADD = {
+  outstanding: (s, v) => { s.outstanding += v; },
+  fetched_bytes: (s, v) => { s.fetched_bytes += v; },
+  pickled_bytes: (s, v) => { s.pickled_bytes += v; },
+  pin_bytes: (s, v) => { s.pin_bytes += v; },
+  pin_time: (s, v) => { s.pin_time += v; },
+  out_of_order: (s, v) => { s.out_of_order += v; },
+  batches: (s, v) => { s.batches += v; },
+  consumer_wait: (s, v) => { s.consumer_wait += v; },
+  epoch_wait: (s, v) => { s.epoch_wait += v; },
+  skipped: (s, v) => { s.skipped += v; },
+};
+
+/** @param {string} name @returns {(s: LoaderState, v: number) => void} */
+function adder(name) {
+  return ADD[name] ?? ((s, v) => { /** @type {Record<string, number>} */ (/** @type {unknown} */ (s))[name] += v; });
+}
+
+/** @param {Record<string, number|string>} counts @param {Fields} field @returns {Effect[]} */
 function count(counts, field) {
-  /** @type {Array<[string, number|Read]>} */
-  const bumps = Object.entries(counts).map(([name, by]) => [name, typeof by === 'number' ? by : field(by)]);
-  return (s, e, i) => {
-    const counters = /** @type {Record<string, number>} */ (/** @type {unknown} */ (s));
-    for (const [name, by] of bumps) counters[name] += typeof by === 'number' ? by : by(e, i) || 0;
-  };
+  return Object.entries(counts).map(([name, by]) => {
+    const add = adder(name);
+    if (typeof by === 'number') return (s) => add(s, by);
+    const read = field(by);
+    return (s, e, i) => add(s, read(e, i) || 0);
+  });
 }
 
 /**
@@ -558,7 +579,7 @@ function compile(kind, rule, field, whole) {
     }),
     enters !== undefined && ((s, e, i) => { queueOf(s, workerOf(e, i), enters).push(idxOf(e, i)); }),
     leaves !== undefined && ((s, e, i) => { remove(queueOf(s, workerOf(e, i), leaves), idxOf(e, i)); }),
-    counts !== undefined && count(counts, field),
+    ...(counts !== undefined ? count(counts, field) : []),
     rule.fails && ((s) => { s.epoch_failed = true; }),
     rule.keeps && ((s, e, i) => { s.keep(s.notes, whole(e, i)); }),
     hot ? hot(field) : /** @type {Effect|undefined} */ (CODE[/** @type {import('./types.js').Kind} */ (kind)]),
