@@ -70,8 +70,12 @@ export class SpanColumn {
   /** Total span time inside [a, b). @param {number} a @param {number} b */
   busy(a, b) {
     if (b <= a || this.n === 0) return 0;
-    const i = upperBound(this.end, this.n, a); // first span ending after a
-    const j = lowerBound(this.start, this.n, b); // first span starting at/after b
+    // first span ending after a, first span starting at/after b
+    return this.covered(a, b, upperBound(this.end, this.n, a), lowerBound(this.start, this.n, b));
+  }
+
+  /** busy(a, b) given its two searches' answers. @param {number} a @param {number} b @param {number} i @param {number} j */
+  covered(a, b, i, j) {
     if (j <= i) return 0;
     let sum = this.cum[j] - this.cum[i];
     sum -= Math.max(0, a - this.start[i]);
@@ -79,14 +83,22 @@ export class SpanColumn {
     return Math.max(0, sum);
   }
 
-  /** Busy fraction of each of `buckets` equal slices of [t0, t1). @param {number} t0 @param {number} t1 @param {number} buckets */
+  /**
+   * Busy fraction of each of `buckets` equal slices of [t0, t1). The slices' edges ascend, so each
+   * search gallops on from the last one's answer: a frame reads the columns near the view, not
+   * log n cold cache lines per slice (ten million events are a million spans a row).
+   * @param {number} t0 @param {number} t1 @param {number} buckets
+   */
   occupancy(t0, t1, buckets) {
     const out = new Float32Array(buckets);
     const w = (t1 - t0) / buckets;
-    if (w <= 0) return out;
+    if (w <= 0 || this.n === 0) return out;
+    let i = 0, j = 0;
     for (let k = 0; k < buckets; k++) {
-      const a = t0 + k * w;
-      out[k] = Math.min(1, this.busy(a, a + w) / w);
+      const a = t0 + k * w, b = a + w;
+      i = gallop(this.end, this.n, a, i, true);
+      j = gallop(this.start, this.n, b, j, false);
+      out[k] = Math.min(1, this.covered(a, b, i, j) / w);
     }
     return out;
   }
@@ -96,6 +108,26 @@ export class SpanColumn {
     const i = upperBound(this.start, this.n, t) - 1;
     return i >= 0 && this.end[i] >= t ? i : -1;
   }
+}
+
+/**
+ * lowerBound (`upper` false) or upperBound (`upper` true) of ascending `arr`, searched from `from`
+ * on (no index before it qualifies): steps of 1, 2, 4, … then a binary search in the last step.
+ * @param {ArrayLike<number>} arr @param {number} n @param {number} v @param {number} from @param {boolean} upper
+ */
+export function gallop(arr, n, v, from, upper) {
+  let lo = from, hi = from, step = 1;
+  while (hi < n && (upper ? arr[hi] <= v : arr[hi] < v)) {
+    lo = hi + 1;
+    hi += step;
+    step *= 2;
+  }
+  if (hi > n) hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (upper ? arr[mid] <= v : arr[mid] < v) lo = mid + 1; else hi = mid;
+  }
+  return lo;
 }
 
 /** First i in [0, n) with arr[i] >= v (n if none). @param {ArrayLike<number>} arr @param {number} n @param {number} v */
