@@ -176,7 +176,7 @@ export class LoaderState {
       return;
     }
     const [needsTask, effects] = steps;
-    if (needsTask && this.task(/** @type {{kind: string, idx: number}} */ (event)) === undefined) return;
+    if (needsTask && this.task(event.kind, /** @type {{idx: number}} */ (event).idx) === undefined) return;
     for (const effect of effects) effect(this, event, 0);
   }
 
@@ -191,7 +191,7 @@ export class LoaderState {
     this.t = table.t[i];
     if (this.first_t === null) this.first_t = this.t;
     const [needsTask, effects] = COLUMN_STEPS[table.kind[i]];
-    if (needsTask && this.task({ kind: table.kindOf(i), idx: table.idx[i] }) === undefined) return;
+    if (needsTask && this.task(table.kindOf(i), table.idx[i]) === undefined) return;
     for (const effect of effects) effect(this, table, i);
   }
 
@@ -205,10 +205,10 @@ export class LoaderState {
     return w;
   }
 
-  /** @param {{kind: string, idx: number}} event @returns {Task|undefined} */
-  task(event) {
-    const task = this.tasks.get(event.idx);
-    if (task === undefined) this.keep(this.violations, `seq ${this.seq}: ${event.kind} for unknown task ${event.idx}`);
+  /** The live task an event of `kind` names (a violation if none). @param {string} kind @param {number} idx @returns {Task|undefined} */
+  task(kind, idx) {
+    const task = this.tasks.get(idx);
+    if (task === undefined) this.keep(this.violations, `seq ${this.seq}: ${kind} for unknown task ${idx}`);
     return task;
   }
 
