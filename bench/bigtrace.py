@@ -8,8 +8,10 @@ chromium (headless, software rendering) opens it through the page's real file in
 
 - the open time (the page's own ``perf.load.ms``: file read, decoded, applied, drawn), and the
   95th percentile and longest gap between animation frames meanwhile (is the page responsive?);
-- pan and zoom frames per second (the same wheel-and-drag script as tests/test_browser_perf.py)
-  and the time of a seek to a random point;
+- pan and zoom frames per second (the same wheel-and-drag script as tests/test_browser_perf.py),
+  what each part of a frame took on average (``frame_apply_ms``, ``frame_pipeline_ms``,
+  ``frame_timeline_ms``, ``frame_panels_ms``: main.js ``frame()``'s split) and the time of a seek
+  to a random point;
 - the page's JS heap after a forced garbage collection (CDP ``Runtime.getHeapUsage``), and that
   heap divided by the number of events.
 
@@ -132,6 +134,9 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
     page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
     after = heap(cdp)
     result = page.evaluate(INTERACT)
+    # where the pan and zoom frames went: main.js frame()'s parts, in ms per frame
+    split = page.evaluate("() => { const p = window.loaderscope.perf;"
+                          " return Object.fromEntries(Object.entries(p.split).map(([k, v]) => [k, v / Math.max(1, p.frames)])); }")
     context.close()
     if errors:
         raise RuntimeError(f"the page failed: {errors}")
@@ -139,6 +144,7 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
     return {"events": events, "mb": path.stat().st_size / 1e6, "open_s": load["ms"] / 1000,
             "events_per_s": events / (load["ms"] / 1000), "fps": result["fps"], "frame_p95_ms": result["p95"],
             "timeline_p95_ms": result["timeline_p95"], "seek_ms": result["seek_ms"],
+            **{f"frame_{part}_ms": ms for part, ms in split.items()},
             "load_frame_p95_ms": gaps[int(len(gaps) * 0.95)] if gaps else None,
             "load_frame_max_ms": max(gaps, default=None),
             "heap_mb": after["heap_mb"], "buffers_mb": after["buffers_mb"], "empty_heap_mb": before["heap_mb"],

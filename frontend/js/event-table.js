@@ -523,10 +523,7 @@ export class EventTable {
     if (flags & F.EPOCH) e.epoch = this.epoch[i];
     switch (kind) {
       case 'dispatch':
-        if (flags & F.INDICES) {
-          const off = this.b[i];
-          e.indices = Array.from(this.pool.subarray(off, off + this.c[i]));
-        }
+        if (flags & F.INDICES) e.indices = /** @type {number[]} */ (this.indicesOf(i));
         if (flags & F.A) e.n = this.a[i];
         break;
       case 'fetch_start':
@@ -557,12 +554,53 @@ export class EventTable {
     return e;
   }
 
+  /**
+   * A reader of field `name` of the packed rows of kind `kind`: `(table, i) => value`, the value
+   * get(i) would give the field (undefined where get's event lacks it; a dispatch's indices are
+   * null then). The batch path reads the columns through these and builds no event.
+   * @param {string} kind @param {string} name @returns {(table: EventTable, i: number) => any}
+   */
+  static field(kind, name) {
+    /** @param {number} bit @param {'a'|'b'|'c'} col @returns {(table: EventTable, i: number) => number|undefined} */
+    const optional = (bit, col) => (tb, i) => (tb.flags[i] & bit ? tb[col][i] : undefined);
+    /** @param {EventTable} tb @param {number} i */
+    const bool = (tb, i) => (tb.flags[i] & F.TRUE ? true : tb.flags[i] & F.FALSE ? false : undefined);
+    if (!FIELDS[kind]) throw new Error(`EventTable.field: ${kind} is not a packed kind`);
+    switch (name) {
+      case 'seq': return (tb, i) => tb.seq[i];
+      case 't': return (tb, i) => tb.t[i];
+      case 'run': return (tb) => tb.run;
+      case 'rank': return (tb) => tb.rank;
+      case 'kind': return () => kind;
+      case 'idx': return (tb, i) => tb.idx[i];
+      case 'worker': return (tb, i) => (tb.flags[i] & F.WORKER ? tb.worker[i] : undefined);
+      case 'epoch': return (tb, i) => (tb.flags[i] & F.EPOCH ? tb.epoch[i] : undefined);
+      default: break;
+    }
+    if (!FIELDS[kind].has(name)) return () => undefined;
+    switch (name) {
+      case 'indices': return (tb, i) => tb.indicesOf(i);
+      case 'wait': case 'waiting_for': return (tb, i) => tb.a[i];
+      case 'nbytes': return optional(F.B, 'b');
+      case 'pickled': return optional(F.C, 'c');
+      case 'from_buffer': case 'pinned': return bool;
+      default: return optional(F.A, 'a'); // n, dt
+    }
+  }
+
+  /** True when row i is kept whole (an object), false when it is packed in the columns. @param {number} i */
+  isObject(i) {
+    return this.kind[i] === OBJECT;
+  }
+
   /** Sample indices of a dispatch row (null when it had none). @param {number} i @returns {number[]|null} */
   indicesOf(i) {
     if (this.kind[i] === OBJECT) return this.kept(i).indices ?? null;
     if (!(this.flags[i] & F.INDICES)) return null;
-    const off = this.b[i];
-    return Array.from(this.pool.subarray(off, off + this.c[i]));
+    const off = this.b[i], n = this.c[i], pool = this.pool;
+    const out = new Array(n); // a loop, not Array.from(subarray): no view nor iterator per dispatch
+    for (let k = 0; k < n; k++) out[k] = pool[off + k];
+    return out;
   }
 
   /** First row with t > time (binary search; t is close to sorted in seq order). @param {number} time */

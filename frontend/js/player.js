@@ -103,12 +103,28 @@ export class Player {
    * @param {number} n @param {LoaderEvent} [e]
    */
   applyRow(n, e = this.table.get(n)) {
-    // a cursor parked at the end (not following) must not move with `full`: give it its own state
-    if (!this.following && this.view === null) this.view = restore(snapshot(this.full), this.full);
-    if (n % this.every === 0) this.snapshots[n / this.every] = snapshot(this.full);
+    this.before(n);
     this.full.apply(e);
     if (this.following) this.cursor = n + 1;
     return e;
+  }
+
+  /**
+   * Apply the row already stored at n as applyRow does, reading a packed row from the table's
+   * columns (LoaderState.applyRow): no event is built.
+   * @param {number} n
+   */
+  applyStored(n) {
+    this.before(n);
+    this.full.applyRow(this.table, n);
+    if (this.following) this.cursor = n + 1;
+  }
+
+  /** What comes before applying row n: the parked cursor's own state, the snapshot. @param {number} n */
+  before(n) {
+    // a cursor parked at the end (not following) must not move with `full`: give it its own state
+    if (!this.following && this.view === null) this.view = restore(snapshot(this.full), this.full);
+    if (n % this.every === 0) this.snapshots[n / this.every] = snapshot(this.full);
   }
 
   /** The event at row i (an object). @param {number} i */
@@ -140,7 +156,7 @@ export class Player {
       at = k * this.every;
     }
     this.replayed += i - at;
-    for (; at < i; at++) state.apply(this.table.get(at));
+    for (; at < i; at++) state.applyRow(this.table, at);
     this.view = state;
     this.cursor = i;
     return i;

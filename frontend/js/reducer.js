@@ -11,7 +11,8 @@
 // `worker.stuck` / `worker.died` (the latest worker_stuck / worker_died event of that worker),
 // `consumer_stuck` (the latest consumer_stuck, until the next yield), `timeout` (the latest one).
 
-import { RULES, TORCH_PREFETCH_FACTOR, WHERE, WORKER_STATUS } from './contract.gen.js';
+import { FREQUENT, RULES, TORCH_PREFETCH_FACTOR, WHERE, WORKER_STATUS } from './contract.gen.js';
+import { EventTable } from './event-table.js';
 import { RunStatus } from './schema.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
@@ -175,8 +176,23 @@ export class LoaderState {
       return;
     }
     const [needsTask, effects] = steps;
-    if (needsTask && this.task(/** @type {{kind: string, idx: number}} */ (event)) === undefined) return;
-    for (const effect of effects) effect(this, event);
+    if (needsTask && this.task(event.kind, /** @type {{idx: number}} */ (event).idx) === undefined) return;
+    for (const effect of effects) effect(this, event, 0);
+  }
+
+  /**
+   * Advance the state by row i of `table`, exactly as apply(table.get(i)) would: a packed row is read
+   * from the columns by the same rules, with no event built (a big trace has ten million of them).
+   * @param {EventTable} table @param {number} i
+   */
+  applyRow(table, i) {
+    if (table.isObject(i)) return this.apply(table.get(i));
+    this.seq = table.seq[i];
+    this.t = table.t[i];
+    if (this.first_t === null) this.first_t = this.t;
+    const [needsTask, effects] = COLUMN_STEPS[table.kind[i]];
+    if (needsTask && this.task(table.kindOf(i), table.idx[i]) === undefined) return;
+    for (const effect of effects) effect(this, table, i);
   }
 
   /** @param {number} wid @returns {Worker} */
@@ -189,10 +205,10 @@ export class LoaderState {
     return w;
   }
 
-  /** @param {{kind: string, idx: number}} event @returns {Task|undefined} */
-  task(event) {
-    const task = this.tasks.get(event.idx);
-    if (task === undefined) this.keep(this.violations, `seq ${this.seq}: ${event.kind} for unknown task ${event.idx}`);
+  /** The live task an event of `kind` names (a violation if none). @param {string} kind @param {number} idx @returns {Task|undefined} */
+  task(kind, idx) {
+    const task = this.tasks.get(idx);
+    if (task === undefined) this.keep(this.violations, `seq ${this.seq}: ${kind} for unknown task ${idx}`);
     return task;
   }
 
@@ -284,107 +300,6 @@ function workerExit(s, e) {
   if (w.status !== WorkerStatus.DIED) w.status = WorkerStatus.EXITED;
 }
 
-/** @param {LoaderState} s @param {EventOf<'dispatch'>} e */
-function dispatch(s, e) {
-  const { idx, worker: wid } = e;
-  if (idx !== s.send_idx) s.keep(s.violations, `seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
-  const indices = e.indices ?? null;
-  s.tasks.set(idx, newTask(idx, wid, indices, e.n ?? (indices ? indices.length : 0), s.t, s.epoch));
-  s.send_idx = idx + 1;
-  s.outstanding_high = Math.max(s.outstanding_high, s.outstanding);
-  if (s.outstanding > s.window) s.keep(s.violations, `seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
-}
-
-/** @param {LoaderState} s @param {EventOf<'fetch_start'>} e */
-function fetchStart(s, e) {
-  const w = s.worker(e.worker);
-  w.current = e.idx;
-  w.stuck = null;
-  const task = s.tasks.get(e.idx);
-  if (task !== undefined) task.fetch_start = s.t;
-}
-
-/** @param {LoaderState} s @param {EventOf<'fetch_end'>} e */
-function fetchEnd(s, e) {
-  const task = s.tasks.get(e.idx);
-  const w = s.worker(e.worker);
-  let dt = e.dt ?? null;
-  if (dt === null && task !== undefined && task.fetch_start !== null) dt = s.t - task.fetch_start;
-  if (dt !== null) {
-    w.fetch_times.push(dt);
-    w.busy += dt;
-  }
-  w.nbytes += e.nbytes || 0;
-  if (w.current === e.idx) {
-    w.current = null;
-    w.stuck = null;
-    if (w.status === WorkerStatus.FETCHING || w.status === WorkerStatus.STUCK) w.status = WorkerStatus.IDLE;
-  }
-  // a worker's events may reach the stream after the pin thread's: never move a task back (hence not a table move)
-  if (task !== undefined && (task.where === Where.INDEX_QUEUE || task.where === Where.FETCHING)) {
-    task.where = Where.RESULT_QUEUE;
-    task.fetch_end = s.t;
-    task.nbytes = e.nbytes ?? null;
-    s.result_queue.push(task.idx);
-  }
-}
-
-/** @param {LoaderState} s @param {Task} task */
-function leaveResultQueue(s, task) {
-  remove(s.result_queue, task.idx);
-  const w = s.workers.get(task.worker);
-  if (w !== undefined) remove(w.queue, task.idx); // arrival seen before the worker's own events
-}
-
-/** @param {LoaderState} s @param {EventOf<'arrive'>} e */
-function arrive(s, e) {
-  const task = /** @type {Task} */ (s.tasks.get(e.idx));
-  leaveResultQueue(s, task);
-  task.arrived = s.t;
-}
-
-/** @param {LoaderState} s @param {EventOf<'buffer'>} e */
-function buffer(s, e) {
-  s.buffer_high = Math.max(s.buffer_high, s.buffer.length);
-}
-
-/** @param {LoaderState} s @param {EventOf<'yield'>} e */
-function yield_(s, e) {
-  const { idx, wait } = e;
-  const task = s.tasks.get(idx);
-  if (task === undefined || task.arrived === null) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} that has not arrived`);
-  const inOrder = s.config.in_order ?? true;
-  if (inOrder && idx !== s.rcvd_idx) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
-  // Waiting for a late head-of-line task while later results sat ready is the reorder cost.
-  if (wait > 0 && !e.from_buffer && s.buffer.length) s.head_of_line_wait += wait;
-  if (wait > 0 && task !== undefined && task.pin_start !== null) { // how much of the wait was pinning
-    s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
-  }
-  if (s.first_next_t === null) s.first_next_t = s.t - wait;
-  if (s.epoch_batches === 0) s.startup_wait += wait;
-  if (s.epoch_yield_t !== null) {
-    const gap = Math.max(0, s.t - wait - s.epoch_yield_t);
-    s.step_gaps.push(gap);
-    s.step_total += gap;
-  }
-  s.epoch_batches += 1;
-  s.last_yield_t = s.epoch_yield_t = s.t;
-  s.yield_order.push([s.epoch, idx]);
-  if (s.yield_order.length > 2 * MAX_KEPT) s.yield_order.splice(0, MAX_KEPT); // keep the most recent
-  s.release(idx);
-  s.consumer_stuck = null;
-}
-
-/** @param {LoaderState} s @param {EventOf<'skip'>} e */
-function skip(s, e) {
-  const task = s.tasks.get(e.idx);
-  if (task !== undefined && task.arrived === null) {
-    s.outstanding -= 1;
-    leaveResultQueue(s, task);
-  }
-  s.release(e.idx);
-}
-
 /** @param {LoaderState} s @param {EventOf<'worker_stuck'>} e */
 function workerStuck(s, e) {
   s.worker(e.worker).stuck = e; // the page shows the latest stack on the stuck lane's card; state.py keeps it in notes only
@@ -430,28 +345,7 @@ function timeout(s, e) {
   s.timeout = e; // the page's extra; the count, the failed epoch and the note are the table's
 }
 
-/** @param {LoaderState} s @param {EventOf<'pin_start'>} e */
-function pinStart(s, e) {
-  const task = s.tasks.get(e.idx);
-  if (task !== undefined && task.arrived === null) {
-    remove(s.result_queue, task.idx);
-    task.where = Where.PINNING;
-    task.pin_start = s.t;
-  }
-}
-
-/** @param {LoaderState} s @param {EventOf<'pin_end'>} e */
-function pinEnd(s, e) {
-  if (e.pinned === false) s.unpinned += 1;
-  const task = s.tasks.get(e.idx);
-  if (task !== undefined && task.arrived === null) {
-    task.where = Where.RESULT_QUEUE; // on the pinned-data queue, for the main process to take
-    task.pin_end = s.t;
-    s.result_queue.push(task.idx);
-  }
-}
-
-/** @type {{[K in import('./types.js').Kind]?: (s: LoaderState, e: EventOf<K>) => void}} */
+/** The rare kinds' own code, over the event. @type {{[K in import('./types.js').Kind]?: (s: LoaderState, e: EventOf<K>) => void}} */
 const CODE = {
   run_start: runStart,
   run_end: runEnd,
@@ -459,13 +353,6 @@ const CODE = {
   epoch_end: epochEnd,
   worker_start: workerStart,
   worker_exit: workerExit,
-  dispatch,
-  fetch_start: fetchStart,
-  fetch_end: fetchEnd,
-  arrive,
-  buffer,
-  yield: yield_,
-  skip,
   worker_stuck: workerStuck,
   consumer_stuck: consumerStuck,
   worker_died: workerDied,
@@ -473,55 +360,246 @@ const CODE = {
   timeout,
   batch_info: batchInfo,
   step,
-  pin_start: pinStart,
-  pin_end: pinEnd,
 };
+
+// --- the frequent kinds' own code, written once over field readers: the same code applies an event
+// (the live path, a field read from the object) and a packed row of an EventTable (a big trace's
+// batch, read from the columns with no event built) -------------------------------------------------
+
+/**
+ * @typedef {(src: any, i: number) => any} Read a field of an event (`src`; `i` unused) or of row `i` of an EventTable (`src`)
+ * @typedef {(name: string) => Read} Fields the reader of each field, resolved once per rule
+ */
+
+/** @type {Record<string, (field: Fields) => Effect>} */
+const HOT_CODE = {
+  dispatch(field) {
+    const idxOf = field('idx'), workerOf = field('worker'), indicesOf = field('indices'), nOf = field('n');
+    return (s, e, i) => {
+      const idx = idxOf(e, i);
+      if (idx !== s.send_idx) s.keep(s.violations, `seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
+      const indices = indicesOf(e, i) ?? null;
+      s.tasks.set(idx, newTask(idx, workerOf(e, i), indices, nOf(e, i) ?? (indices ? indices.length : 0), s.t, s.epoch));
+      s.send_idx = idx + 1;
+      s.outstanding_high = Math.max(s.outstanding_high, s.outstanding);
+      if (s.outstanding > s.window) s.keep(s.violations, `seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
+    };
+  },
+
+  fetch_start(field) {
+    const idxOf = field('idx'), workerOf = field('worker');
+    return (s, e, i) => {
+      const idx = idxOf(e, i);
+      const w = s.worker(workerOf(e, i));
+      w.current = idx;
+      w.stuck = null;
+      const task = s.tasks.get(idx);
+      if (task !== undefined) task.fetch_start = s.t;
+    };
+  },
+
+  fetch_end(field) {
+    const idxOf = field('idx'), workerOf = field('worker'), dtOf = field('dt'), nbytesOf = field('nbytes');
+    return (s, e, i) => {
+      const idx = idxOf(e, i), nbytes = nbytesOf(e, i);
+      const task = s.tasks.get(idx);
+      const w = s.worker(workerOf(e, i));
+      let dt = dtOf(e, i) ?? null;
+      if (dt === null && task !== undefined && task.fetch_start !== null) dt = s.t - task.fetch_start;
+      if (dt !== null) {
+        w.fetch_times.push(dt);
+        w.busy += dt;
+      }
+      w.nbytes += nbytes || 0;
+      if (w.current === idx) {
+        w.current = null;
+        w.stuck = null;
+        if (w.status === WorkerStatus.FETCHING || w.status === WorkerStatus.STUCK) w.status = WorkerStatus.IDLE;
+      }
+      // a worker's events may reach the stream after the pin thread's: never move a task back (hence not a table move)
+      if (task !== undefined && (task.where === Where.INDEX_QUEUE || task.where === Where.FETCHING)) {
+        task.where = Where.RESULT_QUEUE;
+        task.fetch_end = s.t;
+        task.nbytes = nbytes ?? null;
+        s.result_queue.push(task.idx);
+      }
+    };
+  },
+
+  arrive(field) {
+    const idxOf = field('idx');
+    return (s, e, i) => {
+      const task = /** @type {Task} */ (s.tasks.get(idxOf(e, i)));
+      leaveResultQueue(s, task);
+      task.arrived = s.t;
+    };
+  },
+
+  buffer() {
+    return (s) => {
+      s.buffer_high = Math.max(s.buffer_high, s.buffer.length);
+    };
+  },
+
+  yield(field) {
+    const idxOf = field('idx'), waitOf = field('wait'), fromBufferOf = field('from_buffer');
+    return (s, e, i) => {
+      const idx = idxOf(e, i), wait = waitOf(e, i);
+      const task = s.tasks.get(idx);
+      if (task === undefined || task.arrived === null) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} that has not arrived`);
+      const inOrder = s.config.in_order ?? true;
+      if (inOrder && idx !== s.rcvd_idx) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
+      // Waiting for a late head-of-line task while later results sat ready is the reorder cost.
+      if (wait > 0 && !fromBufferOf(e, i) && s.buffer.length) s.head_of_line_wait += wait;
+      if (wait > 0 && task !== undefined && task.pin_start !== null) { // how much of the wait was pinning
+        s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
+      }
+      if (s.first_next_t === null) s.first_next_t = s.t - wait;
+      if (s.epoch_batches === 0) s.startup_wait += wait;
+      if (s.epoch_yield_t !== null) {
+        const gap = Math.max(0, s.t - wait - s.epoch_yield_t);
+        s.step_gaps.push(gap);
+        s.step_total += gap;
+      }
+      s.epoch_batches += 1;
+      s.last_yield_t = s.epoch_yield_t = s.t;
+      s.yield_order.push([s.epoch, idx]);
+      if (s.yield_order.length > 2 * MAX_KEPT) s.yield_order.splice(0, MAX_KEPT); // keep the most recent
+      s.release(idx);
+      s.consumer_stuck = null;
+    };
+  },
+
+  skip(field) {
+    const idxOf = field('idx');
+    return (s, e, i) => {
+      const idx = idxOf(e, i);
+      const task = s.tasks.get(idx);
+      if (task !== undefined && task.arrived === null) {
+        s.outstanding -= 1;
+        leaveResultQueue(s, task);
+      }
+      s.release(idx);
+    };
+  },
+
+  pin_start(field) {
+    const idxOf = field('idx');
+    return (s, e, i) => {
+      const task = s.tasks.get(idxOf(e, i));
+      if (task !== undefined && task.arrived === null) {
+        remove(s.result_queue, task.idx);
+        task.where = Where.PINNING;
+        task.pin_start = s.t;
+      }
+    };
+  },
+
+  pin_end(field) {
+    const idxOf = field('idx'), pinnedOf = field('pinned');
+    return (s, e, i) => {
+      if (pinnedOf(e, i) === false) s.unpinned += 1;
+      const task = s.tasks.get(idxOf(e, i));
+      if (task !== undefined && task.arrived === null) {
+        task.where = Where.RESULT_QUEUE; // on the pinned-data queue, for the main process to take
+        task.pin_end = s.t;
+        s.result_queue.push(task.idx);
+      }
+    };
+  },
+};
+
+/** @param {LoaderState} s @param {Task} task */
+function leaveResultQueue(s, task) {
+  remove(s.result_queue, task.idx);
+  const w = s.workers.get(task.worker);
+  if (w !== undefined) remove(w.queue, task.idx); // arrival seen before the worker's own events
+}
 
 // --- the rules' table-shaped effects, compiled once into steps (contract/rules.py gives the order) ---
 
 /**
- * @typedef {(s: LoaderState, e: any) => void} Effect
+ * @typedef {(s: LoaderState, e: any, i: number) => void} Effect an effect on an event (`e`) or on row `i` of a table (`e`)
  * @typedef {{says: string, needs_task?: boolean, worker?: string, moves?: {from: string[], to: string},
  *   enters?: 'worker_queue'|'buffer', leaves?: 'worker_queue'|'buffer', counts?: Record<string, number|string>,
  *   fails?: boolean, keeps?: boolean}} Rule
  */
 
-/** @param {LoaderState} s @param {{worker: number}} e @param {'worker_queue'|'buffer'} name */
-function queueOf(s, e, name) {
-  return name === 'worker_queue' ? s.worker(e.worker).queue : s.buffer;
+/** @param {LoaderState} s @param {number} worker @param {'worker_queue'|'buffer'} name */
+function queueOf(s, worker, name) {
+  return name === 'worker_queue' ? s.worker(worker).queue : s.buffer;
 }
 
-/** @param {Record<string, number|string>} counts @returns {Effect} */
-function count(counts) {
-  const bumps = Object.entries(counts);
-  return (s, e) => {
-    const counters = /** @type {Record<string, number>} */ (/** @type {unknown} */ (s));
-    for (const [name, by] of bumps) counters[name] += typeof by === 'number' ? by : e[by] || 0;
-  };
+// The counters the frequent kinds' rules bump, each by its own store: one generic `s[name] += v`
+// shared by every rule is a megamorphic store, a thirteenth of applying a big trace.
+/** @type {Record<string, (s: LoaderState, v: number) => void>} */
+const ADD = {
+  outstanding: (s, v) => { s.outstanding += v; },
+  fetched_bytes: (s, v) => { s.fetched_bytes += v; },
+  pickled_bytes: (s, v) => { s.pickled_bytes += v; },
+  pin_bytes: (s, v) => { s.pin_bytes += v; },
+  pin_time: (s, v) => { s.pin_time += v; },
+  out_of_order: (s, v) => { s.out_of_order += v; },
+  batches: (s, v) => { s.batches += v; },
+  consumer_wait: (s, v) => { s.consumer_wait += v; },
+  epoch_wait: (s, v) => { s.epoch_wait += v; },
+  skipped: (s, v) => { s.skipped += v; },
+};
+
+/** @param {string} name @returns {(s: LoaderState, v: number) => void} */
+function adder(name) {
+  return ADD[name] ?? ((s, v) => { /** @type {Record<string, number>} */ (/** @type {unknown} */ (s))[name] += v; });
 }
 
-/** A rule's effects in the contract's order, its own code last. @param {string} kind @param {Rule} rule @returns {[boolean, Effect[]]} */
-function compile(kind, rule) {
+/** @param {Record<string, number|string>} counts @param {Fields} field @returns {Effect[]} */
+function count(counts, field) {
+  return Object.entries(counts).map(([name, by]) => {
+    const add = adder(name);
+    if (typeof by === 'number') return (s) => add(s, by);
+    const read = field(by);
+    return (s, e, i) => add(s, read(e, i) || 0);
+  });
+}
+
+/**
+ * A rule's effects in the contract's order, its own code last, reading the fields through `field`
+ * and the whole event (for a note) through `whole`.
+ * @param {string} kind @param {Rule} rule @param {Fields} field @param {Read} whole @returns {[boolean, Effect[]]}
+ */
+function compile(kind, rule, field, whole) {
   const { worker, moves, enters, leaves, counts } = rule;
+  const idxOf = field('idx'), workerOf = field('worker');
+  const hot = HOT_CODE[kind];
   /** @type {(Effect|false|undefined)[]} */
   const effects = [
-    worker !== undefined && ((s, e) => { s.worker(e.worker).status = worker; }),
-    moves !== undefined && ((s, e) => {
-      const task = s.tasks.get(e.idx ?? -1);
+    worker !== undefined && ((s, e, i) => { s.worker(workerOf(e, i)).status = worker; }),
+    moves !== undefined && ((s, e, i) => {
+      const task = s.tasks.get(idxOf(e, i) ?? -1);
       if (task !== undefined && (!moves.from.length || moves.from.includes(task.where))) task.where = moves.to;
     }),
-    enters !== undefined && ((s, e) => { queueOf(s, e, enters).push(e.idx); }),
-    leaves !== undefined && ((s, e) => { remove(queueOf(s, e, leaves), e.idx); }),
-    counts !== undefined && count(counts),
+    enters !== undefined && ((s, e, i) => { queueOf(s, workerOf(e, i), enters).push(idxOf(e, i)); }),
+    leaves !== undefined && ((s, e, i) => { remove(queueOf(s, workerOf(e, i), leaves), idxOf(e, i)); }),
+    ...(counts !== undefined ? count(counts, field) : []),
     rule.fails && ((s) => { s.epoch_failed = true; }),
-    rule.keeps && ((s, e) => { s.keep(s.notes, e); }),
-    /** @type {Effect|undefined} */ (CODE[/** @type {import('./types.js').Kind} */ (kind)]),
+    rule.keeps && ((s, e, i) => { s.keep(s.notes, whole(e, i)); }),
+    hot ? hot(field) : /** @type {Effect|undefined} */ (CODE[/** @type {import('./types.js').Kind} */ (kind)]),
   ];
   return [Boolean(rule.needs_task), /** @type {Effect[]} */ (effects.filter(Boolean))];
 }
 
-/** @type {Map<string, [boolean, Effect[]]>} */
-const STEPS = new Map(Object.entries(/** @type {Record<string, Rule>} */ (RULES)).map(([kind, rule]) => [kind, compile(kind, rule)]));
+const ALL_RULES = /** @type {Record<string, Rule>} */ (RULES);
+
+/** Each kind's steps over an event. @type {Map<string, [boolean, Effect[]]>} */
+const STEPS = new Map(Object.entries(ALL_RULES).map(([kind, rule]) =>
+  [kind, compile(kind, rule, (name) => (e) => e[name], (e) => e)]));
+
+/**
+ * The frequent kinds' steps over a packed row, by the row's kind code (FREQUENT's order from 1;
+ * code 0, a row kept whole, goes through STEPS). The same rules, read from the columns.
+ * @type {Array<[boolean, Effect[]]>}
+ */
+const COLUMN_STEPS = [[false, []], ...FREQUENT.map((kind) => compile(kind, ALL_RULES[kind], (name) => EventTable.field(kind, name),
+  (table, i) => table.get(i)))];
 
 /** The state after every event up to and including untilSeq (all of them by default). */
 /** @param {Iterable<LoaderEvent>} events @param {number|null} [untilSeq] */

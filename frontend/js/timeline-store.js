@@ -2,6 +2,8 @@
 // cheap, with the queries the canvas needs: which spans are visible (binary search) and, when
 // zoomed out, how busy each pixel column is (prefix sums: O(width · log n), whatever n is). Pure.
 
+import { EventTable } from './event-table.js';
+
 /** One row of non-overlapping spans, appended roughly in start order. */
 export class SpanColumn {
   constructor(capacity = 256) {
@@ -68,8 +70,12 @@ export class SpanColumn {
   /** Total span time inside [a, b). @param {number} a @param {number} b */
   busy(a, b) {
     if (b <= a || this.n === 0) return 0;
-    const i = upperBound(this.end, this.n, a); // first span ending after a
-    const j = lowerBound(this.start, this.n, b); // first span starting at/after b
+    // first span ending after a, first span starting at/after b
+    return this.covered(a, b, upperBound(this.end, this.n, a), lowerBound(this.start, this.n, b));
+  }
+
+  /** busy(a, b) given its two searches' answers. @param {number} a @param {number} b @param {number} i @param {number} j */
+  covered(a, b, i, j) {
     if (j <= i) return 0;
     let sum = this.cum[j] - this.cum[i];
     sum -= Math.max(0, a - this.start[i]);
@@ -77,14 +83,22 @@ export class SpanColumn {
     return Math.max(0, sum);
   }
 
-  /** Busy fraction of each of `buckets` equal slices of [t0, t1). @param {number} t0 @param {number} t1 @param {number} buckets */
+  /**
+   * Busy fraction of each of `buckets` equal slices of [t0, t1). The slices' edges ascend, so each
+   * search gallops on from the last one's answer: a frame reads the columns near the view, not
+   * log n cold cache lines per slice (ten million events are a million spans a row).
+   * @param {number} t0 @param {number} t1 @param {number} buckets
+   */
   occupancy(t0, t1, buckets) {
     const out = new Float32Array(buckets);
     const w = (t1 - t0) / buckets;
-    if (w <= 0) return out;
+    if (w <= 0 || this.n === 0) return out;
+    let i = 0, j = 0;
     for (let k = 0; k < buckets; k++) {
-      const a = t0 + k * w;
-      out[k] = Math.min(1, this.busy(a, a + w) / w);
+      const a = t0 + k * w, b = a + w;
+      i = gallop(this.end, this.n, a, i, true);
+      j = gallop(this.start, this.n, b, j, false);
+      out[k] = Math.min(1, this.covered(a, b, i, j) / w);
     }
     return out;
   }
@@ -94,6 +108,26 @@ export class SpanColumn {
     const i = upperBound(this.start, this.n, t) - 1;
     return i >= 0 && this.end[i] >= t ? i : -1;
   }
+}
+
+/**
+ * lowerBound (`upper` false) or upperBound (`upper` true) of ascending `arr`, searched from `from`
+ * on (no index before it qualifies): steps of 1, 2, 4, … then a binary search in the last step.
+ * @param {ArrayLike<number>} arr @param {number} n @param {number} v @param {number} from @param {boolean} upper
+ */
+export function gallop(arr, n, v, from, upper) {
+  let lo = from, hi = from, step = 1;
+  while (hi < n && (upper ? arr[hi] <= v : arr[hi] < v)) {
+    lo = hi + 1;
+    hi += step;
+    step *= 2;
+  }
+  if (hi > n) hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (upper ? arr[mid] <= v : arr[mid] < v) lo = mid + 1; else hi = mid;
+  }
+  return lo;
 }
 
 /** First i in [0, n) with arr[i] >= v (n if none). @param {ArrayLike<number>} arr @param {number} n @param {number} v */
@@ -115,6 +149,11 @@ export function upperBound(arr, n, v) {
   }
   return lo;
 }
+
+// the packed rows' fields the spans need (EventTable.field: what the event would carry)
+const WORKER = EventTable.field('fetch_end', 'worker');
+const FETCH_DT = EventTable.field('fetch_end', 'dt');
+const PIN_DT = EventTable.field('pin_end', 'dt');
 
 /** Everything the timeline draws, fed by the same events as the reducer. */
 export class TimelineStore {
@@ -187,30 +226,19 @@ export class TimelineStore {
         this.dispatchRow.set(e.idx, row);
         return;
       case 'fetch_start':
-        this.row(e.worker);
-        this.open.set(e.worker, { start: t, idx: e.idx, epoch: this.epoch, dref: this.dispatchRow.get(e.idx) ?? -1 });
+        this.fetchStart(t, e.worker, e.idx);
         break;
-      case 'fetch_end': {
-        const o = this.open.get(e.worker);
-        const mine = o !== undefined && o.idx === e.idx;
-        const start = mine ? o.start : t - (e.dt ?? 0);
-        this.row(e.worker).push(start, t, e.idx, this.epoch, row, this.dispatchRow.get(e.idx) ?? -1);
-        this.dispatchRow.delete(e.idx);
-        if (mine) this.open.delete(e.worker);
+      case 'fetch_end':
+        this.fetchEnd(t, e.worker, e.idx, e.dt, row);
         break;
-      }
       case 'pin_start':
         this.pinOpen.set(e.idx, t);
         return;
-      case 'pin_end': {
-        const start = this.pinOpen.get(e.idx) ?? t - (e.dt ?? 0);
-        this.pinOpen.delete(e.idx);
-        this.pin.push(start, t, e.idx, this.epoch, row);
+      case 'pin_end':
+        this.pinEnd(t, e.idx, e.dt, row);
         break;
-      }
       case 'yield':
-        this.consumer.push(t - (e.wait || 0), t, e.idx, this.epoch, row);
-        this.consumerOpen = null;
+        this.yielded(t, e.idx, e.wait, row);
         break;
       case 'worker_stuck':
         {
@@ -237,6 +265,72 @@ export class TimelineStore {
         return;
     }
     this.version += 1;
+  }
+
+  /**
+   * Apply row `row` of `table` as apply(table.get(row), row) does, reading a packed row (a frequent
+   * kind) straight from the columns: a big trace's spans with no event built.
+   * @param {import('./event-table.js').EventTable} table @param {number} row
+   */
+  applyRow(table, row) {
+    if (table.isObject(row)) return this.apply(table.get(row), row);
+    const t = table.t[row];
+    if (t < this.tmin) this.tmin = t;
+    if (t > this.tmax) this.tmax = t;
+    if (t < this.tfirst) this.tfirst = t; // a packed row is never run_start
+    const idx = table.idx[row];
+    switch (table.kindOf(row)) {
+      case 'dispatch':
+        this.dispatchRow.set(idx, row);
+        return;
+      case 'fetch_start':
+        this.fetchStart(t, WORKER(table, row), idx);
+        break;
+      case 'fetch_end':
+        this.fetchEnd(t, WORKER(table, row), idx, FETCH_DT(table, row), row);
+        break;
+      case 'pin_start':
+        this.pinOpen.set(idx, t);
+        return;
+      case 'pin_end':
+        this.pinEnd(t, idx, PIN_DT(table, row), row);
+        break;
+      case 'yield':
+        this.yielded(t, idx, table.a[row], row);
+        break;
+      default:
+        return;
+    }
+    this.version += 1;
+  }
+
+  /** @param {number} t @param {number} worker @param {number} idx */
+  fetchStart(t, worker, idx) {
+    this.row(worker);
+    this.open.set(worker, { start: t, idx, epoch: this.epoch, dref: this.dispatchRow.get(idx) ?? -1 });
+  }
+
+  /** @param {number} t @param {number} worker @param {number} idx @param {number|null|undefined} dt @param {number} row */
+  fetchEnd(t, worker, idx, dt, row) {
+    const o = this.open.get(worker);
+    const mine = o !== undefined && o.idx === idx;
+    const start = mine ? o.start : t - (dt ?? 0);
+    this.row(worker).push(start, t, idx, this.epoch, row, this.dispatchRow.get(idx) ?? -1);
+    this.dispatchRow.delete(idx);
+    if (mine) this.open.delete(worker);
+  }
+
+  /** @param {number} t @param {number} idx @param {number|null|undefined} dt @param {number} row */
+  pinEnd(t, idx, dt, row) {
+    const start = this.pinOpen.get(idx) ?? t - (dt ?? 0);
+    this.pinOpen.delete(idx);
+    this.pin.push(start, t, idx, this.epoch, row);
+  }
+
+  /** @param {number} t @param {number} idx @param {number} wait @param {number} row */
+  yielded(t, idx, wait, row) {
+    this.consumer.push(t - (wait || 0), t, idx, this.epoch, row);
+    this.consumerOpen = null;
   }
 
   /** The event behind a span's ref (null without a table). @param {number} row */

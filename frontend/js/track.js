@@ -5,10 +5,12 @@
 import { Player } from './player.js';
 import { TimelineStore } from './timeline-store.js';
 import { KNOWN_KINDS } from './schema.js';
+import { FREQUENT } from './contract.gen.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 
 const KNOWN = new Set(KNOWN_KINDS);
+const YIELD = FREQUENT.indexOf('yield') + 1; // a packed row's kind code (EventTable: FREQUENT's order from 1)
 const NOTABLE = new Set(['worker_stuck', 'consumer_stuck', 'worker_died', 'error', 'timeout', 'doctor_verdict']);
 
 /** One rank of the open run: where its events come from, and everything kept about them. */
@@ -61,16 +63,35 @@ export class Track {
 
   /**
    * Take a batch of events in an EventTable (a worker's, from a file): its columns are copied into
-   * the player's table at once, then each row is applied as ingest() applies an event.
+   * the player's table at once, then each row is applied as ingest() applies an event. A packed row
+   * (a frequent kind) is applied straight from the columns, with no event built: building ten
+   * million of them, and collecting them, was half of the page's thread on a big trace.
    * @param {import('./event-table.js').EventTable} rows
    */
   ingestRows(rows) {
     const from = this.player.length;
-    if (!this.player.table.append(rows)) { // another run's rows: each is kept whole
+    const table = this.player.table;
+    if (!table.append(rows)) { // another run's rows: each is kept whole
       for (let i = 0; i < rows.length; i++) this.ingest(rows.get(i));
       return;
     }
-    for (let row = from; row < from + rows.length; row++) this.applied(this.player.applyRow(row), row);
+    for (let row = from; row < from + rows.length; row++) {
+      if (table.isObject(row)) this.applied(this.player.applyRow(row), row);
+      else this.appliedStored(row);
+    }
+  }
+
+  /**
+   * applied() for the packed row at `row` (a frequent kind: neither notable nor unknown), read from
+   * the player's table.
+   * @param {number} row
+   */
+  appliedStored(row) {
+    const table = this.player.table;
+    this.player.applyStored(row);
+    this.store.applyRow(table, row);
+    if (table.kind[row] === YIELD) this.delivered(table.t[row]);
+    this.kept(table.t[row], row);
   }
 
   /** Everything kept beside the player about event `e`, just applied at `row`. @param {LoaderEvent} e @param {number} row */
@@ -79,12 +100,8 @@ export class Track {
     const kind = e.kind;
     if (!KNOWN.has(kind)) this.noteItems.push({ ...e, unknown: true, _row: row + 1 });
     else if (NOTABLE.has(kind)) this.noteItems.push({ ...e, _row: row + 1 });
-    else if (kind === 'yield') {
-      const epoch = this.player.full.epoch;
-      let list = this.yields.get(epoch);
-      if (list === undefined) this.yields.set(epoch, (list = []));
-      list.push(this.wall0 + e.t);
-    } else if (kind === 'run_start') {
+    else if (kind === 'yield') this.delivered(e.t);
+    else if (kind === 'run_start') {
       this.wall0 = e.wall_start ?? 0;
       if (this.source === 'server' && typeof e.rank === 'number' && Number.isInteger(e.rank)) { // a run is one rank: say which
         this.rank = e.rank;
@@ -93,9 +110,22 @@ export class Track {
     }
     else if (kind === 'epoch_end' && typeof e.shard === 'string' && e.epoch !== undefined) this.epochEnds.set(e.epoch, e);
     else if (kind === 'run_end') this.complete = true;
+    this.kept(e.t ?? 0, row);
+  }
+
+  /** A batch handed out at run time t, kept on the wall clock under the current epoch. @param {number} t */
+  delivered(t) {
+    const epoch = this.player.full.epoch;
+    let list = this.yields.get(epoch);
+    if (list === undefined) this.yields.set(epoch, (list = []));
+    list.push(this.wall0 + t);
+  }
+
+  /** The reorder buffer's parked results and the new violations, after row `row` (at time t). @param {number} t @param {number} row */
+  kept(t, row) {
     const buffered = this.player.full.buffer.length;
     if (buffered > this.bufferLen) {
-      this.parked.push(e.t ?? 0);
+      this.parked.push(t);
       this.parkedRows.push(row + 1);
     }
     this.bufferLen = buffered;

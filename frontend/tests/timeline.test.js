@@ -143,3 +143,34 @@ test('a recorded run\'s timeline starts at the loader\'s first event, not at the
   bare.apply({ seq: 0, t: 8.7, kind: 'run_start', config: { num_workers: 1 } });
   assert.equal(fitWindow(bare, 8.7).t0, 0);
 });
+
+test('occupancy() galloping from slice to slice gives what busy() gives for each slice alone', () => {
+  let seed = 7;
+  const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+  const c = new SpanColumn(4);
+  let t = 0;
+  for (let i = 0; i < 5000; i++) { // gaps and spans of every size, a few zero-length
+    const start = t + (random() < 0.3 ? random() * 0.05 : 0);
+    t = start + (random() < 0.05 ? 0 : random() * random() * 0.02);
+    c.push(start, t, i, 0);
+  }
+  for (const [t0, t1, buckets] of [[-1, t + 1, 600], [0, t, 7], [t * 0.4, t * 0.41, 300], [t * 0.2, t * 0.9, 1], [t + 1, t + 2, 50]]) {
+    const w = (t1 - t0) / buckets;
+    const each = Float32Array.from({ length: buckets }, (_, k) => Math.min(1, c.busy(t0 + k * w, t0 + k * w + w) / w));
+    assert.deepEqual(c.occupancy(t0, t1, buckets), each, `[${t0}, ${t1}) in ${buckets}`);
+  }
+  // on a grid of eighths, so that slice edges fall exactly on span starts and ends
+  const grid = new SpanColumn(4);
+  let g = 0;
+  for (let i = 0; i < 2000; i++) {
+    const start = g + Math.floor(random() * 3) / 8;
+    g = start + Math.floor(random() * 4) / 8;
+    grid.push(start, g, i, 0);
+  }
+  for (const [t0, t1, buckets] of [[0, g, g * 8], [0, g, g * 4], [1, g - 1, (g - 2) * 2]]) {
+    const w = (t1 - t0) / buckets;
+    const each = Float32Array.from({ length: buckets }, (_, k) => Math.min(1, grid.busy(t0 + k * w, t0 + k * w + w) / w));
+    assert.deepEqual(grid.occupancy(t0, t1, buckets), each, `grid [${t0}, ${t1}) in ${buckets}`);
+  }
+  assert.deepEqual(new SpanColumn().occupancy(0, 1, 3), new Float32Array(3));
+});

@@ -7,6 +7,11 @@ import { synthesize } from '../dev/synth.js';
 import { EventTable } from '../js/event-table.js';
 import { TraceReader } from '../js/trace-file.js';
 import { summary } from '../js/reducer.js';
+import { readFileSync } from 'node:fs';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 test('notes carry their row; yields are kept per epoch on the wall clock', () => {
   const tr = new Track({ rank: 1, label: 'rank 1', source: 'file' });
@@ -24,44 +29,73 @@ test('notes carry their row; yields are kept per epoch on the wall clock', () =>
   assert.ok(tr.complete, 'run_end seen');
 });
 
-test('a trace read the fast way (lines into columns, batches appended) shows what the reference way shows', () => {
-  // the fast way is trace-worker.js's and the page's (pushLine, batches, ingestRows); the reference
-  // is every line through JSON.parse and the schema, each event applied alone
-  const events = synthesize({ num_workers: 3, batches: 120, epochs: 2, pin_ms: 2, in_order: false });
-  events.splice(300, 0, { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 1, idx: 40, elapsed: 12 },
-    { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'yield', idx: 41, wait: 1e-7, note: 'an extra field' });
-  events.forEach((e, i) => { e.seq = i; });
-  const text = `${JSON.stringify({ format: 'loaderscope-trace', version: 1, run: 'synth' })}\n${events.map((e) => JSON.stringify(e)).join('\n')}\n`;
+/**
+ * Read `text` (a trace file) both ways into two tracks: the fast way is trace-worker.js's and the
+ * page's (pushLine, batches, ingestRows: packed rows applied straight from the columns); the
+ * reference is every line through JSON.parse and the schema, each event applied alone.
+ * @param {string} text @param {number} batch rows per batch @param {number} every rows per snapshot
+ */
+function bothWays(text, batch, every) {
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
   const fast = new Track({ rank: 0, label: 'fast', source: 'file' });
-  reference.player.every = fast.player.every = 256;
+  reference.player.every = fast.player.every = every;
   const slow = new TraceReader({ source: 't', onHeader: () => {}, onEvent: (e) => reference.ingest(e) });
-  let rows = new EventTable(64);
+  let rows = new EventTable(batch);
   let lines = 0;
   const quick = new TraceReader({ source: 't', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
     acceptLine: (t, s, e) => rows.pushLine(t, s, e) && (lines += 1) > 0 });
   for (let p = 0; p < text.length; p += 4096) {
     slow.push(text.slice(p, p + 4096));
     quick.push(text.slice(p, p + 4096));
-    if (rows.length >= 64) { fast.ingestRows(rows); rows = new EventTable(64); }
+    if (rows.length >= batch) { fast.ingestRows(rows); rows = new EventTable(batch); }
   }
   slow.end();
   quick.end();
   fast.ingestRows(rows);
-  assert.ok(lines > events.length * 0.9, `most lines go straight into columns (${lines} of ${events.length})`);
-  assert.equal(fast.player.length, events.length);
-  for (let i = 0; i < events.length; i++) assert.deepEqual(fast.player.event(i), reference.player.event(i), `row ${i}`);
+  return { reference, fast, lines };
+}
+
+/** Everything the two tracks keep agrees: rows, state, notes, spans, snapshots, and the state at any cursor. */
+function assertSame(fast, reference) {
+  const n = reference.player.length;
+  assert.equal(fast.player.length, n);
+  for (let i = 0; i < n; i++) assert.deepEqual(fast.player.event(i), reference.player.event(i), `row ${i}`);
   assert.deepEqual(summary(fast.state), summary(reference.state));
-  assert.deepEqual(fast.state.violations, reference.state.violations);
+  assert.deepEqual(fast.player.full, reference.player.full, 'the whole state, tasks and workers included');
   assert.deepEqual(fast.noteItems, reference.noteItems);
   assert.deepEqual([...fast.yields], [...reference.yields]);
   assert.deepEqual(fast.parkedRows, reference.parkedRows);
-  const spans = (tr) => [...tr.store.workers.values(), tr.store.consumer, tr.store.pin]
-    .map((c) => [...c.start.subarray(0, c.n), ...c.end.subarray(0, c.n), ...c.ref.subarray(0, c.n), ...c.ref2.subarray(0, c.n)]);
-  assert.deepEqual(spans(fast), spans(reference));
-  for (const i of [0, 255, 256, 1000, events.length - 1]) {
+  assert.deepEqual(fast.parked, reference.parked);
+  assert.deepEqual(fast.player.snapshots, reference.player.snapshots);
+  const store = (tr) => ({ ...tr.store, table: null });
+  assert.deepEqual(store(fast), store(reference), 'spans, open fetches, marks, the time range');
+  for (const i of [0, 1, fast.player.every - 1, fast.player.every, Math.floor(n / 2), n - 1, n]) {
     fast.player.seek(i);
     reference.player.seek(i);
-    assert.deepEqual(summary(fast.state), summary(reference.state), `cursor ${i}`);
+    assert.deepEqual(fast.state, reference.state, `cursor ${i}`);
+  }
+}
+
+test('a trace read the fast way (lines into columns, batches applied from the columns) shows what the reference way shows', () => {
+  for (const inOrder of [false, true]) {
+    const events = synthesize({ num_workers: 3, batches: 120, epochs: 2, pin_ms: 2, in_order: inOrder });
+    events.splice(300, 0, { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 1, idx: 40, elapsed: 12 },
+      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'yield', idx: 41, wait: 1e-7, note: 'an extra field' });
+    events.forEach((e, i) => { e.seq = i; });
+    const text = `${JSON.stringify({ format: 'loaderscope-trace', version: 1, run: 'synth' })}\n${events.map((e) => JSON.stringify(e)).join('\n')}\n`;
+    const { reference, fast, lines } = bothWays(text, 64, 256);
+    assert.ok(lines > events.length * 0.9, `most lines go straight into columns (${lines} of ${events.length})`);
+    assert.ok(fast.state.violations.length > 0, 'the stray yield breaks an invariant');
+    if (inOrder) assert.ok(fast.parkedRows.length > 0, 'results parked in the reorder buffer');
+    assertSame(fast, reference);
+  }
+});
+
+test('a real recorded trace (a pinned 4-worker run on an H100) applied from the columns agrees with each event applied alone', () => {
+  const text = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8');
+  for (const [batch, every] of [[64, 32], [1000, 4096], [7, 5]]) {
+    const { reference, fast, lines } = bothWays(text, batch, every);
+    assert.ok(lines > 400, `packed rows (${lines})`);
+    assertSame(fast, reference);
   }
 });
