@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loaderscope.jobquery import JobQueryError, job_table
-from loaderscope.ranks import shard_report, slowest_per_step
+from loaderscope.jobquery import JobQueryError, job_table, shard_text_of
+from loaderscope.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import JobRun, rank_figures
@@ -104,7 +104,42 @@ def test_a_simulated_job_agrees_with_rank_figures_and_slowest_per_step(tmp_path:
         assert row["slowest_steps"] == want["slowest_steps"]
         assert row["worst_lag"] == pytest.approx(want["worst_lag"], abs=1e-9)
     assert table.slowest_rank() is not None and table.slowest_rank()["rank"] == 2  # type: ignore[index]
-    assert table.shards == []  # the simulator reports no shard digests
+    assert [check["epoch"] for check in table.shards] == [0, 1]
+    for check in table.shards:
+        ends = {rank: next(e for e in events if e["kind"] == "epoch_end" and e["epoch"] == check["epoch"])
+                for rank, events in runs.items()}
+        assert check["report"] == shard_report(ends, ends[0]["shard_length"])
+        assert check["report"]["disjoint"] and check["report"]["complete"], check
+
+
+def test_a_simulated_ranks_digest_is_what_torchs_distributed_sampler_deals_it(tmp_path: Path) -> None:
+    """97 samples over 4 ranks in batches of 5: DistributedSampler pads 3 (torch/utils/data/distributed.py)
+    and the last batch of each rank is short; the digests hold the real sampler's indices."""
+    from torch.utils.data import DistributedSampler
+
+    job = simulated_job(tmp_path, "uniform", 4, {}, {"dataset_size": 97, "batch_size": 5, "epochs": 1,
+                                                      "num_workers": 2})
+    for rank, events in enumerate(job.events):
+        end = next(e for e in events if e["kind"] == "epoch_end")
+        real = list(DistributedSampler(range(97), num_replicas=4, rank=rank, shuffle=False))
+        assert (end["shard"], end["shard_length"]) == (encode_shard(real, 97), 97), rank
+    (check,) = job_table(str(tmp_path)).shards
+    assert check["report"]["padding"] == 3 and check["report"]["overlap"] == 0 and check["report"]["complete"]
+    assert "3 indices" in shard_text_of(check), shard_text_of(check)
+
+
+def test_an_overlapping_split_is_flagged_in_the_job_table(tmp_path: Path) -> None:
+    plan = resolve("uniform", {"dataset_size": 100, "batch_size": 4, "epochs": 1, "num_workers": 2})
+    shards = [range(0, 52), range(44, 96)]  # 44-51 read twice, 96-99 by no rank (ranks of equal steps)
+    job = simulate_ranks(plan.build(), job="overlap", scenario="uniform", params=plan.values(),
+                         costs=[CostModel(), CostModel()], shards=shards)
+    for events in job.events:
+        write_trace(trace_path(tmp_path, events[0]), events, events[0]["run"], scenario="uniform", mode="sim")
+    (check,) = job_table(str(tmp_path)).shards
+    report = check["report"]
+    assert (report["overlap"], report["overlap_sample"][:3], report["missing"]) == (8, [44, 45, 46], 4)
+    assert not report["disjoint"] and not report["complete"]
+    assert "OVERLAP: 8 indices" in shard_text_of(check) and "MISSING: 4 indices" in shard_text_of(check)
 
 
 def test_parquet_traces_give_the_same_table(tmp_path: Path) -> None:
@@ -200,6 +235,8 @@ def test_the_job_command_names_the_slow_rank_and_sorts_by_it(tmp_path: Path) -> 
                              capture_output=True, text=True, timeout=120)
     parsed = json.loads(as_json.stdout)
     assert parsed["slowest"]["rank"] == 1 and [r["rank"] for r in parsed["ranks"]][0] == 1
+    assert parsed["shards"] and all(c["report"]["disjoint"] and c["report"]["complete"] for c in parsed["shards"])
+    assert "epoch 0 shards: disjoint ✓ · complete ✓" in printed.stdout, printed.stdout
     empty = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path)], capture_output=True, text=True,
                            timeout=120)
     assert empty.returncode == 0  # the traces under it are the job's

@@ -166,7 +166,10 @@ class JobTable:
     shards: list[dict[str, Any]]
 
     def as_json(self) -> dict[str, Any]:
-        return {"ranks": self.ranks, "steps": self.steps, "shards": self.shards, "slowest": self.slowest_rank()}
+        """The table as JSON values: a shard report's ``per_rank`` is keyed by the rank as text."""
+        shards = [check | {"report": check["report"] | {"per_rank": {str(rank): n for rank, n in per_rank.items()}}}
+                  if (per_rank := check["report"].get("per_rank")) is not None else check for check in self.shards]
+        return {"ranks": self.ranks, "steps": self.steps, "shards": shards, "slowest": self.slowest_rank()}
 
     def slowest_rank(self) -> dict[str, Any] | None:
         """The rank most often last to deliver a step (lowest rank on a tie), or None if none was."""
