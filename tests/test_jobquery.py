@@ -154,10 +154,33 @@ def test_parquet_traces_give_the_same_table(tmp_path: Path) -> None:
     as_parquet = job_table(str(tmp_path / "parquet"))
     strip = [{k: v for k, v in row.items() if k != "file"} for row in as_json.ranks]
     assert [{k: v for k, v in row.items() if k != "file"} for row in as_parquet.ranks] == strip
-    assert as_parquet.steps == as_json.steps
+    assert as_parquet.steps == as_json.steps and as_parquet.shards == as_json.shards
     ours = as_loaderscope_parquet(tmp_path / "jsonl", tmp_path / "ours")
     assert [{k: v for k, v in row.items() if k != "file"} for row in ours.ranks] == strip
-    assert ours.steps == as_json.steps
+    assert ours.steps == as_json.steps and ours.shards == as_json.shards and len(as_json.shards) == 1
+
+
+def test_a_job_of_mixed_files_torn_and_lacking_columns_gives_the_same_table(tmp_path: Path) -> None:
+    """Each file is its own run whatever its source: a torn last line is skipped, a Parquet file of
+    another writer without ``dt`` takes the fetch time from fetch_start (jobquery's ``fetches``), and
+    a loaderscope Parquet trace's parts are one run."""
+    simulated_job(tmp_path / "job", "straggler", 4, {3: 2.0}, {"epochs": 2})
+    whole = job_table(str(tmp_path / "job"))
+    files = sorted((tmp_path / "job").rglob("*.trace.jsonl"))
+    with files[0].open("ab") as torn:
+        torn.write(b'{"seq": 99999, "t": 1.5, "kind": "yie')  # a killed writer's last line
+    duckdb.connect().execute(f"COPY (SELECT * EXCLUDE (dt) FROM read_json('{files[1]}', format='newline_delimited') "
+                             f"WHERE kind IS NOT NULL) TO '{tmp_path / 'job' / 'other.parquet'}' (FORMAT parquet)")
+    files[1].unlink()
+    head, events = read_trace(files[2])
+    write_trace(tmp_path / "job" / "ours.trace.parquet", events, head["run"], fmt="parquet")
+    files[2].unlink()
+    mixed = job_table(str(tmp_path / "job"))
+    assert len(mixed.ranks) == 4
+    for got, want in zip(mixed.ranks, whole.ranks):  # a fetch's end minus its start: dt to the last bits
+        assert {k: pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for k, v in got.items() if k != "file"} \
+            == {k: v for k, v in want.items() if k != "file"}
+    assert mixed.steps == whole.steps and mixed.shards == whole.shards and mixed.slowest_rank()["rank"] == 3  # type: ignore[index]
 
 
 def as_loaderscope_parquet(source: Path, target: Path) -> Any:
@@ -271,5 +294,5 @@ def test_the_query_in_design_runs_as_written_and_gives_the_steps(tmp_path: Path)
     simulated_job(tmp_path, "straggler", 3, {0: 2.0}, {"epochs": 2})
     from loaderscope.jobquery import STEPS_SQL, connect, trace_files
 
-    con = connect(trace_files(str(tmp_path)))
+    con, _ = connect(trace_files(str(tmp_path)))
     assert con.execute(shown).fetchall() == con.execute(STEPS_SQL).fetchall()
