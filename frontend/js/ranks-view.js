@@ -37,7 +37,8 @@ const COLUMNS = [
 export class RanksView {
   /**
    * @param {HTMLElement} host @param {(i:number) => void} onSelect @param {() => void} onChange
-   * @param {(rank:number) => void} onOpenRank a row of the job's table was clicked: open that rank
+   * @param {(rank:number) => string|null|void} onOpenRank a row of the job's table was clicked: open that rank
+   *   (or say why it cannot be)
    */
   constructor(host, onSelect, onChange, onOpenRank) {
     this.host = host;
@@ -123,7 +124,7 @@ export class RanksView {
    */
   showJob(answer, name) {
     const { rows, steps, shards } = loaderRows(answer, name);
-    this.jobView = new JobTableView((row) => this.onOpenRank(row.rank));
+    this.jobView = new JobTableView((row) => this.jobView?.say(this.onOpenRank(row.rank) || null));
     this.head.textContent = `job ${answer.job} · ${rows.length} ranks · ${steps} steps, from the traces in the dashboard’s logdir`
       + ' — click a rank to open its live picture';
     if (shards.length) this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report)));
