@@ -313,13 +313,27 @@ function shardLine(ep, r) {
   if (!r) div.textContent = `epoch ${ep}: checking shards…`;
   else if ('error' in r) div.textContent = `epoch ${ep}: the shard digests could not be read: ${r.error}`;
   else {
-    const per = Object.entries(r.per_rank).map(([rank, n]) => `rank ${rank}: ${n}`).join(', ');
     div.className = r.disjoint && r.complete ? 'ok' : 'bad';
     div.dataset.disjoint = String(r.disjoint);
     div.dataset.complete = String(r.complete);
-    div.textContent = `${shardText(ep, r)} (${per} samples)`;
+    div.textContent = `${shardText(ep, r)} (${perRank(r.per_rank)})`;
   }
   return div;
+}
+
+/**
+ * The samples each rank read, in a line that stays short at 1,024 ranks: each rank named up to 16 of
+ * them, else how many every rank read, or the range and the rank that read fewest.
+ * @param {Record<number, number>} perRank
+ */
+export function perRank(perRank) {
+  const entries = Object.entries(perRank).map(([rank, n]) => [Number(rank), n]).sort((a, b) => a[0] - b[0]);
+  if (entries.length <= 16) return `${entries.map(([rank, n]) => `rank ${rank}: ${n}`).join(', ')} samples`;
+  const counts = entries.map(([, n]) => n);
+  const low = Math.min(...counts), high = Math.max(...counts);
+  if (low === high) return `every one of ${entries.length} ranks: ${low} samples`;
+  const fewest = entries.find(([, n]) => n === low);
+  return `${low}–${high} samples a rank over ${entries.length} ranks, fewest rank ${fewest ? fewest[0] : '?'}`;
 }
 
 /** @param {string} tag @param {string} className */
