@@ -248,7 +248,7 @@ def _parquet_source(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> str
     return f"SELECT {', '.join(picked)}, 'parquet' AS source, file_index FROM {source}"
 
 
-def run_keys(paths: Sequence[str]) -> list[str]:
+def _run_keys(paths: Sequence[str]) -> list[str]:
     """Each file's run: a loaderscope Parquet trace is a directory of parts, one run; any other file is one."""
     return [re.sub(f"/{PART_NAME}$", "", path) for path in paths]
 
@@ -258,7 +258,7 @@ def _files_table(con: duckdb.DuckDBPyConnection, sources: Mapping[str, Sequence[
     number (a window or join over a small integer, not over a path per event); the runs' paths by number."""
     runs: dict[str, int] = {}
     rows = [(source, index, runs.setdefault(run, len(runs)))
-            for source, paths in sources.items() for index, run in enumerate(run_keys(paths))]
+            for source, paths in sources.items() for index, run in enumerate(_run_keys(paths))]
     # one statement of three lists: executemany costs about 1.5 ms a row
     con.execute("CREATE TEMP TABLE files AS SELECT UNNEST($1) AS source, CAST(UNNEST($2) AS BIGINT) AS file_index, "
                 "CAST(UNNEST($3) AS INTEGER) AS file", [[row[i] for row in rows] for i in range(3)])
