@@ -296,3 +296,23 @@ def test_the_query_in_design_runs_as_written_and_gives_the_steps(tmp_path: Path)
 
     con, _ = connect(trace_files(str(tmp_path)))
     assert con.execute(shown).fetchall() == con.execute(STEPS_SQL).fetchall()
+
+
+def test_the_dashboard_serves_a_parquet_logdir_jobs_table_naming_each_ranks_run(start_server: Any,
+                                                                                tmp_path: Path) -> None:
+    """A logdir of loaderscope's Parquet traces (``record --format parquet``): the run list names each
+    trace's directory, whose parts the table reads; each row names its rank's run on the dashboard."""
+    simulated_job(tmp_path / "src", "straggler", 3, {1: 3.0})
+    for path in (tmp_path / "src").rglob("*.trace.jsonl"):
+        head, events = read_trace(path)
+        target = tmp_path / "logs" / path.relative_to(tmp_path / "src").parent / path.name.replace(".jsonl", ".parquet")
+        write_trace(target, events, head["run"], fmt="parquet")
+    server = start_server(logdir=str(tmp_path / "logs"), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == 3, what="the job's 3 traces listed")
+        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+        answer = http.get("/api/jobs/sim-straggler/table")
+        assert answer.status_code == 200, answer.text
+    table = answer.json()
+    assert {row["rank"]: row["dashboard_run"] for row in table["ranks"]} == runs
+    assert table["slowest"]["rank"] == 1 and len(table["shards"]) == 1

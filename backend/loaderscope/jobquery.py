@@ -12,10 +12,11 @@ it with ``ranks.shard_report``: a digest is zlib'd, which no SQL engine reads.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from loaderscope.ranks import TIE_S, shard_report, shard_text
@@ -182,8 +183,6 @@ class JobTable:
 def trace_files(root: str, fs: Any = None) -> list[str]:
     """Every trace under ``root`` (recursively), sorted; ``fs``: an fsspec filesystem for a URL."""
     if fs is None:
-        from pathlib import Path
-
         base = Path(root)
         if not base.is_dir():
             raise JobQueryError(f"{root}: not a directory; give the job's directory of traces "
@@ -198,6 +197,22 @@ def trace_files(root: str, fs: Any = None) -> list[str]:
                             "`loaderscope record --logdir DIR -- torchrun ...` or `loaderscope run SCENARIO "
                             "--mode sim --ranks N --logdir DIR`")
     return sorted(found)
+
+
+def _parts_of(paths: Sequence[str], fs: Any) -> list[str]:
+    """Each path, a ``NAME.trace.parquet/`` directory replaced by its part files in order (columnar.PART_GLOB)."""
+    out: list[str] = []
+    for path in paths:
+        if not (Path(path).is_dir() if fs is None else fs.isdir(path)):
+            out.append(path)
+            continue
+        parts = sorted(fs.glob(posixpath.join(path, "part-*.parquet")) if fs is not None
+                       else (str(p) for p in Path(path).glob("part-*.parquet")))
+        if not parts:
+            raise JobQueryError(f"{path}: a directory without trace parts (part-N.parquet); a Parquet trace "
+                                "whose writer was killed before its first part has no events yet")
+        out.extend(parts)
+    return out
 
 
 def _check_readable(paths: Sequence[str], fs: Any) -> None:
@@ -350,8 +365,10 @@ def job_table(root: str, fs: Any = None, *, threads: int | None = None) -> JobTa
 
 
 def table_of(paths: Sequence[str], fs: Any = None, *, threads: int | None = None, label: str = "") -> JobTable:
-    """The job table of these trace files (local paths, or paths of ``fs``)."""
+    """The job table of these trace files (local paths, or paths of ``fs``); a loaderscope Parquet trace
+    may be given as its directory (as a logdir's run list names it): its parts are read."""
     duckdb = _duckdb()
+    paths = _parts_of(paths, fs)
     _check_readable(paths, fs)
     try:
         con, runs = connect(paths, fs, threads=threads)
