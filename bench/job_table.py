@@ -5,10 +5,12 @@
 
 The job is simulated once (``sim.run.simulate_ranks``, rank 731 with 2.5x slower samples) into
 ``--dir`` (default: $TMPDIR/loaderscope-job-R-S), a trace per rank as ``loaderscope run --ranks``
-writes them, then converted to Parquet by DuckDB's ``COPY ... TO`` (one file per rank). Each repeat
-runs ``job_table`` in a fresh process (cold: its own DuckDB, nothing cached but the OS's page cache)
-and reports its wall time, its CPU time (all threads) and its peak RSS (``ru_maxrss``), first on JSON
-lines, then on Parquet.
+writes them (``jsonl/``), then rewritten as loaderscope's Parquet traces (``probe/``: a directory of
+parts per rank, by ``columnar.ParquetTraceWriter``, as ``record --format parquet`` writes them). Each
+repeat runs ``job_table`` in a fresh process (cold: its own DuckDB, nothing cached but the OS's page
+cache) and reports its wall time, its CPU time (all threads), how that CPU time split over the
+process's threads (the busiest thread's share: on two idle cores the wall time is about the busiest
+thread's CPU) and its peak RSS (``ru_maxrss``), first on JSON lines, then on Parquet.
 Printed: median and range over the repeats, against the targets of 5 s and 1 GiB.
 """
 
@@ -53,34 +55,59 @@ def simulate(root: Path, ranks: int, steps: int) -> None:
 
 
 def to_parquet(root: Path) -> None:
-    import duckdb
+    from loaderscope.trace import read_trace, write_trace
 
-    con = duckdb.connect()
-    (root / "parquet").mkdir(exist_ok=True)
-    for number, path in enumerate(sorted((root / "jsonl").rglob("*.trace.jsonl"))):
-        target = root / "parquet" / f"rank{number:05d}.trace.parquet"
-        con.execute(f"COPY (SELECT * FROM read_json('{path}', format='newline_delimited') WHERE kind IS NOT NULL) "
-                    f"TO '{target}' (FORMAT parquet)")
-
-
-def measure(directory: Path) -> tuple[float, float, int | None, float]:
-    """(seconds, peak RSS in MiB, the slowest rank, CPU seconds of all its threads) of one job_table in a
-    fresh process. The CPU time does not depend on how many others share the cores; the wall time does."""
-    code = ("import resource, sys, time; from loaderscope.jobquery import job_table; t = time.perf_counter(); "
-            "c = time.process_time(); table = job_table(sys.argv[1]); took = time.perf_counter() - t; "
-            "cpu = time.process_time() - c; top = table.slowest_rank(); "
-            "print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, top and top['rank'], cpu)")
-    out = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, check=True)
-    took, rss, rank, cpu = out.stdout.split()
-    return float(took), float(rss), None if rank == "None" else int(rank), float(cpu)
+    for path in sorted((root / "jsonl").rglob("*.trace.jsonl")):
+        head, events = read_trace(path)
+        target = root / "probe" / path.relative_to(root / "jsonl").with_name(
+            path.name.removesuffix(".trace.jsonl") + ".trace.parquet")
+        write_trace(target, events, head["run"], fmt="parquet", scenario=head.get("scenario"), mode=head.get("mode"))
 
 
-def report(label: str, runs: list[tuple[float, float, int | None, float]]) -> None:
-    times, rss, cpu = [r[0] for r in runs], [r[1] for r in runs], [r[3] for r in runs]
+# Run in a fresh process: the job table, while a thread samples each thread's CPU from /proc (DuckDB's
+# pool is gone once the table is made, so it is sampled every 20 ms, its last sample kept per thread).
+MEASURE = """
+import os, resource, sys, threading, time
+from loaderscope.jobquery import job_table
+tick, seen, done = os.sysconf("SC_CLK_TCK"), {}, threading.Event()
+def sample():
+    me = threading.get_native_id()
+    while not done.wait(0.02):
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(task) != me:
+                seen[task] = (int(fields[11]) + int(fields[12])) / tick
+threading.Thread(target=sample, daemon=True).start()
+t, c = time.perf_counter(), time.process_time()
+table = job_table(sys.argv[1])
+took, cpu = time.perf_counter() - t, time.process_time() - c
+done.set()
+top = table.slowest_rank()
+print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, top and top["rank"], cpu,
+      max(seen.values()) / sum(seen.values()))
+"""
+
+
+def measure(directory: Path) -> tuple[float, float, int | None, float, float]:
+    """(seconds, peak RSS in MiB, the slowest rank, CPU seconds of all its threads, the busiest thread's
+    share of them) of one job_table in a fresh process. The CPU time does not depend on how many others
+    share the cores; the wall time does."""
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(directory)], capture_output=True, text=True, check=True)
+    took, rss, rank, cpu, busiest = out.stdout.split()
+    return float(took), float(rss), None if rank == "None" else int(rank), float(cpu), float(busiest)
+
+
+def report(label: str, runs: list[tuple[float, float, int | None, float, float]]) -> None:
+    times, rss, cpu, busiest = [r[0] for r in runs], [r[1] for r in runs], [r[3] for r in runs], [r[4] for r in runs]
     print(f"{label}: job table in {statistics.median(times):.2f} s ({min(times):.2f}-{max(times):.2f}), "
           f"= {statistics.median(times) / 5:.2f} of the 5 s target; peak RSS {statistics.median(rss):.0f} MiB "
           f"({min(rss):.0f}-{max(rss):.0f}) = {statistics.median(rss) / 1024:.2f} of 1 GiB; "
-          f"CPU {statistics.median(cpu):.1f} s ({min(cpu):.1f}-{max(cpu):.1f}); "
+          f"CPU {statistics.median(cpu):.2f} s ({min(cpu):.2f}-{max(cpu):.2f}), the busiest thread "
+          f"{statistics.median(busiest):.0%} of it ({min(busiest):.0%}-{max(busiest):.0%}); "
           f"slowest rank named: {sorted({r[2] for r in runs}, key=str)}")
 
 
@@ -96,17 +123,18 @@ def main() -> None:
         started = time.perf_counter()
         simulate(root, args.ranks, args.steps)
         print(f"simulated and written in {time.perf_counter() - started:.0f} s (once; kept in {root})")
-    if not (root / "parquet").is_dir():
+    if not (root / "probe").is_dir():
         started = time.perf_counter()
         to_parquet(root)
-        print(f"converted to Parquet in {time.perf_counter() - started:.0f} s")
-    for kind in ("jsonl", "parquet"):
+        print(f"rewritten as Parquet traces in {time.perf_counter() - started:.0f} s")
+    for kind in ("jsonl", "probe"):
         size = sum(p.stat().st_size for p in (root / kind).rglob("*") if p.is_file())
         print(f"{kind}: {size / 2**20:.0f} MiB on disk")
     print(f"cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f} (other jobs share them); "
           f"this process's peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    for kind in ("jsonl", "parquet"):
+    for kind in ("jsonl", "probe"):
         report(kind, [measure(root / kind) for _ in range(args.repeat)])
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from loaderscope.jobquery import JobQueryError, job_table
-from loaderscope.ranks import shard_report, slowest_per_step
+from loaderscope.jobquery import JobQueryError, job_table, shard_text_of
+from loaderscope.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import JobRun, rank_figures
@@ -104,7 +104,42 @@ def test_a_simulated_job_agrees_with_rank_figures_and_slowest_per_step(tmp_path:
         assert row["slowest_steps"] == want["slowest_steps"]
         assert row["worst_lag"] == pytest.approx(want["worst_lag"], abs=1e-9)
     assert table.slowest_rank() is not None and table.slowest_rank()["rank"] == 2  # type: ignore[index]
-    assert table.shards == []  # the simulator reports no shard digests
+    assert [check["epoch"] for check in table.shards] == [0, 1]
+    for check in table.shards:
+        ends = {rank: next(e for e in events if e["kind"] == "epoch_end" and e["epoch"] == check["epoch"])
+                for rank, events in runs.items()}
+        assert check["report"] == shard_report(ends, ends[0]["shard_length"])
+        assert check["report"]["disjoint"] and check["report"]["complete"], check
+
+
+def test_a_simulated_ranks_digest_is_what_torchs_distributed_sampler_deals_it(tmp_path: Path) -> None:
+    """97 samples over 4 ranks in batches of 5: DistributedSampler pads 3 (torch/utils/data/distributed.py)
+    and the last batch of each rank is short; the digests hold the real sampler's indices."""
+    from torch.utils.data import DistributedSampler
+
+    job = simulated_job(tmp_path, "uniform", 4, {}, {"dataset_size": 97, "batch_size": 5, "epochs": 1,
+                                                      "num_workers": 2})
+    for rank, events in enumerate(job.events):
+        end = next(e for e in events if e["kind"] == "epoch_end")
+        real = list(DistributedSampler(range(97), num_replicas=4, rank=rank, shuffle=False))
+        assert (end["shard"], end["shard_length"]) == (encode_shard(real, 97), 97), rank
+    (check,) = job_table(str(tmp_path)).shards
+    assert check["report"]["padding"] == 3 and check["report"]["overlap"] == 0 and check["report"]["complete"]
+    assert "3 indices" in shard_text_of(check), shard_text_of(check)
+
+
+def test_an_overlapping_split_is_flagged_in_the_job_table(tmp_path: Path) -> None:
+    plan = resolve("uniform", {"dataset_size": 100, "batch_size": 4, "epochs": 1, "num_workers": 2})
+    shards = [range(0, 52), range(44, 96)]  # 44-51 read twice, 96-99 by no rank (ranks of equal steps)
+    job = simulate_ranks(plan.build(), job="overlap", scenario="uniform", params=plan.values(),
+                         costs=[CostModel(), CostModel()], shards=shards)
+    for events in job.events:
+        write_trace(trace_path(tmp_path, events[0]), events, events[0]["run"], scenario="uniform", mode="sim")
+    (check,) = job_table(str(tmp_path)).shards
+    report = check["report"]
+    assert (report["overlap"], report["overlap_sample"][:3], report["missing"]) == (8, [44, 45, 46], 4)
+    assert not report["disjoint"] and not report["complete"]
+    assert "OVERLAP: 8 indices" in shard_text_of(check) and "MISSING: 4 indices" in shard_text_of(check)
 
 
 def test_parquet_traces_give_the_same_table(tmp_path: Path) -> None:
@@ -119,10 +154,33 @@ def test_parquet_traces_give_the_same_table(tmp_path: Path) -> None:
     as_parquet = job_table(str(tmp_path / "parquet"))
     strip = [{k: v for k, v in row.items() if k != "file"} for row in as_json.ranks]
     assert [{k: v for k, v in row.items() if k != "file"} for row in as_parquet.ranks] == strip
-    assert as_parquet.steps == as_json.steps
+    assert as_parquet.steps == as_json.steps and as_parquet.shards == as_json.shards
     ours = as_loaderscope_parquet(tmp_path / "jsonl", tmp_path / "ours")
     assert [{k: v for k, v in row.items() if k != "file"} for row in ours.ranks] == strip
-    assert ours.steps == as_json.steps
+    assert ours.steps == as_json.steps and ours.shards == as_json.shards and len(as_json.shards) == 1
+
+
+def test_a_job_of_mixed_files_torn_and_lacking_columns_gives_the_same_table(tmp_path: Path) -> None:
+    """Each file is its own run whatever its source: a torn last line is skipped, a Parquet file of
+    another writer without ``dt`` takes the fetch time from fetch_start (jobquery's ``fetches``), and
+    a loaderscope Parquet trace's parts are one run."""
+    simulated_job(tmp_path / "job", "straggler", 4, {3: 2.0}, {"epochs": 2})
+    whole = job_table(str(tmp_path / "job"))
+    files = sorted((tmp_path / "job").rglob("*.trace.jsonl"))
+    with files[0].open("ab") as torn:
+        torn.write(b'{"seq": 99999, "t": 1.5, "kind": "yie')  # a killed writer's last line
+    duckdb.connect().execute(f"COPY (SELECT * EXCLUDE (dt) FROM read_json('{files[1]}', format='newline_delimited') "
+                             f"WHERE kind IS NOT NULL) TO '{tmp_path / 'job' / 'other.parquet'}' (FORMAT parquet)")
+    files[1].unlink()
+    head, events = read_trace(files[2])
+    write_trace(tmp_path / "job" / "ours.trace.parquet", events, head["run"], fmt="parquet")
+    files[2].unlink()
+    mixed = job_table(str(tmp_path / "job"))
+    assert len(mixed.ranks) == 4
+    for got, want in zip(mixed.ranks, whole.ranks):  # a fetch's end minus its start: dt to the last bits
+        assert {k: pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for k, v in got.items() if k != "file"} \
+            == {k: v for k, v in want.items() if k != "file"}
+    assert mixed.steps == whole.steps and mixed.shards == whole.shards and mixed.slowest_rank()["rank"] == 3  # type: ignore[index]
 
 
 def as_loaderscope_parquet(source: Path, target: Path) -> Any:
@@ -200,6 +258,8 @@ def test_the_job_command_names_the_slow_rank_and_sorts_by_it(tmp_path: Path) -> 
                              capture_output=True, text=True, timeout=120)
     parsed = json.loads(as_json.stdout)
     assert parsed["slowest"]["rank"] == 1 and [r["rank"] for r in parsed["ranks"]][0] == 1
+    assert parsed["shards"] and all(c["report"]["disjoint"] and c["report"]["complete"] for c in parsed["shards"])
+    assert "epoch 0 shards: disjoint ✓ · complete ✓" in printed.stdout, printed.stdout
     empty = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path)], capture_output=True, text=True,
                            timeout=120)
     assert empty.returncode == 0  # the traces under it are the job's
@@ -234,5 +294,25 @@ def test_the_query_in_design_runs_as_written_and_gives_the_steps(tmp_path: Path)
     simulated_job(tmp_path, "straggler", 3, {0: 2.0}, {"epochs": 2})
     from loaderscope.jobquery import STEPS_SQL, connect, trace_files
 
-    con = connect(trace_files(str(tmp_path)))
+    con, _ = connect(trace_files(str(tmp_path)))
     assert con.execute(shown).fetchall() == con.execute(STEPS_SQL).fetchall()
+
+
+def test_the_dashboard_serves_a_parquet_logdir_jobs_table_naming_each_ranks_run(start_server: Any,
+                                                                                tmp_path: Path) -> None:
+    """A logdir of loaderscope's Parquet traces (``record --format parquet``): the run list names each
+    trace's directory, whose parts the table reads; each row names its rank's run on the dashboard."""
+    simulated_job(tmp_path / "src", "straggler", 3, {1: 3.0})
+    for path in (tmp_path / "src").rglob("*.trace.jsonl"):
+        head, events = read_trace(path)
+        target = tmp_path / "logs" / path.relative_to(tmp_path / "src").parent / path.name.replace(".jsonl", ".parquet")
+        write_trace(target, events, head["run"], fmt="parquet")
+    server = start_server(logdir=str(tmp_path / "logs"), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == 3, what="the job's 3 traces listed")
+        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+        answer = http.get("/api/jobs/sim-straggler/table")
+        assert answer.status_code == 200, answer.text
+    table = answer.json()
+    assert {row["rank"]: row["dashboard_run"] for row in table["ranks"]} == runs
+    assert table["slowest"]["rank"] == 1 and len(table["shards"]) == 1

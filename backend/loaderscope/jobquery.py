@@ -4,7 +4,7 @@ replaying any rank's events in Python.
 The SQL is the definitions of ``state.summary`` (batches/s, the share of time waiting for data),
 the page's ``ranks.slowestWorker`` with ``state.worker_stats``' p95, and ``ranks.slowest_per_step``,
 written as window functions over one view ``events`` (a row per event, columns named as the event's
-top-level fields, plus ``file``). Only the view is DuckDB's (``read_json`` / ``read_parquet``); the
+top-level fields, plus ``file``: its run, as a number). Only the view is DuckDB's (``read_json`` / ``read_parquet``); the
 queries are standard SQL, so the same text runs on Spark SQL or Trino over the same Parquet files
 (docs/DESIGN.md §19). The shard check gathers each rank's ``epoch_end`` digest in SQL and decodes
 it with ``ranks.shard_report``: a digest is zlib'd, which no SQL engine reads.
@@ -12,9 +12,11 @@ it with ``ranks.shard_report``: a digest is zlib'd, which no SQL engine reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import posixpath
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from loaderscope.ranks import TIE_S, shard_report, shard_text
@@ -34,20 +36,17 @@ COLUMNS: dict[str, str] = {
 }
 
 # Tables the three queries share, made once per connection, in order: each event with its run's
-# segment (epoch_starts so far: state.py resets the epoch's pace at each) and that segment's epoch;
+# segment (epoch_starts so far: state.py resets the epoch's pace at each) and that segment's epoch
+# (the latest epoch_start's: a run's epochs count up, probe/iterators.py), both from one window;
 # each run's rank, loader and clock; its first event's time; its yields with the gap before each.
 PREPARED: tuple[tuple[str, str], ...] = (
     ("timeline", """
-WITH segmented AS (
-  SELECT e.*,
-         SUM(CASE WHEN kind = 'epoch_start' THEN 1 ELSE 0 END)
-           OVER (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS segment
-  FROM events e
-  WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end')
-)
-SELECT s.*, b.epoch AS current_epoch
-FROM segmented s
-LEFT JOIN segmented b ON b.file = s.file AND b.segment = s.segment AND b.kind = 'epoch_start'
+SELECT e.*,
+       SUM(CASE WHEN kind = 'epoch_start' THEN 1 ELSE 0 END) OVER w AS segment,
+       MAX(CASE WHEN kind = 'epoch_start' THEN epoch END) OVER w AS current_epoch
+FROM events e
+WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end')
+WINDOW w AS (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """),
     ("runs", """
 SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
@@ -166,7 +165,10 @@ class JobTable:
     shards: list[dict[str, Any]]
 
     def as_json(self) -> dict[str, Any]:
-        return {"ranks": self.ranks, "steps": self.steps, "shards": self.shards, "slowest": self.slowest_rank()}
+        """The table as JSON values: a shard report's ``per_rank`` is keyed by the rank as text."""
+        shards = [check | {"report": check["report"] | {"per_rank": {str(rank): n for rank, n in per_rank.items()}}}
+                  if (per_rank := check["report"].get("per_rank")) is not None else check for check in self.shards]
+        return {"ranks": self.ranks, "steps": self.steps, "shards": shards, "slowest": self.slowest_rank()}
 
     def slowest_rank(self) -> dict[str, Any] | None:
         """The rank most often last to deliver a step (lowest rank on a tie), or None if none was."""
@@ -181,8 +183,6 @@ class JobTable:
 def trace_files(root: str, fs: Any = None) -> list[str]:
     """Every trace under ``root`` (recursively), sorted; ``fs``: an fsspec filesystem for a URL."""
     if fs is None:
-        from pathlib import Path
-
         base = Path(root)
         if not base.is_dir():
             raise JobQueryError(f"{root}: not a directory; give the job's directory of traces "
@@ -197,6 +197,22 @@ def trace_files(root: str, fs: Any = None) -> list[str]:
                             "`loaderscope record --logdir DIR -- torchrun ...` or `loaderscope run SCENARIO "
                             "--mode sim --ranks N --logdir DIR`")
     return sorted(found)
+
+
+def _parts_of(paths: Sequence[str], fs: Any) -> list[str]:
+    """Each path, a ``NAME.trace.parquet/`` directory replaced by its part files in order (columnar.PART_GLOB)."""
+    out: list[str] = []
+    for path in paths:
+        if not (Path(path).is_dir() if fs is None else fs.isdir(path)):
+            out.append(path)
+            continue
+        parts = sorted(fs.glob(posixpath.join(path, "part-*.parquet")) if fs is not None
+                       else (str(p) for p in Path(path).glob("part-*.parquet")))
+        if not parts:
+            raise JobQueryError(f"{path}: a directory without trace parts (part-N.parquet); a Parquet trace "
+                                "whose writer was killed before its first part has no events yet")
+        out.extend(parts)
+    return out
 
 
 def _check_readable(paths: Sequence[str], fs: Any) -> None:
@@ -224,27 +240,44 @@ def _file_list(paths: Sequence[str]) -> str:
 def _json_source(paths: Sequence[str]) -> str:
     columns = "{" + ", ".join(f"{_quote(k)}: {_quote(v)}" for k, v in COLUMNS.items()) + "}"
     # ignore_errors: a killed writer's torn last line is skipped, as the logdir reader skips it
-    return (f"SELECT {', '.join(COLUMNS)}, filename AS file FROM read_json({_file_list(paths)}, "
-            f"format='newline_delimited', columns={columns}, filename=true, ignore_errors=true)")
+    return (f"SELECT {', '.join(COLUMNS)}, 'json' AS source, file_index FROM read_json({_file_list(paths)}, "
+            f"format='newline_delimited', columns={columns}, ignore_errors=true)")
 
 
 def _parquet_column(name: str, sql_type: str, present: set[str]) -> str:
     """A field from its column, else from loaderscope's ``extra`` JSON text (docs/DESIGN.md §5): a field
-    typed loosely in the contract (``wall_start``, ``shard``) has no column of its own there."""
+    typed loosely in the contract (``wall_start``, ``shard``) has no column of its own there. Only a
+    run_start or epoch_end holds one, so only theirs is parsed."""
     column = f"TRY_CAST({name} AS {sql_type})" if name in present else None
-    extra = f"TRY_CAST(json_extract_string(extra, '$.{name}') AS {sql_type})" if "extra" in present else None
+    extra = (f"CASE WHEN extra IS NOT NULL AND kind IN ('run_start', 'epoch_end') "
+             f"THEN TRY_CAST(json_extract_string(extra, '$.{name}') AS {sql_type}) END") if "extra" in present else None
     found = [c for c in (column, extra) if c]
     picked = found[0] if len(found) == 1 else f"COALESCE({', '.join(found)})" if found else f"CAST(NULL AS {sql_type})"
     return f"{picked} AS {name}"
 
 
 def _parquet_source(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> str:
-    source = f"read_parquet({_file_list(paths)}, filename=true, union_by_name=true)"
+    source = f"read_parquet({_file_list(paths)}, union_by_name=true)"
     present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
     picked = [_parquet_column(k, v, present) for k, v in COLUMNS.items()]
-    # a loaderscope Parquet trace is a directory of parts: the run is the directory, not a part
-    run_file = f"regexp_replace(filename, '/{PART_NAME}$', '')"
-    return f"SELECT {', '.join(picked)}, {run_file} AS file FROM {source}"
+    return f"SELECT {', '.join(picked)}, 'parquet' AS source, file_index FROM {source}"
+
+
+def _run_keys(paths: Sequence[str]) -> list[str]:
+    """Each file's run: a loaderscope Parquet trace is a directory of parts, one run; any other file is one."""
+    return [re.sub(f"/{PART_NAME}$", "", path) for path in paths]
+
+
+def _files_table(con: duckdb.DuckDBPyConnection, sources: Mapping[str, Sequence[str]]) -> list[str]:
+    """The table ``files(source, file_index, file)``: each file of each source read, and its run as a
+    number (a window or join over a small integer, not over a path per event); the runs' paths by number."""
+    runs: dict[str, int] = {}
+    rows = [(source, index, runs.setdefault(run, len(runs)))
+            for source, paths in sources.items() for index, run in enumerate(_run_keys(paths))]
+    # one statement of three lists: executemany costs about 1.5 ms a row
+    con.execute("CREATE TEMP TABLE files AS SELECT UNNEST($1) AS source, CAST(UNNEST($2) AS BIGINT) AS file_index, "
+                "CAST(UNNEST($3) AS INTEGER) AS file", [[row[i] for row in rows] for i in range(3)])
+    return list(runs)
 
 
 def _duckdb() -> Any:
@@ -255,25 +288,42 @@ def _duckdb() -> Any:
     return duckdb
 
 
-def connect(paths: Sequence[str], fs: Any = None, *, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the table ``events`` of ``paths`` (JSON lines or Parquet, by extension)."""
+# The fields the queries read only from a run_start (the run's names and clock) or an epoch_end (its
+# shard digest): kept there and nowhere else, so a run's names are not copied into each of its events.
+SPARSE = {"run": "run_start", "name": "run_start", "job": "run_start", "wall_start": "run_start",
+          "shard": "epoch_end", "shard_length": "epoch_end"}
+
+
+def _kept(column: str) -> str:
+    kind = SPARSE.get(column)
+    return f"e.{column}" if kind is None else f"CASE WHEN e.kind = '{kind}' THEN e.{column} END AS {column}"
+
+
+def connect(paths: Sequence[str], fs: Any = None, *,
+            threads: int | None = None) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+    """An in-memory DuckDB with the table ``events`` of ``paths`` (JSON lines or Parquet, by extension),
+    its ``file`` a run's number; and the runs' paths by number."""
     con: duckdb.DuckDBPyConnection = _duckdb().connect(":memory:")
     con.execute("SET enable_progress_bar = false")  # a bar on stderr is noise in a CLI and a server
+    con.execute("SET preserve_insertion_order = false")  # every answer has its ORDER BY
+    con.execute("SET parquet_metadata_cache = true")  # the footers DESCRIBE read are not read again
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if fs is not None:
         con.register_filesystem(fs)
-    parquet = [p for p in paths if p.endswith(".parquet")]
-    jsonl = [p for p in paths if not p.endswith(".parquet")]
-    sources = ([_json_source(jsonl)] if jsonl else []) + ([_parquet_source(con, parquet)] if parquet else [])
-    # Read once for the three queries: a table of the events (a header line has no kind: left out)
+    by_source = {"json": [p for p in paths if not p.endswith(".parquet")],
+                 "parquet": [p for p in paths if p.endswith(".parquet")]}
+    runs = _files_table(con, by_source)
+    sources = ([_json_source(by_source["json"])] if by_source["json"] else []) + \
+        ([_parquet_source(con, by_source["parquet"])] if by_source["parquet"] else [])
     # Read once for the three queries: the kinds they read, and each run's first event (summary()'s
     # clock starts there; a header line has no kind and no seq)
-    con.execute("CREATE TEMP TABLE events AS SELECT * FROM (" + " UNION ALL ".join(sources) + ") "
-                f"WHERE kind IN ({', '.join(map(_quote, KINDS))}) OR seq = 0")
+    con.execute(f"CREATE TEMP TABLE events AS SELECT {', '.join(map(_kept, COLUMNS))}, f.file FROM ("
+                + " UNION ALL ".join(sources) + ") e JOIN files f ON f.source = e.source AND f.file_index = e.file_index "
+                f"WHERE e.kind IN ({', '.join(map(_quote, KINDS))}) OR e.seq = 0")
     for name, sql in PREPARED:
         con.execute(f"CREATE TEMP TABLE {name} AS {sql}")
-    return con
+    return con, runs
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
@@ -315,12 +365,14 @@ def job_table(root: str, fs: Any = None, *, threads: int | None = None) -> JobTa
 
 
 def table_of(paths: Sequence[str], fs: Any = None, *, threads: int | None = None, label: str = "") -> JobTable:
-    """The job table of these trace files (local paths, or paths of ``fs``)."""
+    """The job table of these trace files (local paths, or paths of ``fs``); a loaderscope Parquet trace
+    may be given as its directory (as a logdir's run list names it): its parts are read."""
     duckdb = _duckdb()
+    paths = _parts_of(paths, fs)
     _check_readable(paths, fs)
     try:
-        con = connect(paths, fs, threads=threads)
-        ranks = _rows(con, RANKS_SQL)
+        con, runs = connect(paths, fs, threads=threads)
+        ranks = [row | {"file": runs[row["file"]]} for row in _rows(con, RANKS_SQL)]
         steps = _rows(con, STEPS_SQL)
         shard_rows = _rows(con, SHARDS_SQL)
     except duckdb.Error as exc:

@@ -9,8 +9,9 @@ export const ROW_PX = 22; // every row's height: the window of rows follows from
 const OVERSCAN = 4; // rows drawn past each edge, so a fast scroll shows no blank strip
 
 /**
- * A rank's row as the endpoint gives it (jobquery.RANKS_SQL, less the server's file path).
- * @typedef {{run:string|null, rank:number, name:string|null, job:string|null, batches:number,
+ * A rank's row as the endpoint gives it (jobquery.RANKS_SQL, less the server's file path, plus the rank's run
+ * on this dashboard, null when none holds its trace).
+ * @typedef {{run:string|null, dashboard_run?:string|null, rank:number, name:string|null, job:string|null, batches:number,
  *   batches_per_s:number, input_bound:number, slowest_worker:number|null, slowest_worker_mean:number|null,
  *   slowest_worker_p95:number|null, slowest_steps:number, worst_lag:number|null}} JobRow
  */
@@ -63,16 +64,30 @@ export function slowestSentence(rows, steps) {
     + `up to ${((top.worst_lag ?? 0) * 1000).toFixed(1)} ms after the first rank; ranks step together, so it sets the pace` };
 }
 
-/** @type {{label:string, title:string, text:(r:JobRow, steps:number) => string}[]} */
+/** @param {number|null} v a figure, or none (sorted below every figure) */
+const orNone = (v) => (v === null ? -Infinity : v);
+
+/** @type {{label:string, key:string, title:string, text:(r:JobRow, steps:number) => string, value:(r:JobRow) => number}[]} */
 const COLUMNS = [
-  { label: 'rank', title: 'the rank; click a row to open its live picture', text: (r) => `rank ${r.rank}` },
-  { label: 'batches', title: 'batches the rank handed out', text: (r) => String(r.batches) },
-  { label: 'batches/s', title: 'batches over the rank’s time from its first event to its last batch', text: (r) => r.batches_per_s.toFixed(1) },
-  { label: 'waiting for data', title: 'share of the run the training loop waited for a batch', text: (r) => `${(r.input_bound * 100).toFixed(0)}%` },
-  { label: 'slowest worker', title: 'the worker with the longest mean fetch', text: (r) => (r.slowest_worker === null ? '–' : `worker ${r.slowest_worker}`) },
-  { label: 'its p95', title: 'that worker’s 95th percentile fetch time', text: (r) => (r.slowest_worker_p95 === null ? '–' : fmtDuration(r.slowest_worker_p95)) },
-  { label: 'last in', title: 'steps this rank delivered last of all ranks, and its worst lag', text: (r, steps) => `${r.slowest_steps} of ${steps} steps${r.worst_lag === null ? '' : ` · worst ${fmtDuration(r.worst_lag)}`}` },
+  { label: 'rank', key: 'rank', title: 'the rank; click a row to open its live picture', text: (r) => `rank ${r.rank}`, value: (r) => r.rank },
+  { label: 'batches', key: 'batches', title: 'batches the rank handed out', text: (r) => String(r.batches), value: (r) => r.batches },
+  { label: 'batches/s', key: 'batches_per_s', title: 'batches over the rank’s time from its first event to its last batch', text: (r) => r.batches_per_s.toFixed(1), value: (r) => r.batches_per_s },
+  { label: 'waiting for data', key: 'input_bound', title: 'share of the run the training loop waited for a batch', text: (r) => `${(r.input_bound * 100).toFixed(0)}%`, value: (r) => r.input_bound },
+  { label: 'slowest worker', key: 'slowest_worker_mean', title: 'the worker with the longest mean fetch (sorted by that mean)', text: (r) => (r.slowest_worker === null ? '–' : `worker ${r.slowest_worker}`), value: (r) => orNone(r.slowest_worker_mean) },
+  { label: 'its p95', key: 'slowest_worker_p95', title: 'that worker’s 95th percentile fetch time', text: (r) => (r.slowest_worker_p95 === null ? '–' : fmtDuration(r.slowest_worker_p95)), value: (r) => orNone(r.slowest_worker_p95) },
+  { label: 'last in', key: 'slowest_steps', title: 'steps this rank delivered last of all ranks, and its worst lag', text: (r, steps) => `${r.slowest_steps} of ${steps} steps${r.worst_lag === null ? '' : ` · worst ${fmtDuration(r.worst_lag)}`}`, value: (r) => r.slowest_steps },
 ];
+
+/**
+ * The rows sorted by one column: rank ascending first, any other column largest first (where the
+ * slow rank is); ties in rank order.
+ * @param {JobRow[]} rows @param {string} key a column's key @param {boolean} descending
+ */
+export function sortedRows(rows, key, descending) {
+  const column = COLUMNS.find((c) => c.key === key) ?? COLUMNS[0];
+  const sign = descending ? -1 : 1;
+  return [...rows].sort((a, b) => sign * (column.value(a) - column.value(b)) || a.rank - b.rank);
+}
 
 export class JobTableView {
   /** @param {(row: JobRow) => void} onOpen a row was clicked */
@@ -86,16 +101,25 @@ export class JobTableView {
     /** @type {number|null} the rank whose picture is shown */
     this.shown = null;
     this.drawn = '';
+    /** @type {JobRow[]} the rows in rank order, as the endpoint gave them */
+    this.byRank = [];
+    this.sortKey = 'rank';
+    this.descending = false;
     this.root = el('div', 'job-vtable');
     this.root.setAttribute('data-testid', 'job-vtable');
     this.sentence = el('div', 'job-sentence');
     this.sentence.setAttribute('data-testid', 'job-slowest');
-    const head = el('div', 'vrow vhead');
+    this.head = el('div', 'vrow vhead');
     for (const c of COLUMNS) {
-      const cell = head.appendChild(el('span', ''));
-      cell.textContent = c.label;
-      cell.title = c.title;
+      const cell = this.head.appendChild(el('span', 'sortable'));
+      cell.setAttribute('data-testid', 'job-sort');
+      cell.dataset.key = c.key;
+      cell.title = `${c.title}; click to sort by it (again: the other way)`;
+      cell.addEventListener('click', () => this.sortBy(c.key));
     }
+    this.notice = el('div', 'job-notice');
+    this.notice.setAttribute('data-testid', 'job-notice');
+    this.notice.hidden = true;
     this.scroller = el('div', 'vscroll');
     this.spacer = el('div', 'vspacer');
     this.scroller.append(this.spacer);
@@ -105,12 +129,39 @@ export class JobTableView {
       const r = row ? this.rows[Number(row.dataset.i)] : undefined;
       if (r) this.onOpen(r);
     });
-    this.root.append(this.sentence, head, this.scroller);
+    this.root.append(this.sentence, this.notice, this.head, this.scroller);
+    this.labelHead();
+  }
+
+  /** @param {string} key a column's key: the same column again flips the order */
+  sortBy(key) {
+    this.descending = key === this.sortKey ? !this.descending : key !== 'rank';
+    this.sortKey = key;
+    this.rows = sortedRows(this.byRank, key, this.descending);
+    this.labelHead();
+    this.drawn = '';
+    this.draw();
+  }
+
+  labelHead() {
+    for (const cell of /** @type {HTMLElement[]} */ ([...this.head.children])) {
+      const c = COLUMNS.find((x) => x.key === cell.dataset.key);
+      const on = cell.dataset.key === this.sortKey;
+      cell.textContent = `${c ? c.label : ''}${on ? (this.descending ? ' ▼' : ' ▲') : ''}`;
+      cell.classList.toggle('sorted', on);
+    }
+  }
+
+  /** Say why a clicked rank is not shown (a rank without a run here), or nothing. @param {string|null} text */
+  say(text) {
+    this.notice.textContent = text ?? '';
+    this.notice.hidden = !text;
   }
 
   /** @param {JobRow[]} rows one loader's ranks @param {number} steps its steps @param {string} job */
   show(rows, steps, job) {
-    this.rows = rows;
+    this.byRank = rows;
+    this.rows = sortedRows(rows, this.sortKey, this.descending);
     this.steps = steps;
     const s = slowestSentence(rows, steps);
     this.slowest = s.rank;

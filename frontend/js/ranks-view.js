@@ -37,7 +37,8 @@ const COLUMNS = [
 export class RanksView {
   /**
    * @param {HTMLElement} host @param {(i:number) => void} onSelect @param {() => void} onChange
-   * @param {(rank:number) => void} onOpenRank a row of the job's table was clicked: open that rank
+   * @param {(rank:number) => string|null|void} onOpenRank a row of the job's table was clicked: open that rank
+   *   (or say why it cannot be)
    */
   constructor(host, onSelect, onChange, onOpenRank) {
     this.host = host;
@@ -123,7 +124,7 @@ export class RanksView {
    */
   showJob(answer, name) {
     const { rows, steps, shards } = loaderRows(answer, name);
-    this.jobView = new JobTableView((row) => this.onOpenRank(row.rank));
+    this.jobView = new JobTableView((row) => this.jobView?.say(this.onOpenRank(row.rank) || null));
     this.head.textContent = `job ${answer.job} · ${rows.length} ranks · ${steps} steps, from the traces in the dashboard’s logdir`
       + ' — click a rank to open its live picture';
     if (shards.length) this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report)));
@@ -312,13 +313,27 @@ function shardLine(ep, r) {
   if (!r) div.textContent = `epoch ${ep}: checking shards…`;
   else if ('error' in r) div.textContent = `epoch ${ep}: the shard digests could not be read: ${r.error}`;
   else {
-    const per = Object.entries(r.per_rank).map(([rank, n]) => `rank ${rank}: ${n}`).join(', ');
     div.className = r.disjoint && r.complete ? 'ok' : 'bad';
     div.dataset.disjoint = String(r.disjoint);
     div.dataset.complete = String(r.complete);
-    div.textContent = `${shardText(ep, r)} (${per} samples)`;
+    div.textContent = `${shardText(ep, r)} (${perRank(r.per_rank)})`;
   }
   return div;
+}
+
+/**
+ * The samples each rank read, in a line that stays short at 1,024 ranks: each rank named up to 16 of
+ * them, else how many every rank read, or the range and the rank that read fewest.
+ * @param {Record<number, number>} perRank
+ */
+export function perRank(perRank) {
+  const entries = Object.entries(perRank).map(([rank, n]) => [Number(rank), n]).sort((a, b) => a[0] - b[0]);
+  if (entries.length <= 16) return `${entries.map(([rank, n]) => `rank ${rank}: ${n}`).join(', ')} samples`;
+  const counts = entries.map(([, n]) => n);
+  const low = Math.min(...counts), high = Math.max(...counts);
+  if (low === high) return `every one of ${entries.length} ranks: ${low} samples`;
+  const fewest = entries.find(([, n]) => n === low);
+  return `${low}–${high} samples a rank over ${entries.length} ranks, fewest rank ${fewest ? fewest[0] : '?'}`;
 }
 
 /** @param {string} tag @param {string} className */

@@ -81,7 +81,7 @@ export class ServerRun {
     $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
     window.addEventListener('popstate', () => {
       const id = new URL(location.href).searchParams.get('run');
-      if (id && id !== this.runId && !this.host.selectRun(id, false)) this.open(id, { push: false });
+      if (id && id !== this.runId && !this.host.selectRun(id, false) && !this.openJobRun(id, false)) this.open(id, { push: false });
     });
   }
 
@@ -292,9 +292,9 @@ export class ServerRun {
       if (Array.isArray(runs) && runs.some((r) => r.id === id && r.path)) {
         const answer = await api.jobTable(job);
         if (this.host.tracks() !== tracks) return; // another run was opened meanwhile
-        // the table names ranks; the listing gives each rank's run id on this server
-        this.jobRuns = new Map(runs.filter((r) => r.job === job && (r.name ?? null) === name && typeof r.rank === 'number')
-          .map((r) => [/** @type {number} */ (r.rank), r.id]));
+        // each row names its rank's run on this dashboard
+        this.jobRuns = new Map(answer.ranks.filter((r) => (r.name ?? null) === name && r.dashboard_run)
+          .map((r) => [r.rank, /** @type {string} */ (r.dashboard_run)]));
         this.host.jobTable(answer, name);
         this.host.wake();
         return;
@@ -303,19 +303,31 @@ export class ServerRun {
     if (this.host.tracks() === tracks) this.discoverRanks(job, want, name);
   }
 
-  /** A row of the job's table was clicked: show that rank, opening its stream the first time. @param {number} rank */
-  openRank(rank) {
+  /**
+   * A row of the job's table was clicked: show that rank, opening its stream the first time.
+   * @param {number} rank @param {boolean} [push] a history entry (not when going back to one)
+   * @returns {string|null} why the rank cannot be shown, or null
+   */
+  openRank(rank, push = true) {
     const id = this.jobRuns.get(rank);
-    if (id === undefined || this.host.selectRun(id)) return;
+    if (id === undefined) {
+      return `rank ${rank} has no run on this dashboard: its trace is in the job's table but no longer in the `
+        + "logdir's run list (moved or deleted since); reload the page to see the job as it is now";
+    }
+    if (this.host.selectRun(id, push)) return null;
     const tracks = this.host.tracks();
     tracks.push(this.rankTrack(id, rank));
     tracks.sort((a, b) => a.rank - b.rank);
-    this.host.selectRun(id);
+    this.host.selectRun(id, push);
+    return null;
   }
 
-  /** The run picker chose a rank of the job whose table is shown. @param {string} id */
-  openJobRun(id) {
-    for (const [rank, run] of this.jobRuns) if (run === id) { this.openRank(rank); return true; }
+  /**
+   * The run picker, or Back, chose a rank of the job whose table is shown: that rank, not the job reloaded.
+   * @param {string} id @param {boolean} [push]
+   */
+  openJobRun(id, push = true) {
+    for (const [rank, run] of this.jobRuns) if (run === id) { this.openRank(rank, push); return true; }
     return false;
   }
 

@@ -2,7 +2,7 @@
 // job with two, and the slowest rank named in the words `loaderscope job` prints (cli/job.py).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { visibleRows, loaderRows, slowestSentence, ROW_PX } from '../js/job-table.js';
+import { visibleRows, loaderRows, slowestSentence, sortedRows, ROW_PX } from '../js/job-table.js';
 import { python, needsPython } from './python.js';
 
 /** @param {number} rank @param {number} slowest_steps @param {number|null} worst_lag @param {string|null} [name] */
@@ -49,4 +49,12 @@ print(json.dumps(out))
   assert.deepEqual(cases.map((rows) => slowestSentence(rows, 7).text), printed);
   assert.equal(slowestSentence(cases[0], 7).rank, 1, 'a tie goes to the lower rank');
   assert.equal(slowestSentence(cases[1], 7).rank, null);
+});
+
+test('a column sorts largest first, rank ascending; again the other way; ties and no figure in rank order', () => {
+  const rows = [row(0, 3, 0.1), row(1, 9, 0.4), row(2, 3, 0.2), { ...row(3, 0, null), slowest_worker_p95: null }];
+  assert.deepEqual(sortedRows(rows, 'slowest_steps', true).map((r) => r.rank), [1, 0, 2, 3]);
+  assert.deepEqual(sortedRows(rows, 'slowest_steps', false).map((r) => r.rank), [3, 0, 2, 1]);
+  assert.deepEqual(sortedRows(rows, 'slowest_worker_p95', true).map((r) => r.rank), [0, 1, 2, 3]);
+  assert.deepEqual(sortedRows([...rows].reverse(), 'rank', false).map((r) => r.rank), [0, 1, 2, 3]);
 });

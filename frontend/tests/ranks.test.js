@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { shardReport, shardText, decodeShard, JobSteps, slowestWorker, rankRate } from '../js/ranks.js';
 import { reduce } from '../js/reducer.js';
-import { timelineRanks } from '../js/ranks-view.js';
+import { perRank, timelineRanks } from '../js/ranks-view.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';
 
@@ -207,4 +207,11 @@ print(json.dumps(out))`);
     });
   }
   assert.deepEqual(jobs.map((j) => j.figures[0].batches), [3, 63], 'jobs of 3 and 63 steps');
+});
+
+test("a shard line's samples per rank stay one short line at 1,024 ranks", () => {
+  assert.equal(perRank({ 1: 3, 0: 4 }), 'rank 0: 4, rank 1: 3 samples');
+  const even = Object.fromEntries(Array.from({ length: 1024 }, (_, r) => [r, 98]));
+  assert.equal(perRank(even), 'every one of 1024 ranks: 98 samples');
+  assert.equal(perRank({ ...even, 731: 97 }), '97–98 samples a rank over 1024 ranks, fewest rank 731');
 });

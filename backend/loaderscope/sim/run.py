@@ -12,7 +12,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from loaderscope.events import Event, Kind
+from loaderscope.events import MAX_INDICES, Event, Kind
+from loaderscope.ranks import encode_shard
 from loaderscope.scenarios.workload import SamplerOrder, Workload
 from loaderscope.sim.costs import CostModel, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
@@ -127,6 +128,7 @@ def simulate_ranks(
     params: dict[str, Any],
     costs: Sequence[CostModel],
     max_events: int = DEFAULT_MAX_EVENTS,
+    shards: Sequence[Sequence[int]] | None = None,
 ) -> JobRun:
     """A data-parallel job of ``len(costs)`` ranks, each running ``workload``'s loader on its shard.
 
@@ -134,6 +136,9 @@ def simulate_ranks(
     batches of the workload's batch size; ranks step together (``sim.job``). ``costs[r]`` is rank
     r's cost model (a slow rank is one with a ``worker_factor`` on every worker). Run ids are
     ``{job}-rank{r}``; every ``run_start`` names the job and the world size, as a real rank's does.
+    ``shards[r]``, if given, are the indices rank r reads each epoch in place of DistributedSampler's
+    (a split that overlaps or misses, to see the shard check name it). Each ``epoch_end`` carries the
+    digest of the indices the rank dispatched that epoch, as the probe's does (``probe/iterators.py``).
 
     Raises:
         ValueError: for an iterable dataset (torch shards those inside the dataset, not by sampler).
@@ -144,10 +149,15 @@ def simulate_ranks(
     world = len(costs)
     settings = workload.settings
     per_rank = []
+    if shards is not None and len(shards) != world:
+        raise ValueError(f"{len(shards)} shards for {world} ranks: give one list of indices per rank")
+    orders = []
     for rank, model in enumerate(costs):
-        shard = distributed_shard(workload.length, world, rank, drop_last=settings.drop_last)
+        shard = distributed_shard(workload.length, world, rank, drop_last=settings.drop_last) \
+            if shards is None else list(shards[rank])
         epoch = batched(shard, settings.batch_size or 1, drop_last=settings.drop_last)
         order = SamplerOrder([epoch] * workload.epochs, "DistributedSampler", "BatchSampler")
+        orders.append(order)
         cfg = sim_config(workload, run_id=f"{job}-rank{rank}", scenario=scenario, params=params, costs=model,
                          order=order)
         cfg = dataclasses.replace(cfg, rank=rank, extra_start={**cfg.extra_start, "job": job, "world_size": world})
@@ -155,7 +165,33 @@ def simulate_ranks(
         per_rank.append((cfg, TaskCosts(model, workload.sample_cost, workload.step_cost, random.Random(seed),
                                         pin_memory=settings.pin_memory)))
     run = simulate_job(per_rank, max_events=max_events)
-    for events in run.events:
+    for events, order in zip(run.events, orders):
+        add_shard_digests(events, order.batches, workload.length)
         if events and events[-1]["kind"] == Kind.RUN_END:
             events[-1]["stats"] = summary(reduce(events))
     return run
+
+
+def add_shard_digests(events: list[Event], batches: Sequence[Sequence[Sequence[int]]], length: int) -> None:
+    """Put on each ``epoch_end`` the digest of the sample indices dispatched in its epoch.
+
+    A ``dispatch`` event keeps only the first ``MAX_INDICES`` of a batch, so each is matched to the
+    sampler's next batch that begins with them and has its length: torch drops a batch it took from
+    the sampler when no worker can take it (``_try_put_index``), so dispatches are a subsequence of
+    the sampler's batches, in order.
+    """
+    read: dict[int, list[int]] = {}
+    position: dict[int, int] = {}
+    for event in events:
+        if event["kind"] == Kind.DISPATCH:
+            epoch = event["epoch"]
+            order, at = batches[epoch], position.get(epoch, 0)
+            head = event.get("indices") or []
+            while at < len(order) and (len(order[at]) != event.get("n") or list(order[at][:MAX_INDICES]) != head):
+                at += 1
+            if at < len(order):
+                read.setdefault(epoch, []).extend(order[at])
+            position[epoch] = at + 1
+        elif event["kind"] == Kind.EPOCH_END:
+            event["shard"] = encode_shard(read.get(event["epoch"], []), length)
+            event["shard_length"] = length

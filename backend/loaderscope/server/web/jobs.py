@@ -23,32 +23,35 @@ router = APIRouter(prefix="/api")
 _ONE_AT_A_TIME = asyncio.Lock()
 
 
-def job_files(request: Request, job: str) -> tuple[list[str], Any]:
-    """The trace files of ``job``'s logdir runs, and the fsspec filesystem for a URL logdir (else None)."""
+def job_files(request: Request, job: str) -> tuple[dict[str, str], Any]:
+    """The trace files of ``job``'s logdir runs, each with its run's id on this dashboard, and the fsspec
+    filesystem for a URL logdir (else None)."""
     logdir = request.app.state.config.logdir
-    relative = sorted(brief["path"] for run in manager_of(request).runs.values()
-                      if (brief := run.brief()).get("job") == job and brief.get("path"))
+    relative = {brief["path"]: run_id for run_id, run in manager_of(request).runs.items()
+                if (brief := run.brief()).get("job") == job and brief.get("path")}
     if logdir is None or not relative:
-        return [], None
+        return {}, None
     if "://" not in str(logdir):
-        return [posixpath.join(str(logdir), path) for path in relative], None
+        return {posixpath.join(str(logdir), path): run_id for path, run_id in sorted(relative.items())}, None
     import fsspec  # type: ignore[import-untyped]  # the optional remote extra; a URL logdir was only opened with it
 
     fs, root = fsspec.core.url_to_fs(str(logdir))
-    return [posixpath.join(root, path) for path in relative], fs
+    return {posixpath.join(root, path): run_id for path, run_id in sorted(relative.items())}, fs
 
 
 @router.get("/jobs/{job}/table", responses={404: {}, 422: {}})
 async def job_table(job: str, request: Request) -> Any:
-    """Per rank, per step and per epoch's shards: the answers of ``loaderscope job``, for a logdir job."""
+    """Per rank, per step and per epoch's shards: the answers of ``loaderscope job``, for a logdir job;
+    each rank's row names its run on this dashboard (``dashboard_run``), so the page opens it by that id."""
     paths, fs = job_files(request, job)
     if not paths:
         return JSONResponse({"detail": f"no trace of job {job!r} in this dashboard's logdir; the job table reads "
                                        "a logdir's traces (loaderscope serve --logdir DIR)"}, status_code=404)
     async with _ONE_AT_A_TIME:
         try:
-            table = await asyncio.to_thread(table_of, paths, fs, label=f"job {job}")
+            table = await asyncio.to_thread(table_of, list(paths), fs, label=f"job {job}")
         except JobQueryError as exc:
             return JSONResponse({"detail": str(exc)}, status_code=422)
-    rows = [{k: v for k, v in row.items() if k != "file"} for row in table.ranks]
+    rows = [{k: v for k, v in row.items() if k != "file"} | {"dashboard_run": paths.get(row["file"])}
+            for row in table.ranks]
     return Response(orjson.dumps(table.as_json() | {"ranks": rows, "job": job}), media_type="application/json")

@@ -1,0 +1,102 @@
+"""The job view of a 1,024-rank logdir job in real chromium: frames per second while its table scrolls.
+
+    .venv/bin/python bench/job_view.py                    # the logdir bench/job_table.py simulated (jsonl/)
+    .venv/bin/python bench/job_view.py --dir DIR --seconds 4 --repeat 3
+
+Serves ``--dir``'s traces with ``serve(logdir=...)`` (``tests.live.launch``: its own process), opens
+rank 0 in headless chromium (Debian's, software rendering: tests/test_browser.py's flags), waits for
+the job's table (``GET /api/jobs/{job}/table``, every rank, no rank's stream but the open one's), then
+scrolls it with ``page.mouse.wheel`` for ``--seconds`` while ``requestAnimationFrame`` counts the
+frames the page drew. Printed per repeat: frames per second, the longest frame, the rows in the page
+at the end (only those in view should be), and the median and range over the repeats against 30 fps.
+Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.live import launch  # noqa: E402
+from tests.test_browser import ARGS, CHROMIUM, VIEWPORT  # noqa: E402
+
+# Scroll by wheel each frame and count the frames: the page's own rAF loop draws whatever it draws.
+SCROLL = """async ([seconds]) => {
+  const times = [];
+  const done = performance.now() + seconds * 1000;
+  await new Promise((resolve) => {
+    const tick = (now) => { times.push(now); if (now < done) requestAnimationFrame(tick); else resolve(); };
+    requestAnimationFrame(tick);
+  });
+  const gaps = times.slice(1).map((t, i) => t - times[i]);
+  return { frames: times.length - 1, span: times[times.length - 1] - times[0], longest: Math.max(...gaps) };
+}"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "loaderscope-job-1024-200")
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    logdir = args.dir / "jsonl"
+    if not logdir.is_dir():
+        sys.exit(f"{logdir}: no traces; simulate them first: .venv/bin/python bench/job_table.py")
+    files = sum(1 for _ in logdir.rglob("*.trace.jsonl"))
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as scratch:
+        server = launch(Path(scratch), logdir=str(logdir))
+        try:
+            headers = {"Authorization": f"Bearer {server.token}"}
+            runs: list[dict[str, object]] = []
+            while len(runs) < files:
+                runs = httpx.get(f"{server.url}/api/runs", headers=headers, timeout=60).json()
+                time.sleep(0.2)
+            first = min(runs, key=lambda r: int(str(r["rank"])))
+            print(f"{files} traces listed; cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}")
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+                page = browser.new_page(viewport=VIEWPORT)
+                began = time.perf_counter()
+                page.goto(f"{server.page_url}&run={first['id']}")
+                page.get_by_test_id("job-slowest").wait_for(timeout=300_000)
+                print(f"the job's table in the page {time.perf_counter() - began:.1f} s after opening rank 0; "
+                      f"named: {page.get_by_test_id('job-slowest').text_content()}")
+                scroller = page.get_by_test_id("job-vtable").locator(".vscroll")
+                box = scroller.bounding_box()
+                assert box is not None
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                fps = []
+                for n in range(args.repeat):
+                    counting = page.evaluate_handle(SCROLL, [args.seconds])
+                    down = 1 if n % 2 == 0 else -1
+                    ends = time.monotonic() + args.seconds
+                    while time.monotonic() < ends:
+                        page.mouse.wheel(0, down * 120)
+                    result = counting.json_value()
+                    rows = page.get_by_test_id("job-row").count()
+                    top = scroller.evaluate("s => s.scrollTop")
+                    rate = result["frames"] / result["span"] * 1000
+                    fps.append(rate)
+                    print(f"repeat {n}: {rate:.1f} fps over {result['span'] / 1000:.1f} s, longest frame "
+                          f"{result['longest']:.0f} ms; {rows} rows in the page, scrolled to {top} px")
+                browser.close()
+            print(f"job view at {files} ranks: {statistics.median(fps):.1f} fps median ({min(fps):.1f}-{max(fps):.1f}) "
+                  f"= {statistics.median(fps) / 30:.2f} of the 30 fps target; load average {os.getloadavg()[0]:.1f}")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
