@@ -24,6 +24,7 @@ from loaderscope.events import expand
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.state import _INLINED, _INLINED_RULES, LoaderState, summary
+from tests.test_ingest_reference import Frames
 
 
 def one_at_a_time(frames: list[list[dict[str, Any]]]) -> tuple[LoaderState, list[str]]:
@@ -83,16 +84,6 @@ class Squares(Dataset[torch.Tensor]):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.full((2,), index * index)
-
-
-class Frames:
-    takes_frames = True
-
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def frame(self, data: bytes, count: int) -> None:
-        self.frames.append(data)
 
 
 def test_a_real_loaders_run_reduces_alike_a_frame_at_once() -> None:
