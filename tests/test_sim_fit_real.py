@@ -56,7 +56,7 @@ def train(workers: int, epochs: int = 3, peek: bool = False) -> list[dict[str, A
     torch.manual_seed(0)
     train_loader = loaderscope.watch(DataLoader(Images(192), batch_size=16, shuffle=True, num_workers=workers),
                                      sink=events.extend, name="train_loader")
-    val_loader = DataLoader(Images(64), batch_size=16)
+    val_loader = DataLoader(Images(256), batch_size=16)  # ~30-50 ms: an eval well above a step's jitter
     model, loss_fn = net(), nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     with train_loader:
