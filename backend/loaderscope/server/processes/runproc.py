@@ -220,6 +220,20 @@ def main(argv: list[str] | None = None) -> int:
         return stream_run(args, ws, hello.get("controls") or [])
 
 
+QUEUED_CONTROLS_WAIT = 0.05  # a control sent just as a spare run process attached comes right after the hello
+
+
+def take_queued_controls(ws: ClientConnection, control: Control) -> None:
+    """Apply controls that reach us within QUEUED_CONTROLS_WAIT of the hello (a pause clicked as the run
+    started) before the consumer's first next(): the listening thread might see them one batch late."""
+    while True:
+        try:
+            message = ws.recv(timeout=QUEUED_CONTROLS_WAIT)
+        except TimeoutError:
+            return
+        apply_message(control, message)
+
+
 def stream_run(args: argparse.Namespace, ws: ClientConnection, held: list[dict[str, Any]]) -> int:
     """Run the scenario, streaming up ``ws``; ``held``: the controls sent before we connected (a pause
     while the run was starting), in force before the consumer's first next()."""
@@ -227,6 +241,7 @@ def stream_run(args: argparse.Namespace, ws: ClientConnection, held: list[dict[s
     for command in held:
         if isinstance(command, dict):
             apply(control, command)
+    take_queued_controls(ws, control)
     uplink = Uplink(ws)
     threading.Thread(target=listen, args=(ws, control), name="loaderscope-control", daemon=True).start()
     code = 0
