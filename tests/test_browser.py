@@ -77,6 +77,16 @@ def settle(page: Any, timeout: float = WAIT_MS) -> None:
     page.wait_for_function(SETTLED, timeout=timeout)
 
 
+def applied(page: Any, run: dict[str, Any], timeout: float = WAIT_MS) -> None:
+    """Wait until the page has received and applied every event of the ended ``run``.
+
+    The stream's cursor reaches the last seq before the page applies what it queued (a frame at a
+    time, within a budget): on a busy machine, well before.
+    """
+    page.wait_for_function(f"""() => {{ const a = window.loaderscope;
+      return a.stream.lastSeq === {run['last_seq']} && a.queue.length === a.queueHead; }}""", timeout=timeout)
+
+
 def drawn(page: Any, timeout: float = WAIT_MS) -> None:
     """Wait until the page shows its current state: what a screenshot should catch."""
     page.evaluate(FRAMES, 2)  # the frame that the last action asked for has run
@@ -142,7 +152,7 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     final = server.wait_status(run_id, timeout=90)
     pg.wait_for_function(f"() => document.querySelector('[data-testid=run-status]').textContent === {final['status']!r}",
                          timeout=WAIT_MS)
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
+    applied(pg, final)
     assert rcvd(pg) == final["batches"] == 50
     state = pg.evaluate("({events: window.loaderscope.eventCount, violations: window.loaderscope.state.violations,"
                         " high: window.loaderscope.state.buffer_high})")
@@ -166,7 +176,7 @@ def test_reload_and_dropped_socket_lose_nothing(server: Any, page: Page) -> None
     # drop the websocket under the page; it must reconnect with after=lastSeq
     pg.evaluate("window.loaderscope.stream.socket && window.loaderscope.stream.socket.close()")
     final = server.wait_status(run["id"], timeout=90)
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
+    applied(pg, final)
     got = pg.evaluate("({events: window.loaderscope.eventCount, dups: window.loaderscope.stream.duplicates,"
                       " batches: window.loaderscope.state.batches, violations: window.loaderscope.state.violations})")
     assert got["events"] == final["events"], "every event applied exactly once"
@@ -203,7 +213,7 @@ def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
     run = server.start_run("uniform", num_workers=0, dataset_size=48, sample_ms=5)
     final = server.wait_status(run["id"], timeout=60)
     pg.goto(f"{server.page_url}&run={run['id']}")
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
+    applied(pg, final)
     lanes = pg.locator('[data-testid="worker-lane"]')
     assert lanes.count() == 1
     assert "main process" in (lanes.first.text_content() or "")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_browser import WAIT_MS, FRAMES, Page, browser, page  # noqa: F401 (fixtures)
+from tests.test_browser import WAIT_MS, FRAMES, Page, applied, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -35,7 +35,7 @@ def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> N
     run = answer.json()
     final = server.wait_status(run["id"], timeout=90)
     pg.goto(f"{server.page_url}&run={run['id']}")
-    pg.wait_for_function(f"() => window.loaderscope.stream.lastSeq === {final['last_seq']}", timeout=WAIT_MS)
+    applied(pg, final)
     lanes = pg.locator('[data-testid="worker-lane"]')
     assert lanes.count() == 64
     # the moment the worker fetching task 100 is killed (a stalled fetch would show the same way,
