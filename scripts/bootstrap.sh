@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv with everything loaderscope needs. Idempotent: cheap when already done.
 # torch is pinned here (a CPU build lies on local disk); the package itself only asks torch>=2.4.
+#
+# uv installs the packages (pip installs uv first): it links them from its cache (~/.cache/uv) rather
+# than unpacking each wheel again, so a fresh clone's venv takes seconds once the cache holds them,
+# where pip took ~150 s of a core here. The first time, both download the same packages from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,12 +12,13 @@ PY=${PYTHON:-python3}
 # Reinstall when pyproject.toml changed since the last install (new dependencies or test extras), or
 # when the startup hook `loaderscope record` needs is missing (a venv made before it existed).
 STAMP=.venv/.loaderscope-installed
-WANT=$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
+WANT=$(sha256sum pyproject.toml scripts/bootstrap.sh scripts/uv.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || [ "${1:-}" = "--force" ] \
    || ! ls .venv/lib/python*/site-packages/loaderscope_auto.pth >/dev/null 2>&1 \
    || ! .venv/bin/python -c "import torch, loaderscope, mypy" 2>/dev/null; then
-  .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0"
-  # mypy: scripts/test.sh type-checks the pure core (mypy.ini); a tool, not a dependency of the package
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[test]" "mypy>=1.10"
+  source scripts/uv.sh
+  uv_install .venv "torch==2.13.0"
+  # mypy: scripts/test.sh type-checks the whole package (mypy.ini); a tool, not a dependency of the package
+  uv_install .venv -e ".[test]" "mypy>=1.10"
   echo "$WANT" > "$STAMP"
 fi
