@@ -2,7 +2,7 @@
 # Quick start, part 2: set up (venv, Debian chromium and node for the browser and page tests) and run
 # every test. Nothing is skipped for a missing tool: a run that compared nothing must not pass.
 #
-# pytest runs on every core (pytest-xdist); the other checks run beside it, each with its output kept
+# pytest runs on every core and one more (pytest-xdist); the other checks run beside it, each with its output kept
 # in a file and shown when it fails. Arguments go to pytest (e.g. `bash scripts/test.sh -n 0 -x`).
 # To add a check, add a `beside NAME COMMAND...` line below.
 set -euo pipefail
@@ -57,7 +57,9 @@ else
 fi
 
 failed=()
-"$PYTHON" -m pytest -n auto --dist loadgroup "$@" || failed+=(pytest)
+# One pytest worker more than there are cores: a third of a worker's time is spent waiting (a browser,
+# a subprocess, a server), which the extra worker fills.
+"$PYTHON" -m pytest -n "$(($(nproc) + 1))" --dist loadgroup "$@" || failed+=(pytest)
 wait
 for name in "${checks[@]}"; do
   rc=killed seconds='?'
