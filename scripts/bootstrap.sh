@@ -5,9 +5,10 @@
 # uv installs the packages (pip installs uv first): it links them from its cache (~/.cache/uv) rather
 # than unpacking each wheel again, so a fresh clone's venv takes seconds once the cache holds them,
 # where pip took ~150 s of a core here. The first time, both download the same packages from PyPI.
-# Each module is compiled now, as pip does (uv does not by default): with PYTHONDONTWRITEBYTECODE set,
-# every test's process would otherwise compile torch's modules again (import torch: 6 s instead of 2.5).
-export UV_COMPILE_BYTECODE=1
+# Unlike pip, uv compiles no module at install (compiling all of them cost ~75 s of CPU here): Python
+# writes each module's .pyc the first time it is imported. Where PYTHONDONTWRITEBYTECODE is set it
+# writes none, and every process compiles torch again (import torch: 6 s instead of 2.5), so
+# scripts/demo.sh and scripts/test.sh unset it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

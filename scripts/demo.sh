@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+unset PYTHONDONTWRITEBYTECODE  # each module compiled once, at its first import (scripts/bootstrap.sh)
 exec .venv/bin/loaderscope demo "$@"

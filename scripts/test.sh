@@ -25,9 +25,10 @@ if [ "$(cat "$NPM_STAMP" 2>/dev/null)" != "$NPM_WANT" ] || [ ! -x node_modules/.
   echo "$NPM_WANT" > "$NPM_STAMP"
 fi
 export PYTHON="$PWD/.venv/bin/python"   # the page's agreement tests compare with the Python core through it
-# Hundreds of the tests' subprocesses import loaderscope: compiled once here, none of them compiles it
-# again where PYTHONDONTWRITEBYTECODE is set (py_compile writes the .pyc files all the same).
-"$PYTHON" -m compileall -q -j 0 backend/loaderscope tests >/dev/null
+# Hundreds of the tests' processes import torch and loaderscope: each module is compiled once, at its
+# first import, and its .pyc kept (scripts/bootstrap.sh compiles nothing ahead), which
+# PYTHONDONTWRITEBYTECODE would forbid, each process then compiling them again.
+unset PYTHONDONTWRITEBYTECODE
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
