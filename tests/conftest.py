@@ -63,6 +63,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` first. scripts/test.sh has pytest-xdist hand tests out two at a time
+    (``--maxschedchunk 2``) in this order, so the longest start while every worker is busy, and the run
+    ends on short tests on every worker rather than on one long test on one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def __getattr__(name: str) -> Any:
     # The dashboard's helpers live in tests/live.py (it needs httpx and websockets): imported on first
     # use, so that tests of the pure core collect without the server's packages.

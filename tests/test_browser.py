@@ -110,6 +110,7 @@ def start_from_form(page: Any, scenario: str, **params: Any) -> str:
     return page.url.split("run=", 1)[1].split("&", 1)[0]
 
 
+@pytest.mark.slow
 def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     pg.goto(server.page_url)  # the token becomes an HttpOnly cookie; the page's calls just work

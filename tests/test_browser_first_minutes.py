@@ -40,6 +40,7 @@ CLOCKS = """() => { const a = window.loaderscope;
     elapsed: [...document.querySelectorAll('[data-testid=worker-lane]')].map((l) => l.dataset.elapsed ?? '') }; }"""
 
 
+@pytest.mark.slow
 def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     pg = page.page
     page.expected_status.add(404)  # the new server does not know the run: said so, by a 404
@@ -91,6 +92,7 @@ def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page
     page.errors[:] = [e for e in page.errors if "ERR_CONNECTION_REFUSED" not in e and "/ws/runs/" not in e]
 
 
+@pytest.mark.slow
 def test_reconnect_resumes_the_run(start_server: Any, page: Page) -> None:  # noqa: F811
     """A dropped socket (the server still there): the notice comes and goes, events resume after the last seq."""
     pg = page.page
@@ -254,6 +256,7 @@ def test_time_slider_seeks_by_time(server: Any, page: Page) -> None:  # noqa: F8
     pg.wait_for_function("() => Number(document.getElementById('pb-marks').dataset.parked || 0) > 0", timeout=WAIT_MS)
 
 
+@pytest.mark.slow
 def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     pg = page.page
     srv = start_server(demo="out_of_order", demo_params={"dataset_size": 200, "sample_ms": 15, "hold_every": 5},

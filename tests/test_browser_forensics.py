@@ -26,6 +26,7 @@ def shoot(pg: Any, tmp_path: Path, name: str) -> Path:
     return shot
 
 
+@pytest.mark.slow
 def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     pg = page.page
     pg.goto(server.page_url)

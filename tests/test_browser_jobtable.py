@@ -18,6 +18,7 @@ pytestmark = pytest.mark.browser
 RANKS, SLOW = 40, 7
 
 
+@pytest.mark.slow
 def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_click(
         browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
     logs = tmp_path / "logs"
@@ -105,6 +106,7 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
     page.close()
 
 
+@pytest.mark.slow
 def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
     """A rank whose trace left the logdir's run list after the table was made (a race the server cannot
     close: the table and the list are read at different moments) is named, not silently ignored. The

@@ -27,6 +27,7 @@ def batches_shown(page: Any) -> int:
     return int(text) if text.strip().isdigit() else -1
 
 
+@pytest.mark.slow
 def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: Any, tmp_path: Path) -> None:
     events = real_run(4 * BATCHES, num_workers=2)
     first_yields = [i for i, e in enumerate(events) if e["kind"] == "yield"]

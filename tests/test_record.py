@@ -374,6 +374,7 @@ def test_torchs_warnings_keep_their_origin_under_record(tmp_path: Path, workers:
 
 
 @pytest.mark.skipif(torch_accelerator() or not pin_warns(), reason="pin_memory warns only without an accelerator")
+@pytest.mark.slow
 def test_warning_filters_on_torchs_module_work_as_without_record(tmp_path: Path) -> None:
     path = script(tmp_path, WARNS, name="warns.py")
     vanilla, recorded = both(tmp_path, "-W", "error::UserWarning:torch.utils.data.dataloader", path, "run", "0")

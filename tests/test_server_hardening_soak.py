@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 RSS_BUDGET_MB = 1024  # the server's whole footprint under the flood; it held ~135 MB in the bench
 
 
+@pytest.mark.slow
 def test_a_flood_leaves_the_steady_run_its_viewer_and_health_whole() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "flood.py"), "--quick", "--json"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)

@@ -176,6 +176,7 @@ def environment() -> dict[str, str]:
 
 
 @pytest.mark.timeout(600)  # torchrun twice, each starting two ranks that import torch and accelerate
+@pytest.mark.slow
 def test_accelerate_under_torchrun_two_ranks_watched_as_vanilla(tmp_path: Path) -> None:
     script = tmp_path / "ranks.py"
     script.write_text(ACCELERATE_RANKS)
@@ -244,6 +245,7 @@ def warning_lines(stderr: str) -> list[str]:
 
 
 @pytest.mark.timeout(600)  # transformers imports slowly, twice
+@pytest.mark.slow
 def test_the_trainers_loaders_recorded_and_named_as_vanilla_runs(tmp_path: Path) -> None:
     script = tmp_path / "finetune.py"
     script.write_text(TRAINER)

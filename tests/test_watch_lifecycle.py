@@ -278,6 +278,7 @@ def ended(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess[str], d
 
 
 @pytest.mark.timeout(300)  # three interpreters import torch (spawn), on a shared box
+@pytest.mark.slow
 def test_a_rank_that_dies_inside_torch_multiprocessing_spawn_ends_with_its_exception(tmp_path: Path) -> None:
     done, last = ended(tmp_path, "spawn-raise")
     assert done.returncode == 1 and "ValueError: process 1 failed" in done.stderr
