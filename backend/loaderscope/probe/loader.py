@@ -283,7 +283,7 @@ class ProbeMixin(DataLoader[T_co]):
                 self._probe.drain_all()  # the workers' last records belong before run_end
                 self._probe_epochs.end_open()
                 extra = ({"error": error} if error else {}) | ({"exitcode": exitcode} if exitcode is not None else {})
-                self._probe.note("run_end", reason=reason, stats=stats or {}, **extra)
+                self._probe.end(reason=reason, stats=stats or {}, **extra)
             self._probe.close()
         except Exception as exc:
             report("run end", exc)

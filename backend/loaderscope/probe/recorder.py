@@ -91,6 +91,8 @@ class Recorder:
         self._holders = 0
         self._abandoned = False  # its last holder is gone: the probe thread ends the run
         self._ending = threading.Lock()
+        self._ended = False  # run_end is noted (``end``): flush sends nothing after it
+        self._ended_sent = False
 
     # --- producing records ---------------------------------------------------------------------
 
@@ -111,6 +113,16 @@ class Recorder:
         with self._drain_lock:
             for reader in list(self.readers.values()):
                 reader.drain(self.pending.append)
+
+    def end(self, **fields: Any) -> None:
+        """Note ``run_end`` after what the workers' rings hold now: the run's last event. A probe thread
+        draining at the same moment drains before it (the lock), and whatever a stray worker or thread
+        adds after it is left out by ``flush``: it no longer belongs to the run."""
+        with self._drain_lock:
+            for reader in list(self.readers.values()):
+                reader.drain(self.pending.append)
+            self.pending.append(("run_end", time.monotonic(), fields))
+            self._ended = True
 
     def watch(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` on the probe thread at every tick (liveness checks)."""
@@ -183,6 +195,8 @@ class Recorder:
             if self.sink is None:  # not started: what waits is kept for the sink to come
                 return
             records = [pending.popleft() for _ in range(len(pending))]
+            if self._ended:
+                records = self._through_run_end(records)
             if not records:
                 return
             sink = self.sink
@@ -198,6 +212,16 @@ class Recorder:
             except Exception as exc:  # the sink's problem, not training's: counted, said once
                 self.sink_errors += 1
                 report("event sink", exc)
+
+    def _through_run_end(self, records: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The records up to ``run_end``, and none once it is sent."""
+        if self._ended_sent:
+            return []
+        for position, record in enumerate(records):
+            if record[0] == "run_end":
+                self._ended_sent = True
+                return records[:position + 1]
+        return records
 
     def _send_frames(self, sink: FrameSink, records: list[tuple[Any, ...]]) -> None:
         """Encoded frames of at most SEND_FRAME_BYTES (halved until they fit): the dashboard parses a

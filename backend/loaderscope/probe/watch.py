@@ -136,7 +136,7 @@ def _end_dropped(recorder: Recorder, transport: Any) -> None:
         # an exception): the run ends as the process does.
         reason, error, code = ending() if _exit["code"] is not None else ("done", None, None)
         extra = ({"error": error} if error else {}) | ({"exitcode": code} if code is not None else {})
-        recorder.note("run_end", reason=reason, stats={}, **extra)
+        recorder.end(reason=reason, stats={}, **extra)
     recorder.close()
     if transport is not None:
         transport.close()
