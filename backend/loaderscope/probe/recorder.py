@@ -111,16 +111,18 @@ class Recorder:
 
     def drain_all(self) -> None:
         with self._drain_lock:
-            for reader in list(self.readers.values()):
-                reader.drain(self.pending.append)
+            self._drain_rings()
+
+    def _drain_rings(self) -> None:  # with _drain_lock held
+        for reader in list(self.readers.values()):
+            reader.drain(self.pending.append)
 
     def end(self, **fields: Any) -> None:
         """Note ``run_end`` after what the workers' rings hold now: the run's last event. A probe thread
         draining at the same moment drains before it (the lock), and whatever a stray worker or thread
         adds after it is left out by ``flush``: it no longer belongs to the run."""
         with self._drain_lock:
-            for reader in list(self.readers.values()):
-                reader.drain(self.pending.append)
+            self._drain_rings()
             self.pending.append(("run_end", time.monotonic(), fields))
             self._ended = True
 
