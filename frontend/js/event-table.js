@@ -23,12 +23,15 @@ const OBJECT = 0; // the row is a kept object
 /** @type {Record<string, Set<string>>} */
 const FIELDS = Object.fromEntries(HOT.map((kind) => [kind, new Set(Object.keys(OWN[kind]))]));
 
-// pushLine's keys per kind code: the names it reads (FIELDS), and a bit mask of those the line must
-// carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
-const LINE_KEYS = [Object.assign([], { required: 0 }), ...HOT.map((kind) => {
-  const keys = Object.assign([...FIELDS[kind]], { required: 0 });
-  for (const [k, name] of keys.entries()) if (OWN[kind][name].required && name !== 'worker') keys.required |= 1 << k;
-  return keys;
+// pushLine's keys per kind code: the names it reads (FIELDS), as bytes, and a bit mask of those the
+// line must carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
+/** @typedef {{names: string[], bytes: Uint8Array[], required: number}} LineKeys */
+/** @type {LineKeys[]} */
+const LINE_KEYS = [{ names: [], bytes: [], required: 0 }, ...HOT.map((kind) => {
+  const names = [...FIELDS[kind]];
+  let required = 0;
+  for (const [k, name] of names.entries()) if (OWN[kind][name].required && name !== 'worker') required |= 1 << k;
+  return { names, bytes: names.map((name) => new TextEncoder().encode(name)), required };
 })];
 
 // flags: which optional fields were present, and booleans
@@ -48,7 +51,13 @@ const WORKERLESS = new Set(HOT.filter((kind) => !OWN[kind].worker.required));
 const BOUNDED = [...new Set(HOT.flatMap((kind) => Object.keys(OWN[kind]).filter((name) => OWN[kind][name].type === 'number')))];
 // The common fields, which a line of the trace writer carries first, in the contract's order: the
 // text pushLine expects before each one's value (a string's opening quote included).
-const HEAD = COMMON_FIELDS.map((name, i) => ({ name, text: `${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}` }));
+const [SEQ, T, RUN, RANK, KIND] = [0, 1, 2, 3, 4];
+/** @type {Record<string, number>} */
+const HEAD_FIELD = { seq: SEQ, t: T, run: RUN, rank: RANK, kind: KIND };
+const HEAD = COMMON_FIELDS.map((name, i) => ({ field: HEAD_FIELD[name], bytes: new TextEncoder().encode(`${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}`) }));
+const NEXT_KEY = new TextEncoder().encode(',"');
+const TRUE = new TextEncoder().encode('true');
+const FALSE = new TextEncoder().encode('false');
 /** @param {unknown} v @returns {v is number} */
 const within = (v) => typeof v === 'number' && Math.abs(v) <= MAX_NUMBER;
 
@@ -72,99 +81,141 @@ const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 // 10**k for k <= 22: exact doubles, so an integer below 2**53 divided by one is rounded once, the
 // way JSON.parse rounds the decimal it came from (Clinger's fast path).
 const POW10 = Array.from({ length: 23 }, (_, k) => Number(`1e${k}`));
-const D0 = 48, D9 = 57, MINUS = 45, DOT = 46, QUOTE = 34, BACKSLASH = 92, COMMA = 44, CLOSE = 93;
+const D0 = 48, D9 = 57, MINUS = 45, DOT = 46, QUOTE = 34, BACKSLASH = 92, COMMA = 44, OPEN = 91, CLOSE = 93, COLON = 58;
+const BRACE = 125;
+const ENCODER = new TextEncoder();
+const HOT_BYTES = HOT.map((kind) => ENCODER.encode(kind));
 
-/** A cursor over one line of text for EventTable.pushLine: JSON's grammar for what it reads, no more. */
+/** A cursor over one line's UTF-8 bytes for EventTable.pushLine: JSON's grammar for what it reads, no more. */
 class LineScan {
-  /** @param {string} text @param {number} pos @param {number} end */
-  constructor(text, pos, end) {
-    this.text = text;
-    this.pos = pos;
-    this.end = end;
+  constructor() {
+    /** @type {Uint8Array} */
+    this.bytes = new Uint8Array(0);
+    this.pos = 0;
+    this.end = 0;
   }
 
-  /** Step over `s` if the text continues with it. @param {string} s */
+  /** Read bytes[pos, end) next. @param {Uint8Array} bytes @param {number} pos @param {number} end */
+  reset(bytes, pos, end) {
+    this.bytes = bytes;
+    this.pos = pos;
+    this.end = end;
+    return this;
+  }
+
+  /** Step over `s` (ASCII bytes) if the line continues with it. @param {Uint8Array} s */
   lit(s) {
-    const text = this.text, pos = this.pos, n = s.length;
+    const bytes = this.bytes, pos = this.pos, n = s.length;
     if (pos + n > this.end) return false;
-    for (let j = 0; j < n; j++) if (text.charCodeAt(pos + j) !== s.charCodeAt(j)) return false; // faster than startsWith
+    for (let j = 0; j < n; j++) if (bytes[pos + j] !== s[j]) return false;
     this.pos = pos + n;
+    return true;
+  }
+
+  /** Step over the one byte `c` if it comes next. @param {number} c */
+  byte(c) {
+    if (this.pos >= this.end || this.bytes[this.pos] !== c) return false;
+    this.pos += 1;
     return true;
   }
 
   /** A JSON number's value (as JSON.parse gives it), or NaN where there is none. */
   num() {
-    const text = this.text, start = this.pos, end = this.end;
+    const bytes = this.bytes, start = this.pos, end = this.end;
     let p = start;
-    if (text.charCodeAt(p) === MINUS) p += 1;
+    if (bytes[p] === MINUS) p += 1;
     const first = p;
     let m = 0;
-    for (let c = text.charCodeAt(p); p < end && c >= D0 && c <= D9; c = text.charCodeAt(++p)) m = m * 10 + (c - D0);
-    if (p === first || (text.charCodeAt(first) === D0 && p - first > 1)) return NaN; // no digits, or a leading 0
+    for (let c = bytes[p]; p < end && c >= D0 && c <= D9; c = bytes[++p]) m = m * 10 + (c - D0);
+    if (p === first || (bytes[first] === D0 && p - first > 1)) return NaN; // no digits, or a leading 0
     let k = 0;
-    if (p < end && text.charCodeAt(p) === DOT) {
+    if (p < end && bytes[p] === DOT) {
       const dot = ++p;
-      for (let c = text.charCodeAt(p); p < end && c >= D0 && c <= D9; c = text.charCodeAt(++p)) m = m * 10 + (c - D0);
+      for (let c = bytes[p]; p < end && c >= D0 && c <= D9; c = bytes[++p]) m = m * 10 + (c - D0);
       k = p - dot;
       if (k === 0) return NaN;
     }
-    const c = text.charCodeAt(p);
+    const c = bytes[p];
     if (p < end && (c === 101 || c === 69)) return NaN; // an exponent: left to JSON.parse
     this.pos = p;
-    if (m > 2 ** 53 || k > 22) return Number(text.slice(start, p)); // the slow, exact way
+    if (m > 2 ** 53 || k > 22) return Number(ascii(bytes, start, p)); // the slow, exact way
     const v = k ? m / POW10[k] : m;
-    return text.charCodeAt(start) === MINUS ? -v : v;
+    return bytes[start] === MINUS ? -v : v;
+  }
+
+  /** True when the string that comes next, up to its closing quote, is `s` (printable ASCII without escapes). @param {string} s */
+  isString(s) {
+    const bytes = this.bytes, n = s.length, p = this.pos;
+    if (p + n >= this.end || bytes[p + n] !== QUOTE) return false;
+    for (let j = 0; j < n; j++) if (bytes[p + j] !== s.charCodeAt(j)) return false;
+    this.pos = p + n;
+    return true;
   }
 
   /** The characters up to the next quote when they are printable ASCII without escapes, else null. */
   plainString() {
-    const text = this.text, start = this.pos;
+    const bytes = this.bytes, start = this.pos;
     let p = start;
-    for (let c = text.charCodeAt(p); p < this.end && c !== QUOTE; c = text.charCodeAt(++p)) {
+    for (let c = bytes[p]; p < this.end && c !== QUOTE; c = bytes[++p]) {
       if (c < 32 || c > 126 || c === BACKSLASH) return null;
     }
     if (p >= this.end) return null;
     this.pos = p;
-    return text.slice(start, p);
+    return ascii(bytes, start, p);
   }
 
-  /** The code of the hot kind named next (before its closing quote), or OBJECT. */
-  kindCode() {
-    for (let code = 1; code <= HOT.length; code++) {
-      const name = HOT[code - 1];
-      if (this.text.charCodeAt(this.pos + name.length) === QUOTE && this.lit(name)) return code;
-    }
-    return OBJECT;
-  }
-
-  /** Which of `names` comes next, closed by `":`, stepping over it (-1 for none). @param {string[]} names */
-  key(names) {
+  /** The index in `names` of the name that comes next, closed by `close` (not stepped over), or -1. @param {Uint8Array[]} names @param {number} close */
+  oneOf(names, close) {
+    const bytes = this.bytes, pos = this.pos;
     for (let k = 0; k < names.length; k++) {
-      const name = names[k];
-      if (this.text.charCodeAt(this.pos + name.length) === QUOTE && this.text.charCodeAt(this.pos + name.length + 1) === 58 && this.lit(name)) {
-        this.pos += 2;
+      const name = names[k], n = name.length;
+      if (bytes[pos + n] !== close || bytes[pos] !== name[0] || pos + n >= this.end) continue;
+      let j = 1;
+      while (j < n && bytes[pos + j] === name[j]) j++;
+      if (j === n) {
+        this.pos = pos + n;
         return k;
       }
     }
     return -1;
   }
 
+  /** The code of the hot kind named next (before its closing quote), or OBJECT. */
+  kindCode() {
+    return this.oneOf(HOT_BYTES, QUOTE) + 1;
+  }
+
+  /** Which of `names` comes next, closed by `":`, stepping over it (-1 for none). @param {Uint8Array[]} names */
+  key(names) {
+    const k = this.oneOf(names, QUOTE);
+    if (k < 0 || this.bytes[this.pos + 1] !== COLON) return -1;
+    this.pos += 2;
+    return k;
+  }
+
   /** A list of int32s into `table`'s pool after its used part: their count, or -1. @param {EventTable} table */
   intList(table) {
-    if (!this.lit('[')) return -1;
+    if (!this.byte(OPEN)) return -1;
     let count = 0;
-    if (this.lit(']')) return 0;
+    if (this.byte(CLOSE)) return 0;
     for (;;) {
       const v = this.num();
       if (!isInt(v)) return -1;
       table.ensurePool(count + 1);
       table.pool[table.poolN + count++] = v;
-      const c = this.text.charCodeAt(this.pos);
+      const c = this.bytes[this.pos];
       if (this.pos >= this.end || (c !== COMMA && c !== CLOSE)) return -1;
       this.pos += 1;
       if (c === CLOSE) return count;
     }
   }
+}
+
+const LINE = new LineScan(); // one cursor for every line: a new one per line was a tenth of the parse in garbage
+
+/** bytes[start, end) as a string, each byte one character (the caller knows them to be ASCII). @param {Uint8Array} bytes @param {number} start @param {number} end */
+function ascii(bytes, start, end) {
+  return String.fromCharCode.apply(null, /** @type {any} */ (bytes.subarray(start, end)));
 }
 
 /**
@@ -324,44 +375,51 @@ export class EventTable {
   }
 
   /**
-   * Append the event on text[start, end) (one line of a trace) straight into the columns, if it is
+   * Append the event on bytes[start, end) (one line of a trace, UTF-8) straight into the columns, if it is
    * written the way loaderscope writes the frequent kinds: `{"seq":…,"t":…,"run":"…","rank":…,
    * "kind":"…"` then the kind's fields (COMMON and FIELDS) in any order, each once, no spaces, no
    * string escapes, no exponents. False, and nothing appended, for any other line: the caller
    * parses it with JSON.parse and pushValid()/push() as before. What it takes is exactly what
    * JSON.parse and pushValid() would take, with the same values (JSON.parse was half of a worker's
-   * time).
-   * @param {string} text @param {number} start @param {number} end
+   * time; reading the bytes, not decoded text, spares the decoding and a string per line).
+   * @param {Uint8Array} bytes @param {number} start @param {number} end
    */
-  pushLine(text, start, end) {
-    const line = new LineScan(text, start, end);
+  pushLine(bytes, start, end) {
+    const line = LINE.reset(bytes, start, end);
     let seq = NaN, t = NaN, rank = NaN, code = OBJECT;
     /** @type {string|null} */
     let run = null;
-    for (const { name, text: head } of HEAD) {
+    for (let h = 0; h < HEAD.length; h++) {
+      const { field, bytes: head } = HEAD[h];
       if (!line.lit(head)) return false;
-      if (name === 'seq') seq = line.num();
-      else if (name === 't') t = line.num();
-      else if (name === 'rank') rank = line.num();
-      else if (name === 'run') run = line.plainString();
-      else code = line.kindCode();
-      if ((name === 'run' || name === 'kind') && !line.lit('"')) return false;
+      switch (field) {
+        case SEQ: seq = line.num(); break;
+        case T: t = line.num(); break;
+        case RANK: rank = line.num(); break;
+        case RUN:
+          run = this.run === undefined ? line.plainString() : line.isString(this.run) ? this.run : null;
+          if (!line.byte(QUOTE)) return false;
+          break;
+        default:
+          code = line.kindCode();
+          if (!line.byte(QUOTE)) return false;
+      }
     }
     if (!Number.isInteger(seq) || !within(seq) || !within(t) || run === null || !Number.isInteger(rank) || !within(rank)) return false;
     if (code === OBJECT) return false;
-    if (this.run !== undefined && (run !== this.run || rank !== this.rank)) return false;
+    if (this.run !== undefined && rank !== this.rank) return false;
     const i = this.n;
     if (i === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
     const keys = LINE_KEYS[code];
     let seen = 0;
     let flags = 0;
-    while (flags >= 0 && line.lit(',"')) {
-      const k = line.key(keys);
+    while (flags >= 0 && line.lit(NEXT_KEY)) {
+      const k = line.key(keys.bytes);
       if (k < 0 || seen & (1 << k)) return false;
       seen |= 1 << k;
-      flags = this.lineValue(line, keys[k], i, flags);
+      flags = this.lineValue(line, keys.names[k], i, flags);
     }
-    if (flags < 0 || !line.lit('}') || line.pos !== end || (seen & keys.required) !== keys.required) return false;
+    if (flags < 0 || !line.byte(BRACE) || line.pos !== end || (seen & keys.required) !== keys.required) return false;
     if (!(flags & F.WORKER) && !WORKERLESS.has(HOT[code - 1])) return false;
     if (this.run === undefined) { this.run = run; this.rank = rank; }
     this.kind[i] = code;
@@ -399,8 +457,8 @@ export class EventTable {
         return flags | F.INDICES;
       }
       case 'from_buffer': case 'pinned':
-        if (line.lit('true')) return flags | F.TRUE;
-        return line.lit('false') ? flags | F.FALSE : -1;
+        if (line.lit(TRUE)) return flags | F.TRUE;
+        return line.lit(FALSE) ? flags | F.FALSE : -1;
       default: { // a bounded number: n, dt, wait (column a), nbytes (b), pickled (c)
         const v = line.num();
         if (!within(v)) return -1;

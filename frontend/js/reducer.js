@@ -54,10 +54,18 @@ export function newWorker(id) {
   };
 }
 
-/** @param {number[]} list @param {number} value */
+/**
+ * Take `value` out of `list` in place. Not splice (which makes an array of what it took) nor shift
+ * (which hands the array's head room back, so the next push allocates): a queue that takes and
+ * gives a task per event made a third of the garbage of applying a big trace.
+ * @param {number[]} list @param {number} value
+ */
 function remove(list, value) {
   const i = list.indexOf(value);
-  if (i >= 0) list.splice(i, 1);
+  if (i < 0) return;
+  const last = list.length - 1;
+  for (let j = i; j < last; j++) list[j] = list[j + 1]; // a loop: these lists are short, and copyWithin is a call
+  list.pop();
 }
 
 /** Cursors, queues, reorder buffer and workers of the current epoch, plus run-wide statistics. */

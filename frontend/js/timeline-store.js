@@ -155,6 +155,67 @@ const WORKER = EventTable.field('fetch_end', 'worker');
 const FETCH_DT = EventTable.field('fetch_end', 'dt');
 const PIN_DT = EventTable.field('pin_end', 'dt');
 
+/**
+ * A Map for integer keys that come and go in order (tasks in flight by index, workers fetching):
+ * a slot per key modulo SLOTS, and a Map for a key whose slot another live key holds. A Map alone
+ * gives its table back each time it empties and takes a new one as it fills: with a task or two in
+ * flight that was a new table per task, a third of the garbage of applying a big trace.
+ * @template V
+ */
+export class SlotMap {
+  static SLOTS = 4096;
+
+  constructor() {
+    this.keys = new Float64Array(SlotMap.SLOTS).fill(NaN); // NaN: a free slot
+    /** @type {Array<V|undefined>} */
+    this.values = new Array(SlotMap.SLOTS).fill(undefined);
+    /** @type {Map<number, V>} */
+    this.more = new Map();
+    this.slotted = 0;
+  }
+
+  get size() {
+    return this.slotted + this.more.size;
+  }
+
+  /** @param {number} key */
+  get(key) {
+    const slot = key & (SlotMap.SLOTS - 1);
+    if (this.keys[slot] === key) return this.values[slot];
+    return this.more.size ? this.more.get(key) : undefined;
+  }
+
+  /** @param {number} key @param {V} value */
+  set(key, value) {
+    const slot = key & (SlotMap.SLOTS - 1);
+    const held = this.keys[slot];
+    if (held === key || Number.isNaN(held)) {
+      if (held !== key) this.slotted += 1;
+      this.keys[slot] = key;
+      this.values[slot] = value;
+      if (this.more.size) this.more.delete(key);
+    } else this.more.set(key, value);
+  }
+
+  /** @param {number} key */
+  delete(key) {
+    const slot = key & (SlotMap.SLOTS - 1);
+    if (this.keys[slot] === key) {
+      this.keys[slot] = NaN;
+      this.values[slot] = undefined;
+      this.slotted -= 1;
+    }
+    if (this.more.size) this.more.delete(key);
+  }
+
+  clear() {
+    this.keys.fill(NaN);
+    this.values.fill(undefined);
+    this.slotted = 0;
+    this.more.clear();
+  }
+}
+
 /** Everything the timeline draws, fed by the same events as the reducer. */
 export class TimelineStore {
   constructor() {
@@ -164,14 +225,15 @@ export class TimelineStore {
     this.consumer = new SpanColumn();
     /** the pin-memory thread: one span per batch, pin_start → pin_end */
     this.pin = new SpanColumn();
-    /** @type {Map<number, number>} pin_start times of batches still being pinned (this epoch) */
-    this.pinOpen = new Map();
+    /** pin_start times of batches still being pinned (this epoch) */
+    /** @type {SlotMap<number>} */
+    this.pinOpen = new SlotMap();
     /** @type {import('./types.js').LoaderConfig} run_start's config (whether pinning was asked for) */
     this.config = {};
     /** @type {{start:number, idx:number}|null} the training loop is stuck inside next() since start */
     this.consumerOpen = null;
-    /** @type {Map<number, {start:number, idx:number, epoch:number, dref:number, stuck?:boolean}>} fetches still running, per worker */
-    this.open = new Map();
+    /** @type {SlotMap<{start:number, idx:number, epoch:number, dref:number, stuck?:boolean}>} fetches still running, per worker */
+    this.open = new SlotMap();
     /** @type {Array<{t:number, epoch:number}>} */
     this.epochs = [];
     /** @type {Array<{t:number, kind:string, worker?:number, text:string}>} stuck / died / error / timeout markers */
@@ -182,8 +244,9 @@ export class TimelineStore {
     // the loader's first event after run_start: a recorded run's clock starts when the loader was
     // built, often seconds before its first iter() (a Trainer builds it, then sets up for 8.7 s)
     this.tfirst = Infinity;
-    /** @type {Map<number, number>} dispatch event row of each task of this epoch, until its fetch ends */
-    this.dispatchRow = new Map();
+    /** dispatch event row of each task of this epoch, until its fetch ends */
+    /** @type {SlotMap<number>} */
+    this.dispatchRow = new SlotMap();
     /** @type {import('./event-table.js').EventTable|null} where span refs point (hover text) */
     this.table = null;
     this.version = 0; // bumps whenever something visible changes

@@ -55,19 +55,23 @@ export function checkHeader(line, source) {
   return h;
 }
 
+const NEWLINE = 10;
+const ENCODER = new TextEncoder();
+
 /**
- * Incremental reader: push() decoded text chunks, get events through `onEvent`; the header comes
- * first through `onHeader`. Throws TraceError at the first damaged line (events before it have
- * been delivered: a truncated recording still shows what it holds).
+ * Incremental reader: push() the file's bytes in pieces of any size (or pushText() decoded text),
+ * get events through `onEvent`; the header comes first through `onHeader`. Throws TraceError at
+ * the first damaged line (events before it have been delivered: a truncated recording still shows
+ * what it holds).
  */
 export class TraceReader {
   /**
-   * @param {{source:string, onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, header?:boolean, accept?:(e:LoaderEvent)=>boolean, acceptLine?:(text:string, start:number, end:number)=>boolean}} o
+   * @param {{source:string, onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, header?:boolean, accept?:(e:LoaderEvent)=>boolean, acceptLine?:(bytes:Uint8Array, start:number, end:number)=>boolean}} o
    * `header: false` reads a later piece of a file (from a line start on): every line is an event.
    * `accept` may take an event it has checked itself as strictly as the schema does (returning
    * true), so that it is not checked twice; what it refuses is checked and goes to `onEvent`.
-   * `acceptLine(text, start, end)` may likewise take an event line before it is parsed, when it
-   * reads it exactly as JSON.parse and the schema would (EventTable.pushLine).
+   * `acceptLine(bytes, start, end)` may likewise take an event line's UTF-8 bytes before they are
+   * decoded and parsed, when it reads them exactly as JSON.parse and the schema would (EventTable.pushLine).
    */
   constructor({ source, onHeader, onEvent, header = true, accept = () => false, acceptLine = () => false }) {
     this.source = source;
@@ -76,7 +80,9 @@ export class TraceReader {
     this.withHeader = header;
     this.onHeader = onHeader;
     this.onEvent = onEvent;
-    this.carry = '';
+    this.decoder = new TextDecoder(); // a line no acceptLine took, as text (a bad byte becomes U+FFFD)
+    /** @type {Uint8Array} the start of a line the last piece ended inside */
+    this.carry = new Uint8Array(0);
     this.line = 0;
     /** @type {TraceHeader|null} */
     this.header = null;
@@ -84,54 +90,66 @@ export class TraceReader {
   }
 
   /** @param {string} text the next piece of the file, decoded */
-  push(text) {
-    let chunk = this.carry + text;
-    if (this.line === 0 && this.withHeader) {
-      const first = chunk.trimStart();
-      if (first && first[0] !== '{' && first[0] !== '[') throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not JSON`);
-      if (chunk.length > MAX_LINE_BYTES && chunk.indexOf('\n') < 0) throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not a header`);
-    }
+  pushText(text) {
+    this.push(ENCODER.encode(text));
+  }
+
+  /** @param {Uint8Array} bytes the next piece of the file */
+  push(bytes) {
+    if (this.line === 0 && this.withHeader) this.checkStart(bytes);
     let pos = 0;
-    const nl = this.carry && this.line > 0 ? text.indexOf('\n') : -1;
-    if (nl >= 0) {
-      // finish the line the last piece ended inside on its own, then read the rest in `text` as
-      // decoded: reading a concatenated string is a fifth slower (EventTable.pushLine)
-      const line = this.carry + text.slice(0, nl);
+    if (this.carry.length) {
+      // finish the line the last piece ended inside on its own; the rest is read where it lies
+      const nl = bytes.indexOf(NEWLINE);
+      if (nl < 0) {
+        this.carry = concat(this.carry, bytes);
+        if (this.carry.length > MAX_LINE_BYTES) throw this.damaged(this.line + 1, `longer than ${MAX_LINE_BYTES} bytes`);
+        return;
+      }
+      const line = concat(this.carry, bytes.subarray(0, nl));
       this.take(line, 0, line.length);
-      chunk = text;
       pos = nl + 1;
     }
     for (;;) {
-      const end = chunk.indexOf('\n', pos);
+      const end = bytes.indexOf(NEWLINE, pos);
       if (end < 0) break;
-      this.take(chunk, pos, end);
+      this.take(bytes, pos, end);
       pos = end + 1;
     }
-    this.carry = chunk.slice(pos);
+    this.carry = bytes.slice(pos);
     if (this.carry.length > MAX_LINE_BYTES) throw this.damaged(this.line + 1, `longer than ${MAX_LINE_BYTES} bytes`);
+  }
+
+  /** Refuse at once a file whose first bytes cannot begin a header. @param {Uint8Array} bytes */
+  checkStart(bytes) {
+    const first = this.decoder.decode(concat(this.carry.subarray(0, 64), bytes.subarray(0, 64))).trimStart();
+    if (first && first[0] !== '{' && first[0] !== '[') throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not JSON`);
+    if (this.carry.length + bytes.length > MAX_LINE_BYTES && bytes.indexOf(NEWLINE) < 0) {
+      throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not a header`);
+    }
   }
 
   /** The file ended. */
   end() {
-    if (this.carry.trim()) this.take(this.carry, 0, this.carry.length);
-    this.carry = '';
+    if (this.carry.length) this.take(this.carry, 0, this.carry.length);
+    this.carry = new Uint8Array(0);
     if (this.line === 0 && this.withHeader) throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
   }
 
-  /** One line, text[start, end). @param {string} text @param {number} start @param {number} end */
-  take(text, start, end) {
+  /** One line, bytes[start, end). @param {Uint8Array} bytes @param {number} start @param {number} end */
+  take(bytes, start, end) {
     this.line += 1;
     if (end - start > MAX_LINE_BYTES) throw this.damaged(this.line, `longer than ${MAX_LINE_BYTES} bytes`);
     if (this.line === 1 && this.withHeader) {
-      this.header = checkHeader(text.slice(start, end), this.source);
+      this.header = checkHeader(this.decoder.decode(bytes.subarray(start, end)), this.source);
       this.onHeader(this.header);
       return;
     }
-    if (this.acceptLine(text, start, end)) {
+    if (this.acceptLine(bytes, start, end)) {
       this.events += 1;
       return;
     }
-    const line = text.slice(start, end);
+    const line = this.decoder.decode(bytes.subarray(start, end));
     if (!line.trim()) return;
     /** @type {unknown} */
     let e;
@@ -155,6 +173,14 @@ export class TraceReader {
   }
 }
 
+/** a then b, in one new array. @param {Uint8Array} a @param {Uint8Array} b */
+function concat(a, b) {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
 /**
  * Read a File (or Blob) through a TraceReader, yielding to the page between slices.
  * @param {Blob & {name?:string}} file
@@ -163,7 +189,6 @@ export class TraceReader {
 export async function readTraceFile(file, { onHeader, onEvent, onProgress, sliceMs = 60 }) {
   const source = checkSize(file);
   const reader = new TraceReader({ source, onHeader, onEvent });
-  const decoder = new TextDecoder();
   const stream = file.stream().getReader();
   let done = 0;
   let sliceStart = performance.now();
@@ -171,7 +196,7 @@ export async function readTraceFile(file, { onHeader, onEvent, onProgress, slice
     const { value, done: finished } = await stream.read();
     if (finished) break;
     // the header is checked on the very first bytes, before anything else is read
-    reader.push(decoder.decode(value, { stream: true }));
+    reader.push(value);
     done += value.length;
     if (performance.now() - sliceStart > sliceMs) {
       onProgress?.(done, file.size);
@@ -179,7 +204,6 @@ export async function readTraceFile(file, { onHeader, onEvent, onProgress, slice
       sliceStart = performance.now();
     }
   }
-  reader.push(decoder.decode());
   reader.end();
   onProgress?.(file.size, file.size);
   return { header: reader.header, events: reader.events };

@@ -1,7 +1,7 @@
-// A Web Worker that parses segments of a trace file off the page's main thread: it decodes, parses
-// and checks every line (TraceReader; the frequent kinds read straight into the columns by
-// EventTable.pushLine, the rest by JSON.parse) and packs the events into EventTable columns, which it hands
-// to the page in batches without copying (transferred buffers). The page only copies each batch's
+// A Web Worker that parses segments of a trace file off the page's main thread: it parses and
+// checks every line (TraceReader; the frequent kinds read from their bytes straight into the
+// columns by EventTable.pushLine, the rest decoded and read by JSON.parse) and packs the events
+// into EventTable columns, which it hands to the page in batches without copying (transferred buffers). The page only copies each batch's
 // columns into its own table and applies each event, so parsing and applying run side by side.
 // In: {blob, segment, source, header} per segment (done in the order sent), and {type:'ack', parts}
 // for each batch the page applied, its buffers handed back to be refilled.
@@ -52,20 +52,18 @@ async function read({ blob, segment, source, header }) {
     header,
     onHeader: (h) => self.postMessage({ type: 'header', header: h }),
     onEvent: (e) => rows.push(e),
-    acceptLine: (text, start, end) => rows.pushLine(text, start, end),
+    acceptLine: (bytes, start, end) => rows.pushLine(bytes, start, end),
     accept: (e) => rows.pushValid(e),
   });
   try {
     const stream = blob.stream().getReader();
-    const decoder = new TextDecoder();
     for (;;) {
       const { value, done } = await stream.read();
       if (done) break;
-      reader.push(decoder.decode(value, { stream: true }));
+      reader.push(value);
       bytes += value.length;
       if (rows.length >= BATCH) await send();
     }
-    reader.push(decoder.decode());
     reader.end();
     await send();
     self.postMessage({ type: 'done', segment, lines: reader.line });

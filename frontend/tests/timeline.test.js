@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SpanColumn, TimelineStore, fitWindow, zoomWindow, panWindow, ticks, fmtDuration, lowerBound, upperBound } from '../js/timeline-store.js';
+import { SlotMap, SpanColumn, TimelineStore, fitWindow, zoomWindow, panWindow, ticks, fmtDuration, lowerBound, upperBound } from '../js/timeline-store.js';
 import { synthesize } from '../dev/synth.js';
 import { EventTable } from '../js/event-table.js';
 
@@ -173,4 +173,22 @@ test('occupancy() galloping from slice to slice gives what busy() gives for each
     assert.deepEqual(grid.occupancy(t0, t1, buckets), each, `grid [${t0}, ${t1}) in ${buckets}`);
   }
   assert.deepEqual(new SpanColumn().occupancy(0, 1, 3), new Float32Array(3));
+});
+
+test('SlotMap answers as a Map does, keys that share a slot and negative keys included', () => {
+  const map = new Map();
+  const slots = new SlotMap();
+  let seed = 7;
+  const random = (n) => { seed = (seed * 1103515245 + 12345) % 2 ** 31; return seed % n; };
+  // keys a few slots' worth apart (SLOTS = 4096): most collide with a live one
+  const keys = [-3, -1, 0, 1, 2, 4095, 4096, 4097, 8192, 12288, 2 ** 31 - 1, -4096];
+  for (let step = 0; step < 20000; step++) {
+    const key = keys[random(keys.length)];
+    const op = random(10);
+    if (op < 4) { map.set(key, step); slots.set(key, step); }
+    else if (op < 8) { map.delete(key); slots.delete(key); }
+    else if (op === 8 && random(100) === 0) { map.clear(); slots.clear(); }
+    for (const k of keys) assert.equal(slots.get(k), map.get(k), `key ${k} at step ${step}`);
+    assert.equal(slots.size, map.size);
+  }
 });

@@ -10,16 +10,18 @@ function read(text, pieces = 7) {
   const events = [];
   let header = null;
   const r = new TraceReader({ source: 'x.jsonl', onHeader: (h) => { header = h; }, onEvent: (e) => events.push(e) });
-  const size = Math.max(1, Math.ceil(text.length / pieces));
-  for (let i = 0; i < text.length; i += size) r.push(text.slice(i, i + size));
+  const bytes = new TextEncoder().encode(text); // pieces cut anywhere, inside a character too
+  const size = Math.max(1, Math.ceil(bytes.length / pieces));
+  for (let i = 0; i < bytes.length; i += size) r.push(bytes.subarray(i, i + size));
   r.end();
   return { header, events };
 }
 
 test('a trace in pieces of any size gives back its header and every event', () => {
   const events = synthesize({ num_workers: 2, batches: 10 });
+  events.splice(3, 0, { ...events[3], note: 'été ✓ 🚀' }); // characters of 2, 3 and 4 bytes, cut by some pieces
   const text = `${HEADER}\n${events.map((e) => JSON.stringify(e)).join('\n')}\n`;
-  for (const pieces of [1, 3, 50, text.length]) {
+  for (const pieces of [1, 3, 50, 997, text.length]) {
     const got = read(text, pieces);
     assert.equal(got.header.run, 'r');
     assert.deepEqual(got.events, events);

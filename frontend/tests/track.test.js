@@ -44,9 +44,10 @@ function bothWays(text, batch, every) {
   let lines = 0;
   const quick = new TraceReader({ source: 't', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
     acceptLine: (t, s, e) => rows.pushLine(t, s, e) && (lines += 1) > 0 });
-  for (let p = 0; p < text.length; p += 4096) {
-    slow.push(text.slice(p, p + 4096));
-    quick.push(text.slice(p, p + 4096));
+  const bytes = new TextEncoder().encode(text);
+  for (let p = 0; p < bytes.length; p += 4096) {
+    slow.push(bytes.subarray(p, p + 4096));
+    quick.push(bytes.subarray(p, p + 4096));
     if (rows.length >= batch) { fast.ingestRows(rows); rows = new EventTable(batch); }
   }
   slow.end();
