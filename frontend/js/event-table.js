@@ -23,15 +23,33 @@ const OBJECT = 0; // the row is a kept object
 /** @type {Record<string, Set<string>>} */
 const FIELDS = Object.fromEntries(HOT.map((kind) => [kind, new Set(Object.keys(OWN[kind]))]));
 
+// Where pushLine puts a field's value (EventTable.lineValue): its column, and what it must be.
+const V = { IDX: 0, WORKER: 1, EPOCH: 2, WAITING_FOR: 3, WAIT: 4, INDICES: 5, BOOL: 6, A: 7, B: 8, C: 9 };
+/** @param {string} name a hot kind's field @returns {number} */
+function slotOf(name) {
+  switch (name) {
+    case 'idx': return V.IDX;
+    case 'worker': return V.WORKER;
+    case 'epoch': return V.EPOCH;
+    case 'waiting_for': return V.WAITING_FOR;
+    case 'wait': return V.WAIT;
+    case 'indices': return V.INDICES;
+    case 'from_buffer': case 'pinned': return V.BOOL;
+    case 'nbytes': return V.B;
+    case 'pickled': return V.C;
+    default: return V.A; // n, dt
+  }
+}
+
 // pushLine's keys per kind code: the names it reads (FIELDS), as bytes, and a bit mask of those the
 // line must carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
-/** @typedef {{names: string[], bytes: Uint8Array[], required: number}} LineKeys */
+/** @typedef {{slots: number[], literals: Literal[], required: number}} LineKeys */
 /** @type {LineKeys[]} */
-const LINE_KEYS = [{ names: [], bytes: [], required: 0 }, ...HOT.map((kind) => {
+const LINE_KEYS = [{ slots: [], literals: [], required: 0 }, ...HOT.map((kind) => {
   const names = [...FIELDS[kind]];
   let required = 0;
   for (const [k, name] of names.entries()) if (OWN[kind][name].required && name !== 'worker') required |= 1 << k;
-  return { names, bytes: names.map((name) => new TextEncoder().encode(name)), required };
+  return { slots: names.map(slotOf), literals: names.map((name) => literal(`,"${name}":`)), required };
 })];
 
 // flags: which optional fields were present, and booleans
@@ -54,10 +72,9 @@ const BOUNDED = [...new Set(HOT.flatMap((kind) => Object.keys(OWN[kind]).filter(
 const [SEQ, T, RUN, RANK, KIND] = [0, 1, 2, 3, 4];
 /** @type {Record<string, number>} */
 const HEAD_FIELD = { seq: SEQ, t: T, run: RUN, rank: RANK, kind: KIND };
-const HEAD = COMMON_FIELDS.map((name, i) => ({ field: HEAD_FIELD[name], bytes: new TextEncoder().encode(`${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}`) }));
-const NEXT_KEY = new TextEncoder().encode(',"');
-const TRUE = new TextEncoder().encode('true');
-const FALSE = new TextEncoder().encode('false');
+const HEAD = COMMON_FIELDS.map((name, i) => ({ field: HEAD_FIELD[name], text: literal(`${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}`) }));
+const TRUE = literal('true');
+const FALSE = literal('false');
 /** @param {unknown} v @returns {v is number} */
 const within = (v) => typeof v === 'number' && Math.abs(v) <= MAX_NUMBER;
 
@@ -81,34 +98,61 @@ const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 // 10**k for k <= 22: exact doubles, so an integer below 2**53 divided by one is rounded once, the
 // way JSON.parse rounds the decimal it came from (Clinger's fast path).
 const POW10 = Array.from({ length: 23 }, (_, k) => Number(`1e${k}`));
-const D0 = 48, D9 = 57, MINUS = 45, DOT = 46, QUOTE = 34, BACKSLASH = 92, COMMA = 44, OPEN = 91, CLOSE = 93, COLON = 58;
+const D0 = 48, D9 = 57, MINUS = 45, DOT = 46, QUOTE = 34, BACKSLASH = 92, COMMA = 44, OPEN = 91, CLOSE = 93, NEWLINE = 10;
 const BRACE = 125;
-const ENCODER = new TextEncoder();
-const HOT_BYTES = HOT.map((kind) => ENCODER.encode(kind));
+// each hot kind's name closed by its quote, as pushLine finds it after `"kind":"`
+const KIND_NAMES = HOT.map((kind) => literal(`${kind}"`));
+
+/**
+ * ASCII text pushLine expects, as bytes and as little-endian 32-bit words: comparing a word at a
+ * time was a third of the time a line took.
+ * @typedef {{bytes: Uint8Array, words: Uint32Array}} Literal
+ * @param {string} text @returns {Literal}
+ */
+function literal(text) {
+  const bytes = new TextEncoder().encode(text);
+  const words = new Uint32Array(bytes.length >> 2);
+  const view = new DataView(bytes.buffer);
+  for (let k = 0; k < words.length; k++) words[k] = view.getUint32(4 * k, true);
+  return { bytes, words };
+}
 
 /** A cursor over one line's UTF-8 bytes for EventTable.pushLine: JSON's grammar for what it reads, no more. */
 class LineScan {
   constructor() {
     /** @type {Uint8Array} */
     this.bytes = new Uint8Array(0);
+    this.view = new DataView(this.bytes.buffer);
     this.pos = 0;
     this.end = 0;
   }
 
   /** Read bytes[pos, end) next. @param {Uint8Array} bytes @param {number} pos @param {number} end */
   reset(bytes, pos, end) {
-    this.bytes = bytes;
+    if (bytes !== this.bytes) {
+      this.bytes = bytes;
+      this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    }
     this.pos = pos;
     this.end = end;
     return this;
   }
 
-  /** Step over `s` (ASCII bytes) if the line continues with it. @param {Uint8Array} s */
-  lit(s) {
-    const bytes = this.bytes, pos = this.pos, n = s.length;
+  /** Whether the line continues with `s` (not stepped over). @param {Literal} s */
+  at(s) {
+    const { bytes: text, words } = s, pos = this.pos, n = text.length;
     if (pos + n > this.end) return false;
-    for (let j = 0; j < n; j++) if (bytes[pos + j] !== s[j]) return false;
-    this.pos = pos + n;
+    const view = this.view;
+    for (let k = 0; k < words.length; k++) if (view.getUint32(pos + 4 * k, true) !== words[k]) return false;
+    const bytes = this.bytes;
+    for (let j = words.length << 2; j < n; j++) if (bytes[pos + j] !== text[j]) return false;
+    return true;
+  }
+
+  /** Step over `s` if the line continues with it. @param {Literal} s */
+  lit(s) {
+    if (!this.at(s)) return false;
+    this.pos += s.bytes.length;
     return true;
   }
 
@@ -164,33 +208,26 @@ class LineScan {
     return ascii(bytes, start, p);
   }
 
-  /** The index in `names` of the name that comes next, closed by `close` (not stepped over), or -1. @param {Uint8Array[]} names @param {number} close */
-  oneOf(names, close) {
-    const bytes = this.bytes, pos = this.pos;
+  /**
+   * The index in `names` of the one the line continues with, stepped over, or -1. Its byte at
+   * `key` tells them apart first. @param {Literal[]} names @param {number} key
+   */
+  oneOf(names, key) {
+    const c = this.bytes[this.pos + key];
     for (let k = 0; k < names.length; k++) {
-      const name = names[k], n = name.length;
-      if (bytes[pos + n] !== close || bytes[pos] !== name[0] || pos + n >= this.end) continue;
-      let j = 1;
-      while (j < n && bytes[pos + j] === name[j]) j++;
-      if (j === n) {
-        this.pos = pos + n;
-        return k;
-      }
+      if (names[k].bytes[key] === c && this.lit(names[k])) return k;
     }
     return -1;
   }
 
-  /** The code of the hot kind named next (before its closing quote), or OBJECT. */
+  /** The code of the hot kind named next (its closing quote stepped over too), or OBJECT. */
   kindCode() {
-    return this.oneOf(HOT_BYTES, QUOTE) + 1;
+    return this.oneOf(KIND_NAMES, 0) + 1;
   }
 
-  /** Which of `names` comes next, closed by `":`, stepping over it (-1 for none). @param {Uint8Array[]} names */
-  key(names) {
-    const k = this.oneOf(names, QUOTE);
-    if (k < 0 || this.bytes[this.pos + 1] !== COLON) return -1;
-    this.pos += 2;
-    return k;
+  /** Which of `keys` (`,"name":`) comes next, stepped over (-1 for none). @param {Literal[]} keys */
+  key(keys) {
+    return this.oneOf(keys, 2);
   }
 
   /** A list of int32s into `table`'s pool after its used part: their count, or -1. @param {EventTable} table */
@@ -375,13 +412,16 @@ export class EventTable {
   }
 
   /**
-   * Append the event on bytes[start, end) (one line of a trace, UTF-8) straight into the columns, if it is
-   * written the way loaderscope writes the frequent kinds: `{"seq":…,"t":…,"run":"…","rank":…,
-   * "kind":"…"` then the kind's fields (COMMON and FIELDS) in any order, each once, no spaces, no
-   * string escapes, no exponents. False, and nothing appended, for any other line: the caller
-   * parses it with JSON.parse and pushValid()/push() as before. What it takes is exactly what
-   * JSON.parse and pushValid() would take, with the same values (JSON.parse was half of a worker's
-   * time; reading the bytes, not decoded text, spares the decoding and a string per line).
+   * Append the event whose line starts at bytes[start] (a trace's UTF-8, read no further than `end`)
+   * straight into the columns, if it is written the way loaderscope writes the frequent kinds:
+   * `{"seq":…,"t":…,"run":"…","rank":…,"kind":"…"` then the kind's fields (COMMON and FIELDS) in
+   * any order, each once, no spaces, no string escapes, no exponents, and the line ends right after
+   * its `}` (a newline, or the end of `bytes`). Returns where the line ends; -1, and nothing appended, for any
+   * other line: the caller parses it with JSON.parse and pushValid()/push() as before. What it takes
+   * is exactly what JSON.parse and pushValid() would take, with the same values (JSON.parse was half
+   * of a worker's time; reading bytes, not decoded text, spares the decoding and a string per line;
+   * and finding the line's end as it reads spares a search for it). Nothing it reads can span a
+   * newline, so it never reads past its own line.
    * @param {Uint8Array} bytes @param {number} start @param {number} end
    */
   pushLine(bytes, start, end) {
@@ -390,37 +430,36 @@ export class EventTable {
     /** @type {string|null} */
     let run = null;
     for (let h = 0; h < HEAD.length; h++) {
-      const { field, bytes: head } = HEAD[h];
-      if (!line.lit(head)) return false;
+      const { field, text: head } = HEAD[h];
+      if (!line.lit(head)) return -1;
       switch (field) {
         case SEQ: seq = line.num(); break;
         case T: t = line.num(); break;
         case RANK: rank = line.num(); break;
         case RUN:
           run = this.run === undefined ? line.plainString() : line.isString(this.run) ? this.run : null;
-          if (!line.byte(QUOTE)) return false;
+          if (!line.byte(QUOTE)) return -1;
           break;
         default:
           code = line.kindCode();
-          if (!line.byte(QUOTE)) return false;
       }
     }
-    if (!Number.isInteger(seq) || !within(seq) || !within(t) || run === null || !Number.isInteger(rank) || !within(rank)) return false;
-    if (code === OBJECT) return false;
-    if (this.run !== undefined && rank !== this.rank) return false;
+    if (!Number.isInteger(seq) || !within(seq) || !within(t) || run === null || !Number.isInteger(rank) || !within(rank)) return -1;
+    if (code === OBJECT) return -1;
+    if (this.run !== undefined && rank !== this.rank) return -1;
     const i = this.n;
     if (i === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
     const keys = LINE_KEYS[code];
     let seen = 0;
     let flags = 0;
-    while (flags >= 0 && line.lit(NEXT_KEY)) {
-      const k = line.key(keys.bytes);
-      if (k < 0 || seen & (1 << k)) return false;
+    while (flags >= 0 && line.pos < end && line.bytes[line.pos] === COMMA) {
+      const k = line.key(keys.literals);
+      if (k < 0 || seen & (1 << k)) return -1;
       seen |= 1 << k;
-      flags = this.lineValue(line, keys.names[k], i, flags);
+      flags = this.lineValue(line, keys.slots[k], i, flags);
     }
-    if (flags < 0 || !line.byte(BRACE) || line.pos !== end || (seen & keys.required) !== keys.required) return false;
-    if (!(flags & F.WORKER) && !WORKERLESS.has(HOT[code - 1])) return false;
+    if (flags < 0 || !line.byte(BRACE) || (bytes[line.pos] !== NEWLINE && line.pos !== bytes.length) || (seen & keys.required) !== keys.required) return -1;
+    if (!(flags & F.WORKER) && !WORKERLESS.has(HOT[code - 1])) return -1;
     if (this.run === undefined) { this.run = run; this.rank = rank; }
     this.kind[i] = code;
     this.flags[i] = flags;
@@ -430,42 +469,38 @@ export class EventTable {
     if (flags & F.INDICES) this.poolN += this.c[i];
     this.n += 1;
     this.packed += 1;
-    return true;
+    return line.pos;
   }
 
   /**
-   * The value of field `name` of a pushLine line into row i's columns, as pack() puts it: the flags
-   * with its bit added, or -1 when the value does not fit.
-   * @param {LineScan} line @param {string} name @param {number} i @param {number} flags
+   * The value of a field of a pushLine line into row i's columns, as pack() puts it: the flags with
+   * its bit added, or -1 when the value does not fit.
+   * @param {LineScan} line @param {number} slot where the field goes (V) @param {number} i @param {number} flags
    */
-  lineValue(line, name, i, flags) {
-    switch (name) {
-      case 'idx': case 'worker': case 'epoch': case 'waiting_for': {
-        const v = line.num();
-        if (!isInt(v)) return -1;
-        if (name === 'idx') this.idx[i] = v;
-        else if (name === 'worker') { this.worker[i] = v; return flags | F.WORKER; }
-        else if (name === 'epoch') { this.epoch[i] = v; return flags | F.EPOCH; }
-        else this.a[i] = v;
-        return flags;
-      }
-      case 'indices': {
+  lineValue(line, slot, i, flags) {
+    switch (slot) {
+      case V.INDICES: {
         const count = line.intList(this);
         if (count < 0) return -1;
         this.b[i] = this.poolN;
         this.c[i] = count;
         return flags | F.INDICES;
       }
-      case 'from_buffer': case 'pinned':
+      case V.BOOL:
         if (line.lit(TRUE)) return flags | F.TRUE;
         return line.lit(FALSE) ? flags | F.FALSE : -1;
-      default: { // a bounded number: n, dt, wait (column a), nbytes (b), pickled (c)
-        const v = line.num();
-        if (!within(v)) return -1;
-        const col = name === 'nbytes' ? 'b' : name === 'pickled' ? 'c' : 'a';
-        this[col][i] = v;
-        return name === 'wait' ? flags : flags | (col === 'a' ? F.A : col === 'b' ? F.B : F.C);
-      }
+      default: break;
+    }
+    const v = line.num();
+    switch (slot) {
+      case V.IDX: if (!isInt(v)) return -1; this.idx[i] = v; return flags;
+      case V.WORKER: if (!isInt(v)) return -1; this.worker[i] = v; return flags | F.WORKER;
+      case V.EPOCH: if (!isInt(v)) return -1; this.epoch[i] = v; return flags | F.EPOCH;
+      case V.WAITING_FOR: if (!isInt(v)) return -1; this.a[i] = v; return flags;
+      case V.WAIT: if (!within(v)) return -1; this.a[i] = v; return flags;
+      case V.A: if (!within(v)) return -1; this.a[i] = v; return flags | F.A;
+      case V.B: if (!within(v)) return -1; this.b[i] = v; return flags | F.B;
+      default: if (!within(v)) return -1; this.c[i] = v; return flags | F.C;
     }
   }
 

@@ -66,14 +66,15 @@ const ENCODER = new TextEncoder();
  */
 export class TraceReader {
   /**
-   * @param {{source:string, onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, header?:boolean, accept?:(e:LoaderEvent)=>boolean, acceptLine?:(bytes:Uint8Array, start:number, end:number)=>boolean}} o
+   * @param {{source:string, onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, header?:boolean, accept?:(e:LoaderEvent)=>boolean, acceptLine?:(bytes:Uint8Array, start:number, end:number)=>number}} o
    * `header: false` reads a later piece of a file (from a line start on): every line is an event.
    * `accept` may take an event it has checked itself as strictly as the schema does (returning
    * true), so that it is not checked twice; what it refuses is checked and goes to `onEvent`.
-   * `acceptLine(bytes, start, end)` may likewise take an event line's UTF-8 bytes before they are
-   * decoded and parsed, when it reads them exactly as JSON.parse and the schema would (EventTable.pushLine).
+   * `acceptLine(bytes, start, end)` may likewise take the event line starting at `start` from its
+   * UTF-8 bytes before they are decoded and parsed, when it reads them exactly as JSON.parse and the
+   * schema would (EventTable.pushLine): it returns where the line ends (a newline, or the end of `bytes`), or -1.
    */
-  constructor({ source, onHeader, onEvent, header = true, accept = () => false, acceptLine = () => false }) {
+  constructor({ source, onHeader, onEvent, header = true, accept = () => false, acceptLine = () => -1 }) {
     this.source = source;
     this.accept = accept;
     this.acceptLine = acceptLine;
@@ -110,10 +111,18 @@ export class TraceReader {
       this.take(line, 0, line.length);
       pos = nl + 1;
     }
-    for (;;) {
+    const last = bytes.lastIndexOf(NEWLINE); // the lines before it are whole
+    while (pos <= last) {
+      // acceptLine finds the end of a line it takes; only another line is searched for its end
+      const taken = this.line > 0 || !this.withHeader ? this.acceptLine(bytes, pos, Math.min(last, pos + MAX_LINE_BYTES)) : -1;
+      if (taken >= 0) {
+        this.line += 1;
+        this.events += 1;
+        pos = taken + 1;
+        continue;
+      }
       const end = bytes.indexOf(NEWLINE, pos);
-      if (end < 0) break;
-      this.take(bytes, pos, end);
+      this.take(bytes, pos, end, false);
       pos = end + 1;
     }
     this.carry = bytes.slice(pos);
@@ -136,8 +145,11 @@ export class TraceReader {
     if (this.line === 0 && this.withHeader) throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
   }
 
-  /** One line, bytes[start, end). @param {Uint8Array} bytes @param {number} start @param {number} end */
-  take(bytes, start, end) {
+  /**
+   * One line, bytes[start, end). @param {Uint8Array} bytes @param {number} start @param {number} end
+   * @param {boolean} [fast] whether acceptLine may take it (false: it has refused it already)
+   */
+  take(bytes, start, end, fast = true) {
     this.line += 1;
     if (end - start > MAX_LINE_BYTES) throw this.damaged(this.line, `longer than ${MAX_LINE_BYTES} bytes`);
     if (this.line === 1 && this.withHeader) {
@@ -145,7 +157,7 @@ export class TraceReader {
       this.onHeader(this.header);
       return;
     }
-    if (this.acceptLine(bytes, start, end)) {
+    if (fast && this.acceptLine(bytes, start, end) === end) {
       this.events += 1;
       return;
     }

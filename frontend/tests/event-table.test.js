@@ -128,7 +128,7 @@ test('pushValid takes only what the schema takes, and gives it back equal', () =
   assert.ok(hot.every((e) => invalidReason(e) !== null || new EventTable().pushValid(e)), 'every valid hot event of a run is taken');
 });
 
-test('pushLine takes a line only where JSON.parse and pushValid take it, with the same values', () => {
+test('pushLine takes a line only where JSON.parse and pushValid take it, with the same values, and finds its end', () => {
   const events = synthesize({ num_workers: 3, batches: 30, pin_ms: 1 }).map((e, i) => ({ ...e, seq: i }));
   const hot = events.filter((e) => e.kind in { dispatch: 1, fetch_start: 1, fetch_end: 1, arrive: 1, buffer: 1, yield: 1, skip: 1, pin_start: 1, pin_end: 1 });
   const written = hot.map((e) => JSON.stringify(e));
@@ -155,7 +155,9 @@ test('pushLine takes a line only where JSON.parse and pushValid take it, with th
   for (const line of lines) {
     const end = start + new TextEncoder().encode(line).length;
     const before = fast.length;
-    if (fast.pushLine(bytes, start, end)) {
+    const lineEnd = fast.pushLine(bytes, start, bytes.length);
+    if (lineEnd >= 0) {
+      assert.equal(lineEnd, end, 'where the line ends');
       if (line === written[taken]) taken += 1;
       const e = JSON.parse(line);
       assert.ok(slow.pushValid(e), `taken by pushLine only: ${line}`);

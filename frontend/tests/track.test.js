@@ -43,7 +43,7 @@ function bothWays(text, batch, every) {
   let rows = new EventTable(batch);
   let lines = 0;
   const quick = new TraceReader({ source: 't', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
-    acceptLine: (t, s, e) => rows.pushLine(t, s, e) && (lines += 1) > 0 });
+    acceptLine: (b, s, e) => { const end = rows.pushLine(b, s, e); if (end >= 0) lines += 1; return end; } });
   const bytes = new TextEncoder().encode(text);
   for (let p = 0; p < bytes.length; p += 4096) {
     slow.push(bytes.subarray(p, p + 4096));
