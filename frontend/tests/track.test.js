@@ -81,7 +81,8 @@ test('a trace read the fast way (lines into columns, batches applied from the co
   for (const inOrder of [false, true]) {
     const events = synthesize({ num_workers: 3, batches: 120, epochs: 2, pin_ms: 2, in_order: inOrder });
     events.splice(300, 0, { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 1, idx: 40, elapsed: 12 },
-      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'yield', idx: 41, wait: 1e-7, note: 'an extra field' });
+      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'yield', idx: 41, wait: 1e-7, note: 'an extra field' },
+      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'skip', worker: 1, idx: 43 }); // torch drops a task (an iterable's worker ran out)
     events.forEach((e, i) => { e.seq = i; });
     const text = `${JSON.stringify({ format: 'loaderscope-trace', version: 1, run: 'synth' })}\n${events.map((e) => JSON.stringify(e)).join('\n')}\n`;
     const { reference, fast, lines } = bothWays(text, 64, 256);
