@@ -187,12 +187,10 @@ class LineScan {
     return bytes[start] === MINUS ? -v : v;
   }
 
-  /** True when the string that comes next, up to its closing quote, is `s` (printable ASCII without escapes). @param {string} s */
+  /** True when the string that comes next, up to its closing quote, is `s` (its text and the quote). @param {Literal} s */
   isString(s) {
-    const bytes = this.bytes, n = s.length, p = this.pos;
-    if (p + n >= this.end || bytes[p + n] !== QUOTE) return false;
-    for (let j = 0; j < n; j++) if (bytes[p + j] !== s.charCodeAt(j)) return false;
-    this.pos = p + n;
+    if (!this.at(s)) return false;
+    this.pos += s.bytes.length - 1; // its closing quote is stepped over by the caller
     return true;
   }
 
@@ -276,6 +274,8 @@ export class EventTable {
     /** @type {number|undefined} */
     this.rank = undefined;
     this.packed = 0;
+    /** @type {(Literal & {run: string|undefined})|null} runText()'s, for this.run */
+    this.runLiteral = null;
   }
 
   /** @param {number} cap */
@@ -411,6 +411,12 @@ export class EventTable {
     return true;
   }
 
+  /** The packed rows' run as pushLine finds it in a line: its JSON text and closing quote. @returns {Literal} */
+  runText() {
+    if (this.runLiteral?.run !== this.run) this.runLiteral = { run: this.run, ...literal(`${JSON.stringify(this.run).slice(1, -1)}"`) };
+    return this.runLiteral;
+  }
+
   /**
    * Append the event whose line starts at bytes[start] (a trace's UTF-8, read no further than `end`)
    * straight into the columns, if it is written the way loaderscope writes the frequent kinds:
@@ -437,7 +443,7 @@ export class EventTable {
         case T: t = line.num(); break;
         case RANK: rank = line.num(); break;
         case RUN:
-          run = this.run === undefined ? line.plainString() : line.isString(this.run) ? this.run : null;
+          run = this.run === undefined ? line.plainString() : line.isString(this.runText()) ? this.run : null;
           if (!line.byte(QUOTE)) return -1;
           break;
         default:

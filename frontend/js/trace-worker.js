@@ -57,9 +57,11 @@ async function read({ blob, segment, source, header }) {
   });
   try {
     const stream = blob.stream().getReader();
+    let next = stream.read();
     for (;;) {
-      const { value, done } = await stream.read();
+      const { value, done } = await next;
       if (done) break;
+      next = stream.read(); // the browser reads the next piece while this one is parsed (a fifth of the time was waits)
       reader.push(value);
       bytes += value.length;
       if (rows.length >= BATCH) await send();
