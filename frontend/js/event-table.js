@@ -413,8 +413,9 @@ export class EventTable {
 
   /** The packed rows' run as pushLine finds it in a line: its JSON text and closing quote. @returns {Literal} */
   runText() {
-    if (this.runLiteral?.run !== this.run) this.runLiteral = { run: this.run, ...literal(`${JSON.stringify(this.run).slice(1, -1)}"`) };
-    return this.runLiteral;
+    let text = this.runLiteral;
+    if (text === null || text.run !== this.run) this.runLiteral = text = { run: this.run, ...literal(`${JSON.stringify(this.run).slice(1, -1)}"`) };
+    return text;
   }
 
   /**
