@@ -56,13 +56,11 @@ export function checkHeader(line, source) {
 }
 
 const NEWLINE = 10;
-const ENCODER = new TextEncoder();
 
 /**
- * Incremental reader: push() the file's bytes in pieces of any size (or pushText() decoded text),
- * get events through `onEvent`; the header comes first through `onHeader`. Throws TraceError at
- * the first damaged line (events before it have been delivered: a truncated recording still shows
- * what it holds).
+ * Incremental reader: push() the file's bytes in pieces of any size, get events through `onEvent`;
+ * the header comes first through `onHeader`. Throws TraceError at the first damaged line (events
+ * before it have been delivered: a truncated recording still shows what it holds).
  */
 export class TraceReader {
   /**
@@ -88,11 +86,6 @@ export class TraceReader {
     /** @type {TraceHeader|null} */
     this.header = null;
     this.events = 0;
-  }
-
-  /** @param {string} text the next piece of the file, decoded */
-  pushText(text) {
-    this.push(ENCODER.encode(text));
   }
 
   /** @param {Uint8Array} bytes the next piece of the file */
