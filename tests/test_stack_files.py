@@ -31,7 +31,10 @@ def stack_dirs(pid: int) -> list[Path]:
 
 
 def start(mode: str) -> subprocess.Popen[str]:
-    process = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE, text=True)
+    # a session of its own, to kill with its workers: a worker still setting up when its parent dies
+    # takes init (pid 1) for its parent, and torch's watchdog then never sees the parent go
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT, mode], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     return process
 
@@ -45,7 +48,7 @@ def test_a_process_removes_its_stack_files_at_exit() -> None:
 def test_the_stack_files_of_a_killed_process_are_removed_by_the_next_one() -> None:
     process = start("hang")
     assert len(stack_dirs(process.pid)) == 1 and len(list(stack_dirs(process.pid)[0].iterdir())) == 2
-    process.send_signal(signal.SIGKILL)  # no atexit: the directory stays behind
+    os.killpg(process.pid, signal.SIGKILL)  # no atexit: the directory stays behind
     process.wait(30)
     assert len(stack_dirs(process.pid)) == 1
     remove_stale_stack_dirs()  # what the next process that starts workers does first
