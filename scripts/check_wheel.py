@@ -6,8 +6,9 @@ they cannot see what ``pip install loaderscope`` gives a user. numpy was once on
 ship the frontend's tests. This check builds the wheel, reads its file list, installs it next to
 ``torch==2.13.0`` (pinned: an unpinned torch pulls GBs of CUDA) in a venv without system site
 packages (with the uv beside the running Python when there is one, as in the project's venv: the
-same wheel and declared dependencies as pip, in seconds rather than ~45 s; else with pip), runs a scenario in the terminal, and drives ``loaderscope serve`` over HTTP: the page, a
-real run started through the API until it is done, then Ctrl-C and no process left behind.
+same wheel and declared dependencies as pip, in seconds rather than ~45 s; else with pip), runs a
+scenario in the terminal, and drives ``loaderscope serve`` over HTTP: the page, a real run started
+through the API until it is done, then Ctrl-C and no process left behind.
 
 It runs the installed product, so it uses the standard library only. Run it with any Python >= 3.10
 (scripts/test.sh uses the project's .venv): ``python scripts/check_wheel.py``. Everything it makes
@@ -162,9 +163,9 @@ def check_contents(wheel: Path, source: Path) -> None:
 
 def installer(python: Path) -> list[str] | None:
     """uv installing into the venv of ``python``, where uv lies beside the Python running this check (the
-    project's venv has it: scripts/uv.sh), with the wheel directories pip is told to look in (uv reads no
-    pip configuration; this machine's CPU torch lies there); None without uv. The same wheel and the
-    same declared dependencies as pip installs: ~3 s against pip's ~35 s of CPU, beside the tests."""
+    project's venv has it), with the wheel directories pip is told to look in, as scripts/uv.sh hands
+    them over (uv reads no pip configuration; this machine's CPU torch lies there); None without uv.
+    The same wheel and declared dependencies as pip installs: ~3 s against pip's ~35 s of CPU."""
     uv = Path(sys.executable).parent / "uv"
     if not uv.is_file():
         return None

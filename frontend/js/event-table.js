@@ -3,7 +3,7 @@
 // buffer, yield, skip) with only their schema fields go into typed arrays; anything else — rare
 // kinds, unknown kinds, events with extra fields — is kept as the object it came as. `get(i)`
 // gives the event back as a plain object (the same object each time for the kept ones). A trace
-// line of a frequent kind can go straight from text to columns (pushLine), and a whole table into
+// line of a frequent kind can go straight from its bytes to columns (pushLine), and a whole table into
 // another (append), without an object per event. Pure.
 
 import { COMMON_FIELDS, FREQUENT, KINDS, LIMITS } from './contract.gen.js';
@@ -104,7 +104,7 @@ const BRACE = 125;
 const KIND_NAMES = HOT.map((kind) => literal(`${kind}"`));
 
 /**
- * ASCII text pushLine expects, as bytes and as little-endian 32-bit words: comparing a word at a
+ * Text pushLine expects, as UTF-8 bytes and as little-endian 32-bit words: comparing a word at a
  * time was a third of the time a line took.
  * @typedef {{bytes: Uint8Array, words: Uint32Array}} Literal
  * @param {string} text @returns {Literal}

@@ -225,8 +225,7 @@ export class TimelineStore {
     this.consumer = new SpanColumn();
     /** the pin-memory thread: one span per batch, pin_start → pin_end */
     this.pin = new SpanColumn();
-    /** pin_start times of batches still being pinned (this epoch) */
-    /** @type {SlotMap<number>} */
+    /** @type {SlotMap<number>} pin_start times of batches still being pinned (this epoch) */
     this.pinOpen = new SlotMap();
     /** @type {import('./types.js').LoaderConfig} run_start's config (whether pinning was asked for) */
     this.config = {};
@@ -244,8 +243,7 @@ export class TimelineStore {
     // the loader's first event after run_start: a recorded run's clock starts when the loader was
     // built, often seconds before its first iter() (a Trainer builds it, then sets up for 8.7 s)
     this.tfirst = Infinity;
-    /** dispatch event row of each task of this epoch, until its fetch ends */
-    /** @type {SlotMap<number>} */
+    /** @type {SlotMap<number>} dispatch event row of each task of this epoch, until its fetch ends */
     this.dispatchRow = new SlotMap();
     /** @type {import('./event-table.js').EventTable|null} where span refs point (hover text) */
     this.table = null;

@@ -133,7 +133,7 @@ export class TraceReader {
 
   /** The file ended. */
   end() {
-    if (this.carry.length) this.take(this.carry, 0, this.carry.length);
+    if (this.decoder.decode(this.carry).trim()) this.take(this.carry, 0, this.carry.length); // a blank last line is no line
     this.carry = new Uint8Array(0);
     if (this.line === 0 && this.withHeader) throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
   }

@@ -1,8 +1,9 @@
 // A Web Worker that parses segments of a trace file off the page's main thread: it parses and
 // checks every line (TraceReader; the frequent kinds read from their bytes straight into the
 // columns by EventTable.pushLine, the rest decoded and read by JSON.parse) and packs the events
-// into EventTable columns, which it hands to the page in batches without copying (transferred buffers). The page only copies each batch's
-// columns into its own table and applies each event, so parsing and applying run side by side.
+// into EventTable columns, which it hands to the page in batches without copying (transferred
+// buffers). The page only copies each batch's columns into its own table and applies each event,
+// so parsing and applying run side by side.
 // In: {blob, segment, source, header} per segment (done in the order sent), and {type:'ack', parts}
 // for each batch the page applied, its buffers handed back to be refilled.
 // Out: {type:'header'} (the first segment), {type:'rows'} batches, then per segment

@@ -32,6 +32,7 @@ test('a trace in pieces of any size gives back its header and every event', () =
 test('other files are refused with a message that says what is wrong', () => {
   const bad = [
     ['', /is empty/],
+    ['  ', /is empty/],
     ['PK\u0003\u0004 zip', /not a loaderscope trace: its first line is not JSON/],
     ['{"hello": 1}\n', /the first line must be a header/],
     ['[1,2]\n', /the first line must be a header/],
