@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any
 
 import pytest
+import torch
+from torch.utils.data import Dataset
 
+from loaderscope import InstrumentedDataLoader
 from loaderscope.runner import Collector, run_real
 from loaderscope.diagnosis import diagnosis
 from loaderscope.state import summary, user_frame
@@ -35,14 +39,41 @@ def test_stuck_worker_is_found_with_its_stack_within_a_second() -> None:
     assert any("stuck: worker 1" in line and "datasets.py" in line for line in diagnosis(collector.state))
 
 
+class _HangsUntilSeen(Dataset[torch.Tensor]):
+    """Sample 13 hangs until the probe has reported the consumer stuck (or a minute passes)."""
+
+    def __init__(self, seen: threading.Event) -> None:
+        self.seen = seen
+
+    def __len__(self) -> int:
+        return 20
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 13:
+            wait_for_remote_storage(self.seen)
+        return torch.tensor([index])
+
+
+def wait_for_remote_storage(seen: threading.Event) -> None:
+    seen.wait(60)  # the line the consumer is found stuck on
+
+
 def test_stuck_fetch_in_the_main_process_is_a_stuck_consumer() -> None:
-    collector = Collector()
-    # the stall outlasts the threshold by 2.5 s: the probe thread's tick may come late on a busy machine
-    # (CI 44 saw no consumer_stuck within the 0.7 s it had)
-    params = {"num_workers": 0, "stuck_after": 0.5, "stuck_seconds": 3.0, "dataset_size": 20, "sample_ms": 1}
-    run_real("stuck_worker", params, collector)
+    # The stall lasts until the report arrives: a fixed stall raced the probe thread's tick on a busy
+    # machine (CI 44 and 48 saw no consumer_stuck within the 0.7 s and 2.5 s they had).
+    seen = threading.Event()
+
+    def on_events(events: list[dict[str, Any]]) -> None:
+        if any(e["kind"] == "consumer_stuck" for e in events):
+            seen.set()
+
+    collector = Collector(on_events)
+    loader = InstrumentedDataLoader(_HangsUntilSeen(seen), batch_size=4, num_workers=0, sink=collector,
+                                    stuck_after=0.5)
+    assert [int(batch[0]) for batch in loader] == [0, 4, 8, 12, 16]
+    loader.close("done", {})
     stuck = _events(collector, "consumer_stuck")
-    assert stuck and stuck[0]["waiting_for"] == 3
+    assert stuck and stuck[0]["waiting_for"] == 3 and stuck[0]["elapsed"] >= 0.5
     assert user_frame(stuck[0]["stack"])["function"] == "wait_for_remote_storage"
 
 
