@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -40,6 +41,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import orjson  # noqa: E402
+
+from loaderscope.columnar import PART_GLOB, ROW_GROUP_EVENTS, ParquetTraceWriter  # noqa: E402
 from loaderscope.scenarios.catalog import get  # noqa: E402
 from loaderscope.sim.costs import CostModel, TaskCosts  # noqa: E402
 from loaderscope.sim.engine import Simulator  # noqa: E402
@@ -62,6 +66,32 @@ def trace_path(events: int, cache: Path = CACHE) -> Path:
         write_simulated(partial, events)
         partial.rename(path)
     return path
+
+
+def parquet_path(events: int, cache: Path = CACHE) -> Path:
+    """The cached trace of ``events`` events as a Parquet trace (the same events), converted on first use."""
+    path = cache / f"bigtrace-{events}.trace.parquet"
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with trace_path(events, cache).open("rb") as lines:
+            head = orjson.loads(next(lines))
+            meta = {k: v for k, v in head.items() if k not in ("format", "version", "run", "created", "loaderscope")}
+            with ParquetTraceWriter(partial, head["run"], **meta) as writer:
+                chunk = []
+                for line in lines:
+                    chunk.append(orjson.loads(line))
+                    if len(chunk) == ROW_GROUP_EVENTS:
+                        writer.write(chunk)
+                        chunk = []
+                writer.write(chunk)
+        partial.rename(path)
+    return path
+
+
+def files_of(path: Path) -> list[Path]:
+    """What a user picks to open ``path``: the file, or a Parquet trace's part files."""
+    return sorted(path.glob(PART_GLOB)) if path.is_dir() else [path]
 
 
 def write_simulated(path: Path, events: int) -> int:
@@ -125,7 +155,7 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
         cdp.send("Profiler.setSamplingInterval", {"interval": 500})
         cdp.send("Profiler.start")
     page.evaluate(GAPS)
-    page.set_input_files("#file-input", str(path))
+    page.set_input_files("#file-input", [str(f) for f in files_of(path)])
     page.wait_for_function("() => window.loaderscope.perf.load", timeout=600_000, polling=100)
     gaps = page.evaluate("() => { const g = window.bigtraceGaps; g.stop = true; return g.ms.sort((a, b) => a - b); }")
     if profile:
@@ -141,7 +171,7 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
     if errors:
         raise RuntimeError(f"the page failed: {errors}")
     events = load["events"]
-    return {"events": events, "mb": path.stat().st_size / 1e6, "open_s": load["ms"] / 1000,
+    return {"events": events, "mb": load["bytes"] / 1e6, "open_s": load["ms"] / 1000,
             "events_per_s": events / (load["ms"] / 1000), "fps": result["fps"], "frame_p95_ms": result["p95"],
             "timeline_p95_ms": result["timeline_p95"], "seek_ms": result["seek_ms"],
             **{f"frame_{part}_ms": ms for part, ms in split.items()},
@@ -214,12 +244,13 @@ def cpu_per_event(path: Path, mb: int, rounds: int, roots: list[Path]) -> None:
 # Reads the file on a probe input through the page's parsing workers with nothing applied on the
 # page's thread: how long parsing alone takes in chromium.
 PARSE_ONLY = """async (parsers) => {
-  const { readTraceFileInWorkers } = await import('/js/trace-file.js');
-  const file = document.querySelector('#probe-input').files[0];
+  const { readTraceFileInWorkers, readParquetTraceInWorkers } = await import('/js/trace-file.js');
+  const files = [...document.querySelector('#probe-input').files];
   const t0 = performance.now();
   let events = 0;
-  await readTraceFileInWorkers(file, { workers: parsers, onHeader: () => {}, onRows: (rows) => { events += rows.length; },
-    onEvent: () => { events += 1; } }); // a checkout without onRows rebuilds each event
+  const o = { workers: parsers, onHeader: () => {}, onRows: (rows) => { events += rows.length; },
+    onEvent: () => { events += 1; } }; // a checkout without onRows rebuilds each event
+  await (files[0].name.endsWith('.parquet') ? readParquetTraceInWorkers(files, 'parquet', o) : readTraceFileInWorkers(files[0], o));
   return { events, parse_only_s: (performance.now() - t0) / 1000 };
 }"""
 
@@ -229,9 +260,9 @@ def parse_only(browser: Any, url: str, path: Path, parsers: int) -> dict[str, An
     page = browser.new_page()
     page.goto(url)
     page.wait_for_function("() => window.loaderscope", timeout=30_000)
-    page.evaluate("() => { const i = Object.assign(document.createElement('input'), { type: 'file', id: 'probe-input' });"
-                  " document.body.append(i); }")
-    page.set_input_files("#probe-input", str(path))
+    page.evaluate("() => { const i = Object.assign(document.createElement('input'), { type: 'file', id: 'probe-input',"
+                  " multiple: true }); document.body.append(i); }")
+    page.set_input_files("#probe-input", [str(f) for f in files_of(path)])
     result = page.evaluate(PARSE_ONLY, parsers or 1)
     page.close()
     return result
@@ -241,9 +272,9 @@ def summarise(results: list[dict[str, Any]]) -> None:
     """One line per size and page: the median of each figure with its range over the repeats."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in results:
-        groups.setdefault((r["events"], r["page"], r["parsers"]), []).append(r)
-    for (events, page, parsers), rs in groups.items():
-        line: dict[str, Any] = {"events": events, "page": page, "parsers": parsers, "runs": len(rs)}
+        groups.setdefault((r["events"], r["format"], r["page"], r["parsers"]), []).append(r)
+    for (events, fmt, page, parsers), rs in groups.items():
+        line: dict[str, Any] = {"events": events, "format": fmt, "page": page, "parsers": parsers, "runs": len(rs)}
         for key in ("open_s", "parse_only_s", "fps", "load_frame_p95_ms", "seek_ms", "heap_mb", "buffers_mb", "bytes_per_event"):
             values = sorted(r[key] for r in rs if r.get(key) is not None)
             if values:
@@ -264,6 +295,9 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true",
                     help="measure parsing and applying CPU per event in node instead of opening in chromium")
     ap.add_argument("--cpu-mb", type=int, default=40, help="with --cpu: how much of each trace (MB)")
+    ap.add_argument("--format", nargs="+", choices=["jsonl", "parquet"], default=["jsonl"],
+                    help="the trace's format: JSON lines, or the same events as a Parquet trace (a directory of parts "
+                         "the page is given as its files); several are measured alternately")
     ap.add_argument("--parse-only", action="store_true",
                     help="time only the workers' parsing in chromium (--parsers of them, 1 for 0), nothing applied")
     args = ap.parse_args()
@@ -279,9 +313,10 @@ def main() -> None:
 
     paths = {}
     for n in args.events:
-        t0 = time.perf_counter()
-        paths[n] = trace_path(n, args.cache)
-        print(json.dumps({"trace": str(paths[n]), "events": n, "ready_s": round(time.perf_counter() - t0, 1)}))
+        for fmt in args.format:
+            t0 = time.perf_counter()
+            paths[n, fmt] = (parquet_path if fmt == "parquet" else trace_path)(n, args.cache)
+            print(json.dumps({"trace": str(paths[n, fmt]), "events": n, "ready_s": round(time.perf_counter() - t0, 1)}))
     servers = {"this": launch(args.cache / "server")}
     variants = [("this", parsers) for parsers in args.parsers]
     if args.against:
@@ -292,15 +327,15 @@ def main() -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             for k in range(args.repeat):
-                for n, path in paths.items():
+                for (n, fmt), path in paths.items():
                     for page, parsers in variants:
-                        prof = args.profile / f"open-{n}-{page}{parsers}-{k}.cpuprofile" if args.profile else None
+                        prof = args.profile / f"open-{n}-{fmt}-{page}{parsers}-{k}.cpuprofile" if args.profile else None
                         if prof:
                             prof.parent.mkdir(parents=True, exist_ok=True)
                         url = f"{servers[page].page_url}&parsers={parsers}"
                         measure = (lambda: parse_only(browser, url, path, parsers)) if args.parse_only else (
                             lambda: open_trace(browser, url, path, prof))
-                        r = {"page": page, "parsers": parsers, **measure()}
+                        r = {"page": page, "format": fmt, "parsers": parsers, **measure()}
                         results.append(r)
                         print(json.dumps({key: round(v, 2) if isinstance(v, float) else v for key, v in r.items()}),
                               flush=True)

@@ -111,6 +111,67 @@ def test_a_trace_opened_the_fast_way_shows_what_the_reference_way_shows(page: Pa
     assert got["fast"] == got["reference"]
 
 
+# Reads a Parquet trace's parts (the page's file input holds them) into a Track through the workers,
+# and the same events' JSON lines the reference way; what the page shows of each.
+PARQUET_AND_REFERENCE = """async ({ text }) => {
+  const { readTraceFile, readParquetTraceInWorkers } = await import('/js/trace-file.js');
+  const { Track } = await import('/js/track.js');
+  const { summary } = await import('/js/reducer.js');
+  const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
+  const parquet = new Track({ rank: 0, label: 'parquet', source: 'file' });
+  await readTraceFile(new File([text], 'small.trace.jsonl'), { onHeader: () => {}, onEvent: (e) => reference.ingest(e), sliceMs: 1e9 });
+  const parts = [...document.querySelector('#probe-input').files];
+  let header = null;
+  await readParquetTraceInWorkers(parts, 'small.trace.parquet', { workers: 2, onHeader: (h) => { header = h; },
+    onRows: (rows) => parquet.ingestRows(rows) });
+  const shown = (tr) => JSON.stringify({ n: tr.player.length, summary: summary(tr.state), violations: tr.state.violations,
+    notes: tr.noteItems, yields: [...tr.yields], parked: tr.parkedRows,
+    rows: Array.from({ length: tr.player.length }, (_, i) => tr.player.event(i)) });
+  return { header, parts: parts.length, reference: shown(reference), parquet: shown(parquet) };
+}"""
+
+
+def parquet_trace(tmp_path: Path, text: str) -> list[Path]:
+    """The events of a JSON-lines trace as a Parquet trace of several parts; its part files."""
+    from loaderscope.columnar import ParquetTraceWriter
+
+    lines = text.splitlines()
+    head = json.loads(lines[0])
+    path = tmp_path / "small.trace.parquet"
+    with ParquetTraceWriter(path, head["run"], row_group_events=4096) as writer:
+        writer.write([json.loads(line) for line in lines[1:]])
+    return sorted(path.glob("part-*.parquet"))
+
+
+def test_a_parquet_trace_shows_what_its_json_lines_show(page: Page, server: Any, tmp_path: Path) -> None:
+    text = small_trace(tmp_path)
+    parts = parquet_trace(tmp_path, text)
+    pg = page.page
+    pg.goto(server.page_url)
+    pg.wait_for_function("() => window.loaderscope")
+    pg.evaluate("() => { document.body.append(Object.assign(document.createElement('input'),"
+                " { type: 'file', id: 'probe-input', multiple: true })); }")
+    pg.set_input_files("#probe-input", [str(p) for p in parts])
+    got = pg.evaluate(PARQUET_AND_REFERENCE, {"text": text})  # the zstd decoder compiles under the dashboard's CSP
+    assert got["parts"] == len(parts) > 5
+    assert got["header"]["run"] == json.loads(text.splitlines()[0])["run"]
+    assert json.loads(got["reference"])["n"] > 29_000
+    assert got["parquet"] == got["reference"]
+
+
+def test_the_open_button_takes_a_parquet_traces_parts_as_one_run(page: Page, server: Any, tmp_path: Path) -> None:
+    parts = parquet_trace(tmp_path, small_trace(tmp_path))
+    pg = page.page
+    pg.goto(server.page_url)
+    pg.wait_for_function("() => window.loaderscope")
+    pg.set_input_files("#file-input", [str(p) for p in parts])
+    pg.wait_for_function("() => window.loaderscope.perf.load", polling=100)
+    load = pg.evaluate("window.loaderscope.perf.load")
+    assert load["files"] == len(parts) and load["events"] > 29_000
+    assert pg.locator("#file-error").is_hidden()
+    pg.screenshot(path=str(tmp_path / "parquet-open.png"))
+
+
 @pytest.mark.perf
 @pytest.mark.slow
 def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any) -> None:  # noqa: F811

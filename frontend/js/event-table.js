@@ -43,14 +43,21 @@ function slotOf(name) {
 
 // pushLine's keys per kind code: the names it reads (FIELDS), as bytes, and a bit mask of those the
 // line must carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
-/** @typedef {{slots: number[], literals: Literal[], required: number}} LineKeys */
+// pushValues takes the same names as strings (`bits`: each name's k).
+/** @typedef {{slots: number[], literals: Literal[], bits: Map<string, number>, required: number}} LineKeys */
 /** @type {LineKeys[]} */
-const LINE_KEYS = [{ slots: [], literals: [], required: 0 }, ...HOT.map((kind) => {
+const LINE_KEYS = [{ slots: [], literals: [], bits: new Map(), required: 0 }, ...HOT.map((kind) => {
   const names = [...FIELDS[kind]];
   let required = 0;
   for (const [k, name] of names.entries()) if (OWN[kind][name].required && name !== 'worker') required |= 1 << k;
-  return { slots: names.map(slotOf), literals: names.map((name) => literal(`,"${name}":`)), required };
+  return { slots: names.map(slotOf), literals: names.map((name) => literal(`,"${name}":`)),
+    bits: new Map(names.map((name, k) => [name, k])), required };
 })];
+
+/** A hot kind's code (1, 2, ...), or OBJECT (0) for any other kind. @param {unknown} kind */
+export function kindCode(kind) {
+  return (typeof kind === 'string' && CODE.get(kind)) || OBJECT;
+}
 
 // flags: which optional fields were present, and booleans
 const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH: 128 };
@@ -256,6 +263,10 @@ function ascii(bytes, start, end) {
 /**
  * A table's rows as structured-cloneable parts (toParts): its typed columns by name, its kept objects
  * as [row, event] pairs, the sample-index pool and the run and rank of its packed rows.
+ * A column of values by row, as pushColumns() takes them: numbers, strings (ids into `dict`) or
+ * booleans (0/1); `present[r]` is 0 where row r has no value.
+ * @typedef {{name: string, present: Uint8Array, num: Float64Array|null, ids: Int32Array|null, dict: string[],
+ *   bool: Uint8Array|null}} ValueColumn
  * @typedef {{n: number, cols: Record<string, Uint8Array<ArrayBuffer> | Int32Array<ArrayBuffer> | Float64Array<ArrayBuffer>>,
  *   objects: Array<[number, LoaderEvent]>, pool: Int32Array<ArrayBuffer>, poolN: number, run: string|undefined,
  *   rank: number|undefined}} TableParts
@@ -465,9 +476,135 @@ export class EventTable {
       seen |= 1 << k;
       flags = this.lineValue(line, keys.slots[k], i, flags);
     }
-    if (flags < 0 || !line.byte(BRACE) || (bytes[line.pos] !== NEWLINE && line.pos !== bytes.length) || (seen & keys.required) !== keys.required) return -1;
-    if (!(flags & F.WORKER) && !WORKERLESS.has(HOT[code - 1])) return -1;
+    if (flags < 0 || !line.byte(BRACE) || (bytes[line.pos] !== NEWLINE && line.pos !== bytes.length)) return -1;
+    return this.commit(code, seq, t, run, rank, seen, flags) ? line.pos : -1;
+  }
+
+  /**
+   * Append a frequent-kind event given as its values (a Parquet trace's row: parquet-trace.js)
+   * straight into the columns, taking exactly what pushValid() takes of the event they make (and
+   * no null, which pushValid() leaves to push()). False, and nothing appended, otherwise: the
+   * caller builds the event and checks it as a parsed line's.
+   * @param {number} code kindCode() of its kind @param {unknown} seq @param {unknown} t @param {unknown} run
+   * @param {unknown} rank @param {string[]} names its other fields @param {unknown[]} values theirs
+   * @param {number} count how many of names and values are this event's
+   */
+  pushValues(code, seq, t, run, rank, names, values, count) {
+    if (code === OBJECT || typeof seq !== 'number' || typeof t !== 'number' || typeof run !== 'string' || typeof rank !== 'number') return false;
+    if (!Number.isInteger(seq) || !within(seq) || !within(t) || !Number.isInteger(rank) || !within(rank)) return false;
+    if (this.run !== undefined && (run !== this.run || rank !== this.rank)) return false;
+    const i = this.n;
+    if (i === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
+    const keys = LINE_KEYS[code];
+    let seen = 0;
+    let flags = 0;
+    for (let k = 0; k < count && flags >= 0; k++) {
+      const bit = keys.bits.get(names[k]);
+      if (bit === undefined || seen & (1 << bit)) return false;
+      seen |= 1 << bit;
+      flags = this.putValue(keys.slots[bit], values[k], i, flags);
+    }
+    return flags >= 0 && this.commit(code, seq, t, run, rank, seen, flags);
+  }
+
+  /**
+   * Append `n` rows given column by column (a Parquet trace's part: parquet-trace.js): a frequent
+   * kind's row straight into the columns, taking exactly what pushValues() takes; any other row by
+   * `other(r)`, which must append that one row (push() or pushValid() its event). Each column is
+   * checked in one pass over its rows, not a row at a time: that was twice the cost.
+   * @param {number} n @param {{seq?: ValueColumn, t?: ValueColumn, run?: ValueColumn, rank?: ValueColumn, kind?: ValueColumn}} common
+   * @param {ValueColumn[]} fields the other columns that hold values
+   * @param {(r: number) => Record<string, unknown>|null} extraOf row r's fields that have no column
+   * @param {(r: number) => void} other
+   */
+  pushColumns(n, common, fields, extraOf, other) {
+    const n0 = this.n;
+    if (n0 + n > this.kind.length) this.alloc(Math.max(n0 + n, this.kind.length * 2));
+    const code = new Uint8Array(n); // 0: the row goes to other()
+    const kind = common.kind;
+    if (kind?.ids) {
+      const codes = kind.dict.map(kindCode);
+      for (let r = 0; r < n; r++) if (kind.present[r]) code[r] = codes[kind.ids[r]];
+    }
+    const { seq, t, rank, run } = common;
+    if (!seq?.num || !t?.num || !rank?.num || !run?.ids) return this.pushOthers(n, other);
+    for (let r = 0; r < n; r++) {
+      if (!code[r]) continue;
+      const s = seq.num[r], time = t.num[r], k = rank.num[r];
+      if (!seq.present[r] || !t.present[r] || !rank.present[r] || !run.present[r] || !Number.isInteger(s) || !within(s)
+        || !within(time) || !Number.isInteger(k) || !within(k)) code[r] = OBJECT;
+      this.seq[n0 + r] = s;
+      this.t[n0 + r] = time;
+      this.flags[n0 + r] = 0;
+    }
+    const seen = new Int32Array(n);
+    for (const col of fields) this.columnValues(col, n, n0, code, seen);
+    for (let r = 0; r < n; r++) {
+      if (code[r] && this.restOfRow(code[r], n0 + r, run.dict[run.ids[r]], rank.num[r], seen[r], extraOf(r))) continue;
+      other(r);
+    }
+  }
+
+  /** @param {number} n @param {(r: number) => void} other */
+  pushOthers(n, other) {
+    for (let r = 0; r < n; r++) other(r);
+  }
+
+  /**
+   * One column's values into rows n0 + r of the columns, for the rows of a frequent kind (code[r]);
+   * a row whose kind has no such field, or whose value does not fit, gets code 0.
+   * @param {ValueColumn} col @param {number} n @param {number} n0 @param {Uint8Array} code @param {Int32Array} seen
+   */
+  columnValues(col, n, n0, code, seen) {
+    const bits = LINE_KEYS.map((keys) => keys.bits.get(col.name) ?? -1);
+    const slots = LINE_KEYS.map((keys, c) => keys.slots[bits[c]] ?? -1);
+    const { present, num, ids, bool, dict } = col;
+    for (let r = 0; r < n; r++) {
+      const c = code[r];
+      if (!c || !present[r]) continue;
+      const k = bits[c];
+      if (k < 0) { code[r] = OBJECT; continue; }
+      seen[r] |= 1 << k;
+      const v = num ? num[r] : ids ? dict[ids[r]] : bool?.[r] === 1;
+      const flags = this.putValue(slots[c], v, n0 + r, this.flags[n0 + r]);
+      if (flags < 0) code[r] = OBJECT;
+      else this.flags[n0 + r] = flags;
+    }
+  }
+
+  /**
+   * Row i (its columns' values in place) checked against the table's run and rank, given its
+   * `extra` fields, and counted: false, and nothing counted, when it does not fit.
+   * @param {number} code @param {number} i @param {string} run @param {number} rank @param {number} seen
+   * @param {Record<string, unknown>|null} extra
+   */
+  restOfRow(code, i, run, rank, seen, extra) {
+    if (this.run !== undefined && (run !== this.run || rank !== this.rank)) return false;
+    let flags = this.flags[i];
+    if (extra) {
+      const keys = LINE_KEYS[code];
+      for (const name in extra) {
+        const k = keys.bits.get(name);
+        if (k === undefined || seen & (1 << k)) return false;
+        seen |= 1 << k;
+        flags = this.putValue(keys.slots[k], extra[name], i, flags);
+        if (flags < 0) return false;
+      }
+    }
+    return this.commit(code, this.seq[i], this.t[i], run, rank, seen, flags);
+  }
+
+  /**
+   * End row n (its fields in the columns): if it carries its kind's required fields, count it and
+   * return true; else false, and the row is not counted.
+   * @param {number} code @param {number} seq @param {number} t @param {string} run @param {number} rank
+   * @param {number} seen the kind's fields present (bits of LINE_KEYS[code]) @param {number} flags
+   */
+  commit(code, seq, t, run, rank, seen, flags) {
+    if ((seen & LINE_KEYS[code].required) !== LINE_KEYS[code].required) return false;
+    if (!(flags & F.WORKER) && !WORKERLESS.has(HOT[code - 1])) return false;
     if (this.run === undefined) { this.run = run; this.rank = rank; }
+    const i = this.n;
     this.kind[i] = code;
     this.flags[i] = flags;
     this.seq[i] = seq;
@@ -476,7 +613,7 @@ export class EventTable {
     if (flags & F.INDICES) this.poolN += this.c[i];
     this.n += 1;
     this.packed += 1;
-    return line.pos;
+    return true;
   }
 
   /**
@@ -496,10 +633,26 @@ export class EventTable {
       case V.BOOL:
         if (line.lit(TRUE)) return flags | F.TRUE;
         return line.lit(FALSE) ? flags | F.FALSE : -1;
-      default: break;
+      default: return this.putValue(slot, line.num(), i, flags);
     }
-    const v = line.num();
+  }
+
+  /**
+   * A field's value into row i's columns, as pack() puts it: the flags with its bit added, or -1
+   * when the value does not fit.
+   * @param {number} slot where the field goes (V) @param {unknown} v @param {number} i @param {number} flags
+   */
+  putValue(slot, v, i, flags) {
     switch (slot) {
+      case V.INDICES: {
+        if (!Array.isArray(v) || !v.every(isInt)) return -1;
+        this.ensurePool(v.length);
+        this.pool.set(v, this.poolN); // counted by commit()
+        this.b[i] = this.poolN;
+        this.c[i] = v.length;
+        return flags | F.INDICES;
+      }
+      case V.BOOL: return v === true ? flags | F.TRUE : v === false ? flags | F.FALSE : -1;
       case V.IDX: if (!isInt(v)) return -1; this.idx[i] = v; return flags;
       case V.WORKER: if (!isInt(v)) return -1; this.worker[i] = v; return flags | F.WORKER;
       case V.EPOCH: if (!isInt(v)) return -1; this.epoch[i] = v; return flags | F.EPOCH;

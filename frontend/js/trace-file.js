@@ -9,6 +9,8 @@ export const FORMAT = 'loaderscope-trace';
 export const VERSION = 1;
 export const MAX_LINE_BYTES = 1 << 20;
 export const MAX_TRACE_BYTES = 2 ** 31; // ~16M events, ~1.5 GB of page memory at ~95 bytes an event
+// what a page holds of any trace; a Parquet trace (2-20 bytes an event on disk) is bound by this, not its size
+export const MAX_TRACE_EVENTS = 16_000_000;
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 /** @typedef {Record<string, unknown>} TraceHeader a trace's first line: {format, version, ...} */
@@ -17,7 +19,9 @@ export const MAX_TRACE_BYTES = 2 ** 31; // ~16M events, ~1.5 GB of page memory a
  * What the page and a parsing worker (trace-worker.js) say to each other. To the worker: a segment
  * to read, or a batch's buffers handed back (`ack`). From it: the header (first segment), batches
  * of rows, then the segment's end: `done`, `error` (a damaged line), or `failed` (anything else).
- * @typedef {{type?: undefined, blob: Blob, segment: number, source: string, header: boolean}} SegmentJob
+ * A segment is a piece of a JSON-lines file cut at a line start, or (`part`: its name) a whole part
+ * file of a Parquet trace.
+ * @typedef {{type?: undefined, blob: Blob, segment: number, source: string, header: boolean, part?: string}} SegmentJob
  * @typedef {{type: 'ack', parts: TableParts}} BatchAck
  * @typedef {{type: 'done', segment: number, lines: number}
  *   | {type: 'error' | 'failed', segment: number, message: string, at: {line: number, detail: string}|null}} SegmentEnd
@@ -214,7 +218,7 @@ export async function readTraceFile(file, { onHeader, onEvent, onProgress, slice
   return { header: reader.header, events: reader.events };
 }
 
-/** The file's name for messages; refuses a file larger than the page holds before reading it. @param {Blob & {name?:string}} file */
+/** The file's name for messages; refuses a file larger than the page holds before reading it. @param {{name?: string, size: number}} file */
 function checkSize(file) {
   const source = file.name || 'the file';
   if (file.size > MAX_TRACE_BYTES) {
@@ -253,21 +257,55 @@ export async function lineStarts(file, step = SEGMENT_BYTES) {
  * `onRows`, each event rebuilt through `onEvent`. A damaged line stops the read there, as in
  * readTraceFile.
  * @param {Blob & {name?:string}} file
- * @param {{onHeader:(h:TraceHeader)=>void, onEvent?:(e:LoaderEvent)=>void, onRows?:(rows:EventTable)=>void, onProgress?:(done:number, total:number)=>void, workers?:number, segmentBytes?:number}} o
+ * @param {ReadOptions & {segmentBytes?:number}} o
  * @returns {Promise<{header: TraceHeader|null, events: number}>}
  */
-export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, onProgress, workers = 2, segmentBytes = SEGMENT_BYTES }) {
-  const take = onRows ?? ((/** @type {EventTable} */ rows) => { for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i)); });
+export async function readTraceFileInWorkers(file, { segmentBytes = SEGMENT_BYTES, ...o }) {
   const source = checkSize(file);
   const cuts = await lineStarts(file, segmentBytes);
+  const pieces = cuts.slice(0, -1).map((start, k) => ({ blob: file.slice(start, cuts[k + 1]), start }));
+  return readSegments(pieces, file.size, source, 'line', o);
+}
+
+/**
+ * readTraceFileInWorkers for a Parquet trace (parquet-trace.js): its part files, in order, each
+ * one segment. A damaged row is named by its event number in the trace.
+ * @param {Array<Blob & {name: string}>} parts @param {string} source the trace's name
+ * @param {ReadOptions} o
+ * @returns {Promise<{header: TraceHeader|null, events: number}>}
+ */
+export async function readParquetTraceInWorkers(parts, source, o) {
+  const total = parts.reduce((sum, part) => sum + part.size, 0);
+  checkSize({ name: source, size: total });
+  let start = 0;
+  const pieces = parts.map((blob) => ({ blob, start: (start += blob.size) - blob.size, part: blob.name }));
+  return readSegments(pieces, total, source, 'event', o);
+}
+
+/**
+ * What the page does with a trace read in workers.
+ * @typedef {{onHeader:(h:TraceHeader)=>void, onEvent?:(e:LoaderEvent)=>void, onRows?:(rows:EventTable)=>void,
+ *   onProgress?:(done:number, total:number)=>void, workers?:number}} ReadOptions
+ */
+
+/**
+ * Read `pieces` of a trace (each a segment: trace-worker.js) in a pool of workers, applying their
+ * batches in order.
+ * @param {Array<{blob: Blob, start: number, part?: string}>} pieces @param {number} total their bytes
+ * @param {string} source @param {string} noun what a damaged segment's number counts ('line', 'event')
+ * @param {ReadOptions} o
+ * @returns {Promise<{header: TraceHeader|null, events: number}>}
+ */
+async function readSegments(pieces, total, source, noun, { onHeader, onEvent, onRows, onProgress, workers = 2 }) {
+  const take = onRows ?? ((/** @type {EventTable} */ rows) => { for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i)); });
   /**
-   * A segment of the file: its byte range, the batches its worker sent and the page has not
+   * A segment of the trace: where it starts, the batches its worker sent and the page has not
    * applied yet, and how the worker ended it (null: still reading).
-   * @typedef {{start: number, end: number, queue: Array<{parts: TableParts, bytes: number, worker: Worker}>,
+   * @typedef {{start: number, queue: Array<{parts: TableParts, bytes: number, worker: Worker}>,
    *   last: SegmentEnd|null}} Segment
    */
   /** @type {Segment[]} */
-  const segments = cuts.slice(0, -1).map((start, k) => ({ start, end: cuts[k + 1], queue: [], last: null }));
+  const segments = pieces.map(({ start }) => ({ start, queue: [], last: null }));
   const pool = Array.from({ length: Math.min(workers, segments.length) },
     () => new Worker(new URL('./trace-worker.js', import.meta.url), { type: 'module' }));
   try {
@@ -288,19 +326,23 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, 
           if (batch) {
             const { parts, bytes, worker } = batch;
             const rows = EventTable.fromParts(parts);
+            if (events + rows.length > MAX_TRACE_EVENTS) {
+              reject(new TraceError(`${source} holds more than the ${MAX_TRACE_EVENTS.toLocaleString('en')} events a page opens: its first ${events.toLocaleString('en')} are shown; open it whole with \`loaderscope serve --open\``));
+              return;
+            }
             take(rows);
             events += rows.length;
             worker.postMessage({ type: 'ack', parts }, EventTable.transfers(parts)); // its buffers, to refill
-            onProgress?.(seg.start + bytes, file.size);
+            onProgress?.(seg.start + bytes, total);
             if (performance.now() - t0 > APPLY_SLICE_MS) { later(); return; }
             continue;
           }
           if (seg.last === null) return; // wait for its worker
-          if (seg.last.type !== 'done') { reject(failure(seg.last, lines, source)); return; }
+          if (seg.last.type !== 'done') { reject(failure(seg.last, lines, source, noun)); return; }
           lines += seg.last.lines;
           current += 1;
         }
-        onProgress?.(file.size, file.size);
+        onProgress?.(total, total);
         resolve({ header, events });
       };
       const step = () => {
@@ -316,7 +358,7 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, 
         };
         worker.onerror = (ev) => reject(new Error(`the trace reader failed: ${ev.message}`));
       });
-      segments.forEach(({ start, end }, k) => pool[k % pool.length].postMessage({ blob: file.slice(start, end), segment: k, source, header: k === 0 }));
+      pieces.forEach(({ blob, part }, k) => pool[k % pool.length].postMessage({ blob, segment: k, source, header: k === 0, part }));
     });
   } finally {
     for (const worker of pool) worker.terminate();
@@ -324,12 +366,12 @@ export async function readTraceFileInWorkers(file, { onHeader, onEvent, onRows, 
 }
 
 /**
- * The error a worker reported for a segment, its line counted from the file's start.
- * @param {Exclude<SegmentEnd, {type: 'done'}>} last @param {number} linesBefore @param {string} source
+ * The error a worker reported for a segment, its line (or event) counted from the trace's start.
+ * @param {Exclude<SegmentEnd, {type: 'done'}>} last @param {number} linesBefore @param {string} source @param {string} noun
  */
-function failure(last, linesBefore, source) {
+function failure(last, linesBefore, source, noun) {
   if (last.type === 'failed') return new Error(last.message);
   if (!last.at) return new TraceError(last.message);
   const line = linesBefore + last.at.line;
-  return new TraceError(`${source}, line ${line}: ${last.at.detail}`, { line, detail: last.at.detail });
+  return new TraceError(`${source}, ${noun} ${line}: ${last.at.detail}`, { line, detail: last.at.detail });
 }

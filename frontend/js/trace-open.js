@@ -3,7 +3,8 @@
 // finished run; the page is handed the tracks once every file is read.
 
 import { Track } from './track.js';
-import { readTraceFileInWorkers, TraceError } from './trace-file.js';
+import { readParquetTraceInWorkers, readTraceFileInWorkers, TraceError } from './trace-file.js';
+import { PART_NAME } from './parquet-trace.js';
 
 // Web Workers that parse a file's segments side by side: one core is left to the page's thread,
 // which applies the events (as costly as parsing them). `?parsers=N` in the page's address
@@ -17,7 +18,78 @@ const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.get
  * What a finished read hands to the page.
  * @typedef {{tracks: Track[], files: number, events: number, ms: number, bytes: number}} Opened
  * @typedef {{ms: number, events: number, files: number, bytes: number}} LoadPerf the last load, measured
+ * A trace to read: a JSON-lines file, or the part files of a Parquet trace (in order).
+ * @typedef {{name: string, size: number, file?: File, parts?: File[]}} TraceInput
  */
+
+/**
+ * Picked or dropped files as traces: each file one trace, except the part files of a Parquet trace
+ * (`part-N.parquet`), which make one trace per directory they came from (all picked parts, one).
+ * A directory's other files (a writer's unfinished `.part-N.parquet.tmp`) are no part of it.
+ * @param {Array<{file: File, dir?: string}>} entries @returns {TraceInput[]}
+ */
+export function groupTraces(entries) {
+  /** @type {TraceInput[]} */
+  const traces = [];
+  /** @type {Map<string, TraceInput>} */
+  const byDir = new Map();
+  for (const { file, dir } of entries) {
+    if (!PART_NAME.test(file.name)) {
+      if (dir === undefined) traces.push({ name: file.name, size: file.size, file });
+      continue;
+    }
+    const key = dir ?? '';
+    let trace = byDir.get(key);
+    if (!trace) {
+      trace = { name: dir || 'Parquet trace', size: 0, parts: [] };
+      byDir.set(key, trace);
+      traces.push(trace);
+    }
+    trace.parts?.push(file);
+    trace.size += file.size;
+  }
+  for (const trace of byDir.values()) trace.parts?.sort((a, b) => (a.name < b.name ? -1 : 1));
+  return traces;
+}
+
+/**
+ * The files of a drop, a dropped directory's own files with its name (a Parquet trace), read
+ * from the entries taken while the drop event lasted.
+ * @param {DataTransfer} data @returns {Promise<Array<{file: File, dir?: string}>>}
+ */
+async function droppedFiles(data) {
+  const entries = [...data.items].map((item) => item.webkitGetAsEntry?.() ?? null);
+  if (entries.some((e) => e === null)) return [...data.files].map((file) => ({ file }));
+  /** @type {Array<{file: File, dir?: string}>} */
+  const files = [];
+  for (const entry of /** @type {FileSystemEntry[]} */ (entries)) {
+    if (entry.isDirectory) {
+      for (const child of await directoryEntries(/** @type {FileSystemDirectoryEntry} */ (entry))) {
+        if (child.isFile) files.push({ file: await fileOf(/** @type {FileSystemFileEntry} */ (child)), dir: entry.name });
+      }
+    } else if (entry.isFile) {
+      files.push({ file: await fileOf(/** @type {FileSystemFileEntry} */ (entry)) });
+    }
+  }
+  return files;
+}
+
+/** @param {FileSystemDirectoryEntry} dir @returns {Promise<FileSystemEntry[]>} */
+async function directoryEntries(dir) {
+  const reader = dir.createReader();
+  /** @type {FileSystemEntry[]} */
+  const all = [];
+  for (;;) { // readEntries gives at most 100 at a time
+    const batch = await new Promise((resolve, reject) => reader.readEntries(resolve, reject));
+    if (!batch.length) return all;
+    all.push(...batch);
+  }
+}
+
+/** @param {FileSystemFileEntry} entry @returns {Promise<File>} */
+function fileOf(entry) {
+  return new Promise((resolve, reject) => entry.file(resolve, reject));
+}
 
 export class TraceOpener {
   /**
@@ -33,7 +105,7 @@ export class TraceOpener {
     $('btn-open').addEventListener('click', () => $('file-input').click());
     $('file-input').addEventListener('change', (ev) => {
       const input = /** @type {HTMLInputElement} */ (ev.target);
-      this.open(input.files ?? []).finally(() => { input.value = ''; });
+      this.open([...input.files ?? []].map((file) => ({ file }))).finally(() => { input.value = ''; });
     });
     $('file-error-close').addEventListener('click', () => { $('file-error').hidden = true; });
     // dragenter/dragleave fire for every child crossed: count them so the overlay does not flicker
@@ -50,63 +122,70 @@ export class TraceOpener {
       ev.preventDefault();
       depth = 0;
       drop.hidden = true;
-      if (ev.dataTransfer?.files?.length) this.open(ev.dataTransfer.files);
+      if (ev.dataTransfer?.files?.length) droppedFiles(ev.dataTransfer).then((files) => this.open(files));
     });
   }
 
-  /** Open dropped or picked trace files: one track per file (per rank). @param {FileList|File[]} list */
-  async open(list) {
-    const files = [...list];
-    if (!files.length) return;
+  /**
+   * Open dropped or picked trace files: one track per trace (per rank); a Parquet trace's part
+   * files make one trace (groupTraces).
+   * @param {Array<{file: File, dir?: string}>} entries
+   */
+  async open(entries) {
+    const traces = groupTraces(entries);
+    if (!traces.length) return;
     /** @type {string[]} */
     const errors = [];
-    const total = files.reduce((s, f) => s + f.size, 0);
+    const total = traces.reduce((s, t) => s + t.size, 0);
     const t0 = performance.now();
     $('loading').hidden = false;
-    const tracks = await this.readAll(files, total, errors);
+    const tracks = await this.readAll(traces, total, errors);
     const ms = performance.now() - t0;
     $('loading').hidden = true;
     const events = tracks.reduce((s, tr) => s + tr.player.length, 0);
-    this.perf.load = { ms, events, files: files.length, bytes: total };
+    this.perf.load = { ms, events, files: entries.length, bytes: total };
     $('file-error').hidden = !errors.length;
     $('file-error-text').textContent = errors.join('\n');
     if (!tracks.length) return;
     rankTracks(tracks);
     for (const tr of tracks) tr.player.following = false;
-    this.onOpened({ tracks, files: files.length, events, ms, bytes: total });
+    this.onOpened({ tracks, files: entries.length, events, ms, bytes: total });
   }
 
   /**
-   * Read each file into a track; a file refused outright adds its reason to `errors`.
-   * @param {File[]} files @param {number} total their bytes @param {string[]} errors
+   * Read each trace into a track; a trace refused outright adds its reason to `errors`.
+   * @param {TraceInput[]} traces @param {number} total their bytes @param {string[]} errors
    */
-  async readAll(files, total, errors) {
+  async readAll(traces, total, errors) {
     /** @type {Track[]} */
     const tracks = [];
     let before = 0;
-    for (const file of files) {
-      const tr = new Track({ rank: tracks.length, label: file.name, source: 'file' });
-      $('loading-text').textContent = `reading ${file.name}…`;
+    for (const trace of traces) {
+      const tr = new Track({ rank: tracks.length, label: trace.name, source: 'file' });
+      $('loading-text').textContent = `reading ${trace.name}…`;
       let reserved = false;
+      /** @type {import('./trace-file.js').ReadOptions} */
+      const options = {
+        workers: PARSERS,
+        onHeader: (h) => { tr.header = h; },
+        onRows: (rows) => tr.ingestRows(rows),
+        onProgress: (done) => {
+          if (!reserved && done < trace.size) reserved = reserveRows(tr, done, trace.size);
+          const frac = total ? (before + done) / total : 1;
+          $('loading-bar').style.width = `${(frac * 100).toFixed(1)}%`;
+          $('loading-text').textContent = `reading ${trace.name}: ${tr.player.length.toLocaleString('en')} events`;
+        },
+      };
       try {
-        await readTraceFileInWorkers(file, {
-          workers: PARSERS,
-          onHeader: (h) => { tr.header = h; },
-          onRows: (rows) => tr.ingestRows(rows),
-          onProgress: (done) => {
-            if (!reserved && done < file.size) reserved = reserveRows(tr, done, file.size);
-            const frac = total ? (before + done) / total : 1;
-            $('loading-bar').style.width = `${(frac * 100).toFixed(1)}%`;
-            $('loading-text').textContent = `reading ${file.name}: ${tr.player.length.toLocaleString('en')} events`;
-          },
-        });
+        if (trace.parts) await readParquetTraceInWorkers(trace.parts, trace.name, options);
+        else if (trace.file) await readTraceFileInWorkers(trace.file, options);
       } catch (err) {
         if (!(err instanceof TraceError)) throw err;
-        if (!tr.player.length) { errors.push(err.message); before += file.size; continue; }
+        if (!tr.player.length) { errors.push(err.message); before += trace.size; continue; }
         tr.fileError = err.message; // keep what came before the damage, and say where it is
         tr.note({ type: 'bad', reason: err.message });
       }
-      before += file.size;
+      before += trace.size;
       tr.complete = true;
       tracks.push(tr);
     }

@@ -4,13 +4,15 @@
 // into EventTable columns, which it hands to the page in batches without copying (transferred
 // buffers). The page only copies each batch's columns into its own table and applies each event,
 // so parsing and applying run side by side.
-// In: {blob, segment, source, header} per segment (done in the order sent), and {type:'ack', parts}
+// In: {blob, segment, source, header, part?} per segment (done in the order sent; `part`: the
+// segment is that part file of a Parquet trace, parquet-trace.js), and {type:'ack', parts}
 // for each batch the page applied, its buffers handed back to be refilled.
 // Out: {type:'header'} (the first segment), {type:'rows'} batches, then per segment
 // {type:'done', lines} or {type:'error', message, at} (a damaged line) or {type:'failed'}.
 
 import { TraceReader, TraceError } from './trace-file.js';
 import { EventTable } from './event-table.js';
+import { partIntoTable, zstdReady } from './parquet-trace.js';
 
 const BATCH = 1 << 16; // rows per message: ~3.5 MB of columns, tens of ms to apply
 const AHEAD = 6; // batches sent and not yet applied before the worker waits: bounds what queues up
@@ -37,7 +39,7 @@ const emptyBatch = () => {
 };
 
 /** @param {import('./trace-file.js').SegmentJob} job */
-async function read({ blob, segment, source, header }) {
+async function read({ blob, segment, source, header, part }) {
   let rows = emptyBatch();
   let bytes = 0;
   const send = async () => {
@@ -57,6 +59,13 @@ async function read({ blob, segment, source, header }) {
     accept: (e) => rows.pushValid(e),
   });
   try {
+    if (part !== undefined) {
+      await readParquetPart(blob, source, part, header, rows);
+      bytes = blob.size;
+      await send();
+      self.postMessage({ type: 'done', segment, lines: rows.length });
+      return;
+    }
     const stream = blob.stream().getReader();
     let next = stream.read();
     for (;;) {
@@ -75,4 +84,15 @@ async function read({ blob, segment, source, header }) {
     const trace = err instanceof TraceError;
     self.postMessage({ type: trace ? 'error' : 'failed', segment, message: trace ? err.message : String(err instanceof Error ? err.stack ?? err : err), at: trace ? err.at : null });
   }
+}
+
+/**
+ * One part file of a Parquet trace into `rows` (a part holds at most a batch of rows).
+ * @param {Blob} blob the part's file @param {string} source the trace's name @param {string} part the part's
+ * @param {boolean} header whether to hand the page the header (the first part) @param {EventTable} rows
+ */
+async function readParquetPart(blob, source, part, header, rows) {
+  await zstdReady();
+  const decoded = partIntoTable(await blob.arrayBuffer(), `${source}/${part}`, rows);
+  if (header) self.postMessage({ type: 'header', header: decoded.header });
 }

@@ -150,10 +150,14 @@ def without_token(scope: Scope) -> str:
 
 
 def security_headers(host: str) -> list[tuple[bytes, bytes]]:
-    """CSP without wildcards; the page may connect back only to where it came from."""
+    """CSP without wildcards; the page may connect back only to where it came from.
+
+    ``'wasm-unsafe-eval'`` lets the page compile WebAssembly (its zstd decoder for Parquet traces,
+    frontend/js/vendor/zstddec), and nothing else: scripts still come only from the dashboard.
+    """
     host = host if _HOST_SAFE.match(host) else "invalid"
     csp = (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+        "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; img-src 'self' data: blob:; "
         f"connect-src 'self' ws://{host} wss://{host}; object-src 'none'; base-uri 'none'; "
         "form-action 'self'; frame-ancestors 'none'"
     )

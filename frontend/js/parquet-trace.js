@@ -1,0 +1,448 @@
+// Reading a ◆ Parquet trace (DESIGN §5, "Parquet traces": `record --format parquet` and `export -o
+// X.trace.parquet` write it) in the browser: a directory of part files, each a whole Parquet file of
+// one row group, with the trace's header in its key-value metadata. A part's columns are decoded
+// straight into typed arrays, one slot per row, and each row becomes the event it was written from:
+// its columns' values (a null is a field the event lacked) and the JSON of its `extra` column. The
+// caller checks each event against the schema, as it does a JSON line's.
+//
+// It reads what Parquet writers write for such a table: flat optional or required columns; PLAIN,
+// dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), RLE booleans, DELTA_BINARY_PACKED integers and
+// BYTE_STREAM_SPLIT; data pages v1 and v2; zstd (in WebAssembly: `await zstdReady()` first), Snappy
+// or none. Anything else is refused with a message that names it and a way
+// round it (`loaderscope serve --open`, which reads any Parquet through pyarrow). Pure.
+
+import { parquetMetadata } from './vendor/hyparquet/metadata.js';
+import { deserializeTCompactProtocol } from './vendor/hyparquet/thrift.js';
+import { readRleBitPackedHybrid } from './vendor/hyparquet/encoding.js';
+import { snappyUncompress } from './vendor/hyparquet/snappy.js';
+import { ZSTDDecoder } from './vendor/zstddec/zstddec.js';
+import { checkHeader, TraceError } from './trace-file.js';
+import { invalidReason } from './schema.js';
+
+/** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
+/** @typedef {import('./trace-file.js').TraceHeader} TraceHeader */
+/** @typedef {import('./event-table.js').EventTable} EventTable */
+/** @typedef {import('./vendor/hyparquet/metadata.js').ColumnMetaData} ColumnMetaData */
+/** @typedef {import('./vendor/hyparquet/thrift.js').DataReader} DataReader */
+
+export const HEADER_KEY = 'loaderscope-trace'; // the key-value metadata holding the header (columnar.py)
+/** A part file of a trace directory, as columnar.py names them (in event order). */
+export const PART_NAME = /^part-\d+\.parquet$/;
+const FIRST = ['seq', 't', 'run', 'rank', 'kind']; // the fields a JSON line carries first, in its order
+const NOT_FIELDS = new Set(['extra', 'int_fields']); // columns that are not fields of the event
+
+const PAGE = { DATA: 0, INDEX: 1, DICTIONARY: 2, DATA_V2: 3 };
+const ENC = { PLAIN: 0, PLAIN_DICTIONARY: 2, RLE: 3, DELTA_BINARY_PACKED: 5, RLE_DICTIONARY: 8, BYTE_STREAM_SPLIT: 9 };
+const WIDTH = /** @type {Record<string, number>} */ ({ INT32: 4, INT64: 8, FLOAT: 4, DOUBLE: 8 });
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+const zstd = new ZSTDDecoder();
+/** @type {Promise<void>|null} */
+let zstdLoading = null;
+
+/** Load the zstd decoder (WebAssembly, instantiated once per thread) before the first readPart. */
+export function zstdReady() {
+  return (zstdLoading ??= zstd.init());
+}
+
+/**
+ * One column of a part, one slot per row: numbers (Float64Array), strings (ids into `dict`, which
+ * PLAIN pages extend), or booleans (0/1). `present[r]` is 0 where row r holds null.
+ * @typedef {{name: string, type: string, rows: number, present: Uint8Array, nonNull: number,
+ *   num: Float64Array|null, ids: Int32Array|null, dict: string[], bool: Uint8Array|null}} Column
+ * @typedef {{header: TraceHeader, rows: number, columns: Column[]}} Part
+ */
+
+/**
+ * Decode one part file. Throws TraceError naming `source` for a file that is not a part of a
+ * loaderscope trace, or that uses an encoding this reader does not know.
+ * @param {ArrayBuffer} buffer the whole file @param {string} source its name, for messages
+ * @returns {Part}
+ */
+export function readPart(buffer, source) {
+  let meta;
+  try {
+    meta = parquetMetadata(buffer, { geoparquet: false });
+  } catch (err) {
+    throw new TraceError(`${source} is not a Parquet file (${err instanceof Error ? err.message : err}): a Parquet trace is a directory NAME.trace.parquet of part files`);
+  }
+  const text = meta.key_value_metadata?.find((kv) => kv.key === HEADER_KEY)?.value;
+  if (text === undefined) throw new TraceError(`${source} is a Parquet file without a loaderscope header ('${HEADER_KEY}' in its key-value metadata): not a loaderscope trace`);
+  const header = checkHeader(text, source);
+  const leaves = meta.schema.filter((el) => el.type !== undefined);
+  if (leaves.length !== meta.schema.length - 1) throw unsupported(source, 'nested columns');
+  const rows = Number(meta.num_rows);
+  const view = new DataView(buffer);
+  /** @type {Column[]} */
+  const columns = leaves.map((leaf) => emptyColumn(leaf.name, leaf.type ?? '', rows));
+  let row0 = 0;
+  for (const group of meta.row_groups) {
+    const n = Number(group.num_rows);
+    group.columns.forEach((chunk, k) => {
+      if (!chunk.meta_data) throw unsupported(source, 'column chunks in other files');
+      readChunk(view, chunk.meta_data, columns[k], row0, n, leaves[k].repetition_type === 'OPTIONAL', source);
+    });
+    row0 += n;
+  }
+  return { header, rows, columns };
+}
+
+// Most columns of a part are all null (the fields of rare kinds): they share this and allocate nothing.
+const NO_ROWS = new Uint8Array(0);
+
+/** @param {string} name @param {string} type the physical type @param {number} rows */
+function emptyColumn(name, type, rows) {
+  return { name, type, rows, present: NO_ROWS, nonNull: 0, dict: [], num: null, ids: null, bool: null };
+}
+
+/** Give `col` its arrays (at its first value). @param {Column} col */
+function allocate(col) {
+  if (col.present !== NO_ROWS) return;
+  col.present = new Uint8Array(col.rows);
+  if (WIDTH[col.type]) col.num = new Float64Array(col.rows);
+  else if (col.type === 'BYTE_ARRAY') col.ids = new Int32Array(col.rows);
+  else if (col.type === 'BOOLEAN') col.bool = new Uint8Array(col.rows);
+  else throw new TraceError(`column '${col.name}': Parquet type ${col.type}, which no trace column has`);
+}
+
+/** @param {string} source @param {string} what */
+function unsupported(source, what) {
+  return new TraceError(`${source} uses ${what}, which the page does not read: open the trace with \`loaderscope serve --open\` (it reads any Parquet), or write it again with \`loaderscope export -o X.trace.parquet\``);
+}
+
+/**
+ * Decode the pages of one column chunk into rows [row0, row0 + n) of `col`.
+ * @param {DataView} view @param {ColumnMetaData} meta @param {Column} col @param {number} row0
+ * @param {number} n @param {boolean} optional @param {string} source
+ */
+function readChunk(view, meta, col, row0, n, optional, source) {
+  let offset = Number(meta.dictionary_page_offset ?? meta.data_page_offset);
+  const end = offset + Number(meta.total_compressed_size);
+  /** @type {Float64Array|Uint8Array|null} the dictionary page's values (numbers, booleans), by id */
+  let dictValues = null;
+  let dictStart = 0; // where this chunk's dictionary begins in col.dict (strings)
+  let row = row0;
+  while (offset < end && row < row0 + n) {
+    /** @type {DataReader} */
+    const reader = { view, offset };
+    const h = deserializeTCompactProtocol(reader);
+    const size = /** @type {number} */ (h.field_3);
+    const body = new Uint8Array(view.buffer, view.byteOffset + reader.offset, size);
+    offset = reader.offset + size;
+    const type = h.field_1;
+    if (type === PAGE.DICTIONARY) {
+      const page = inflate(body, h.field_2, meta.codec, source);
+      dictStart = col.dict.length;
+      dictValues = plain(pageReader(page), meta.type, h.field_7.field_1, col);
+    } else if (type === PAGE.DATA || type === PAGE.DATA_V2) {
+      row = dataPage(h, body, meta, col, row, optional, { dictValues, dictStart }, source);
+    } else if (type !== PAGE.INDEX) {
+      throw unsupported(source, `a page of type ${type}`);
+    }
+  }
+}
+
+/** @param {Uint8Array} bytes @returns {DataReader} */
+function pageReader(bytes) {
+  return { view: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), offset: 0 };
+}
+
+/** @param {Uint8Array} body @param {number} size uncompressed @param {string} codec @param {string} source */
+function inflate(body, size, codec, source) {
+  if (codec === 'UNCOMPRESSED') return body;
+  if (codec === 'ZSTD') return zstd.decode(body, size);
+  if (codec === 'SNAPPY') {
+    const out = new Uint8Array(size);
+    snappyUncompress(body, out);
+    return out;
+  }
+  throw unsupported(source, `the ${codec} codec`);
+}
+
+/**
+ * One data page (v1 or v2) into `col` from row `row` on; returns the row after it.
+ * @param {Record<string, any>} h the page header @param {Uint8Array} body @param {ColumnMetaData} meta
+ * @param {Column} col @param {number} row @param {boolean} optional
+ * @param {{dictValues: Float64Array|Uint8Array|null, dictStart: number}} dict @param {string} source
+ */
+function dataPage(h, body, meta, col, row, optional, dict, source) {
+  const v2 = h.field_1 === PAGE.DATA_V2;
+  const ph = v2 ? h.field_8 : h.field_5;
+  const count = /** @type {number} */ (ph.field_1);
+  const encoding = v2 ? ph.field_4 : ph.field_2;
+  const defined = new Uint8Array(count).fill(1);
+  /** @type {DataReader} */
+  let reader;
+  if (v2) {
+    const levels = ph.field_5 + ph.field_6; // definition then repetition levels, never compressed
+    if (ph.field_6) throw unsupported(source, 'repeated columns');
+    if (optional) readRleBitPackedHybrid(pageReader(body), 1, defined, ph.field_5);
+    const values = body.subarray(levels);
+    reader = pageReader(ph.field_7 === false ? values : inflate(values, h.field_2 - levels, meta.codec, source));
+  } else {
+    reader = pageReader(inflate(body, h.field_2, meta.codec, source));
+    if (optional) readRleBitPackedHybrid(reader, 1, defined);
+  }
+  let nonNull = v2 ? count - ph.field_2 : 0;
+  if (!v2) for (let r = 0; r < count; r++) nonNull += defined[r];
+  if (!nonNull) return row + count;
+  allocate(col);
+  /** @type {Int32Array} positions of the values in col's arrays (row numbers) */
+  const at = new Int32Array(nonNull);
+  if (nonNull === count) { // no null: the common case, without a branch per row
+    col.present.fill(1, row, row + count);
+    for (let k = 0; k < count; k++) at[k] = row + k;
+  } else {
+    for (let r = 0, k = 0; r < count; r++) if (defined[r]) { col.present[row + r] = 1; at[k++] = row + r; }
+  }
+  col.nonNull += nonNull;
+  if (encoding === ENC.RLE_DICTIONARY || encoding === ENC.PLAIN_DICTIONARY) {
+    const width = reader.view.getUint8(reader.offset++);
+    const ids = new Int32Array(nonNull);
+    if (width) readRleBitPackedHybrid(reader, width, ids, reader.view.byteLength - reader.offset);
+    fromDictionary(ids, at, col, dict);
+  } else if (encoding === ENC.PLAIN) {
+    plain(reader, meta.type, nonNull, col, at);
+  } else if (encoding === ENC.RLE && col.bool) {
+    const bits = new Uint8Array(nonNull);
+    readRleBitPackedHybrid(reader, 1, bits);
+    for (let k = 0; k < nonNull; k++) col.bool[at[k]] = bits[k];
+  } else if (encoding === ENC.BYTE_STREAM_SPLIT && col.num) {
+    byteStreamSplit(reader, meta.type, nonNull, col.num, at);
+  } else if (encoding === ENC.DELTA_BINARY_PACKED && col.num && (meta.type === 'INT32' || meta.type === 'INT64')) {
+    deltaBinaryPacked(reader, nonNull, col.num, at);
+  } else {
+    throw unsupported(source, `encoding ${encoding} in column '${col.name}'`);
+  }
+  return row + count;
+}
+
+/**
+ * @param {Int32Array} ids @param {Int32Array} at @param {Column} col
+ * @param {{dictValues: Float64Array|Uint8Array|null, dictStart: number}} dict
+ */
+function fromDictionary(ids, at, col, { dictValues, dictStart }) {
+  const n = ids.length;
+  if (col.ids) {
+    for (let k = 0; k < n; k++) col.ids[at[k]] = dictStart + ids[k];
+    return;
+  }
+  const out = col.num ?? col.bool;
+  if (!out || !dictValues) throw new TraceError(`column '${col.name}': a dictionary-encoded page without its dictionary`);
+  for (let k = 0; k < n; k++) out[at[k]] = dictValues[ids[k]];
+}
+
+/**
+ * PLAIN values: into the rows `at` of `col`, or (at = undefined, a dictionary page) returned by id
+ * (numbers, booleans) or appended to col.dict (strings: null is returned).
+ * @param {DataReader} reader @param {string} type @param {number} n @param {Column} col @param {Int32Array} [at]
+ * @returns {Float64Array|Uint8Array|null}
+ */
+function plain(reader, type, n, col, at) {
+  const view = reader.view;
+  let p = reader.offset;
+  if (type === 'BYTE_ARRAY') {
+    const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+    for (let k = 0; k < n; k++) {
+      const len = view.getUint32(p, true);
+      const s = utf8.decode(bytes.subarray(p + 4, p + 4 + len));
+      p += 4 + len;
+      if (at && col.ids) col.ids[at[k]] = col.dict.push(s) - 1;
+      else col.dict.push(s);
+    }
+    return null;
+  }
+  const out = at ? null : type === 'BOOLEAN' ? new Uint8Array(n) : new Float64Array(n);
+  const dest = at ? (col.num ?? col.bool) : out; // with `at`, col is allocated (dataPage)
+  if (!dest) throw new TraceError(`column '${col.name}': values of type ${type} in a column of another`);
+  for (let k = 0; k < n; k++) {
+    let v;
+    switch (type) {
+      case 'BOOLEAN': v = (view.getUint8(p + (k >> 3)) >> (k & 7)) & 1; break;
+      case 'INT32': v = view.getInt32(p, true); p += 4; break;
+      case 'INT64': v = int64(view, p); p += 8; break;
+      case 'FLOAT': v = view.getFloat32(p, true); p += 4; break;
+      case 'DOUBLE': v = view.getFloat64(p, true); p += 8; break;
+      default: throw new TraceError(`column '${col.name}': Parquet type ${type}, which no trace column has`);
+    }
+    dest[at ? at[k] : k] = v;
+  }
+  return out;
+}
+
+/**
+ * A little-endian int64 as a Number: exact within ±2**53 (the contract's range); beyond it a value
+ * the schema refuses anyway.
+ * @param {DataView} view @param {number} p
+ */
+function int64(view, p) {
+  const hi = view.getInt32(p + 4, true);
+  if (hi > 0x1fffff || hi < -0x200000) return hi > 0 ? Infinity : -Infinity;
+  return hi * 4294967296 + view.getUint32(p, true);
+}
+
+/**
+ * BYTE_STREAM_SPLIT: byte b of value k lies at b * n + k.
+ * @param {DataReader} reader @param {string} type @param {number} n @param {Float64Array} out @param {Int32Array} at
+ */
+function byteStreamSplit(reader, type, n, out, at) {
+  const width = WIDTH[type];
+  const src = new Uint8Array(reader.view.buffer, reader.view.byteOffset + reader.offset, width * n);
+  const value = new Uint8Array(8);
+  const v = new DataView(value.buffer);
+  for (let k = 0; k < n; k++) {
+    for (let b = 0; b < width; b++) value[b] = src[b * n + k];
+    out[at[k]] = type === 'DOUBLE' ? v.getFloat64(0, true) : type === 'FLOAT' ? v.getFloat32(0, true)
+      : type === 'INT32' ? v.getInt32(0, true) : int64(v, 0);
+  }
+}
+
+/**
+ * DELTA_BINARY_PACKED (the Parquet spec's encodings): a header (values per block, miniblocks per
+ * block, the count, the first value), then blocks of a minimum delta, each miniblock's bit width and
+ * its bit-packed deltas above the minimum. Read as Numbers: exact while a value and a delta's bits
+ * stay within 2**53 (the contract's range); a wider miniblock is refused.
+ * @param {DataReader} reader @param {number} n @param {Float64Array} out @param {Int32Array} at
+ */
+function deltaBinaryPacked(reader, n, out, at) {
+  const bytes = new Uint8Array(reader.view.buffer, reader.view.byteOffset, reader.view.byteLength);
+  const pos = { p: reader.offset };
+  const blockSize = uleb(bytes, pos);
+  const miniblocks = uleb(bytes, pos);
+  uleb(bytes, pos); // the count: n, from the page's levels
+  let value = zigzag(uleb(bytes, pos));
+  const perMini = blockSize / miniblocks;
+  let k = 0;
+  if (n > 0) out[at[k++]] = value;
+  while (k < n) {
+    const minDelta = zigzag(uleb(bytes, pos));
+    const widths = bytes.subarray(pos.p, pos.p + miniblocks);
+    pos.p += miniblocks;
+    for (let m = 0; m < miniblocks && k < n; m++) {
+      const width = widths[m];
+      if (width > 45) throw new TraceError(`a DELTA_BINARY_PACKED miniblock of ${width}-bit deltas, past the integers a trace holds (2**53)`);
+      let bit = pos.p * 8;
+      for (let j = 0; j < perMini && k < n; j++) {
+        let delta = 0;
+        for (let got = 0; got < width;) {
+          const off = bit & 7, take = Math.min(8 - off, width - got);
+          delta += ((bytes[bit >>> 3] >>> off) & ((1 << take) - 1)) * POW2[got];
+          got += take;
+          bit += take;
+        }
+        value += minDelta + delta;
+        out[at[k++]] = value;
+      }
+      pos.p += (perMini * width) >>> 3; // a miniblock's whole width, however many values it held
+    }
+  }
+}
+
+const POW2 = Array.from({ length: 64 }, (_, k) => 2 ** k);
+
+/** An unsigned LEB128 varint as a Number (exact to 2**53). @param {Uint8Array} bytes @param {{p: number}} pos */
+function uleb(bytes, pos) {
+  let v = 0;
+  for (let shift = 0; ; shift += 7) {
+    const b = bytes[pos.p++];
+    v += (b & 0x7f) * POW2[shift];
+    if (!(b & 0x80)) return v;
+  }
+}
+
+/** @param {number} u a zigzag-encoded integer */
+function zigzag(u) {
+  return u % 2 ? -(u + 1) / 2 : u / 2;
+}
+
+/**
+ * Decode one part file into `table`, as a worker reads it (trace-worker.js): the rows of frequent
+ * kinds straight into the columns, any other checked against the schema as a JSON line is, and
+ * kept whole. Returns the part (its header, its rows). Throws TraceError at the first damaged row.
+ * @param {ArrayBuffer} buffer @param {string} source @param {EventTable} table
+ */
+export function partIntoTable(buffer, source, table) {
+  const part = readPart(buffer, source);
+  intoTable(part, source, table, (e, row) => {
+    if (table.pushValid(e)) return;
+    const bad = invalidReason(e);
+    if (bad !== null) throw new TraceError(`${source}, row ${row + 1}: ${bad}`, { line: row + 1, detail: bad });
+    table.push(e);
+  });
+  return part;
+}
+
+/**
+ * The rows of `part` into `table`, in order: a frequent kind's row straight into its columns
+ * (EventTable.pushValues, no object), any other row as the event it was written from, to
+ * `other(e, row)` (the caller checks it against the schema and keeps it, as a parsed JSON line).
+ * Throws TraceError for a row whose `extra` is not a JSON object.
+ * @param {Part} part @param {string} source @param {EventTable} table
+ * @param {(e: LoaderEvent, row: number) => void} other
+ */
+export function intoTable(part, source, table, other) {
+  const rows = new PartRows(part, source);
+  const { seq, t, run, rank, kind } = rows;
+  table.pushColumns(part.rows, { seq, t, run, rank, kind }, rows.fields, (r) => rows.extraOf(r), (r) => other(rows.event(r), r));
+}
+
+/** A value of `col` at row r, or undefined where it is null (or there is no such column). @param {Column|undefined} col @param {number} r */
+function valueOf(col, r) {
+  if (!col || !col.present[r]) return undefined;
+  return col.num ? col.num[r] : col.ids ? col.dict[col.ids[r]] : col.bool?.[r] === 1;
+}
+
+/** A part's rows, read as events: its columns by role, and each `extra` text parsed once. */
+class PartRows {
+  /** @param {Part} part @param {string} source */
+  constructor(part, source) {
+    const byName = new Map(part.columns.map((c) => [c.name, c]));
+    this.source = source;
+    const common = FIRST.map((name) => byName.get(name));
+    /** @type {Array<Column|undefined>} the common fields' columns, in FIRST's order */
+    this.common = common;
+    this.seq = common[0];
+    this.t = common[1];
+    this.run = common[2];
+    this.rank = common[3];
+    this.kind = common[4];
+    /** the other columns that hold a value in this part: the events' own fields */
+    this.fields = part.columns.filter((c) => !FIRST.includes(c.name) && !NOT_FIELDS.has(c.name) && c.nonNull > 0);
+    this.extra = byName.get('extra');
+    /** @type {Array<Record<string, unknown>>} by the extra text's id (a dictionary repeats a text) */
+    this.parsed = [];
+  }
+
+  /** The fields row r keeps in `extra`, or null. @param {number} r */
+  extraOf(r) {
+    const extra = this.extra;
+    if (!extra?.ids || !extra.present[r]) return null;
+    const id = extra.ids[r];
+    return (this.parsed[id] ??= parseExtra(extra.dict[id], this.source, r));
+  }
+
+  /** Row r as the event it was written from: the common fields first, as a JSON line has them. @param {number} r */
+  event(r) {
+    /** @type {Record<string, unknown>} */
+    const e = {};
+    for (const c of [...this.common, ...this.fields]) {
+      if (c?.present[r]) e[c.name] = valueOf(c, r);
+    }
+    return /** @type {LoaderEvent} */ (Object.assign(e, this.extraOf(r)));
+  }
+}
+
+/** @param {string} text @param {string} source @param {number} row */
+function parseExtra(text, source, row) {
+  /** @type {unknown} */
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = null;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    const detail = "its 'extra' column is not a JSON object";
+    throw new TraceError(`${source}, row ${row + 1}: ${detail}`, { line: row + 1, detail });
+  }
+  return /** @type {Record<string, unknown>} */ (value);
+}

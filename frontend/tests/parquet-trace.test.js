@@ -1,0 +1,82 @@
+// A Parquet trace gives the page the events its JSON lines give, row for row, in every layout a
+// writer may choose; anything else is refused by name. The fixtures are a real recording
+// (fixtures/gpu_step_h100.jsonl) written by loaderscope/columnar.py and by pyarrow other ways
+// (fixtures/make_parquet.py).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { EventTable } from '../js/event-table.js';
+import { PART_NAME, partIntoTable, readPart, zstdReady } from '../js/parquet-trace.js';
+import { TraceError } from '../js/trace-file.js';
+import { groupTraces } from '../js/trace-open.js';
+
+const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');
+const LINES = readFileSync(join(FIXTURES, 'gpu_step_h100.jsonl'), 'utf8').split('\n').filter((l) => l.trim());
+const EVENTS = LINES.slice(1).map((l) => JSON.parse(l));
+
+/** @param {string} path */
+function buffer(path) {
+  const b = readFileSync(path);
+  return b.buffer.slice(b.byteOffset, b.byteOffset + b.length);
+}
+
+/** Every file of a trace into one table, as the page's workers read its parts. @param {string[]} paths */
+function read(paths) {
+  const table = new EventTable(16);
+  const headers = paths.map((path) => partIntoTable(buffer(path), path, table).header);
+  return { table, headers };
+}
+
+test('a trace written by loaderscope comes back event for event, the frequent kinds in columns', async () => {
+  await zstdReady();
+  const dir = join(FIXTURES, 'gpu_step_h100.trace.parquet');
+  const parts = readdirSync(dir).filter((name) => PART_NAME.test(name)).sort();
+  assert.ok(parts.length > 1, 'several parts');
+  const { table, headers } = read(parts.map((name) => join(dir, name)));
+  assert.equal(table.length, EVENTS.length);
+  for (let i = 0; i < EVENTS.length; i++) assert.deepEqual(table.get(i), EVENTS[i], `event ${i}`);
+  const json = JSON.parse(LINES[0]);
+  for (const h of headers) assert.deepEqual({ format: h.format, version: h.version, run: h.run }, { format: json.format, version: json.version, run: json.run });
+  // only rare kinds (run_start, worker_start, epochs, run_end...) are kept as objects
+  const hot = new Set(['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end']);
+  const packable = EVENTS.filter((e) => hot.has(e.kind) && e.pinned === undefined).length;
+  assert.ok(table.packed >= packable, `${table.packed} packed of ${packable}`);
+});
+
+test('pages v2 with Snappy, uncompressed PLAIN, delta and byte-stream-split give the same events', async () => {
+  await zstdReady();
+  for (const name of ['v2-snappy', 'plain', 'encoded']) {
+    const { table } = read([join(FIXTURES, `gpu_step_h100.${name}.parquet`)]);
+    assert.equal(table.length, EVENTS.length, name);
+    for (let i = 0; i < EVENTS.length; i++) assert.deepEqual(table.get(i), EVENTS[i], `${name}: event ${i}`);
+  }
+});
+
+test('files that are not Parquet traces are refused with what they are', async () => {
+  await zstdReady();
+  const jsonl = new TextEncoder().encode(LINES.join('\n')).buffer;
+  assert.throws(() => readPart(jsonl, 'x.parquet'), (err) => err instanceof TraceError && /x.parquet is not a Parquet file/.test(err.message));
+  assert.throws(() => readPart(new ArrayBuffer(3), 'y.parquet'), /y.parquet is not a Parquet file/);
+});
+
+test('picked and dropped files make one trace per JSON-lines file and per directory of parts', () => {
+  const file = (name) => /** @type {File} */ ({ name, size: 10 });
+  const traces = groupTraces([
+    { file: file('rank0.trace.jsonl') },
+    { file: file('part-000001.parquet'), dir: 'a.trace.parquet' },
+    { file: file('part-000000.parquet'), dir: 'a.trace.parquet' },
+    { file: file('.part-000002.parquet.tmp'), dir: 'a.trace.parquet' }, // a writer's unfinished part
+    { file: file('part-000000.parquet'), dir: 'b.trace.parquet' },
+    { file: file('one.parquet') },
+  ]);
+  assert.deepEqual(traces.map((t) => [t.name, t.size, t.parts?.map((p) => p.name) ?? t.file?.name]), [
+    ['rank0.trace.jsonl', 10, 'rank0.trace.jsonl'],
+    ['a.trace.parquet', 20, ['part-000000.parquet', 'part-000001.parquet']],
+    ['b.trace.parquet', 10, ['part-000000.parquet']],
+    ['one.parquet', 10, 'one.parquet'],
+  ]);
+  const picked = groupTraces([{ file: file('part-000001.parquet') }, { file: file('part-000000.parquet') }]);
+  assert.deepEqual(picked.map((t) => t.parts?.map((p) => p.name)), [['part-000000.parquet', 'part-000001.parquet']]);
+});
