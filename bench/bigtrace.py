@@ -244,7 +244,8 @@ def cpu_per_event(path: Path, mb: int, rounds: int, roots: list[Path]) -> None:
 # Reads the file on a probe input through the page's parsing workers with nothing applied on the
 # page's thread: how long parsing alone takes in chromium.
 PARSE_ONLY = """async (parsers) => {
-  const { readTraceFileInWorkers, readParquetTraceInWorkers } = await import('/js/trace-file.js');
+  const { readTraceFileInWorkers } = await import('/js/trace-file.js');
+  const { readParquetTraceInWorkers } = await import('/js/parquet-trace.js');
   const files = [...document.querySelector('#probe-input').files];
   const t0 = performance.now();
   let events = 0;

@@ -114,7 +114,8 @@ def test_a_trace_opened_the_fast_way_shows_what_the_reference_way_shows(page: Pa
 # Reads a Parquet trace's parts (the page's file input holds them) into a Track through the workers,
 # and the same events' JSON lines the reference way; what the page shows of each.
 PARQUET_AND_REFERENCE = """async ({ text }) => {
-  const { readTraceFile, readParquetTraceInWorkers } = await import('/js/trace-file.js');
+  const { readTraceFile } = await import('/js/trace-file.js');
+  const { readParquetTraceInWorkers } = await import('/js/parquet-trace.js');
   const { Track } = await import('/js/track.js');
   const { summary } = await import('/js/reducer.js');
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });

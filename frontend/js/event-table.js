@@ -72,6 +72,9 @@ const COLUMNS = Object.freeze(['kind', 'flags', 'seq', 't', 'idx', 'worker', 'ep
 // every number within +-2**53 (the contract's MAX_NUMBER). pushValid() relies on it.
 const MAX_NUMBER = LIMITS.MAX_NUMBER;
 const WORKERLESS = new Set(HOT.filter((kind) => !OWN[kind].worker.required));
+// by kind code, for commit(): the required fields' bits (LINE_KEYS), and whether worker may be absent
+const REQUIRED = Int32Array.from(LINE_KEYS, (keys) => keys.required);
+const WORKER_OPTIONAL = Uint8Array.from([0, ...HOT.map((kind) => (WORKERLESS.has(kind) ? 1 : 0))]);
 /** @type {string[]} */
 const BOUNDED = [...new Set(HOT.flatMap((kind) => Object.keys(OWN[kind]).filter((name) => OWN[kind][name].type === 'number')))];
 // The common fields, which a line of the trace writer carries first, in the contract's order: the
@@ -514,10 +517,11 @@ export class EventTable {
    * checked in one pass over its rows, not a row at a time: that was twice the cost.
    * @param {number} n @param {{seq?: ValueColumn, t?: ValueColumn, run?: ValueColumn, rank?: ValueColumn, kind?: ValueColumn}} common
    * @param {ValueColumn[]} fields the other columns that hold values
-   * @param {(r: number) => Record<string, unknown>|null} extraOf row r's fields that have no column
+   * @param {Uint8Array|null} hasExtra which rows have fields without a column, `extraOf(r)` gives them
+   * @param {(r: number) => Record<string, unknown>|null} extraOf
    * @param {(r: number) => void} other
    */
-  pushColumns(n, common, fields, extraOf, other) {
+  pushColumns(n, common, fields, hasExtra, extraOf, other) {
     const n0 = this.n;
     if (n0 + n > this.kind.length) this.alloc(Math.max(n0 + n, this.kind.length * 2));
     const code = new Uint8Array(n); // 0: the row goes to other()
@@ -540,7 +544,8 @@ export class EventTable {
     const seen = new Int32Array(n);
     for (const col of fields) this.columnValues(col, n, n0, code, seen);
     for (let r = 0; r < n; r++) {
-      if (code[r] && this.restOfRow(code[r], n0 + r, run.dict[run.ids[r]], rank.num[r], seen[r], extraOf(r))) continue;
+      const c = code[r];
+      if (c && this.restOfRow(c, n0 + r, run.dict[run.ids[r]], rank.num[r], seen[r], hasExtra?.[r] ? extraOf(r) : null)) continue;
       other(r);
     }
   }
@@ -556,19 +561,36 @@ export class EventTable {
    * @param {ValueColumn} col @param {number} n @param {number} n0 @param {Uint8Array} code @param {Int32Array} seen
    */
   columnValues(col, n, n0, code, seen) {
-    const bits = LINE_KEYS.map((keys) => keys.bits.get(col.name) ?? -1);
-    const slots = LINE_KEYS.map((keys, c) => keys.slots[bits[c]] ?? -1);
+    const bits = Int8Array.from(LINE_KEYS, (keys) => keys.bits.get(col.name) ?? -1);
     const { present, num, ids, bool, dict } = col;
+    const slot = slotOf(col.name); // a field goes to the same place whatever its kind
+    if (!num || slot === V.BOOL || slot === V.INDICES) { // strings, booleans: as putValue() puts them
+      for (let r = 0; r < n; r++) {
+        const c = code[r];
+        if (!c || !present[r]) continue;
+        const k = bits[c];
+        const flags = k < 0 ? -1 : this.putValue(slot, num ? num[r] : ids ? dict[ids[r]] : bool?.[r] === 1, n0 + r, this.flags[n0 + r]);
+        if (flags < 0) { code[r] = OBJECT; continue; }
+        seen[r] |= 1 << k;
+        this.flags[n0 + r] = flags;
+      }
+      return;
+    }
+    // numbers: the checks and the column of putValue(), without a call per row
+    const integer = slot === V.IDX || slot === V.WORKER || slot === V.EPOCH || slot === V.WAITING_FOR;
+    const dest = slot === V.IDX ? this.idx : slot === V.WORKER ? this.worker : slot === V.EPOCH ? this.epoch
+      : slot === V.B ? this.b : slot === V.C ? this.c : this.a;
+    const bit = slot === V.WORKER ? F.WORKER : slot === V.EPOCH ? F.EPOCH : slot === V.A ? F.A : slot === V.B ? F.B : slot === V.C ? F.C : 0;
+    const flags = this.flags;
     for (let r = 0; r < n; r++) {
       const c = code[r];
       if (!c || !present[r]) continue;
       const k = bits[c];
-      if (k < 0) { code[r] = OBJECT; continue; }
+      const v = num[r];
+      if (k < 0 || !(integer ? isInt(v) : within(v))) { code[r] = OBJECT; continue; }
       seen[r] |= 1 << k;
-      const v = num ? num[r] : ids ? dict[ids[r]] : bool?.[r] === 1;
-      const flags = this.putValue(slots[c], v, n0 + r, this.flags[n0 + r]);
-      if (flags < 0) code[r] = OBJECT;
-      else this.flags[n0 + r] = flags;
+      dest[n0 + r] = v;
+      flags[n0 + r] |= bit;
     }
   }
 
@@ -601,8 +623,8 @@ export class EventTable {
    * @param {number} seen the kind's fields present (bits of LINE_KEYS[code]) @param {number} flags
    */
   commit(code, seq, t, run, rank, seen, flags) {
-    if ((seen & LINE_KEYS[code].required) !== LINE_KEYS[code].required) return false;
-    if (!(flags & F.WORKER) && !WORKERLESS.has(HOT[code - 1])) return false;
+    const required = REQUIRED[code];
+    if ((seen & required) !== required || !(flags & F.WORKER || WORKER_OPTIONAL[code])) return false;
     if (this.run === undefined) { this.run = run; this.rank = rank; }
     const i = this.n;
     this.kind[i] = code;

@@ -13,10 +13,9 @@
 
 import { parquetMetadata } from './vendor/hyparquet/metadata.js';
 import { deserializeTCompactProtocol } from './vendor/hyparquet/thrift.js';
-import { readRleBitPackedHybrid } from './vendor/hyparquet/encoding.js';
 import { snappyUncompress } from './vendor/hyparquet/snappy.js';
 import { ZSTDDecoder } from './vendor/zstddec/zstddec.js';
-import { checkHeader, TraceError } from './trace-file.js';
+import { checkHeader, MAX_TRACE_EVENTS, readSegments, TraceError } from './trace-file.js';
 import { invalidReason } from './schema.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
@@ -89,6 +88,45 @@ export function readPart(buffer, source) {
 // Most columns of a part are all null (the fields of rare kinds): they share this and allocate nothing.
 const NO_ROWS = new Uint8Array(0);
 
+/**
+ * How many events the part files hold, from their footers alone (a few KB each): the page sizes
+ * its table once.
+ * @param {Array<Blob & {name: string}>} parts @param {string} source
+ */
+export async function countRows(parts, source) {
+  const counts = await Promise.all(parts.map((part) => partRows(part, source))); // read side by side: 6x faster
+  return counts.reduce((sum, n) => sum + n, 0);
+}
+
+/** @param {Blob & {name: string}} part @param {string} source */
+async function partRows(part, source) {
+  const tail = new DataView(await part.slice(Math.max(0, part.size - 8)).arrayBuffer());
+  const length = tail.byteLength === 8 ? tail.getUint32(0, true) : -1;
+  if (length < 0 || length > part.size - 12) throw new TraceError(`${source}/${part.name} is not a Parquet file: a Parquet trace is a directory NAME.trace.parquet of part files`);
+  const footer = await part.slice(part.size - 8 - length).arrayBuffer();
+  try {
+    return Number(parquetMetadata(footer, { geoparquet: false }).num_rows);
+  } catch (err) {
+    throw new TraceError(`${source}/${part.name} is not a Parquet file (${err instanceof Error ? err.message : err})`);
+  }
+}
+
+/**
+ * readTraceFileInWorkers (trace-file.js) for a Parquet trace: its part files, in order, each one
+ * segment. A damaged row is named by its event number in the trace.
+ * @param {Array<Blob & {name: string}>} parts @param {string} source the trace's name
+ * @param {import('./trace-file.js').ReadOptions} o
+ * @returns {Promise<{header: TraceHeader|null, events: number}>}
+ */
+export async function readParquetTraceInWorkers(parts, source, o) {
+  // The footers' count sizes the page's table once. It is read beside the parts, not before them
+  // (150 footers took 0.3 s); a damaged part is said by the worker that reads it.
+  countRows(parts, source).then((events) => o.onCount?.(Math.min(events, MAX_TRACE_EVENTS)), () => {});
+  let start = 0;
+  const pieces = parts.map((blob) => ({ blob, start: (start += blob.size) - blob.size, part: blob.name }));
+  return readSegments(pieces, start, source, 'event', o);
+}
+
 /** @param {string} name @param {string} type the physical type @param {number} rows */
 function emptyColumn(name, type, rows) {
   return { name, type, rows, present: NO_ROWS, nonNull: 0, dict: [], num: null, ids: null, bool: null };
@@ -117,9 +155,8 @@ function unsupported(source, what) {
 function readChunk(view, meta, col, row0, n, optional, source) {
   let offset = Number(meta.dictionary_page_offset ?? meta.data_page_offset);
   const end = offset + Number(meta.total_compressed_size);
-  /** @type {Float64Array|Uint8Array|null} the dictionary page's values (numbers, booleans), by id */
-  let dictValues = null;
-  let dictStart = 0; // where this chunk's dictionary begins in col.dict (strings)
+  /** @type {Dictionary} */
+  const dict = { values: null, start: 0 };
   let row = row0;
   while (offset < end && row < row0 + n) {
     /** @type {DataReader} */
@@ -131,20 +168,21 @@ function readChunk(view, meta, col, row0, n, optional, source) {
     const type = h.field_1;
     if (type === PAGE.DICTIONARY) {
       const page = inflate(body, h.field_2, meta.codec, source);
-      dictStart = col.dict.length;
-      dictValues = plain(pageReader(page), meta.type, h.field_7.field_1, col);
+      dict.start = col.dict.length;
+      dict.values = plain(page, 0, meta.type, h.field_7.field_1, col);
     } else if (type === PAGE.DATA || type === PAGE.DATA_V2) {
-      row = dataPage(h, body, meta, col, row, optional, { dictValues, dictStart }, source);
+      row = dataPage(h, body, meta, col, row, optional, dict, source);
     } else if (type !== PAGE.INDEX) {
       throw unsupported(source, `a page of type ${type}`);
     }
   }
 }
 
-/** @param {Uint8Array} bytes @returns {DataReader} */
-function pageReader(bytes) {
-  return { view: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), offset: 0 };
-}
+/**
+ * A chunk's dictionary: its values by id (numbers, booleans), or (strings) where its strings begin
+ * in the column's `dict`.
+ * @typedef {{values: Float64Array|Uint8Array|null, start: number}} Dictionary
+ */
 
 /** @param {Uint8Array} body @param {number} size uncompressed @param {string} codec @param {string} source */
 function inflate(body, size, codec, source) {
@@ -159,112 +197,190 @@ function inflate(body, size, codec, source) {
 }
 
 /**
- * One data page (v1 or v2) into `col` from row `row` on; returns the row after it.
+ * One data page (v1 or v2) into `col` from row `row` on; returns the row after it. Its values are
+ * decoded side by side (`dense`), then put at their rows: all of them in a row, or where the
+ * definition levels say a value is.
  * @param {Record<string, any>} h the page header @param {Uint8Array} body @param {ColumnMetaData} meta
- * @param {Column} col @param {number} row @param {boolean} optional
- * @param {{dictValues: Float64Array|Uint8Array|null, dictStart: number}} dict @param {string} source
+ * @param {Column} col @param {number} row @param {boolean} optional @param {Dictionary} dict @param {string} source
  */
 function dataPage(h, body, meta, col, row, optional, dict, source) {
   const v2 = h.field_1 === PAGE.DATA_V2;
   const ph = v2 ? h.field_8 : h.field_5;
   const count = /** @type {number} */ (ph.field_1);
   const encoding = v2 ? ph.field_4 : ph.field_2;
-  const defined = new Uint8Array(count).fill(1);
-  /** @type {DataReader} */
-  let reader;
+  /** @type {Uint8Array|null} */
+  let defined = null;
+  let nonNull = count;
+  let page, pos;
   if (v2) {
     const levels = ph.field_5 + ph.field_6; // definition then repetition levels, never compressed
     if (ph.field_6) throw unsupported(source, 'repeated columns');
-    if (optional) readRleBitPackedHybrid(pageReader(body), 1, defined, ph.field_5);
+    if (optional && ph.field_2) defined = rleHybrid(body, 0, ph.field_5, 1, new Uint8Array(count));
+    nonNull = count - ph.field_2;
     const values = body.subarray(levels);
-    reader = pageReader(ph.field_7 === false ? values : inflate(values, h.field_2 - levels, meta.codec, source));
+    page = ph.field_7 === false ? values : inflate(values, h.field_2 - levels, meta.codec, source);
+    pos = 0;
   } else {
-    reader = pageReader(inflate(body, h.field_2, meta.codec, source));
-    if (optional) readRleBitPackedHybrid(reader, 1, defined);
+    page = inflate(body, h.field_2, meta.codec, source);
+    pos = 0;
+    if (optional) {
+      const length = u32(page, 0);
+      defined = rleHybrid(page, 4, 4 + length, 1, new Uint8Array(count));
+      nonNull = ones;
+      pos = 4 + length;
+    }
   }
-  let nonNull = v2 ? count - ph.field_2 : 0;
-  if (!v2) for (let r = 0; r < count; r++) nonNull += defined[r];
   if (!nonNull) return row + count;
   allocate(col);
-  /** @type {Int32Array} positions of the values in col's arrays (row numbers) */
-  const at = new Int32Array(nonNull);
-  if (nonNull === count) { // no null: the common case, without a branch per row
-    col.present.fill(1, row, row + count);
-    for (let k = 0; k < count; k++) at[k] = row + k;
-  } else {
-    for (let r = 0, k = 0; r < count; r++) if (defined[r]) { col.present[row + r] = 1; at[k++] = row + r; }
-  }
+  const values = pageValues(page, pos, encoding, meta.type, nonNull, col, dict, source);
+  scatter(values, col, row, count, nonNull === count ? null : defined);
   col.nonNull += nonNull;
-  if (encoding === ENC.RLE_DICTIONARY || encoding === ENC.PLAIN_DICTIONARY) {
-    const width = reader.view.getUint8(reader.offset++);
-    const ids = new Int32Array(nonNull);
-    if (width) readRleBitPackedHybrid(reader, width, ids, reader.view.byteLength - reader.offset);
-    fromDictionary(ids, at, col, dict);
-  } else if (encoding === ENC.PLAIN) {
-    plain(reader, meta.type, nonNull, col, at);
-  } else if (encoding === ENC.RLE && col.bool) {
-    const bits = new Uint8Array(nonNull);
-    readRleBitPackedHybrid(reader, 1, bits);
-    for (let k = 0; k < nonNull; k++) col.bool[at[k]] = bits[k];
-  } else if (encoding === ENC.BYTE_STREAM_SPLIT && col.num) {
-    byteStreamSplit(reader, meta.type, nonNull, col.num, at);
-  } else if (encoding === ENC.DELTA_BINARY_PACKED && col.num && (meta.type === 'INT32' || meta.type === 'INT64')) {
-    deltaBinaryPacked(reader, nonNull, col.num, at);
-  } else {
-    throw unsupported(source, `encoding ${encoding} in column '${col.name}'`);
-  }
   return row + count;
 }
 
 /**
- * @param {Int32Array} ids @param {Int32Array} at @param {Column} col
- * @param {{dictValues: Float64Array|Uint8Array|null, dictStart: number}} dict
+ * A page's `n` values side by side: numbers (or booleans) as they are, strings as their ids in
+ * `col.dict` (PLAIN strings are appended to it).
+ * @param {Uint8Array} page @param {number} pos @param {number} encoding @param {string} type
+ * @param {number} n @param {Column} col @param {Dictionary} dict @param {string} source
+ * @returns {Float64Array|Int32Array|Uint8Array}
  */
-function fromDictionary(ids, at, col, { dictValues, dictStart }) {
-  const n = ids.length;
-  if (col.ids) {
-    for (let k = 0; k < n; k++) col.ids[at[k]] = dictStart + ids[k];
-    return;
+function pageValues(page, pos, encoding, type, n, col, dict, source) {
+  if (encoding === ENC.RLE_DICTIONARY || encoding === ENC.PLAIN_DICTIONARY) {
+    const ids = rleHybrid(page, pos + 1, page.length, page[pos], new Int32Array(n));
+    if (col.ids) {
+      if (dict.start) for (let k = 0; k < n; k++) ids[k] += dict.start;
+      return ids;
+    }
+    const from = dict.values;
+    if (!from) throw new TraceError(`column '${col.name}': a dictionary-encoded page without its dictionary`);
+    const out = col.bool ? new Uint8Array(n) : new Float64Array(n);
+    for (let k = 0; k < n; k++) out[k] = from[ids[k]];
+    return out;
   }
-  const out = col.num ?? col.bool;
-  if (!out || !dictValues) throw new TraceError(`column '${col.name}': a dictionary-encoded page without its dictionary`);
-  for (let k = 0; k < n; k++) out[at[k]] = dictValues[ids[k]];
+  if (encoding === ENC.PLAIN) {
+    const values = plain(page, pos, type, n, col);
+    if (values) return values;
+    return Int32Array.from({ length: n }, (_, k) => col.dict.length - n + k); // the strings just appended
+  }
+  if (encoding === ENC.RLE && col.bool) return rleHybrid(page, pos + 4, pos + 4 + u32(page, pos), 1, new Uint8Array(n));
+  if (encoding === ENC.BYTE_STREAM_SPLIT && col.num) return byteStreamSplit(page, pos, type, n);
+  if (encoding === ENC.DELTA_BINARY_PACKED && col.num && (type === 'INT32' || type === 'INT64')) return deltaBinaryPacked(page, pos, n);
+  throw unsupported(source, `encoding ${encoding} in column '${col.name}'`);
 }
 
 /**
- * PLAIN values: into the rows `at` of `col`, or (at = undefined, a dictionary page) returned by id
- * (numbers, booleans) or appended to col.dict (strings: null is returned).
- * @param {DataReader} reader @param {string} type @param {number} n @param {Column} col @param {Int32Array} [at]
+ * Put a page's values at their rows of `col`: at row, row + 1, ... when `defined` is null (no
+ * null in the page), else at the rows whose definition level is 1.
+ * @param {Float64Array|Int32Array|Uint8Array} values @param {Column} col @param {number} row @param {number} count
+ * @param {Uint8Array|null} defined
+ */
+function scatter(values, col, row, count, defined) {
+  const out = /** @type {Float64Array|Int32Array|Uint8Array} */ (col.num ?? col.ids ?? col.bool);
+  if (!defined) {
+    out.set(values, row);
+    col.present.fill(1, row, row + count);
+    return;
+  }
+  for (let r = 0, k = 0; r < count; r++) {
+    if (!defined[r]) continue;
+    col.present[row + r] = 1;
+    out[row + r] = values[k++];
+  }
+}
+
+/** @param {Uint8Array} bytes @param {number} p */
+function u32(bytes, p) {
+  return (bytes[p] | (bytes[p + 1] << 8) | (bytes[p + 2] << 16) | (bytes[p + 3] << 24)) >>> 0;
+}
+
+/**
+ * Parquet's RLE/bit-packed hybrid (levels, dictionary ids, RLE booleans) from bytes[pos, end)
+ * into all of `out`: runs as fills, bit-packed groups of 8 values. Their sum is left in `ones`.
+ * @template {Uint8Array|Int32Array} T
+ * @param {Uint8Array} bytes @param {number} pos @param {number} end @param {number} width @param {T} out @returns {T}
+ */
+function rleHybrid(bytes, pos, end, width, out) {
+  const n = out.length;
+  let sum = 0;
+  const valueBytes = (width + 7) >> 3;
+  const mask = width >= 32 ? 0xffffffff : (1 << width) - 1;
+  let k = 0;
+  while (k < n && pos < end) {
+    let header = 0;
+    for (let shift = 0; ; shift += 7) { // a ULEB128 varint
+      const b = bytes[pos++];
+      header |= (b & 0x7f) << shift;
+      if (!(b & 0x80)) break;
+    }
+    if (header & 1) { // (header >> 1) groups of 8 bit-packed values, LSB first
+      const values = (header >>> 1) * 8;
+      const last = Math.min(n, k + values);
+      if (width === 1) { // definition levels: a byte holds 8
+        for (let q = pos; k < last; q++) {
+          const b = bytes[q];
+          for (let j = 0; j < 8 && k < last; j++) {
+            const v = (b >> j) & 1;
+            out[k++] = v;
+            sum += v;
+          }
+        }
+      } else {
+        for (let bit = pos * 8; k < last; bit += width) {
+          const p = bit >>> 3;
+          const word = (bytes[p] | (bytes[p + 1] << 8) | (bytes[p + 2] << 16) | (bytes[p + 3] << 24)) >>> (bit & 7);
+          const v = width + (bit & 7) > 32 ? (word | (bytes[p + 4] << (32 - (bit & 7)))) & mask : word & mask;
+          out[k++] = v;
+          sum += v;
+        }
+      }
+      pos += (values * width) >>> 3;
+    } else { // a run: (header >> 1) times one value of valueBytes bytes
+      let value = 0;
+      for (let b = 0; b < valueBytes; b++) value |= bytes[pos++] << (8 * b);
+      const run = Math.min(header >>> 1, n - k);
+      out.fill(value, k, k + run);
+      k += run;
+      sum += value * run;
+    }
+  }
+  ones = sum;
+  return out;
+}
+
+/** The sum of the values rleHybrid() read last: of definition levels, how many rows hold a value. */
+let ones = 0;
+
+/**
+ * PLAIN values: numbers or booleans side by side; strings appended to col.dict (null is returned).
+ * @param {Uint8Array} page @param {number} pos @param {string} type @param {number} n @param {Column} col
  * @returns {Float64Array|Uint8Array|null}
  */
-function plain(reader, type, n, col, at) {
-  const view = reader.view;
-  let p = reader.offset;
+function plain(page, pos, type, n, col) {
+  const view = new DataView(page.buffer, page.byteOffset, page.byteLength);
+  let p = pos;
   if (type === 'BYTE_ARRAY') {
-    const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
     for (let k = 0; k < n; k++) {
       const len = view.getUint32(p, true);
-      const s = utf8.decode(bytes.subarray(p + 4, p + 4 + len));
+      col.dict.push(utf8.decode(page.subarray(p + 4, p + 4 + len)));
       p += 4 + len;
-      if (at && col.ids) col.ids[at[k]] = col.dict.push(s) - 1;
-      else col.dict.push(s);
     }
     return null;
   }
-  const out = at ? null : type === 'BOOLEAN' ? new Uint8Array(n) : new Float64Array(n);
-  const dest = at ? (col.num ?? col.bool) : out; // with `at`, col is allocated (dataPage)
-  if (!dest) throw new TraceError(`column '${col.name}': values of type ${type} in a column of another`);
+  if (type === 'BOOLEAN') {
+    const out = new Uint8Array(n);
+    for (let k = 0; k < n; k++) out[k] = (page[p + (k >> 3)] >> (k & 7)) & 1;
+    return out;
+  }
+  const out = new Float64Array(n);
   for (let k = 0; k < n; k++) {
-    let v;
     switch (type) {
-      case 'BOOLEAN': v = (view.getUint8(p + (k >> 3)) >> (k & 7)) & 1; break;
-      case 'INT32': v = view.getInt32(p, true); p += 4; break;
-      case 'INT64': v = int64(view, p); p += 8; break;
-      case 'FLOAT': v = view.getFloat32(p, true); p += 4; break;
-      case 'DOUBLE': v = view.getFloat64(p, true); p += 8; break;
+      case 'INT32': out[k] = view.getInt32(p, true); p += 4; break;
+      case 'INT64': out[k] = int64(view, p); p += 8; break;
+      case 'FLOAT': out[k] = view.getFloat32(p, true); p += 4; break;
+      case 'DOUBLE': out[k] = view.getFloat64(p, true); p += 8; break;
       default: throw new TraceError(`column '${col.name}': Parquet type ${type}, which no trace column has`);
     }
-    dest[at ? at[k] : k] = v;
   }
   return out;
 }
@@ -282,18 +398,19 @@ function int64(view, p) {
 
 /**
  * BYTE_STREAM_SPLIT: byte b of value k lies at b * n + k.
- * @param {DataReader} reader @param {string} type @param {number} n @param {Float64Array} out @param {Int32Array} at
+ * @param {Uint8Array} page @param {number} pos @param {string} type @param {number} n
  */
-function byteStreamSplit(reader, type, n, out, at) {
+function byteStreamSplit(page, pos, type, n) {
   const width = WIDTH[type];
-  const src = new Uint8Array(reader.view.buffer, reader.view.byteOffset + reader.offset, width * n);
   const value = new Uint8Array(8);
   const v = new DataView(value.buffer);
+  const out = new Float64Array(n);
   for (let k = 0; k < n; k++) {
-    for (let b = 0; b < width; b++) value[b] = src[b * n + k];
-    out[at[k]] = type === 'DOUBLE' ? v.getFloat64(0, true) : type === 'FLOAT' ? v.getFloat32(0, true)
+    for (let b = 0; b < width; b++) value[b] = page[pos + b * n + k];
+    out[k] = type === 'DOUBLE' ? v.getFloat64(0, true) : type === 'FLOAT' ? v.getFloat32(0, true)
       : type === 'INT32' ? v.getInt32(0, true) : int64(v, 0);
   }
+  return out;
 }
 
 /**
@@ -301,40 +418,51 @@ function byteStreamSplit(reader, type, n, out, at) {
  * block, the count, the first value), then blocks of a minimum delta, each miniblock's bit width and
  * its bit-packed deltas above the minimum. Read as Numbers: exact while a value and a delta's bits
  * stay within 2**53 (the contract's range); a wider miniblock is refused.
- * @param {DataReader} reader @param {number} n @param {Float64Array} out @param {Int32Array} at
+ * @param {Uint8Array} bytes @param {number} p @param {number} n
  */
-function deltaBinaryPacked(reader, n, out, at) {
-  const bytes = new Uint8Array(reader.view.buffer, reader.view.byteOffset, reader.view.byteLength);
-  const pos = { p: reader.offset };
+function deltaBinaryPacked(bytes, p, n) {
+  const out = new Float64Array(n);
+  const pos = { p };
   const blockSize = uleb(bytes, pos);
   const miniblocks = uleb(bytes, pos);
   uleb(bytes, pos); // the count: n, from the page's levels
   let value = zigzag(uleb(bytes, pos));
   const perMini = blockSize / miniblocks;
   let k = 0;
-  if (n > 0) out[at[k++]] = value;
+  if (n > 0) out[k++] = value;
   while (k < n) {
     const minDelta = zigzag(uleb(bytes, pos));
     const widths = bytes.subarray(pos.p, pos.p + miniblocks);
     pos.p += miniblocks;
     for (let m = 0; m < miniblocks && k < n; m++) {
       const width = widths[m];
-      if (width > 45) throw new TraceError(`a DELTA_BINARY_PACKED miniblock of ${width}-bit deltas, past the integers a trace holds (2**53)`);
-      let bit = pos.p * 8;
-      for (let j = 0; j < perMini && k < n; j++) {
-        let delta = 0;
-        for (let got = 0; got < width;) {
-          const off = bit & 7, take = Math.min(8 - off, width - got);
-          delta += ((bytes[bit >>> 3] >>> off) & ((1 << take) - 1)) * POW2[got];
-          got += take;
-          bit += take;
+      const last = Math.min(n, k + perMini);
+      if (width === 0) { // every delta the minimum (seq: 1, a constant column: 0)
+        for (; k < last; k++) out[k] = value += minDelta;
+      } else if (width <= 24) {
+        const mask = (1 << width) - 1;
+        for (let bit = pos.p * 8; k < last; k++, bit += width) {
+          const q = bit >>> 3;
+          const word = (bytes[q] | (bytes[q + 1] << 8) | (bytes[q + 2] << 16) | (bytes[q + 3] << 24)) >>> (bit & 7);
+          out[k] = value += minDelta + (word & mask);
         }
-        value += minDelta + delta;
-        out[at[k++]] = value;
+      } else {
+        if (width > 45) throw new TraceError(`a DELTA_BINARY_PACKED miniblock of ${width}-bit deltas, past the integers a trace holds (2**53)`);
+        for (let bit = pos.p * 8; k < last; k++) {
+          let delta = 0;
+          for (let got = 0; got < width;) {
+            const off = bit & 7, take = Math.min(8 - off, width - got);
+            delta += ((bytes[bit >>> 3] >>> off) & ((1 << take) - 1)) * POW2[got];
+            got += take;
+            bit += take;
+          }
+          out[k] = value += minDelta + delta;
+        }
       }
       pos.p += (perMini * width) >>> 3; // a miniblock's whole width, however many values it held
     }
   }
+  return out;
 }
 
 const POW2 = Array.from({ length: 64 }, (_, k) => 2 ** k);
@@ -382,7 +510,8 @@ export function partIntoTable(buffer, source, table) {
 export function intoTable(part, source, table, other) {
   const rows = new PartRows(part, source);
   const { seq, t, run, rank, kind } = rows;
-  table.pushColumns(part.rows, { seq, t, run, rank, kind }, rows.fields, (r) => rows.extraOf(r), (r) => other(rows.event(r), r));
+  const extra = rows.extra?.ids ? rows.extra.present : null;
+  table.pushColumns(part.rows, { seq, t, run, rank, kind }, rows.fields, extra, (r) => rows.extraOf(r), (r) => other(rows.event(r), r));
 }
 
 /** A value of `col` at row r, or undefined where it is null (or there is no such column). @param {Column|undefined} col @param {number} r */
@@ -431,8 +560,33 @@ class PartRows {
   }
 }
 
+const INDICES = '{"indices":['; // a dispatch's `extra`: a third of the rows of a trace
+
+/**
+ * `{"indices":[...]}` of small non-negative integers read as JSON.parse reads it, or null for any
+ * other text (left to JSON.parse: its generic path was a tenth of a part's reading).
+ * @param {string} text
+ */
+function indicesOnly(text) {
+  if (!text.startsWith(INDICES) || !text.endsWith(']}')) return null;
+  /** @type {number[]} */
+  const out = [];
+  let v = 0, digits = 0;
+  for (let i = INDICES.length, end = text.length - 2; i < end; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 48 && c <= 57 && digits < 9 && !(digits === 1 && v === 0)) { v = v * 10 + c - 48; digits += 1; }
+    else if (c === 44 && digits) { out.push(v); v = 0; digits = 0; }
+    else return null; // a sign, a leading zero, a space, a long number: JSON.parse decides
+  }
+  if (digits) out.push(v);
+  else if (out.length) return null; // a trailing comma
+  return { indices: out };
+}
+
 /** @param {string} text @param {string} source @param {number} row */
 function parseExtra(text, source, row) {
+  const indices = indicesOnly(text);
+  if (indices) return indices;
   /** @type {unknown} */
   let value;
   try {

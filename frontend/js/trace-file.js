@@ -268,35 +268,21 @@ export async function readTraceFileInWorkers(file, { segmentBytes = SEGMENT_BYTE
 }
 
 /**
- * readTraceFileInWorkers for a Parquet trace (parquet-trace.js): its part files, in order, each
- * one segment. A damaged row is named by its event number in the trace.
- * @param {Array<Blob & {name: string}>} parts @param {string} source the trace's name
- * @param {ReadOptions} o
- * @returns {Promise<{header: TraceHeader|null, events: number}>}
- */
-export async function readParquetTraceInWorkers(parts, source, o) {
-  const total = parts.reduce((sum, part) => sum + part.size, 0);
-  checkSize({ name: source, size: total });
-  let start = 0;
-  const pieces = parts.map((blob) => ({ blob, start: (start += blob.size) - blob.size, part: blob.name }));
-  return readSegments(pieces, total, source, 'event', o);
-}
-
-/**
  * What the page does with a trace read in workers.
+ * `onCount`: how many events it holds, before any is read, where that is known (a Parquet trace).
  * @typedef {{onHeader:(h:TraceHeader)=>void, onEvent?:(e:LoaderEvent)=>void, onRows?:(rows:EventTable)=>void,
- *   onProgress?:(done:number, total:number)=>void, workers?:number}} ReadOptions
+ *   onProgress?:(done:number, total:number)=>void, onCount?:(events:number)=>void, workers?:number}} ReadOptions
  */
 
 /**
  * Read `pieces` of a trace (each a segment: trace-worker.js) in a pool of workers, applying their
- * batches in order.
+ * batches in order (readTraceFileInWorkers, parquet-trace.js's readParquetTraceInWorkers).
  * @param {Array<{blob: Blob, start: number, part?: string}>} pieces @param {number} total their bytes
  * @param {string} source @param {string} noun what a damaged segment's number counts ('line', 'event')
  * @param {ReadOptions} o
  * @returns {Promise<{header: TraceHeader|null, events: number}>}
  */
-async function readSegments(pieces, total, source, noun, { onHeader, onEvent, onRows, onProgress, workers = 2 }) {
+export async function readSegments(pieces, total, source, noun, { onHeader, onEvent, onRows, onProgress, workers = 2 }) {
   const take = onRows ?? ((/** @type {EventTable} */ rows) => { for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i)); });
   /**
    * A segment of the trace: where it starts, the batches its worker sent and the page has not

@@ -3,8 +3,8 @@
 // finished run; the page is handed the tracks once every file is read.
 
 import { Track } from './track.js';
-import { readParquetTraceInWorkers, readTraceFileInWorkers, TraceError } from './trace-file.js';
-import { PART_NAME } from './parquet-trace.js';
+import { readTraceFileInWorkers, TraceError } from './trace-file.js';
+import { PART_NAME, readParquetTraceInWorkers } from './parquet-trace.js';
 
 // Web Workers that parse a file's segments side by side: one core is left to the page's thread,
 // which applies the events (as costly as parsing them). `?parsers=N` in the page's address
@@ -169,6 +169,7 @@ export class TraceOpener {
         workers: PARSERS,
         onHeader: (h) => { tr.header = h; },
         onRows: (rows) => tr.ingestRows(rows),
+        onCount: (events) => { reserved = true; tr.player.table.reserve(events); },
         onProgress: (done) => {
           if (!reserved && done < trace.size) reserved = reserveRows(tr, done, trace.size);
           const frac = total ? (before + done) / total : 1;

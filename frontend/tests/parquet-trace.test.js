@@ -8,7 +8,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EventTable } from '../js/event-table.js';
-import { PART_NAME, partIntoTable, readPart, zstdReady } from '../js/parquet-trace.js';
+import { countRows, PART_NAME, partIntoTable, readPart, zstdReady } from '../js/parquet-trace.js';
 import { TraceError } from '../js/trace-file.js';
 import { groupTraces } from '../js/trace-open.js';
 
@@ -37,6 +37,8 @@ test('a trace written by loaderscope comes back event for event, the frequent ki
   const { table, headers } = read(parts.map((name) => join(dir, name)));
   assert.equal(table.length, EVENTS.length);
   for (let i = 0; i < EVENTS.length; i++) assert.deepEqual(table.get(i), EVENTS[i], `event ${i}`);
+  const blobs = parts.map((name) => Object.assign(new Blob([readFileSync(join(dir, name))]), { name }));
+  assert.equal(await countRows(blobs, 'h100'), EVENTS.length, 'counted from the footers alone');
   const json = JSON.parse(LINES[0]);
   for (const h of headers) assert.deepEqual({ format: h.format, version: h.version, run: h.run }, { format: json.format, version: json.version, run: json.run });
   // only rare kinds (run_start, worker_start, epochs, run_end...) are kept as objects
@@ -59,6 +61,8 @@ test('files that are not Parquet traces are refused with what they are', async (
   const jsonl = new TextEncoder().encode(LINES.join('\n')).buffer;
   assert.throws(() => readPart(jsonl, 'x.parquet'), (err) => err instanceof TraceError && /x.parquet is not a Parquet file/.test(err.message));
   assert.throws(() => readPart(new ArrayBuffer(3), 'y.parquet'), /y.parquet is not a Parquet file/);
+  const notParquet = Object.assign(new Blob([jsonl]), { name: 'part-000000.parquet' });
+  await assert.rejects(countRows([notParquet], 'z.trace.parquet'), /z.trace.parquet\/part-000000.parquet is not a Parquet file/);
 });
 
 test('picked and dropped files make one trace per JSON-lines file and per directory of parts', () => {
