@@ -43,7 +43,7 @@ function slotOf(name) {
 
 // pushLine's keys per kind code: the names it reads (FIELDS), as bytes, and a bit mask of those the
 // line must carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
-// pushValues takes the same names as strings (`bits`: each name's k).
+// pushColumns takes the same names as strings (`bits`: each name's k).
 /** @typedef {{slots: number[], literals: Literal[], bits: Map<string, number>, required: number}} LineKeys */
 /** @type {LineKeys[]} */
 const LINE_KEYS = [{ slots: [], literals: [], bits: new Map(), required: 0 }, ...HOT.map((kind) => {
@@ -55,7 +55,7 @@ const LINE_KEYS = [{ slots: [], literals: [], bits: new Map(), required: 0 }, ..
 })];
 
 /** A hot kind's code (1, 2, ...), or OBJECT (0) for any other kind. @param {unknown} kind */
-export function kindCode(kind) {
+function kindCode(kind) {
   return (typeof kind === 'string' && CODE.get(kind)) || OBJECT;
 }
 
@@ -484,37 +484,11 @@ export class EventTable {
   }
 
   /**
-   * Append a frequent-kind event given as its values (a Parquet trace's row: parquet-trace.js)
-   * straight into the columns, taking exactly what pushValid() takes of the event they make (and
-   * no null, which pushValid() leaves to push()). False, and nothing appended, otherwise: the
-   * caller builds the event and checks it as a parsed line's.
-   * @param {number} code kindCode() of its kind @param {unknown} seq @param {unknown} t @param {unknown} run
-   * @param {unknown} rank @param {string[]} names its other fields @param {unknown[]} values theirs
-   * @param {number} count how many of names and values are this event's
-   */
-  pushValues(code, seq, t, run, rank, names, values, count) {
-    if (code === OBJECT || typeof seq !== 'number' || typeof t !== 'number' || typeof run !== 'string' || typeof rank !== 'number') return false;
-    if (!Number.isInteger(seq) || !within(seq) || !within(t) || !Number.isInteger(rank) || !within(rank)) return false;
-    if (this.run !== undefined && (run !== this.run || rank !== this.rank)) return false;
-    const i = this.n;
-    if (i === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
-    const keys = LINE_KEYS[code];
-    let seen = 0;
-    let flags = 0;
-    for (let k = 0; k < count && flags >= 0; k++) {
-      const bit = keys.bits.get(names[k]);
-      if (bit === undefined || seen & (1 << bit)) return false;
-      seen |= 1 << bit;
-      flags = this.putValue(keys.slots[bit], values[k], i, flags);
-    }
-    return flags >= 0 && this.commit(code, seq, t, run, rank, seen, flags);
-  }
-
-  /**
    * Append `n` rows given column by column (a Parquet trace's part: parquet-trace.js): a frequent
-   * kind's row straight into the columns, taking exactly what pushValues() takes; any other row by
+   * kind's row straight into the columns, taking exactly what pushValid() takes of the event it
+   * makes (and no null, which pushValid() leaves to push()), with the same values; any other row by
    * `other(r)`, which must append that one row (push() or pushValid() its event). Each column is
-   * checked in one pass over its rows, not a row at a time: that was twice the cost.
+   * checked in one pass over its rows: a row at a time was twice the cost.
    * @param {number} n @param {{seq?: ValueColumn, t?: ValueColumn, run?: ValueColumn, rank?: ValueColumn, kind?: ValueColumn}} common
    * @param {ValueColumn[]} fields the other columns that hold values
    * @param {Uint8Array|null} hasExtra which rows have fields without a column, `extraOf(r)` gives them

@@ -1,15 +1,16 @@
-// Reading a ◆ Parquet trace (DESIGN §5, "Parquet traces": `record --format parquet` and `export -o
-// X.trace.parquet` write it) in the browser: a directory of part files, each a whole Parquet file of
-// one row group, with the trace's header in its key-value metadata. A part's columns are decoded
-// straight into typed arrays, one slot per row, and each row becomes the event it was written from:
-// its columns' values (a null is a field the event lacked) and the JSON of its `extra` column. The
-// caller checks each event against the schema, as it does a JSON line's.
+// Reading a ◆ Parquet trace (DESIGN §5, "Parquet traces in the page"; `record --format parquet` and
+// `export -o X.trace.parquet` write it) in the browser: a directory of part files, each a whole
+// Parquet file of one row group, with the trace's header in its key-value metadata. A parsing
+// worker (trace-worker.js) decodes a part's columns into typed arrays, one slot per row, and hands
+// them to EventTable.pushColumns: the frequent kinds' rows go straight into its columns; any other
+// row is rebuilt as the event it was written from (its columns' values, a null being a field the
+// event lacked, and the JSON of its `extra` column) and checked against the schema as a JSON line is.
 //
 // It reads what Parquet writers write for such a table: flat optional or required columns; PLAIN,
 // dictionary (PLAIN_DICTIONARY, RLE_DICTIONARY), RLE booleans, DELTA_BINARY_PACKED integers and
 // BYTE_STREAM_SPLIT; data pages v1 and v2; zstd (in WebAssembly: `await zstdReady()` first), Snappy
-// or none. Anything else is refused with a message that names it and a way
-// round it (`loaderscope serve --open`, which reads any Parquet through pyarrow). Pure.
+// or none. Anything else is refused with a message that names it and a way round it (`loaderscope
+// serve --open`, which reads any Parquet through pyarrow).
 
 import { parquetMetadata } from './vendor/hyparquet/metadata.js';
 import { deserializeTCompactProtocol } from './vendor/hyparquet/thrift.js';
@@ -85,16 +86,13 @@ export function readPart(buffer, source) {
   return { header, rows, columns };
 }
 
-// Most columns of a part are all null (the fields of rare kinds): they share this and allocate nothing.
-const NO_ROWS = new Uint8Array(0);
-
 /**
  * How many events the part files hold, from their footers alone (a few KB each): the page sizes
  * its table once.
  * @param {Array<Blob & {name: string}>} parts @param {string} source
  */
 export async function countRows(parts, source) {
-  const counts = await Promise.all(parts.map((part) => partRows(part, source))); // read side by side: 6x faster
+  const counts = await Promise.all(parts.map((part) => partRows(part, source)));
   return counts.reduce((sum, n) => sum + n, 0);
 }
 
@@ -126,6 +124,9 @@ export async function readParquetTraceInWorkers(parts, source, o) {
   const pieces = parts.map((blob) => ({ blob, start: (start += blob.size) - blob.size, part: blob.name }));
   return readSegments(pieces, start, source, 'event', o);
 }
+
+// Most columns of a part are all null (the fields of rare kinds): they share this and allocate nothing.
+const NO_ROWS = new Uint8Array(0);
 
 /** @param {string} name @param {string} type the physical type @param {number} rows */
 function emptyColumn(name, type, rows) {
@@ -501,7 +502,7 @@ export function partIntoTable(buffer, source, table) {
 
 /**
  * The rows of `part` into `table`, in order: a frequent kind's row straight into its columns
- * (EventTable.pushValues, no object), any other row as the event it was written from, to
+ * (EventTable.pushColumns, no object), any other row as the event it was written from, to
  * `other(e, row)` (the caller checks it against the schema and keeps it, as a parsed JSON line).
  * Throws TraceError for a row whose `extra` is not a JSON object.
  * @param {Part} part @param {string} source @param {EventTable} table
@@ -560,14 +561,14 @@ class PartRows {
   }
 }
 
-const INDICES = '{"indices":['; // a dispatch's `extra`: a third of the rows of a trace
+const INDICES = '{"indices":['; // a dispatch's `extra`: one row in seven of a trace
 
 /**
  * `{"indices":[...]}` of small non-negative integers read as JSON.parse reads it, or null for any
  * other text (left to JSON.parse: its generic path was a tenth of a part's reading).
  * @param {string} text
  */
-function indicesOnly(text) {
+export function indicesOnly(text) {
   if (!text.startsWith(INDICES) || !text.endsWith(']}')) return null;
   /** @type {number[]} */
   const out = [];

@@ -8,7 +8,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EventTable } from '../js/event-table.js';
-import { countRows, PART_NAME, partIntoTable, readPart, zstdReady } from '../js/parquet-trace.js';
+import { countRows, indicesOnly, PART_NAME, partIntoTable, readPart, zstdReady } from '../js/parquet-trace.js';
 import { TraceError } from '../js/trace-file.js';
 import { groupTraces } from '../js/trace-open.js';
 
@@ -83,4 +83,12 @@ test('picked and dropped files make one trace per JSON-lines file and per direct
   ]);
   const picked = groupTraces([{ file: file('part-000001.parquet') }, { file: file('part-000000.parquet') }]);
   assert.deepEqual(picked.map((t) => t.parts?.map((p) => p.name)), [['part-000000.parquet', 'part-000001.parquet']]);
+});
+
+test("a dispatch's indices are read as JSON.parse reads them, or left to it", () => {
+  const taken = ['{"indices":[]}', '{"indices":[0]}', '{"indices":[9370]}', '{"indices":[1,22,333,999999999]}'];
+  for (const text of taken) assert.deepEqual(indicesOnly(text), JSON.parse(text), text);
+  const left = ['{"indices":[01]}', '{"indices":[1,]}', '{"indices":[,1]}', '{"indices":[-1]}', '{"indices":[1.5]}',
+    '{"indices":[1e3]}', '{"indices":[ 1]}', '{"indices":[1234567890]}', '{"indices":[1]} ', '{"indices":[1],"n":1}', '{"pinned":true}'];
+  for (const text of left) assert.equal(indicesOnly(text), null, text);
 });
