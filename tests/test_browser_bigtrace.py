@@ -170,6 +170,8 @@ def test_the_open_button_takes_a_parquet_traces_parts_as_one_run(page: Page, ser
     load = pg.evaluate("window.loaderscope.perf.load")
     assert load["files"] == len(parts) and load["events"] > 29_000
     assert pg.locator("#file-error").is_hidden()
+    # one run, named by the run the parts hold (they were picked without their directory)
+    assert pg.locator("#connection").inner_text().startswith("bigtrace.trace.parquet · ")
     pg.screenshot(path=str(tmp_path / "parquet-open.png"))
 
 

@@ -440,10 +440,10 @@ class App {
   }
 
   /** @param {import('./trace-open.js').Opened} o trace files read: they replace the open run */
-  openFiles({ tracks, files, events, ms }) {
+  openFiles({ tracks, events, ms }) {
     this.reset(tracks);
     this.server.close();
-    $('connection').textContent = `${files > 1 ? `${tracks.length} files` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
+    $('connection').textContent = `${tracks.length > 1 ? `${tracks.length} traces` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
     $('connection').dataset.state = 'file';
     this.wake();
   }

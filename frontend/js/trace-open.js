@@ -22,6 +22,8 @@ const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.get
  * @typedef {{name: string, size: number, file?: File, parts?: File[]}} TraceInput
  */
 
+const PICKED_PARTS = 'Parquet trace'; // part files picked without their directory: named by their run once read
+
 /**
  * Picked or dropped files as traces: each file one trace, except the part files of a Parquet trace
  * (`part-N.parquet`), which make one trace per directory they came from (all picked parts, one).
@@ -41,7 +43,7 @@ export function groupTraces(entries) {
     const key = dir ?? '';
     let trace = byDir.get(key);
     if (!trace) {
-      trace = { name: dir || 'Parquet trace', size: 0, parts: [] };
+      trace = { name: dir || PICKED_PARTS, size: 0, parts: [] };
       byDir.set(key, trace);
       traces.push(trace);
     }
@@ -167,7 +169,10 @@ export class TraceOpener {
       /** @type {import('./trace-file.js').ReadOptions} */
       const options = {
         workers: PARSERS,
-        onHeader: (h) => { tr.header = h; },
+        onHeader: (h) => {
+          tr.header = h;
+          if (trace.name === PICKED_PARTS && typeof h.run === 'string') tr.label = `${h.run}.trace.parquet`;
+        },
         onRows: (rows) => tr.ingestRows(rows),
         onCount: (events) => { reserved = true; tr.player.table.reserve(events); },
         onProgress: (done) => {
