@@ -2,11 +2,14 @@
 
 The default run checks, in Debian's chromium, that the workers' path gives the page exactly the
 events the single-thread reader gives (every field of every event, in order) and stops at the
-same damaged line with the same message, the line counted from the file's start across segments.
+same damaged line with the same message, the line counted from the file's start across segments;
+and that a Parquet trace's parts give the page's track what its JSON lines give, opened through the
+workers under the dashboard's CSP and through the Open button.
 
-The perf-marked test opens a cached simulated trace of 1M events (``LOADERSCOPE_BIGTRACE_EVENTS``
-picks other sizes, e.g. ``1000000,10000000``) through the page's file input and prints the open
-time, pan/zoom frame rate and heap; ``bench/bigtrace.py`` is the same as a script::
+The perf-marked test opens a cached simulated trace of 1M events, as JSON lines and as a Parquet
+trace (``LOADERSCOPE_BIGTRACE_EVENTS`` picks other sizes, e.g. ``1000000,10000000``) through the
+page's file input and prints the open time, pan/zoom frame rate and heap; ``bench/bigtrace.py`` is
+the same as a script::
 
     .venv/bin/python -m pytest -m perf tests/test_browser_bigtrace.py -s
 """
@@ -177,12 +180,13 @@ def test_the_open_button_takes_a_parquet_traces_parts_as_one_run(page: Page, ser
 
 @pytest.mark.perf
 @pytest.mark.slow
-def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any) -> None:  # noqa: F811
-    from bigtrace import open_trace, trace_path
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any, fmt: str) -> None:  # noqa: F811
+    from bigtrace import open_trace, parquet_path, trace_path
 
     sizes = [int(n) for n in os.environ.get("LOADERSCOPE_BIGTRACE_EVENTS", "1000000").split(",")]
     for n in sizes:
-        r = open_trace(browser, server.page_url, trace_path(n))
-        print(f"\nbig trace {n}: " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}))
+        r = open_trace(browser, server.page_url, (parquet_path if fmt == "parquet" else trace_path)(n))
+        print(f"\nbig {fmt} trace {n}: " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}))
         assert r["events"] >= 0.97 * n
         assert r["fps"] >= 30, "pan and zoom at 30 frames a second or more"
