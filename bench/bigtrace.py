@@ -50,6 +50,7 @@ from loaderscope.sim.engine import Simulator  # noqa: E402
 from loaderscope.sim.run import sim_config  # noqa: E402
 from loaderscope.state import LoaderState, summary  # noqa: E402
 from loaderscope.trace import TraceWriter  # noqa: E402
+from loaderscope.traceheader import meta_of  # noqa: E402
 
 CACHE = Path("/tmp/loaderscope-bigtrace")
 EVENTS_PER_SAMPLE = 7.2  # dispatch, fetch start/end, pin start/end, arrive, yield, a few parked
@@ -76,8 +77,7 @@ def parquet_path(events: int, cache: Path = CACHE) -> Path:
         shutil.rmtree(partial, ignore_errors=True)
         with trace_path(events, cache).open("rb") as lines:
             head = orjson.loads(next(lines))
-            meta = {k: v for k, v in head.items() if k not in ("format", "version", "run", "created", "loaderscope")}
-            with ParquetTraceWriter(partial, head["run"], **meta) as writer:
+            with ParquetTraceWriter(partial, head["run"], **meta_of(head)) as writer:
                 chunk = []
                 for line in lines:
                     chunk.append(orjson.loads(line))

@@ -28,6 +28,12 @@ def header(run: str, **meta: Any) -> dict[str, Any]:
             "loaderscope": __version__, **meta}
 
 
+def meta_of(head: dict[str, Any]) -> dict[str, Any]:
+    """What a header says beyond what ``header()`` writes itself: pass it to ``header()`` (or a trace
+    writer) to write the same trace again; ``created`` is kept, so the copy says when the run was."""
+    return {k: v for k, v in head.items() if k not in ("format", "version", "run", "loaderscope")}
+
+
 def check_header(line: bytes | str, source: str) -> dict[str, Any]:
     try:
         head = orjson.loads(line)

@@ -61,6 +61,11 @@ function kindCode(kind) {
 
 // flags: which optional fields were present, and booleans
 const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH: 128 };
+/** @type {Record<number, ['idx'|'worker'|'epoch'|'a'|'b'|'c', number, boolean]>} a number slot's column, flag and whether an int (as putValue()) */
+const NUMBER_SLOTS = {
+  [V.IDX]: ['idx', 0, true], [V.WORKER]: ['worker', F.WORKER, true], [V.EPOCH]: ['epoch', F.EPOCH, true],
+  [V.WAITING_FOR]: ['a', 0, true], [V.WAIT]: ['a', 0, false], [V.A]: ['a', F.A, false], [V.B]: ['b', F.B, false], [V.C]: ['c', F.C, false],
+};
 const INT_MAX = 2 ** 31 - 1;
 
 // The typed columns, in the order toParts() hands them over.
@@ -264,12 +269,15 @@ function ascii(bytes, start, end) {
 }
 
 /**
- * A table's rows as structured-cloneable parts (toParts): its typed columns by name, its kept objects
- * as [row, event] pairs, the sample-index pool and the run and rank of its packed rows.
  * A column of values by row, as pushColumns() takes them: numbers, strings (ids into `dict`) or
  * booleans (0/1); `present[r]` is 0 where row r has no value.
  * @typedef {{name: string, present: Uint8Array, num: Float64Array|null, ids: Int32Array|null, dict: string[],
  *   bool: Uint8Array|null}} ValueColumn
+ */
+
+/**
+ * A table's rows as structured-cloneable parts (toParts): its typed columns by name, its kept objects
+ * as [row, event] pairs, the sample-index pool and the run and rank of its packed rows.
  * @typedef {{n: number, cols: Record<string, Uint8Array<ArrayBuffer> | Int32Array<ArrayBuffer> | Float64Array<ArrayBuffer>>,
  *   objects: Array<[number, LoaderEvent]>, pool: Int32Array<ArrayBuffer>, poolN: number, run: string|undefined,
  *   rank: number|undefined}} TableParts
@@ -505,7 +513,10 @@ export class EventTable {
       for (let r = 0; r < n; r++) if (kind.present[r]) code[r] = codes[kind.ids[r]];
     }
     const { seq, t, rank, run } = common;
-    if (!seq?.num || !t?.num || !rank?.num || !run?.ids) return this.pushOthers(n, other);
+    if (!seq?.num || !t?.num || !rank?.num || !run?.ids) { // no common columns to read: every row as an event
+      for (let r = 0; r < n; r++) other(r);
+      return;
+    }
     for (let r = 0; r < n; r++) {
       if (!code[r]) continue;
       const s = seq.num[r], time = t.num[r], k = rank.num[r];
@@ -522,11 +533,6 @@ export class EventTable {
       if (c && this.restOfRow(c, n0 + r, run.dict[run.ids[r]], rank.num[r], seen[r], hasExtra?.[r] ? extraOf(r) : null)) continue;
       other(r);
     }
-  }
-
-  /** @param {number} n @param {(r: number) => void} other */
-  pushOthers(n, other) {
-    for (let r = 0; r < n; r++) other(r);
   }
 
   /**
@@ -551,10 +557,8 @@ export class EventTable {
       return;
     }
     // numbers: the checks and the column of putValue(), without a call per row
-    const integer = slot === V.IDX || slot === V.WORKER || slot === V.EPOCH || slot === V.WAITING_FOR;
-    const dest = slot === V.IDX ? this.idx : slot === V.WORKER ? this.worker : slot === V.EPOCH ? this.epoch
-      : slot === V.B ? this.b : slot === V.C ? this.c : this.a;
-    const bit = slot === V.WORKER ? F.WORKER : slot === V.EPOCH ? F.EPOCH : slot === V.A ? F.A : slot === V.B ? F.B : slot === V.C ? F.C : 0;
+    const [name, bit, integer] = NUMBER_SLOTS[slot];
+    const dest = this[name];
     const flags = this.flags;
     for (let r = 0; r < n; r++) {
       const c = code[r];

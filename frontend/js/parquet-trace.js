@@ -45,10 +45,9 @@ export function zstdReady() {
 }
 
 /**
- * One column of a part, one slot per row: numbers (Float64Array), strings (ids into `dict`, which
- * PLAIN pages extend), or booleans (0/1). `present[r]` is 0 where row r holds null.
- * @typedef {{name: string, type: string, rows: number, present: Uint8Array, nonNull: number,
- *   num: Float64Array|null, ids: Int32Array|null, dict: string[], bool: Uint8Array|null}} Column
+ * One column of a part, one slot per row (EventTable's ValueColumn: its `dict` PLAIN pages extend),
+ * with its Parquet type, its row count and how many rows hold a value.
+ * @typedef {import('./event-table.js').ValueColumn & {type: string, rows: number, nonNull: number}} Column
  * @typedef {{header: TraceHeader, rows: number, columns: Column[]}} Part
  */
 
@@ -216,7 +215,7 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
   if (v2) {
     const levels = ph.field_5 + ph.field_6; // definition then repetition levels, never compressed
     if (ph.field_6) throw unsupported(source, 'repeated columns');
-    if (optional && ph.field_2) defined = rleHybrid(body, 0, ph.field_5, 1, new Uint8Array(count));
+    if (optional && ph.field_2) rleHybrid(body, 0, ph.field_5, 1, (defined = new Uint8Array(count)));
     nonNull = count - ph.field_2;
     const values = body.subarray(levels);
     page = ph.field_7 === false ? values : inflate(values, h.field_2 - levels, meta.codec, source);
@@ -226,8 +225,7 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
     pos = 0;
     if (optional) {
       const length = u32(page, 0);
-      defined = rleHybrid(page, 4, 4 + length, 1, new Uint8Array(count));
-      nonNull = ones;
+      nonNull = rleHybrid(page, 4, 4 + length, 1, (defined = new Uint8Array(count))); // levels are 0 or 1
       pos = 4 + length;
     }
   }
@@ -248,7 +246,8 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
  */
 function pageValues(page, pos, encoding, type, n, col, dict, source) {
   if (encoding === ENC.RLE_DICTIONARY || encoding === ENC.PLAIN_DICTIONARY) {
-    const ids = rleHybrid(page, pos + 1, page.length, page[pos], new Int32Array(n));
+    const ids = new Int32Array(n);
+    rleHybrid(page, pos + 1, page.length, page[pos], ids);
     if (col.ids) {
       if (dict.start) for (let k = 0; k < n; k++) ids[k] += dict.start;
       return ids;
@@ -264,7 +263,11 @@ function pageValues(page, pos, encoding, type, n, col, dict, source) {
     if (values) return values;
     return Int32Array.from({ length: n }, (_, k) => col.dict.length - n + k); // the strings just appended
   }
-  if (encoding === ENC.RLE && col.bool) return rleHybrid(page, pos + 4, pos + 4 + u32(page, pos), 1, new Uint8Array(n));
+  if (encoding === ENC.RLE && col.bool) {
+    const bits = new Uint8Array(n);
+    rleHybrid(page, pos + 4, pos + 4 + u32(page, pos), 1, bits);
+    return bits;
+  }
   if (encoding === ENC.BYTE_STREAM_SPLIT && col.num) return byteStreamSplit(page, pos, type, n);
   if (encoding === ENC.DELTA_BINARY_PACKED && col.num && (type === 'INT32' || type === 'INT64')) return deltaBinaryPacked(page, pos, n);
   throw unsupported(source, `encoding ${encoding} in column '${col.name}'`);
@@ -297,9 +300,9 @@ function u32(bytes, p) {
 
 /**
  * Parquet's RLE/bit-packed hybrid (levels, dictionary ids, RLE booleans) from bytes[pos, end)
- * into all of `out`: runs as fills, bit-packed groups of 8 values. Their sum is left in `ones`.
- * @template {Uint8Array|Int32Array} T
- * @param {Uint8Array} bytes @param {number} pos @param {number} end @param {number} width @param {T} out @returns {T}
+ * into all of `out`: runs as fills, bit-packed groups of 8 values. Returns their sum (of definition
+ * levels: how many rows hold a value).
+ * @param {Uint8Array} bytes @param {number} pos @param {number} end @param {number} width @param {Uint8Array|Int32Array} out
  */
 function rleHybrid(bytes, pos, end, width, out) {
   const n = out.length;
@@ -345,12 +348,8 @@ function rleHybrid(bytes, pos, end, width, out) {
       sum += value * run;
     }
   }
-  ones = sum;
-  return out;
+  return sum;
 }
-
-/** The sum of the values rleHybrid() read last: of definition levels, how many rows hold a value. */
-let ones = 0;
 
 /**
  * PLAIN values: numbers or booleans side by side; strings appended to col.dict (null is returned).

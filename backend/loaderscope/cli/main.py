@@ -378,6 +378,7 @@ def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table")
 
 def cmd_export(args: argparse.Namespace) -> int:
     from loaderscope.trace import TraceError, chrome_json, columnar_available, read_trace_tolerant, write_trace
+    from loaderscope.traceheader import meta_of
 
     fmt = args.format or export_format(args.output)
     output = Path(args.output)
@@ -396,8 +397,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         console.print(f"{output}: {count} trace events from {len(events)} loaderscope events; "
                       "open it in https://ui.perfetto.dev or chrome://tracing")
         return 0
-    meta = {k: v for k, v in head.items() if k not in ("format", "version", "run", "loaderscope")}
-    write_trace(output, events, str(head.get("run")), fmt=fmt, **meta)
+    write_trace(output, events, str(head.get("run")), fmt=fmt, **meta_of(head))
     note = " (the source is truncated: its writer was killed or is still writing)" if truncated else ""
     console.print(f"{output}: {len(events)} events as {fmt}{note}; open it with loaderscope serve --open {output}")
     return 0
