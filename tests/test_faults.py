@@ -8,7 +8,10 @@ failure is said once on stderr, and, where a recorder survives, that the run car
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -203,3 +206,61 @@ def test_a_script_that_dies_with_a_live_iterator_says_nothing_about_the_probe(tm
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "the script fails" in done.stderr
     assert "loaderscope" not in done.stderr, done.stderr
+
+
+def test_torchs_dead_worker_error_raised_inside_the_probe_reaches_the_loop() -> None:
+    """torch's SIGCHLD handler raises in the main thread wherever it is, the probe's code too: that
+    error is torch's, and neither ``report`` nor ``guard`` may swallow it (CI 53). torch's own handler
+    is called here, on a real killed worker, as the signal would call it (it says a death once)."""
+    import signal
+
+    from torch.utils.data._utils import signal_handling
+
+    handler = _torchs_sigchld_handler(signal_handling)
+    with _a_dead_worker(signal_handling), pytest.raises(RuntimeError, match="killed by signal"):
+        with faults.guard("a guarded probe block"):
+            handler(signal.SIGCHLD, None)
+    with _a_dead_worker(signal_handling), pytest.raises(RuntimeError, match="killed by signal"):
+        try:
+            handler(signal.SIGCHLD, None)
+        except Exception as exc:
+            faults.report("an explicit probe except", exc)
+    assert "a guarded probe block" not in faults._reported and "an explicit probe except" not in faults._reported
+
+
+def _torchs_sigchld_handler(signal_handling: Any) -> Any:
+    """The handler torch installs for SIGCHLD (a fresh one), with this process's handler and torch's
+    flag left as they were."""
+    import signal
+
+    previous, was_set = signal.getsignal(signal.SIGCHLD), signal_handling._SIGCHLD_handler_set
+    signal_handling._SIGCHLD_handler_set = False
+    signal_handling._set_SIGCHLD_handler()
+    handler = signal.getsignal(signal.SIGCHLD)
+    signal.signal(signal.SIGCHLD, previous)
+    signal_handling._SIGCHLD_handler_set = was_set
+    assert callable(handler) and handler is not previous
+    return handler
+
+
+@contextmanager
+def _a_dead_worker(signal_handling: Any) -> Iterator[None]:
+    """A forked process registered with torch as a DataLoader worker, SIGKILLed and not yet reaped.
+    Its own SIGCHLD is left to the default action (dropped, the child not reaped): a handler torch set
+    for earlier loaders in this process would otherwise raise at any line of the test."""
+    import multiprocessing
+    import signal
+
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    child = multiprocessing.get_context("fork").Process(target=signal.pause)
+    child.start()
+    signal_handling._set_worker_pids(12345, (child.pid,))
+    try:
+        child.kill()
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)  # dead, not reaped: what torch's handler finds
+        yield
+    finally:
+        signal_handling._remove_worker_pids(12345)
+        child.join()
+        signal.signal(signal.SIGCHLD, previous)

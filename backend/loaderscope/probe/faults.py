@@ -4,11 +4,14 @@ Every piece of the probe that runs inside the user's process (the iterators' boo
 recorder, the worker taps, stack capture, the transport) guards its own work with ``guard`` or an
 explicit ``except Exception`` that calls ``report``. torch's own exceptions are never caught here:
 the probe's code sits beside torch's calls, not around them, so what torch raises reaches the
-training loop unchanged.
+training loop unchanged. One of torch's can start inside the probe's code: its SIGCHLD handler
+(``torch/utils/data/_utils/signal_handling.py``) raises "DataLoader worker ... is killed by signal"
+in the main thread wherever it happens to be. ``report`` and ``guard`` raise that one on.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -17,12 +20,29 @@ from typing import Any
 _reported: set[str] = set()
 
 
+_TORCH_SIGNALS = os.path.join("torch", "utils", "data", "_utils", "signal_handling.py")
+
+
+def from_torch_signal(exc: BaseException) -> bool:
+    """Whether torch's SIGCHLD handler raised ``exc`` (a worker died): training's error, not the probe's."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(_TORCH_SIGNALS):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def report(where: str, exc: BaseException, note: Callable[..., None] | None = None) -> None:
     """Say once per process and place that the probe failed at ``where``; training goes on.
 
     ``note`` (a recorder's ``note``) also records it as a ``probe_error`` event, so the dashboard
-    shows why this loader's picture may be incomplete.
+    shows why this loader's picture may be incomplete. An exception of torch's SIGCHLD handler that
+    started in the probe's code is raised on, as torch would have raised it (CI 53: swallowed here
+    as an internal error, it left the loop torch's EOFError instead of its RuntimeError).
     """
+    if from_torch_signal(exc):
+        raise exc
     detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     report_remote(where, type(exc).__name__, str(exc), note, detail)
 
@@ -57,7 +77,7 @@ class _Guard:
         return None
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, _tb: Any) -> bool:
-        if exc is None or not isinstance(exc, Exception):
-            return False  # KeyboardInterrupt and SystemExit belong to the user
+        if exc is None or not isinstance(exc, Exception) or from_torch_signal(exc):
+            return False  # KeyboardInterrupt, SystemExit and torch's dead-worker error belong to the user
         report(self.where, exc, self.note)
         return True
