@@ -43,6 +43,12 @@ if TYPE_CHECKING:
     from tests.live import LiveServer
 
 
+# What torch raises when a worker dies: its RuntimeError, or, when the main process is unpickling
+# that worker's last batch as it exits, the fd hand-over's ConnectionResetError or the pipe's EOFError
+# (torch's _try_get_data re-raises those when the dying worker is not yet reaped: a race inside torch).
+TORCH_DEATH_ERRORS = (RuntimeError, ConnectionResetError, EOFError)
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy; returns that value. ``timeout`` caps a wait
     on state, generous because a busy machine is slow to get there: it is no pace to keep."""

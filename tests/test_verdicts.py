@@ -18,6 +18,7 @@ from loaderscope.diagnosis import diagnosis
 from loaderscope.runner import Collector, run_real
 from loaderscope.state import summary
 from loaderscope.wording import JS_PATH, render_js, say
+from tests.conftest import TORCH_DEATH_ERRORS
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -62,7 +63,7 @@ def test_a_dead_worker_leaves_no_throughput_verdict() -> None:
     # 2 workers × prefetch 2 dispatch tasks 0-3 at once; task 5 (sample 21) goes out only after batch 1
     # is yielded (torch's _process_data → _try_put_index), so batches precede the death on any machine.
     collector = Collector()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(TORCH_DEATH_ERRORS):
         run_real("crash_worker", {"num_workers": 2}, collector)
     assert collector.state.batches >= 2
     findings = diagnosis(collector.state)
