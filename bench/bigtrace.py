@@ -191,9 +191,8 @@ const fs = await import('node:fs');
 const buf = Buffer.alloc(Number(mb) << 20);
 const got = fs.readSync(fs.openSync(path, 'r'), buf, 0, buf.length);
 const bytes = buf.subarray(0, buf.subarray(0, got).lastIndexOf(10) + 1);
-const decoder = new TextDecoder(); // pieces decoded one by one, as a worker's stream gives them
-const pieces = [];
-for (let p = 0; p < bytes.length; p += 65536) pieces.push(decoder.decode(bytes.subarray(p, p + 65536), { stream: true }));
+const pieces = []; // as a worker's stream gives them
+for (let p = 0; p < bytes.length; p += 65536) pieces.push(new Uint8Array(bytes.subarray(p, p + 65536)));
 const cpu = (f) => { const c0 = process.cpuUsage(); const n = f(); const c = process.cpuUsage(c0); return (c.user + c.system) / n; };
 const code = await Promise.all(roots.map(async (root) => ({
   root, ...(await import(`${root}/frontend/js/trace-file.js`)), ...(await import(`${root}/frontend/js/event-table.js`)),
@@ -259,6 +258,7 @@ PARSE_ONLY = """async (parsers) => {
 def parse_only(browser: Any, url: str, path: Path, parsers: int) -> dict[str, Any]:
     """Time the workers' parsing of ``path`` in a fresh page, the page's thread doing nothing with the rows."""
     page = browser.new_page()
+    page.on("console", lambda m: print("CONSOLE", m.text) if "TIMING" in m.text else None)
     page.goto(url)
     page.wait_for_function("() => window.loaderscope", timeout=30_000)
     page.evaluate("() => { const i = Object.assign(document.createElement('input'), { type: 'file', id: 'probe-input',"

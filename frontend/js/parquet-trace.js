@@ -35,6 +35,7 @@ const PAGE = { DATA: 0, INDEX: 1, DICTIONARY: 2, DATA_V2: 3 };
 const ENC = { PLAIN: 0, PLAIN_DICTIONARY: 2, RLE: 3, DELTA_BINARY_PACKED: 5, RLE_DICTIONARY: 8, BYTE_STREAM_SPLIT: 9 };
 const WIDTH = /** @type {Record<string, number>} */ ({ INT32: 4, INT64: 8, FLOAT: 4, DOUBLE: 8 });
 const utf8 = new TextDecoder('utf-8', { fatal: true });
+const latin1 = new TextDecoder('latin1'); // one byte, one character (exact below 0x80, where it is used)
 const zstd = new ZSTDDecoder();
 /** @type {Promise<void>|null} */
 let zstdLoading = null;
@@ -132,6 +133,19 @@ function emptyColumn(name, type, rows) {
   return { name, type, rows, present: NO_ROWS, nonNull: 0, dict: [], num: null, ids: null, bool: null };
 }
 
+// A page's levels and values are decoded into these, reused page after page (a worker reads one
+// part at a time, and scatter() copies them into the part's columns at once): a fresh array per
+// column per page was some 2 GB of garbage over a 10M-event trace.
+let levels = new Uint8Array(0), ids = new Int32Array(0), nums = new Float64Array(0), bits = new Uint8Array(0);
+/** @param {number} n */
+const levelsOf = (n) => (levels.length >= n ? levels : (levels = new Uint8Array(n))).subarray(0, n);
+/** @param {number} n */
+const idsOf = (n) => (ids.length >= n ? ids : (ids = new Int32Array(n))).subarray(0, n);
+/** @param {number} n */
+const numsOf = (n) => (nums.length >= n ? nums : (nums = new Float64Array(n))).subarray(0, n);
+/** @param {number} n */
+const bitsOf = (n) => (bits.length >= n ? bits : (bits = new Uint8Array(n))).subarray(0, n);
+
 /** Give `col` its arrays (at its first value). @param {Column} col */
 function allocate(col) {
   if (col.present !== NO_ROWS) return;
@@ -169,7 +183,7 @@ function readChunk(view, meta, col, row0, n, optional, source) {
     if (type === PAGE.DICTIONARY) {
       const page = inflate(body, h.field_2, meta.codec, source);
       dict.start = col.dict.length;
-      dict.values = plain(page, 0, meta.type, h.field_7.field_1, col);
+      dict.values = plain(page, 0, meta.type, h.field_7.field_1, col, true);
     } else if (type === PAGE.DATA || type === PAGE.DATA_V2) {
       row = dataPage(h, body, meta, col, row, optional, dict, source);
     } else if (type !== PAGE.INDEX) {
@@ -215,7 +229,7 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
   if (v2) {
     const levels = ph.field_5 + ph.field_6; // definition then repetition levels, never compressed
     if (ph.field_6) throw unsupported(source, 'repeated columns');
-    if (optional && ph.field_2) rleHybrid(body, 0, ph.field_5, 1, (defined = new Uint8Array(count)));
+    if (optional && ph.field_2) rleHybrid(body, 0, ph.field_5, 1, (defined = levelsOf(count)));
     nonNull = count - ph.field_2;
     const values = body.subarray(levels);
     page = ph.field_7 === false ? values : inflate(values, h.field_2 - levels, meta.codec, source);
@@ -225,7 +239,7 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
     pos = 0;
     if (optional) {
       const length = u32(page, 0);
-      nonNull = rleHybrid(page, 4, 4 + length, 1, (defined = new Uint8Array(count))); // levels are 0 or 1
+      nonNull = rleHybrid(page, 4, 4 + length, 1, (defined = levelsOf(count))); // levels are 0 or 1
       pos = 4 + length;
     }
   }
@@ -246,27 +260,27 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
  */
 function pageValues(page, pos, encoding, type, n, col, dict, source) {
   if (encoding === ENC.RLE_DICTIONARY || encoding === ENC.PLAIN_DICTIONARY) {
-    const ids = new Int32Array(n);
-    rleHybrid(page, pos + 1, page.length, page[pos], ids);
+    const id = idsOf(n);
+    rleHybrid(page, pos + 1, page.length, page[pos], id);
     if (col.ids) {
-      if (dict.start) for (let k = 0; k < n; k++) ids[k] += dict.start;
-      return ids;
+      if (dict.start) for (let k = 0; k < n; k++) id[k] += dict.start;
+      return id;
     }
     const from = dict.values;
     if (!from) throw new TraceError(`column '${col.name}': a dictionary-encoded page without its dictionary`);
-    const out = col.bool ? new Uint8Array(n) : new Float64Array(n);
-    for (let k = 0; k < n; k++) out[k] = from[ids[k]];
+    const out = col.bool ? bitsOf(n) : numsOf(n);
+    for (let k = 0; k < n; k++) out[k] = from[id[k]];
     return out;
   }
   if (encoding === ENC.PLAIN) {
-    const values = plain(page, pos, type, n, col);
+    const values = plain(page, pos, type, n, col, false);
     if (values) return values;
     return Int32Array.from({ length: n }, (_, k) => col.dict.length - n + k); // the strings just appended
   }
   if (encoding === ENC.RLE && col.bool) {
-    const bits = new Uint8Array(n);
-    rleHybrid(page, pos + 4, pos + 4 + u32(page, pos), 1, bits);
-    return bits;
+    const out = bitsOf(n);
+    rleHybrid(page, pos + 4, pos + 4 + u32(page, pos), 1, out);
+    return out;
   }
   if (encoding === ENC.BYTE_STREAM_SPLIT && col.num) return byteStreamSplit(page, pos, type, n);
   if (encoding === ENC.DELTA_BINARY_PACKED && col.num && (type === 'INT32' || type === 'INT64')) return deltaBinaryPacked(page, pos, n);
@@ -352,27 +366,35 @@ function rleHybrid(bytes, pos, end, width, out) {
 }
 
 /**
- * PLAIN values: numbers or booleans side by side; strings appended to col.dict (null is returned).
+ * PLAIN values: numbers or booleans side by side (in the scratch arrays, or new ones `kept` for a
+ * dictionary); strings appended to col.dict (null is returned).
  * @param {Uint8Array} page @param {number} pos @param {string} type @param {number} n @param {Column} col
+ * @param {boolean} kept
  * @returns {Float64Array|Uint8Array|null}
  */
-function plain(page, pos, type, n, col) {
+function plain(page, pos, type, n, col, kept) {
   const view = new DataView(page.buffer, page.byteOffset, page.byteLength);
   let p = pos;
   if (type === 'BYTE_ARRAY') {
+    // The page is decoded once, byte for character, and an ASCII value is a slice of it: a decode
+    // per value (a dispatch's `extra`, one row in seven) cost a call into the browser each.
+    const bytewise = latin1.decode(page.subarray(pos));
     for (let k = 0; k < n; k++) {
       const len = view.getUint32(p, true);
-      col.dict.push(utf8.decode(page.subarray(p + 4, p + 4 + len)));
-      p += 4 + len;
+      const start = p + 4, end = start + len;
+      let high = 0;
+      for (let q = start; q < end; q++) high |= page[q];
+      col.dict.push(high < 0x80 ? bytewise.slice(start - pos, end - pos) : utf8.decode(page.subarray(start, end)));
+      p = end;
     }
     return null;
   }
   if (type === 'BOOLEAN') {
-    const out = new Uint8Array(n);
+    const out = kept ? new Uint8Array(n) : bitsOf(n);
     for (let k = 0; k < n; k++) out[k] = (page[p + (k >> 3)] >> (k & 7)) & 1;
     return out;
   }
-  const out = new Float64Array(n);
+  const out = kept ? new Float64Array(n) : numsOf(n);
   for (let k = 0; k < n; k++) {
     switch (type) {
       case 'INT32': out[k] = view.getInt32(p, true); p += 4; break;
@@ -404,7 +426,7 @@ function byteStreamSplit(page, pos, type, n) {
   const width = WIDTH[type];
   const value = new Uint8Array(8);
   const v = new DataView(value.buffer);
-  const out = new Float64Array(n);
+  const out = numsOf(n);
   for (let k = 0; k < n; k++) {
     for (let b = 0; b < width; b++) value[b] = page[pos + b * n + k];
     out[k] = type === 'DOUBLE' ? v.getFloat64(0, true) : type === 'FLOAT' ? v.getFloat32(0, true)
@@ -421,7 +443,7 @@ function byteStreamSplit(page, pos, type, n) {
  * @param {Uint8Array} bytes @param {number} p @param {number} n
  */
 function deltaBinaryPacked(bytes, p, n) {
-  const out = new Float64Array(n);
+  const out = numsOf(n);
   const pos = { p };
   const blockSize = uleb(bytes, pos);
   const miniblocks = uleb(bytes, pos);

@@ -56,6 +56,18 @@ test('pages v2 with Snappy, uncompressed PLAIN, delta and byte-stream-split give
   }
 });
 
+test('strings past ASCII come back as written, a long one too', async () => {
+  await zstdReady();
+  const names = JSON.parse(readFileSync(join(FIXTURES, 'named.json'), 'utf8'));
+  const { table } = read([join(FIXTURES, 'named.plain.parquet')]);
+  assert.equal(table.length, EVENTS.length);
+  for (let i = 0; i < EVENTS.length; i++) {
+    const e = EVENTS[i];
+    assert.deepEqual(table.get(i), e.kind === 'run_start' ? { ...e, ...names } : e, `event ${i}`);
+  }
+  assert.ok(new TextEncoder().encode(names.job).length > 127, 'a value whose length takes two bytes');
+});
+
 test('files that are not Parquet traces are refused with what they are', async () => {
   await zstdReady();
   const jsonl = new TextEncoder().encode(LINES.join('\n')).buffer;
