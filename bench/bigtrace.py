@@ -258,7 +258,6 @@ PARSE_ONLY = """async (parsers) => {
 def parse_only(browser: Any, url: str, path: Path, parsers: int) -> dict[str, Any]:
     """Time the workers' parsing of ``path`` in a fresh page, the page's thread doing nothing with the rows."""
     page = browser.new_page()
-    page.on("console", lambda m: print("CONSOLE", m.text) if "TIMING" in m.text else None)
     page.goto(url)
     page.wait_for_function("() => window.loaderscope", timeout=30_000)
     page.evaluate("() => { const i = Object.assign(document.createElement('input'), { type: 'file', id: 'probe-input',"
