@@ -21,11 +21,14 @@ let credit = AHEAD;
 /** @type {(() => void) | null} */
 let wake = null;
 let work = Promise.resolve();
-// A part file's bytes are read as soon as its job comes, one file after another, while earlier
-// parts decode: waiting for each read before decoding it was an eighth of a 10M-event open. What
-// is read ahead is bounded by the trace's compressed size (some 40 MB at the page's 16M events).
+// A part file's bytes are read while earlier parts decode, one file after another, at most
+// READ_AHEAD parts ahead of the one decoding: waiting for each read before decoding it was an
+// eighth of a 10M-event open.
+const READ_AHEAD = 4;
 /** @type {Promise<unknown>} */
 let reading = Promise.resolve();
+/** @type {Array<Promise<void>>} by job number: its decoding has begun */
+const begun = [];
 /** @type {import('./event-table.js').TableParts[]} batches' buffers the page handed back, to be filled again */
 const spare = [];
 
@@ -36,8 +39,13 @@ self.onmessage = (/** @type {MessageEvent<import('./trace-file.js').SegmentJob |
     wake?.();
     wake = null;
   } else {
-    const bytes = data.part === undefined ? null : (reading = reading.then(() => data.blob.arrayBuffer()));
-    work = work.then(() => read(data, /** @type {Promise<ArrayBuffer>|null} */ (bytes)));
+    const job = begun.length;
+    /** @type {() => void} */
+    let begin = () => {};
+    begun.push(new Promise((resolve) => { begin = resolve; }));
+    const bytes = data.part === undefined ? null
+      : (reading = Promise.all([reading, begun[job - READ_AHEAD]]).then(() => data.blob.arrayBuffer()));
+    work = work.then(() => { begin(); return read(data, /** @type {Promise<ArrayBuffer>|null} */ (bytes)); });
   }
 };
 
