@@ -133,18 +133,29 @@ function emptyColumn(name, type, rows) {
   return { name, type, rows, present: NO_ROWS, nonNull: 0, dict: [], num: null, ids: null, bool: null };
 }
 
-// A page's levels and values are decoded into these, reused page after page (a worker reads one
-// part at a time, and scatter() copies them into the part's columns at once): a fresh array per
-// column per page was some 2 GB of garbage over a 10M-event trace.
-let levels = new Uint8Array(0), ids = new Int32Array(0), nums = new Float64Array(0), bits = new Uint8Array(0);
-/** @param {number} n */
-const levelsOf = (n) => (levels.length >= n ? levels : (levels = new Uint8Array(n))).subarray(0, n);
-/** @param {number} n */
-const idsOf = (n) => (ids.length >= n ? ids : (ids = new Int32Array(n))).subarray(0, n);
-/** @param {number} n */
-const numsOf = (n) => (nums.length >= n ? nums : (nums = new Float64Array(n))).subarray(0, n);
-/** @param {number} n */
-const bitsOf = (n) => (bits.length >= n ? bits : (bits = new Uint8Array(n))).subarray(0, n);
+/**
+ * An array reused page after page, grown as a page needs: a worker reads one part at a time, and
+ * scatter() copies a page's values into the part's columns at once. A fresh array per column per
+ * page was some 2 GB of garbage over a 10M-event trace.
+ * @template {Uint8Array|Int32Array|Float64Array} A
+ */
+class Scratch {
+  /** @param {{new (n: number): A}} Type */
+  constructor(Type) {
+    this.Type = Type;
+    this.array = new Type(0);
+  }
+
+  /** The first n slots (their old values: every user overwrites all n). @param {number} n @returns {A} */
+  take(n) {
+    if (this.array.length < n) this.array = new this.Type(n);
+    return /** @type {A} */ (this.array.subarray(0, n));
+  }
+}
+
+// a page's definition levels, dictionary ids, numbers and booleans
+const scratch = { levels: new Scratch(Uint8Array), ids: new Scratch(Int32Array), nums: new Scratch(Float64Array),
+  bits: new Scratch(Uint8Array) };
 
 /** Give `col` its arrays (at its first value). @param {Column} col */
 function allocate(col) {
@@ -229,7 +240,7 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
   if (v2) {
     const levels = ph.field_5 + ph.field_6; // definition then repetition levels, never compressed
     if (ph.field_6) throw unsupported(source, 'repeated columns');
-    if (optional && ph.field_2) rleHybrid(body, 0, ph.field_5, 1, (defined = levelsOf(count)));
+    if (optional && ph.field_2) rleHybrid(body, 0, ph.field_5, 1, (defined = scratch.levels.take(count)));
     nonNull = count - ph.field_2;
     const values = body.subarray(levels);
     page = ph.field_7 === false ? values : inflate(values, h.field_2 - levels, meta.codec, source);
@@ -239,7 +250,7 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
     pos = 0;
     if (optional) {
       const length = u32(page, 0);
-      nonNull = rleHybrid(page, 4, 4 + length, 1, (defined = levelsOf(count))); // levels are 0 or 1
+      nonNull = rleHybrid(page, 4, 4 + length, 1, (defined = scratch.levels.take(count))); // levels are 0 or 1
       pos = 4 + length;
     }
   }
@@ -260,7 +271,7 @@ function dataPage(h, body, meta, col, row, optional, dict, source) {
  */
 function pageValues(page, pos, encoding, type, n, col, dict, source) {
   if (encoding === ENC.RLE_DICTIONARY || encoding === ENC.PLAIN_DICTIONARY) {
-    const id = idsOf(n);
+    const id = scratch.ids.take(n);
     rleHybrid(page, pos + 1, page.length, page[pos], id);
     if (col.ids) {
       if (dict.start) for (let k = 0; k < n; k++) id[k] += dict.start;
@@ -268,17 +279,19 @@ function pageValues(page, pos, encoding, type, n, col, dict, source) {
     }
     const from = dict.values;
     if (!from) throw new TraceError(`column '${col.name}': a dictionary-encoded page without its dictionary`);
-    const out = col.bool ? bitsOf(n) : numsOf(n);
+    const out = col.bool ? scratch.bits.take(n) : scratch.nums.take(n);
     for (let k = 0; k < n; k++) out[k] = from[id[k]];
     return out;
   }
   if (encoding === ENC.PLAIN) {
     const values = plain(page, pos, type, n, col, false);
     if (values) return values;
-    return Int32Array.from({ length: n }, (_, k) => col.dict.length - n + k); // the strings just appended
+    const id = scratch.ids.take(n); // the strings just appended
+    for (let k = 0; k < n; k++) id[k] = col.dict.length - n + k;
+    return id;
   }
   if (encoding === ENC.RLE && col.bool) {
-    const out = bitsOf(n);
+    const out = scratch.bits.take(n);
     rleHybrid(page, pos + 4, pos + 4 + u32(page, pos), 1, out);
     return out;
   }
@@ -390,11 +403,11 @@ function plain(page, pos, type, n, col, kept) {
     return null;
   }
   if (type === 'BOOLEAN') {
-    const out = kept ? new Uint8Array(n) : bitsOf(n);
+    const out = kept ? new Uint8Array(n) : scratch.bits.take(n);
     for (let k = 0; k < n; k++) out[k] = (page[p + (k >> 3)] >> (k & 7)) & 1;
     return out;
   }
-  const out = kept ? new Float64Array(n) : numsOf(n);
+  const out = kept ? new Float64Array(n) : scratch.nums.take(n);
   for (let k = 0; k < n; k++) {
     switch (type) {
       case 'INT32': out[k] = view.getInt32(p, true); p += 4; break;
@@ -426,7 +439,7 @@ function byteStreamSplit(page, pos, type, n) {
   const width = WIDTH[type];
   const value = new Uint8Array(8);
   const v = new DataView(value.buffer);
-  const out = numsOf(n);
+  const out = scratch.nums.take(n);
   for (let k = 0; k < n; k++) {
     for (let b = 0; b < width; b++) value[b] = page[pos + b * n + k];
     out[k] = type === 'DOUBLE' ? v.getFloat64(0, true) : type === 'FLOAT' ? v.getFloat32(0, true)
@@ -443,7 +456,7 @@ function byteStreamSplit(page, pos, type, n) {
  * @param {Uint8Array} bytes @param {number} p @param {number} n
  */
 function deltaBinaryPacked(bytes, p, n) {
-  const out = numsOf(n);
+  const out = scratch.nums.take(n);
   const pos = { p };
   const blockSize = uleb(bytes, pos);
   const miniblocks = uleb(bytes, pos);

@@ -78,7 +78,7 @@ async function read({ blob, segment, source, header, part }, partBytes) {
     accept: (e) => rows.pushValid(e),
   });
   try {
-    if (part !== undefined && partBytes !== null) {
+    if (part !== undefined && partBytes !== null) { // both or neither: the job is a part file
       await readParquetPart(await partBytes, source, part, header, rows);
       bytes = blob.size;
       await send();
