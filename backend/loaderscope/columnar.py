@@ -22,6 +22,7 @@ under the key ``loaderscope-trace``, as JSON.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -236,6 +237,33 @@ def parsed_parquet_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any
         yield from events
 
 
+def write_part(where: Path | pa.NativeFile, events: list[Mapping[str, Any]], metadata: dict[bytes, bytes]) -> None:
+    """One whole Parquet file of ``events``, with the trace header as its key-value ``metadata``."""
+    # No Arrow schema blob and statistics only where engines prune by them: a part's footer is
+    # otherwise ~6 KB, 2 bytes an event for a 10-second part of a slow loader.
+    with pq.ParquetWriter(where, SCHEMA, compression=COMPRESSION, store_schema=False,
+                          use_dictionary=DICTIONARY_COLUMNS, use_byte_stream_split=FLOAT_COLUMNS,
+                          column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
+                          write_statistics=list(STATISTICS)) as writer:
+        writer.write_table(to_table(events))
+        writer.add_key_value_metadata(metadata)
+
+
+@functools.cache
+def import_what_writing_imports() -> None:
+    """Write a small part to memory, so that what pyarrow imports on its first use is imported now,
+    in the calling thread.
+
+    The probe's writer thread must import nothing (tests/test_fork_safety.py): pyarrow's first
+    ``pa.array`` imports pandas, which imports ``numpy.random``; a DataLoader worker forked while
+    another thread is half-way through that import finds the module locked forever, and torch's
+    worker loop imports ``numpy.random`` to seed itself, so the worker hangs, and training with it.
+    """
+    event = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 0, "worker": 0,
+             "indices": [0, 1]}
+    write_part(pa.BufferOutputStream(), [event], {METADATA_KEY: b"{}"})
+
+
 class ParquetTraceWriter:
     """A Parquet trace written as it comes: a closed part file every ``ROW_GROUP_EVENTS`` events or
     ``PART_SECONDS`` seconds (``write`` checks), and the rest at ``flush``/``close``.
@@ -286,14 +314,7 @@ class ParquetTraceWriter:
     def _write_part(self, events: list[Mapping[str, Any]]) -> None:
         name = f"part-{self._parts:06d}.parquet"
         temporary = self.path / f".{name}.tmp"
-        # No Arrow schema blob and statistics only where engines prune by them: a part's footer is
-        # otherwise ~6 KB, 2 bytes an event for a 10-second part of a slow loader.
-        with pq.ParquetWriter(temporary, SCHEMA, compression=COMPRESSION, store_schema=False,
-                              use_dictionary=DICTIONARY_COLUMNS, use_byte_stream_split=FLOAT_COLUMNS,
-                              column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
-                              write_statistics=list(STATISTICS)) as writer:
-            writer.write_table(to_table(events))
-            writer.add_key_value_metadata(self._metadata)
+        write_part(temporary, events, self._metadata)
         with temporary.open("rb") as file:
             os.fsync(file.fileno())  # on the disk before it has its name: a part seen is a part whole
         os.replace(temporary, self.path / name)

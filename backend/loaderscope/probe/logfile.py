@@ -80,6 +80,8 @@ class LogfileSink:
         self._writer: TraceWriter | ParquetTraceWriter | None = None
         self._thread: threading.Thread | None = None
         self._synced = 0.0
+        if self.format == "parquet":
+            _import_parquet_writing()
 
     # --- the probe thread's side: append and return ------------------------------------------------
 
@@ -193,6 +195,15 @@ class LogfileSink:
         if self._writer is not None:
             self._sync()
             self._writer.close()
+
+
+def _import_parquet_writing() -> None:
+    """In the thread that will fork the loader's workers, never in the writer thread (see the function)."""
+    try:
+        from loaderscope.columnar import import_what_writing_imports
+        import_what_writing_imports()
+    except Exception as exc:  # noqa: BLE001 (the writer thread meets it again, and says it)
+        report("trace file", exc)
 
 
 def _format(asked: str | None) -> str:

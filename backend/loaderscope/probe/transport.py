@@ -28,6 +28,9 @@ once. The dashboard counts the same events from the gap in the producer's seq nu
 
 from __future__ import annotations
 
+# The sender thread must import nothing (a worker forked mid-import hangs: tests/test_fork_safety.py);
+# socket encodes a host name with the idna codec, which its first connect would import.
+import encodings.idna  # noqa: F401
 import socket
 import sys
 import threading
