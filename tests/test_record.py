@@ -165,12 +165,20 @@ def test_a_script_that_dies_of_an_exception_ends_its_run_with_error(tmp_path: Pa
     assert end["error"] == {"type": "ValueError", "message": "bad batch"}
 
 
+def as_from_a_terminal() -> None:
+    """SIGINT and SIGQUIT at their defaults, as a terminal's shell starts a command. The suite may run with
+    them ignored (a background job of a non-interactive shell), which record and its command would
+    inherit and keep, as a shell's command does: a forwarded Ctrl-C would then stop nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def started(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Callable[[], Path]]:
     """record running an endless slow script; and a wait for its trace to show a few batches."""
     process = subprocess.Popen(record_argv(tmp_path / "runs", PYTHON, script(tmp_path), "epochs=100000",
                                            "slow=0.02", *args),
                                cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=as_from_a_terminal)
 
     def trace_with_batches() -> Path:
         def ready() -> Path | None:
