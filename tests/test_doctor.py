@@ -102,6 +102,34 @@ for batch in it:
     pass
 '''
 
+# A thread of the main process is half-way through an import (a logger's or uploader's lazy import;
+# pyarrow's first pa.array importing pandas) when the loader forks: the workers' copy of that module's
+# import lock stays taken. slow_module.py says when its import has begun, then takes its time.
+IMPORT_AT_FORK = HEAD + '''
+import builtins
+
+builtins.importing = threading.Event()
+
+
+def init(worker_id):
+    mark("hang")
+    import slow_module  # HANG
+
+
+threading.Thread(target=lambda: __import__("slow_module"), daemon=True).start()
+builtins.importing.wait()
+for batch in DataLoader(list(range(8)), batch_size=2, num_workers=2, worker_init_fn=init,
+                        multiprocessing_context="fork"):
+    pass
+'''
+
+SLOW_MODULE = '''
+import builtins, time
+
+builtins.importing.set()
+time.sleep(600)
+'''
+
 STOPS = HEAD + '''
 class Data(Dataset):
     def __len__(self):
@@ -427,6 +455,20 @@ def test_ddp_uneven_inputs_names_the_rank_that_is_still_loading(hung: Any, tmp_p
 
 
 @pytest.mark.slow
+def test_an_import_half_done_at_fork_names_the_module_and_the_fix(hung: Any, tmp_path: Path) -> None:
+    (tmp_path / "slow_module.py").write_text(SLOW_MODULE)
+    h = hung(IMPORT_AT_FORK)
+    h.wait(count=2)
+    rc, out = doctor(str(h.proc.pid), "--duration", "1.5")
+    v = out["verdict"]
+    assert rc == 0 and v["cause"] == "import_fork_lock", v
+    assert v["worker"] in (0, 1) and v["task"] is None
+    assert_where(v, h)
+    assert "to import slow_module" in v["text"] and "in worker_init_fn" in v["text"], v["text"]
+    assert v["advice"].startswith("import slow_module in the main thread before the loader starts its workers")
+
+
+@pytest.mark.slow
 def test_a_doctored_process_finishes_with_the_same_batches(hung: Any) -> None:
     plain = hung(RECORDS, name="plain.py")
     plain_out = plain.proc.communicate(timeout=180)[0]
@@ -488,6 +530,22 @@ def test_model_reads_a_lock_wait_in_a_forked_worker() -> None:
     assert (v.cause, v.worker, v.task, v.indices, v.sample) == ("fork_lock", 1, 2, [8, 9, 10, 11], 8)
     assert v.where == {"file": "/home/me/data.py", "line": 12, "function": "Data.__getitem__", "code": "with LOCK:"}
     assert "sample 1 (index 8)" in v.text and "data.py:12" in v.text and "waited at least 1.0 s" in v.text
+
+
+def test_torchs_own_seeding_import_held_at_fork_is_named_in_numpy() -> None:
+    """The hang loaderscope's own writer thread once caused (tests/test_fork_safety.py): torch's worker
+    loop seeds numpy.random, whose import another thread of the main process had begun at fork."""
+    importing = _f("_lock_unlock_module", "<frozen importlib._bootstrap>", 224)
+    importing["locals"] = [{"name": "name", "repr": '"numpy.random"'}]  # py-spy's repr of the str argument
+    inner = [_f("_ModuleLock.acquire", "<frozen importlib._bootstrap>", 120, tid=1), importing,
+             _f("__getattr__", "/venv/lib/python3.11/site-packages/numpy/__init__.py", 718,
+                "import numpy.random as random", attr="'random'")]
+    rec = _recording(WAITING, {200: _worker(0, *inner, code="np.random.seed(np_seed)")})
+    v = verdict.decide(model.build(rec))
+    assert (v.cause, v.worker, v.task) == ("import_fork_lock", 0, None)
+    assert "to import numpy.random at __init__.py:718 in __getattr__" in v.text and "while starting" in v.text
+    assert v.advice.startswith("import numpy.random in the main thread")
+    assert "waiting to import numpy.random, while starting" in verdict.describe_worker(model.build(rec).workers[0])
 
 
 def test_a_sleep_on_a_with_line_is_no_lock_without_a_futex() -> None:

@@ -21,6 +21,7 @@ Recording = dict[str, Any]
 _DATA = "torch/utils/data/"
 WORKER_COMM = "pt_data_worker"  # the name torch gives a worker's thread (torch/utils/data/_utils/worker.py)
 _WORKER_PY = "torch/utils/data/_utils/worker.py"
+_BOOTSTRAP = "<frozen importlib._bootstrap>"
 _LIBRARY = re.compile(r"/(?:site-packages|dist-packages)/|/lib/python3\.\d+/|^<|/loaderscope/(?!scenarios/)")
 # torch.distributed's collectives (torch/distributed/distributed_c10d.py); a frame in one means the
 # thread waits for the other ranks.
@@ -41,6 +42,7 @@ class Activity:
     sample: int | None = None
     stack: list[Frame] = field(default_factory=list)  # outermost first, from torch's loop down
     writing: bool = False  # its queue's feeder thread is blocked writing a result to the pipe
+    module: str | None = None  # the module whose import lock it waits for (state ``lock``)
 
     def key(self) -> tuple[Any, ...]:
         """What must stay the same between samples for the activity to count as one: a loop moves
@@ -186,7 +188,19 @@ def _waits_for_lock(stack: list[Frame], wchan: str | None) -> bool:
     if not stack or not wchan or "futex" not in wchan:
         return False
     code = stack[-1]["code"] or ""
-    return bool(re.match(r"with\b", code)) or "acquire(" in code
+    return bool(re.match(r"with\b", code)) or "acquire(" in code or _importing(stack) is not None
+
+
+def _importing(stack: list[Frame]) -> str | None:
+    """The module whose import lock the innermost frames wait for (importlib's ``_ModuleLock.acquire``,
+    in ``<frozen importlib._bootstrap>``, which has no source line to read): the ``name`` argument of
+    the import under it (``_lock_unlock_module`` or ``_find_and_load``)."""
+    if not stack or not _in(stack[-1], _BOOTSTRAP, "acquire"):
+        return None
+    for f in reversed(stack):
+        if _in(f, _BOOTSTRAP) and "name" in f["locals"]:
+            return str(f["locals"]["name"]).strip("\"'")
+    return "a module"
 
 
 def worker_activity(frames: list[Frame], wchan: str | None) -> tuple[int | None, Activity, str | None] | None:
@@ -202,19 +216,20 @@ def worker_activity(frames: list[Frame], wchan: str | None) -> tuple[int | None,
     code = loop["code"] or ""
     stack = frames[at:]
     lock = _waits_for_lock(stack, wchan)
+    module = _importing(stack) if lock else None
     if "index_queue.get" in code:
         return wid, Activity("idle", stack=stack), method
     if "init_fn(" in code:
-        return wid, Activity("lock" if lock else "init", stack=stack), method
+        return wid, Activity("lock" if lock else "init", stack=stack, module=module), method
     if "data_queue.put" in code:
         act = Activity("put", int_or_none(loop["locals"].get("idx")), _ints(loop["locals"].get("index")), stack=stack)
         return wid, act, method
     if any(f["file"].endswith("_utils/fetch.py") for f in inner) or "fetch(" in code:
         act = _fetching(inner, lock)
-        act.task, act.stack = int_or_none(loop["locals"].get("idx")), stack
+        act.task, act.stack, act.module = int_or_none(loop["locals"].get("idx")), stack, module
         act.indices = act.indices or _ints(loop["locals"].get("index"))
         return wid, act, method
-    return wid, Activity("lock" if lock else "starting", stack=stack), method
+    return wid, Activity("lock" if lock else "starting", stack=stack, module=module), method
 
 
 def _feeder_writing(threads: list[dict[str, Any]]) -> bool:

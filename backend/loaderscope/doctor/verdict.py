@@ -30,15 +30,25 @@ TEXT: dict[str, tuple[str, str]] = {
         "that code never finishes for sample index {index}: check the loop's exit condition with that sample"),
     "fork_lock": (
         "stuck on a lock held at fork: worker {worker} (pid {pid}) has waited at least {held:.1f} s for a lock"
-        "{where}, fetching task {task}{sample}. The worker was started by fork while another thread of the main "
-        "process held that lock; the worker's copy of it is never released (the classic logging / OpenMP / "
-        "OpenCV deadlock)",
+        "{where}, {doing}. The worker was started by fork while another thread of the main process held that "
+        "lock; the worker's copy of it is never released (the classic logging / OpenMP / OpenCV deadlock)",
         "start the workers with DataLoader(multiprocessing_context=\"spawn\") (or \"forkserver\"), or create the "
         "lock in the worker (worker_init_fn); for OpenCV call cv2.setNumThreads(0) in worker_init_fn"),
     "lock": (
-        "stuck on a lock: worker {worker} (pid {pid}) has waited at least {held:.1f} s for a lock{where}, fetching "
-        "task {task}{sample}",
+        "stuck on a lock: worker {worker} (pid {pid}) has waited at least {held:.1f} s for a lock{where}, {doing}",
         "find who holds that lock: another thread of the worker, or another process sharing it"),
+    # Python resets its global import lock in a forked child, not the lock of each module being imported
+    "import_fork_lock": (
+        "stuck on an import held at fork: worker {worker} (pid {pid}) has waited at least {held:.1f} s to import "
+        "{module}{where}, {doing}. Another thread of the main process was importing {module} when the worker was "
+        "forked; the worker's copy of that module's import lock is never released",
+        "import {module} in the main thread before the loader starts its workers (before the first iter(loader)), "
+        "so that no other thread is importing it at fork; or start the workers with "
+        "DataLoader(multiprocessing_context=\"spawn\") (or \"forkserver\")"),
+    "import_lock": (
+        "stuck on an import: worker {worker} (pid {pid}) has waited at least {held:.1f} s to import {module}"
+        "{where}, {doing}, which another thread of the worker is importing",
+        "that thread's import of {module} waits for something: `py-spy dump --pid {pid}` shows every thread"),
     "collate": (
         "stuck in collate: worker {worker} (pid {pid}) has been collating task {task} (samples {indices}) for at "
         "least {held:.1f} s{where}",
@@ -131,7 +141,9 @@ class Verdict:
 
 
 def _where(stack: list[dict[str, Any]]) -> str:
-    f = user_frame(stack) or (stack[-1] if stack else None)
+    # else the innermost frame with a source line: importlib's own (<frozen importlib._bootstrap>) have none
+    f = user_frame(stack) or next((f for f in reversed(stack) if not f["file"].startswith("<frozen")),
+                                  stack[-1] if stack else None)
     if f is None:
         return ""
     return f" at {str(f['file']).rsplit('/', 1)[-1]}:{f['line']} in {short(f['function'])}: {f.get('code') or '?'}"
@@ -142,6 +154,14 @@ def _sample(act: Activity) -> str:
         return ""
     pos = act.indices.index(act.sample) if act.indices and act.sample in act.indices else None
     return f", sample {pos + 1} (index {act.sample})" if pos is not None else f", sample index {act.sample}"
+
+
+def _doing(act: Activity) -> str:
+    """What a blocked worker was at: the task it fetches, else where in its start."""
+    if act.task is not None:
+        return f"fetching task {act.task}{_sample(act)}"
+    loop = (act.stack[0].get("code") if act.stack else None) or ""
+    return "in worker_init_fn" if "init_fn(" in loop else "while starting, before its first task"
 
 
 def _frame(stack: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -157,6 +177,7 @@ def _say(cause: str, **fields: Any) -> tuple[str, str]:
 def _about(cause: str, w: Worker, **extra: Any) -> Verdict:
     act = w.now
     fields = {"worker": w.worker, "pid": w.pid, "task": act.task, "sample": _sample(act), "held": w.held,
+              "doing": _doing(act),
               "where": _where(act.stack), "index": act.sample if act.sample is not None else act.indices,
               "indices": act.indices, "cpu": w.cpu or 0.0} | extra
     text, advice = _say(cause, **fields)
@@ -168,7 +189,8 @@ def describe_worker(w: Worker) -> str:
     act = w.now
     doing = {"idle": "idle on its index queue", "fetching": f"fetching task {act.task}{_sample(act)}",
              "collate": f"collating task {act.task}", "init": "in worker_init_fn",
-             "put": f"putting task {act.task}'s result on the result queue", "lock": f"waiting for a lock (task {act.task})",
+             "put": f"putting task {act.task}'s result on the result queue",
+             "lock": f"{f'waiting to import {act.module}' if act.module else 'waiting for a lock'}, {_doing(act)}",
              "starting": "starting", "stopped": "stopped (state T)", "zombie": f"exited (exit code {w.exitcode}), not reaped"}
     text = f"worker {w.worker} (pid {w.pid}): {doing.get(act.state, act.state)}"
     if act.state in ("fetching", "collate", "init", "lock", "stopped"):
@@ -251,7 +273,10 @@ def _waiting(p: Picture, base: dict[str, Any]) -> Verdict:
             holding = f" holding task {w.now.task}{_sample(w.now)}" if w.now.task is not None else ""
             return _about("stopped", w, holding=holding)
         if state == "lock":
-            return _about("fork_lock" if w.start_method == "fork" else "lock", w)
+            forked = w.start_method == "fork"
+            if w.now.module is not None:
+                return _about("import_fork_lock" if forked else "import_lock", w, module=w.now.module)
+            return _about("fork_lock" if forked else "lock", w)
         if state in ("collate", "init"):
             return _about(state, w)
         if w.running or (w.cpu is not None and w.cpu >= BUSY_CPU):
