@@ -92,7 +92,7 @@ class App {
     this.playback = new Playback({
       track: () => this.track,
       tracks: () => this.tracks,
-      complete: () => this.complete(),
+      complete: () => this.allShown(),
       isLiveRun: () => this.isLiveRun(),
       moved: (snap) => {
         if (snap) this.pipeline.snap();
@@ -196,6 +196,17 @@ class App {
   complete() {
     const tr = this.track;
     return tr.complete || ENDED.has(tr.player.full.status) || ENDED.has(tr.runInfo?.status);
+  }
+
+  /**
+   * Every event of the selected rank is here and applied, so playback may stop at the last one. A
+   * server run's status says it ended as soon as it does, while its events may still be on the way or
+   * waiting to be applied (a simulated run ends before the page shows its first events): only the
+   * stream's end says all were sent.
+   */
+  allShown() {
+    const tr = this.track;
+    return (tr.source === 'server' ? tr.complete : this.complete()) && tr.queue.length === tr.queueHead;
   }
 
   /** A real run still going, shown as it happens: the live controls apply. */
