@@ -56,12 +56,12 @@ def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path:
     pg.click("#btn-start")
     pg.wait_for_url(lambda url: "run=" in url, timeout=WAIT_MS)
     run_id = pg.url.split("run=", 1)[1].split("&", 1)[0]
-    # it plays from the first event at the run's own speed; a quarter of it from here on. (At a quarter
-    # from the start it once took over 60 s to reach event 30 on a loaded box: a frame moves the playhead
-    # by at most 0.25 s of wall time, and a starved chromium drew few frames.)
+    # it plays from the first event at the run's own speed; a quarter of it from here on. On a loaded box
+    # it once stopped by itself at the last event applied, the run being done before the page had applied
+    # them (main.js allShown); what the page was doing is said if that comes back.
     try:
         pg.wait_for_function("() => window.loaderscope.player.cursor > 30", timeout=WAIT_MS)
-    except Exception as exc:  # twice in CI under load (cause not yet found): say what the page was doing
+    except Exception as exc:
         shoot(pg, tmp_path, "sim_not_playing")
         seen = pg.evaluate("() => ({following: window.loaderscope.player.following, url: location.href})")
         raise AssertionError(f"the simulated run did not play: {position(pg) | seen}; "
