@@ -23,6 +23,11 @@ from loaderscope.trace import read_trace_tolerant
 from tests.live import LiveServer
 from tests.test_record import PYTHON, TRAIN, environment, script
 
+# Each test runs real jobs (Python processes importing torch, workers forked each epoch, a live dashboard's
+# close receipt): 5-30 s here, and in CI under load one outran pytest's 120 s. The jobs' own timeouts
+# still end a hang.
+pytestmark = pytest.mark.timeout(300)
+
 # Runs the user's script (argv[1:]) under an audit hook that lists imports made by our threads.
 AUDITED = '''
 import os, runpy, sys, threading
@@ -78,11 +83,11 @@ def test_no_module_is_imported_by_loaderscope_threads(tmp_path: Path, fmt: str, 
     seen = tmp_path / "imports.txt"
     argv = [PYTHON, "-m", "loaderscope.record", "--format", fmt, "--logdir", str(tmp_path / "runs"),
             "--url", server.page_url, "--", PYTHON, script(tmp_path, AUDITED, "audited.py"),
-            script(tmp_path, TRAIN), "workers=2", "epochs=3"]
+            script(tmp_path, TRAIN), "workers=2", "epochs=2"]
     env = environment() | {"IMPORTS_SEEN": str(seen), "LOADERSCOPE_PART_SECONDS": "0.1"}
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
-    assert "consumed 36 in all" in done.stdout
+    assert "consumed 24 in all" in done.stdout
     assert list((tmp_path / "runs").rglob(f"*.trace.{fmt}")), done.stderr
     assert not seen.exists(), f"imported by loaderscope's threads:\n{seen.read_text()}"
 
