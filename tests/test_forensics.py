@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import warnings
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.runner import Collector, run_real
@@ -89,6 +94,60 @@ def test_dead_worker_is_named_before_torch_raises(how: str, signal: str | None, 
     assert died[0]["idx"] == 5 and died[0]["sample"] == 21 and died[0]["worker"] == 1
     assert collector.events[-1]["kind"] == "run_end" and collector.events[-1]["reason"] == "error"
     assert any("died by" in line and "task 5" in line for line in diagnosis(collector.state))
+
+
+class DiesInShutdown(Dataset[torch.Tensor]):
+    """Sample 1 waits inside its fetch until torch's shutdown tells the workers to stop (its
+    ``_worker_loop``'s ``done_event``), then exits with code 3: the worker dies after the probe's last
+    look before the shutdown, and only the shutdown sees it go (CI's failure of
+    test_a_dead_worker_leaves_no_throughput_verdict on a loaded box: a SIGKILLed worker that became a
+    zombie only after that look)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 1 and get_worker_info() is not None:
+            _worker_loop_local("done_event").wait(60)
+            os._exit(3)
+        return torch.tensor([index])
+
+
+def _worker_loop_local(name: str) -> Any:
+    frame = sys._getframe()
+    while frame.f_code.co_name != "_worker_loop":
+        frame = frame.f_back
+    return frame.f_locals[name]
+
+
+BREAK_AFTER_ONE_BATCH = """
+import orjson
+from loaderscope import InstrumentedDataLoader
+from loaderscope.runner import Collector
+from tests.test_forensics import DiesInShutdown
+collector = Collector()
+loader = InstrumentedDataLoader(DiesInShutdown(), batch_size=1, num_workers=1, sink=collector)
+for batch in loader:  # batch 0 arrives while the worker already holds task 1
+    break
+loader.close("done", {})
+print(orjson.dumps(collector.events).decode())
+"""
+
+
+def test_a_worker_dying_inside_torchs_shutdown_is_named() -> None:
+    # In a process of its own: torch's SIGCHLD handler may raise inside the shutdown's join (then
+    # "Exception ignored in __del__", as without loaderscope), and pytest's hook for that exception
+    # would keep the iterator alive for loader.close() to find, which a user's process does not.
+    out = subprocess.run([sys.executable, "-c", BREAK_AFTER_ONE_BATCH], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent.parent, check=True).stdout
+    collector = Collector()
+    collector(orjson.loads(out))
+    died = _events(collector, "worker_died")
+    assert [(e["worker"], e["exitcode"], e["signal"], e["idx"]) for e in died] == [(0, 3, None, 1)]
+    kinds = [e["kind"] for e in collector.events]
+    assert kinds.index("worker_died") < kinds.index("epoch_end") < kinds.index("run_end")
+    assert any("died by exit code 3 while fetching task 1" in line for line in diagnosis(collector.state))
+    assert summary(collector.state)["peeks"] == 0  # an epoch cut by a death is no peek
 
 
 def test_error_names_task_samples_and_traceback() -> None:

@@ -334,13 +334,23 @@ class MultiProcessProbe:
         while not self._liveness.dead and monotonic() < deadline:
             time.sleep(0.01)
             self._liveness.check_deaths()
-        for worker_id, process in enumerate(self._workers):  # reaped by torch before the probe saw it
-            if process.exitcode not in (None, 0) and worker_id not in self._liveness.dead:
-                self._liveness.dead.add(worker_id)
-                reader = self._readers.get(worker_id)
-                doing = (reader.current() if reader is not None else None) or {"idx": None}
-                self._probe.note("worker_died", worker=worker_id, pid=process.pid, exitcode=process.exitcode,
-                                 signal=signal_name(process.exitcode), **doing)
+        self._note_reaped()
+
+    def _note_reaped(self, *, shut_down: bool = False) -> None:
+        """Report workers that died and were reaped before the probe saw them: by torch's ``is_alive``,
+        or, ``shut_down``, by the ``join`` of torch's ``_shutdown_workers`` (a worker killed while its
+        pipe was already broken may become a zombie only after the shutdown began, on a busy machine).
+        After the shutdown a SIGTERM is torch's own ``terminate()`` of a worker that did not stop in
+        time, not a death."""
+        for worker_id, process in enumerate(self._workers):
+            code = process.exitcode
+            if code in (None, 0) or worker_id in self._liveness.dead or (shut_down and code == -signal.SIGTERM):
+                continue
+            self._liveness.dead.add(worker_id)
+            reader = self._readers.get(worker_id)
+            doing = (reader.current() if reader is not None else None) or {"idx": None}
+            self._probe.note("worker_died", worker=worker_id, pid=process.pid, exitcode=code,
+                             signal=signal_name(code), **doing)
 
     def _head_of_line(self) -> dict[str, Any]:
         """The task the consumer waits for, and the worker that holds it."""
@@ -352,13 +362,17 @@ class MultiProcessProbe:
         # An iterator still alive at interpreter exit is shut down by the collector after the run
         # has ended (the atexit hook closed its recorder) and while module globals are torn down:
         # there is nothing left to record, and the bookkeeping would only fail.
+        # torch's SIGCHLD handler may raise inside the shutdown's join (a worker that died just then):
+        # what the workers did is recorded all the same, and torch's exception goes on as it raised it.
         first = not self._exited and getattr(self, "_workers", None) is not None and not sys.is_finalizing()
         if first:
             self._before_shutdown()
-        super()._shutdown_workers()  # type: ignore[misc]
-        if first:
-            self._exited = True
-            self._after_shutdown()
+        try:
+            super()._shutdown_workers()  # type: ignore[misc]
+        finally:
+            if first:
+                self._exited = True
+                self._after_shutdown()
 
     def _before_shutdown(self) -> None:
         try:
@@ -374,6 +388,8 @@ class MultiProcessProbe:
             _close(self._inspect)
             for reader in self._readers.values():
                 _remove(reader.dump_path)
+            if not self._epochs.superseded(self):  # before its epoch ends: an epoch cut by a death is no peek
+                self._note_reaped(shut_down=True)
             # torch shuts workers down before raising StopIteration: an epoch is abandoned only
             # if tasks are still in flight (a `break`, an error, the iterator dropped mid-epoch).
             self._epochs.end(self, abandoned=bool(self._task_info))
