@@ -57,9 +57,11 @@ class LiveServer:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=30, **kwargs)
 
     def connect(self, path: str, *, auth: bool = True, **kwargs: Any) -> ClientConnection:
-        """A websocket client (websockets' sync API) to ``path``, with the token unless ``auth=False``."""
+        """A websocket client (websockets' sync API) to ``path``, with the token unless ``auth=False``.
+        Its opening handshake may wait as long as any condition here (conftest.wait_for's 60 s): a
+        freshly started server beside two CPU burners once took more than 10 s to answer it."""
         headers = {**(self.headers if auth else {}), **kwargs.pop("additional_headers", {})}
-        return connect(self.ws_url + path, additional_headers=headers, compression=None, open_timeout=10,
+        return connect(self.ws_url + path, additional_headers=headers, compression=None, open_timeout=60,
                        max_size=None, **kwargs)
 
     def output(self) -> str:

@@ -72,7 +72,7 @@ print("stuck", sum(1 for _ in watched(Trouble(stuck=5))), flush=True)
 for dataset, options in ((Trouble(dies=5), {}), (Trouble(stuck=5), {"timeout": 1})):
     try:
         sum(1 for _ in watched(dataset, **options))
-    except RuntimeError as exc:
+    except (RuntimeError, ConnectionResetError, EOFError) as exc:  # tests.conftest.TORCH_DEATH_ERRORS
         print("raised", type(exc).__name__, flush=True)
 '''
 
@@ -100,7 +100,10 @@ def test_a_stuck_dying_or_timed_out_worker_makes_no_loaderscope_thread_import(tm
     done = subprocess.run(argv, cwd=tmp_path, env=environment() | {"IMPORTS_SEEN": str(seen)},
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:3] == ["stuck 8", "raised RuntimeError", "raised RuntimeError"], done.stdout
+    # a dying worker: torch's RuntimeError, or (a busy machine, the worker gone mid hand-over of a tensor)
+    # the ConnectionResetError vanilla torch raises then; a timeout: RuntimeError
+    said = done.stdout.split("\n")[:3]
+    assert said[0] == "stuck 8" and said[1].split()[0] == "raised" and said[2] == "raised RuntimeError", done.stdout
     traces = list((tmp_path / "runs").rglob("*.trace.parquet"))
     kinds = {event["kind"] for path in traces for event in read_trace_tolerant(path)[1]}
     assert len(traces) == 3 and {"worker_stuck", "worker_died", "timeout"} <= kinds, (kinds, done.stderr)

@@ -111,7 +111,7 @@ SECRET = "X-Loaderscope-Run-Secret"
 def _leave(server: Any, run_id: str, payloads: list[bytes], sock: socket.socket | None = None) -> str:
     """A producer that sends ``payloads`` on a new run and goes without run_end; returns its secret."""
     with connect(f"{server.ws_url}/ws/ingest?run={run_id}", sock=sock, additional_headers=server.headers,
-                 open_timeout=10) as ws:
+                 open_timeout=60) as ws:
         secret = orjson.loads(ws.recv(timeout=5))["secret"]
         for payload in payloads:
             ws.send(payload)

@@ -64,7 +64,7 @@ def test_host_header_of_another_name_is_refused(server: LiveServer) -> None:
     sock = socket.create_connection(("127.0.0.1", server.port))
     with pytest.raises(InvalidStatus) as refused:
         with connect(f"ws://evil.example:{server.port}/ws/ingest", sock=sock, additional_headers=server.headers,
-                     open_timeout=10):
+                     open_timeout=60):
             pass
     assert refused.value.response.status_code == 403
 
