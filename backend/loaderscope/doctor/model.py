@@ -188,13 +188,14 @@ def _waits_for_lock(stack: list[Frame], wchan: str | None) -> bool:
     if not stack or not wchan or "futex" not in wchan:
         return False
     code = stack[-1]["code"] or ""
-    return bool(re.match(r"with\b", code)) or "acquire(" in code or _importing(stack) is not None
+    return bool(re.match(r"with\b", code)) or "acquire(" in code or _in(stack[-1], _BOOTSTRAP, "acquire")
 
 
 def _importing(stack: list[Frame]) -> str | None:
     """The module whose import lock the innermost frames wait for (importlib's ``_ModuleLock.acquire``,
     in ``<frozen importlib._bootstrap>``, which has no source line to read): the ``name`` argument of
-    the import under it (``_lock_unlock_module`` or ``_find_and_load``)."""
+    the import under it (``_lock_unlock_module`` or ``_find_and_load``). Asked only of a stack that
+    ``_waits_for_lock`` found blocked."""
     if not stack or not _in(stack[-1], _BOOTSTRAP, "acquire"):
         return None
     for f in reversed(stack):
