@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from loaderscope.events import ROW_FIELDS, EventError, decode_frame, encode_frame, event_count, expand, to_json, validate
+from loaderscope.events import (ROW_FIELDS, EventError, decode_frame, decode_message, encode_frame, event_count, expand,
+                                to_json, validate)
 from loaderscope.trace import TraceError, read_trace, to_chrome, write_trace
 
 GOOD = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 3, "worker": 1, "indices": [6, 7]}
@@ -122,6 +123,28 @@ def test_the_one_pass_decoder_accepts_exactly_what_the_full_check_accepts() -> N
 def test_a_bad_event_is_named_by_its_place_in_the_frame() -> None:
     with pytest.raises(EventError, match=r"'worker' must not be null \(event 2 of the frame\)"):
         decode_frame(encode_frame([GOOD, GOOD, GOOD | {"worker": None}]))
+
+
+DEEP_INFO = {"kind": "batch_info", "t": 1.0, "idx": 0, "worker": 0, "structure": _nested(70)}
+ARRIVE_ROWS = [["arrive", 1.0 + i, i, 0] for i in range(5)]
+
+
+@pytest.mark.parametrize("frame", [
+    [GOOD] * 5 + [GOOD | {"worker": None}],  # refused by the one-pass decoder: the full check
+    [GOOD] * 5 + [DEEP_INFO],  # passed by it: only the depth is left to check
+    {"seq": 0, "t0": 0.0, "rows": [*ARRIVE_ROWS, ["arrive", 9.0, "x", 0]]},  # compact, the full check
+    {"seq": 0, "t0": 0.0, "rows": [*ARRIVE_ROWS, ["batch_info", 9.0, {k: DEEP_INFO[k] for k in ("idx", "worker", "structure")}]]},
+], ids=["events-checked", "events-decoded", "rows-checked", "rows-decoded"])
+def test_the_events_before_a_bad_one_come_out_before_its_error(frame: Any) -> None:
+    # slices of two events (two rows): the bad one is in the third, after one good event of its own
+    decoded = decode_message(json.dumps(frame), slice_events=2 if isinstance(frame, list) else 10)
+    assert not isinstance(decoded, dict)
+    kept: list[Any] = []
+    with pytest.raises(EventError):
+        for part in decoded:
+            kept += part
+    assert len(kept) == 5 and [e["t"] for e in kept] == [e["t"] for e in decode_frame(json.dumps(
+        frame[:5] if isinstance(frame, list) else frame | {"rows": ARRIVE_ROWS}))]
 
 
 def test_oversized_frame_is_refused() -> None:

@@ -35,6 +35,7 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> Any:
     server.stop()
 
 
+GOOD_NOTE = {"kind": "note", "t": 1}  # an unknown kind: kept and shown
 HEADER = [{"kind": "run_start", "t": 0, "mode": "real", "config": {"num_workers": 2}},
           {"kind": "epoch_start", "t": 0, "epoch": 0}]
 
@@ -73,13 +74,13 @@ def test_an_event_off_the_schema_closes_1007_naming_it_and_every_answer_stays_wh
     with hard.connect(f"/ws/ingest?run={run_id}") as ws:
         ws.recv(timeout=5)
         ws.send(orjson.dumps(HEADER))
-        ws.send(json.dumps([bad]))  # the stdlib encoder: orjson's stops at 255 levels
+        ws.send(json.dumps([GOOD_NOTE, bad]))  # the stdlib encoder: orjson's stops at 255 levels
         code, text = closed_with(ws)
     assert code == 1007 and reason in text, (code, text)
     with hard.client() as http:
         detail = http.get(f"/api/runs/{run_id}")
         assert detail.status_code == 200, detail.text
-        assert detail.json()["events"] == len(HEADER)  # the frame before the bad one is kept
+        assert detail.json()["events"] == len(HEADER) + 1  # the frame before, and the bad one's own good event, kept
         assert isinstance(detail.json()["status"], str)
         chrome = http.get(f"/api/runs/{run_id}/trace", params={"format": "chrome"})
         assert chrome.status_code == 200

@@ -10,7 +10,8 @@ bad value) takes the full check, which says what is wrong and where.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from functools import partial
 from operator import countOf, itemgetter
 from typing import Any, Union, get_args, get_origin
 
@@ -34,7 +35,13 @@ Event = dict[str, Any]
 
 
 class EventError(ValueError):
-    """An event or frame that does not follow the schema; the message says what and how to fix it."""
+    """An event or frame that does not follow the schema; the message says what and how to fix it.
+
+    ``kept``: the events a decoder made, valid, before the bad one of the slice it was making."""
+
+    def __init__(self, message: str, kept: list[Event] | None = None) -> None:
+        super().__init__(message)
+        self.kept = kept or []
 
 
 # --- decoders built from the contract's Structs ---------------------------------------------------
@@ -253,10 +260,12 @@ def expand(frame: Mapping[str, Any], *, validated: bool = False) -> list[Event]:
                 made = [{"seq": number, "t": row[1] - t0, "run": run, "rank": rank, "kind": kind, **row[2]}]
             else:
                 raise IndexError
+            events.extend([_checked(event, position) for event in made] if validated else made)
         except (TypeError, IndexError, KeyError):
             raise EventError(f"compact frame, row {position}: expected [kind, t, fields...] with the "
-                             f"fields of events.ROW_FIELDS, got {str(row)[:80]}") from None
-        events.extend([_checked(event, position) for event in made] if validated else made)
+                             f"fields of events.ROW_FIELDS, got {str(row)[:80]}", events) from None
+        except EventError as exc:  # the rows before it are good: they go with the error
+            raise EventError(str(exc), events) from None
         number += len(made)
     return events
 
@@ -275,30 +284,34 @@ def _expand_typed(frame: _CompactFrame, start: int, stop: int, seq: int,
     Struct would not keep: the stored line is the same whether the run sent compact or full frames)."""
     t0, run, rank = frame.t0, frame.run, frame.rank
     events: list[Event] = []
-    for position, row in enumerate(frame.rows[start:stop], start):
-        cls = type(row)
-        kind = _ROW_KIND.get(cls)
-        if kind is not None:
-            fields_of_row = asdict(row)
-            fields_of_row["t"] -= t0
-            # the common fields first, in their order; the row's own t takes the place of the 0
-            event = {"seq": seq, "t": 0, "run": run, "rank": rank, "kind": kind, **fields_of_row}
-            if kind == "dispatch":  # JSON scalars already: only cut to MAX_INDICES
-                indices = event["indices"]
-                event["indices"], event["n"] = (None, 0) if indices is None else (indices[:MAX_INDICES], len(indices))
-            events.append(event)
-            seq += 1
-        elif cls is _BatchRow:
-            t, idx, next_started, fetch_started, nbytes, pickled, indices = astuple(row)
-            events += _batch_events(seq, t - t0, run, rank, idx, next_started - t0, fetch_started - t0,
-                                    nbytes, pickled, indices)
-            seq += BATCH_EVENTS
-        else:
-            event = {"seq": seq, "t": row.t - t0, "run": run, "rank": rank, "kind": _BY_FIELDS[cls], **sent(position)}
-            if cls in _NESTING_TYPES:
-                _check_depth(event)
-            events.append(event)
-            seq += 1
+    try:  # one try around the loop: the rows are the server's hottest path
+        for position, row in enumerate(frame.rows[start:stop], start):
+            cls = type(row)
+            kind = _ROW_KIND.get(cls)
+            if kind is not None:
+                fields_of_row = asdict(row)
+                fields_of_row["t"] -= t0
+                # the common fields first, in their order; the row's own t takes the place of the 0
+                event = {"seq": seq, "t": 0, "run": run, "rank": rank, "kind": kind, **fields_of_row}
+                if kind == "dispatch":  # JSON scalars already: only cut to MAX_INDICES
+                    indices = event["indices"]
+                    event["indices"], event["n"] = (None, 0) if indices is None else (indices[:MAX_INDICES], len(indices))
+                events.append(event)
+                seq += 1
+            elif cls is _BatchRow:
+                t, idx, next_started, fetch_started, nbytes, pickled, indices = astuple(row)
+                events += _batch_events(seq, t - t0, run, rank, idx, next_started - t0, fetch_started - t0,
+                                        nbytes, pickled, indices)
+                seq += BATCH_EVENTS
+            else:
+                event = {"seq": seq, "t": row.t - t0, "run": run, "rank": rank, "kind": _BY_FIELDS[cls],
+                         **sent(position)}
+                if cls in _NESTING_TYPES:
+                    _check_depth(event)
+                events.append(event)
+                seq += 1
+    except EventError as exc:  # the rows before it are good: they go with the error
+        raise EventError(str(exc), events) from None
     return events
 
 
@@ -331,7 +344,7 @@ def decode_message(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES,
                    slice_events: int = _SLICE) -> dict[str, Any] | Iterator[list[Event]]:
     """A producer's message: a meta object ``{"type": ...}`` as it is, or a frame's validated events,
     ``slice_events`` at a time, so that the caller can apply them between other work. A bad event
-    raises when its slice is reached: the slices before it are valid.
+    raises when its slice is reached, after the events before it (that slice's too) were yielded.
 
     Raises:
         EventError: when the message is too large or not JSON (at once), or holds a bad event (in
@@ -352,9 +365,7 @@ def decode_message(data: bytes | str, *, max_bytes: int = MAX_FRAME_BYTES,
     except orjson.JSONDecodeError:  # text msgspec reads but orjson does not (a lone surrogate)
         return _decode_slowly(data, slice_events)
     if not _NESTING_TYPES.isdisjoint(map(type, typed)):
-        for event in events:
-            if event["kind"] in _NESTING:
-                _check_depth(event)
+        return _event_slices(events, slice_events, _check_nesting)
     return iter([events[i:i + slice_events] for i in range(0, len(events), slice_events)])
 
 
@@ -373,10 +384,9 @@ def _typed_slices(frame: _CompactFrame, data: bytes | str, slice_events: int) ->
         return fields_sent
 
     for start in range(0, len(frame.rows), rows):
-        events = _expand_typed(frame, start, start + rows, seq, sent)
+        events = yield from _made(partial(_expand_typed, frame, start, start + rows, seq, sent))
         if events:
             seq = events[-1]["seq"] + 1
-            yield events
 
 
 def _decode_slowly(data: bytes | str, slice_events: int) -> dict[str, Any] | Iterator[list[Event]]:
@@ -396,27 +406,50 @@ def _decode_slowly(data: bytes | str, slice_events: int) -> dict[str, Any] | Ite
         value = [value]
     if not isinstance(value, list):
         raise EventError(f"a frame must be a JSON array of events, got {type(value).__name__}")
-    return _event_slices(value, slice_events)
+    return _event_slices(value, slice_events, validate)
 
 
 def _compact_slices(frame: dict[str, Any], rows: list[Any], size: int) -> Iterator[list[Event]]:
     seq = frame.get("seq", 0)
     for start in range(0, len(rows), size):
-        events = expand({**frame, "rows": rows[start:start + size], "seq": seq}, validated=True)
+        events = yield from _made(partial(expand, {**frame, "rows": rows[start:start + size], "seq": seq},
+                                          validated=True))
         if events:
             seq = events[-1]["seq"] + 1
+
+
+def _made(make: Callable[[], list[Event]]) -> Generator[list[Event], None, list[Event]]:
+    """Yields the slice ``make()`` makes, unless empty, and returns it; when the slice holds a bad event,
+    yields the good ones before it (``EventError.kept``) and then raises: they are the producer's
+    record, kept as DESIGN promises."""
+    try:
+        events = make()
+    except EventError as exc:
+        if exc.kept:
+            yield exc.kept
+        raise
+    if events:
         yield events
+    return events
 
 
-def _event_slices(events: list[Any], size: int) -> Iterator[list[Event]]:
+def _event_slices(events: list[Any], size: int, check: Callable[[Event], object]) -> Iterator[list[Event]]:
+    """Slices of ``events``, each ``check``ed; a bad event's slice is cut before it, then it raises."""
     for start in range(0, len(events), size):
         part = events[start:start + size]
-        for position, event in enumerate(part, start):
+        for position, event in enumerate(part):
             try:
-                validate(event)
+                check(event)
             except EventError as exc:
-                raise EventError(f"{exc} (event {position} of the frame)") from None
+                if position:
+                    yield part[:position]
+                raise EventError(f"{exc} (event {start + position} of the frame)") from None
         yield part
+
+
+def _check_nesting(event: Event) -> None:
+    if event["kind"] in _NESTING:
+        _check_depth(event)
 
 
 # --- helpers for producers and the reducer -------------------------------------------------------------
