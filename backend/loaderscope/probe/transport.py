@@ -81,6 +81,9 @@ class StreamSink:
         self._said: set[str] = set()  # kinds of problem already reported
         self.buffer: deque[tuple[bytes, int]] = deque()
         self.buffered = 0  # events in the buffer
+        # The recorder's thread adds frames while the uplink thread sends them: a count changed by both
+        # (``+=`` is no atomic step) is changed under this lock, or it drifts and frames drop as if full.
+        self._counts = threading.Lock()
         self.capacity = buffer_events
         self.dropped = 0  # events lost because the buffer was full
         self.run: str | None = None  # the dashboard's id for this run, once connected
@@ -101,11 +104,12 @@ class StreamSink:
         self._thread.start()
 
     def frame(self, data: bytes, count: int) -> None:
-        if self.buffered + count > self.capacity:
-            self.dropped += count  # the dashboard sees the gap in seq numbers too
-            return
-        self.buffer.append((data, count))
-        self.buffered += count
+        with self._counts:
+            if self.buffered + count > self.capacity:
+                self.dropped += count  # the dashboard sees the gap in seq numbers too
+                return
+            self.buffer.append((data, count))
+            self.buffered += count
         self._wake.set()
 
     def __call__(self, events: list[Event]) -> None:
@@ -257,8 +261,9 @@ class StreamSink:
                 ws.send(data)  # on failure the frame stays first in line for the next connection
                 if self.head is None:
                     self.head, self.head_count = data, count
-                self.buffer.popleft()
-                self.buffered -= count
+                with self._counts:
+                    self.buffer.popleft()
+                    self.buffered -= count
                 self.sent += count
                 self.held += count
                 self._keep(data, count)
@@ -289,12 +294,12 @@ class StreamSink:
             count += frame[1]
         self.recent.clear()  # older frames were read: they never go again
         self.recent_events = 0
-        for frame in again:  # newest first onto the front: the oldest ends up first in line
-            self.buffer.appendleft(frame)
         if missing == self.held and count < missing and self.head is not None:
-            self.buffer.appendleft((self.head, self.head_count))  # a new run: its config first, then the gap
+            again.append((self.head, self.head_count))  # a new run: its config first, then the gap
             count += self.head_count
-        self.buffered += count
+        with self._counts:
+            self.buffer.extendleft(again)  # newest first onto the front: the oldest ends up first in line
+            self.buffered += count
         self.sent -= count  # counted again when sent again
         self.held -= missing
         lost = missing - count
