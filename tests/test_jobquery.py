@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loaderscope.jobquery import JobQueryError, job_table, shard_text_of
+from loaderscope.jobquery import JobQueryError, job_table, shard_text_of, trace_files
 from loaderscope.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
@@ -316,3 +316,45 @@ def test_the_dashboard_serves_a_parquet_logdir_jobs_table_naming_each_ranks_run(
     table = answer.json()
     assert {row["rank"]: row["dashboard_run"] for row in table["ranks"]} == runs
     assert table["slowest"]["rank"] == 1 and len(table["shards"]) == 1
+
+
+STREAMED_AND_WRITTEN = '''
+import sys, torch
+from torch.utils.data import DataLoader, TensorDataset
+from loaderscope import watch
+loader = watch(DataLoader(TensorDataset(torch.arange(64.)), batch_size=4, num_workers=2), url=sys.argv[1],
+               logdir=sys.argv[2], name="train_loader")
+for epoch in range(2):
+    for batch in loader:
+        pass
+loader.close()
+'''
+
+
+def test_a_run_streamed_here_and_written_into_the_logdir_is_one_run(start_server: Any, tmp_path: Path) -> None:
+    """``watch(loader, url=..., logdir=DIR)`` (or ``record --logdir DIR --url ...``) beside ``serve --logdir
+    DIR``: the dashboard's copy of the stream and the script's own trace are one recording, listed once and
+    counted as one rank, before and after the dashboard restarts."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def one_run(server: Any, origin: str) -> None:
+        with server.client() as http:
+            # the job table reads logdir runs only: it answers once the script's own file is listed
+            wait_for(lambda: http.get("/api/jobs/dup/table").status_code == 200, what="the job's traces indexed")
+            wait_for(lambda: [r["status"] for r in http.get("/api/runs").json()] == ["done"], what="one run, ended")
+            listed = http.get("/api/runs").json()
+            assert [(r["origin"], r["name"], r["batches"]) for r in listed] == [(origin, "train_loader", 32)]
+            table = http.get("/api/jobs/dup/table").json()
+            assert [(r["rank"], r["batches"]) for r in table["ranks"]] == [(0, 32)]
+            assert len(table["steps"]) == 32
+
+    first = start_server(logdir=str(logs), logdir_poll=0.1)
+    subprocess.run([PYTHON, "-c", STREAMED_AND_WRITTEN, first.page_url, str(logs)], check=True, timeout=240,
+                   env={**os.environ, "LOADERSCOPE_JOB": "dup"})
+    one_run(first, "external")  # the live one: it takes controls
+    assert len(trace_files(str(logs))) == 2  # the dashboard's copy and the script's own
+    ranks = job_table(str(logs)).ranks
+    assert [(r["rank"], r["batches"]) for r in ranks] == [(0, 32)]  # `loaderscope job DIR`
+    first.stop()
+    one_run(start_server(logdir=str(logs), logdir_poll=0.1), "logdir")  # both files now: still one run

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
+from loaderscope.server.logdir.index import SIDECAR_VERSION
 from loaderscope.trace import TraceWriter
 from tests.conftest import wait_for
 from tests.test_server_logdir import BATCHES, recorded, runs, write  # noqa: F401 (recorded is a fixture)
@@ -183,7 +184,7 @@ def test_a_sidecar_that_does_not_validate_is_treated_as_absent(
         info = path.stat()
         index = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, **fields}
         (logdir / f"{name}.trace.jsonl.idx.json").write_bytes(
-            orjson.dumps({"format": "loaderscope-index", "version": 1, "index": index}))
+            orjson.dumps({"format": "loaderscope-index", "version": SIDECAR_VERSION, "index": index}))
     (logdir / "zz.trace.jsonl.idx.json").write_bytes(b"[1, 2")
     server = start_server(logdir=str(logdir))
     assert "3 runs (0 from their index, 3 indexed)" in server.output()

@@ -29,7 +29,7 @@ from loaderscope.contract.events import Event as KnownEvent
 __all__ = ["BATCH_EVENTS", "BATCH_ROW", "COMMON_FIELDS", "ENDED", "MAX_DEPTH", "MAX_FRAME_BYTES", "MAX_INDICES",
            "MAX_NUMBER", "MAX_ROWS", "MAX_WORKERS", "REQUIRED", "ROW_FIELDS", "SCHEMA_VERSION", "Event", "EventError",
            "Kind", "RunStatus", "clip_indices", "decode_frame", "decode_message", "encode_frame", "event_count",
-           "expand", "task_key", "to_json", "validate"]
+           "expand", "recording_of", "task_key", "to_json", "validate"]
 
 Event = dict[str, Any]
 
@@ -453,6 +453,18 @@ def _check_nesting(event: Event) -> None:
 
 
 # --- helpers for producers and the reducer -------------------------------------------------------------
+
+def recording_of(run_start: Mapping[str, Any]) -> str | None:
+    """Which probe's run a run_start opens: its host, pid and wall clock, with the loader's job, name
+    and rank. Two runs with one recording are one run written twice (a script that streams to
+    ``serve --logdir DIR`` and writes its own trace into DIR). None without a wall clock (a simulated
+    run): such runs are never taken for copies. ``jobquery`` partitions by the same fields."""
+    wall = run_start.get("wall_start")
+    if not isinstance(wall, (int, float)) or isinstance(wall, bool):
+        return None
+    return orjson.dumps([run_start.get(k) for k in ("host", "pid", "job", "name", "rank")] + [wall],
+                        default=str).decode()
+
 
 def task_key(event: Mapping[str, Any]) -> tuple[int, int]:
     """Tasks are numbered per epoch (``send_idx`` restarts at each reset): key them by both."""

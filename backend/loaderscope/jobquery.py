@@ -32,13 +32,14 @@ KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch
 COLUMNS: dict[str, str] = {
     "seq": "BIGINT", "t": "DOUBLE", "run": "VARCHAR", "rank": "BIGINT", "kind": "VARCHAR", "name": "VARCHAR",
     "job": "VARCHAR", "epoch": "BIGINT", "idx": "BIGINT", "worker": "BIGINT", "wait": "DOUBLE", "dt": "DOUBLE",
-    "wall_start": "DOUBLE", "shard": "VARCHAR", "shard_length": "BIGINT",
+    "wall_start": "DOUBLE", "host": "VARCHAR", "pid": "BIGINT", "shard": "VARCHAR", "shard_length": "BIGINT",
 }
 
 # Tables the three queries share, made once per connection, in order: each event with its run's
 # segment (epoch_starts so far: state.py resets the epoch's pace at each) and that segment's epoch
 # (the latest epoch_start's: a run's epochs count up, probe/iterators.py), both from one window;
-# each run's rank, loader and clock; its first event's time; its yields with the gap before each.
+# each run's rank, loader and clock, one file per recording; its first event's time; its yields with
+# the gap before each.
 PREPARED: tuple[tuple[str, str], ...] = (
     ("timeline", """
 SELECT e.*,
@@ -48,10 +49,19 @@ FROM events e
 WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end')
 WINDOW w AS (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """),
+    # A recording (one probe: its host, pid and clock) may be in a logdir twice: a script that streams
+    # to `serve --logdir DIR` and writes its own trace into DIR leaves the dashboard's copy beside its
+    # own. Each recording counts once, by the file that holds most of it (a stream may have lost some).
     ("runs", """
-SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
-       COALESCE(MAX(wall_start), 0.0) AS wall_start
-FROM timeline WHERE kind = 'run_start' GROUP BY file
+SELECT file, run, rank, name, job, COALESCE(recorded, 0.0) AS wall_start FROM (
+  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY job, name, rank, host, pid, recorded
+                                 ORDER BY n.events DESC, r.file) AS copy
+  FROM (SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
+               MAX(host) AS host, MAX(pid) AS pid, MAX(wall_start) AS recorded
+        FROM timeline WHERE kind = 'run_start' GROUP BY file) r
+  JOIN (SELECT file, COUNT(*) AS events FROM timeline GROUP BY file) n ON n.file = r.file
+)
+WHERE copy = 1 OR recorded IS NULL
 """),
     ("firsts", """
 SELECT e.file, e.t AS first_t FROM events e
@@ -291,7 +301,7 @@ def _duckdb() -> Any:
 # The fields the queries read only from a run_start (the run's names and clock) or an epoch_end (its
 # shard digest): kept there and nowhere else, so a run's names are not copied into each of its events.
 SPARSE = {"run": "run_start", "name": "run_start", "job": "run_start", "wall_start": "run_start",
-          "shard": "epoch_end", "shard_length": "epoch_end"}
+          "host": "run_start", "pid": "run_start", "shard": "epoch_end", "shard_length": "epoch_end"}
 
 
 def _kept(column: str) -> str:

@@ -48,6 +48,9 @@ export function loaderRows(answer, name) {
   };
 }
 
+/** @param {number} n @param {string} noun */
+const counted = (n, noun) => `${n} ${noun}${n === 1 ? '' : 's'}`;
+
 /**
  * The sentence `loaderscope job` prints first (cli/job.py slowest_sentence, jobquery.slowest_rank):
  * the rank most often last to deliver a step, lowest rank on a tie.
@@ -57,7 +60,9 @@ export function slowestSentence(rows, steps) {
   let top = null;
   for (const r of rows) if (r.slowest_steps && (!top || r.slowest_steps > top.slowest_steps)) top = r;
   if (!top) {
-    return { rank: null, text: `${rows.length} ranks, ${steps} steps: no rank was last to deliver a step `
+    const counts = `${counted(rows.length, 'rank')}, ${counted(steps, 'step')}`;
+    if (rows.length === 1) return { rank: null, text: `${counts}: one rank waits for no other` };
+    return { rank: null, text: `${counts}: no rank was last to deliver a step `
       + "(every step's batches came within 1 µs of each other)" };
   }
   return { rank: top.rank, text: `rank ${top.rank} is the slowest: last to deliver ${top.slowest_steps} of ${steps} steps, `

@@ -34,7 +34,7 @@ test("a job's train and eval loaders: the open loader's rows and steps only", ()
 });
 
 test('the slowest rank is named as `loaderscope job` names it', { skip: needsPython }, () => {
-  const cases = [[row(0, 1, 0.002), row(1, 3, 0.0125), row(2, 3, 0.5)], [row(0, 0, null), row(1, 0, null)]];
+  const cases = [[row(0, 1, 0.002), row(1, 3, 0.0125), row(2, 3, 0.5)], [row(0, 0, null), row(1, 0, null)], [row(0, 0, null)]];
   const printed = python(`
 import json, sys
 from loaderscope.cli.job import slowest_sentence

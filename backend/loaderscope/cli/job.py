@@ -72,7 +72,13 @@ def cmd_job(args: argparse.Namespace, console: Console | None = None) -> int:
 def slowest_sentence(table: JobTable) -> str:
     top = table.slowest_rank()
     if top is None:
-        return (f"{len(table.ranks)} ranks, {len(table.steps)} steps: no rank was last to deliver a step "
-                "(every step's batches came within 1 µs of each other)")
+        counts = f"{_count(len(table.ranks), 'rank')}, {_count(len(table.steps), 'step')}"
+        if len(table.ranks) == 1:
+            return f"{counts}: one rank waits for no other"
+        return f"{counts}: no rank was last to deliver a step (every step's batches came within 1 µs of each other)"
     return (f"[bold]rank {top['rank']} is the slowest[/]: last to deliver {top['steps']} of {top['of']} steps, "
             f"up to {top['worst_lag'] * 1000:.1f} ms after the first rank; ranks step together, so it sets the pace")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -375,7 +375,7 @@ class Logdir:
         index = Index(size=0, mtime_ns=0, created=run.created, scenario=run.scenario, mode=run.mode or state.mode,
                       run=run.id, origin=run.origin,
                       name=state.name, job=state.job, rank=state.rank, world_size=state.world_size,
-                      events=run.log.next_seq, batches=state.batches,
+                      events=run.log.next_seq, batches=state.batches, recording=run.recording(),
                       reason=state.status if run.log.ended else None)
         target = str(path)
         try:

@@ -18,12 +18,12 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from loaderscope.events import EventError, validate
+from loaderscope.events import EventError, recording_of, validate
 from loaderscope.server.logdir.storage import Entry, Storage
 from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
 
 SIDECAR_FORMAT = "loaderscope-index"
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2  # 2: an index says its run's recording
 TAIL_BYTES = MAX_LINE_BYTES + 1  # the last complete line is within this much of the end
 COUNT_CHUNK = 8 << 20
 # How a yield looks in a trace line (orjson writes no spaces; json.dumps does): counted, not parsed.
@@ -53,6 +53,7 @@ class Index:
     reason: str | None = None  # run_end's reason; None: no run_end (yet)
     run: str | None = None  # the header's run id: a dashboard's own file keeps its run's id across restarts
     origin: str | None = None  # the header's origin ("external": a producer that may resume into it)
+    recording: str | None = None  # events.recording_of its run_start: a file of the same recording is a copy
     torn: bool = False  # the file ends in an incomplete line
     problem: str | None = None  # why the file cannot be read as a trace
     brief: dict[str, Any] = field(default_factory=dict)  # the run's full brief, once it was read whole
@@ -68,7 +69,7 @@ class Sidecar:
     __pydantic_config__ = ConfigDict(strict=True)
 
     format: Literal["loaderscope-index"]
-    version: Literal[1]
+    version: Literal[2]
     index: Index
 
 
@@ -159,6 +160,7 @@ def take_run_start(index: Index, start: dict[str, Any]) -> None:
     index.rank = rank if isinstance(rank, int) else 0
     world = start.get("world_size")
     index.world_size = world if isinstance(world, int) and world > 0 else 1
+    index.recording = recording_of(start)
 
 
 def _last_line(f: Any, size: int) -> tuple[dict[str, Any] | None, bool]:

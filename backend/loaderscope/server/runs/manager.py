@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import orjson
 
 from loaderscope import trace
-from loaderscope.events import MAX_NUMBER, Event, Kind, RunStatus
+from loaderscope.events import MAX_NUMBER, Event, Kind, RunStatus, recording_of
 from loaderscope.scenarios.plan import Plan
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.processes import process
@@ -74,6 +74,10 @@ class SourceIndex(Protocol):
     def batches(self) -> int | None: ...
     @property
     def problem(self) -> str | None: ...
+    @property
+    def recording(self) -> str | None: ...
+    @property
+    def origin(self) -> str | None: ...
 
 
 class RunSource(Protocol):
@@ -90,6 +94,11 @@ class RunSource(Protocol):
     def caught_up(self) -> asyncio.Event: ...
     def status(self) -> str: ...
     def brief(self) -> dict[str, Any]: ...
+
+
+def _of_a_stream(run: Run) -> bool:
+    """A run a producer streamed here, or the file this dashboard wrote of one (its header's origin)."""
+    return run.origin == "external" if run.source is None else run.source.index.origin == "external"
 
 
 class LogdirLink(Protocol):
@@ -157,7 +166,8 @@ class Run:
     producer_peer: str | None = None  # the source of the producer connected now (max_source_producers)
     silent_after: float = 30.0  # a live producer quiet this long is shown as silent
     wall_start: float | None = None  # run_start's wall clock at t = 0 (started())
-    wall_start_read: bool = False
+    recorded: str | None = None  # events.recording_of its run_start (recording())
+    run_start_read: bool = False
 
     def __post_init__(self) -> None:
         self.producer_gone.set()
@@ -253,17 +263,34 @@ class Run:
         first_t = self.log.state.first_t
         if first_t is None:
             return None
-        if not self.wall_start_read:  # read once: the listing asks for every run, often
-            self.wall_start_read = True
-            try:
-                lines, _ = self.log.read(0, 1)
-                first = orjson.loads(lines[0]) if lines else {}
-            except (OSError, orjson.JSONDecodeError):
-                first = {}
-            wall = first.get("wall_start") if first.get("kind") == "run_start" else None
-            if isinstance(wall, (int, float)) and not isinstance(wall, bool):
-                self.wall_start = float(wall)
+        self._read_run_start()
         return None if self.wall_start is None else self.wall_start + first_t
+
+    def recording(self) -> str | None:
+        """Which probe's run this is (``events.recording_of``): a run with the recording of another is a
+        copy of it. A logdir file's from its index; a streamed run's once its first event is here."""
+        if self.source is not None:
+            return self.source.index.recording
+        if self.log.state.first_t is not None:
+            self._read_run_start()
+        return self.recorded
+
+    def _read_run_start(self) -> None:
+        """run_start's wall clock and recording, read once: the listing asks for every run, often."""
+        if self.run_start_read:
+            return
+        self.run_start_read = True
+        try:
+            lines, _ = self.log.read(0, 1)
+            first = orjson.loads(lines[0]) if lines else {}
+        except (OSError, orjson.JSONDecodeError):
+            first = {}
+        if first.get("kind") != "run_start":
+            return
+        wall = first.get("wall_start")
+        if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+            self.wall_start = float(wall)
+        self.recorded = recording_of(first)
 
     def detail(self) -> dict[str, Any]:
         """The run as GET /api/runs/{id} shows it: status, config, statistics and diagnosis."""
@@ -340,6 +367,24 @@ class RunManager:
                 await asyncio.wait_for(run.source.caught_up.wait(), LOAD_WAIT)
             except asyncio.TimeoutError:
                 pass  # answer with what has been read so far
+
+    def listed(self) -> list[Run]:
+        """The runs as the list shows them, in their order, a stream once: a script that streams here and
+        writes its own trace into this dashboard's logdir is one run, not two. Of a recording held by a
+        stream (this dashboard's, or the copy it wrote of one) and by other files, the one shown is the
+        stream in memory (it is live, and takes controls), else the run with most events (a stream may
+        have lost some), else the first; the others still answer by their id. Files that only copy one
+        another (a trace copied by hand) are each listed: each is a file of the logdir."""
+        recordings: dict[str, list[Run]] = {}
+        for run in self.runs.values():
+            if (key := run.recording()) is not None:
+                recordings.setdefault(key, []).append(run)
+        hidden: set[int] = set()
+        for runs in recordings.values():
+            if len(runs) > 1 and any(map(_of_a_stream, runs)):
+                shown = max(runs, key=lambda run: (run.source is None, run.log.next_seq))
+                hidden.update(id(run) for run in runs if run is not shown)
+        return [run for run in self.runs.values() if id(run) not in hidden]
 
     def active(self) -> list[Run]:
         """Runs the dashboard started that have not ended yet (what max_active_runs limits)."""

@@ -279,7 +279,7 @@ def _sweep(chosen: list[Variant]) -> dict[str, Any]:
 
 @router.get("/runs")
 async def list_runs(request: Request) -> list[dict[str, Any]]:
-    return [run.brief() for run in manager_of(request).runs.values()]
+    return [run.brief() for run in manager_of(request).listed()]
 
 
 @router.get("/runs/{run_id}", responses={404: {}})

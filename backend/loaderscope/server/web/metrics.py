@@ -117,7 +117,7 @@ class Exporter:
     def read(self) -> Snapshot:
         """Plain numbers of every exported run, taken at once (event loop only: the runs' state
         changes there); building and encoding the series from them can then run in any thread."""
-        runs = list(self.manager.runs.values())
+        runs = self.manager.listed()
         held = held_runs(runs)
         exported = held[:MAX_RUNS]
         self._forget(exported)

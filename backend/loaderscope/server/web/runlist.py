@@ -50,7 +50,7 @@ async def _send_changes(websocket: WebSocket, manager: RunManager) -> None:
     sent_batches: tuple[Any, ...] | None = None
     sent_at = 0.0
     while True:
-        runs = list(manager.runs.values())
+        runs = manager.listed()
         key = tuple(map(_shown, runs))
         batches = tuple(_batches(run) for run in runs)
         now = loop.time()
