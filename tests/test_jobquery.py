@@ -347,6 +347,7 @@ def test_a_run_streamed_here_and_written_into_the_logdir_is_one_run(start_server
             assert [(r["origin"], r["name"], r["batches"]) for r in listed] == [(origin, "train_loader", 32)]
             table = http.get("/api/jobs/dup/table").json()
             assert [(r["rank"], r["batches"]) for r in table["ranks"]] == [(0, 32)]
+            assert table["ranks"][0]["dashboard_run"] == listed[0]["id"]  # a click opens the run listed
             assert len(table["steps"]) == 32
 
     first = start_server(logdir=str(logs), logdir_poll=0.1)

@@ -27,7 +27,11 @@ def job_files(request: Request, job: str) -> tuple[dict[str, str], Any]:
     """The trace files of ``job``'s logdir runs, each with its run's id on this dashboard, and the fsspec
     filesystem for a URL logdir (else None)."""
     logdir = request.app.state.config.logdir
-    relative = {brief["path"]: run_id for run_id, run in manager_of(request).runs.items()
+    manager = manager_of(request)
+    # every file of the job, a copy the run list leaves out too (the query counts a recording once),
+    # each named by the run the list shows for its recording
+    shown: dict[str | None, str] = {key: run.id for run in manager.listed() if (key := run.recording()) is not None}
+    relative = {brief["path"]: shown.get(run.recording(), run_id) for run_id, run in manager.runs.items()
                 if (brief := run.brief()).get("job") == job and brief.get("path")}
     if logdir is None or not relative:
         return {}, None
