@@ -11,6 +11,7 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -20,7 +21,8 @@ from websockets.exceptions import ConnectionClosed
 
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.server.budgets import MAX_EVENT_BYTES, MAX_OPEN_TASKS, PAGE_BYTES, VIEWER_FRAME_BYTES
-from loaderscope.server.runs.store import EventLog
+from loaderscope.server.runs import store
+from loaderscope.server.runs.store import SUMMARY_SHARE, EventLog
 from loaderscope.server.security.logs import redact
 from tests.conftest import LiveServer, launch, wait_for
 from tests.test_server_ingest import batches, closed_with, frames, produce, wait_events
@@ -107,6 +109,28 @@ def test_summary_is_cached_while_events_come() -> None:
     assert log.summary() is first  # within SUMMARY_EVERY: the same object, no recomputation
     log.append([{"kind": "run_end", "t": 2, "reason": "done"}])
     assert log.summary() is not first and log.summary()[0]["status"] == "done"
+
+
+def test_a_costly_summary_is_brought_up_to_date_within_its_share_of_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An update copies the run's sorted fetch times: on a run of tens of millions of batches it costs a
+    tenth of a second or more, and is then made less often than once a second. The clocks are the test's."""
+    clock = SimpleNamespace(wall=100.0, cpu=0.0)
+    summarise = store.summary
+
+    def costly(*args: Any) -> Any:  # what an update costs on a very long run
+        clock.cpu += 0.5
+        return summarise(*args)
+
+    monkeypatch.setattr(store, "summary", costly)
+    monkeypatch.setattr(store, "time", SimpleNamespace(monotonic=lambda: clock.wall, thread_time=lambda: clock.cpu))
+    log = EventLog("r", memory_events=100)
+    log.append([dict(e) for e in START])
+    first = log.summary()
+    log.append([{"kind": "epoch_end", "t": 1, "epoch": 0}])
+    clock.wall += 0.5 / SUMMARY_SHARE - 1  # past a second, not yet past 0.5 s of CPU over its share
+    assert log.summary() is first
+    clock.wall += 2
+    assert log.summary() is not first and log.summary()[0]["epochs"] == 1
 
 
 # --- replies are bounded in bytes, with a cursor -------------------------------------------------

@@ -29,8 +29,12 @@ from loaderscope.state import FetchOrder, LoaderState, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
 # A live run's statistics are brought up to date at most this often: a dashboard polling many runs
-# pays for each at most once a second (each update costs ~2 ms at 1M events, see FetchOrder).
+# pays for each at most once a second (each update costs ~2 ms at 1M events, see FetchOrder)...
 SUMMARY_EVERY = 1.0
+# ...and, as an update copies the run's sorted fetch times (~15 ms at 1M batches, ~150 ms at the 10M
+# of the event cap), never more often than keeps it under this share of a core: the run's last
+# update's CPU time over it (every 7.5 s at 10M batches).
+SUMMARY_SHARE = 0.02
 
 
 class Spill(Protocol):
@@ -84,7 +88,8 @@ class EventLog:
         self.forgotten_tasks = 0  # open tasks the reducer stopped tracking (MAX_OPEN_TASKS)
         self.last_event_at: float | None = None  # time.monotonic() of the last append
         self._order = FetchOrder()  # the statistics' sorted fetch times, caught up at each summary
-        self._summary: tuple[int, float, tuple[dict[str, Any], list[str]]] | None = None  # (next_seq, when, it)
+        # (next_seq, when, seconds until the next update, it)
+        self._summary: tuple[int, float, float, tuple[dict[str, Any], list[str]]] | None = None
         self.parked = False  # on disk only: see park()
 
     @property
@@ -157,17 +162,21 @@ class EventLog:
 
     def summary(self) -> tuple[dict[str, Any], list[str]]:
         """The run's statistics and diagnosis, brought up to date at most every SUMMARY_EVERY seconds
-        while events come (and once more when they change after the run ended): by adding the fetches
-        that came since to the sorted ones (FetchOrder), not by sorting them all again."""
+        (or less often, within SUMMARY_SHARE of a core) while events come, and once more when they
+        change after the run ended: by adding the fetches that came since to the sorted ones
+        (FetchOrder), not by sorting them all again."""
         now = time.monotonic()
         cached = self._summary
         if self.parked and cached is not None:  # frozen at park(): the slim state has no statistics
-            return cached[2]
-        if cached is not None and (cached[0] == self.next_seq or (not self.ended and now - cached[1] < SUMMARY_EVERY)):
-            return cached[2]
+            return cached[3]
+        if cached is not None and (cached[0] == self.next_seq or (not self.ended and now - cached[1] < cached[2])):
+            return cached[3]
+        cpu = time.thread_time()
         stats = summary(self.state, self._order)
-        self._summary = (self.next_seq, now, (stats, diagnosis(self.state, stats)))
-        return self._summary[2]
+        found = diagnosis(self.state, stats)
+        every = max(SUMMARY_EVERY, (time.thread_time() - cpu) / SUMMARY_SHARE)
+        self._summary = (self.next_seq, now, every, (stats, found))
+        return self._summary[3]
 
     def park(self) -> bool:
         """Move to disk: keep what lists the run (a slim state, the summary as of now) and nothing else.
@@ -181,7 +190,7 @@ class EventLog:
         if self.spill is None:
             return False
         stats = summary(self.state, self._order)
-        self._summary = (self.next_seq, time.monotonic(), (stats, diagnosis(self.state, stats)))
+        self._summary = (self.next_seq, time.monotonic(), SUMMARY_EVERY, (stats, diagnosis(self.state, stats)))
         self.state, self._order = listing_state(self.state), FetchOrder()
         self._tail = deque()  # not clear(): a deque keeps up to 16 freed blocks (8 KiB) for reuse
         self._tail_bytes, self._first_in_memory = 0, self.next_seq
