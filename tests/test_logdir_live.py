@@ -7,7 +7,10 @@ follows them.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import loaderscope
-from loaderscope.trace import TraceWriter
+from loaderscope.trace import HEARTBEAT_EVERY, TraceWriter
 from tests.conftest import wait_for
 from tests.test_watch import Squares
 from tests.test_server_logdir import BATCHES, real_run, recorded, runs, write  # noqa: F401 (recorded: a fixture)
@@ -144,3 +147,46 @@ def test_a_streaming_run_resumes_into_the_same_run_and_file_after_a_dashboard_re
     third = start_server(logdir=str(logdir))  # and once more: listed under its id, from the file
     assert third.output().count("1 runs (1 from their index") == 1
     wait_for(lambda: third.run(run_id)["status"] == "done", what="the run read back under its id")
+
+
+QUIET_BETWEEN_EPOCHS = '''
+import sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+from loaderscope import watch
+loader = watch(DataLoader(TensorDataset(torch.arange(64.)), batch_size=4, num_workers=2), logdir=sys.argv[1])
+for batch in loader:
+    pass
+print("evaluating", flush=True)
+time.sleep(600)  # an evaluation between epochs, which the test ends by killing the process
+'''
+
+
+def test_a_run_quiet_between_epochs_is_running_and_a_killed_one_truncated(start_server: Any, tmp_path: Path) -> None:
+    """A training script evaluating between epochs writes no event for minutes; the probe's heartbeat
+    (``trace.HEARTBEAT_EVERY``) keeps its trace's mtime fresh, so the dashboard does not call it
+    truncated. Killed, the heartbeat stops, and it is truncated ``silent_after`` later."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    silent_after = 15.0  # past the 5 s heartbeat, with room for a loaded machine
+    server = start_server(logdir=str(logs), logdir_poll=0.1, silent_after=silent_after)
+    script = subprocess.Popen([sys.executable, "-c", QUIET_BETWEEN_EPOCHS, str(logs)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert script.stdout is not None and script.stdout.readline() == "evaluating\n"
+        with server.client() as http:
+            wait_for(lambda: [r["batches"] for r in http.get("/api/runs").json()] == [16], what="the epoch read")
+            trace = next(logs.rglob("*.trace.jsonl"))
+            size, quiet_since = trace.stat().st_size, time.monotonic()
+
+            def quiet_past_silent_after() -> bool:
+                statuses = [r["status"] for r in http.get("/api/runs").json()]
+                assert statuses == ["running"], f"a live run, quiet for {time.monotonic() - quiet_since:.1f} s: {statuses}"
+                return time.monotonic() - quiet_since > silent_after + HEARTBEAT_EVERY
+
+            wait_for(quiet_past_silent_after, timeout=120, what="the run quiet past silent_after")
+            assert trace.stat().st_size == size  # no event came: the heartbeat alone kept it running
+            script.kill()
+            wait_for(lambda: [r["status"] for r in http.get("/api/runs").json()] == ["truncated"], timeout=120,
+                     what="the killed run truncated")
+    finally:
+        script.kill()
+        script.wait()

@@ -264,6 +264,10 @@ def import_what_writing_imports() -> None:
     write_part(pa.BufferOutputStream(), [event], {METADATA_KEY: b"{}"})
 
 
+def _part_name(number: int) -> str:
+    return f"part-{number:06d}.parquet"  # PART_GLOB's; sorted by name, the parts are in order
+
+
 class ParquetTraceWriter:
     """A Parquet trace written as it comes: a closed part file every ``ROW_GROUP_EVENTS`` events or
     ``PART_SECONDS`` seconds (``write`` checks), and the rest at ``flush``/``close``.
@@ -301,6 +305,11 @@ class ParquetTraceWriter:
         """As ``flush``: each part is synced to the disk as it is written."""
         self.flush()
 
+    def touch(self) -> None:
+        """Set the newest part's modification time to now (none before the first part): its writer lives."""
+        if self._parts:
+            os.utime(self.path / _part_name(self._parts - 1))
+
     def close(self) -> None:
         self._write_pending()
         if self._parts == 0:  # no event at all: one empty part still holds the header
@@ -312,7 +321,7 @@ class ParquetTraceWriter:
             self._pending = []
 
     def _write_part(self, events: list[Mapping[str, Any]]) -> None:
-        name = f"part-{self._parts:06d}.parquet"
+        name = _part_name(self._parts)
         temporary = self.path / f".{name}.tmp"
         write_part(temporary, events, self._metadata)
         with temporary.open("rb") as file:

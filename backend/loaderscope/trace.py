@@ -77,6 +77,13 @@ def open_writer(path: str | Path, run: str, fmt: str = "jsonl", **meta: Any) -> 
     return TraceWriter(path, run, **meta)
 
 
+# A live writer's heartbeat: while no event comes (an evaluation between epochs, a checkpoint), the
+# probe sets its trace's modification time to now this often (``TraceWriter.touch``); a dashboard
+# following the logdir tells a quiet run from a killed one by it (server/logdir/follow.py: a file
+# neither grown nor touched for its `silent_after`, 30 s, is truncated).
+HEARTBEAT_EVERY = 5.0
+
+
 class TraceWriter:
     """Appends events to a trace file as they come (a long run is complete on disk, however long)."""
 
@@ -96,6 +103,10 @@ class TraceWriter:
         """Flush and ``fsync``: on the disk (and visible to other nodes of a shared filesystem)."""
         self._file.flush()
         os.fsync(self._file.fileno())
+
+    def touch(self) -> None:
+        """Set the file's modification time to now: its writer lives (``probe/logfile.py``, heartbeat)."""
+        os.utime(self._file.fileno() if os.utime in os.supports_fd else self.path)
 
     def close(self) -> None:
         self._file.close()

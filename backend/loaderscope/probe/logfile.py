@@ -31,7 +31,7 @@ import orjson
 from loaderscope.events import Event, expand
 from loaderscope.tracepaths import safe_name, trace_path
 from loaderscope.probe.faults import report
-from loaderscope.trace import TraceWriter, chosen_format, open_writer, with_format
+from loaderscope.trace import HEARTBEAT_EVERY, TraceWriter, chosen_format, open_writer, with_format
 
 if TYPE_CHECKING:
     from loaderscope.columnar import ParquetTraceWriter
@@ -80,6 +80,7 @@ class LogfileSink:
         self._writer: TraceWriter | ParquetTraceWriter | None = None
         self._thread: threading.Thread | None = None
         self._synced = 0.0
+        self._touched = 0.0  # monotonic time of the last write or heartbeat
         if self.format == "parquet":
             _import_parquet_writing()
 
@@ -174,8 +175,25 @@ class LogfileSink:
             # JSON lines: in the OS's hands, a killed process loses nothing written. Parquet: a part
             # due by its age is written, also while no event comes (a stuck loader's last events).
             self._writer.flush()
-            if items and time.monotonic() - self._synced >= SYNC_EVERY:
+            now = time.monotonic()
+            if items and now - self._synced >= SYNC_EVERY:
                 self._sync()
+            if items:
+                self._touched = now
+            elif now - self._touched >= HEARTBEAT_EVERY:
+                self._heartbeat(now)
+
+    def _heartbeat(self, now: float) -> None:
+        """Tell a dashboard following the logdir that this quiet run lives; a file system that refuses it
+        costs the heartbeat, not the trace."""
+        assert self._writer is not None
+        try:
+            self._writer.touch()
+            self._touched = now
+        except OSError as exc:
+            self._touched = float("inf")
+            _say("heartbeat", f"loaderscope: cannot set the modification time of the trace {self.path} "
+                 f"({exc.strerror or exc}); a dashboard following it may show it truncated while no event comes")
 
     def _open(self, first: Event) -> TraceWriter | ParquetTraceWriter:
         start = first if first["kind"] == "run_start" else {"rank": first.get("rank", 0), "run": first.get("run")}

@@ -13,8 +13,9 @@ Lustre and remote stores, where inotify sees nothing another node writes, are po
 - reads a file (``TraceFile``, by byte offset, complete lines only) when a viewer opens its run
   or when it is live (no ``run_end`` and grown within ``silent_after`` seconds), feeding the
   events into the run's store as a live ingest would: viewers on ``/ws/runs/{id}`` get them;
-- shows a file without ``run_end`` that has not grown for ``silent_after`` seconds as
-  ``truncated`` (its producer was killed, or is silent; it is ``running`` again if it grows).
+- shows a file without ``run_end`` that has neither grown nor been touched for ``silent_after``
+  seconds as ``truncated`` (its producer was killed: a live one that sends no event, as between
+  epochs, sets the file's mtime every ``trace.HEARTBEAT_EVERY``; ``running`` again if it grows).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from loaderscope.server.processes.process import SECRET_HEADER
 from loaderscope.server.runs.manager import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
 from loaderscope.server.runs.spill import TraceSpill, header_of
 from loaderscope.server.runs.store import EventLog
-from loaderscope.trace import TraceError
+from loaderscope.trace import HEARTBEAT_EVERY, TraceError
 
 TRACE_SUFFIX = ".trace.jsonl"
 CHUNK_BYTES = 2 << 20  # read per step while catching up: ~15k events, ~50 ms of the event loop
@@ -55,10 +56,11 @@ class FileSource:
     file: TraceFile
     index: Index
     silent_after: float
-    grew: float  # time.monotonic() of the file's last growth (from its mtime when first seen)
+    grew: float  # time.monotonic() of the file's last growth or heartbeat (from its mtime when looked at)
     read_whole: bool = False  # every complete line has been read into the store at least once
     following: bool = False
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
+    looked: float = 0.0  # time.monotonic() of the last look at a quiet file's mtime
 
     @property
     def silent(self) -> bool:
@@ -291,6 +293,8 @@ class Logdir:
             return False
         if file.size != before:
             source.grew = time.monotonic()
+        else:
+            await self._look_alive(source)
         if events:
             run.ingest(events)
             if run.log.ended:
@@ -300,6 +304,20 @@ class Logdir:
             return True
         self._caught_up(source)
         return False
+
+    async def _look_alive(self, source: FileSource) -> None:
+        """A file that stopped growing may have a writer that lives: a quiet one (an evaluation between
+        epochs) sets the file's mtime every few seconds (probe/logfile.py, HEARTBEAT_EVERY), a killed one
+        not. Looked at once a quiet file is half-way to ``silent_after``, at most every HEARTBEAT_EVERY."""
+        now = time.monotonic()
+        if now - source.grew < source.silent_after / 2 or now - source.looked < HEARTBEAT_EVERY:
+            return
+        source.looked = now
+        try:
+            entry = await asyncio.to_thread(_entry_now, self.storage, source.path)
+        except OSError:
+            return  # gone: the next read says so
+        source.grew = max(source.grew, _grew(entry))
 
     def _caught_up(self, source: FileSource) -> None:
         source.read_whole = True
@@ -424,9 +442,14 @@ def _is_trace(change: Any, path: str) -> bool:
 
 def _save(storage: Storage, path: str, index: Index) -> None:
     # the sidecar describes the file (a Parquet trace: its parts) as it is now
-    entry = trace_entry(storage, path) if path.endswith(PARQUET_SUFFIX) else storage.stat(path)
+    entry = _entry_now(storage, path)
     index.size, index.mtime_ns = entry.size, entry.mtime_ns
     save_sidecar(storage, path, index)
+
+
+def _entry_now(storage: Storage, path: str) -> Entry:
+    """A trace's size and mtime now (a Parquet trace: of its parts). Raises OSError."""
+    return trace_entry(storage, path) if path.endswith(PARQUET_SUFFIX) else storage.stat(path)
 
 
 def _grew(entry: Entry) -> float:
