@@ -111,6 +111,33 @@ def test_summary_is_cached_while_events_come() -> None:
     assert log.summary() is not first and log.summary()[0]["status"] == "done"
 
 
+def test_a_loop_of_long_steps_is_not_called_silent_between_them(hard: LiveServer) -> None:
+    """A large model's step of minutes sends one batch's events a step: inside an epoch, the run is
+    silent only after three of its recent steps, when they are longer than ``silent_after`` (0.5 s here)."""
+    step = 3.0
+    batches = [e for i in range(5) for e in (
+        {"kind": "dispatch", "t": i * step, "idx": i, "worker": 0},
+        {"kind": "fetch_start", "t": i * step, "idx": i, "worker": 0},
+        {"kind": "fetch_end", "t": i * step + 0.01, "idx": i, "worker": 0, "dt": 0.01},
+        {"kind": "arrive", "t": i * step + 0.01, "idx": i, "worker": 0},
+        {"kind": "yield", "t": i * step + 0.02, "idx": i, "wait": 0.01})]
+    with hard.connect("/ws/ingest") as producer, hard.client() as http:
+        run_id = orjson.loads(producer.recv(timeout=5))["run"]
+        producer.send(orjson.dumps(START + batches))  # then quiet, as between two steps
+
+        def brief() -> dict[str, Any]:
+            return next(r for r in http.get("/api/runs").json() if r["id"] == run_id)
+
+        def quiet_past_silent_after() -> bool:
+            seen = brief()
+            age = seen["last_event_age"]
+            assert age is None or age > 2 * step or not seen["silent"], f"silent after {age:.1f} s of a {step} s step"
+            return age is not None and age > 4 * 0.5
+        wait_for(quiet_past_silent_after, what="the loop quiet for four times silent_after")
+        wait_for(lambda: brief()["silent"], what="silent past three of its steps")
+        assert brief()["last_event_age"] > 3 * step - 0.1
+
+
 def test_a_costly_summary_is_brought_up_to_date_within_its_share_of_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
     """An update copies the run's sorted fetch times: on a run of tens of millions of batches it costs a
     tenth of a second or more, and is then made less often than once a second. The clocks are the test's."""

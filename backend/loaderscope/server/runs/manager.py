@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import signal
+import statistics
 import subprocess
 import time
 import uuid
@@ -38,6 +39,7 @@ RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 LOAD_WAIT = 60.0  # seconds a REST read waits for a logdir run's file to be read to its end
 DRAIN_WAIT = 5.0  # seconds to let the ingest side finish reading what an exited process sent
 LOG_TAIL_BYTES = 4096
+QUIET_STEPS = 16  # the recent steps a live loop's allowed quiet is judged by (Run.quiet_allowed)
 REPLAY_CHUNK = 1000
 RESTORE_CHUNK = 2000  # events of a parked run's trace read back per step (decoded off the event loop)
 # The trace header's field holding SHA-256 of the run's secret: a dashboard restarted on the logdir
@@ -195,10 +197,16 @@ class Run:
 
     @property
     def silent(self) -> bool:
-        """Connected, inside an epoch, yet nothing came for ``silent_after`` (a stopped or hung loop)."""
+        """Connected, inside an epoch, yet nothing came for ``quiet_allowed()`` (a stopped or hung loop)."""
         age = self.event_age()
         return (self.in_epoch and self.status == RunStatus.RUNNING and self.producer is not None
-                and age is not None and age > self.silent_after)
+                and age is not None and age > self.quiet_allowed())
+
+    def quiet_allowed(self) -> float:
+        """How long a live loop may send nothing inside an epoch: ``silent_after``, or three of its recent
+        steps where that is longer (a large model's step of a minute sends one batch's events a minute)."""
+        recent = self.log.state.step_gaps[-QUIET_STEPS:]
+        return max(self.silent_after, 3 * statistics.median(recent)) if recent else self.silent_after
 
     def add_dropped(self, count: int) -> None:
         self.dropped = min(self.dropped + count, MAX_NUMBER)  # stays a JSON integer whatever producers claim
