@@ -4,7 +4,6 @@ leaves a readable prefix marked truncated; ``export`` converts both ways; a bad 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -24,7 +23,7 @@ from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.trace import TraceError, chosen_format, read_trace, read_trace_tolerant, write_trace
 
 from tests.conftest import wait_for
-from tests.test_record import PYTHON, environment, record_argv, script, yields
+from tests.test_record import PYTHON, environment, kill_recorded, record_argv, script, yields
 
 LOADERSCOPE = [PYTHON, "-m", "loaderscope.cli"]
 
@@ -114,8 +113,8 @@ def test_columns_are_the_contracts_top_level_fields_and_rare_values_go_to_extra(
 def test_a_sigkilled_recording_leaves_a_readable_prefix_marked_truncated(tmp_path: Path) -> None:
     env = environment() | {"LOADERSCOPE_PART_SECONDS": "0.3"}
     argv = record_as("parquet", tmp_path / "runs", PYTHON, script(tmp_path), "workers=2", "epochs=100000", "slow=0.02")
-    process = subprocess.Popen(argv, cwd=tmp_path, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)  # for kill_recorded
 
     def two_parts() -> Path | None:  # with batches in them: on a loaded box the first parts may hold none
         assert process.poll() is None, process.communicate()
@@ -124,9 +123,7 @@ def test_a_sigkilled_recording_leaves_a_readable_prefix_marked_truncated(tmp_pat
         return found[0] if found else None
 
     path = wait_for(two_parts, timeout=90, what="a Parquet trace of two parts holding three batches")
-    pid = int(path.name.split("-pid")[1].split("-")[0])
-    os.kill(pid, signal.SIGKILL)
-    _, err = process.communicate(timeout=60)
+    err = kill_recorded(process, int(path.name.split("-pid")[1].split("-")[0]))
     assert process.returncode == 128 + signal.SIGKILL, err
     head, events, truncated = read_trace_tolerant(path)
     assert truncated and events[-1]["kind"] != "run_end" and head["run"] == events[0]["run"]

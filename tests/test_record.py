@@ -3,6 +3,7 @@ a script that never imports loaderscope; its traces read back from the logdir.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -178,7 +179,7 @@ def started(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Callable
     process = subprocess.Popen(record_argv(tmp_path / "runs", PYTHON, script(tmp_path), "epochs=100000",
                                            "slow=0.02", *args),
                                cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, preexec_fn=as_from_a_terminal)
+                               text=True, preexec_fn=as_from_a_terminal, start_new_session=True)  # kill_recorded
 
     def trace_with_batches() -> Path:
         def ready() -> Path | None:
@@ -208,11 +209,24 @@ def test_ctrl_c_reaches_the_command_and_record_exits_as_a_shell_reports_it(tmp_p
     assert yields(events) == int(re.findall(r"consumed (\d+)", out)[-1])
 
 
+def kill_recorded(process: subprocess.Popen[str], pid: int) -> str:
+    """SIGKILL the recorded command ``pid`` as a cluster kills a job, wait for record (``process``, started in a
+    session of its own) to exit, then kill what is left of its process group; returns record's stderr.
+
+    A DataLoader worker still setting up when its parent dies takes init for its parent, and torch's
+    watchdog (torch/utils/data/_utils/worker.py, ``ManagerWatchdog``) then never sees the parent go: left
+    alive, it holds record's pipes open, and reading them to their end would wait for ever."""
+    os.kill(pid, signal.SIGKILL)
+    process.wait(60)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.communicate(timeout=60)[1]
+
+
 def test_a_killed_process_leaves_a_readable_truncated_trace(tmp_path: Path) -> None:
     process, trace_with_batches = started(tmp_path, "workers=2")
     path = trace_with_batches()
-    os.kill(int(FILE_NAME.fullmatch(path.name)["pid"]), signal.SIGKILL)  # type: ignore[index]
-    _, err = process.communicate(timeout=60)
+    err = kill_recorded(process, int(FILE_NAME.fullmatch(path.name)["pid"]))  # type: ignore[index]
     assert process.returncode == 128 + signal.SIGKILL, err
     head, events, truncated = read_trace_tolerant(path)
     assert truncated and head["run"] == events[0]["run"]
