@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from loaderscope import InstrumentedDataLoader
 from loaderscope.runner import Collector, run_real
 from loaderscope.diagnosis import diagnosis
 from loaderscope.state import summary, user_frame
-from tests.conftest import TORCH_DEATH_ERRORS
+from tests.conftest import TORCH_DEATH_ERRORS, wait_for
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -171,3 +172,40 @@ def test_straggler_is_named_and_input_bound_is_judged() -> None:
     run_real("slow_consumer", {"num_workers": 2, "dataset_size": 48, "step_ms": 60}, fed)
     assert summary(fed.state)["input_bound_steady"] < 0.2
     assert any("the training step is the bottleneck" in line for line in diagnosis(fed.state))
+
+
+KILLED_IN_SETUP = '''
+import os, sys, time
+from torch.utils.data import DataLoader
+from loaderscope import InstrumentedDataLoader
+marks = sys.argv[1]
+
+def slow_setup(worker_id):  # opening a dataset's files, say
+    with open(os.path.join(marks, f"worker{worker_id}"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(5)
+
+loader = InstrumentedDataLoader(list(range(8)), num_workers=2, worker_init_fn=slow_setup, sink=lambda events: None)
+for batch in loader:
+    pass
+'''
+
+
+def test_workers_whose_parent_is_killed_while_they_set_up_end(tmp_path: Path) -> None:
+    """torch's watchdog takes the parent's pid after a worker's set-up (``worker_init_fn`` included): a job
+    killed during it leaves workers that wait for ever, holding memory and pipes (vanilla torch too). A
+    watched loader's workers look at their parent from their first line, and end."""
+    from tests.test_server_runs import alive
+
+    script = subprocess.Popen([sys.executable, "-c", KILLED_IN_SETUP, str(tmp_path)], start_new_session=True)
+    try:
+        wait_for(lambda: len(list(tmp_path.glob("worker*"))) == 2, what="both workers in their set-up")
+        workers = [int(path.read_text()) for path in tmp_path.glob("worker*")]
+        script.kill()  # SIGKILL: a cluster ending the job
+        script.wait(60)
+        wait_for(lambda: not any(map(alive, workers)), timeout=120, what="the orphaned workers to end")
+    finally:
+        try:
+            os.killpg(script.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import queue
 import struct
 import threading
 from collections import deque
@@ -101,14 +102,27 @@ class _Progress(list):  # type: ignore[type-arg]
 
 
 class _IndexQueueTap:
-    """Wraps the worker's index queue: a task returned by ``get`` is a fetch that starts now."""
+    """Wraps the worker's index queue: a task returned by ``get`` is a fetch that starts now.
 
-    def __init__(self, queue: Any, ring: Ring) -> None:
+    It also ends a worker whose parent died while it was setting up. torch's watchdog
+    (``ManagerWatchdog`` in torch/utils/data/_utils/worker.py) takes the parent's pid only after the
+    set-up (``worker_init_fn``, the fetcher, and the probe's own): a parent killed before then leaves
+    it init's pid, and the worker waits on its queue for ever, holding its memory and its parent's
+    pipes. The tap took the parent's pid first thing, and looks where torch's watchdog would: at each
+    empty wait."""
+
+    def __init__(self, queue: Any, ring: Ring, parent: int) -> None:
         self._queue = queue
         self._ring: Ring | None = ring
+        self._parent = parent
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        task = self._queue.get(block, timeout)
+        try:
+            task = self._queue.get(block, timeout)
+        except queue.Empty:
+            if os.getppid() != self._parent:  # no one is left to send a task, or to read a result
+                os._exit(0)
+            raise
         if self._ring is None:  # the tap failed once: the worker goes on unobserved
             return task
         try:
@@ -236,15 +250,17 @@ def _read_loop_args(target: Any) -> LoopArgs | None:
 def probed_worker_loop(ring: Ring, dump_path: str, inspect_queue: Any, worker_loop: Callable[..., None],
                        where: LoopArgs, *args: Any) -> None:
     """Process target for a worker: the loader's own loop, with its two queues tapped."""
+    parent = os.getppid()  # first: before any set-up the parent could die in (_IndexQueueTap)
     try:
-        tapped = _tap(ring, dump_path, inspect_queue, where, args)
+        tapped = _tap(ring, dump_path, inspect_queue, where, args, parent)
     except Exception as exc:  # the worker runs unobserved rather than not at all
         worker_fault("worker setup", exc)
         tapped = list(args)
     worker_loop(*tapped)
 
 
-def _tap(ring: Ring, dump_path: str, inspect_queue: Any, where: LoopArgs, args: tuple[Any, ...]) -> list[Any]:
+def _tap(ring: Ring, dump_path: str, inspect_queue: Any, where: LoopArgs, args: tuple[Any, ...],
+         parent: int) -> list[Any]:
     global _ring, _faults
     _faults = inspect_queue
     _ring = ring
@@ -253,7 +269,7 @@ def _tap(ring: Ring, dump_path: str, inspect_queue: Any, where: LoopArgs, args: 
     ring.slots[MAIN_THREAD] = threading.get_ident()
     install_in_worker(dump_path)
     tapped = list(args)
-    tapped[where.index_queue] = _IndexQueueTap(args[where.index_queue], ring)
+    tapped[where.index_queue] = _IndexQueueTap(args[where.index_queue], ring, parent)
     tapped[where.result_queue] = _ResultQueueTap(args[where.result_queue], ring, inspect_queue, where.stateful)
     return tapped
 
