@@ -176,10 +176,10 @@ class LogfileSink:
             # due by its age is written, also while no event comes (a stuck loader's last events).
             self._writer.flush()
             now = time.monotonic()
-            if items and now - self._synced >= SYNC_EVERY:
-                self._sync()
             if items:
                 self._touched = now
+                if now - self._synced >= SYNC_EVERY:
+                    self._sync()
             elif now - self._touched >= HEARTBEAT_EVERY:
                 self._heartbeat(now)
 
