@@ -15,8 +15,9 @@ import torch
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.diagnosis import diagnosis
+from loaderscope.diagnosis import findings as findings_of
 from loaderscope.runner import Collector, run_real
-from loaderscope.state import summary
+from loaderscope.state import reduce, summary
 from loaderscope.wording import JS_PATH, render_js, say
 from tests.conftest import TORCH_DEATH_ERRORS
 
@@ -73,14 +74,26 @@ def test_a_dead_worker_leaves_no_throughput_verdict() -> None:
     consistent(findings)
 
 
-def test_a_stuck_worker_leaves_no_throughput_verdict() -> None:
+def test_a_stuck_worker_has_no_verdict_until_it_recovers_and_then_is_said_to_have() -> None:
     collector = Collector()
     run_real("stuck_worker", {"num_workers": 2, "stuck_after": 0.3, "stuck_seconds": 1.0, "dataset_size": 32,
                               "sample_ms": 2}, collector)
-    findings = diagnosis(collector.state)
-    assert any(f.startswith("stuck: worker") for f in findings), findings
-    assert not any("is the bottleneck" in f for f in findings), findings
-    consistent(findings)
+    stuck = [e for e in collector.events if e["kind"] == "worker_stuck"]
+    assert stuck, "the stuck fetch was noted"
+    while_stuck = [f.text for f in findings_of(reduce(collector.events, until_seq=stuck[-1]["seq"]))]
+    assert any(f.startswith("stuck: worker") for f in while_stuck), while_stuck
+    assert not any("is the bottleneck" in f for f in while_stuck), while_stuck
+    consistent(while_stuck)
+    # the fetch ended after all and the run went on to its end: said so, and the run gets its verdict
+    after = findings_of(collector.state)
+    texts = [f.text for f in after]
+    recovered = [f.text for f in after if f.code == "stuck_recovered"]
+    assert len(recovered) == 1 and recovered[0].startswith(f"recovered: worker {stuck[-1]['worker']} was stuck "
+                                                           f"on task {stuck[-1]['idx']}"), texts
+    assert " then finished it: the fetch took " in recovered[0]
+    assert not any(f.startswith("stuck: worker") for f in texts), texts
+    assert {f.code for f in after} & {"step_bound", "input_bound", "startup_bound"}, texts
+    consistent(texts)
 
 
 class Pause(torch.utils.data.Dataset[torch.Tensor]):
@@ -110,7 +123,7 @@ def test_peeks_are_not_epochs_and_evaluation_is_not_step_time() -> None:
     stats = summary(collector.state)
     assert (stats["epochs"], stats["peeks"], stats["peek_batches"]) == (2, 2, 1)
     assert stats["peek_worker_starts"] == 4  # each peek started both workers
-    # the step: the median of the loop's own time between two batches of one epoch
+    # the step: the mean of the loop's own time between two batches of one epoch
     gaps, last = [], None
     for e in collector.events:
         if e["kind"] == "epoch_start":
@@ -119,7 +132,7 @@ def test_peeks_are_not_epochs_and_evaluation_is_not_step_time() -> None:
             if last is not None:
                 gaps.append(e["t"] - e["wait"] - last)
             last = e["t"]
-    assert stats["step_time"] == pytest.approx(statistics.median(gaps))
+    assert stats["step_time"] == pytest.approx(statistics.fmean(gaps))
     # the first evaluation lies between epochs (the second one after the last batch)
     assert stats["between_epochs"] >= evaluating[0]
     findings = diagnosis(collector.state)

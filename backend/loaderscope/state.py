@@ -109,10 +109,15 @@ class LoaderState:
     first_t: float | None = None
     last_yield_t: float | None = None
     epoch_yield_t: float | None = None  # the current epoch's latest yield (None before its first)
-    # the training loop's own time between two yields of one epoch: its step. Gaps between epochs
-    # (evaluation, another loader) are not steps.
+    # the training loop's own time between two yields of one epoch, inside no loader's next(): its step.
+    # Gaps between epochs are not steps.
     step_gaps: array[float] = field(default_factory=lambda: array("d"))  # as Worker.fetch_times
     step_total: float = 0.0
+    # time the loop spent inside other loaders' next() (a zipped val loader, say: loop events), since
+    # this loader's last batch; then added up within epochs and before each epoch's first batch
+    pending_others: float = 0.0
+    other_wait: float = 0.0
+    between_others: float = 0.0
     # iterators abandoned after a few batches (next(iter(loader)) before an epoch): not epochs
     peeks: int = 0
     peek_batches: int = 0
@@ -120,8 +125,13 @@ class LoaderState:
     peek_starts: int = 0  # worker start-ups the peeks cost
     epoch_wait: float = 0.0  # consumer wait of the current epoch
     epoch_failed: bool = False  # a worker died, an error or a timeout ended it: not a peek
+    epoch_open: bool = False  # an iterator began an epoch that has not ended yet
     first_next_t: float | None = None  # when the training loop first asked for a batch
+    # the latest worker_stuck note of each worker, and the consumer_stuck one, until they recover
+    stuck_notes: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    consumer_note: dict[str, Any] | None = None
     starts: int = 0  # worker start-ups since the last epoch_end
+    worker_starts: int = 0  # worker start-ups in the whole run
     yield_order: list[tuple[int, int]] = field(default_factory=list)  # (epoch, idx) as released, the latest ones
     errors: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)  # stuck, died, timeout, unknown kinds
@@ -270,6 +280,8 @@ def _epoch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.epoch_wait = 0.0
     s.epoch_yield_t = None
     s.epoch_failed = False
+    s.epoch_open = True
+    s.stuck_notes.clear()
     s.tasks.clear()
     s.result_queue.clear()
     s.buffer.clear()
@@ -299,6 +311,7 @@ def _epoch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
     else:
         s.epochs_done += 1
     s.starts = 0
+    s.epoch_open = False
 
 
 def _worker_start(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -342,6 +355,11 @@ def _fetch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
         worker.fetch_times.append(dt)
         worker.busy += dt
     worker.nbytes += e.get("nbytes") or 0
+    episode = s.stuck_notes.get(worker.id)
+    if episode is not None and episode[0].get("idx") == e["idx"]:  # a stuck fetch that ended after all
+        del s.stuck_notes[worker.id]
+        for note in episode:
+            note["recovered"] = dt if dt is not None else s.t - note["t"] + note["elapsed"]
     if worker.current == e["idx"]:
         worker.current = None
         if worker.status in (WorkerStatus.FETCHING, WorkerStatus.STUCK):
@@ -381,25 +399,56 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
     in_order = s.config.get("in_order", True)
     if in_order and idx != s.rcvd_idx:
         s.keep(s.violations, f"seq {s.seq}: yield of task {idx} while rcvd_idx is {s.rcvd_idx}")
-    # Waiting for a late head-of-line task while later results sat ready is the reorder cost.
     if wait > 0 and not e.get("from_buffer") and s.buffer:
-        s.head_of_line_wait += wait
+        s.head_of_line_wait += _parked_wait(s, wait)
     if wait > 0 and task is not None and task.pin_start is not None:  # how much of the wait was pinning
         s.pin_wait += max(0.0, min(s.t, task.pin_end or s.t) - max(s.t - wait, task.pin_start))
     if s.first_next_t is None:
         s.first_next_t = s.t - wait
     if s.epoch_batches == 0:
         s.startup_wait += wait
-    if s.epoch_yield_t is not None:
-        gap = max(0.0, s.t - wait - s.epoch_yield_t)
+    others, s.pending_others = s.pending_others, 0.0
+    if s.epoch_yield_t is not None:  # the step: the gap since the last batch, less other loaders' next()
+        gap = max(0.0, s.t - wait - s.epoch_yield_t - others)
         s.step_gaps.append(gap)
         s.step_total += gap
+        s.other_wait += others
+    else:
+        s.between_others += others
+    if s.consumer_note is not None:  # the loop was stuck in next(), and this batch ended the wait
+        s.consumer_note["recovered"] = wait
+        s.consumer_note = None
     s.epoch_batches += 1
     s.last_yield_t = s.epoch_yield_t = s.t
     s.yield_order.append((s.epoch, idx))
     if len(s.yield_order) > 2 * MAX_KEPT:  # keep the most recent (amortised: trim in halves)
         del s.yield_order[:MAX_KEPT]
     s.release(idx)
+
+
+def _parked_wait(s: LoaderState, wait: float) -> float:
+    """The reorder cost of one wait: the part of it after a later result had arrived and parked, which
+    ``in_order=False`` would have handed over at once (torch/utils/data/dataloader.py, ``_next_data``)."""
+    arrived = [task.arrived for idx in s.buffer if (task := s.tasks.get(idx)) is not None and task.arrived is not None]
+    return max(0.0, min(wait, s.t - min(arrived))) if arrived else 0.0
+
+
+def _last_note(s: LoaderState, e: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The note the rule's ``keeps`` just made of ``e`` (None once MAX_KEPT notes are kept)."""
+    return s.notes[-1] if s.notes and s.notes[-1] == e else None
+
+
+def _worker_stuck(s: LoaderState, e: Mapping[str, Any]) -> None:
+    note = _last_note(s, e)
+    if note is not None:  # the stuck fetch's notes, marked recovered if its fetch_end comes
+        episode = s.stuck_notes.get(e["worker"])
+        if episode is None or episode[0].get("idx") != e["idx"]:
+            episode = s.stuck_notes[e["worker"]] = []
+        episode.append(note)
+
+
+def _consumer_stuck(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.consumer_note = _last_note(s, e) or s.consumer_note
 
 
 def _skip(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -474,6 +523,8 @@ _CODE: dict[Kind, Effect] = {
     Kind.YIELD: _yield,
     Kind.SKIP: _skip,
     Kind.WORKER_DIED: _worker_died,
+    Kind.WORKER_STUCK: _worker_stuck,
+    Kind.CONSUMER_STUCK: _consumer_stuck,
     Kind.ERROR: _error,
     Kind.BATCH_INFO: _batch_info,
     Kind.STEP: _step,
@@ -616,7 +667,6 @@ class FetchOrder:
         self.all: Sorted = _NONE  # every fetch
         self.done: Sorted = _NONE  # the fetches of workers with STRAGGLER_MIN_TASKS or more (stragglers' pool)
         self.total = 0.0  # sum of every fetch time
-        self.steps: Sorted = _NONE  # the training loop's step gaps (LoaderState.step_gaps), sorted
 
     def catch_up(self, s: LoaderState) -> FetchOrder:
         for worker in s.workers.values():
@@ -629,8 +679,6 @@ class FetchOrder:
             if len(merged) >= STRAGGLER_MIN_TASKS:  # a worker joins the pool with all its fetches
                 self.done = _merge(self.done, new if len(mine) >= STRAGGLER_MIN_TASKS else merged)
             self.total = math.fsum((self.total, *new.tolist()))
-        if len(self.steps) < len(s.step_gaps):
-            self.steps = _merge(self.steps, np.sort(np.array(s.step_gaps[len(self.steps):], dtype=np.float64)))
         return self
 
     def median_without(self, wid: int) -> float:
@@ -719,22 +767,32 @@ def stragglers(s: LoaderState, order: FetchOrder | None = None) -> list[dict[str
 
 
 def _consumer_split(s: LoaderState) -> dict[str, Any] | None:
-    """Per batch, where the training loop's time went: waiting for data, host-to-device, compute."""
+    """Per batch (means), where the training loop's time went: waiting for data, its step, and within
+    the step the host-to-device copy and the compute its step events timed."""
     if not s.steps:
         return None
     per = 1 / s.steps
-    return {"device": s.step_device, "wait": s.consumer_wait / max(s.batches, 1), "h2d": s.step_h2d * per,
-            "compute": s.step_compute * per, "h2d_pageable": s.step_h2d_pageable * per or None}
+    return {"device": s.step_device, "wait": s.consumer_wait / max(s.batches, 1), "step": _mean_step(s),
+            "h2d": s.step_h2d * per, "compute": s.step_compute * per, "h2d_pageable": s.step_h2d_pageable * per or None}
+
+
+def _mean_step(s: LoaderState) -> float | None:
+    """The loop's own time per batch, inside no loader's next(): a mean, since a loop that steps its
+    optimizer every Nth batch (gradient accumulation) pays that step in its throughput, which a median hides."""
+    return s.step_total / len(s.step_gaps) if s.step_gaps else None
 
 
 def summary(s: LoaderState, order: FetchOrder | None = None) -> dict[str, Any]:
     """The statistics the diagnosis (docs/DESIGN.md) speaks of, as plain numbers.
 
+    Inside this loader's epochs the loop's time is its wait in this loader's ``next()``, its time in other
+    loaders' ``next()`` (``other_wait``) and its own step: ``epoch_wall``, over which ``batches_per_s``
+    (the one throughput every view shows) and the shares are taken.
     ``order``: the run's FetchOrder, kept between calls so that each costs only what came since.
     """
     order = (order or FetchOrder()).catch_up(s)
     consumer_wall = (s.last_yield_t or s.t) - (s.first_t or 0.0)
-    epoch_wall = s.consumer_wait + s.step_total  # inside this loader's epochs: waiting or stepping
+    epoch_wall = s.consumer_wait + s.other_wait + s.step_total
     steady_wait, steady_wall = s.consumer_wait - s.startup_wait, epoch_wall - s.startup_wait
     workers = s.config.get("num_workers", 0) or 0
     mean_task = order.total / len(order.all) if len(order.all) else 0.0
@@ -742,20 +800,25 @@ def summary(s: LoaderState, order: FetchOrder | None = None) -> dict[str, Any]:
         "status": s.status,
         "batches": s.batches,
         "epochs": s.epochs_done,
-        "wall": consumer_wall,
-        "batches_per_s": s.batches / consumer_wall if consumer_wall > 0 else 0.0,
+        "wall": consumer_wall,  # from the loader's first event to its last batch: set-up and gaps included
+        "batches_per_s": s.batches / epoch_wall if epoch_wall > 0 else 0.0,
         "consumer_wait": s.consumer_wait,
-        # the training loop's own time per batch within epochs (median), None before an epoch's 2nd batch
-        "step_time": _median(order.steps) if len(order.steps) else None,
+        "step_time": _mean_step(s),  # None before an epoch's 2nd batch
+        "step_total": s.step_total,
+        "other_wait": s.other_wait,
         "epoch_wall": epoch_wall,
-        # from the first next() to the last yield, the time outside epochs: evaluation, other loaders
+        # from the first next() to the last yield, the time outside this loader's epochs, and how much of
+        # it the loop spent inside other loaders' next()
         "between_epochs": max(0.0, (s.last_yield_t or s.t) - (s.t if s.first_next_t is None else s.first_next_t)
                               - epoch_wall),
-        "epoch_batches_per_s": s.batches / epoch_wall if epoch_wall > 0 else 0.0,  # the pace while iterated
+        "between_others": s.between_others,
         "input_bound": s.consumer_wait / epoch_wall if epoch_wall > 0 else 0.0,
+        "other_share": s.other_wait / epoch_wall if epoch_wall > 0 else 0.0,
         # the same without each epoch's first wait (workers starting, the pipeline filling)
         "input_bound_steady": steady_wait / steady_wall if steady_wall > 0 else 0.0,
         "startup_wait": s.startup_wait,
+        "startup_share": s.startup_wait / epoch_wall if epoch_wall > 0 else 0.0,
+        "worker_starts": s.worker_starts,
         "peeks": s.peeks,
         "peek_batches": s.peek_batches,
         "peek_wait": s.peek_wait,

@@ -37,16 +37,23 @@ WORDS: dict[str, Entry] = {
     # whether loading or the step limits the run
     "waited": "training waited for data {share} of the time ({wait} s of {wall} s{startup})",
     "waited.startup": ", {startup} s of it for the first batch of an epoch",
-    "waited.outside": "; the {outside} s between epochs (evaluation, another loader) are neither step nor wait",
+    "waited.others": "; it spent {others} s ({share}) inside other loaders' next()",
+    "waited.outside": "; the {outside} s between epochs are neither step nor wait{others}",
+    "waited.outside.others": " ({others} s of them inside other loaders' next())",
+    "too_early": "too early to tell what limits the loop: {batches} so far, a verdict needs {least}",
     "step_bound": ";{after} the training step is the bottleneck ({step}{rate} batches/s)",
     "step_bound.after": " after start-up it waited {steady}, so",
-    "step_bound.step": "{step} ms per batch (median), ",
+    "step_bound.step": "{step} ms per batch (mean), ",
+    "startup_bound": "; worker start-up is the bottleneck: {share} of the time went to the first batch of each "
+                     "epoch ({starts}){fix}",
+    "startup_bound.persistent": ": persistent_workers=True keeps the workers between epochs",
+    "startup_bound.rebuilt": ": if this loader is built again for each epoch, build it once "
+                             "(with persistent_workers=True)",
+    "startup_bound.main": ": with num_workers=0 no worker starts, so the dataset's first fetch of each epoch is slow",
+    "others_bound": "; other loaders are the bottleneck: the loop spent {share} of this loader's epochs inside their "
+                    "next() (see their runs)",
     "loading_bound": "; loading is the bottleneck: {workers} deliver {rate} batches/s",
     "loading_bound.main": "the main process",
-    "keep_up": ", the step alone would consume {consume} batches/s; a worker takes {task} ms per batch (median), "
-               "so about {needed} would keep up ({task} ms / {step} ms per step)",
-    "keep_up.have": "; you have that many, so the waits come from uneven or slow fetches",
-    "keep_up.see": " (see {what})",
     "no_verdict": "no verdict on the bottleneck: {why}, so the timings show the failure, not the pipeline's pace",
     "why.died": "a worker died",
     "why.stuck": "a worker was stuck",
@@ -54,10 +61,12 @@ WORDS: dict[str, Entry] = {
     "why.consumer_stuck": "the training loop was stuck in next()",
     "why.timeout": "timeout= expired",
     "straggler": "straggler: worker {worker} fetches {factor}× slower than the others (median {median} ms vs {others} ms)",
-    "see.stragglers": "stragglers",
-    "see.reorder": "reorder cost",
     "reorder": "reorder cost: {results} arrived out of order and waited in the reorder buffer (high-water {high}); "
-               "{hol} s spent waiting on a late head-of-line task while later ones sat ready",
+               "{hol} s of the loop's wait came after a later batch had arrived, which in_order=False would "
+               "have handed over at once",
+    "split": "per batch (means) the training loop waited {wait} ms for data{step}; its step events timed the copy "
+             "to {device} at {h2d} ms and the compute at {compute} ms",
+    "split.step": " and spent {step} ms in its step",
     "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), "
              "not counted as epochs; cost: {starts}, {wait} s inside next()",
     "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",

@@ -797,6 +797,15 @@ export const KINDS = Object.freeze({
       "nullable": false,
       "required": true
     }
+  },
+  "loop": {
+    "others": {
+      "type": "number",
+      "nullable": false,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": true
+    }
   }
 });
 
@@ -894,6 +903,9 @@ export const REQUIRED = Object.freeze({
   ],
   "doctor_verdict": [
     "text"
+  ],
+  "loop": [
+    "others"
   ]
 });
 
@@ -1098,7 +1110,8 @@ export const RULES = Object.freeze({
     "says": "a worker process runs _worker_loop",
     "worker": "idle",
     "counts": {
-      "starts": 1
+      "starts": 1,
+      "worker_starts": 1
     }
   },
   "worker_exit": {
@@ -1220,5 +1233,11 @@ export const RULES = Object.freeze({
   "probe_error": {
     "says": "the probe failed and stopped watching; training went on",
     "keeps": true
+  },
+  "loop": {
+    "says": "the loop spent time inside other loaders' next() since this loader's last batch",
+    "counts": {
+      "pending_others": "others"
+    }
   }
 });

@@ -46,41 +46,66 @@ function sample(n) {
 
 export const SHM_SIGNS = ['bus error', 'unable to write to file', 'no space left on device', 'sigbus', '/dev/shm'];
 
-/** A note (stuck, died, timeout, …) as a finding, or null for a note that is none. @param {import('./types.js').LoaderEvent} note */
+/**
+ * A note (stuck, died, timeout, …) as [code, text], or null for a note that is none (diagnosis.py _note_finding).
+ * @param {import('./types.js').LoaderEvent} note @returns {[string, string]|null}
+ */
 export function noteFinding(note) {
-  const n = /** @type {import('./types.js').KnownEvent} */ (note); // a known kind's required fields were checked
+  const n = /** @type {import('./types.js').KnownEvent & {recovered?: number}} */ (note); // a known kind's required fields were checked
   const kind = n.kind;
   if (kind === 'worker_died') {
     const how = n.signal || `exit code ${pyStr(n.exitcode)}`;
     const holding = n.idx !== undefined && n.idx !== null ? ` while fetching task ${n.idx}${sample(n)}` : '';
     const oom = n.signal === 'SIGKILL' ? " (SIGKILL is what the kernel's OOM killer sends: check memory)" : '';
     const shm = n.signal === 'SIGBUS' ? ' (SIGBUS in a worker usually means /dev/shm is full: enlarge it or use file_system sharing)' : '';
-    return `worker ${n.worker} (pid ${pyStr(n.pid)}) died by ${how}${holding}${oom}${shm}`;
+    return ['worker_died', `worker ${n.worker} (pid ${pyStr(n.pid)}) died by ${how}${holding}${oom}${shm}`];
   }
   if (kind === 'worker_stuck') {
-    return `stuck: worker ${n.worker} has been fetching task ${n.idx}${sample(n)} for ${f1(n.elapsed)} s ` +
-      `(threshold ${f1(n.threshold ?? 0)} s)${where(n.stack)}`;
+    if (n.recovered !== undefined && n.recovered !== null) {
+      return ['stuck_recovered', `recovered: worker ${n.worker} was stuck on task ${n.idx}${sample(n)} past the ` +
+        `${f1(n.threshold ?? 0)} s threshold${where(n.stack)}, then finished it: the fetch took ${f1(n.recovered)} s`];
+    }
+    return ['stuck', `stuck: worker ${n.worker} has been fetching task ${n.idx}${sample(n)} for ${f1(n.elapsed)} s ` +
+      `(threshold ${f1(n.threshold ?? 0)} s)${where(n.stack)}`];
   }
   if (kind === 'consumer_stuck') {
     const held = n.held_by !== undefined && n.held_by !== null ? ` held by worker ${n.held_by}` : '';
-    return `stuck: the training loop has waited ${f1(n.elapsed)} s inside next() for task ${pyStr(n.waiting_for)}${held}${where(n.stack)}`;
+    const task = n.waiting_for !== undefined && n.waiting_for !== null ? ` for task ${n.waiting_for}` : '';
+    if (n.recovered !== undefined && n.recovered !== null) {
+      return ['consumer_stuck_recovered', `recovered: the training loop waited ${f1(n.recovered)} s inside next()${task}${held} ` +
+        `(stuck past the ${f1(n.threshold ?? 0)} s threshold${where(n.stack)}), then got its batch`];
+    }
+    return ['consumer_stuck', `stuck: the training loop has waited ${f1(n.elapsed)} s inside next()${task}${held}${where(n.stack)}`];
   }
   if (kind === 'timeout') {
     const busy = (n.workers || []).filter((w) => w.idx !== undefined && w.idx !== null)
       .map((w) => `worker ${w.worker} on task ${w.idx}${sample(w)} for ${f1(w.elapsed)} s`);
     const doing = busy.length ? busy.join('; ') : 'every worker was idle';
-    return `timeout: no batch arrived within ${pyNum(n.seconds)} s; at that moment ${doing}`;
+    return ['timeout', `timeout: no batch arrived within ${pyNum(n.seconds)} s; at that moment ${doing}`];
   }
-  if (kind === 'run_end' && n.error) return `the script died of ${n.error.type}: ${n.error.message}`;
+  if (kind === 'run_end' && n.error) return ['script_died', `the script died of ${n.error.type}: ${n.error.message}`];
   if (kind === 'epoch_resume') {
-    return `epoch ${n.epoch} resumed from a checkpoint at batch ${n.batch} (load_state_dict); ` +
-      `${n.replayed ?? 0} batch(es) were fetched again to restore it`;
+    return ['epoch_resume', `epoch ${n.epoch} resumed from a checkpoint at batch ${n.batch} (load_state_dict); ` +
+      `${n.replayed ?? 0} batch(es) were fetched again to restore it`];
   }
   if (kind === 'probe_error') {
-    return `loaderscope's probe failed in ${n.where} (${n.type}: ${n.message}); training went ` +
-      'on, but this run may miss events';
+    return ['probe_error', `loaderscope's probe failed in ${n.where} (${n.type}: ${n.message}); training went ` +
+      'on, but this run may miss events'];
   }
   return null;
+}
+
+/**
+ * The notes to say, in order: a stuck fetch (or wait) the probe noted again every few seconds with a
+ * fresh stack is one finding, its latest note (diagnosis.py _latest_notes).
+ * @param {import('./types.js').LoaderEvent[]} notes
+ */
+function latestNotes(notes) {
+  /** @param {import('./types.js').LoaderEvent} n */
+  const key = (n) => (n.kind === 'worker_stuck' ? `worker ${n.worker} ${n.idx}`
+    : n.kind === 'consumer_stuck' ? `consumer ${pyStr(n.waiting_for)}` : null);
+  const keys = notes.map(key);
+  return notes.filter((_, i) => keys[i] === null || !keys.slice(i + 1).includes(keys[i]));
 }
 
 /** str() of a JSON value as Python prints it (None, floats with a point). @param {unknown} v */
@@ -95,51 +120,57 @@ function pyNum(v) {
   return String(v);
 }
 
-export const MIN_STEP = 0.002;
-export const INPUT_BOUND = 0.2; // waiting for data more than this share of the time makes loading the bottleneck
+export const INPUT_BOUND = 0.2; // waiting (for data, or another loader) more than this share of the time is the bottleneck
+export const MIN_VERDICT_BATCHES = 8; // fewer batches tell nothing yet: the first ones are start-up and the pipeline filling
 
 const ms = (/** @type {number} */ seconds) => f1(seconds * 1000);
 
-/** @param {Stats} stats @param {number} workers num_workers */
-function inputBoundFinding(stats, workers) {
-  const share = stats.input_bound, rate = stats.epoch_batches_per_s, steady = stats.input_bound_steady;
-  const step = stats.step_time; // the training loop's own time per batch, within epochs
+/** Where the time inside this loader's epochs went, and what happened between them. @param {Stats} stats */
+function timeFinding(stats) {
   const startup = stats.startup_wait >= 0.05 ? say('waited.startup', { startup: pyFixed(stats.startup_wait, 2) }) : '';
   let text = say('waited', {
-    share: pct(share), wait: pyFixed(stats.consumer_wait, 2), wall: pyFixed(stats.epoch_wall, 2), startup,
+    share: pct(stats.input_bound), wait: pyFixed(stats.consumer_wait, 2), wall: pyFixed(stats.epoch_wall, 2), startup,
   });
-  if (stats.between_epochs >= 0.05) text += say('waited.outside', { outside: pyFixed(stats.between_epochs, 2) });
-  if (steady <= INPUT_BOUND) {
-    const after = share > INPUT_BOUND ? say('step_bound.after', { steady: pct(steady) }) : '';
-    const per = step !== null ? say('step_bound.step', { step: ms(step) }) : '';
-    return text + say('step_bound', { after, step: per, rate: f1(rate) });
-  }
-  const who = workers ? say('n.workers', { n: workers }) : say('loading_bound.main');
-  text += say('loading_bound', { workers: who, rate: f1(rate) });
-  const task = stats.median_task;
-  if (step !== null && step >= MIN_STEP && task > 0) {
-    const needed = Math.ceil(task / step);
-    text += say('keep_up', {
-      consume: f1(1 / step), task: ms(task), needed: say('n.workers', { n: needed }), step: ms(step),
-    });
-    if (needed <= workers) {
-      text += say('keep_up.have');
-      /** @type {Array<[string, number]>} */
-      const signs = [['see.stragglers', stats.stragglers.length], ['see.reorder', stats.out_of_order]];
-      const see = signs
-        .filter(([, shown]) => shown).map(([key]) => say(key));
-      if (see.length) text += say('keep_up.see', { what: see.join(', ') });
-    }
+  if (stats.other_wait >= 0.05) text += say('waited.others', { others: pyFixed(stats.other_wait, 2), share: pct(stats.other_share) });
+  if (stats.between_epochs >= 0.05) {
+    const others = stats.between_others >= 0.05 ? say('waited.outside.others', { others: pyFixed(stats.between_others, 2) }) : '';
+    text += say('waited.outside', { outside: pyFixed(stats.between_epochs, 2), others });
   }
   return text;
 }
 
 /**
+ * What limits the loop inside this loader's epochs (diagnosis.py _verdict).
+ * @param {Stats} stats @param {import('./types.js').LoaderConfig} config @returns {[string, string]}
+ */
+function verdict(stats, config) {
+  const workers = config.num_workers || 0, rate = f1(stats.batches_per_s);
+  /** @type {Record<string, number>} */
+  const shares = { startup: stats.startup_share, others: stats.other_share, loading: stats.input_bound - stats.startup_share };
+  let biggest = 'startup';
+  for (const name of ['others', 'loading']) if (shares[name] > shares[biggest]) biggest = name;
+  if (shares[biggest] > INPUT_BOUND && biggest === 'startup') {
+    const fix = !workers ? say('startup_bound.main')
+      : !config.persistent_workers && stats.epochs + stats.peeks > 1 ? say('startup_bound.persistent') : say('startup_bound.rebuilt');
+    return ['startup_bound', say('startup_bound', { share: pct(stats.startup_share), starts: say('n.starts', { n: stats.worker_starts }), fix })];
+  }
+  if (shares[biggest] > INPUT_BOUND && biggest === 'others') return ['other_loaders_bound', say('others_bound', { share: pct(stats.other_share) })];
+  if (stats.input_bound_steady <= INPUT_BOUND) {
+    const after = stats.input_bound > INPUT_BOUND ? say('step_bound.after', { steady: pct(stats.input_bound_steady) }) : '';
+    const step = stats.step_time !== null ? say('step_bound.step', { step: ms(stats.step_time) }) : '';
+    return ['step_bound', say('step_bound', { after, step, rate })];
+  }
+  const who = workers ? say('n.workers', { n: workers }) : say('loading_bound.main');
+  return ['input_bound', say('loading_bound', { workers: who, rate })];
+}
+
+/**
  * What cut the run short, if anything did: then its timings say nothing about the pipeline's pace.
+ * A stuck fetch or wait that recovered cut nothing short.
  * @param {LoaderState} s @param {Stats} stats
  */
 function failure(s, stats) {
-  const kinds = new Set(s.notes.map((n) => n.kind));
+  const kinds = new Set(s.notes.filter((n) => /** @type {{recovered?: unknown}} */ (n).recovered === undefined).map((n) => n.kind));
   const why = [['died', kinds.has('worker_died')], ['stuck', kinds.has('worker_stuck')], ['error', stats.errors > 0],
     ['consumer_stuck', kinds.has('consumer_stuck')], ['timeout', kinds.has('timeout')]]
     .filter(([, seen]) => seen).map(([name]) => say(`why.${name}`));
@@ -156,66 +187,97 @@ function peeksFinding(stats) {
 
 export const PICKLE_HEAVY_BYTES = 1_000_000;
 
-/** Findings in plain words, most important first (state.py diagnosis()). @param {LoaderState} s @returns {string[]} */
-export function diagnosis(s) {
-  const stats = summary(s);
-  const findings = [];
+/** @typedef {{code: string, text: string}} Finding a finding and its cause code (diagnosis.py Finding) */
+
+/** The verdict on what limits the loop, once there is enough to tell. @param {LoaderState} s @param {Stats} stats @returns {Finding[]} */
+function paceFindings(s, stats) {
+  const why = failure(s, stats);
+  if (why) return [{ code: 'no_verdict', text: say('no_verdict', { why }) }];
+  if (stats.batches < MIN_VERDICT_BATCHES) {
+    return [{ code: 'too_early', text: say('too_early', { batches: say('n.batches', { n: stats.batches }), least: MIN_VERDICT_BATCHES }) }];
+  }
+  const [code, text] = verdict(stats, s.config);
+  return [{ code, text: timeFinding(stats) + text }];
+}
+
+/** @param {LoaderState} s @returns {Finding[]} */
+function errorFindings(s) {
+  /** @type {Finding[]} */
+  const found = [];
   for (const err of s.errors) {
     const at = err.idx !== undefined && err.idx !== null
       ? ` in task ${err.idx} (worker ${pyStr(err.worker)}, samples ${pyList(err.indices)})` : '';
-    findings.push(`error${at}: ${err.type}: ${err.message}`);
+    found.push({ code: 'error', text: `error${at}: ${err.type}: ${err.message}` });
     const text = String(err.traceback || err.message).toLowerCase();
     if (SHM_SIGNS.some((sign) => text.includes(sign))) {
-      findings.push("shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call torch.multiprocessing.set_sharing_strategy('file_system')");
+      found.push({ code: 'shm_full', text: "shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call torch.multiprocessing.set_sharing_strategy('file_system')" });
     }
   }
-  for (const n of s.notes) {
-    const text = noteFinding(n);
-    if (text) findings.push(text);
-  }
-  if (stats.batches) {
-    const why = failure(s, stats);
-    findings.push(why ? say('no_verdict', { why }) : inputBoundFinding(stats, s.config.num_workers || 0));
-  }
-  if (stats.peeks) findings.push(peeksFinding(stats));
-  for (const slow of stats.stragglers) {
-    findings.push(say('straggler', {
-      worker: slow.worker, factor: f1(slow.factor), median: pyFixed(slow.median * 1000, 0), others: pyFixed(slow.others * 1000, 0),
-    }));
-  }
-  if (stats.out_of_order) {
-    findings.push(say('reorder', {
-      results: say('n.results', { n: stats.out_of_order }), high: stats.buffer_high, hol: pyFixed(stats.head_of_line_wait, 2),
-    }));
-  }
+  return found;
+}
+
+/** How batches cross from the workers and to the device. @param {LoaderState} s @param {Stats} stats @returns {Finding[]} */
+function transferFindings(s, stats) {
+  /** @type {Finding[]} */
+  const found = [];
   if (s.config.pin_memory && !(s.config.pin_memory_active ?? false) && s.mode === 'real') {
-    findings.push('pin_memory=True, but this machine has no accelerator, so torch silently turned pinning ' +
-      'off: batches stay in pageable memory and no pin-memory thread runs');
+    found.push({ code: 'pin_inactive', text: 'pin_memory=True, but this machine has no accelerator, so torch silently turned ' +
+      'pinning off: batches stay in pageable memory and no pin-memory thread runs' });
   }
   const perBatch = stats.pickled_bytes / Math.max(stats.batches, 1);
   if (perBatch >= PICKLE_HEAVY_BYTES && s.mode !== 'sim' && (s.config.num_workers || 0) > 0) {
-    findings.push(`batches cross from the workers as ${f1(perBatch / 1e6)} MB of pickled data per batch ` +
-      `(numpy arrays or Python objects; pickling a sampled batch took ${f1(stats.pickle_s * 1000)} ms): ` +
-      'return tensors from collate_fn so they travel through shared memory');
+    found.push({ code: 'pickle_heavy', text: `batches cross from the workers as ${f1(perBatch / 1e6)} MB of pickled data per ` +
+      `batch (numpy arrays or Python objects; pickling a sampled batch took ${f1(stats.pickle_s * 1000)} ms): ` +
+      'return tensors from collate_fn so they travel through shared memory' });
   }
   if (stats.pin_mb_per_s) {
-    findings.push(`pinning: ${f1(stats.pin_bytes / 1e6)} MB copied to page-locked memory at ` +
+    found.push({ code: 'pinning', text: `pinning: ${f1(stats.pin_bytes / 1e6)} MB copied to page-locked memory at ` +
       `${pyFixed(stats.pin_mb_per_s, 0)} MB/s; ${pct(stats.pin_wait_share)} of the consumer's wait ` +
-      'was spent behind the pin thread');
+      'was spent behind the pin thread' });
   }
   const split = stats.consumer_split;
   if (split) {
-    findings.push(`per batch the training loop waited ${pyFixed(split.wait * 1000, 2)} ms for data, copied to ` +
-      `${pyStr(split.device)} in ${pyFixed(split.h2d * 1000, 2)} ms and computed ${pyFixed(split.compute * 1000, 2)} ms`);
+    const step = split.step !== null ? say('split.step', { step: pyFixed(split.step * 1000, 2) }) : '';
+    found.push({ code: 'step_split', text: say('split', {
+      wait: pyFixed(split.wait * 1000, 2), step, device: split.device ?? 'the device', h2d: pyFixed(split.h2d * 1000, 2),
+      compute: pyFixed(split.compute * 1000, 2),
+    }) });
     if (split.h2d_pageable && split.h2d > 0) {
-      findings.push(`pinned memory pays: the same batch copied from pageable memory took ${pyFixed(split.h2d_pageable * 1000, 2)} ms, ` +
-        `${f1(split.h2d_pageable / split.h2d)}× the pinned copy's ${pyFixed(split.h2d * 1000, 2)} ms`);
+      found.push({ code: 'pinned_pays', text: `pinned memory pays: the same batch copied from pageable memory took ${pyFixed(split.h2d_pageable * 1000, 2)} ms, ` +
+        `${f1(split.h2d_pageable / split.h2d)}× the pinned copy's ${pyFixed(split.h2d * 1000, 2)} ms` });
     }
   }
-  if (s.unpinned) {
-    findings.push(say('unpinned', { batches: say('n.batches', { n: s.unpinned }) }));
+  if (s.unpinned) found.push({ code: 'unpinned', text: say('unpinned', { batches: say('n.batches', { n: s.unpinned }) }) });
+  return found;
+}
+
+/** Findings with their cause codes, most important first (diagnosis.py findings()). @param {LoaderState} s @returns {Finding[]} */
+export function findings(s) {
+  const stats = summary(s);
+  const found = errorFindings(s);
+  for (const n of latestNotes(s.notes)) {
+    const said = noteFinding(n);
+    if (said) found.push({ code: said[0], text: said[1] });
   }
-  return findings;
+  if (stats.batches) found.push(...paceFindings(s, stats));
+  if (stats.peeks) found.push({ code: 'peeks', text: peeksFinding(stats) });
+  for (const slow of stats.stragglers) {
+    found.push({ code: 'straggler', text: say('straggler', {
+      worker: slow.worker, factor: f1(slow.factor), median: pyFixed(slow.median * 1000, 0), others: pyFixed(slow.others * 1000, 0),
+    }) });
+  }
+  if (stats.out_of_order) {
+    found.push({ code: 'reorder', text: say('reorder', {
+      results: say('n.results', { n: stats.out_of_order }), high: stats.buffer_high, hol: pyFixed(stats.head_of_line_wait, 2),
+    }) });
+  }
+  found.push(...transferFindings(s, stats));
+  return found;
+}
+
+/** Findings in plain words, most important first (diagnosis.py diagnosis()). @param {LoaderState} s @returns {string[]} */
+export function diagnosis(s) {
+  return findings(s).map((f) => f.text);
 }
 
 /** @param {unknown} v */

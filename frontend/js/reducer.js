@@ -127,11 +127,16 @@ export class LoaderState {
     this.last_yield_t = null;
     /** @type {number|null} the current epoch's latest yield (null before its first) */
     this.epoch_yield_t = null;
-    // the training loop's own time between two yields of one epoch: its step. Gaps between epochs
-    // (evaluation, another loader) are not steps.
+    // the training loop's own time between two yields of one epoch, inside no loader's next(): its step.
+    // Gaps between epochs are not steps.
     /** @type {number[]} */
     this.step_gaps = [];
     this.step_total = 0;
+    // time the loop spent inside other loaders' next() (loop events), since this loader's last batch;
+    // then added up within epochs and before each epoch's first batch
+    this.pending_others = 0;
+    this.other_wait = 0;
+    this.between_others = 0;
     // iterators abandoned after a few batches (next(iter(loader)) before an epoch): not epochs
     this.peeks = 0;
     this.peek_batches = 0;
@@ -139,9 +144,15 @@ export class LoaderState {
     this.peek_starts = 0; // worker start-ups the peeks cost
     this.epoch_wait = 0; // consumer wait of the current epoch
     this.epoch_failed = false; // a worker died, an error or a timeout ended it: not a peek
+    this.epoch_open = false; // an iterator began an epoch that has not ended yet
     /** @type {number|null} when the training loop first asked for a batch */
     this.first_next_t = null;
     this.starts = 0; // worker start-ups since the last epoch_end
+    this.worker_starts = 0; // worker start-ups in the whole run
+    /** @type {Map<number, Array<Record<string, unknown>>>} the latest worker_stuck notes of each worker, until they recover */
+    this.stuck_notes = new Map();
+    /** @type {Record<string, unknown>|null} the consumer_stuck note, until a batch ends the wait */
+    this.consumer_note = null;
     /** @type {Array<[number, number]>} (epoch, idx) as released */
     this.yield_order = [];
     /** @type {EventOf<'error'>[]} */
@@ -264,6 +275,8 @@ function epochStart(s, e) {
   s.epoch_wait = 0;
   s.epoch_yield_t = null;
   s.epoch_failed = false;
+  s.epoch_open = true;
+  s.stuck_notes.clear();
   s.tasks.clear();
   s.result_queue.length = 0;
   s.buffer.length = 0;
@@ -297,6 +310,7 @@ function epochEnd(s, e) {
     s.epochs_done += 1;
   }
   s.starts = 0;
+  s.epoch_open = false;
 }
 
 /** @param {LoaderState} s @param {EventOf<'worker_start'>} e */
@@ -313,9 +327,30 @@ function workerExit(s, e) {
   if (w.status !== WorkerStatus.DIED) w.status = WorkerStatus.EXITED;
 }
 
+/**
+ * The note the rule's `keeps` just made of `e`, as a copy of its own (state.py's note is a copy: a
+ * recovery marks it, never the event), or null once MAX_KEPT notes are kept.
+ * @param {LoaderState} s @param {LoaderEvent} e @returns {Record<string, unknown>|null}
+ */
+function lastNote(s, e) {
+  const last = s.notes.length - 1;
+  if (last < 0 || s.notes[last] !== e) return null;
+  const note = { ...e };
+  s.notes[last] = /** @type {LoaderEvent} */ (note);
+  return note;
+}
+
 /** @param {LoaderState} s @param {EventOf<'worker_stuck'>} e */
 function workerStuck(s, e) {
   s.worker(e.worker).stuck = e; // the page shows the latest stack on the stuck lane's card; state.py keeps it in notes only
+  const note = lastNote(s, e);
+  if (note === null) return;
+  let episode = s.stuck_notes.get(e.worker);
+  if (episode === undefined || episode[0].idx !== e.idx) {
+    episode = [];
+    s.stuck_notes.set(e.worker, episode);
+  }
+  episode.push(note);
 }
 
 /** @param {LoaderState} s @param {EventOf<'worker_died'>} e */
@@ -351,6 +386,7 @@ function step(s, e) {
 /** @param {LoaderState} s @param {EventOf<'consumer_stuck'>} e */
 function consumerStuck(s, e) {
   s.consumer_stuck = e; // the page's extra; the note is the table's
+  s.consumer_note = lastNote(s, e) ?? s.consumer_note;
 }
 
 /** @param {LoaderState} s @param {EventOf<'timeout'>} e */
@@ -424,6 +460,13 @@ const HOT_CODE = {
         w.busy += dt;
       }
       w.nbytes += nbytes || 0;
+      const episode = s.stuck_notes.get(w.id);
+      if (episode !== undefined && episode[0].idx === idx) { // a stuck fetch that ended after all
+        s.stuck_notes.delete(w.id);
+        for (const note of episode) {
+          note.recovered = dt ?? s.t - Number(note.t) + Number(note.elapsed);
+        }
+      }
       if (w.current === idx) {
         w.current = null;
         w.stuck = null;
@@ -462,17 +505,25 @@ const HOT_CODE = {
       if (task === undefined || task.arrived === null) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} that has not arrived`);
       const inOrder = s.config.in_order ?? true;
       if (inOrder && idx !== s.rcvd_idx) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
-      // Waiting for a late head-of-line task while later results sat ready is the reorder cost.
-      if (wait > 0 && !fromBufferOf(e, i) && s.buffer.length) s.head_of_line_wait += wait;
+      if (wait > 0 && !fromBufferOf(e, i) && s.buffer.length) s.head_of_line_wait += parkedWait(s, wait);
       if (wait > 0 && task !== undefined && task.pin_start !== null) { // how much of the wait was pinning
         s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
       }
       if (s.first_next_t === null) s.first_next_t = s.t - wait;
       if (s.epoch_batches === 0) s.startup_wait += wait;
-      if (s.epoch_yield_t !== null) {
-        const gap = Math.max(0, s.t - wait - s.epoch_yield_t);
+      const others = s.pending_others;
+      s.pending_others = 0;
+      if (s.epoch_yield_t !== null) { // the step: the gap since the last batch, less other loaders' next()
+        const gap = Math.max(0, s.t - wait - s.epoch_yield_t - others);
         s.step_gaps.push(gap);
         s.step_total += gap;
+        s.other_wait += others;
+      } else {
+        s.between_others += others;
+      }
+      if (s.consumer_note !== null) { // the loop was stuck in next(), and this batch ended the wait
+        s.consumer_note.recovered = wait;
+        s.consumer_note = null;
       }
       s.epoch_batches += 1;
       s.last_yield_t = s.epoch_yield_t = s.t;
@@ -521,6 +572,20 @@ const HOT_CODE = {
     };
   },
 };
+
+/**
+ * The reorder cost of one wait: the part of it after a later result had arrived and parked, which
+ * in_order=False would have handed over at once (state.py _parked_wait).
+ * @param {LoaderState} s @param {number} wait
+ */
+function parkedWait(s, wait) {
+  let first = Infinity;
+  for (const idx of s.buffer) {
+    const arrived = s.tasks.get(idx)?.arrived;
+    if (arrived !== undefined && arrived !== null && arrived < first) first = arrived;
+  }
+  return first === Infinity ? 0 : Math.max(0, Math.min(wait, s.t - first));
+}
 
 /** @param {LoaderState} s @param {Task} task */
 function leaveResultQueue(s, task) {
@@ -858,24 +923,40 @@ function consumerSplit(s) {
   if (!s.steps) return null;
   const per = 1 / s.steps;
   return {
-    device: s.step_device, wait: s.consumer_wait / Math.max(s.batches, 1), h2d: s.step_h2d * per,
+    device: s.step_device, wait: s.consumer_wait / Math.max(s.batches, 1), step: meanStep(s), h2d: s.step_h2d * per,
     compute: s.step_compute * per, h2d_pageable: s.step_h2d_pageable * per || null,
   };
+}
+
+/** The loop's time inside this loader's epochs: its wait here, in other loaders' next(), and its step. @param {LoaderState} s */
+function epochWall(s) {
+  return s.consumer_wait + s.other_wait + s.step_total;
 }
 
 /** The share of the epochs' time the training loop waited for data (summary().input_bound; the page's counter). */
 /** @param {LoaderState} s */
 export function inputBound(s) {
-  const epochWall = s.consumer_wait + s.step_total;
-  return epochWall > 0 ? s.consumer_wait / epochWall : 0;
+  const wall = epochWall(s);
+  return wall > 0 ? s.consumer_wait / wall : 0;
+}
+
+/** The loop's own time per batch, inside no loader's next(): a mean (state.py _mean_step). @param {LoaderState} s */
+function meanStep(s) {
+  return s.step_gaps.length ? s.step_total / s.step_gaps.length : null;
+}
+
+/** The one throughput every view shows: batches over the time inside this loader's epochs (state.py summary). @param {LoaderState} s */
+export function batchesPerS(s) {
+  const wall = epochWall(s);
+  return wall > 0 ? s.batches / wall : 0;
 }
 
 /** The statistics the diagnosis (docs/DESIGN.md) speaks of, as plain numbers (state.py summary()). */
 /** @param {LoaderState} s @param {{workers?: boolean}} [options] */
 export function summary(s, { workers = true } = {}) {
   const wall = (s.last_yield_t || s.t) - (s.first_t || 0);
-  const epochWall = s.consumer_wait + s.step_total; // inside this loader's epochs: waiting or stepping
-  const steadyWait = s.consumer_wait - s.startup_wait, steadyWall = epochWall - s.startup_wait;
+  const inEpochs = epochWall(s);
+  const steadyWait = s.consumer_wait - s.startup_wait, steadyWall = inEpochs - s.startup_wait;
   const fetches = [];
   for (const w of s.workers.values()) for (const dt of w.fetch_times) fetches.push(dt);
   const nw = s.config.num_workers || 0;
@@ -884,19 +965,24 @@ export function summary(s, { workers = true } = {}) {
     status: s.status,
     batches: s.batches,
     epochs: s.epochs_done,
-    wall,
-    batches_per_s: wall > 0 ? s.batches / wall : 0,
+    wall, // from the loader's first event to its last batch: set-up and gaps included
+    batches_per_s: batchesPerS(s),
     consumer_wait: s.consumer_wait,
-    // the training loop's own time per batch within epochs (median), null before an epoch's 2nd batch
-    step_time: s.step_gaps.length ? median(s.step_gaps) : null,
-    epoch_wall: epochWall,
-    // from the first next() to the last yield, the time outside epochs: evaluation, other loaders
-    between_epochs: Math.max(0, (s.last_yield_t || s.t) - (s.first_next_t ?? s.t) - epochWall),
-    epoch_batches_per_s: epochWall > 0 ? s.batches / epochWall : 0, // the pace while iterated
+    step_time: meanStep(s), // null before an epoch's 2nd batch
+    step_total: s.step_total,
+    other_wait: s.other_wait,
+    epoch_wall: inEpochs,
+    // from the first next() to the last yield, the time outside this loader's epochs, and how much of it
+    // the loop spent inside other loaders' next()
+    between_epochs: Math.max(0, (s.last_yield_t || s.t) - (s.first_next_t ?? s.t) - inEpochs),
+    between_others: s.between_others,
     input_bound: inputBound(s),
+    other_share: inEpochs > 0 ? s.other_wait / inEpochs : 0,
     // the same without each epoch's first wait (workers starting, the pipeline filling)
     input_bound_steady: steadyWall > 0 ? steadyWait / steadyWall : 0,
     startup_wait: s.startup_wait,
+    startup_share: inEpochs > 0 ? s.startup_wait / inEpochs : 0,
+    worker_starts: s.worker_starts,
     peeks: s.peeks,
     peek_batches: s.peek_batches,
     peek_wait: s.peek_wait,

@@ -80,7 +80,8 @@ test('seed example: task 0 arrives, is yielded; task 1 leaves the buffer next; c
   let s = reduce(SEED, SEED[at((e) => e.kind === 'yield' && e.idx === 0)].seq);
   assert.equal(s.rcvd_idx, 1);
   assert.deepEqual(s.buffer, [1]);
-  assert.ok(Math.abs(s.head_of_line_wait - 0.2) < 1e-9, 'waited on the late head-of-line task');
+  // task 1 parked at 0.11 s: from then on in_order=False would have handed it over, 0.10 s of the 0.2 s wait
+  assert.ok(Math.abs(s.head_of_line_wait - 0.1) < 1e-9, 'waited on the late head-of-line task while task 1 sat ready');
   s = reduce(SEED);
   assert.equal(s.rcvd_idx, 2);
   assert.equal(s.send_idx, 6);

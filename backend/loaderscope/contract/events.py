@@ -63,6 +63,7 @@ class Kind(StrEnum):
     STEP = "step"
     PROBE_ERROR = "probe_error"
     DOCTOR_VERDICT = "doctor_verdict"
+    LOOP = "loop"
 
 
 class RunStatus(StrEnum):
@@ -306,10 +307,18 @@ class DoctorVerdict(Event, tag=Kind.DOCTOR_VERDICT.value):
     text: Value
 
 
+class Loop(Event, tag=Kind.LOOP.value):
+    """Sent before a batch's yield when, since this loader's last batch, the same thread spent ``others``
+    seconds inside other loaders' ``next()`` (a val loader zipped with train, say): that time is neither
+    this loader's wait nor the loop's step."""
+
+    others: Number
+
+
 KINDS: tuple[type[Event], ...] = (
     RunStart, RunEnd, EpochStart, EpochEnd, EpochResume, WorkerStart, WorkerExit, Dispatch, FetchStart,
     FetchEnd, Arrive, PinStart, PinEnd, Buffer, Yield, Skip, WorkerStuck, ConsumerStuck, WorkerDied, Error,
-    Timeout, BatchInfo, Step, ProbeError, DoctorVerdict,
+    Timeout, BatchInfo, Step, ProbeError, DoctorVerdict, Loop,
 )
 
 # The frequent kinds: one or more per batch. The page keeps them in typed columns (event-table.js),

@@ -78,7 +78,8 @@ RULES: dict[Kind, Rule] = {
     Kind.EPOCH_START: Rule("a new iterator: cursors, queues and tasks start empty (tasks are numbered per epoch)"),
     Kind.EPOCH_END: Rule("the iterator ends: an epoch done, or a peek when abandoned after a few batches"),
     Kind.EPOCH_RESUME: Rule("a resumed iterator, shown as a note", keeps=True),
-    Kind.WORKER_START: Rule("a worker process runs _worker_loop", worker=WorkerStatus.IDLE, counts={"starts": 1}),
+    Kind.WORKER_START: Rule("a worker process runs _worker_loop", worker=WorkerStatus.IDLE,
+                            counts={"starts": 1, "worker_starts": 1}),
     Kind.WORKER_EXIT: Rule("a worker process exits"),
     Kind.DISPATCH: Rule("_try_put_index: the sampler's next batch goes to worker w's index queue; send_idx advances",
                         enters="worker_queue", counts={"outstanding": 1}),
@@ -109,6 +110,8 @@ RULES: dict[Kind, Rule] = {
                     counts={"steps": 1, "step_h2d": "h2d", "step_compute": "compute",
                             "step_h2d_pageable": "h2d_pageable"}),
     Kind.PROBE_ERROR: Rule("the probe failed and stopped watching; training went on", keeps=True),
+    Kind.LOOP: Rule("the loop spent time inside other loaders' next() since this loader's last batch",
+                    counts={"pending_others": "others"}),
 }
 
 

@@ -32,6 +32,7 @@ from loaderscope.events import BATCH_ROW
 from loaderscope.probe.batchinfo import describe, is_pinned, sizes
 from loaderscope.probe.faults import report
 from loaderscope.probe.liveness import Liveness, StuckRule
+from loaderscope.probe.loopclock import LOOP, loop_step
 from loaderscope.probe.pinning import PinTap
 from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
@@ -186,6 +187,13 @@ def _watch_consumer(iterator: Any, probe: Recorder, rule: StuckRule, readers: di
     return liveness
 
 
+def _loop_step(probe: Recorder, before: float, started: float, ended: float) -> None:
+    try:
+        loop_step(probe, before, started, ended)
+    except Exception as exc:
+        report("loop clock", exc, probe.note)
+
+
 class IteratorProbe:
     """What an adoption hands an iterator: the loader's recorder and epochs, this iterator's workers."""
 
@@ -295,6 +303,7 @@ class MultiProcessProbe:
 
     def __next__(self) -> Any:
         self._liveness.next_started = start = monotonic()
+        before = LOOP.inside
         try:
             data = super().__next__()  # type: ignore[misc]
         except StopIteration:
@@ -302,7 +311,8 @@ class MultiProcessProbe:
             raise
         finally:
             self._liveness.next_started = None
-        now = monotonic()
+            now = monotonic()
+            _loop_step(self._probe, before, start, now)
         released = self._released
         if released is not None:
             self._append(("yield", now, released[0], now - start, released[2]))
@@ -488,6 +498,7 @@ class SingleProcessProbe:
     def _next_data(self) -> Any:
         liveness, timer = self._liveness, self._probe_timer
         liveness.next_started = started = monotonic()
+        before = LOOP.inside
         last: list[Any] = timer.last if timer is not None else [None, started, started]
         last[0] = None
         try:
@@ -500,6 +511,7 @@ class SingleProcessProbe:
             raise
         finally:
             liveness.next_started = None
+            _loop_step(self._probe, before, started, monotonic())
         index, fetch_started, fetched = last
         if index is None:  # a subclass that fetched without its fetcher: the whole call is the fetch
             fetch_started, fetched = started, monotonic()
@@ -584,6 +596,7 @@ class TorchSingleProcessProbe(SingleProcessProbe):
     def _next_data(self) -> Any:
         liveness = self._liveness
         liveness.next_started = started = monotonic()
+        before = LOOP.inside
         index = None
         pinned = self._pin_memory
         try:
@@ -600,6 +613,7 @@ class TorchSingleProcessProbe(SingleProcessProbe):
             raise
         finally:
             liveness.next_started = None
+            _loop_step(self._probe, before, started, monotonic())
         idx = self._probe_yields
         if idx > 2 and type(data) is Tensor and not pinned and not self._probe.values_asked:
             self._probe_yields = idx + 1

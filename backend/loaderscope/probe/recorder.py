@@ -85,6 +85,9 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._watchers: list[Callable[[], None]] = []
         self.values_asked = False  # in-process loaders: describe the next batch with values
+        # the loop's clock after this loader's last next(), and its thread (probe/loopclock.py)
+        self.loop_mark = 0.0
+        self.loop_thread: int | None = None
         # The run lives while its loader or any of its iterators does (``for b in DataLoader(...)``
         # drops the loader as soon as the iterator exists); the last one gone calls ``on_abandoned``.
         self.on_abandoned: Callable[[], None] = self.close
@@ -100,7 +103,7 @@ class Recorder:
         """Rare events, with named fields."""
         self.pending.append((kind, time.monotonic(), fields))
 
-    def note_at(self, kind: str, t: float, **fields: Any) -> None:
+    def note_at(self, kind: str, t: float, **fields: object) -> None:
         """A rare event that happened at monotonic time ``t``."""
         self.pending.append((kind, t, fields))
 
