@@ -144,10 +144,10 @@ def _verdict(stats: Mapping[str, Any], config: Mapping[str, Any]) -> tuple[str, 
             fix = say("startup_bound.persistent")
         else:
             fix = say("startup_bound.rebuilt")
-        return "startup_bound", say("startup_bound", share=f"{stats['startup_share']:.0%}",
+        return "startup_bound", say("startup_bound", rate=rate, share=f"{stats['startup_share']:.0%}",
                                     starts=say("n.starts", n=stats["worker_starts"]), fix=fix)
     if shares[biggest] > INPUT_BOUND and biggest == "others":
-        return "other_loaders_bound", say("others_bound", share=f"{stats['other_share']:.0%}")
+        return "other_loaders_bound", say("others_bound", rate=rate, share=f"{stats['other_share']:.0%}")
     if stats["input_bound_steady"] <= INPUT_BOUND:
         after = say("step_bound.after", steady=f"{stats['input_bound_steady']:.0%}") \
             if stats["input_bound"] > INPUT_BOUND else ""

@@ -44,14 +44,14 @@ WORDS: dict[str, Entry] = {
     "step_bound": ";{after} the training step is the bottleneck ({step}{rate} batches/s)",
     "step_bound.after": " after start-up it waited {steady}, so",
     "step_bound.step": "{step} ms per batch (mean), ",
-    "startup_bound": "; worker start-up is the bottleneck: {share} of the time went to the first batch of each "
-                     "epoch ({starts}){fix}",
+    "startup_bound": "; worker start-up is the bottleneck ({rate} batches/s): {share} of the time went to the first "
+                     "batch of each epoch ({starts}){fix}",
     "startup_bound.persistent": ": persistent_workers=True keeps the workers between epochs",
     "startup_bound.rebuilt": ": if this loader is built again for each epoch, build it once "
                              "(with persistent_workers=True)",
     "startup_bound.main": ": with num_workers=0 no worker starts, so the dataset's first fetch of each epoch is slow",
-    "others_bound": "; other loaders are the bottleneck: the loop spent {share} of this loader's epochs inside their "
-                    "next() (see their runs)",
+    "others_bound": "; other loaders are the bottleneck ({rate} batches/s): the loop spent {share} of this loader's "
+                    "epochs inside their next() (see their runs)",
     "loading_bound": "; loading is the bottleneck: {workers} deliver {rate} batches/s",
     "loading_bound.main": "the main process",
     "no_verdict": "no verdict on the bottleneck: {why}, so the timings show the failure, not the pipeline's pace",

@@ -152,9 +152,9 @@ function verdict(stats, config) {
   if (shares[biggest] > INPUT_BOUND && biggest === 'startup') {
     const fix = !workers ? say('startup_bound.main')
       : !config.persistent_workers && stats.epochs + stats.peeks > 1 ? say('startup_bound.persistent') : say('startup_bound.rebuilt');
-    return ['startup_bound', say('startup_bound', { share: pct(stats.startup_share), starts: say('n.starts', { n: stats.worker_starts }), fix })];
+    return ['startup_bound', say('startup_bound', { rate, share: pct(stats.startup_share), starts: say('n.starts', { n: stats.worker_starts }), fix })];
   }
-  if (shares[biggest] > INPUT_BOUND && biggest === 'others') return ['other_loaders_bound', say('others_bound', { share: pct(stats.other_share) })];
+  if (shares[biggest] > INPUT_BOUND && biggest === 'others') return ['other_loaders_bound', say('others_bound', { rate, share: pct(stats.other_share) })];
   if (stats.input_bound_steady <= INPUT_BOUND) {
     const after = stats.input_bound > INPUT_BOUND ? say('step_bound.after', { steady: pct(stats.input_bound_steady) }) : '';
     const step = stats.step_time !== null ? say('step_bound.step', { step: ms(stats.step_time) }) : '';

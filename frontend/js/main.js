@@ -248,7 +248,7 @@ class App {
       return { now: pb.playing ? Math.max(p.time, pb.playT) : p.time, wall, live: false, paced };
     }
     const live = this.isLive();
-    let now = this.state.t;
+    let now = p.time; // the run's clock: the latest t yet, never a late worker event's earlier one
     if (live && this.lastEventWall) now += Math.min(60, (wall - this.lastEventWall) / 1000);
     return { now, wall, live, paced };
   }
@@ -330,7 +330,7 @@ class App {
   renderPanels() {
     const state = this.state;
     const p = this.player;
-    this.counters.render(state, this.store, p.cursor);
+    this.counters.render(state, this.store, p.cursor, this.isLiveRun() && p.following);
     const notes = this.track.noteItems;
     let k = notes.length;
     while (k > 0 && (notes[k - 1]._row ?? 0) > p.cursor) k -= 1;

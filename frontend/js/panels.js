@@ -1,7 +1,7 @@
 // DOM panels that change a few times a second: counters, notes, event log, diagnosis, worker detail.
 // Each render compares with what it wrote last, so an unchanged panel costs nothing.
 
-import { inputBound, userFrame } from './reducer.js';
+import { batchesPerS, inputBound, userFrame } from './reducer.js';
 import { fmtDuration, upperBound } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
 import { pinStage, pinRate } from './pin.js';
@@ -44,6 +44,11 @@ export function sampleText(report, state) {
   return `sample ${(report.pos ?? 0) + 1}${n ? ` of ${n}` : ''} (index ${report.sample})`;
 }
 
+// The rate counter says which rate it shows: while a real run is live, its last 2 s; else the run's
+// own batches/s as far as the playhead (summary()'s batches_per_s: the page, the CLI, the job table
+// and compare give that one number).
+const RATE_LABEL = { live: 'batches / s (last 2 s)', run: 'batches / s (run)' };
+
 export class Counters {
   /** @param {HTMLElement} host */
   constructor(host) {
@@ -51,14 +56,14 @@ export class Counters {
     /** @type {Map<string, {el: HTMLElement, v: HTMLElement, last: string}>} */
     this.cells = new Map();
     const defs = [
-      ['rate', 'batches / s'],
+      ['rate', RATE_LABEL.run],
       ['batches', 'batches received'],
       ['cursors', 'send_idx / rcvd_idx'],
       ['outstanding', 'in flight / window'],
       ['buffer', 'reorder buffer (max)'],
       ['wait', 'training waited'],
       ['pin', 'pin memory MB/s'],
-      ['epoch', 'epoch · events'],
+      ['epoch', 'epochs · events'],
     ];
     for (const [key, label] of defs) {
       const el = document.createElement('div');
@@ -88,11 +93,22 @@ export class Counters {
     }
   }
 
-  /** @param {LoaderState} state @param {import('./timeline-store.js').TimelineStore} timeline @param {number} eventCount */
-  render(state, timeline, eventCount) {
+  /** @param {string} key @param {string} label */
+  label(key, label) {
+    const c = this.cells.get(key);
+    const k = /** @type {HTMLElement|undefined} */ (c?.el.querySelector('.k'));
+    if (k && k.textContent !== label) k.textContent = k.title = label;
+  }
+
+  /**
+   * @param {LoaderState} state @param {import('./timeline-store.js').TimelineStore} timeline @param {number} eventCount
+   * @param {boolean} live following a real run as it happens
+   */
+  render(state, timeline, eventCount, live) {
     const s = { input_bound: inputBound(state) };
-    const rate = recentRate(timeline.consumer, state.t);
-    this.set('rate', rate ? rate.toFixed(rate < 10 ? 1 : 0) : '–');
+    const rate = live ? recentRate(timeline.consumer, state.t) : batchesPerS(state);
+    this.label('rate', live ? RATE_LABEL.live : RATE_LABEL.run);
+    this.set('rate', rate ? rate.toFixed(1) : '–'); // as the diagnosis, the job table and the CLI print it
     this.set('batches', String(state.batches));
     this.set('cursors', `${state.send_idx} / ${state.rcvd_idx}`);
     const win = state.window;
@@ -106,7 +122,8 @@ export class Counters {
     else this.set('pin', pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short, pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '');
     const pinCell = this.cells.get('pin');
     if (pinCell) pinCell.el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
-    this.set('epoch', `${Math.max(state.epoch, 0)} · ${compact(eventCount)}`);
+    // epochs of training begun, peeks left out (an iterator left after a look at a batch or two)
+    this.set('epoch', `${state.epochs_done + (state.epoch_open ? 1 : 0)} · ${compact(eventCount)}`);
   }
 }
 

@@ -87,6 +87,12 @@ export class Player {
     this.following = true; // the cursor stays at the end as events come
     this.seeks = 0;
     this.replayed = 0; // events re-applied by seeks (for the perf readout)
+    // The run's clock never runs backwards: a worker's events reach the stream after the main process's
+    // later ones, so a row's own t may be earlier than the row before. The clock at row i is the latest t
+    // of rows 0..i: `peaks[k]` holds it before row k·every, `latest` after the last row applied.
+    /** @type {number[]} */
+    this.peaks = [];
+    this.latest = -Infinity;
   }
 
   get length() {
@@ -131,7 +137,12 @@ export class Player {
   before(n) {
     // a cursor parked at the end (not following) must not move with `full`: give it its own state
     if (!this.following && this.view === null) this.view = restore(snapshot(this.full), this.full);
-    if (n % this.every === 0) this.snapshots[n / this.every] = snapshot(this.full);
+    if (n % this.every === 0) {
+      this.snapshots[n / this.every] = snapshot(this.full);
+      this.peaks[n / this.every] = this.latest;
+    }
+    const t = this.table.t[n];
+    if (t > this.latest) this.latest = t;
   }
 
   /** The event at row i (an object). @param {number} i */
@@ -209,13 +220,33 @@ export class Player {
     return this.seek(before < 0 ? 0 : before + 1);
   }
 
-  /** Run time of the cursor: the t of the last applied event. */
-  get time() {
-    return this.cursor > 0 ? this.table.t[this.cursor - 1] : (this.table.length ? this.table.t[0] : 0);
+  /** The run's clock after rows [0, n): the latest t among them (never earlier than after n - 1). @param {number} n */
+  clockAt(n) {
+    if (n <= 0) return this.table.length ? this.table.t[0] : 0;
+    const k = Math.floor((n - 1) / this.every);
+    let latest = this.peaks[k] ?? -Infinity;
+    for (let i = k * this.every; i < n; i++) if (this.table.t[i] > latest) latest = this.table.t[i];
+    return latest;
   }
 
-  /** Cursor position after every event with t <= time. @param {number} time */
+  /** Run time of the cursor: the run's clock after the applied events. */
+  get time() {
+    return this.clockAt(this.cursor);
+  }
+
+  /** Cursor position after every event the run's clock reached by `time`. @param {number} time */
   rowAt(time) {
-    return this.table.rowAfterTime(time);
+    let k = 0; // the last block whose clock at its start is at most `time`
+    for (let lo = 0, hi = this.peaks.length - 1; lo <= hi;) {
+      const mid = (lo + hi) >> 1;
+      if ((this.peaks[mid] ?? -Infinity) <= time) { k = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    let latest = this.peaks[k] ?? -Infinity;
+    const n = this.table.length;
+    for (let i = k * this.every; i < n; i++) {
+      if (this.table.t[i] > latest) latest = this.table.t[i];
+      if (latest > time) return i;
+    }
+    return n;
   }
 }

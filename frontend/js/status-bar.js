@@ -3,6 +3,7 @@
 // pace, said as the dashboard's own slowing-down and kept out of the diagnosis.
 
 import { ENDED } from './schema.js';
+import { say } from './wording.gen.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
@@ -128,7 +129,7 @@ export class StatusBar {
     const source = tr.source === 'file' ? `${tr.label}` : '';
     const ranks = this.host.ranks();
     const title = tr.source !== 'none' ? [source, name, full.mode || tr.runInfo?.mode || '',
-      c.num_workers !== undefined ? `${c.num_workers} workers · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}` : '',
+      c.num_workers !== undefined ? `${c.num_workers ? say('n.workers', { n: c.num_workers }) : 'in-process (num_workers=0)'} · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}` : '',
       ranks > 1 ? `${ranks} ranks` : ''].filter(Boolean).join(' · ') : '';
     const badge = $('doctor-badge'); // a `loaderscope doctor --out` snapshot: what the samples saw, frozen
     badge.hidden = full.mode !== 'doctor';

@@ -3,6 +3,7 @@
 // zoomed out, how busy each pixel column is (prefix sums: O(width · log n), whatever n is). Pure.
 
 import { EventTable } from './event-table.js';
+import { isPeek } from './reducer.js';
 
 /** One row of non-overlapping spans, appended roughly in start order. */
 export class SpanColumn {
@@ -233,7 +234,7 @@ export class TimelineStore {
     this.consumerOpen = null;
     /** @type {SlotMap<{start:number, idx:number, epoch:number, dref:number, stuck?:boolean}>} fetches still running, per worker */
     this.open = new SlotMap();
-    /** @type {Array<{t:number, epoch:number}>} */
+    /** @type {Array<{t:number, epoch:number, peek?:boolean}>} epoch starts; a peek's, once it ended as one */
     this.epochs = [];
     /** @type {Array<{t:number, kind:string, worker?:number, text:string}>} stuck / died / error / timeout markers */
     this.marks = [];
@@ -301,6 +302,12 @@ export class TimelineStore {
       case 'yield':
         this.yielded(t, e.idx, e.wait, row);
         break;
+      case 'epoch_end': {
+        // an iterator left after a batch or two is a peek, not an epoch: its line says so (reducer isPeek)
+        const last = this.epochs[this.epochs.length - 1];
+        if (last?.epoch === e.epoch && isPeek(e, this.config.batches_per_epoch)) last.peek = true;
+        break;
+      }
       case 'worker_stuck':
         {
           const open = this.open.get(e.worker);

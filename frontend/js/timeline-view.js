@@ -441,7 +441,7 @@ export class TimelineView {
     return aggregated;
   }
 
-  /** Epoch boundaries: dashed lines with the epoch's number. @param {DrawFrame} frame */
+  /** Epoch boundaries: dashed lines with the epoch's number (a peek's says "peek"). @param {DrawFrame} frame */
   drawEpochs({ ctx, g, t0, t1, X }) {
     ctx.strokeStyle = '#5b6b82';
     ctx.setLineDash([3, 3]);
@@ -454,7 +454,7 @@ export class TimelineView {
       ctx.stroke();
       ctx.fillStyle = '#9fb0c6';
       ctx.font = '10px system-ui, sans-serif';
-      ctx.fillText(`epoch ${ep.epoch}`, x + 3, AXIS + 9);
+      ctx.fillText(ep.peek ? 'peek' : `epoch ${ep.epoch}`, x + 3, AXIS + 9);
     }
     ctx.setLineDash([]);
   }

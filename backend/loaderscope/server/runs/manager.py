@@ -258,7 +258,8 @@ class Run:
             "job": state.job,
             "rank": state.rank,
             "world_size": state.world_size,
-            "epochs": state.epoch + 1 if self.source is None or self.source.read_whole else None,
+            # epochs of training begun: peeks (an iterator left after a batch or two) are none
+            "epochs": state.epochs_done + state.epoch_open if self.source is None or self.source.read_whole else None,
             "on_disk": self.log.parked,
             **(self.source.brief() if self.source is not None else {}),
         }
