@@ -4,11 +4,13 @@
 A trace is a directory ``NAME.trace.parquet/`` of part files ``part-000000.parquet``, … in event
 order. Each part is a closed, complete Parquet file: a Parquet file is unreadable without its footer,
 so a writer killed mid-run must never leave the only copy of its events in an open file. Parts are
-written under a dot name and renamed into place (``os.replace``, atomic), so every ``part-*.parquet``
-an engine sees is whole; a killed writer leaves the parts it closed, a readable prefix, which
-``read_parquet_trace`` marks truncated (no ``run_end`` at its end, as for JSON lines). Engines read
-the directory as one dataset: ``read_parquet('NAME.trace.parquet/*.parquet')`` in DuckDB, the
-directory's path in Spark, Trino or ``pyarrow.dataset``.
+written under a random dot name and renamed into place (``os.replace``, atomic), so every
+``part-*.parquet`` an engine sees is whole; the writer makes them through its directory's descriptor
+and never follows a link (``safefiles.py``: a team logdir is writable by others). A killed writer
+leaves the parts it closed, a readable prefix, which ``read_parquet_trace`` marks truncated (no
+``run_end`` at its end, as for JSON lines). Engines read the directory as one dataset:
+``read_parquet('NAME.trace.parquet/*.parquet')`` in DuckDB, the directory's path in Spark, Trino or
+``pyarrow.dataset``.
 
 Columns are named as the events' top-level fields and typed from the contract (contract/events.py):
 an integer field is the smallest int that holds its bounds, a number (``int | float``) is float64
@@ -22,9 +24,11 @@ under the key ``loaderscope-trace``, as JSON.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
@@ -38,6 +42,7 @@ import pyarrow.parquet as pq
 
 from loaderscope.contract.events import COMMON_FIELDS, KINDS, MAX_NUMBER
 from loaderscope.events import Event, EventError, validate
+from loaderscope.safefiles import open_directory, replace_whole, touch
 from loaderscope.traceheader import FORMAT, TraceError, check_header, header
 
 SUFFIX = ".trace.parquet"
@@ -237,16 +242,18 @@ def parsed_parquet_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any
         yield from events
 
 
-def write_part(where: Path | pa.NativeFile, events: list[Mapping[str, Any]], metadata: dict[bytes, bytes]) -> None:
+def part_bytes(events: list[Mapping[str, Any]], metadata: dict[bytes, bytes]) -> memoryview:
     """One whole Parquet file of ``events``, with the trace header as its key-value ``metadata``."""
+    buffer = pa.BufferOutputStream()
     # No Arrow schema blob and statistics only where engines prune by them: a part's footer is
     # otherwise ~6 KB, 2 bytes an event for a 10-second part of a slow loader.
-    with pq.ParquetWriter(where, SCHEMA, compression=COMPRESSION, store_schema=False,
+    with pq.ParquetWriter(buffer, SCHEMA, compression=COMPRESSION, store_schema=False,
                           use_dictionary=DICTIONARY_COLUMNS, use_byte_stream_split=FLOAT_COLUMNS,
                           column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
                           write_statistics=list(STATISTICS)) as writer:
         writer.write_table(to_table(events))
         writer.add_key_value_metadata(metadata)
+    return memoryview(buffer.getvalue())
 
 
 @functools.cache
@@ -261,7 +268,7 @@ def import_what_writing_imports() -> None:
     """
     event = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 0, "worker": 0,
              "indices": [0, 1]}
-    write_part(pa.BufferOutputStream(), [event], {METADATA_KEY: b"{}"})
+    part_bytes([event], {METADATA_KEY: b"{}"})
 
 
 def _part_name(number: int) -> str:
@@ -275,16 +282,20 @@ class ParquetTraceWriter:
     Same interface as ``trace.TraceWriter``, so the probe's writer thread takes either.
     """
 
-    def __init__(self, path: str | Path, run: str, *, row_group_events: int | None = None,
+    def __init__(self, path: str | Path, run: str, *, exclusive: bool = False, row_group_events: int | None = None,
                  part_seconds: float | None = None, **meta: Any) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        # Opened once: every part is made through this descriptor, so a link planted at the trace's
+        # name, or the directory renamed while the run goes on, never sends a part elsewhere
+        self._directory = open_directory(self.path, exclusive=exclusive)
+        self._closer = weakref.finalize(self, os.close, self._directory)  # also for a writer dropped on an error
         self.row_group_events = row_group_events or ROW_GROUP_EVENTS
         self.part_seconds = part_seconds if part_seconds is not None else _part_seconds()
         self._metadata = {METADATA_KEY: orjson.dumps(header(run, **meta))}
         self._pending: list[Mapping[str, Any]] = []
         self._since = 0.0  # monotonic time of the first pending event
-        self._parts = len(list(self.path.glob(PART_GLOB)))
+        self._parts = len(fnmatch.filter(os.listdir(self._directory), PART_GLOB))
+        self._newest: IO[bytes] | None = None  # the last part written, kept open for its heartbeat
 
     def write(self, events: Iterable[Mapping[str, Any]]) -> None:
         if not self._pending:
@@ -306,14 +317,22 @@ class ParquetTraceWriter:
         self.flush()
 
     def touch(self) -> None:
-        """Set the newest part's modification time to now (none before the first part): its writer lives."""
-        if self._parts:
-            os.utime(self.path / _part_name(self._parts - 1))
+        """Set the newest part's modification time to now (none before the first part): its writer lives.
+
+        Through the part's descriptor: whatever its name leads to now is not touched.
+        """
+        if self._newest is not None:
+            touch(self._newest)
 
     def close(self) -> None:
-        self._write_pending()
-        if self._parts == 0:  # no event at all: one empty part still holds the header
-            self._write_part([])
+        try:
+            self._write_pending()
+            if self._parts == 0:  # no event at all: one empty part still holds the header
+                self._write_part([])
+        finally:
+            if self._newest is not None:
+                self._newest.close()
+            self._closer()
 
     def _write_pending(self) -> None:
         if self._pending:
@@ -321,12 +340,12 @@ class ParquetTraceWriter:
             self._pending = []
 
     def _write_part(self, events: list[Mapping[str, Any]]) -> None:
-        name = _part_name(self._parts)
-        temporary = self.path / f".{name}.tmp"
-        write_part(temporary, events, self._metadata)
-        with temporary.open("rb") as file:
-            os.fsync(file.fileno())  # on the disk before it has its name: a part seen is a part whole
-        os.replace(temporary, self.path / name)
+        # under a random dot name, then renamed: a part seen is a part whole, and a link planted at a
+        # name the writer would use is replaced, never written through
+        written = replace_whole(self._directory, _part_name(self._parts), part_bytes(events, self._metadata))
+        if self._newest is not None:
+            self._newest.close()
+        self._newest = written
         self._parts += 1
 
     def __enter__(self) -> ParquetTraceWriter:

@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from loaderscope.events import Event, EventError, to_json, validate
+from loaderscope.safefiles import create_file, touch
 from loaderscope.traceheader import FORMAT, TraceError, check_header, header
 
 if TYPE_CHECKING:
@@ -69,12 +70,17 @@ def with_format(path: Path, fmt: str) -> Path:
     return path.with_name(path.name.removesuffix(SUFFIXES["jsonl"]) + SUFFIXES[fmt])
 
 
-def open_writer(path: str | Path, run: str, fmt: str = "jsonl", **meta: Any) -> TraceWriter | ParquetTraceWriter:
-    """A writer of ``fmt`` (``FORMATS``); both have ``write``, ``flush``, ``sync`` and ``close``."""
+def open_writer(path: str | Path, run: str, fmt: str = "jsonl", *, exclusive: bool = False,
+                **meta: Any) -> TraceWriter | ParquetTraceWriter:
+    """A writer of ``fmt`` (``FORMATS``); both have ``write``, ``flush``, ``sync``, ``touch`` and ``close``.
+
+    ``exclusive``: the trace must be new (FileExistsError when anything has its name), as a run's own
+    trace in a logdir is; else a file there is replaced. Neither writes through a link (``safefiles``).
+    """
     if fmt == "parquet":
         from loaderscope.columnar import ParquetTraceWriter
-        return ParquetTraceWriter(path, run, **meta)
-    return TraceWriter(path, run, **meta)
+        return ParquetTraceWriter(path, run, exclusive=exclusive, **meta)
+    return TraceWriter(path, run, exclusive=exclusive, **meta)
 
 
 # A live writer's heartbeat: while no event comes (an evaluation between epochs, a checkpoint), the
@@ -87,10 +93,10 @@ HEARTBEAT_EVERY = 5.0
 class TraceWriter:
     """Appends events to a trace file as they come (a long run is complete on disk, however long)."""
 
-    def __init__(self, path: str | Path, run: str, **meta: Any) -> None:
+    def __init__(self, path: str | Path, run: str, *, exclusive: bool = False, **meta: Any) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] = self.path.open("wb")
+        self._file: IO[bytes] = create_file(self.path, exclusive=exclusive)
         self._file.write(to_json(header(run, **meta)) + b"\n")
 
     def write(self, events: Iterable[Mapping[str, Any]]) -> None:
@@ -106,7 +112,7 @@ class TraceWriter:
 
     def touch(self) -> None:
         """Set the file's modification time to now: its writer lives (``probe/logfile.py``, heartbeat)."""
-        os.utime(self._file.fileno() if os.utime in os.supports_fd else self.path)
+        touch(self._file)
 
     def close(self) -> None:
         self._file.close()

@@ -14,11 +14,16 @@ writer thread of its own decodes frames, writes and syncs, so a slow or hung fil
 neither the training loop nor the probe's stuck-worker checks. When the queue is full the newest
 events are dropped and counted. A disk error (full, read-only, permission) is said once, names the
 file and the fix, and ends this run's file there; training goes on.
+
+A logdir may be a team's, which other users can write: the trace is made new or not at all, never
+through a link (``safefiles.py``); a name someone else took is left alone and the trace goes beside it
+under a random suffix, said once. The heartbeat touches the file the writer holds, never a name.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import threading
 import time
@@ -31,7 +36,7 @@ import orjson
 from loaderscope.events import Event, expand
 from loaderscope.tracepaths import safe_name, trace_path
 from loaderscope.probe.faults import report
-from loaderscope.trace import HEARTBEAT_EVERY, TraceWriter, chosen_format, open_writer, with_format
+from loaderscope.trace import HEARTBEAT_EVERY, SUFFIXES, TraceWriter, chosen_format, open_writer, with_format
 
 if TYPE_CHECKING:
     from loaderscope.columnar import ParquetTraceWriter
@@ -202,7 +207,16 @@ class LogfileSink:
         path = path.with_name(f"{safe_name(str(start['name']))}-{path.name}") if start.get("name") else path
         self.path = with_format(path, self.format)
         meta = {field: start.get(field) for field in HEADER_FIELDS} | {"mode": "real", "origin": "logdir"}
-        return open_writer(self.path, str(start.get("run")), self.format, **meta)
+        try:
+            return open_writer(self.path, str(start.get("run")), self.format, exclusive=True, **meta)
+        except FileExistsError:
+            # The name holds the run's random id: something there is not this run's trace (another user's
+            # link, planted where they can write, or a file of a run that named itself the same). Written
+            # elsewhere, never through it nor over it.
+            taken, self.path = self.path, _fresh(self.path, self.format)
+            _say("taken", f"loaderscope: {taken} already exists and is not this run's trace (a link or a file "
+                 f"someone else may have put there): left alone; this run's trace is {self.path.name} beside it")
+            return open_writer(self.path, str(start.get("run")), self.format, exclusive=True, **meta)
 
     def _sync(self) -> None:
         assert self._writer is not None
@@ -213,6 +227,12 @@ class LogfileSink:
         if self._writer is not None:
             self._sync()
             self._writer.close()
+
+
+def _fresh(path: Path, fmt: str) -> Path:
+    """``path`` with a random part before its suffix, which no one could have planted."""
+    suffix = SUFFIXES[fmt]
+    return path.with_name(f"{path.name.removesuffix(suffix)}-{secrets.token_hex(4)}{suffix}")
 
 
 def _import_parquet_writing() -> None:
