@@ -1,6 +1,7 @@
 """``serve --logdir`` with Parquet traces (columnar.py): listed beside JSON-lines ones, opened, followed
-part by part as a producer writes them, and shown truncated when the producer was killed. Real server,
-real websocket client, real events of a real DataLoader (tests/test_server_logdir.py's ``recorded``)."""
+part by part as a producer writes them, and shown truncated when the producer was killed; a part over
+the server's budgets, dropped by another local user, refused from its footer. Real server, real
+websocket client, real events of a real DataLoader (tests/test_server_logdir.py's ``recorded``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loaderscope import columnar
 from loaderscope.columnar import ParquetTraceWriter
+from loaderscope.server.budgets import PARQUET_PART_ROWS
+from loaderscope.traceheader import header
 from tests.conftest import wait_for
+from tests.test_logdir_safety import as_other_user, needs_root, team_logdir  # noqa: F401 (a fixture)
 from tests.test_server_logdir import BATCHES, read_until, recorded, runs, write  # noqa: F401 (a fixture)
 
 
@@ -102,3 +111,45 @@ def test_serve_open_replays_a_parquet_trace(start_server: Any, tmp_path: Path,
         page = http.get(f"/api/runs/{run['id']}/events", params={"limit": 10000}).json()
     assert [e["kind"] for e in page["events"]] == [e["kind"] for e in recorded]
     assert f"{path} opened as run {run['id']}" in server.output()
+
+
+def bomb(directory: Path, event: dict[str, Any], rows: int) -> Path:
+    """A Parquet trace whose one part is a few hundred KB: ``rows`` copies of ``event``."""
+    table = columnar.to_table([event]).take(pa.array([0] * rows))
+    directory.mkdir(parents=True)
+    with pq.ParquetWriter(directory / "part-000000.parquet", columnar.SCHEMA, compression="zstd",
+                          store_schema=False) as writer:
+        writer.write_table(table, row_group_size=rows)
+        writer.add_key_value_metadata({columnar.METADATA_KEY: orjson.dumps(header("bomb", mode="real"))})
+    return directory / "part-000000.parquet"
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident memory so far (``VmHWM``), in bytes."""
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+@needs_root
+def test_a_parquet_part_of_millions_of_rows_is_refused_at_indexing_with_its_reason(
+        start_server: Any, tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+    """A 170 KB part of 2M rows was decoded whole at indexing (1.4 GB, 19 s); its footer says the row
+    count first. Refused from it, listed with the reason; the dashboard serves the other runs."""
+    write(team_logdir / "mine.trace.jsonl", recorded)
+    part = bomb(tmp_path / "made", next(e for e in recorded if e["kind"] == "yield"), 2_000_000)
+    assert part.stat().st_size < 256 * 1024
+    server = start_server(logdir=str(team_logdir), logdir_poll=0.1)
+    assert runs(server)["mine.trace.jsonl"]["status"] == "done"
+    before = peak_rss(server.process.pid)
+    dropped = team_logdir / "evil.trace.parquet"
+    as_other_user("sh", "-c", f"mkdir {dropped} && cat > {dropped / part.name}", stdin=part.read_bytes())
+    evil = wait_for(lambda: runs(server).get("evil.trace.parquet"), what="the dropped trace listed")
+    assert evil["status"] == "unreadable", evil
+    assert f"holds 2,000,000 events, more than the {PARQUET_PART_ROWS:,} a part may hold" in evil["problem"]
+    assert "loaderscope export" in evil["problem"]  # and the fix, for a real trace of such parts
+    grew = peak_rss(server.process.pid) - before
+    assert grew < 200 * 1024 * 1024, f"the server's peak memory grew {grew / 2**20:.0f} MiB"
+    mine = runs(server)["mine.trace.jsonl"]
+    with server.client() as http:
+        page = http.get(f"/api/runs/{mine['id']}/events", params={"limit": 10000}).json()
+    assert len(page["events"]) == len(recorded) and mine["batches"] == BATCHES and server.alive()

@@ -18,6 +18,7 @@ from typing import IO, Any
 import orjson
 
 from loaderscope.events import Event
+from loaderscope.server.budgets import PARQUET_FOOTER_BYTES, PARQUET_PART_BYTES, PARQUET_PART_ROWS
 from loaderscope.server.logdir.index import Index, take_last, take_run_start
 from loaderscope.server.logdir.storage import Entry, Storage
 from loaderscope.server.logdir.tracefile import TraceFile
@@ -61,16 +62,48 @@ def part_paths(storage: Storage, directory: str) -> list[Entry]:
     return sorted((entry for entry in storage.files(directory) if is_part(entry.path)), key=lambda e: e.path)
 
 
-def read_part(storage: Storage, path: str) -> tuple[dict[str, Any], list[Event]]:
-    """Raises OSError, TraceError."""
+def read_part(storage: Storage, path: str, only: slice | None = None) -> tuple[dict[str, Any], list[Event]]:
+    """A part's header and events (``only`` those rows), within the budgets (``budgets.PARQUET_PART_*``).
+
+    Raises:
+        OSError: it cannot be read.
+        TraceError: it is not a trace's part, or it is over a budget (then nothing of it was decoded).
+    """
     from loaderscope.columnar import read_part as read
 
+    return read(_part_file(storage, path), path, only=only, max_rows=PARQUET_PART_ROWS,
+                max_bytes=PARQUET_PART_BYTES)
+
+
+def count_yields(storage: Storage, path: str) -> int:
+    """The batches of a part, from its ``kind`` column alone. Raises OSError, TraceError."""
+    from loaderscope.columnar import count_kind
+
+    return count_kind(_part_file(storage, path), "yield", path, max_rows=PARQUET_PART_ROWS,
+                      max_bytes=PARQUET_PART_BYTES)
+
+
+def _part_file(storage: Storage, path: str) -> IO[bytes]:
+    """A part's bytes in memory (its footer is read from the end, its columns from anywhere), read to at
+    most ``PARQUET_PART_BYTES``, its footer at most ``PARQUET_FOOTER_BYTES``. Raises OSError, TraceError."""
+    from loaderscope.columnar import over_budget
+
     with storage.open(path) as f:
-        return read(io.BytesIO(f.read()), path)  # whole: a part is written once, bounded by its row count
+        data = f.read(PARQUET_PART_BYTES + 1)
+    if len(data) > PARQUET_PART_BYTES:
+        raise over_budget(path, f"is over {PARQUET_PART_BYTES:,} bytes, more than a part may be here")
+    footer = int.from_bytes(data[-8:-4], "little")  # Parquet ends: footer, its length (4 bytes LE), PAR1
+    if footer > PARQUET_FOOTER_BYTES:
+        raise over_budget(path, f"has a footer of {footer:,} bytes, more than the {PARQUET_FOOTER_BYTES:,} a part's may have here")
+    return io.BytesIO(data)
 
 
 def parquet_index(storage: Storage, path: str) -> Index:
-    """Index a Parquet trace from its first part's header and run_start and its last part's last event."""
+    """Index a Parquet trace from its first part's header and run_start and its last part's last event
+    (the batches: that event's stats, else the ``yield`` rows of every part's ``kind`` column).
+
+    Every part read is checked against the budgets first: one over them makes the trace's ``problem``.
+    """
     try:
         entry = trace_entry(storage, path)
     except OSError as exc:
@@ -81,12 +114,17 @@ def parquet_index(storage: Storage, path: str) -> Index:
         return index
     try:
         parts = part_paths(storage, path)
-        head, first = read_part(storage, parts[0].path)
-        last = read_part(storage, parts[-1].path)[1] if len(parts) > 1 else first
-        batches = sum(1 for part in parts[1:-1] for e in read_part(storage, part.path)[1] if e["kind"] == "yield")
+        head, first = read_part(storage, parts[0].path, slice(0, 1))
+        last = read_part(storage, parts[-1].path, slice(-1, None))[1]
+        _take_events(index, head, first, last)
+        if index.batches is None:
+            index.batches = sum(count_yields(storage, part.path) for part in parts)
     except (OSError, TraceError) as exc:
         index.problem = str(exc)
-        return index
+    return index
+
+
+def _take_events(index: Index, head: dict[str, Any], first: list[Event], last: list[Event]) -> None:
     index.created, index.scenario, index.mode = head.get("created"), head.get("scenario"), head.get("mode") or ""
     index.run = head.get("run") if isinstance(head.get("run"), str) else None
     index.origin = head.get("origin") if isinstance(head.get("origin"), str) else None
@@ -94,10 +132,6 @@ def parquet_index(storage: Storage, path: str) -> Index:
         take_run_start(index, first[0])
     if last:
         take_last(index, last[-1])
-    if index.batches is None:
-        ends = first if len(parts) == 1 else first + last
-        index.batches = batches + sum(1 for e in ends if e["kind"] == "yield")
-    return index
 
 
 class ParquetTraceFile(TraceFile):
