@@ -71,7 +71,7 @@ WORDS: dict[str, Entry] = {
              "not counted as epochs; cost: {starts}, {wait} s inside next()",
     "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
     # the terminal's summary lines
-    "cli.rate": "{batches} in {wall} s = {rate} batches/s",
+    "cli.rate": "{batches} in {wall} s inside its epochs = {rate} batches/s",
     "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); "
                   "{results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
     # the ranks' sample shards (ranks.shard_report)

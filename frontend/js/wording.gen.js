@@ -59,7 +59,7 @@ export const WORDS = Object.freeze({
   "split.step": " and spent {step} ms in its step",
   "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), not counted as epochs; cost: {starts}, {wait} s inside next()",
   "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
-  "cli.rate": "{batches} in {wall} s = {rate} batches/s",
+  "cli.rate": "{batches} in {wall} s inside its epochs = {rate} batches/s",
   "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); {results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
   "shards": "epoch {epoch} shards: {verdict} · {coverage}",
   "shards.disjoint": "disjoint ✓",

@@ -237,7 +237,7 @@ def find_scenario(name: str) -> Scenario:
 def print_summary(events: list[Event], state: LoaderState) -> None:
     stats = summary(state)
     cfg = state.config
-    rate = say("cli.rate", batches=say("n.batches", n=stats["batches"]), wall=f"{stats['wall']:.2f}",
+    rate = say("cli.rate", batches=say("n.batches", n=stats["batches"]), wall=f"{stats['epoch_wall']:.2f}",
                rate=f"{stats['batches_per_s']:.1f}")
     console.print(
         f"\n[bold]{rate}[/]  (num_workers={cfg.get('num_workers')}, batch_size={cfg.get('batch_size')}, "
