@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from loaderscope.diagnosis import findings
+from loaderscope.runner import Collector, run_real
 from loaderscope.state import LoaderState, reduce, summary
 from loaderscope.trace import read_trace
 
@@ -253,3 +254,43 @@ def test_a_verdict_waits_for_enough_batches() -> None:
     state = reduce(events)
     assert [f.code for f in findings(state)] == ["too_early"]
     assert findings(state)[0].text == "too early to tell what limits the loop: 7 batches so far, a verdict needs 8"
+
+
+def test_the_reorder_cost_is_the_wait_after_a_later_batch_had_parked_not_the_whole_wait() -> None:
+    """An input-bound loop whose even fetches merely finish unordered: its wait is slow loading; only the
+    part of a wait after a later batch had arrived and parked is what in_order=False would have saved."""
+    collector = Collector()
+    run_real("uniform", {"num_workers": 4, "sample_ms": 5, "dataset_size": 384}, collector)
+    state, stats = collector.state, summary(collector.state)
+    parked: dict[int, float] = {}  # parked task -> when it arrived
+    arrived: dict[int, float] = {}
+    bound = 0.0
+    for e in collector.events:
+        if e["kind"] == "epoch_start":
+            parked.clear()
+        elif e["kind"] == "arrive":
+            arrived[e["idx"]] = e["t"]
+        elif e["kind"] == "buffer":
+            parked[e["idx"]] = arrived[e["idx"]]
+        elif e["kind"] == "yield":
+            if e["wait"] > 0 and not e.get("from_buffer") and parked:
+                bound += min(e["wait"], max(0.0, e["t"] - min(parked.values())))
+            parked.pop(e["idx"], None)
+    assert stats["head_of_line_wait"] == pytest.approx(bound)
+    assert stats["head_of_line_wait"] < stats["consumer_wait"] - stats["startup_wait"]
+    if stats["out_of_order"]:
+        reorder = next(f.text for f in findings(state) if f.code == "reorder")
+        assert f"{stats['head_of_line_wait']:.2f} s of the loop's wait came after a later batch had arrived" in reorder
+
+
+def test_the_gpu_sentences_step_holds_its_copy_and_compute() -> None:
+    """gpu_step (on the CPU here: its copy is a no-op) times its own copy and compute inside the step: the
+    sentence's step, a mean like them, is at least their sum, never a median beside their means."""
+    collector = Collector()
+    run_real("gpu_step", {"dataset_size": 640, "batch_size": 32, "num_workers": 2}, collector)
+    split = summary(collector.state)["consumer_split"]
+    assert split is not None and split["step"] is not None
+    assert split["step"] >= split["h2d"] + split["compute"]
+    text = next(f.text for f in findings(collector.state) if f.code == "step_split")
+    assert f"spent {split['step'] * 1000:.2f} ms in its step" in text
+    assert f"the compute at {split['compute'] * 1000:.2f} ms" in text

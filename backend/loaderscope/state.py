@@ -101,10 +101,16 @@ class LoaderState:
     fetched_bytes: int = 0
     pickled_bytes: int = 0  # of which crossed the process boundary pickled, not in shared memory
     batch_samples: list[dict[str, Any]] = field(default_factory=list)  # structures for the inspector
-    steps: int = 0  # consumer steps that reported timings (step events)
+    # consumer steps that reported their timings (step events) between two batches of an epoch: the
+    # steps the step gaps hold, so that the split's step, copy and compute are means over the same batches
+    steps: int = 0
     step_h2d: float = 0.0
     step_compute: float = 0.0
     step_h2d_pageable: float = 0.0
+    pending_steps: int = 0  # step events since the last batch
+    pending_h2d: float = 0.0
+    pending_compute: float = 0.0
+    pending_h2d_pageable: float = 0.0
     step_device: str | None = None
     first_t: float | None = None
     last_yield_t: float | None = None
@@ -413,8 +419,13 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
         s.step_gaps.append(gap)
         s.step_total += gap
         s.other_wait += others
+        s.steps += s.pending_steps
+        s.step_h2d += s.pending_h2d
+        s.step_compute += s.pending_compute
+        s.step_h2d_pageable += s.pending_h2d_pageable
     else:
         s.between_others += others
+    s.pending_steps, s.pending_h2d, s.pending_compute, s.pending_h2d_pageable = 0, 0.0, 0.0, 0.0
     if s.consumer_note is not None:  # the loop was stuck in next(), and this batch ended the wait
         s.consumer_note["recovered"] = wait
         s.consumer_note = None

@@ -1222,12 +1222,12 @@ export const RULES = Object.freeze({
     "says": "a batch's structure, kept for the inspector"
   },
   "step": {
-    "says": "the training step's own timings",
+    "says": "the training step's own timings, counted once the next batch shows the step was inside an epoch",
     "counts": {
-      "steps": 1,
-      "step_h2d": "h2d",
-      "step_compute": "compute",
-      "step_h2d_pageable": "h2d_pageable"
+      "pending_steps": 1,
+      "pending_h2d": "h2d",
+      "pending_compute": "compute",
+      "pending_h2d_pageable": "h2d_pageable"
     }
   },
   "probe_error": {

@@ -115,10 +115,15 @@ export class LoaderState {
     this.pickled_bytes = 0; // of which crossed the process boundary pickled, not in shared memory
     /** @type {Array<EventOf<'batch_info'> & {epoch: number}>} structures for the inspector (at most MAX_BATCH_SAMPLES) */
     this.batch_samples = [];
-    this.steps = 0; // consumer steps that reported timings (step events)
+    // consumer steps that reported their timings (step events) between two batches of an epoch (state.py)
+    this.steps = 0;
     this.step_h2d = 0;
     this.step_compute = 0;
     this.step_h2d_pageable = 0;
+    this.pending_steps = 0; // step events since the last batch
+    this.pending_h2d = 0;
+    this.pending_compute = 0;
+    this.pending_h2d_pageable = 0;
     /** @type {string|null} */
     this.step_device = null;
     /** @type {number|null} */
@@ -518,9 +523,14 @@ const HOT_CODE = {
         s.step_gaps.push(gap);
         s.step_total += gap;
         s.other_wait += others;
+        s.steps += s.pending_steps;
+        s.step_h2d += s.pending_h2d;
+        s.step_compute += s.pending_compute;
+        s.step_h2d_pageable += s.pending_h2d_pageable;
       } else {
         s.between_others += others;
       }
+      s.pending_steps = s.pending_h2d = s.pending_compute = s.pending_h2d_pageable = 0;
       if (s.consumer_note !== null) { // the loop was stuck in next(), and this batch ended the wait
         s.consumer_note.recovered = wait;
         s.consumer_note = null;
