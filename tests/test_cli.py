@@ -94,7 +94,7 @@ def test_a_piped_sweep_keeps_each_row_on_one_line(tmp_path: Path) -> None:
     header = next(line for line in lines if "num_workers" in line and "batches/s" in line)
     assert "buffer high" in header and "status" in header  # not wrapped onto a second line at 80 columns
     rows = [line for line in lines if line.rstrip().endswith("done")]
-    assert len(rows) == 8 and all(len(row.split("│")) == 8 for row in rows)
+    assert len(rows) == 8 and all(len(row.split("│")) == 9 for row in rows)
     assert any(len(line) > 80 for line in lines)
     assert not any(line.startswith("more workers") for line in lines)  # the recommendation is not wrapped either
 

@@ -154,6 +154,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_summary(events, state)
     if error:
         console.print(f"\n[bold red]the DataLoader raised[/] {escape(error)}")
+    else:  # a run the DataLoader cut short says nothing about the pace more workers would give
+        print_advice(events)
     console.print(f"\ntrace: {out} ({len(events)} events) — open it with [bold]loaderscope serve --open {out}[/]")
     return 1 if error else 0
 
@@ -268,6 +270,14 @@ def print_summary(events: list[Event], state: LoaderState) -> None:
         console.print(f"[red]protocol violations: {stats['violations'][:5]}[/]")
 
 
+def print_advice(events: list[Event]) -> None:
+    """The advice on num_workers, as the page and ``sim --from-trace`` give it (``sim.advice``)."""
+    from loaderscope.sim.advice import advice_text, advise
+
+    console.print("\n[bold]Workers[/] (the simulator, fitted to this run)")
+    console.print(f"  • {escape(advice_text(advise(events)))}", soft_wrap=True)
+
+
 def sweep_grid(specs: Sequence[str], allowed: Sequence[str]) -> dict[str, list[Any]]:
     grid = {}
     for spec in specs:
@@ -313,25 +323,30 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 grid = sim.replay_grid(sweep_grid(args.sweep, [*sorted(sim.TRACE_KEYS), *cost_fields]))
             except ParamError as exc:
                 raise UsageError(str(exc)) from None
-            fitted = print_fit(events, None, args.format)
-            return print_sweep(lambda: sim.trace_sweep(events, grid, fitted), args.format)
-        costs = print_fit(events, plan, args.format)
+            fitted, off = print_fit(events, None, args.format)
+            return print_sweep(lambda: sim.trace_sweep(events, grid, fitted), args.format, off)
+        costs, off = print_fit(events, plan, args.format)
     elif args.scenario:
         plan = resolve(args.scenario, parse_sets(args.set))
-        costs = print_fit(read_events(args.from_trace), None, args.format) if args.from_trace else cost_model(args.costs)
+        costs, off = print_fit(read_events(args.from_trace), None, args.format, advice=False) if args.from_trace \
+            else (cost_model(args.costs), None)
     else:
         raise UsageError("name a scenario, or give --from-trace FILE to sweep a recorded run")
     grid = sweep_grid(args.sweep, [*plan.scenario.params.model_fields, *cost_fields])
-    return print_sweep(lambda: sim.sweep(plan, grid, costs), args.format)
+    return print_sweep(lambda: sim.sweep(plan, grid, costs), args.format, off)
 
 
-def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table") -> Any:
-    """Say which costs the trace gave the simulator, and how close it replays the recorded setting.
+def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table", advice: bool = True) -> tuple[Any, str | None]:
+    """Say which costs the trace gave the simulator, how close it replays the recorded setting, and (with
+    ``advice``: the trace's own loader is what is swept) the advice on num_workers for that loader.
 
-    ``plan``: the scenario the trace recorded, if it is replayed as that scenario. Returns the model.
-    With ``--format csv|json`` this goes to stderr, so that stdout holds only the table's data.
+    ``plan``: the scenario the trace recorded, if it is replayed as that scenario. Returns the model, and
+    why the sweep may not recommend (its replay of the recorded setting is off by more than
+    ``sim.advice.TRUST``) or None. With ``--format csv|json`` this goes to stderr, so that stdout holds
+    only the table's data.
     """
     from loaderscope import sim
+    from loaderscope.sim.advice import advice_text, advise, untrusted
 
     try:
         costs = sim.fit_from_trace(events)
@@ -346,7 +361,9 @@ def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table") -> Any
     error = f" ({check['error']:+.1%})" if check["error"] is not None else ""
     out.print(f"at the recorded setting ({setting}): recorded {check['recorded_batches_per_s']:.2f} batches/s, "
                   f"replayed {check['predicted_batches_per_s']:.2f}{error}", highlight=False, soft_wrap=True)
-    return costs
+    if advice:
+        out.print(f"workers: {advice_text(advise(events))}", highlight=False, soft_wrap=True)
+    return costs, untrusted(check["predicted_batches_per_s"], check["recorded_batches_per_s"])
 
 
 def trace_plan(events: list[Event]) -> Plan | None:
@@ -359,20 +376,22 @@ def trace_plan(events: list[Event]) -> Plan | None:
     return resolve(start["scenario"], start.get("params") or {})
 
 
-def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table") -> int:
+def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table", off: str | None = None) -> int:
+    """The sweep's rows and its recommendation; ``off``: why the fit may not recommend, said instead."""
     from loaderscope import sim
 
     try:
         rows = rows_of()
     except ValueError as exc:  # a ParamError, or a key a replayed trace cannot change
         raise UsageError(str(exc)) from None
+    recommendation = sim.recommend(rows) if off is None else off
     if fmt == "csv":
         sys.stdout.write(to_csv(rows))
     elif fmt == "json":
-        sys.stdout.write(to_json({"rows": rows, "recommendation": sim.recommend(rows)}) + "\n")
+        sys.stdout.write(to_json({"rows": rows, "recommendation": recommendation}) + "\n")
     else:
         console.print(sim.format_table(rows), end="")
-        console.print(sim.recommend(rows))
+        console.print(recommendation, soft_wrap=True)
     return 0
 
 

@@ -37,18 +37,23 @@ from loaderscope.wording import say
 if TYPE_CHECKING:
     from loaderscope.scenarios.plan import Plan
 
-# The consumer counts as fed when it waits inside next() at most this share of its time
-# (the first batch of a run always waits for the pipeline to fill).
+# The consumer counts as fed when it waits inside next() at most this share of its time in the
+# epochs, each epoch's first wait left out (state.summary's input_bound_steady): that batch always
+# waits for the pipeline to fill, however many workers fill it.
 FED_SHARE = 0.10
 # The recommendation is the smallest worker count whose throughput is within this of the best.
 SATURATION = 0.98
+# Events simulated by one sweep, all combinations together: ~15 s of one core and under 1 GB at the
+# simulator's ~150,000 events/s (one combination at its own 2M cap alone took 20 s and 737 MB).
+MAX_SWEEP_EVENTS = 2_000_000
 # Parameters that change the loader or the costs but never the sampler order: sweeping them can
 # reuse one iteration of the real samplers.
 ORDER_NEUTRAL = frozenset({
     "num_workers", "prefetch_factor", "persistent_workers", "in_order", "timeout", "pin_memory",
     "sample_ms", "step_ms", "slow_worker", "slow_factor",
 })
-METRICS = ("batches_per_s", "input_bound", "buffer_high", "worker_util", "wall", "batches", "status")
+METRICS = ("batches_per_s", "input_bound", "input_bound_steady", "buffer_high", "worker_util", "wall", "batches",
+           "status")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ def row_stats(events: Sequence[Event]) -> dict[str, Any]:
     return {
         "batches_per_s": stats.get("batches_per_s", 0.0),
         "input_bound": stats.get("input_bound", 0.0),
+        "input_bound_steady": stats.get("input_bound_steady", 0.0),
         "buffer_high": stats.get("buffer_high", 0),
         "worker_util": util,
         "wall": stats.get("wall", 0.0),
@@ -287,25 +293,48 @@ def recommend(rows: Iterable[Mapping[str, Any]], fed_share: float = FED_SHARE) -
         groups.setdefault(", ".join(f"{k}={row[k]}" for k in others), []).append(row)
     lines = []
     for where, group in groups.items():
-        lines.append((f"{where}: " if where else "") + _recommend_one(sorted(group, key=lambda r: r["num_workers"]),
-                                                                         fed_share))
+        lines.append((f"{where}: " if where else "") + _recommend_one(choose(group, fed_share)))
     return "\n".join(lines)
 
 
-def _recommend_one(group: list[Mapping[str, Any]], fed_share: float) -> str:
-    """Where throughput reaches (almost) its best; fed if the consumer then barely waits."""
+@dataclass(frozen=True)
+class Choice:
+    """Where a sweep of ``num_workers`` levels off: the smallest worker count within ``SATURATION`` of
+    the best batches/s (``row``), whether the consumer is fed there (waits at most ``FED_SHARE`` after
+    each epoch's first batch), and whether that is the most workers swept with throughput still rising."""
+
+    row: Mapping[str, Any]
+    fed: bool
+    rising: bool
+
+
+def choose(rows: Iterable[Mapping[str, Any]], fed_share: float = FED_SHARE) -> Choice:
+    """The choice among rows of one sweep of ``num_workers`` (the other keys alike); the advice and
+    ``recommend`` both take it, so a run's advice and a sweep of the same values name the same count.
+
+    Raises:
+        ValueError: for no rows.
+    """
+    group = sorted(rows, key=lambda r: r["num_workers"])
+    if not group:
+        raise ValueError("no rows to choose a worker count from")
     best = max(r["batches_per_s"] for r in group)
-    r = next(r for r in group if r["batches_per_s"] >= SATURATION * best)
-    if r["input_bound"] <= fed_share:
-        return (f"num_workers={r['num_workers']} keeps the consumer fed: it waits {r['input_bound']:.0%} of "
-                f"the time, {r['batches_per_s']:.1f} batches/s")
-    if r is group[-1] and len(group) > 1:
-        return (f"the consumer is still starved at num_workers={r['num_workers']} (waits {r['input_bound']:.0%} of "
-                f"the time) and throughput still rises ({r['batches_per_s']:.1f} batches/s): sweep more workers")
-    return (f"no num_workers swept keeps the consumer fed (it waits at least "
-            f"{min(x['input_bound'] for x in group):.0%} of the time); throughput levels off at "
-            f"num_workers={r['num_workers']} ({r['batches_per_s']:.1f} batches/s): more workers will not help, "
-            f"cheaper samples or a faster main process might")
+    row = next(r for r in group if r["batches_per_s"] >= SATURATION * best)
+    return Choice(row, row["input_bound_steady"] <= fed_share, row is group[-1] and len(group) > 1)
+
+
+def _recommend_one(choice: Choice) -> str:
+    r = choice.row
+    if choice.fed:
+        return (f"num_workers={r['num_workers']} keeps the consumer fed: it waits {r['input_bound_steady']:.0%} of "
+                f"the time after each epoch's first batch, {r['batches_per_s']:.1f} batches/s")
+    if choice.rising:
+        return (f"the consumer is still starved at num_workers={r['num_workers']} (waits {r['input_bound_steady']:.0%} "
+                f"of the time after each epoch's first batch) and throughput still rises "
+                f"({r['batches_per_s']:.1f} batches/s): sweep more workers")
+    return (f"throughput levels off at num_workers={r['num_workers']} ({r['batches_per_s']:.1f} batches/s), where the "
+            f"consumer still waits {r['input_bound_steady']:.0%} of the time after each epoch's first batch: more "
+            "workers will not help, cheaper samples or a faster main process might")
 
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -317,11 +346,14 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     keys = [k for k in (rows[0] if rows else {}) if k not in METRICS]
     for key in keys:
         table.add_column(key, justify="right")
-    for title in ("batches/s", say("label.input_bound"), "buffer high", "worker util", "status"):
+    titles = ("batches/s", say("label.input_bound"), say("label.input_bound_steady"), "buffer high", "worker util",
+              "status")
+    for title in titles:
         table.add_column(title, justify="right")
     for row in rows:
         table.add_row(*(str(row[k]) for k in keys), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
-                      str(row["buffer_high"]), f"{row['worker_util']:.0%}", str(row["status"]))
+                      f"{row['input_bound_steady']:.0%}", str(row["buffer_high"]), f"{row['worker_util']:.0%}",
+                      str(row["status"]))
     out = io.StringIO()
-    Console(file=out, width=max(80, 14 * (len(keys) + 5)), color_system=None).print(table)
+    Console(file=out, width=max(80, 14 * (len(keys) + len(titles))), color_system=None).print(table)
     return out.getvalue()

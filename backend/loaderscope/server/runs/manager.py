@@ -170,6 +170,8 @@ class Run:
     wall_start: float | None = None  # run_start's wall clock at t = 0 (started())
     recorded: str | None = None  # events.recording_of its run_start (recording())
     run_start_read: bool = False
+    # GET /api/runs/{id}/advice of an ended run, with the last seq it was made of: it cannot change
+    advice: tuple[int, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.producer_gone.set()

@@ -24,6 +24,7 @@ from loaderscope.server.budgets import PAGE_BYTES
 from loaderscope.server.runs.manager import Run, RunManager, RunRefused
 from loaderscope.server.runs.store import EventLog, Gap, Spill
 from loaderscope.server.web.errors import field_problems, readable, type_problems
+from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
 from loaderscope.version import __version__
 
 if TYPE_CHECKING:
@@ -173,9 +174,6 @@ class SweepRequest(BaseModel):
 
 
 MAX_SWEEP_RUNS = 36  # combinations per sweep: each is a whole simulated run
-# Events simulated by one sweep, all combinations together: ~15 s of one core and under 1 GB at the
-# simulator's ~150,000 events/s (one combination at its own 2M cap alone took 20 s and 737 MB).
-MAX_SWEEP_EVENTS = 2_000_000
 _sweeping = asyncio.Semaphore(1)  # one sweep at a time: they are CPU-bound
 
 

@@ -1,12 +1,15 @@
-"""◆ ``POST /api/runs/{id}/sweeps``: what if, for a recorded or watched run of the user's own loader.
+"""◆ ``POST /api/runs/{id}/sweeps`` and ``GET /api/runs/{id}/advice``: what if, for a recorded or watched run.
 
 The built-in scenarios are swept by ``POST /api/sweeps``. A run of someone's own loader has no
 scenario to rebuild, so this fits the simulator's cost model to the run's own fetches
 (``sim.fit_from_trace``) and replays its own batches with the swept loader settings and cost fields
 (``sim.trace_sweep``), each value checked against the bounds every request meets
 (``loaderscope/settings.py``). The answer says which costs were fitted (``sim.describe_fit``) and how
-close the replay comes to the run at its recorded setting (``sim.recorded_check``). The run's events
-are read from the store like any viewer reads them.
+close the replay comes to the run at its recorded setting (``sim.recorded_check``); where that is off
+by more than ``sim.advice.TRUST`` it says so instead of recommending. The advice (``sim.advice.advise``)
+is the worker count the page, the CLI and the what-if panel give for a run: made in the sweeps' one
+slot, off the event loop, and kept for a run that has ended. The run's events are read from the store
+like any viewer reads them.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loaderscope.events import Event
-from loaderscope.server.web.api import (MAX_SWEEP_EVENTS, MAX_SWEEP_RUNS, manager_of, read_events,
-                                        rejected, sweep_slot, unprocessable)
+from loaderscope.server.web.api import MAX_SWEEP_RUNS, manager_of, read_events, rejected, sweep_slot, unprocessable
 from loaderscope.server.web.errors import type_problems
 from loaderscope.server.runs.manager import Run
+from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
 
 router = APIRouter(prefix="/api")
 READ_PAGE = 10_000  # events per store read while collecting a run for a sweep
@@ -58,6 +61,28 @@ async def sweep_run(run_id: str, body: RunSweepRequest, request: Request) -> Any
         if (over := _over_budget(len(events), combinations)) is not None:  # a live run grew meanwhile
             return over
         return await asyncio.to_thread(_sweep, events, grid)
+
+
+@router.get("/runs/{run_id}/advice", responses={404: {}, 429: {}})
+async def run_advice(run_id: str, request: Request) -> Any:
+    """The advice on num_workers for this run (``sim.advice.Advice``), as ``loaderscope run`` prints it."""
+    from loaderscope.sim import advice
+
+    manager = manager_of(request)
+    run = manager.require(run_id)
+    if run.advice is not None and run.advice[0] == run.log.last_seq:
+        return run.advice[1]
+    known = run.brief()["events"] or 0
+    if not advice.affordable(known, -1):  # refused before a single event is read, as a sweep is
+        return advice.too_long(known, {}, None)
+    async with sweep_slot() as free:
+        if not free:
+            return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
+        events = await all_events(manager, run)
+        answer = await asyncio.to_thread(advice.advise, events)
+    if run.log.ended:  # nothing more will come: the same events give the same advice
+        run.advice = (run.log.last_seq, dict(answer))
+    return answer
 
 
 def _over_budget(events: int, combinations: int) -> JSONResponse | None:
@@ -109,11 +134,14 @@ def _decoded(lines: list[bytes]) -> list[Event]:
 
 def _sweep(events: list[Event], grid: dict[str, list[Any]]) -> dict[str, Any] | JSONResponse:
     from loaderscope import sim
+    from loaderscope.sim.advice import untrusted
 
     try:
         costs = sim.fit_from_trace(events)
         rows = sim.trace_sweep(events, grid, costs)
-        fit = {"costs": sim.describe_fit(costs), "recorded": sim.recorded_check(events, costs=costs)}
+        check = sim.recorded_check(events, costs=costs)
     except ValueError as exc:  # a run with no finished fetch yet: nothing to fit
         return unprocessable([{"field": "run", "message": str(exc), "allowed": None}])
-    return {"rows": rows, "recommendation": sim.recommend(rows), "source": "run", "fit": fit}
+    fit = {"costs": sim.describe_fit(costs), "recorded": check}
+    off = untrusted(check["predicted_batches_per_s"], check["recorded_batches_per_s"])
+    return {"rows": rows, "recommendation": sim.recommend(rows) if off is None else off, "source": "run", "fit": fit}
