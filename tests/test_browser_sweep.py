@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from loaderscope.sim.advice import advice_text
+from tests.test_advice import STARVED, recorded
 from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
@@ -86,3 +88,35 @@ def test_what_if_replays_the_open_real_run_s_own_loader(server: Any, page: Page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg.locator("#sweep").scroll_into_view_if_needed()
     pg.locator("#sweep").screenshot(path=str(SHOTS / "sweep-run.png"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_panel_starts_on_the_viewed_run_s_own_loader_with_its_advice(server: Any, page: Page,
+                                                                       tmp_path: Path) -> None:
+    """A recorded run of a script's own loader (bench/cached_loop.py under ``loaderscope record``, streamed to
+    the dashboard) opened in the page: the what-if panel answers for that loader, not for the scenario
+    under "Start a run": its recorded settings, its fitted step, and the advice the server gives for it,
+    drawn from the replays the advice was chosen from."""
+    trace, _events, run_id = recorded(tmp_path, server, *STARVED)
+    with server.client() as http:
+        advice = http.get(f"/api/runs/{run_id}/advice").json()
+    assert advice["status"] != "none", advice["reason"]
+    pg = page.page
+    pg.goto(f"{server.page_url}&run={run_id}")
+    counts = len(advice["rows"])
+    pg.wait_for_selector(f'[data-testid="sweep-chart"][data-points="{counts}"]', timeout=WAIT_MS)
+    assert pg.input_value("#sweep-target") == "run"
+    assert pg.input_value("#sweep-key") == "num_workers"
+    assert pg.input_value("#sweep-values") == ",".join(str(r["num_workers"]) for r in advice["rows"])
+    own = pg.text_content('[data-testid="sweep-own"]') or ""
+    assert own.startswith("this run's own loader (loader), as recorded: in_order=true, num_workers=1, "), own
+    assert f"its training step {advice['step_ms']:.1f} ms per batch, fitted to its events" in own
+    rec = pg.text_content('[data-testid="sweep-recommendation"]') or ""
+    assert rec == f"Recommendation: {advice_text(advice)}"
+    rows = pg.locator('[data-testid="sweep-row"]')
+    assert [rows.nth(i).locator("td").first.text_content() for i in range(counts)] == [
+        str(r["num_workers"]) for r in advice["rows"]]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.locator("#sweep").scroll_into_view_if_needed()
+    pg.locator("#sweep").screenshot(path=str(SHOTS / "sweep-advice.png"))

@@ -156,7 +156,8 @@ class App {
   realRun() {
     const info = this.track?.runInfo;
     if (!this.runId || !info || info.mode !== 'real' || !((info.batches ?? 0) > 0)) return null;
-    return { id: this.runId, label: info.name || info.scenario || this.runId };
+    return { id: this.runId, label: info.name || info.scenario || this.runId, ended: ENDED.has(info.status),
+      config: info.config ?? {} };
   }
   get demo() { return this.server.demo; }
   get offline() { return this.server.offline; }

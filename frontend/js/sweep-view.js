@@ -1,13 +1,17 @@
-// The "What if…" panel: sweeps the scenario chosen in the new-run form over one or two parameters
-// (POST /api/sweeps), or the open run's own loader replayed with a cost model fitted to its fetches
-// (POST /api/runs/{id}/sweeps), then draws batches/s and the consumer's waiting share against the
+// The "What if…" panel: sweeps the open run's own loader replayed with a cost model fitted to its
+// fetches (POST /api/runs/{id}/sweeps), or the scenario chosen in the new-run form over one or two
+// parameters (POST /api/sweeps), then draws batches/s and the consumer's waiting share against the
 // swept value (one line per value of the second parameter), a table of the rows and the recommendation.
+// A real run opened starts the panel on its own loader: its recorded settings, its fitted step and,
+// once it has ended, its advice on num_workers (GET /api/runs/{id}/advice) with the replays behind it.
 
 import { PALETTE } from './colors.js';
 import { niceMax, sweepErrorField, sweepRequest, sweepSeries } from './sweep.js';
 import { ApiError, errorText, fieldErrors } from './api.js';
 import { LOADER_SETTINGS, TRACE_SETTINGS } from './contract.gen.js';
 import { rangeText } from './form.js';
+import { adviceText, adviceWarns } from './advice.js';
+import { say } from './wording.gen.js';
 
 /** @param {string} id @returns {any} the page's element of that id (an input, a select, a box: index.html) */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
@@ -16,6 +20,8 @@ const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79
 /** @type {Record<string, string>} */
 const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
 const STEP_FILL_MS = 20; // the training step a sweep assumes when the scenario has none
+const ADVICE_RETRY_MS = 2000; // the advice shares the sweeps' one slot: asked again while another sweep runs
+const ADVICE_TRIES = 30;
 // What a replay of a recorded loader can change (the contract's TRACE_SETTINGS), with torch's default and the
 // bounds every request meets (LOADER_SETTINGS): its own dataset and batches stay.
 /** @typedef {Pick<import('./form.js').Field, 'name' | 'kind'> & Partial<import('./form.js').Field>} SweepField */
@@ -31,7 +37,11 @@ const RUN_FIELDS = Object.entries(TRACE_SETTINGS).map(([name, kind]) => {
  * What the panel shows: a sweep's answer, with what was swept (`xs`: the first key's values as
  * sent) and the training step it assumed (`stepMs`; null: a run's own loader, its measured step).
  * @typedef {{rows: import('./sweep.js').SweepRow[], recommendation?: string|null, key: string, key2: string,
- *   xs: import('./sweep.js').SweepValue[], scenario: string, stepMs: number|null}} Shown
+ *   xs: import('./sweep.js').SweepValue[], scenario: string, stepMs: number|null, warn?: boolean}} Shown
+ */
+/**
+ * The open run, when it is a real loader's: its id, a label, whether it has ended, its loader settings.
+ * @typedef {{id: string, label: string, ended: boolean, config: Record<string, unknown>}} OpenRun
  */
 
 /** Short numbers for the table and axes. @param {unknown} v @param {number} [digits] */
@@ -45,11 +55,17 @@ export class SweepPanel {
   /**
    * @param {() => ({scenario:string, params:Record<string, any>|null, costs?:object|null})} source
    *   the new-run form: scenario, its parameter values (null if a field is invalid) and fields
-   * @param {() => ({id:string, label:string}|null)} openRun the open run, if it is a real loader's
+   * @param {() => (OpenRun|null)} openRun the open run, if it is a real loader's
    */
   constructor(source, openRun) {
     this.source = source;
     this.openRun = openRun;
+    this.viewed = ''; // the real run the panel last started on
+    /** @type {import('./advice.js').Advice|null} the viewed run's advice, once the server gave it */
+    this.advice = null;
+    this.adviceAsked = false;
+    /** @type {Promise<void>} the advice being asked for: it holds the server's one sweep slot meanwhile */
+    this.advicePending = Promise.resolve();
     /** @type {SweepField[]} the new-run form's fields, kept while the open run is swept instead */
     this.scenarioFields = [];
     this.canvas = document.createElement('canvas');
@@ -70,19 +86,104 @@ export class SweepPanel {
   /** Whether the sweep replays the open run's own loader (else it simulates the form's scenario). */
   get onRun() { return $('sweep-target').value === 'run' && this.openRun() !== null; }
 
-  /** The open run changed: offer its own loader when it is a real one. */
+  /**
+   * The open run or its status changed: a real run newly opened starts the panel on its own loader
+   * (the user may still pick the scenario), and its advice is asked for once it has ended.
+   */
   runChanged() {
     const run = this.openRun();
     const option = $('sweep-target').querySelector('option[value="run"]');
     option.disabled = run === null;
     option.textContent = run ? `this run's own loader (${run.label})` : "this run's own loader (open a real run)";
-    if (run === null && $('sweep-target').value === 'run') { $('sweep-target').value = 'scenario'; this.targetChanged(); }
+    if (run === null) {
+      this.viewed = '';
+      if ($('sweep-target').value === 'run') { $('sweep-target').value = 'scenario'; this.targetChanged(); }
+      return;
+    }
+    if (run.id !== this.viewed) {
+      Object.assign(this, { viewed: run.id, advice: null, adviceAsked: false });
+      $('sweep-target').value = 'run';
+      this.targetChanged();
+    }
+    if (run.ended && !this.adviceAsked) {
+      this.adviceAsked = true;
+      this.advicePending = this.askAdvice(run.id, ADVICE_TRIES);
+    }
   }
 
   targetChanged() {
     this.clearErrors();
     $('sweep-result').hidden = true;
     this.fieldsChanged(this.scenarioFields, true);
+    this.showOwn();
+    if (this.onRun && this.advice) this.showAdvice(this.advice);
+  }
+
+  /** What the panel replays when it sweeps the open run: its loader as recorded, its fitted step. */
+  showOwn() {
+    const run = this.onRun ? this.openRun() : null;
+    const el = $('sweep-own');
+    el.hidden = run === null;
+    if (run === null) return;
+    const a = this.advice;
+    const setting = a ? a.setting : Object.fromEntries(Object.keys(TRACE_SETTINGS).filter((k) => k in run.config).sort()
+      .map((k) => [k, run.config[k]]));
+    const settings = Object.entries(setting).map(([k, v]) => `${k}=${v}`).join(', ');
+    const step = a && typeof a.step_ms === 'number' ? `; its training step ${fmt(a.step_ms, 1)} ms per batch, fitted to its events`
+      : run.ended ? '' : '; its advice on num_workers comes when the run ends';
+    el.textContent = `this run's own loader (${run.label}), as recorded: ${settings}${step}`;
+  }
+
+  /**
+   * GET the viewed run's advice; while another sweep holds the one slot, ask again a little later.
+   * @param {string} id @param {number} tries
+   */
+  async askAdvice(id, tries) {
+    let data;
+    try {
+      const res = await fetch(`/api/runs/${encodeURIComponent(id)}/advice`, { credentials: 'same-origin' });
+      if (res.status === 429 && tries > 1) { // another sweep holds the slot: ask again when it may have ended
+        await new Promise((wait) => { setTimeout(wait, ADVICE_RETRY_MS); });
+        if (id === this.viewed) await this.askAdvice(id, tries - 1);
+        return;
+      }
+      data = await res.json();
+      if (!res.ok) throw new ApiError(res.status, data);
+    } catch (err) {
+      if (id === this.viewed) this.showOwnError(err);
+      return;
+    }
+    if (id !== this.viewed) return;
+    this.advice = /** @type {import('./advice.js').Advice} */ (data);
+    if (this.onRun) { this.showOwn(); this.showAdvice(this.advice); }
+  }
+
+  /** @param {unknown} err */
+  showOwnError(err) {
+    const b = err instanceof ApiError ? err.body : null;
+    $('sweep-error').textContent = `no advice on num_workers for this run: ${b ? errorText(b) : err instanceof Error ? err.message : String(err)}`;
+    $('sweep-error').hidden = false;
+  }
+
+  /** The advice and the replays it was chosen from, as a sweep of num_workers. @param {import('./advice.js').Advice} a */
+  showAdvice(a) {
+    const run = this.openRun();
+    if (run === null) return;
+    const xs = a.rows.map((r) => /** @type {number} */ (r.num_workers));
+    if (!xs.length) { // nothing was replayed: the reason is all there is
+      $('sweep-result').hidden = false;
+      $('sweep-rec').textContent = `Recommendation: ${adviceText(a)}`;
+      $('sweep-rec').classList.add('warn');
+      return;
+    }
+    $('sweep-key').value = 'num_workers';
+    $('sweep-key2').value = '';
+    this.keyChanged('key2');
+    $('sweep-values').value = xs.join(',');
+    $('sweep-status').textContent = `${run.label}: the advice's ${xs.length} replay${xs.length === 1 ? '' : 's'} of its own loader`;
+    this.last = { rows: a.rows, recommendation: adviceText(a), key: 'num_workers', key2: '', xs, scenario: run.label,
+      stepMs: null, warn: adviceWarns(a) };
+    this.show(this.last);
   }
 
   /**
@@ -195,6 +296,7 @@ export class SweepPanel {
 
   /** The open run's own loader, replayed with costs fitted to its fetches, over the chosen values. */
   async runOnOpenRun() {
+    await this.advicePending; // the server runs one sweep at a time: the advice's first
     const run = this.openRun();
     if (run === null) return;
     const key = $('sweep-key').value, key2 = $('sweep-key2').value;
@@ -255,7 +357,7 @@ export class SweepPanel {
     $('sweep-result').hidden = false;
     $('sweep-rec').textContent = result.recommendation ? `Recommendation: ${result.recommendation}` : '';
     $('sweep-rec').hidden = !result.recommendation;
-    $('sweep-rec').classList.toggle('warn', /starved|no num_workers|will not help/.test(result.recommendation ?? ''));
+    $('sweep-rec').classList.toggle('warn', result.warn ?? /starved|not help|no recommendation/.test(result.recommendation ?? ''));
     this.flat(result);
     this.table(result);
     this.draw(result);
@@ -285,7 +387,8 @@ export class SweepPanel {
   /** @param {Shown} shown */
   table({ rows, key, key2 }) {
     const cols = [[key, key], ...(key2 ? [[key2, key2]] : []),
-      ['batches_per_s', 'batches/s'], ['input_bound', 'training loop waiting'], ['worker_util', 'workers busy'],
+      ['batches_per_s', 'batches/s'], ['input_bound', 'training loop waiting'],
+      ['input_bound_steady', say('label.input_bound_steady')], ['worker_util', 'workers busy'],
       ['buffer_high', 'reorder buffer max'], ['wall', 'simulated time'], ['batches', 'batches']];
     const best = Math.max(...rows.map((r) => Number(r.batches_per_s) || 0));
     const head = document.createElement('tr');
@@ -298,10 +401,10 @@ export class SweepPanel {
       for (const [k] of cols) {
         const td = document.createElement('td');
         const v = r[k];
-        if (k === 'input_bound' || k === 'worker_util') td.textContent = typeof v === 'number' ? `${(v * 100).toFixed(0)} %` : '–';
+        if (k === 'input_bound' || k === 'input_bound_steady' || k === 'worker_util') td.textContent = typeof v === 'number' ? `${(v * 100).toFixed(0)} %` : '–';
         else if (k === 'wall') td.textContent = typeof v === 'number' ? `${fmt(v)} s` : '–';
         else td.textContent = v === undefined || v === null ? '–' : fmt(v, k === 'batches_per_s' ? 1 : 2);
-        if (k === 'input_bound' && typeof v === 'number' && v > 0.2) td.className = 'bad';
+        if (k.startsWith('input_bound') && typeof v === 'number' && v > 0.2) td.className = 'bad';
         if (k === 'batches' && r.status && !['done', 'finished', 'ok'].includes(r.status)) td.textContent += ` (${r.status})`;
         tr.append(td);
       }
