@@ -9,10 +9,12 @@
 Each case records a real run: a built-in scenario (``loaderscope run NAME --set ...``, defaults and
 variants: 0/2/4 workers, a training step, persistent workers, iterable shards, pin_memory) or a
 training loop with a model step under ``loaderscope record`` (examples/train_cnn.py with 0 and 2
-workers, bench/train_eval.py with an eval loader between epochs, train_cnn.py as a 2-rank torchrun
-DDP job). Every loader a case recorded is then fitted and replayed at its recorded setting, exactly
+workers, bench/train_eval.py with an eval loader between epochs, bench/train_accum.py stepping its
+optimizer every 4 batches, bench/train_zip.py iterating two loaders zipped, train_cnn.py as a 2-rank
+torchrun DDP job). Every loader a case recorded is then fitted and replayed at its recorded setting, exactly
 as ``loaderscope sim --from-trace`` does (``sim.recorded_check``), and the table prints recorded and
-predicted batches/s (``state.summary``'s definition for both) with the error. The load average
+predicted batches/s (``state.summary``'s definition for both) with the error, and the advice on
+num_workers the run gets (``sim.advice.advise``: its status and count). The load average
 is printed before and after: the machine is shared, and the recordings are as noisy as it is;
 the prediction is fitted from the same recording, so its error measures the model, not the noise.
 """
@@ -33,12 +35,15 @@ from rich.table import Table
 
 from loaderscope.cli.main import trace_plan
 from loaderscope.sim import recorded_check
+from loaderscope.sim.advice import advise
 from loaderscope.trace import read_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EXAMPLE = ROOT / "examples" / "train_cnn.py"
 EVAL_LOOP = ROOT / "bench" / "train_eval.py"
+ACCUMULATE_LOOP = ROOT / "bench" / "train_accum.py"
+ZIPPED_LOOP = ROOT / "bench" / "train_zip.py"
 TOLERANCE = 0.10
 
 
@@ -77,6 +82,8 @@ CASES = [
     Case("train_cnn.py, 0 workers", command=_loop(str(EXAMPLE), "--workers", "0", "--samples", "512", "--epochs", "2")),
     Case("train_cnn.py, 2 workers", command=_loop(str(EXAMPLE), "--workers", "2", "--samples", "512", "--epochs", "2")),
     Case("train_eval.py (eval between epochs)", command=_loop(str(EVAL_LOOP), "--workers", "2")),
+    Case("train_accum.py (optimizer step every 4 batches)", command=_loop(str(ACCUMULATE_LOOP), "--workers", "2")),
+    Case("train_zip.py (train and val loaders zipped)", command=_loop(str(ZIPPED_LOOP), "--workers", "1")),
     Case("train_cnn.py, torchrun 2 ranks", command=(str(BIN / "torchrun"), "--nproc-per-node", "2", str(EXAMPLE),
                                                     "--workers", "1", "--samples", "512", "--epochs", "2")),
 ]
@@ -98,14 +105,16 @@ def record(case: Case, folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.trace.jsonl"))
 
 
-def check(path: Path) -> tuple[str, int, dict[str, float]]:
-    """The loader's name, its workers and the fit's check at the recorded setting."""
+def check(path: Path) -> tuple[str, int, dict[str, float], str]:
+    """The loader's name, its workers, the fit's check at the recorded setting and its advice on num_workers."""
     events = read_trace(path)[1]
     start = next(e for e in events if e["kind"] == "run_start")
     name = start.get("name") or start.get("scenario") or path.name
     if start.get("world_size", 1) > 1:
         name = f"{name} rank {start.get('rank', 0)}"
-    return name, start["config"].get("num_workers", 0), recorded_check(events, trace_plan(events))
+    advice = advise(events)
+    advised = f"{advice['status']} {advice['workers']}" if advice["workers"] is not None else advice["status"]
+    return name, start["config"].get("num_workers", 0), recorded_check(events, trace_plan(events)), advised
 
 
 def main() -> None:
@@ -122,7 +131,7 @@ def main() -> None:
     console = Console(width=140)
     before = os.getloadavg()
     table = Table(title="sim --from-trace at the recorded setting", show_edge=False, header_style="bold")
-    for title in ("case", "loader", "workers", "recorded b/s", "predicted b/s", "error"):
+    for title in ("case", "loader", "workers", "recorded b/s", "predicted b/s", "error", "advice"):
         table.add_column(title, justify="left" if title in ("case", "loader") else "right")
     errors = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -130,12 +139,12 @@ def main() -> None:
         for number, case in enumerate(cases):
             folder = root / f"{CASES.index(case):02d}"
             for path in sorted(folder.rglob("*.trace.jsonl")) if args.refit else record(case, folder):
-                name, workers, result = check(path)
+                name, workers, result, advised = check(path)
                 if result["error"] is None:
                     continue  # a loader that yielded no batch
                 errors.append(abs(result["error"]))
                 table.add_row(case.label, name, str(workers), f"{result['recorded_batches_per_s']:.2f}",
-                              f"{result['predicted_batches_per_s']:.2f}", f"{result['error']:+.1%}")
+                              f"{result['predicted_batches_per_s']:.2f}", f"{result['error']:+.1%}", advised)
     after = os.getloadavg()
     console.print(table)
     within = sum(e <= TOLERANCE for e in errors)
