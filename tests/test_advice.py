@@ -81,7 +81,8 @@ def test_the_advice_is_the_simulators_own_count_everywhere(tmp_path: Path, serve
     assert [r["num_workers"] for r in advice["rows"]] == list(WORKER_COUNTS)
     assert advice == advise(events)  # deterministic: the same recording, the same advice
     text = advice_text(advice)
-    assert text.startswith(f"num_workers={advice['workers']} ") and "recorded with num_workers=1" in text
+    assert text.startswith(f"the simulator fitted to this run predicts num_workers={advice['workers']} ")
+    assert "recorded with num_workers=1" in text
 
     # the terminal: sim --from-trace says the same sentence, and its sweep of the same counts the same count
     counts = ",".join(str(n) for n in WORKER_COUNTS)

@@ -23,23 +23,21 @@ const signedPercent = (x) => `${x < 0 || Object.is(x, -0) ? '-' : '+'}${pyFixed(
 /** Whether the advice warns (no count keeps the loop fed, or no count at all). @param {Advice} a */
 export const adviceWarns = (a) => a.status !== 'keep_up';
 
-/** The advice in one sentence, as advice_text says it. @param {Advice} a */
+/**
+ * The advice in one sentence, as advice_text says it: whose prediction it is, and what the simulator
+ * leaves out (it gives each process a core of its own). @param {Advice} a
+ */
 export function adviceText(a) {
   if (a.status === 'off' || a.status === 'none') return `no advice on num_workers: ${a.reason}`;
-  const workers = a.workers, r = rate(a.batches_per_s || 0), wait = percent(a.waiting || 0);
+  const workers = a.workers, r = rate(a.batches_per_s || 0);
+  const waiting = `the training loop waiting ${percent(a.waiting || 0)} of the time after each epoch's first batch`;
   const recorded = `against ${rate(a.recorded_batches_per_s || 0)} batches/s recorded with `
-    + `num_workers=${a.recorded_workers} (the replay of that setting: `
+    + `num_workers=${a.recorded_workers} (its replay of that setting: `
     + `${rate(a.replayed_batches_per_s || 0)}, ${signedPercent(a.error || 0)})`;
-  if (a.status === 'keep_up') {
-    return `num_workers=${workers} would keep up: the simulator fitted to this run predicts ${r} batches/s there, `
-      + `the training loop waiting ${wait} of the time after each epoch's first batch, ${recorded}`;
-  }
-  if (a.status === 'more') {
-    return `even num_workers=${workers} would not keep up: the simulator fitted to this run predicts ${r} `
-      + `batches/s there and still rising, the training loop waiting ${wait} of the time after each epoch's `
-      + `first batch, ${recorded}; it would take more workers than swept, or cheaper samples`;
-  }
-  return `num_workers=${workers} comes within 2% of the fastest count the simulator tried: `
-    + `fitted to this run, it predicts ${r} batches/s there, the training loop still waiting ${wait} of the `
-    + `time after each epoch's first batch, ${recorded}; more workers would not make it faster`;
+  const said = a.status === 'keep_up' ? `num_workers=${workers} would keep up: ${r} batches/s, ${waiting}, ${recorded}`
+    : a.status === 'more' ? `even num_workers=${workers} would not keep up: ${r} batches/s and still rising, ${waiting}, `
+      + `${recorded}; it would take more workers than it tried, or cheaper samples`
+    : `num_workers=${workers} comes within 2% of the fastest count it tried: ${r} `
+      + `batches/s, ${waiting}, ${recorded}; more workers would not make it faster`;
+  return `the simulator fitted to this run predicts ${said}, giving each process a core of its own`;
 }

@@ -138,21 +138,26 @@ def _rate(batches_per_s: float) -> str:
 
 
 def advice_text(advice: Advice) -> str:
-    """The advice as one sentence (the terminal's; ``frontend/js/advice.js`` says the same)."""
+    """The advice as one sentence (the terminal's; ``frontend/js/advice.js`` says the same).
+
+    It says whose prediction it is and what the simulator leaves out: it gives each process a core of
+    its own, so where the workers' and the main process's own work compete for fewer cores, more
+    workers gain less than it predicts (bench/advice_check.py runs the counts side by side).
+    """
     status = advice["status"]
     if status in ("off", "none"):
         return f"no advice on num_workers: {advice['reason']}"
     workers, rate, wait = advice["workers"], _rate(advice["batches_per_s"] or 0.0), f"{advice['waiting'] or 0.0:.0%}"
+    waiting = f"the training loop waiting {wait} of the time after each epoch's first batch"
     recorded = (f"against {_rate(advice['recorded_batches_per_s'] or 0.0)} batches/s recorded with "
-                f"num_workers={advice['recorded_workers']} (the replay of that setting: "
+                f"num_workers={advice['recorded_workers']} (its replay of that setting: "
                 f"{_rate(advice['replayed_batches_per_s'] or 0.0)}, {advice['error'] or 0.0:+.1%})")
     if status == "keep_up":
-        return (f"num_workers={workers} would keep up: the simulator fitted to this run predicts {rate} batches/s there, "
-                f"the training loop waiting {wait} of the time after each epoch's first batch, {recorded}")
-    if status == "more":
-        return (f"even num_workers={workers} would not keep up: the simulator fitted to this run predicts {rate} "
-                f"batches/s there and still rising, the training loop waiting {wait} of the time after each epoch's "
-                f"first batch, {recorded}; it would take more workers than swept, or cheaper samples")
-    return (f"num_workers={workers} comes within {1 - SATURATION:.0%} of the fastest count the simulator tried: "
-            f"fitted to this run, it predicts {rate} batches/s there, the training loop still waiting {wait} of the "
-            f"time after each epoch's first batch, {recorded}; more workers would not make it faster")
+        said = f"num_workers={workers} would keep up: {rate} batches/s, {waiting}, {recorded}"
+    elif status == "more":
+        said = (f"even num_workers={workers} would not keep up: {rate} batches/s and still rising, {waiting}, "
+                f"{recorded}; it would take more workers than it tried, or cheaper samples")
+    else:
+        said = (f"num_workers={workers} comes within {1 - SATURATION:.0%} of the fastest count it tried: {rate} "
+                f"batches/s, {waiting}, {recorded}; more workers would not make it faster")
+    return f"the simulator fitted to this run predicts {said}, giving each process a core of its own"
