@@ -20,14 +20,13 @@ from typing import Any
 import pytest
 
 from loaderscope.sim import fit_from_trace, trace_sweep
-from loaderscope.sim.advice import TRUST, WORKER_COUNTS, advice_text, advise
+from loaderscope.sim.advice import TRUST, WORKER_COUNTS, advice_text, advise, affordable
 from loaderscope.sim.sweep import choose
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
 from tests.live import LiveServer
 from tests.test_record import environment
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 PYTHON = sys.executable
 LOOP = Path(__file__).resolve().parents[1] / "bench" / "cached_loop.py"
 # One worker feeding a step nine times shorter than a batch's fetch (4 samples of 9 ms against 4 ms):
@@ -68,6 +67,8 @@ def named(recommendation: str, workers: int) -> bool:
         f"the consumer is still starved at num_workers={workers} "))
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_advice_is_the_simulators_own_count_everywhere(tmp_path: Path, server: LiveServer) -> None:
     trace, events, run_id = recorded(tmp_path, server, *STARVED)
     advice = advise(events)
@@ -104,6 +105,8 @@ def test_the_advice_is_the_simulators_own_count_everywhere(tmp_path: Path, serve
     assert swept.status_code == 200 and named(swept.json()["recommendation"], advice["workers"])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_loaderscope_run_prints_the_advice_of_the_run_it_recorded(tmp_path: Path) -> None:
     out = cli("run", "uniform", "--set", "num_workers=1", "--set", "dataset_size=32", "--set", "step_ms=2",
               "--out", str(tmp_path / "run.trace.jsonl"), cwd=tmp_path)
@@ -112,6 +115,8 @@ def test_loaderscope_run_prints_the_advice_of_the_run_it_recorded(tmp_path: Path
     assert f"  • {advice_text(advice)}\n" in out
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_fit_off_by_more_than_10_percent_recommends_nothing_and_says_why(tmp_path: Path,
                                                                           server: LiveServer) -> None:
     trace, events, run_id = recorded(tmp_path, server, *COLD_CACHE)
@@ -132,3 +137,18 @@ def test_a_fit_off_by_more_than_10_percent_recommends_nothing_and_says_why(tmp_p
         swept = http.post(f"/api/runs/{run_id}/sweeps", json={"grid": {"num_workers": [1, 2, 4]}}).json()
     assert served["status"] == "off" and served["workers"] is None and off in served["reason"]
     assert swept["recommendation"] == served["reason"]
+
+
+def test_the_replays_stay_within_a_sweep_s_budget_and_a_run_too_long_gets_no_advice() -> None:
+    # 2,000,000 simulated events: 40 replays of a 50,000-event run, 5 of a 400,000-event one (the recorded
+    # setting and the first four counts of PRIORITY besides it), not 2 of a run over 1,000,000
+    assert affordable(50_000, 1) == [n for n in WORKER_COUNTS if n != 1]
+    assert affordable(400_000, 2) == [1, 4, 8, 16]
+    assert affordable(1_000_001, 1) == []
+    start = {"kind": "run_start", "seq": 0, "t": 0.0, "run": "r", "mode": "real", "config": {"num_workers": 2}}
+    advice = advise([start] * 1_000_001)  # refused by its length alone: nothing is reduced, fitted or replayed
+    assert advice["status"] == "none" and advice["workers"] is None and advice["recorded_workers"] == 2
+    assert advice["reason"] == ("the run holds 1,000,001 events: replaying it at two worker counts would "
+                                "simulate more than the 2,000,000 events a sweep may")
+    assert advise([])["reason"] == "the trace has no run_start: it does not say which loader it recorded"
+    assert advise([start])["reason"] == "the run yielded no batch: nothing to advise on"
