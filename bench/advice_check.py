@@ -29,7 +29,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from loaderscope.sim.advice import advice_text, advise
+from loaderscope.advicetext import advice_text
+from loaderscope.sim.advice import advise
 from loaderscope.state import reduce, summary
 from loaderscope.trace import read_trace
 

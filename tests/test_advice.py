@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from loaderscope.sim import fit_from_trace, trace_sweep
-from loaderscope.sim.advice import TRUST, WORKER_COUNTS, advice_text, advise, affordable
-from loaderscope.sim.sweep import choose
+from loaderscope.advicetext import Advice, advice_text
+from loaderscope.sim.advice import TRUST, WORKER_COUNTS, advise, affordable
+from loaderscope.sim.sweep import SATURATION, choose
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
 from tests.live import LiveServer
@@ -152,3 +153,17 @@ def test_the_replays_stay_within_a_sweep_s_budget_and_a_run_too_long_gets_no_adv
                                 "simulate more than the 2,000,000 events a sweep may")
     assert advise([])["reason"] == "the trace has no run_start: it does not say which loader it recorded"
     assert advise([start])["reason"] == "the run yielded no batch: nothing to advise on"
+
+
+def test_the_sentence_names_the_share_the_choice_takes() -> None:
+    """advice_text lives below the simulator (the diagnosis words an advice it is given), so it says the
+    sweep's SATURATION in words: they must agree."""
+    limited = advise_like(status="limited")
+    assert f"comes within {1 - SATURATION:.0%} of the fastest count it tried" in advice_text(limited)
+
+
+def advise_like(**values: Any) -> Advice:
+    """An advice as advise() returns one, with ``values`` changed."""
+    return Advice(**({"status": "keep_up", "workers": 3, "batches_per_s": 41.0, "waiting": 0.05, "recorded_workers": 1,
+                      "recorded_batches_per_s": 14.5, "replayed_batches_per_s": 14.7, "error": 0.014, "setting": {},
+                      "step_ms": 20.0, "rows": [], "reason": None} | values))

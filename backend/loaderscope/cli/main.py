@@ -272,7 +272,8 @@ def print_summary(events: list[Event], state: LoaderState) -> None:
 
 def print_advice(events: list[Event]) -> None:
     """The advice on num_workers, as the page and ``sim --from-trace`` give it (``sim.advice``)."""
-    from loaderscope.sim.advice import advice_text, advise
+    from loaderscope.advicetext import advice_text
+    from loaderscope.sim.advice import advise
 
     console.print("\n[bold]Workers[/] (the simulator, fitted to this run)")
     console.print(f"  • {escape(advice_text(advise(events)))}", soft_wrap=True)
@@ -346,7 +347,8 @@ def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table", advice
     only the table's data.
     """
     from loaderscope import sim
-    from loaderscope.sim.advice import advice_text, advise, untrusted
+    from loaderscope.advicetext import advice_text
+    from loaderscope.sim.advice import advise, untrusted
 
     try:
         costs = sim.fit_from_trace(events)

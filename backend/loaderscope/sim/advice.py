@@ -9,8 +9,8 @@ sweep's recommendation does (``sweep.choose``): the smallest count whose batches
 ``next()`` at most ``FED_SHARE`` (10%) of its time in the epochs, each epoch's first wait left out
 (``state.summary``'s ``input_bound_steady``: that batch waits for the pipeline to fill however many
 workers fill it). ``loaderscope run``, ``loaderscope sim --from-trace``, ``GET /api/runs/{id}/advice``
-and the page's what-if panel all show this one answer; ``advice_text`` words it, and
-``frontend/js/advice.js`` words it the same.
+and the page's what-if panel all show this one answer (``advicetext.Advice``); ``advicetext.advice_text``
+words it, and ``frontend/js/advice.js`` words it the same.
 
 The cost is bounded as a sweep's is: each replay simulates about as many events as the run holds,
 and the replays together stay within ``MAX_SWEEP_EVENTS`` (a run of 10,000 batches: 12 replays of
@@ -22,11 +22,12 @@ Pure: events in, advice out; deterministic (the fitted model's draws are seeded)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any
 
+from loaderscope.advicetext import Advice, Status, rate_text
 from loaderscope.events import Event
 from loaderscope.sim.fit import fit_from_trace
-from loaderscope.sim.sweep import MAX_SWEEP_EVENTS, SATURATION, TRACE_KEYS, choose, trace_sweep
+from loaderscope.sim.sweep import MAX_SWEEP_EVENTS, TRACE_KEYS, choose, trace_sweep
 from loaderscope.state import reduce, summary
 
 # The replay of the recorded setting must come this close to the recorded batches/s to advise.
@@ -34,40 +35,6 @@ TRUST = 0.10
 WORKER_COUNTS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # The counts kept when the budget allows fewer replays: the doublings first, then those between.
 PRIORITY = (1, 2, 4, 8, 16, 32, 0, 3, 6, 12, 24)
-
-Status = Literal["keep_up", "limited", "more", "off", "none"]
-
-
-class Advice(TypedDict):
-    """The advice on ``num_workers`` for one recorded loader (JSON as it is).
-
-    ``status``: ``keep_up`` (``workers`` keeps the loop fed), ``limited`` (batches/s levels off at
-    ``workers`` with the loop still waiting: more workers will not help), ``more`` (still waiting at
-    ``workers``, the most swept, and batches/s still rising), ``off`` (the replay of the recorded
-    setting is off by more than ``TRUST``: no recommendation), ``none`` (nothing to advise on: no
-    batch, no fetch to fit, a run too long to replay; ``reason`` says which).
-    ``workers``, ``batches_per_s``, ``waiting``: the count chosen, its predicted batches/s and its
-    waiting share after each epoch's first batch (null for ``off`` and ``none``).
-    ``recorded_workers``, ``recorded_batches_per_s``: the run's own; ``replayed_batches_per_s`` and
-    ``error`` (replayed / recorded - 1): the fit's check at the recorded ``setting`` (the settings a
-    replay may change, as recorded). ``step_ms``: the fitted training step per batch. ``rows``: the
-    replays by ``num_workers`` (the recorded one among them), as a sweep's rows. ``reason``: why
-    there is no recommendation, for ``off`` and ``none``.
-    """
-
-    status: Status
-    workers: int | None
-    batches_per_s: float | None
-    waiting: float | None
-    recorded_workers: int | None
-    recorded_batches_per_s: float | None
-    replayed_batches_per_s: float | None
-    error: float | None
-    setting: dict[str, Any]
-    step_ms: float | None
-    rows: list[dict[str, Any]]
-    reason: str | None
-
 
 def advise(events: Sequence[Event]) -> Advice:
     """The advice on ``num_workers`` for the loader ``events`` recorded (see the module docstring)."""
@@ -108,8 +75,8 @@ def untrusted(replayed: float, recorded: float) -> str | None:
     if error is not None and abs(error) <= TRUST:
         return None
     off = f"off by {abs(error):.1%}" if error is not None else "not comparable"
-    return (f"the simulator's replay of the recorded setting is {off} ({_rate(replayed)} batches/s against "
-            f"{_rate(recorded)} recorded), more than the {TRUST:.0%} it must come within: no recommendation")
+    return (f"the simulator's replay of the recorded setting is {off} ({rate_text(replayed)} batches/s against "
+            f"{rate_text(recorded)} recorded), more than the {TRUST:.0%} it must come within: no recommendation")
 
 
 def affordable(events: int, recorded_workers: int) -> list[int]:
@@ -130,34 +97,3 @@ def _nothing(reason: str | None, setting: dict[str, Any], recorded_workers: int 
     return Advice(status="none", workers=None, batches_per_s=None, waiting=None, recorded_workers=recorded_workers,
                   recorded_batches_per_s=None, replayed_batches_per_s=None, error=None, setting=setting,
                   step_ms=None, rows=[], reason=reason)
-
-
-def _rate(batches_per_s: float) -> str:
-    """Batches/s with two decimals below 10 (0.96, 9.58), one from 10 (95.8)."""
-    return f"{batches_per_s:.2f}" if batches_per_s < 10 else f"{batches_per_s:.1f}"
-
-
-def advice_text(advice: Advice) -> str:
-    """The advice as one sentence (the terminal's; ``frontend/js/advice.js`` says the same).
-
-    It says whose prediction it is and what the simulator leaves out: it gives each process a core of
-    its own, so where the workers' and the main process's own work compete for fewer cores, more
-    workers gain less than it predicts (bench/advice_check.py runs the counts side by side).
-    """
-    status = advice["status"]
-    if status in ("off", "none"):
-        return f"no advice on num_workers: {advice['reason']}"
-    workers, rate, wait = advice["workers"], _rate(advice["batches_per_s"] or 0.0), f"{advice['waiting'] or 0.0:.0%}"
-    waiting = f"the training loop waiting {wait} of the time after each epoch's first batch"
-    recorded = (f"against {_rate(advice['recorded_batches_per_s'] or 0.0)} batches/s recorded with "
-                f"num_workers={advice['recorded_workers']} (its replay of that setting: "
-                f"{_rate(advice['replayed_batches_per_s'] or 0.0)}, {advice['error'] or 0.0:+.1%})")
-    if status == "keep_up":
-        said = f"num_workers={workers} would keep up: {rate} batches/s, {waiting}, {recorded}"
-    elif status == "more":
-        said = (f"even num_workers={workers} would not keep up: {rate} batches/s and still rising, {waiting}, "
-                f"{recorded}; it would take more workers than it tried, or cheaper samples")
-    else:
-        said = (f"num_workers={workers} comes within {1 - SATURATION:.0%} of the fastest count it tried: {rate} "
-                f"batches/s, {waiting}, {recorded}; more workers would not make it faster")
-    return f"the simulator fitted to this run predicts {said}, giving each process a core of its own"
