@@ -108,8 +108,8 @@ def main() -> None:
                 if count is not None:
                     roles.setdefault(count, []).append(role)
             for count, named in sorted(roles.items()):
-                rates = [summary(reduce(measured(loop, count, Path(scratch) / f"{number}-{count}-{r}")))["batches_per_s"]
-                         for r in range(args.repeat)]
+                runs = [measured(loop, count, Path(scratch) / f"{number}-{count}-{r}") for r in range(args.repeat)]
+                rates = [summary(reduce(run))["batches_per_s"] for run in runs]
                 real, simulated = statistics.median(rates), predicted.get(count)
                 table.add_row(loop.label, str(count), ", ".join(named),
                               f"{simulated:.2f}" if simulated is not None else "–", f"{real:.2f}",

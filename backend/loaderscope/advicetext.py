@@ -60,8 +60,8 @@ def advice_text(advice: Advice) -> str:
     status = advice["status"]
     if status in ("off", "none"):
         return f"no advice on num_workers: {advice['reason']}"
-    workers, rate, wait = advice["workers"], rate_text(advice["batches_per_s"] or 0.0), f"{advice['waiting'] or 0.0:.0%}"
-    waiting = f"the training loop waiting {wait} of the time after each epoch's first batch"
+    workers, rate = advice["workers"], rate_text(advice["batches_per_s"] or 0.0)
+    waiting = f"the training loop waiting {advice['waiting'] or 0.0:.0%} of the time after each epoch's first batch"
     recorded = (f"against {rate_text(advice['recorded_batches_per_s'] or 0.0)} batches/s recorded with "
                 f"num_workers={advice['recorded_workers']} (its replay of that setting: "
                 f"{rate_text(advice['replayed_batches_per_s'] or 0.0)}, {advice['error'] or 0.0:+.1%})")

@@ -35,8 +35,8 @@ export function adviceText(a) {
     + `num_workers=${a.recorded_workers} (its replay of that setting: `
     + `${rate(a.replayed_batches_per_s || 0)}, ${signedPercent(a.error || 0)})`;
   const said = a.status === 'keep_up' ? `num_workers=${workers} would keep up: ${r} batches/s, ${waiting}, ${recorded}`
-    : a.status === 'more' ? `even num_workers=${workers} would not keep up: ${r} batches/s and still rising, ${waiting}, `
-      + `${recorded}; it would take more workers than it tried, or cheaper samples`
+    : a.status === 'more' ? `even num_workers=${workers} would not keep up: ${r} batches/s and still rising, `
+      + `${waiting}, ${recorded}; it would take more workers than it tried, or cheaper samples`
     : `num_workers=${workers} comes within 2% of the fastest count it tried: ${r} `
       + `batches/s, ${waiting}, ${recorded}; more workers would not make it faster`;
   return `the simulator fitted to this run predicts ${said}, giving each process a core of its own`;

@@ -129,7 +129,8 @@ export class SweepPanel {
     const setting = a ? a.setting : Object.fromEntries(Object.keys(TRACE_SETTINGS).filter((k) => k in run.config).sort()
       .map((k) => [k, run.config[k]]));
     const settings = Object.entries(setting).map(([k, v]) => `${k}=${v}`).join(', ');
-    const step = a && typeof a.step_ms === 'number' ? `; its training step ${fmt(a.step_ms, 1)} ms per batch, fitted to its events`
+    const step = a && typeof a.step_ms === 'number'
+      ? `; its training step ${fmt(a.step_ms, 1)} ms per batch, fitted to its events`
       : run.ended ? '' : '; its advice on num_workers comes when the run ends';
     el.textContent = `this run's own loader (${run.label}), as recorded: ${settings}${step}`;
   }

@@ -337,7 +337,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return print_sweep(lambda: sim.sweep(plan, grid, costs), args.format, off)
 
 
-def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table", advice: bool = True) -> tuple[Any, str | None]:
+def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table",
+              advice: bool = True) -> tuple[Any, str | None]:
     """Say which costs the trace gave the simulator, how close it replays the recorded setting, and (with
     ``advice``: the trace's own loader is what is swept) the advice on num_workers for that loader.
 

@@ -14,9 +14,9 @@ words it, and ``frontend/js/advice.js`` words it the same.
 
 The cost is bounded as a sweep's is: each replay simulates about as many events as the run holds,
 and the replays together stay within ``MAX_SWEEP_EVENTS`` (a run of 10,000 batches: 12 replays of
-~50,000 events, 7.7 s of CPU with the fit). A run too long for every count in ``WORKER_COUNTS`` is replayed at fewer, kept in
-``PRIORITY`` order; one too long to replay twice gets no advice, and says so.
-Pure: events in, advice out; deterministic (the fitted model's draws are seeded).
+~50,000 events, 7.7 s of CPU with the fit). A run too long for every count in ``WORKER_COUNTS`` is
+replayed at fewer, kept in ``PRIORITY`` order; one too long to replay twice gets no advice, and says so.
+Pure: events in, advice out; the same events give the same advice.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ TRUST = 0.10
 WORKER_COUNTS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # The counts kept when the budget allows fewer replays: the doublings first, then those between.
 PRIORITY = (1, 2, 4, 8, 16, 32, 0, 3, 6, 12, 24)
+
 
 def advise(events: Sequence[Event]) -> Advice:
     """The advice on ``num_workers`` for the loader ``events`` recorded (see the module docstring)."""
