@@ -8,6 +8,8 @@ could not read it otherwise.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from loaderscope.doctor import model, sample, snapshot, verdict
+from loaderscope.doctor import model, sample, snapshot, source, verdict
 from loaderscope.doctor.sample import EXIT_NO_LOADER, DoctorError
 
 DEFAULT_DURATION = 2.0
@@ -45,6 +47,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if not 0 < args.duration <= 600:
         print(f"error: --duration must be between 0 and 600 s, got {args.duration}", file=sys.stderr)
         return 2
+    previous = signal.signal(signal.SIGINT, _interrupted)
     try:
         return _job(args) if args.job is not None else _one(args)
     except DoctorError as exc:
@@ -53,20 +56,47 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         else:
             print(f"error: {exc}", file=sys.stderr)
         return exc.code
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C ends doctor at once: its py-spy runs and its reader are killed, and no thread that
+    waits on one is joined (the interpreter would wait for each at exit)."""
+    for pid in list(source.live):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    print("loaderscope doctor: interrupted", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+def _read(pid: int, duration: float) -> model.Picture:
+    """The picture of ``pid``: sampled, then its frames' lines read as its own user."""
+    return model.build(source.quote(pid, sample.record(pid, duration, INTERVAL)))
 
 
 def _one(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    picture = model.build(sample.record(args.pid, args.duration, INTERVAL))
+    picture = _read(args.pid, args.duration)
     found = verdict.decide(picture)
     took = time.monotonic() - started
-    out = snapshot.write(args.out, picture, found) if args.out else None
+    out = _write(args.out, picture, found) if args.out else None
     if args.json:
         print(orjson.dumps(snapshot.as_json(picture, found) | {"snapshot": str(out) if out else None,
                                                                "took_s": round(took, 3)}).decode())
     else:
         _print(picture, found, out)
     return EXIT_NO_LOADER if found.cause == "no_loader" else 0
+
+
+def _write(path: str | Path, p: model.Picture, v: verdict.Verdict, **job: Any) -> Path:
+    try:
+        return snapshot.write(path, p, v, **job)
+    except OSError as exc:
+        raise DoctorError(2, f"cannot write the snapshot {path}: {exc.strerror or exc}: give --out a file in a "
+                          "directory that exists and that you can write") from None
 
 
 def _print(p: model.Picture, v: verdict.Verdict, out: Path | None, indent: str = "") -> None:
@@ -99,17 +129,19 @@ def _job(args: argparse.Namespace) -> int:
         raise sample.no_process(args.job)
     candidates = sample.children(args.job)
 
-    def look(pid: int) -> tuple[int, model.Picture] | None:
+    def look(pid: int) -> tuple[int, model.Recording] | None:
         try:
-            p = model.build(sample.record(pid, args.duration, INTERVAL))
+            return pid, sample.record(pid, args.duration, INTERVAL)
         except DoctorError as exc:
             if exc.code == sample.EXIT_NO_PERMISSION:
                 raise
             return None  # not a Python rank (a shell, a helper that ended)
-        return None if p.helper else (pid, p)
 
     with ThreadPoolExecutor(max_workers=max(1, len(candidates))) as pool:
-        seen = [r for r in pool.map(look, candidates) if r is not None]
+        recorded = [r for r in pool.map(look, candidates) if r is not None]
+    # read each rank's lines once no sampling thread runs (source.quote forks)
+    pictures = [(pid, model.build(source.quote(pid, rec))) for pid, rec in recorded]
+    seen = [(pid, p) for pid, p in pictures if not p.helper]
     if not seen:
         raise DoctorError(EXIT_NO_LOADER, f"no Python rank runs under process {args.job}: give torchrun's agent "
                           "(the parent of the ranks), or one rank's PID without --job")
@@ -121,7 +153,7 @@ def _job(args: argparse.Namespace) -> int:
         path = Path(args.out)
         for rank, pid, p, v in ranks:
             target = path.with_name(f"{path.stem.split('.')[0]}.rank{rank}{''.join(path.suffixes)}")
-            outs[rank] = snapshot.write(target, p, v, rank=rank, job=line)
+            outs[rank] = _write(target, p, v, rank=rank, job=line)
     if args.json:
         print(orjson.dumps({"job": args.job, "verdict": line, "rank": culprit,
                             "ranks": [snapshot.as_json(p, v) | {"rank": r, "snapshot": str(outs[r]) if r in outs else None}

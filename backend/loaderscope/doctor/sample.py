@@ -7,7 +7,6 @@ back is a recording: plain JSON that ``model.build`` turns into the loader's sta
 
 from __future__ import annotations
 
-import linecache
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from loaderscope.doctor import source
 from loaderscope.doctor.model import Recording
 
 # Exit codes of `loaderscope doctor` (DESIGN.md §20): each way of not getting an answer has its own.
@@ -156,30 +156,40 @@ def _read(path: str) -> str | None:
 
 
 def dump(pid: int, tries: int = 3) -> list[dict[str, Any]]:
-    """One py-spy dump of every thread of ``pid``, with locals, without stopping it; frames get the
-    text of their line (from the file on this machine) so the model can read torch's own lines.
+    """One py-spy dump of every thread of ``pid``, with locals, without stopping it. The text of each
+    frame's line is not read here: ``source.quote`` reads it as the target's user.
 
     A process read while it runs can change under the reader (a frame freed mid-read): such a read
     fails and is tried again; not being allowed, or not being Python, is final.
     """
     for _ in range(tries):
-        try:
-            done = subprocess.run([py_spy(), "dump", "--pid", str(pid), "--locals", "--json", "--nonblocking"],
-                                  capture_output=True, timeout=DUMP_TIMEOUT, check=False)
-        except subprocess.TimeoutExpired:
-            raise DoctorError(EXIT_READ_FAILED, f"py-spy took over {DUMP_TIMEOUT:.0f} s to read process {pid}") from None
-        if done.returncode == 0:
+        out, err, code = _py_spy_dump(pid)
+        if code == 0:
             break
-        error = _cannot_attach(pid, done.stderr.decode(errors="replace") + done.stdout.decode(errors="replace"))
+        error = _cannot_attach(pid, err + out)
         if error.code != EXIT_READ_FAILED:
             raise error
     else:
         raise error
-    threads: list[dict[str, Any]] = orjson.loads(done.stdout)
-    for thread in threads:
-        for frame in thread.get("frames") or []:
-            frame["code"] = linecache.getline(frame.get("filename") or "", frame.get("line") or 0).strip()
+    threads: list[dict[str, Any]] = orjson.loads(out)
     return threads
+
+
+def _py_spy_dump(pid: int) -> tuple[str, str, int]:
+    """py-spy's output, its errors and its exit status; killed past ``DUMP_TIMEOUT``, and by Ctrl-C
+    (``source.live``)."""
+    proc = subprocess.Popen([py_spy(), "dump", "--pid", str(pid), "--locals", "--json", "--nonblocking"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    source.live.add(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=DUMP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise DoctorError(EXIT_READ_FAILED, f"py-spy took over {DUMP_TIMEOUT:.0f} s to read process {pid}") from None
+    finally:
+        source.live.discard(proc.pid)
+    return out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode
 
 
 def _snapshot(pid: int, pool: ThreadPoolExecutor) -> dict[str, Any]:
@@ -208,7 +218,8 @@ def _snapshot(pid: int, pool: ThreadPoolExecutor) -> dict[str, Any]:
 
 
 def record(pid: int, duration: float, interval: float = 0.5) -> Recording:
-    """Samples of ``pid`` and its workers every ``interval`` s over ``duration`` s (at least two)."""
+    """Samples of ``pid`` and its workers every ``interval`` s over ``duration`` s (at least two). The
+    frames' lines are not read yet (``source.quote``)."""
     if proc_stat(pid) is None:
         raise _cannot_attach(pid, "")
     samples: list[dict[str, Any]] = []

@@ -8,13 +8,15 @@ not show when torch sent a task, and an invented one would break the protocol's 
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 from loaderscope.doctor.model import Picture, plain
 from loaderscope.doctor.verdict import Verdict
-from loaderscope.events import Event, Kind
-from loaderscope.trace import write_trace
+from loaderscope.events import Event, Kind, to_json
+from loaderscope.trace import header
 
 _HOLDING = ("fetching", "collate", "lock", "stopped", "put")
 
@@ -59,9 +61,29 @@ def events(p: Picture, v: Verdict, rank: int = 0, job: str | None = None) -> lis
 
 
 def write(path: str | Path, p: Picture, v: Verdict, rank: int = 0, job: str | None = None) -> Path:
-    """Write the snapshot trace; its header says it is one (``mode: "doctor"``)."""
-    return write_trace(path, events(p, v, rank, job), run=f"doctor-{p.pid}", mode="doctor",
-                       doctor={"pid": p.pid, "cause": v.cause})
+    """Write the snapshot trace; its header says it is one (``mode: "doctor"``).
+
+    doctor may run as root in a directory others can write: the trace goes to a new file beside
+    ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, a random name) that is then renamed onto ``path``.
+    Whatever ``path`` was (a symlink or hard link another user planted), only that name is replaced,
+    never the file it led to.
+
+    Raises:
+        OSError: the directory does not exist or cannot be written, or ``path`` is a directory.
+    """
+    target = Path(path)
+    head = header(f"doctor-{p.pid}", mode="doctor", doctor={"pid": p.pid, "cause": v.cause})
+    body = b"".join(to_json(item) + b"\n" for item in [head, *events(p, v, rank, job)])
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a name only: unlink never follows a link
+        raise
+    return target
 
 
 def as_json(p: Picture, v: Verdict) -> dict[str, Any]:
