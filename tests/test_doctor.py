@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from loaderscope.doctor import model, verdict
-from loaderscope.doctor.sample import EXIT_NO_LOADER, EXIT_NO_PROCESS, EXIT_NOT_PYTHON, children
+from loaderscope.doctor.sample import EXIT_NO_LOADER, EXIT_NO_PROCESS, EXIT_NOT_PYTHON, children, py_spy
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
 
@@ -232,7 +232,7 @@ train()
 RECORDS = HEAD + '''
 class Data(Dataset):
     def __len__(self):
-        return 320
+        return 960  # 24 s: still running when doctor, started on a busy machine, is done
 
     def __getitem__(self, i):
         time.sleep(0.05)
@@ -293,6 +293,13 @@ def hung(tmp_path: Path) -> Iterator[Any]:
     yield start
     for h in started:
         h.end()
+
+
+def reading(pid: int) -> bool:
+    """doctor (process ``pid``) is sampling: its main thread is in sample.record, as py-spy sees it."""
+    done = subprocess.run([py_spy(), "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, timeout=60,
+                          check=False)
+    return b"record (loaderscope/doctor/sample.py" in done.stdout
 
 
 def doctor(*args: str) -> tuple[int, dict[str, Any]]:
@@ -479,7 +486,7 @@ def test_a_doctored_process_finishes_with_the_same_batches(hung: Any) -> None:
     assert h.proc.poll() is None, "the script ended before doctor was done: make it longer"
     doctored_out = h.proc.communicate(timeout=180)[0]
     assert h.proc.returncode == plain.proc.returncode == 0
-    assert doctored_out == plain_out and doctored_out.count(b"\n") == 80
+    assert doctored_out == plain_out and doctored_out.count(b"\n") == 240
 
 
 # --- the pure model and verdict on recorded-shape dumps (no process, no py-spy) ---------------------
@@ -590,9 +597,9 @@ def test_the_job_names_the_rank_outside_the_collective() -> None:
     loading = _recording(WAITING, {201: _worker(1, *inner, wchan="hrtimer_nanosleep", idx=5, index=[5])})
     ranks = [(r, 100 + r, p, verdict.decide(p)) for r, p in ((0, model.build(_recording(waiting, {}))),
                                                             (1, model.build(loading)))]
-    line, culprit = verdict.decide_job(ranks)
+    line, advice, culprit = verdict.decide_job(ranks)
     assert culprit == 1 and line.startswith("rank 1 (pid 101) is not in the collective that rank(s) 0 wait in (barrier)")
-    assert "stuck: worker 1" in line and "data.py:7" in line
+    assert "stuck: worker 1" in line and "data.py:7" in line and advice == ranks[1][3].advice
     both = [(r, pid, ranks[0][2], ranks[0][3]) for r, pid in ((0, 100), (1, 101))]
     assert verdict.decide_job(both) == ("every rank waits in a collective (rank 0: barrier; rank 1: barrier): they wait "
-                                        "for each other or for a rank outside this job", None)
+                                        "for each other or for a rank outside this job", None, None)

@@ -24,9 +24,10 @@ from typing import Any
 import orjson
 import pytest
 
-from loaderscope.doctor.sample import EXIT_NO_LOADER, py_spy
+from loaderscope.doctor.sample import EXIT_NO_LOADER
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
+from tests.test_doctor import reading
 
 OTHER = 4242
 PYTHON = "/usr/bin/python3"
@@ -175,7 +176,7 @@ def test_ctrl_c_ends_doctor_at_once_while_it_reads(target: Any, home: Path) -> N
     run = subprocess.Popen([sys.executable, "-m", "loaderscope.cli", "doctor", str(t.proc.pid), "--duration", "60"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: run.poll() is not None or _reading(run.pid), timeout=60, what="doctor's first read")
+        wait_for(lambda: run.poll() is not None or reading(run.pid), timeout=60, what="doctor's first read")
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=20)  # before: KeyboardInterrupt, then joined a thread blocked on the FIFO
     finally:
@@ -205,10 +206,3 @@ def test_out_onto_a_symlink_another_user_planted_leaves_its_target_alone(target:
         assert sorted(p.name for p in team.iterdir()) == ["stuck.jsonl"], "a temporary file was left behind"
     finally:
         shutil.rmtree(team, ignore_errors=True)
-
-
-def _reading(pid: int) -> bool:
-    """doctor's main thread is in sample.record (py-spy, as doctor itself reads a process)."""
-    done = subprocess.run([py_spy(), "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, timeout=60,
-                          check=False)
-    return b"record (loaderscope/doctor/sample.py" in done.stdout

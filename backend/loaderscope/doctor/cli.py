@@ -1,8 +1,8 @@
 """◆ ``loaderscope doctor PID`` and ``loaderscope doctor --job PID``: the command's shell.
 
-Exit codes (DESIGN.md §20): 0 a verdict; 2 a usage error; 3 no such process; 4 not allowed to read it
-(ptrace); 5 not a Python process; 6 no DataLoader in it (or no rank under --job's PID); 7 py-spy
-could not read it otherwise.
+Exit codes (DESIGN.md §20): 0 a verdict; 2 a usage error; 3 no such process, or it exited while being
+read; 4 not allowed to read it (ptrace); 5 not a Python process; 6 no DataLoader in it (or no rank
+under --job's PID); 7 py-spy could not read it otherwise; 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def add_doctor_command(sub: Any) -> None:
     p.add_argument("--job", type=int, metavar="PID", help="every rank under this parent (torchrun's agent, or the "
                    "process that called torch.multiprocessing.spawn)")
     p.add_argument("--duration", type=float, default=DEFAULT_DURATION, metavar="S",
-                   help=f"seconds to sample over (default {DEFAULT_DURATION}; samples every {INTERVAL} s)")
+                   help=f"seconds to sample over (default {DEFAULT_DURATION}; samples every {INTERVAL} s, the last "
+                        "one beginning S s after the first ended)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", metavar="FILE", help="write a snapshot trace: `loaderscope serve --open FILE` shows it "
                    "(with --job, one file per rank: FILE's name gets .rankN)")
@@ -147,7 +148,7 @@ def _job(args: argparse.Namespace) -> int:
                           "(the parent of the ranks), or one rank's PID without --job")
     ranks = sorted(((_rank_of(pid, p, i), pid, p, verdict.decide(p)) for i, (pid, p) in enumerate(seen)),
                    key=lambda r: r[0])
-    line, culprit = verdict.decide_job(ranks)
+    line, advice, culprit = verdict.decide_job(ranks)
     outs = {}
     if args.out:
         path = Path(args.out)
@@ -155,13 +156,15 @@ def _job(args: argparse.Namespace) -> int:
             target = path.with_name(f"{path.stem.split('.')[0]}.rank{rank}{''.join(path.suffixes)}")
             outs[rank] = _write(target, p, v, rank=rank, job=line)
     if args.json:
-        print(orjson.dumps({"job": args.job, "verdict": line, "rank": culprit,
+        print(orjson.dumps({"job": args.job, "verdict": line, "advice": advice, "rank": culprit,
                             "ranks": [snapshot.as_json(p, v) | {"rank": r, "snapshot": str(outs[r]) if r in outs else None}
                                       for r, _, p, v in ranks]}).decode())
         return 0
     print(f"loaderscope doctor: job under process {args.job}, {len(ranks)} ranks "
           "(read with py-spy --nonblocking: no process was stopped)")
     print(line)
+    if advice:
+        print(f"what to do: {advice}")
     for rank, pid, p, v in ranks:
         print(f"\nrank {rank} (pid {pid}):")
         _print(p, v, outs.get(rank), indent="  ")

@@ -30,6 +30,25 @@ COLLECTIVES = frozenset({
     "all_gather_object", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
     "all_to_all_single", "gather", "scatter", "send", "recv", "broadcast_object_list", "wait",
 })
+# Wrappers that all-reduce (or reduce-scatter) gradients inside backward(), from C++ hooks that have
+# no Python frame (torch/nn/parallel/distributed.py's Reducer; FSDP's post-backward hooks).
+_GRADIENT_SYNC = ("DistributedDataParallel", "FullyShardedDataParallel")
+_LOADER_PLACES = ("next", "in_process", "shutdown", "starting")
+
+
+@dataclass
+class LockWait:
+    """Who holds the lock a thread waits for, as far as its process's stacks show: a ``with`` block
+    of the same name in the waiting thread's own stack (``self``), in another thread's (``thread``),
+    in none while no other thread runs the user's code and the waiting stack was read whole
+    (``absent``: the holder is not in the process), else none seen (``unseen``)."""
+
+    lock: str | None  # as the waiting line names it: `LOCK`, `self._lock`
+    holder: str
+    at: Frame | None = None  # the frame inside the holding ``with``
+    taken: int | None = None  # the line of that ``with``
+    thread: str | None = None  # the holding thread's name
+    sure: bool = True  # the same object (one module's global, or one ``self``), not only the same words
 
 
 @dataclass
@@ -43,6 +62,7 @@ class Activity:
     stack: list[Frame] = field(default_factory=list)  # outermost first, from torch's loop down
     writing: bool = False  # its queue's feeder thread is blocked writing a result to the pipe
     module: str | None = None  # the module whose import lock it waits for (state ``lock``)
+    lock: LockWait | None = None  # for another lock (state ``lock``): who holds it
 
     def key(self) -> tuple[Any, ...]:
         """What must stay the same between samples for the activity to count as one: a loop moves
@@ -63,6 +83,7 @@ class Worker:
     tasks_seen: list[int]
     exitcode: int | None = None
     running: bool = False  # state R (on a CPU or waiting for one) in every sample: it computes, it does not wait
+    asleep: float | None = None  # seconds its thread has slept without running once (/proc), at the last sample
 
 
 @dataclass
@@ -76,6 +97,10 @@ class Training:
     steady: bool
     places_seen: list[str]
     loading: Activity | None = None  # num_workers=0: the sample it loads in its own process
+    tid: Any = None  # its thread id (py-spy's os_thread_id)
+    thread: str | None = None  # the thread's name when it is not the main thread (a prefetcher)
+    main: list[Frame] | None = None  # then the main thread's stack
+    asleep: float | None = None  # seconds it has slept without running once (/proc), at the last sample
 
 
 @dataclass
@@ -91,6 +116,8 @@ class Picture:
     threads: int
     helper: bool  # multiprocessing's resource tracker or forkserver: a child that is no rank
     pinning: list[Frame] | None = None  # the pin-memory thread's stack, when it pinned in every sample
+    world_size: int | None = None  # $WORLD_SIZE (torchrun)
+    gradient_sync: str | None = None  # "`model` in train is a DistributedDataParallel": backward waits for the ranks
 
 
 _HELPERS = ("multiprocessing/resource_tracker.py", "multiprocessing/forkserver.py")
@@ -108,14 +135,65 @@ def frames_of(thread: dict[str, Any]) -> list[Frame]:
     for f in reversed(thread.get("frames") or []):
         path = f.get("filename") or ""
         out.append({"file": path, "line": f.get("line"), "function": f.get("name", "?"),
-                    "code": f.get("code", ""), "user": is_user(path),
+                    "code": f.get("code", ""), "user": is_user(path), "holding": f.get("holding") or [],
                     "locals": {v.get("name"): v.get("repr") for v in f.get("locals") or []}})
     return out
 
 
 def plain(stack: list[Frame]) -> list[Frame]:
-    """A stack as events carry it (§10): no locals."""
-    return [{k: v for k, v in f.items() if k != "locals"} for f in stack]
+    """A stack as events carry it (§10): no locals, no ``with`` blocks."""
+    return [{k: v for k, v in f.items() if k not in ("locals", "holding")} for f in stack]
+
+
+def held_withs(text: str, lines: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """For each line of a source text, the ``with`` blocks of its own function whose body holds it,
+    outermost first: ``{"expr": "LOCK", "line": 9}``. A thread standing on that line holds what
+    those ``with`` statements took. A line in a ``with``'s own header is taking it, not holding it."""
+    try:
+        tree = ast.parse(text)  # the target's text, parsed as data only
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return {}
+    scopes: list[tuple[ast.AST, list[ast.With | ast.AsyncWith]]] = []
+
+    def visit(node: ast.AST, scope: list[ast.With | ast.AsyncWith]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                inner: list[ast.With | ast.AsyncWith] = []
+                scopes.append((child, inner))
+                visit(child, inner)
+                continue
+            if isinstance(child, (ast.With, ast.AsyncWith)):
+                scope.append(child)
+            visit(child, scope)
+
+    top: list[ast.With | ast.AsyncWith] = []
+    scopes.append((tree, top))
+    try:
+        visit(tree, top)
+    except RecursionError:
+        return {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for n in lines:
+        own = min((s for s in scopes if _spans(s[0], n)), key=lambda s: _extent(s[0]), default=None)
+        if own is None:
+            continue
+        held = [w for w in own[1] if w.lineno < w.body[0].lineno <= n <= (w.end_lineno or w.lineno)]
+        out[n] = [{"expr": ast.unparse(item.context_expr), "line": w.lineno}
+                  for w in sorted(held, key=lambda w: w.lineno) for item in w.items]
+    return out
+
+
+def _spans(node: ast.AST, line: int) -> bool:
+    if isinstance(node, ast.Module):
+        return True
+    start, end = getattr(node, "lineno", 0), getattr(node, "end_lineno", None) or 0
+    return bool(start <= line <= end)
+
+
+def _extent(node: ast.AST) -> int:
+    if isinstance(node, ast.Module):
+        return 1 << 62
+    return int((getattr(node, "end_lineno", None) or 0) - getattr(node, "lineno", 0))
 
 
 def user_frame(stack: list[Frame]) -> Frame | None:
@@ -204,6 +282,44 @@ def _importing(stack: list[Frame]) -> str | None:
     return "a module"
 
 
+_WITH = re.compile(r"with\s+(.+?)\s*(?:\bas\s+[\w.]+\s*)?:\s*(?:#.*)?$")
+_ACQUIRE = re.compile(r"([\w.]+)\.acquire\(")
+
+
+def lock_name(code: str) -> str | None:
+    """The lock a line takes, as the line names it: ``with LOCK:`` → LOCK, ``self._lock.acquire()`` →
+    self._lock."""
+    found = _WITH.match(code) or _ACQUIRE.search(code)
+    return found.group(1) if found else None
+
+
+def lock_wait(stack: list[Frame], others: list[tuple[str, list[Frame]]]) -> LockWait:
+    """Who holds the lock the innermost frame of ``stack`` waits for; ``others``: the process's other
+    threads (name, frames). Only a ``with`` block shows a holder (``holding``, from the source)."""
+    name = lock_name(stack[-1]["code"] or "") if stack else None
+    if name is None:
+        return LockWait(None, "unseen")
+    waiting = stack[-1]
+    for holder, frames in [(None, stack), *others]:
+        for f in frames:
+            taken = next((h["line"] for h in f["holding"] if h["expr"] == name), None)
+            if taken is not None:
+                return LockWait(name, "self" if holder is None else "thread", f, taken, holder, _same(name, waiting, f))
+    # absent only when every frame of the user's in this stack was read: an unread one may hold it
+    could = any(f["user"] for _, frames in others for f in frames) or any(f["user"] and not f["code"] for f in stack)
+    return LockWait(name, "unseen" if could else "absent")
+
+
+def _same(name: str, a: Frame, b: Frame) -> bool:
+    """Whether ``name`` is one object in frames ``a`` and ``b``: a global of one module (a local of
+    neither, in one file), or locals whose repr names one address (py-spy's ``<Data at 0x…>``)."""
+    base = re.split(r"[.\[(]", name, maxsplit=1)[0]
+    ra, rb = a["locals"].get(base), b["locals"].get(base)
+    if ra is None and rb is None:
+        return bool(a["file"] == b["file"])
+    return ra is not None and ra == rb and " at 0x" in str(ra)
+
+
 def worker_activity(frames: list[Frame], wchan: str | None) -> tuple[int | None, Activity, str | None] | None:
     """(worker id, activity, start method) of a process whose main thread runs torch's
     ``_worker_loop``; None for any other process."""
@@ -259,6 +375,9 @@ def training_place(frames: list[Frame]) -> tuple[str, str]:
         if "torch/distributed/" in file and name in COLLECTIVES:
             return "collective", name
     for file, name, full in names:
+        if "torch/autograd/" in file and name in ("backward", "_engine_run_backward", "grad"):
+            return "backward", "backward"
+    for file, name, full in names:
         if file.endswith(_DATA + "dataloader.py") and name in ("__iter__", "__init__", "_get_iterator", "_reset"):
             return "starting", full
     inner = user_frame(frames) or (frames[-1] if frames else None)
@@ -305,15 +424,76 @@ def _cpu(samples: list[dict[str, Any]], pid: str, tck: float) -> float | None:
 def _proc_activity(proc: dict[str, Any], pid: int) -> tuple[int | None, Activity, str | None] | None:
     threads = proc.get("threads") or []
     main = _main_thread(threads, pid)
-    found = worker_activity(frames_of(main), (proc.get("wchan") or {}).get(str(pid))) if main else None
+    if main is None:
+        return None
+    found = worker_activity(frames_of(main), (proc.get("wchan") or {}).get(str(pid)))
     if found is None:
         return None
     wid, act, method = found
-    act.writing = _feeder_writing([t for t in threads if t is not main])
+    others = [t for t in threads if t is not main]
+    act.writing = _feeder_writing(others)
+    if act.state == "lock" and act.module is None:
+        act.lock = lock_wait(frames_of(main), [(str(t.get("thread_name") or t.get("os_thread_id")), frames_of(t))
+                                               for t in others])
     if proc.get("state") in ("T", "t"):
         act = Activity("stopped", act.task if act.state != "idle" else None, act.indices if act.state != "idle" else None,
                        act.sample, act.stack, act.writing)
     return wid, act, method
+
+
+def _loader_thread(samples: list[dict[str, Any]], pid: int) -> Any:
+    """The id of the thread that iterates the DataLoader: the main thread, unless another thread is
+    seen in the loader (next(), the in-process fetch, its start or shutdown) and the main thread never
+    is (a prefetcher thread that fills a queue the training loop reads)."""
+    seen: dict[Any, int] = {}
+    for s in samples:
+        for t in (s["procs"].get(str(pid)) or {}).get("threads") or []:
+            if training_place(frames_of(t))[0] in _LOADER_PLACES:
+                seen[t.get("os_thread_id")] = seen.get(t.get("os_thread_id"), 0) + 1
+    main = _main_thread((samples[-1]["procs"].get(str(pid)) or {}).get("threads") or [], pid)
+    main_id = main.get("os_thread_id") if main else None
+    return main_id if not seen or main_id in seen else max(seen, key=lambda tid: seen[tid])
+
+
+def _thread(proc: dict[str, Any], tid: Any, pid: int) -> dict[str, Any] | None:
+    threads = proc.get("threads") or []
+    return next((t for t in threads if t.get("os_thread_id") == tid), None) or _main_thread(threads, pid)
+
+
+def _gradient_sync(frames: list[Frame]) -> str | None:
+    """A local of the training thread that all-reduces gradients in backward (DDP, FSDP), said as
+    the evidence: "`model` in train is a DistributedDataParallel"."""
+    for f in reversed(frames):
+        for name, r in f["locals"].items():
+            kind = next((k for k in _GRADIENT_SYNC if str(r).startswith(f"<{k} at ")), None)
+            if kind is not None:
+                return f"`{name}` in {short(f['function'])} is a {kind}"
+    return None
+
+
+def _training(rec: Recording, times: list[float]) -> Training:
+    """The thread that iterates the DataLoader, sample by sample: where it is, and for how long."""
+    pid, samples = rec["pid"], rec["samples"]
+    tid = _loader_thread(samples, pid)
+    per_sample = []
+    for s in samples:
+        t = _thread(s["procs"].get(str(pid)) or {}, tid, pid)
+        frames = frames_of(t) if t else []
+        per_sample.append((frames, training_place(frames)))
+    frames, (place, detail) = per_sample[-1]
+    keys = [(p, (fr[-1]["file"], fr[-1]["line"]) if fr else None) for fr, (p, _) in per_sample]
+    held, steady = _held(times, keys)
+    last = samples[-1]["procs"].get(str(pid)) or {}
+    main = _main_thread(last.get("threads") or [], pid)
+    asleep = (last.get("asleep") or {}).get(str(tid))
+    training = Training(place, detail, frames, held, steady, [p for _, (p, _) in per_sample], tid=tid, asleep=asleep)
+    named = _thread(last, tid, pid)
+    if main is not None and named is not None and named is not main:
+        training.thread = str(named.get("thread_name") or tid)
+        training.main = frames_of(main)
+    if asleep is not None and asleep > held:  # asleep all that time: on that very line since then
+        training.held, training.steady = asleep, steady or asleep >= times[-1] - times[0]
+    return training
 
 
 def build(rec: Recording) -> Picture:
@@ -323,20 +503,12 @@ def build(rec: Recording) -> Picture:
     last = samples[-1]["procs"]
     main_proc = last[str(pid)]
     threads = main_proc.get("threads") or []
-    per_sample_training = []
-    for s in samples:
-        proc = s["procs"].get(str(pid)) or {}
-        t = _main_thread(proc.get("threads") or [], pid)
-        frames = frames_of(t) if t else []
-        per_sample_training.append((frames, training_place(frames)))
-    frames, (place, detail) = per_sample_training[-1]
-    keys = [(p, (fr[-1]["file"], fr[-1]["line"]) if fr else None) for fr, (p, _) in per_sample_training]
-    held, steady = _held(times, keys)
-    training = Training(place, detail, frames, held, steady, [p for _, (p, _) in per_sample_training])
+    training = _training(rec, times)
+    frames, place = training.stack, training.place
     if place == "in_process":
         inner = [f for f in frames if f["file"].endswith("_utils/fetch.py")]
         start = frames.index(inner[0]) if inner else len(frames)
-        wchan = (main_proc.get("wchan") or {}).get(str(pid))
+        wchan = (main_proc.get("wchan") or {}).get(str(training.tid))
         training.loading = _fetching(frames[start:], _waits_for_lock(frames, wchan))
     workers = _workers(rec, times)
     methods = {w.start_method for w in workers if w.start_method}
@@ -345,8 +517,10 @@ def build(rec: Recording) -> Picture:
     helper = any(f["file"].endswith(_HELPERS) for f in frames)
     pins = [_pinning((s["procs"].get(str(pid)) or {}).get("threads") or []) for s in samples]
     pinning = pins[-1] if all(pins) else None
+    world = str((rec.get("env") or {}).get("WORLD_SIZE", ""))
     return Picture(pid, times[-1] - times[0], len(samples), training, workers, has_loader, moving,
-                   methods.pop() if len(methods) == 1 else None, len(threads), helper, pinning)
+                   methods.pop() if len(methods) == 1 else None, len(threads), helper, pinning,
+                   int(world) if world.isdigit() else None, _gradient_sync(frames))
 
 
 def _workers(rec: Recording, times: list[float]) -> list[Worker]:
@@ -374,9 +548,12 @@ def _workers(rec: Recording, times: list[float]) -> list[Worker]:
         if not history or (wid is None and proc.get("comm") != WORKER_COMM):
             continue  # not a DataLoader worker (a zombie counts when torch's name for one is on it)
         held, steady = _held([t for t, _ in history], [a.key() for _, a in history])
+        steady = steady and len(history) == len(samples)
+        asleep = (proc.get("asleep") or {}).get(key)  # its main thread, the one in torch's loop
+        if asleep is not None and asleep > held:  # asleep all that time: on that very line since then
+            held, steady = asleep, steady or asleep >= times[-1] - times[0]
         tasks = [a.task for _, a in history if a.task is not None]
         states = [s["procs"][key].get("state") for s in samples if key in s["procs"]]
-        out.append(Worker(int(key), wid, history[-1][1], held, steady and len(history) == len(samples),
-                          _cpu(samples, key, tck), method, tasks, proc.get("exitcode"),
-                          len(states) >= 2 and all(st == "R" for st in states)))
+        out.append(Worker(int(key), wid, history[-1][1], held, steady, _cpu(samples, key, tck), method, tasks,
+                          proc.get("exitcode"), len(states) >= 2 and all(st == "R" for st in states), asleep))
     return sorted(out, key=lambda w: (w.worker is None, w.worker if w.worker is not None else 0, w.pid))

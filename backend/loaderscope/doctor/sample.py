@@ -28,6 +28,7 @@ EXIT_NOT_PYTHON = 5
 EXIT_NO_LOADER = 6
 EXIT_READ_FAILED = 7
 DUMP_TIMEOUT = 20.0  # seconds one py-spy dump may take (a large process's locals)
+_PF_EXITING = 0x4  # /proc/PID/stat's flags: the process has begun to exit (include/linux/sched.h)
 
 
 class DoctorError(Exception):
@@ -47,16 +48,17 @@ def py_spy() -> str:
     return found
 
 
-def proc_stat(pid: int) -> dict[str, Any] | None:
-    """State, parent, CPU ticks and name from /proc/PID/stat (readable for any process); None once gone."""
+def proc_stat(pid: int, tid: int | None = None) -> dict[str, Any] | None:
+    """State, parent, CPU ticks, name, flags, start time and last CPU from /proc/PID/stat (readable for
+    any process), or a thread's from /proc/PID/task/TID/stat; None once gone."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat").read_text()
     except OSError:
         return None
     comm = raw[raw.index("(") + 1: raw.rindex(")")]
-    fields = raw.rsplit(")", 1)[1].split()
+    fields = raw.rsplit(")", 1)[1].split()  # fields[0] is proc(5)'s field 3, state
     out: dict[str, Any] = {"state": fields[0], "ppid": int(fields[1]), "cpu": int(fields[11]) + int(fields[12]),
-                           "comm": comm}
+                           "comm": comm, "flags": int(fields[6]), "start": int(fields[19]), "processor": int(fields[36])}
     if fields[0] in ("Z", "X") and len(fields) >= 50:
         out["exitcode"] = _exit_code(int(fields[-1]))
     return out
@@ -104,10 +106,29 @@ def environ(pid: int) -> dict[str, str]:
 def no_process(pid: int) -> DoctorError:
     st = proc_stat(pid)
     if st is not None and st["state"] in ("Z", "X"):
-        return DoctorError(EXIT_NO_PROCESS, f"process {pid} has exited (exit code {st.get('exitcode')}); its parent "
-                           "has not collected it yet")
+        return DoctorError(EXIT_NO_PROCESS, f"process {pid} has exited ({_how(st)}); its parent has not collected it yet")
     return DoctorError(EXIT_NO_PROCESS, f"no process {pid} exists (it has ended, or the PID is wrong): "
                        "find the training process with `ps -ef | grep python` or `pgrep -af train`")
+
+
+def _how(st: dict[str, Any]) -> str:
+    code = st.get("exitcode")
+    return "exit status unknown" if code is None else f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+
+def exited(pid: int, start: int) -> DoctorError | None:
+    """The error for a process that was running when doctor began and has since ended (gone, a
+    zombie, exiting, or its PID taken by another process); None while it still runs."""
+    st = proc_stat(pid)
+    if st is not None and st["start"] == start and st["state"] not in ("Z", "X") and not st["flags"] & _PF_EXITING:
+        return None
+    settle = time.monotonic() + 1.0  # one that is exiting is a zombie within milliseconds: its status says how
+    while st is not None and st["start"] == start and st["state"] not in ("Z", "X") and time.monotonic() < settle:
+        time.sleep(0.02)
+        st = proc_stat(pid)
+    how = f" ({_how(st)})" if st is not None and st["start"] == start and st["state"] in ("Z", "X") else ""
+    return DoctorError(EXIT_NO_PROCESS, f"process {pid} exited while being read{how}: it was running when doctor "
+                       "began and has ended since, so nothing is stuck in it now")
 
 
 def _cannot_attach(pid: int, text: str) -> DoctorError:
@@ -193,7 +214,7 @@ def _py_spy_dump(pid: int) -> tuple[str, str, int]:
 
 
 def _snapshot(pid: int, pool: ThreadPoolExecutor) -> dict[str, Any]:
-    """One sample: the process and each child, read side by side."""
+    """One sample: the process and each child, read side by side; ``t`` is when the reads began."""
     pids = [pid, *children(pid)]
     stats = {p: proc_stat(p) for p in pids}
     wchans = {p: _wchans(p) for p in pids}
@@ -218,23 +239,83 @@ def _snapshot(pid: int, pool: ThreadPoolExecutor) -> dict[str, Any]:
 
 
 def record(pid: int, duration: float, interval: float = 0.5) -> Recording:
-    """Samples of ``pid`` and its workers every ``interval`` s over ``duration`` s (at least two). The
-    frames' lines are not read yet (``source.quote``)."""
-    if proc_stat(pid) is None:
+    """Samples of ``pid`` and its workers every ``interval`` s until the last began ``duration`` s
+    after the first ended: each process is seen twice at least ``duration`` s apart, so a loader that
+    hands over a batch every ``duration`` s is seen to move. The frames' lines are not read yet
+    (``source.quote``). A process that ends meanwhile is an error (``exited``)."""
+    first = proc_stat(pid)
+    if first is None or first["state"] in ("Z", "X"):
         raise _cannot_attach(pid, "")
     samples: list[dict[str, Any]] = []
-    deadline = time.monotonic() + duration
     with ThreadPoolExecutor(max_workers=16) as pool:
+        until = None
         while True:
-            started = time.monotonic()
-            samples.append(_snapshot(pid, pool))
-            st = proc_stat(pid)
-            if st is None or st["state"] in ("Z", "X"):
-                raise no_process(pid)  # it ended while doctor read it
-            if len(samples) >= 2 and started + interval > deadline:
+            try:
+                samples.append(_snapshot(pid, pool))
+            except DoctorError as exc:
+                raise exited(pid, first["start"]) or exc from None
+            now = time.monotonic()
+            if (gone := exited(pid, first["start"])) is not None:
+                raise gone
+            until = until or now + duration
+            if len(samples) >= 2 and samples[-1]["t"] >= until:
                 break
-            time.sleep(max(0.0, min(interval - (time.monotonic() - started), deadline - time.monotonic())))
+            time.sleep(max(0.0, min(samples[-1]["t"] + interval, until) - now))
+        _note_sleepers(pid, samples[-1], pool)
     origin = samples[0]["t"]
     for s in samples:
         s["t"] -= origin
-    return {"pid": pid, "clk_tck": os.sysconf("SC_CLK_TCK"), "samples": samples}
+    return {"pid": pid, "clk_tck": os.sysconf("SC_CLK_TCK"), "samples": samples,
+            "env": {k: v for k, v in environ(pid).items() if k in ("RANK", "WORLD_SIZE")}}
+
+
+def _note_sleepers(pid: int, last: dict[str, Any], pool: ThreadPoolExecutor) -> None:
+    """Each thread's time asleep (``asleep``: {tid: seconds}) in the last sample's processes."""
+    def note(item: tuple[str, dict[str, Any]]) -> None:
+        key, proc = item
+        tids = [t.get("os_thread_id") for t in proc.get("threads") or []]
+        slept = {str(tid): s for tid in tids if isinstance(tid, int) and (s := asleep(int(key), tid)) is not None}
+        proc["asleep"] = slept
+
+    list(pool.map(note, last["procs"].items()))
+
+
+def asleep(pid: int, tid: int) -> float | None:
+    """Seconds thread ``tid`` has slept without running once, by the kernel scheduler's clock; None
+    when it runs, or the kernel does not say (no /proc/PID/task/TID/sched, a CPU doctor may not use).
+
+    A sleeping thread's ``se.exec_start`` is when it last stopped running (the scheduler's
+    update_curr, kernel/sched/fair.c, as it is dequeued); the clock it is read on is that CPU's, so
+    doctor's thread moves to that CPU and reads its own ``se.exec_start`` as now. That clock leaves out
+    interrupt and stolen time, so the answer is at most the real time: "at least" stays true.
+    """
+    st = proc_stat(pid, tid)
+    if st is None or st["state"] not in ("S", "D"):
+        return None
+    then = _exec_start(f"/proc/{pid}/task/{tid}/sched")
+    allowed = os.sched_getaffinity(0)
+    if then is None or st["processor"] not in allowed:
+        return None
+    try:
+        os.sched_setaffinity(0, {st["processor"]})  # 0: this thread only (sched_setaffinity(2))
+        now = _exec_start("/proc/thread-self/sched")
+    except OSError:
+        return None
+    finally:
+        os.sched_setaffinity(0, allowed)
+    again = proc_stat(pid, tid)
+    if now is None or again is None or again["state"] not in ("S", "D") or _exec_start(f"/proc/{pid}/task/{tid}/sched") != then:
+        return None  # it ran meanwhile
+    return max(0.0, now - then)
+
+
+def _exec_start(path: str) -> float | None:
+    """``se.exec_start`` of a /proc sched file, in seconds."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("se.exec_start"):
+                    return float(line.split(":", 1)[1]) / 1000.0  # printed in ms
+    except (OSError, ValueError):
+        return None
+    return None

@@ -91,9 +91,13 @@ def as_json(p: Picture, v: Verdict) -> dict[str, Any]:
     tr = p.training
     return {"pid": p.pid, "samples": p.samples, "duration": round(p.duration, 3), "verdict": v.as_dict(),
             "training": {"place": tr.place, "detail": tr.detail, "held": round(tr.held, 3), "steady": tr.steady,
-                         "stack": plain(tr.stack)},
+                         "thread": tr.thread, "asleep": _rounded(tr.asleep), "stack": plain(tr.stack)},
             "workers": [{"worker": w.worker, "pid": w.pid, "state": w.now.state, "task": w.now.task,
                          "indices": w.now.indices, "sample": w.now.sample, "held": round(w.held, 3),
-                         "steady": w.steady, "cpu": w.cpu, "writing": w.now.writing, "exitcode": w.exitcode,
-                         "stack": plain(w.now.stack)} for w in p.workers],
+                         "steady": w.steady, "asleep": _rounded(w.asleep), "cpu": w.cpu, "writing": w.now.writing,
+                         "exitcode": w.exitcode, "stack": plain(w.now.stack)} for w in p.workers],
             "start_method": p.start_method, "moving": p.moving, "paused_s": 0.0}
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return round(seconds, 3) if seconds is not None else None

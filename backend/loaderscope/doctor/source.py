@@ -29,10 +29,11 @@ import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from loaderscope.doctor.model import Recording, is_user
+from loaderscope.doctor.model import Recording, held_withs, is_user
 
 MAX_FILE_BYTES = 128 << 10  # torch's dataloader.py (81 KB) whole: its lines tell where the training thread is
 MAX_LINE_CHARS = 300
@@ -68,7 +69,8 @@ def ids_of(pid: int) -> Ids | None:
 
 
 def quote(pid: int, rec: Recording) -> Recording:
-    """``rec`` with each frame's ``code`` filled in: its line's text, "" when not read."""
+    """``rec`` with each frame's ``code`` (its line's text, "" when not read) and ``holding`` (the
+    ``with`` blocks around that line in its function, for a user's file) filled in."""
     frames = [f for s in rec["samples"] for proc in s["procs"].values()
               for t in proc.get("threads") or [] for f in t.get("frames") or []]
     wanted: dict[str, set[int]] = {}
@@ -78,11 +80,12 @@ def quote(pid: int, rec: Recording) -> Recording:
             wanted.setdefault(name, set()).add(line)
     got = read_lines(pid, wanted)
     for f in frames:
-        f["code"] = got.get(f.get("filename") or "", {}).get(f.get("line") or 0, "")
+        found = got.get(f.get("filename") or "", {}).get(f.get("line") or 0)
+        f["code"], f["holding"] = (found[0], found[1]) if found else ("", [])
     return rec
 
 
-Lines = dict[str, dict[int, str]]
+Lines = dict[str, dict[int, tuple[str, list[dict[str, Any]]]]]
 
 
 def read_lines(pid: int, wanted: dict[str, set[int]]) -> Lines:
@@ -127,7 +130,7 @@ def _in_child(pid: int, wanted: dict[str, set[int]], become: Ids | None) -> Line
     out: Lines = {}
     for raw in reply.split(b"\n")[:-1]:  # the last piece is cut off (or empty)
         name, lines = orjson.loads(raw)
-        out[name] = {int(n): text for n, text in lines.items()}
+        out[name] = {int(n): (text, holding) for n, (text, holding) in lines.items()}
     return out
 
 
@@ -157,13 +160,15 @@ def _end(child: int) -> None:
 
 
 def _read_all(pid: int, wanted: dict[str, set[int]]) -> Iterable[bytes]:
-    """One JSON line per file that could be read: ``[name, {line: text}]``; the user's files first."""
+    """One JSON line per file that could be read: ``[name, {line: [text, holding]}]``; the user's files first."""
     for name, lines in sorted(wanted.items(), key=lambda item: not is_user(item[0])):
         text = _read_regular(f"/proc/{pid}/root{name}" if name.startswith("/") else f"/proc/{pid}/cwd/{name}")
         if text is None:
             continue
         all_lines = text.splitlines()
-        found = {n: all_lines[n - 1].strip()[:MAX_LINE_CHARS] for n in sorted(lines) if n <= len(all_lines)}
+        present = [n for n in sorted(lines) if n <= len(all_lines)]
+        holding = held_withs(text, present) if is_user(name) else {}
+        found = {n: (all_lines[n - 1].strip()[:MAX_LINE_CHARS], holding.get(n, [])) for n in present}
         yield orjson.dumps([name, found], option=orjson.OPT_NON_STR_KEYS) + b"\n"
 
 
