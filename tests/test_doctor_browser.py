@@ -35,6 +35,7 @@ def test_a_snapshot_opens_as_a_frozen_picture(hung: Any, page: Page, tmp_path: P
         badge = pg.locator('[data-testid="doctor-badge"]')
         badge.wait_for(state="visible", timeout=WAIT_MS)
         assert "stuck: worker 1" in (badge.get_attribute("title") or "")
+        assert_banner_says(pg, out["verdict"])
         pg.keyboard.press("End")
         lane = pg.locator('[data-testid="worker-lane"][data-status="stuck"]')
         lane.wait_for(timeout=WAIT_MS)
@@ -54,6 +55,17 @@ def test_a_snapshot_opens_as_a_frozen_picture(hung: Any, page: Page, tmp_path: P
         pg.set_input_files("#file-input", str(snap))
         badge.wait_for(state="visible", timeout=WAIT_MS)
         assert pg.locator('#findings button[data-kind="doctor_verdict"]').count() == 1
+        assert_banner_says(pg, out["verdict"])
     finally:
         page.close()  # before its server goes: an open page logs each refused reconnect
         server.stop()
+
+
+def assert_banner_says(pg: Any, verdict: dict[str, Any]) -> None:
+    """The banner leads with the verdict and what to do; a frozen picture has no Pause, Step or Start."""
+    said = pg.locator('#banner [data-testid="doctor-verdict"]')
+    said.wait_for(state="visible", timeout=WAIT_MS)
+    assert said.text_content() == f"doctor: {verdict['text']}"
+    assert pg.locator('#banner [data-testid="doctor-advice"]').text_content() == f"what to do: {verdict['advice']}"
+    for control in ("#btn-pause", "#btn-resume", "#btn-step", "#btn-stop", "#btn-start"):
+        assert not pg.locator(control).is_visible(), control

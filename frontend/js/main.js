@@ -67,6 +67,8 @@ class App {
       state: () => this.state,
       now: () => this.clock(performance.now()).now,
       rankLabel: () => (this.tracks.length > 1 ? this.track.label : ''),
+      verdict: () => (this.player.full.mode === 'doctor'
+        ? this.track.noteItems.findLast((n) => n.kind === 'doctor_verdict') ?? null : null),
     });
     this.inspector = new InspectorView({
       full: () => this.player.full,

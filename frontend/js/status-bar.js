@@ -108,9 +108,12 @@ export class StatusBar {
     const server = this.host.server();
     const realLive = tr.source === 'server' && (full.mode === 'real' || full.mode === '') && !ENDED.has(status)
       && !server.offline && !server.unknownRun;
-    // a logdir file's producer takes no controls from here (the server answers 409)
+    // a logdir file's producer takes no controls from here (the server answers 409); a doctor snapshot
+    // is a frozen picture: nothing to pause, step or start there
+    const snapshot = full.mode === 'doctor';
     $('live-controls').hidden = !(tr.source === 'server' && full.mode !== 'sim' && full.mode !== 'replay')
-      || tr.runInfo?.origin === 'logdir' || server.demo;
+      || tr.runInfo?.origin === 'logdir' || server.demo || snapshot;
+    $('new-run-card').hidden = snapshot;
     const off = !realLive || server.demo;
     const paused = status === 'paused';
     const set = (/** @type {string} */ id, /** @type {boolean} */ disabled) => { /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled; };
@@ -128,8 +131,13 @@ export class StatusBar {
     const name = full.scenario || tr.runInfo?.scenario || full.meta.name || '';
     const source = tr.source === 'file' ? `${tr.label}` : '';
     const ranks = this.host.ranks();
+    // a doctor snapshot knows the workers, not the batch size or prefetch factor: it says none
+    const workers = c.num_workers ? say('n.workers', { n: c.num_workers }) : 'in-process (num_workers=0)';
+    const settings = c.batch_size !== undefined
+      ? `${workers} · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}`
+      : workers;
     const title = tr.source !== 'none' ? [source, name, full.mode || tr.runInfo?.mode || '',
-      c.num_workers !== undefined ? `${c.num_workers ? say('n.workers', { n: c.num_workers }) : 'in-process (num_workers=0)'} · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}` : '',
+      c.num_workers !== undefined ? settings : '',
       ranks > 1 ? `${ranks} ranks` : ''].filter(Boolean).join(' · ') : '';
     const badge = $('doctor-badge'); // a `loaderscope doctor --out` snapshot: what the samples saw, frozen
     badge.hidden = full.mode !== 'doctor';

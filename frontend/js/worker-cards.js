@@ -1,6 +1,7 @@
 // The cards about workers in the side column and the banner above the picture: the selected
 // worker (its detail and live stack, "your code is here"), the training loop stuck in next(), and
-// the alarms (stuck, died, timeout) that select their worker so its stack is on screen at once.
+// the alarms (stuck, died, timeout) that select their worker so its stack is on screen at once. A
+// `loaderscope doctor` snapshot's banner leads with its verdict and what to do about it.
 
 import { workerDetail, stackItems, alarms } from './panels.js';
 import { fmtDuration } from './timeline-store.js';
@@ -13,7 +14,9 @@ const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.get
  *   state: () => import('./reducer.js').LoaderState,
  *   now: () => number,
  *   rankLabel: () => string,
- * }} CardsHost `now`: run time the clocks tick to; `rankLabel`: the rank's name when several are open
+ *   verdict: () => import('./types.js').Note|null,
+ * }} CardsHost `now`: run time the clocks tick to; `rankLabel`: the rank's name when several are open;
+ * `verdict`: a doctor snapshot's `doctor_verdict`, else null
  */
 
 export class WorkerCards {
@@ -48,7 +51,8 @@ export class WorkerCards {
   /** The red banner of alarms; a stuck or dead worker is selected so its card shows at once. */
   renderAlarms() {
     const state = this.host.state();
-    const items = alarms(state, this.host.now());
+    /** @type {{worker: number|null, text: string, testid?: string}[]} */
+    const items = [...verdictLines(this.host.verdict()), ...alarms(state, this.host.now())];
     const banner = $('banner');
     const key = items.map((a) => a.text).join('|');
     if (banner.dataset.key === key) return;
@@ -57,6 +61,7 @@ export class WorkerCards {
     banner.replaceChildren(...items.map((a) => {
       const div = document.createElement('div');
       div.textContent = a.text;
+      if (a.testid) div.dataset.testid = a.testid;
       if (a.worker !== null) {
         div.className = 'alarm-link';
         div.addEventListener('click', () => this.select(a.worker));
@@ -121,4 +126,17 @@ export class WorkerCards {
       list.replaceChildren(...stackItems(c.stack ?? null));
     }
   }
+}
+
+/**
+ * A doctor snapshot's verdict as the banner's first lines: what the samples showed, then what to do.
+ * @param {import('./types.js').Note|null} v
+ * @returns {{worker: number|null, text: string, testid?: string}[]}
+ */
+function verdictLines(v) {
+  if (!v) return [];
+  const worker = typeof v.worker === 'number' ? v.worker : null;
+  const lines = [{ worker, text: `doctor: ${v.text}`, testid: 'doctor-verdict' }];
+  if (v.advice) lines.push({ worker: null, text: `what to do: ${v.advice}`, testid: 'doctor-advice' });
+  return lines;
 }

@@ -50,7 +50,8 @@ def events(p: Picture, v: Verdict, rank: int = 0, job: str | None = None) -> lis
     out.sort(key=lambda e: e["t"])
     tr = p.training
     if tr.place in ("next", "in_process") and tr.steady:
-        late.append({"t": end, "kind": Kind.CONSUMER_STUCK, "elapsed": round(tr.held, 6), "stack": plain(tr.stack),
+        late.append({"t": end, "kind": Kind.CONSUMER_STUCK, "elapsed": round(tr.held, 6), "threshold": round(tr.held, 6),
+                     "stack": plain(tr.stack),
                      "waiting_for": v.task if v.worker is not None else None, "held_by": v.worker})
     late.append({"t": end, "kind": Kind.DOCTOR_VERDICT, "text": v.text, "cause": v.cause, "advice": v.advice,
                  "worker": v.worker, "idx": v.task, "sample": v.sample, "indices": v.indices, "where": v.where,
