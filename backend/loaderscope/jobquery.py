@@ -3,30 +3,46 @@ replaying any rank's events in Python.
 
 The SQL is the definitions of ``state.summary`` (batches/s, the share of time waiting for data),
 the page's ``ranks.slowestWorker`` with ``state.worker_stats``' p95, and ``ranks.slowest_per_step``,
-written as window functions over one view ``events`` (a row per event, columns named as the event's
-top-level fields, plus ``file``: its run, as a number). Only the view is DuckDB's (``read_json`` / ``read_parquet``); the
-queries are standard SQL, so the same text runs on Spark SQL or Trino over the same Parquet files
-(docs/DESIGN.md §19). The shard check gathers each rank's ``epoch_end`` digest in SQL and decodes
-it with ``ranks.shard_report``: a digest is zlib'd, which no SQL engine reads.
+written as window functions over one table ``events`` (a row per event, columns named as the event's
+top-level fields, plus ``file``: its run, as a number). Only the reading is DuckDB's (``read_json`` /
+``read_parquet``); the queries are standard SQL, so the same text runs on Spark SQL or Trino over the
+same Parquet files (docs/DESIGN.md §19). The shard check gathers each rank's ``epoch_end`` digest in
+SQL and decodes it with ``ranks.shard_report``: a digest is zlib'd, which no SQL engine reads.
+
+A job's traces may sit in a directory other users write (a team logdir): every trace is opened here,
+checked on its descriptor (a regular file, or a Parquet trace's directory of regular parts, that lies
+under the directory it was listed in), and DuckDB reads that descriptor (``/proc/self/fd/N``): never
+a path it could expand as a glob or resolve again to another file. What a table may read, hold and
+take is a ``JobBudget`` fixed before it starts.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
 import re
+import resource
+import stat
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from loaderscope.ranks import TIE_S, shard_report, shard_text
+from loaderscope.ranks import MAX_SHARD_LENGTH, TIE_S, shard_report, shard_text
 
 if TYPE_CHECKING:
     import duckdb
 
 TRACE_SUFFIXES = (".trace.jsonl", ".parquet")  # a Parquet file of another writer, or a part of ours
-PART_NAME = r"part-[0-9]+\.parquet"  # columnar.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
+PART_NAME = re.compile(r"part-[0-9]+\.parquet")  # columnar.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
+GLOB_CHARACTERS = re.compile(r"[*?\[\]{}]")  # what DuckDB's and fsspec's globs expand
 KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end")
+# Files open at once while the traces are read into ``events``: their descriptors are closed after
+# each batch, so a job of 10,000 ranks needs no more than this many (and the server its sockets).
+FILES_AT_ONCE = 256
 
 # The event fields the queries read, with their SQL types; a trace without one reads it as NULL.
 COLUMNS: dict[str, str] = {
@@ -63,9 +79,11 @@ SELECT file, run, rank, name, job, COALESCE(recorded, 0.0) AS wall_start FROM (
 )
 WHERE copy = 1 OR recorded IS NULL
 """),
+    # one row a run even where a trace repeats its seq (two runs' lines in one file, or a hostile one)
     ("firsts", """
-SELECT e.file, e.t AS first_t FROM events e
+SELECT e.file, MIN(e.t) AS first_t FROM events e
 JOIN (SELECT file, MIN(seq) AS seq FROM events GROUP BY file) m ON e.file = m.file AND e.seq = m.seq
+GROUP BY e.file
 """),
     ("yields", """
 SELECT file, seq, t, wait, segment, current_epoch,
@@ -166,6 +184,76 @@ class JobQueryError(ValueError):
     """A job's traces could not be read; the message names the directory or file, and the fix."""
 
 
+# What one job table may read, hold and take, each raised or lowered by its environment variable.
+BUDGET_ENV = {
+    "trace_bytes": "LOADERSCOPE_JOB_TABLE_TRACE_BYTES",
+    "job_bytes": "LOADERSCOPE_JOB_TABLE_BYTES",
+    "memory_bytes": "LOADERSCOPE_JOB_TABLE_MEMORY",
+    "shard_bytes": "LOADERSCOPE_JOB_TABLE_SHARD_BYTES",
+    "seconds": "LOADERSCOPE_JOB_TABLE_SECONDS",
+}
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+@dataclass(frozen=True)
+class JobBudget:
+    """What one job table may read, hold and take, fixed before it starts (docs/DESIGN.md §16).
+
+    Bytes of trace are counted on each file's descriptor as it is opened (a Parquet trace: its parts
+    together); DuckDB's own memory is its ``memory_limit``, with nothing spilled to disk; shard digests
+    decoded count a byte per index per rank; past ``seconds`` the query is interrupted."""
+
+    trace_bytes: int = 1 << 30  # one run's trace (the most the dashboard itself writes: max_run_bytes)
+    job_bytes: int = 4 << 30  # every trace of the table
+    memory_bytes: int = 2 << 30  # DuckDB's memory: a 1,024-rank job's table held 390 MiB (bench/job_table.py)
+    shard_bytes: int = 1 << 30  # shard digests decoded, every check together
+    seconds: float = 600.0
+
+    def from_environment(self, environ: Mapping[str, str] = os.environ) -> JobBudget:
+        """These budgets, each replaced by its variable (``BUDGET_ENV``) where one is set.
+
+        Raises:
+            JobQueryError: a variable that is not a positive size (``2GiB``, ``512MiB``, bytes) or number.
+        """
+        changed: dict[str, Any] = {}
+        for field in fields(self):
+            text = environ.get(BUDGET_ENV[field.name], "").strip()
+            if text:
+                changed[field.name] = _budget_value(BUDGET_ENV[field.name], text, field.name == "seconds")
+        return replace(self, **changed)
+
+    def refusal(self, field: str, what: str) -> str:
+        """A refusal's words: what is over which budget, and the variable that raises it."""
+        limit = getattr(self, field)
+        shown = f"{limit:g} s" if field == "seconds" else size_text(limit)
+        return f"{what}, over the job table's budget of {shown}; {BUDGET_ENV[field]} raises it (e.g. {BUDGET_ENV[field]}=" \
+               f"{_example(field, limit)})"
+
+
+def _budget_value(name: str, text: str, seconds: bool) -> float | int:
+    found = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)", text)
+    unit = found.group(2).lower() if found else ""
+    if found is None or (seconds and unit not in ("", "s")) or (not seconds and unit not in _UNITS):
+        kind = "seconds (e.g. 900)" if seconds else "a size in bytes, KiB, MiB, GiB or TiB (e.g. 2GiB)"
+        raise JobQueryError(f"{name}={text!r}: not {kind}")
+    value = float(found.group(1)) * (1 if seconds else _UNITS[unit])
+    if value <= 0:
+        raise JobQueryError(f"{name}={text!r}: a budget must be more than 0")
+    return value if seconds else int(value)
+
+
+def _example(field: str, limit: float) -> str:
+    return f"{limit * 2:g}" if field == "seconds" else size_text(int(limit) * 2).replace(" ", "")
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads them: ``1 GiB``, ``1.5 MiB``, ``300 B``."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
 @dataclass(frozen=True)
 class JobTable:
     """The job's answers: a row per rank, a row per step, a shard check per epoch every rank reported."""
@@ -197,11 +285,11 @@ def trace_files(root: str, fs: Any = None) -> list[str]:
         if not base.is_dir():
             raise JobQueryError(f"{root}: not a directory; give the job's directory of traces "
                                 "(e.g. LOGDIR/<job>, or the --logdir of `loaderscope run --ranks`)")
-        found = [str(p) for p in base.rglob("*")  # a dangling link too: said by name, not skipped
-                 if (p.is_file() or p.is_symlink()) and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")]
+        found = [str(p) for p in base.rglob("*") if _a_trace(p.name, p.parent.name, p.is_dir())]
     else:
-        found = [p if "://" in p else f"{fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]}://{p}"
-                 for p in fs.find(root) if PurePosixPath(p).name.endswith(TRACE_SUFFIXES)]
+        found = [_with_protocol(fs, path) for path, info in fs.find(root, withdirs=True, detail=True).items()
+                 if _a_trace(PurePosixPath(path).name, PurePosixPath(path).parent.name,
+                             info.get("type") == "directory")]
     if not found:
         raise JobQueryError(f"{root}: no traces (*.trace.jsonl or *.parquet) under it; record a job into it with "
                             "`loaderscope record --logdir DIR -- torchrun ...` or `loaderscope run SCENARIO "
@@ -209,34 +297,146 @@ def trace_files(root: str, fs: Any = None) -> list[str]:
     return sorted(found)
 
 
-def _parts_of(paths: Sequence[str], fs: Any) -> list[str]:
-    """Each path, a ``NAME.trace.parquet/`` directory replaced by its part files in order (columnar.PART_GLOB)."""
-    out: list[str] = []
-    for path in paths:
-        if not (Path(path).is_dir() if fs is None else fs.isdir(path)):
-            out.append(path)
-            continue
-        parts = sorted(fs.glob(posixpath.join(path, "part-*.parquet")) if fs is not None
-                       else (str(p) for p in Path(path).glob("part-*.parquet")))
-        if not parts:
+@dataclass(frozen=True)
+class _Read:
+    """One file DuckDB reads: where it reads it (``/proc/self/fd/N``, or an fsspec path) and which run it is."""
+
+    at: str
+    run: int
+    parquet: bool
+
+
+class _Opener:
+    """Opens a job's traces and checks each on its descriptor, within the budget: the descriptors stay
+    open (DuckDB reads them) until ``close``."""
+
+    def __init__(self, fs: Any, within: str | None, budget: JobBudget) -> None:
+        self.fs = fs
+        self.within = None if within is None or fs is not None else os.path.realpath(within)
+        self.budget = budget
+        self.total = 0
+        self.descriptors: list[int] = []
+
+    def open(self, path: str, run: int) -> list[_Read]:
+        """What DuckDB reads of the trace ``path``: the file, or a Parquet trace's parts in order.
+
+        Raises:
+            JobQueryError: the trace cannot be read, is not a regular file (or a directory of them),
+                lies outside the directory, or is over a budget; the message names it and the fix.
+        """
+        return self._local(path, run) if self.fs is None else self._remote(path, run)
+
+    def close(self) -> None:
+        for fd in self.descriptors:
+            os.close(fd)
+        self.descriptors = []
+
+    def _local(self, path: str, run: int) -> list[_Read]:
+        # O_NONBLOCK: opening a FIFO would wait for a writer; links are followed, and where the
+        # descriptor landed is checked after (the kernel's own path of it, which no swap changes)
+        fd = self._descriptor(path, lambda: os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        info = os.fstat(fd)
+        real = _opened_path(fd)
+        if self.within is not None and not _within(real, self.within):
+            raise JobQueryError(f"{path}: it resolves to {real}, outside {self.within}: refused, never read; "
+                                "remove the link, or copy the trace into the job's directory")
+        if stat.S_ISDIR(info.st_mode) and path.endswith(".parquet"):
+            return self._parts(path, fd, run)
+        _regular(info.st_mode, path)
+        self._count(path, info.st_size)
+        return [_Read(f"/proc/self/fd/{fd}", run, path.endswith(".parquet"))]
+
+    def _parts(self, path: str, directory: int, run: int) -> list[_Read]:
+        """A loaderscope Parquet trace's parts, each opened by its name in the directory's descriptor and
+        never through a link (a part is a file its writer renamed into place, columnar.py)."""
+        names = sorted(name for name in os.listdir(directory) if PART_NAME.fullmatch(name))
+        if not names:
             raise JobQueryError(f"{path}: a directory without trace parts (part-N.parquet); a Parquet trace "
                                 "whose writer was killed before its first part has no events yet")
-        out.extend(parts)
-    return out
+        reads, size = [], 0
+        for name in names:
+            part = f"{path}/{name}"
+            fd = self._descriptor(part, lambda: os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                                        dir_fd=directory))
+            info = os.fstat(fd)
+            _regular(info.st_mode, part)
+            size += info.st_size
+            reads.append(_Read(f"/proc/self/fd/{fd}", run, True))
+        self._count(path, size)
+        return reads
 
-
-def _check_readable(paths: Sequence[str], fs: Any) -> None:
-    for path in paths:
+    def _descriptor(self, path: str, opening: Any) -> int:
         try:
-            if fs is None:
-                with open(path, "rb") as f:
-                    f.read(1)
-            else:
-                with fs.open(path, "rb") as f:
-                    f.read(1)
+            fd: int = opening()
         except OSError as exc:
-            raise JobQueryError(f"{path}: cannot be read ({exc.strerror or exc}); fix its permissions "
-                                "or move it out of the job's directory") from None
+            reason = "a symbolic link, where only a regular file is read" if exc.errno == errno.ELOOP else exc.strerror or exc
+            raise JobQueryError(f"{path}: cannot be read ({reason}); fix its permissions or move it out of the "
+                                "job's directory") from None
+        self.descriptors.append(fd)
+        return fd
+
+    def _remote(self, path: str, run: int) -> list[_Read]:
+        if GLOB_CHARACTERS.search(path.split("://", 1)[-1]):
+            raise JobQueryError(f"{path}: a name with a glob character (* ? [ ] {{ }}), which DuckDB's readers "
+                                "would expand to other files: refused, never read; rename it")
+        try:
+            info = self.fs.info(path)
+            if info.get("type") == "directory" and path.endswith(".parquet"):
+                parts = sorted((i for i in self.fs.ls(path, detail=True)
+                                if PART_NAME.fullmatch(PurePosixPath(i["name"]).name)), key=lambda i: i["name"])
+                if not parts:
+                    raise JobQueryError(f"{path}: a directory without trace parts (part-N.parquet)")
+                self._count(path, sum(int(i.get("size") or 0) for i in parts))
+                return [_Read(_with_protocol(self.fs, i["name"]), run, True) for i in parts]
+            with self.fs.open(path, "rb") as f:
+                f.read(1)
+        except JobQueryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - each fsspec backend raises its own errors: one message
+            raise JobQueryError(f"{path}: cannot be read ({exc}); fix its permissions or move it out of the "
+                                "job's directory") from None
+        self._count(path, int(info.get("size") or 0))
+        return [_Read(path, run, path.endswith(".parquet"))]
+
+    def _count(self, path: str, size: int) -> None:
+        if size > self.budget.trace_bytes:
+            raise JobQueryError(f"{path}: " + self.budget.refusal("trace_bytes", f"{size_text(size)} of trace"))
+        self.total += size
+        if self.total > self.budget.job_bytes:
+            raise JobQueryError(f"{path}: " + self.budget.refusal(
+                "job_bytes", f"with it the job's traces hold {size_text(self.total)} or more"))
+
+
+def _regular(mode: int, path: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a directory"
+                if stat.S_ISDIR(mode) else "not a file")
+        raise JobQueryError(f"{path}: {kind}, not a regular file: refused, never read; remove it from the job's "
+                            "directory")
+
+
+def _opened_path(fd: int) -> str:
+    """Where an open descriptor's file is, as the kernel keeps it (nothing renamed or linked since changes it)."""
+    return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _a_trace(name: str, parent: str, directory: bool) -> bool:
+    """Whether a listing's entry is a run's trace: a JSON lines or Parquet file, or a loaderscope Parquet
+    trace's directory (its parts are read with it, not as runs of their own). Anything else of such a
+    name (a dangling link, a FIFO) is listed too: it is said by name when it is opened, not skipped."""
+    if name.startswith(".") or not name.endswith(TRACE_SUFFIXES):
+        return False
+    return name.endswith(".parquet") if directory else not (PART_NAME.fullmatch(name) and parent.endswith(".parquet"))
+
+
+def _with_protocol(fs: Any, path: str) -> str:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return path if "://" in path else f"{protocol}://{path}"
 
 
 def _quote(text: str) -> str:
@@ -273,23 +473,6 @@ def _parquet_source(con: duckdb.DuckDBPyConnection, paths: Sequence[str]) -> str
     return f"SELECT {', '.join(picked)}, 'parquet' AS source, file_index FROM {source}"
 
 
-def _run_keys(paths: Sequence[str]) -> list[str]:
-    """Each file's run: a loaderscope Parquet trace is a directory of parts, one run; any other file is one."""
-    return [re.sub(f"/{PART_NAME}$", "", path) for path in paths]
-
-
-def _files_table(con: duckdb.DuckDBPyConnection, sources: Mapping[str, Sequence[str]]) -> list[str]:
-    """The table ``files(source, file_index, file)``: each file of each source read, and its run as a
-    number (a window or join over a small integer, not over a path per event); the runs' paths by number."""
-    runs: dict[str, int] = {}
-    rows = [(source, index, runs.setdefault(run, len(runs)))
-            for source, paths in sources.items() for index, run in enumerate(_run_keys(paths))]
-    # one statement of three lists: executemany costs about 1.5 ms a row
-    con.execute("CREATE TEMP TABLE files AS SELECT UNNEST($1) AS source, CAST(UNNEST($2) AS BIGINT) AS file_index, "
-                "CAST(UNNEST($3) AS INTEGER) AS file", [[row[i] for row in rows] for i in range(3)])
-    return list(runs)
-
-
 def _duckdb() -> Any:
     try:
         import duckdb  # the optional `job` extra, not a runtime dependency: refused with its install line
@@ -309,31 +492,81 @@ def _kept(column: str) -> str:
     return f"e.{column}" if kind is None else f"CASE WHEN e.kind = '{kind}' THEN e.{column} END AS {column}"
 
 
-def connect(paths: Sequence[str], fs: Any = None, *,
+def connect(paths: Sequence[str], fs: Any = None, *, within: str | None = None, budget: JobBudget = JobBudget(),
             threads: int | None = None) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
-    """An in-memory DuckDB with the table ``events`` of ``paths`` (JSON lines or Parquet, by extension),
-    its ``file`` a run's number; and the runs' paths by number."""
+    """An in-memory DuckDB with the table ``events`` of ``paths`` (JSON lines or Parquet, by extension;
+    a loaderscope Parquet trace as its directory), its ``file`` a run's number, and the shared tables
+    (``PREPARED``); and the runs' paths by number. ``within``: the directory every local trace must lie in.
+
+    Raises:
+        JobQueryError: a trace that cannot be read or is over a budget (``_Opener``).
+        duckdb.Error: the traces could not be queried.
+    """
+    con = _connection(fs, budget, threads)
+    _load(con, paths, fs, within, budget, None)
+    return con, list(paths)
+
+
+def _connection(fs: Any, budget: JobBudget, threads: int | None) -> duckdb.DuckDBPyConnection:
     con: duckdb.DuckDBPyConnection = _duckdb().connect(":memory:")
     con.execute("SET enable_progress_bar = false")  # a bar on stderr is noise in a CLI and a server
     con.execute("SET preserve_insertion_order = false")  # every answer has its ORDER BY
     con.execute("SET parquet_metadata_cache = true")  # the footers DESCRIBE read are not read again
+    con.execute(f"SET memory_limit = '{int(budget.memory_bytes)}B'")
+    con.execute("SET temp_directory = ''")  # never spill into the working directory: past the limit is an error
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if fs is not None:
         con.register_filesystem(fs)
-    by_source = {"json": [p for p in paths if not p.endswith(".parquet")],
-                 "parquet": [p for p in paths if p.endswith(".parquet")]}
-    runs = _files_table(con, by_source)
-    sources = ([_json_source(by_source["json"])] if by_source["json"] else []) + \
-        ([_parquet_source(con, by_source["parquet"])] if by_source["parquet"] else [])
-    # Read once for the three queries: the kinds they read, and each run's first event (summary()'s
-    # clock starts there; a header line has no kind and no seq)
-    con.execute(f"CREATE TEMP TABLE events AS SELECT {', '.join(map(_kept, COLUMNS))}, f.file FROM ("
-                + " UNION ALL ".join(sources) + ") e JOIN files f ON f.source = e.source AND f.file_index = e.file_index "
-                f"WHERE e.kind IN ({', '.join(map(_quote, KINDS))}) OR e.seq = 0")
+    return con
+
+
+def _load(con: duckdb.DuckDBPyConnection, paths: Sequence[str], fs: Any, within: str | None, budget: JobBudget,
+          deadline: _Deadline | None) -> None:
+    """Read the traces into ``events`` a batch of files at a time (``FILES_AT_ONCE``), then make ``PREPARED``."""
+    con.execute(f"CREATE TEMP TABLE events ({', '.join(f'{k} {v}' for k, v in COLUMNS.items())}, file INTEGER)")
+    _allow_open_files(FILES_AT_ONCE)
+    opener = _Opener(fs, within, budget)
+    try:
+        batch: list[_Read] = []
+        for run, path in enumerate(paths):
+            if deadline is not None:
+                deadline.check()
+            batch += opener.open(path, run)
+            if len(batch) >= FILES_AT_ONCE or run == len(paths) - 1:
+                _insert(con, batch)
+                opener.close()
+                batch = []
+    finally:
+        opener.close()
     for name, sql in PREPARED:
         con.execute(f"CREATE TEMP TABLE {name} AS {sql}")
-    return con, runs
+
+
+def _insert(con: duckdb.DuckDBPyConnection, reads: Sequence[_Read]) -> None:
+    """Read these files into ``events``: the kinds the queries read, and each run's first event
+    (summary()'s clock starts there; a header line has no kind and no seq). Each file's ``file_index``
+    is joined to its run's number (a window or join over a small integer, not over a path per event)."""
+    by_source = {"json": [r for r in reads if not r.parquet], "parquet": [r for r in reads if r.parquet]}
+    rows = [(source, index, read.run) for source, group in by_source.items() for index, read in enumerate(group)]
+    # one statement of three lists: executemany costs about 1.5 ms a row
+    con.execute("CREATE OR REPLACE TEMP TABLE files AS SELECT UNNEST($1) AS source, "
+                "CAST(UNNEST($2) AS BIGINT) AS file_index, CAST(UNNEST($3) AS INTEGER) AS file",
+                [[row[i] for row in rows] for i in range(3)])
+    sources = ([_json_source([r.at for r in by_source["json"]])] if by_source["json"] else []) + \
+        ([_parquet_source(con, [r.at for r in by_source["parquet"]])] if by_source["parquet"] else [])
+    con.execute(f"INSERT INTO events SELECT {', '.join(map(_kept, COLUMNS))}, f.file FROM ("
+                + " UNION ALL ".join(sources) + ") e JOIN files f ON f.source = e.source AND f.file_index = e.file_index "
+                f"WHERE e.kind IN ({', '.join(map(_quote, KINDS))}) OR e.seq = 0")
+
+
+def _allow_open_files(needed: int) -> None:
+    """Let this process open ``needed`` more files than it has (up to the hard limit): a batch of a job's
+    traces is open at once, beside a server's sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = len(os.listdir("/proc/self/fd")) + needed + 64
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(hard, want), hard))
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
@@ -342,22 +575,62 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
-def _shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """One check per (loader, epoch) every rank of that loader reported a digest for."""
+class _Deadline:
+    """The table's time budget: DuckDB is interrupted once it is spent (and again, until the table gives
+    up), so its thread and the server's slot are freed; the Python steps check it between them."""
+
+    def __init__(self, budget: JobBudget, label: str) -> None:
+        self.budget, self.label = budget, label
+        self.at = time.monotonic() + budget.seconds
+        self.done = threading.Event()
+        self.con: duckdb.DuckDBPyConnection | None = None
+        threading.Thread(target=self._watch, name="loaderscope-job-deadline", daemon=True).start()
+
+    def _watch(self) -> None:
+        if self.done.wait(self.budget.seconds):
+            return
+        while not self.done.wait(0.05):  # a query started after an interrupt is interrupted too
+            if self.con is not None:
+                self.con.interrupt()
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def error(self) -> JobQueryError:
+        return JobQueryError(f"{self.label}: " + self.budget.refusal("seconds", "the job table took longer"))
+
+    def check(self) -> None:
+        if self.passed():
+            raise self.error()
+
+
+def _shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]], budget: JobBudget,
+                  deadline: _Deadline) -> Iterator[dict[str, Any]]:
+    """One check per (loader, epoch) every rank of that loader reported a digest for, while the
+    budget of decoded digests lasts: a check past it says so."""
     expected: dict[tuple[Any, Any], set[int]] = {}
     for r in ranks:
         expected.setdefault((r["job"], r["name"]), set()).add(r["rank"])
     groups: dict[tuple[Any, Any, int], dict[int, dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["job"], row["name"], row["epoch"]), {})[row["rank"]] = row
+    spent = 0
     for (job, name, epoch), ends in groups.items():
         if set(ends) != expected.get((job, name), set()):
             continue
+        deadline.check()
         length = next(iter(ends.values()))["shard_length"] or 0
-        try:
-            report: dict[str, Any] = shard_report(ends, length)
-        except Exception as exc:  # noqa: BLE001 - ValueError, zlib.error, binascii.Error: a damaged digest is said
-            report = {"error": f"a shard digest cannot be decoded: {exc}"}
+        cost = length * len(ends) if 0 <= length <= MAX_SHARD_LENGTH else 0  # a longer one is refused by its length
+        report: dict[str, Any]
+        if spent + cost > budget.shard_bytes:
+            report = {"error": budget.refusal("shard_bytes", f"its digests ({len(ends)} × {length:,} indices), with the "
+                                              f"checks before it, come to {size_text(spent + cost)} decoded")}
+        else:
+            spent += cost
+            try:
+                report = shard_report(ends, length)
+            except Exception as exc:  # noqa: BLE001 - ValueError (decode_shard), TypeError (not text): said
+                report = {"error": f"a shard digest cannot be decoded: {exc}"}
         yield {"job": job, "name": name, "epoch": epoch, "report": report}
 
 
@@ -369,31 +642,63 @@ def shard_text_of(check: dict[str, Any]) -> str:
     return shard_text(check["epoch"], report)
 
 
-def job_table(root: str, fs: Any = None, *, threads: int | None = None) -> JobTable:
-    """The job table of every trace under ``root`` (a local directory, or a path of ``fs``)."""
-    return table_of(trace_files(root, fs), fs, threads=threads, label=root)
+def job_table(root: str, fs: Any = None, *, budget: JobBudget = JobBudget(), threads: int | None = None) -> JobTable:
+    """The job table of every trace under ``root`` (a local directory, or a path of ``fs``); a local
+    trace is read only where it lies under ``root``."""
+    return table_of(trace_files(root, fs), fs, within=root, budget=budget, threads=threads, label=root)
 
 
-def table_of(paths: Sequence[str], fs: Any = None, *, threads: int | None = None, label: str = "") -> JobTable:
+def table_of(paths: Sequence[str], fs: Any = None, *, within: str | None = None, job: str | None = None,
+             budget: JobBudget = JobBudget(), threads: int | None = None, label: str = "") -> JobTable:
     """The job table of these trace files (local paths, or paths of ``fs``); a loaderscope Parquet trace
-    may be given as its directory (as a logdir's run list names it): its parts are read."""
+    may be given as its directory (as a logdir's run list names it): its parts are read. ``within``:
+    the directory every local trace must lie in; ``job``: only the runs whose run_start names it (a
+    file listed as the job's may say otherwise by now).
+
+    Raises:
+        JobQueryError: a trace unreadable, outside ``within`` or over a budget; the time budget spent;
+            the traces could not be queried. The message names the file or the table, and the fix.
+    """
     duckdb = _duckdb()
-    paths = _parts_of(paths, fs)
-    _check_readable(paths, fs)
+    label = label or "the job"
+    deadline = _Deadline(budget, label)
     try:
-        con, runs = connect(paths, fs, threads=threads)
-        ranks = [row | {"file": runs[row["file"]]} for row in _rows(con, RANKS_SQL)]
-        steps = _rows(con, STEPS_SQL)
-        shard_rows = _rows(con, SHARDS_SQL)
-    except duckdb.Error as exc:
-        raise JobQueryError(f"{label or 'the job'}: the traces could not be queried: {exc}") from None
-    finally:
-        if "con" in locals():
+        con = _connection(fs, budget, threads)
+        deadline.con = con
+        try:
+            _load(con, paths, fs, within, budget, deadline)
+            if job is not None:
+                con.execute("DELETE FROM runs WHERE job IS DISTINCT FROM $1", [job])
+            deadline.check()
+            ranks = [row | {"file": paths[row["file"]]} for row in _rows(con, RANKS_SQL)]
+            steps = _rows(con, STEPS_SQL)
+            shard_rows = _rows(con, SHARDS_SQL)
+        except duckdb.Error as exc:
+            raise _query_error(exc, label, deadline) from None
+        finally:
+            deadline.con = None
             con.close()
+        _count_last(ranks, steps)
+        return JobTable(ranks, steps, list(_shard_checks(shard_rows, ranks, budget, deadline)))
+    finally:
+        deadline.done.set()
+
+
+def _query_error(exc: Exception, label: str, deadline: _Deadline) -> JobQueryError:
+    import duckdb
+
+    if deadline.passed():
+        return deadline.error()
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return JobQueryError(f"{label}: " + deadline.budget.refusal("memory_bytes", "reading the traces took more memory"))
+    return JobQueryError(f"{label}: the traces could not be queried: {exc}")
+
+
+def _count_last(ranks: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
+    """Each rank's steps it was last in, and its worst lag there (sim.job.rank_figures)."""
     last: dict[tuple[Any, Any, Any], list[float]] = {}
-    for step in steps:  # the steps each rank was last in, and its worst lag there (sim.job.rank_figures)
+    for step in steps:
         last.setdefault((step["job"], step["name"], step["rank"]), []).append(step["lag"])
     for row in ranks:
         mine = last.get((row["job"], row["name"], row["rank"]), [])
         row["slowest_steps"], row["worst_lag"] = len(mine), max(mine) if mine else None
-    return JobTable(ranks, steps, list(_shard_checks(shard_rows, ranks)))

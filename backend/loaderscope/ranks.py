@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from loaderscope.wording import say
@@ -25,11 +25,49 @@ def encode_shard(indices: Iterable[int], length: int) -> str:
     return base64.b64encode(zlib.compress(bytes(counts), 6)).decode()
 
 
-def decode_shard(digest: str, length: int) -> bytes:
-    counts = zlib.decompress(base64.b64decode(digest), bufsize=length)
-    if len(counts) != length:
-        raise ValueError(f"shard digest holds {len(counts)} counts for a dataset of {length}")
+# The most indices a digest may count (a dataset of 134M samples): one decoded digest and the sum of a
+# check are a byte per index each, so this bounds what reading one epoch's shards holds, whatever a
+# trace claims its dataset's length is.
+MAX_SHARD_LENGTH = 1 << 27
+
+
+def decode_shard(digest: str, length: int) -> bytearray:
+    """The per-index read counts of a digest: exactly ``length`` bytes, inflated a piece at a time into
+    them and never one byte past them (a digest that inflates further, a zip bomb, stops there).
+
+    Raises:
+        ValueError: a length outside 0..MAX_SHARD_LENGTH, or a digest that is not base64 of a zlib
+            stream of ``length`` counts.
+    """
+    _check_length(length)
+    try:
+        data = base64.b64decode(digest, validate=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"shard digest is not base64 text: {exc}") from None
+    counts, filled, inflate = bytearray(length), 0, zlib.decompressobj()
+    while not inflate.eof:
+        try:
+            piece = inflate.decompress(data, min(_PIECE, length + 1 - filled))  # never 0: that would mean no limit
+        except zlib.error as exc:
+            raise ValueError(f"shard digest cannot be inflated: {exc}") from None
+        data = inflate.unconsumed_tail
+        if filled + len(piece) > length:
+            raise ValueError(f"shard digest holds more than {length:,} counts for a dataset of {length:,}")
+        counts[filled:filled + len(piece)] = piece
+        filled += len(piece)
+        if not piece and not data:
+            break  # the stream ends before its end: a cut digest
+    if filled != length or not inflate.eof:
+        raise ValueError(f"shard digest holds {filled:,} counts for a dataset of {length:,}")
     return counts
+
+
+_PIECE = 1 << 20  # bytes inflated at once
+
+
+def _check_length(length: int) -> None:
+    if not 0 <= length <= MAX_SHARD_LENGTH:
+        raise ValueError(f"a shard digest for a dataset of {length:,} samples: at most {MAX_SHARD_LENGTH:,} are checked")
 
 
 def is_padding(reads: Sequence[int], length: int, twice: int, missing: int) -> bool:
@@ -45,32 +83,58 @@ def is_padding(reads: Sequence[int], length: int, twice: int, missing: int) -> b
 def shard_report(epoch_ends: Mapping[int, Mapping[str, Any]], length: int, sample: int = 10) -> dict[str, Any]:
     """Overlap and coverage of one epoch's shards across ranks (``{rank: epoch_end event}``).
 
-    Indices that DistributedSampler's padding explains are ``padding``, not ``overlap``."""
-    total = [0] * length
+    Indices that DistributedSampler's padding explains are ``padding``, not ``overlap``. The ranks'
+    counts are added in numpy a slice at a time, saturated at 3 (only 0, 1, 2 and more are told
+    apart): the check holds a byte per index and one rank's decoded digest, nothing per index more.
+
+    Raises:
+        ValueError: a digest that cannot be decoded (``decode_shard``).
+    """
+    import numpy as np  # here, not at import: the probe imports this module for encode_shard
+
+    _check_length(length)
+    total = np.zeros(length, dtype=np.uint8)
     per_rank, reads = {}, []
     for rank, event in sorted(epoch_ends.items()):
-        counts = decode_shard(event["shard"], length)
-        per_rank[rank] = sum(1 for c in counts if c)
-        reads.append(sum(counts))
-        for index, count in enumerate(counts):
-            total[index] += count
-    overlap = [i for i, c in enumerate(total) if c > 1]
-    missing = [i for i, c in enumerate(total) if c == 0]
-    twice = sum(1 for c in total if c == 2)
-    padded = len(overlap) == twice and is_padding(reads, length, twice, len(missing))
-    padding, overlap = (overlap, []) if padded else ([], overlap)
+        counts = np.frombuffer(decode_shard(event["shard"], length), dtype=np.uint8)
+        per_rank[rank] = int(np.count_nonzero(counts))
+        reads.append(int(counts.sum(dtype=np.int64)))
+        for start in range(0, length, _SLICE):
+            part = total[start:start + _SLICE]
+            part += np.minimum(counts[start:start + _SLICE], 3)
+            np.minimum(part, 3, out=part)
+        del counts  # before the next rank's: one rank's counts at a time
+    overlap, missing = _where(total, lambda part: part > 1, sample), _where(total, lambda part: part == 0, sample)
+    twice = _where(total, lambda part: part == 2, 0)[0]
+    padded = overlap[0] == twice and is_padding(reads, length, twice, missing[0])
     return {
         "ranks": sorted(epoch_ends),
         "per_rank": per_rank,
-        "overlap": len(overlap),
-        "overlap_sample": overlap[:sample],
-        "padding": len(padding),
-        "padding_sample": padding[:sample],
-        "missing": len(missing),
-        "missing_sample": missing[:sample],
-        "disjoint": not overlap,
-        "complete": not missing,
+        "overlap": 0 if padded else overlap[0],
+        "overlap_sample": [] if padded else overlap[1],
+        "padding": overlap[0] if padded else 0,
+        "padding_sample": overlap[1] if padded else [],
+        "missing": missing[0],
+        "missing_sample": missing[1],
+        "disjoint": padded or not overlap[0],
+        "complete": not missing[0],
     }
+
+
+_SLICE = 1 << 20  # indices looked at at once: no array of the dataset's length is made beside the sum
+
+
+def _where(total: Any, test: Callable[[Any], Any], sample: int) -> tuple[int, list[int]]:
+    """How many indices' counts pass ``test``, and the first ``sample`` of them."""
+    import numpy as np
+
+    found, first = 0, list[int]()
+    for start in range(0, len(total), _SLICE):
+        hits = test(total[start:start + _SLICE])
+        found += int(np.count_nonzero(hits))
+        if len(first) < sample:
+            first += [start + int(i) for i in np.flatnonzero(hits)[:sample - len(first)]]
+    return found, first
 
 
 def shard_text(epoch: int, report: Mapping[str, Any]) -> str:

@@ -14,11 +14,31 @@ export function fromBase64(text) {
   return out;
 }
 
-/** Per-index read counts of one rank's epoch (ranks.decode_shard). @param {string} digest @param {number} length */
+// The most indices a digest may count (ranks.MAX_SHARD_LENGTH): whatever an epoch_end claims, a check
+// holds a byte per index and a sum of two bytes per index, no more.
+export const MAX_SHARD_LENGTH = 2 ** 27;
+
+/**
+ * Per-index read counts of one rank's epoch (ranks.decode_shard): inflated into `length` bytes, and
+ * never past them (a digest that inflates further, a zip bomb, is stopped there).
+ * @param {string} digest @param {number} length
+ */
 export async function decodeShard(digest, length) {
-  const stream = new Blob([fromBase64(digest)]).stream().pipeThrough(new DecompressionStream('deflate'));
-  const counts = new Uint8Array(await new Response(stream).arrayBuffer());
-  if (counts.length !== length) throw new Error(`shard digest holds ${counts.length} counts for a dataset of ${length}`);
+  if (!(Number.isInteger(length) && length >= 0 && length <= MAX_SHARD_LENGTH)) {
+    throw new Error(`a shard digest for a dataset of ${length} samples: at most ${MAX_SHARD_LENGTH} are checked`);
+  }
+  const reader = new Blob([fromBase64(digest)]).stream().pipeThrough(new DecompressionStream('deflate')).getReader();
+  const counts = new Uint8Array(length);
+  let filled = 0;
+  for (let part = await reader.read(); !part.done; part = await reader.read()) {
+    if (filled + part.value.length > length) {
+      reader.cancel();
+      throw new Error(`shard digest holds more than ${length} counts for a dataset of ${length}`);
+    }
+    counts.set(part.value, filled);
+    filled += part.value.length;
+  }
+  if (filled !== length) throw new Error(`shard digest holds ${filled} counts for a dataset of ${length}`);
   return counts;
 }
 

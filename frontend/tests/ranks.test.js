@@ -60,6 +60,12 @@ test('a digest of the wrong length is refused', { skip: needsPython }, async () 
   await assert.rejects(decodeShard(digest, 11), /holds 10 counts for a dataset of 11/);
 });
 
+test('a digest is never inflated past its length, nor a length past the limit taken', { skip: needsPython }, async () => {
+  const { bomb } = py('import base64, json, zlib; print(json.dumps({"bomb": base64.b64encode(zlib.compress(bytes(50_000_000), 9)).decode()}))');
+  await assert.rejects(decodeShard(bomb, 100), /holds more than 100 counts for a dataset of 100/);
+  await assert.rejects(decodeShard(bomb, 2 ** 40), /at most 134217728 are checked/);
+});
+
 /** A rank as JobSteps sees it: delivery times of epoch 0, the first `upto` of them so far. */
 function fakeTrack(rank, times, upto = times.length, wall0 = 100) {
   return { rank, wall0, yields: new Map([[0, times.slice(0, upto)]]), slow: [] };

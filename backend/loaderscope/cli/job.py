@@ -11,7 +11,7 @@ from rich.table import Table
 
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
-from loaderscope.jobquery import JobQueryError, JobTable, job_table, shard_text_of
+from loaderscope.jobquery import JobBudget, JobQueryError, JobTable, job_table, shard_text_of
 
 
 def add_job_command(subparsers: Any) -> None:
@@ -27,16 +27,26 @@ def add_job_command(subparsers: Any) -> None:
 
 def load(root: str) -> JobTable:
     fs = None
-    if "://" in root and not root.startswith("file://"):
-        try:
-            import fsspec  # type: ignore[import-untyped]  # the optional `remote` extra: only URLs need it
-        except ImportError:
-            raise UsageError(f"{root}: a URL needs fsspec: pip install 'loaderscope[remote]'") from None
-        fs, root = fsspec.core.url_to_fs(root)
     try:
-        return job_table(root.removeprefix("file://"), fs)
+        budget = JobBudget().from_environment()
+        if "://" in root and not root.startswith("file://"):
+            fs, root = _filesystem(root)
+        return job_table(root.removeprefix("file://"), fs, budget=budget)
     except JobQueryError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    try:
+        import fsspec  # type: ignore[import-untyped]  # the optional `remote` extra: only URLs need it
+    except ImportError:
+        raise UsageError(f"{url}: a URL needs fsspec: pip install 'loaderscope[remote]'") from None
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:  # the protocol's own package missing (s3fs, gcsfs), or unknown
+        raise UsageError(f"{url}: {exc} (pip install 'loaderscope[remote]' and the protocol's package, "
+                         "e.g. s3fs or gcsfs)") from None
+    return fs, root
 
 
 def by_slowest(table: JobTable) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from loaderscope.events import COMMON_FIELDS, REQUIRED, Event
+from loaderscope.jobquery import JobBudget
 
 # One stored event, encoded: 100 KB stacks pass whole; a line stays under trace.MAX_LINE_BYTES (1 MiB),
 # so every trace the server writes can be read back.
@@ -31,6 +32,12 @@ MAX_BODY_BYTES = 256 * 1024  # request bodies (a run or a sweep needs a few hund
 PARQUET_PART_ROWS = 131_072
 PARQUET_PART_BYTES = 32 * 1024 * 1024  # the file, and its columns decoded (the footer's sizes)
 PARQUET_FOOTER_BYTES = 1024 * 1024  # parsed whole before any check (the writer's: 2-6 KB)
+
+# One job table (GET /api/jobs/{job}/table, one at a time), each budget raised or lowered by its
+# $LOADERSCOPE_JOB_TABLE_* variable: less than the CLI's, a dashboard being shared and long-lived. A rank's
+# trace of 256 MiB is about an hour at 100 batches/s; a 1,024-rank job of 149 MiB held 390 MiB and took
+# 3-45 s (bench/job_table.py); past 120 s the query is interrupted and the slot freed for the next.
+JOB_TABLE = JobBudget(trace_bytes=256 << 20, job_bytes=2 << 30, memory_bytes=1 << 30, seconds=120.0)
 
 _KEEP_WHOLE = frozenset(COMMON_FIELDS) | {"cut"}
 

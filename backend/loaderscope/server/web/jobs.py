@@ -1,9 +1,11 @@
 """◆ ``GET /api/jobs/{job}/table``: a logdir job's table of ranks, from DuckDB over its traces.
 
 The page's job view draws it without opening a websocket per rank (``jobquery``: per rank its pace,
-wait share, slowest worker and p95; per step the rank that was last; the shard check). The query
-reads the files, so it runs in a thread, one job table at a time (a 1,024-rank job's read holds a
-few hundred MB).
+wait share, slowest worker and p95; per step the rank that was last; the shard check). The query reads the files, so it runs in a thread, one job table at a time (a
+1,024-rank job's read holds a few hundred MB), within ``budgets.JOB_TABLE``: its bytes, memory and
+time, past which it is refused and its slot freed. Each file is checked again as it is read (the
+logdir's files may have changed since they were listed): it must lie in the logdir, be a regular
+file, and its run_start must still name the job.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from loaderscope.jobquery import JobQueryError, table_of
+from loaderscope.server.budgets import JOB_TABLE
 from loaderscope.server.web.api import manager_of
 
 router = APIRouter(prefix="/api")
@@ -51,11 +54,17 @@ async def job_table(job: str, request: Request) -> Any:
     if not paths:
         return JSONResponse({"detail": f"no trace of job {job!r} in this dashboard's logdir; the job table reads "
                                        "a logdir's traces (loaderscope serve --logdir DIR)"}, status_code=404)
+    logdir = None if fs is not None else str(request.app.state.config.logdir)
     async with _ONE_AT_A_TIME:
         try:
-            table = await asyncio.to_thread(table_of, list(paths), fs, label=f"job {job}")
+            budget = JOB_TABLE.from_environment()
+            table = await asyncio.to_thread(table_of, list(paths), fs, within=logdir, job=job, budget=budget,
+                                            label=f"job {job}")
         except JobQueryError as exc:
             return JSONResponse({"detail": str(exc)}, status_code=422)
+    if not table.ranks:
+        return JSONResponse({"detail": f"no trace of job {job!r} says so any more: its files in the logdir were "
+                                       "changed since they were listed; reload the page"}, status_code=404)
     rows = [{k: v for k, v in row.items() if k != "file"} | {"dashboard_run": paths.get(row["file"])}
             for row in table.ranks]
     return Response(orjson.dumps(table.as_json() | {"ranks": rows, "job": job}), media_type="application/json")
