@@ -86,7 +86,7 @@ t, c = time.perf_counter(), time.process_time()
 table = job_table(sys.argv[1])
 took, cpu = time.perf_counter() - t, time.process_time() - c
 done.set()
-top = table.slowest_rank()
+top = table.loaders()[0]["slowest"]
 print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, top and top["rank"], cpu,
       max(seen.values()) / sum(seen.values()))
 """

@@ -1,6 +1,6 @@
 """A logdir job in the page: the server's table of its 40 ranks (GET /api/jobs/{job}/table) names
 the slow rank, keeps only a window of rows in the page as it scrolls, and opens a rank's stream
-only when its row is clicked."""
+only when its row is clicked; a job of two loaders is its ranks × its loaders, never more ranks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.test_browser import VIEWPORT, WAIT_MS, browser  # noqa: F401 (fixture)
+from tests.test_job_loaders import recorded_job
 from tests.test_jobquery import simulated_job
 
 pytestmark = pytest.mark.browser
@@ -28,7 +29,7 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
         wait_for(lambda: len(http.get("/api/runs").json()) == RANKS, what=f"the job's {RANKS} traces listed")
         runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
         table = http.get("/api/jobs/sim-straggler/table").json()
-    assert table["slowest"]["rank"] == SLOW
+    assert table["loaders"][0]["slowest"]["rank"] == SLOW
     assert {row["rank"]: row["dashboard_run"] for row in table["ranks"]} == runs  # the page opens a rank by it
     figures = {row["rank"]: row for row in table["ranks"]}
 
@@ -45,7 +46,7 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
     sentence.wait_for(timeout=WAIT_MS)
     assert sentence.get_attribute("data-rank") == str(SLOW)
     assert (sentence.text_content() or "").startswith(
-        f"rank {SLOW} is the slowest: last to deliver {table['slowest']['steps']} of {len(table['steps'])} steps")
+        f"rank {SLOW} is the slowest: last to deliver {table['loaders'][0]['slowest']['steps']} of {len(table['steps'])} steps")
 
     shards = page.get_by_test_id("shards").text_content() or ""  # 40 ranks of 17 samples: 24 of 656 padded
     assert "epoch 0 shards: padding: 24 indices read twice" in shards and "complete ✓" in shards, shards
@@ -136,4 +137,54 @@ def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_serv
     page.locator("[data-testid=job-row][data-rank='1']").click()
     page.wait_for_function("() => window.loaderscope.track.rank === 1", timeout=WAIT_MS)
     assert notice.is_hidden(), "the notice goes once a rank opens"
+    page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_job_of_train_and_val_loaders_is_two_ranks_with_a_loader_column(
+        browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+    """A real 2-rank job whose ranks each iterate a train and a val loader of one name (tests/test_job_loaders.py):
+    the page says 2 ranks × 2 loaders, a row per loader of each rank with its own loader's steps, a sentence per
+    loader; a row of the other loader opens that loader's run and its ranks."""
+    logs = recorded_job(tmp_path / "ig", "ig", 2)
+    server = start_server(logdir=str(logs), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == 4, what="the job's 4 runs listed")
+        answer = http.get("/api/jobs/ig/table").json()
+    loaders = {entry["loader"]: entry for entry in answer["loaders"]}
+    train, val = sorted(loaders, key=lambda name: -loaders[name]["steps"])
+    run_of = {(row["loader"], row["rank"]): row["dashboard_run"] for row in answer["ranks"]}
+
+    page = browser.new_page(viewport=VIEWPORT)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server.page_url}&run={run_of[(train, 0)]}")
+    sentence = page.get_by_test_id("job-slowest")
+    sentence.wait_for(timeout=WAIT_MS)
+    lines = sentence.locator("div").all_text_contents()
+    assert [line.split(": ", 1)[0] for line in lines] == list(loaders), lines  # a sentence per loader, named
+    head = page.locator("#ranks .ranks-head").text_content() or ""
+    assert head.startswith(f"job ig · 2 ranks × 2 loaders ({', '.join(loaders)})"), head
+    rows = page.get_by_test_id("job-row")
+    wait_for(lambda: rows.count() == 4, what="a row per loader of each rank")
+    shown = rows.evaluate_all("rs => rs.map(r => [r.dataset.loader, Number(r.dataset.rank), r.textContent])")
+    assert sorted((loader, rank) for loader, rank, _ in shown) == sorted(run_of)
+    for loader, rank, text in shown:
+        assert text.startswith(f"{loader}rank {rank}") and f" of {loaders[loader]['steps']} steps" in text, text
+    group = page.locator("#run-picker optgroup").first.get_attribute("label") or ""
+    assert group.startswith("job ig · 2 loaders × 2 ranks"), group
+    page.screenshot(path=str(tmp_path / "two-loaders.png"), full_page=True)
+    print(f"screenshot: {tmp_path / 'two-loaders.png'}")
+
+    page.locator(f"[data-testid=job-row][data-loader='{val}'][data-rank='1']").click()  # the other loader's rank 1
+    page.wait_for_function(f"() => new URL(location.href).searchParams.get('run') === '{run_of[(val, 1)]}'",
+                           timeout=WAIT_MS)
+    page.wait_for_function("() => window.loaderscope.track.rank === 1", timeout=WAIT_MS)
+    selected = page.locator("[data-testid=job-row].selected")
+    selected.wait_for(timeout=WAIT_MS)
+    assert (selected.get_attribute("data-loader"), selected.get_attribute("data-rank")) == (val, "1")
+    slowest = loaders[val]["slowest"]
+    assert sentence.get_attribute("data-rank") == ("" if slowest is None else str(slowest["rank"]))
+    assert not errors, errors
     page.close()

@@ -103,7 +103,8 @@ def test_a_simulated_job_agrees_with_rank_figures_and_slowest_per_step(tmp_path:
         assert row["input_bound"] == pytest.approx(want["input_bound"], rel=1e-9)
         assert row["slowest_steps"] == want["slowest_steps"]
         assert row["worst_lag"] == pytest.approx(want["worst_lag"], abs=1e-9)
-    assert table.slowest_rank() is not None and table.slowest_rank()["rank"] == 2  # type: ignore[index]
+    (loader,) = table.loaders()
+    assert loader["slowest"] is not None and loader["slowest"]["rank"] == 2 and loader["ranks"] == 4
     assert [check["epoch"] for check in table.shards] == [0, 1]
     for check in table.shards:
         ends = {rank: next(e for e in events if e["kind"] == "epoch_end" and e["epoch"] == check["epoch"])
@@ -180,7 +181,7 @@ def test_a_job_of_mixed_files_torn_and_lacking_columns_gives_the_same_table(tmp_
     for got, want in zip(mixed.ranks, whole.ranks):  # a fetch's end minus its start: dt to the last bits
         assert {k: pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for k, v in got.items() if k != "file"} \
             == {k: v for k, v in want.items() if k != "file"}
-    assert mixed.steps == whole.steps and mixed.shards == whole.shards and mixed.slowest_rank()["rank"] == 3  # type: ignore[index]
+    assert mixed.steps == whole.steps and mixed.shards == whole.shards and mixed.loaders()[0]["slowest"]["rank"] == 3
 
 
 def as_loaderscope_parquet(source: Path, target: Path) -> Any:
@@ -253,11 +254,11 @@ def test_the_job_command_names_the_slow_rank_and_sorts_by_it(tmp_path: Path) -> 
     assert printed.returncode == 0, printed.stderr
     lines = printed.stdout.splitlines()
     assert lines[0].startswith("rank 1 is the slowest: last to deliver")
-    assert lines[1].split()[0] == "rank" and lines[2].split()[0] == "1"  # sorted: the slowest first
+    assert lines[1].split()[:2] == ["loader", "rank"] and lines[2].split()[:2] == ["(unnamed)", "1"]  # the slowest first
     as_json = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "job"), "--json"],
                              capture_output=True, text=True, timeout=120)
     parsed = json.loads(as_json.stdout)
-    assert parsed["slowest"]["rank"] == 1 and [r["rank"] for r in parsed["ranks"]][0] == 1
+    assert parsed["loaders"][0]["slowest"]["rank"] == 1 and [r["rank"] for r in parsed["ranks"]][0] == 1
     assert parsed["shards"] and all(c["report"]["disjoint"] and c["report"]["complete"] for c in parsed["shards"])
     assert "epoch 0 shards: disjoint ✓ · complete ✓" in printed.stdout, printed.stdout
     empty = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path)], capture_output=True, text=True,
@@ -278,7 +279,7 @@ def test_the_dashboard_serves_a_logdir_jobs_table(start_server: Any, tmp_path: P
         answer = http.get("/api/jobs/sim-straggler/table")
         assert answer.status_code == 200, answer.text
         table = answer.json()
-        assert table["slowest"]["rank"] == 2
+        assert table["loaders"][0]["slowest"]["rank"] == 2
         figures = {row["rank"]: row for row in rank_figures(job)}
         assert {row["rank"]: row["slowest_steps"] for row in table["ranks"]} == \
             {rank: row["slowest_steps"] for rank, row in figures.items()}
@@ -315,7 +316,7 @@ def test_the_dashboard_serves_a_parquet_logdir_jobs_table_naming_each_ranks_run(
         assert answer.status_code == 200, answer.text
     table = answer.json()
     assert {row["rank"]: row["dashboard_run"] for row in table["ranks"]} == runs
-    assert table["slowest"]["rank"] == 1 and len(table["shards"]) == 1
+    assert table["loaders"][0]["slowest"]["rank"] == 1 and len(table["shards"]) == 1
 
 
 STREAMED_AND_WRITTEN = '''

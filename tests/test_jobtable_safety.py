@@ -148,7 +148,7 @@ def test_hostile_shard_digests_are_decoded_within_their_length_and_a_byte_per_in
         plant(tmp_path, team_logdir / JOB / f"{name}.trace.jsonl", with_digest(recorded, name, digest, lengths[name]))
     tracemalloc.start()
     try:
-        checks = {check["name"]: check["report"] for check in job_table(str(team_logdir)).shards}
+        checks = {check["loader"]: check["report"] for check in job_table(str(team_logdir)).shards}
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -171,7 +171,7 @@ def test_the_shard_budget_says_which_checks_it_left_out_and_how_to_raise_it(
                              capture_output=True, text=True, timeout=120,
                              env={**os.environ, "LOADERSCOPE_JOB_TABLE_SHARD_BYTES": "1MiB"})
     assert printed.returncode == 0, printed.stdout + printed.stderr
-    checks = {check["name"]: check["report"] for check in json.loads(printed.stdout)["shards"]}
+    checks = {check["loader"]: check["report"] for check in json.loads(printed.stdout)["shards"]}
     assert checks["a"]["missing"] == 600_000  # the first fits in 1 MiB
     assert "over the job table's budget of 1 MiB; LOADERSCOPE_JOB_TABLE_SHARD_BYTES raises it" in checks["b"]["error"]
 

@@ -1,5 +1,5 @@
-"""A whole job's table from its traces, by SQL on an embedded DuckDB: every rank's figures without
-replaying any rank's events in Python.
+"""A whole job's table from its traces, by SQL on an embedded DuckDB: every loader's ranks and their
+figures without replaying any rank's events in Python.
 
 The SQL is the definitions of ``state.summary`` (batches/s, the share of time waiting for data),
 the page's ``ranks.slowestWorker`` with ``state.worker_stats``' p95, and ``ranks.slowest_per_step``,
@@ -8,6 +8,10 @@ top-level fields, plus ``file``: its run, as a number). Only the reading is Duck
 ``read_parquet``); the queries are standard SQL, so the same text runs on Spark SQL or Trino over the
 same Parquet files (docs/DESIGN.md §19). The shard check gathers each rank's ``epoch_end`` digest in
 SQL and decodes it with ``ranks.shard_report``: a digest is zlib'd, which no SQL engine reads.
+
+A job is ranks × loaders: a run is one loader of one rank, and its loader is the name its run_start
+gives, numbered when one process has several runs of that name (``runs``' ``loader``), so two
+loaders of one process are never two ranks and nothing adds two loaders together.
 
 A job's traces may sit in a directory other users write (a team logdir): every trace is opened here,
 checked on its descriptor (a regular file, or a Parquet trace's directory of regular parts, that lies
@@ -68,16 +72,27 @@ WINDOW w AS (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND
     # A recording (one probe: its host, pid and clock) may be in a logdir twice: a script that streams
     # to `serve --logdir DIR` and writes its own trace into DIR leaves the dashboard's copy beside its
     # own. Each recording counts once, by the file that holds most of it (a stream may have lost some).
+    # A run's loader is its name, numbered from the second run of that name in one process (host, pid)
+    # and rank, in the order they started: an ignite script's train and val loaders may share a name,
+    # and they are two loaders of one rank, never two ranks (the n-th of each rank's runs of a name
+    # are one loader across ranks).
     ("runs", """
-SELECT file, run, rank, name, job, COALESCE(recorded, 0.0) AS wall_start FROM (
-  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY job, name, rank, host, pid, recorded
-                                 ORDER BY n.events DESC, r.file) AS copy
-  FROM (SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
-               MAX(host) AS host, MAX(pid) AS pid, MAX(wall_start) AS recorded
-        FROM timeline WHERE kind = 'run_start' GROUP BY file) r
-  JOIN (SELECT file, COUNT(*) AS events FROM timeline GROUP BY file) n ON n.file = r.file
-)
-WHERE copy = 1 OR recorded IS NULL
+SELECT file, run, rank, name, job, wall_start,
+       COALESCE(name, '(unnamed)') || CASE WHEN serial > 0 THEN ' #' || CAST(serial + 1 AS VARCHAR) ELSE '' END
+         AS loader
+FROM (
+  SELECT file, run, rank, name, job, COALESCE(recorded, 0.0) AS wall_start,
+         ROW_NUMBER() OVER (PARTITION BY job, rank, host, pid, name ORDER BY recorded, file) - 1 AS serial
+  FROM (
+    SELECT r.*, ROW_NUMBER() OVER (PARTITION BY job, name, rank, host, pid, recorded
+                                   ORDER BY n.events DESC, r.file) AS copy
+    FROM (SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
+                 MAX(host) AS host, MAX(pid) AS pid, MAX(wall_start) AS recorded
+          FROM timeline WHERE kind = 'run_start' GROUP BY file) r
+    JOIN (SELECT file, COUNT(*) AS events FROM timeline GROUP BY file) n ON n.file = r.file
+  ) c
+  WHERE copy = 1 OR recorded IS NULL
+) s
 """),
     # one row a run even where a trace repeats its seq (two runs' lines in one file, or a hostile one)
     ("firsts", """
@@ -92,9 +107,9 @@ FROM timeline WHERE kind = 'yield'
 """),
 )
 
-# Per rank: summary()'s batches_per_s and input_bound; the slowest worker by mean fetch time
-# (ranks.js slowestWorker) and its p95 as worker_stats takes it (sorted[round(0.95 * (n - 1))],
-# Python's round: half to even).
+# Per run (a loader of a rank): summary()'s batches_per_s and input_bound; the slowest worker by mean
+# fetch time (ranks.js slowestWorker) and its p95 as worker_stats takes it
+# (sorted[round(0.95 * (n - 1))], Python's round: half to even).
 RANKS_SQL = """
 WITH pace AS (
   SELECT y.file, COUNT(*) AS batches, MAX(y.t) AS last_yield_t, SUM(y.wait) AS consumer_wait,
@@ -127,7 +142,7 @@ p95 AS (
          THEN FLOOR(0.95 * (o.n - 1)) + MOD(CAST(FLOOR(0.95 * (o.n - 1)) AS BIGINT), 2)
          ELSE ROUND(0.95 * (o.n - 1)) END)
 )
-SELECT r.file, r.run, r.rank, r.name, r.job,
+SELECT r.file, r.run, r.rank, r.loader, r.name, r.job,
        COALESCE(p.batches, 0) AS batches,
        CASE WHEN p.last_yield_t - fi.first_t > 0 THEN p.batches / (p.last_yield_t - fi.first_t) ELSE 0.0 END
          AS batches_per_s,
@@ -139,44 +154,45 @@ JOIN firsts fi ON fi.file = r.file
 LEFT JOIN pace p ON p.file = r.file
 LEFT JOIN workers w ON w.file = r.file AND w.place = 1
 LEFT JOIN p95 q ON q.file = r.file
-ORDER BY r.job, r.name, r.rank
+ORDER BY r.job, r.loader, r.rank
 """
 
-# Per step of every epoch: the rank whose batch came last on the wall clock (wall_start + t) and how
-# much after the first; steps past the fewest any rank delivered are left out (ranks.slowest_per_step).
+# Per step of every epoch of each loader: the rank whose batch came last on the wall clock
+# (wall_start + t) and how much after the first; steps past the fewest any rank delivered are left
+# out (ranks.slowest_per_step).
 STEPS_SQL = f"""
 WITH deliveries AS (
-  SELECT r.job, r.name, r.rank, y.current_epoch AS epoch, r.wall_start + y.t AS at,
+  SELECT r.job, r.loader, r.rank, y.current_epoch AS epoch, r.wall_start + y.t AS at,
          ROW_NUMBER() OVER (PARTITION BY y.file, y.current_epoch ORDER BY y.seq) - 1 AS step
   FROM yields y JOIN runs r ON r.file = y.file
   WHERE y.current_epoch IS NOT NULL
 ),
 counted AS (
-  SELECT job, name, epoch, rank, COUNT(*) AS n FROM deliveries GROUP BY job, name, epoch, rank
+  SELECT job, loader, epoch, rank, COUNT(*) AS n FROM deliveries GROUP BY job, loader, epoch, rank
 ),
 common AS (
-  SELECT job, name, epoch, MIN(n) AS steps FROM counted GROUP BY job, name, epoch
+  SELECT job, loader, epoch, MIN(n) AS steps FROM counted GROUP BY job, loader, epoch
 ),
 ranked AS (
-  SELECT d.job, d.name, d.epoch, d.step, d.rank, d.at,
-         ROW_NUMBER() OVER (PARTITION BY d.job, d.name, d.epoch, d.step ORDER BY d.at DESC, d.rank) AS place,
-         MAX(d.at) OVER (PARTITION BY d.job, d.name, d.epoch, d.step)
-           - MIN(d.at) OVER (PARTITION BY d.job, d.name, d.epoch, d.step) AS lag
+  SELECT d.job, d.loader, d.epoch, d.step, d.rank, d.at,
+         ROW_NUMBER() OVER (PARTITION BY d.job, d.loader, d.epoch, d.step ORDER BY d.at DESC, d.rank) AS place,
+         MAX(d.at) OVER (PARTITION BY d.job, d.loader, d.epoch, d.step)
+           - MIN(d.at) OVER (PARTITION BY d.job, d.loader, d.epoch, d.step) AS lag
   FROM deliveries d
-  JOIN common c ON c.job IS NOT DISTINCT FROM d.job AND c.name IS NOT DISTINCT FROM d.name AND c.epoch = d.epoch
+  JOIN common c ON c.job IS NOT DISTINCT FROM d.job AND c.loader = d.loader AND c.epoch = d.epoch
   WHERE d.step < c.steps
 )
-SELECT job, name, epoch, step, CASE WHEN lag > {TIE_S!r} THEN rank END AS rank, lag
+SELECT job, loader, epoch, step, CASE WHEN lag > {TIE_S!r} THEN rank END AS rank, lag
 FROM ranked WHERE place = 1
-ORDER BY job, name, epoch, step
+ORDER BY job, loader, epoch, step
 """
 
-# Each rank's shard digest per epoch (the probe's epoch_end), decoded by ranks.shard_report.
+# Each rank's shard digest per epoch of each loader (the probe's epoch_end), decoded by ranks.shard_report.
 SHARDS_SQL = """
-SELECT r.job, r.name, e.epoch, r.rank, e.shard, e.shard_length
+SELECT r.job, r.loader, e.epoch, r.rank, e.shard, e.shard_length
 FROM timeline e JOIN runs r ON r.file = e.file
 WHERE e.kind = 'epoch_end' AND e.shard IS NOT NULL
-ORDER BY r.job, r.name, e.epoch, r.rank
+ORDER BY r.job, r.loader, e.epoch, r.rank
 """
 
 
@@ -256,7 +272,8 @@ def size_text(n: int) -> str:
 
 @dataclass(frozen=True)
 class JobTable:
-    """The job's answers: a row per rank, a row per step, a shard check per epoch every rank reported."""
+    """The job's answers: a row per run (a loader of a rank), a row per step of each loader, a shard
+    check per epoch of a loader that every rank of it reported."""
 
     ranks: list[dict[str, Any]]
     steps: list[dict[str, Any]]
@@ -266,16 +283,32 @@ class JobTable:
         """The table as JSON values: a shard report's ``per_rank`` is keyed by the rank as text."""
         shards = [check | {"report": check["report"] | {"per_rank": {str(rank): n for rank, n in per_rank.items()}}}
                   if (per_rank := check["report"].get("per_rank")) is not None else check for check in self.shards]
-        return {"ranks": self.ranks, "steps": self.steps, "shards": shards, "slowest": self.slowest_rank()}
+        return {"ranks": self.ranks, "steps": self.steps, "shards": shards, "loaders": self.loaders()}
 
-    def slowest_rank(self) -> dict[str, Any] | None:
-        """The rank most often last to deliver a step (lowest rank on a tie), or None if none was."""
-        ranked = [r for r in self.ranks if r["slowest_steps"]]
-        if not ranked:
+    def loaders(self) -> list[dict[str, Any]]:
+        """Per loader of each job, in the rows' order: its name, how many ranks and steps it has, and its
+        slowest rank (``slowest_rank``)."""
+        out: dict[tuple[Any, str], dict[str, Any]] = {}
+        for row in self.ranks:
+            entry = out.setdefault((row["job"], row["loader"]), {"job": row["job"], "loader": row["loader"],
+                                                                  "name": row["name"], "ranks": set()})
+            entry["ranks"].add(row["rank"])
+        steps: dict[tuple[Any, str], int] = {}
+        for step in self.steps:
+            steps[(step["job"], step["loader"])] = steps.get((step["job"], step["loader"]), 0) + 1
+        return [entry | {"ranks": len(entry["ranks"]), "steps": steps.get(key, 0), "slowest": self.slowest_rank(*key)}
+                for key, entry in out.items()]
+
+    def slowest_rank(self, job: Any, loader: str) -> dict[str, Any] | None:
+        """The rank of this loader most often last to deliver a step (lowest rank on a tie), or None if
+        none was: one rank (a single process) has none."""
+        mine = [r for r in self.ranks if r["job"] == job and r["loader"] == loader]
+        ranked = [r for r in mine if r["slowest_steps"]]
+        if not ranked or len({r["rank"] for r in mine}) < 2:
             return None
         top = max(ranked, key=lambda r: (r["slowest_steps"], -r["rank"]))
-        return {"rank": top["rank"], "steps": top["slowest_steps"], "of": len(self.steps),
-                "worst_lag": top["worst_lag"]}
+        steps = sum(1 for s in self.steps if s["job"] == job and s["loader"] == loader)
+        return {"rank": top["rank"], "steps": top["slowest_steps"], "of": steps, "worst_lag": top["worst_lag"]}
 
 
 def trace_files(root: str, fs: Any = None) -> list[str]:
@@ -610,13 +643,13 @@ def _shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]], b
     budget of decoded digests lasts: a check past it says so."""
     expected: dict[tuple[Any, Any], set[int]] = {}
     for r in ranks:
-        expected.setdefault((r["job"], r["name"]), set()).add(r["rank"])
+        expected.setdefault((r["job"], r["loader"]), set()).add(r["rank"])
     groups: dict[tuple[Any, Any, int], dict[int, dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["job"], row["name"], row["epoch"]), {})[row["rank"]] = row
+        groups.setdefault((row["job"], row["loader"], row["epoch"]), {})[row["rank"]] = row
     spent = 0
-    for (job, name, epoch), ends in groups.items():
-        if set(ends) != expected.get((job, name), set()):
+    for (job, loader, epoch), ends in groups.items():
+        if set(ends) != expected.get((job, loader), set()):
             continue
         deadline.check()
         length = next(iter(ends.values()))["shard_length"] or 0
@@ -631,7 +664,7 @@ def _shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]], b
                 report = shard_report(ends, length)
             except Exception as exc:  # noqa: BLE001 - ValueError (decode_shard), TypeError (not text): said
                 report = {"error": f"a shard digest cannot be decoded: {exc}"}
-        yield {"job": job, "name": name, "epoch": epoch, "report": report}
+        yield {"job": job, "loader": loader, "epoch": epoch, "report": report}
 
 
 def shard_text_of(check: dict[str, Any]) -> str:
@@ -695,10 +728,17 @@ def _query_error(exc: Exception, label: str, deadline: _Deadline) -> JobQueryErr
 
 
 def _count_last(ranks: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
-    """Each rank's steps it was last in, and its worst lag there (sim.job.rank_figures)."""
+    """Each run's steps it was last in and its worst lag there (sim.job.rank_figures); a loader of one
+    rank (one process) is never last: its own runs are not ranks of each other."""
+    ranks_of: dict[tuple[Any, Any], set[Any]] = {}
+    for row in ranks:
+        ranks_of.setdefault((row["job"], row["loader"]), set()).add(row["rank"])
     last: dict[tuple[Any, Any, Any], list[float]] = {}
     for step in steps:
-        last.setdefault((step["job"], step["name"], step["rank"]), []).append(step["lag"])
+        if len(ranks_of.get((step["job"], step["loader"]), ())) < 2:
+            step["rank"] = None
+        if step["rank"] is not None:
+            last.setdefault((step["job"], step["loader"], step["rank"]), []).append(step["lag"])
     for row in ranks:
-        mine = last.get((row["job"], row["name"], row["rank"]), [])
+        mine = last.get((row["job"], row["loader"], row["rank"]), [])
         row["slowest_steps"], row["worst_lag"] = len(mine), max(mine) if mine else None

@@ -1,7 +1,9 @@
-// A logdir job's table of ranks as GET /api/jobs/{job}/table gives it (DuckDB over the traces,
-// backend/loaderscope/jobquery.py): no rank is opened to draw it. The table is virtual: rows have
-// one height, a spacer gives the scroll its length, and only the rows in view are in the page, so
-// a 1,024-rank job costs what a screenful does. A click on a row opens that rank's live picture.
+// A logdir job's table as GET /api/jobs/{job}/table gives it (DuckDB over the traces,
+// backend/loaderscope/jobquery.py): a row per loader of each rank (a job is ranks × loaders: an
+// ignite job's train and val loaders are two loaders of each rank, never more ranks), no rank opened
+// to draw it. The table is virtual: rows have one height, a spacer gives the scroll its length, and
+// only the rows in view are in the page, so a 1,024-rank job costs what a screenful does. A click on
+// a row opens that rank's live picture.
 
 import { fmtDuration } from './timeline-store.js';
 
@@ -9,16 +11,21 @@ export const ROW_PX = 22; // every row's height: the window of rows follows from
 const OVERSCAN = 4; // rows drawn past each edge, so a fast scroll shows no blank strip
 
 /**
- * A rank's row as the endpoint gives it (jobquery.RANKS_SQL, less the server's file path, plus the rank's run
- * on this dashboard, null when none holds its trace).
- * @typedef {{run:string|null, dashboard_run?:string|null, rank:number, name:string|null, job:string|null, batches:number,
- *   batches_per_s:number, input_bound:number, slowest_worker:number|null, slowest_worker_mean:number|null,
+ * A row as the endpoint gives it: a loader of a rank (jobquery.RANKS_SQL, less the server's file path, plus
+ * that run on this dashboard, null when none holds its trace). `loader`: the loader's name as its run_start
+ * gave it, numbered (`name #2`) when one process had several of that name.
+ * @typedef {{run:string|null, dashboard_run?:string|null, rank:number, loader:string, name:string|null, job:string|null,
+ *   batches:number, batches_per_s:number, input_bound:number, slowest_worker:number|null, slowest_worker_mean:number|null,
  *   slowest_worker_p95:number|null, slowest_steps:number, worst_lag:number|null}} JobRow
  */
 /**
- * @typedef {{name:string|null, epoch:number, report:import('./ranks.js').ShardReport|{error:string}}} ShardCheck
- * @typedef {{job:string, ranks:JobRow[], steps:{name:string|null, epoch:number, step:number, rank:number|null, lag:number}[],
- *   shards:ShardCheck[], slowest:{rank:number, steps:number, of:number, worst_lag:number}|null}} JobAnswer
+ * A loader of the job (jobquery.JobTable.loaders): how many ranks and steps it has, its slowest rank (none
+ * with one rank: one process waits for no other).
+ * @typedef {{job:string|null, loader:string, name:string|null, ranks:number, steps:number,
+ *   slowest:{rank:number, steps:number, of:number, worst_lag:number}|null}} JobLoader
+ * @typedef {{loader:string, epoch:number, report:import('./ranks.js').ShardReport|{error:string}}} ShardCheck
+ * @typedef {{job:string, ranks:JobRow[], steps:{loader:string, epoch:number, step:number, rank:number|null, lag:number}[],
+ *   shards:ShardCheck[], loaders:JobLoader[]}} JobAnswer
  */
 
 /**
@@ -33,47 +40,52 @@ export function visibleRows(scrollTop, viewPx, count, rowPx = ROW_PX) {
 }
 
 /**
- * The rows of one loader of the job in rank order, how many steps it has, its shard checks (a job's train and
- * eval loaders share its id; the endpoint answers for both).
- * @param {JobAnswer} answer @param {string|null} name the open run's loader name
+ * The loader the open run is one rank of: its row's (the row whose run it is), else the first loader's.
+ * @param {JobAnswer} answer @param {string|null} runId the open run
+ * @returns {string|null}
  */
-export function loaderRows(answer, name) {
-  const several = new Set(answer.ranks.map((r) => r.name ?? null)).size > 1;
-  /** @param {{name:string|null}} x */
-  const ours = (x) => !several || (x.name ?? null) === name;
-  return {
-    rows: answer.ranks.filter(ours).sort((a, b) => a.rank - b.rank),
-    steps: answer.steps.filter(ours).length,
-    shards: answer.shards.filter(ours).sort((a, b) => a.epoch - b.epoch),
-  };
+export function openLoader(answer, runId) {
+  const mine = answer.ranks.find((r) => r.dashboard_run != null && r.dashboard_run === runId);
+  return mine ? mine.loader : answer.loaders[0]?.loader ?? null;
 }
 
 /** @param {number} n @param {string} noun */
 const counted = (n, noun) => `${n} ${noun}${n === 1 ? '' : 's'}`;
 
 /**
- * The sentence `loaderscope job` prints first (cli/job.py slowest_sentence, jobquery.slowest_rank):
- * the rank most often last to deliver a step, lowest rank on a tie.
- * @param {JobRow[]} rows @param {number} steps the steps of these rows' loader
+ * One loader's sentence, as `loaderscope job` prints it (cli/job.py slowest_sentence): the rank most often last
+ * to deliver a step (lowest rank on a tie, jobquery.slowest_rank), or why none was.
+ * @param {JobLoader} loader
  */
-export function slowestSentence(rows, steps) {
-  let top = null;
-  for (const r of rows) if (r.slowest_steps && (!top || r.slowest_steps > top.slowest_steps)) top = r;
+export function slowestSentence(loader) {
+  const top = loader.slowest;
   if (!top) {
-    const counts = `${counted(rows.length, 'rank')}, ${counted(steps, 'step')}`;
-    if (rows.length === 1) return { rank: null, text: `${counts}: one rank waits for no other` };
-    return { rank: null, text: `${counts}: no rank was last to deliver a step `
-      + "(every step's batches came within 1 µs of each other)" };
+    const counts = `${counted(loader.ranks, 'rank')}, ${counted(loader.steps, 'step')}`;
+    if (loader.ranks === 1) return `${counts}: one rank waits for no other`;
+    return `${counts}: no rank was last to deliver a step (every step's batches came within 1 µs of each other)`;
   }
-  return { rank: top.rank, text: `rank ${top.rank} is the slowest: last to deliver ${top.slowest_steps} of ${steps} steps, `
-    + `up to ${((top.worst_lag ?? 0) * 1000).toFixed(1)} ms after the first rank; ranks step together, so it sets the pace` };
+  return `rank ${top.rank} is the slowest: last to deliver ${top.steps} of ${top.of} steps, `
+    + `up to ${((top.worst_lag ?? 0) * 1000).toFixed(1)} ms after the first rank; ranks step together, so it sets the pace`;
+}
+
+/**
+ * A sentence per loader (cli/job.py sentences), named by its loader when the job has several.
+ * @param {JobLoader[]} loaders
+ * @returns {{loader:string, rank:number|null, text:string}[]}
+ */
+export function sentences(loaders) {
+  return loaders.map((l) => ({
+    loader: l.loader, rank: l.slowest ? l.slowest.rank : null,
+    text: `${loaders.length > 1 ? `${l.loader}: ` : ''}${slowestSentence(l)}`,
+  }));
 }
 
 /** @param {number|null} v a figure, or none (sorted below every figure) */
 const orNone = (v) => (v === null ? -Infinity : v);
 
-/** @type {{label:string, key:string, title:string, text:(r:JobRow, steps:number) => string, value:(r:JobRow) => number}[]} */
+/** @type {{label:string, key:string, title:string, text:(r:JobRow, steps:number) => string, value:(r:JobRow) => number|string}[]} */
 const COLUMNS = [
+  { label: 'loader', key: 'loader', title: 'the loader: its name as its run_start gave it (a job is ranks × loaders: each loader’s figures are its own)', text: (r) => r.loader, value: (r) => r.loader },
   { label: 'rank', key: 'rank', title: 'the rank; click a row to open its live picture', text: (r) => `rank ${r.rank}`, value: (r) => r.rank },
   { label: 'batches', key: 'batches', title: 'batches the rank handed out', text: (r) => String(r.batches), value: (r) => r.batches },
   { label: 'batches/s', key: 'batches_per_s', title: 'batches over the rank’s time from its first event to its last batch', text: (r) => r.batches_per_s.toFixed(1), value: (r) => r.batches_per_s },
@@ -83,15 +95,19 @@ const COLUMNS = [
   { label: 'last in', key: 'slowest_steps', title: 'steps this rank delivered last of all ranks, and its worst lag', text: (r, steps) => `${r.slowest_steps} of ${steps} steps${r.worst_lag === null ? '' : ` · worst ${fmtDuration(r.worst_lag)}`}`, value: (r) => r.slowest_steps },
 ];
 
+/** @param {number|string} a @param {number|string} b */
+const compare = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+
 /**
- * The rows sorted by one column: rank ascending first, any other column largest first (where the
- * slow rank is); ties in rank order.
+ * The rows sorted by one column: rank and loader ascending first, any other column largest first (where
+ * the slow rank is); ties in rank order, then loader order.
  * @param {JobRow[]} rows @param {string} key a column's key @param {boolean} descending
  */
 export function sortedRows(rows, key, descending) {
-  const column = COLUMNS.find((c) => c.key === key) ?? COLUMNS[0];
+  const column = COLUMNS.find((c) => c.key === key) ?? COLUMNS[1];
   const sign = descending ? -1 : 1;
-  return [...rows].sort((a, b) => sign * (column.value(a) - column.value(b)) || a.rank - b.rank);
+  return [...rows].sort((a, b) => sign * compare(column.value(a), column.value(b)) || a.rank - b.rank
+    || compare(a.loader, b.loader));
 }
 
 export class JobTableView {
@@ -100,10 +116,13 @@ export class JobTableView {
     this.onOpen = onOpen;
     /** @type {JobRow[]} */
     this.rows = [];
-    this.steps = 0;
-    /** @type {number|null} */
+    /** @type {Map<string, JobLoader>} each loader of the job, by its name in the table */
+    this.loaders = new Map();
+    /** @type {string|null} the loader whose ranks the open run is one of */
+    this.loader = null;
+    /** @type {number|null} the open loader's slowest rank */
     this.slowest = null;
-    /** @type {number|null} the rank whose picture is shown */
+    /** @type {number|null} the rank (of the open loader) whose picture is shown */
     this.shown = null;
     this.drawn = '';
     /** @type {JobRow[]} the rows in rank order, as the endpoint gave them */
@@ -163,17 +182,27 @@ export class JobTableView {
     this.notice.hidden = !text;
   }
 
-  /** @param {JobRow[]} rows one loader's ranks @param {number} steps its steps @param {string} job */
-  show(rows, steps, job) {
-    this.byRank = rows;
-    this.rows = sortedRows(rows, this.sortKey, this.descending);
-    this.steps = steps;
-    const s = slowestSentence(rows, steps);
-    this.slowest = s.rank;
-    this.sentence.textContent = s.text;
-    this.sentence.dataset.rank = s.rank === null ? '' : String(s.rank);
-    this.sentence.title = `job ${job}: ${rows.length} ranks, from the traces in the dashboard's logdir`;
-    this.spacer.style.height = `${rows.length * ROW_PX}px`;
+  /** @param {JobAnswer} answer @param {string|null} loader the open run's loader */
+  show(answer, loader) {
+    this.byRank = answer.ranks;
+    this.rows = sortedRows(answer.ranks, this.sortKey, this.descending);
+    this.loaders = new Map(answer.loaders.map((l) => [l.loader, l]));
+    this.loader = loader;
+    const lines = sentences(answer.loaders);
+    const mine = lines.find((l) => l.loader === loader) ?? null;
+    this.slowest = mine ? mine.rank : null;
+    this.sentence.replaceChildren(...lines.map((l) => {
+      const line = el('div', '');
+      line.dataset.loader = l.loader;
+      line.dataset.rank = l.rank === null ? '' : String(l.rank);
+      line.textContent = l.text;
+      return line;
+    }));
+    this.sentence.dataset.rank = this.slowest === null ? '' : String(this.slowest);
+    const ranks = new Set(answer.ranks.map((r) => r.rank)).size;
+    this.sentence.title = `job ${answer.job}: ${counted(ranks, 'rank')} × ${counted(answer.loaders.length, 'loader')}, `
+      + "from the traces in the dashboard's logdir";
+    this.spacer.style.height = `${answer.ranks.length * ROW_PX}px`;
     this.drawn = '';
     this.draw();
   }
@@ -204,10 +233,12 @@ export class JobTableView {
     row.dataset.i = String(i);
     row.dataset.rank = String(r.rank);
     row.style.top = `${i * ROW_PX}px`;
-    row.classList.toggle('last', r.rank === this.slowest);
-    row.classList.toggle('selected', r.rank === this.shown);
-    row.title = `rank ${r.rank}: click to open its live picture`;
-    for (const c of COLUMNS) row.appendChild(el('span', '')).textContent = c.text(r, this.steps);
+    row.dataset.loader = r.loader;
+    row.classList.toggle('last', r.rank === this.loaders.get(r.loader)?.slowest?.rank);
+    row.classList.toggle('selected', r.loader === this.loader && r.rank === this.shown);
+    row.title = `${r.loader}, rank ${r.rank}: click to open its live picture`;
+    const steps = this.loaders.get(r.loader)?.steps ?? 0;
+    for (const c of COLUMNS) row.appendChild(el('span', '')).textContent = c.text(r, steps);
     return row;
   }
 }

@@ -54,7 +54,7 @@ class App {
     this.hist = new HistogramView($('hist'));
     this.sweep = new SweepPanel(() => this.runForm.sweepSource(), () => this.realRun());
     this.compare = new CompareView(() => this.tracks);
-    this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake(), (rank) => this.server.openRank(rank));
+    this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake(), (row) => this.server.openRow(row));
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
@@ -116,7 +116,7 @@ class App {
       resumed: () => { this.lastEventWall = performance.now(); },
       wake: () => this.wake(),
       selectRun: (id, push) => this.selectRun(id, push),
-      jobTable: (answer, name) => this.ranksView.showJob(answer, name),
+      jobTable: (answer, runId) => this.ranksView.showJob(answer, runId),
     });
     this.files = new TraceOpener(this.perf, (o) => this.openFiles(o));
     /** @type {Track[]} */

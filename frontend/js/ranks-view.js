@@ -10,7 +10,7 @@ import { JobSteps, rankRate, shardReport, shardText, slowestWorker } from './ran
 import { fmtDuration } from './timeline-store.js';
 import { inputBound } from './reducer.js';
 import { ENDED } from './schema.js';
-import { JobTableView, loaderRows } from './job-table.js';
+import { JobTableView, openLoader } from './job-table.js';
 
 // A worker this close to its rank's median is not called slow: equal workers differ by noise only.
 const EVEN = 1.05;
@@ -37,8 +37,8 @@ const COLUMNS = [
 export class RanksView {
   /**
    * @param {HTMLElement} host @param {(i:number) => void} onSelect @param {() => void} onChange
-   * @param {(rank:number) => string|null|void} onOpenRank a row of the job's table was clicked: open that rank
-   *   (or say why it cannot be)
+   * @param {(row:import('./job-table.js').JobRow) => string|null|void} onOpenRank a row of the job's table was
+   *   clicked: open that loader's rank (or say why it cannot be)
    */
   constructor(host, onSelect, onChange, onOpenRank) {
     this.host = host;
@@ -119,20 +119,27 @@ export class RanksView {
 
   /**
    * The server's table of the open run's logdir job: it takes the place of the table built from
-   * open ranks, whose websockets are then opened one at a time, as rows are clicked.
-   * @param {import('./job-table.js').JobAnswer} answer @param {string|null} name the open run's loader
+   * open ranks, whose websockets are then opened one at a time, as rows are clicked. A row per loader
+   * of each rank: the ranks are counted once, whatever the loaders.
+   * @param {import('./job-table.js').JobAnswer} answer @param {string|null} runId the open run
    */
-  showJob(answer, name) {
-    const { rows, steps, shards } = loaderRows(answer, name);
-    this.jobView = new JobTableView((row) => this.jobView?.say(this.onOpenRank(row.rank) || null));
-    this.head.textContent = `job ${answer.job} · ${rows.length} ranks · ${steps} steps, from the traces in the dashboard’s logdir`
-      + ' — click a rank to open its live picture';
-    if (shards.length) this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report)));
+  showJob(answer, runId) {
+    const loader = openLoader(answer, runId);
+    this.jobView = new JobTableView((row) => this.jobView?.say(this.onOpenRank(row) || null));
+    const ranks = new Set(answer.ranks.map((r) => r.rank)).size;
+    const loaders = answer.loaders.length;
+    const steps = answer.loaders.length === 1 ? ` · ${answer.loaders[0].steps} steps` : '';
+    this.head.textContent = `job ${answer.job} · ${ranks} rank${ranks === 1 ? '' : 's'}`
+      + `${loaders > 1 ? ` × ${loaders} loaders (${answer.loaders.map((l) => l.loader).join(', ')})` : ''}${steps}, `
+      + 'from the traces in the dashboard’s logdir — click a row to open its live picture';
+    const named = loaders > 1 ? (/** @type {string} */ l) => `${l}: ` : () => '';
+    const shards = [...answer.shards].sort((a, b) => (a.loader < b.loader ? -1 : a.loader > b.loader ? 1 : a.epoch - b.epoch));
+    if (shards.length) this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report, named(c.loader))));
     else this.shardBox.textContent = 'sample shards: not checked — no epoch of this job has a shard digest from every rank '
       + '(a loader reports one at each epoch’s end when it has a DistributedSampler or runs in an initialized process group)';
     this.host.replaceChildren(this.head, this.jobView.root, this.shardBox);
     this.host.hidden = false;
-    this.jobView.show(rows, steps, answer.job);
+    this.jobView.show(answer, loader);
     this.onChange(); // the timeline's choice of ranks follows the slowest rank named
   }
 
@@ -307,16 +314,19 @@ function uncheckedShards(tracks) {
     + `${reported.join(', ')} reported theirs${silent.length ? `; rank${silent.length > 1 ? 's' : ''} ${silent.join(', ')} none` : ''})`;
 }
 
-/** One epoch's shard check, as a line. @param {number} ep @param {ShardCheck|undefined} r */
-function shardLine(ep, r) {
+/**
+ * One epoch's shard check, as a line.
+ * @param {number} ep @param {ShardCheck|undefined} r @param {string} [loader] the loader's name and a colon, in a job of several
+ */
+function shardLine(ep, r, loader = '') {
   const div = el('div', '');
-  if (!r) div.textContent = `epoch ${ep}: checking shards…`;
-  else if ('error' in r) div.textContent = `epoch ${ep}: the shard digests could not be read: ${r.error}`;
+  if (!r) div.textContent = `${loader}epoch ${ep}: checking shards…`;
+  else if ('error' in r) div.textContent = `${loader}epoch ${ep}: the shards were not checked: ${r.error}`;
   else {
     div.className = r.disjoint && r.complete ? 'ok' : 'bad';
     div.dataset.disjoint = String(r.disjoint);
     div.dataset.complete = String(r.complete);
-    div.textContent = `${shardText(ep, r)} (${perRank(r.per_rank)})`;
+    div.textContent = `${loader}${shardText(ep, r)} (${perRank(r.per_rank)})`;
   }
   return div;
 }

@@ -47,6 +47,19 @@ export function runText(/** @type {RunBrief} */ r, now = Date.now() / 1000, { ra
 }
 
 /**
+ * How many loaders a job's runs are: a run is one loader of one rank, so a rank with two runs has two
+ * loaders, whatever their names (an ignite job's train and val loaders may share one), and the job has
+ * at least as many as the names it lists.
+ * @param {RunBrief[]} job @param {number} names
+ */
+export function loaderCount(job, names) {
+  /** @type {Map<number, number>} */
+  const perRank = new Map();
+  for (const r of job) perRank.set(r.rank ?? 0, (perRank.get(r.rank ?? 0) ?? 0) + 1);
+  return Math.max(names, ...perRank.values());
+}
+
+/**
  * The picker's groups in the order they started: a run on its own, or every run of a job that
  * lists more than one (its loaders by name in the order they first started, then by rank).
  * @param {RunBrief[]} runs @returns {PickerGroup[]}
@@ -71,7 +84,7 @@ export function pickerGroups(runs, now = Date.now() / 1000) {
     const ordered = [...job].sort((a, b) => names.indexOf(runName(a)) - names.indexOf(runName(b))
       || (a.rank ?? 0) - (b.rank ?? 0) || startOf(a) - startOf(b));
     const ranks = new Set(job.map((x) => x.rank ?? 0)).size;
-    const what = `${plural(names.length, 'loader')}${ranks > 1 ? ` × ${ranks} ranks` : ''}`;
+    const what = `${plural(loaderCount(job, names.length), 'loader')}${ranks > 1 ? ` × ${ranks} ranks` : ''}`;
     groups.push({
       label: `job ${r.job} · ${what} · ${clockText(startOf(job[0]), now)}`,
       options: ordered.map((x) => ({ id: x.id, text: runText(x, now, { rank: ranks > 1 }) })),

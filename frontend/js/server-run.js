@@ -7,6 +7,7 @@ import { Track } from './track.js';
 import { RunStream } from './stream.js';
 import { api, runSocket, runListSocket, ApiError } from './api.js';
 import { pickerGroups } from './run-list.js';
+import { openLoader } from './job-table.js';
 import { ENDED } from './schema.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -27,7 +28,7 @@ const POLL_MS = 1500; // run summary / diagnosis refresh while live
  *   resumed: () => void,
  *   wake: () => void,
  *   selectRun: (id: string, push?: boolean) => boolean,
- *   jobTable: (answer: import('./job-table.js').JobAnswer, name: string|null) => void,
+ *   jobTable: (answer: import('./job-table.js').JobAnswer, runId: string|null) => void,
  * }} ServerHost
  */
 
@@ -58,8 +59,10 @@ export class ServerRun {
     this.ranksLooked = 0;
     /** @type {number} */
     this.rankLooks = 0; // looks for the job's other ranks since the run opened
-    /** @type {Map<number, string>} rank -> run id, of the logdir job whose table is shown */
+    /** @type {Map<number, string>} rank -> run id, of the open loader of the logdir job whose table is shown */
     this.jobRuns = new Map();
+    /** @type {string|null} that loader (a job is ranks × loaders: its other loaders' rows open as runs of their own) */
+    this.jobLoader = null;
     this.showNotice();
   }
 
@@ -292,10 +295,11 @@ export class ServerRun {
       if (Array.isArray(runs) && runs.some((r) => r.id === id && r.path)) {
         const answer = await api.jobTable(job);
         if (this.host.tracks() !== tracks) return; // another run was opened meanwhile
-        // each row names its rank's run on this dashboard
-        this.jobRuns = new Map(answer.ranks.filter((r) => (r.name ?? null) === name && r.dashboard_run)
+        // each row names its run on this dashboard: the open loader's rows are its ranks
+        this.jobLoader = openLoader(answer, id);
+        this.jobRuns = new Map(answer.ranks.filter((r) => r.loader === this.jobLoader && r.dashboard_run)
           .map((r) => [r.rank, /** @type {string} */ (r.dashboard_run)]));
-        this.host.jobTable(answer, name);
+        this.host.jobTable(answer, id);
         this.host.wake();
         return;
       }
@@ -304,7 +308,20 @@ export class ServerRun {
   }
 
   /**
-   * A row of the job's table was clicked: show that rank, opening its stream the first time.
+   * A row of the job's table was clicked: a rank of the open loader is shown beside the others (its
+   * stream opened the first time); a row of another loader opens that run, whose loader's ranks then
+   * are the tracks (a track is a rank of one loader, never a second loader of a rank).
+   * @param {import('./job-table.js').JobRow} row
+   * @returns {string|null} why it cannot be shown, or null
+   */
+  openRow(row) {
+    if (row.loader === this.jobLoader || !row.dashboard_run) return this.openRank(row.rank);
+    this.open(row.dashboard_run);
+    return null;
+  }
+
+  /**
+   * Show a rank of the open loader, opening its stream the first time.
    * @param {number} rank @param {boolean} [push] a history entry (not when going back to one)
    * @returns {string|null} why the rank cannot be shown, or null
    */

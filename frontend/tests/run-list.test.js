@@ -35,6 +35,15 @@ test('a job of one run is listed on its own; a run of a job of one rank names no
   assert.deepEqual(two[0].options.map((o) => o.text), [`train_loader · ${at(0)}`, `val_loader · ${at(5)}`]);
 });
 
+test("an ignite job's train and val loaders of one name are two loaders of 2 ranks, not 4 ranks", () => {
+  const runs = [0, 1].flatMap((rank) => ['train', 'val'].map((kind, k) => ({
+    id: `${kind}${rank}`, job: 'ig', name: 'auto_dataloader', rank, world_size: 2, started: T + k * 10 + rank,
+  })));
+  const [group] = pickerGroups(runs, T);
+  assert.equal(group.label, `job ig · 2 loaders × 2 ranks · ${at(0)}`);
+  assert.deepEqual(group.options.map((o) => o.id), ['train0', 'val0', 'train1', 'val1']);
+});
+
 test('names and times', () => {
   assert.equal(runName({ id: 'x', name: 'train.py:41' }), 'train.py:41');
   assert.equal(runName({ id: 'x' }), 'run');

@@ -1,4 +1,5 @@
-"""◆ ``loaderscope job DIR``: the job table of every rank's trace under DIR, from DuckDB (``jobquery``)."""
+"""◆ ``loaderscope job DIR``: the job table of every trace under DIR, from DuckDB (``jobquery``): a row
+per loader of each rank, and per loader the rank most often last to deliver a step."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from loaderscope.jobquery import JobBudget, JobQueryError, JobTable, job_table, 
 
 def add_job_command(subparsers: Any) -> None:
     """Add ``job`` to the ``loaderscope`` command's subparsers."""
-    p = subparsers.add_parser("job", help="a data-parallel job's table of ranks from its traces: the slowest rank, "
-                              "each rank's pace and wait, its slowest worker, the shard check")
+    p = subparsers.add_parser("job", help="a data-parallel job's table of ranks from its traces, per loader: the "
+                              "slowest rank, each rank's pace and wait, its slowest worker, the shard check")
     p.add_argument("dir", metavar="DIR", help="the job's directory of traces (LOGDIR/<job>, or --logdir of "
                    "`loaderscope run --ranks`); an fsspec URL (s3://, gs://) with the `remote` extra")
     add_format_option(p)
@@ -49,41 +50,62 @@ def _filesystem(url: str) -> tuple[Any, str]:
     return fs, root
 
 
-def by_slowest(table: JobTable) -> list[dict[str, Any]]:
-    """Most often last first; then the slowest pace."""
-    return sorted(table.ranks, key=lambda r: (-r["slowest_steps"], r["batches_per_s"], r["rank"]))
+def in_order(table: JobTable) -> list[dict[str, Any]]:
+    """Each loader's rows together, in the table's order of loaders; in a loader, most often last first,
+    then the slowest pace."""
+    place = {(entry["job"], entry["loader"]): i for i, entry in enumerate(table.loaders())}
+    return sorted(table.ranks, key=lambda r: (place[(r["job"], r["loader"])], -r["slowest_steps"],
+                                              r["batches_per_s"], r["rank"]))
 
 
 def cmd_job(args: argparse.Namespace, console: Console | None = None) -> int:
     console = console or stdout_console()
     table = load(args.dir)
-    rows = [{k: v for k, v in row.items() if k != "file"} | {"trace": row["file"]} for row in by_slowest(table)]
+    rows = [{k: v for k, v in row.items() if k != "file"} | {"trace": row["file"]} for row in in_order(table)]
     if args.format == "json":
         console.print(to_json(table.as_json() | {"ranks": rows}), markup=False)
         return 0
     if args.format == "csv":
         console.print(to_csv(rows), markup=False, end="")
         return 0
-    console.print(slowest_sentence(table))
-    out = Table("rank", "batches", "batches/s", "waiting for data", "slowest worker", "its p95", "last in",
-                "worst lag", box=None, pad_edge=False)
+    for line in sentences(table):
+        console.print(line)
+    steps = {(entry["job"], entry["loader"]): entry["steps"] for entry in table.loaders()}
+    jobs = len({row["job"] for row in rows}) > 1
+    out = Table(*(["job"] if jobs else []), "loader", "rank", "batches", "batches/s", "waiting for data",
+                "slowest worker", "its p95", "last in", "worst lag", box=None, pad_edge=False)
     for row in rows:
         worker, p95, lag = row["slowest_worker"], row["slowest_worker_p95"], row["worst_lag"]
-        out.add_row(str(row["rank"]), str(row["batches"]), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
+        out.add_row(*([escape(str(row["job"]))] if jobs else []), escape(row["loader"]), str(row["rank"]),
+                    str(row["batches"]), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
                     "-" if worker is None else str(worker), "-" if p95 is None else f"{p95 * 1000:.1f} ms",
-                    f"{row['slowest_steps']} of {len(table.steps)} steps",
+                    f"{row['slowest_steps']} of {steps[(row['job'], row['loader'])]} steps",
                     "-" if lag is None else f"{lag * 1000:.1f} ms")
     console.print(out)
     for check in table.shards:
-        console.print(escape(shard_text_of(check)))
+        console.print(escape(_named(table, check) + shard_text_of(check)))
     return 0
 
 
-def slowest_sentence(table: JobTable) -> str:
-    top = table.slowest_rank()
+def sentences(table: JobTable) -> list[str]:
+    """A sentence per loader (``slowest_sentence``), named by its loader when the table has several."""
+    return [_named(table, entry) + slowest_sentence(entry) for entry in table.loaders()]
+
+
+def _named(table: JobTable, entry: dict[str, Any]) -> str:
+    loaders = table.loaders()
+    if len(loaders) < 2:
+        return ""
+    jobs = len({other["job"] for other in loaders}) > 1
+    return escape(f"job {entry['job']} · " if jobs else "") + escape(f"{entry['loader']}: ")
+
+
+def slowest_sentence(loader: dict[str, Any]) -> str:
+    """One loader's sentence (``JobTable.loaders``): the rank most often last to deliver a step, or why none was."""
+    top = loader["slowest"]
     if top is None:
-        counts = f"{_count(len(table.ranks), 'rank')}, {_count(len(table.steps), 'step')}"
-        if len(table.ranks) == 1:
+        counts = f"{_count(loader['ranks'], 'rank')}, {_count(loader['steps'], 'step')}"
+        if loader["ranks"] == 1:
             return f"{counts}: one rank waits for no other"
         return f"{counts}: no rank was last to deliver a step (every step's batches came within 1 µs of each other)"
     return (f"[bold]rank {top['rank']} is the slowest[/]: last to deliver {top['steps']} of {top['of']} steps, "

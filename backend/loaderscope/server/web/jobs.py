@@ -1,7 +1,8 @@
 """◆ ``GET /api/jobs/{job}/table``: a logdir job's table of ranks, from DuckDB over its traces.
 
-The page's job view draws it without opening a websocket per rank (``jobquery``: per rank its pace,
-wait share, slowest worker and p95; per step the rank that was last; the shard check). The query reads the files, so it runs in a thread, one job table at a time (a
+The page's job view draws it without opening a websocket per rank (``jobquery``: per loader of each
+rank its pace, wait share, slowest worker and p95; per step of a loader the rank that was last; the
+shard check). The query reads the files, so it runs in a thread, one job table at a time (a
 1,024-rank job's read holds a few hundred MB), within ``budgets.JOB_TABLE``: its bytes, memory and
 time, past which it is refused and its slot freed. Each file is checked again as it is read (the
 logdir's files may have changed since they were listed): it must lie in the logdir, be a regular
