@@ -59,15 +59,17 @@ def test_the_picker_lists_new_runs_by_name_as_they_start(browser: Any, start_ser
     page.select_option("#run-picker", runs[2]["id"])
     wait_for(lambda: "1 epoch · 2 batches" in next(r["text"] for r in listed() if r["id"] == runs[2]["id"]),
              timeout=30, what="the opened run's epochs in the picker")
-    # a logdir job: its table comes from the traces (GET /api/jobs/{job}/table), the eval loader's
-    # rows only (rank 1 of the train loader is another loader of the job); no other rank is opened
-    eval_row = "[data-testid=job-row][data-rank='0']"
+    # a logdir job: its table comes from the traces (GET /api/jobs/{job}/table), a row per loader of each
+    # rank (the eval loader's rank 0 shown, the train loader's two ranks beside it); no other rank is opened
+    eval_row = "[data-testid=job-row][data-loader='get_eval_dataloader'][data-rank='0']"
     page.wait_for_selector(eval_row)
-    assert page.locator("[data-testid=job-row]").count() == 1
+    assert page.locator("[data-testid=job-row]").count() == 3
+    assert "selected" in (page.locator(eval_row).get_attribute("class") or "")
     assert page.evaluate("() => window.loaderscope.tracks.map(t => t.runId)") == [runs[2]["id"]]
     page.select_option("#run-picker", runs[0]["id"])
-    page.wait_for_function("() => document.querySelectorAll('[data-testid=job-row]').length === 2")
-    page.locator("[data-testid=job-row][data-rank='1']").click()  # a rank opens on demand
+    page.wait_for_function("() => document.querySelector('[data-testid=job-row].selected')?.dataset.loader === "
+                           "'get_train_dataloader'")
+    page.locator("[data-testid=job-row][data-rank='1']").click()  # a rank of the open loader opens on demand
     page.wait_for_function("() => window.loaderscope.tracks.length === 2")
     assert page.evaluate("() => window.loaderscope.tracks.map(t => t.runId)") == [runs[0]["id"], runs[1]["id"]]
     page.screenshot(path=str(tmp_path / "picker.png"))
