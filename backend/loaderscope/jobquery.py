@@ -238,12 +238,15 @@ class JobBudget:
                 changed[field.name] = _budget_value(BUDGET_ENV[field.name], text, field.name == "seconds")
         return replace(self, **changed)
 
-    def refusal(self, field: str, what: str) -> str:
-        """A refusal's words: what is over which budget, and the variable that raises it."""
+    def refusal(self, field: str, what: str, needed: int = 0) -> str:
+        """A refusal's words: what is over which budget, and the variable that raises it (to twice the
+        budget, or to the power of two above what was ``needed``)."""
         limit = getattr(self, field)
         shown = f"{limit:g} s" if field == "seconds" else size_text(limit)
-        return f"{what}, over the job table's budget of {shown}; {BUDGET_ENV[field]} raises it (e.g. {BUDGET_ENV[field]}=" \
-               f"{_example(field, limit)})"
+        example = f"{limit * 2:g}" if field == "seconds" else \
+            size_text(max(int(limit) * 2, 1 << max(needed - 1, 0).bit_length())).replace(" ", "")
+        return f"{what}, over the job table's budget of {shown}; {BUDGET_ENV[field]} raises it (e.g. " \
+               f"{BUDGET_ENV[field]}={example})"
 
 
 def _budget_value(name: str, text: str, seconds: bool) -> float | int:
@@ -256,10 +259,6 @@ def _budget_value(name: str, text: str, seconds: bool) -> float | int:
     if value <= 0:
         raise JobQueryError(f"{name}={text!r}: a budget must be more than 0")
     return value if seconds else int(value)
-
-
-def _example(field: str, limit: float) -> str:
-    return f"{limit * 2:g}" if field == "seconds" else size_text(int(limit) * 2).replace(" ", "")
 
 
 def size_text(n: int) -> str:
@@ -433,11 +432,11 @@ class _Opener:
 
     def _count(self, path: str, size: int) -> None:
         if size > self.budget.trace_bytes:
-            raise JobQueryError(f"{path}: " + self.budget.refusal("trace_bytes", f"{size_text(size)} of trace"))
+            raise JobQueryError(f"{path}: " + self.budget.refusal("trace_bytes", f"{size_text(size)} of trace", size))
         self.total += size
         if self.total > self.budget.job_bytes:
             raise JobQueryError(f"{path}: " + self.budget.refusal(
-                "job_bytes", f"with it the job's traces hold {size_text(self.total)} or more"))
+                "job_bytes", f"with it the job's traces hold {size_text(self.total)} or more", self.total))
 
 
 def _regular(mode: int, path: str) -> None:
@@ -657,7 +656,8 @@ def _shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]], b
         report: dict[str, Any]
         if spent + cost > budget.shard_bytes:
             report = {"error": budget.refusal("shard_bytes", f"its digests ({len(ends)} × {length:,} indices), with the "
-                                              f"checks before it, come to {size_text(spent + cost)} decoded")}
+                                              f"checks before it, come to {size_text(spent + cost)} decoded",
+                                              spent + cost)}
         else:
             spent += cost
             try:
