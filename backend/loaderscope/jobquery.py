@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import duckdb
 
 TRACE_SUFFIXES = (".trace.jsonl", ".parquet")  # a Parquet file of another writer, or a part of ours
+PARQUET_TRACE = ".trace.parquet"  # columnar.py: a loaderscope Parquet trace, a directory of parts
 PART_NAME = re.compile(r"part-[0-9]+\.parquet")  # columnar.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
 GLOB_CHARACTERS = re.compile(r"[*?\[\]{}]")  # what DuckDB's and fsspec's globs expand
 KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end")
@@ -459,11 +460,14 @@ def _within(path: str, directory: str) -> bool:
 
 def _a_trace(name: str, parent: str, directory: bool) -> bool:
     """Whether a listing's entry is a run's trace: a JSON lines or Parquet file, or a loaderscope Parquet
-    trace's directory (its parts are read with it, not as runs of their own). Anything else of such a
-    name (a dangling link, a FIFO) is listed too: it is said by name when it is opened, not skipped."""
+    trace's directory ``NAME.trace.parquet/`` (its parts are read with it, not as runs of their own; the
+    files of another writer's ``x.parquet/`` directory are runs each, as they were). Anything else of
+    such a name (a dangling link, a FIFO) is listed too: it is said by name when it is opened."""
     if name.startswith(".") or not name.endswith(TRACE_SUFFIXES):
         return False
-    return name.endswith(".parquet") if directory else not (PART_NAME.fullmatch(name) and parent.endswith(".parquet"))
+    if directory:
+        return name.endswith(PARQUET_TRACE)
+    return not (PART_NAME.fullmatch(name) and parent.endswith(PARQUET_TRACE))
 
 
 def _with_protocol(fs: Any, path: str) -> str:
