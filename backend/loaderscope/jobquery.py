@@ -561,6 +561,9 @@ def _load(con: duckdb.DuckDBPyConnection, paths: Sequence[str], fs: Any, within:
           deadline: _Deadline | None) -> None:
     """Read the traces into ``events`` a batch of files at a time (``FILES_AT_ONCE``), then make ``PREPARED``."""
     con.execute(f"CREATE TEMP TABLE events ({', '.join(f'{k} {v}' for k, v in COLUMNS.items())}, file INTEGER)")
+    if fs is None and not os.path.isdir("/proc/self/fd"):
+        raise JobQueryError("the job table reads each local trace through its open descriptor (/proc/self/fd), "
+                            "which this system lacks: make the table on Linux, or give the traces as an fsspec URL")
     _allow_open_files(FILES_AT_ONCE)
     opener = _Opener(fs, within, budget)
     try:
@@ -600,7 +603,7 @@ def _allow_open_files(needed: int) -> None:
     """Let this process open ``needed`` more files than it has (up to the hard limit): a batch of a job's
     traces is open at once, beside a server's sockets."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = len(os.listdir("/proc/self/fd")) + needed + 64
+    want = len(os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ()) + needed + 64
     if soft != resource.RLIM_INFINITY and soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(hard, want), hard))
 
