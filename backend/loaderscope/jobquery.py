@@ -44,7 +44,7 @@ TRACE_SUFFIXES = (".trace.jsonl", ".parquet")  # a Parquet file of another write
 PARQUET_TRACE = ".trace.parquet"  # columnar.py: a loaderscope Parquet trace, a directory of parts
 PART_NAME = re.compile(r"part-[0-9]+\.parquet")  # columnar.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
 GLOB_CHARACTERS = re.compile(r"[*?\[\]{}]")  # what DuckDB's and fsspec's globs expand
-KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end")
+KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end", "loop")
 # Files open at once while the traces are read into ``events``: their descriptors are closed after
 # each batch, so a job of 10,000 ranks needs no more than this many (and the server its sockets).
 FILES_AT_ONCE = 256
@@ -54,20 +54,20 @@ COLUMNS: dict[str, str] = {
     "seq": "BIGINT", "t": "DOUBLE", "run": "VARCHAR", "rank": "BIGINT", "kind": "VARCHAR", "name": "VARCHAR",
     "job": "VARCHAR", "epoch": "BIGINT", "idx": "BIGINT", "worker": "BIGINT", "wait": "DOUBLE", "dt": "DOUBLE",
     "wall_start": "DOUBLE", "host": "VARCHAR", "pid": "BIGINT", "shard": "VARCHAR", "shard_length": "BIGINT",
+    "others": "DOUBLE",
 }
 
 # Tables the three queries share, made once per connection, in order: each event with its run's
 # segment (epoch_starts so far: state.py resets the epoch's pace at each) and that segment's epoch
 # (the latest epoch_start's: a run's epochs count up, probe/iterators.py), both from one window;
-# each run's rank, loader and clock, one file per recording; its first event's time; its yields with
-# the gap before each.
+# each run's rank, loader and clock, one file per recording; its yields with the gap before each.
 PREPARED: tuple[tuple[str, str], ...] = (
     ("timeline", """
 SELECT e.*,
        SUM(CASE WHEN kind = 'epoch_start' THEN 1 ELSE 0 END) OVER w AS segment,
        MAX(CASE WHEN kind = 'epoch_start' THEN epoch END) OVER w AS current_epoch
 FROM events e
-WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end')
+WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end', 'loop')
 WINDOW w AS (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """),
     # A recording (one probe: its host, pid and clock) may be in a logdir twice: a script that streams
@@ -95,26 +95,34 @@ FROM (
   WHERE copy = 1 OR recorded IS NULL
 ) s
 """),
-    # one row a run even where a trace repeats its seq (two runs' lines in one file, or a hostile one)
-    ("firsts", """
-SELECT e.file, MIN(e.t) AS first_t FROM events e
-JOIN (SELECT file, MIN(seq) AS seq FROM events GROUP BY file) m ON e.file = m.file AND e.seq = m.seq
-GROUP BY e.file
-"""),
+    # Each yield with the gap before it and the loop's time in other loaders' next() since the run's
+    # previous yield (its `loop` events: state.py's pending_others), so that the step is the gap less it.
     ("yields", """
-SELECT file, seq, t, wait, segment, current_epoch,
-       t - wait - LAG(t) OVER (PARTITION BY file, segment ORDER BY seq) AS gap
-FROM timeline WHERE kind = 'yield'
+SELECT y.file, y.seq, y.t, y.wait, y.segment, y.current_epoch, y.gap, COALESCE(o.others, 0.0) AS others
+FROM (SELECT file, seq, t, wait, segment, current_epoch, batch,
+             t - wait - LAG(t) OVER (PARTITION BY file, segment ORDER BY seq) AS gap
+      FROM (SELECT *, COUNT(*) FILTER (WHERE kind = 'yield') OVER (PARTITION BY file ORDER BY seq
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS batch
+            FROM timeline WHERE kind IN ('yield', 'loop')) b
+      WHERE kind = 'yield') y
+LEFT JOIN (SELECT file, batch, SUM(others) AS others
+           FROM (SELECT file, kind, others, COUNT(*) FILTER (WHERE kind = 'yield') OVER (PARTITION BY file ORDER BY seq
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS batch
+                 FROM timeline WHERE kind IN ('yield', 'loop')) l
+           WHERE kind = 'loop' GROUP BY file, batch) o
+  ON o.file = y.file AND o.batch = y.batch
 """),
 )
 
-# Per run (a loader of a rank): summary()'s batches_per_s and input_bound; the slowest worker by mean
+# Per run (a loader of a rank): summary()'s batches_per_s and input_bound, over the time inside the
+# loader's epochs (its waits, the loop's time in other loaders, its steps); the slowest worker by mean
 # fetch time (ranks.js slowestWorker) and its p95 as worker_stats takes it
 # (sorted[round(0.95 * (n - 1))], Python's round: half to even).
 RANKS_SQL = """
 WITH pace AS (
-  SELECT y.file, COUNT(*) AS batches, MAX(y.t) AS last_yield_t, SUM(y.wait) AS consumer_wait,
-         SUM(CASE WHEN y.gap > 0 THEN y.gap ELSE 0.0 END) AS step_total
+  SELECT y.file, COUNT(*) AS batches, SUM(y.wait) AS consumer_wait,
+         SUM(CASE WHEN y.gap IS NOT NULL THEN GREATEST(y.gap - y.others, 0.0) ELSE 0.0 END) AS step_total,
+         SUM(CASE WHEN y.gap IS NOT NULL THEN y.others ELSE 0.0 END) AS other_wait
   FROM yields y GROUP BY y.file
 ),
 fetches AS (
@@ -145,13 +153,12 @@ p95 AS (
 )
 SELECT r.file, r.run, r.rank, r.loader, r.name, r.job,
        COALESCE(p.batches, 0) AS batches,
-       CASE WHEN p.last_yield_t - fi.first_t > 0 THEN p.batches / (p.last_yield_t - fi.first_t) ELSE 0.0 END
-         AS batches_per_s,
-       CASE WHEN p.consumer_wait + p.step_total > 0 THEN p.consumer_wait / (p.consumer_wait + p.step_total)
-            ELSE 0.0 END AS input_bound,
+       CASE WHEN p.consumer_wait + p.other_wait + p.step_total > 0
+            THEN p.batches / (p.consumer_wait + p.other_wait + p.step_total) ELSE 0.0 END AS batches_per_s,
+       CASE WHEN p.consumer_wait + p.other_wait + p.step_total > 0
+            THEN p.consumer_wait / (p.consumer_wait + p.other_wait + p.step_total) ELSE 0.0 END AS input_bound,
        w.worker AS slowest_worker, w.mean AS slowest_worker_mean, q.p95 AS slowest_worker_p95
 FROM runs r
-JOIN firsts fi ON fi.file = r.file
 LEFT JOIN pace p ON p.file = r.file
 LEFT JOIN workers w ON w.file = r.file AND w.place = 1
 LEFT JOIN p95 q ON q.file = r.file
@@ -492,10 +499,10 @@ def _json_source(paths: Sequence[str]) -> str:
 
 def _parquet_column(name: str, sql_type: str, present: set[str]) -> str:
     """A field from its column, else from loaderscope's ``extra`` JSON text (docs/DESIGN.md §5): a field
-    typed loosely in the contract (``wall_start``, ``shard``) has no column of its own there. Only a
-    run_start or epoch_end holds one, so only theirs is parsed."""
+    typed loosely in the contract (``wall_start``, ``shard``) or of a rare kind (``loop``'s ``others``) has
+    no column of its own there. Only a run_start, epoch_end or loop holds one, so only theirs is parsed."""
     column = f"TRY_CAST({name} AS {sql_type})" if name in present else None
-    extra = (f"CASE WHEN extra IS NOT NULL AND kind IN ('run_start', 'epoch_end') "
+    extra = (f"CASE WHEN extra IS NOT NULL AND kind IN ('run_start', 'epoch_end', 'loop') "
              f"THEN TRY_CAST(json_extract_string(extra, '$.{name}') AS {sql_type}) END") if "extra" in present else None
     found = [c for c in (column, extra) if c]
     picked = found[0] if len(found) == 1 else f"COALESCE({', '.join(found)})" if found else f"CAST(NULL AS {sql_type})"
@@ -520,7 +527,8 @@ def _duckdb() -> Any:
 # The fields the queries read only from a run_start (the run's names and clock) or an epoch_end (its
 # shard digest): kept there and nowhere else, so a run's names are not copied into each of its events.
 SPARSE = {"run": "run_start", "name": "run_start", "job": "run_start", "wall_start": "run_start",
-          "host": "run_start", "pid": "run_start", "shard": "epoch_end", "shard_length": "epoch_end"}
+          "host": "run_start", "pid": "run_start", "shard": "epoch_end", "shard_length": "epoch_end",
+          "others": "loop"}
 
 
 def _kept(column: str) -> str:
