@@ -105,14 +105,17 @@ class LiveServer:
 def launch(directory: Path, **options: Any) -> LiveServer:
     """Start ``serve(port=0, **options)`` in a new process; return once /api/health answers.
 
-    ``env={...}`` adds environment variables for the server (and the run processes it starts).
+    ``env={...}`` adds environment variables for the server (and the run processes it starts);
+    ``setup="import tests.remote_standin"`` runs a statement in the server's process first.
     """
     directory.mkdir(parents=True, exist_ok=True)
     token = options.pop("token", None) or secrets.token_urlsafe(24)
     extra_env = options.pop("env", {})
+    setup = options.pop("setup", "pass")
     options = {"port": 0, "data_dir": str(directory / "data"), **options}
     log_path = directory / "server.log"
-    code = "import json, sys; from loaderscope.server.web.dashboard import serve; serve(**json.loads(sys.argv[1]))"
+    code = (f"{setup}; import json, sys; from loaderscope.server.web.dashboard import serve; "
+            "serve(**json.loads(sys.argv[1]))")
     # XDG_RUNTIME_DIR: a test dashboard publishes itself for watch() here, not in the user's own state file
     env = {**os.environ, "LOADERSCOPE_TOKEN": token, "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": str(directory),
            **extra_env}

@@ -20,8 +20,9 @@ import orjson
 import pytest
 
 from loaderscope.server.logdir.index import SIDECAR_VERSION
-from loaderscope.trace import TraceWriter
+from loaderscope.trace import TraceWriter, write_trace
 from tests.conftest import wait_for
+from tests.test_server_ingest import batches
 from tests.test_server_logdir import BATCHES, recorded, runs, write  # noqa: F401 (recorded is a fixture)
 
 OTHER = 4242
@@ -50,16 +51,28 @@ def trace_bytes(tmp_path: Path, events: list[dict[str, Any]]) -> bytes:
     return write(tmp_path / "made.trace.jsonl", events).read_bytes()
 
 
+def named(logdir: Path, spelling: str) -> str:
+    """``--logdir`` as the user gives it: a path, or a ``file://`` URL (the same directory, and the same
+    defences: through fsspec a file:// logdir followed links)."""
+    return f"file://{logdir}" if spelling == "url" else str(logdir)
+
+
+SPELLINGS = pytest.mark.parametrize("spelling", ["path", "url"], ids=["path", "file-url"])
+
+
 @needs_root
+@SPELLINGS
 def test_a_planted_link_at_the_temporary_name_never_gets_a_sidecar_written_through_it(
-        start_server: Any, tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:
+        start_server: Any, tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]], spelling: str) -> None:
     victim = tmp_path / "private.key"
     victim.write_bytes(b"mine alone\n")
     victim.chmod(0o600)
     cache = tmp_path / "cache"
-    server = start_server(logdir=str(team_logdir), logdir_poll=0.1, env={"XDG_CACHE_HOME": str(cache)})
+    server = start_server(logdir=named(team_logdir, spelling), logdir_poll=0.1, env={"XDG_CACHE_HOME": str(cache)})
     pid = server.process.pid
-    # the other user predicts today's temporary name and plants a link there, then drops a trace
+    # the other user plants links at the sidecar's name and at a predictable temporary name, then drops a trace
+    planted = team_logdir / "evil.trace.jsonl.idx.json"
+    as_other_user("ln", "-s", str(victim), str(planted))
     as_other_user("ln", "-s", str(victim), str(team_logdir / f".evil.trace.jsonl.idx.json.{pid}.tmp"))
     as_other_user("sh", "-c", f"cat > {team_logdir / 'evil.trace.jsonl'}", stdin=trace_bytes(tmp_path, recorded))
     listed = wait_for(lambda: runs(server).get("evil.trace.jsonl"), what="the planted trace listed")
@@ -70,12 +83,36 @@ def test_a_planted_link_at_the_temporary_name_never_gets_a_sidecar_written_throu
     wait_for(lambda: len(list((cache / "loaderscope" / "index").glob("*.idx.json"))) == 2,
              what="both sidecars kept in the user's own cache")
     assert victim.read_bytes() == b"mine alone\n"
-    assert not list(team_logdir.glob("*.idx.json")), "no sidecar in a directory others can write"
+    assert list(team_logdir.glob("*.idx.json")) == [planted], "no sidecar in a directory others can write"
+    assert planted.is_symlink()
     assert oct((cache / "loaderscope" / "index").stat().st_mode & 0o777) == "0o700"
     server.stop()
-    again = start_server(logdir=str(team_logdir), env={"XDG_CACHE_HOME": str(cache)})
+    again = start_server(logdir=named(team_logdir, spelling), env={"XDG_CACHE_HOME": str(cache)})
     assert "2 runs (2 from their index, 0 indexed)" in again.output()  # the cache is read back
     assert victim.read_bytes() == b"mine alone\n"
+
+
+def drop_trace(path: Path, data: bytes) -> None:
+    """The other user writes a trace at ``path``, making its directories."""
+    as_other_user("sh", "-c", f"mkdir -p {path.parent} && cat > {path}", stdin=data)
+
+
+@needs_root
+def test_a_trace_whose_last_line_says_seq_0_is_counted_and_a_sweep_refused_unread(
+        start_server: Any, tmp_path: Path, team_logdir: Path) -> None:
+    events = [{**e, "seq": n} for n, e in enumerate(batches(12_000))]  # 60,002 events
+    events.append({"kind": "run_end", "t": 13.0, "reason": "done", "seq": 0})  # the last line lies
+    data = write_trace(tmp_path / "made.trace.jsonl", events, run="liar").read_bytes()
+    server = start_server(logdir=str(team_logdir), env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    drop_trace(team_logdir / "liar.trace.jsonl", data)
+    with server.client() as http:
+        run = wait_for(lambda: next((r for r in http.get("/api/runs").json() if r.get("path") == "liar.trace.jsonl"),
+                                    None), what="the other user's trace listed")
+        assert run["events"] == 60_003 and run["last_event_age"] is None  # counted, not read
+        answer = http.post(f"/api/runs/{run['id']}/sweeps", json={"grid": {"num_workers": list(range(36))}})
+        assert answer.status_code == 413 and "60,003 events" in answer.json()["detail"], answer.text
+        again = next(r for r in http.get("/api/runs").json() if r["id"] == run["id"])
+    assert again["last_event_age"] is None, "the file was read to refuse a sweep its index rules out"
 
 
 def test_sidecars_are_written_under_random_names_that_never_follow_a_link(tmp_path: Path) -> None:
@@ -94,15 +131,30 @@ def test_sidecars_are_written_under_random_names_that_never_follow_a_link(tmp_pa
     assert not (logdir / "a.trace.jsonl.idx.json").is_symlink()
 
 
+def test_a_sidecar_is_never_written_through_a_directory_swapped_for_a_link(tmp_path: Path) -> None:
+    from loaderscope.server.logdir.storage import LocalStorage
+
+    logdir, private = tmp_path / "logs", tmp_path / "private"
+    (logdir / "job" / "sub").mkdir(parents=True)
+    (private / "sub").mkdir(parents=True)
+    storage = LocalStorage(str(logdir))
+    (logdir / "job").rename(logdir / "was")  # someone who can write the logdir swaps job/ for a link out
+    (logdir / "job").symlink_to(private)
+    with pytest.raises(OSError, match="outside the logdir"):
+        storage.write_atomic(str(logdir / "job" / "sub" / "r.trace.jsonl.idx.json"), b"{}")
+    assert list(private.rglob("*")) == [private / "sub"]
+
+
+@SPELLINGS
 def test_a_file_that_resolves_outside_the_logdir_is_refused_everywhere(
-        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]], spelling: str) -> None:
     outside = write(tmp_path / "elsewhere" / "secret.trace.jsonl", recorded)
     logdir = tmp_path / "logs"
     (logdir / "sub").mkdir(parents=True)
     (logdir / "out.trace.jsonl").symlink_to(outside)
     write(logdir / "sub" / "real.trace.jsonl", recorded)
     (logdir / "inside.trace.jsonl").symlink_to(logdir / "sub" / "real.trace.jsonl")  # a link within: fine
-    server = start_server(logdir=str(logdir), logdir_poll=0.1)
+    server = start_server(logdir=named(logdir, spelling), logdir_poll=0.1)
     listed = runs(server)
     out = listed["out.trace.jsonl"]
     assert out["status"] == "unreadable" and "outside the logdir" in out["problem"]
@@ -127,6 +179,30 @@ def test_a_file_that_resolves_outside_the_logdir_is_refused_everywhere(
     with server.client() as http:
         answer = http.get(f"/api/runs/{run_id}/trace")
     assert answer.status_code == 410 and "outside the logdir" in answer.json()["detail"]
+    assert server.alive()
+
+
+@needs_root
+@SPELLINGS
+def test_a_trace_another_user_swaps_for_a_link_to_a_private_file_is_never_served(
+        start_server: Any, tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]], spelling: str) -> None:
+    private = tmp_path / "id_ed25519"
+    private.write_bytes(b"PRIVATE KEY " * 4096)
+    private.chmod(0o600)
+    server = start_server(logdir=named(team_logdir, spelling), logdir_poll=0.1,
+                          env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    trace = team_logdir / "shared.trace.jsonl"
+    as_other_user("sh", "-c", f"cat > {trace}", stdin=trace_bytes(tmp_path, recorded))
+    listed = wait_for(lambda: runs(server).get("shared.trace.jsonl"), what="the other user's trace listed")
+    with server.client() as http:
+        assert http.get(f"/api/runs/{listed['id']}/trace").status_code == 200  # read whole: its run holds it
+        as_other_user("ln", "-sfn", str(private), str(trace))  # the other user swaps it for a link
+        jsonl = http.get(f"/api/runs/{listed['id']}/trace")
+        chrome = http.get(f"/api/runs/{listed['id']}/trace", params={"format": "chrome"})
+        events = http.get(f"/api/runs/{listed['id']}/events", params={"after": 10})
+    assert jsonl.status_code == 410 and "outside the logdir" in jsonl.json()["detail"], jsonl.text[:200]
+    for answer in (jsonl, chrome, events):
+        assert b"PRIVATE" not in answer.content
     assert server.alive()
 
 

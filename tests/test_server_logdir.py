@@ -27,6 +27,7 @@ from tests.conftest import wait_for
 from tests.live import LiveServer, _wait_healthy, launch
 
 BATCHES = 12
+STANDIN = "import tests.remote_standin"  # registers standin://, a remote store for the server process
 
 
 def real_run(samples: int, num_workers: int) -> list[dict[str, Any]]:
@@ -275,12 +276,13 @@ def test_the_logdir_is_never_deleted(tmp_path: Path, recorded: list[dict[str, An
 
 def test_an_fsspec_logdir_lists_follows_and_keeps_page_runs(
         start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
-    """``file://`` goes through fsspec exactly as ``s3://`` would (listing, ranged reads, sidecars)."""
+    """A remote store goes through fsspec as ``s3://`` would (listing, ranged reads, sidecars, uploads):
+    ``standin://`` is a local directory that only fsspec reads and writes (``tests/remote_standin.py``)."""
     pytest.importorskip("fsspec")
     logdir = tmp_path / "bucket"
     write(logdir / "job" / "r0.trace.jsonl", as_rank(recorded, 0, "job", 2))
     write(logdir / "job" / "r1.trace.jsonl", as_rank(recorded, 1, "job", 2))
-    server = start_server(logdir=f"file://{logdir}", logdir_poll=0.1, use_launcher=False)
+    server = start_server(logdir=f"standin://{logdir}", logdir_poll=0.1, use_launcher=False, setup=STANDIN)
     listed = runs(server)
     assert sorted((r["path"], r["rank"], r["status"]) for r in listed.values()) == [
         ("job/r0.trace.jsonl", 0, "done"), ("job/r1.trace.jsonl", 1, "done")]
@@ -298,7 +300,7 @@ def test_an_fsspec_logdir_lists_follows_and_keeps_page_runs(
     server.wait_status(run["id"])  # written to a temporary directory, uploaded into the logdir at its end
     wait_for(lambda: (logdir / "dashboard" / f"{run['id']}.trace.jsonl.idx.json").is_file(), what="the upload")
     server.stop()
-    again = start_server(logdir=f"file://{logdir}")
+    again = start_server(logdir=f"standin://{logdir}", setup=STANDIN)
     assert "4 runs (4 from their index, 0 indexed)" in again.output()
     assert runs(again)[f"dashboard/{run['id']}.trace.jsonl"]["status"] == "done"
 

@@ -1,9 +1,13 @@
 """What the run list needs to know about a trace file, without parsing its events.
 
-A logdir can hold hundreds of traces of millions of events; listing them must not read them.
-``quick_index`` reads the header, the first event (``run_start``: name, job, rank, world size,
-mode) and the last complete line (``run_end`` and its ``stats``, or the last seq): a few
-kilobytes per file whatever its length. The result is kept in a sidecar ``<trace>.idx.json``
+A logdir can hold hundreds of traces of millions of events; listing them must not parse them.
+``quick_index`` parses the header, the first event (``run_start``: name, job, rank, world size,
+mode) and the last complete line (``run_end`` and its ``stats``), and counts the file's complete
+lines and its yields in its bytes, at disk speed (``bytes.count``), without parsing them: the number of
+events is what the file holds, not what its last line says (a last line that says ``seq 0`` made a
+2.2M-event file look like one event, and the sweep budget loaded it all before refusing it). A file
+is read within ``MAX_INDEX_BYTES`` and ``INDEX_SECONDS``, fixed before the work, from the descriptor
+opened once (its size is the descriptor's). The result is kept in a sidecar ``<trace>.idx.json``
 (written by the server, next to the trace, or in the user's cache when others can write there:
 ``Storage.sidecar_path``) with the file's size and mtime; a dashboard that starts again reads the
 sidecar instead of the trace while both are unchanged. A sidecar is input like any other: one
@@ -12,6 +16,8 @@ that does not validate (``Sidecar``, strictly typed) is treated as absent, and t
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -20,12 +26,15 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from loaderscope.events import EventError, recording_of, validate
 from loaderscope.server.logdir.storage import Entry, Storage
-from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
+from loaderscope.trace import MAX_LINE_BYTES, MAX_TRACE_BYTES, TraceError, check_header
 
 SIDECAR_FORMAT = "loaderscope-index"
 SIDECAR_VERSION = 2  # 2: an index says its run's recording
 TAIL_BYTES = MAX_LINE_BYTES + 1  # the last complete line is within this much of the end
 COUNT_CHUNK = 8 << 20
+FIRST_EVENT_BYTES = 2 * (MAX_LINE_BYTES + 1)  # blank lines before the first event are read up to this much
+MAX_INDEX_BYTES = MAX_TRACE_BYTES  # a longer file is not indexed (nor read): what `loaderscope` reads of a trace
+INDEX_SECONDS = 120.0  # reading one file to index it (4 GiB from a slow disk or store); then it is unreadable
 # How a yield looks in a trace line (orjson writes no spaces; json.dumps does): counted, not parsed.
 YIELD_MARKS = (b'"kind":"yield"', b'"kind": "yield"')
 
@@ -48,7 +57,7 @@ class Index:
     job: str | None = None
     rank: Count = 0
     world_size: Annotated[int, Field(ge=1)] = 1
-    events: Count = 0  # the last event's seq + 1 (the producer's numbering)
+    events: Count = 0  # the complete lines after the header (each an event, unless damaged); once read, the events
     batches: Count | None = None  # run_end.stats, else the yields counted in the file's bytes
     reason: str | None = None  # run_end's reason; None: no run_end (yet)
     run: str | None = None  # the header's run id: a dashboard's own file keeps its run's id across restarts
@@ -122,6 +131,12 @@ def quick_index(storage: Storage, path: str) -> Index:
 
 def _read_index(f: Any, entry: Entry, source: str) -> Index:
     index = Index(size=entry.size, mtime_ns=entry.mtime_ns)
+    deadline = time.monotonic() + INDEX_SECONDS
+    end = f.seek(0, os.SEEK_END)  # the open file's size: the path may name another file by now
+    if end > MAX_INDEX_BYTES:
+        raise TraceError(f"{source} holds {end:,} bytes, more than the {MAX_INDEX_BYTES >> 30} GiB the dashboard "
+                         "reads of one trace: split the run")
+    f.seek(0)
     first = f.readline(MAX_LINE_BYTES + 1)
     if not first.endswith(b"\n"):
         if entry.size == 0 or (len(first) <= MAX_LINE_BYTES and first.lstrip().startswith(b"{")):
@@ -131,24 +146,30 @@ def _read_index(f: Any, entry: Entry, source: str) -> Index:
     head = check_header(first, source)
     index.created, index.scenario, index.mode = head.get("created"), head.get("scenario"), head.get("mode") or ""
     index.run, index.origin = _text(head.get("run")), _text(head.get("origin"))
+    body = len(first)
     start = _first_event(f)
     if start is not None and start["kind"] == "run_start":
         take_run_start(index, start)
-    last, index.torn = _last_line(f, entry.size)
+    last, index.torn = _last_line(f, end)
     if last is not None:
         take_last(index, last)
-    if index.batches is None:  # no stats to read it from: count, at disk speed, without parsing
-        index.batches = _count_yields(f)
+    index.events, yields = _count(f, body, end, deadline, source)
+    if index.batches is None:  # no stats to read it from: the yields counted
+        index.batches = yields
     return index
 
 
 def _first_event(f: Any) -> dict[str, Any] | None:
-    while True:
+    """The first non-blank line's event, if it lies within ``FIRST_EVENT_BYTES``."""
+    read = 0
+    while read < FIRST_EVENT_BYTES:
         line = f.readline(MAX_LINE_BYTES + 1)
+        read += len(line)
         if not line.endswith(b"\n"):
             return None
         if line.strip():
             return _parse(line)
+    return None
 
 
 def take_run_start(index: Index, start: dict[str, Any]) -> None:
@@ -185,15 +206,28 @@ def take_last(index: Index, last: dict[str, Any]) -> None:
             index.batches = stats["batches"]
 
 
-def _count_yields(f: Any) -> int:
-    f.seek(0)
-    count, carry = 0, b""
-    while chunk := f.read(COUNT_CHUNK):
+def _count(f: Any, start: int, end: int, deadline: float, source: str) -> tuple[int, int]:
+    """The complete lines in bytes ``start..end`` of the file, and the yields among them.
+
+    Raises:
+        TraceError: past ``deadline``.
+    """
+    f.seek(start)
+    lines = yields = 0
+    carry = b""
+    for offset in range(start, end, COUNT_CHUNK):
+        chunk = f.read(min(COUNT_CHUNK, end - offset))
+        if not chunk:
+            break  # shorter than it was: counted as far as it goes
+        lines += chunk.count(b"\n")
         block = carry + chunk
-        count += sum(block.count(mark) for mark in YIELD_MARKS)
+        yields += sum(block.count(mark) for mark in YIELD_MARKS)
         carry = block[-len(YIELD_MARKS[1]):]  # a mark cut by the chunk's end is counted with the next
-        count -= sum(carry.count(mark) for mark in YIELD_MARKS)
-    return count
+        yields -= sum(carry.count(mark) for mark in YIELD_MARKS)
+        if time.monotonic() > deadline:
+            raise TraceError(f"{source}: reading it to count its events took over {INDEX_SECONDS:g} s (a slow disk "
+                             "or store); it is indexed again when it changes, or at the next start")
+    return lines, yields
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:

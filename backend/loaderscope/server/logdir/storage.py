@@ -3,7 +3,11 @@
 The logdir code only lists files with their size and mtime, opens them for reading (with seek),
 and writes small sidecars; these are the operations both kinds offer. fsspec is an optional
 extra (``pip install loaderscope[remote]`` plus the protocol's package, e.g. ``s3fs``), imported
-only when a logdir is a URL.
+only when a logdir is a remote URL. A ``file://`` URL names a local directory and is one: it gets
+every defence below (through fsspec it got none: links were followed, sidecars written through them).
+A remote file is read through a buffer that asks the store for at most what a read asked for
+(``_Remote``), so the byte budgets of the readers hold there too: fsspec's own ``readline`` takes no
+limit and reads to the next newline, however far.
 
 A local logdir may be shared with other users (a team directory), so it is read and written as
 if someone else were changing it at the same time: only regular files are opened, and without
@@ -21,6 +25,7 @@ import errno
 import functools
 import grp
 import hashlib
+import io
 import os
 import posixpath
 import secrets
@@ -72,14 +77,39 @@ def is_url(logdir: str) -> bool:
     return "://" in logdir
 
 
-def storage_for(logdir: str) -> Storage:
-    """Local storage for a path, fsspec for a URL.
+LOCAL_PROTOCOLS = ("file", "local")  # fsspec's names for this machine's files
+
+
+def local_path(logdir: str) -> str | None:
+    """The local directory ``logdir`` names (a path, or a ``file://`` URL: the path after it, as
+    fsspec reads it); None for a remote URL.
 
     Raises:
-        ValueError: a URL without fsspec installed, or a protocol fsspec does not know.
+        ValueError: a URL that reaches local files through another fsspec layer (``dir::file://``,
+            ``simplecache::file://``): read that way they would skip the local defences.
     """
     if not is_url(logdir):
-        return LocalStorage(logdir)
+        return logdir
+    layers = logdir.split("::")
+    protocols = [layer.partition("://")[0] if "://" in layer else "file" for layer in layers]
+    if len(layers) == 1 and protocols[0] in LOCAL_PROTOCOLS:
+        return layers[0].partition("://")[2] or "/"
+    if any(protocol in LOCAL_PROTOCOLS for protocol in protocols):
+        raise ValueError(f"{logdir}: reads local files through fsspec, which would skip the checks a local "
+                         "logdir gets (links, FIFOs, files outside it); give the directory itself")
+    return None
+
+
+def storage_for(logdir: str) -> Storage:
+    """Local storage for a path or a ``file://`` URL, fsspec for any other URL.
+
+    Raises:
+        ValueError: a URL without fsspec installed, a protocol fsspec does not know, or local files
+            reached through another fsspec layer.
+    """
+    path = local_path(logdir)
+    if path is not None:
+        return LocalStorage(path)
     try:
         # fsspec is the optional extra `remote` (pyproject.toml), not a runtime dependency: only URL
         # logdirs need it, and without it such a logdir is refused with the install command below
@@ -157,6 +187,8 @@ class LocalStorage:
         # or planting a link during the write cannot redirect it
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
+            # O_NOFOLLOW guards the last name only: a directory above it swapped for a link leads elsewhere
+            self._check_inside(_opened_path(dir_fd, directory), directory)
             temporary = f".{name}.{secrets.token_hex(8)}.tmp"
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                          dir_fd=dir_fd)
@@ -235,12 +267,12 @@ class FsspecStorage:
 
     def open(self, path: str) -> IO[bytes]:
         try:
-            handle: IO[bytes] = self.fs.open(path, "rb")
+            handle = self.fs.open(path, "rb", block_size=REMOTE_BLOCK)
         except FileNotFoundError:
             raise
         except Exception as exc:  # noqa: BLE001
             raise OSError(f"{path}: {exc}") from exc
-        return handle
+        return io.BufferedReader(_Remote(handle, path), REMOTE_BLOCK)
 
     def write_atomic(self, path: str, data: bytes) -> None:
         try:
@@ -263,6 +295,51 @@ class FsspecStorage:
 
     def _entry(self, info: dict[str, Any]) -> Entry:
         return Entry(info["name"], int(info.get("size") or 0), _mtime_ns(info))
+
+
+REMOTE_BLOCK = 1 << 20  # bytes asked of a store at once: a read never fetches much beyond what it needs
+
+
+class _Remote(io.RawIOBase):
+    """An fsspec file as a raw stream: ``io.BufferedReader`` over it gives ``readline(limit)`` and
+    ``read(n)`` that never ask the store for more than ``REMOTE_BLOCK`` beyond what they return, and
+    turns a backend's own errors into OSError."""
+
+    def __init__(self, handle: Any, path: str) -> None:
+        super().__init__()
+        self._handle = handle
+        self._path = path
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._call(self._handle.read, len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return int(self._call(self._handle.seek, offset, whence))
+
+    def tell(self) -> int:
+        return int(self._call(self._handle.tell))
+
+    def close(self) -> None:
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                self._handle.close()
+        super().close()
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return method(*args)
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (backends raise their own errors: one kind for callers)
+            raise OSError(f"{self._path}: {exc}") from exc
 
 
 def _mtime_ns(info: dict[str, Any]) -> int:

@@ -24,7 +24,7 @@ from loaderscope.scenarios.catalog import hub_scenario, register
 from loaderscope.scenarios.hub import HubEntry
 from loaderscope.scenarios.plan import resolve
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.logdir.storage import is_url, storage_for
+from loaderscope.server.logdir.storage import is_url, local_path, storage_for
 from loaderscope.server.processes.process import TOKEN_ENV
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.security import logs
@@ -133,17 +133,19 @@ def serve(
 
 
 def logdir_root(logdir: str | Path) -> str:
-    """An absolute local path (the logdir scan and this dashboard's own files must name files alike),
-    or an fsspec URL, checked before the server starts.
+    """An absolute local path (the logdir scan and this dashboard's own files must name files alike;
+    a ``file://`` URL is its path), or a remote fsspec URL, checked before the server starts.
 
     Raises:
-        ValueError: a URL whose protocol is not available (fsspec or its package missing).
+        ValueError: a URL whose protocol is not available (fsspec or its package missing), or one
+            that reads local files through fsspec (``storage.local_path``).
     """
     text = str(logdir)
-    if is_url(text):
+    path = local_path(text)
+    if path is None:
         storage_for(text)
         return text
-    return os.path.abspath(os.path.expanduser(text))
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def data_directory(chosen: str | Path | None, record: bool) -> tuple[Path | None, bool]:
