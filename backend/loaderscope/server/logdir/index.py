@@ -153,8 +153,9 @@ def _read_index(f: Any, entry: Entry, source: str) -> Index:
     last, index.torn = _last_line(f, end)
     if last is not None:
         take_last(index, last)
-    index.events, yields = _count(f, body, end, deadline, source)
-    if index.batches is None:  # no stats to read it from: the yields counted
+    # the yields only where no stats say the batches: a pass over the bytes less
+    index.events, yields = _count(f, body, end, deadline, source, yields=index.batches is None)
+    if index.batches is None:
         index.batches = yields
     return index
 
@@ -206,28 +207,29 @@ def take_last(index: Index, last: dict[str, Any]) -> None:
             index.batches = stats["batches"]
 
 
-def _count(f: Any, start: int, end: int, deadline: float, source: str) -> tuple[int, int]:
-    """The complete lines in bytes ``start..end`` of the file, and the yields among them.
+def _count(f: Any, start: int, end: int, deadline: float, source: str, yields: bool) -> tuple[int, int]:
+    """The complete lines in bytes ``start..end`` of the file, and the yields among them (0 unless asked).
 
     Raises:
         TraceError: past ``deadline``.
     """
     f.seek(start)
-    lines = yields = 0
+    lines = found = 0
     carry = b""
     for offset in range(start, end, COUNT_CHUNK):
         chunk = f.read(min(COUNT_CHUNK, end - offset))
         if not chunk:
             break  # shorter than it was: counted as far as it goes
         lines += chunk.count(b"\n")
-        block = carry + chunk
-        yields += sum(block.count(mark) for mark in YIELD_MARKS)
-        carry = block[-len(YIELD_MARKS[1]):]  # a mark cut by the chunk's end is counted with the next
-        yields -= sum(carry.count(mark) for mark in YIELD_MARKS)
+        if yields:
+            block = carry + chunk
+            found += sum(block.count(mark) for mark in YIELD_MARKS)
+            carry = block[-len(YIELD_MARKS[1]):]  # a mark cut by the chunk's end is counted with the next
+            found -= sum(carry.count(mark) for mark in YIELD_MARKS)
         if time.monotonic() > deadline:
             raise TraceError(f"{source}: reading it to count its events took over {INDEX_SECONDS:g} s (a slow disk "
                              "or store); it is indexed again when it changes, or at the next start")
-    return lines, yields
+    return lines, found
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
