@@ -92,9 +92,50 @@ def test_a_planted_link_at_the_temporary_name_never_gets_a_sidecar_written_throu
     assert victim.read_bytes() == b"mine alone\n"
 
 
+def inotify_watches(pid: int) -> int:
+    """The inotify watches process ``pid`` holds: a line ``inotify wd:`` each in its inotify fds' fdinfo."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd) == "anon_inode:inotify":
+                info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+                count += sum(line.startswith("inotify wd:") for line in info.splitlines())
+        except OSError:
+            continue  # closed meanwhile
+    return count
+
+
 def drop_trace(path: Path, data: bytes) -> None:
     """The other user writes a trace at ``path``, making its directories."""
     as_other_user("sh", "-c", f"mkdir -p {path.parent} && cat > {path}", stdin=data)
+
+
+@needs_root
+@pytest.mark.slow
+def test_another_users_empty_directories_take_no_watch_and_past_the_cap_it_polls(
+        start_server: Any, tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:
+    data = trace_bytes(tmp_path, recorded)
+    as_other_user("bash", "-c", f"mkdir -p {team_logdir}/empty/{{0..1999}}/deeper")  # 4,001 directories, no trace
+    for job in range(6):
+        drop_trace(team_logdir / "jobs" / f"j{job}" / "deep" / "r0.trace.jsonl", data)
+    holding = 1 + 1 + 6 + 6  # the root, jobs/, jobs/jN/ and jobs/jN/deep/: a trace in or below each
+    uncapped = start_server(logdir=str(team_logdir), logdir_poll=0.1)
+    capped = start_server(logdir=str(team_logdir), logdir_poll=0.1, logdir_watches=4)
+    for server in (uncapped, capped):
+        wait_for(lambda server=server: len(runs(server)) == 6, what="the six traces listed")
+    assert inotify_watches(uncapped.process.pid) == holding  # none for the 4,001 empty directories
+    assert inotify_watches(capped.process.pid) == 4
+    assert "14 directories hold traces, more than the 4 inotify watches it may take" in capped.output()
+    assert "4 are watched, the other 10 polled every 0.1 s" in capped.output()
+    # a trace that appears later in a deep directory beyond the cap (polled), and in a new deep one
+    drop_trace(team_logdir / "jobs" / "j5" / "deep" / "later.trace.jsonl", data)
+    drop_trace(team_logdir / "new" / "a" / "b" / "c" / "x.trace.jsonl", data)
+    for server in (uncapped, capped):
+        listed = wait_for(lambda server=server: len(runs(server)) == 8 and runs(server), what="both later traces")
+        assert listed["jobs/j5/deep/later.trace.jsonl"]["status"] == "done"
+        assert listed["new/a/b/c/x.trace.jsonl"]["status"] == "done"
+    assert inotify_watches(uncapped.process.pid) == holding + 4 and inotify_watches(capped.process.pid) == 4
+    assert "Traceback" not in uncapped.output() + capped.output()
 
 
 @needs_root

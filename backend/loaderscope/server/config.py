@@ -28,6 +28,9 @@ LOGDIR_POLL = 0.5  # seconds between looks at the logdir and at each followed fi
 # least every second while a loader runs, but a training loop in a long validation or checkpoint
 # writes nothing: 30 s keeps those "running" while a killed job is named within half a minute.
 SILENT_AFTER = 30.0
+# inotify watches one logdir may take (a directory holding traces takes one; at most a quarter of the
+# user's fs.inotify.max_user_watches, which all their programs share): directories beyond it are polled.
+LOGDIR_WATCHES = 8192
 # Connections: with max_active_runs, under the 200 runs held in memory, so live runs can never hold every
 # slot, and under uvicorn's and the OS's own limits (each viewer costs a task and a socket). One source
 # (a local uid, else an address) may hold 64 of the 96: a 64-rank job streams whole, and 32 slots stay
@@ -65,6 +68,7 @@ class ServerConfig:
     logdir: str | None = None  # list and follow every trace under this path or fsspec URL (a local one is data_dir)
     logdir_poll: float = LOGDIR_POLL
     logdir_watch: bool = True  # a local logdir's changes come from inotify (False: polled, as a network one is)
+    logdir_watches: int = LOGDIR_WATCHES
     silent_after: float = SILENT_AFTER
     allow_origins: tuple[str, ...] = ()  # extra origins allowed to open websockets / send requests
     allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted besides loopback names

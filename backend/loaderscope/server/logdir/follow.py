@@ -2,11 +2,13 @@
 
 Producers on any node write trace files into DIR (``watch(logdir=...)``, ``loaderscope record``,
 this dashboard's own runs). DIR is a local path or an fsspec URL (``storage.py``). On a local
-filesystem the kernel says what changed (inotify, through ``watchfiles``), so an idle logdir costs
-nothing and a change costs a ``stat`` of the files it touched, plus a full scan every
-``FULL_SCAN_EVERY`` seconds in case an event was missed (a directory made and filled at once). NFS,
-Lustre and remote stores, where inotify sees nothing another node writes, are polled (every
-``logdir_poll`` seconds: plain ``os.walk`` + ``stat``). Either way the dashboard:
+filesystem the kernel says what changed in the directories that hold traces (inotify, ``watches.py``:
+at most ``logdir_watches`` of them; those beyond are polled), so a change costs a ``stat`` of the
+files it touched, and full scans (plain ``os.walk`` + ``stat``) find what no watch sees: a trace in a
+directory that held none. NFS, Lustre and remote stores, where inotify sees nothing another node
+writes, are found by full scans alone. A full scan costs what the tree holds, which another user may
+make large (200,000 empty directories), so scans come every ``logdir_poll`` seconds, or further apart
+as they cost more: at most ``SCAN_SHARE`` of one core. Either way the dashboard:
 
 - lists a new file from its index (a sidecar ``<trace>.idx.json``, or ``logindex.quick_index``:
   header, first and last line), never by parsing its events;
@@ -21,6 +23,7 @@ Lustre and remote stores, where inotify sees nothing another node writes, are po
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import secrets
@@ -34,6 +37,7 @@ from loaderscope.server.logdir.parquetfile import PARQUET_SUFFIX, ParquetTraceFi
     trace_entry
 from loaderscope.server.logdir.storage import Entry, LocalStorage, Storage
 from loaderscope.server.logdir.tracefile import TraceFile
+from loaderscope.server.logdir.watches import Change, Watches, watched_directories
 from loaderscope.server.processes.process import SECRET_HEADER
 from loaderscope.server.runs.manager import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
 from loaderscope.server.runs.spill import TraceSpill, header_of
@@ -42,8 +46,10 @@ from loaderscope.trace import HEARTBEAT_EVERY, TraceError
 
 TRACE_SUFFIX = ".trace.jsonl"
 CHUNK_BYTES = 2 << 20  # read per step while catching up: ~15k events, ~50 ms of the event loop
-FULL_SCAN_EVERY = 30.0  # seconds between full scans of a logdir whose changes the kernel reports
-WATCH_DEBOUNCE_MS = 500  # changes are gathered this long at most before they are looked at
+SCAN_SHARE = 0.01  # of one core, at most, for full scans: a scan that took 0.1 s of CPU waits 10 s for the next
+SLOW_SCAN = 30.0  # seconds between full scans past which the log says how far apart they are
+WATCH_SETTLE = 0.05  # seconds a burst of changes is gathered before it is looked at
+NEW_DIRECTORY_WALK = 1_000  # directories walked when one appears; the rest wait for the next full scan
 MAX_FILES = 10_000  # traces listed from one logdir
 
 
@@ -129,7 +135,11 @@ class Logdir:
         self.poll_every = manager.config.logdir_poll
         self.silent_after = manager.config.silent_after
         self.files: dict[str, Run] = {}
+        self.scan_cpu = 0.0  # CPU seconds the last full scan's walk took
         self._said: set[str] = set()
+        self._slow_said = False
+        self._watches: Watches | None = None
+        self._watching = -1  # len(self.files) when the watches were last chosen
         manager.logdir = self
 
     # --- scanning -------------------------------------------------------------------------------
@@ -147,39 +157,96 @@ class Logdir:
                 and self.storage.kernel_watched():
             try:
                 await self._watch(self.storage)
-            except Exception as exc:  # noqa: BLE001 (no inotify watch left, say: polling still works)
+            except Exception as exc:  # noqa: BLE001 (no inotify instance left, say: polling still works)
                 self._say(f"watching {self.root} for changes failed ({type(exc).__name__}: {exc}); polling it "
                           f"every {self.poll_every} s instead")
         while True:
-            await asyncio.sleep(self.poll_every)
+            await asyncio.sleep(self.scan_every())
             await self._scan_said()
 
+    def scan_every(self) -> float:
+        """Seconds between full scans: ``logdir_poll``, or longer where a scan costs more than
+        ``SCAN_SHARE`` of a core (said once, when it passes ``SLOW_SCAN``)."""
+        every = max(self.poll_every, self.scan_cpu / SCAN_SHARE)
+        if every > SLOW_SCAN and not self._slow_said:
+            self._slow_said = True
+            print(f"loaderscope: scanning {self.root} takes {self.scan_cpu:.2f} s of CPU: a full scan every "
+                  f"{every:.0f} s (new traces where no inotify watch sees them are listed then)", flush=True)
+        return every
+
     async def _watch(self, storage: LocalStorage) -> None:
-        """Look at what the kernel says changed; everything once in a while. Returns if watching ends."""
-        import watchfiles
+        """Look at what the kernel says changed, poll the directories beyond the watch limit, scan
+        everything now and then. Runs until cancelled."""
+        watches = Watches(self.manager.config.logdir_watches)
+        loop = asyncio.get_running_loop()
+        woke = asyncio.Event()
 
-        full_scan = time.monotonic()
-        async for changes in watchfiles.awatch(self.root, watch_filter=_is_trace, debounce=WATCH_DEBOUNCE_MS,
-                                               rust_timeout=int(FULL_SCAN_EVERY * 1000), yield_on_timeout=True,
-                                               ignore_permission_denied=True):
-            if time.monotonic() - full_scan >= FULL_SCAN_EVERY:
-                full_scan = time.monotonic()
-                await self._scan_said()
-            elif changes:
-                found = await asyncio.to_thread(self._look_at, storage, {path for _, path in changes})
-                await self._take_all([e for e in found if e.path in self.files or len(self.files) < MAX_FILES])
+        def readable() -> None:  # once per wait: the descriptor stays readable until it is read
+            loop.remove_reader(watches.fd)
+            woke.set()
 
-    def _look_at(self, storage: LocalStorage, paths: set[str]) -> list[Entry]:
-        """The traces among ``paths`` as they are now, and every trace under a new directory among them
-        (its files may have come before the kernel watched it). Blocking."""
+        self._watches, self._watching = watches, -1
+        try:
+            self._rewatch()
+            scanned = time.monotonic()
+            while True:
+                due = scanned + self.scan_every()  # a kernel queue overflow waits for it too
+                wait = due - time.monotonic()
+                loop.add_reader(watches.fd, readable)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), max(0.0, min(wait, self.poll_every) if watches.unwatched
+                                                             else wait))
+                if woke.is_set():
+                    await asyncio.sleep(WATCH_SETTLE)
+                    woke.clear()
+                loop.remove_reader(watches.fd)
+                changes = watches.read()
+                if time.monotonic() >= due:
+                    await self._scan_said()
+                    scanned, self._watching = time.monotonic(), -1
+                elif (paths := {change.path for change in changes if _is_trace(change)}) or watches.unwatched:
+                    found = await asyncio.to_thread(self._look_at, storage, paths, list(watches.unwatched))
+                    await self._take_all([e for e in found if e.path in self.files or len(self.files) < MAX_FILES])
+                self._rewatch()
+        finally:
+            loop.remove_reader(watches.fd)
+            watches.close()
+            self._watches = None
+
+    def _rewatch(self) -> None:
+        """Watch the directories that hold traces (and those above them), up to the limit; say so once
+        when some cannot be. Only when the traces listed changed, or a watched directory went away."""
+        watches = self._watches
+        if watches is None or (self._watching == len(self.files) and not watches.forgot):
+            return
+        self._watching, watches.forgot = len(self.files), False
+        over = bool(watches.unwatched)
+        traces = [os.path.join(path, "part") if path.endswith(PARQUET_SUFFIX) else path for path in self.files]
+        watches.want(watched_directories(self.root, traces))
+        if watches.unwatched and not over:
+            why = ("no inotify watch is left to this user (fs.inotify.max_user_watches)" if watches.exhausted else
+                   f"more than the {watches.limit} inotify watches it may take (logdir_watches, and at most a "
+                   "quarter of fs.inotify.max_user_watches)")
+            print(f"loaderscope: logdir {self.root}: {len(watches.watched) + len(watches.unwatched)} directories "
+                  f"hold traces, {why}: {len(watches.watched)} are watched, the other {len(watches.unwatched)} "
+                  f"polled every {self.poll_every:g} s", flush=True)
+
+    def _look_at(self, storage: LocalStorage, paths: set[str], polled: list[str]) -> list[Entry]:
+        """The traces among ``paths`` as they are now, every trace under a new directory among them
+        (its files may have come before the kernel watched it), and those in the ``polled``
+        directories (no watch: beyond the limit). Blocking."""
         found: list[Entry] = []
         parquet = {os.path.dirname(path) for path in paths if is_part(path)}
         for path in sorted(paths - {p for p in paths if is_part(p)}):
             if os.path.isdir(path) and not os.path.islink(path):
-                inside = storage.walk(self._say, under=path)
+                inside = storage.walk(self._say, under=path, max_directories=NEW_DIRECTORY_WALK)
                 found += [e for e in inside if e.path.endswith(TRACE_SUFFIX)] + grouped(inside)
             elif os.path.lexists(path):
                 found.append(storage.entry(path))
+        for directory in polled:
+            files, traces = _traces_in(directory)
+            found += [storage.entry(path) for path in files]
+            parquet.update(traces)
         for directory in sorted(parquet - {entry.path for entry in found}):
             try:
                 found.append(trace_entry(storage, directory))
@@ -208,7 +275,9 @@ class Logdir:
 
     def _find(self) -> list[Entry]:
         """Every trace under the root (recursively), oldest first; blocking."""
+        began = time.thread_time()
         every = self.storage.walk(self._say)
+        self.scan_cpu = time.thread_time() - began
         found = [entry for entry in every if entry.path.endswith(TRACE_SUFFIX)] + grouped(every)
         if not self.storage.is_dir():
             self._say(f"the logdir {self.root} does not exist (any more)")
@@ -433,11 +502,22 @@ def _index_all(storage: Storage, found: list[Entry]) -> list[tuple[Index, bool]]
     return indexes
 
 
-def _is_trace(change: Any, path: str) -> bool:
-    """A trace's change, or a new directory (which may hold traces already)."""
-    import watchfiles
+def _is_trace(change: Change) -> bool:
+    """A trace's change, or a directory's (a new one may hold traces already)."""
+    return change.path.endswith(TRACE_SUFFIX) or is_part(change.path) or change.directory
 
-    return path.endswith(TRACE_SUFFIX) or is_part(path) or (change == watchfiles.Change.added and os.path.isdir(path))
+
+def _traces_in(directory: str) -> tuple[list[str], list[str]]:
+    """The JSON-lines traces directly in ``directory``, and its Parquet traces (itself, if it is one).
+    Blocking; nothing where it cannot be listed (the next full scan says why)."""
+    try:
+        with os.scandir(directory) as items:
+            names = [(item.path, item.is_dir(follow_symlinks=False)) for item in items]
+    except OSError:
+        return [], []
+    files = [path for path, is_dir in names if not is_dir and path.endswith(TRACE_SUFFIX)]
+    parquet = [path for path, is_dir in names if is_dir and path.endswith(PARQUET_SUFFIX)]
+    return files, parquet + ([directory] if directory.endswith(PARQUET_SUFFIX) else [])
 
 
 def _save(storage: Storage, path: str, index: Index) -> None:

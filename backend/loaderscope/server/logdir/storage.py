@@ -26,6 +26,7 @@ import functools
 import grp
 import hashlib
 import io
+import itertools
 import os
 import posixpath
 import secrets
@@ -137,13 +138,16 @@ class LocalStorage:
         """The user's private sidecar cache: made when a shared directory first needs it."""
         return index_cache()
 
-    def walk(self, on_error: Callable[[str], None], under: str | None = None) -> list[Entry]:
-        """Every file under the root (or under ``under``, a directory in it), recursively (blocking)."""
+    def walk(self, on_error: Callable[[str], None], under: str | None = None,
+             max_directories: int | None = None) -> list[Entry]:
+        """Every file under the root (or under ``under``, a directory in it), recursively, in the first
+        ``max_directories`` directories walked if given (blocking)."""
         def said(exc: OSError) -> None:
             on_error(f"cannot list {exc.filename}: {exc.strerror}")
 
+        walked = os.walk(under or self.root, onerror=said)
         return [self.entry(os.path.join(directory, name))
-                for directory, _, names in os.walk(under or self.root, onerror=said) for name in names]
+                for directory, _, names in itertools.islice(walked, max_directories) for name in names]
 
     def entry(self, path: str) -> Entry:
         """``path`` as listed: its size and mtime, or (size -1) why it cannot be read."""
