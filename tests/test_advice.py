@@ -112,7 +112,7 @@ def test_loaderscope_run_prints_the_advice_of_the_run_it_recorded(tmp_path: Path
     out = cli("run", "uniform", "--set", "num_workers=1", "--set", "dataset_size=32", "--set", "step_ms=2",
               "--out", str(tmp_path / "run.trace.jsonl"), cwd=tmp_path)
     advice = advise(read_trace(tmp_path / "run.trace.jsonl")[1])
-    assert "Workers (the simulator, fitted to this run)" in out
+    assert "Advice on num_workers (the simulator, fitted to this run)" in out
     assert f"  • {advice_text(advice)}\n" in out
 
 

@@ -34,6 +34,7 @@ WORDS: dict[str, Entry] = {
     "n.starts": {"one": "1 worker start-up", "other": "{n} worker start-ups"},
     "n.indices": {"one": "1 index", "other": "{n} indices"},
     "n.indices_read": {"one": "1 index read", "other": "{n} indices read"},
+    "n.tasks": {"one": "1 task", "other": "{n} tasks"},
     # whether loading or the step limits the run
     "waited": "training waited for data {share} of the time ({wait} s of {wall} s{startup})",
     "waited.startup": ", {startup} s of it for the first batch of an epoch",
@@ -72,8 +73,19 @@ WORDS: dict[str, Entry] = {
     "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
     # the terminal's summary lines
     "cli.rate": "{batches} in {wall} s inside its epochs = {rate} batches/s",
-    "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); "
-                  "{results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
+    "cli.time": "where the loop's {wall} s inside this loader's epochs went:",
+    "cli.time.startup": "{startup} s ({share}) of it for the first batch of each epoch: worker start-up, the "
+                        "pipeline filling",
+    "cli.time.others": "inside other loaders' next()",
+    "cli.time.step": "its own step",
+    "cli.time.step_mean": "{step} ms per step (mean)",
+    "cli.time.steady": "after start-up it waited {steady} of the time",
+    "cli.time.outside": "between epochs: {outside} s, neither step nor wait{others}",
+    "cli.reorder": "{results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} "
+                   "of {window}",
+    "cli.reorder.how": "in the first epoch, results reached the main process in the order workers finished; the "
+                       "in-order cursor rcvd_idx handed them to the training loop in sampler order:",
+    "cli.reorder.same": "the first epoch's first {tasks} arrived in the order they were handed over",
     # the ranks' sample shards (ranks.shard_report)
     "shards": "epoch {epoch} shards: {verdict} · {coverage}",
     "shards.disjoint": "disjoint ✓",

@@ -31,6 +31,10 @@ export const WORDS = Object.freeze({
     "one": "1 index read",
     "other": "{n} indices read"
   },
+  "n.tasks": {
+    "one": "1 task",
+    "other": "{n} tasks"
+  },
   "waited": "training waited for data {share} of the time ({wait} s of {wall} s{startup})",
   "waited.startup": ", {startup} s of it for the first batch of an epoch",
   "waited.others": "; it spent {others} s ({share}) inside other loaders' next()",
@@ -60,7 +64,16 @@ export const WORDS = Object.freeze({
   "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), not counted as epochs; cost: {starts}, {wait} s inside next()",
   "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
   "cli.rate": "{batches} in {wall} s inside its epochs = {rate} batches/s",
-  "cli.waited": "training loop waiting: {wait} s inside next() ({share} of the epochs' time); {results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
+  "cli.time": "where the loop's {wall} s inside this loader's epochs went:",
+  "cli.time.startup": "{startup} s ({share}) of it for the first batch of each epoch: worker start-up, the pipeline filling",
+  "cli.time.others": "inside other loaders' next()",
+  "cli.time.step": "its own step",
+  "cli.time.step_mean": "{step} ms per step (mean)",
+  "cli.time.steady": "after start-up it waited {steady} of the time",
+  "cli.time.outside": "between epochs: {outside} s, neither step nor wait{others}",
+  "cli.reorder": "{results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
+  "cli.reorder.how": "in the first epoch, results reached the main process in the order workers finished; the in-order cursor rcvd_idx handed them to the training loop in sampler order:",
+  "cli.reorder.same": "the first epoch's first {tasks} arrived in the order they were handed over",
   "shards": "epoch {epoch} shards: {verdict} · {coverage}",
   "shards.disjoint": "disjoint ✓",
   "shards.padding": "padding: {indices} twice, as DistributedSampler pads ranks to equal length (torch/utils/data/distributed.py) ✓",

@@ -1,4 +1,4 @@
-"""◆ The ``loaderscope`` command: demo, serve, scenarios, run, sim, export, record, compare, job."""
+"""◆ The ``loaderscope`` command: demo, serve, scenarios, run, sim, export, record, compare, show, doctor, job."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ from loaderscope.cli.compare import add_compare_command
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.job import add_job_command
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
-from loaderscope.diagnosis import diagnosis
+from loaderscope.cli.show import add_show_command
+from loaderscope.cli.summary import print_report
 from loaderscope.doctor.cli import add_doctor_command
 from loaderscope.events import Event
 from loaderscope.record import add_record_command
-from loaderscope.report import first_epoch_orders, reordering_story
-from loaderscope.state import LoaderState, summary
+from loaderscope.report import run_report
+from loaderscope.state import LoaderState
 from loaderscope.version import __version__
 from loaderscope.wording import say
 
@@ -151,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loaderscope.trace import write_trace
 
     write_trace(out, events, state.run, scenario=plan.name, mode=args.mode, params=plan.values())
-    print_summary(events, state)
+    print_report(run_report(events, state=state), console)
     if error:
         console.print(f"\n[bold red]the DataLoader raised[/] {escape(error)}")
     else:  # a run the DataLoader cut short says nothing about the pace more workers would give
@@ -236,46 +237,12 @@ def find_scenario(name: str) -> Scenario:
         raise UsageError(str(exc)) from None
 
 
-def print_summary(events: list[Event], state: LoaderState) -> None:
-    stats = summary(state)
-    cfg = state.config
-    rate = say("cli.rate", batches=say("n.batches", n=stats["batches"]), wall=f"{stats['epoch_wall']:.2f}",
-               rate=f"{stats['batches_per_s']:.1f}")
-    console.print(
-        f"\n[bold]{rate}[/]  (num_workers={cfg.get('num_workers')}, batch_size={cfg.get('batch_size')}, "
-        f"prefetch_factor={cfg.get('prefetch_factor')}, in_order={cfg.get('in_order')}, sampler={cfg.get('sampler')})"
-    )
-    console.print(escape(say(
-        "cli.waited", wait=f"{stats['consumer_wait']:.2f}", share=f"{stats['input_bound']:.0%}",
-        results=say("n.results", n=stats["out_of_order"]), high=stats["buffer_high"],
-        high_out=stats["outstanding_high"], window=stats["window"])))
-    table = Table("worker", "pid", "tasks", "fetch p50", "p95", "max", "MB", "idle", box=None, pad_edge=False)
-    for w in stats["workers"]:
-        table.add_row(str(w["worker"]), str(w["pid"] or "main"), str(w["tasks"]), f"{w['fetch_p50'] * 1000:.1f} ms",
-                      f"{w['fetch_p95'] * 1000:.1f} ms", f"{w['fetch_max'] * 1000:.1f} ms", f"{w['bytes'] / 1e6:.2f}",
-                      f"{w['idle_share']:.0%}")
-    console.print(table)
-    arrivals, yields = first_epoch_orders(events)
-    if arrivals and arrivals != yields:
-        console.print("\n[bold]Reordering[/] (first epoch): results reach the main process in the order workers finish,")
-        console.print("the in-order cursor rcvd_idx hands them to the training loop in sampler order.")
-        console.print(f"  arrival order: {' '.join(map(str, arrivals))}")
-        console.print(f"  yield order:   {' '.join(map(str, yields))}")
-        for line in reordering_story(events):
-            console.print("  " + line)
-    console.print("\n[bold]Diagnosis[/]")
-    for finding in diagnosis(state):
-        console.print(f"  • {escape(finding)}")
-    if stats["violations"]:
-        console.print(f"[red]protocol violations: {stats['violations'][:5]}[/]")
-
-
 def print_advice(events: list[Event]) -> None:
     """The advice on num_workers, as the page and ``sim --from-trace`` give it (``sim.advice``)."""
     from loaderscope.advicetext import advice_text
     from loaderscope.sim.advice import advise
 
-    console.print("\n[bold]Workers[/] (the simulator, fitted to this run)")
+    console.print("\n[bold]Advice on num_workers[/] (the simulator, fitted to this run)")
     console.print(f"  • {escape(advice_text(advise(events)))}", soft_wrap=True)
 
 
@@ -538,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_export)
     add_record_command(sub)
     add_compare_command(sub)
+    add_show_command(sub)
     add_doctor_command(sub)
     add_job_command(sub)
     return parser
