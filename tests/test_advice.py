@@ -73,6 +73,17 @@ def named(recommendation: str, workers: int) -> bool:
 def test_the_advice_is_the_simulators_own_count_everywhere(tmp_path: Path, server: LiveServer) -> None:
     trace, events, run_id = recorded(tmp_path, server, *STARVED)
     advice = advise(events)
+    counts = ",".join(str(n) for n in WORKER_COUNTS)
+    if advice["status"] == "off":
+        # A recording of a busy machine that the fit does not replay within 10% (seen at load ~15 on 2
+        # cores): then every view gives the same refusal, never a count.
+        assert abs(advice["error"] or 0) > TRUST, advice
+        out = cli("sim", "--from-trace", str(trace), "--sweep", f"num_workers={counts}", cwd=tmp_path)
+        assert f"workers: {advice_text(advice)}\n" in out
+        with server.client() as http:
+            served = http.get(f"/api/runs/{run_id}/advice").json()
+        assert served["status"] == "off" and served["workers"] is None
+        return
     assert advice["status"] in ("keep_up", "limited", "more"), advice["reason"]
     assert abs(advice["error"] or 0) <= TRUST and advice["recorded_workers"] == 1
     # the simulator's own sweep of the same counts, fitted and replayed apart from advise()
@@ -87,7 +98,6 @@ def test_the_advice_is_the_simulators_own_count_everywhere(tmp_path: Path, serve
     assert "recorded with num_workers=1" in text
 
     # the terminal: sim --from-trace says the same sentence, and its sweep of the same counts the same count
-    counts = ",".join(str(n) for n in WORKER_COUNTS)
     out = cli("sim", "--from-trace", str(trace), "--sweep", f"num_workers={counts}", cwd=tmp_path)
     assert f"workers: {text}\n" in out
     assert named(out.rstrip().splitlines()[-1], advice["workers"]), out
