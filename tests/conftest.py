@@ -31,6 +31,7 @@ from __future__ import annotations
 import multiprocessing.util
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -115,6 +116,15 @@ def private_user_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
             patch.delenv(name, raising=False)
         yield home
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh_loader_names() -> None:
+    """Each test is a program of its own: a name that an earlier test's loaders took in this process
+    (``probe/names.py``, ``claim``) does not rename this test's loaders to ``name@file:line``."""
+    names = sys.modules.get("loaderscope.probe.names")
+    if names is not None:
+        names._claims.clear()
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
 from typing import Any, TypeVar
 
 from torch.utils.data import DataLoader
@@ -32,7 +33,7 @@ from loaderscope.probe.faults import report
 from loaderscope.tracepaths import running_command, this_job
 from loaderscope.probe.logfile import Fanout, LogfileSink
 from loaderscope.probe.loader import ProbeMixin, failure
-from loaderscope.probe.names import caller_frame, loader_name, place
+from loaderscope.probe.names import caller_frame, claim, loader_name, place, rebuilding
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.transport import StreamSink
 
@@ -159,8 +160,8 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
             background thread; keep it quick).
         logdir: also write each run to a trace file of its own under this directory (default
             ``$LOADERSCOPE_LOGDIR``); with a logdir and no ``url``/``$LOADERSCOPE_URL``, no dashboard.
-        name: the runs' name (default: ``$LOADERSCOPE_NAME``, else the variable or function of the
-            caller's code that holds the loader, else ``file:line``: ``probe/names.py``).
+        name: the runs' name (default: ``$LOADERSCOPE_NAME``, else the name the caller's code gives
+            the loader, else ``file:line``: ``probe/names.py``).
         stuck_after: seconds after which a fetch is reported stuck (default: max(10 s, 20× median)).
         trace_format: the logdir traces' format, ``"jsonl"`` or ``"parquet"`` (``loaderscope[columnar]``);
             default ``$LOADERSCOPE_FORMAT``, else JSON lines. A bad one is said once; JSON lines are written.
@@ -181,8 +182,7 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
                                "already run): call watch(loader) right after building it")
     fresh = [inner for _, inner in found if not isinstance(inner, ProbeMixin) or _automatic_and_unstarted(inner)]
     if fresh:
-        found_name = loader_name(caller_frame(1), loader)
-        name = name or os.environ.get(NAME_ENV) or (found_name.text if found_name else None)
+        name = name or os.environ.get(NAME_ENV) or _found(caller_frame(1), loader)
         watched = _instrument(fresh, _new_destination(url, sink, logdir, name, stuck_after, automatic=False,
                                                         trace_format=trace_format))
         if found[0][0] and watched:  # an adapter or a wrapper: say which loaders inside it are watched
@@ -202,20 +202,29 @@ def watch(loader: L, *, url: str | None = None, sink: Callable[[list[Event]], No
 def auto_watch(loader: DataLoader[Any]) -> None:
     """Watch a DataLoader just built, unless it already is (``loaderscope record``, ``autowatch.py``).
 
-    A loader rebuilt from one not iterated yet (accelerate's ``prepare()``, inside the ``Trainer`` too)
-    takes that one's name, unless the user's code stored it in a variable of its own."""
+    A loader a library rebuilt from one not iterated yet (accelerate's ``prepare()``, inside the
+    ``Trainer`` too) takes that one's name."""
     if isinstance(loader, ProbeMixin):
         return
-    found = loader_name(caller_frame(1))
-    source = _rebuilds.source(loader)
-    inherited = source._probe_meta.get("name") if source is not None else None
-    name = os.environ.get(NAME_ENV) or (found.text if found and found.kind == "variable" else None) \
-        or inherited or (found.text if found else None)
+    frame = caller_frame(1)
+    source = _rebuilds.source(loader, frame)
+    name = os.environ.get(NAME_ENV) or \
+        (source._probe_meta.get("name") if source is not None else _found(frame, loader, built=True))
     _instrument([loader], _new_destination(None, None, None, name, None, automatic=True))
     if source is None:
         _rebuilds.remember(loader)
     elif source._probe_destination.automatic:
         _rebuilds.forget(source)
+
+
+def _found(frame: FrameType | None, loader: Any, *, built: bool = False) -> str | None:
+    """The name the code gives the loader, told apart from another loader's (``probe/names.py``)."""
+    try:
+        found = loader_name(frame, loader, built=built)
+        return claim(found) if found is not None else None
+    except Exception as exc:  # the loader is watched all the same, named by the command that runs it
+        report("naming the loader", exc)
+        return None
 
 
 def _new_destination(url: str | None, sink: Callable[[list[Event]], None] | None,
@@ -296,40 +305,44 @@ class Rebuilds:
 
     ``accelerator.prepare(loader)`` (accelerate's ``prepare_data_loader``) iterates not the loader it is
     given but a new ``DataLoader`` it builds from that one's dataset, sampler and arguments. A
-    ``DataLoader`` built over the dataset of a watched loader that has not been iterated yet is taken
-    for its rebuild: it is watched in its place, to the same destination, and that is said once.
-    (A subclass whose ``__init__`` never calls ``DataLoader.__init__``, such as torchdata's
-    ``StatefulDataLoader``, is not seen being built.)
+    ``DataLoader`` that library code builds over the dataset of a watched loader not iterated yet, while
+    it holds that loader in a local (``prepare_data_loader(dataloader)``), is its rebuild: it is watched
+    in its place, to the same destination, and that is said once. A loader the user's own code builds
+    over the same dataset is a loader of its own (``probe/names.py``, ``rebuilding``). (A subclass whose
+    ``__init__`` never calls ``DataLoader.__init__``, such as torchdata's ``StatefulDataLoader``, is not
+    seen being built.)
     """
 
     def __init__(self) -> None:
-        self._waiting: dict[int, weakref.ref[Any]] = {}  # id(dataset) -> the watched loader
+        self._waiting: dict[int, list[weakref.ref[Any]]] = {}  # id(dataset) -> the watched loaders over it
         self._lock = threading.Lock()
 
     def remember(self, loader: Any) -> None:
         with self._lock:
-            self._waiting[id(loader.dataset)] = weakref.ref(loader)
+            refs = [ref for ref in self._waiting.get(id(loader.dataset), []) if ref() is not None]
+            self._waiting[id(loader.dataset)] = [*refs, weakref.ref(loader)]
 
     def forget(self, loader: Any) -> None:
         key = id(loader.dataset)
         with self._lock:
-            ref = self._waiting.get(key)
-            if ref is not None and ref() is loader:
-                del self._waiting[key]
+            refs = [ref for ref in self._waiting.get(key, []) if ref() is not None and ref() is not loader]
+            if refs:
+                self._waiting[key] = refs
+            else:
+                self._waiting.pop(key, None)
 
-    def source(self, loader: Any) -> Any:
-        """The watched loader, never iterated, over whose dataset ``loader`` was just built."""
+    def source(self, loader: Any, frame: FrameType | None) -> Any:
+        """The watched loader, never iterated, that the code building ``loader`` at ``frame`` rebuilds."""
         dataset = getattr(loader, "dataset", None)
         with self._lock:
-            ref = self._waiting.get(id(dataset))
-        source: Any = ref() if ref is not None else None
-        if source is None or source is loader or source.dataset is not dataset:
-            return None
-        return None if getattr(source, "_probe_started", True) else source
+            refs = list(self._waiting.get(id(dataset), []))
+        waiting = [source for source in (ref() for ref in refs) if source is not None and source is not loader
+                   and source.dataset is dataset and not getattr(source, "_probe_started", True)]
+        return rebuilding(frame, waiting) if waiting else None
 
     def built(self, loader: Any) -> None:
         """After ``DataLoader.__init__``: watch ``loader`` where the loader it rebuilds was watched to."""
-        source = self.source(loader)
+        source = self.source(loader, caller_frame(1))
         if source is None or source._probe_destination.automatic:
             return  # record watches every loader already (auto_watch)
         if isinstance(loader, ProbeMixin) and not _automatic_and_unstarted(loader):
