@@ -274,6 +274,15 @@ def test_a_wrapper_script_names_the_job_by_the_program_it_runs(tmp_path: Path) -
     assert JOB_NAME.fullmatch(path.parent.name)["command"] == "launch" and head["job"] == path.parent.name
 
 
+def test_a_python_dash_c_program_names_the_job_by_python_whatever_its_text(tmp_path: Path) -> None:
+    # the program's text is no file name: a long one (ENAMETOOLONG) once ended record in a traceback
+    program = "import torch\n" + "# " + "x" * 5000 + "\n" + TRAIN.split("if __name__", 1)[0] + "main(workers=0)\n"
+    done = record(tmp_path, PYTHON, "-c", program)
+    assert done.returncode == 0, done.stderr
+    path, head, _ = only_trace(tmp_path / "runs")
+    assert JOB_NAME.fullmatch(path.parent.name)["command"] == Path(PYTHON).name
+
+
 def test_python_dash_m_and_spawned_workers(tmp_path: Path) -> None:
     # a module, not a package's __main__.py: spawn cannot re-import a package's __main__ (multiprocessing's
     # _fixup_main_from_name skips it), with or without record

@@ -128,13 +128,22 @@ def command_name(command: Sequence[str]) -> str:
     """What the job is called: the script's stem (``train.py`` → ``train``), the ``-m`` module, the
     script a wrapper runs (``bash train.sh`` → ``train``), else the program's name. torchrun's and
     python's own options are skipped that way."""
+    code = {position + 1 for position, word in enumerate(command) if word == "-c"}  # a program's text, no name
     for position, word in enumerate(command):
         if word == "-m" and position + 1 < len(command):
             return command[position + 1]
-        if word.endswith(".py"):
+        if word.endswith(".py") and position not in code:
             return Path(word).stem
-    script = next((word for word in command[1:] if not word.startswith("-") and Path(word).is_file()), None)
+    script = next((word for position, word in enumerate(command) if position and position not in code
+                   and not word.startswith("-") and _is_file(word)), None)
     return Path(script).stem if script else Path(command[0]).name
+
+
+def _is_file(word: str) -> bool:
+    try:
+        return Path(word).is_file()
+    except OSError:  # a word too long to be a file name (ENAMETOOLONG)
+        return False
 
 
 def run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
