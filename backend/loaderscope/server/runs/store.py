@@ -25,6 +25,7 @@ from loaderscope.events import Event
 from loaderscope.server.budgets import (MAX_EVENT_BYTES, MEMORY_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view,
                                            trim_open_tasks)
 from loaderscope.diagnosis import diagnosis
+from loaderscope.server.runs.meters import Meters
 from loaderscope.state import FetchOrder, LoaderState, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
@@ -91,6 +92,7 @@ class EventLog:
         # (next_seq, when, seconds until the next update, it)
         self._summary: tuple[int, float, float, tuple[dict[str, Any], list[str]]] | None = None
         self.parked = False  # on disk only: see park()
+        self.meters = Meters()  # what /metrics reads of the run, kept as events come (and while parked)
 
     @property
     def last_seq(self) -> int:
@@ -115,7 +117,11 @@ class EventLog:
             for position, line in enumerate(lines):
                 if len(line) > STATE_EVENT_BYTES:
                     _, lines[position], views[position] = self._fit(events[position], line)
+        metered = not self.parked  # a parked log's slim state has no statistics: its meters stay as they were
+        touched = self.meters.touched(self.state, views) if metered else None
         self.state.apply_all(views, self._note_problem)  # a surprising event is kept, and the problem noted
+        if metered:
+            self.meters.update(self.state, touched)
         if "run_end" in map(dict.get, events, repeat("kind")):
             self.ended = True
         self.next_seq += len(lines)
@@ -179,7 +185,8 @@ class EventLog:
         return self._summary[3]
 
     def park(self) -> bool:
-        """Move to disk: keep what lists the run (a slim state, the summary as of now) and nothing else.
+        """Move to disk: keep what lists the run (a slim state, the summary and the meters as of now) and
+        nothing else.
 
         The trace file, closed, answers every read from now on. Only for a log whose trace file holds
         every event (``first_held`` 0); appending afterwards (the server's own ``run_end``) needs the
@@ -208,7 +215,7 @@ class EventLog:
         """Whole again: the state and newest events of ``rebuilt`` (this log's trace read back into a
         log without a file), appending to ``spill`` (the trace reopened) from now on."""
         assert rebuilt.next_seq == self.next_seq, "the trace read back must hold every event"
-        self.state, self._order = rebuilt.state, rebuilt._order
+        self.state, self._order, self.meters = rebuilt.state, rebuilt._order, rebuilt.meters
         self._tail, self._tail_bytes, self._first_in_memory = rebuilt._tail, rebuilt._tail_bytes, rebuilt._first_in_memory
         self.state_problems, self.state_problem_count = rebuilt.state_problems, rebuilt.state_problem_count
         self.forgotten_tasks, self.ended = rebuilt.forgotten_tasks, rebuilt.ended

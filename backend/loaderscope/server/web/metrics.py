@@ -1,11 +1,11 @@
 """◆ ``GET /metrics``: what the dashboard knows of each run, for the cluster's Prometheus.
 
-Every number is read from what the server already keeps (each run's ``LoaderState``, its store's
-counters), never from a trace file, on the event loop where that state changes (a scrape sees no
-half-applied event); the series are built and encoded from those plain numbers in a worker thread.
-A reading costs runs × workers, plus the fetches that finished since the last scrape (the
-fetch-time histograms are kept as running bucket counts). Label values are bounded:
-at most ``MAX_RUNS`` runs, ``MAX_WORKERS`` worker ids per run, ``MAX_LABEL`` characters of text.
+Every number comes from what the server already keeps, never from a trace file: each run's meters
+(``server/runs/meters.py``), kept up to date as its events are applied, and a few counters of its
+store. A scrape copies them on the event loop, where they change (a scrape sees no half-applied
+frame): a few dozen numbers per run, whatever its number of workers. The series are built and
+encoded from those copies in a worker thread. Label values are bounded: at most ``MAX_RUNS`` runs,
+``meters.MAX_WORKERS`` worker ids per run, ``MAX_LABEL`` characters of text.
 docs/DESIGN.md §6 lists the metrics; deploy/prometheus/ has the scrape config and alert rules.
 """
 
@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import accumulate
 
-import numpy as np
-import numpy.typing as npt
 from fastapi import APIRouter, Request, Response
 from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -25,8 +24,7 @@ from prometheus_client.exposition import choose_encoder
 
 from loaderscope.events import RunStatus
 from loaderscope.server.runs.manager import Run, RunManager
-from loaderscope.contract.rules import WorkerStatus
-from loaderscope.state import LoaderState
+from loaderscope.server.runs.meters import BUCKETS, MAX_WORKERS, OTHER, STATES
 
 # Runs exported one by one, live ones first then the newest; the rest are only counted (runs by
 # status, and loaderscope_runs_unexported). Twice the 64 producers a dashboard takes: every live run
@@ -34,13 +32,7 @@ from loaderscope.state import LoaderState
 # on the 2-core VM (bench/metrics_scrape.py). A logdir's runs are exported once a page opens them (their
 # events are then in the store): a logdir of 10,000 traces is read by nobody for a scrape.
 MAX_RUNS = 128
-# Worker ids with series of their own; the fetches and queues of workers from this id on are added
-# up under worker="other". A run has at most 33 + 17 × 20 = 373 series (docs/DESIGN.md §6).
-MAX_WORKERS = 16
-OTHER = "other"
 MAX_LABEL = 100  # characters of a loader name or job id (a default name is the whole command line)
-# Fetch times in seconds: 0.5 ms (a tensor slice) to a minute (a stuck read is past the last bound).
-BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _BOUNDS = (*map(repr, BUCKETS), "+Inf")  # the le label values
 # logdir runs add these to the statuses a run can have (server/logdir.py, FileSource.status)
 STATUSES = (*(str(s) for s in RunStatus), "truncated", "unreadable")
@@ -53,9 +45,9 @@ router = APIRouter()
 async def metrics(request: Request) -> Response:
     """Prometheus text (or OpenMetrics, as the scraper's Accept asks); needs the token like /api/.
 
-    The numbers are read on the event loop, where the runs' state changes; the series are built
-    and encoded (prometheus_client: tens of µs per series, bench/metrics_scrape.py) in a worker
-    thread, one scrape at a time, so that ingest goes on meanwhile.
+    The runs' meters are copied on the event loop, where they change; the series are built and
+    encoded (prometheus_client: tens of µs per series, bench/metrics_scrape.py) in a worker thread,
+    one scrape at a time, so that ingest and every other route go on meanwhile.
     """
     exporter: Exporter = request.app.state.metrics
     encode, content_type = choose_encoder(request.headers.get("accept", ""))
@@ -64,91 +56,40 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type=content_type)
 
 
-Counts = npt.NDArray[np.int64]
-
-
-@dataclass
-class _Fetches:
-    """One run's fetch-time histograms: running counts per worker label, and how many of each
-    worker's fetch times (``Worker.fetch_times``, which only grows) have been counted."""
-
-    state: LoaderState
-    seen: dict[int, int] = field(default_factory=dict)
-    counts: dict[str, Counts] = field(default_factory=dict)
-    sums: dict[str, float] = field(default_factory=dict)
-
-    def catch_up(self) -> None:
-        for worker in self.state.workers.values():
-            label = worker_label(worker.id)
-            if label not in self.counts:  # a worker has its series from its start, 0 until it fetches
-                self.counts[label], self.sums[label] = np.zeros(len(BUCKETS) + 1, np.int64), 0.0
-            start = self.seen.get(worker.id, 0)
-            if start == len(worker.fetch_times):
-                continue
-            new = np.asarray(worker.fetch_times[start:], dtype=np.float64)
-            self.seen[worker.id] = start + len(new)
-            # searchsorted "left": a time equal to a bound counts in that bucket (Prometheus's le is ≤)
-            found = np.bincount(np.searchsorted(BUCKETS, new, "left"), minlength=len(BUCKETS) + 1)
-            self.counts[label] += found
-            self.sums[label] += float(new.sum())
-
-    def buckets(self, label: str) -> list[tuple[str, float]]:
-        return list(zip(_BOUNDS, np.cumsum(self.counts[label]).tolist()))
-
-
-def worker_label(wid: int) -> str:
-    return str(wid) if 0 <= wid < MAX_WORKERS else OTHER
-
-
 def _text(value: object) -> str:
     return "" if value is None else str(value)[:MAX_LABEL]
 
 
 class Exporter:
-    """The dashboard's metrics: its runs, read on the event loop (``read``), and its own process
-    (CPU, memory: prometheus_client's ProcessCollector, read from /proc at encoding)."""
+    """The dashboard's metrics: its runs' meters, copied on the event loop (``read``), and its own
+    process (CPU, memory: prometheus_client's ProcessCollector, read from /proc at encoding)."""
 
     def __init__(self, manager: RunManager) -> None:
         self.manager = manager
         self.encoding = asyncio.Lock()
         self.process = ProcessCollector(namespace="loaderscope_dashboard", registry=None)
-        self._fetches: dict[str, _Fetches] = {}
 
     def read(self) -> Snapshot:
-        """Plain numbers of every exported run, taken at once (event loop only: the runs' state
-        changes there); building and encoding the series from them can then run in any thread."""
+        """Plain numbers of every exported run, taken at once (event loop only: the meters change
+        there); building and encoding the series from them can then run in any thread."""
         runs = self.manager.listed()
         held = held_runs(runs)
         exported = held[:MAX_RUNS]
-        self._forget(exported)
         return Snapshot(statuses=Counter(run.status for run in runs), unexported=len(held) - len(exported),
                         producers=self.manager.producers, viewers=self.manager.viewers,
-                        runs=[self._read(run) for run in exported], process=self.process)
+                        runs=[_read(run) for run in exported], process=self.process)
 
-    def _forget(self, exported: list[Run]) -> None:
-        """Histograms of runs no longer exported go (they are rebuilt from the run's state if it comes back)."""
-        keep = {run.id: run.log.state for run in exported}
-        for run_id in [r for r, f in self._fetches.items() if keep.get(r) is not f.state]:
-            del self._fetches[run_id]
 
-    def _read(self, run: Run) -> RunReading:
-        s, log = run.log.state, run.log
-        fetches = self._fetches.get(run.id)
-        if fetches is None:
-            fetches = self._fetches[run.id] = _Fetches(s)
-        fetches.catch_up()
-        queues: Counter[str] = Counter()
-        for worker in s.workers.values():
-            queues[worker_label(worker.id)] += len(worker.queue)
-        return RunReading(
-            labels=[run.id, _text(s.job), _text(s.name), str(s.rank)],
-            info=[_text(run.mode or s.mode), run.origin, str(s.world_size)],
-            status=run.status, age=run.event_age(),
-            values=(log.next_seq, run.dropped, log.cut_events, log.state_problem_count, s.batches, s.epochs_done,
-                    s.consumer_wait, s.consumer_wait + s.step_total, s.worker_deaths, s.timeouts, s.outstanding,
-                    s.window, len(s.result_queue), len(s.buffer), s.buffer_high),
-            workers=Counter(w.status for w in s.workers.values()), queues=queues,
-            fetches={label: (fetches.buckets(label), fetches.sums[label]) for label in fetches.counts})
+def _read(run: Run) -> RunReading:
+    """A run's numbers: its meters and its store's counters, O(worker labels) whatever its workers."""
+    s, log = run.log.state, run.log  # the state's names and settings only: a parked run keeps those
+    meters = log.meters.reading()
+    return RunReading(
+        labels=[run.id, _text(s.job), _text(s.name), str(s.rank)],
+        info=[_text(run.mode or s.mode), run.origin, str(s.world_size)],
+        status=run.status, age=run.event_age(),
+        values=(log.next_seq, run.dropped, log.cut_events, log.state_problem_count, *meters.values),
+        workers=meters.workers, queues=meters.queues, fetches=meters.fetches)
 
 
 @dataclass
@@ -160,9 +101,9 @@ class RunReading:
     status: str
     age: float | None
     values: tuple[float, ...]
-    workers: Counter[WorkerStatus]
-    queues: Counter[str]
-    fetches: dict[str, tuple[list[tuple[str, float]], float]]
+    workers: tuple[int, ...]  # in the order of meters.STATES
+    queues: dict[str, int]
+    fetches: dict[str, tuple[list[int], float]]  # per worker label: fetches per bucket (not cumulative), sum
 
 
 @dataclass
@@ -267,13 +208,13 @@ class _Families:
             self.age.add_metric(labels, run.age)
         for family, value in zip(self.scalars, run.values, strict=True):
             family.add_metric(labels, value)
-        for worker_status in WorkerStatus:
-            self.workers.add_metric([*labels, str(worker_status)], run.workers[worker_status])
+        for worker_status, count in zip(STATES, run.workers, strict=True):
+            self.workers.add_metric([*labels, str(worker_status)], count)
         for label in sorted(run.queues, key=_worker_order):
             self.queue.add_metric([*labels, label], run.queues[label])
         for label in sorted(run.fetches, key=_worker_order):
-            buckets, total = run.fetches[label]
-            self.fetch.add_metric([*labels, label], buckets, total)
+            counts, total = run.fetches[label]
+            self.fetch.add_metric([*labels, label], list(zip(_BOUNDS, accumulate(counts))), total)
 
     def all(self) -> Iterator[Metric]:
         return iter((self.info, self.status, self.age, *self.scalars, self.workers, self.queue, self.fetch))
