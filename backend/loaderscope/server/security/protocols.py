@@ -5,7 +5,10 @@ may be doing so at once: 21,000 half-sent heads (no token needed) made most heal
 websocket answers every ping with a pong written whether or not the peer reads (a flood of 881k
 pings grew the write buffer by 99 MB), and its keepalive closes a producer with 1011 when the pong
 sits unread behind frames the server itself has not caught up with (it stops reading while the
-app is behind), dropping what that producer had sent.
+app is behind), dropping what that producer had sent. A frame over its size limit it refuses with
+1009 and closes the socket at once, the rest of the frame unread: the kernel then resets the
+connection, and the reset can reach the producer before the close frame (2 of 6 producers sending
+8 MB never saw the 1009 nor why).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import PayloadTooBig
+from websockets.frames import Close, Frame, Opcode
 
 HEAD_TIMEOUT = 10.0  # seconds a connection has to send a whole request head
 MAX_HEADS = 256  # connections still sending their head at once; past it the oldest is closed
@@ -68,8 +73,9 @@ def http_protocol(head_timeout: float = HEAD_TIMEOUT, max_heads: int = MAX_HEADS
 
 
 class WebSocketProtocol(WebSocketsSansIOProtocol):
-    """Stops reading a peer that does not read what it is sent (pongs included), and counts a peer
-    that keeps sending as alive: the keepalive only closes one that has gone quiet."""
+    """Stops reading a peer that does not read what it is sent (pongs included), counts a peer that
+    keeps sending as alive (the keepalive only closes one that has gone quiet), and tells a peer whose
+    frame it refuses why, before the connection ends."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -108,3 +114,38 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
             self.schedule_ping()
             return
         super().keepalive_timeout()
+
+    def handle_parser_exception(self) -> None:
+        """A frame websockets refused (over ``ws_max_size``; text that is not UTF-8): the close frame
+        saying why goes out, then the end of our side of the stream, and the rest of the peer's frame
+        is read and dropped (websockets' parser now discards everything) until the peer closes, for at
+        most ``close_timeout``. Closed at once with that rest unread, the socket would be reset."""
+        if self.close_sent:
+            return  # more of the refused frame: already dropped
+        close = self.conn.close_sent
+        assert close is not None
+        output = self.conn.data_to_send()
+        if isinstance(self.conn.parser_exc, PayloadTooBig):  # websockets' words name no fix: ours do
+            theirs = _close_frame(close)
+            close = Close(close.code, too_big(self.conn.parser_exc))
+            output = [_close_frame(close) if data == theirs else data for data in output]
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": close.code, "reason": close.reason})
+        self.transport.write(b"".join(output))
+        if output and output[-1] == b"" and self.transport.can_write_eof():  # websockets' end of stream
+            self.transport.write_eof()
+        self.close_sent = True
+        if self.read_paused:  # the app, gone, will not read again: the rest of the frame must be read here
+            self.read_paused = False
+            if not self.write_blocked:
+                self.transport.resume_reading()
+        self.close_timer = self.loop.call_later(self.close_timeout, self.transport.close)
+
+
+def too_big(exc: PayloadTooBig) -> str:
+    """The close reason for a frame over the limit (at most 123 bytes of UTF-8, as every reason)."""
+    size = f"of {exc.size:,} bytes " if exc.size is not None else ""
+    return f"a frame {size}is over this dashboard's limit of {exc.max_size:,} bytes; send smaller frames"
+
+
+def _close_frame(close: Close) -> bytes:
+    return Frame(Opcode.CLOSE, close.serialize()).serialize(mask=False)
