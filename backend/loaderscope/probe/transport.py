@@ -23,7 +23,10 @@ A connection that ends otherwise (the dashboard closed it for a limit, a network
 may also leave frames it never read. The dashboard's hello on reconnect says how many events of the
 run it holds (``next_seq``): the sink keeps the frames it sent last (up to ``resend_events`` events)
 and sends again those the dashboard did not get; what it no longer holds is counted as lost and said
-once. The dashboard counts the same events from the gap in the producer's seq numbers.
+once. The dashboard counts the same events from the gap in the producer's seq numbers. A dashboard
+that closed the connection with 1009 refused the first of those frames for its size: sent again it
+would be refused again, for ever, with every frame after it waiting behind it. That frame is dropped
+(its events lost, counted as dropped there too), the dashboard's reason said once, and the rest go on.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0
 CONNECT_TIMEOUT = 3.0
 UNREACHABLE_AFTER = 2.0  # seconds of failed connections before saying so (a restart takes about that)
 REFUSED = (401, 403)
+CLOSE_TOO_BIG = 1009  # the dashboard refused a frame for its size (docs/DESIGN.md §8)
 CLOSE_CONFIRM = 10.0  # seconds close() waits for the dashboard to confirm it read every frame
 
 
@@ -96,10 +100,13 @@ class StreamSink:
         self.recent_events = 0
         self.resend_limit = resend_events
         self.unread = 0  # events sent that the dashboard never read and that could not be sent again
+        self.refused_frames = 0  # events of frames the dashboard refused for their size, dropped (said once)
+        self.too_big: str | None = None  # the reason of the last connection's 1009 close, until its frame is dropped
         self.unconfirmed = False  # the last connection closed without the dashboard's receipt
         self.connected = threading.Event()
         self._wake = threading.Event()
         self._closing = False
+        self._until = 0.0  # once closing: until when one more connection may start, for a refused frame's followers
         self._thread = threading.Thread(target=self._run, name="loaderscope-uplink", daemon=True)
         self._thread.start()
 
@@ -119,17 +126,21 @@ class StreamSink:
     def close(self, timeout: float = 5.0) -> None:
         """Send what is buffered (for at most ``timeout`` seconds), then disconnect."""
         deadline = time.monotonic() + timeout
-        while self.buffer and self.connected.is_set() and time.monotonic() < deadline:
+        # a frame refused for its size ends the connection, and the next one drops it: the rest goes then
+        while self.buffer and (self.connected.is_set() or self.too_big is not None) and time.monotonic() < deadline:
             self._wake.set()
             time.sleep(0.01)
+        self._until = deadline
         self._closing = True
         self._wake.set()
-        self._thread.join(max(0.1, deadline - time.monotonic()) + (CLOSE_CONFIRM if self.connected.is_set() else 0))
+        going = self.connected.is_set() or self.too_big is not None
+        self._thread.join(max(0.1, deadline - time.monotonic()) + (CLOSE_CONFIRM if going else 0))
         lost = self.dropped + self.buffered + self.unread
         if lost:  # the training went on; say what the dashboard did not get
             total = self.sent + self.dropped + self.buffered  # what was sent but never read is in `sent`
-            self._say("lost", f"loaderscope: {lost} of {total} events did not reach the dashboard at "
-                      f"{self.dashboard} ({self._why_lost()})")
+            besides = f"; besides the {self.refused_frames} it refused, said above" if self.refused_frames else ""
+            self._say("lost", f"loaderscope: {lost} of {total + self.refused_frames} events did not reach the "
+                      f"dashboard at {self.dashboard} ({self._why_lost()}){besides}")
         elif self.sent and (self.unconfirmed or self._thread.is_alive()):
             self._say("unconfirmed", f"loaderscope: the dashboard at {self.dashboard} did not confirm within "
                       f"{CLOSE_CONFIRM:.0f} s that it read the run's last frames (it is far behind); the end of "
@@ -152,17 +163,22 @@ class StreamSink:
     def _run(self) -> None:
         backoff = BACKOFF_FIRST
         failing_since = time.monotonic()  # when the current run of failed connections began
-        while not self._closing:
+        while not self._closing or self._one_more():
             try:
                 if self._attempt(failing_since):
                     backoff, failing_since = BACKOFF_FIRST, time.monotonic()
             except Exception:  # noqa: BLE001 (_attempt handles its failures; this guards the handlers)
                 pass
             self.connected.clear()
-            if not self._closing:
+            if not self._closing or self._one_more():
                 self._wake.wait(backoff)
                 self._wake.clear()
                 backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _one_more(self) -> bool:
+        """Closing, yet the last connection ended on a frame the dashboard refused: the frames after it,
+        which it did not read either, still go (on one more connection, while close() waits)."""
+        return self.too_big is not None and time.monotonic() < self._until
 
     def _attempt(self, failing_since: float) -> bool:
         """One connection until it ends; whether it got through the handshake (then backoff starts over)."""
@@ -176,8 +192,12 @@ class StreamSink:
             if not self.connected.is_set():
                 self._check_unreachable(failing_since)
         except Exception as exc:  # noqa: BLE001 (a bug or a strange answer must not end the uplink)
-            self._say("error", f"loaderscope: streaming to the dashboard at {self.dashboard} failed "
-                      f"({type(exc).__name__}: {exc}); retrying")
+            # websockets' sync client can trip over its own closing handshake when the dashboard's 1009
+            # crosses our close (an AssertionError in send_context): the refusal, said when its frame is
+            # dropped, is what happened
+            if self.too_big is None:
+                self._say("error", f"loaderscope: streaming to the dashboard at {self.dashboard} failed "
+                          f"({type(exc).__name__}: {exc}); retrying")
         return self.connected.is_set()
 
     def _session(self) -> None:
@@ -187,17 +207,29 @@ class StreamSink:
                      open_timeout=CONNECT_TIMEOUT, close_timeout=CLOSE_CONFIRM, max_size=1 << 20) as ws:
             if self.token is None:  # nothing to prove with, and a dashboard always asks for a token
                 raise proof.Unproven("it took a stream without a token, which a loaderscope dashboard never does")
-            hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
-            self.run = hello.get("run", self.run)
-            self.secret = hello.get("secret", self.secret)
-            held = hello.get("next_seq")
-            if isinstance(held, int) and not isinstance(held, bool) and 0 <= held < self.held:
-                self._resend(self.held - held)  # a restarted dashboard holds less than was sent, or nothing
-            self.refused = self.unproven = None
-            self.connected.set()
-            self._pump(ws)
-            ws.close()
-            self.unconfirmed = ws.protocol.close_rcvd is None
+            try:
+                self._exchange(ws)
+            finally:  # however it ended (a send, the hello, our own close): did the dashboard refuse a frame?
+                close = ws.protocol.close_rcvd
+                if close is not None and close.code == CLOSE_TOO_BIG:
+                    self.too_big = close.reason
+
+    def _exchange(self, ws: ClientConnection) -> None:
+        """The dashboard's hello, what it did not read sent again (but a frame it refused), then frames."""
+        hello = orjson.loads(ws.recv(timeout=CONNECT_TIMEOUT))
+        self.run = hello.get("run", self.run)
+        self.secret = hello.get("secret", self.secret)
+        held = hello.get("next_seq")
+        first_unread_next = True  # the first frame the dashboard did not read is first in the buffer
+        if isinstance(held, int) and not isinstance(held, bool) and 0 <= held < self.held:
+            first_unread_next = self._resend(self.held - held)  # a restart holds less, or nothing
+        self.refused = self.unproven = None
+        self.connected.set()
+        if self.too_big is not None:  # after connected: close() waits for the frames after it all along
+            self._drop_refused(first_unread_next)
+        self._pump(ws)
+        ws.close()
+        self.unconfirmed = ws.protocol.close_rcvd is None
 
     def _proven(self) -> socket.socket | None:
         """A connection whose peer proved the token; None where TLS proves the peer or there is no token
@@ -283,9 +315,10 @@ class StreamSink:
         while self.recent and self.recent_events > self.resend_limit:
             self.recent_events -= self.recent.popleft()[1]
 
-    def _resend(self, missing: int) -> None:
+    def _resend(self, missing: int) -> bool:
         """The dashboard did not read the last ``missing`` events sent: queue again the frames still held
-        (whole frames, newest last), count the rest as lost, and say so once."""
+        (whole frames, newest last), count the rest as lost, and say so once. Returns whether the first
+        frame it did not read is among those queued again (first in line now)."""
         again: list[tuple[bytes, int]] = []
         count = 0
         while self.recent and count + self.recent[-1][1] <= missing:
@@ -294,9 +327,11 @@ class StreamSink:
             count += frame[1]
         self.recent.clear()  # older frames were read: they never go again
         self.recent_events = 0
+        first_again = count == missing
         if missing == self.held and count < missing and self.head is not None:
             again.append((self.head, self.head_count))  # a new run: its config first, then the gap
             count += self.head_count
+            first_again = True
         with self._counts:
             self.buffer.extendleft(again)  # newest first onto the front: the oldest ends up first in line
             self.buffered += count
@@ -308,6 +343,22 @@ class StreamSink:
             self._say("unread", f"loaderscope: the dashboard at {self.dashboard} does not hold {lost} events sent "
                       "before a connection ended (it closed it, or restarted, before reading them), and they are no "
                       "longer held here to send again: they are lost, and counted as dropped there too")
+        return first_again
+
+    def _drop_refused(self, first_in_line: bool) -> None:
+        """The last connection ended on a 1009: the first frame the dashboard did not read is the one it
+        refused. Dropped if it is first in line (else it was no longer held, and is counted lost already)."""
+        reason, self.too_big = self.too_big, None
+        if not first_in_line or not self.buffer:
+            return
+        with self._counts:
+            data, count = self.buffer.popleft()
+            self.buffered -= count
+        self.refused_frames += count
+        events = f"{count} event" + ("s" if count != 1 else "")
+        self._say("too_big", f"loaderscope: the dashboard at {self.dashboard} refused a frame of {events}: "
+                  f"{reason or 'too big'}. Lost, and counted as dropped there; the stream goes on with the next "
+                  "frames, and training goes on")
 
 
 def reachable(dashboard: str, timeout: float = 1.0) -> bool:
