@@ -63,18 +63,18 @@ def _note_finding(note: Mapping[str, Any]) -> tuple[str, str] | None:
     if kind == Kind.WORKER_STUCK:
         if note.get("recovered") is not None:
             return "stuck_recovered", (
-                f"recovered: worker {note['worker']} was stuck on task {note['idx']}{_sample(note)} past the "
-                f"{note.get('threshold', 0):.1f} s threshold{_where(note.get('stack'))}, then finished it: the fetch "
-                f"took {note['recovered']:.1f} s")
+                f"recovered: worker {note['worker']} was stuck on task {note['idx']}{_sample(note)}"
+                f"{_past(note)}{_where(note.get('stack'))}, then finished it: the fetch took {note['recovered']:.1f} s")
+        threshold = f" (threshold {note['threshold']:.1f} s)" if note.get("threshold") is not None else ""
         return "stuck", (f"stuck: worker {note['worker']} has been fetching task {note['idx']}{_sample(note)} for "
-                         f"{note['elapsed']:.1f} s (threshold {note.get('threshold', 0):.1f} s){_where(note.get('stack'))}")
+                         f"{note['elapsed']:.1f} s{threshold}{_where(note.get('stack'))}")
     if kind == Kind.CONSUMER_STUCK:
         held = f" held by worker {note['held_by']}" if note.get("held_by") is not None else ""
         task = f" for task {note['waiting_for']}" if note.get("waiting_for") is not None else ""
         if note.get("recovered") is not None:
             return "consumer_stuck_recovered", (
-                f"recovered: the training loop waited {note['recovered']:.1f} s inside next(){task}{held} (stuck past "
-                f"the {note.get('threshold', 0):.1f} s threshold{_where(note.get('stack'))}), then got its batch")
+                f"recovered: the training loop waited {note['recovered']:.1f} s inside next(){task}{held} (stuck"
+                f"{_past(note)}{_where(note.get('stack'))}), then got its batch")
         return "consumer_stuck", (f"stuck: the training loop has waited {note['elapsed']:.1f} s inside next(){task}"
                                   f"{held}{_where(note.get('stack'))}")
     if kind == Kind.TIMEOUT:
@@ -91,6 +91,11 @@ def _note_finding(note: Mapping[str, Any]) -> tuple[str, str] | None:
         return "probe_error", (f"loaderscope's probe failed in {note['where']} ({note['type']}: {note['message']}); "
                                "training went on, but this run may miss events")
     return None
+
+
+def _past(note: Mapping[str, Any]) -> str:
+    """" past the 10.0 s threshold", when the producer said its threshold (the simulator does not)."""
+    return f" past the {note['threshold']:.1f} s threshold" if note.get("threshold") is not None else ""
 
 
 def _latest_notes(notes: list[dict[str, Any]]) -> Iterator[Mapping[str, Any]]:

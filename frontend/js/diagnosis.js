@@ -62,18 +62,19 @@ export function noteFinding(note) {
   }
   if (kind === 'worker_stuck') {
     if (n.recovered !== undefined && n.recovered !== null) {
-      return ['stuck_recovered', `recovered: worker ${n.worker} was stuck on task ${n.idx}${sample(n)} past the ` +
-        `${f1(n.threshold ?? 0)} s threshold${where(n.stack)}, then finished it: the fetch took ${f1(n.recovered)} s`];
+      return ['stuck_recovered', `recovered: worker ${n.worker} was stuck on task ${n.idx}${sample(n)}${past(n)}` +
+        `${where(n.stack)}, then finished it: the fetch took ${f1(n.recovered)} s`];
     }
-    return ['stuck', `stuck: worker ${n.worker} has been fetching task ${n.idx}${sample(n)} for ${f1(n.elapsed)} s ` +
-      `(threshold ${f1(n.threshold ?? 0)} s)${where(n.stack)}`];
+    const threshold = n.threshold !== undefined && n.threshold !== null ? ` (threshold ${f1(n.threshold)} s)` : '';
+    return ['stuck', `stuck: worker ${n.worker} has been fetching task ${n.idx}${sample(n)} for ${f1(n.elapsed)} s` +
+      `${threshold}${where(n.stack)}`];
   }
   if (kind === 'consumer_stuck') {
     const held = n.held_by !== undefined && n.held_by !== null ? ` held by worker ${n.held_by}` : '';
     const task = n.waiting_for !== undefined && n.waiting_for !== null ? ` for task ${n.waiting_for}` : '';
     if (n.recovered !== undefined && n.recovered !== null) {
       return ['consumer_stuck_recovered', `recovered: the training loop waited ${f1(n.recovered)} s inside next()${task}${held} ` +
-        `(stuck past the ${f1(n.threshold ?? 0)} s threshold${where(n.stack)}), then got its batch`];
+        `(stuck${past(n)}${where(n.stack)}), then got its batch`];
     }
     return ['consumer_stuck', `stuck: the training loop has waited ${f1(n.elapsed)} s inside next()${task}${held}${where(n.stack)}`];
   }
@@ -93,6 +94,11 @@ export function noteFinding(note) {
       'on, but this run may miss events'];
   }
   return null;
+}
+
+/** " past the 10.0 s threshold", when the producer said its threshold (diagnosis.py _past). @param {{threshold?: number|null}} n */
+function past(n) {
+  return n.threshold !== undefined && n.threshold !== null ? ` past the ${f1(n.threshold)} s threshold` : '';
 }
 
 /**

@@ -349,11 +349,12 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     titles = ("batches/s", say("label.input_bound"), say("label.input_bound_steady"), "buffer high", "worker util",
               "status")
     for title in titles:
-        table.add_column(title, justify="right")
+        table.add_column(title, justify="right", no_wrap=True)  # a title cut over two lines reads as two
     for row in rows:
         table.add_row(*(str(row[k]) for k in keys), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
                       f"{row['input_bound_steady']:.0%}", str(row["buffer_high"]), f"{row['worker_util']:.0%}",
                       str(row["status"]))
     out = io.StringIO()
-    Console(file=out, width=max(80, 14 * (len(keys) + len(titles))), color_system=None).print(table)
+    width = sum(max(len(key), 8) + 3 for key in keys) + sum(len(title) + 3 for title in titles)
+    Console(file=out, width=max(80, width), color_system=None).print(table)
     return out.getvalue()
