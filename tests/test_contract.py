@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loaderscope.contract import generate, generated
+from loaderscope.contract import columns, generate, generated
+from loaderscope.contract.columns import ColumnError, Field, column_map
 from loaderscope.contract.events import REQUIRED, STRUCTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +34,39 @@ def test_a_stale_file_fails_the_check_with_the_command_that_fixes_it(tmp_path: P
     assert main(["--check"]) == 1
     said = capsys.readouterr().err
     assert "contract.gen.js out of date" in said and generate.COMMAND in said
+
+
+FETCH = {"idx": Field("int", True), "worker": Field("int", True), "epoch": Field("int", False),
+         "dt": Field("number", False), "nbytes": Field("number", False), "pickled": Field("number", False)}
+
+
+def test_each_field_of_a_frequent_kind_gets_a_column_or_keeps_its_row_whole() -> None:
+    assert columns.frequent()["fetch_end"] == {"idx": "idx", "worker": "worker", "epoch": "epoch", "dt": "a",
+                                               "nbytes": "b", "pickled": "c"}
+    # the experiment: one more optional number, and the columns are taken
+    more = column_map({"fetch_end": FETCH | {"queue_len": Field("number", False)}})
+    assert "queue_len" not in more["fetch_end"] and more["fetch_end"]["pickled"] == "c"
+    shared = column_map({"dispatch": {"idx": Field("int", True), "indices": Field("array", False),
+                                      "n": Field("number", False)},
+                         "fetch_start": {"idx": Field("int", True), "n": Field("number", False),
+                                         "b_only": Field("number", False)}})
+    assert shared["dispatch"] == {"idx": "idx", "indices": "indices", "n": "a"}
+    assert shared["fetch_start"] == {"idx": "idx", "n": "a", "b_only": "b"}  # one column per name, in every kind
+
+
+@pytest.mark.parametrize(("kinds", "said"), [
+    ({"fetch_end": FETCH | {"queue_len": Field("number", True)}},
+     "frequent kind fetch_end: its required field 'queue_len' has no column left"),
+    ({"fetch_end": FETCH | {"label": Field("string", True)}}, "its required field 'label' has no column left"),
+    ({"fetch_end": {k: v for k, v in FETCH.items() if k != "idx"}}, "it needs a required integer 'idx'"),
+    ({"fetch_end": FETCH, "pin_end": {"idx": Field("int", True), "dt": Field("int", False)}},
+     "'dt' is typed int and number"),
+    ({"fetch_end": FETCH | {"epoch": Field("number", False)}}, "'epoch' must be an integer"),
+])
+def test_the_generator_refuses_a_frequent_kind_the_table_cannot_hold(kinds: dict[str, dict[str, Field]],
+                                                                     said: str) -> None:
+    with pytest.raises(ColumnError, match=said):
+        column_map(kinds)
 
 
 def test_the_page_gets_every_kind_with_its_required_fields() -> None:

@@ -922,6 +922,67 @@ export const FREQUENT = Object.freeze([
   "pin_end"
 ]);
 
+/** The column of the page's event table that holds each field of each frequent kind (a row with a field not listed is kept whole). */
+export const COLUMNS = Object.freeze({
+  "dispatch": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch",
+    "indices": "indices",
+    "n": "a"
+  },
+  "fetch_start": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch",
+    "n": "a"
+  },
+  "fetch_end": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch",
+    "dt": "a",
+    "nbytes": "b",
+    "pickled": "c"
+  },
+  "arrive": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch"
+  },
+  "buffer": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch",
+    "waiting_for": "a"
+  },
+  "yield": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch",
+    "wait": "a",
+    "from_buffer": "bool"
+  },
+  "skip": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch"
+  },
+  "pin_start": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch"
+  },
+  "pin_end": {
+    "idx": "idx",
+    "worker": "worker",
+    "epoch": "epoch",
+    "dt": "a",
+    "nbytes": "b",
+    "pinned": "bool"
+  }
+});
+
 /** A compact row's values after [kind, t]. */
 export const ROW_FIELDS = Object.freeze({
   "dispatch": [

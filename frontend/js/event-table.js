@@ -1,16 +1,19 @@
 // Every event of a run, kept column-wise so a million of them cost tens of megabytes, not hundreds,
 // and the garbage collector never walks them. The frequent kinds (dispatch, fetch, pin, arrive,
-// buffer, yield, skip) with only their schema fields go into typed arrays; anything else — rare
-// kinds, unknown kinds, events with extra fields — is kept as the object it came as. `get(i)`
-// gives the event back as a plain object (the same object each time for the kept ones). A trace
-// line of a frequent kind can go straight from its bytes to columns (pushLine), and a whole table into
-// another (append), without an object per event. Pure.
+// buffer, yield, skip) go into typed arrays, each field into the column the contract's generated map
+// gives it (COLUMNS in contract.gen.js, from backend/loaderscope/contract/columns.py); anything else —
+// rare kinds, unknown kinds, a field the map has no column for, a value a column cannot hold — is kept
+// as the object it came as. `get(i)` gives the event back as a plain object (the same object each time
+// for the kept ones). A trace line of a frequent kind can go straight from its bytes to columns
+// (pushLine), and a whole table into another (append), without an object per event. Pure.
 
-import { COMMON_FIELDS, FREQUENT, KINDS, LIMITS } from './contract.gen.js';
+import { COLUMNS as COLUMN_MAP, COMMON_FIELDS, FREQUENT, KINDS, LIMITS } from './contract.gen.js';
 
 /** @typedef {{type: string, nullable: boolean, required: boolean, min?: number, max?: number}} FieldRule */
 /** @type {Record<string, Record<string, FieldRule>>} each kind's own fields (contract.gen.js) */
 const OWN = /** @type {any} */ (KINDS);
+/** @type {Record<string, Record<string, string>>} each frequent kind's fields and their columns */
+const MAP = /** @type {any} */ (COLUMN_MAP);
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 
@@ -18,40 +21,34 @@ const HOT = FREQUENT;
 const CODE = new Map(HOT.map((k, i) => [k, i + 1]));
 const OBJECT = 0; // the row is a kept object
 
-// Fields each hot kind may carry (beyond seq, t, run, rank, kind) and still fit the columns: the
-// contract's own fields of the kind (idx, worker, epoch and the kind's values).
-/** @type {Record<string, Set<string>>} */
-const FIELDS = Object.fromEntries(HOT.map((kind) => [kind, new Set(Object.keys(OWN[kind]))]));
-
-// Where pushLine puts a field's value (EventTable.lineValue): its column, and what it must be.
-const V = { IDX: 0, WORKER: 1, EPOCH: 2, WAITING_FOR: 3, WAIT: 4, INDICES: 5, BOOL: 6, A: 7, B: 8, C: 9 };
-/** @param {string} name a hot kind's field @returns {number} */
-function slotOf(name) {
-  switch (name) {
-    case 'idx': return V.IDX;
-    case 'worker': return V.WORKER;
-    case 'epoch': return V.EPOCH;
-    case 'waiting_for': return V.WAITING_FOR;
-    case 'wait': return V.WAIT;
-    case 'indices': return V.INDICES;
-    case 'from_buffer': case 'pinned': return V.BOOL;
-    case 'nbytes': return V.B;
-    case 'pickled': return V.C;
-    default: return V.A; // n, dt
-  }
+// Where a field's value goes (putValue's slot): its column in the map, and for a float64 column
+// whether the field is an integer (checked as one).
+const V = { IDX: 0, WORKER: 1, EPOCH: 2, INDICES: 3, BOOL: 4, A: 5, B: 6, C: 7, INT_A: 8, INT_B: 9, INT_C: 10 };
+/** @type {Record<string, number>} */
+const SLOT = { idx: V.IDX, worker: V.WORKER, epoch: V.EPOCH, indices: V.INDICES, bool: V.BOOL, a: V.A, b: V.B, c: V.C };
+/** The slot of field `name` of frequent kind `kind` (one in the map). @param {string} kind @param {string} name */
+function slotOf(kind, name) {
+  const slot = SLOT[MAP[kind][name]];
+  return slot >= V.A && OWN[kind][name].type === 'int' ? slot + (V.INT_A - V.A) : slot;
 }
+// A field has one column in every frequent kind (columns.py), so a column of values by name (a
+// Parquet part's) goes to one slot whatever its rows' kinds.
+/** @type {Map<string, number>} */
+const SLOT_BY_NAME = new Map(HOT.flatMap((kind) => Object.keys(MAP[kind]).map((name) => [name, slotOf(kind, name)])));
 
-// pushLine's keys per kind code: the names it reads (FIELDS), as bytes, and a bit mask of those the
-// line must carry (the contract's required fields; worker is checked on its own, see WORKERLESS).
-// pushColumns takes the same names as strings (`bits`: each name's k).
-/** @typedef {{slots: number[], literals: Literal[], bits: Map<string, number>, required: number}} LineKeys */
+// Each kind code's fields that have a column, by their k: pushLine's keys (as bytes), their slots,
+// and a bit mask of those the row must carry (the contract's required fields; worker is checked on
+// its own, see WORKERLESS). pushColumns takes the same names as strings (`bits`: each name's k), and
+// pack() looks every key of an event up in `keys` (k, or -1 for a common field).
+/** @typedef {{names: string[], slots: number[], literals: Literal[], bits: Map<string, number>, keys: Map<string, number>, required: number}} LineKeys */
 /** @type {LineKeys[]} */
-const LINE_KEYS = [{ slots: [], literals: [], bits: new Map(), required: 0 }, ...HOT.map((kind) => {
-  const names = [...FIELDS[kind]];
+const LINE_KEYS = [{ names: [], slots: [], literals: [], bits: new Map(), keys: new Map(), required: 0 }, ...HOT.map((kind) => {
+  const names = Object.keys(MAP[kind]);
   let required = 0;
   for (const [k, name] of names.entries()) if (OWN[kind][name].required && name !== 'worker') required |= 1 << k;
-  return { slots: names.map(slotOf), literals: names.map((name) => literal(`,"${name}":`)),
-    bits: new Map(names.map((name, k) => [name, k])), required };
+  const bits = new Map(names.map((name, k) => [name, k]));
+  return { names, slots: names.map((name) => slotOf(kind, name)), literals: names.map((name) => literal(`,"${name}":`)),
+    bits, keys: new Map([...COMMON_FIELDS.map((name) => /** @type {[string, number]} */ ([name, -1])), ...bits]), required };
 })];
 
 /** A hot kind's code (1, 2, ...), or OBJECT (0) for any other kind. @param {unknown} kind */
@@ -64,9 +61,25 @@ const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH
 /** @type {Record<number, ['idx'|'worker'|'epoch'|'a'|'b'|'c', number, boolean]>} a number slot's column, flag and whether an int (as putValue()) */
 const NUMBER_SLOTS = {
   [V.IDX]: ['idx', 0, true], [V.WORKER]: ['worker', F.WORKER, true], [V.EPOCH]: ['epoch', F.EPOCH, true],
-  [V.WAITING_FOR]: ['a', 0, true], [V.WAIT]: ['a', 0, false], [V.A]: ['a', F.A, false], [V.B]: ['b', F.B, false], [V.C]: ['c', F.C, false],
+  [V.A]: ['a', F.A, false], [V.B]: ['b', F.B, false], [V.C]: ['c', F.C, false],
+  [V.INT_A]: ['a', F.A, true], [V.INT_B]: ['b', F.B, true], [V.INT_C]: ['c', F.C, true],
 };
 const INT_MAX = 2 ** 31 - 1;
+
+// What get() reads for each kind code: each field but idx (set first), its column and presence flag.
+const BOOL_READ = 'bool', INDICES_READ = 'indices';
+/** @typedef {'worker'|'epoch'|'a'|'b'|'c'} NumberColumn */
+/** @type {Array<{names: string[], columns: Array<NumberColumn|'bool'|'indices'>, bits: number[]}>} */
+const READS = LINE_KEYS.map(({ names, slots }) => {
+  const read = names.map((name, k) => {
+    const slot = slots[k];
+    if (slot === V.BOOL) return { name, column: BOOL_READ, bit: F.TRUE | F.FALSE };
+    if (slot === V.INDICES) return { name, column: INDICES_READ, bit: F.INDICES };
+    const [column, bit] = NUMBER_SLOTS[slot];
+    return { name, column, bit };
+  }).filter((r) => r.column !== 'idx');
+  return { names: read.map((r) => r.name), columns: /** @type {any} */ (read.map((r) => r.column)), bits: read.map((r) => r.bit) };
+});
 
 // The typed columns, in the order toParts() hands them over.
 /** @type {ReadonlyArray<'kind' | 'flags' | 'seq' | 't' | 'idx' | 'worker' | 'epoch' | 'a' | 'b' | 'c'>} */
@@ -107,8 +120,6 @@ function schemaValid(e) {
 
 /** @param {unknown} v @returns {v is number} */
 const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
-/** @param {unknown} v @returns {v is number} */
-const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
 
 // 10**k for k <= 22: exact doubles, so an integer below 2**53 divided by one is rounded once, the
 // way JSON.parse rounds the decimal it came from (Clinger's fast path).
@@ -318,9 +329,10 @@ export class EventTable {
     this.idx = grow(Int32Array, this.idx);
     this.worker = grow(Int32Array, this.worker);
     this.epoch = grow(Int32Array, this.epoch);
-    this.a = grow(Float64Array, this.a); // dt | wait | waiting_for | n (dispatch)
-    this.b = grow(Float64Array, this.b); // nbytes | indices offset (dispatch)
-    this.c = grow(Float64Array, this.c); // pickled | indices count (dispatch)
+    // a, b, c: the fields COLUMNS puts there; b and c also an `indices` list's offset and count
+    this.a = grow(Float64Array, this.a);
+    this.b = grow(Float64Array, this.b);
+    this.c = grow(Float64Array, this.c);
   }
 
   get length() {
@@ -443,7 +455,7 @@ export class EventTable {
   /**
    * Append the event whose line starts at bytes[start] (a trace's UTF-8, read no further than `end`)
    * straight into the columns, if it is written the way loaderscope writes the frequent kinds:
-   * `{"seq":…,"t":…,"run":"…","rank":…,"kind":"…"` then the kind's fields (COMMON and FIELDS) in
+   * `{"seq":…,"t":…,"run":"…","rank":…,"kind":"…"` then the kind's fields (those with a column) in
    * any order, each once, no spaces, no string escapes, no exponents, and the line ends right after
    * its `}` (a newline, or the end of `bytes`). Returns where the line ends; -1, and nothing appended, for any
    * other line: the caller parses it with JSON.parse and pushValid()/push() as before. What it takes
@@ -543,7 +555,7 @@ export class EventTable {
   columnValues(col, n, n0, code, seen) {
     const bits = Int8Array.from(LINE_KEYS, (keys) => keys.bits.get(col.name) ?? -1);
     const { present, num, ids, bool, dict } = col;
-    const slot = slotOf(col.name); // a field goes to the same place whatever its kind
+    const slot = SLOT_BY_NAME.get(col.name) ?? V.A; // a field goes to the same place whatever its kind (V.A: none, bits are -1)
     if (!num || slot === V.BOOL || slot === V.INDICES) { // strings, booleans: as putValue() puts them
       for (let r = 0; r < n; r++) {
         const c = code[r];
@@ -656,88 +668,43 @@ export class EventTable {
       case V.IDX: if (!isInt(v)) return -1; this.idx[i] = v; return flags;
       case V.WORKER: if (!isInt(v)) return -1; this.worker[i] = v; return flags | F.WORKER;
       case V.EPOCH: if (!isInt(v)) return -1; this.epoch[i] = v; return flags | F.EPOCH;
-      case V.WAITING_FOR: if (!isInt(v)) return -1; this.a[i] = v; return flags;
-      case V.WAIT: if (!within(v)) return -1; this.a[i] = v; return flags;
       case V.A: if (!within(v)) return -1; this.a[i] = v; return flags | F.A;
       case V.B: if (!within(v)) return -1; this.b[i] = v; return flags | F.B;
-      default: if (!within(v)) return -1; this.c[i] = v; return flags | F.C;
+      case V.C: if (!within(v)) return -1; this.c[i] = v; return flags | F.C;
+      case V.INT_A: if (!isInt(v)) return -1; this.a[i] = v; return flags | F.A;
+      case V.INT_B: if (!isInt(v)) return -1; this.b[i] = v; return flags | F.B;
+      default: if (!isInt(v)) return -1; this.c[i] = v; return flags | F.C;
     }
   }
 
-  /** Put a hot event into the columns; false when it does not fit (it is then kept whole). @param {number} i @param {LoaderEvent} e */
+  /**
+   * Put a hot event into the columns, each field where the column map says; false when it does not
+   * fit (a field without a column, a value its column cannot hold, a required field missing, another
+   * run's): it is then kept whole. @param {number} i @param {LoaderEvent} e
+   */
   pack(i, e) {
     const code = CODE.get(e.kind);
-    if (code === undefined || !isInt(e.idx) || typeof e.t !== 'number') return false;
+    if (code === undefined || typeof e.t !== 'number') return false;
     if (this.run === undefined) { this.run = e.run; this.rank = e.rank; }
     if (e.run !== this.run || e.rank !== this.rank) return false;
-    const allowed = FIELDS[e.kind];
-    for (const key in e) {
-      if (key === 'seq' || key === 't' || key === 'run' || key === 'rank' || key === 'kind') continue;
-      if (!allowed.has(key)) return false;
+    const { keys, slots } = LINE_KEYS[code];
+    const fields = /** @type {Record<string, unknown>} */ (e);
+    let flags = 0, seen = 0;
+    for (const name in fields) {
+      const k = keys.get(name);
+      if (k === undefined) return false;
+      const v = fields[name];
+      if (k < 0 || v === undefined) continue;
+      flags = this.putValue(slots[k], v, i, flags);
+      if (flags < 0) return false;
+      seen |= 1 << k;
     }
-    let flags = 0;
-    if (e.worker !== undefined) {
-      if (!isInt(e.worker)) return false;
-      flags |= F.WORKER;
-    }
-    if (e.epoch !== undefined) {
-      if (!isInt(e.epoch)) return false;
-      flags |= F.EPOCH;
-      this.epoch[i] = e.epoch;
-    }
-    /** @param {unknown} v @param {number} bit @param {Float64Array} col */
-    const num = (v, bit, col) => {
-      if (v === undefined || v === null) return v === undefined;
-      if (!isNum(v)) return false;
-      flags |= bit;
-      col[i] = v;
-      return true;
-    };
-    switch (e.kind) {
-      case 'dispatch': {
-        if (!num(e.n, F.A, this.a)) return false;
-        const ind = e.indices;
-        if (ind !== undefined && ind !== null) {
-          if (!Array.isArray(ind) || !ind.every(isInt)) return false;
-          this.ensurePool(ind.length);
-          this.pool.set(ind, this.poolN);
-          this.b[i] = this.poolN;
-          this.c[i] = ind.length;
-          this.poolN += ind.length;
-          flags |= F.INDICES;
-        } else if (ind === null) return false;
-        break;
-      }
-      case 'fetch_start':
-        if (!num(e.n, F.A, this.a)) return false;
-        break;
-      case 'fetch_end':
-        if (!num(e.dt, F.A, this.a) || !num(e.nbytes, F.B, this.b) || !num(e.pickled, F.C, this.c)) return false;
-        break;
-      case 'buffer':
-        if (!isInt(e.waiting_for)) return false;
-        this.a[i] = e.waiting_for;
-        break;
-      case 'yield':
-        if (!isNum(e.wait)) return false;
-        this.a[i] = e.wait;
-        if (e.from_buffer === true) flags |= F.TRUE;
-        else if (e.from_buffer === false) flags |= F.FALSE;
-        else if (e.from_buffer !== undefined) return false;
-        break;
-      case 'pin_end':
-        if (!num(e.dt, F.A, this.a) || !num(e.nbytes, F.B, this.b)) return false;
-        if (e.pinned === true) flags |= F.TRUE;
-        else if (e.pinned === false) flags |= F.FALSE;
-        else if (e.pinned !== undefined) return false;
-        break;
-      default:
-        break;
-    }
+    const required = REQUIRED[code];
+    if ((seen & required) !== required || !(flags & F.WORKER || WORKER_OPTIONAL[code])) return false;
     this.kind[i] = code;
     this.flags[i] = flags;
-    this.idx[i] = e.idx;
-    this.worker[i] = flags & F.WORKER ? e.worker : 0;
+    if (!(flags & F.WORKER)) this.worker[i] = 0;
+    if (flags & F.INDICES) this.poolN += this.c[i];
     return true;
   }
 
@@ -768,41 +735,16 @@ export class EventTable {
   get(i) {
     const code = this.kind[i];
     if (code === OBJECT) return this.kept(i);
-    const kind = HOT[code - 1];
     const flags = this.flags[i];
     /** @type {LoaderEvent} */
-    const e = { seq: this.seq[i], t: this.t[i], run: this.run, rank: this.rank, kind, idx: this.idx[i] };
-    if (flags & F.WORKER) e.worker = this.worker[i];
-    if (flags & F.EPOCH) e.epoch = this.epoch[i];
-    switch (kind) {
-      case 'dispatch':
-        if (flags & F.INDICES) e.indices = /** @type {number[]} */ (this.indicesOf(i));
-        if (flags & F.A) e.n = this.a[i];
-        break;
-      case 'fetch_start':
-        if (flags & F.A) e.n = this.a[i];
-        break;
-      case 'fetch_end':
-        if (flags & F.A) e.dt = this.a[i];
-        if (flags & F.B) e.nbytes = this.b[i];
-        if (flags & F.C) e.pickled = this.c[i];
-        break;
-      case 'buffer':
-        e.waiting_for = this.a[i];
-        break;
-      case 'yield':
-        e.wait = this.a[i];
-        if (flags & F.TRUE) e.from_buffer = true;
-        else if (flags & F.FALSE) e.from_buffer = false;
-        break;
-      case 'pin_end':
-        if (flags & F.A) e.dt = this.a[i];
-        if (flags & F.B) e.nbytes = this.b[i];
-        if (flags & F.TRUE) e.pinned = true;
-        else if (flags & F.FALSE) e.pinned = false;
-        break;
-      default:
-        break;
+    const e = { seq: this.seq[i], t: this.t[i], run: this.run, rank: this.rank, kind: HOT[code - 1], idx: this.idx[i] };
+    const fields = /** @type {Record<string, unknown>} */ (e);
+    const { names, columns, bits } = READS[code];
+    for (let k = 0; k < names.length; k++) {
+      const bit = bits[k];
+      if (!(flags & bit)) continue;
+      const column = columns[k];
+      fields[names[k]] = column === BOOL_READ ? (flags & F.TRUE) !== 0 : column === INDICES_READ ? this.indicesOf(i) : this[column][i];
     }
     return e;
   }
@@ -818,7 +760,7 @@ export class EventTable {
     const optional = (bit, col) => (tb, i) => (tb.flags[i] & bit ? tb[col][i] : undefined);
     /** @param {EventTable} tb @param {number} i */
     const bool = (tb, i) => (tb.flags[i] & F.TRUE ? true : tb.flags[i] & F.FALSE ? false : undefined);
-    if (!FIELDS[kind]) throw new Error(`EventTable.field: ${kind} is not a packed kind`);
+    if (!MAP[kind]) throw new Error(`EventTable.field: ${kind} is not a packed kind`);
     switch (name) {
       case 'seq': return (tb, i) => tb.seq[i];
       case 't': return (tb, i) => tb.t[i];
@@ -830,15 +772,13 @@ export class EventTable {
       case 'epoch': return (tb, i) => (tb.flags[i] & F.EPOCH ? tb.epoch[i] : undefined);
       default: break;
     }
-    if (!FIELDS[kind].has(name)) return () => undefined;
-    switch (name) {
-      case 'indices': return (tb, i) => tb.indicesOf(i);
-      case 'wait': case 'waiting_for': return (tb, i) => tb.a[i];
-      case 'nbytes': return optional(F.B, 'b');
-      case 'pickled': return optional(F.C, 'c');
-      case 'from_buffer': case 'pinned': return bool;
-      default: return optional(F.A, 'a'); // n, dt
-    }
+    if (!(name in MAP[kind])) return () => undefined;
+    const slot = slotOf(kind, name);
+    if (slot === V.INDICES) return (tb, i) => tb.indicesOf(i);
+    if (slot === V.BOOL) return bool;
+    const [column, bit] = NUMBER_SLOTS[slot];
+    // a required field is in every packed row: no flag to test
+    return OWN[kind][name].required ? (tb, i) => tb[column][i] : optional(bit, /** @type {'a'|'b'|'c'} */ (column));
   }
 
   /** True when row i is kept whole (an object), false when it is packed in the columns. @param {number} i */

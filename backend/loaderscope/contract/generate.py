@@ -11,44 +11,14 @@ from pathlib import Path
 from typing import Any, Union
 
 import msgspec
-from msgspec import inspect
 
-from loaderscope.contract import events, loader, replay, rules
+from loaderscope.contract import columns, events, loader, replay, rules
+from loaderscope.contract.fieldtypes import describe
 from loaderscope.contract.generated import ROOT
 
 JS_PATH = ROOT / "frontend" / "js" / "contract.gen.js"
 SCHEMA_PATH = ROOT / "docs" / "events.schema.json"
 COMMAND = "python -m loaderscope.contract --write"
-
-
-def describe(annotation: Any) -> dict[str, Any]:
-    """A field's type as the page checks it: ``type`` (int, number, string, bool, object, array or
-    any), ``nullable``, and the bounds of a number."""
-    info = inspect.type_info(annotation)
-    options = info.types if isinstance(info, inspect.UnionType) else (info,)
-    nullable = any(isinstance(t, inspect.NoneType) for t in options)
-    kinds = [t for t in options if not isinstance(t, inspect.NoneType)]
-    out: dict[str, Any] = {"type": _name(kinds), "nullable": nullable}
-    numbers = [t for t in kinds if isinstance(t, (inspect.IntType, inspect.FloatType))]
-    if numbers and out["type"] in ("int", "number"):
-        low = min(t.ge if t.ge is not None else -events.MAX_NUMBER for t in numbers)
-        high = max(_high(t) for t in numbers)
-        out |= {"min": low, "max": high}
-    return out
-
-
-def _high(t: inspect.IntType | inspect.FloatType) -> float:
-    if t.lt is not None:
-        return t.lt - 1
-    return t.le if t.le is not None else events.MAX_NUMBER
-
-
-def _name(kinds: list[inspect.Type]) -> str:
-    names = {type(t).__name__ for t in kinds}
-    table = {frozenset({"IntType"}): "int", frozenset({"IntType", "FloatType"}): "number",
-             frozenset({"FloatType"}): "number", frozenset({"StrType"}): "string", frozenset({"BoolType"}): "bool",
-             frozenset({"DictType"}): "object", frozenset({"ListType"}): "array"}
-    return table.get(frozenset(names), "any")
 
 
 def kinds() -> dict[str, dict[str, Any]]:
@@ -73,6 +43,8 @@ SECTIONS: list[tuple[str, str, Callable[[], Any]]] = [
     ("KINDS", "each known kind's own fields", kinds),
     ("REQUIRED", "the fields each kind must carry beyond the common ones", lambda: events.REQUIRED),
     ("FREQUENT", "the per-batch kinds, kept in typed columns", lambda: events.FREQUENT),
+    ("COLUMNS", "the column of the page's event table that holds each field of each frequent kind "
+     "(a row with a field not listed is kept whole)", columns.frequent),
     ("ROW_FIELDS", "a compact row's values after [kind, t]", lambda: events.ROW_FIELDS),
     ("BATCH_ROW", "the compact row of a whole in-process batch, and how many events it stands for",
      lambda: {"kind": events.BATCH_ROW, "events": events.BATCH_EVENTS, "fields": list(events.BATCH_ROW_FIELDS)}),
