@@ -48,7 +48,7 @@ beside tsc-worker npx --no-install tsc -p tsconfig.worker.json  # ... and its wo
 # then re-checks only what differs (mypy compares each file's hash), ~2 s instead of ~40 s of a core.
 beside mypy env MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/loaderscope/mypy" "$PYTHON" -m mypy
 beside lint-imports .venv/bin/lint-imports          # .importlinter: no upward arrow between layers (DESIGN §1)
-beside contract "$PYTHON" -m loaderscope.contract --check  # contract.gen.js and events.schema.json match the contract
+beside contract "$PYTHON" -m loaderscope.contract --check  # every generated file (generate.OUTPUTS: the page's tables and types, docs/reference, the JSON Schema) matches the contract
 beside wheel "$PYTHON" scripts/check_wheel.py        # the wheel, installed without extras in a clean venv, used
 # The oldest and newest supported torch (2.4.1, 2.14.1 + torchvision), each in a venv of its own, kept
 # per user and built once: the quick selection each time, every test with LOADERSCOPE_TORCH_VERSIONS=1.

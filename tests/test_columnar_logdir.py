@@ -137,7 +137,7 @@ def test_a_parquet_part_of_millions_of_rows_is_refused_at_indexing_with_its_reas
     count first. Refused from it, listed with the reason; the dashboard serves the other runs."""
     write(team_logdir / "mine.trace.jsonl", recorded)
     part = bomb(tmp_path / "made", next(e for e in recorded if e["kind"] == "yield"), 2_000_000)
-    assert part.stat().st_size < 256 * 1024
+    assert part.stat().st_size < 512 * 1024  # a column per declared scalar field: about 6 KB each at 2M nulls
     server = start_server(logdir=str(team_logdir), logdir_poll=0.1)
     assert runs(server)["mine.trace.jsonl"]["status"] == "done"
     before = peak_rss(server.process.pid)

@@ -22,18 +22,28 @@ def test_the_checked_in_files_are_what_their_tables_generate(module: str) -> Non
     assert done.returncode == 0, done.stderr
 
 
-def test_a_stale_file_fails_the_check_with_the_command_that_fixes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("name", [path.name for path in generate.OUTPUTS])
+def test_a_stale_file_fails_the_check_with_the_command_that_fixes_it(name: str, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    target = tmp_path / "contract.gen.js"
+    """Every generated file, the page's types and the reference included: a field declared and not
+    regenerated fails CI."""
+    outputs = {tmp_path / path.name: render for path, render in generate.OUTPUTS.items()}
 
     def main(argv: list[str]) -> int:
-        return generated.main(argv, {target: generate.render_js}, "backend/loaderscope/contract/",
-                              generate.COMMAND, root=tmp_path)
+        return generated.main(argv, outputs, "backend/loaderscope/contract/", generate.COMMAND, root=tmp_path)
     assert main(["--write"]) == 0 and main(["--check"]) == 0
-    target.write_text(target.read_text().replace('"waiting_for"', '"waiting"'))
+    target = tmp_path / name
+    assert "waiting_for" in target.read_text()
+    target.write_text(target.read_text().replace("waiting_for", "waiting"))
     assert main(["--check"]) == 1
     said = capsys.readouterr().err
-    assert "contract.gen.js out of date" in said and generate.COMMAND in said
+    assert f"{name} out of date" in said and generate.COMMAND in said
+
+
+def test_the_generated_files_are_the_ones_ci_checks() -> None:
+    assert {path.relative_to(ROOT).as_posix() for path in generate.OUTPUTS} == {
+        "frontend/js/contract.gen.js", "frontend/js/types.gen.js", "docs/reference/events.md",
+        "docs/events.schema.json"}
 
 
 FETCH = {"idx": Field("int", True), "worker": Field("int", True), "epoch": Field("int", False),
@@ -42,7 +52,7 @@ FETCH = {"idx": Field("int", True), "worker": Field("int", True), "epoch": Field
 
 def test_each_field_of_a_frequent_kind_gets_a_column_or_keeps_its_row_whole() -> None:
     assert columns.frequent()["fetch_end"] == {"idx": "idx", "worker": "worker", "epoch": "epoch", "dt": "a",
-                                               "nbytes": "b", "pickled": "c"}
+                                               "nbytes": "b", "pickled": "c", "stop": "bool"}
     # the issue's experiment: one more optional number, and the columns are taken
     more = column_map({"fetch_end": FETCH | {"queue_len": Field("number", False)}})
     assert "queue_len" not in more["fetch_end"] and more["fetch_end"]["pickled"] == "c"

@@ -62,6 +62,8 @@ _STRING = pa.dictionary(pa.int32(), pa.string())
 
 def _arrow_type(info: Any) -> pa.DataType | None:
     """The column type of one contract field type, or None for a field that goes to ``extra``."""
+    if isinstance(info, mi.Metadata):  # a field's description around its type
+        return _arrow_type(info.type)
     kinds = [t for t in getattr(info, "types", (info,)) if not isinstance(t, mi.NoneType)]
     if all(isinstance(t, mi.IntType | mi.FloatType) for t in kinds) and any(isinstance(t, mi.FloatType) for t in kinds):
         return pa.float64()

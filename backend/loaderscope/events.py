@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from functools import partial
 from operator import countOf, itemgetter
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 import orjson
@@ -48,6 +48,9 @@ class EventError(ValueError):
 
 def _present(annotation: Any) -> Any:
     """A field's type where a value must be given (a compact row has every position)."""
+    if get_origin(annotation) is Annotated:  # its bounds and description kept around the type
+        inner, *metadata = get_args(annotation)
+        return Annotated[(_present(inner), *metadata)]
     if get_origin(annotation) is Union:
         return Union[tuple(arg for arg in get_args(annotation) if arg is not UnsetType)]  # noqa: UP007
     return annotation

@@ -130,42 +130,46 @@ export const KINDS = Object.freeze({
       "required": false
     },
     "scenario": {
-      "type": "any",
+      "type": "string",
       "nullable": true,
       "required": false
     },
     "params": {
-      "type": "any",
+      "type": "object",
       "nullable": true,
       "required": false
     },
     "torch": {
-      "type": "any",
+      "type": "string",
       "nullable": true,
       "required": false
     },
     "python": {
-      "type": "any",
+      "type": "string",
       "nullable": true,
       "required": false
     },
     "host": {
-      "type": "any",
+      "type": "string",
       "nullable": true,
       "required": false
     },
     "pid": {
-      "type": "any",
+      "type": "int",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     },
     "wall_start": {
-      "type": "any",
+      "type": "number",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     },
     "snapshot": {
-      "type": "any",
+      "type": "bool",
       "nullable": true,
       "required": false
     },
@@ -187,27 +191,29 @@ export const KINDS = Object.freeze({
       "required": false
     },
     "stats": {
-      "type": "any",
+      "type": "object",
       "nullable": true,
       "required": false
     },
     "error": {
-      "type": "any",
+      "type": "object",
       "nullable": true,
       "required": false
     },
     "exitcode": {
-      "type": "any",
+      "type": "int",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     },
     "truncated": {
-      "type": "any",
+      "type": "bool",
       "nullable": true,
       "required": false
     },
     "source": {
-      "type": "any",
+      "type": "string",
       "nullable": true,
       "required": false
     }
@@ -221,8 +227,10 @@ export const KINDS = Object.freeze({
       "required": true
     },
     "batches": {
-      "type": "any",
+      "type": "int",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     }
   },
@@ -235,23 +243,27 @@ export const KINDS = Object.freeze({
       "required": true
     },
     "batches": {
-      "type": "any",
+      "type": "int",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     },
     "abandoned": {
-      "type": "any",
+      "type": "bool",
       "nullable": true,
       "required": false
     },
     "shard": {
-      "type": "any",
+      "type": "string",
       "nullable": true,
       "required": false
     },
     "shard_length": {
-      "type": "any",
+      "type": "int",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     }
   },
@@ -267,6 +279,13 @@ export const KINDS = Object.freeze({
       "type": "any",
       "nullable": false,
       "required": true
+    },
+    "replayed": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
     }
   },
   "worker_start": {
@@ -278,8 +297,10 @@ export const KINDS = Object.freeze({
       "required": true
     },
     "pid": {
-      "type": "any",
+      "type": "int",
       "nullable": false,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": true
     }
   },
@@ -292,13 +313,17 @@ export const KINDS = Object.freeze({
       "required": true
     },
     "pid": {
-      "type": "any",
+      "type": "int",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     },
     "exitcode": {
-      "type": "any",
+      "type": "int",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     }
   },
@@ -408,6 +433,11 @@ export const KINDS = Object.freeze({
       "nullable": true,
       "min": -9007199254740992,
       "max": 9007199254740992,
+      "required": false
+    },
+    "stop": {
+      "type": "bool",
+      "nullable": true,
       "required": false
     }
   },
@@ -615,6 +645,42 @@ export const KINDS = Object.freeze({
       "min": -9007199254740992,
       "max": 9007199254740992,
       "required": false
+    },
+    "pid": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "threshold": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "pos": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "sample": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "stack": {
+      "type": "array",
+      "nullable": true,
+      "required": false
+    },
+    "state": {
+      "type": "string",
+      "nullable": true,
+      "required": false
     }
   },
   "consumer_stuck": {
@@ -624,6 +690,37 @@ export const KINDS = Object.freeze({
       "min": -9007199254740992,
       "max": 9007199254740992,
       "required": true
+    },
+    "threshold": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "stack": {
+      "type": "array",
+      "nullable": true,
+      "required": false
+    },
+    "waiting_for": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "held_by": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "has_data": {
+      "type": "bool",
+      "nullable": true,
+      "required": false
     }
   },
   "worker_died": {
@@ -647,12 +744,47 @@ export const KINDS = Object.freeze({
       "required": false
     },
     "pid": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "exitcode": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "epoch": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "pos": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "sample": {
       "type": "any",
       "nullable": true,
       "required": false
     },
-    "exitcode": {
-      "type": "any",
+    "elapsed": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "holding": {
+      "type": "bool",
       "nullable": true,
       "required": false
     }
@@ -671,6 +803,32 @@ export const KINDS = Object.freeze({
     "traceback": {
       "type": "string",
       "nullable": true,
+      "required": false
+    },
+    "where": {
+      "type": "string",
+      "nullable": true,
+      "required": false
+    },
+    "idx": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "worker": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 4095,
+      "required": false
+    },
+    "epoch": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     }
   },
@@ -716,17 +874,21 @@ export const KINDS = Object.freeze({
       "required": false
     },
     "pickle_bytes": {
-      "type": "any",
+      "type": "number",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     },
     "pickle_s": {
-      "type": "any",
+      "type": "number",
       "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
       "required": false
     },
     "values": {
-      "type": "any",
+      "type": "bool",
       "nullable": true,
       "required": false
     }
@@ -759,7 +921,7 @@ export const KINDS = Object.freeze({
       "required": false
     },
     "device": {
-      "type": "any",
+      "type": "string",
       "nullable": true,
       "required": false
     },
@@ -796,6 +958,81 @@ export const KINDS = Object.freeze({
       "type": "any",
       "nullable": false,
       "required": true
+    },
+    "cause": {
+      "type": "string",
+      "nullable": true,
+      "required": false
+    },
+    "advice": {
+      "type": "string",
+      "nullable": true,
+      "required": false
+    },
+    "worker": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 4095,
+      "required": false
+    },
+    "idx": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "sample": {
+      "type": "any",
+      "nullable": true,
+      "required": false
+    },
+    "indices": {
+      "type": "array",
+      "nullable": true,
+      "required": false
+    },
+    "where": {
+      "type": "object",
+      "nullable": true,
+      "required": false
+    },
+    "details": {
+      "type": "array",
+      "nullable": true,
+      "required": false
+    },
+    "pid": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "samples": {
+      "type": "int",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "duration": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "training": {
+      "type": "string",
+      "nullable": true,
+      "required": false
+    },
+    "job": {
+      "type": "string",
+      "nullable": true,
+      "required": false
     }
   },
   "loop": {
@@ -943,7 +1180,8 @@ export const COLUMNS = Object.freeze({
     "epoch": "epoch",
     "dt": "a",
     "nbytes": "b",
-    "pickled": "c"
+    "pickled": "c",
+    "stop": "bool"
   },
   "arrive": {
     "idx": "idx",

@@ -786,7 +786,7 @@ export class EventTable {
     return this.kind[i] === OBJECT;
   }
 
-  /** Sample indices of a dispatch row (null when it had none). @param {number} i @returns {number[]|null} */
+  /** Sample indices of a dispatch row (null when it had none). @param {number} i @returns {import('./types.js').Indices|null} */
   indicesOf(i) {
     if (this.kind[i] === OBJECT) return this.kept(i).indices ?? null;
     if (!(this.flags[i] & F.INDICES)) return null;

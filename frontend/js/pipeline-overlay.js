@@ -337,7 +337,7 @@ function lastConsumerWait(state) {
   return state.consumer_wait;
 }
 
-/** Sample indices in a few characters: the first 8, and how many more. @param {number[]|null|undefined} indices @param {number|null|undefined} n */
+/** Sample indices in a few characters: the first 8, and how many more. @param {import('./types.js').Indices|null|undefined} indices @param {number|null|undefined} n */
 export function fmtIndices(indices, n) {
   if (!indices || !indices.length) return n ? `${n} samples` : '';
   const shown = indices.slice(0, 8).join(' ');

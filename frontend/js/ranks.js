@@ -57,14 +57,14 @@ export function isPadding(reads, length, twice, missing) {
 /**
  * Overlap and coverage of one epoch's shards across ranks (ranks.shard_report); the indices that
  * DistributedSampler's padding explains are `padding`, not `overlap`.
- * @param {Map<number, {shard?: string}>|Record<number, {shard?: string}>} epochEnds rank -> epoch_end event (with shard)
+ * @param {Map<number, {shard?: string|null}>|Record<number, {shard?: string|null}>} epochEnds rank -> epoch_end event (with shard)
  * @param {number} length dataset length
  * @param {number} [sample] indices named per list
  * @returns {Promise<ShardReport>}
  */
 export async function shardReport(epochEnds, length, sample = 10) {
-  /** @type {Array<[number, {shard?: string}]>} */
-  const entries = (epochEnds instanceof Map ? [...epochEnds] : Object.entries(epochEnds).map(([r, e]) => /** @type {[number, {shard?: string}]} */ ([Number(r), e])))
+  /** @type {Array<[number, {shard?: string|null}]>} */
+  const entries = (epochEnds instanceof Map ? [...epochEnds] : Object.entries(epochEnds).map(([r, e]) => /** @type {[number, {shard?: string|null}]} */ ([Number(r), e])))
     .sort((a, b) => a[0] - b[0]);
   const total = new Uint16Array(length);
   /** @type {Record<number, number>} */

@@ -17,6 +17,8 @@ import { RunStatus } from './schema.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 /** @template {import('./types.js').Kind} K @typedef {import('./types.js').EventOf<K>} EventOf */
+/** @template {import('./types.js').Kind} K @typedef {import('./types.js').NoteOf<K>} NoteOf */
+/** @typedef {import('./types.js').Indices} Indices */
 
 /** Where a task is in the pipeline, and a worker's status: the contract's tables. */
 export const Where = WHERE;
@@ -26,16 +28,16 @@ export const MAX_BATCH_SAMPLES = 64;
 export const MAX_KEPT = 1000; // notes, errors and violations kept per run (state.py MAX_KEPT)
 
 /**
- * @typedef {{idx:number, worker:number, indices:number[]|null, n:number, dispatched:number, where:string,
+ * @typedef {{idx:number, worker:number, indices:Indices|null, n:number, dispatched:number, where:string,
  *   fetch_start:number|null, fetch_end:number|null, pin_start:number|null, pin_end:number|null,
  *   arrived:number|null, nbytes:number|null, epoch:number}} Task
  * @typedef {{id:number, pid:number|null, status:string, current:number|null, queue:number[], fetch_times:number[],
  *   busy:number, nbytes:number, exitcode:number|null, signal:string|null,
- *   stuck:EventOf<'worker_stuck'>|null, died:EventOf<'worker_died'>|null}} Worker
+ *   stuck:NoteOf<'worker_stuck'>|null, died:NoteOf<'worker_died'>|null}} Worker
  */
 
 /**
- * @param {number} idx @param {number} worker @param {number[]|null} indices @param {number} n
+ * @param {number} idx @param {number} worker @param {Indices|null} indices @param {number} n
  * @param {number} dispatched @param {number} epoch
  * @returns {Task}
  */
@@ -160,7 +162,7 @@ export class LoaderState {
     this.consumer_note = null;
     /** @type {Array<[number, number]>} (epoch, idx) as released */
     this.yield_order = [];
-    /** @type {EventOf<'error'>[]} */
+    /** @type {NoteOf<'error'>[]} */
     this.errors = [];
     /** @type {LoaderEvent[]} stuck, died, timeout, unknown kinds */
     this.notes = [];
@@ -297,7 +299,7 @@ function epochStart(s, e) {
 export const PEEK_BATCHES = 3; // an iterator abandoned with fewer batches than this (and than its epoch) was a peek
 
 /** An epoch_end of an iterator left after a look at its first batches, not an epoch of training (state.py is_peek). */
-/** @param {{batches?: number|null, abandoned?: boolean}} e @param {number|null} [batchesPerEpoch] */
+/** @param {{batches?: number|null, abandoned?: boolean|null}} e @param {number|null} [batchesPerEpoch] */
 export function isPeek(e, batchesPerEpoch) {
   const b = e.batches;
   return Boolean(e.abandoned) && typeof b === 'number' && Number.isInteger(b) && b < PEEK_BATCHES &&
@@ -363,6 +365,7 @@ function workerDied(s, e) {
   const w = s.worker(e.worker);
   w.exitcode = e.exitcode ?? null;
   w.signal = e.signal ?? null;
+  /** @type {NoteOf<'worker_died'>} */
   const note = { ...e };
   const task = s.tasks.get(e.idx ?? -1);
   if (task !== undefined && !('indices' in note)) note.indices = task.indices;
@@ -372,6 +375,7 @@ function workerDied(s, e) {
 
 /** @param {LoaderState} s @param {EventOf<'error'>} e */
 function error(s, e) {
+  /** @type {NoteOf<'error'>} */
   const err = { ...e };
   const task = s.tasks.get(e.idx ?? -1);
   if (task !== undefined && !('indices' in err)) err.indices = task.indices;

@@ -172,8 +172,8 @@ export class ServerRun {
       if (e.kind === 'run_end' && !this.finalPolled) {
         this.finalPolled = true;
         this.poll();
-      } else if (e.kind === 'run_start' && e.job && e.world_size !== undefined && e.world_size > 1 && !this.ranksLooked) {
-        this.jobOrRanks(e.job, e.world_size, e.name ?? null);
+      } else if (e.kind === 'run_start' && e.job && (e.world_size ?? 1) > 1 && !this.ranksLooked) {
+        this.jobOrRanks(e.job, e.world_size ?? 1, e.name ?? null);
       }
     }
   }

@@ -324,7 +324,7 @@ export class TimelineStore {
         this.marks.push({ t, kind: e.kind, text: `the training loop waited ${(+e.elapsed).toFixed(1)} s for task ${e.waiting_for}` });
         break;
       case 'error':
-        this.marks.push({ t, kind: e.kind, worker: e.worker, text: `${e.type}: ${e.message}` });
+        this.marks.push({ t, kind: e.kind, worker: e.worker ?? undefined, text: `${e.type}: ${e.message}` });
         break;
       case 'timeout':
         this.marks.push({ t, kind: e.kind, text: `timeout after ${e.seconds} s` });

@@ -108,7 +108,7 @@ export class Track {
         this.label = `rank ${e.rank}`;
       }
     }
-    else if (kind === 'epoch_end' && typeof e.shard === 'string' && e.epoch !== undefined) this.epochEnds.set(e.epoch, e);
+    else if (kind === 'epoch_end' && typeof e.shard === 'string' && typeof e.epoch === 'number') this.epochEnds.set(e.epoch, e);
     else if (kind === 'run_end') this.complete = true;
     this.kept(e.t ?? 0, row);
   }

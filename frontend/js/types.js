@@ -1,78 +1,21 @@
-// Shared JSDoc types of the page, for `tsc --checkJs` (tsconfig.json): the event shapes of
-// docs/DESIGN.md §3 (backend/loaderscope/events.py), run briefs and summaries. Types only: the module
-// exports nothing at run time; other modules name its types as `import('./types.js').X`. It imports
-// no module: the trace worker's code uses it too (tsconfig.worker.json, no DOM).
+// Shared JSDoc types of the page, for `tsc --checkJs` (tsconfig.json). The events' fields and the
+// shapes they nest are generated from the contract (types.gen.js, by `python -m loaderscope.contract
+// --write`); this module builds the unions the page reads events through on them, and types run
+// briefs and summaries. Types only: the module exports nothing at run time; other modules name its
+// types as `import('./types.js').X`. It imports no module at run time: the trace worker's code uses
+// it too (tsconfig.worker.json, no DOM).
+
+/** @typedef {import('./types.gen.js').Frame} Frame */
+/** @typedef {import('./types.gen.js').LoaderConfig} LoaderConfig */
+/** @typedef {import('./types.gen.js').TimeoutWorker} TimeoutWorker */
+/** @typedef {import('./types.gen.js').BatchStructure} BatchStructure */
+/** @typedef {import('./types.gen.js').KindFields} KindFields */
+/** @typedef {import('./types.gen.js').NoteFields} NoteFields */
 
 /**
- * One frame of a Python stack, as probe/stacks.py sends it (`user`: the frame is in the user's code).
- * @typedef {{file: string, line: number, function: string, code?: string|null, user?: boolean}} Frame
- */
-
-/**
- * `run_start.config` (DESIGN §3): the DataLoader's arguments as torch resolved them, what the probe
- * read off the loader, and the simulator's extras; null where unknown. Other keys (a scenario's
- * `describe` fields) are shown as they come.
- * @typedef {{num_workers?: number, batch_size?: number|null, prefetch_factor?: number|null,
- *   persistent_workers?: boolean, in_order?: boolean, drop_last?: boolean, timeout?: number,
- *   pin_memory?: boolean, pin_memory_active?: boolean, multiprocessing_context?: string|null,
- *   sampler?: string|null, batch_sampler?: string|null, collate_fn?: string|null, dataset?: string|null,
- *   dataset_kind?: string|null, dataset_length?: number|null, batches_per_epoch?: number|null,
- *   epochs?: number, costs?: Record<string, unknown>, [key: string]: unknown}} LoaderConfig
- */
-
-/**
- * Fields every event may carry (DESIGN §3, Common fields); `seq` and `t` as the store and reader give them.
- * @typedef {{seq: number, t: number, run?: string, rank?: number, epoch?: number, worker?: number}} Common
- */
-
-/**
- * A timed-out worker: what it was doing when `DataLoader(timeout=…)` expired.
- * @typedef {{worker: number, idx?: number|null, pos?: number|null, sample?: unknown, elapsed?: number|null}} TimeoutWorker
- */
-
-/**
- * The fields of each known kind beyond the common ones: the required ones (events.py REQUIRED) as
- * required, the rest optional. `null` where a producer sends null for "not known".
- * @typedef {{
- *   run_start: {mode: string, config: LoaderConfig, scenario?: string, params?: Record<string, unknown>,
- *     name?: string|null, job?: string|null, world_size?: number, wall_start?: number|null, snapshot?: boolean,
- *     torch?: string|null, python?: string|null, host?: string|null, pid?: number|null},
- *   run_end: {reason: string, stats?: Record<string, unknown>|null, error?: {type: string, message: string}|null,
- *     exitcode?: number|null, truncated?: boolean, source?: string, message?: string},
- *   epoch_start: {epoch: number, batches?: number|null},
- *   epoch_resume: {epoch: number, batch: number, replayed?: number},
- *   epoch_end: {epoch: number, batches?: number, abandoned?: boolean, shard?: string, shard_length?: number},
- *   worker_start: {worker: number, pid: number|null},
- *   worker_exit: {worker: number, pid?: number|null, exitcode?: number|null},
- *   dispatch: {idx: number, worker: number, indices?: number[]|null, n?: number},
- *   fetch_start: {idx: number, worker: number, n?: number},
- *   fetch_end: {idx: number, worker: number, dt?: number|null, nbytes?: number|null, pickled?: number|null, stop?: boolean},
- *   arrive: {idx: number, worker: number},
- *   pin_start: {idx: number},
- *   pin_end: {idx: number, dt?: number|null, nbytes?: number|null, pinned?: boolean|null},
- *   buffer: {idx: number, worker: number, waiting_for: number},
- *   yield: {idx: number, wait: number, from_buffer?: boolean},
- *   skip: {idx: number, worker: number},
- *   worker_stuck: {worker: number, idx: number, elapsed: number, pid?: number|null, threshold?: number,
- *     pos?: number|null, sample?: unknown, stack?: Frame[]|null, recovered?: number},
- *   consumer_stuck: {elapsed: number, threshold?: number, stack?: Frame[]|null, waiting_for?: number,
- *     held_by?: number|null, has_data?: boolean, recovered?: number},
- *   worker_died: {worker: number, pid?: number|null, exitcode?: number|null, signal?: string|null,
- *     idx?: number|null, pos?: number|null, sample?: unknown, elapsed?: number|null, holding?: unknown,
- *     indices?: number[]|null},
- *   error: {type: string, message: string, traceback?: string|null, where?: string|null, idx?: number|null,
- *     indices?: number[]|null},
- *   timeout: {seconds: number, workers?: TimeoutWorker[]},
- *   batch_info: {idx: number, worker: number, structure: BatchStructure, pickle_bytes?: number|null,
- *     pickle_s?: number|null, values?: boolean},
- *   step: {batch: number, h2d?: number|null, compute?: number|null, h2d_pageable?: number|null,
- *     device?: string|null, bytes?: number|null, pinned?: boolean|null},
- *   probe_error: {where: string, type: string, message: string},
- *   loop: {others: number},
- *   doctor_verdict: {text: string, cause?: string|null, advice?: string|null, idx?: number|null,
- *     sample?: unknown, indices?: number[]|null, where?: Frame|null, details?: string[], pid?: number|null,
- *     samples?: number, duration?: number, training?: string|null, job?: string|null},
- * }} KindFields
+ * The common fields as the page holds events: the store numbered each one (`seq`) and wrote its run's
+ * id (`run`: a string, never the null a producer may send).
+ * @typedef {Omit<import('./types.gen.js').CommonFields, 'seq'|'run'> & {seq: number, run?: string}} Common
  */
 
 /** @typedef {keyof KindFields} Kind */
@@ -107,11 +50,25 @@
  */
 
 /**
- * A note the page lists (track.js noteItems): an event worth a line (stuck, died, error, …), a
- * protocol violation (`type: 'violation'`, `text`), or what the stream says (`type`: `gap` with
- * `from`/`to`, `invalid` with the `event`, `bad`; a `reason`). `_row`: the events loaded before it.
- * @typedef {Partial<LoaderEvent> & {from?: number, to?: number, event?: unknown, unknown?: boolean,
- *   _row?: number}} Note
+ * A kept note of kind K: the event and what the reducers add to it (NoteFields).
+ * @template {Kind} K
+ * @typedef {EventOf<K> & (K extends keyof NoteFields ? NoteFields[K] : {})} NoteOf
+ */
+
+/**
+ * Sample indices as events carry them: JSON scalars (a map-style dataset's keys need not be numbers).
+ * @typedef {NonNullable<KindFields['dispatch']['indices']>} Indices
+ */
+
+/** @typedef {NoteFields[keyof NoteFields] extends infer U ? (U extends unknown ? keyof U : never) : never} NoteFieldName */
+
+/**
+ * A note the page lists (track.js noteItems): an event worth a line (stuck, died, error, …) with
+ * what the reducers add to it (NoteFields: `recovered`, a task's `indices`), a protocol violation
+ * (`type: 'violation'`, `text`), or what the stream says (`type`: `gap` with `from`/`to`, `invalid`
+ * with the `event`, `bad`; a `reason`). `_row`: the events loaded before it.
+ * @typedef {Partial<LoaderEvent> & {[F in NoteFieldName]?: FieldType<NoteFields[keyof NoteFields], F>}
+ *   & {from?: number, to?: number, event?: unknown, unknown?: boolean, _row?: number}} Note
  */
 
 /**
@@ -148,13 +105,6 @@
  * @typedef {{type?: string, enum?: unknown[], default?: unknown, minimum?: number, maximum?: number,
  *   exclusiveMinimum?: number, exclusiveMaximum?: number, description?: string, title?: string,
  *   anyOf?: FieldSchema[], oneOf?: FieldSchema[]}} FieldSchema
- */
-
-/**
- * A batch's structure as probe/batchinfo.py describes it (nested containers down to tensors).
- * @typedef {{type: string, items?: BatchStructure[]|Record<string, BatchStructure>, length?: number,
- *   shape?: number[], dtype?: string, bytes?: number, shared?: boolean, pinned?: boolean|null, via?: string,
- *   values?: unknown[], value?: string}} BatchStructure
  */
 
 export {};

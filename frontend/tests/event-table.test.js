@@ -234,6 +234,7 @@ function asColumns(events) {
 
 test('every declared field of every frequent kind comes back from push, pushLine and pushColumns as it went in', () => {
   const events = everyDeclaredField();
+  assert.ok(events.some((e) => e.kind === 'fetch_end' && 'stop' in e), 'fetch_end.stop is declared (the simulator sends it)');
   const pushed = new EventTable(2);
   const read = new EventTable(2);
   const bytes = new TextEncoder().encode(events.map((e) => JSON.stringify(e)).join('\n'));

@@ -1,9 +1,12 @@
-"""The event schema (version 1), declared once: what probe, simulator and replay produce.
+"""The event schema (version 1), declared once: what the probe, the simulator, the doctor and the
+server send.
 
 Each known kind is a msgspec ``Struct`` below: its fields, their types and limits, which are required
-(no default) and which may be null (``| None``). ``loaderscope.events`` decodes and validates a frame
-against them in one pass, and ``contract/generate.py`` writes the same tables for the page. Adding a
-field is one edit here plus ``python -m loaderscope.contract --write``.
+(no default) and which may be null (``| None``), and what each means (``doc``). ``loaderscope.events``
+decodes and validates a frame against them in one pass, and ``contract/generate.py`` writes from them
+the page's tables, its event column map and its types, and the reference (docs/reference/events.md).
+Adding a field is one edit here, the producer that sends it, and ``python -m loaderscope.contract
+--write``; tests/test_contract_producers.py fails on a field a producer sends that is not here.
 
 Consumers ignore unknown fields and show unknown kinds rather than dropping them, so the schema can
 grow without a version bump; such events are checked by the rules by field name (``NAMED``) and the
@@ -17,6 +20,8 @@ from typing import Annotated, Any, TypeVar, Union
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 from msgspec.structs import fields
+
+from loaderscope.contract.shapes import doc
 
 SCHEMA_VERSION = 1
 COMMON_FIELDS = ("seq", "t", "run", "rank", "kind")
@@ -109,10 +114,14 @@ NAMED: dict[str, Any] = {
 class Common(Struct, kw_only=True, forbid_unknown_fields=True):
     """The fields every event carries (``seq``, ``run`` and ``rank`` are filled in by the server)."""
 
-    seq: Absent[Seq] = UNSET
-    t: Number
-    run: Maybe[str] = UNSET
-    rank: Absent[Int] = UNSET
+    seq: Annotated[Absent[Seq], doc(
+        "position in the run, strictly increasing from 0; the store renumbers what it keeps (a producer's own "
+        "seq only counts what was lost on the way)")] = UNSET
+    t: Annotated[Number, doc(
+        "seconds since the producer's clock origin (the probe: when the loader was instrumented, on "
+        "time.monotonic(), which main process, pin thread and workers share; the simulator: virtual time 0)")]
+    run: Annotated[Maybe[str], doc("the run's id; the store writes its own")] = UNSET
+    rank: Annotated[Absent[Int], doc("the distributed rank ($RANK, else 0)")] = UNSET
 
 
 class Event(Common, tag_field="kind"):
@@ -125,186 +134,287 @@ class UnknownKind(Common):
     kind: str
 
 
+# Who sends a field, where not every producer does: P the probe, S the simulator, D the doctor.
 class RunStart(Event, tag=Kind.RUN_START.value):
-    mode: str
-    config: dict[str, Any]
-    name: Maybe[str] = UNSET
-    job: Maybe[str] = UNSET
-    world_size: Maybe[Int] = UNSET
-    scenario: Maybe[Value] = UNSET  # the rest as the probe (P) and the simulator (S) send them (docs/DESIGN.md, Kinds)
-    params: Maybe[Value] = UNSET
-    torch: Maybe[Value] = UNSET
-    python: Maybe[Value] = UNSET
-    host: Maybe[Value] = UNSET
-    pid: Maybe[Value] = UNSET
-    wall_start: Maybe[Value] = UNSET
-    snapshot: Maybe[Value] = UNSET
-    loader: Maybe[str] = UNSET  # P: the DataLoader class watched, qualified (a subclass or torchdata's)
+    """A run begins: the loader's settings and where it runs."""
+
+    mode: Annotated[str, doc("`real`, `sim`, `replay` or `doctor` (a `loaderscope doctor --out` snapshot)")]
+    config: Annotated[dict[str, Any], doc("the loader's settings as torch resolved them", js="LoaderConfig")]
+    name: Annotated[Maybe[str], doc("the loader's name from the code that built it (watch(), record)")] = UNSET
+    job: Annotated[Maybe[str], doc(
+        "shared by the ranks of one job (a logdir's rule, else $TORCHELASTIC_RUN_ID)")] = UNSET
+    world_size: Annotated[Maybe[Int], doc("ranks in the job")] = UNSET
+    scenario: Annotated[Maybe[str], doc("the built-in scenario run, if any")] = UNSET
+    params: Annotated[Maybe[dict[str, Any]], doc("the scenario's parameters")] = UNSET
+    torch: Annotated[Maybe[str], doc("torch's version (S: null)")] = UNSET
+    python: Annotated[Maybe[str], doc("Python's version")] = UNSET
+    host: Annotated[Maybe[str], doc("the host name (S: `simulator`)")] = UNSET
+    pid: Annotated[Maybe[Int], doc("the training process's pid")] = UNSET
+    wall_start: Annotated[Maybe[Number], doc("epoch seconds at t = 0: ranks line up on it")] = UNSET
+    snapshot: Annotated[Maybe[bool], doc("D: true, the run is a frozen snapshot")] = UNSET
+    loader: Annotated[Maybe[str], doc(
+        "P: the DataLoader class watched, qualified (a subclass, or torchdata's StatefulDataLoader)")] = UNSET
 
 
 class RunEnd(Event, tag=Kind.RUN_END.value):
-    reason: str
-    message: Maybe[str] = UNSET
-    stats: Maybe[Value] = UNSET
-    error: Maybe[Value] = UNSET
-    exitcode: Maybe[Value] = UNSET
-    truncated: Maybe[Value] = UNSET
-    source: Maybe[Value] = UNSET
+    """The run ends (the server writes one for a producer that vanished)."""
+
+    reason: Annotated[str, doc("`done`, `stopped` or `error`: the run's status")]
+    message: Annotated[Maybe[str], doc("the server's: why it ended the run")] = UNSET
+    stats: Annotated[Maybe[dict[str, Any]], doc("the run's summary at its end")] = UNSET
+    error: Annotated[Maybe[dict[str, Any]], doc(
+        "P: the exception a watch()ed script died of, or left `with loader:` on", js="RunError")] = UNSET
+    exitcode: Annotated[Maybe[Int], doc(
+        "the process's exit status, where the run ended because it exited (130 for Ctrl-C)")] = UNSET
+    truncated: Annotated[Maybe[bool], doc("S: the run stopped at the event cap")] = UNSET
+    source: Annotated[Maybe[str], doc("`server` when the server wrote it")] = UNSET
 
 
 class EpochStart(Event, tag=Kind.EPOCH_START.value):
-    epoch: Int
-    batches: Maybe[Scalar] = UNSET
+    """An iterator was created, or a persistent one reset (torch's ``_reset``)."""
+
+    epoch: Annotated[Int, doc("the epoch, from 0")]
+    batches: Annotated[Maybe[Int], doc("S: the batches the epoch will yield")] = UNSET
 
 
 class EpochEnd(Event, tag=Kind.EPOCH_END.value):
-    epoch: Int
-    batches: Maybe[Scalar] = UNSET
-    abandoned: Maybe[Scalar] = UNSET
-    shard: Maybe[Scalar] = UNSET
-    shard_length: Maybe[Scalar] = UNSET
+    """An epoch ended: its iterator ran out, or was left early."""
+
+    epoch: Annotated[Int, doc("the epoch")]
+    batches: Annotated[Maybe[Int], doc("the yields the producer saw in the epoch")] = UNSET
+    abandoned: Annotated[Maybe[bool], doc(
+        "left early: tasks still in flight, a break, an error, a dropped iterator, fewer yields than its length")
+                         ] = UNSET
+    shard: Annotated[Maybe[str], doc(
+        "distributed: how many times each sample index was read, zlib'd and base64'd")] = UNSET
+    shard_length: Annotated[Maybe[Int], doc("distributed: the dataset's length the shard digest covers")] = UNSET
 
 
 class EpochResume(Event, tag=Kind.EPOCH_RESUME.value):
-    epoch: Int
-    batch: Scalar
+    """An iterator restored from a checkpoint (torchdata's ``load_state_dict``) starts part-way into its epoch."""
+
+    epoch: Annotated[Int, doc("the epoch")]
+    batch: Annotated[Scalar, doc("the batch it resumes at")]
+    replayed: Annotated[Maybe[Int], doc(
+        "the batches it fetched again inside __init__ to restore its state (they show as yields)")] = UNSET
 
 
 class WorkerStart(Event, tag=Kind.WORKER_START.value):
-    worker: WorkerId
-    pid: Scalar
+    """A worker process started."""
+
+    worker: Annotated[WorkerId, doc("the worker")]
+    pid: Annotated[Int, doc("its process id")]
 
 
 class WorkerExit(Event, tag=Kind.WORKER_EXIT.value):
-    worker: WorkerId
-    pid: Maybe[Scalar] = UNSET
-    exitcode: Maybe[Scalar] = UNSET
+    """A worker process ended (shutdown, an exhausted shard)."""
+
+    worker: Annotated[WorkerId, doc("the worker")]
+    pid: Annotated[Maybe[Int], doc("its process id")] = UNSET
+    exitcode: Annotated[Maybe[Int], doc("its exit code")] = UNSET
 
 
 class Dispatch(Event, tag=Kind.DISPATCH.value):
-    idx: Int
-    worker: WorkerId
-    epoch: Maybe[Int] = UNSET
-    indices: Maybe[Indices] = UNSET
-    n: Maybe[Number] = UNSET
+    """A task was put on a worker's index queue (torch's ``_try_put_index``)."""
+
+    idx: Annotated[Int, doc("the task: torch's send_idx, counted per epoch")]
+    worker: Annotated[WorkerId, doc("the worker whose index queue took it")]
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
+    indices: Annotated[Maybe[Indices], doc(f"the sample indices, the first {MAX_INDICES}")] = UNSET
+    n: Annotated[Maybe[Number], doc("how many sample indices the task has")] = UNSET
 
 
 class FetchStart(Event, tag=Kind.FETCH_START.value):
-    idx: Int
-    worker: WorkerId
-    epoch: Maybe[Int] = UNSET
-    n: Maybe[Number] = UNSET
+    """The worker took the task and began fetching and collating it."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[WorkerId, doc("the worker")]
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
+    n: Annotated[Maybe[Number], doc("the samples it fetches")] = UNSET
 
 
 class FetchEnd(Event, tag=Kind.FETCH_END.value):
-    idx: Int
-    worker: WorkerId
-    epoch: Maybe[Int] = UNSET
-    dt: Maybe[Number] = UNSET
-    nbytes: Maybe[Number] = UNSET
-    pickled: Maybe[Number] = UNSET
+    """The worker put its result on the result queue."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[WorkerId, doc("the worker")]
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
+    dt: Annotated[Maybe[Number], doc("seconds the fetch took")] = UNSET
+    nbytes: Annotated[Maybe[Number], doc("the batch's payload in bytes")] = UNSET
+    pickled: Annotated[Maybe[Number], doc(
+        "of which crossed pickled by value, not through shared memory")] = UNSET
+    stop: Annotated[Maybe[bool], doc(
+        "S: the worker's iterable dataset ran out: the result is torch's _IterableDatasetStopIteration")] = UNSET
 
 
 class Arrive(Event, tag=Kind.ARRIVE.value):
-    idx: Int
-    worker: WorkerId
-    epoch: Maybe[Int] = UNSET
+    """The main process took the result off the result (or pinned-data) queue."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[WorkerId, doc("the worker that fetched it")]
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
 
 
 class PinStart(Event, tag=Kind.PIN_START.value):
-    idx: Int
-    worker: Maybe[WorkerId] = UNSET
-    epoch: Maybe[Int] = UNSET
+    """The pin-memory thread took the result off the result queue."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[Maybe[WorkerId], doc("S: the worker that fetched it")] = UNSET
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
 
 
 class PinEnd(Event, tag=Kind.PIN_END.value):
-    idx: Int
-    worker: Maybe[WorkerId] = UNSET
-    epoch: Maybe[Int] = UNSET
-    dt: Maybe[Number] = UNSET
-    nbytes: Maybe[Number] = UNSET
-    pinned: Maybe[bool] = UNSET
+    """The pin-memory thread handed the pinned batch on."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[Maybe[WorkerId], doc("S: the worker that fetched it")] = UNSET
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
+    dt: Annotated[Maybe[Number], doc("seconds the pinning took")] = UNSET
+    nbytes: Annotated[Maybe[Number], doc("the batch's payload in bytes")] = UNSET
+    pinned: Annotated[Maybe[bool], doc(
+        "whether the batch's first tensor is page-locked (null: it holds no tensor)")] = UNSET
 
 
 class Buffer(Event, tag=Kind.BUFFER.value):
-    idx: Int
-    worker: WorkerId
-    waiting_for: Int
-    epoch: Maybe[Int] = UNSET
+    """The result arrived out of order: parked in ``_task_info`` until rcvd_idx reaches it."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[WorkerId, doc("the worker that fetched it")]
+    waiting_for: Annotated[Int, doc("rcvd_idx at that moment: the task next() waits for")]
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
 
 
 class Yield(Event, tag=Kind.YIELD.value):
-    idx: Int
-    wait: Number
-    worker: Maybe[WorkerId] = UNSET
-    epoch: Maybe[Int] = UNSET
-    from_buffer: Maybe[bool] = UNSET
+    """next() returned the task's batch to the training loop."""
+
+    idx: Annotated[Int, doc("the task")]
+    wait: Annotated[Number, doc("seconds the training loop spent inside next()")]
+    worker: Annotated[Maybe[WorkerId], doc("S: the worker that fetched it")] = UNSET
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
+    from_buffer: Annotated[Maybe[bool], doc("the batch had been parked in the reorder buffer")] = UNSET
 
 
 class Skip(Event, tag=Kind.SKIP.value):
-    idx: Int
-    worker: WorkerId
-    epoch: Maybe[Int] = UNSET
+    """A task of an exhausted worker was abandoned (iterable datasets), or in-process the iterable ran out in it."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[WorkerId, doc("the worker")]
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
 
 
 class WorkerStuck(Event, tag=Kind.WORKER_STUCK.value):
-    worker: WorkerId
-    idx: Int
-    elapsed: Number
-    epoch: Maybe[Int] = UNSET
+    """A fetch ran past the stuck threshold; said again every 5 s with a fresh stack while it stays stuck."""
+
+    worker: Annotated[WorkerId, doc("the worker")]
+    idx: Annotated[Int, doc("the task it fetches")]
+    elapsed: Annotated[Number, doc("seconds since it began the task")]
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
+    pid: Annotated[Maybe[Int], doc("P, D: the worker's process id")] = UNSET
+    threshold: Annotated[Maybe[Number], doc("P, D: the stuck threshold, s")] = UNSET
+    pos: Annotated[Maybe[Int], doc("P, D: the sample's position in the task")] = UNSET
+    sample: Annotated[Maybe[Value], doc("P, D: the index of the sample it fetches")] = UNSET
+    stack: Annotated[Maybe[list[Any]], doc(
+        "the worker's main thread, outermost frame first (S: one `<simulated>` frame)", js="Frame[]")] = UNSET
+    state: Annotated[Maybe[str], doc("D: what the samples saw it doing (`fetching`, `collate`, `lock`, ...)")] = UNSET
 
 
 class ConsumerStuck(Event, tag=Kind.CONSUMER_STUCK.value):
-    elapsed: Number
+    """The training loop has been inside next() past the stuck threshold."""
+
+    elapsed: Annotated[Number, doc("seconds it has waited")]
+    threshold: Annotated[Maybe[Number], doc("P: the stuck threshold, s")] = UNSET
+    stack: Annotated[Maybe[list[Any]], doc("the training thread's stack, outermost frame first", js="Frame[]")
+                     ] = UNSET
+    waiting_for: Annotated[Maybe[Int], doc("the task next() waits for (rcvd_idx)")] = UNSET
+    held_by: Annotated[Maybe[Int], doc("the worker that holds it, or null")] = UNSET
+    has_data: Annotated[Maybe[bool], doc("P: its result has arrived (parked) and next() still waits")] = UNSET
 
 
 class WorkerDied(Event, tag=Kind.WORKER_DIED.value):
-    worker: WorkerId
-    signal: Maybe[str] = UNSET
-    idx: Maybe[Int] = UNSET  # the task its worker held (probe/liveness.py), if any
-    pid: Maybe[Scalar] = UNSET
-    exitcode: Maybe[Scalar] = UNSET
+    """A worker exited by a signal or a non-zero code."""
+
+    worker: Annotated[WorkerId, doc("the worker")]
+    signal: Annotated[Maybe[str], doc("the signal's name (`SIGKILL`), null for an exit code")] = UNSET
+    idx: Annotated[Maybe[Int], doc("the task it held (probe/liveness.py), or null")] = UNSET
+    pid: Annotated[Maybe[Int], doc("its process id")] = UNSET
+    exitcode: Annotated[Maybe[Int], doc("its exit code (negative: the signal)")] = UNSET
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
+    pos: Annotated[Maybe[Int], doc("P: the sample's position in its task")] = UNSET
+    sample: Annotated[Maybe[Value], doc("P: the index of the sample it fetched")] = UNSET
+    elapsed: Annotated[Maybe[Number], doc("P: seconds since it began the task")] = UNSET
+    holding: Annotated[Maybe[bool], doc("S: it held a task")] = UNSET
 
 
 class Error(Event, tag=Kind.ERROR.value):
-    type: str
-    message: str
-    traceback: Maybe[str] = UNSET
+    """The dataset or collate_fn raised: in a worker (torch's ExceptionWrapper), or in-process."""
+
+    type: Annotated[str, doc("the exception's class name")]
+    message: Annotated[str, doc("its message (a worker's: the last line of its traceback)")]
+    traceback: Annotated[Maybe[str], doc("the traceback, as torch re-raises it")] = UNSET
+    where: Annotated[Maybe[str], doc("P: torch's words for where (`in DataLoader worker process 1`)")] = UNSET
+    idx: Annotated[Maybe[Int], doc("the task that failed, or null")] = UNSET
+    worker: Annotated[Maybe[WorkerId], doc("the worker it failed in")] = UNSET
+    epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
 
 
 class Timeout(Event, tag=Kind.TIMEOUT.value):
-    seconds: Number
-    workers: Maybe[list[Any]] = UNSET
+    """``DataLoader(timeout=...)`` expired in ``_get_data``."""
+
+    seconds: Annotated[Number, doc("the loader's timeout")]
+    workers: Annotated[Maybe[list[Any]], doc("P: what each worker was doing", js="TimeoutWorker[]")] = UNSET
 
 
 class BatchInfo(Event, tag=Kind.BATCH_INFO.value):
-    idx: Int
-    worker: WorkerId
-    structure: Value
-    epoch: Maybe[Int] = UNSET
-    pickle_bytes: Maybe[Value] = UNSET
-    pickle_s: Maybe[Value] = UNSET
-    values: Maybe[Value] = UNSET
+    """The structure of a sampled batch: the first 3 of each worker process (in-process, of each epoch), and
+    any batch whose values were asked for."""
+
+    idx: Annotated[Int, doc("the task")]
+    worker: Annotated[WorkerId, doc("the worker that fetched it")]
+    structure: Annotated[Value, doc("the batch as collated", js="BatchStructure")]
+    epoch: Annotated[Maybe[Int], doc("the epoch")] = UNSET
+    pickle_bytes: Annotated[Maybe[Number], doc("the bytes pickled for the result queue")] = UNSET
+    pickle_s: Annotated[Maybe[Number], doc("seconds the pickling took (null: not measured)")] = UNSET
+    values: Annotated[Maybe[bool], doc("its leaves carry a few values")] = UNSET
 
 
 class Step(Event, tag=Kind.STEP.value):
-    batch: Scalar
-    h2d: Maybe[Number] = UNSET  # the step's own timings (gpu_step), in seconds; state.py adds them up
-    compute: Maybe[Number] = UNSET
-    h2d_pageable: Maybe[Number] = UNSET
-    device: Maybe[Scalar] = UNSET
-    bytes: Maybe[Scalar] = UNSET
-    pinned: Maybe[Scalar] = UNSET
+    """The training step's own timings (the gpu_step scenario)."""
+
+    batch: Annotated[Scalar, doc("the batch's number within the epoch")]
+    h2d: Annotated[Maybe[Number], doc("seconds the copy to the device took")] = UNSET
+    compute: Annotated[Maybe[Number], doc("seconds the step's compute took")] = UNSET
+    h2d_pageable: Annotated[Maybe[Number], doc("seconds a copy from pageable memory took, for comparison")] = UNSET
+    device: Annotated[Maybe[str], doc("the device")] = UNSET
+    bytes: Annotated[Maybe[Scalar], doc("the bytes copied")] = UNSET
+    pinned: Annotated[Maybe[Scalar], doc("the batch was in page-locked memory")] = UNSET
 
 
 class ProbeError(Event, tag=Kind.PROBE_ERROR.value):
-    where: str
-    type: str
-    message: str
+    """loaderscope's own code failed; training went on and this run may miss events (said once per process
+    and place)."""
+
+    where: Annotated[str, doc("the probe's part")]
+    type: Annotated[str, doc("the exception's class name")]
+    message: Annotated[str, doc("its message")]
 
 
 class DoctorVerdict(Event, tag=Kind.DOCTOR_VERDICT.value):
-    text: Value
+    """What ``loaderscope doctor`` concluded from its samples of a process (only in doctor snapshots)."""
+
+    text: Annotated[Value, doc("the verdict")]
+    cause: Annotated[Maybe[str], doc("its cause, a key of doctor/verdict.py's TEXT")] = UNSET
+    advice: Annotated[Maybe[str], doc("what to do about it")] = UNSET
+    worker: Annotated[Maybe[WorkerId], doc("the worker it names")] = UNSET
+    idx: Annotated[Maybe[Int], doc("the task it names")] = UNSET
+    sample: Annotated[Maybe[Value], doc("the index of the sample it names")] = UNSET
+    indices: Annotated[Maybe[Indices], doc("the task's sample indices")] = UNSET
+    where: Annotated[Maybe[dict[str, Any]], doc("the user's frame", js="Frame")] = UNSET
+    details: Annotated[Maybe[list[Any]], doc("one line per thread and worker", js="string[]")] = UNSET
+    pid: Annotated[Maybe[Int], doc("the process sampled")] = UNSET
+    samples: Annotated[Maybe[Int], doc("how many samples were taken")] = UNSET
+    duration: Annotated[Maybe[Number], doc("seconds the samples spanned")] = UNSET
+    training: Annotated[Maybe[str], doc("where the training thread was (`next`, `step`, ...)")] = UNSET
+    job: Annotated[Maybe[str], doc("with --job: the job's sentence")] = UNSET
 
 
 class Loop(Event, tag=Kind.LOOP.value):
@@ -312,7 +422,7 @@ class Loop(Event, tag=Kind.LOOP.value):
     seconds inside other loaders' ``next()`` (a val loader zipped with train, say): that time is neither
     this loader's wait nor the loop's step."""
 
-    others: Number
+    others: Annotated[Number, doc("seconds spent inside other watched loaders' next()")]
 
 
 KINDS: tuple[type[Event], ...] = (
@@ -320,6 +430,17 @@ KINDS: tuple[type[Event], ...] = (
     FetchEnd, Arrive, PinStart, PinEnd, Buffer, Yield, Skip, WorkerStuck, ConsumerStuck, WorkerDied, Error,
     Timeout, BatchInfo, Step, ProbeError, DoctorVerdict, Loop,
 )
+
+# Fields the reducers add to the events they keep as notes (state.py, reducer.js): never sent by a
+# producer, so not in the kinds' Structs; the page's notes are typed with them.
+NOTE_FIELDS: dict[str, dict[str, Any]] = {
+    Kind.WORKER_STUCK.value: {"recovered": Annotated[Number, doc(
+        "seconds the stuck fetch took in all, set when its fetch_end came")]},
+    Kind.CONSUMER_STUCK.value: {"recovered": Annotated[Number, doc(
+        "seconds the training loop waited in all, set when its yield came")]},
+    Kind.WORKER_DIED.value: {"indices": Annotated[Union[Indices, None], doc("the sample indices of the task it held")]},
+    Kind.ERROR.value: {"indices": Annotated[Union[Indices, None], doc("the sample indices of the task that failed")]},
+}
 
 # The frequent kinds: one or more per batch. The page keeps them in typed columns (event-table.js),
 # as many of their declared fields as it has columns for.
