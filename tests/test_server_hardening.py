@@ -68,7 +68,9 @@ def test_a_frame_at_the_cap_is_applied_in_slices_while_health_answers(hard: Live
 # --- bytes, not events -----------------------------------------------------------------------------
 
 def test_large_fields_are_cut_and_the_cut_recorded_while_100kb_events_stay_whole(hard: LiveServer) -> None:
-    big, medium = "x" * (3 << 19), "y" * 100_000  # 1.5 MB: inside a frame, far past an event's budget
+    # 1.5 MB of frames: inside a frame, far past an event's budget
+    big = [{"file": "deep.py", "line": n, "function": "f" * 60} for n in range(16_000)]
+    medium = "y" * 100_000
     ws, run_id = ingest(hard)
     with ws:
         ws.send(orjson.dumps([*START, {"kind": "worker_stuck", "t": 1, "worker": 0, "idx": 0, "elapsed": 9,
@@ -79,7 +81,8 @@ def test_large_fields_are_cut_and_the_cut_recorded_while_100kb_events_stay_whole
         events = http.get(f"/api/runs/{run_id}/events").json()["events"]
         detail = http.get(f"/api/runs/{run_id}").json()
     stuck, note = events[2], events[3]
-    assert len(orjson.dumps(stuck)) <= MAX_EVENT_BYTES and stuck["cut"] == {"stack": len(big) + 2}
+    assert len(orjson.dumps(stuck)) <= MAX_EVENT_BYTES and stuck["cut"] == {"stack": len(orjson.dumps(big))}
+    assert stuck["stack"] == big[-len(stuck["stack"]):] and stuck["stack"]  # still frames: the innermost
     assert note["text"] == medium and "cut" not in note
     assert detail["cut_events"] == 1
 

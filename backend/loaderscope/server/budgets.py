@@ -51,7 +51,7 @@ def encode(event: Event) -> bytes:
 def fitted(event: Event, line: bytes, budget: int) -> tuple[Event, bytes]:
     """``event`` (and its encoding) within ``budget`` bytes: its largest fields cut first.
 
-    A cut field becomes the first CUT_KEEP characters of its JSON text; an event that still does not
+    A cut field keeps about CUT_KEEP bytes and its JSON type (``_shortened``); an event that still does not
     fit (thousands of fields) keeps only the common and required fields. Either way ``cut`` names
     what was cut and how many bytes each had. Returns a new dict; ``event`` is not changed.
     """
@@ -62,9 +62,7 @@ def fitted(event: Event, line: bytes, budget: int) -> tuple[Event, bytes]:
     for size, name in sizes:
         if total <= budget or size <= CUT_KEEP:
             break
-        value = out[name]
-        text = value if isinstance(value, str) else encode(value).decode("utf-8", "replace")
-        out[name] = text[:CUT_KEEP]
+        out[name] = _shortened(out[name])
         cut[name] = size
         total -= size - len(encode(out[name]))
     out["cut"] = cut
@@ -75,6 +73,19 @@ def fitted(event: Event, line: bytes, budget: int) -> tuple[Event, bytes]:
         out["cut"] = {"fields": len(event) - len(out), "bytes": len(encode(event))}
         line = encode(out)
     return out, line
+
+
+def _shortened(value: Any) -> Any:
+    """``value`` in about CUT_KEEP bytes, of the same JSON type, so a page that maps a stack's frames
+    still can: a string's head, a list's last items (a stack's innermost frames), a dict's first keys."""
+    if isinstance(value, list):
+        sizes = list(itertools.accumulate(len(encode(v)) for v in reversed(value)))
+        return value[len(value) - sum(1 for s in sizes if s <= CUT_KEEP):]
+    if isinstance(value, dict):
+        sizes = list(itertools.accumulate(len(encode({k: v})) for k, v in value.items()))
+        return dict(itertools.islice(value.items(), sum(1 for s in sizes if s <= CUT_KEEP)))
+    text = value if isinstance(value, str) else encode(value).decode("utf-8", "replace")
+    return text[:CUT_KEEP]
 
 
 def state_view(event: Event, line: bytes) -> Event:
