@@ -224,3 +224,38 @@ def test_a_dashboard_that_keeps_up_confirms_the_end(server: Any, capfd: pytest.C
     sink = loader._probe_transport
     assert sink.sent > 0 and not sink.unconfirmed
     assert "did not confirm" not in capfd.readouterr().err
+
+
+class Huge(Dataset[torch.Tensor]):
+    """Fails on its second batch with a 3 MB message (the repr of a batch, say): past a frame's 2 MiB."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 5:
+            raise ValueError("bad sample: " + "7" * 3_000_000)
+        return torch.tensor([index])
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_an_error_with_a_huge_message_reaches_the_dashboard_clipped(server: Any, num_workers: int) -> None:
+    def raised(loader: Any) -> BaseException:
+        with pytest.raises(ValueError) as info:
+            list(loader)
+        return info.value
+
+    vanilla = raised(DataLoader(Huge(), batch_size=4, num_workers=num_workers))
+    loader = loaderscope.watch(DataLoader(Huge(), batch_size=4, num_workers=num_workers), url=server.page_url)
+    with loader:
+        probed = raised(loader)
+    assert str(probed) == str(vanilla)  # training sees torch's whole message: only the event is clipped
+    run_id = loader._probe_transport.run
+    wait_for(lambda: next((r for r in _runs(server) if r["id"] == run_id and r["status"] == "done"), None))
+    with server.client() as http:
+        events = http.get(f"/api/runs/{run_id}/events").json()["events"]
+    error = next(e for e in events if e["kind"] == "error")
+    assert error["type"] == "ValueError" and "bad sample: 777" in error["message"][:40]
+    assert "characters left out by loaderscope" in error["message"] and len(error["message"]) < 5_000
+    assert "Huge.__getitem__" in error["traceback"] or "__getitem__" in error["traceback"]
+    assert len(error["traceback"]) < 70_000

@@ -149,16 +149,31 @@ class _TaskInfo(dict):  # type: ignore[type-arg]
             report("skip record", exc)
 
 
+# What an error event keeps of a message and a traceback: an exception's text can hold the repr of a
+# whole batch (megabytes), past a frame's 2 MiB and a trace line's 1 MiB; its head and tail say what failed.
+MESSAGE_CHARS = 4_096
+TRACEBACK_CHARS = 64 * 1024
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: its head and tail, with what was left out said between."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}\n[... {len(text) - 2 * keep:,} characters left out by loaderscope ...]\n{text[-keep:]}"
+
+
 def _exception_fields(wrapper: Any) -> dict[str, Any]:
     """type / message / traceback of a worker's ExceptionWrapper, as torch will re-raise it."""
     text = wrapper.exc_msg or ""
     last = text.strip().splitlines()[-1] if text.strip() else ""
-    return {"type": wrapper.exc_type.__name__, "message": last, "traceback": text, "where": wrapper.where}
+    return {"type": wrapper.exc_type.__name__, "message": clipped(last, MESSAGE_CHARS),
+            "traceback": clipped(text, TRACEBACK_CHARS), "where": wrapper.where}
 
 
 def _main_exception_fields(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc), "where": "in the main process",
-            "traceback": "".join(traceback.format_exception(exc))}
+    return {"type": type(exc).__name__, "message": clipped(str(exc), MESSAGE_CHARS), "where": "in the main process",
+            "traceback": clipped("".join(traceback.format_exception(exc)), TRACEBACK_CHARS)}
 
 
 def signal_name(exitcode: int | None) -> str | None:
