@@ -310,3 +310,30 @@ def test_config_names_the_sampler_that_draws_the_indices_not_torchs_unused_defau
         assert isinstance(loader.sampler, SequentialSampler)  # what torch shows, used or not
         assert loader_config(loader)["sampler"] == expected.split()[0], expected
     assert loader_config(cases["RandomSampler"])["batch_sampler"] == "BatchSampler"
+
+
+class Billions(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 1 << 30  # a web-scale index: a byte per index would be 1 GiB per epoch
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index])
+
+
+class FirstFew(torch.utils.data.DistributedSampler[int]):
+    def __iter__(self) -> Any:
+        return iter(range(self.rank, 64, self.num_replicas))
+
+    def __len__(self) -> int:
+        return 32
+
+
+def test_a_dataset_past_the_shard_checks_length_builds_no_digest() -> None:
+    collector = Collector()
+    dataset = Billions()
+    loader = InstrumentedDataLoader(dataset, batch_size=8, sampler=FirstFew(dataset, num_replicas=2, rank=0),
+                                    sink=collector)
+    assert len(list(loader)) == 4
+    loader.close("done")
+    end = next(e for e in collector.events if e["kind"] == "epoch_end")
+    assert end["batches"] == 4 and "shard" not in end  # no job table reads a digest of 2^30 counts

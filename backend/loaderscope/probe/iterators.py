@@ -37,7 +37,7 @@ from loaderscope.probe.pinning import PinTap
 from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.worker import RingReader, is_stop
-from loaderscope.ranks import encode_shard
+from loaderscope.ranks import MAX_SHARD_LENGTH, encode_shard
 
 ExceptionWrapper = private("torch._utils:ExceptionWrapper")
 pin_memory = private("torch.utils.data._utils.pin_memory:pin_memory")
@@ -80,7 +80,9 @@ class EpochCounter:
         self.epoch += 1
         iterator._probe_epoch, iterator._probe_yields, iterator._probe_first = self.epoch, 0, 0
         self._owner = self._latest = weakref.ref(iterator)
-        self.indices = [] if self.shard_length is not None else None
+        # past MAX_SHARD_LENGTH no job table would read the digest: its index list and counts are not built
+        tracked = self.shard_length is not None and self.shard_length <= MAX_SHARD_LENGTH
+        self.indices = [] if tracked else None
         self.recorder.note("epoch_start", epoch=self.epoch)
 
     def owned_by(self, iterator: Any) -> bool:
