@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from prometheus_client import generate_latest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, Dataset
 
@@ -102,17 +103,17 @@ def test_a_watched_loaders_series_agree_with_the_run_api(start_server: Any) -> N
     assert epoch == pytest.approx(stats["epoch_wall"], rel=1e-9) and wait / epoch == pytest.approx(stats["input_bound"])
     assert one(series, "loaderscope_reorder_buffer_high_tasks", **labels) == stats["buffer_high"] > 0
     assert one(series, "loaderscope_prefetch_window_tasks", **labels) == stats["window"] == 6
-    counts = per_worker(series, "loaderscope_fetch_seconds_count", run_id)
-    assert counts == {str(w["worker"]): w["tasks"] for w in stats["workers"]}
-    assert sum(counts.values()) == 12
-    slowest = {str(w["worker"]): w["fetch_max"] for w in stats["workers"]}
-    for worker, count in counts.items():  # every fetch is at most its worker's slowest, in the bucket that says so
-        buckets = {float(dict(labels)["le"]): value for labels, value in
-                   of(series, "loaderscope_fetch_seconds_bucket", run=run_id, worker=worker).items()}
-        assert buckets[float("inf")] == count
-        assert all(value == count for le, value in buckets.items() if le >= slowest[worker])
+    count = one(series, "loaderscope_fetch_seconds_count", **labels)
+    assert count == sum(w["tasks"] for w in stats["workers"]) == 12
+    slowest = max(w["fetch_max"] for w in stats["workers"])
+    buckets = {float(dict(labels)["le"]): value for labels, value in
+               of(series, "loaderscope_fetch_seconds_bucket", **labels).items()}
+    assert buckets[float("inf")] == count  # every fetch is at most the slowest, in the bucket that says so
+    assert all(value == count for le, value in buckets.items() if le >= slowest)
     states = {dict(labels)["state"]: value for labels, value in of(series, "loaderscope_workers", **labels).items()}
     assert states["exited"] + states["idle"] == 3 and states["stuck"] == states["died"] == 0
+    assert one(series, "loaderscope_producer_lost", **labels) == 0 and not of(series, "loaderscope_worker_state")
+    assert sum(("run", run_id) in key for _, key in series) == metrics.MAX_SERIES - meters.MAX_NAMED
 
 
 def test_metrics_need_the_token_like_the_api(server: Any) -> None:
@@ -131,33 +132,109 @@ def test_metrics_need_the_token_like_the_api(server: Any) -> None:
     assert openmetrics.text.endswith("# EOF\n")
 
 
-def test_logdir_runs_get_series_once_a_page_opens_them(start_server: Any, tmp_path: Path) -> None:
+def recorded_loader() -> list[dict[str, Any]]:
+    """A real 6-batch loader of 2 workers, as its probe recorded it."""
     from loaderscope import InstrumentedDataLoader
-    from loaderscope.trace import TraceWriter
 
     events: list[dict[str, Any]] = []
     loader = InstrumentedDataLoader(torch.arange(24.0), batch_size=4, num_workers=2, sink=events.extend)
     for _ in loader:
         pass
     loader.close()
-    for rank in (0, 1):  # two ranks of one job, as `loaderscope record` writes them
-        events[0].update(job="job-7", world_size=2, rank=rank, name="train_loader")
-        with TraceWriter(tmp_path / "logs" / f"DataLoader-rank{rank}.trace.jsonl", "producer", mode="real") as writer:
-            writer.write([{**event, "rank": rank} for event in events])
-    live = start_server(logdir=str(tmp_path / "logs"))
-    listed = wait_for(lambda: len(runs := [r for r in listing(live) if r["origin"] == "logdir"]) == 2 and runs)
-    series = scrape(live)
-    assert one(series, "loaderscope_runs", status="done") == 2  # counted, not read
-    assert not of(series, "loaderscope_run_info") and one(series, "loaderscope_runs_unexported") == 0
+    return events
 
-    opened = next(r for r in listed if r["rank"] == 1)
-    detail = live.run(opened["id"])  # what a page does when it opens the run
-    series = wait_for(lambda: of(s := scrape(live), "loaderscope_batches_total") and s)
-    labels = {"run": opened["id"], "training_job": "job-7", "loader": "train_loader", "rank": "1"}
+
+def write_rank(path: Path, events: list[dict[str, Any]], rank: int, *, age: float = 0.0) -> None:
+    """Rank ``rank`` of a 4-rank job, as ``loaderscope record`` writes it; last written ``age`` s ago."""
+    from loaderscope.trace import TraceWriter
+
+    start = {**events[0], "job": "job-7", "world_size": 4, "rank": rank, "name": "train_loader"}
+    with TraceWriter(path, "producer", mode="real") as writer:
+        writer.write([start, *({**event, "rank": rank} for event in events[1:])])
+    if age:
+        os.utime(path, (time.time() - age, time.time() - age))
+
+
+def test_logdir_runs_of_the_last_hour_are_exported_without_a_page(start_server: Any, tmp_path: Path) -> None:
+    events = recorded_loader()
+    logs = tmp_path / "logs"
+    write_rank(logs / "DataLoader-rank0.trace.jsonl", events, 0)
+    write_rank(logs / "DataLoader-rank1.trace.jsonl", events, 1)
+    write_rank(logs / "DataLoader-rank2.trace.jsonl", events, 2, age=metrics.WINDOW + 600)  # ended long ago
+    write_rank(logs / "DataLoader-rank3.trace.jsonl", events[:-5], 3, age=120)  # killed: no run_end, silent
+    live = start_server(logdir=str(logs))
+    found = wait_for(lambda: len(runs := [r for r in listing(live) if r["origin"] == "logdir"]) == 4 and runs)
+    listed = {run["rank"]: run for run in found}
+    series = scrape(live)
+    assert {dict(labels)["rank"] for labels in of(series, "loaderscope_run_info", origin="logdir", world_size="4")} \
+        == {"0", "1", "3"}
+    for rank in (0, 1):  # from the index: no file was read for this scrape
+        labels = {"run": listed[rank]["id"], "training_job": "job-7", "loader": "train_loader", "rank": str(rank)}
+        assert one(series, "loaderscope_run_status", status="done", **labels) == 1
+        assert one(series, "loaderscope_batches_total", **labels) == 6
+        assert one(series, "loaderscope_events_total", **labels) == listed[rank]["events"] == len(events)
+        assert one(series, "loaderscope_producer_lost", **labels) == 0
+        assert not of(series, "loaderscope_wait_seconds_total", **labels)  # the index does not say it
+    killed = {"run": listed[3]["id"], "rank": "3"}
+    assert one(series, "loaderscope_run_status", status="truncated", **killed) == 1
+    assert one(series, "loaderscope_producer_lost", **killed) == 1
+    assert one(series, "loaderscope_runs", status="done") == 3 and one(series, "loaderscope_runs_exported") == 3
+
+    live.run(listed[1]["id"])  # a page opens rank 1: its file is read, its meters then say the rest
+    labels = {"run": listed[1]["id"], "rank": "1"}
+    series = wait_for(lambda: of(s := scrape(live), "loaderscope_wait_seconds_total", **labels) and s)
+    detail = live.run(listed[1]["id"])
     assert one(series, "loaderscope_batches_total", **labels) == detail["batches"] == 6
-    assert one(series, "loaderscope_run_info", **labels, origin="logdir", world_size="2") == 1
-    assert one(series, "loaderscope_run_status", status="done", **labels) == 1
-    assert len(of(series, "loaderscope_run_info")) == 1  # rank 0, never opened, still only counted
+    assert one(series, "loaderscope_events_total", **labels) == detail["events"] == len(events)
+    assert one(series, "loaderscope_wait_seconds_total", **labels) == pytest.approx(
+        detail["statistics"]["consumer_wait"], rel=1e-9)
+    assert one(series, "loaderscope_fetch_seconds_count", **labels) == 6
+
+
+def test_a_live_logdir_run_is_read_for_its_numbers_without_its_events_then_keeps_only_its_summary(
+        tmp_path: Path) -> None:
+    """In-process (the store's memory is not visible from outside): a followed file no viewer opened
+    keeps its newest events only, and once it ends, its summary and meters alone; a viewer's, its events."""
+    import asyncio
+
+    from loaderscope.server.budgets import MEMORY_BYTES
+    from loaderscope.server.logdir.follow import METERED_BYTES, Logdir
+    from loaderscope.server.logdir.storage import storage_for
+    from loaderscope.trace import TraceWriter
+
+    events = recorded_loader()
+    logs = tmp_path / "logs"
+
+    async def scenario() -> None:
+        manager = RunManager(ServerConfig(token="metrics-test-token-0123", logdir=str(logs), logdir_poll=0.05))
+        logdir = Logdir(manager, storage_for(str(logs)))
+        writers = {name: TraceWriter(logs / f"{name}.trace.jsonl", "producer", mode="real") for name in ("a", "b")}
+        body = [*events[:-1], *({"kind": "loop", "t": events[-2]["t"], "others": 0.0} for _ in range(3000))]
+        for writer in writers.values():  # over METERED_BYTES of events
+            writer.write(body)
+            writer.flush()
+        await logdir.scan()
+        a, b = (logdir.files[str(logs / f"{name}.trace.jsonl")] for name in ("a", "b"))
+        manager.opened(b)  # a viewer
+        for run in (a, b):  # every line read, and a read after them found nothing more
+            await asyncio.wait_for(run.source.caught_up.wait(), 60)
+        assert a.log.next_seq == b.log.next_seq == len(body)
+        assert a.log.memory_bytes == METERED_BYTES < b.log.memory_bytes == MEMORY_BYTES
+        assert not a.log.in_memory(0) and a.log.in_memory(len(body) - 1) and b.log.in_memory(0)
+        read = metrics.Exporter(manager).read()
+        assert {r.labels[0]: r.meters.values[0] for r in read.runs if r.meters} == {a.id: 6, b.id: 6}
+        for writer in writers.values():
+            writer.write(events[-1:])
+            writer.close()
+        while not (a.closed and b.closed):
+            await asyncio.sleep(0.02)
+        assert a.log.parked and not a.log.state.workers and not b.log.parked
+        assert a.detail()["statistics"] == b.detail()["statistics"] and a.detail()["status"] == "done"
+        text = metrics.Exporter(manager).read().text().decode()
+        assert one(parse(text), "loaderscope_fetch_seconds_count", run=a.id) == 6
+        await manager.shutdown()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize(("scenario", "params", "counter", "kind"), [
@@ -219,20 +296,17 @@ def wide_run(variant: int) -> list[dict[str, Any]]:
 
 
 def expected_series(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """What /metrics should say of a run of these events: from state.summary(), and the state's queues."""
+    """What /metrics should say of a run of these events: from state.summary()."""
     state = reduce(events)
     stats = summary(state)
-    fetches, queues = Counter(), Counter()
-    for worker in stats["workers"]:
-        fetches[meters.worker_label(worker["worker"])] += worker["tasks"]
-    for worker in state.workers.values():
-        queues[meters.worker_label(worker.id)] += len(worker.queue)
+    stuck_or_dead = sorted(w["worker"] for w in stats["workers"] if w["status"] in ("stuck", "died"))
     return {"loaderscope_batches_total": stats["batches"],
             "loaderscope_wait_seconds_total": stats["consumer_wait"],
             "loaderscope_epoch_seconds_total": stats["epoch_wall"],
             "loaderscope_prefetch_window_tasks": stats["window"],
             "loaderscope_outstanding_tasks": state.outstanding,
-            "states": Counter(w["status"] for w in stats["workers"]), "fetches": dict(fetches), "queues": dict(queues)}
+            "states": Counter(w["status"] for w in stats["workers"]),
+            "fetches": sum(w["tasks"] for w in stats["workers"]), "named": stuck_or_dead[:meters.MAX_NAMED]}
 
 
 class HealthPoller:
@@ -310,8 +384,8 @@ def test_health_answers_while_many_runs_of_many_workers_are_scraped(start_server
             assert one(series, name, **labels) == pytest.approx(want[name], rel=1e-9), (run, name)
         states = {dict(key)["state"]: value for key, value in of(series, "loaderscope_workers", run=run).items()}
         assert states == {str(state): want["states"].get(str(state), 0) for state in meters.STATES}
-        assert per_worker(series, "loaderscope_fetch_seconds_count", run) == want["fetches"]
-        assert per_worker(series, "loaderscope_worker_queue_tasks", run) == want["queues"]
+        assert one(series, "loaderscope_fetch_seconds_count", **labels) == want["fetches"]
+        assert sorted(map(int, per_worker(series, "loaderscope_worker_state", run))) == want["named"]
     assert one(series, "loaderscope_runs_unexported") == 0
 
 
@@ -339,37 +413,39 @@ def _manager() -> RunManager:
 
 
 def _exported(manager: RunManager, exporter: metrics.Exporter | None = None) -> Series:
-    return parse(generate_latest((exporter or metrics.Exporter(manager)).read()).decode())
+    return parse((exporter or metrics.Exporter(manager)).read().text().decode())
 
 
-def test_worker_series_are_capped_and_the_rest_add_up_under_other() -> None:
+def test_a_runs_series_are_bounded_whatever_its_workers_and_name_its_stuck_and_dead_ones() -> None:
     manager = _manager()
     run = manager.create(scenario=None, mode="real", params={}, origin="external")
     _fetches(run, workers=20, per_worker=3)
+    assert sum(("run", run.id) in labels for _, labels in _exported(manager)) == metrics.MAX_SERIES - meters.MAX_NAMED
+    run.ingest([*({"kind": "dispatch", "t": 1.0, "idx": 100 + w, "worker": w} for w in (19, 2, 7, 11, 5, 3)),
+                *({"kind": "fetch_start", "t": 1.0, "idx": 100 + w, "worker": w} for w in (19, 2, 7, 11, 5, 3)),
+                *({"kind": "worker_stuck", "t": 12.0, "idx": 100 + w, "worker": w, "elapsed": 11.0} for w in (19, 7, 5)),
+                *({"kind": "worker_died", "t": 13.0, "worker": w, "signal": "SIGKILL"} for w in (11, 2, 3))])
     series = _exported(manager)
-    counts = per_worker(series, "loaderscope_fetch_seconds_count", run.id)
-    assert set(counts) == {*map(str, range(meters.MAX_WORKERS)), "other"}
-    assert counts["other"] == 3 * (20 - meters.MAX_WORKERS) and sum(counts.values()) == 60
-    sums = per_worker(series, "loaderscope_fetch_seconds_sum", run.id)
-    assert sums["other"] == pytest.approx(3 * 0.0004 * sum(range(17, 21)))
-    queues = per_worker(series, "loaderscope_worker_queue_tasks", run.id)
-    assert set(queues) == set(counts)
-    assert sum(("run", run.id) in labels for _, labels in series) == 373  # docs/DESIGN.md's most per run
+    assert sum(("run", run.id) in labels for _, labels in series) == metrics.MAX_SERIES == 48  # docs/DESIGN.md §6
+    named = {(dict(labels)["worker"], dict(labels)["state"]) for labels in of(series, "loaderscope_worker_state")}
+    assert named == {("2", "died"), ("3", "died"), ("5", "stuck"), ("7", "stuck")}  # the lowest ids
+    assert one(series, "loaderscope_workers", state="stuck") == 3 and one(series, "loaderscope_workers", state="died") == 3
+    assert one(series, "loaderscope_fetch_seconds_count") == 60
+    assert one(series, "loaderscope_fetch_seconds_sum") == pytest.approx(3 * 0.0004 * sum(range(1, 21)))
 
 
 def from_the_workers(state: LoaderState) -> meters.Reading:
     """What the meters should read, counted from scratch from every worker of the state."""
-    workers, queues, fetches = Counter(), Counter(), {}
-    for worker in state.workers.values():
-        label = meters.worker_label(worker.id)
+    workers, fetches, named = Counter(), [0] * (len(meters.BUCKETS) + 1), []
+    for worker in sorted(state.workers.values(), key=lambda worker: worker.id):
         workers[worker.status] += 1
-        queues[label] += len(worker.queue)
-        counts, total = fetches.get(label, ([0] * (len(meters.BUCKETS) + 1), 0.0))
         for dt in worker.fetch_times:
-            counts[bisect.bisect_left(meters.BUCKETS, dt)] += 1
-        fetches[label] = (counts, total + math.fsum(worker.fetch_times))
-    return meters.Reading(meters.Meters._values(state), tuple(workers[s] for s in meters.STATES), dict(queues),
-                          fetches)
+            fetches[bisect.bisect_left(meters.BUCKETS, dt)] += 1
+        if worker.status in meters.NAMED:
+            named.append((worker.id, worker.status))
+    return meters.Reading(meters.Meters._values(state), tuple(workers[s] for s in meters.STATES), fetches,
+                          math.fsum(t for worker in state.workers.values() for t in worker.fetch_times),
+                          named[:meters.MAX_NAMED])
 
 
 def real_loader_events() -> list[dict[str, Any]]:
@@ -392,8 +468,8 @@ def simulated_events() -> list[dict[str, Any]]:
 
 
 def lying_events() -> list[dict[str, Any]]:
-    """A producer whose arrive names another worker than the task's, before that worker took it:
-    the task leaves its own worker's index queue (state._leave_result_queue)."""
+    """A producer whose arrive names another worker than the task's, before that worker took it
+    (state._leave_result_queue): the meters count the workers the events name."""
     return [{"kind": "run_start", "t": 0.0, "mode": "real", "config": {"num_workers": 2}},
             {"kind": "epoch_start", "t": 0.0, "epoch": 0},
             {"kind": "dispatch", "t": 0.1, "idx": 0, "worker": 0},
@@ -424,11 +500,9 @@ def test_the_meters_read_what_the_workers_say_after_every_frame(make: Any, frame
     for start in range(0, len(events), frame):
         log.append([dict(event) for event in events[start:start + frame]])
         kept, counted = log.meters.reading(), from_the_workers(log.state)
-        assert (kept.values, kept.workers, kept.queues) == (counted.values, counted.workers, counted.queues)
-        assert {label: counts for label, (counts, _) in kept.fetches.items()} == \
-            {label: counts for label, (counts, _) in counted.fetches.items()}
-        for label, (_, total) in kept.fetches.items():  # added in another order
-            assert total == pytest.approx(counted.fetches[label][1], rel=1e-12)
+        assert (kept.values, kept.workers, kept.fetches, kept.named) == \
+            (counted.values, counted.workers, counted.fetches, counted.named)
+        assert kept.fetch_sum == pytest.approx(counted.fetch_sum, rel=1e-12)  # added in another order
     assert sum(log.meters.reading().workers) == len(log.state.workers) > 0
 
 
@@ -460,23 +534,86 @@ def test_a_fetch_time_equal_to_a_bound_counts_in_its_bucket() -> None:
     run.ingest([{"kind": "fetch_end", "t": 1.0, "idx": idx, "worker": 0, "dt": dt}
                 for idx, dt in enumerate((0.0005, 0.001, 0.0010001, 60.0, 61.0))])
     buckets = {dict(labels)["le"]: value for labels, value in
-               of(_exported(manager), "loaderscope_fetch_seconds_bucket", run=run.id, worker="0").items()}
+               of(_exported(manager), "loaderscope_fetch_seconds_bucket", run=run.id).items()}
     assert (buckets["0.0005"], buckets["0.001"], buckets["0.0025"], buckets["60.0"], buckets["+Inf"]) == (1, 2, 3, 4, 5)
 
 
-def test_runs_past_the_cap_are_counted_live_ones_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics, "MAX_RUNS", 2)
+def _quiet(run: Any, seconds: float) -> None:
+    """As if the run's last event came, and its producer (if any) left, ``seconds`` ago."""
+    run.log.last_event_at = time.monotonic() - seconds
+    if run.detached_at is not None:
+        run.detached_at = run.log.last_event_at
+
+
+def test_past_the_cap_stuck_dead_and_lost_runs_go_first_then_live_ones_then_the_latest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "MAX_RUNS", 4)
     manager = _manager()
-    runs = [manager.create(scenario=None, mode="real", params={}, origin="external") for _ in range(4)]
-    for age, run in enumerate(runs):
-        run.created -= age
-        _fetches(run, workers=1, per_worker=1)
-    manager.close(runs[-1])  # the oldest ended; of the three live ones the two newest are exported
+    quiet = {}
+    for name, seconds in (("live", 10), ("stuck", 300), ("ended", 1), ("lost", 200), ("livelier", 5),
+                          ("dead worker", 400), ("long ended", metrics.WINDOW + 60)):
+        run, _ = manager.attach(None, Deaf())
+        _fetches(run, workers=2, per_worker=1)
+        quiet[name] = run
+        if name == "stuck":
+            run.ingest([{"kind": "dispatch", "t": 1.0, "idx": 9, "worker": 1},
+                        {"kind": "fetch_start", "t": 1.0, "idx": 9, "worker": 1},
+                        {"kind": "worker_stuck", "t": 12.0, "idx": 9, "worker": 1, "elapsed": 11.0}])
+        if name == "dead worker":
+            run.ingest([{"kind": "worker_died", "t": 2.0, "worker": 0, "exitcode": -9, "signal": "SIGKILL"}])
+        if name in ("ended", "long ended"):
+            run.ingest([{"kind": "run_end", "t": 3.0, "reason": "done"}])
+        if name in ("lost", "ended", "long ended"):
+            manager.detach(run)  # "lost": gone without its run_end
+        _quiet(run, seconds)
     series = _exported(manager)
     exported = {dict(labels)["run"] for labels in of(series, "loaderscope_batches_total")}
-    assert exported == {runs[0].id, runs[1].id}
-    assert one(series, "loaderscope_runs_unexported") == 2
-    assert sum(of(series, "loaderscope_runs").values()) == 4
+    assert exported == {quiet[name].id for name in ("stuck", "lost", "dead worker", "livelier")}
+    assert one(series, "loaderscope_producer_lost", run=quiet["lost"].id) == 1
+    assert one(series, "loaderscope_producer_lost", run=quiet["stuck"].id) == 0
+    assert one(series, "loaderscope_worker_state", run=quiet["stuck"].id, worker="1", state="stuck") == 1
+    assert one(series, "loaderscope_runs_unexported") == 2  # "live" and "ended"; "long ended" is past the window
+    assert one(series, "loaderscope_runs_exported") == 4 and sum(of(series, "loaderscope_runs").values()) == 7
+
+
+def test_a_run_is_exported_while_its_producer_is_connected_or_it_changed_within_the_window() -> None:
+    manager = _manager()
+    connected, _ = manager.attach(None, Deaf())  # evaluating for two hours: no event, still connected
+    gone, _ = manager.attach(None, Deaf())
+    ended = manager.create(scenario=None, mode="real", params={}, origin="external")
+    for run in (connected, gone, ended):
+        _fetches(run, workers=1, per_worker=1)
+    ended.ingest([{"kind": "run_end", "t": 3.0, "reason": "done"}])
+    manager.detach(gone)
+    for run in (connected, gone, ended):
+        _quiet(run, metrics.WINDOW - 30)
+    assert {dict(labels)["run"] for labels in of(_exported(manager), "loaderscope_run_info")} == \
+        {connected.id, gone.id, ended.id}
+    for run in (connected, gone, ended):
+        _quiet(run, metrics.WINDOW + 30)
+    series = _exported(manager)
+    assert {dict(labels)["run"] for labels in of(series, "loaderscope_run_info")} == {connected.id}
+    assert one(series, "loaderscope_runs_unexported") == 0
+
+
+def test_the_text_and_openmetrics_say_the_same_and_both_parse_strictly() -> None:
+    manager = _manager()
+    run, _ = manager.attach(None, Deaf())
+    run.ingest(simulated_events())
+    odd = manager.create(scenario=None, mode="real", params={}, origin="external")
+    odd.ingest([{"kind": "run_start", "t": 0, "mode": "real", "config": {}, "name": 'a "quoted"\\name\nline',
+                 "job": "j\\1"}])
+    snapshot = metrics.Exporter(manager).read()
+    text, openmetrics = snapshot.text().decode(), snapshot.text(openmetrics=True).decode()
+    plain = {(s.name, frozenset(s.labels.items())): s.value for f in text_string_to_metric_families(text)
+             for s in f.samples}
+    strict = {(s.name, frozenset(s.labels.items())): s.value for f in openmetrics_families(openmetrics)
+              for s in f.samples}
+    assert plain == strict and len(plain) > 100 and openmetrics.endswith("# EOF\n")
+    loader = {dict(labels)["loader"] for labels in of(plain, "loaderscope_run_info", run=odd.id)}
+    assert loader == {'a "quoted"\\name\nline'}
+    kinds = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert kinds["loaderscope_events"] == "counter" and kinds["loaderscope_fetch_seconds"] == "histogram"
 
 
 def test_the_reducer_counts_deaths_and_timeouts_past_its_kept_notes() -> None:

@@ -14,7 +14,10 @@ as they cost more: at most ``SCAN_SHARE`` of one core. Either way the dashboard:
   header, first and last line), never by parsing its events;
 - reads a file (``TraceFile``, by byte offset, complete lines only) when a viewer opens its run
   or when it is live (no ``run_end`` and grown within ``silent_after`` seconds), feeding the
-  events into the run's store as a live ingest would: viewers on ``/ws/runs/{id}`` get them;
+  events into the run's store as a live ingest would: viewers on ``/ws/runs/{id}`` get them. A run
+  no viewer opened is read for its numbers (``/metrics``, the run list): its store keeps its
+  reducer's state and meters and only its newest events (``METERED_BYTES``: the file answers for
+  the others), and once it ends, its summary and meters alone (``EventLog.park``);
 - shows a file without ``run_end`` that has neither grown nor been touched for ``silent_after``
   seconds as ``truncated`` (its producer was killed: a live one that sends no event, as between
   epochs, sets the file's mtime every ``trace.HEARTBEAT_EVERY``; ``running`` again if it grows).
@@ -38,6 +41,7 @@ from loaderscope.server.logdir.parquetfile import PARQUET_SUFFIX, ParquetTraceFi
 from loaderscope.server.logdir.storage import Entry, LocalStorage, Storage
 from loaderscope.server.logdir.tracefile import TraceFile
 from loaderscope.server.logdir.watches import Change, Watches, watched_directories
+from loaderscope.server.budgets import MEMORY_BYTES
 from loaderscope.server.processes.process import SECRET_HEADER
 from loaderscope.server.runs.manager import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
 from loaderscope.server.runs.spill import TraceSpill, header_of
@@ -51,6 +55,11 @@ SLOW_SCAN = 30.0  # seconds between full scans past which the log says how far a
 WATCH_SETTLE = 0.05  # seconds a burst of changes is gathered before it is looked at
 NEW_DIRECTORY_WALK = 1_000  # directories walked when one appears; the rest wait for the next full scan
 MAX_FILES = 10_000  # traces listed from one logdir
+# Bytes of its newest events a run no viewer opened keeps in memory (~1,000 events; a viewer that joins
+# gets them over its websocket, and the older ones from the file, as ``resync`` says), not the 32 MiB of
+# an opened run's: a live rank read for /metrics costs its reducer's state and this (1,024 ranks:
+# bench/metrics_fleet.py).
+METERED_BYTES = 128 << 10
 
 
 @dataclass(eq=False)
@@ -65,6 +74,7 @@ class FileSource:
     grew: float  # time.monotonic() of the file's last growth or heartbeat (from its mtime when looked at)
     read_whole: bool = False  # every complete line has been read into the store at least once
     following: bool = False
+    viewed: bool = False  # a viewer opened the run: its store holds its events (else only its numbers)
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
     looked: float = 0.0  # time.monotonic() of the last look at a quiet file's mtime
 
@@ -305,7 +315,7 @@ class Logdir:
         if index.problem is not None:
             self._say(index.problem)
         elif index.reason is None and not source.silent:
-            self.follow(run)
+            self._start(run)
         run.changed.notify()
 
     def _add(self, entry: Entry, index: Index) -> Run:
@@ -317,7 +327,8 @@ class Logdir:
         file = kind(self.storage, entry.path, run_id)
         source = FileSource(entry.path, relative, file, index, self.silent_after, _grew(entry))
         file.size = index.size  # growth is measured from the size the index saw
-        events = EventLog(run_id, memory_events=self.manager.config.memory_events, spill=file)
+        events = EventLog(run_id, memory_events=self.manager.config.memory_events, memory_bytes=METERED_BYTES,
+                          spill=file)
         run = Run(run_id, index.scenario, index.mode, {}, "logdir", events, source=source)
         run.attached = True
         self.manager.add(run)
@@ -327,6 +338,15 @@ class Logdir:
     # --- following a file -----------------------------------------------------------------------
 
     def follow(self, run: Run) -> None:
+        """A viewer opens the run: its store holds its events from now on (those read before are read
+        back from the file), and its file is read and followed (idempotent)."""
+        source = run.source
+        if isinstance(source, FileSource) and not source.viewed:
+            source.viewed = True
+            run.log.memory_bytes = MEMORY_BYTES
+        self._start(run)
+
+    def _start(self, run: Run) -> None:
         """Read the run's file into its store and keep reading what is appended (idempotent)."""
         source = run.source
         if not isinstance(source, FileSource) or source.following or run.closed or source.index.problem is not None:
@@ -370,6 +390,8 @@ class Logdir:
                 self._caught_up(source)
                 self.manager.close(run)
                 await self._save_index(run, source)
+                if not source.viewed:  # read for its numbers: they, and its summary, are all it keeps
+                    run.log.park()
             return True
         self._caught_up(source)
         return False
@@ -447,6 +469,7 @@ class Logdir:
             raise RunRefused(4409, f"run {run.id} cannot be resumed: {exc}") from None
         source.following = False
         run.source, run.origin, run.log.spill, run.secret = None, "external", spill, secret or ""
+        run.log.memory_bytes = MEMORY_BYTES  # a stream's store, as any other's
         run.silent_after = self.manager.config.silent_after
         run.last_producer_seq = run.log.last_seq  # what the file lacks of what the producer sent counts as dropped
         self.manager.owned_paths.add(source.path)

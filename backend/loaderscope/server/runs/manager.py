@@ -80,6 +80,21 @@ class SourceIndex(Protocol):
     def recording(self) -> str | None: ...
     @property
     def origin(self) -> str | None: ...
+    # what /metrics exports of a file not read yet (server/web/metrics.py)
+    @property
+    def events(self) -> int: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def job(self) -> str | None: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
 
 
 class RunSource(Protocol):
@@ -94,6 +109,9 @@ class RunSource(Protocol):
     def read_whole(self) -> bool: ...
     @property
     def caught_up(self) -> asyncio.Event: ...
+    @property
+    def grew(self) -> float:
+        """time.monotonic() of the file's last growth or heartbeat."""
     def status(self) -> str: ...
     def brief(self) -> dict[str, Any]: ...
 
@@ -262,7 +280,7 @@ class Run:
             "world_size": state.world_size,
             # epochs of training begun: peeks (an iterator left after a batch or two) are none
             "epochs": state.epochs_done + state.epoch_open if self.source is None or self.source.read_whole else None,
-            "on_disk": self.log.parked,
+            "on_disk": self.log.parked and self.source is None,  # a logdir run's events are always on disk
             **(self.source.brief() if self.source is not None else {}),
         }
         # a replay's `created` is when it was opened here, not when it ran
@@ -527,7 +545,8 @@ class RunManager:
                 self._forget(run)
         while self._disk_used() > self.config.disk_bytes and (evictable := self._evictable()):
             self._forget(evictable[0])
-        while len(parked := [r for r in self.runs.values() if r.log.parked]) > self.config.max_parked:
+        while len(parked := [r for r in self.runs.values() if r.log.parked and r.source is None]) > \
+                self.config.max_parked:  # a logdir run that ended keeps only its summary too, and is never forgotten
             count = Counter(r.peer for r in parked)
             self._forget(min(parked, key=lambda r: (not r.closed, -count[r.peer], r.detached_at or 0.0)))
 
