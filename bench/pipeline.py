@@ -74,15 +74,17 @@ def frames_of(events: list[dict[str, Any]], encode: Any = encode_frame) -> list[
 
 class Server:
     """``loaderscope serve`` in a child process; ``root``: a checkout to run the server and page of
-    instead of this one (A/B runs); ``token``: shared by servers one browser talks to (one cookie)."""
+    instead of this one (A/B runs); ``token``: shared by servers one browser talks to (one cookie);
+    ``logdir``: served with ``--logdir``."""
 
-    def __init__(self, root: Path | None = None, token: str | None = None) -> None:
+    def __init__(self, root: Path | None = None, token: str | None = None, logdir: Path | None = None) -> None:
         self.token = token or secrets.token_urlsafe(24)
         path = {"PYTHONPATH": str(root / "backend")} if root else {}
         self.log = Path(tempfile.mkdtemp(prefix="loaderscope-bench-")) / "server.log"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser"],
+                [sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser",
+                 *(["--logdir", str(logdir)] if logdir is not None else [])],
                 env={**os.environ, **path, "LOADERSCOPE_TOKEN": self.token}, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not (match := re.search(r"(http://[\d.]+:\d+)/", self.log.read_text())):
