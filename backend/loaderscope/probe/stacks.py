@@ -35,17 +35,20 @@ _FRAME_LINE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
 _OWN_DIR = str(Path(__file__).resolve().parents[1])
 _SCENARIOS_DIR = str(Path(_OWN_DIR) / "scenarios")
+_TRAINING_LOOP = str(Path(_OWN_DIR) / "runner.py")
 
 
 def is_user_file(path: str) -> bool:
     """Code the user wrote: not the standard library, an installed package or loaderscope's machinery.
 
-    The built-in scenarios count as user code: their datasets stand in for the user's.
+    The built-in scenarios count as user code: their datasets stand in for the user's, and the
+    training loop that runs them (``runner.consume``) for the user's loop, so that a training loop
+    stuck in ``next()`` is shown at the line that called it, as a stuck worker is at its dataset's.
     """
     if not path or path.startswith("<"):
         return False
     resolved = str(Path(path).resolve())
-    if resolved.startswith(_SCENARIOS_DIR):
+    if resolved.startswith(_SCENARIOS_DIR) or resolved == _TRAINING_LOOP:
         return True
     return not resolved.startswith(_LIBRARY_DIRS) and not resolved.startswith(_OWN_DIR)
 
