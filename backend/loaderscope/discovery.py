@@ -52,6 +52,9 @@ STATE_FILE, LOCK_FILE = "dashboard.json", "dashboard.lock"
 MAX_STATE_BYTES = 64 << 10
 LOG_HEAD = 64 << 10  # bytes of a starting dashboard's log read for its URL (printed within the first lines)
 CHECK_TIMEOUT = 1.0  # seconds per HTTP check: a local dashboard answers in milliseconds
+# a command the user typed (loaderscope compare) may wait longer for a dashboard busy with a run (a
+# demo's real DataLoader on a loaded machine once took more than CHECK_TIMEOUT to answer)
+COMMAND_TIMEOUT = 10.0
 START_TIMEOUT = 30.0  # seconds a new dashboard has to come up (it imports FastAPI, uvicorn, ...)
 URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/")
 SERVER_PID = re.compile(r"Started server process \[(\d+)\]")  # uvicorn's line in a dashboard's log
@@ -157,16 +160,16 @@ def dashboard_address(url: str | None) -> tuple[str, str | None]:
 # --- checks over HTTP -----------------------------------------------------------------------------
 
 
-def accepts(url: str, token: str) -> bool:
+def accepts(url: str, token: str, timeout: float = CHECK_TIMEOUT) -> bool:
     """Whether the dashboard at ``url`` proves that it holds ``token`` (``proof.py``), which is not sent.
 
     Over https, the certificate proves who answers: the token goes in a cheap authenticated GET.
     """
     parts = urlsplit(url)
     if parts.scheme == "https":
-        return _status(url, "/api/runs", token) == 200
+        return _status(url, "/api/runs", token, timeout) == 200
     try:
-        proof.proven_socket(url, token, CHECK_TIMEOUT, loopback=is_loopback(parts.hostname or "")).close()
+        proof.proven_socket(url, token, timeout, loopback=is_loopback(parts.hostname or "")).close()
         return True
     except (OSError, ValueError, proof.Unproven):
         return False
@@ -177,13 +180,13 @@ def answers(url: str) -> bool:
     return _status(url, "/api/health") == 200
 
 
-def _status(url: str, path: str, token: str | None = None) -> int | None:
+def _status(url: str, path: str, token: str | None = None, timeout: float = CHECK_TIMEOUT) -> int | None:
     parts = urlsplit(url)
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     conn = None
     try:
-        conn = kind(parts.hostname or "127.0.0.1", parts.port, timeout=CHECK_TIMEOUT)
+        conn = kind(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
         conn.request("GET", path, headers=headers)
         response = conn.getresponse()
         response.read()

@@ -95,10 +95,10 @@ def dashboard(url: str | None, ref: str) -> tuple[str, str | None]:
     base, token = discovery.dashboard_address(url)
     if base:
         return base, token
-    if token and discovery.accepts(discovery.DEFAULT_URL, token):
+    if token and discovery.accepts(discovery.DEFAULT_URL, token, discovery.COMMAND_TIMEOUT):
         return discovery.DEFAULT_URL, token
     published = discovery.read_state(discovery.private_dir())
-    if published is not None and discovery.accepts(published.url, published.token):
+    if published is not None and discovery.accepts(published.url, published.token, discovery.COMMAND_TIMEOUT):
         return published.url, published.token
     raise CompareError(f"{ref}: no such file, and no dashboard to look it up as a run id on: pass the dashboard's "
                        f"URL with --url 'http://127.0.0.1:8000/?token=...' (or set ${discovery.URL_ENV})")

@@ -9,6 +9,7 @@ process, reading a trace file) goes to worker threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -22,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
@@ -179,6 +181,9 @@ class Run:
     source: RunSource | None = None  # a run read from a trace file in the logdir (origin "logdir")
     detached_at: float | None = None  # time.monotonic() when its producer last went away
     viewers: int = 0  # websockets watching it
+    # held paused until a page opens it (`loaderscope demo`: the first look is at a live run, never at
+    # one that ended while the page was still on its way); the first viewer resumes it
+    awaits_viewer: bool = False
     # Proof of ownership: handed to the producer that created the run (in its hello) or to the run
     # process the dashboard started (in its environment); a producer attaching to an existing run shows it.
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
@@ -388,6 +393,22 @@ class RunManager:
             self.logdir.follow(run)
         return run
 
+    def watched(self, run: Run) -> None:
+        """A page streams ``run`` (WS /ws/runs/{id}): a run held for its first viewer goes on. (A REST
+        read, such as ``loaderscope compare``'s, is no page.)"""
+        if run.awaits_viewer:
+            run.awaits_viewer = False
+            self._background(self._release(run))
+
+    async def hold_for_viewer(self, run: Run) -> None:
+        """Keep ``run`` paused (before its first batch, when the pause reaches it first) until a viewer opens it."""
+        await self.control(run, "pause", None)
+        run.awaits_viewer = True
+
+    async def _release(self, run: Run) -> None:
+        with contextlib.suppress(RunRefused):  # it ended meanwhile (stopped, failed): nothing to resume
+            await self.control(run, "resume", None)
+
     async def read_whole(self, run: Run) -> None:
         """Wait (bounded) until a logdir run's file has been read to its end once."""
         self.opened(run)
@@ -469,12 +490,32 @@ class RunManager:
 
     async def start(self, plan: Plan, mode: str, costs: dict[str, Any] | None = None) -> Run:
         """Create a run and its run process (a sim run's costs already validated)."""
+        return await self.launch(self.prepare(plan, mode), plan, costs)
+
+    def prepare(self, plan: Plan, mode: str) -> Run:
+        """The run of ``plan``, listed (pending) before its process starts: serve() prints a demo's URL
+        meanwhile, since the first launch waits for the launcher's imports (a minute on a busy machine)."""
         if len(self.active()) >= self.config.max_active_runs:
             raise RunRefused(429, f"{self.config.max_active_runs} runs are already active; stop one "
                              "(POST /api/runs/ID/control {\"action\": \"stop\"}) or wait for one to end")
         params = plan.values()  # the one place parameters become plain values again: for the trace and argv
-        run = self.create(scenario=plan.name, mode=mode, params=params, origin="dashboard")
-        argv = process.runproc_argv(run_id=run.id, scenario=plan.name, mode=mode, params=params,
+        return self.create(scenario=plan.name, mode=mode, params=params, origin="dashboard")
+
+    def launch_soon(self, run: Run, plan: Plan, said: Callable[[str], None]) -> None:
+        """Start a prepared run's process in the background (serve() answers requests meanwhile);
+        ``said`` gets one line: started, or why not."""
+        async def go() -> None:
+            try:
+                await self.launch(run, plan)
+            except RunRefused as exc:
+                said(f"the run could not start: {exc.message}")
+                return
+            said("started")
+        self._background(go())
+
+    async def launch(self, run: Run, plan: Plan, costs: dict[str, Any] | None = None) -> Run:
+        """Start the run process of a prepared run."""
+        argv = process.runproc_argv(run_id=run.id, scenario=plan.name, mode=run.mode, params=run.params,
                                     ingest_url=self.config.ingest_url, costs=costs)
         if plan.scenario.hub is not None:  # the run process registers the same torch.hub entry
             argv += ["--hub", plan.scenario.hub.to_json()]

@@ -60,7 +60,9 @@ def serve(
         port: 0 picks a free port (the printed URL says which).
         token: the access token; default ``$LOADERSCOPE_TOKEN``, else a fresh random one.
         open_browser: open the printed URL where a browser exists.
-        demo: a scenario to start at once (``loaderscope demo``); the URL then opens that run.
+        demo: a scenario to start at once (``loaderscope demo``); the URL then opens that run. It is
+            printed (and the dashboard published) before the run's process starts, and the run waits,
+            paused, until a page opens it: the first look is at a live run.
         demo_params, demo_mode: its parameters (resolved here, after ``hub``) and "real" or "sim".
         hub: torch.hub entries (``DIR:ENTRY``) to offer as scenarios (``loaderscope serve --hub``).
         demo_delay: seconds added per batch from the start, so a first-time viewer can follow.
@@ -106,15 +108,23 @@ def serve(
         for path, replayed in zip(recorded, opened, strict=True):
             print(f"loaderscope: {path} opened as run {replayed}", flush=True)
         shown = opened[0] if opened else None
-        if plan is not None:
-            run = await manager.start(plan, demo_mode)
+        demo_run = manager.prepare(plan, demo_mode) if plan is not None else None
+        if demo_run is not None:
+            shown = demo_run.id
             if demo_delay:
-                await manager.control(run, None, demo_delay)
-            shown = run.id
-            print(f"loaderscope: demo run {shown} started ({plan.name})", flush=True)
+                await manager.control(demo_run, None, demo_delay)
+            await manager.hold_for_viewer(demo_run)
         announce(config, directory, shown, open_browser)
-        if is_loopback(config.host):  # a script's watch() on this machine finds this dashboard by itself
+        # watch() and the CLI on this machine find this dashboard by themselves, a demo's as serve's,
+        # from the moment it prints its URL
+        if is_loopback(config.host):
             publish(address, config.token)
+        if plan is not None and demo_run is not None:
+            # in the background: the first launch waits for the launcher's imports, and the page the
+            # URL opens is served meanwhile
+            manager.launch_soon(demo_run, plan, lambda said: print(
+                f"loaderscope: demo run {shown} {said} ({plan.name})"
+                + ("; it waits at its first batch until the page opens it" if said == "started" else ""), flush=True))
 
     # Withdrawn at shutdown (lifespan: Ctrl-C and SIGTERM alike; uvicorn re-raises SIGTERM, so code after
     # server.run() never runs). kill -9 leaves the entry: a reader then finds it fails the proof.

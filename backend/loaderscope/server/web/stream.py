@@ -52,6 +52,7 @@ async def stream(websocket: WebSocket, manager: RunManager) -> None:
         await websocket.close(CLOSE_TRY_LATER, close_reason(busy))
         return
     manager.opened(run)  # a logdir run's file is read into the store from now on
+    manager.watched(run)  # a demo's run waits for its page
     manager.viewers += 1
     run.viewers += 1
     try:
