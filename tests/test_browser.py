@@ -35,8 +35,10 @@ def browser(chromium: Any) -> Any:
 class Page:
     """A page plus the errors it logged: a test fails on any uncaught page error."""
 
-    def __init__(self, browser: Any) -> None:
-        self.context = browser.new_context(viewport=VIEWPORT)
+    def __init__(self, browser: Any, color_scheme: str = "dark") -> None:
+        # the page follows the browser's theme; these tests see the dark one, which the README's
+        # screenshots show (tests/test_browser_views.py checks both)
+        self.context = browser.new_context(viewport=VIEWPORT, color_scheme=color_scheme)
         # Playwright's own waits (a click, a locator) are waits on state: on a busy machine they may
         # take longer than its 30 s default, and a cap only matters when the state never comes.
         self.context.set_default_timeout(WAIT_MS)

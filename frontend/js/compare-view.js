@@ -2,7 +2,8 @@
 // over the whole page. What it shows comes from compare.js (the mirror of compare.py): the settings
 // that differ, throughput and waiting, per-worker fetch-time histograms on one scale, and how the
 // diagnosis changed; plus both timelines on one time axis, each starting at 0 s of its own run.
-// `/?compare=ID_A,ID_B` opens it on two server runs.
+// It opens on the run being viewed as A and, as B, the previous run of the same loader; `/?compare=
+// ID_A,ID_B` opens it on two server runs (main.js reads and writes that parameter: `pair()`).
 
 import { compareRuns } from './compare.js';
 import { Track } from './track.js';
@@ -11,6 +12,9 @@ import { TimelineView } from './timeline-view.js';
 import { pinStage } from './pin.js';
 import { PALETTE } from './colors.js';
 import { api } from './api.js';
+import { previousRun } from './run-list.js';
+import { chartLabels } from './histogram-view.js';
+import { clearLabels } from './canvas-text.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 /** The run pickers (compare-a, compare-b): selects in index.html. @param {string} id */
@@ -27,9 +31,14 @@ function el(tag, attrs = {}, kids = []) {
   return node;
 }
 
-/** A value as the table shows it: JSON for objects, a dash for none. @param {unknown} v */
+/** A value as the table shows it: JSON for objects (a space after each comma, where it may wrap), a dash for none. @param {unknown} v */
 function shown(v) {
-  return v === null || v === undefined ? '—' : typeof v === 'object' ? JSON.stringify(v) : String(v);
+  return v === null || v === undefined ? '—' : typeof v === 'object' ? JSON.stringify(v).replace(/,/g, ', ') : String(v);
+}
+
+/** A setting's cell: an object may wrap after its commas, anything else stays on one line. @param {unknown} v */
+function settingCell(v) {
+  return el('td', v !== null && typeof v === 'object' ? { class: 'long' } : {}, [shown(v)]);
 }
 
 /** @param {number} v @param {string} unit */
@@ -73,9 +82,15 @@ function title(tr) {
 }
 
 export class CompareView {
-  /** @param {() => Track[]} openTracks the tracks open in the page (trace files among them) */
-  constructor(openTracks) {
+  /**
+   * @param {() => Track[]} openTracks the tracks open in the page (trace files among them)
+   * @param {() => string|null} viewed the server run the page shows (A by default)
+   * @param {() => void} changed the pair shown changed, or the view opened or closed (the URL says it)
+   */
+  constructor(openTracks, viewed, changed) {
     this.openTracks = openTracks;
+    this.viewed = viewed;
+    this.changed = changed;
     /** @type {Track[]} the two runs shown, A then B */
     this.shown = [];
     /** @type {Comparison|null} */
@@ -88,36 +103,61 @@ export class CompareView {
       const a = pick('compare-a').value;
       pick('compare-a').value = pick('compare-b').value;
       pick('compare-b').value = a;
+      this.changed();
       this.load();
     });
-    $('compare-a').addEventListener('change', () => this.load());
-    $('compare-b').addEventListener('change', () => this.load());
+    $('compare-a').addEventListener('change', () => { this.changed(); this.load(); });
+    $('compare-b').addEventListener('change', () => { this.changed(); this.load(); });
     window.addEventListener('keydown', (ev) => { if (ev.key === 'Escape' && !$('compare').hidden) this.close(); });
     window.addEventListener('resize', () => { if (this.result) this.drawHistograms(this.result); });
-    const pair = new URL(location.href).searchParams.get('compare')?.split(',');
-    // once the page that is constructing this view has its tracks
-    if (pair?.length === 2) queueMicrotask(() => this.open(`run:${pair[0]}`, `run:${pair[1]}`));
+  }
+
+  /** Draw the canvases again (another theme). */
+  redraw() {
+    if (this.result) this.drawHistograms(this.result);
+    this.timeline.invalidate();
+  }
+
+  get isOpen() {
+    return !$('compare').hidden;
+  }
+
+  /** The two server runs shown, for the URL; null when closed or when a side is a trace file. @returns {[string, string]|null} */
+  pair() {
+    const a = pick('compare-a').value, b = pick('compare-b').value;
+    if (!this.isOpen || !a.startsWith('run:') || !b.startsWith('run:')) return null;
+    return [a.slice(4), b.slice(4)];
   }
 
   /**
-   * Show the view; A and B default to the open run and the run before it.
+   * Show the view. By default A is the run being viewed and B the previous run of the same loader
+   * (run-list.js previousRun); with no run open, the newest two.
    * @param {string} [a] `run:ID` or `track:N` @param {string} [b]
    */
   async open(a, b) {
     $('compare').hidden = false;
-    const options = await this.options();
+    $('compare-close').focus();
+    const { options, runs } = await this.options();
     const values = options.map((o) => o.value);
+    const viewed = this.viewed();
+    const defaultA = viewed && values.includes(`run:${viewed}`) ? `run:${viewed}` : values[0];
+    const previous = defaultA?.startsWith('run:') ? previousRun(runs, defaultA.slice(4)) : null;
+    const defaultB = previous ? `run:${previous}` : values.find((v) => v !== defaultA);
     /** @type {Array<[string, string|undefined, string|undefined]>} */
-    const pickers = [['compare-a', a, values[0]], ['compare-b', b, values[1]]];
+    const pickers = [['compare-a', a, defaultA], ['compare-b', b, defaultB]];
     for (const [id, want, fallback] of pickers) {
       $(id).replaceChildren(...options.map((o) => new Option(o.text, o.value)));
       pick(id).value = want && values.includes(want) ? want : (fallback ?? '');
     }
+    this.changed();
     await this.load();
   }
 
   close() {
+    if (!this.isOpen) return;
     $('compare').hidden = true;
+    this.changed();
+    $('btn-compare').focus();
   }
 
   /** Runs to pick from: the server's (newest first) and trace files open in the page. */
@@ -130,11 +170,12 @@ export class CompareView {
     /** @type {import('./types.js').RunBrief[]} */
     let runs = [];
     try { runs = await api.runs(); } catch { /* a page opened from files alone has no server runs to offer */ }
-    for (const r of [...(Array.isArray(runs) ? runs : [])].reverse()) {
+    if (!Array.isArray(runs)) runs = [];
+    for (const r of [...runs].reverse()) {
       const rank = (r.world_size ?? 1) > 1 ? ` · rank ${r.rank}` : '';
       out.push({ value: `run:${r.id}`, text: `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}${rank} · ${r.status ?? ''} · ${r.id}` });
     }
-    return out;
+    return { options: out, runs };
   }
 
   /** @param {string} value @returns {Promise<Track>} */
@@ -191,7 +232,7 @@ export class CompareView {
   /** @param {Comparison['settings']} s */
   renderSettings(s) {
     const rows = s.changed.map((c) => el('tr', { 'data-testid': 'compare-setting', 'data-key': c.key },
-      [el('th', {}, [c.key]), el('td', {}, [shown(c.a)]), el('td', {}, [shown(c.b)])]));
+      [el('th', {}, [c.key]), settingCell(c.a), settingCell(c.b)]));
     const head = el('tr', {}, [el('th', {}, ['setting']), el('th', {}, ['A']), el('th', {}, ['B'])]);
     $('compare-settings').replaceChildren(...(rows.length ? [head, ...rows]
       : [el('tr', {}, [el('td', {}, ['the two runs have the same settings'])])]));
@@ -200,7 +241,7 @@ export class CompareView {
 
   /** @param {Comparison['metrics']} metrics */
   renderMetrics(metrics) {
-    const head = el('tr', {}, ['', 'A', 'B', 'B vs A'].map((t) => el('th', {}, [t])));
+    const head = el('tr', {}, ['measure', 'A', 'B', 'B vs A'].map((t) => el('th', { scope: 'col' }, [t])));
     $('compare-metrics').replaceChildren(head, ...metrics.map((m) => el('tr',
       { 'data-testid': 'compare-metric', 'data-key': m.key, 'data-a': String(m.a), 'data-b': String(m.b) },
       [el('th', {}, [m.label]), el('td', {}, [fmtMetric(m.a, m.unit)]), el('td', {}, [fmtMetric(m.b, m.unit)]),
@@ -261,7 +302,7 @@ function better(m) {
  */
 function drawHistogramRows(canvas, rows, edges) {
   const width = Math.max(canvas.parentElement?.clientWidth ?? 300, 240);
-  const cols = Math.max(1, Math.min(rows.length, Math.floor(width / 200)));
+  const cols = Math.max(1, Math.min(rows.length, Math.floor(width / 240)));
   const cellW = width / cols, cellH = 78;
   const height = Math.ceil(rows.length / cols) * cellH + 4;
   const dpr = window.devicePixelRatio || 1;
@@ -272,6 +313,7 @@ function drawHistogramRows(canvas, rows, edges) {
   const ctx = /** @type {CanvasRenderingContext2D} */ (canvas.getContext('2d'));
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, width, height);
+  clearLabels(ctx);
   if (!edges.length) return;
   const bins = edges.length - 1;
   const a = Math.log(edges[0]), span = Math.log(edges[bins]) - a;
@@ -279,7 +321,7 @@ function drawHistogramRows(canvas, rows, edges) {
     const x0 = (i % cols) * cellW + 4, y0 = Math.floor(i / cols) * cellH + 2;
     const pw = cellW - 14, ph = cellH - 32;
     const max = Math.max(1, ...w.counts);
-    ctx.fillStyle = '#121821';
+    ctx.fillStyle = PALETTE.plotBg;
     ctx.fillRect(x0, y0 + 16, pw, ph);
     ctx.fillStyle = PALETTE.fetch;
     const bw = pw / bins;
@@ -292,18 +334,9 @@ function drawHistogramRows(canvas, rows, edges) {
       ctx.fillStyle = PALETTE.ink;
       ctx.fillRect(x0 + ((Math.log(w.p50) - a) / span) * pw - 0.5, y0 + 14, 1.5, ph + 4);
     }
-    ctx.font = '600 11px system-ui, sans-serif';
-    ctx.fillStyle = PALETTE.ink;
-    const name = w.in_process ? 'main process' : `worker ${w.worker}`;
-    ctx.fillText(name, x0, y0 + 11);
-    const nameW = ctx.measureText(name).width;
-    ctx.font = '10px system-ui, sans-serif';
-    ctx.fillStyle = PALETTE.dim;
-    ctx.fillText(w.tasks ? `${w.tasks} fetches · p50 ${fmtDuration(w.p50)} · p95 ${fmtDuration(w.p95)}` : 'no fetch', x0 + nameW + 10, y0 + 11);
-    ctx.fillStyle = PALETTE.faint;
-    ctx.fillText(fmtDuration(edges[0]), x0, y0 + 16 + ph + 11);
-    const right = fmtDuration(edges[bins]);
-    ctx.fillText(right, x0 + pw - ctx.measureText(right).width, y0 + 16 + ph + 11);
+    chartLabels(ctx, { name: w.in_process ? 'main process' : `worker ${w.worker}`, slow: false, x0, y0, pw, nameY: 11,
+      stat: w.tasks ? `${w.tasks} fetches · p50 ${fmtDuration(w.p50)} · p95 ${fmtDuration(w.p95)}` : 'no fetch',
+      axisY: 16 + ph + 12, lo: edges[0], hi: edges[bins] });
   });
   canvas.setAttribute('aria-label', rows.map((w) => `worker ${w.worker}: ${w.tasks} fetches, p50 ${fmtDuration(w.p50)}`).join('; '));
 }

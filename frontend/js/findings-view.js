@@ -11,7 +11,7 @@ const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thin
 /** @typedef {import('./types.js').Note} Note */
 
 /** A finding in a few words: "worker 1 stuck on task 7". @param {Note} n */
-function findingText(n) {
+export function findingText(n) {
   const who = n.worker !== undefined && n.worker !== null ? `worker ${n.worker}` : 'the training loop';
   switch (n.kind) {
     case 'worker_stuck': return `${who} stuck on task ${n.idx ?? '?'}`;
@@ -21,6 +21,11 @@ function findingText(n) {
     case 'doctor_verdict': return `doctor: ${n.text}`;
     default: return `error${n.worker != null ? ` in ${who}` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
   }
+}
+
+/** The findings of a rank's whole run, in the order they came. @param {import('./track.js').Track} tr */
+export function findingsOf(tr) {
+  return tr.noteItems.filter((n) => FINDING_KINDS.has(n.kind ?? ''));
 }
 
 export class FindingsView {
@@ -42,7 +47,7 @@ export class FindingsView {
 
   /** @param {import('./track.js').Track} tr */
   render(tr) {
-    const found = tr.noteItems.filter((n) => FINDING_KINDS.has(n.kind ?? ''));
+    const found = findingsOf(tr);
     this.renderFindings(tr, found);
     this.renderMarks(tr, found);
   }

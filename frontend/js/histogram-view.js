@@ -5,8 +5,10 @@
 import { binCounts, logEdges } from './bins.js';
 import { PALETTE } from './colors.js';
 import { fmtDuration } from './timeline-store.js';
+import { fillLabel, clearLabels, fitText } from './canvas-text.js';
 
 export const BINS = 28;
+const CELL_MIN_W = 230; // a worker's chart: its name and figures on one line at 11 px
 
 /** @param {ArrayLike<number>} sorted @param {number} q */
 function quantile(sorted, q) {
@@ -38,13 +40,13 @@ export class HistogramView {
     const workers = [...state.workers.values()].sort((a, b) => a.id - b.id);
     const counts = workers.map((w) => w.fetch_times.length);
     const width = Math.max(this.host.clientWidth, 300);
-    const key = `${width}:${counts.join(',')}:${[...slow].join(',')}:${state.epoch}`;
+    const key = `${width}:${counts.join(',')}:${[...slow].join(',')}:${state.epoch}:${PALETTE.bg}`;
     if (key === this.key) return false;
     this.key = key;
     let lo = Infinity, hi = 0;
     for (const w of workers) for (const v of w.fetch_times) { if (v < lo) lo = v; if (v > hi) hi = v; }
     const n = workers.length;
-    const cols = Math.max(1, Math.min(n, Math.floor(width / 170)));
+    const cols = Math.max(1, Math.min(n, Math.floor(width / CELL_MIN_W)));
     const cellW = width / cols;
     const cellH = 74;
     const rows = Math.ceil(n / cols);
@@ -57,12 +59,13 @@ export class HistogramView {
     const ctx = this.ctx;
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, width, height);
+    clearLabels(ctx);
     /** @type {string[]} */
     const summary = [];
     if (!Number.isFinite(lo)) {
       ctx.fillStyle = PALETTE.dim;
       ctx.font = '11px system-ui, sans-serif';
-      ctx.fillText('no fetch has finished yet', 8, 16);
+      fillLabel(ctx, 'no fetch has finished yet', 8, 16);
       this.canvas.setAttribute('aria-label', 'no fetch has finished yet');
       return true;
     }
@@ -74,7 +77,7 @@ export class HistogramView {
       const c = binCounts(w.fetch_times, edges);
       let max = 0;
       for (const v of c) max = Math.max(max, v);
-      ctx.fillStyle = '#121821';
+      ctx.fillStyle = PALETTE.plotBg;
       ctx.fillRect(x0, y0 + 14, pw, ph);
       const bw = pw / BINS;
       ctx.fillStyle = slow.has(w.id) ? PALETTE.stuck : PALETTE.fetch;
@@ -90,21 +93,36 @@ export class HistogramView {
         ctx.fillStyle = PALETTE.ink;
         ctx.fillRect(mx - 0.5, y0 + 12, 1.5, ph + 4);
       }
-      ctx.font = '600 11px system-ui, sans-serif';
-      ctx.fillStyle = slow.has(w.id) ? PALETTE.stuck : PALETTE.ink;
       const name = inProcess ? 'main process' : `worker ${w.id}`;
-      ctx.fillText(name, x0, y0 + 10);
-      ctx.font = '10px system-ui, sans-serif';
-      ctx.fillStyle = PALETTE.dim;
       const stat = sorted.length ? `${sorted.length} · p50 ${fmtDuration(p50)} · p95 ${fmtDuration(p95)}` : 'no fetch yet';
-      ctx.fillText(stat, x0 + ctx.measureText(name).width + 14, y0 + 10);
-      ctx.fillStyle = PALETTE.faint;
-      ctx.fillText(fmtDuration(edges[0]), x0, y0 + 14 + ph + 11);
-      const right = fmtDuration(edges[BINS]);
-      ctx.fillText(right, x0 + pw - ctx.measureText(right).width, y0 + 14 + ph + 11);
+      chartLabels(ctx, { name, stat, slow: slow.has(w.id), x0, y0, pw, nameY: 10, axisY: 14 + ph + 12, lo: edges[0], hi: edges[BINS] });
       summary.push(`${name}: ${stat}`);
     });
     this.canvas.setAttribute('aria-label', `fetch time histograms: ${summary.join('; ')}`);
     return true;
   }
+}
+
+/**
+ * A small chart's words: the worker's name and figures above it, the axis' ends below, all at
+ * 11 px and within the chart's width (the figures are cut with an ellipsis before they would run
+ * into the next chart). The compare view's histograms use it too.
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {{name: string, stat: string, slow: boolean, x0: number, y0: number, pw: number, nameY: number,
+ *   axisY: number, lo: number, hi: number}} o
+ */
+export function chartLabels(ctx, { name, stat, slow, x0, y0, pw, nameY, axisY, lo, hi }) {
+  ctx.font = '600 11px system-ui, sans-serif';
+  ctx.fillStyle = slow ? PALETTE.stuck : PALETTE.ink;
+  const shownName = fitText(ctx, name, pw);
+  fillLabel(ctx, shownName, x0, y0 + nameY);
+  const nameW = ctx.measureText(shownName).width;
+  ctx.font = '11px system-ui, sans-serif';
+  ctx.fillStyle = PALETTE.dim;
+  const figures = fitText(ctx, stat, pw - nameW - 10);
+  if (figures) fillLabel(ctx, figures, x0 + nameW + 10, y0 + nameY);
+  const left = fmtDuration(lo), right = fmtDuration(hi);
+  fillLabel(ctx, left, x0, y0 + axisY);
+  const rw = ctx.measureText(right).width;
+  if (ctx.measureText(left).width + 8 + rw <= pw) fillLabel(ctx, right, x0 + pw - rw, y0 + axisY);
 }

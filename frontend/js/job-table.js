@@ -137,6 +137,8 @@ export class JobTableView {
     for (const c of COLUMNS) {
       const cell = this.head.appendChild(el('span', 'sortable'));
       cell.setAttribute('data-testid', 'job-sort');
+      cell.tabIndex = 0; // Enter or Space sorts (keys.js)
+      cell.setAttribute('role', 'button');
       cell.dataset.key = c.key;
       cell.title = `${c.title}; click to sort by it (again: the other way)`;
       cell.addEventListener('click', () => this.sortBy(c.key));
@@ -230,6 +232,8 @@ export class JobTableView {
   rowElement(r, i) {
     const row = el('div', 'vrow rank-line');
     row.setAttribute('data-testid', 'job-row');
+    row.tabIndex = 0; // Enter or Space opens the rank (keys.js)
+    row.setAttribute('role', 'button');
     row.dataset.i = String(i);
     row.dataset.rank = String(r.rank);
     row.style.top = `${i * ROW_PX}px`;

@@ -19,7 +19,7 @@ import { Counters, Notes, EventLog, renderDiagnosis } from './panels.js';
 import { WorkerCards } from './worker-cards.js';
 import { InspectorView } from './inspector-view.js';
 import { StatusBar, paceDiagnosis } from './status-bar.js';
-import { FindingsView } from './findings-view.js';
+import { FindingsView, findingsOf } from './findings-view.js';
 import { pinStage } from './pin.js';
 import { TraceOpener } from './trace-open.js';
 import { ENDED } from './schema.js';
@@ -27,6 +27,13 @@ import { TORCH_PREFETCH_FACTOR } from './contract.gen.js';
 import { RanksView, timelineRanks } from './ranks-view.js';
 import { Scheduler } from './scheduler.js';
 import { Playback } from './playback.js';
+import { ThemeSwitch } from './theme.js';
+import { UrlWriter, parseView } from './url-state.js';
+import { Keys } from './keys.js';
+import { SearchView } from './search-view.js';
+import { RangeView } from './range-view.js';
+import { NarrowLayout } from './narrow.js';
+import { noteText } from './panels.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
@@ -53,7 +60,7 @@ class App {
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
     this.sweep = new SweepPanel(() => this.runForm.sweepSource(), () => this.realRun());
-    this.compare = new CompareView(() => this.tracks);
+    this.compare = new CompareView(() => this.tracks, () => this.runId, () => this.wake());
     this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake(), (row) => this.server.openRow(row));
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.lastPanels = 0;
@@ -69,6 +76,8 @@ class App {
       rankLabel: () => (this.tracks.length > 1 ? this.track.label : ''),
       verdict: () => (this.player.full.mode === 'doctor'
         ? this.track.noteItems.findLast((n) => n.kind === 'doctor_verdict') ?? null : null),
+      past: () => (this.complete() && this.player.cursor === this.player.length ? findingsOf(this.track) : []),
+      show: (n) => this.showFinding(n),
     });
     this.inspector = new InspectorView({
       full: () => this.player.full,
@@ -82,6 +91,30 @@ class App {
       moveTo: (row) => this.playback.moveTo(row, true, true),
     });
     this.findings = new FindingsView((n) => this.showFinding(n));
+    this.theme = new ThemeSwitch(() => this.themeChanged());
+    this.url = new UrlWriter(() => this.viewParams());
+    this.urlKey = ''; // the view last written to (or read from) the URL, the playhead aside
+    this.urlAt = -1; // the playhead last written
+    this.pushNext = false; // the next URL write is a new history entry (a jump, not a step)
+    /** @type {number|null} a playhead from the URL, applied once that many events are here */
+    this.pendingAt = null;
+    /** @type {[number, number]|null} the selected batch: [epoch, task] (a clicked span, a search hit) */
+    this.selectedBatch = null;
+    /** @type {import('./search.js').Hit[]} */
+    this.searchHits = [];
+    /** @type {Set<number>} workers a search found: their lanes are marked */
+    this.hitWorkers = new Set();
+    this.searchedAt = -1; // events there were when the search last ran
+    this.searchView = new SearchView({
+      run: () => this.searchable(),
+      highlight: (hits) => this.highlight(hits),
+      go: (hit) => this.goTo(hit),
+    });
+    this.rangeView = new RangeView({
+      zoom: () => { if (this.timeline.selection) this.timeline.setView(this.timeline.selection); },
+      clear: () => this.timeline.select(null),
+    });
+    this.narrow = new NarrowLayout();
     /** @type {Perf} */
     this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
     this.runForm = new RunForm({
@@ -124,13 +157,22 @@ class App {
     this.track = /** @type {Track} */ (/** @type {unknown} */ (null));
     this.diagKey = ''; // the diagnosis drawn last: rank, cursor, events
     this.reset();
-    this.pipeline.onLaneClick = (wid) => this.cards.select(wid);
+    this.pipeline.onLaneClick = (wid) => { this.cards.select(wid); this.lastPanels = 0; this.wake(); };
     this.timeline.onInvalidate = () => this.wake();
     this.timeline.onSeek = (t) => this.playback.seekTime(t);
     this.timeline.onSpanClick = (span) => {
       if (this.tracks.length === 1) this.cards.selected = span.worker;
+      if (span.track === this.timeline.primary) this.selectedBatch = [span.epoch, span.idx];
       this.inspector.inspect(span);
+      this.wake();
     };
+    this.timeline.onSelect = () => { this.lastPanels = 0; this.wake(); };
+    this.keys = new Keys({
+      timeline: this.timeline,
+      focusSearch: () => this.searchView.focus(),
+      seekTime: (t) => { this.pushNext = true; this.playback.seekTime(t); },
+      clearSelection: () => this.timeline.select(null),
+    });
     window.addEventListener('resize', () => { this.hist.invalidate(); this.wake(); });
     Object.assign(window, { loaderscope: this }); // for scripts and tests: state, perf, timeline, player
   }
@@ -186,6 +228,10 @@ class App {
     this.findings.reset();
     this.status.reset();
     this.timeline.fit();
+    this.timeline.select(null, false);
+    this.selectedBatch = null;
+    this.pendingAt = null;
+    this.searchView.clear();
     this.syncTimelineTracks();
   }
 
@@ -259,6 +305,7 @@ class App {
   /** @param {number} start the frame's wall clock (performance.now()) */
   frame(start) {
     const applied = this.applyQueued(start);
+    this.restorePlayhead();
     this.playback.advance(start);
     const wall = performance.now();
     const clock = this.clock(wall);
@@ -343,6 +390,9 @@ class App {
     this.cards.render();
     this.inspector.render();
     this.findings.render(this.track);
+    this.rangeView.render(p, this.timeline.selection);
+    this.markLanes();
+    this.syncUrl();
     const wall = performance.now();
     const slowMs = this.isFollowingStream() ? LIVE_SLOW_PANEL_MS : SLOW_PANEL_MS;
     if (wall - this.lastSlowPanels > slowMs) {
@@ -365,6 +415,7 @@ class App {
     if (anyFetch) this.hist.draw(state, slow, state.config.num_workers === 0);
     this.renderRanks();
     this.renderDiagnosisNow();
+    if (this.searchHits.length && this.player.length !== this.searchedAt) this.searchView.refresh();
   }
 
   renderDiagnosisNow() {
@@ -391,6 +442,153 @@ class App {
     this.renderPanels();
     const card = n.kind === 'consumer_stuck' ? $('consumer-card') : $('worker-card');
     if (!card.hidden) card.scrollIntoView({ block: 'nearest' });
+  }
+
+  // --- the view in the URL, search, lanes ---------------------------------------------------------
+
+  /** The view as the URL holds it (url-state.js). @returns {import('./url-state.js').ViewParams} */
+  viewParams() {
+    /** @type {import('./url-state.js').ViewParams} */
+    const v = {};
+    const p = this.player;
+    if (this.pendingAt !== null) v.at = this.pendingAt;
+    else if (p.length && !p.following) v.at = p.cursor;
+    if (!this.timeline.follow) v.view = [this.timeline.view.t0, this.timeline.view.t1];
+    if (this.cards.selected !== null) v.worker = this.cards.selected;
+    if (this.selectedBatch) v.batch = this.selectedBatch;
+    const sel = this.timeline.selection;
+    if (sel) v.range = [sel.t0, sel.t1];
+    const pair = this.compare.pair();
+    if (pair) v.compare = pair;
+    if (this.theme.chosen) v.theme = this.theme.chosen;
+    return v;
+  }
+
+  /**
+   * Write the view to the URL when it changed: a new history entry for a deliberate change (zoom,
+   * selection, worker, batch, compare, theme, a jump), the current one replaced as the playhead
+   * moves on (playing, stepping, scrubbing). UrlWriter spaces the writes out.
+   */
+  syncUrl() {
+    if (this.server.demo) return;
+    const v = this.viewParams();
+    const { at, ...rest } = v;
+    const key = JSON.stringify(rest);
+    const playhead = at ?? -1;
+    if (key === this.urlKey && playhead === this.urlAt) return;
+    const push = key !== this.urlKey || this.pushNext;
+    this.urlKey = key;
+    this.urlAt = playhead;
+    this.pushNext = false;
+    this.url.changed(push);
+  }
+
+  /** Show the view the URL names (a load, Back, Forward): the run itself is ServerRun's. */
+  applyView() {
+    const v = parseView(location.search);
+    if (v.theme || this.theme.chosen) this.theme.choose(v.theme ?? this.theme.stored(), false);
+    if (v.view) this.timeline.setView({ t0: v.view[0], t1: v.view[1] }, false);
+    else this.timeline.fit();
+    this.timeline.select(v.range ? { t0: v.range[0], t1: v.range[1] } : null, false);
+    this.cards.selected = v.worker ?? null;
+    this.selectedBatch = v.batch ?? null;
+    this.highlight(this.searchHits);
+    if (v.at !== undefined) this.pendingAt = v.at;
+    else if (this.player.length && !this.player.following) this.playback.toEnd();
+    const pair = v.compare;
+    if (pair && JSON.stringify(pair) !== JSON.stringify(this.compare.pair())) this.compare.open(`run:${pair[0]}`, `run:${pair[1]}`);
+    else if (!pair && this.compare.isOpen) this.compare.close();
+    const { at, ...rest } = v;
+    this.urlKey = JSON.stringify(rest);
+    this.urlAt = at ?? -1;
+    this.lastPanels = 0;
+    this.wake();
+  }
+
+  /** The URL's playhead, once its events are here (all of them, for a run that ended with fewer). */
+  restorePlayhead() {
+    const at = this.pendingAt;
+    const p = this.player;
+    if (at === null || !p.length || (p.length < at && !this.allShown())) return;
+    this.pendingAt = null;
+    this.playback.moveTo(Math.min(at, p.length), true, true);
+  }
+
+  /** What search looks through: the selected rank's spans, events and notes, the job's ranks. */
+  searchable() {
+    const tr = this.track;
+    this.searchedAt = tr.player.length;
+    return {
+      store: tr.store, table: tr.player.table, rank: tr.rank, ranks: this.tracks.map((t) => t.rank),
+      notes: tr.noteItems.map((n) => ({ text: noteText(n), t: typeof n.t === 'number' ? n.t : tr.player.clockAt(n._row ?? 0),
+        row: n._row ?? 0, worker: typeof n.worker === 'number' ? n.worker : null })),
+    };
+  }
+
+  /** Outline the hits in the timeline, ring their tasks in the picture, mark their workers' lanes; and the selected batch. @param {import('./search.js').Hit[]} hits */
+  highlight(hits) {
+    this.searchHits = hits;
+    const spans = hits.flatMap((h) => h.spans);
+    const tasks = new Set(hits.flatMap((h) => h.tasks));
+    const batch = this.selectedBatch;
+    if (batch) {
+      tasks.add(batch.join(':'));
+      for (const [worker, col] of this.store.workers) {
+        for (let i = 0; i < col.n; i++) if (col.idx[i] === batch[1] && col.epoch[i] === batch[0]) spans.push({ worker, t0: col.start[i], t1: col.end[i] });
+      }
+    }
+    this.timeline.outline(spans);
+    this.pipeline.highlight = tasks;
+    this.hitWorkers = new Set(hits.filter((h) => h.kind === 'worker').map((h) => /** @type {number} */ (h.worker)));
+    this.lastPanels = 0;
+    this.wake();
+  }
+
+  /** A search hit was chosen: move the playhead there (a new history entry), select what it names. @param {import('./search.js').Hit} hit */
+  goTo(hit) {
+    if (hit.kind === 'rank' && hit.rank !== undefined) {
+      const i = this.tracks.findIndex((t) => t.rank === hit.rank);
+      if (i >= 0) this.selectTrack(i);
+      return;
+    }
+    this.pushNext = true;
+    if (hit.worker !== undefined) this.cards.selected = hit.worker;
+    if (hit.epoch !== undefined && hit.idx !== undefined) this.selectedBatch = [hit.epoch, hit.idx];
+    if (hit.row !== undefined) this.playback.moveTo(hit.row, true, true);
+    else if (hit.t !== null) this.playback.seekTime(hit.t);
+    const span = hit.spans[0];
+    const view = this.timeline.view;
+    if (span && !this.timeline.follow && (span.t1 < view.t0 || span.t0 > view.t1)) {
+      const half = (view.t1 - view.t0) / 2;
+      this.timeline.setView({ t0: span.t0 - half, t1: span.t0 + half });
+    }
+    this.highlight(this.searchHits);
+  }
+
+  /** Lanes: a search hit's, and a worker that had a finding (kept after the run or its fetch ended). */
+  markLanes() {
+    const alarms = this.store.alarms;
+    for (const lane of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll('[data-testid=worker-lane]'))) {
+      const wid = Number(lane.dataset.worker);
+      lane.classList.toggle('hit', this.hitWorkers.has(wid));
+      const a = alarms.findLast((x) => x.worker === wid && x.t <= this.player.time);
+      const live = lane.dataset.status === 'stuck' || lane.dataset.status === 'died';
+      const mark = a && !live ? `${a.kind === 'died' ? 'died' : 'was stuck'} at ${a.t.toFixed(1)} s · task ${a.idx}` : '';
+      if ((lane.dataset.finding ?? '') !== mark) {
+        if (mark) lane.dataset.finding = mark; else delete lane.dataset.finding;
+      }
+    }
+  }
+
+  /** The theme changed: every canvas draws again in its colours. */
+  themeChanged() {
+    this.timeline.invalidate();
+    this.hist.invalidate();
+    this.compare.redraw();
+    this.sweep.redraw();
+    this.lastPanels = 0;
+    this.lastSlowPanels = 0;
+    this.wake();
   }
 
   // --- ranks ----------------------------------------------------------------------------------------
@@ -446,6 +644,7 @@ class App {
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
     this.ranksView.invalidate();
+    this.searchView.refresh();
     this.wake();
   }
 
@@ -465,10 +664,16 @@ class App {
   bindControls() {
     this.runForm.bind();
     this.server.bind();
-    $('btn-fit').addEventListener('click', () => this.timeline.fit());
+    $('btn-fit').addEventListener('click', () => this.timeline.fit(true));
     this.playback.bind();
     this.inspector.bind();
     this.files.bind();
+    this.theme.bind();
+    this.keys.bind();
+    this.searchView.bind();
+    this.rangeView.bind();
+    this.narrow.bind();
+    window.addEventListener('popstate', () => this.applyView());
   }
 
   /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */
@@ -521,6 +726,7 @@ class App {
     const id = params.get('run');
     if (id) this.server.open(id, { push: false });
     else renderDiagnosis($('diagnosis'), [], 'start a run, pick one above, or drop a trace file on the page');
+    this.applyView();
     this.status.render();
     this.wake(); // draw the empty picture: the parts are named before any run starts
   }

@@ -100,6 +100,7 @@ export class PipelineOverlay {
       lane.setAttribute('data-testid', 'worker-lane');
       lane.dataset.worker = String(id);
       lane.tabIndex = 0;
+      lane.setAttribute('role', 'button'); // Enter or Space: its card (keys.js)
       const label = document.createElement('div');
       label.className = 'lane-label';
       this.place(label, { x: 0, y: 0, w: L.lanes[i].label.w, h: L.lanes[i].rect.h });

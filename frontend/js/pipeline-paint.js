@@ -4,6 +4,7 @@
 
 import { PALETTE, taskColor, taskInk } from './colors.js';
 import { WorkerStatus } from './reducer.js';
+import { fillLabel } from './canvas-text.js';
 
 /**
  * The background: every box and arrow of the picture.
@@ -19,37 +20,37 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
     const w = state.workers.get(ids[i]);
     const status = w ? w.status : WorkerStatus.STARTING;
     const alarm = status === WorkerStatus.STUCK || status === WorkerStatus.DIED;
-    const tint = alarm ? '#3a1d22' : status === WorkerStatus.EXITED ? '#12171e' : PALETTE.panel;
+    const tint = alarm ? PALETTE.alarmTint : status === WorkerStatus.EXITED ? PALETTE.exitedTint : PALETTE.panel;
     box(ctx, lane.rect, tint, alarm ? PALETTE.stuck : PALETTE.panelEdge);
-    box(ctx, lane.fetch, alarm ? '#4a1f27' : '#1b2533', alarm ? PALETTE.stuck : '#2d3b50');
+    box(ctx, lane.fetch, alarm ? PALETTE.alarmFetch : PALETTE.fetchBox, alarm ? PALETTE.stuck : PALETTE.fetchEdge);
     if (L.laneCols > 1) return; // two columns: one arrow in and out of the whole grid, not 64 crossing ones
-    arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, '#2b3545', 1);
-    arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), '#2b3545');
+    arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, PALETTE.arrow, 1);
+    arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), PALETTE.arrow);
   });
   if (L.laneCols > 1) {
     const midY = L.top + L.lanesH / 2;
-    arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, L.lanesX - 1, midY, '#2b3545', 1.4);
-    arrow(ctx, L.lanesX + L.lanesW, midY, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 60), '#2b3545', 1.4);
+    arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, L.lanesX - 1, midY, PALETTE.arrow, 1.4);
+    arrow(ctx, L.lanesX + L.lanesW, midY, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 60), PALETTE.arrow, 1.4);
   }
   box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
   const resultMidY = L.buffer.y + 24;
   if (L.pin === 'active' && L.pinThread && L.pinned) { // layout.js gives an active pin stage its boxes
-    box(ctx, L.pinThread, '#14222a', '#3d7f8f');
+    box(ctx, L.pinThread, PALETTE.pinBox, PALETTE.pinEdge);
     box(ctx, L.pinned, PALETTE.panel, PALETTE.panelEdge);
-    arrow(ctx, L.result.x + L.result.w, L.pinThread.y + 22, L.pinThread.x - 2, L.pinThread.y + 22, '#3d7f8f', 1.4);
-    arrow(ctx, L.pinThread.x + L.pinThread.w / 2, L.pinThread.y + L.pinThread.h, L.pinned.x + L.pinned.w / 2, L.pinned.y - 1, '#3d7f8f', 1.2);
+    arrow(ctx, L.result.x + L.result.w, L.pinThread.y + 22, L.pinThread.x - 2, L.pinThread.y + 22, PALETTE.pinEdge, 1.4);
+    arrow(ctx, L.pinThread.x + L.pinThread.w / 2, L.pinThread.y + L.pinThread.h, L.pinned.x + L.pinned.w / 2, L.pinned.y - 1, PALETTE.pinEdge, 1.2);
   } else if (L.pin === 'disabled' && L.pinCol) {
     hatch(ctx, L.pinCol);
-    arrow(ctx, L.result.x + L.result.w, resultMidY, L.pinCol.x + L.pinCol.w + 2, resultMidY, '#3a4558', 1);
+    arrow(ctx, L.result.x + L.result.w, resultMidY, L.pinCol.x + L.pinCol.w + 2, resultMidY, PALETTE.arrowDim, 1);
   }
-  box(ctx, L.buffer, bufferFull ? '#2e2614' : PALETTE.panel, bufferFull ? PALETTE.buffer : PALETTE.panelEdge, bufferFull ? 2 : 1);
+  box(ctx, L.buffer, bufferFull ? PALETTE.bufferFull : PALETTE.panel, bufferFull ? PALETTE.buffer : PALETTE.panelEdge, bufferFull ? 2 : 1);
   box(ctx, L.consumer, PALETTE.panel, PALETTE.panelEdge);
   // result queue -> straight on when it is the task rcvd_idx wants; -> reorder buffer when early
   const midY = L.buffer.y + 24;
   const rx = L.pinCol ? L.pinCol.x + L.pinCol.w : L.result.x + L.result.w;
-  arrow(ctx, rx, midY, L.buffer.x - 2, midY, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
+  arrow(ctx, rx, midY, L.buffer.x - 2, midY, bufferFull ? PALETTE.buffer : PALETTE.arrowDim, 1.4);
   const inY = L.rcvdCursor.y + L.rcvdCursor.h / 2;
-  ctx.strokeStyle = '#3a4558';
+  ctx.strokeStyle = PALETTE.arrowDim;
   ctx.lineWidth = 1.4;
   ctx.beginPath();
   const fromY = L.pin === 'active' && L.pinned ? L.pinned.y + 14 : L.result.y + 14;
@@ -57,13 +58,13 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
   ctx.bezierCurveTo(rx + 14, fromY, rx + 6, L.bypassY, rx + 22, L.bypassY);
   ctx.lineTo(L.buffer.x + L.buffer.w - 10, L.bypassY);
   ctx.stroke();
-  arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, '#3a4558', 1.4);
-  arrow(ctx, L.buffer.x + L.buffer.w, L.buffer.y + 24, L.rcvdCursor.x - 2, inY + 5, bufferFull ? PALETTE.buffer : '#3a4558', 1.4);
+  arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, PALETTE.arrowDim, 1.4);
+  arrow(ctx, L.buffer.x + L.buffer.w, L.buffer.y + 24, L.rcvdCursor.x - 2, inY + 5, bufferFull ? PALETTE.buffer : PALETTE.arrowDim, 1.4);
   ctx.fillStyle = PALETTE.dim;
   ctx.font = '11px system-ui, sans-serif';
-  ctx.fillText(L.slim ? 'in order' : 'in order: straight on', L.buffer.x + 4, L.bypassY - 4);
-  ctx.fillText('early', rx + 3, midY - 5);
-  box(ctx, L.rcvdCursor, '#14202e', PALETTE.accent);
+  fillLabel(ctx, L.slim ? 'in order' : 'in order: straight on', L.buffer.x + 4, L.bypassY - 4);
+  fillLabel(ctx, 'early', rx + 3, midY - 5);
+  box(ctx, L.rcvdCursor, PALETTE.rcvdBox, PALETTE.accent);
 }
 
 /** @typedef {import('./layout.js').Rect} Rect */
@@ -72,10 +73,10 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
 export function hatch(ctx, r) {
   ctx.save();
   roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, 8);
-  ctx.fillStyle = '#12171e';
+  ctx.fillStyle = PALETTE.exitedTint;
   ctx.fill();
   ctx.clip();
-  ctx.strokeStyle = '#1f2732';
+  ctx.strokeStyle = PALETTE.hatchStroke;
   ctx.lineWidth = 6;
   for (let d = -r.h; d < r.w + r.h; d += 16) {
     ctx.beginPath();
@@ -85,7 +86,7 @@ export function hatch(ctx, r) {
   }
   ctx.restore();
   ctx.setLineDash([5, 4]);
-  ctx.strokeStyle = '#4b5768';
+  ctx.strokeStyle = PALETTE.faint;
   ctx.lineWidth = 1;
   roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, 8);
   ctx.stroke();
@@ -142,13 +143,13 @@ export function arrow(ctx, x0, y0, x1, y1, color, lw = 1) {
  */
 export function drawToken(ctx, x, y, w, h, idx, parked, failed) {
   roundRect(ctx, x, y, w, h, Math.min(5, h / 3));
-  ctx.fillStyle = failed ? '#5a1e25' : taskColor(idx);
+  ctx.fillStyle = failed ? PALETTE.failedToken : taskColor(idx);
   ctx.fill();
   if (parked || failed) {
     ctx.strokeStyle = failed ? PALETTE.stuck : PALETTE.buffer;
     ctx.lineWidth = 2;
     ctx.stroke();
   }
-  ctx.fillStyle = failed ? '#ffd7d5' : taskInk(idx);
+  ctx.fillStyle = failed ? PALETTE.alarmInk : taskInk(idx);
   ctx.fillText(String(idx), x + w / 2, y + h / 2 + 0.5);
 }

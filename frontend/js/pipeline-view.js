@@ -71,6 +71,8 @@ export class PipelineView {
     this.ringKey = ''; // the head-of-line task the ring marks, and since when (performance.now())
     this.ringSince = 0;
     this.overlayDeferred = false; // the last draw left the overlay's words for later (pacing)
+    /** @type {Set<string>} tasks (`epoch:idx`) a search found or a click selected: ringed */
+    this.highlight = new Set();
   }
 
   /** Another run or rank: the next draw lays the picture out again, with no tokens from before. */
@@ -197,7 +199,7 @@ export class PipelineView {
     let moving = this.moveTokens(state, out, hidden, clock.wall, dtMs);
     const bufferFull = state.buffer.length > 0;
     const statuses = this.ids.map((wid) => state.workers.get(wid)?.status ?? '').join(',');
-    this.drawBackground(`${this.layoutKey}|${statuses}|${bufferFull}`, state, bufferFull);
+    this.drawBackground(`${this.layoutKey}|${statuses}|${bufferFull}|${PALETTE.bg}`, state, bufferFull);
     ctx.clearRect(0, 0, L.width, L.height);
     if (this.bg) ctx.drawImage(this.bg, 0, 0, L.width, L.height);
     this.drawDispatch(state);
@@ -360,8 +362,19 @@ export class PipelineView {
       const live = task !== undefined && key === `${state.epoch}:${tok.idx}`;
       ctx.globalAlpha = Math.max(0, Math.min(1, tok.alpha));
       drawToken(ctx, tok.x, tok.y, L.token.w, L.token.h, tok.idx, !!(live && parked.has(tok.idx)), !!(live && task.where === Where.FAILED));
+      if (this.highlight.size && this.highlight.has(key)) this.ring(tok.x, tok.y);
     }
     ctx.globalAlpha = 1;
+  }
+
+  /** A found task's ring: a solid outline around its token. @param {number} x @param {number} y */
+  ring(x, y) {
+    const ctx = this.ctx, t = this.layout.token;
+    ctx.globalAlpha = 1;
+    ctx.strokeStyle = PALETTE.hit;
+    ctx.lineWidth = 2;
+    roundRect(ctx, x - 3, y - 3, t.w + 6, t.h + 6, 6);
+    ctx.stroke();
   }
 
   /**
@@ -397,11 +410,12 @@ export class PipelineView {
     const steps = state.steps > 0;
     const cap = gridCapacity(L.consumer, L.token, steps ? HEADER.consumerSteps : HEADER.consumer);
     const tail = state.yield_order.slice(-cap).reverse();
-    tail.forEach(([, idx], i) => {
+    tail.forEach(([epoch, idx], i) => {
       const p = consumerSlot(L, i, steps);
       if (!p) return;
       ctx.globalAlpha = Math.max(0.25, 1 - i / cap);
       drawToken(ctx, p.x, p.y, L.token.w, L.token.h, idx, false, false);
+      if (this.highlight.size && this.highlight.has(`${epoch}:${idx}`)) this.ring(p.x, p.y);
     });
     ctx.globalAlpha = 1;
   }

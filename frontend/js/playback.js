@@ -5,6 +5,8 @@
 import { fmtDuration } from './timeline-store.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
+/** Focused, these act on Space (and Enter) themselves: a button's Space presses that button, never Play. */
+const OWN_SPACE = 'button, a[href], summary, select, input, textarea, [role="button"], [role="option"], [tabindex]:not(canvas)';
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 
 /**
@@ -132,11 +134,16 @@ export class Playback {
     this.moveTo(after);
   }
 
-  /** Space, ←/→ (Shift: a batch), Home, End; not while typing, except on the event slider. @param {KeyboardEvent} ev */
+  /**
+   * Space, ←/→ (Shift: a batch), Home, End; not while typing, except on the event slider; Space not
+   * on a focused control, which Space presses (keys.js gives focusable lanes and rows the same).
+   * @param {KeyboardEvent} ev
+   */
   key(ev) {
     const t = /** @type {HTMLElement} */ (ev.target);
     const typing = t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
     if (typing && t.id !== 'pb-scrub') return; // the scrubber takes the playback keys too
+    if (ev.key === ' ' && t instanceof Element && t.id !== 'pb-scrub' && t.matches(OWN_SPACE)) return;
     if (!this.player.length || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const p = this.player;
     if (ev.key === ' ') (this.playing ? this.pause() : this.play());
@@ -184,7 +191,9 @@ export class Playback {
     play.disabled = live;
     /** @type {HTMLButtonElement} */ ($('pb-event')).disabled = live;
     /** @type {HTMLButtonElement} */ ($('pb-batch')).disabled = live;
-    const label = this.playing ? '❚❚ Pause' : '▶ Play';
+    // beside a live run's own Pause (the real loader's), this one says it pauses the replay
+    const liveRun = this.host.isLiveRun();
+    const label = this.playing ? (liveRun ? '❚❚ Pause replay' : '❚❚ Pause') : (liveRun ? '▶ Replay' : '▶ Play');
     if (play.textContent !== label) play.textContent = label;
     play.dataset.playing = String(this.playing);
     /** @type {HTMLButtonElement} */ ($('pb-end')).title = this.host.isLiveRun() ? 'follow the live run again (End)' : 'to the last event (End)';

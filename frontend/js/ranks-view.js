@@ -102,6 +102,7 @@ export class RanksView {
       th.textContent = c.label;
       th.title = `${c.title} — click to sort`;
       th.dataset.key = c.key;
+      th.tabIndex = 0; // Enter or Space sorts (keys.js)
       th.addEventListener('click', () => this.sortBy(c.key));
       headRow.append(th);
       return th;
@@ -207,6 +208,7 @@ export class RanksView {
     if (!entry) {
       const row = /** @type {HTMLTableRowElement} */ (el('tr', 'rank-row'));
       row.setAttribute('data-testid', 'rank-card');
+      row.tabIndex = 0; // Enter or Space shows the rank (keys.js)
       row.dataset.rank = String(r.rank);
       const cells = COLUMNS.map(() => row.appendChild(el('td', '')));
       const chips = row.appendChild(el('td', 'chips'));

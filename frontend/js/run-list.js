@@ -92,3 +92,18 @@ export function pickerGroups(runs, now = Date.now() / 1000) {
   }
   return groups;
 }
+
+/**
+ * The run to compare `id` with: the latest run of the same loader (same name, same rank) that
+ * started before it; else the latest other run that started before it; else the newest other run.
+ * Null when `id` is the only run.
+ * @param {RunBrief[]} runs @param {string} id @returns {string|null}
+ */
+export function previousRun(runs, id) {
+  const me = runs.find((r) => r.id === id);
+  const others = [...runs].filter((r) => r.id !== id).sort((a, b) => startOf(b) - startOf(a) || b.id.localeCompare(a.id));
+  if (!me) return others[0]?.id ?? null;
+  const before = others.filter((r) => startOf(r) < startOf(me) || (startOf(r) === startOf(me) && r.id < me.id));
+  const same = before.find((r) => runName(r) === runName(me) && (r.rank ?? 0) === (me.rank ?? 0));
+  return (same ?? before[0] ?? others[0])?.id ?? null;
+}

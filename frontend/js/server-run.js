@@ -9,6 +9,7 @@ import { api, runSocket, runListSocket, ApiError } from './api.js';
 import { pickerGroups } from './run-list.js';
 import { openLoader } from './job-table.js';
 import { ENDED } from './schema.js';
+import { withoutRunView } from './url-state.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const POLL_MS = 1500; // run summary / diagnosis refresh while live
@@ -93,6 +94,7 @@ export class ServerRun {
     this.host.open([new Track({ rank: 0, label: 'rank 0', runId: id, source: 'server' })]);
     this.runId = id;
     const url = new URL(location.href);
+    if (url.searchParams.get('run') !== id) withoutRunView(url); // the playhead, zoom, selection were the old run's
     url.searchParams.set('run', id);
     url.searchParams.delete('token');
     if (push && url.href !== location.href) history.pushState({ run: id }, '', url);
@@ -117,6 +119,7 @@ export class ServerRun {
     this.serverDiagnosis = null; // the other rank's: never shown beside this rank's counters
     this.finalPolled = tr.complete;
     const url = new URL(location.href);
+    if (url.searchParams.get('run') !== tr.runId) withoutRunView(url);
     url.searchParams.set('run', tr.runId);
     url.searchParams.delete('token');
     if (push && url.href !== location.href) history.pushState({ run: tr.runId }, '', url);
@@ -131,7 +134,7 @@ export class ServerRun {
     const url = new URL(location.href);
     if (url.searchParams.has('run')) {
       url.searchParams.delete('run');
-      history.pushState({}, '', url);
+      history.pushState({}, '', withoutRunView(url));
     }
     /** @type {HTMLSelectElement} */ ($('run-picker')).value = '';
   }

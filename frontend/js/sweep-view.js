@@ -6,6 +6,7 @@
 // once it has ended, its advice on num_workers (GET /api/runs/{id}/advice) with the replays behind it.
 
 import { PALETTE } from './colors.js';
+import { fillLabel, clearLabels, fitText } from './canvas-text.js';
 import { niceMax, sweepErrorField, sweepRequest, sweepSeries } from './sweep.js';
 import { ApiError, errorText, fieldErrors } from './api.js';
 import { LOADER_SETTINGS, TRACE_SETTINGS } from './contract.gen.js';
@@ -16,7 +17,6 @@ import { say } from './wording.gen.js';
 /** @param {string} id @returns {any} the page's element of that id (an input, a select, a box: index.html) */
 const $ = (id) => /** @type {any} */ (document.getElementById(id));
 const FIELDS = ['key', 'values', 'key2', 'values2'];
-const LINE_COLORS = ['#58a6ff', '#f2b84b', '#3fb950', '#d2a8ff', '#ff7b72', '#79c0ff'];
 /** @type {Record<string, string>} */
 const DEFAULTS = { num_workers: '1,2,4,8', prefetch_factor: '1,2,4', batch_size: '8,16,32,64' };
 const STEP_FILL_MS = 20; // the training step a sweep assumes when the scenario has none
@@ -80,7 +80,7 @@ export class SweepPanel {
     $('sweep-key2').addEventListener('change', () => this.keyChanged('key2'));
     $('sweep-step').addEventListener('input', () => this.stepChanged());
     $('sweep-target').addEventListener('change', () => this.targetChanged());
-    window.addEventListener('resize', () => { if (this.last) this.draw(this.last); });
+    window.addEventListener('resize', () => this.redraw());
   }
 
   /** Whether the sweep replays the open run's own loader (else it simulates the form's scenario). */
@@ -414,6 +414,11 @@ export class SweepPanel {
     $('sweep-table').replaceChildren(head, ...body);
   }
 
+  /** Draw the chart again (a resize, another theme). */
+  redraw() {
+    if (this.last) this.draw(this.last);
+  }
+
   /** Two small charts side by side: batches/s (higher is better), and the share of time the training loop waits. @param {Shown} shown */
   draw({ rows, key, key2, xs }) {
     const { xs: order, series } = sweepSeries(rows, key, key2, xs);
@@ -426,6 +431,7 @@ export class SweepPanel {
     const ctx = /** @type {CanvasRenderingContext2D} */ (c.getContext('2d'));
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, width, height);
+    clearLabels(ctx);
     const legendH = key2 ? 16 : 0;
     const gap = 40, padL = 44, padR = 22, top = 22 + legendH, bottom = 32;
     const pw = (width - 2 * padL - padR - gap) / 2, ph = height - top - bottom;
@@ -446,20 +452,20 @@ export class SweepPanel {
       ctx.font = '600 11px system-ui, sans-serif';
       ctx.fillStyle = PALETTE.ink;
       ctx.textAlign = 'left';
-      ctx.fillText(ch.title, x0, 12);
-      ctx.font = '10px system-ui, sans-serif';
+      fillLabel(ctx, fitText(ctx, ch.title, pw + padL - 4), x0, 12);
+      ctx.font = '11px system-ui, sans-serif';
       for (let k = 0; k <= 4; k++) {   // horizontal grid lines with their values
         const v = (ch.max * k) / 4, y = Y(v);
-        ctx.strokeStyle = k === 0 ? PALETTE.faint : '#1f2935';
+        ctx.strokeStyle = k === 0 ? PALETTE.faint : PALETTE.chartGrid;
         ctx.beginPath(); ctx.moveTo(x0, y + 0.5); ctx.lineTo(x0 + pw, y + 0.5); ctx.stroke();
         ctx.fillStyle = PALETTE.dim; ctx.textAlign = 'right';
-        ctx.fillText(ch.fmt(v), x0 - 5, y + 3);
+        fillLabel(ctx, ch.fmt(v), x0 - 5, y + 4);
       }
       ctx.textAlign = 'center';
-      order.forEach((x, i) => { ctx.fillStyle = PALETTE.dim; ctx.fillText(x, X(i), y0 + ph + 13); });
-      ctx.fillText(key, x0 + pw / 2, y0 + ph + 27);
+      order.forEach((x, i) => { ctx.fillStyle = PALETTE.dim; fillLabel(ctx, x, X(i), y0 + ph + 14); });
+      fillLabel(ctx, key, x0 + pw / 2, y0 + ph + 28);
       series.forEach((s, si) => {
-        const color = LINE_COLORS[si % LINE_COLORS.length];
+        const color = PALETTE.lines[si % PALETTE.lines.length];
         ctx.strokeStyle = color; ctx.fillStyle = color; ctx.lineWidth = 2;
         ctx.beginPath();
         s.points.forEach((p, j) => { const x = X(p.i), y = Y(p[ch.metric]); if (j) ctx.lineTo(x, y); else ctx.moveTo(x, y); });
@@ -472,13 +478,13 @@ export class SweepPanel {
       });
     });
     if (key2) {   // legend: one entry per value of the second parameter
-      ctx.font = '10.5px system-ui, sans-serif'; ctx.textAlign = 'left';
+      ctx.font = '11px system-ui, sans-serif'; ctx.textAlign = 'left';
       let x = padL;
       series.forEach((s, si) => {
-        ctx.fillStyle = LINE_COLORS[si % LINE_COLORS.length];
+        ctx.fillStyle = PALETTE.lines[si % PALETTE.lines.length];
         ctx.fillRect(x, 24, 14, 3);
         ctx.fillStyle = PALETTE.ink;
-        ctx.fillText(s.label, x + 18, 29);
+        fillLabel(ctx, s.label, x + 18, 29);
         x += 28 + ctx.measureText(s.label).width;
       });
     }

@@ -217,6 +217,12 @@ export class SlotMap {
   }
 }
 
+/**
+ * A fetch a finding was about: stuck (its start, the first stuck note, its end once it ended), or
+ * held by a worker that died (ended at the death).
+ * @typedef {{kind: 'stuck'|'died', worker: number, idx: number, epoch: number, t: number, start: number, end: number|null}} Alarm
+ */
+
 /** Everything the timeline draws, fed by the same events as the reducer. */
 export class TimelineStore {
   constructor() {
@@ -238,6 +244,12 @@ export class TimelineStore {
     this.epochs = [];
     /** @type {Array<{t:number, kind:string, worker?:number, text:string}>} stuck / died / error / timeout markers */
     this.marks = [];
+    /**
+     * Fetches a finding was about (stuck, or held by a worker that died): kept after the fetch, the
+     * epoch or the run ended, so that the timeline still marks them where they happened.
+     * @type {Alarm[]}
+     */
+    this.alarms = [];
     this.epoch = 0;
     this.tmin = Infinity;
     this.tmax = 0;
@@ -280,6 +292,7 @@ export class TimelineStore {
         this.epoch = e.epoch;
         this.epochs.push({ t, epoch: e.epoch });
         this.dispatchRow.clear();
+        for (const a of this.alarms) if (a.end === null) a.end = t; // a stuck fetch the epoch left
         this.open.clear();
         this.consumerOpen = null;
         this.pinOpen.clear();
@@ -312,11 +325,17 @@ export class TimelineStore {
         {
           const open = this.open.get(e.worker);
           if (open?.idx === e.idx) open.stuck = true;
+          this.alarm('stuck', e.worker, e.idx, t, open?.idx === e.idx ? open.start : t - (+e.elapsed || 0));
         }
         this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} stuck on task ${e.idx} for ${(+e.elapsed).toFixed(1)} s` });
         break;
       case 'worker_died':
         this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} died (${e.signal || `exit code ${e.exitcode}`})` });
+        {
+          const open = this.open.get(e.worker);
+          const idx = e.idx ?? open?.idx ?? null;
+          if (idx !== null) this.alarm('died', e.worker, idx, t, open?.idx === idx ? open.start : t - (+(e.elapsed ?? 0) || 0), t);
+        }
         this.open.delete(e.worker);
         break;
       case 'consumer_stuck':
@@ -378,10 +397,29 @@ export class TimelineStore {
     this.open.set(worker, { start: t, idx, epoch: this.epoch, dref: this.dispatchRow.get(idx) ?? -1 });
   }
 
+  /**
+   * A finding about a worker's fetch: a stuck fetch (noted again every few seconds: one alarm), or
+   * the task a dead worker held.
+   * @param {'stuck'|'died'} kind @param {number} worker @param {number} idx @param {number} t the finding's time
+   * @param {number} start the fetch's start @param {number|null} [end] null while it runs
+   */
+  alarm(kind, worker, idx, t, start, end = null) {
+    const last = this.alarms.findLast((a) => a.worker === worker && a.idx === idx && a.epoch === this.epoch);
+    if (last && last.end === null) {
+      if (kind === 'died') Object.assign(last, { kind, t, end });
+      return;
+    }
+    this.alarms.push({ kind, worker, idx, epoch: this.epoch, t, start, end });
+  }
+
   /** @param {number} t @param {number} worker @param {number} idx @param {number|null|undefined} dt @param {number} row */
   fetchEnd(t, worker, idx, dt, row) {
     const o = this.open.get(worker);
     const mine = o !== undefined && o.idx === idx;
+    if (o?.stuck && mine) {
+      const a = this.alarms.findLast((x) => x.worker === worker && x.idx === idx && x.end === null);
+      if (a) a.end = t;
+    }
     const start = mine ? o.start : t - (dt ?? 0);
     this.row(worker).push(start, t, idx, this.epoch, row, this.dispatchRow.get(idx) ?? -1);
     this.dispatchRow.delete(idx);

@@ -1,12 +1,15 @@
 // The timeline canvas: per rank, one row per worker (fetch spans), one for the pin-memory thread
 // (when the loader pins), one for the consumer (time waiting for each batch). Wheel zooms, drag
-// pans, double-click fits the whole run; hover names the span. The strip with the time axis is the
-// scrubber: click or drag there to move the playhead. Draws only what is visible; zoomed out, each
-// pixel column shows how busy the row was.
+// pans, Shift+drag selects a time range, double-click fits the whole run; hover names the span;
+// focused, W/S zoom and A/D pan (keys.js). The strip with the time axis is the scrubber: click or
+// drag there to move the playhead. Draws only what is visible; zoomed out, each pixel column shows
+// how busy the row was. Fetches a finding was about (stuck, a worker's death) keep their red mark
+// and label after they, or the run, ended; search hits are outlined.
 
 import { PALETTE, taskColor, taskHue } from './colors.js';
 import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
+import { fillLabel, clearLabels, fitText } from './canvas-text.js';
 
 export const GUTTER = 112;
 export const AXIS = 22;
@@ -31,7 +34,14 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
  *   plotW: number, nowT: number}} DrawFrame what one draw() hands each part
  * @typedef {{track: Track, worker: number, idx: number, epoch: number}} SpanHit a clicked fetch span
  * @typedef {import('./timeline-store.js').SpanColumn} SpanColumn
+ * @typedef {import('./timeline-store.js').TimeWindow} TimeWindow
+ * @typedef {{worker: number|null, t0: number, t1: number}} Outline a search hit: a worker's (null: the consumer's) span, on the primary clock
+ * @typedef {{x: number, y: number, w: number, h: number}} Box
  */
+const LABEL_PX = 11; // every text the timeline draws is at least this size
+const FONT = `${LABEL_PX}px system-ui, sans-serif`;
+const BOLD = `600 ${LABEL_PX}px system-ui, sans-serif`;
+const MIN_DRAG_PX = 3; // a Shift+drag shorter than this is a click, not a selection
 
 export class TimelineView {
   /** @param {HTMLElement} host @param {import('./timeline-store.js').TimelineStore} store */
@@ -39,8 +49,12 @@ export class TimelineView {
     this.host = host;
     this.canvas = document.createElement('canvas');
     this.canvas.className = 'timeline-canvas';
-    this.canvas.setAttribute('role', 'img');
-    this.canvas.setAttribute('aria-label', 'timeline of fetches per worker, pinning and consumer waits; click the time axis to move the playhead');
+    // focusable: W/S zoom, A/D (and the arrows) pan once it has focus (keys.js)
+    this.canvas.tabIndex = 0;
+    this.canvas.setAttribute('role', 'application');
+    this.canvas.setAttribute('aria-roledescription', 'timeline');
+    this.canvas.setAttribute('aria-label', 'timeline of fetches per worker, pinning and consumer waits; '
+      + 'W and S zoom, A and D pan, Shift+drag selects a time range, click the time axis to move the playhead; ? lists the keys');
     this.tip = document.createElement('div');
     this.tip.className = 'tooltip';
     this.tip.hidden = true;
@@ -77,6 +91,16 @@ export class TimelineView {
     this.onInvalidate = null;
     /** @type {((span: SpanHit) => void)|null} a fetch span was clicked */
     this.onSpanClick = null;
+    /** @type {TimeWindow|null} the selected time range (first track's clock) */
+    this.selection = null;
+    /** @type {((sel: TimeWindow|null) => void)|null} the user selected a range (or cleared it) */
+    this.onSelect = null;
+    /** @type {((view: TimeWindow|null) => void)|null} the user zoomed or panned (null: fit again) */
+    this.onView = null;
+    /** @type {Outline[]} search hits to outline */
+    this.hits = [];
+    /** @type {Box[]} labels placed in the plot in this draw: one that would overlap them is left out */
+    this.placed = [];
     this.bind();
   }
 
@@ -138,6 +162,41 @@ export class TimelineView {
     return this.view.t0 + ((x - GUTTER) / (width - GUTTER)) * (this.view.t1 - this.view.t0);
   }
 
+  /** The window shown, fixed (no longer following the run); `user`: the user moved it. @param {TimeWindow} view @param {boolean} [user] */
+  setView(view, user = true) {
+    this.view = { t0: view.t0, t1: view.t1 };
+    this.follow = false;
+    this.invalidate();
+    if (user) this.onView?.(this.view);
+  }
+
+  /**
+   * Zoom by `factor` (< 1: in) around the pointer when it is over the plot, else around the middle.
+   * @param {number} factor
+   */
+  zoomBy(factor) {
+    const at = this.hover && this.hover.x >= GUTTER ? this.timeAt(this.hover.x) : (this.view.t0 + this.view.t1) / 2;
+    this.setView(zoomWindow(this.view, at, factor));
+  }
+
+  /** Pan by `share` of the window's width (> 0: later). @param {number} share */
+  panBy(share) {
+    this.setView(panWindow(this.view, share * (this.view.t1 - this.view.t0)));
+  }
+
+  /** Select [t0, t1] (first track's clock), or nothing. @param {TimeWindow|null} sel @param {boolean} [user] */
+  select(sel, user = true) {
+    this.selection = sel && sel.t1 > sel.t0 ? { t0: sel.t0, t1: sel.t1 } : null;
+    this.invalidate();
+    if (user) this.onSelect?.(this.selection);
+  }
+
+  /** @param {Outline[]} hits */
+  outline(hits) {
+    this.hits = hits;
+    this.invalidate();
+  }
+
   bind() {
     const c = this.canvas;
     c.addEventListener('wheel', (ev) => {
@@ -146,27 +205,37 @@ export class TimelineView {
       const x = ev.clientX - rect.left;
       if (x < GUTTER) return;
       const factor = Math.exp((ev.deltaY || ev.deltaX) * 0.0015);
-      this.view = zoomWindow(this.view, this.timeAt(x), factor);
-      this.follow = false;
-      this.invalidate();
+      this.setView(zoomWindow(this.view, this.timeAt(x), factor));
     }, { passive: false });
-    /** @type {{scrub: true} | {scrub?: false, x: number, view: {t0: number, t1: number}, moved: boolean} | null} */
+    /** @type {{kind: 'scrub'} | {kind: 'select', x: number, t: number} | {kind: 'pan', x: number, view: TimeWindow, moved: boolean} | null} */
     let drag = null;
     c.addEventListener('pointerdown', (ev) => {
       const rect = c.getBoundingClientRect();
       const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
       c.setPointerCapture(ev.pointerId);
       if (y < AXIS && x >= GUTTER && this.onSeek) {
-        drag = { scrub: true };
+        drag = { kind: 'scrub' };
         this.onSeek(this.timeAt(x));
         return;
       }
-      drag = { x: ev.clientX, view: { ...this.view }, moved: false };
+      // Shift+drag selects a range of time, as in Perfetto; a plain drag pans
+      if (ev.shiftKey && x >= GUTTER) {
+        drag = { kind: 'select', x: ev.clientX, t: this.timeAt(x) };
+        return;
+      }
+      drag = { kind: 'pan', x: ev.clientX, view: { ...this.view }, moved: false };
     });
     c.addEventListener('pointermove', (ev) => {
       const rect = c.getBoundingClientRect();
-      if (drag?.scrub) {
+      if (drag?.kind === 'scrub') {
         this.onSeek?.(this.timeAt(Math.max(GUTTER, ev.clientX - rect.left)));
+        return;
+      }
+      if (drag?.kind === 'select') {
+        if (Math.abs(ev.clientX - drag.x) >= MIN_DRAG_PX) {
+          const t = this.timeAt(Math.max(GUTTER, ev.clientX - rect.left));
+          this.select({ t0: Math.min(drag.t, t), t1: Math.max(drag.t, t) }, false);
+        }
         return;
       }
       if (drag) {
@@ -174,9 +243,7 @@ export class TimelineView {
         if (Math.abs(dx) > 2) {
           drag.moved = true;
           const dt = -(dx / ((this.geo?.width ?? this.width) - GUTTER)) * (drag.view.t1 - drag.view.t0);
-          this.view = panWindow(drag.view, dt);
-          this.follow = false;
-          this.invalidate();
+          this.setView(panWindow(drag.view, dt), false);
         }
         return;
       }
@@ -185,9 +252,16 @@ export class TimelineView {
       this.invalidate();
     });
     c.addEventListener('pointerup', (ev) => {
-      const clicked = drag && !drag.scrub && !drag.moved;
+      const done = drag;
       drag = null;
-      if (!clicked || !this.onSpanClick || !this.geo) return;
+      if (done?.kind === 'select') {
+        // a Shift+click clears the selection; a Shift+drag made one, said once it ends
+        if (Math.abs(ev.clientX - done.x) < MIN_DRAG_PX) this.select(null);
+        else this.onSelect?.(this.selection);
+        return;
+      }
+      if (done?.kind === 'pan' && done.moved) this.onView?.(this.view);
+      if (done?.kind !== 'pan' || done.moved || !this.onSpanClick || !this.geo) return;
       const rect = c.getBoundingClientRect();
       const span = this.spanAt(ev.clientX - rect.left, ev.clientY - rect.top);
       if (span) this.onSpanClick(span);
@@ -195,7 +269,7 @@ export class TimelineView {
     c.addEventListener('pointerleave', () => { this.hover = null; this.tip.hidden = true; this.invalidate(); });
     c.addEventListener('dblclick', (ev) => {
       const rect = c.getBoundingClientRect();
-      if (ev.clientY - rect.top >= AXIS) this.fit();
+      if (ev.clientY - rect.top >= AXIS) this.fit(true);
     });
   }
 
@@ -210,9 +284,11 @@ export class TimelineView {
     return !col || i < 0 ? null : { track: row.track, worker: row.wid, idx: col.idx[i], epoch: col.epoch[i] };
   }
 
-  fit() {
+  /** Fit the whole run again and follow it. @param {boolean} [user] the user asked (the URL forgets the zoom) */
+  fit(user = false) {
     this.follow = true;
     this.invalidate();
+    if (user) this.onView?.(null);
   }
 
   invalidate() {
@@ -251,7 +327,8 @@ export class TimelineView {
     const liveOpen = (store.open.size || store.consumerOpen) && clock.live;
     if (this.follow) this.view = this.fitView(liveOpen ? clock.now : store.tmax);
     const versions = this.tracks.map((tr) => `${tr.store.version}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`).join(',');
-    const key = `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}`;
+    const key = `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}:${PALETTE.bg}`
+      + `:${this.selection?.t0}:${this.selection?.t1}:${this.hits.length ? this.hits.length + ':' + this.hits[0].t0 : ''}:${this.store.alarms.length}`;
     if (key === this.drawn) return false;
     this.drawn = key;
     this.lastDrawWall = wall;
@@ -267,6 +344,8 @@ export class TimelineView {
     const ctx = this.ctx;
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, g.width, g.height);
+    clearLabels(ctx);
+    this.placed = [];
     const { t0, t1 } = this.view;
     const plotW = g.width - GUTTER;
     const X = (/** @type {number} */ t) => GUTTER + ((t - t0) / (t1 - t0)) * plotW;
@@ -285,8 +364,11 @@ export class TimelineView {
       else if (row.kind === 'pin') aggregated = this.drawPinRow(frame, row) || aggregated;
       else aggregated = this.drawConsumerRow(frame, row) || aggregated;
     });
+    this.drawAlarms(frame);
+    this.drawHits(frame);
     this.drawEpochs(frame);
     this.drawFuture(frame);
+    this.drawSelection(frame);
     ctx.restore();
     this.drawMarks(frame);
     this.drawPlayhead(frame);
@@ -299,31 +381,39 @@ export class TimelineView {
 
   /** The time axis: the scrubber strip, ticks and grid lines. @param {DrawFrame} frame */
   drawAxis({ ctx, g, t0, t1, X, plotW }) {
-    ctx.fillStyle = this.onSeek ? '#141c27' : '#10161e';
+    ctx.fillStyle = this.onSeek ? PALETTE.axisSeek : PALETTE.axis;
     ctx.fillRect(GUTTER, 0, plotW, AXIS - 4);
-    ctx.font = '10px system-ui, sans-serif';
-    ctx.fillStyle = PALETTE.dim;
-    ctx.strokeStyle = '#222c39';
+    ctx.font = FONT;
+    ctx.strokeStyle = PALETTE.grid;
     ctx.lineWidth = 1;
     const tk = ticks(t0, t1, Math.max(3, Math.floor(plotW / 110)));
+    let free = GUTTER + 2; // the next tick label starts right of the last one
     for (const v of tk.values) {
       const x = Math.round(X(v)) + 0.5;
       ctx.beginPath();
       ctx.moveTo(x, AXIS - 8);
       ctx.lineTo(x, g.height);
       ctx.stroke();
-      if (x > GUTTER + 2) ctx.fillText(fmtTick(v, tk.step), x + 3, 12);
+      const text = fmtTick(v, tk.step);
+      const w = ctx.measureText(text).width;
+      if (x > free && x + 3 + w <= g.width) {
+        ctx.fillStyle = PALETTE.dim;
+        fillLabel(ctx, text, x + 3, 13);
+        free = x + 3 + w + 6;
+      }
     }
-    ctx.fillText(this.onSeek && this.playhead !== null ? 'run time (seek ▸)' : 'run time →', 6, 12);
+    // the gutter: the axis strip's background is the page's, so the words read on it
+    ctx.fillStyle = PALETTE.dim;
+    fillLabel(ctx, this.onSeek && this.playhead !== null ? 'run time (seek ▸)' : 'run time →', 6, 13);
   }
 
   /** A rank's header row (several ranks). @param {DrawFrame} frame @param {Row} row */
   drawGroup({ ctx, g }, row) {
-    ctx.fillStyle = '#1a2230';
+    ctx.fillStyle = PALETTE.groupBg;
     ctx.fillRect(0, row.y, g.width, row.h);
     ctx.fillStyle = PALETTE.ink;
-    ctx.font = '600 11px system-ui, sans-serif';
-    ctx.fillText(row.label, 8, row.y + 12);
+    ctx.font = BOLD;
+    fillLabel(ctx, fitText(ctx, row.label, g.width - 16), 8, row.y + 12);
   }
 
   /**
@@ -337,7 +427,7 @@ export class TimelineView {
     ctx.fillRect(GUTTER, row.y, plotW, row.h);
     ctx.fillStyle = ink;
     ctx.font = font;
-    if (label) ctx.fillText(row.label, 8, row.y + labelY);
+    if (label) fillLabel(ctx, fitText(ctx, row.label, GUTTER - 12), 8, row.y + labelY);
     ctx.save();
     ctx.beginPath();
     ctx.rect(GUTTER, row.y, plotW, row.h);
@@ -362,11 +452,34 @@ export class TimelineView {
     ctx.lineWidth = o.lineWidth;
     ctx.strokeRect(x0 + o.inset, y + o.inset, Math.max(1, x1 - x0 - 2 * o.inset), h - 2 * o.inset);
     ctx.lineWidth = 1;
-    if (o.text && x1 - x0 > o.minWidth) {
-      ctx.fillStyle = '#ffd7d5';
-      ctx.font = '600 10px system-ui, sans-serif';
-      ctx.fillText(o.text, x0 + 6, y + h / 2 + 3.5);
-    }
+    if (o.text && x1 - x0 > o.minWidth) this.spanLabel(ctx, o.text, x0 + 6, x1, y, h);
+  }
+
+  /**
+   * A red label on a tag inside a span, from x to at most `right`, unless it would cover another label.
+   * @param {CanvasRenderingContext2D} ctx @param {string} text @param {number} x @param {number} right
+   * @param {number} y @param {number} h
+   */
+  spanLabel(ctx, text, x, right, y, h) {
+    if (h < LABEL_PX + 1) return;
+    ctx.font = BOLD;
+    const fit = fitText(ctx, text, Math.min(right, this.geo?.width ?? right) - x - 4);
+    if (!fit) return;
+    const box = { x, y: y + h / 2 - LABEL_PX / 2, w: ctx.measureText(fit).width, h: LABEL_PX };
+    if (!this.place(box)) return;
+    // on a tag of its own: over a task's colour the words would not read
+    ctx.fillStyle = PALETTE.alarmTint;
+    ctx.fillRect(box.x - 3, y + h / 2 - LABEL_PX / 2 - 2, box.w + 6, LABEL_PX + 4);
+    ctx.fillStyle = PALETTE.alarmInk;
+    fillLabel(ctx, fit, x, y + h / 2 + 4);
+  }
+
+  /** Whether `box` is clear of the labels placed so far; if so, it is placed. @param {Box} box */
+  place(box) {
+    const taken = this.placed;
+    if (taken.some((b) => box.x < b.x + b.w + 2 && b.x < box.x + box.w + 2 && box.y < b.y + b.h && b.y < box.y + box.h)) return false;
+    taken.push(box);
+    return true;
   }
 
   /** A worker's fetches, and the fetch in progress (outlined red when stuck). @param {DrawFrame} frame @param {Row & {kind: 'worker'}} row @param {number} r */
@@ -374,9 +487,10 @@ export class TimelineView {
     const { ctx, t0, t1, plotW } = frame;
     const tr = row.track, off = tr.offset;
     const col = tr.store.workers.get(row.wid);
-    // thin rows (many workers): a name on every 4th row, the rest by hover, so names never collide
-    const named = row.h >= 10 || (row.h >= 8 && row.wid % 4 === 0);
-    this.rowFrame(frame, row, r % 2 ? '#121821' : '#0f141b', PALETTE.dim, `${Math.max(8, Math.min(11, row.h - 1))}px system-ui, sans-serif`, row.h / 2 + 4, named);
+    // thin rows (many workers): a name on every few rows, the rest by hover, so names never collide
+    const every = Math.ceil((LABEL_PX + 2) / row.h);
+    const named = every === 1 || row.wid % every === 0;
+    this.rowFrame(frame, row, r % 2 ? PALETTE.rowB : PALETTE.rowA, PALETTE.dim, FONT, row.h / 2 + 4, named);
     let aggregated = false;
     const pad = row.h > 10 ? 2 : 1;
     if (col) aggregated = drawRow(ctx, col, t0 - off, t1 - off, (t) => this.X(t + off), row.y + pad, row.h - 2 * pad, plotW, { lightness: 58 }, PALETTE.fetch);
@@ -396,12 +510,12 @@ export class TimelineView {
   drawPinRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
     const tr = row.track, off = tr.offset, pin = row.pin;
-    this.rowFrame(frame, row, '#101a1f', '#8fd3e0', '11px system-ui, sans-serif', 12);
+    this.rowFrame(frame, row, PALETTE.pinRowBg, PALETTE.pinInk, FONT, 12);
     let aggregated = false;
     if (pin.mode === 'active') {
       aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 2, row.h - 4, plotW, { lightness: 45 }, PALETTE.pin);
     } else {
-      ctx.fillStyle = '#1a222c';
+      ctx.fillStyle = PALETTE.hatch;
       for (let x = GUTTER - row.h; x < g.width; x += 10) {
         ctx.beginPath();
         ctx.moveTo(x, row.y + row.h);
@@ -411,8 +525,8 @@ export class TimelineView {
         ctx.fill();
       }
       ctx.fillStyle = PALETTE.dim;
-      ctx.font = '10.5px system-ui, sans-serif';
-      ctx.fillText(`pinning ${pin.short}: ${pin.box}`, GUTTER + 8, row.y + 12);
+      ctx.font = FONT;
+      fillLabel(ctx, fitText(ctx, `pinning ${pin.short}: ${pin.box}`, g.width - GUTTER - 16), GUTTER + 8, row.y + 12);
     }
     ctx.restore();
     return aggregated;
@@ -422,7 +536,7 @@ export class TimelineView {
   drawConsumerRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
     const tr = row.track, off = tr.offset;
-    this.rowFrame(frame, row, '#15121a', PALETTE.ink, '11px system-ui, sans-serif', 14);
+    this.rowFrame(frame, row, PALETTE.consumerRowBg, PALETTE.ink, FONT, 14);
     const aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 3, row.h - 6, plotW, { fixed: PALETTE.wait }, PALETTE.wait, true);
     const waiting = tr.store.consumerOpen;
     if (waiting) {
@@ -443,8 +557,9 @@ export class TimelineView {
 
   /** Epoch boundaries: dashed lines with the epoch's number (a peek's says "peek"). @param {DrawFrame} frame */
   drawEpochs({ ctx, g, t0, t1, X }) {
-    ctx.strokeStyle = '#5b6b82';
+    ctx.strokeStyle = PALETTE.epochLine;
     ctx.setLineDash([3, 3]);
+    ctx.font = FONT;
     for (const ep of this.store.epochs) {
       if (ep.t < t0 || ep.t > t1) continue;
       const x = Math.round(X(ep.t)) + 0.5;
@@ -452,11 +567,68 @@ export class TimelineView {
       ctx.moveTo(x, AXIS);
       ctx.lineTo(x, g.height);
       ctx.stroke();
-      ctx.fillStyle = '#9fb0c6';
-      ctx.font = '10px system-ui, sans-serif';
-      ctx.fillText(ep.peek ? 'peek' : `epoch ${ep.epoch}`, x + 3, AXIS + 9);
+      const text = ep.peek ? 'peek' : `epoch ${ep.epoch}`;
+      const w = ctx.measureText(text).width;
+      // on a band of the row's own colour, so that the words read over the spans under them
+      if (x + 3 + w > g.width || !this.place({ x: x + 2, y: AXIS + 1, w: w + 2, h: LABEL_PX + 1 })) continue;
+      ctx.fillStyle = PALETTE.rowA;
+      ctx.fillRect(x + 1, AXIS + 1, w + 4, LABEL_PX + 2);
+      ctx.fillStyle = PALETTE.epochInk;
+      fillLabel(ctx, text, x + 3, AXIS + 11);
     }
     ctx.setLineDash([]);
+  }
+
+  /**
+   * Fetches a finding was about, once they ended (a running one is drawn as open): a red outline
+   * from the fetch's start to its end, and the finding's words at its moment.
+   * @param {DrawFrame} frame
+   */
+  drawAlarms({ ctx, g, t0, t1 }) {
+    for (const row of g.rows) {
+      if (row.kind !== 'worker') continue;
+      const tr = row.track, off = tr.offset;
+      for (const a of tr.store.alarms) {
+        if (a.worker !== row.wid || a.end === null || a.end + off < t0 || a.start + off > t1) continue;
+        const x0 = Math.max(GUTTER, this.X(a.start + off)), x1 = Math.min(g.width, this.X(a.end + off));
+        ctx.strokeStyle = PALETTE.stuck;
+        ctx.lineWidth = 2;
+        ctx.strokeRect(x0 + 1, row.y + 1, Math.max(1, x1 - x0 - 2), row.h - 2);
+        ctx.lineWidth = 1;
+        const word = a.kind === 'died' ? 'DIED' : 'STUCK';
+        const at = Math.max(x0 + 4, Math.min(this.X(a.t + off), x1 - 40));
+        this.spanLabel(ctx, `${word} · task ${a.idx}`, at, g.width, row.y, row.h);
+      }
+    }
+  }
+
+  /** Search hits: an outline around each span found. @param {DrawFrame} frame */
+  drawHits({ ctx, g, t0, t1 }) {
+    if (!this.hits.length) return;
+    const primary = this.primary;
+    ctx.strokeStyle = PALETTE.hit;
+    ctx.lineWidth = 2;
+    for (const hit of this.hits) {
+      if (hit.t1 < t0 || hit.t0 > t1) continue;
+      const row = g.rows.find((r) => r.track === primary && (hit.worker === null ? r.kind === 'consumer' : r.kind === 'worker' && r.wid === hit.worker));
+      if (!row) continue;
+      const x0 = Math.max(GUTTER, this.X(hit.t0)), x1 = Math.min(g.width, this.X(hit.t1));
+      ctx.strokeRect(x0 - 1, row.y, Math.max(3, x1 - x0 + 2), row.h);
+    }
+    ctx.lineWidth = 1;
+  }
+
+  /** The selected range: a tinted band with edges. @param {DrawFrame} frame */
+  drawSelection({ ctx, g, X }) {
+    const sel = this.selection;
+    if (!sel) return;
+    const x0 = Math.max(GUTTER, X(sel.t0)), x1 = Math.min(g.width, X(sel.t1));
+    if (x1 < GUTTER || x0 > g.width) return;
+    ctx.fillStyle = PALETTE.selection;
+    ctx.fillRect(x0, AXIS, Math.max(1, x1 - x0), g.height - AXIS);
+    ctx.fillStyle = PALETTE.accent;
+    if (X(sel.t0) >= GUTTER) ctx.fillRect(Math.round(x0) - 1, AXIS, 2, g.height - AXIS);
+    if (X(sel.t1) <= g.width) ctx.fillRect(Math.round(x1) - 1, AXIS, 2, g.height - AXIS);
   }
 
   /** The future, when the playhead is behind the end: dimmed. @param {DrawFrame} frame */
@@ -464,7 +636,7 @@ export class TimelineView {
     if (this.playhead === null) return;
     const px = X(this.playhead);
     if (px >= g.width) return;
-    ctx.fillStyle = 'rgba(11,16,22,0.55)';
+    ctx.fillStyle = PALETTE.future;
     ctx.fillRect(Math.max(GUTTER, px), AXIS, g.width - Math.max(GUTTER, px), g.height - AXIS);
   }
 
@@ -636,7 +808,7 @@ function drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks) {
     if (!zeroTicks && w > 3) edges.push(x1 - 1, 1);
   }
   for (const [color, rects] of groups) fillRects(ctx, color, rects, y, h);
-  fillRects(ctx, 'rgba(0,0,0,0.35)', edges, y, h);
+  fillRects(ctx, PALETTE.spanEdge, edges, y, h);
 }
 
 /**

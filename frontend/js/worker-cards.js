@@ -1,10 +1,12 @@
 // The cards about workers in the side column and the banner above the picture: the selected
 // worker (its detail and live stack, "your code is here"), the training loop stuck in next(), and
 // the alarms (stuck, died, timeout) that select their worker so its stack is on screen at once. A
-// `loaderscope doctor` snapshot's banner leads with its verdict and what to do about it.
+// `loaderscope doctor` snapshot's banner leads with its verdict and what to do about it. Once the run
+// has ended (and the playhead is at its end), the banner keeps its findings, each a link to its moment.
 
 import { workerDetail, stackItems, alarms } from './panels.js';
 import { fmtDuration } from './timeline-store.js';
+import { findingText } from './findings-view.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
@@ -15,8 +17,11 @@ const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.get
  *   now: () => number,
  *   rankLabel: () => string,
  *   verdict: () => import('./types.js').Note|null,
+ *   past: () => import('./types.js').Note[],
+ *   show: (finding: import('./types.js').Note) => void,
  * }} CardsHost `now`: run time the clocks tick to; `rankLabel`: the rank's name when several are open;
- * `verdict`: a doctor snapshot's `doctor_verdict`, else null
+ * `verdict`: a doctor snapshot's `doctor_verdict`, else null; `past`: the findings of a run that
+ * ended, shown at its end; `show`: go to a finding's moment
  */
 
 export class WorkerCards {
@@ -51,8 +56,9 @@ export class WorkerCards {
   /** The red banner of alarms; a stuck or dead worker is selected so its card shows at once. */
   renderAlarms() {
     const state = this.host.state();
-    /** @type {{worker: number|null, text: string, testid?: string}[]} */
+    /** @type {{worker: number|null, text: string, testid?: string, finding?: import('./types.js').Note}[]} */
     const items = [...verdictLines(this.host.verdict()), ...alarms(state, this.host.now())];
+    if (!items.length) items.push(...pastLines(this.host.past()));
     const banner = $('banner');
     const key = items.map((a) => a.text).join('|');
     if (banner.dataset.key === key) return;
@@ -62,14 +68,22 @@ export class WorkerCards {
       const div = document.createElement('div');
       div.textContent = a.text;
       if (a.testid) div.dataset.testid = a.testid;
-      if (a.worker !== null) {
+      const finding = a.finding;
+      if (finding) {
         div.className = 'alarm-link';
+        div.tabIndex = 0;
+        div.setAttribute('role', 'button');
+        div.addEventListener('click', () => this.host.show(finding));
+      } else if (a.worker !== null) {
+        div.className = 'alarm-link';
+        div.tabIndex = 0;
+        div.setAttribute('role', 'button');
         div.addEventListener('click', () => this.select(a.worker));
       }
       return div;
     }));
     // a stuck or dead worker opens its own card, so its stack is on screen without a click
-    const first = items.find((a) => a.worker !== null);
+    const first = items.find((a) => a.worker !== null && !a.finding);
     const current = this.selected === null ? undefined : state.workers.get(this.selected);
     if (first && (!current || (current.status !== 'stuck' && current.status !== 'died'))) this.selected = first.worker;
   }
@@ -126,6 +140,19 @@ export class WorkerCards {
       list.replaceChildren(...stackItems(c.stack ?? null));
     }
   }
+}
+
+/**
+ * The findings of a run that ended, as the banner's lines: what happened, when (a link there).
+ * @param {import('./types.js').Note[]} found
+ * @returns {{worker: number|null, text: string, testid: string, finding: import('./types.js').Note}[]}
+ */
+function pastLines(found) {
+  return found.filter((n) => n.kind !== 'doctor_verdict').map((n) => ({
+    worker: typeof n.worker === 'number' ? n.worker : null,
+    text: `this run had: ${findingText(n)} at ${fmtDuration(n.t ?? 0)} — show that moment`,
+    testid: 'past-finding', finding: n,
+  }));
 }
 
 /**
