@@ -304,6 +304,9 @@ def test_a_range_selections_summary_equals_the_same_figures_from_python(server: 
     pg.keyboard.press("Enter")
     pg.mouse.move(0, 0)
     drawn(pg)
+    at = pg.evaluate("() => window.loaderscope.player.cursor")  # the diagnosis (a slower panel) says it too
+    pg.wait_for_function(f"() => document.getElementById('diagnosis-scope').textContent === '(at event {at})'",
+                         timeout=WAIT_MS)
     shoot(pg, tmp_path, "views_dark", full_page=True)
     pg.click("#btn-theme")
     drawn(pg)
