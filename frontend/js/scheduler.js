@@ -17,6 +17,7 @@ export class Scheduler {
     this.requested = false;
     /** @type {ReturnType<typeof setTimeout>|null} a throttled redraw waiting for its turn */
     this.timer = null;
+    this.due = false; // that redraw's turn came: its frame is asked for but has not run yet
   }
 
   /** @param {FrameCallback} fn run at every frame, in the order registered */
@@ -38,16 +39,20 @@ export class Scheduler {
    */
   later(ms) {
     if (this.timer) return;
-    this.timer = setTimeout(() => { this.timer = null; this.wake(); }, ms + 10);
+    this.timer = setTimeout(() => { this.timer = null; this.due = true; this.wake(); }, ms + 10);
   }
 
-  /** Whether a throttled redraw is still due (tests wait for none before reading the panels). */
+  /**
+   * Whether a throttled redraw is still due (tests wait for none before reading the panels): until
+   * its frame has run, not only until its timer fired.
+   */
   get pending() {
-    return this.timer !== null;
+    return this.timer !== null || this.due;
   }
 
   frame() {
     this.requested = false;
+    this.due = false;
     const wall = performance.now();
     let again = false;
     for (const fn of this.callbacks) again = fn(wall) === true || again;
