@@ -171,6 +171,7 @@ def test_timeline_keys_zoom_and_pan_and_every_part_acts_on_the_keyboard(server: 
         assert pg.locator(sel).first.evaluate("e => e.tabIndex >= 0"), sel
 
 
+@pytest.mark.slow  # a simulated 4-rank job read from a logdir: ~20 s on a busy machine
 def test_a_job_tables_rows_and_sort_headers_act_on_the_keyboard(start_server: Any, view_page: Any, tmp_path: Path) -> None:
     from tests.test_jobquery import simulated_job
 
@@ -568,6 +569,7 @@ def axe(pg: Any) -> list[dict[str, Any]]:
     return [{"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"]][:5]} for v in result["violations"]]
 
 
+@pytest.mark.slow  # a simulated 4-rank job read from a logdir: ~20 s on a busy machine
 @pytest.mark.parametrize("scheme", ["dark", "light"])
 def test_axe_finds_nothing_on_the_run_page_job_view_and_compare(server: Any, start_server: Any, view_page: Any,
                                                                  tmp_path: Path, scheme: str) -> None:
