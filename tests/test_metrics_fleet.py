@@ -12,7 +12,9 @@ four other test runs, scrapes of the 1,024 ranks took 0.8–4.3 s of wall time.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -34,14 +36,20 @@ RANKS = 1024
 JOB = "fleet"
 INTERVAL = 10  # seconds between scrapes and rule evaluations, and a scrape's timeout
 EVERY = 5  # seconds between a simulated rank's batches
-SILENT_AFTER = 15.0  # a killed rank is called truncated this long after its last write or heartbeat (30 s by default)
+# A killed rank is called truncated this long after its last write or heartbeat: the default. At 15 s,
+# one run of four (load 14) found the stuck rank's alert gone at one evaluation while job tables were
+# being built (not pinned down: a follow loop 15 s behind calls a live file truncated, and a scrape past
+# its timeout ends an alert too).
+SILENT_AFTER = 30.0
 FIRING_FOR = 6  # evaluations the stuck alert is watched for, once it fired
 SUBSTITUTIONS = {"$job": JOB, "$loader": ".*", "$__rate_interval": "30s"}  # what Grafana would put there
 
 
 def rank(logdir: Path, *options: str) -> subprocess.Popen[bytes]:
+    """Ranks in a process group of their own, with their DataLoader workers: killing the rank's process
+    leaves a worker inside the hung fetch asleep (it notices its parent's death only between tasks)."""
     return subprocess.Popen([sys.executable, "-m", "tests.fleet", str(logdir), "--job", JOB, "--world", str(RANKS),
-                             *options], cwd=ROOT, stdin=subprocess.DEVNULL)
+                             *options], cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 @pytest.fixture
@@ -57,7 +65,8 @@ def fleet(start_server: Any, tmp_path: Path) -> Iterator[tuple[Any, Prometheus, 
     yield dashboard, prometheus, ranks
     prometheus.stop()
     for process in ranks.values():
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):  # every process of the group already gone
+            os.killpg(process.pid, signal.SIGKILL)  # the group: its workers too
         process.wait()
 
 
@@ -125,15 +134,22 @@ def test_a_real_prometheus_keeps_paging_for_the_stuck_rank_of_1024_and_pages_for
     evaluations = Evaluations(prom)
     wait_for(lambda: evaluations.watch() > FIRING_FOR, 3 * FIRING_FOR * INTERVAL, f"{FIRING_FOR} more evaluations")
     answers = tables.close()
-    for evaluated, firing in evaluations.seen.items():  # the stuck rank's alert, as each evaluation left it
-        assert [(a["state"], a["activeAt"]) for a in firing] == [("firing", stuck["activeAt"])], (evaluated, firing)
-
     window = f"{int(time.time() - began) + 1}s"
+    for evaluated, firing in evaluations.seen.items():  # the stuck rank's alert, as each evaluation left it
+        assert [(a["state"], a["activeAt"]) for a in firing] == [("firing", stuck["activeAt"])], \
+            (evaluated, firing, history(prom, window))
     assert answers and set(answers) <= {200, 422}, answers  # answered, or refused over its budget
     assert scalar(prom, f'min_over_time(up{{job="loaderscope"}}[{window}])') == 1  # no scrape failed or timed out
     assert scalar(prom, held) == RANKS and scalar(prom, "loaderscope_runs_unexported") == 0
     assert dashboard.alive()
     check_grafana_queries(prom)
+
+
+def history(prom: Prometheus, window: str) -> dict[str, Any]:
+    """What Prometheus scraped of the stuck rank over ``window``: to say why its alert went away."""
+    return {promql: [(r["metric"], r["values"]) for r in prom.api("query", query=f"{promql}[{window}]")["result"]]
+            for promql in ('up{job="loaderscope"}', 'scrape_duration_seconds{job="loaderscope"}',
+                           'loaderscope_run_status{rank="0"}', 'loaderscope_workers{rank="0",state="stuck"}')}
 
 
 def check_grafana_queries(prom: Prometheus) -> None:
