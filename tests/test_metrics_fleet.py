@@ -1,11 +1,12 @@
-"""A real Prometheus scrapes a dashboard following a logdir of 1,024 live ranks of one job: rank 0 is a
-real DataLoader whose worker hangs, rank 1 a real one that is killed, ranks 2–1,023 simulated
-producers writing their traces as the probe does (tests/fleet.py, one process). Every rank is
+"""A real Prometheus scrapes a dashboard following a logdir of live ranks of one job (256 by default,
+1,024 with LOADERSCOPE_FLEET_RANKS=1024): rank 0 is a real DataLoader whose worker hangs, rank 1 a
+real one that is killed, the others simulated producers writing their traces as the probe does
+(tests/fleet.py, one process). Every rank is
 exported, the stuck-worker alert fires and stays firing, the killed rank's alert fires, a scrape
 never waits on the job table asked for meanwhile, and each query of the Grafana dashboard
 (deploy/grafana/) answers from what Prometheus scraped.
 
-About 4 minutes on the loaded 2-core VM: every rank found and scraped, the rules' `for: 1m`, then a
+About 3-4 minutes on the loaded 2-core VM: every rank found and scraped, the rules' `for: 1m`, then a
 minute of evaluations. Scrapes every 10 s with a 10 s timeout (Prometheus's default timeout): beside
 four other test runs, scrapes of the 1,024 ranks took 0.8–4.3 s of wall time.
 """
@@ -32,7 +33,9 @@ from tests.test_metrics_prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "loaderscope-job.json"
-RANKS = 1024
+# The default run follows 256 ranks, beside the rest of the suite on 2 cores; the issue's scale is
+# LOADERSCOPE_FLEET_RANKS=1024 (passed there at load 11-14, 3-4 minutes; bench/metrics_fleet.py measures it).
+RANKS = int(os.environ.get("LOADERSCOPE_FLEET_RANKS", "256"))
 JOB = "fleet"
 INTERVAL = 10  # seconds between scrapes and rule evaluations, and a scrape's timeout
 EVERY = 5  # seconds between a simulated rank's batches
@@ -116,7 +119,7 @@ class JobTables:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_real_prometheus_keeps_paging_for_the_stuck_rank_of_1024_and_pages_for_a_killed_one(
+def test_a_real_prometheus_keeps_paging_for_the_stuck_rank_of_a_fleet_and_pages_for_a_killed_one(
         fleet: tuple[Any, Prometheus, dict[str, subprocess.Popen[bytes]]]) -> None:
     dashboard, prom, ranks = fleet
     held = f'count(loaderscope_run_info{{training_job="{JOB}"}})'
