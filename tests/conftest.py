@@ -90,7 +90,7 @@ def __getattr__(name: str) -> Any:
 # What discovery, the startup hook and watch() read from the environment (loaderscope/discovery.py,
 # loaderscope_hook.py): a test that wants one sets it itself.
 USER_SETTINGS = ("LOADERSCOPE_URL", "LOADERSCOPE_TOKEN", "LOADERSCOPE_LOGDIR", "LOADERSCOPE_RECORD", "LOADERSCOPE_NAME",
-                 "LOADERSCOPE_JOB")
+                 "LOADERSCOPE_JOB", "LOADERSCOPE_RECORD_JOB")
 
 
 @pytest.fixture(scope="session", autouse=True)

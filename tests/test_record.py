@@ -4,9 +4,11 @@ a script that never imports loaderscope; its traces read back from the logdir.""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -66,6 +68,7 @@ data = TensorDataset(torch.arange(64))
 loader = DataLoader(data, batch_size=4, num_workers=1, sampler=DistributedSampler(data, shuffle=False))
 consumed = sum(1 for _ in loader)
 print(f"rank {dist.get_rank()} consumed {consumed} in all", flush=True)
+print(f"run id {os.environ['TORCHELASTIC_RUN_ID']}", flush=True)
 dist.destroy_process_group()
 '''
 
@@ -141,7 +144,7 @@ def test_record_writes_a_conformant_trace_of_a_script_that_never_imports_loaders
     assert path.parent.parent == tmp_path / "runs" and JOB_NAME.fullmatch(path.parent.name)["command"] == "train"
     assert head["job"] == events[0]["job"] == path.parent.name
     assert head["name"] == events[0]["name"] == name["name"] == "loader"  # `loader = DataLoader(...)` in main()
-    assert f"1 trace in runs/{path.parent.name}" in done.stderr
+    assert f"1 new trace in runs/{path.parent.name}" in done.stderr
     assert "open them with: loaderscope serve --logdir runs" in done.stderr
     assert "loaderscope" not in done.stdout  # the command's own output is its own
 
@@ -233,6 +236,10 @@ def test_a_killed_process_leaves_a_readable_truncated_trace(tmp_path: Path) -> N
     assert yields(events) >= 3 and conformance.check(events) == []
 
 
+def run_ids(output: str) -> set[str]:
+    return set(re.findall(r"run id (\S+)", output))
+
+
 def test_torchrun_ranks_write_one_trace_each_under_one_job(tmp_path: Path) -> None:
     done = record(tmp_path, TORCHRUN, "--nproc-per-node", "2", "--standalone", script(tmp_path, DISTRIBUTED),
                   timeout=180)
@@ -247,22 +254,86 @@ def test_torchrun_ranks_write_one_trace_each_under_one_job(tmp_path: Path) -> No
         by_rank[head["rank"]] = yields(events)
     assert by_rank == {0: 8, 1: 8}
     assert sorted(consumed(done.stdout)) == [8, 8]
-    assert JOB_NAME.fullmatch(found[0].parent.name)["command"] == "train"
+    # the launcher's id names the job (--standalone: a UUID torchrun makes), and record says where it went
+    assert run_ids(done.stdout) == {found[0].parent.name}
+    assert f"2 new traces in runs/{found[0].parent.name}" in done.stderr
 
 
-def test_torchrun_ranks_share_one_job_named_by_the_command_without_record(tmp_path: Path) -> None:
-    """$LOADERSCOPE_LOGDIR alone (no record to name the job): the ranks still land in one job folder,
-    named by the script and a time stamp, not by torchrun's UUID."""
+def test_torchrun_ranks_share_one_job_named_by_torchruns_run_id_without_record(tmp_path: Path) -> None:
+    """$LOADERSCOPE_LOGDIR alone (no record to name the job): the ranks land in one job folder, named
+    by the id torchrun gives the job (what the cluster's other tools know it by)."""
     env = environment() | {"LOADERSCOPE_LOGDIR": str(tmp_path / "runs")}
     done = subprocess.run([TORCHRUN, "--nproc-per-node", "2", "--standalone", script(tmp_path, DISTRIBUTED)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     found = traces(tmp_path / "runs")
     assert len(found) == 2 and found[0].parent == found[1].parent, found
-    assert JOB_NAME.fullmatch(found[0].parent.name)["command"] == "train"
+    assert run_ids(done.stdout) == {found[0].parent.name}
     heads = [read_trace(path)[0] for path in found]
     assert {head["job"] for head in heads} == {found[0].parent.name}
     assert {head["name"] for head in heads} == {"loader"} and sorted(head["rank"] for head in heads) == [0, 1]
+
+
+def free_port() -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return int(listener.getsockname()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("how", ["record", "logdir"])
+def test_two_torchrun_agents_are_one_job_named_by_their_rendezvous_id(tmp_path: Path, how: str) -> None:
+    """A 2-node job, its two torchrun agents on loopback (one rendezvous id): every node's ranks land in
+    one job, named by the rendezvous id, whether each node runs under ``record`` or with
+    ``$LOADERSCOPE_LOGDIR``; ``loaderscope job`` on the logdir tables it as one job of two ranks."""
+    logdir, train = tmp_path / "runs", script(tmp_path, DISTRIBUTED)
+    agent = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "job-4242", "--max-restarts", "0"]
+    env = environment() | {"GLOO_SOCKET_IFNAME": "lo"} | ({"LOADERSCOPE_LOGDIR": str(logdir)} if how == "logdir" else {})
+    nodes = [subprocess.Popen((record_argv(logdir) if how == "record" else []) + [*agent, "--node-rank", str(node),
+                                                                                  train],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for node in (0, 1)]
+    outputs = [node.communicate(timeout=360) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert sorted(consumed("".join(out for out, _ in outputs))) == [8, 8]
+    assert [path.parent.name for path in traces(logdir)] == ["job-4242", "job-4242"]
+    assert {read_trace(path)[0]["job"] for path in traces(logdir)} == {"job-4242"}
+    table = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(logdir), "--json"], env=environment(),
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stdout + table.stderr
+    answer = json.loads(table.stdout)
+    assert sorted((row["job"], row["rank"]) for row in answer["ranks"]) == [("job-4242", 0), ("job-4242", 1)]
+    assert [(entry["job"], entry["ranks"]) for entry in answer["loaders"]] == [("job-4242", 2)]
+
+
+@pytest.mark.parametrize(("given", "job"), [
+    ({"SLURM_JOB_ID": "81234"}, "81234"),  # a SLURM job's id: the scheduler's, as its other metrics name it
+    ({"SLURM_JOB_ID": "81234", "TORCHELASTIC_RUN_ID": "rdzv-7"}, "rdzv-7"),  # torchrun's, under SLURM
+    ({"SLURM_JOB_ID": "81234", "LOADERSCOPE_JOB": "mine"}, "mine"),  # the user's, over both
+    ({"TORCHELASTIC_RUN_ID": "none"}, None),  # torchrun without --rdzv-id: no id, the command's name
+])
+def test_the_launchers_id_names_the_job_unless_the_user_names_it(tmp_path: Path, given: dict[str, str],
+                                                                 job: str | None) -> None:
+    done = subprocess.run(record_argv(tmp_path / "runs", PYTHON, script(tmp_path), "epochs=1"), cwd=tmp_path,
+                          env=environment() | given, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, head, _ = only_trace(tmp_path / "runs")
+    assert head["job"] == path.parent.name
+    if job is None:
+        assert JOB_NAME.fullmatch(head["job"])["command"] == "train"
+    else:
+        assert head["job"] == job
+
+
+def test_record_job_names_the_job_over_the_launchers(tmp_path: Path) -> None:
+    done = subprocess.run([PYTHON, "-m", "loaderscope.record", "--logdir", str(tmp_path / "runs"), "--job", "team-run-3",
+                           "--", PYTHON, script(tmp_path), "epochs=1"], cwd=tmp_path,
+                          env=environment() | {"SLURM_JOB_ID": "81234"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, head, _ = only_trace(tmp_path / "runs")
+    assert head["job"] == path.parent.name == "team-run-3"
 
 
 def test_a_wrapper_script_names_the_job_by_the_program_it_runs(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loaderscope.trace import FORMAT_ENV, FORMATS, SUFFIXES, chosen_format
-from loaderscope.tracepaths import job_directory, job_name
+from loaderscope.tracepaths import JOB_ENV, RECORD_JOB_ENV, job_name
 
 DEFAULT_LOGDIR = "loaderscope-runs"
 STARTUP_HOOK = "loaderscope_auto.pth"
@@ -59,6 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None,
                         help="the job's and every run's name (default: the job is named by the script or module, "
                              "each loader by the variable or function that built it)")
+    parser.add_argument("--job", default=None,
+                        help="the job's id, the same on every node (default: $LOADERSCOPE_JOB, else the launcher's: "
+                             "torchrun's --rdzv-id or $SLURM_JOB_ID, else a name of the command and its start)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
     parser.set_defaults(func=cmd_record)
 
@@ -70,14 +73,15 @@ def cmd_record(args: argparse.Namespace) -> int:
     try:
         if not command:
             raise RecordError("give the command to record after --, e.g. loaderscope record -- python train.py")
-        return record(command, logdir=args.logdir, url=args.url, name=args.name, trace_format=args.trace_format)
+        return record(command, logdir=args.logdir, url=args.url, name=args.name, job=args.job,
+                      trace_format=args.trace_format)
     except RecordError as exc:
         print(f"loaderscope record: {exc}", file=sys.stderr, flush=True)
         return 2
 
 
 def record(command: list[str], *, logdir: str | None = None, url: str | None = None,
-           name: str | None = None, trace_format: str | None = None) -> int:
+           name: str | None = None, job: str | None = None, trace_format: str | None = None) -> int:
     """Run ``command`` recorded; its exit status. Raises RecordError when it cannot be recorded."""
     check_startup_hook()
     try:
@@ -85,34 +89,44 @@ def record(command: list[str], *, logdir: str | None = None, url: str | None = N
     except ValueError as exc:
         raise RecordError(str(exc)) from None
     root = Path(logdir or os.environ.get("LOADERSCOPE_LOGDIR") or DEFAULT_LOGDIR).resolve()
-    job = job_name(name or command_name(command), time.time(), secrets.token_hex(8))
-    directory = job_directory(root, job)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RecordError(f"cannot create {directory} ({exc.strerror or exc}): pass a writable --logdir") from None
-    env = {**os.environ, "LOADERSCOPE_RECORD": "1", "LOADERSCOPE_LOGDIR": str(root), "LOADERSCOPE_JOB": job,
-           FORMAT_ENV: fmt}
+        raise RecordError(f"cannot create {root} ({exc.strerror or exc}): pass a writable --logdir") from None
+    # The job is named where the ranks run (tracepaths.this_job): a launcher's id is only in their
+    # environment (torchrun sets it in each worker's), and it is what every node's ranks share. This
+    # process names it only when told to (--job), and offers a name for a command no launcher names.
+    env = {**os.environ, "LOADERSCOPE_RECORD": "1", "LOADERSCOPE_LOGDIR": str(root), FORMAT_ENV: fmt,
+           RECORD_JOB_ENV: job_name(name or command_name(command), time.time(), secrets.token_hex(8))}
+    if job:
+        env[JOB_ENV] = job
     if name:  # every run named so; without it each loader is named from the code that built it
         env["LOADERSCOPE_NAME"] = name
     if url:
         env["LOADERSCOPE_URL"] = url
-    say(f"recording the DataLoaders of `{shlex.join(command)}` into {shown(directory)}")
+    say(f"recording the DataLoaders of `{shlex.join(command)}` into {shown(root)}")
+    before = traces_in(root, SUFFIXES[fmt])
     status = run_forwarding_signals(command, env)
-    traces = sorted(directory.rglob(f"*{SUFFIXES[fmt]}"))
-    if traces:
-        say(f"{len(traces)} trace{'s' if len(traces) != 1 else ''} in {shown(directory)}")
+    written = sorted(set(traces_in(root, SUFFIXES[fmt])) - set(before))
+    for directory in sorted({path.parent for path in written}):
+        count = sum(1 for path in written if path.parent == directory)
+        say(f"{count} new trace{'s' if count != 1 else ''} in {shown(directory)}")
+    if written:
         say(f"open them with: loaderscope serve --logdir {shlex.quote(shown(root))}")
     else:
-        _remove_if_empty(directory)
         say("no DataLoader was iterated, so there is no trace. If the command iterates one, check that it "
             f"runs the Python loaderscope is installed in ({sys.executable})")
     return status
 
 
-def _remove_if_empty(directory: Path) -> None:
-    if not any(directory.iterdir()):
-        directory.rmdir()
+def traces_in(root: Path, suffix: str) -> list[Path]:
+    """The traces in ``root``'s job directories (``LOGDIR/<job>/NAME<suffix>``), by name: a record
+    says which appeared while its command ran (on a shared logdir, another job's may be among them)."""
+    try:
+        return [path for job in root.iterdir() if job.is_dir() and not job.is_symlink()
+                for path in job.glob(f"*{suffix}")]
+    except OSError:
+        return []
 
 
 def check_startup_hook() -> None:

@@ -17,7 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-JOB_ENV = "LOADERSCOPE_JOB"
+JOB_ENV = "LOADERSCOPE_JOB"  # the job, named by the user (``record --job``) or by their scheduler script
+RECORD_JOB_ENV = "LOADERSCOPE_RECORD_JOB"  # ``record``'s name for a job that no launcher names
+# The ids a launcher gives every process of one job, on every node, in order of preference: torchrun's
+# run id (``--rdzv-id``; torch/distributed/run.py sets it in each worker's environment) and SLURM's job id.
+LAUNCHER_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
+NO_RUN_ID = "none"  # torchrun's --rdzv-id when none is given (torch/distributed/run.py): no id
 LOCAL_JOB = "local"  # the directory of runs that belong to no launcher's job
 UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -50,14 +55,26 @@ def job_name(command: str, started: float, key: str) -> str:
 
 
 def this_job() -> str:
-    """The job of this process's runs: ``$LOADERSCOPE_JOB`` (``loaderscope record`` names it once for
-    every process of the command), else ``job_name`` of the running command and of the job's root
-    process: its start time, and its host and pid for the 4 hex digits."""
-    named = os.environ.get(JOB_ENV)
+    """The job of this process's runs, the same on every node of the job: ``$LOADERSCOPE_JOB`` (``record
+    --job``, or set by the user), else the launcher's id (``launcher_job``: the ranks of every node share
+    it, and it is the id the cluster's other tools know the job by), else ``record``'s name for the
+    command (``$LOADERSCOPE_RECORD_JOB``), else ``job_name`` of the running command and of the job's root
+    process: its start time, and its host and pid for the 4 hex digits (one node's ranks share it)."""
+    named = os.environ.get(JOB_ENV) or launcher_job() or os.environ.get(RECORD_JOB_ENV)
     if named:
         return named
     root, started = _root()
     return job_name(running_command(), started, f"{socket.gethostname()}:{root}:{started}")
+
+
+def launcher_job() -> str | None:
+    """The id the launcher gave this job (``LAUNCHER_IDS``), or None: torchrun's run id without
+    ``--rdzv-id`` is ``none``, which every such job shares, so it names none."""
+    for name in LAUNCHER_IDS:
+        value = os.environ.get(name, "").strip()
+        if value and value != NO_RUN_ID:
+            return value
+    return None
 
 
 def running_command() -> str:

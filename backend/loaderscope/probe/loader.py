@@ -23,6 +23,7 @@ from loaderscope.probe.iterators import EpochCounter, MultiProcessProbe
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.protocol import followable
 from loaderscope.probe.recorder import Recorder, Sink
+from loaderscope.tracepaths import launcher_job
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -147,9 +148,10 @@ def distributed_identity() -> tuple[int, int]:
 
 
 def job_id(world_size: int) -> str | None:
-    """What the ranks of one job share: the launcher's run id, else the rendezvous address."""
+    """What the ranks of one job share: the launcher's run id (``tracepaths.launcher_job``), else the
+    rendezvous address."""
     env = os.environ
-    named = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID")
+    named = launcher_job()
     if named:
         return named
     if world_size > 1 and env.get("MASTER_PORT"):  # Lightning's own launcher sets only these
