@@ -188,3 +188,23 @@ def test_a_job_of_train_and_val_loaders_is_two_ranks_with_a_loader_column(
     assert sentence.get_attribute("data-rank") == ("" if slowest is None else str(slowest["rank"]))
     assert not errors, errors
     page.close()
+
+
+@pytest.mark.slow
+def test_the_job_view_says_which_ranks_of_its_world_size_are_missing(
+        browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+    """A rank whose trace never reached the logdir: the table of the others says it lacks it, as
+    `loaderscope job` does (jobquery.JobTable.notices)."""
+    logs = tmp_path / "logs"
+    simulated_job(logs, "uniform", 6, {})
+    next(logs.rglob("*-rank4-*.trace.jsonl")).unlink()
+    server = start_server(logdir=str(logs), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == 5, what="the job's 5 traces listed")
+        first = next(r["id"] for r in http.get("/api/runs").json() if r["rank"] == 0)
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(f"{server.page_url}&run={first}")
+    damage = page.get_by_test_id("job-damage")
+    damage.wait_for(timeout=WAIT_MS)
+    assert (damage.text_content() or "") == "5 of 6 ranks tabled (world_size 6); missing: 1 rank 4"
+    assert page.get_by_test_id("job-row").count() == 5

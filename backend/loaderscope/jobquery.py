@@ -31,7 +31,7 @@ import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,7 @@ COLUMNS: dict[str, str] = {
     "seq": "BIGINT", "t": "DOUBLE", "run": "VARCHAR", "rank": "BIGINT", "kind": "VARCHAR", "name": "VARCHAR",
     "job": "VARCHAR", "epoch": "BIGINT", "idx": "BIGINT", "worker": "BIGINT", "wait": "DOUBLE", "dt": "DOUBLE",
     "wall_start": "DOUBLE", "host": "VARCHAR", "pid": "BIGINT", "shard": "VARCHAR", "shard_length": "BIGINT",
-    "others": "DOUBLE",
+    "others": "DOUBLE", "world_size": "BIGINT",
 }
 
 # Tables the three queries share, made once per connection, in order: each event with its run's
@@ -78,17 +78,17 @@ WINDOW w AS (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND
     # and they are two loaders of one rank, never two ranks (the n-th of each rank's runs of a name
     # are one loader across ranks).
     ("runs", """
-SELECT file, run, rank, name, job, wall_start,
+SELECT file, run, rank, name, job, wall_start, world_size,
        COALESCE(name, '(unnamed)') || CASE WHEN serial > 0 THEN ' #' || CAST(serial + 1 AS VARCHAR) ELSE '' END
          AS loader
 FROM (
-  SELECT file, run, rank, name, job, COALESCE(recorded, 0.0) AS wall_start,
+  SELECT file, run, rank, name, job, world_size, COALESCE(recorded, 0.0) AS wall_start,
          ROW_NUMBER() OVER (PARTITION BY job, rank, host, pid, name ORDER BY recorded, file) - 1 AS serial
   FROM (
     SELECT r.*, ROW_NUMBER() OVER (PARTITION BY job, name, rank, host, pid, recorded
                                    ORDER BY n.events DESC, r.file) AS copy
     FROM (SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
-                 MAX(host) AS host, MAX(pid) AS pid, MAX(wall_start) AS recorded
+                 MAX(host) AS host, MAX(pid) AS pid, MAX(wall_start) AS recorded, MAX(world_size) AS world_size
           FROM timeline WHERE kind = 'run_start' GROUP BY file) r
     JOIN (SELECT file, COUNT(*) AS events FROM timeline GROUP BY file) n ON n.file = r.file
   ) c
@@ -204,8 +204,34 @@ ORDER BY r.job, r.loader, e.epoch, r.rank
 """
 
 
+# Per trace read: its events, the seq numbers missing before or between them (lines a reader skipped,
+# or events the probe dropped), whether it has a run_start (the run's names and clock) and a run_end
+# (else it is still being written, or its writer was killed), and its run's place in the table.
+HEALTH_SQL = """
+SELECT h.file, h.events, h.missing, h.started, h.ended, r.file IS NOT NULL AS tabled, r.rank, r.job, r.loader
+FROM (SELECT file, COUNT(seq) AS events, MAX(seq) + 1 - COUNT(DISTINCT seq) AS missing,
+             MAX(CASE WHEN kind = 'run_start' THEN 1 ELSE 0 END) AS started,
+             MAX(CASE WHEN kind = 'run_end' THEN 1 ELSE 0 END) AS ended
+      FROM events GROUP BY file) h
+LEFT JOIN runs r ON r.file = h.file
+"""
+
+# Each loader's world size, as its ranks' run_starts give it (the largest: a rank may not know it).
+WORLD_SQL = "SELECT job, loader, MAX(world_size) AS world_size FROM runs GROUP BY job, loader"
+
+
 class JobQueryError(ValueError):
     """A job's traces could not be read; the message names the directory or file, and the fix."""
+
+
+class Unreadable(JobQueryError):
+    """One trace cannot be read (its permissions, a file gone since it was listed, a Parquet trace without
+    parts): the table goes on without it and names it. What could make the table read another file
+    than the one listed (a link, a FIFO, a path outside the directory) is a JobQueryError: refused."""
+
+    def __init__(self, message: str, problem: str = "unreadable") -> None:
+        super().__init__(message)
+        self.problem = problem  # as _damage names it: ``unreadable``, or ``empty``
 
 
 # What one job table may read, hold and take, each raised or lowered by its environment variable.
@@ -285,12 +311,32 @@ class JobTable:
     ranks: list[dict[str, Any]]
     steps: list[dict[str, Any]]
     shards: list[dict[str, Any]]
+    damaged: list[dict[str, Any]] = field(default_factory=list)  # _damage: each trace with something wrong
+    world_sizes: dict[tuple[Any, str], int | None] = field(default_factory=dict)  # (job, loader): run_start's
 
     def as_json(self) -> dict[str, Any]:
         """The table as JSON values: a shard report's ``per_rank`` is keyed by the rank as text."""
         shards = [check | {"report": check["report"] | {"per_rank": {str(rank): n for rank, n in per_rank.items()}}}
                   if (per_rank := check["report"].get("per_rank")) is not None else check for check in self.shards]
-        return {"ranks": self.ranks, "steps": self.steps, "shards": shards, "loaders": self.loaders()}
+        return {"ranks": self.ranks, "steps": self.steps, "shards": shards, "loaders": self.loaders(),
+                "damaged": self.damaged, "notices": self.notices()}
+
+    def notices(self) -> list[str]:
+        """What the table lacks, in sentences: per loader whose ranks fall short of its world size, how
+        many of how many were tabled and which are missing; per problem, the traces that have it."""
+        lines = []
+        for entry in self.loaders():
+            if entry["world_size"] is not None and entry["missing_ranks"]:
+                named = f"{entry['loader']}: " if len(self.loaders()) > 1 else ""
+                lines.append(f"{named}{entry['ranks']:,} of {entry['world_size']:,} ranks tabled (world_size "
+                             f"{entry['world_size']:,}); missing: {_count(len(entry['missing_ranks']), 'rank')} "
+                             f"{rank_list(entry['missing_ranks'])}")
+        for problem in dict.fromkeys(d["problem"] for d in self.damaged):
+            mine = [d for d in self.damaged if d["problem"] == problem]
+            shown = "; ".join(f"{_who(d)}: {d['detail']}" for d in mine[:NOTICE_TRACES])
+            more = f"; and {len(mine) - NOTICE_TRACES:,} more" if len(mine) > NOTICE_TRACES else ""
+            lines.append(f"{_count(len(mine), 'trace')} {PROBLEM_WORDS.get(problem, problem)}: {shown}{more}")
+        return lines
 
     def loaders(self) -> list[dict[str, Any]]:
         """Per loader of each job, in the rows' order: its name, how many ranks and steps it has, and its
@@ -303,7 +349,9 @@ class JobTable:
         steps: dict[tuple[Any, str], int] = {}
         for step in self.steps:
             steps[(step["job"], step["loader"])] = steps.get((step["job"], step["loader"]), 0) + 1
-        return [entry | {"ranks": len(entry["ranks"]), "steps": steps.get(key, 0), "slowest": self.slowest_rank(*key)}
+        return [entry | {"ranks": len(entry["ranks"]), "steps": steps.get(key, 0), "slowest": self.slowest_rank(*key),
+                         "world_size": (world := self.world_sizes.get(key)),
+                         "missing_ranks": sorted(set(range(world)) - entry["ranks"]) if world else []}
                 for key, entry in out.items()]
 
     def slowest_rank(self, job: Any, loader: str) -> dict[str, Any] | None:
@@ -316,6 +364,33 @@ class JobTable:
         top = max(ranked, key=lambda r: (r["slowest_steps"], -r["rank"]))
         steps = sum(1 for s in self.steps if s["job"] == job and s["loader"] == loader)
         return {"rank": top["rank"], "steps": top["slowest_steps"], "of": steps, "worst_lag": top["worst_lag"]}
+
+
+NOTICE_TRACES = 5  # traces named per problem; the rest are counted
+PROBLEM_WORDS = {"events missing": "with events missing", "no run_start": "without a run_start",
+                 "no run_end": "without a run_end"}
+
+
+def _who(damaged: dict[str, Any]) -> str:
+    rank = damaged["rank"]
+    whose = "" if rank is None else f"rank {rank}{' (by its name)' if damaged['rank_from_name'] else ''}, "
+    return f"{whose}{damaged['trace']}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def rank_list(ranks: Sequence[int], most: int = 12) -> str:
+    """Ranks as runs (``0–3, 7, 9–12``), the first ``most`` runs and a count of the rest."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    shown = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs[:most])
+    return shown + (f", … ({len(runs) - most:,} more runs)" if len(runs) > most else "")
 
 
 def trace_files(root: str, fs: Any = None) -> list[str]:
@@ -339,11 +414,13 @@ def trace_files(root: str, fs: Any = None) -> list[str]:
 
 @dataclass(frozen=True)
 class _Read:
-    """One file DuckDB reads: where it reads it (``/proc/self/fd/N``, or an fsspec path) and which run it is."""
+    """One file DuckDB reads: where it reads it (``/proc/self/fd/N``, or an fsspec path), which run it is,
+    and its name (the trace, or a Parquet trace's part) for what is said of it."""
 
     at: str
     run: int
     parquet: bool
+    name: str
 
 
 class _Opener:
@@ -384,15 +461,15 @@ class _Opener:
             return self._parts(path, fd, run)
         _regular(info.st_mode, path)
         self._count(path, info.st_size)
-        return [_Read(f"/proc/self/fd/{fd}", run, path.endswith(".parquet"))]
+        return [_Read(f"/proc/self/fd/{fd}", run, path.endswith(".parquet"), path)]
 
     def _parts(self, path: str, directory: int, run: int) -> list[_Read]:
         """A loaderscope Parquet trace's parts, each opened by its name in the directory's descriptor and
         never through a link (a part is a file its writer renamed into place, columnar.py)."""
         names = sorted(name for name in os.listdir(directory) if PART_NAME.fullmatch(name))
         if not names:
-            raise JobQueryError(f"{path}: a directory without trace parts (part-N.parquet); a Parquet trace "
-                                "whose writer was killed before its first part has no events yet")
+            raise Unreadable(f"{path}: a directory without trace parts (part-N.parquet); a Parquet trace whose "
+                             "writer was killed before its first part has no events yet", "empty")
         reads, size = [], 0
         for name in names:
             part = f"{path}/{name}"
@@ -401,7 +478,7 @@ class _Opener:
             info = os.fstat(fd)
             _regular(info.st_mode, part)
             size += info.st_size
-            reads.append(_Read(f"/proc/self/fd/{fd}", run, True))
+            reads.append(_Read(f"/proc/self/fd/{fd}", run, True, part))
         self._count(path, size)
         return reads
 
@@ -409,9 +486,11 @@ class _Opener:
         try:
             fd: int = opening()
         except OSError as exc:
-            reason = "a symbolic link, where only a regular file is read" if exc.errno == errno.ELOOP else exc.strerror or exc
-            raise JobQueryError(f"{path}: cannot be read ({reason}); fix its permissions or move it out of the "
-                                "job's directory") from None
+            if exc.errno == errno.ELOOP:
+                raise JobQueryError(f"{path}: cannot be read (a symbolic link, where only a regular file is read); "
+                                    "move it out of the job's directory") from None
+            raise Unreadable(f"{path}: cannot be read ({exc.strerror or exc}); fix its permissions or move it out "
+                             "of the job's directory") from None
         self.descriptors.append(fd)
         return fd
 
@@ -425,18 +504,18 @@ class _Opener:
                 parts = sorted((i for i in self.fs.ls(path, detail=True)
                                 if PART_NAME.fullmatch(PurePosixPath(i["name"]).name)), key=lambda i: i["name"])
                 if not parts:
-                    raise JobQueryError(f"{path}: a directory without trace parts (part-N.parquet)")
+                    raise Unreadable(f"{path}: a directory without trace parts (part-N.parquet)", "empty")
                 self._count(path, sum(int(i.get("size") or 0) for i in parts))
-                return [_Read(_with_protocol(self.fs, i["name"]), run, True) for i in parts]
+                return [_Read(_with_protocol(self.fs, i["name"]), run, True, i["name"]) for i in parts]
             with self.fs.open(path, "rb") as f:
                 f.read(1)
         except JobQueryError:
             raise
         except Exception as exc:  # noqa: BLE001 - each fsspec backend raises its own errors: one message
-            raise JobQueryError(f"{path}: cannot be read ({exc}); fix its permissions or move it out of the "
-                                "job's directory") from None
+            raise Unreadable(f"{path}: cannot be read ({exc}); fix its permissions or move it out of the "
+                             "job's directory") from None
         self._count(path, int(info.get("size") or 0))
-        return [_Read(path, run, path.endswith(".parquet"))]
+        return [_Read(path, run, path.endswith(".parquet"), path)]
 
     def _count(self, path: str, size: int) -> None:
         if size > self.budget.trace_bytes:
@@ -498,9 +577,9 @@ def _json_source(paths: Sequence[str]) -> str:
 
 
 def _parquet_column(name: str, sql_type: str, present: set[str]) -> str:
-    """A field from its column, else from loaderscope's ``extra`` JSON text (docs/DESIGN.md §5): a field
-    typed loosely in the contract (``wall_start``, ``shard``) or of a rare kind (``loop``'s ``others``) has
-    no column of its own there. Only a run_start, epoch_end or loop holds one, so only theirs is parsed."""
+    """A field from its column, else from loaderscope's ``extra`` JSON text (docs/DESIGN.md §5): a trace
+    written before its own columns (``wall_start``, ``host``, ``pid``, ``shard``, ``shard_length``, ``others``)
+    keeps them there. Only a run_start, epoch_end or loop holds one, so only theirs is parsed."""
     column = f"TRY_CAST({name} AS {sql_type})" if name in present else None
     extra = (f"CASE WHEN extra IS NOT NULL AND kind IN ('run_start', 'epoch_end', 'loop') "
              f"THEN TRY_CAST(json_extract_string(extra, '$.{name}') AS {sql_type}) END") if "extra" in present else None
@@ -527,8 +606,8 @@ def _duckdb() -> Any:
 # The fields the queries read only from a run_start (the run's names and clock) or an epoch_end (its
 # shard digest): kept there and nowhere else, so a run's names are not copied into each of its events.
 SPARSE = {"run": "run_start", "name": "run_start", "job": "run_start", "wall_start": "run_start",
-          "host": "run_start", "pid": "run_start", "shard": "epoch_end", "shard_length": "epoch_end",
-          "others": "loop"}
+          "host": "run_start", "pid": "run_start", "world_size": "run_start", "shard": "epoch_end",
+          "shard_length": "epoch_end", "others": "loop"}
 
 
 def _kept(column: str) -> str:
@@ -566,34 +645,87 @@ def _connection(fs: Any, budget: JobBudget, threads: int | None) -> duckdb.DuckD
 
 
 def _load(con: duckdb.DuckDBPyConnection, paths: Sequence[str], fs: Any, within: str | None, budget: JobBudget,
-          deadline: _Deadline | None) -> None:
-    """Read the traces into ``events`` a batch of files at a time (``FILES_AT_ONCE``), then make ``PREPARED``."""
+          deadline: _Deadline | None) -> list[dict[str, Any]]:
+    """Read the traces into ``events`` a batch of files at a time (``FILES_AT_ONCE``), then make ``PREPARED``;
+    the traces that could not be read (``_unreadable``), each with why."""
     con.execute(f"CREATE TEMP TABLE events ({', '.join(f'{k} {v}' for k, v in COLUMNS.items())}, file INTEGER)")
     if fs is None and not os.path.isdir("/proc/self/fd"):
         raise JobQueryError("the job table reads each local trace through its open descriptor (/proc/self/fd), "
                             "which this system lacks: make the table on Linux, or give the traces as an fsspec URL")
     _allow_open_files(FILES_AT_ONCE)
     opener = _Opener(fs, within, budget)
+    unreadable: list[dict[str, Any]] = []
     try:
         batch: list[_Read] = []
         for run, path in enumerate(paths):
             if deadline is not None:
                 deadline.check()
-            batch += opener.open(path, run)
-            if len(batch) >= FILES_AT_ONCE or run == len(paths) - 1:
-                _insert(con, batch)
+            try:
+                batch += opener.open(path, run)
+            except Unreadable as exc:
+                unreadable.append({"run": run, "trace": path, "problem": exc.problem,
+                                   "detail": str(exc).removeprefix(f"{path}: ")})
+            if batch and (len(batch) >= FILES_AT_ONCE or run == len(paths) - 1):
+                unreadable += _insert_readable(con, batch, paths)
                 opener.close()
                 batch = []
     finally:
         opener.close()
     for name, sql in PREPARED:
         con.execute(f"CREATE TEMP TABLE {name} AS {sql}")
+    return unreadable
+
+
+def _insert_readable(con: duckdb.DuckDBPyConnection, reads: Sequence[_Read], paths: Sequence[str]) -> list[dict[str, Any]]:
+    """``_insert`` these files; when the batch cannot be read, each run's alone, and a Parquet trace's
+    parts one by one up to the first that cannot be read (its events before it are the run's, as a
+    killed writer's parts are): one damaged trace never costs the table the others. Returns the
+    traces left out, or cut short, each with DuckDB's reason, told by the file's name."""
+    import duckdb
+
+    fatal = (duckdb.InterruptException, duckdb.OutOfMemoryException)
+    try:
+        _insert(con, reads)
+        return []
+    except fatal:
+        raise
+    except duckdb.Error:
+        pass
+    left_out = []
+    for run in sorted({read.run for read in reads}):
+        mine = [read for read in reads if read.run == run]
+        try:
+            _insert(con, mine)
+            continue
+        except fatal:
+            raise
+        except duckdb.Error as exc:
+            if len(mine) == 1:
+                left_out.append({"run": run, "trace": paths[run], "detail": _unreadable_text(exc, mine[0])})
+                continue
+        for count, read in enumerate(mine):  # a Parquet trace's parts
+            try:
+                _insert(con, [read])
+            except fatal:
+                raise
+            except duckdb.Error as exc:
+                after = len(mine) - count - 1
+                left_out.append({"run": run, "trace": paths[run], "read_parts": count, "detail": (
+                    f"{PurePosixPath(read.name).name}{f' and the {after} parts after it' if after else ''} left out: "
+                    + _unreadable_text(exc, read))})
+                break
+    return left_out
+
+
+def _unreadable_text(exc: Exception, read: _Read) -> str:
+    return f"not readable ({str(exc).splitlines()[0].replace(read.at, read.name)})"
 
 
 def _insert(con: duckdb.DuckDBPyConnection, reads: Sequence[_Read]) -> None:
-    """Read these files into ``events``: the kinds the queries read, and each run's first event
-    (summary()'s clock starts there; a header line has no kind and no seq). Each file's ``file_index``
-    is joined to its run's number (a window or join over a small integer, not over a path per event)."""
+    """Read these files into ``events``: every event (a run's count of events and its seq numbers tell
+    what was skipped or cut, ``_damage``), the fields the queries read (``_kept``). Each file's
+    ``file_index`` is joined to its run's number (a window or join over a small integer, not over a
+    path per event)."""
     by_source = {"json": [r for r in reads if not r.parquet], "parquet": [r for r in reads if r.parquet]}
     rows = [(source, index, read.run) for source, group in by_source.items() for index, read in enumerate(group)]
     # one statement of three lists: executemany costs about 1.5 ms a row
@@ -603,8 +735,7 @@ def _insert(con: duckdb.DuckDBPyConnection, reads: Sequence[_Read]) -> None:
     sources = ([_json_source([r.at for r in by_source["json"]])] if by_source["json"] else []) + \
         ([_parquet_source(con, [r.at for r in by_source["parquet"]])] if by_source["parquet"] else [])
     con.execute(f"INSERT INTO events SELECT {', '.join(map(_kept, COLUMNS))}, f.file FROM ("
-                + " UNION ALL ".join(sources) + ") e JOIN files f ON f.source = e.source AND f.file_index = e.file_index "
-                f"WHERE e.kind IN ({', '.join(map(_quote, KINDS))}) OR e.seq = 0")
+                + " UNION ALL ".join(sources) + ") e JOIN files f ON f.source = e.source AND f.file_index = e.file_index")
 
 
 def _allow_open_files(needed: int) -> None:
@@ -703,9 +834,12 @@ def table_of(paths: Sequence[str], fs: Any = None, *, within: str | None = None,
     the directory every local trace must lie in; ``job``: only the runs whose run_start names it (a
     file listed as the job's may say otherwise by now).
 
+    A trace that cannot be read, or holds no event, is left out and named in the table's ``damaged``, as
+    is a run cut short or with events missing (``_damage``).
+
     Raises:
-        JobQueryError: a trace unreadable, outside ``within`` or over a budget; the time budget spent;
-            the traces could not be queried. The message names the file or the table, and the fix.
+        JobQueryError: a trace outside ``within``, not a regular file, or over a budget; the time budget
+            spent; the traces could not be queried. The message names the file or the table, and the fix.
     """
     duckdb = _duckdb()
     label = label or "the job"
@@ -714,22 +848,64 @@ def table_of(paths: Sequence[str], fs: Any = None, *, within: str | None = None,
         con = _connection(fs, budget, threads)
         deadline.con = con
         try:
-            _load(con, paths, fs, within, budget, deadline)
+            unreadable = _load(con, paths, fs, within, budget, deadline)
             if job is not None:
                 con.execute("DELETE FROM runs WHERE job IS DISTINCT FROM $1", [job])
             deadline.check()
             ranks = [row | {"file": paths[row["file"]]} for row in _rows(con, RANKS_SQL)]
             steps = _rows(con, STEPS_SQL)
             shard_rows = _rows(con, SHARDS_SQL)
+            damaged = _damage(paths, unreadable, _rows(con, HEALTH_SQL))
+            worlds = {(row["job"], row["loader"]): row["world_size"] for row in _rows(con, WORLD_SQL)}
         except duckdb.Error as exc:
             raise _query_error(exc, label, deadline) from None
         finally:
             deadline.con = None
             con.close()
         _count_last(ranks, steps)
-        return JobTable(ranks, steps, list(_shard_checks(shard_rows, ranks, budget, deadline)))
+        return JobTable(ranks, steps, list(_shard_checks(shard_rows, ranks, budget, deadline)), damaged, worlds)
     finally:
         deadline.done.set()
+
+
+RANK_IN_NAME = re.compile(r"-rank([0-9]+)-")  # tracepaths.trace_path's names: the rank of a trace unread
+
+
+def _damage(paths: Sequence[str], unreadable: list[dict[str, Any]], health: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What is wrong with each trace that has something wrong, in path order: ``unreadable`` (left out,
+    or its parts from one on), ``empty`` (no event), ``no run_start`` (left out: its names and clock are
+    missing), ``events missing`` (gaps in its seq numbers) or ``no run_end`` (still being written, or its
+    writer was killed). Its rank and loader where its run_start says them, else its rank as its file's
+    name gives it (``rank_from_name``). A copy of another trace's recording, or a run of another job, is
+    left out of the table by design and not named."""
+    seen = {row["file"]: row for row in health}
+    found: list[dict[str, Any]] = []
+    cut = {entry["run"]: entry for entry in unreadable}
+    for run, path in enumerate(paths):
+        row = seen.get(run)
+        named = {"trace": path, "rank": row["rank"] if row and row["tabled"] else _rank_in_name(path),
+                 "job": row["job"] if row and row["tabled"] else None,
+                 "loader": row["loader"] if row and row["tabled"] else None, "rank_from_name": not (row and row["tabled"])}
+        if run in cut:
+            found.append(named | {"problem": cut[run].get("problem", "unreadable"), "detail": cut[run]["detail"]})
+        elif row is None or not row["events"]:
+            found.append(named | {"problem": "empty", "detail": "no event in it"})
+        elif not row["started"]:
+            found.append(named | {"problem": "no run_start", "detail": "its first events are missing, and with them "
+                                  "its rank's names and clock: left out"})
+        elif not row["tabled"]:
+            continue  # another job's run, or a copy of a recording another trace holds (RANKS_SQL counts it once)
+        elif row["missing"]:
+            found.append(named | {"problem": "events missing", "detail": f"{row['missing']:,} of its seq numbers are "
+                                  "missing (lines skipped as unreadable, or events the probe dropped)"})
+        elif not row["ended"]:
+            found.append(named | {"problem": "no run_end", "detail": "still being written, or its process was killed"})
+    return found
+
+
+def _rank_in_name(path: str) -> int | None:
+    found = RANK_IN_NAME.search(PurePosixPath(path).name)
+    return int(found.group(1)) if found else None
 
 
 def _query_error(exc: Exception, label: str, deadline: _Deadline) -> JobQueryError:

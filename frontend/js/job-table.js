@@ -22,10 +22,11 @@ const OVERSCAN = 4; // rows drawn past each edge, so a fast scroll shows no blan
  * A loader of the job (jobquery.JobTable.loaders): how many ranks and steps it has, its slowest rank (none
  * with one rank: one process waits for no other).
  * @typedef {{job:string|null, loader:string, name:string|null, ranks:number, steps:number,
- *   slowest:{rank:number, steps:number, of:number, worst_lag:number}|null}} JobLoader
+ *   slowest:{rank:number, steps:number, of:number, worst_lag:number}|null, world_size?:number|null,
+ *   missing_ranks?:number[]}} JobLoader
  * @typedef {{loader:string, epoch:number, report:import('./ranks.js').ShardReport|{error:string}}} ShardCheck
  * @typedef {{job:string, ranks:JobRow[], steps:{loader:string, epoch:number, step:number, rank:number|null, lag:number}[],
- *   shards:ShardCheck[], loaders:JobLoader[]}} JobAnswer
+ *   shards:ShardCheck[], loaders:JobLoader[], notices?:string[]}} JobAnswer
  */
 
 /**
@@ -146,6 +147,11 @@ export class JobTableView {
     this.notice = el('div', 'job-notice');
     this.notice.setAttribute('data-testid', 'job-notice');
     this.notice.hidden = true;
+    // what the table lacks, as `loaderscope job` says it (jobquery.JobTable.notices): the ranks its world
+    // size expects that it has not, and each trace unreadable, empty or cut short
+    this.damage = el('div', 'job-notice');
+    this.damage.setAttribute('data-testid', 'job-damage');
+    this.damage.hidden = true;
     this.scroller = el('div', 'vscroll');
     this.spacer = el('div', 'vspacer');
     this.scroller.append(this.spacer);
@@ -155,7 +161,7 @@ export class JobTableView {
       const r = row ? this.rows[Number(row.dataset.i)] : undefined;
       if (r) this.onOpen(r);
     });
-    this.root.append(this.sentence, this.notice, this.head, this.scroller);
+    this.root.append(this.sentence, this.damage, this.notice, this.head, this.scroller);
     this.labelHead();
   }
 
@@ -201,6 +207,9 @@ export class JobTableView {
       return line;
     }));
     this.sentence.dataset.rank = this.slowest === null ? '' : String(this.slowest);
+    const notices = answer.notices ?? [];
+    this.damage.replaceChildren(...notices.map((text) => Object.assign(el('div', ''), { textContent: text })));
+    this.damage.hidden = !notices.length;
     const ranks = new Set(answer.ranks.map((r) => r.rank)).size;
     this.sentence.title = `job ${answer.job}: ${counted(ranks, 'rank')} × ${counted(answer.loaders.length, 'loader')}, `
       + "from the traces in the dashboard's logdir";

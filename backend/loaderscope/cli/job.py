@@ -1,5 +1,6 @@
 """◆ ``loaderscope job DIR``: the job table of every trace under DIR, from DuckDB (``jobquery``): a row
-per loader of each rank, and per loader the rank most often last to deliver a step."""
+per loader of each rank, per loader the rank most often last to deliver a step, and what the table
+lacks: the ranks its world size expects that it has not, and each trace unreadable, empty or cut short."""
 
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def cmd_job(args: argparse.Namespace, console: Console | None = None) -> int:
         return 0
     for line in sentences(table):
         console.print(line)
+    for line in table.notices():  # the ranks the table lacks, and the traces it could not read whole
+        console.print(f"[yellow]{escape(line)}[/]")
     steps = {(entry["job"], entry["loader"]): entry["steps"] for entry in table.loaders()}
     jobs = len({row["job"] for row in rows}) > 1
     out = Table(*(["job"] if jobs else []), "loader", "rank", "batches", "batches/s", "waiting for data",

@@ -12,6 +12,7 @@ file, and its run_start must still name the job.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import posixpath
 from typing import Any
 
@@ -27,9 +28,9 @@ router = APIRouter(prefix="/api")
 _ONE_AT_A_TIME = asyncio.Lock()
 
 
-def job_files(request: Request, job: str) -> tuple[dict[str, str], Any]:
-    """The trace files of ``job``'s logdir runs, each with its run's id on this dashboard, and the fsspec
-    filesystem for a URL logdir (else None)."""
+def job_files(request: Request, job: str) -> tuple[dict[str, str], Any, str]:
+    """The trace files of ``job``'s logdir runs, each with its run's id on this dashboard, the fsspec
+    filesystem for a URL logdir (else None), and the logdir's root they lie under."""
     logdir = request.app.state.config.logdir
     manager = manager_of(request)
     # every file of the job, a copy the run list leaves out too (the query counts a recording once),
@@ -38,20 +39,20 @@ def job_files(request: Request, job: str) -> tuple[dict[str, str], Any]:
     relative = {brief["path"]: shown.get(run.recording(), run_id) for run_id, run in manager.runs.items()
                 if (brief := run.brief()).get("job") == job and brief.get("path")}
     if logdir is None or not relative:
-        return {}, None
+        return {}, None, ""
     if "://" not in str(logdir):
-        return {posixpath.join(str(logdir), path): run_id for path, run_id in sorted(relative.items())}, None
+        return {posixpath.join(str(logdir), path): run_id for path, run_id in sorted(relative.items())}, None, str(logdir)
     import fsspec  # type: ignore[import-untyped]  # the optional remote extra; a URL logdir was only opened with it
 
     fs, root = fsspec.core.url_to_fs(str(logdir))
-    return {posixpath.join(root, path): run_id for path, run_id in sorted(relative.items())}, fs
+    return {posixpath.join(root, path): run_id for path, run_id in sorted(relative.items())}, fs, root
 
 
 @router.get("/jobs/{job}/table", responses={404: {}, 422: {}})
 async def job_table(job: str, request: Request) -> Any:
     """Per rank, per step and per epoch's shards: the answers of ``loaderscope job``, for a logdir job;
     each rank's row names its run on this dashboard (``dashboard_run``), so the page opens it by that id."""
-    paths, fs = job_files(request, job)
+    paths, fs, root = job_files(request, job)
     if not paths:
         return JSONResponse({"detail": f"no trace of job {job!r} in this dashboard's logdir; the job table reads "
                                        "a logdir's traces (loaderscope serve --logdir DIR)"}, status_code=404)
@@ -68,4 +69,7 @@ async def job_table(job: str, request: Request) -> Any:
                                        "changed since they were listed; reload the page"}, status_code=404)
     rows = [{k: v for k, v in row.items() if k != "file"} | {"dashboard_run": paths.get(row["file"])}
             for row in table.ranks]
+    # a damaged trace is named by its path in the logdir, as the run list names it
+    table = dataclasses.replace(table, damaged=[entry | {"trace": posixpath.relpath(entry["trace"], root)}
+                                                for entry in table.damaged])
     return Response(orjson.dumps(table.as_json() | {"ranks": rows, "job": job}), media_type="application/json")
