@@ -291,16 +291,6 @@ def test_the_dashboard_serves_a_logdir_jobs_table(start_server: Any, tmp_path: P
     assert httpx.get(f"{server.url}/api/jobs/sim-straggler/table", timeout=30).status_code == 401  # no token
 
 
-def test_the_query_in_design_runs_as_written_and_gives_the_steps(tmp_path: Path) -> None:
-    design = (Path(__file__).parents[1] / "docs" / "DESIGN.md").read_text()
-    shown = design.split("The per-step query, as it runs:", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
-    simulated_job(tmp_path, "straggler", 3, {0: 2.0}, {"epochs": 2})
-    from loaderscope.jobquery import STEPS_SQL, connect, trace_files
-
-    con, _ = connect(trace_files(str(tmp_path)))
-    assert con.execute(shown).fetchall() == con.execute(STEPS_SQL).fetchall()
-
-
 def test_the_dashboard_serves_a_parquet_logdir_jobs_table_naming_each_ranks_run(start_server: Any,
                                                                                 tmp_path: Path) -> None:
     """A logdir of loaderscope's Parquet traces (``record --format parquet``): the run list names each
