@@ -144,9 +144,10 @@ def main() -> None:
         print(f"rewritten as Parquet traces in {time.perf_counter() - started:.0f} s")
     print(f"shard digests: {'every' if has_digests(root) else 'NOT every'} rank's epoch_end has one "
           "(a real DDP job's probe writes them; the table checks them)")
+    events = sum(1 for path in (root / "jsonl").rglob("*.trace.jsonl") for line in path.open() if '"seq":' in line)
     for kind in ("jsonl", "probe"):
         size = sum(p.stat().st_size for p in (root / kind).rglob("*") if p.is_file())
-        print(f"{kind}: {size / 2**20:.0f} MiB on disk")
+        print(f"{kind}: {size / 2**20:.0f} MiB on disk, {size / events:.1f} bytes an event")
     print(f"cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f} (other jobs share them); "
           f"this process's peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     for kind in ("jsonl", "probe"):

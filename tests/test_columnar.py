@@ -240,3 +240,41 @@ def test_watch_writes_a_parquet_logdir_trace_when_asked(tmp_path: Path) -> None:
     head, events, truncated = read_trace_tolerant(trace)
     assert trace.name.endswith(".trace.parquet") and not truncated and head["origin"] == "logdir"
     assert yields(events) == 10 and conformance.check(events) == []
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "frontend" / "tests" / "fixtures"
+
+
+def test_a_trace_of_the_previous_writer_reads_the_same_and_tables_the_same(tmp_path: Path) -> None:
+    """A real recording written by the writer before parts kept only their non-null columns and
+    before ``wall_start``, ``host`` and ``pid`` had columns (they were in ``extra``), and by today's:
+    the same events, and the same job table (its clock read from ``extra`` in the old one)."""
+    pytest.importorskip("duckdb")
+    from loaderscope.jobquery import table_of
+
+    old, new = FIXTURES / "gpu_step_h100.v1.trace.parquet", FIXTURES / "gpu_step_h100.trace.parquet"
+    assert all("wall_start" not in pq.ParquetFile(part).schema_arrow.names for part in old.glob("part-*.parquet"))
+    _, events = read_trace(FIXTURES / "gpu_step_h100.jsonl")
+    same_events(read_trace(old)[1], events)
+    same_events(read_trace(new)[1], events)
+    assert events[0]["wall_start"]
+    tables = [table_of([str(trace)]) for trace in (old, new, FIXTURES / "gpu_step_h100.jsonl")]
+    assert [t.ranks[0]["batches_per_s"] for t in tables] == [tables[2].ranks[0]["batches_per_s"]] * 3
+    assert [t.steps for t in tables] == [tables[2].steps] * 3 and tables[2].steps
+
+
+def test_a_later_part_keeps_only_the_columns_its_events_fill_and_the_union_has_all(tmp_path: Path) -> None:
+    """Each column a part keeps costs its chunk's metadata in the footer, whatever it holds: a part
+    after the first leaves out the columns none of its events fills (the common fields stay), and
+    the first keeps every one, so that engines reading the trace as one dataset find every column."""
+    duckdb = pytest.importorskip("duckdb")
+    header, events = read_trace(FIXTURES / "gpu_step_h100.jsonl")
+    trace = tmp_path / "real.trace.parquet"
+    with columnar.ParquetTraceWriter(trace, header["run"], row_group_events=100) as writer:
+        writer.write(events)
+    first, *later = [pq.ParquetFile(part).schema_arrow.names for part in columnar.parts(trace)]
+    assert first == columnar.SCHEMA.names and later
+    assert all(set(COMMON_FIELDS) <= set(names) < set(first) for names in later)
+    same_events(read_trace(trace)[1], events)
+    described = duckdb.sql(f"DESCRIBE SELECT * FROM read_parquet('{trace}/*.parquet', union_by_name = true)")
+    assert sorted(row[0] for row in described.fetchall()) == sorted(columnar.SCHEMA.names)

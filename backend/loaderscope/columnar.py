@@ -54,6 +54,7 @@ ROW_GROUP_EVENTS = 65_536  # a part is written at this many events ...
 PART_SECONDS = 10.0  # ... or this long after its first event, whichever comes first ($LOADERSCOPE_PART_SECONDS)
 PART_SECONDS_ENV = "LOADERSCOPE_PART_SECONDS"  # at most what a killed writer loses; smaller means more files
 COMPRESSION = "zstd"
+COMPRESSION_LEVEL = 3  # pyarrow's zstd levels 1-22; bench/trace_size.py: 3 is most of the gain for little CPU
 STATISTICS = ("seq", "t", "rank", "epoch", "idx", "worker")  # min/max kept per part: what queries filter on
 
 _INTS = ((pa.int8(), 2**7), (pa.int16(), 2**15), (pa.int32(), 2**31))
@@ -106,10 +107,15 @@ _BOUND: dict[str, int] = {name: next((b for t, b in _INTS if t == typed), 2**63)
 # dictionary of seq (a new value each row) overflows and falls back to PLAIN, 8 bytes a row that zstd
 # then works through; deltas of 1 pack to nothing. A simulated 1M-event trace: 2.4 bytes an event
 # instead of 7.0, and a third of the zstd work for the page that reads it (frontend/js/parquet-trace.js).
-# The rest take a dictionary; a float column whose dictionary overflows goes on in BYTE_STREAM_SPLIT.
+# The clock's floats (t, and the durations measured on it) are new in nearly every row: a dictionary of
+# them is the values again plus an index each (t cost 8.4 bytes an event of a real recording), so they
+# take BYTE_STREAM_SPLIT straight away (each byte of the float in a stream of its own: the exponent's
+# and the high mantissa's bytes repeat, and zstd takes them; 3.0 bytes an event for t).
+# The rest take a dictionary (n, nbytes, pickled repeat; strings repeat).
 DELTA_COLUMNS = [name for name, typed in COLUMNS.items() if typed == pa.int64()]
-DICTIONARY_COLUMNS = [name for name in SCHEMA.names if name not in DELTA_COLUMNS]
-FLOAT_COLUMNS = [name for name, typed in COLUMNS.items() if pa.types.is_floating(typed)]
+CLOCK_COLUMNS = [name for name in ("t", "dt", "wait", "elapsed", "seconds", "h2d", "compute", "h2d_pageable",
+                                   "pickle_s", "duration", "wall_start", "others") if name in COLUMNS]
+DICTIONARY_COLUMNS = [name for name in SCHEMA.names if name not in DELTA_COLUMNS and name not in CLOCK_COLUMNS]
 
 
 def to_table(events: Iterable[Mapping[str, Any]]) -> pa.Table:
@@ -292,16 +298,31 @@ def parsed_parquet_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any
         yield from events
 
 
-def part_bytes(events: list[Mapping[str, Any]], metadata: dict[bytes, bytes]) -> memoryview:
-    """One whole Parquet file of ``events``, with the trace header as its key-value ``metadata``."""
+def part_bytes(events: list[Mapping[str, Any]], metadata: dict[bytes, bytes], *,
+               every_column: bool = True) -> memoryview:
+    """One whole Parquet file of ``events``, with the trace header as its key-value ``metadata``.
+
+    Unless ``every_column``, a column null in every row of the part is left out of it (the common
+    fields stay): each column kept costs its chunk's metadata in the footer, whatever it holds.
+    Readers take a missing column for nulls (DuckDB ``union_by_name``, Spark ``mergeSchema``,
+    ``from_table``, the page); a trace's first part keeps every column, so that the union of its
+    parts has the whole ``SCHEMA`` and SQL naming a column no event filled still runs.
+    """
+    table = to_table(events)
+    if not every_column:
+        table = table.select([name for name in table.column_names
+                              if name in COMMON_FIELDS or table.column(name).null_count < table.num_rows])
+    names = set(table.column_names)
+    encodings: dict[str, str] = {name: "DELTA_BINARY_PACKED" for name in DELTA_COLUMNS if name in names}
+    encodings.update((name, "BYTE_STREAM_SPLIT") for name in CLOCK_COLUMNS if name in names)
     buffer = pa.BufferOutputStream()
     # No Arrow schema blob and statistics only where engines prune by them: a part's footer is
     # otherwise ~6 KB, 2 bytes an event for a 10-second part of a slow loader.
-    with pq.ParquetWriter(buffer, SCHEMA, compression=COMPRESSION, store_schema=False,
-                          use_dictionary=DICTIONARY_COLUMNS, use_byte_stream_split=FLOAT_COLUMNS,
-                          column_encoding=dict.fromkeys(DELTA_COLUMNS, "DELTA_BINARY_PACKED"),
-                          write_statistics=list(STATISTICS)) as writer:
-        writer.write_table(to_table(events))
+    with pq.ParquetWriter(buffer, table.schema, compression=COMPRESSION, compression_level=COMPRESSION_LEVEL,
+                          store_schema=False, use_dictionary=[n for n in DICTIONARY_COLUMNS if n in names],
+                          column_encoding=encodings,
+                          write_statistics=[n for n in STATISTICS if n in names]) as writer:
+        writer.write_table(table)
         writer.add_key_value_metadata(metadata)
     return memoryview(buffer.getvalue())
 
@@ -392,7 +413,8 @@ class ParquetTraceWriter:
     def _write_part(self, events: list[Mapping[str, Any]]) -> None:
         # under a random dot name, then renamed: a part seen is a part whole, and a link planted at a
         # name the writer would use is replaced, never written through
-        written = replace_whole(self._directory, _part_name(self._parts), part_bytes(events, self._metadata))
+        data = part_bytes(events, self._metadata, every_column=self._parts == 0)
+        written = replace_whole(self._directory, _part_name(self._parts), data)
         if self._newest is not None:
             self._newest.close()
         self._newest = written

@@ -47,6 +47,15 @@ test('a trace written by loaderscope comes back event for event, the frequent ki
   assert.ok(table.packed >= packable, `${table.packed} packed of ${packable}`);
 });
 
+test('a trace of the previous writer (every column in every part, wall_start in extra) reads the same', async () => {
+  await zstdReady();
+  const dir = join(FIXTURES, 'gpu_step_h100.v1.trace.parquet'); // never rewritten: make_parquet.py leaves it
+  const parts = readdirSync(dir).filter((name) => PART_NAME.test(name)).sort();
+  const { table } = read(parts.map((name) => join(dir, name)));
+  assert.equal(table.length, EVENTS.length);
+  for (let i = 0; i < EVENTS.length; i++) assert.deepEqual(table.get(i), EVENTS[i], `event ${i}`);
+});
+
 test('pages v2 with Snappy, uncompressed PLAIN, delta and byte-stream-split give the same events', async () => {
   await zstdReady();
   for (const name of ['v2-snappy', 'plain', 'encoded']) {
