@@ -56,7 +56,7 @@ def _note_finding(note: Mapping[str, Any]) -> tuple[str, str] | None:
     if kind == Kind.WORKER_DIED:
         how = note.get("signal") or f"exit code {note.get('exitcode')}"
         holding = f" while fetching task {note['idx']}{_sample(note)}" if note.get("idx") is not None else ""
-        oom = " (SIGKILL is what the kernel's OOM killer sends: check memory)" if note.get("signal") == "SIGKILL" else ""
+        oom = _killed(note) if note.get("signal") == "SIGKILL" else ""
         shm = " (SIGBUS in a worker usually means /dev/shm is full: enlarge it or use file_system sharing)" \
             if note.get("signal") == "SIGBUS" else ""
         return "worker_died", f"worker {note['worker']} (pid {note.get('pid')}) died by {how}{holding}{oom}{shm}"
@@ -91,6 +91,62 @@ def _note_finding(note: Mapping[str, Any]) -> tuple[str, str] | None:
         return "probe_error", (f"loaderscope's probe failed in {note['where']} ({note['type']}: {note['message']}); "
                                "training went on, but this run may miss events")
     return None
+
+
+def _killed(note: Mapping[str, Any]) -> str:
+    """What a SIGKILLed worker held at its last memory sample, where one was taken: the OOM killer's evidence."""
+    evidence = note.get("memory")
+    if not evidence:
+        return " (SIGKILL is what the kernel's OOM killer sends: check memory)"
+    return " (SIGKILL is what the kernel's OOM killer sends: " + say(
+        "memory.killed", ago=f"{max(0.0, note['t'] - evidence['t']):.1f}", rss=_mb(evidence["rss"]),
+        uss=_mb(evidence["uss"]), headroom=_mb(evidence["headroom"])) + ")"
+
+
+def _mb(value: float | None) -> str:
+    return "?" if value is None else f"{value / 1e6:.1f}"
+
+
+COPY_MIN = 8 * 2**20  # shared pages a worker turned private, on average, before copy-on-read is named
+LEAK_MIN = 2**20  # RSS growth per epoch named a leak
+HEADROOM_HORIZON = 3600.0  # seconds: headroom that lasts longer at the recent rate is not named
+HEADROOM_SPAN = 5.0  # seconds of samples a rate needs before it is extrapolated
+SHM_LOW = 0.1  # /dev/shm's free share named "nearly full"
+IN_FLIGHT_SHARE = 0.5  # batches in flight named when they are this share of the loader's memory
+IN_FLIGHT_MIN = 64 * 2**20
+
+
+def _memory_findings(s: LoaderState, stats: Mapping[str, Any]) -> Iterator[Finding]:
+    """What the memory samples show (memory.py's figures): the thresholds are this module's constants."""
+    m = stats["memory"]
+    if m is None:
+        return
+    workers = m["workers"]
+    copied = sum(w["copied"] for w in workers)
+    if workers and copied >= COPY_MIN * len(workers):
+        grown = sum(w["grown"] for w in workers)
+        yield Finding("copy_on_read", say("memory.copy_on_read", grown=_mb(grown), per=_mb(grown / len(workers)),
+                                          samples=sum(w["copied_samples"] for w in workers), copied=_mb(copied)))
+    for proc in [m["main"], *workers] if m["main"] else workers:
+        if proc["leak_per_epoch"] is not None and proc["leak_per_epoch"] >= LEAK_MIN:
+            who = "the main process" if proc["worker"] is None else f"worker {proc['worker']}"
+            why = say("memory.leak.persistent") if proc["worker"] is not None else ""
+            yield Finding("memory_leak", say("memory.leak", who=who, rate=_mb(proc["leak_per_epoch"]),
+                                             epochs=proc["epochs"], first=_mb(proc["epoch_first"]),
+                                             last=_mb(proc["epoch_last"]), why=why))
+    left = m["headroom_s"]
+    if left is not None and left <= HEADROOM_HORIZON and m["trend_span"] >= HEADROOM_SPAN:
+        per_epoch = stats["epoch_wall"] / stats["epochs"] if stats["epochs"] else 0
+        epochs = say("memory.headroom.epochs", epochs=f"{left / per_epoch:.1f}") if per_epoch > 0 else ""
+        yield Finding("headroom", say("memory.headroom", rate=_mb(m["growth_per_s"]), span=f"{m['trend_span'] / 2:.0f}",
+                                      headroom=_mb(m["headroom"]), minutes=f"{left / 60:.0f}", epochs=epochs))
+    if m["shm_free_low"] is not None and m["shm_total"] and m["shm_free_low"] < SHM_LOW * m["shm_total"]:
+        yield Finding("shm_low", say("memory.shm", free=_mb(m["shm_free_low"]), total=_mb(m["shm_total"])))
+    held = m["in_flight_high"]
+    if held >= IN_FLIGHT_MIN and m["in_flight_pss"] and held >= IN_FLIGHT_SHARE * m["in_flight_pss"]:
+        yield Finding("in_flight", say("memory.in_flight", held=_mb(held),
+                                       batches=say("n.batches", n=m["in_flight_batches"]),
+                                       pss=_mb(m["in_flight_pss"]), window=s.window))
 
 
 def _past(note: Mapping[str, Any]) -> str:
@@ -248,6 +304,7 @@ def findings(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[Fin
         found.append(Finding("reorder", say("reorder", results=say("n.results", n=stats["out_of_order"]),
                                             high=stats["buffer_high"], hol=f"{stats['head_of_line_wait']:.2f}")))
     found += _transfer_findings(s, stats)
+    found += _memory_findings(s, stats)
     return found
 
 

@@ -23,6 +23,8 @@ import numpy.typing as npt
 from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
 from loaderscope.contract.rules import RULES, Rule, Where, WorkerStatus
 from loaderscope.events import Kind, RunStatus
+from loaderscope.memory import MemoryModel
+from loaderscope.memory import summary as memory_summary
 
 MAX_KEPT = 1000  # notes, errors and violations kept in memory per run
 
@@ -56,6 +58,7 @@ class Worker:
     nbytes: int = 0
     exitcode: int | None = None
     signal: str | None = None
+    samples: int = 0  # sample indices fetched (copy-on-read grows with them)
 
 
 @dataclass
@@ -142,6 +145,7 @@ class LoaderState:
     errors: list[dict[str, Any]] = field(default_factory=list)
     notes: list[dict[str, Any]] = field(default_factory=list)  # stuck, died, timeout, unknown kinds
     violations: list[str] = field(default_factory=list)  # protocol invariants broken by the stream
+    memory: MemoryModel = field(default_factory=MemoryModel)  # the memory samples, compactly (memory.py)
 
     @property
     def window(self) -> int:
@@ -316,6 +320,7 @@ def _epoch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
         s.peek_starts += s.starts
     else:
         s.epochs_done += 1
+        s.memory.epoch_end(s.epochs_done)
     s.starts = 0
     s.epoch_open = False
 
@@ -361,6 +366,8 @@ def _fetch_end(s: LoaderState, e: Mapping[str, Any]) -> None:
         worker.fetch_times.append(dt)
         worker.busy += dt
     worker.nbytes += e.get("nbytes") or 0
+    if task is not None:
+        worker.samples += task.n
     episode = s.stuck_notes.get(worker.id)
     if episode is not None and episode[0].get("idx") == e["idx"]:  # a stuck fetch that ended after all
         del s.stuck_notes[worker.id]
@@ -478,6 +485,9 @@ def _worker_died(s: LoaderState, e: Mapping[str, Any]) -> None:
     task = s.tasks.get(e.get("idx", -1))
     if task is not None:
         note.setdefault("indices", task.indices)
+    evidence = s.memory.evidence(e["worker"], e.get("pid"))
+    if evidence is not None:  # what the dead worker held at its last sample, and the host's headroom
+        note.setdefault("memory", evidence)
     s.keep(s.notes, note)
 
 
@@ -487,6 +497,14 @@ def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
     if task is not None:
         error.setdefault("indices", task.indices)
     s.keep(s.errors, error)
+
+
+IN_FLIGHT = (Where.RESULT_QUEUE, Where.PINNING, Where.BUFFER)  # fetched, not yet handed to the training loop
+
+
+def _memory(s: LoaderState, e: Mapping[str, Any]) -> None:
+    flying = [task.nbytes for task in s.tasks.values() if task.where in IN_FLIGHT and task.nbytes is not None]
+    s.memory.apply(e, (sum(flying), len(flying)), {w.id: w.samples for w in s.workers.values()})
 
 
 MAX_BATCH_SAMPLES = 64
@@ -541,6 +559,7 @@ _CODE: dict[Kind, Effect] = {
     Kind.STEP: _step,
     Kind.PIN_START: _pin_start,
     Kind.PIN_END: _pin_end,
+    Kind.MEMORY: _memory,
 }
 
 
@@ -855,6 +874,7 @@ def summary(s: LoaderState, order: FetchOrder | None = None) -> dict[str, Any]:
         "workers": worker_stats(s, order),
         "stragglers": stragglers(s, order),
         "violations": list(s.violations),
+        "memory": memory_summary(s.memory),
     }
 
 

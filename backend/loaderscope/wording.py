@@ -71,6 +71,28 @@ WORDS: dict[str, Entry] = {
     "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), "
              "not counted as epochs; cost: {starts}, {wait} s inside next()",
     "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
+    # memory (memory.py's figures, diagnosis.py's verdicts)
+    "memory.copy_on_read": "copy-on-read: the workers' private memory (USS) grew {grown} MB in all ({per} MB per "
+                           "worker) as they fetched {samples} samples, {copied} MB of it pages they had shared with "
+                           "the main process: reading Python objects (lists, dicts, strings) writes their reference "
+                           "counts, and each written page is copied into every worker. Keep the dataset's items in "
+                           "numpy or Arrow buffers (np.frombuffer on encoded bytes) instead of Python objects",
+    "memory.leak": "memory leak: {who}'s resident memory grew at every epoch's end, {rate} MB per epoch over "
+                   "{epochs} epochs ({first} MB to {last} MB){why}",
+    "memory.leak.persistent": ": persistent workers keep whatever an epoch leaves behind (caches, references "
+                              "held by the dataset)",
+    "memory.headroom": "headroom: the loader's processes grew {rate} MB/s over the last {span} s; at this rate the "
+                       "host's {headroom} MB of headroom lasts {minutes} min{epochs}",
+    "memory.headroom.epochs": " (about {epochs} epochs)",
+    "memory.shm": "/dev/shm nearly full: {free} MB of {total} MB were free at the fullest; torch's workers hand "
+                  "tensors over through it and a worker that cannot write there dies of SIGBUS: enlarge it "
+                  "(docker --shm-size) or lower prefetch_factor",
+    "memory.in_flight": "batches in flight held {held} MB at their peak ({batches} fetched and not yet handed to "
+                        "the training loop) while the loader's processes held {pss} MB (PSS): up to "
+                        "prefetch_factor × num_workers = {window} batches wait fetched; lower prefetch_factor or "
+                        "the batch size to hold less",
+    "memory.killed": "its last memory sample, {ago} s before, held {rss} MB resident ({uss} MB its own); the host "
+                     "had {headroom} MB left then",
     # the terminal's summary lines
     "cli.rate": "{batches} in {wall} s inside its epochs = {rate} batches/s",
     "cli.time": "where the loop's {wall} s inside this loader's epochs went:",

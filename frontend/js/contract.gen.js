@@ -1043,6 +1043,74 @@ export const KINDS = Object.freeze({
       "max": 9007199254740992,
       "required": true
     }
+  },
+  "memory": {
+    "source": {
+      "type": "string",
+      "nullable": false,
+      "required": true
+    },
+    "procs": {
+      "type": "array",
+      "nullable": false,
+      "required": true
+    },
+    "available": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "total": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "cgroup_limit": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "cgroup_usage": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "shm_used": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "shm_total": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "pinned": {
+      "type": "int",
+      "nullable": true,
+      "min": 0,
+      "max": 9007199254740992,
+      "required": false
+    },
+    "cost": {
+      "type": "number",
+      "nullable": true,
+      "min": -9007199254740992,
+      "max": 9007199254740992,
+      "required": false
+    }
   }
 });
 
@@ -1143,6 +1211,10 @@ export const REQUIRED = Object.freeze({
   ],
   "loop": [
     "others"
+  ],
+  "memory": [
+    "source",
+    "procs"
   ]
 });
 
@@ -1532,6 +1604,9 @@ export const RULES = Object.freeze({
   "probe_error": {
     "says": "the probe failed and stopped watching; training went on",
     "keeps": true
+  },
+  "memory": {
+    "says": "a sample of the processes' memory and the host's headroom, kept compactly per process"
   },
   "loop": {
     "says": "the loop spent time inside other loaders' next() since this loader's last batch",

@@ -56,7 +56,7 @@ export function noteFinding(note) {
   if (kind === 'worker_died') {
     const how = n.signal || `exit code ${pyStr(n.exitcode)}`;
     const holding = n.idx !== undefined && n.idx !== null ? ` while fetching task ${n.idx}${sample(n)}` : '';
-    const oom = n.signal === 'SIGKILL' ? " (SIGKILL is what the kernel's OOM killer sends: check memory)" : '';
+    const oom = n.signal === 'SIGKILL' ? killed(n) : '';
     const shm = n.signal === 'SIGBUS' ? ' (SIGBUS in a worker usually means /dev/shm is full: enlarge it or use file_system sharing)' : '';
     return ['worker_died', `worker ${n.worker} (pid ${pyStr(n.pid)}) died by ${how}${holding}${oom}${shm}`];
   }
@@ -222,6 +222,69 @@ function errorFindings(s) {
   return found;
 }
 
+/** @param {number|null|undefined} v */
+const mb = (v) => (v === undefined || v === null ? '?' : f1(v / 1e6));
+
+/** What a SIGKILLed worker held at its last memory sample (diagnosis.py _killed). @param {any} n */
+function killed(n) {
+  const evidence = n.memory;
+  if (!evidence) return " (SIGKILL is what the kernel's OOM killer sends: check memory)";
+  return " (SIGKILL is what the kernel's OOM killer sends: " + say('memory.killed', {
+    ago: f1(Math.max(0, n.t - evidence.t)), rss: mb(evidence.rss), uss: mb(evidence.uss), headroom: mb(evidence.headroom),
+  }) + ')';
+}
+
+export const COPY_MIN = 8 * 2 ** 20; // diagnosis.py's thresholds
+const LEAK_MIN = 2 ** 20;
+const HEADROOM_HORIZON = 3600;
+const HEADROOM_SPAN = 5;
+const SHM_LOW = 0.1;
+const IN_FLIGHT_SHARE = 0.5;
+const IN_FLIGHT_MIN = 64 * 2 ** 20;
+
+/** What the memory samples show (diagnosis.py _memory_findings). @param {LoaderState} s @param {Stats} stats @returns {Finding[]} */
+function memoryFindings(s, stats) {
+  const m = stats.memory;
+  if (m === null) return [];
+  const found = [];
+  const workers = m.workers;
+  const copied = workers.reduce((sum, w) => sum + w.copied, 0);
+  if (workers.length && copied >= COPY_MIN * workers.length) {
+    const grown = workers.reduce((sum, w) => sum + w.grown, 0);
+    found.push({ code: 'copy_on_read', text: say('memory.copy_on_read', {
+      grown: mb(grown), per: mb(grown / workers.length), samples: workers.reduce((sum, w) => sum + w.copied_samples, 0),
+      copied: mb(copied),
+    }) });
+  }
+  for (const proc of m.main ? [m.main, ...workers] : workers) {
+    if (proc.leak_per_epoch !== null && proc.leak_per_epoch >= LEAK_MIN) {
+      const who = proc.worker === null ? 'the main process' : `worker ${proc.worker}`;
+      const why = proc.worker !== null ? say('memory.leak.persistent', {}) : '';
+      found.push({ code: 'memory_leak', text: say('memory.leak', {
+        who, rate: mb(proc.leak_per_epoch), epochs: proc.epochs, first: mb(proc.epoch_first), last: mb(proc.epoch_last), why,
+      }) });
+    }
+  }
+  const left = m.headroom_s;
+  if (left !== null && left <= HEADROOM_HORIZON && m.trend_span >= HEADROOM_SPAN) {
+    const perEpoch = stats.epochs ? stats.epoch_wall / stats.epochs : 0;
+    const epochs = perEpoch > 0 ? say('memory.headroom.epochs', { epochs: f1(left / perEpoch) }) : '';
+    found.push({ code: 'headroom', text: say('memory.headroom', {
+      rate: mb(m.growth_per_s), span: pyFixed(m.trend_span / 2, 0), headroom: mb(m.headroom), minutes: pyFixed(left / 60, 0), epochs,
+    }) });
+  }
+  if (m.shm_free_low !== null && m.shm_total && m.shm_free_low < SHM_LOW * m.shm_total) {
+    found.push({ code: 'shm_low', text: say('memory.shm', { free: mb(m.shm_free_low), total: mb(m.shm_total) }) });
+  }
+  const held = m.in_flight_high;
+  if (held >= IN_FLIGHT_MIN && m.in_flight_pss && held >= IN_FLIGHT_SHARE * m.in_flight_pss) {
+    found.push({ code: 'in_flight', text: say('memory.in_flight', {
+      held: mb(held), batches: say('n.batches', { n: m.in_flight_batches }), pss: mb(m.in_flight_pss), window: s.window,
+    }) });
+  }
+  return found;
+}
+
 /** How batches cross from the workers and to the device. @param {LoaderState} s @param {Stats} stats @returns {Finding[]} */
 function transferFindings(s, stats) {
   /** @type {Finding[]} */
@@ -278,6 +341,7 @@ export function findings(s) {
     }) });
   }
   found.push(...transferFindings(s, stats));
+  found.push(...memoryFindings(s, stats));
   return found;
 }
 

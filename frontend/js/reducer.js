@@ -13,6 +13,7 @@
 
 import { FREQUENT, RULES, TORCH_PREFETCH_FACTOR, WHERE, WORKER_STATUS } from './contract.gen.js';
 import { EventTable } from './event-table.js';
+import { MemoryModel, memorySummary } from './memory.js';
 import { RunStatus } from './schema.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
@@ -32,7 +33,7 @@ export const MAX_KEPT = 1000; // notes, errors and violations kept per run (stat
  *   fetch_start:number|null, fetch_end:number|null, pin_start:number|null, pin_end:number|null,
  *   arrived:number|null, nbytes:number|null, epoch:number}} Task
  * @typedef {{id:number, pid:number|null, status:string, current:number|null, queue:number[], fetch_times:number[],
- *   busy:number, nbytes:number, exitcode:number|null, signal:string|null,
+ *   busy:number, nbytes:number, exitcode:number|null, signal:string|null, samples:number,
  *   stuck:NoteOf<'worker_stuck'>|null, died:NoteOf<'worker_died'>|null}} Worker
  */
 
@@ -52,7 +53,7 @@ export function newTask(idx, worker, indices, n, dispatched, epoch) {
 export function newWorker(id) {
   return {
     id, pid: null, status: WorkerStatus.STARTING, current: null, queue: [], fetch_times: [], busy: 0, nbytes: 0,
-    exitcode: null, signal: null, stuck: null, died: null,
+    exitcode: null, signal: null, samples: 0, stuck: null, died: null,
   };
 }
 
@@ -168,6 +169,7 @@ export class LoaderState {
     this.notes = [];
     /** @type {string[]} protocol invariants broken by the stream */
     this.violations = [];
+    this.memory = new MemoryModel(); // the memory samples, compactly (memory.js)
     // page extras (see the header comment)
     /** @type {EventOf<'consumer_stuck'>|null} */
     this.consumer_stuck = null;
@@ -315,6 +317,7 @@ function epochEnd(s, e) {
     s.peek_starts += s.starts;
   } else {
     s.epochs_done += 1;
+    s.memory.epochEnd(s.epochs_done);
   }
   s.starts = 0;
   s.epoch_open = false;
@@ -369,6 +372,8 @@ function workerDied(s, e) {
   const note = { ...e };
   const task = s.tasks.get(e.idx ?? -1);
   if (task !== undefined && !('indices' in note)) note.indices = task.indices;
+  const evidence = s.memory.evidence(e.worker, e.pid);
+  if (evidence !== null && !('memory' in note)) note.memory = evidence; // what it held at its last sample
   w.died = note;
   s.keep(s.notes, note);
 }
@@ -403,6 +408,21 @@ function timeout(s, e) {
   s.timeout = e; // the page's extra; the count, the failed epoch and the note are the table's
 }
 
+/** @type {string[]} */
+const IN_FLIGHT = [Where.RESULT_QUEUE, Where.PINNING, Where.BUFFER]; // fetched, not yet handed to the loop
+
+/** @param {LoaderState} s @param {EventOf<'memory'>} e */
+function memory(s, e) {
+  let bytes = 0, batches = 0;
+  for (const task of s.tasks.values()) {
+    if (IN_FLIGHT.includes(task.where) && task.nbytes !== null) {
+      bytes += task.nbytes;
+      batches += 1;
+    }
+  }
+  s.memory.apply(e, [bytes, batches], new Map([...s.workers.values()].map((w) => [w.id, w.samples])));
+}
+
 /** The rare kinds' own code, over the event. @type {{[K in import('./types.js').Kind]?: (s: LoaderState, e: EventOf<K>) => void}} */
 const CODE = {
   run_start: runStart,
@@ -418,6 +438,7 @@ const CODE = {
   timeout,
   batch_info: batchInfo,
   step,
+  memory,
 };
 
 // --- the frequent kinds' own code, written once over field readers: the same code applies an event
@@ -469,6 +490,7 @@ const HOT_CODE = {
         w.busy += dt;
       }
       w.nbytes += nbytes || 0;
+      if (task !== undefined) w.samples += task.n;
       const episode = s.stuck_notes.get(w.id);
       if (episode !== undefined && episode[0].idx === idx) { // a stuck fetch that ended after all
         s.stuck_notes.delete(w.id);
@@ -1021,6 +1043,7 @@ export function summary(s, { workers = true } = {}) {
     workers: workers ? workerStats(s) : [],
     stragglers: workers ? stragglers(s) : [],
     violations: [...s.violations],
+    memory: memorySummary(s.memory),
   };
 }
 

@@ -76,6 +76,30 @@
 /** LoaderConfigFields, and any other key (shown as it comes). @typedef {LoaderConfigFields & {[key: string]: unknown}} LoaderConfig */
 
 /**
+ * One process of a `memory` sample (probe/memory.py): the main process (no `worker`) or a worker.
+ * @typedef {object} MemoryProcess
+ * @property {number} pid its process id
+ * @property {number} rss resident bytes (smaps_rollup's Rss)
+ * @property {number} [worker] the worker; absent for the main process
+ * @property {number|null} [uss] unique bytes: pages no other process maps (Private_Clean + Private_Dirty + Private_Hugetlb)
+ * @property {number|null} [pss] proportional bytes: each resident page divided among the processes that map it (null: psutil gives none here)
+ * @property {number|null} [shared] resident bytes another process maps too (RSS less USS): a forked worker starts with its parent's pages shared, and copy-on-read makes them private
+ * @property {number|null} [swap] bytes swapped out
+ */
+
+/**
+ * What the reducers add to a `worker_died` note: the dead worker's last `memory` sample and the host's
+ * headroom in that sample (state.py, reducer.js).
+ * @typedef {object} MemoryEvidence
+ * @property {number} t the sample's time
+ * @property {number} rss the worker's resident bytes then
+ * @property {number|null} uss its unique bytes then
+ * @property {number|null} headroom bytes the host had left then: the smaller of MemAvailable and the cgroup's limit less its working set
+ * @property {number|null} available the host's MemAvailable then
+ * @property {number|null} cgroup_limit the memory cgroup's limit, where one applies
+ */
+
+/**
  * The fields every event carries (`seq`, `run` and `rank` are filled in by the server).
  * @typedef {object} CommonFields
  * @property {number} [seq] position in the run, strictly increasing from 0; the store renumbers what it keeps (a producer's own seq only counts what was lost on the way)
@@ -366,6 +390,23 @@
  */
 
 /**
+ * `memory`: P: the memory of the run's processes and the host's headroom, sampled a few times a second
+ * by the probe thread (probe/memory.py; at least 0.25 s apart, further when a sample costs more than
+ * 2% of a core).
+ * @typedef {object} MemoryFields
+ * @property {string} source where the figures come from: `smaps_rollup` (Linux's /proc/PID/smaps_rollup) or `psutil` (elsewhere: what psutil gives, PSS and swap only on Linux)
+ * @property {MemoryProcess[]} procs the main process (no `worker`), then each worker of the current iterator with memory to read
+ * @property {number|null} [available] the host's MemAvailable, bytes
+ * @property {number|null} [total] the host's MemTotal, bytes
+ * @property {number|null} [cgroup_limit] the smallest memory cgroup limit on the process's path, where one applies
+ * @property {number|null} [cgroup_usage] that cgroup's working set: its usage less inactive file pages (what the kubelet counts)
+ * @property {number|null} [shm_used] bytes used in /dev/shm, where torch's workers put tensors
+ * @property {number|null} [shm_total] /dev/shm's size, bytes
+ * @property {number|null} [pinned] pinned host memory torch's CUDA host allocator holds, where CUDA is initialized
+ * @property {number|null} [cost] CPU seconds this sample took the probe thread
+ */
+
+/**
  * Each known kind's own fields (beyond the common ones).
  * @typedef {{
  *   run_start: RunStartFields,
@@ -394,6 +435,7 @@
  *   probe_error: ProbeErrorFields,
  *   doctor_verdict: DoctorVerdictFields,
  *   loop: LoopFields,
+ *   memory: MemoryFields,
  * }} KindFields
  */
 
@@ -402,7 +444,7 @@
  * @typedef {{
  *   worker_stuck: {recovered?: number},
  *   consumer_stuck: {recovered?: number},
- *   worker_died: {indices?: (number|string|boolean|null)[]|null},
+ *   worker_died: {indices?: (number|string|boolean|null)[]|null, memory?: MemoryEvidence},
  *   error: {indices?: (number|string|boolean|null)[]|null},
  * }} NoteFields
  */

@@ -229,6 +229,10 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: need
     // a real gpu_step run on an H100: pin thread on, pinned vs pageable copies timed per step
     h100: readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8')
       .split('\n').slice(1).filter(Boolean).map((l) => JSON.parse(l)),
+    // real runs with memory samples (fixtures/make_memory.py): copy-on-read, a leak, batches in flight, SIGKILL
+    ...Object.fromEntries(['copy_on_read', 'leak', 'in_flight', 'killed'].map((name) => [`memory_${name}`,
+      readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', `memory_${name}.jsonl`), 'utf8')
+        .split('\n').filter(Boolean).map((l) => JSON.parse(l))])),
   };
   const fields = ['send_idx', 'rcvd_idx', 'outstanding', 'batches', 'epochs_done', 'out_of_order', 'buffer_high',
     'outstanding_high', 'consumer_wait', 'head_of_line_wait', 'skipped', 'seq', 'epoch', 'status',

@@ -69,6 +69,7 @@ class Kind(StrEnum):
     PROBE_ERROR = "probe_error"
     DOCTOR_VERDICT = "doctor_verdict"
     LOOP = "loop"
+    MEMORY = "memory"
 
 
 class RunStatus(StrEnum):
@@ -425,10 +426,36 @@ class Loop(Event, tag=Kind.LOOP.value):
     others: Annotated[Number, doc("seconds spent inside other watched loaders' next()")]
 
 
+Bytes = Annotated[int, Meta(ge=0, le=MAX_NUMBER)]
+
+
+class Memory(Event, tag=Kind.MEMORY.value):
+    """P: the memory of the run's processes and the host's headroom, sampled a few times a second by the probe
+    thread (probe/memory.py; at least 0.25 s apart, further when a sample costs more than 2% of a core)."""
+
+    source: Annotated[str, doc(
+        "where the figures come from: `smaps_rollup` (Linux's /proc/PID/smaps_rollup) or `psutil` (elsewhere: "
+        "what psutil gives, PSS and swap only on Linux)")]
+    procs: Annotated[list[Any], doc(
+        "the main process (no `worker`), then each worker of the current iterator with memory to read",
+        js="MemoryProcess[]")]
+    available: Annotated[Maybe[Bytes], doc("the host's MemAvailable, bytes")] = UNSET
+    total: Annotated[Maybe[Bytes], doc("the host's MemTotal, bytes")] = UNSET
+    cgroup_limit: Annotated[Maybe[Bytes], doc(
+        "the smallest memory cgroup limit on the process's path, where one applies")] = UNSET
+    cgroup_usage: Annotated[Maybe[Bytes], doc(
+        "that cgroup's working set: its usage less inactive file pages (what the kubelet counts)")] = UNSET
+    shm_used: Annotated[Maybe[Bytes], doc("bytes used in /dev/shm, where torch's workers put tensors")] = UNSET
+    shm_total: Annotated[Maybe[Bytes], doc("/dev/shm's size, bytes")] = UNSET
+    pinned: Annotated[Maybe[Bytes], doc(
+        "pinned host memory torch's CUDA host allocator holds, where CUDA is initialized")] = UNSET
+    cost: Annotated[Maybe[Number], doc("CPU seconds this sample took the probe thread")] = UNSET
+
+
 KINDS: tuple[type[Event], ...] = (
     RunStart, RunEnd, EpochStart, EpochEnd, EpochResume, WorkerStart, WorkerExit, Dispatch, FetchStart,
     FetchEnd, Arrive, PinStart, PinEnd, Buffer, Yield, Skip, WorkerStuck, ConsumerStuck, WorkerDied, Error,
-    Timeout, BatchInfo, Step, ProbeError, DoctorVerdict, Loop,
+    Timeout, BatchInfo, Step, ProbeError, DoctorVerdict, Loop, Memory,
 )
 
 # Fields the reducers add to the events they keep as notes (state.py, reducer.js): never sent by a
@@ -438,7 +465,10 @@ NOTE_FIELDS: dict[str, dict[str, Any]] = {
         "seconds the stuck fetch took in all, set when its fetch_end came")]},
     Kind.CONSUMER_STUCK.value: {"recovered": Annotated[Number, doc(
         "seconds the training loop waited in all, set when its yield came")]},
-    Kind.WORKER_DIED.value: {"indices": Annotated[Union[Indices, None], doc("the sample indices of the task it held")]},
+    Kind.WORKER_DIED.value: {
+        "indices": Annotated[Union[Indices, None], doc("the sample indices of the task it held")],
+        "memory": Annotated[dict[str, Any], doc("its last memory sample and the host's headroom then",
+                                                js="MemoryEvidence")]},
     Kind.ERROR.value: {"indices": Annotated[Union[Indices, None], doc("the sample indices of the task that failed")]},
 }
 

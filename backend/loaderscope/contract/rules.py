@@ -110,6 +110,7 @@ RULES: dict[Kind, Rule] = {
                     counts={"pending_steps": 1, "pending_h2d": "h2d", "pending_compute": "compute",
                             "pending_h2d_pageable": "h2d_pageable"}),
     Kind.PROBE_ERROR: Rule("the probe failed and stopped watching; training went on", keeps=True),
+    Kind.MEMORY: Rule("a sample of the processes' memory and the host's headroom, kept compactly per process"),
     Kind.LOOP: Rule("the loop spent time inside other loaders' next() since this loader's last batch",
                     counts={"pending_others": "others"}),
 }

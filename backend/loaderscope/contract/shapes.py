@@ -100,6 +100,37 @@ class LoaderConfig(Struct, kw_only=True):
                                                            "their defaults")] = UNSET
 
 
+class MemoryProcess(Struct, kw_only=True):
+    """One process of a ``memory`` sample (probe/memory.py): the main process (no ``worker``) or a worker."""
+
+    pid: Annotated[int, doc("its process id")]
+    rss: Annotated[int, doc("resident bytes (smaps_rollup's Rss)")]
+    worker: Annotated[int | UnsetType, doc("the worker; absent for the main process")] = UNSET
+    uss: Annotated[int | None | UnsetType, doc(
+        "unique bytes: pages no other process maps (Private_Clean + Private_Dirty + Private_Hugetlb)")] = UNSET
+    pss: Annotated[int | None | UnsetType, doc(
+        "proportional bytes: each resident page divided among the processes that map it (null: psutil gives "
+        "none here)")] = UNSET
+    shared: Annotated[int | None | UnsetType, doc(
+        "resident bytes another process maps too (RSS less USS): a forked worker starts with its parent's pages "
+        "shared, and copy-on-read makes them private")] = UNSET
+    swap: Annotated[int | None | UnsetType, doc("bytes swapped out")] = UNSET
+
+
+class MemoryEvidence(Struct, kw_only=True):
+    """What the reducers add to a ``worker_died`` note: the dead worker's last ``memory`` sample and the
+    host's headroom in that sample (state.py, reducer.js)."""
+
+    t: Annotated[float, doc("the sample's time")]
+    rss: Annotated[int, doc("the worker's resident bytes then")]
+    uss: Annotated[int | None, doc("its unique bytes then")]
+    headroom: Annotated[int | None, doc(
+        "bytes the host had left then: the smaller of MemAvailable and the cgroup's limit less its working set")]
+    available: Annotated[int | None, doc("the host's MemAvailable then")]
+    cgroup_limit: Annotated[int | None, doc("the memory cgroup's limit, where one applies")]
+
+
 # Every shape, in the order the page's types list them; an open one (LoaderConfig) may carry other keys.
-SHAPES: tuple[type[Struct], ...] = (Frame, TimeoutWorker, BatchStructure, RunError, LoaderConfig)
+SHAPES: tuple[type[Struct], ...] = (Frame, TimeoutWorker, BatchStructure, RunError, LoaderConfig, MemoryProcess,
+                                    MemoryEvidence)
 OPEN: frozenset[str] = frozenset({"LoaderConfig"})

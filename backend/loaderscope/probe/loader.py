@@ -21,6 +21,7 @@ from loaderscope.probe.adopt import Adoption, install_hook
 from loaderscope.probe.faults import report
 from loaderscope.probe.iterators import EpochCounter, MultiProcessProbe
 from loaderscope.probe.liveness import StuckRule
+from loaderscope.probe.memory import watch_memory
 from loaderscope.probe.protocol import followable
 from loaderscope.probe.recorder import Recorder, Sink
 from loaderscope.tracepaths import launcher_job
@@ -234,6 +235,7 @@ class ProbeMixin(DataLoader[T_co]):
             world_size=world_size,
         )
         self._probe.start()
+        watch_memory(self._probe)
 
     def _get_iterator(self) -> Any:
         try:

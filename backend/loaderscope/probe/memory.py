@@ -1,0 +1,329 @@
+"""Memory, sampled from the main process on the probe thread: no code runs in the workers.
+
+A few times a second the probe reads each of the run's processes (the main process, the current
+iterator's workers) and the host, and notes one ``memory`` event (docs/DESIGN.md §10, "Memory"):
+
+- a process, on Linux, from ``/proc/PID/smaps_rollup`` (Linux 4.14+), the kernel's sums over every
+  mapping: USS (``Private_*``: pages mapped by this process alone), PSS (each page divided among the
+  processes that map it), RSS and swap; ``shared`` is RSS less USS (pages another process maps too:
+  a forked worker starts with all of them, and copy-on-read turns them private). Elsewhere, with
+  psutil installed, psutil's ``memory_full_info`` (``source: "psutil"``); without it, nothing.
+- the host: ``MemAvailable`` and ``MemTotal`` (``/proc/meminfo``); the memory cgroup's limit and
+  working set where a limit applies (v2 ``memory.max``/``memory.current``, v1
+  ``memory.limit_in_bytes``/``memory.usage_in_bytes``, less the inactive file pages of
+  ``memory.stat``, as the kubelet counts it); ``/dev/shm``'s usage (``statvfs``); the pinned host
+  memory torch's CUDA host allocator holds, where CUDA is initialized.
+
+Reading smaps_rollup walks the process's page tables: about 0.4 ms of CPU for a small process and
+4 ms more per GB resident (measured on this project's 2-core box), so a job of eight 3 GB workers
+costs 100 ms a sample. The period adapts: at least ``PERIOD``, and at least ``1 / COST_SHARE``
+times what the last sample cost, so the sampler takes at most 2% of one core. The read itself is a
+system call with the GIL released; the training thread pays nothing but the GIL's few switches.
+
+Everything this module uses is imported when it is imported (the probe thread imports nothing:
+docs/DESIGN.md §10); psutil, where it is the source, is imported by the thread that starts the run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from loaderscope.probe.faults import report
+from loaderscope.probe.recorder import Recorder
+
+PERIOD = 0.25  # seconds between samples, at least
+COST_SHARE = 0.02  # the sampler's CPU, at most, as a share of one core
+OFF = frozenset({"0", "false", "no", "off", ""})  # $LOADERSCOPE_MEMORY's values that turn sampling off
+ENV = "LOADERSCOPE_MEMORY"
+# A cgroup "limit" this large is none: v1 writes 2**63 rounded down to a page for "unlimited".
+NO_LIMIT = 2**60
+
+Figures = dict[str, int | None]
+ProcessReader = Callable[[int], Figures | None]
+
+
+def smaps_rollup(pid: int) -> Figures | None:
+    """One process's memory from ``/proc/PID/smaps_rollup``, in bytes; None when it has none to read
+    (gone, or a zombie: its memory is already freed)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    kb: dict[bytes, int] = {}
+    for line in text.split(b"\n")[1:]:  # the first line names the address range
+        name, _, rest = line.partition(b":")
+        value = rest.split()
+        if len(value) == 2:
+            kb[name] = int(value[0])
+    if b"Rss" not in kb:
+        return None
+    private = kb.get(b"Private_Clean", 0) + kb.get(b"Private_Dirty", 0) + kb.get(b"Private_Hugetlb", 0)
+    rss = kb[b"Rss"]
+    return {"uss": private * 1024, "pss": kb.get(b"Pss", 0) * 1024, "rss": rss * 1024,
+            "shared": max(0, rss - private) * 1024, "swap": kb.get(b"Swap", 0) * 1024}
+
+
+def psutil_reader() -> tuple[ProcessReader, Callable[[], tuple[int, int]]] | None:
+    """psutil's per-process and host readers, where psutil is installed (imported here, on the thread
+    that starts the run, never on the probe thread)."""
+    try:
+        import psutil  # type: ignore[import-untyped]  # optional: the source where /proc has no smaps_rollup
+    except ImportError:
+        return None
+
+    def process(pid: int) -> Figures | None:
+        try:
+            info = psutil.Process(pid).memory_full_info()
+        except (psutil.Error, OSError):
+            return None
+        uss = getattr(info, "uss", None)
+        return {"uss": uss, "pss": getattr(info, "pss", None), "rss": info.rss,
+                "shared": max(0, info.rss - uss) if uss is not None else None, "swap": getattr(info, "swap", None)}
+
+    def host() -> tuple[int, int]:
+        memory = psutil.virtual_memory()
+        return memory.available, memory.total
+
+    return process, host
+
+
+def meminfo() -> tuple[int, int]:
+    """The host's ``MemAvailable`` and ``MemTotal``, in bytes."""
+    found: dict[bytes, int] = {}
+    with open("/proc/meminfo", "rb") as f:
+        for line in f:
+            name, _, rest = line.partition(b":")
+            if name in (b"MemAvailable", b"MemTotal"):
+                found[name] = int(rest.split()[0]) * 1024
+                if len(found) == 2:
+                    break
+    return found[b"MemAvailable"], found[b"MemTotal"]
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    """The files of the memory cgroup level whose limit binds this process (the smallest on its path)."""
+
+    limit: Path  # v2 memory.max, v1 memory.limit_in_bytes
+    usage: Path  # v2 memory.current, v1 memory.usage_in_bytes
+    stat: Path  # memory.stat: the inactive file pages the kernel reclaims before it kills
+    inactive: bytes  # v2 "inactive_file", v1 "total_inactive_file"
+
+    def read(self) -> tuple[int, int] | None:
+        """(limit, working set) now, or None when the limit was lifted."""
+        limit = _limit(self.limit.read_text())
+        if limit is None:
+            return None
+        usage = int(self.usage.read_text())
+        for line in self.stat.read_bytes().split(b"\n"):
+            name, _, value = line.partition(b" ")
+            if name == self.inactive:
+                usage -= int(value)
+                break
+        return limit, max(0, usage)
+
+
+def _limit(text: str) -> int | None:
+    text = text.strip()
+    if text == "max":
+        return None
+    value = int(text)
+    return value if value < NO_LIMIT else None
+
+
+def find_cgroup(proc: str = "/proc/self") -> Cgroup | None:
+    """The memory cgroup level with the smallest limit on this process's path, v2 or v1, else None.
+
+    ``/proc/self/cgroup`` names the process's cgroup within each hierarchy, ``/proc/self/mountinfo``
+    where each hierarchy is mounted and from which of its directories (a container sees its own
+    cgroup as the mount's root). A limit may be set on any level above (a pod's, over its
+    container's), so every level up to the mount is read, once, here."""
+    try:
+        lines = Path(f"{proc}/cgroup").read_text().splitlines()
+        mounts = Path(f"{proc}/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    found: list[tuple[int, Cgroup]] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        v2 = controllers == ""
+        if not v2 and "memory" not in controllers.split(","):
+            continue
+        for mount_root, mount_point in _mounts(mounts, v2):
+            if not (path + "/").startswith(mount_root.rstrip("/") + "/"):
+                continue
+            here = Path(mount_point + path[len(mount_root.rstrip("/")):])
+            found += _levels(here, Path(mount_point), v2)
+    return min(found, key=lambda pair: pair[0])[1] if found else None
+
+
+def _mounts(mounts: list[str], v2: bool) -> list[tuple[str, str]]:
+    """(root, mount point) of each cgroup2 mount, or of each v1 mount holding the memory controller."""
+    out = []
+    for line in mounts:
+        fields, _, after = line.partition(" - ")
+        parts, tail = fields.split(), after.split()
+        if len(parts) < 5 or len(tail) < 3:
+            continue
+        if (v2 and tail[0] == "cgroup2") or (not v2 and tail[0] == "cgroup" and "memory" in tail[2].split(",")):
+            out.append((parts[3], parts[4]))
+    return out
+
+
+def _levels(here: Path, top: Path, v2: bool) -> list[tuple[int, Cgroup]]:
+    names = ("memory.max", "memory.current", "inactive_file") if v2 else \
+        ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+    levels = []
+    while True:
+        group = Cgroup(here / names[0], here / names[1], here / "memory.stat", names[2].encode())
+        try:
+            limit = _limit(group.limit.read_text())
+        except (OSError, ValueError):
+            limit = None
+        if limit is not None and group.usage.exists():
+            levels.append((limit, group))
+        if here == top or top not in here.parents:
+            return levels
+        here = here.parent
+
+
+def shm(path: str = "/dev/shm") -> tuple[int, int] | None:
+    """(used, total) bytes of the tmpfs where torch's workers put tensors (None where there is none)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def pinned_bytes(stats: dict[str, Any]) -> int | None:
+    """The bytes of pinned blocks torch's CUDA host allocator holds, from its nested statistics
+    (``torch.cuda.host_memory_stats_as_nested_dict``: ``allocated_bytes.current``)."""
+    current = stats.get("allocated_bytes", {})
+    value = current.get("current") if isinstance(current, dict) else None
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+_HOST_STATS: Callable[[], dict[str, Any]] | None = getattr(torch.cuda, "host_memory_stats_as_nested_dict", None)
+
+
+def pinned() -> int | None:
+    """Pinned host memory where torch reports it: CUDA initialized (never initialized from here)."""
+    if _HOST_STATS is None or not torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch's, unannotated
+        return None
+    return pinned_bytes(_HOST_STATS())
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in OFF
+
+
+class MemorySampler:
+    """Samples the run's processes and the host on the probe thread (``tick``, every probe tick)."""
+
+    def __init__(self, recorder: Recorder, source: str | None = None) -> None:
+        self.recorder = recorder
+        self.source, self.process, self.host = _backend(source)
+        self.cgroup = find_cgroup() if self.source == "smaps_rollup" else None
+        self.main = os.getpid()
+        self.due = 0.0
+        self.cost = 0.0  # CPU seconds the last sample took
+        self.seen: set[int] = set()  # the worker pids sampled so far
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now < self.due and not self._new_workers():
+            return
+        started = time.thread_time()
+        try:
+            fields = self.sample()
+        except Exception as exc:  # a file that vanished under us: said once, the next sample tries again
+            report("memory sample", exc, self.recorder.note)
+            fields = {"procs": []}
+        self.cost = time.thread_time() - started
+        self.due = now + max(PERIOD, self.cost / COST_SHARE)
+        if fields["procs"]:
+            self.recorder.note_at("memory", now, cost=round(self.cost, 6), **fields)
+
+    def _new_workers(self) -> bool:
+        """A worker not sampled yet: sampled at once, whatever the period, so that its growth (copy-on-read
+        most of all, in its first epoch) is measured from its start."""
+        return any(reader.pid > 0 and reader.pid not in self.seen for reader in list(self.recorder.readers.values()))
+
+    def sample(self) -> dict[str, Any]:
+        """One ``memory`` event's fields: every process that has memory to read, then the host."""
+        procs = []
+        main = self.process(self.main)
+        if main is not None:
+            procs.append({"pid": self.main, **main})
+        for worker, reader in sorted(self.recorder.readers.items()):
+            pid = reader.pid
+            figures = self.process(pid) if pid > 0 else None
+            if figures is not None:
+                procs.append({"worker": worker, "pid": pid, **figures})
+                self.seen.add(pid)
+        available, total = self.host()
+        fields: dict[str, Any] = {"source": self.source, "procs": procs, "available": available, "total": total}
+        if self.cgroup is not None:
+            bound = _quietly(self.cgroup.read)
+            if bound is not None:
+                fields["cgroup_limit"], fields["cgroup_usage"] = bound
+        tmpfs = shm()
+        if tmpfs is not None:
+            fields["shm_used"], fields["shm_total"] = tmpfs
+        held = pinned()
+        if held is not None:
+            fields["pinned"] = held
+        return fields
+
+
+def _quietly(read: Callable[[], tuple[int, int] | None]) -> tuple[int, int] | None:
+    """A cgroup removed or moved under a running process (a container's teardown) has no figures."""
+    try:
+        return read()
+    except (OSError, ValueError):
+        return None
+
+
+def _backend(source: str | None) -> tuple[str, ProcessReader, Callable[[], tuple[int, int]]]:
+    """smaps_rollup where the kernel has it (``source`` may ask for psutil), else psutil."""
+    if source != "psutil" and os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"):
+        return "smaps_rollup", smaps_rollup, meminfo
+    given = psutil_reader()
+    if given is None:
+        raise NotSampled("no /proc/PID/smaps_rollup here and psutil is not installed (pip install psutil)")
+    return "psutil", given[0], given[1]
+
+
+class NotSampled(Exception):
+    """Memory cannot be read on this system."""
+
+
+_said: set[str] = set()
+
+
+def watch_memory(recorder: Recorder, source: str | None = None) -> MemorySampler | None:
+    """Start sampling a run's memory on its probe thread, unless $LOADERSCOPE_MEMORY turns it off."""
+    if not enabled():
+        return None
+    try:
+        sampler = MemorySampler(recorder, source)
+    except NotSampled as exc:
+        if str(exc) not in _said:
+            _said.add(str(exc))
+            print(f"loaderscope: memory is not sampled: {exc}", file=sys.stderr, flush=True)
+        return None
+    except Exception as exc:  # a /proc this probe cannot read: said once, the run goes on
+        report("memory sampler", exc, recorder.note)
+        return None
+    recorder.watch(sampler.tick)
+    return sampler

@@ -1,0 +1,273 @@
+// What the reducer keeps of `memory` samples, compactly: a name-by-name mirror of
+// backend/loaderscope/memory.py (frontend/tests/reducer.test.js compares the two on the same streams).
+// Per process the latest figures and the high-water marks, its copy-on-read growth, its RSS at each
+// epoch's end; for the run the host's headroom, /dev/shm, the bytes of batches in flight and a
+// decimated series for the page.
+
+export const MAIN = -1; // the main process's key among the workers'
+const MAX_POINTS = 512; // the series: halved (every other point kept) when full
+const MAX_EPOCHS = 64; // RSS at epoch ends kept per process: the first and the most recent
+const HOST_FIELDS = ['available', 'total', 'cgroup_limit', 'cgroup_usage', 'shm_used', 'shm_total', 'pinned'];
+
+/**
+ * @typedef {{key:number, pid:number, t:number, uss:number|null, pss:number|null, rss:number,
+ *   shared:number|null, swap:number|null, high_uss:number, high_pss:number, high_rss:number, high_t:number,
+ *   base_uss:number|null, base_shared:number|null, base_samples:number, grown:number, copied:number,
+ *   copied_samples:number, epoch_rss:Array<[number, number]>}} Proc
+ */
+
+/**
+ * @typedef {{available:number|null, total:number|null, cgroup_limit:number|null, cgroup_usage:number|null,
+ *   shm_used:number|null, shm_total:number|null, pinned:number|null}} Host
+ * @returns {Host}
+ */
+function emptyHost() {
+  return { available: null, total: null, cgroup_limit: null, cgroup_usage: null, shm_used: null, shm_total: null, pinned: null };
+}
+
+/** @param {number} key @param {number} pid @returns {Proc} */
+function newProc(key, pid) {
+  return {
+    key, pid, t: 0, uss: null, pss: null, rss: 0, shared: null, swap: null, high_uss: 0, high_pss: 0, high_rss: 0,
+    high_t: 0, base_uss: null, base_shared: null, base_samples: 0, grown: 0, copied: 0, copied_samples: 0,
+    epoch_rss: [],
+  };
+}
+
+/** A producer's figure: an integer, else unknown (memory.py _int). @param {unknown} v @returns {number|null} */
+function int(v) {
+  return typeof v === 'number' && Number.isInteger(v) ? v : null;
+}
+
+/** @param {any} item */
+function readable(item) {
+  return item !== null && typeof item === 'object' && !Array.isArray(item) && int(item.pid) !== null && int(item.rss) !== null;
+}
+
+/** @param {any} item */
+function keyOf(item) {
+  const worker = int(item.worker);
+  return worker !== null ? worker : MAIN;
+}
+
+/** What the host has left: the smaller of MemAvailable and the cgroup's limit less its working set. @param {any} e */
+export function headroom(e) {
+  const room = [];
+  if (e.available !== undefined && e.available !== null) room.push(e.available);
+  if (e.cgroup_limit !== undefined && e.cgroup_limit !== null && e.cgroup_usage !== undefined && e.cgroup_usage !== null) {
+    room.push(Math.max(0, e.cgroup_limit - e.cgroup_usage));
+  }
+  return room.length ? Math.min(...room) : null;
+}
+
+/** @param {Proc} proc @param {number} fetched */
+function copyOnRead(proc, fetched) {
+  if (proc.uss === null || proc.shared === null) return;
+  if (proc.base_uss === null || proc.base_shared === null) {
+    proc.base_uss = proc.uss;
+    proc.base_shared = proc.shared;
+    proc.base_samples = fetched;
+    return;
+  }
+  const grown = proc.uss - proc.base_uss;
+  if (grown > proc.grown) {
+    proc.grown = grown;
+    proc.copied_samples = fetched - proc.base_samples;
+    proc.copied = Math.max(0, Math.min(grown, proc.base_shared - proc.shared));
+  }
+}
+
+export class MemoryModel {
+  constructor() {
+    this.samples = 0;
+    /** @type {string|null} */
+    this.source = null;
+    this.t = 0;
+    this.cost = 0;
+    /** @type {Map<number, Proc>} */
+    this.procs = new Map();
+    /** @type {Host} the latest sample's host figures */
+    this.host = emptyHost();
+    /** @type {number|null} */
+    this.headroom = null;
+    /** @type {number|null} */
+    this.headroom_low = null;
+    this.headroom_low_t = 0;
+    this.shm_high = 0;
+    /** @type {number|null} */
+    this.shm_free_low = null;
+    this.total_pss = 0;
+    this.total_high = 0;
+    this.total_high_t = 0;
+    this.in_flight = 0;
+    this.in_flight_high = 0;
+    this.in_flight_high_t = 0;
+    this.in_flight_batches = 0;
+    this.in_flight_pss = 0;
+    /** @type {Array<[number, number|null, number, number, Array<[number, number|null, number|null, number]>]>} */
+    this.series = [];
+    this.stride = 1;
+    /** @type {number|null} the epochs done at an epoch's end that no sample has followed yet */
+    this.ended = null;
+  }
+
+  /**
+   * One sample, with the bytes and batches in flight and each worker's samples fetched so far.
+   * @param {any} e @param {[number, number]} inFlight @param {Map<number, number>} fetched
+   */
+  apply(e, inFlight, fetched) {
+    this.samples += 1;
+    this.source = e.source ?? null;
+    this.t = e.t;
+    this.cost += e.cost || 0;
+    let total = 0;
+    const sampled = (Array.isArray(e.procs) ? e.procs : []).filter(readable);
+    for (const item of sampled) {
+      const proc = this.proc(item);
+      total += proc.pss || 0;
+      if (proc.key !== MAIN) copyOnRead(proc, fetched.get(proc.key) ?? 0);
+      if (this.ended !== null) {
+        if (proc.epoch_rss.length >= MAX_EPOCHS) proc.epoch_rss.splice(1, 1);
+        proc.epoch_rss.push([this.ended, proc.rss + (proc.swap || 0)]);
+      }
+    }
+    this.ended = null;
+    this.total_pss = total;
+    if (total > this.total_high) {
+      this.total_high = total;
+      this.total_high_t = this.t;
+    }
+    this.hostFigures(e);
+    this.in_flight = inFlight[0];
+    if (inFlight[0] > this.in_flight_high) {
+      this.in_flight_high = inFlight[0];
+      this.in_flight_high_t = this.t;
+      this.in_flight_batches = inFlight[1];
+      this.in_flight_pss = total;
+    }
+    this.point(sampled);
+  }
+
+  /** @param {any} item @returns {Proc} */
+  proc(item) {
+    const key = keyOf(item);
+    let proc = this.procs.get(key);
+    if (proc === undefined) {
+      proc = newProc(key, item.pid);
+      this.procs.set(key, proc);
+    } else if (proc.pid !== item.pid) { // the worker's next process: its own base, its own epochs
+      proc.pid = item.pid;
+      proc.base_uss = proc.base_shared = null;
+      proc.epoch_rss = [];
+    }
+    proc.t = this.t;
+    proc.rss = item.rss;
+    proc.uss = int(item.uss);
+    proc.pss = int(item.pss);
+    proc.shared = int(item.shared);
+    proc.swap = int(item.swap);
+    proc.high_uss = Math.max(proc.high_uss, proc.uss || 0);
+    proc.high_pss = Math.max(proc.high_pss, proc.pss || 0);
+    if (proc.rss > proc.high_rss) {
+      proc.high_rss = proc.rss;
+      proc.high_t = this.t;
+    }
+    return proc;
+  }
+
+  /** @param {any} e */
+  hostFigures(e) {
+    this.host = /** @type {Host} */ (Object.fromEntries(HOST_FIELDS.map((name) => [name, e[name] ?? null])));
+    this.headroom = headroom(e);
+    if (this.headroom !== null && (this.headroom_low === null || this.headroom < this.headroom_low)) {
+      this.headroom_low = this.headroom;
+      this.headroom_low_t = this.t;
+    }
+    const used = e.shm_used, size = e.shm_total;
+    if (used !== undefined && used !== null && size !== undefined && size !== null) {
+      this.shm_high = Math.max(this.shm_high, used);
+      const free = size - used;
+      this.shm_free_low = this.shm_free_low === null ? free : Math.min(this.shm_free_low, free);
+    }
+  }
+
+  /** Every stride-th sample joins the series; a full series keeps every other point, stride doubled. @param {any[]} sampled */
+  point(sampled) {
+    if ((this.samples - 1) % this.stride) return;
+    this.series.push([this.t, this.headroom, this.in_flight, this.total_pss, sampled.map((item) => {
+      const p = /** @type {Proc} */ (this.procs.get(keyOf(item)));
+      return /** @type {[number, number|null, number|null, number]} */ ([p.key, p.uss, p.shared, p.rss]);
+    })]);
+    if (this.series.length >= MAX_POINTS) {
+      this.series = this.series.filter((_, i) => i % 2 === 0);
+      this.stride *= 2;
+    }
+  }
+
+  /** `epochs` have ended: the next sample notes each process's RSS (with swap), what the epoch left. @param {number} epochs */
+  epochEnd(epochs) {
+    this.ended = epochs;
+  }
+
+  /** A dead worker's last sample and the host's headroom in the latest sample. @param {number} worker @param {unknown} pid */
+  evidence(worker, pid) {
+    const proc = this.procs.get(worker);
+    if (proc === undefined || (pid !== undefined && pid !== null && pid !== proc.pid)) return null;
+    return {
+      t: proc.t, rss: proc.rss, uss: proc.uss, headroom: this.headroom,
+      available: this.host.available ?? null, cgroup_limit: this.host.cgroup_limit ?? null,
+    };
+  }
+}
+
+/** The mean growth of a process's RSS per epoch when it grew at every epoch end noted (at least three). @param {Proc} proc */
+export function leakPerEpoch(proc) {
+  const marks = proc.epoch_rss;
+  if (marks.length < 3 || marks.some((b, i) => i > 0 && b[1] <= marks[i - 1][1])) return null;
+  const first = marks[0], last = marks[marks.length - 1];
+  return (last[1] - first[1]) / (last[0] - first[0]);
+}
+
+/** The loader's memory (PSS summed) per second over the second half of its sampled time, and the span sampled. @param {MemoryModel} m */
+export function trend(m) {
+  if (!m.series.length) return /** @type {[number|null, number]} */ ([null, 0]);
+  const firstT = m.series[0][0];
+  const span = m.t - firstT;
+  const middle = m.series.find((p) => p[0] >= firstT + span / 2);
+  if (middle === undefined || m.t - middle[0] <= 0) return /** @type {[number|null, number]} */ ([null, span]);
+  return /** @type {[number|null, number]} */ ([(m.total_pss - middle[3]) / (m.t - middle[0]), span]);
+}
+
+/** @param {Proc} proc */
+function procSummary(proc) {
+  const marks = proc.epoch_rss;
+  return {
+    worker: proc.key === MAIN ? null : proc.key, pid: proc.pid, t: proc.t, uss: proc.uss, pss: proc.pss, rss: proc.rss,
+    shared: proc.shared, swap: proc.swap, high_uss: proc.high_uss, high_pss: proc.high_pss, high_rss: proc.high_rss,
+    high_t: proc.high_t, grown: proc.grown, copied: proc.copied, copied_samples: proc.copied_samples,
+    epochs: marks.length ? marks[marks.length - 1][0] - marks[0][0] : 0,
+    epoch_first: marks.length ? marks[0][1] : null,
+    epoch_last: marks.length ? marks[marks.length - 1][1] : null,
+    leak_per_epoch: leakPerEpoch(proc),
+  };
+}
+
+/** The memory figures of the reducer's summary (null before the first sample; memory.py summary). @param {MemoryModel} m */
+export function memorySummary(m) {
+  if (!m.samples) return null;
+  const [rate, span] = trend(m);
+  const main = m.procs.get(MAIN);
+  return {
+    source: m.source, samples: m.samples, t: m.t, cost: m.cost,
+    main: main !== undefined ? procSummary(main) : null,
+    workers: [...m.procs.entries()].filter(([key]) => key !== MAIN).sort((a, b) => a[0] - b[0]).map(([, p]) => procSummary(p)),
+    ...m.host,
+    headroom: m.headroom, headroom_low: m.headroom_low, headroom_low_t: m.headroom_low_t,
+    shm_high: m.shm_high, shm_free_low: m.shm_free_low,
+    total_pss: m.total_pss, total_high: m.total_high, total_high_t: m.total_high_t,
+    in_flight: m.in_flight, in_flight_high: m.in_flight_high, in_flight_high_t: m.in_flight_high_t,
+    in_flight_batches: m.in_flight_batches, in_flight_pss: m.in_flight_pss,
+    growth_per_s: rate, trend_span: span,
+    headroom_s: rate !== null && rate > 0 && m.headroom !== null ? m.headroom / rate : null,
+  };
+}

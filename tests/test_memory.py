@@ -1,0 +1,216 @@
+"""Memory on real loaders: the probe's samples against psutil's reading of the same processes, and each
+memory verdict on a loader that shows it (a list of Python strings, the same data in numpy, a leak in
+persistent workers, batches in flight, a worker killed with SIGKILL at a measured size)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from loaderscope import InstrumentedDataLoader
+from loaderscope.diagnosis import findings
+from loaderscope.runner import Collector
+from loaderscope.state import summary
+from tests.conftest import TORCH_DEATH_ERRORS, wait_for
+
+warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="smaps_rollup is Linux's")]
+
+N = 600_000  # metadata strings: about 60 MB of Python objects
+
+
+def paths(n: int) -> list[str]:
+    return [f"/data/shard-{i % 997:04d}/sample-{i:08d}.jpg" for i in range(n)]
+
+
+class Strings(Dataset[int]):
+    """The copy-on-read case of pytorch/pytorch#13246: a list of Python strings read by index."""
+
+    def __init__(self) -> None:
+        self.items = paths(N)
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> int:
+        return len(self.items[i])
+
+
+class Packed(Strings):
+    """The same strings in one numpy array: reading one creates a new object and writes no shared page."""
+
+    def __init__(self) -> None:
+        self.items = np.array(paths(N))  # type: ignore[assignment]  # indexed the same way
+
+
+def samples(c: Collector) -> list[dict[str, Any]]:
+    return [e for e in list(c.events) if e["kind"] == "memory"]
+
+
+def next_sample(c: Collector) -> dict[str, Any]:
+    """A sample taken wholly after now: the second one to arrive from here."""
+    seen = len(samples(c))
+    wait_for(lambda: len(samples(c)) >= seen + 2, timeout=30)
+    return samples(c)[seen + 1]
+
+
+def codes(c: Collector) -> dict[str, str]:
+    return {f.code: f.text for f in findings(c.state)}
+
+
+def psutil_reading(pids: list[int]) -> dict[int, Any]:
+    return {pid: psutil.Process(pid).memory_full_info() for pid in pids}
+
+
+def close_to(ours: int, theirs: int, what: str) -> None:
+    assert abs(ours - theirs) <= 0.1 * theirs + 256 * 1024, (what, ours, theirs)
+
+
+def idle_workers(dataset: Dataset[Any], **options: Any) -> Iterator[tuple[Collector, Any]]:
+    """One epoch through persistent workers, then the workers idle (their memory still) with the iterator."""
+    c = Collector()
+    loader = InstrumentedDataLoader(dataset, batch_size=2000, num_workers=2, shuffle=True, persistent_workers=True,
+                                    sink=c, **options)
+    it = iter(loader)
+    for _ in it:
+        pass
+    yield c, it
+    del it, loader
+
+
+def test_copy_on_read_is_named_for_a_list_of_strings_and_every_figure_is_psutils() -> None:
+    for c, it in idle_workers(Strings()):
+        pids = [os.getpid(), *(w.pid for w in it._workers)]
+        theirs = psutil_reading(pids)
+        ours = {p["pid"]: p for p in next_sample(c)["procs"]}
+        assert sorted(ours) == sorted(pids), (ours, pids)
+        for pid, info in theirs.items():
+            for name in ("uss", "pss", "rss"):
+                close_to(ours[pid][name], getattr(info, name), f"{pid} {name}")
+            close_to(ours[pid]["shared"], info.rss - info.uss, f"{pid} shared")
+        said = codes(c)
+        assert "copy_on_read" in said, said
+        workers = summary(c.state)["memory"]["workers"]
+        grown = sum(w["grown"] for w in workers)
+        assert f"grew {grown / 1e6:.1f} MB in all" in said["copy_on_read"], said["copy_on_read"]
+        assert f"as they fetched {N} samples" in said["copy_on_read"], said["copy_on_read"]
+        # what the workers hold privately now, measured by psutil, is what the verdict says they gained and more
+        assert grown <= sum(theirs[w.pid].uss for w in it._workers)
+        assert "np.frombuffer" in said["copy_on_read"]
+
+
+def test_the_same_strings_in_numpy_are_not_copy_on_read() -> None:
+    for c, it in idle_workers(Packed()):
+        next_sample(c)
+        said = codes(c)
+        assert "copy_on_read" not in said, said
+        for w in summary(c.state)["memory"]["workers"]:
+            assert w["copied"] < 8 * 2**20, w
+
+
+class Leaky(Dataset[int]):
+    """A dataset that keeps 4 MiB per sample it reads, in the worker that read it: persistent workers keep it."""
+
+    def __init__(self) -> None:
+        self.kept: list[np.ndarray[Any, Any]] = []
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        self.kept.append(np.full(2**19, 1.0))  # one allocation of 4 MiB, every page written
+        return i
+
+
+def test_a_leak_in_persistent_workers_is_named_with_its_rate_per_epoch() -> None:
+    c = Collector()
+    loader = InstrumentedDataLoader(Leaky(), batch_size=1, num_workers=2, persistent_workers=True, sink=c)
+    for _ in range(4):
+        for _ in loader:
+            pass
+        next_sample(c)  # the epoch's end has a sample after the epoch's fetches
+    said = codes(c)
+    assert "memory_leak" in said, said
+    leaks = [f.text for f in findings(c.state) if f.code == "memory_leak"]
+    # each worker reads 2 samples an epoch: 8 MiB, 8.4 MB; RSS counts the pages once written
+    for worker in (0, 1):
+        text = next(t for t in leaks if t.startswith(f"memory leak: worker {worker}'s"))
+        rate = float(text.split(" MB per epoch")[0].rsplit(" ", 1)[-1])
+        assert 8.4 * 0.9 <= rate <= 8.4 * 1.1, text
+        assert "persistent workers keep" in text
+
+
+class Big(Dataset[torch.Tensor]):
+    """128 MiB a sample: a batch of one is 128 MiB of shared memory in flight."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((32 * 2**20,), float(i))
+
+
+def test_batches_in_flight_are_named_when_they_hold_most_of_the_memory() -> None:
+    c = Collector()
+    loader = InstrumentedDataLoader(Big(), batch_size=1, num_workers=2, prefetch_factor=2, sink=c)
+    for _ in loader:  # a slow step: the workers fill the window while it waits for the next samples
+        next_sample(c)
+    said = codes(c)
+    assert "in_flight" in said, said
+    m = summary(c.state)["memory"]
+    assert m["in_flight_high"] >= 2 * 128 * 2**20, m["in_flight_high"]
+    assert m["in_flight_high"] % (128 * 2**20) == 0 and m["in_flight_batches"] == m["in_flight_high"] // (128 * 2**20)
+    assert f"held {m['in_flight_high'] / 1e6:.1f} MB at their peak" in said["in_flight"]
+    assert "prefetch_factor × num_workers = 4 batches" in said["in_flight"]
+
+
+class Hog(Dataset[int]):
+    """Index 0 takes 300 MiB and waits: the test kills its worker there, as the OOM killer would."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> int:
+        if i == 0:
+            held = bytearray(b"x" * (300 * 2**20))
+            threading.Event().wait(120)  # killed long before
+            return len(held)
+        return i
+
+
+def test_a_worker_killed_by_sigkill_is_said_with_its_last_memory() -> None:
+    c = Collector()
+    loader = InstrumentedDataLoader(Hog(), batch_size=1, num_workers=1, sink=c)
+    measured: dict[str, int] = {}
+
+    def kill_when_big() -> None:
+        def big() -> bool:
+            return any(p.get("worker") == 0 and p["rss"] > 300 * 2**20 for e in samples(c) for p in e["procs"])
+        wait_for(big, timeout=60)
+        pid = next(p["pid"] for e in samples(c) for p in e["procs"] if p.get("worker") == 0)
+        measured["rss"] = psutil.Process(pid).memory_info().rss
+        os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_when_big)
+    killer.start()
+    with pytest.raises(TORCH_DEATH_ERRORS):
+        for _ in loader:
+            pass
+    killer.join()
+    wait_for(lambda: any(n["kind"] == "worker_died" for n in c.state.notes), timeout=30)
+    text = codes(c)["worker_died"]
+    assert "died by SIGKILL" in text and "its last memory sample" in text, text
+    said_rss = float(text.split(" MB resident")[0].rsplit(" ", 1)[-1]) * 1e6
+    close_to(int(said_rss), measured["rss"], "rss said")
+    assert "the host had " in text and "the host had ? MB" not in text, text
