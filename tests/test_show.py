@@ -295,3 +295,23 @@ def test_run_and_show_print_the_same_sections_of_a_run(tmp_path: Path) -> None:
     sections = shown.stdout[shown.stdout.index("\nSettings\n"):]
     assert ran.stdout[ran.stdout.index("\nSettings\n"):].startswith(sections)  # then what only `run` adds
     assert "\nDiagnosis\n" in sections and "arrival order: " in sections and "parked in _task_info" in sections
+
+
+@pytest.mark.slow
+def test_show_prints_each_process_memory_as_the_summary_has_it(jsonl_logdir: Path) -> None:
+    for path in traces(jsonl_logdir).values():
+        memory = expected(path)["summary"]["memory"]
+        assert memory is not None and memory["source"] == "smaps_rollup", memory
+        text = show(str(path), cwd=jsonl_logdir).stdout
+        section = text.split("\nMemory\n", 1)[1].split("\nReordering\n", 1)[0]
+        rows = {line.split()[0] + (line.split()[1] if line.split()[0] == "worker" else ""): line.split()
+                for line in section.splitlines() if line.startswith(("  main ", "  worker "))}
+        procs = [memory["main"], *memory["workers"]]
+        assert len(rows) == len(procs), section
+        for proc in procs:
+            row = rows["main" if proc["worker"] is None else f"worker{proc['worker']}"]
+            figures = row[1:] if proc["worker"] is None else row[2:]
+            assert figures[:6] == [str(proc["pid"]), f"{proc['uss'] / 1e6:.1f}", f"{proc['pss'] / 1e6:.1f}",
+                                   f"{proc['rss'] / 1e6:.1f}", f"{proc['shared'] / 1e6:.1f}",
+                                   f"{proc['high_rss'] / 1e6:.1f}"], (row, proc)
+        assert f"host headroom {memory['headroom'] / 1e6:.1f} MB now" in section, section

@@ -35,6 +35,10 @@ export const WORDS = Object.freeze({
     "one": "1 task",
     "other": "{n} tasks"
   },
+  "n.samples": {
+    "one": "1 sample",
+    "other": "{n} samples"
+  },
   "waited": "training waited for data {share} of the time ({wait} s of {wall} s{startup})",
   "waited.startup": ", {startup} s of it for the first batch of an epoch",
   "waited.others": "; it spent {others} s ({share}) inside other loaders' next()",
@@ -79,6 +83,11 @@ export const WORDS = Object.freeze({
   "cli.time.step_mean": "{step} ms per step (mean)",
   "cli.time.steady": "after start-up it waited {steady} of the time",
   "cli.time.outside": "between epochs: {outside} s, neither step nor wait{others}",
+  "cli.memory": "{samples} of the loader's processes ({source}); each process at its last sample, in MB (10^6 bytes):",
+  "cli.memory.headroom": "host headroom {now} MB now, {low} MB at the lowest{cgroup}",
+  "cli.memory.cgroup": " (the memory cgroup's limit: {limit} MB)",
+  "cli.memory.shm": "/dev/shm: {high} MB of {total} MB used at the fullest",
+  "cli.memory.in_flight": "batches in flight: {high} MB at the most ({batches}); the processes' PSS: {pss} MB at the most",
   "cli.reorder": "{results} arrived out of order; reorder buffer high-water {high}; in flight at most {high_out} of {window}",
   "cli.reorder.how": "in the first epoch, results reached the main process in the order workers finished; the in-order cursor rcvd_idx handed them to the training loop in sampler order:",
   "cli.reorder.same": "the first epoch's first {tasks} arrived in the order they were handed over",

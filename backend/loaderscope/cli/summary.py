@@ -66,6 +66,7 @@ def print_report(report: RunReport, console: Console) -> None:
                       rate=f"{stats['batches_per_s']:.1f}"))
     print_waiting(stats, console)
     print_workers(report, console)
+    print_memory(stats["memory"], console)
     print_reordering(report, console)
     heading(console, "Diagnosis")
     bullets(console, [finding["text"] for finding in report["findings"]])
@@ -124,6 +125,34 @@ def print_workers(report: RunReport, console: Console) -> None:
                       f"{w['fetch_p50'] * 1000:.1f} ms", f"{w['fetch_p95'] * 1000:.1f} ms",
                       f"{w['fetch_max'] * 1000:.1f} ms", f"{w['bytes'] / 1e6:.2f}", f"{w['idle_share']:.0%}")
     console.print(table)
+
+
+def mb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.1f}"
+
+
+def print_memory(memory: Mapping[str, Any] | None, console: Console) -> None:
+    """A row per process at its last sample and its high-water mark; the host's headroom, /dev/shm and the
+    batches in flight (nothing for a trace without ``memory`` samples)."""
+    if memory is None:
+        return
+    heading(console, "Memory")
+    line(console, say("cli.memory", samples=say("n.samples", n=memory["samples"]), source=plain(memory["source"])))
+    table = Table("  process", "pid", "USS MB", "PSS MB", "RSS MB", "shared MB", "high RSS MB", "grew MB",
+                  box=None, pad_edge=False)
+    for proc in ([memory["main"]] if memory["main"] else []) + memory["workers"]:
+        name = "main" if proc["worker"] is None else f"worker {proc['worker']}"
+        table.add_row(f"  {name}", str(proc["pid"]), mb(proc["uss"]), mb(proc["pss"]), mb(proc["rss"]),
+                      mb(proc["shared"]), mb(proc["high_rss"]), mb(proc["grown"]) if proc["worker"] is not None else "")
+    console.print(table)
+    if memory["headroom"] is not None:
+        limit = say("cli.memory.cgroup", limit=mb(memory["cgroup_limit"])) if memory["cgroup_limit"] is not None else ""
+        line(console, say("cli.memory.headroom", now=mb(memory["headroom"]), low=mb(memory["headroom_low"]),
+                          cgroup=limit))
+    if memory["shm_total"]:
+        line(console, say("cli.memory.shm", high=mb(memory["shm_high"]), total=mb(memory["shm_total"])))
+    line(console, say("cli.memory.in_flight", high=mb(memory["in_flight_high"]),
+                      batches=say("n.batches", n=memory["in_flight_batches"]), pss=mb(memory["total_high"])))
 
 
 def print_reordering(report: RunReport, console: Console) -> None:
