@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/overhead.py            # full: >= 20,000 tiny batches per side, 40 rounds per case
     .venv/bin/python bench/overhead.py --quick    # a smoke run in seconds
+    .venv/bin/python bench/overhead.py --baseline memory-off   # the memory sampling's own cost
+
+``--baseline memory-off`` puts an instrumented loader without memory sampling (``LOADERSCOPE_MEMORY=0``)
+where vanilla torch was: the ratio is then what sampling costs the probe. Both sides' probe threads
+share a name, so the thread columns count both.
 
 Shared machines drift by tens of percent between runs of a few seconds (here, vanilla alone varied
 1,500-3,000 batches/s between consecutive runs), so whole-run A/B pairs need many repeats to say
@@ -41,6 +46,7 @@ from rich.table import Table
 from torch.utils.data import DataLoader, Dataset
 
 from loaderscope import InstrumentedDataLoader
+from loaderscope.probe.memory import ENV as MEMORY_ENV
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -181,15 +187,30 @@ def alternate(vanilla: Any, probe: Any, *, rounds: int, segment: int, warmup: in
     return Alternated(v, p, worker_cpu, [tv / tp for tv, tp in zip(v.seconds, p.seconds)], threads)
 
 
-def run_case(case: Case, rounds: int) -> dict[str, Any]:
+class MemoryOff(InstrumentedDataLoader[Any]):
+    """An instrumented loader whose probe, started by its first ``iter()``, samples no memory."""
+
+    def __iter__(self) -> Any:
+        os.environ[MEMORY_ENV] = "0"
+        try:
+            return super().__iter__()
+        finally:
+            del os.environ[MEMORY_ENV]
+
+
+def run_case(case: Case, rounds: int, baseline: str = "vanilla") -> dict[str, Any]:
     length = (rounds * case.segment + 16) * case.batch_size  # one epoch covers every round
     kwargs = {"batch_size": case.batch_size, "num_workers": case.num_workers}
     transport = Transport()
-    vanilla = DataLoader(Tensors(length, case.shape), **kwargs)
+    base_transport = Transport()
+    vanilla = DataLoader(Tensors(length, case.shape), **kwargs) if baseline == "vanilla" else \
+        MemoryOff(Tensors(length, case.shape), sink=base_transport, **kwargs)
     probe = InstrumentedDataLoader(Tensors(length, case.shape), sink=transport, **kwargs)
     run = alternate(vanilla, probe, rounds=rounds, segment=case.segment)
-    probe.close()
+    for loader in (probe, vanilla):
+        getattr(loader, "close", lambda: None)()
     transport.close()
+    base_transport.close()
     v, p, worker_cpu = run.vanilla, run.probe, run.worker_cpu
 
     def per_batch(seconds: float, side: Side) -> float:
@@ -222,6 +243,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40, help="alternating segment pairs per case")
     parser.add_argument("--only", choices=["tiny", "moderate", "in-process"], action="append",
                         help="run only this case (repeatable)")
+    parser.add_argument("--baseline", choices=["vanilla", "memory-off"], default="vanilla",
+                        help="what the probe is measured against: vanilla torch, or the probe without memory sampling")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     rounds = 6 if args.quick else args.rounds
@@ -234,7 +257,7 @@ def main() -> None:
                   "training thread µs/batch: vanilla → probe", "probe thread", "sender",
                   "workers µs/batch: vanilla → probe", "vanilla CPU/batch", "events/batch")
     for key in args.only or list(cases):
-        r = run_case(cases[key], rounds)
+        r = run_case(cases[key], rounds, args.baseline)
         low, high = r["interval"]
         table.add_row(cases[key].name, f"{r['batches']:,}", f"{r['vanilla']:,.0f}", f"{r['probe']:,.0f}",
                       f"{r['ratio']:.3f} ({low:.3f}–{high:.3f})", _pair(r["training"]),
