@@ -16,6 +16,7 @@ import { RunForm } from './run-form.js';
 import { SweepPanel } from './sweep-view.js';
 import { CompareView } from './compare-view.js';
 import { Counters, Notes, EventLog, renderDiagnosis } from './panels.js';
+import { MemoryCard } from './memory-view.js';
 import { WorkerCards } from './worker-cards.js';
 import { InspectorView } from './inspector-view.js';
 import { StatusBar, paceDiagnosis } from './status-bar.js';
@@ -56,6 +57,7 @@ class App {
     this.scheduler.onFrame((wall) => this.frame(wall));
     this.pipeline = new PipelineView($('pipeline'));
     this.counters = new Counters($('counters'));
+    this.memory = new MemoryCard($('memory-card'), $('memory'));
     this.notes = new Notes($('notes'), $('notes-count'));
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
@@ -381,6 +383,7 @@ class App {
     const state = this.state;
     const p = this.player;
     this.counters.render(state, this.store, p.cursor, this.isLiveRun() && p.following);
+    this.memory.render(state);
     const notes = this.track.noteItems;
     let k = notes.length;
     while (k > 0 && (notes[k - 1]._row ?? 0) > p.cursor) k -= 1;
