@@ -21,6 +21,7 @@ import pytest
 
 from loaderscope.doctor import model, verdict
 from loaderscope.doctor.sample import EXIT_NO_LOADER, EXIT_NO_PROCESS, EXIT_NOT_PYTHON, children, py_spy
+from loaderscope.state import reduce, summary
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
 
@@ -603,3 +604,47 @@ def test_the_job_names_the_rank_outside_the_collective() -> None:
     both = [(r, pid, ranks[0][2], ranks[0][3]) for r, pid in ((0, 100), (1, 101))]
     assert verdict.decide_job(both) == ("every rank waits in a collective (rank 0: barrier; rank 1: barrier): they wait "
                                         "for each other or for a rank outside this job", None, None)
+
+
+HOLDS = HEAD + '''
+class Data(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if i == 13:
+            held = torch.ones(50 * 2**20)  # 200 MiB, every page written
+            mark("hang")
+            time.sleep(3600)  # HANG
+        return torch.tensor([i])
+
+
+for batch in DataLoader(Data(), batch_size=4, num_workers=2):
+    pass
+'''
+
+
+@pytest.mark.slow
+def test_doctor_says_which_worker_holds_how_much_memory(hung: Any, tmp_path: Path) -> None:
+    import psutil
+
+    h = hung(HOLDS)
+    h.wait()
+    out_file = tmp_path / "snap.trace.jsonl"
+    rc, out = doctor(str(h.proc.pid), "--duration", "1", "--out", str(out_file))
+    assert rc == 0 and out["verdict"]["worker"] == 1, out["verdict"]
+    memory = {proc.get("worker"): proc for proc in out["memory"]}
+    assert sorted(memory, key=lambda w: -1 if w is None else w) == [None, 0, 1], out["memory"]
+    for proc in memory.values():  # every process is waiting: its memory holds still
+        theirs = psutil.Process(proc["pid"]).memory_full_info()
+        for name in ("uss", "pss", "rss"):
+            assert abs(proc[name] - getattr(theirs, name)) <= 0.1 * getattr(theirs, name), (name, proc, theirs)
+    assert memory[1]["uss"] > 200 * 2**20 > memory[0]["uss"], out["memory"]
+    assert out["host"]["available"] == pytest.approx(psutil.virtual_memory().available, rel=0.1)
+    text = subprocess.run([sys.executable, "-m", "loaderscope.cli", "doctor", str(h.proc.pid), "--duration", "1"],
+                          capture_output=True, text=True, timeout=180, check=False).stdout
+    assert f"  worker 1 (pid {memory[1]['pid']}): USS " in text, text
+    _, events = read_trace(out_file)
+    sample = next(e for e in events if e["kind"] == "memory")
+    assert [p["pid"] for p in sample["procs"]] == [p["pid"] for p in out["memory"]]
+    assert summary(reduce(events))["memory"]["workers"][1]["uss"] == memory[1]["uss"]

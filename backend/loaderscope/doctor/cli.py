@@ -108,8 +108,33 @@ def _print(p: model.Picture, v: verdict.Verdict, out: Path | None, indent: str =
     print(f"{indent}what to do: {v.advice}")
     for line in v.details:
         print(f"{indent}  {line}")
+    for line in memory_lines(p):
+        print(f"{indent}{line}")
     if out is not None:
         print(f"{indent}snapshot: {out}  (open it: loaderscope serve --open {out})")
+
+
+LOW_MEMORY = 0.1  # the host's MemAvailable share under which a wait may be swapping or near an OOM kill
+
+
+def memory_lines(p: model.Picture) -> list[str]:
+    """Which process holds how much (smaps_rollup, read without ptrace), and the host's headroom."""
+    if not p.memory:
+        return []
+    lines = ["memory (smaps_rollup, MB = 10^6 bytes):"]
+    for proc in p.memory:
+        who = "main process" if proc.get("worker") is None else f"worker {proc['worker']}"
+        swap = f", swapped out {proc['swap'] / 1e6:.1f}" if proc.get("swap") else ""
+        lines.append(f"  {who} (pid {proc['pid']}): USS {proc['uss'] / 1e6:.1f}, PSS {proc['pss'] / 1e6:.1f}, "
+                     f"RSS {proc['rss'] / 1e6:.1f}{swap}")
+    host = p.host
+    if host:
+        share = host["available"] / host["total"]
+        lines.append(f"  host: {host['available'] / 1e6:.1f} MB available of {host['total'] / 1e6:.1f} MB ({share:.0%})")
+        if share < LOW_MEMORY:
+            lines.append("  the host is nearly out of memory: a process that waits may be swapping, or about to "
+                         "be killed by the OOM killer")
+    return lines
 
 
 def _rank_of(pid: int, p: model.Picture, fallback: int) -> int:

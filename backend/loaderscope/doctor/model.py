@@ -118,6 +118,9 @@ class Picture:
     pinning: list[Frame] | None = None  # the pin-memory thread's stack, when it pinned in every sample
     world_size: int | None = None  # $WORLD_SIZE (torchrun)
     gradient_sync: str | None = None  # "`model` in train is a DistributedDataParallel": backward waits for the ranks
+    # each process's memory at the last sample (the main process: no ``worker``), smaps_rollup's figures
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    host: dict[str, int] | None = None  # MemAvailable and MemTotal then
 
 
 _HELPERS = ("multiprocessing/resource_tracker.py", "multiprocessing/forkserver.py")
@@ -520,7 +523,18 @@ def build(rec: Recording) -> Picture:
     world = str((rec.get("env") or {}).get("WORLD_SIZE", ""))
     return Picture(pid, times[-1] - times[0], len(samples), training, workers, has_loader, moving,
                    methods.pop() if len(methods) == 1 else None, len(threads), helper, pinning,
-                   int(world) if world.isdigit() else None, _gradient_sync(frames))
+                   int(world) if world.isdigit() else None, _gradient_sync(frames), _memory(last, pid, workers),
+                   samples[-1].get("host"))
+
+
+def _memory(last: dict[str, Any], pid: int, workers: list[Worker]) -> list[dict[str, Any]]:
+    """The main process's and each worker's memory at the last sample, where it was read."""
+    found = [{"pid": pid, **figures} for figures in [(last.get(str(pid)) or {}).get("memory")] if figures]
+    for w in workers:
+        figures = (last.get(str(w.pid)) or {}).get("memory")
+        if figures and w.worker is not None:
+            found.append({"worker": w.worker, "pid": w.pid, **figures})
+    return found
 
 
 def _workers(rec: Recording, times: list[float]) -> list[Worker]:

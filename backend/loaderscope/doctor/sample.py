@@ -20,6 +20,7 @@ import orjson
 
 from loaderscope.doctor import source
 from loaderscope.doctor.model import Recording
+from loaderscope.probe.procmem import meminfo, smaps_rollup
 
 # Exit codes of `loaderscope doctor` (DESIGN.md §20): each way of not getting an answer has its own.
 EXIT_NO_PROCESS = 3
@@ -224,6 +225,7 @@ def _snapshot(pid: int, pool: ThreadPoolExecutor) -> dict[str, Any]:
         entry = dict(st, wchan=wchans[p])
         if st.get("state") in ("Z", "X"):
             return entry
+        entry["memory"] = smaps_rollup(p)  # no ptrace: the kernel's sums, None where it has none
         try:
             entry["threads"] = dump(p)
         except DoctorError as exc:
@@ -235,7 +237,16 @@ def _snapshot(pid: int, pool: ThreadPoolExecutor) -> dict[str, Any]:
     t = time.monotonic()
     procs = {str(p): r for p, r in zip(pids, pool.map(read, pids), strict=True)
              if p == pid or stats[p] is not None}
-    return {"t": t, "procs": procs}
+    return {"t": t, "procs": procs, "host": _host()}
+
+
+def _host() -> dict[str, int] | None:
+    """The host's MemAvailable and MemTotal, bytes (None without /proc/meminfo)."""
+    try:
+        available, total = meminfo()
+    except (OSError, KeyError, ValueError):
+        return None
+    return {"available": available, "total": total}
 
 
 def record(pid: int, duration: float, interval: float = 0.5) -> Recording:

@@ -48,6 +48,8 @@ def events(p: Picture, v: Verdict, rank: int = 0, job: str | None = None) -> lis
                     stuck["pos"] = act.indices.index(act.sample)
             late.append(stuck)
     out.sort(key=lambda e: e["t"])
+    if p.memory:  # before a death's note, which takes the dead worker's last memory from it
+        out.append({"t": end, "kind": Kind.MEMORY, "source": "smaps_rollup", "procs": p.memory, **(p.host or {})})
     tr = p.training
     if tr.place in ("next", "in_process") and tr.steady:
         late.append({"t": end, "kind": Kind.CONSUMER_STUCK, "elapsed": round(tr.held, 6), "threshold": round(tr.held, 6),
@@ -97,7 +99,8 @@ def as_json(p: Picture, v: Verdict) -> dict[str, Any]:
                          "indices": w.now.indices, "sample": w.now.sample, "held": round(w.held, 3),
                          "steady": w.steady, "asleep": _rounded(w.asleep), "cpu": w.cpu, "writing": w.now.writing,
                          "exitcode": w.exitcode, "stack": plain(w.now.stack)} for w in p.workers],
-            "start_method": p.start_method, "moving": p.moving, "paused_s": 0.0}
+            "start_method": p.start_method, "moving": p.moving, "paused_s": 0.0, "memory": p.memory,
+            "host": p.host}
 
 
 def _rounded(seconds: float | None) -> float | None:
