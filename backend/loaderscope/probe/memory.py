@@ -14,9 +14,10 @@ iterator's workers) and the host, and notes one ``memory`` event (docs/DESIGN.md
   ``memory.stat``, as the kubelet counts it); ``/dev/shm``'s usage (``statvfs``); the pinned host
   memory torch's CUDA host allocator holds, where CUDA is initialized.
 
-Reading smaps_rollup walks the process's page tables: about 0.4 ms of CPU for a small process and
-4 ms more per GB resident (measured on this project's 2-core box), so a job of eight 3 GB workers
-costs 100 ms a sample. The period adapts: at least ``PERIOD``, and at least ``1 / COST_SHARE``
+Reading smaps_rollup walks the process's mappings and page tables: on this project's loaded 2-core
+box (2026-11-28) 0.8 ms of CPU for a process holding a 1 GiB numpy array, 8 ms for one that imported
+torch (262 MiB resident, 350 mappings); a sample of a main process and two workers took 35-45 ms.
+The period adapts: at least ``PERIOD``, and at least ``1 / COST_SHARE``
 times what the last sample cost, so the sampler takes at most 2% of one core. The read itself is a
 system call with the GIL released; the training thread pays nothing but the GIL's few switches.
 
