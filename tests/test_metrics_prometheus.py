@@ -33,7 +33,7 @@ def tool(name: str) -> str:
 def test_promtool_checks_the_rules_and_the_example_config_and_passes_their_unit_tests(tmp_path: Path) -> None:
     promtool = tool("promtool")
     checked = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = subprocess.run([promtool, "test", "rules", "loaderscope.rules.test.yml"], cwd=DEPLOY,
                             capture_output=True, text=True)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
@@ -184,7 +184,8 @@ def test_prometheus_scrapes_a_stuck_worker_and_fires_the_stuck_rule(prometheus: 
     groups = prom.api("rules")["groups"]
     assert [g["name"] for g in groups] == ["loaderscope"]
     rules = wait_for(lambda: len(ok := [r for g in prom.api("rules")["groups"] for r in g["rules"]
-                                         if r["health"] == "ok"]) == 7 and ok, 30, "every rule evaluated")
+                                         if r["health"] == "ok"]) == 9 and ok, 30, "every rule evaluated")
     assert sorted(r["name"] for r in rules) == sorted(
         ["LoaderscopeWorkerStuck", "LoaderscopeRankLost", "LoaderscopeInputBound", "LoaderscopeWorkerDied",
-         "LoaderscopeEventsDropped", "LoaderscopeRunSilent", "LoaderscopeRunsNotExported"])
+         "LoaderscopeEventsDropped", "LoaderscopeRunSilent", "LoaderscopeRunsNotExported", "LoaderscopeCopyOnRead",
+         "LoaderscopeHeadroomLow"])

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from loaderscope.contract.rules import WorkerStatus
 from loaderscope.events import Kind
+from loaderscope.memory import MAIN, MemoryModel
 from loaderscope.state import LoaderState, Worker
 
 # Fetch times in seconds: 0.5 ms (a tensor slice) to a minute (a stuck read is past the last bound).
@@ -42,7 +43,7 @@ WALK_COST = 8  # counting a worker again costs about as much as finding the work
 class Reading:
     """A run's meters at one moment, copied (the event loop's numbers, for another thread to encode)."""
 
-    values: tuple[float, ...]  # in the order of Meters.values
+    values: tuple[float | None, ...]  # in the order of Meters.values (None: not sampled)
     workers: tuple[int, ...]  # workers in each state, in the order of STATES
     fetches: list[int]  # the run's fetches per bucket of BUCKETS, +Inf last (not cumulative)
     fetch_sum: float
@@ -53,7 +54,7 @@ class Meters:
     """A run's numbers for /metrics: ``touched`` before a frame is applied, ``update`` after it."""
 
     def __init__(self) -> None:
-        self.values: tuple[float, ...] = self._values(LoaderState())
+        self.values: tuple[float | None, ...] = self._values(LoaderState())
         self.workers = [0] * len(STATES)
         self.fetches = [0] * (len(BUCKETS) + 1)
         self.fetch_sum = 0.0
@@ -93,11 +94,13 @@ class Meters:
                        [(wid, STATES[position]) for wid, position in named])
 
     @staticmethod
-    def _values(s: LoaderState) -> tuple[float, ...]:
+    def _values(s: LoaderState) -> tuple[float | None, ...]:
         """batches, epochs, wait, epoch seconds, deaths, timeouts, outstanding, window, result queue,
-        reorder buffer, its high-water mark (server/web/metrics.py's families, in that order)."""
+        reorder buffer, its high-water mark, then memory (``_memory``) (server/web/metrics.py's families,
+        in that order)."""
         return (s.batches, s.epochs_done, s.consumer_wait, s.consumer_wait + s.step_total, s.worker_deaths,
-                s.timeouts, s.outstanding, s.window, len(s.result_queue), len(s.buffer), s.buffer_high)
+                s.timeouts, s.outstanding, s.window, len(s.result_queue), len(s.buffer), s.buffer_high,
+                *_memory(s.memory))
 
     def _count(self, worker: Worker) -> None:
         wid = worker.id
@@ -125,6 +128,17 @@ class Meters:
         more = size - len(self._state)
         self._state.extend(bytes([_UNSEEN]) * more)
         self._seen.extend(repeat(0, more))
+
+
+def _memory(model: MemoryModel) -> tuple[float | None, ...]:
+    """The run's memory as four numbers, whatever its workers (absent until its first sample): the
+    workers' USS and of it the pages copied from the main process (copy-on-read), each at its last
+    sample, the loader's processes' PSS together, and the host's headroom."""
+    if not model.samples:
+        return (None,) * 4
+    workers = [proc for key, proc in model.procs.items() if key != MAIN]
+    return (sum(proc.uss or 0 for proc in workers), sum(proc.copied for proc in workers), model.total_pss,
+            model.headroom)
 
 
 def _present(workers: Mapping[int, Worker], ids: Iterable[int]) -> Iterable[Worker]:

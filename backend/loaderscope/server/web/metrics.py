@@ -41,9 +41,9 @@ MAX_RUNS = 2048
 # last values reached Prometheus long before, and a lost rank's alert has fired for an hour.
 WINDOW = 3600.0
 MAX_LABEL = 100  # characters of a loader name or job id (a default name is the whole command line)
-# info, status, last event age, producer lost, 4 store counters, 11 loader numbers, 6 worker states,
-# the fetch histogram (16 bounds, +Inf, sum, count), and the named workers
-MAX_SERIES = 4 + 4 + 11 + len(STATES) + len(BUCKETS) + 3 + MAX_NAMED
+# info, status, last event age, producer lost, 4 store counters, 11 loader numbers, 4 of memory, 6 worker
+# states, the fetch histogram (16 bounds, +Inf, sum, count), and the named workers
+MAX_SERIES = 4 + 4 + 11 + 4 + len(STATES) + len(BUCKETS) + 3 + MAX_NAMED
 LOST = frozenset({RunStatus.DISCONNECTED, "truncated"})  # no run_end, and its producer is gone
 _BOUNDS = (*map(repr, BUCKETS), "+Inf")  # the le label values
 RUN_LABELS = ("run", "training_job", "loader", "rank")
@@ -215,6 +215,15 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("loaderscope_reorder_buffer_tasks", "gauge", "Batches that arrived out of order, parked until the one before "
      "them comes"),
     ("loaderscope_reorder_buffer_high_tasks", "gauge", "The reorder buffer's high-water mark"),
+    # memory (meters._memory): absent until the probe's first memory sample
+    ("loaderscope_workers_uss_bytes", "gauge", "The workers' unique memory (USS, smaps_rollup) together, each at "
+     "its last sample"),
+    ("loaderscope_workers_copied_bytes", "gauge", "Of the workers' USS growth, the pages they had shared with the "
+     "main process and now hold privately: copy-on-read (pytorch/pytorch#13246)"),
+    ("loaderscope_processes_pss_bytes", "gauge", "The loader's processes' proportional memory (PSS) together: what "
+     "the main process and its workers hold between them"),
+    ("loaderscope_host_headroom_bytes", "gauge", "What the host has left at the last sample: MemAvailable, or the "
+     "memory cgroup's limit less its usage where that is smaller"),
 )
 _UNREAD = (None,) * (len(SCALARS) - 7)  # what a run's index does not say: everything after its batches
 
