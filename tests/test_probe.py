@@ -77,6 +77,24 @@ def test_fetch_events_come_from_the_worker_before_arrival() -> None:
     assert all(0 < e["dt"] < 1 for e in ends)
 
 
+class Cells(Dataset[torch.Tensor]):
+    """A map-style dataset keyed by ``(row, column)`` tuples, drawn one at a time (``batch_size=None``)."""
+
+    def __getitem__(self, key: tuple[int, int]) -> torch.Tensor:
+        return torch.tensor(key)
+
+
+def test_a_dispatch_names_a_tuple_index_as_the_sampler_drew_it() -> None:
+    keys = [(row, column) for row in range(3) for column in range(4)]
+    collector = Collector()
+    loader = InstrumentedDataLoader(Cells(), sampler=keys, batch_size=None, num_workers=2, sink=collector)
+    got = [tuple(sample.tolist()) for sample in loader]
+    loader.close()
+    dispatched = {e["idx"]: e["indices"] for e in collector.events if e["kind"] == "dispatch"}
+    assert got == keys
+    assert [tuple(dispatched[idx]) for idx in range(len(keys))] == keys
+
+
 @pytest.mark.skipif("in_order" not in inspect.signature(DataLoader.__init__).parameters,
                     reason="in_order is a DataLoader argument from torch 2.6 on (tests/test_torch_protocol.py covers 2.4)")
 def test_in_order_false_yields_as_results_arrive() -> None:

@@ -89,3 +89,14 @@ def test_stateful_dataloader_resumes_mid_epoch(num_workers: int) -> None:
     stacks.assert_trace(first_events.only_run(), consumed=[RESUME_AFTER], complete=[False])
     # the resumed loader's epoch: the batches this loader yielded, run to the end of the epoch
     stacks.assert_trace(resumed_events.only_run(), consumed=[10 - RESUME_AFTER])
+
+
+def test_each_dispatch_names_the_samples_its_batch_holds() -> None:
+    """torchdata's own ``_try_put_index`` sends ``(index, snapshot)`` to a worker: the dispatch event
+    holds the sampler's indices alone, the ones the batch it yields was made of."""
+    events = stacks.Events()
+    loader = stacks.watch(make(2), events)
+    batches = stacks.collect(loader)
+    loader.close()
+    dispatched = {e["idx"]: e["indices"] for e in events.only_run() if e["kind"] == "dispatch"}
+    assert [dispatched[idx] for idx in range(len(batches))] == [batch["index"].tolist() for batch in batches]

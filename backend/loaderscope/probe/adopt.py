@@ -25,7 +25,7 @@ import torch.multiprocessing
 
 from loaderscope.probe.faults import report
 from loaderscope.probe.iterators import (EpochCounter, IteratorProbe, MultiProcessProbe, SingleProcessProbe,
-                                         TorchSingleProcessProbe)
+                                         TorchSingleProcessProbe, tap_dispatch)
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
@@ -34,10 +34,11 @@ from loaderscope.probe.worker import Ring, RingReader, probed_worker_loop, worke
 
 _BaseDataLoaderIter = private("torch.utils.data.dataloader:_BaseDataLoaderIter")
 _SingleProcessDataLoaderIter = private("torch.utils.data.dataloader:_SingleProcessDataLoaderIter")
+_MultiProcessIter = private("torch.utils.data.dataloader:_MultiProcessingDataLoaderIter")
 CONTEXT_ATTR = "_DataLoader__multiprocessing_context"  # behind DataLoader.multiprocessing_context
 # What a multi-process iterator must have for the probe to follow its protocol.
-MULTI_PROCESS_PROTOCOL = ("_reset", "_try_put_index", "_next_index", "_get_data", "_process_data",
-                          "_shutdown_workers", "_next_data")
+MULTI_PROCESS_PROTOCOL = ("_reset", "_try_put_index", "_get_data", "_process_data", "_shutdown_workers",
+                          "_next_data")
 _MISSING = object()
 _current = threading.local()
 _probed_classes: dict[tuple[type, bool], type | None] = {}
@@ -46,11 +47,11 @@ _probed_classes: dict[tuple[type, bool], type | None] = {}
 class _ProbedContext:
     """Stands in for the multiprocessing context so each worker is started with a status ring."""
 
-    def __init__(self, context: Any, readers: dict[int, RingReader], inspect: Any, on_result_queue: Any) -> None:
+    def __init__(self, context: Any, given: IteratorProbe, on_result_queue: Any, on_worker: Any) -> None:
         self._context = context
-        self._readers = readers
-        self._inspect = inspect
+        self._given = given
         self._on_result_queue = on_result_queue  # called with the first Queue made: the result queue
+        self._on_worker = on_worker  # called with each worker's index queue and id, before it starts
 
     def Queue(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
         queue = self._context.Queue(*args, **kwargs)
@@ -63,15 +64,20 @@ class _ProbedContext:
         where = worker_loop_args(target)
         if where is None:  # not a DataLoader worker: leave it alone
             return self._context.Process(target=target, args=args, **kwargs)
+        worker = args[where.worker_id]
+        try:  # before the worker starts: no task can be put before this
+            self._on_worker(args[where.index_queue], worker)
+        except Exception as exc:
+            report("dispatch tap", exc, self._given.probe.note)
         try:
             ring = Ring()
-            dump_path = new_dump_path(args[where.worker_id])
-            self._readers[args[where.worker_id]] = RingReader(args[where.worker_id], ring, dump_path)
+            dump_path = new_dump_path(worker)
+            self._given.readers[worker] = RingReader(worker, ring, dump_path)
         except Exception as exc:
             report("worker ring", exc)
             return self._context.Process(target=target, args=args, **kwargs)
         return self._context.Process(target=probed_worker_loop,
-                                     args=(ring, dump_path, self._inspect, target, where, *args), **kwargs)
+                                     args=(ring, dump_path, self._given.inspect, target, where, *args), **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
@@ -126,13 +132,19 @@ class Adoption:
     def _lend_context(self) -> None:
         context = self.loader.multiprocessing_context or torch.multiprocessing  # torch's default
         self.given.inspect = context.SimpleQueue()
-        probed = _ProbedContext(context, self.readers, self.given.inspect, self._result_queue_made)
+        probed = _ProbedContext(context, self.given, self._result_queue_made, self._worker_made)
         self._saved_context = vars(self.loader).get(CONTEXT_ATTR)
         vars(self.loader)[CONTEXT_ATTR] = probed
 
     def _result_queue_made(self, queue: Any) -> None:
         if self.iterator is not None and isinstance(self.iterator, MultiProcessProbe):
             self.iterator._tap_result_queue(queue)
+
+    def _worker_made(self, index_queue: Any, worker: int) -> None:
+        if isinstance(self.iterator, MultiProcessProbe):  # an iterator left unobserved dispatches unrecorded
+            # torch's _try_put_index puts (send_idx, index); torchdata's own (send_idx, (index, snapshot))
+            torchs = getattr(type(self.iterator), "_try_put_index", None) is _MultiProcessIter._try_put_index
+            tap_dispatch(index_queue, worker, self.given, unwrap=not torchs)
 
     def adopt(self, iterator: Any) -> None:
         """Called at the end of ``_BaseDataLoaderIter.__init__``, before workers or tasks exist."""

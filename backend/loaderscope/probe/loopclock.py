@@ -10,9 +10,11 @@ returned, which the probe sends as a ``loop`` event and the reducers take out of
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from threading import get_ident
+from typing import Any, Protocol
 
 from loaderscope.events import Kind
+from loaderscope.probe.faults import report
 
 
 class LoopClock(threading.local):
@@ -31,16 +33,23 @@ class Marked(Protocol):
     loop_mark: float
     loop_thread: int | None
 
+    def note(self, kind: str, **fields: Any) -> None: ...
+
     def note_at(self, kind: str, t: float, **fields: object) -> None: ...
 
 
 def loop_step(probe: Marked, before: float, started: float, ended: float) -> None:
     """One ``next()`` of ``probe``'s loader ran from ``started`` to ``ended``, ``before`` being ``LOOP.inside``
     at its start: move the clock on, and note the other loaders' time since this loader's previous ``next()``
-    in the same thread (none the first time, or after a move to another thread: that time is unknown)."""
-    LOOP.inside = after = before + (ended - started)
-    thread = threading.get_ident()
-    others = before - probe.loop_mark if probe.loop_thread == thread else 0.0
-    probe.loop_mark, probe.loop_thread = after, thread
-    if others > 0.0:
-        probe.note_at(Kind.LOOP, started, others=others)
+    in the same thread (none the first time, or after a move to another thread: that time is unknown).
+
+    Every ``next()`` of every watched loader calls this: it guards itself, rather than a second call around it."""
+    try:
+        LOOP.inside = after = before + (ended - started)
+        thread = get_ident()
+        others = before - probe.loop_mark if probe.loop_thread == thread else 0.0
+        probe.loop_mark, probe.loop_thread = after, thread
+        if others > 0.0:
+            probe.note_at(Kind.LOOP, started, others=others)
+    except Exception as exc:
+        report("loop clock", exc, probe.note)

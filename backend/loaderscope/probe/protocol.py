@@ -55,8 +55,8 @@ NEEDS: tuple[Need, ...] = (
     # MultiProcessProbe: every task's transition is a change to _task_info (DESIGN §2).
     Need(f"{_MULTI}.__init__", uses=("_workers", "_data_queue", "_reset")),
     Need(f"{_MULTI}._reset", params=("self", "loader", "first_iter"), uses=("_task_info", "_send_idx", "_rcvd_idx")),
-    Need(f"{_MULTI}._next_index"),
-    Need(f"{_MULTI}._try_put_index", uses=("_next_index", "_task_info", "_send_idx")),
+    # iterators.tap_dispatch records a task where _try_put_index puts it on the worker's index queue.
+    Need(f"{_MULTI}._try_put_index", uses=("_index_queues", "put", "_task_info", "_send_idx")),
     Need(f"{_MULTI}._get_data"),
     Need(f"{_MULTI}._next_data", uses=("_task_info", "_rcvd_idx", "_get_data", "_process_data")),
     Need(f"{_MULTI}._process_data", params=("self", "data")),

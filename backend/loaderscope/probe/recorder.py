@@ -45,6 +45,7 @@ _running: weakref.WeakSet[Recorder] = weakref.WeakSet()
 _ending: set[Recorder] = set()  # abandoned runs being ended on their probe thread: exit waits for them
 ENDING_WAIT = 30.0  # seconds exit waits for one (its trace file and stream have timeouts of their own)
 SEND_FRAME_BYTES = MAX_FRAME_BYTES // 2  # a flush bigger than this goes out as several frames
+RING = "ring records"  # a pending record ``(RING, reader, bytes)``: a worker's ring records, not yet rows
 
 
 @atexit.register
@@ -79,6 +80,7 @@ class Recorder:
         # directly (``pending.append``, bound once per iterator): deque appends need no lock.
         self.pending: deque[tuple[Any, ...]] = deque()
         self.readers: dict[int, RingReader] = {}  # the newest multi-process iterator's workers
+        self.rings_taken = False  # ``RING`` records were ever pending: flush looks for them
         self._flush_lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._stop = threading.Event()
@@ -108,17 +110,24 @@ class Recorder:
         self.pending.append((kind, t, fields))
 
     def drain_reader(self, reader: RingReader) -> None:
-        """Move a worker's ring records into the stream now, so its fetch events precede the arrival."""
+        """Take a worker's new ring records into the stream now, so its fetch events precede the arrival
+        (as one ``RING`` row: ``flush`` decodes it, on the probe thread)."""
         with self._drain_lock:
-            reader.drain(self.pending.append)
+            taken = reader.take()
+            if taken is not None:
+                self.rings_taken = True  # before the record: a flush that finds it must know to decode it
+                self.pending.append((RING, reader, taken))
 
     def drain_all(self) -> None:
         with self._drain_lock:
             self._drain_rings()
 
-    def _drain_rings(self) -> None:  # with _drain_lock held
+    def _drain_rings(self) -> None:  # with _drain_lock held: what two threads take goes in in that order
         for reader in list(self.readers.values()):
-            reader.drain(self.pending.append)
+            taken = reader.take()
+            if taken is not None:
+                self.rings_taken = True  # before the record: a flush that finds it must know to decode it
+                self.pending.append((RING, reader, taken))
 
     def end(self, **fields: Any) -> None:
         """Note ``run_end`` after what the workers' rings hold now: the run's last event. A probe thread
@@ -199,7 +208,7 @@ class Recorder:
             pending = self.pending
             if self.sink is None:  # not started: what waits is kept for the sink to come
                 return
-            records = [pending.popleft() for _ in range(len(pending))]
+            records = self._take_pending()
             if self._ended:
                 records = self._through_run_end(records)
             if not records:
@@ -217,6 +226,22 @@ class Recorder:
             except Exception as exc:  # the sink's problem, not training's: counted, said once
                 self.sink_errors += 1
                 report("event sink", exc)
+
+    def _take_pending(self) -> list[tuple[Any, ...]]:
+        """What waits, in order, with the workers' ring records decoded where they were taken."""
+        pending = self.pending
+        count = len(pending)  # before the flag: a ``RING`` record among these set it before it was appended
+        if not self.rings_taken:  # in-process: no ring records, and thousands of rows a tick
+            return [pending.popleft() for _ in range(count)]
+        records: list[tuple[Any, ...]] = []
+        append = records.append
+        for _ in range(count):
+            record = pending.popleft()
+            if record[0] is RING:
+                record[1].decode(record[2], append)
+            else:
+                append(record)
+        return records
 
     def _through_run_end(self, records: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """The records up to ``run_end``, and none once it is sent."""

@@ -42,7 +42,8 @@ DOUBLE = 8
 _pack_task = struct.Struct("5d").pack_into  # CUR_IDX, CUR_START, CUR_POS, CUR_SAMPLE, STATE
 _pack_progress = struct.Struct("2d").pack_into  # CUR_POS, CUR_SAMPLE
 _pack_record = struct.Struct(f"{RECORD}d").pack_into
-_unpack_record = struct.Struct(f"{RECORD}d").unpack_from
+_iter_records = struct.Struct(f"{RECORD}d").iter_unpack
+RECORD_BYTES = RECORD * DOUBLE
 
 
 class Ring:
@@ -56,6 +57,7 @@ class Ring:
         self.raw = raw if raw is not None else RawArray("d", HEADER + CAPACITY * RECORD)
         self.bytes = memoryview(self.raw).cast("B")
         self.slots = self.bytes.cast("d")
+        self.records = self.bytes[HEADER * DOUBLE:]  # the ring itself, after the header
         self.writes = int(self.slots[WRITES])  # only the worker writes records: it keeps the count
 
     def __reduce__(self) -> Any:  # into a spawned worker: the shared array, views rebuilt there
@@ -286,23 +288,36 @@ class RingReader:
         self._starts: dict[int, float] = {}
         self.recent: deque[float] = deque(maxlen=256)  # recent fetch times, for the stuck threshold
 
-    def drain(self, out: Callable[[tuple[Any, ...]], None]) -> None:
-        view, slots = self.ring.bytes, self.ring.slots
-        written = int(slots[WRITES])
-        if written - self.read > CAPACITY:  # cannot happen in practice; counted, never silent
-            self.lost += written - CAPACITY - self.read
-            self.read = written - CAPACITY
-        while self.read < written:
-            code, idx, t, value, value2 = _unpack_record(view, (HEADER + (self.read % CAPACITY) * RECORD) * DOUBLE)
+    def take(self) -> bytes | None:
+        """The records written since the last take, copied as they lie in the ring (None: no new one).
+
+        The main process takes them on every arrival, which costs one copy; ``decode`` makes them
+        rows later, on the probe thread. Taking them right away is what keeps the ring from filling."""
+        read, written = self.read, int(self.ring.slots[WRITES])
+        if read == written:
+            return None
+        if written - read > CAPACITY:  # cannot happen in practice; counted, never silent
+            self.lost += written - CAPACITY - read
+            read = written - CAPACITY
+        self.read = written
+        first, last = read % CAPACITY * RECORD_BYTES, written % CAPACITY * RECORD_BYTES
+        records = self.ring.records
+        if first < last:
+            return records[first:last].tobytes()
+        return records[first:].tobytes() + records[:last].tobytes()  # it wrapped around the ring's end
+
+    def decode(self, taken: bytes, out: Callable[[tuple[Any, ...]], None]) -> None:
+        """Rows of records ``take`` copied, in the order they were written."""
+        worker, starts, recent = self.worker, self._starts, self.recent
+        for code, idx, t, value, value2 in _iter_records(taken):
             idx = int(idx)
-            self.read += 1
             if code == CODE_START:
-                self._starts[idx] = t
-                out(("fetch_start", t, self.worker, idx, int(value)))
+                starts[idx] = t
+                out(("fetch_start", t, worker, idx, int(value)))
             else:
-                start = self._starts.pop(idx, t)
-                self.recent.append(t - start)
-                out(("fetch_end", t, self.worker, idx, t - start, int(value), int(value2)))
+                took = t - starts.pop(idx, t)
+                recent.append(took)
+                out(("fetch_end", t, worker, idx, took, int(value), int(value2)))
 
     def current(self) -> dict[str, Any] | None:
         """What the worker fetches right now (task, sample position and index, elapsed), else None."""
