@@ -23,6 +23,8 @@ The instrumented loader's sink is the production one: the probe's compact frames
 on the probe thread) go to a bounded queue that a transport thread drains (here it discards the
 bytes instead of writing a websocket). At the end of each of its segments the probe is flushed, so
 the events recorded in a segment are encoded and handed over inside it, on its side of the ledger.
+That flush runs on the thread calling ``next`` here, but on the probe thread in a real run: its CPU is
+counted in the probe thread's column, not the training thread's.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ class Side:
     iterator: Iterator[Any]
     seconds: list[float] = field(default_factory=list)
     cpu: float = 0.0  # the main process, all threads, during this side's segments
-    training: float = 0.0  # the thread calling next(), during this side's segments
+    training: float = 0.0  # the thread calling next(), during this side's segments, flushes left out
+    flushes: float = 0.0  # that thread's CPU in the flush at each segment's end: the probe thread's work
     batches: int = 0
 
     def segment(self, batches: int) -> None:
@@ -133,10 +136,12 @@ class Side:
         cpu0, training0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
         for _ in range(batches):
             next(self.iterator)
+        flushed = time.thread_time()
         if flush is not None:
             flush()
         self.seconds.append(time.perf_counter() - t0)
-        self.training += time.thread_time() - training0
+        self.training += flushed - training0
+        self.flushes += time.thread_time() - flushed
         self.cpu += time.process_time() - cpu0
         self.batches += batches
 
@@ -223,7 +228,7 @@ def run_case(case: Case, rounds: int, baseline: str = "vanilla") -> dict[str, An
         "interval": run.interval,
         # µs of CPU per batch, (vanilla, probe) where both sides have it; the probe's threads are its own
         "training": (per_batch(v.training, v), per_batch(p.training, p)),
-        "probe_thread": per_batch(run.threads.get("loaderscope-probe", 0.0), p),
+        "probe_thread": per_batch(run.threads.get("loaderscope-probe", 0.0) + p.flushes, p),
         "sender": per_batch(run.threads.get("sender", 0.0), p),
         "workers": (per_batch(worker_cpu["vanilla"], v), per_batch(worker_cpu["probe"], p)),
         "vanilla_us": per_batch(v.cpu + worker_cpu["vanilla"], v),
@@ -269,7 +274,8 @@ def main() -> None:
     console.print("tiny: batch_size=1 of 4 floats, 2 workers; moderate: batch_size=64 of 3x64x64 floats, 2 workers; "
                   "in-process: tiny with num_workers=0")
     console.print("CPU per batch from the kernel's thread and process CPU clocks: the training thread during each "
-                  "side's segments; the probe's thread and the transport's sender thread (the probe's alone) over "
+                  "side's segments, but for the flush at a segment's end (the probe thread's work in a real run: "
+                  "counted there); the probe's thread and the transport's sender thread (the probe's alone) over "
                   "all rounds; the workers (all their threads)")
     console.print(f"{rounds} alternating rounds per case; torch {torch.__version__}; {os.cpu_count()} CPUs; "
                   f"{torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.1f} at the end")
