@@ -234,6 +234,9 @@ def test_main_process_lane_and_timeline_hover(server: Any, page: Page) -> None:
     assert "not among" in (pg.text_content("#inspector-note") or "") or pg.locator("#inspector .tree").count() == 1
     # wheel zooms in: the view narrows and stops following the run
     before = pg.evaluate("() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0")
+    box = pg.locator("#timeline .timeline-canvas").bounding_box()  # the opened inspector may move the page
+    assert box is not None
+    pg.mouse.move(box["x"] + 112 + (box["width"] - 112) * 0.5, box["y"] + 20 + 11)
     pg.mouse.wheel(0, -400)
     pg.wait_for_function(f"() => window.loaderscope.timeline.view.t1 - window.loaderscope.timeline.view.t0 < {before}",
                          timeout=WAIT_MS)

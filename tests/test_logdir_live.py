@@ -7,6 +7,7 @@ follows them.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -169,7 +170,9 @@ def test_a_run_quiet_between_epochs_is_running_and_a_killed_one_truncated(start_
     logs.mkdir()
     silent_after = 15.0  # past the 5 s heartbeat, with room for a loaded machine
     server = start_server(logdir=str(logs), logdir_poll=0.1, silent_after=silent_after)
-    script = subprocess.Popen([sys.executable, "-c", QUIET_BETWEEN_EPOCHS, str(logs)], stdout=subprocess.PIPE, text=True)
+    # memory samples go on between epochs (they are events): off here, where the heartbeat is what is tested
+    script = subprocess.Popen([sys.executable, "-c", QUIET_BETWEEN_EPOCHS, str(logs)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "LOADERSCOPE_MEMORY": "0"})
     try:
         assert script.stdout is not None and script.stdout.readline() == "evaluating\n"
         with server.client() as http:

@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +262,10 @@ def test_a_live_logdir_run_is_read_for_its_numbers_without_its_events_then_keeps
         assert one(parse(text), "loaderscope_fetch_seconds_count", run=a.id) == 6
         await manager.shutdown()
 
-    asyncio.run(scenario())
+    # a thread of its own: a browser test before this one in the same pytest worker leaves Playwright's
+    # event loop on this thread, where asyncio.run() refuses to start another
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, scenario()).result()
 
 
 @pytest.mark.parametrize(("scenario", "params", "counter", "kind"), [

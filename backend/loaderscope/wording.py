@@ -54,7 +54,7 @@ WORDS: dict[str, Entry] = {
     "startup_bound.main": ": with num_workers=0 no worker starts, so the dataset's first fetch of each epoch is slow",
     "others_bound": "; other loaders are the bottleneck ({rate} batches/s): the loop spent {share} of this loader's "
                     "epochs inside their next() (see their runs)",
-    "loading_bound": "; loading is the bottleneck: {workers} deliver {rate} batches/s",
+    "loading_bound": "; loading is the bottleneck: {rate} batches/s from {workers}",
     "loading_bound.main": "the main process",
     "no_verdict": "no verdict on the bottleneck: {why}, so the timings show the failure, not the pipeline's pace",
     "why.died": "a worker died",

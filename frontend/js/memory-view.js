@@ -12,14 +12,16 @@ export function mb(v) {
 /**
  * The card's rows and lines for a run's memory (null: no sample yet: the card hides).
  * @param {import('./memory.js').MemoryModel} model
- * @returns {{rows: string[][], lines: string[]}|null}
+ * @returns {{rows: string[][], pids: number[], lines: string[]}|null}
  */
 export function memoryFigures(model) {
   const m = memorySummary(model);
   if (m === null) return null;
   const procs = m.main ? [m.main, ...m.workers] : m.workers;
-  const rows = procs.map((p) => [p.worker === null ? 'main' : `worker ${p.worker}`, String(p.pid), mb(p.uss),
-    mb(p.shared), mb(p.rss), mb(p.high_rss)]);
+  // the pid goes in the process cell's tooltip: six columns overflow the side panel at 1024 px
+  const rows = procs.map((p) => [p.worker === null ? 'main' : `worker ${p.worker}`, mb(p.uss), mb(p.shared),
+    mb(p.rss), mb(p.high_rss)]);
+  const pids = procs.map((p) => p.pid);
   const lines = [`${m.samples} sample${m.samples === 1 ? '' : 's'} (${m.source ?? '?'}); MB = 10^6 bytes`];
   if (m.headroom !== null) {
     const limit = m.cgroup_limit !== null ? ` (cgroup limit ${mb(m.cgroup_limit)} MB)` : '';
@@ -27,10 +29,10 @@ export function memoryFigures(model) {
   }
   if (m.shm_total) lines.push(`/dev/shm: ${mb(m.shm_high)} MB of ${mb(m.shm_total)} MB used at the fullest`);
   lines.push(`batches in flight: ${mb(m.in_flight)} MB now, ${mb(m.in_flight_high)} MB at the most`);
-  return { rows, lines };
+  return { rows, pids, lines };
 }
 
-const HEAD = ['process', 'pid', 'USS MB', 'shared MB', 'RSS MB', 'high RSS MB'];
+const HEAD = ['process', 'USS', 'shared', 'RSS', 'high RSS'];
 
 export class MemoryCard {
   /** @param {HTMLElement} card @param {HTMLElement} body */
@@ -56,10 +58,11 @@ export class MemoryCard {
     const head = table.createTHead().insertRow();
     for (const name of HEAD) head.append(Object.assign(document.createElement('th'), { textContent: name }));
     const body = table.createTBody();
-    for (const row of figures.rows) {
+    figures.rows.forEach((row, i) => {
       const tr = body.insertRow();
       for (const cell of row) tr.insertCell().textContent = cell;
-    }
+      tr.cells[0].title = `pid ${figures.pids[i]}`;
+    });
     const notes = figures.lines.map((text) => Object.assign(document.createElement('p'), { className: 'desc', textContent: text }));
     this.body.replaceChildren(table, ...notes);
   }

@@ -20,7 +20,7 @@ import orjson
 
 from loaderscope.doctor import source
 from loaderscope.doctor.model import Recording
-from loaderscope.probe.procmem import meminfo, smaps_rollup
+from loaderscope.procmem import meminfo, smaps_rollup
 
 # Exit codes of `loaderscope doctor` (DESIGN.md §20): each way of not getting an answer has its own.
 EXIT_NO_PROCESS = 3

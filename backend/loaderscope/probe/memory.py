@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from loaderscope.probe.faults import report
-from loaderscope.probe.procmem import Figures, find_cgroup, meminfo, shm, smaps_rollup
+from loaderscope.procmem import Figures, find_cgroup, meminfo, shm, smaps_rollup
 from loaderscope.probe.recorder import Recorder
 
 PERIOD = 0.25  # seconds between samples, at least
