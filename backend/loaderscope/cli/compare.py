@@ -21,8 +21,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from loaderscope.cli.errors import UsageError
+from loaderscope.cli.summary import mb
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.compare import compare
+from loaderscope.state import reduce, summary
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/manager.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
@@ -60,6 +62,7 @@ def cmd_compare(args: argparse.Namespace, console: Console | None = None) -> int
         out.out(to_csv(comparison_rows(result)), end="", highlight=False)
     else:
         print_comparison(result, out)
+        print_memory_pair([memory_of(e) for e in events], out)
     return 0
 
 
@@ -236,3 +239,37 @@ def print_diagnosis(diff: dict[str, Any], console: Console) -> None:
             console.print(f"    • {escape(pair['a'])}")
     if not (diff["only_a"] or diff["only_b"] or diff["both"]):
         console.print("  no findings in either run")
+
+
+def memory_of(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A run's memory figures (``state.summary``'s, as ``loaderscope show`` prints them), None without samples."""
+    memory: dict[str, Any] | None = summary(reduce(events))["memory"]
+    return memory
+
+
+def _procs(memory: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    if memory is None:
+        return {}
+    procs = ([memory["main"]] if memory["main"] else []) + memory["workers"]
+    return {"main" if p["worker"] is None else f"worker {p['worker']}": p for p in procs}
+
+
+def _figures(proc: dict[str, Any] | None) -> str:
+    return "-" if proc is None else f"{mb(proc['uss'])} / {mb(proc['pss'])} / {mb(proc['rss'])}"
+
+
+def print_memory_pair(pair: list[dict[str, Any] | None], console: Console) -> None:
+    """Both runs' memory beside each other: each process at its last sample (USS / PSS / RSS), the processes'
+    PSS summed at its high, the host's headroom at the end and at its lowest. Nothing when neither sampled."""
+    if all(m is None for m in pair):
+        return
+    console.print("\n[bold]Memory[/], MB (each process at its last sample)")
+    table = Table("", "A", "B", box=None, pad_edge=False)
+    procs = [_procs(m) for m in pair]
+    names = sorted({*procs[0], *procs[1]}, key=lambda n: (n != "main", int(n.split()[-1]) if n != "main" else 0))
+    for name in names:
+        table.add_row(f"{name} USS / PSS / RSS", *(_figures(p.get(name)) for p in procs))
+    for label, key in (("PSS summed, at its high", "total_high"), ("headroom at the end", "headroom"),
+                       ("headroom at its lowest", "headroom_low"), ("batches in flight, at most", "in_flight_high")):
+        table.add_row(label, *("-" if m is None else mb(m[key]) for m in pair))
+    console.print(table)

@@ -355,13 +355,17 @@ def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table",
     except ValueError as exc:  # a ParamError, or a key a replayed trace cannot change
         raise UsageError(str(exc)) from None
     recommendation = sim.recommend(rows) if off is None else off
+    memory = sim.memory_notes(rows)  # settings of a recorded run that would not fit the memory it had
     if fmt == "csv":
         sys.stdout.write(to_csv(rows))
     elif fmt == "json":
-        sys.stdout.write(to_json({"rows": rows, "recommendation": recommendation}) + "\n")
+        sys.stdout.write(to_json({"rows": rows, "recommendation": recommendation} |
+                                 ({"memory": memory} if rows and "memory" in rows[0] else {})) + "\n")
     else:
         console.print(sim.format_table(rows), end="")
         console.print(recommendation, soft_wrap=True)
+        for note in memory:
+            console.print(f"memory: {note}", highlight=False, soft_wrap=True)
     return 0
 
 

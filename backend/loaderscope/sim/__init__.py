@@ -11,8 +11,8 @@ from loaderscope.sim.costs import CostModel, Death, SampleDist, Stall, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
 from loaderscope.sim.fit import describe_fit, fit_from_trace, machinery
 from loaderscope.sim.run import simulate
-from loaderscope.sim.sweep import (TRACE_KEYS, Variant, format_table, recommend, recorded_check, replay_grid,
-                                   simulate_variants, sweep, trace_sweep, variants)
+from loaderscope.sim.sweep import (TRACE_KEYS, Variant, format_table, memory_notes, recommend, recorded_check,
+                                   replay_grid, simulate_variants, sweep, trace_sweep, variants)
 
 __all__ = [
     "TRACE_KEYS",
@@ -28,6 +28,7 @@ __all__ = [
     "fit_from_trace",
     "format_table",
     "machinery",
+    "memory_notes",
     "recommend",
     "recorded_check",
     "replay_grid",

@@ -30,6 +30,7 @@ from loaderscope.scenarios.workload import Workload
 from loaderscope.settings import LoaderSettings, check
 from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
+from loaderscope.sim.footprint import MEMORY_KEYS, annotate, footprint, gb, over_texts
 from loaderscope.sim.run import simulate
 from loaderscope.state import reduce, summary
 from loaderscope.wording import say
@@ -53,7 +54,7 @@ ORDER_NEUTRAL = frozenset({
     "sample_ms", "step_ms", "slow_worker", "slow_factor",
 })
 METRICS = ("batches_per_s", "input_bound", "input_bound_steady", "buffer_high", "worker_util", "wall", "batches",
-           "status")
+           "status", *MEMORY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]],
         raise ValueError("the trace has no run_start event: cannot tell which loader it recorded")
     costs = costs or fit_from_trace(events)
     workload, batches = plan_from_trace(events)
+    recorded = {"num_workers": workload.settings.num_workers, "prefetch_factor": workload.settings.prefetch_factor}
     rows = []
     for number, values in enumerate(_combinations(grid)):
         loader = {k: v for k, v in values.items() if k in TRACE_KEYS}
@@ -172,7 +174,7 @@ def trace_sweep(events: Sequence[Event], grid: dict[str, list[Any]],
         run = simulate(replay, run_id=f"sweep-{number}", scenario=start.get("scenario") or "trace", params=values,
                        costs=costs.model_copy(update=cost_values), batches=batches)
         rows.append(values | row_stats(run))
-    return rows
+    return annotate(rows, footprint(events), recorded)  # a run with memory samples: each setting's memory
 
 
 def replay_grid(grid: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
@@ -346,15 +348,26 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     keys = [k for k in (rows[0] if rows else {}) if k not in METRICS]
     for key in keys:
         table.add_column(key, justify="right")
+    memory = bool(rows) and "memory" in rows[0]  # a recorded run's sweep, with memory samples
     titles = ("batches/s", say("label.input_bound"), say("label.input_bound_steady"), "buffer high", "worker util",
-              "status")
+              "status", *(("memory",) if memory else ()))
     for title in titles:
         table.add_column(title, justify="right", no_wrap=True)  # a title cut over two lines reads as two
     for row in rows:
         table.add_row(*(str(row[k]) for k in keys), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
                       f"{row['input_bound_steady']:.0%}", str(row["buffer_high"]), f"{row['worker_util']:.0%}",
-                      str(row["status"]))
+                      str(row["status"]), *((memory_cell(row),) if memory else ()))
     out = io.StringIO()
-    width = sum(max(len(key), 8) + 3 for key in keys) + sum(len(title) + 3 for title in titles)
+    width = (12 if memory else 0) + sum(max(len(key), 8) + 3 for key in keys) + sum(len(title) + 3 for title in titles)
     Console(file=out, width=max(80, width), color_system=None).print(table)
     return out.getvalue()
+
+
+def memory_cell(row: Mapping[str, Any]) -> str:
+    """A row's expected memory, marked where it would not fit the room the run had."""
+    return gb(row["memory"]) + (" (over)" if row["memory_fits"] is False else "")
+
+
+def memory_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The settings of a recorded run's sweep that would not fit the memory the run had, each in a sentence."""
+    return over_texts(rows, [k for k in (rows[0] if rows else {}) if k not in METRICS])

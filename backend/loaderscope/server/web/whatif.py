@@ -144,4 +144,6 @@ def _sweep(events: list[Event], grid: dict[str, list[Any]]) -> dict[str, Any] | 
         return unprocessable([{"field": "run", "message": str(exc), "allowed": None}])
     fit = {"costs": sim.describe_fit(costs), "recorded": check}
     off = untrusted(check["predicted_batches_per_s"], check["recorded_batches_per_s"])
-    return {"rows": rows, "recommendation": sim.recommend(rows) if off is None else off, "source": "run", "fit": fit}
+    memory = {"memory": sim.memory_notes(rows)} if rows and "memory" in rows[0] else {}  # a run with memory samples
+    return {"rows": rows, "recommendation": sim.recommend(rows) if off is None else off, "source": "run", "fit": fit,
+            **memory}
