@@ -5,7 +5,8 @@ read by two persistent workers, as tests/test_memory.py records it) swept throug
 --from-trace``, and a fresh loader whose workers each hold a fortieth of the host's free memory, swept
 through ``POST /api/runs/{id}/sweeps`` on a real dashboard: 64 such workers cannot fit. The estimate of
 the recorded setting must come within 10% of the memory the run held at its most (its processes' PSS).
-``loaderscope compare`` prints two recorded runs' memory beside each other.
+The page's what-if table shows the same column. ``loaderscope compare`` prints two recorded runs'
+memory beside each other.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.runner import Collector
+from loaderscope.sim import trace_sweep
 from loaderscope.sim.footprint import gb
 from loaderscope.state import reduce, summary
 from loaderscope.trace import write_trace
+from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
+from tests.conftest import wait_for
 from tests.test_memory import next_sample
 from tests.test_record import environment
 
@@ -146,3 +150,29 @@ def test_compare_prints_both_runs_memory_beside_each_other(tmp_path: Path) -> No
             f"{p['uss'] / 1e6:.1f}", "/", f"{p['pss'] / 1e6:.1f}", "/", f"{p['rss'] / 1e6:.1f}")]
     assert row("headroom at its lowest") == [f"{a['headroom_low'] / 1e6:.1f}", f"{b['headroom_low'] / 1e6:.1f}"]
     assert row("batches in flight, at most") == ["0.0", f"{b['in_flight_high'] / 1e6:.1f}"]
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_pages_sweep_of_a_recorded_run_has_a_memory_column(tmp_path: Path, start_server: Any,
+                                                                 page: Page) -> None:
+    events = [orjson.loads(line) for line in FIXTURE.read_bytes().splitlines()]
+    (tmp_path / "logs").mkdir()
+    write_trace(tmp_path / "logs" / "strings.trace.jsonl", events, events[0]["run"])  # a real loader's, in a logdir
+    expected = {row["num_workers"]: row for row in trace_sweep(events, {"num_workers": [1, 2, 16]})}
+    server = start_server(logdir=str(tmp_path / "logs"), logdir_poll=0.1)
+    with server.client() as http:
+        [run] = wait_for(lambda: http.get("/api/runs").json(), what="the logdir's run to be listed")
+    pg = page.page
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=WAIT_MS)
+    pg.select_option("#sweep-target", "run")
+    pg.select_option("#sweep-key", "num_workers")
+    pg.fill("#sweep-values", "1,2,16")
+    pg.click("#btn-sweep")
+    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="3"]', timeout=WAIT_MS)
+    header = pg.eval_on_selector_all("#sweep-table tr:first-child th", "ths => ths.map((t) => t.textContent)")
+    assert header[-1] == "memory"
+    cells = pg.eval_on_selector_all('[data-testid="sweep-row"] td:last-child', "tds => tds.map((t) => t.textContent)")
+    assert cells == [gb(expected[n]["memory"]) for n in (1, 2, 16)]
+    assert pg.locator('[data-testid="sweep-memory"]').is_hidden()  # every setting fits: nothing to warn of

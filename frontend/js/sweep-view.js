@@ -37,12 +37,20 @@ const RUN_FIELDS = Object.entries(TRACE_SETTINGS).map(([name, kind]) => {
  * What the panel shows: a sweep's answer, with what was swept (`xs`: the first key's values as
  * sent) and the training step it assumed (`stepMs`; null: a run's own loader, its measured step).
  * @typedef {{rows: import('./sweep.js').SweepRow[], recommendation?: string|null, key: string, key2: string,
- *   xs: import('./sweep.js').SweepValue[], scenario: string, stepMs: number|null, warn?: boolean}} Shown
+ *   xs: import('./sweep.js').SweepValue[], scenario: string, stepMs: number|null, warn?: boolean,
+ *   memory?: string[]}} Shown
  */
 /**
+ * `memory`: a recorded run's settings that would not fit the memory it had, in the server's words
+ * (sim.memory_notes; its rows then carry `memory`, `memory_fits`: docs/DESIGN.md §12 Sweeps).
  * The open run, when it is a real loader's: its id, a label, whether it has ended, its loader settings.
  * @typedef {{id: string, label: string, ended: boolean, config: Record<string, unknown>}} OpenRun
  */
+
+/** Bytes as the terminal's sweep table gives them (sim/footprint.py `gb`). @param {number} n */
+function gb(n) {
+  return n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : `${(n / 1e6).toFixed(0)} MB`;
+}
 
 /** Short numbers for the table and axes. @param {unknown} v @param {number} [digits] */
 function fmt(v, digits = 2) {
@@ -359,6 +367,9 @@ export class SweepPanel {
     $('sweep-rec').textContent = result.recommendation ? `Recommendation: ${result.recommendation}` : '';
     $('sweep-rec').hidden = !result.recommendation;
     $('sweep-rec').classList.toggle('warn', result.warn ?? /starved|not help|no recommendation/.test(result.recommendation ?? ''));
+    const notes = result.memory ?? [];
+    $('sweep-memory').textContent = notes.map((n) => `Memory: ${n}`).join('\n');
+    $('sweep-memory').hidden = !notes.length;
     this.flat(result);
     this.table(result);
     this.draw(result);
@@ -390,7 +401,8 @@ export class SweepPanel {
     const cols = [[key, key], ...(key2 ? [[key2, key2]] : []),
       ['batches_per_s', 'batches/s'], ['input_bound', 'training loop waiting'],
       ['input_bound_steady', say('label.input_bound_steady')], ['worker_util', 'workers busy'],
-      ['buffer_high', 'reorder buffer max'], ['wall', 'simulated time'], ['batches', 'batches']];
+      ['buffer_high', 'reorder buffer max'], ['wall', 'simulated time'], ['batches', 'batches'],
+      ...(typeof rows[0]?.memory === 'number' ? [['memory', 'memory']] : [])]; // a recorded run's memory samples
     const best = Math.max(...rows.map((r) => Number(r.batches_per_s) || 0));
     const head = document.createElement('tr');
     for (const [, label] of cols) { const th = document.createElement('th'); th.textContent = label; head.append(th); }
@@ -404,6 +416,10 @@ export class SweepPanel {
         const v = r[k];
         if (k === 'input_bound' || k === 'input_bound_steady' || k === 'worker_util') td.textContent = typeof v === 'number' ? `${(v * 100).toFixed(0)} %` : '–';
         else if (k === 'wall') td.textContent = typeof v === 'number' ? `${fmt(v)} s` : '–';
+        else if (k === 'memory') {
+          td.textContent = typeof v === 'number' ? `${gb(v)}${r.memory_fits === false ? ' (over)' : ''}` : '–';
+          if (r.memory_fits === false) td.className = 'bad';
+        }
         else td.textContent = v === undefined || v === null ? '–' : fmt(v, k === 'batches_per_s' ? 1 : 2);
         if (k.startsWith('input_bound') && typeof v === 'number' && v > 0.2) td.className = 'bad';
         if (k === 'batches' && r.status && !['done', 'finished', 'ok'].includes(r.status)) td.textContent += ` (${r.status})`;
