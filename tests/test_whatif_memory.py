@@ -25,7 +25,7 @@ from torch.utils.data import Dataset
 from loaderscope import InstrumentedDataLoader
 from loaderscope.runner import Collector
 from loaderscope.sim import trace_sweep
-from loaderscope.sim.footprint import gb
+from loaderscope.sim.footprint import gb, over_text
 from loaderscope.state import reduce, summary
 from loaderscope.trace import write_trace
 from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
@@ -115,7 +115,13 @@ def test_the_runs_sweep_marks_a_worker_count_that_would_not_fit(tmp_path: Path, 
     with server.client() as http:
         [run] = http.get("/api/runs").json()
         answer = http.post(f"/api/runs/{run['id']}/sweeps", json={"grid": {"num_workers": [2, 64]}})
+        advice = http.get(f"/api/runs/{run['id']}/advice").json()
     assert answer.status_code == 200, answer.text
+    # the advice's rows carry each count's memory too, and its count is said not to fit where it would not
+    if advice["workers"] is not None:
+        [chosen] = [row for row in advice["rows"] if row["num_workers"] == advice["workers"]]
+        assert advice["memory"] == over_text(chosen, ["num_workers"])
+        assert all("memory" in row for row in advice["rows"])
     rows = {row["num_workers"]: row for row in answer.json()["rows"]}
     peak = recorded_peak(events)
     assert abs(rows[2]["memory"] / peak - 1) <= 0.10, (rows[2]["memory"], peak)

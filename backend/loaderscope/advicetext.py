@@ -28,7 +28,8 @@ class Advice(TypedDict):
     ``error`` (replayed / recorded - 1): the fit's check at the recorded ``setting`` (the settings a
     replay may change, as recorded). ``step_ms``: the fitted training step per batch. ``rows``: the
     replays by ``num_workers`` (the recorded one among them), as a sweep's rows. ``reason``: why
-    there is no recommendation, for ``off`` and ``none``.
+    there is no recommendation, for ``off`` and ``none``. ``memory``: where the run sampled its memory and
+    the count chosen would not fit the memory it had, why (``sim.footprint.over_text``), else null.
     """
 
     status: Status
@@ -43,6 +44,7 @@ class Advice(TypedDict):
     step_ms: float | None
     rows: list[dict[str, Any]]
     reason: str | None
+    memory: str | None
 
 
 def rate_text(batches_per_s: float) -> str:
@@ -73,4 +75,5 @@ def advice_text(advice: Advice) -> str:
     else:
         said = (f"num_workers={workers} comes within 2% of the fastest count it tried: {rate} "
                 f"batches/s, {waiting}, {recorded}; more workers would not make it faster")
-    return f"the simulator fitted to this run predicts {said}, giving each process a core of its own"
+    memory = f"; but it would not fit in memory: {advice['memory']}" if advice.get("memory") else ""
+    return f"the simulator fitted to this run predicts {said}, giving each process a core of its own{memory}"

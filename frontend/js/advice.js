@@ -10,7 +10,7 @@ import { pyFixed } from './diagnosis.js';
  * @typedef {{status: 'keep_up'|'limited'|'more'|'off'|'none', workers: number|null, batches_per_s: number|null,
  *   waiting: number|null, recorded_workers: number|null, recorded_batches_per_s: number|null,
  *   replayed_batches_per_s: number|null, error: number|null, setting: Record<string, unknown>,
- *   step_ms: number|null, rows: import('./sweep.js').SweepRow[], reason: string|null}} Advice
+ *   step_ms: number|null, rows: import('./sweep.js').SweepRow[], reason: string|null, memory?: string|null}} Advice
  */
 
 /** Batches/s with two decimals below 10 (0.96, 9.58), one from 10 (95.8). @param {number} x */
@@ -39,5 +39,6 @@ export function adviceText(a) {
       + `${waiting}, ${recorded}; it would take more workers than it tried, or cheaper samples`
     : `num_workers=${workers} comes within 2% of the fastest count it tried: ${r} `
       + `batches/s, ${waiting}, ${recorded}; more workers would not make it faster`;
-  return `the simulator fitted to this run predicts ${said}, giving each process a core of its own`;
+  const memory = a.memory ? `; but it would not fit in memory: ${a.memory}` : '';
+  return `the simulator fitted to this run predicts ${said}, giving each process a core of its own${memory}`;
 }

@@ -27,6 +27,9 @@ const CASES = [
     reason: "the simulator's replay of the recorded setting is off by 14.0% (1.14 batches/s against 1.00 recorded), "
       + 'more than the 10% it must come within: no recommendation' }),
   advice({ status: 'none', workers: null, reason: 'the run yielded no batch: nothing to advise on' }),
+  // a count over the memory the run had (sim.footprint.over_text's words)
+  advice({ workers: 16, memory: 'num_workers=16: about 16 × 1.2 GB for the workers (19.8 GB with the main process), '
+    + 'more than the 12.0 GB available' }),
 ];
 
 test('advice.js says what advice_text says, case by case', { skip: needsPython }, () => {
@@ -35,6 +38,8 @@ test('advice.js says what advice_text says, case by case', { skip: needsPython }
     + 'print(json.dumps([advice_text(a) for a in json.load(sys.stdin)]))',
     { input: JSON.stringify(CASES) });
   assert.deepEqual(CASES.map(adviceText), said);
+  assert.ok(said.at(-1).endsWith('own; but it would not fit in memory: num_workers=16: about 16 × 1.2 GB for the '
+    + 'workers (19.8 GB with the main process), more than the 12.0 GB available'));
 });
 
 test('advice.js words a real advice as advice_text does', { skip: needsPython }, () => {

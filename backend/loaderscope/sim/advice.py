@@ -27,6 +27,7 @@ from typing import Any
 from loaderscope.advicetext import Advice, Status, rate_text
 from loaderscope.events import Event
 from loaderscope.sim.fit import fit_from_trace
+from loaderscope.sim.footprint import over_text
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS, TRACE_KEYS, choose, trace_sweep
 from loaderscope.state import reduce, summary
 
@@ -66,7 +67,8 @@ def advise(events: Sequence[Event]) -> Advice:
     choice = choose(rows)
     status: Status = "keep_up" if choice.fed else "more" if choice.rising else "limited"
     advice |= {"status": status, "workers": choice.row["num_workers"], "rows": rows,
-               "batches_per_s": choice.row["batches_per_s"], "waiting": choice.row["input_bound_steady"]}
+               "batches_per_s": choice.row["batches_per_s"], "waiting": choice.row["input_bound_steady"],
+               "memory": over_text(choice.row, ["num_workers"])}  # a count over the memory the run had
     return advice
 
 
@@ -97,4 +99,4 @@ def too_long(events: int, setting: dict[str, Any], recorded_workers: int | None)
 def _nothing(reason: str | None, setting: dict[str, Any], recorded_workers: int | None) -> Advice:
     return Advice(status="none", workers=None, batches_per_s=None, waiting=None, recorded_workers=recorded_workers,
                   recorded_batches_per_s=None, replayed_batches_per_s=None, error=None, setting=setting,
-                  step_ms=None, rows=[], reason=reason)
+                  step_ms=None, rows=[], reason=reason, memory=None)
