@@ -51,6 +51,9 @@ const DARK = {
   pinInk: '#8fd3e0',
   hatch: '#1a222c',
   consumerRowBg: '#15121a',
+  memUss: '#b187f0', // a process's private memory (USS) on its memory lane
+  memShared: '#4e4168', // its shared memory, stacked above the USS in a lighter tone of the lane
+  headroom: '#2f8f45', // the host's headroom lane
   epochLine: '#5b6b82',
   epochInk: '#9fb0c6',
   future: 'rgba(11,16,22,0.55)', // after the playhead
@@ -104,6 +107,9 @@ const LIGHT = {
   pinInk: '#1b6f76',
   hatch: '#e4e8ec',
   consumerRowBg: '#fbf3f4',
+  memUss: '#8250df',
+  memShared: '#ddd0f7',
+  headroom: '#4fae6a',
   epochLine: '#8c959f',
   epochInk: '#424a53',
   future: 'rgba(255,255,255,0.6)',

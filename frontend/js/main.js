@@ -613,12 +613,13 @@ class App {
       pin: pinStage(tr.player.full),
       slow: multi ? tr.slow : undefined,
       primary: tr === primary,
+      memory: tr.player.full.memory,
     }));
     // the timeline gets new rows only when they change: new rows redraw it at once, which would
     // undo its live pacing if done every frame
     // (the stores and the slow-step lists are the same objects as they grow: compared by identity)
     const key = shown.map((t) => `${t.label}:${t.offset}:${t.inProcess}:${JSON.stringify(t.pin)}:${t.primary}`).join('|');
-    const objects = shown.flatMap((t) => [t.store, t.slow]);
+    const objects = shown.flatMap((t) => [t.store, t.slow, t.memory]);
     if (key === this.timelineKey && objects.every((o, i) => o === this.timelineObjects[i])) return;
     this.timelineKey = key;
     this.timelineObjects = objects;

@@ -271,3 +271,41 @@ export function memorySummary(m) {
     headroom_s: rate !== null && rate > 0 && m.headroom !== null ? m.headroom / rate : null,
   };
 }
+
+/**
+ * The series' point in force at time t: the last one sampled at or before t (-1: none yet).
+ * @param {MemoryModel['series']} series @param {number} t
+ */
+export function pointAt(series, t) {
+  let lo = 0, hi = series.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (series[mid][0] <= t) lo = mid + 1; else hi = mid;
+  }
+  return lo - 1;
+}
+
+/**
+ * Process `key`'s figures in the series' point `i` (null: not sampled in it).
+ * @param {MemoryModel['series']} series @param {number} i @param {number} key
+ * @returns {{t: number, uss: number|null, shared: number|null, rss: number}|null}
+ */
+export function procAt(series, i, key) {
+  const point = series[i];
+  const item = point?.[4].find((p) => p[0] === key);
+  return item === undefined ? null : { t: point[0], uss: item[1], shared: item[2], rss: item[3] };
+}
+
+/** The scale of the timeline's memory lanes: the highest RSS of any process in the series (0: none). @param {MemoryModel['series']} series */
+export function rssScale(series) {
+  let top = 0;
+  for (const point of series) for (const item of point[4]) top = Math.max(top, item[3]);
+  return top;
+}
+
+/** The scale of the headroom lane: its highest value in the series (0: none). @param {MemoryModel['series']} series */
+export function headroomScale(series) {
+  let top = 0;
+  for (const point of series) top = Math.max(top, point[1] ?? 0);
+  return top;
+}

@@ -4,18 +4,23 @@
 // focused, W/S zoom and A/D pan (keys.js). The strip with the time axis is the scrubber: click or
 // drag there to move the playhead. Draws only what is visible; zoomed out, each pixel column shows
 // how busy the row was. Fetches a finding was about (stuck, a worker's death) keep their red mark
-// and label after they, or the run, ended; search hits are outlined.
+// and label after they, or the run, ended; search hits are outlined. A run with memory samples gets
+// a memory lane under each sampled worker, one for the main process and one for the host's headroom
+// (memory.js's series: each sample holds until the next).
 
 import { PALETTE, taskColor, taskHue } from './colors.js';
 import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
 import { fillLabel, clearLabels, fitText } from './canvas-text.js';
+import { MAIN, headroomScale, pointAt, procAt, rssScale } from './memory.js';
+import { mb } from './memory-view.js';
 
 export const GUTTER = 112;
 export const AXIS = 22;
 const CONSUMER_H = 22;
 const PIN_H = 16;
 const GROUP_H = 16;
+const MEMORY_H = 14; // a memory lane: room for its 11 px name in the gutter
 // following live, 4 redraws a second at most: the view scrolls on, its spans need no more, and at
 // 64 workers on a busy machine a redraw costs 15-20 ms of the main thread that reads the socket
 const LIVE_REDRAW_MS = 250;
@@ -23,11 +28,14 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
 
 /**
  * @typedef {{store: import('./timeline-store.js').TimelineStore, label: string, offset: number,
- *   inProcess?: boolean, pin?: import('./pin.js').PinStage, slow?: number[], primary?: boolean}} Track
+ *   inProcess?: boolean, pin?: import('./pin.js').PinStage, slow?: number[], primary?: boolean,
+ *   memory?: import('./memory.js').MemoryModel}} Track
  * `offset` (s) is added to the track's run times to put several ranks on one clock; `primary`: the
- * selected rank's.
+ * selected rank's; `memory`: the run's memory samples (its lanes, when it has any).
  * @typedef {{track: Track, y: number, h: number, label: string}} RowBox
  * @typedef {RowBox & ({kind: 'worker', wid: number} | {kind: 'pin', pin: import('./pin.js').PinStage}
+ *   | {kind: 'memory', key: number, memory: import('./memory.js').MemoryModel}
+ *   | {kind: 'headroom', memory: import('./memory.js').MemoryModel} | {kind: 'scale', memory: import('./memory.js').MemoryModel}
  *   | {kind: 'group' | 'consumer'})} Row
  * @typedef {{rows: Row[], rh: number, height: number, width: number}} Geometry
  * @typedef {{ctx: CanvasRenderingContext2D, g: Geometry, t0: number, t1: number, X: (t: number) => number,
@@ -139,9 +147,14 @@ export class TimelineView {
         y += GROUP_H;
       }
       const ids = [...tr.store.workers.keys()].sort((a, b) => a - b);
+      const memory = tr.memory?.series.length ? tr.memory : null;
       for (const wid of ids) {
         rows.push({ kind: 'worker', track: tr, wid, y, h: rh, label: tr.inProcess ? 'main process' : `worker ${wid}` });
         y += rh;
+        if (memory && !tr.inProcess && memory.procs.has(wid)) {
+          rows.push({ kind: 'memory', track: tr, key: wid, memory, y, h: MEMORY_H, label: '  memory' });
+          y += MEMORY_H;
+        }
       }
       if (tr.pin && tr.pin.mode !== 'none') {
         y += 3;
@@ -151,6 +164,7 @@ export class TimelineView {
       y += 4;
       rows.push({ kind: 'consumer', track: tr, y, h: CONSUMER_H, label: 'consumer waits' });
       y += CONSUMER_H + 6;
+      if (memory) y = memoryRows(rows, tr, memory, y);
     }
     return { rows, rh, height: y + 2, width: Math.max(this.width, 400) };
   }
@@ -326,7 +340,7 @@ export class TimelineView {
     const store = this.store;
     const liveOpen = (store.open.size || store.consumerOpen) && clock.live;
     if (this.follow) this.view = this.fitView(liveOpen ? clock.now : store.tmax);
-    const versions = this.tracks.map((tr) => `${tr.store.version}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`).join(',');
+    const versions = this.tracks.map((tr) => `${tr.store.version}:${tr.memory?.samples ?? 0}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`).join(',');
     const key = `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}:${PALETTE.bg}`
       + `:${this.selection?.t0}:${this.selection?.t1}:${this.hits.length ? this.hits.length + ':' + this.hits[0].t0 : ''}:${this.store.alarms.length}`;
     if (key === this.drawn) return false;
@@ -362,6 +376,8 @@ export class TimelineView {
       if (row.kind === 'group') this.drawGroup(frame, row);
       else if (row.kind === 'worker') aggregated = this.drawWorkerRow(frame, row, r) || aggregated;
       else if (row.kind === 'pin') aggregated = this.drawPinRow(frame, row) || aggregated;
+      else if (row.kind === 'scale') this.drawMemoryScale(frame, row);
+      else if (row.kind === 'memory' || row.kind === 'headroom') this.drawMemoryRow(frame, row);
       else aggregated = this.drawConsumerRow(frame, row) || aggregated;
     });
     this.drawAlarms(frame);
@@ -530,6 +546,62 @@ export class TimelineView {
     }
     ctx.restore();
     return aggregated;
+  }
+
+  /**
+   * What the memory lanes show: the common scale of the process lanes and the headroom lane's, on a
+   * header of its own so that the words read.
+   * @param {DrawFrame} frame @param {Row & {kind: 'scale'}} row
+   */
+  drawMemoryScale({ ctx, g }, row) {
+    ctx.fillStyle = PALETTE.groupBg;
+    ctx.fillRect(0, row.y, g.width, row.h);
+    ctx.fillStyle = PALETTE.ink;
+    ctx.font = FONT;
+    const top = scales(row.memory);
+    const room = row.memory.headroom_low !== null ? ` · headroom lane 0 to ${mb(top.headroom)} MB` : '';
+    const text = `memory lanes 0 to ${mb(top.rss)} MB: USS dark, shared light above it, up to the RSS${room}`;
+    fillLabel(ctx, fitText(ctx, text, g.width - 16), 8, row.y + 12);
+  }
+
+  /**
+   * A process's memory (USS filled, shared stacked above it in a lighter tone, on the scale common to
+   * the process lanes) or the host's headroom (on its own scale): each sample held until the next,
+   * the last one to the end of the run.
+   * @param {DrawFrame} frame @param {Row & {kind: 'memory' | 'headroom'}} row
+   */
+  drawMemoryRow(frame, row) {
+    const { ctx, g } = frame;
+    const tr = row.track, off = tr.offset, series = row.memory.series;
+    this.rowFrame(frame, row, PALETTE.rowA, PALETTE.dim, FONT, row.h / 2 + 4);
+    const top = row.kind === 'memory' ? scales(row.memory).rss : scales(row.memory).headroom;
+    const end = Math.max(tr.store.tmax, row.memory.t);
+    const h = row.h - 2, floor = row.y + row.h - 1;
+    for (let i = 0; i < series.length && top > 0; i++) {
+      const x0 = this.X(series[i][0] + off), x1 = this.X((series[i + 1]?.[0] ?? end) + off);
+      if (x1 < GUTTER || x0 > g.width) continue;
+      const w = Math.max(1, x1 - x0);
+      if (row.kind === 'headroom') {
+        const room = series[i][1];
+        if (room === null) continue;
+        ctx.fillStyle = PALETTE.headroom;
+        ctx.fillRect(x0, floor - (h * room) / top, w, (h * room) / top);
+        continue;
+      }
+      const p = procAt(series, i, row.key);
+      if (p === null) continue;
+      const uss = p.uss, rss = p.rss;
+      if (uss === null) { // psutil without USS: the RSS alone, as a line at its level
+        ctx.fillStyle = PALETTE.dim;
+        ctx.fillRect(x0, floor - (h * rss) / top, w, 1);
+        continue;
+      }
+      ctx.fillStyle = PALETTE.memShared;
+      ctx.fillRect(x0, floor - (h * rss) / top, w, (h * (rss - uss)) / top);
+      ctx.fillStyle = PALETTE.memUss;
+      ctx.fillRect(x0, floor - (h * uss) / top, w, (h * uss) / top);
+    }
+    ctx.restore();
   }
 
   /** The training loop's waits in next(), an unfinished wait (stuck), and the slowest-rank ticks. @param {DrawFrame} frame @param {Row} row */
@@ -702,6 +774,8 @@ export class TimelineView {
         } else {
           text = `${who} idle at ${fmtDuration(t)}`;
         }
+      } else if (row.kind === 'memory' || row.kind === 'headroom' || row.kind === 'scale') {
+        text = memoryTip(row, t, rank);
       } else if (row.kind === 'pin') {
         const i = row.pin.mode === 'active' ? nearest(store.pin, t, slack) : -1;
         if (i >= 0) {
@@ -728,6 +802,59 @@ export class TimelineView {
     this.tip.style.left = `${left}px`;
     this.tip.style.top = `${h.y + 14}px`;
   }
+}
+
+/** @type {WeakMap<import('./memory.js').MemoryModel, {samples: number, rss: number, headroom: number}>} */
+const scaled = new WeakMap();
+
+/**
+ * The memory lanes' scales (the process lanes' and the headroom lane's), worked out once per sample:
+ * every lane of a draw needs them.
+ * @param {import('./memory.js').MemoryModel} memory
+ */
+function scales(memory) {
+  let top = scaled.get(memory);
+  if (top === undefined || top.samples !== memory.samples) {
+    top = { samples: memory.samples, rss: rssScale(memory.series), headroom: headroomScale(memory.series) };
+    scaled.set(memory, top);
+  }
+  return top;
+}
+
+/**
+ * The memory lanes after a rank's consumer row: the scale, the main process's, the host's headroom.
+ * @param {Row[]} rows @param {Track} track @param {import('./memory.js').MemoryModel} memory @param {number} y
+ */
+function memoryRows(rows, track, memory, y) {
+  rows.push({ kind: 'scale', track, memory, y, h: GROUP_H, label: '' });
+  y += GROUP_H;
+  if (memory.procs.has(MAIN)) {
+    rows.push({ kind: 'memory', track, key: MAIN, memory, y, h: MEMORY_H, label: 'main memory' });
+    y += MEMORY_H;
+  }
+  if (memory.headroom_low !== null) {
+    rows.push({ kind: 'headroom', track, memory, y, h: MEMORY_H, label: 'host headroom' });
+    y += MEMORY_H;
+  }
+  return y + 6;
+}
+
+/**
+ * A memory lane's hover: the sample in force at t (the last one at or before it) and when it was taken.
+ * @param {Row & {kind: 'memory' | 'headroom' | 'scale'}} row @param {number} t on the row's clock @param {string} rank
+ */
+function memoryTip(row, t, rank) {
+  if (row.kind === 'scale') return `${rank}memory lanes: each process's USS (private) and shared memory, in MB (10^6 bytes)`;
+  const series = row.memory.series, i = pointAt(series, t);
+  const who = row.kind === 'headroom' ? 'host headroom' : row.key === MAIN ? 'main process' : `worker ${row.key}`;
+  const at = `${rank}${who} at ${fmtDuration(t)}`;
+  if (row.kind === 'headroom') {
+    const room = i >= 0 ? series[i][1] : null;
+    return room === null ? `${at}: no sample` : `${at}\nheadroom ${mb(room)} MB\nsampled at ${fmtDuration(series[i][0])}`;
+  }
+  const p = procAt(series, i, row.key);
+  return p === null ? `${at}: no sample`
+    : `${at}\nUSS ${mb(p.uss)} MB · shared ${mb(p.shared)} MB · RSS ${mb(p.rss)} MB\nsampled at ${fmtDuration(p.t)}`;
 }
 
 /** The span under t (within slack), or -1. @param {SpanColumn} col @param {number} t @param {number} slack */
