@@ -119,8 +119,9 @@ def hover(pg: Any, row: dict[str, Any], t: float) -> str:
 
 
 def seconds(t: float) -> str:
-    assert 0.01 <= t < 60  # fmtDuration's seconds
-    return f"{t:.2f} s"
+    """A run time as the page's fmtDuration writes it, from 1 ms to a minute."""
+    assert 1e-3 <= t < 60, t
+    return f"{t * 1e3:.{2 if t < 0.01 else 1}f} ms" if t < 1 else f"{t:.2f} s"
 
 
 @pytest.mark.slow
@@ -131,12 +132,12 @@ def test_the_timelines_memory_lanes_hover_the_samples_figures_legibly_in_both_th
     pg.set_viewport_size({"width": 800, "height": 900})
     _, _, stats, events = opened(start_server, pg, recorded)
     series = reduce(events).memory.series
-    assert len(series) >= 3, series
+    assert len(series) >= 2, series  # samples are paced by their cost: a busy machine takes fewer
     rows = memory_rows(pg)
     lanes = {r["key"]: r for r in rows if r["kind"] == "memory"}
     assert sorted(lanes) == [-1, *[w["worker"] for w in stats["memory"]["workers"]]], rows
     headroom = next(r for r in rows if r["kind"] == "headroom")
-    for i in (1, len(series) - 2):  # between two samples: the earlier one holds
+    for i in sorted({0, len(series) // 2 - 1, len(series) - 2}):  # between two samples: the earlier one holds
         t = (series[i][0] + series[i + 1][0]) / 2
         for key, lane in lanes.items():
             _, uss, shared, rss = next(p for p in series[i][4] if p[0] == key)

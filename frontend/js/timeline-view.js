@@ -560,7 +560,7 @@ export class TimelineView {
     ctx.font = FONT;
     const top = scales(row.memory);
     const room = row.memory.headroom_low !== null ? ` · headroom lane 0 to ${mb(top.headroom)} MB` : '';
-    const text = `memory lanes 0 to ${mb(top.rss)} MB: USS dark, shared light above it, up to the RSS${room}`;
+    const text = `memory lanes 0 to ${mb(top.rss)} MB: USS solid, shared pale above it, up to the RSS${room}`;
     fillLabel(ctx, fitText(ctx, text, g.width - 16), 8, row.y + 12);
   }
 
