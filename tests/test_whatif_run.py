@@ -62,7 +62,13 @@ def test_the_what_if_panel_sweeps_a_watched_loader(server: Any) -> None:
     fitted = {cost["field"]: cost for cost in body["fit"]["costs"]}
     assert {"sample", "step_ms", "spawn_ms", "startup_ms"} <= set(fitted)
     assert "training step" in fitted["step_ms"]["text"]
-    assert "num_workers" in body["recommendation"]
+    # a recommendation, or (a replay more than 10% off its noisy recording, as under load) why there is none
+    off = abs(recorded["predicted_batches_per_s"] / recorded["recorded_batches_per_s"] - 1)
+    if off <= 0.10:
+        assert "num_workers" in body["recommendation"]
+    else:
+        assert body["recommendation"].startswith("the simulator's replay of the recorded setting is off by")
+        assert "no recommendation" in body["recommendation"]
 
 
 def test_what_a_replay_cannot_change_is_refused_by_name(server: Any) -> None:
