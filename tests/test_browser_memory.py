@@ -140,7 +140,10 @@ def test_the_timelines_memory_lanes_hover_the_samples_figures_legibly_in_both_th
     for i in sorted({0, len(series) // 2 - 1, len(series) - 2}):  # between two samples: the earlier one holds
         t = (series[i][0] + series[i + 1][0]) / 2
         for key, lane in lanes.items():
-            _, uss, shared, rss = next(p for p in series[i][4] if p[0] == key)
+            sampled = next((p for p in series[i][4] if p[0] == key), None)
+            if sampled is None:  # a process this sample did not read (a worker not started yet, or gone)
+                continue
+            _, uss, shared, rss = sampled
             who = "main process" if key == -1 else f"worker {key}"
             text = hover(pg, lane, t)
             assert text.startswith(f"{who} at "), text

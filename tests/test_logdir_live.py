@@ -178,6 +178,8 @@ def test_a_run_quiet_between_epochs_is_running_and_a_killed_one_truncated(start_
         with server.client() as http:
             wait_for(lambda: [r["batches"] for r in http.get("/api/runs").json()] == [16], what="the epoch read")
             trace = next(logs.rglob("*.trace.jsonl"))
+            # the epoch's last events (its end, both workers' exits) follow the batches by a flush or two
+            wait_for(lambda: trace.read_text().count('"kind":"worker_exit"') == 2, what="the workers' exits written")
             size, quiet_since = trace.stat().st_size, time.monotonic()
 
             def quiet_past_silent_after() -> bool:

