@@ -681,7 +681,7 @@ def _insert_readable(con: duckdb.DuckDBPyConnection, reads: Sequence[_Read], pat
     parts one by one up to the first that cannot be read (its events before it are the run's, as a
     killed writer's parts are): one damaged trace never costs the table the others. Returns the
     traces left out, or cut short, each with DuckDB's reason, told by the file's name."""
-    import duckdb
+    import duckdb  # the optional `job` extra: reached only once _duckdb() found it
 
     fatal = (duckdb.InterruptException, duckdb.OutOfMemoryException)
     try:
@@ -909,7 +909,7 @@ def _rank_in_name(path: str) -> int | None:
 
 
 def _query_error(exc: Exception, label: str, deadline: _Deadline) -> JobQueryError:
-    import duckdb
+    import duckdb  # the optional `job` extra: reached only once _duckdb() found it
 
     if deadline.passed():
         return deadline.error()
