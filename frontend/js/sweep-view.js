@@ -140,7 +140,8 @@ export class SweepPanel {
     const step = a && typeof a.step_ms === 'number'
       ? `; its training step ${fmt(a.step_ms, 1)} ms per batch, fitted to its events`
       : run.ended ? '' : '; its advice on num_workers comes when the run ends';
-    el.textContent = `this run's own loader (${run.label}), as recorded: ${settings}${step}`;
+    // a run whose settings are not read yet names none, rather than an empty list
+    el.textContent = `this run's own loader (${run.label})${settings ? `, as recorded: ${settings}` : ''}${step}`;
   }
 
   /**
