@@ -90,6 +90,32 @@ def test_what_if_replays_the_open_real_run_s_own_loader(server: Any, page: Page)
     pg.locator("#sweep").screenshot(path=str(SHOTS / "sweep-run.png"))
 
 
+def test_the_users_own_sweep_is_not_replaced_by_advice_landing_after_it(server: Any, page: Page) -> None:
+    """The run's advice is held back until the user has typed values and pressed Sweep: it lands while
+    the user's sweep waits for the server's one slot, and must not replace what the user asked for."""
+    run = server.start_run("uniform", num_workers=1, dataset_size=64, sample_ms=4, step_ms=2)
+    server.wait_status(run["id"])
+    pg = page.page
+    held: list[Any] = []
+    pg.route("**/advice", lambda route: held.append(route))
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=WAIT_MS)
+    pg.wait_for_function("() => document.querySelector('#sweep-target').value === 'run'", timeout=WAIT_MS)
+    pg.fill("#sweep-values", "1,3")
+    pg.click("#btn-sweep")
+    pg.wait_for_function("() => document.querySelector('#sweep-status').textContent.includes('advice')",
+                         timeout=WAIT_MS)
+    assert len(held) == 1
+    held[0].continue_()
+    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="2"]', timeout=WAIT_MS)
+    assert pg.input_value("#sweep-values") == "1,3"
+    rows = pg.locator('[data-testid="sweep-row"]')
+    assert [rows.nth(i).locator("td").first.text_content() for i in range(rows.count())] == ["1", "3"]
+    # the advice did land: the own-loader line gives the step fitted to the run's events
+    pg.wait_for_function("() => document.querySelector('[data-testid=sweep-own]').textContent.includes('fitted')",
+                         timeout=WAIT_MS)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_the_panel_starts_on_the_viewed_run_s_own_loader_with_its_advice(server: Any, page: Page,

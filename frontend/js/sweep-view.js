@@ -72,6 +72,8 @@ export class SweepPanel {
     /** @type {import('./advice.js').Advice|null} the viewed run's advice, once the server gave it */
     this.advice = null;
     this.adviceAsked = false;
+    // the user chose what to sweep (edited a field or swept): the advice, landing later, no longer replaces it
+    this.userChose = false;
     /** @type {Promise<void>} the advice being asked for: it holds the server's one sweep slot meanwhile */
     this.advicePending = Promise.resolve();
     /** @type {SweepField[]} the new-run form's fields, kept while the open run is swept instead */
@@ -88,6 +90,7 @@ export class SweepPanel {
     $('sweep-key2').addEventListener('change', () => this.keyChanged('key2'));
     $('sweep-step').addEventListener('input', () => this.stepChanged());
     $('sweep-target').addEventListener('change', () => this.targetChanged());
+    for (const f of FIELDS) $(`sweep-${f}`).addEventListener('input', () => { this.userChose = true; });
     window.addEventListener('resize', () => this.redraw());
   }
 
@@ -109,7 +112,7 @@ export class SweepPanel {
       return;
     }
     if (run.id !== this.viewed) {
-      Object.assign(this, { viewed: run.id, advice: null, adviceAsked: false });
+      Object.assign(this, { viewed: run.id, advice: null, adviceAsked: false, userChose: false });
       $('sweep-target').value = 'run';
       this.targetChanged();
     }
@@ -165,7 +168,9 @@ export class SweepPanel {
     }
     if (id !== this.viewed) return;
     this.advice = /** @type {import('./advice.js').Advice} */ (data);
-    if (this.onRun) { this.showOwn(); this.showAdvice(this.advice); }
+    if (!this.onRun) return;
+    this.showOwn();
+    if (!this.userChose) this.showAdvice(this.advice);
   }
 
   /** @param {unknown} err */
@@ -306,15 +311,18 @@ export class SweepPanel {
 
   /** The open run's own loader, replayed with costs fitted to its fetches, over the chosen values. */
   async runOnOpenRun() {
-    await this.advicePending; // the server runs one sweep at a time: the advice's first
-    const run = this.openRun();
-    if (run === null) return;
+    // what the user asked for is read now: the advice, landing while this waits, must not replace it
+    this.userChose = true;
     const key = $('sweep-key').value, key2 = $('sweep-key2').value;
     const { body, errors } = sweepRequest({ scenario: '', params: {}, key, values: $('sweep-values').value, key2, values2: $('sweep-values2').value });
     if (!body) {
       for (const [f, m] of Object.entries(errors)) this.showError(f, m);
       return;
     }
+    $('sweep-status').textContent = 'waiting for this run\'s advice: the server replays one sweep at a time…';
+    await this.advicePending;
+    const run = this.openRun();
+    if (run === null) return;
     const n = Object.values(body.grid).reduce((m, v) => m * v.length, 1);
     await this.post(`/api/runs/${encodeURIComponent(run.id)}/sweeps`, { grid: body.grid },
       `replaying ${run.label}'s loader ${n} time${n === 1 ? '' : 's'} with costs fitted to its fetches…`,
