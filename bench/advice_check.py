@@ -29,9 +29,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from loaderscope.advicetext import advice_text
+from loaderscope.model.advicetext import advice_text
+from loaderscope.model.state import reduce, summary
 from loaderscope.sim.advice import advise
-from loaderscope.state import reduce, summary
 from loaderscope.trace import read_trace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -51,14 +51,14 @@ from rich.console import Console
 from rich.table import Table
 from torch.utils.data import Dataset
 
-from loaderscope.diagnosis import diagnosis
 from loaderscope.events import decode_frame, decode_message, encode_frame
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.state import FetchOrder, LoaderState, summary
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.server.runs.manager import Run
 from loaderscope.server.runs.spill import TraceSpill
 from loaderscope.server.runs.store import EventLog, encode_each
 from loaderscope.server.web.ingest import SLICE_EVENTS, take
-from loaderscope.state import FetchOrder, LoaderState, summary
 from pipeline import FRAME, Server, events_for  # bench/pipeline.py: the same server under test
 
 WORKERS = 4

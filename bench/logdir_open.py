@@ -31,9 +31,9 @@ from typing import Any
 
 import httpx
 
+from loaderscope.model.state import LoaderState
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
-from loaderscope.state import LoaderState
 from loaderscope.trace import TraceWriter, read_trace
 
 TOKEN = "bench-logdir-token-0123456789"

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 import loaderscope
-from loaderscope import conformance
+from loaderscope.model import conformance
 from loaderscope.probe.loader import ProbeMixin
 
 try:

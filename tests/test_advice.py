@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from loaderscope.model.advicetext import Advice, advice_text
 from loaderscope.sim import fit_from_trace, trace_sweep
-from loaderscope.advicetext import Advice, advice_text
 from loaderscope.sim.advice import TRUST, WORKER_COUNTS, advise, affordable
 from loaderscope.sim.sweep import SATURATION, choose
 from loaderscope.trace import read_trace

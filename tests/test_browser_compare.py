@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from loaderscope.compare import compare
+from loaderscope.model.compare import compare
 from tests.test_browser import WAIT_MS, FRAMES, Page, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser

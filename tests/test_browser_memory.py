@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope.state import reduce
+from loaderscope.model.state import reduce
 from tests.conftest import wait_for
 from tests.test_browser import Page, browser, page  # noqa: F401 (fixtures)
 from tests.test_browser_numbers import opened

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope.state import reduce, summary
+from loaderscope.model.state import reduce, summary
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
 from tests.test_browser import WAIT_MS, Page, applied, browser, drawn, page  # noqa: F401 (fixtures)

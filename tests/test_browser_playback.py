@@ -153,8 +153,8 @@ def write(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
 def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     """A trace whose loader pins (simulated with a pin cost): the pin thread and its row, MB/s, and the
     same diagnosis as the Python reducer computes for the same file."""
-    from loaderscope.diagnosis import diagnosis
-    from loaderscope.state import reduce, summary
+    from loaderscope.model.diagnosis import diagnosis
+    from loaderscope.model.state import reduce, summary
 
     events = sim_events("uniform", {"num_workers": 3, "batch_size": 8, "dataset_size": 240, "sample_ms": 2,
                                     "pin_memory": True}, pin_ms_per_mb=40, sample_bytes=100_000)
@@ -222,7 +222,7 @@ def rank_traces(tmp_path: Path, job: str, ranks: list[int]) -> list[Path]:
     """One simulated rank of a 2-rank DistributedSampler job per entry of ``ranks`` (a repeated rank
     makes overlapping shards), written as the probe would: rank, job and wall_start in run_start, the
     shard digest in epoch_end."""
-    from loaderscope.ranks import encode_shard
+    from loaderscope.model.ranks import encode_shard
 
     paths = []
     for position, rank in enumerate(ranks):
@@ -311,7 +311,7 @@ def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_p
     """A gpu_step run recorded on an H100 (frontend/tests/fixtures): the pin thread is active, MB/s is
     the recorded one, and the consumer box splits a batch's time into copy and compute."""
     from loaderscope import trace
-    from loaderscope.state import reduce, summary
+    from loaderscope.model.state import reduce, summary
 
     fixture = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "gpu_step_h100.jsonl"
     _, events = trace.read_trace(fixture)

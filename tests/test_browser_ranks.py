@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from loaderscope import sim
+from loaderscope.model.state import LoaderState, summary
 from loaderscope.scenarios.catalog import get
-from loaderscope.state import LoaderState, summary
 from loaderscope.trace import read_trace, write_trace
 from tests.conftest import wait_for
 from tests.test_browser import WAIT_MS, VIEWPORT, browser  # noqa: F401 (fixture)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope.advicetext import advice_text
+from loaderscope.model.advicetext import advice_text
 from tests.test_advice import STARVED, recorded
 from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 

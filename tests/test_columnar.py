@@ -16,9 +16,10 @@ pytest.importorskip("pyarrow")  # the columnar extra; scripts/test.sh installs i
 
 import pyarrow.parquet as pq
 
-from loaderscope import columnar, conformance
+from loaderscope import columnar
 from loaderscope.contract.events import COMMON_FIELDS, STRUCTS
 from loaderscope.events import Kind
+from loaderscope.model import conformance
 from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.trace import TraceError, chosen_format, read_trace, read_trace_tolerant, write_trace
 

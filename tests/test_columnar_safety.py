@@ -22,7 +22,8 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from loaderscope import columnar, conformance
+from loaderscope import columnar
+from loaderscope.model import conformance
 from loaderscope.trace import read_trace_tolerant
 from tests.conftest import wait_for
 from tests.test_logdir_safety import OTHER, as_other_user, needs_root

@@ -14,11 +14,11 @@ from rich.console import Console
 
 from loaderscope.cli.compare import add_compare_command
 from loaderscope.cli.errors import UsageError
-from loaderscope.compare import compare, counts, diagnosis_diff, log_edges, normalise
+from loaderscope.model.compare import compare, counts, diagnosis_diff, log_edges, normalise
+from loaderscope.model.state import reduce, summary
 from loaderscope.runner import Collector, run_real
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
-from loaderscope.state import reduce, summary
 from loaderscope.trace import write_trace
 
 REAL = {"dataset_size": 24, "batch_size": 2, "sample_ms": 4}

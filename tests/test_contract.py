@@ -15,7 +15,7 @@ from loaderscope.contract.events import REQUIRED, STRUCTS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("module", ["loaderscope.contract", "loaderscope.wording"])
+@pytest.mark.parametrize("module", ["loaderscope.contract", "loaderscope.model.wording"])
 def test_the_checked_in_files_are_what_their_tables_generate(module: str) -> None:
     done = subprocess.run([sys.executable, "-m", module, "--check"], cwd=ROOT, capture_output=True,
                           text=True, env={"PYTHONPATH": str(ROOT / "backend")}, check=False)

@@ -10,9 +10,9 @@ import torch
 from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.state import summary
 from loaderscope.runner import Collector, run_real
-from loaderscope.diagnosis import diagnosis
-from loaderscope.state import summary
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

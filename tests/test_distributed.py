@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope.ranks import shard_report, slowest_per_step
+from loaderscope.model.ranks import shard_report, slowest_per_step
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "train_cnn.py"
 

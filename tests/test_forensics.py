@@ -17,9 +17,9 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from loaderscope import InstrumentedDataLoader
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.state import summary, user_frame
 from loaderscope.runner import Collector, run_real
-from loaderscope.diagnosis import diagnosis
-from loaderscope.state import summary, user_frame
 from tests.conftest import TORCH_DEATH_ERRORS, wait_for
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")

@@ -16,12 +16,12 @@ import httpx
 import pytest
 
 from loaderscope.jobquery import JobQueryError, job_table, shard_text_of, trace_files
-from loaderscope.ranks import encode_shard, shard_report, slowest_per_step
+from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
+from loaderscope.model.state import LoaderState, summary
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import JobRun, rank_figures
 from loaderscope.sim.run import simulate_ranks
-from loaderscope.state import LoaderState, summary
 from loaderscope.trace import read_trace, write_trace
 from loaderscope.tracepaths import trace_path
 from tests.conftest import wait_for

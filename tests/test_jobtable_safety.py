@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from loaderscope.jobquery import JobBudget, JobQueryError, job_table
-from loaderscope.ranks import MAX_SHARD_LENGTH
+from loaderscope.model.ranks import MAX_SHARD_LENGTH
 from tests.conftest import wait_for
 from tests.test_logdir_safety import REQUEST_LIMIT, as_other_user, needs_root, team_logdir, trace_bytes  # noqa: F401
 from tests.test_server_logdir import as_rank, recorded, runs, write  # noqa: F401 (recorded is a fixture)

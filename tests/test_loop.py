@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from loaderscope.diagnosis import findings
+from loaderscope.model.diagnosis import findings
+from loaderscope.model.state import LoaderState, reduce, summary
 from loaderscope.runner import Collector, run_real
-from loaderscope.state import LoaderState, reduce, summary
 from loaderscope.trace import read_trace
 
 LOOPS = r'''

@@ -19,9 +19,9 @@ import torch
 from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
-from loaderscope.diagnosis import findings
+from loaderscope.model.diagnosis import findings
+from loaderscope.model.state import summary
 from loaderscope.runner import Collector
-from loaderscope.state import summary
 from tests.conftest import TORCH_DEATH_ERRORS, wait_for
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")

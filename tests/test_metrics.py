@@ -22,13 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
+from loaderscope.model.state import LoaderState, reduce, summary
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.runs import meters
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.store import EventLog
 from loaderscope.server.web import metrics
 from loaderscope.sim import CostModel, Death, Stall
-from loaderscope.state import LoaderState, reduce, summary
 from tests.conftest import wait_for
 from tests.test_server_ingest import frames, produce
 from tests.test_sim_helpers import make_config, run_core

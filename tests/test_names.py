@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import loaderscope
-from loaderscope import conformance
+from loaderscope.model import conformance
 from loaderscope.trace import read_trace
 from loaderscope.tracepaths import safe_name
 from tests import stacks

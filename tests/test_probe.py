@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from loaderscope import InstrumentedDataLoader
-from loaderscope.conformance import check
+from loaderscope.model.conformance import check
 from loaderscope.runner import Collector, build_loader, run_real
 from loaderscope.scenarios.catalog import all_scenarios, get
 from tests.conftest import wait_for

@@ -21,8 +21,8 @@ from loaderscope import sim
 from loaderscope.contract.events import Kind
 from loaderscope.contract.generate import kinds
 from loaderscope.contract.rules import RULES, Rule
+from loaderscope.model.state import LoaderState, reduce
 from loaderscope.scenarios.catalog import get
-from loaderscope.state import LoaderState, reduce
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE: dict[str, Any] = {"int": 1, "number": 0.25, "string": "x", "bool": True, "object": {"num_workers": 2},

@@ -14,15 +14,15 @@ import orjson
 import pytest
 from torch.utils.data import DataLoader
 
+from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
 from loaderscope.events import Kind
-from loaderscope.runner import Collector, run_plan
+from loaderscope.model.state import LoaderState
 from loaderscope.problems import ParamError
+from loaderscope.runner import Collector, run_plan
 from loaderscope.scenarios.params import CommonParams
 from loaderscope.scenarios.plan import resolve
-from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
 from loaderscope.settings import LoaderSettings, check, max_tasks, table
 from loaderscope.sim import replay_grid, simulate
-from loaderscope.state import LoaderState
 from loaderscope.trace import write_trace
 
 

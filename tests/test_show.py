@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from loaderscope.diagnosis import findings
+from loaderscope.model.diagnosis import findings
+from loaderscope.model.state import reduce, summary
 from loaderscope.report import first_epoch_orders
-from loaderscope.state import reduce, summary
 from loaderscope.trace import read_trace
 
 PYTHON = sys.executable

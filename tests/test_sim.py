@@ -6,10 +6,10 @@ import random
 
 import pytest
 
+from loaderscope.model.state import reduce
 from loaderscope.scenarios.catalog import get
 from loaderscope.sim import CostModel, Death, SampleDist, Simulator, Stall, TaskCosts, simulate
 from loaderscope.sim.costs import MB
-from loaderscope.state import reduce
 from tests.test_sim_helpers import make_config, problems, run_core
 
 

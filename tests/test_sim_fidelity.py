@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from loaderscope.model.state import reduce, summary
 from loaderscope.runner import Collector, run_real
 from loaderscope.scenarios.catalog import get
 from loaderscope.sim import CostModel, machinery, simulate
-from loaderscope.state import reduce, summary
 
 pytestmark = [
     pytest.mark.timeout(180),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from loaderscope.conformance import check
 from loaderscope.events import validate
+from loaderscope.model.conformance import check
 from loaderscope.settings import LoaderSettings
 from loaderscope.sim import CostModel, SimConfig, Simulator, TaskCosts
 

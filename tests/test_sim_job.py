@@ -87,7 +87,7 @@ def test_ranks_must_come_in_order() -> None:
 
 
 def test_a_step_delivered_together_has_no_slowest_rank() -> None:
-    from loaderscope.ranks import slowest_per_step
+    from loaderscope.model.ranks import slowest_per_step
 
     def run(*times: float) -> list[dict]:
         return [{"kind": "run_start", "wall_start": 1.7e9}, {"kind": "epoch_start", "epoch": 0},

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from loaderscope.model.state import LoaderState
 from loaderscope.sim import CostModel, SampleDist, Simulator, TaskCosts
-from loaderscope.state import LoaderState
 from tests.test_sim_helpers import make_config, problems, run_core
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import loaderscope
-from loaderscope import conformance
+from loaderscope.model import conformance
 from loaderscope.probe.loader import ProbeMixin
 from loaderscope.trace import read_trace
 from tests import stacks

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from loaderscope.conformance import check
-from loaderscope.diagnosis import diagnosis
 from loaderscope.contract.rules import Where, WorkerStatus
-from loaderscope.state import LoaderState, reduce, summary
+from loaderscope.model.conformance import check
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.state import LoaderState, reduce, summary
 
 
 def stream(*steps: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,7 +93,7 @@ def test_unknown_kinds_are_kept_and_summary_and_diagnosis_speak() -> None:
 
 
 def test_a_straggler_is_named_only_on_enough_fetches_and_a_robust_gap() -> None:
-    from loaderscope.state import stragglers
+    from loaderscope.model.state import stragglers
 
     def state(times: dict[int, list[float]]) -> LoaderState:
         s = LoaderState()
@@ -116,7 +116,7 @@ def test_a_straggler_is_named_only_on_enough_fetches_and_a_robust_gap() -> None:
 def test_statistics_kept_between_summaries_equal_those_computed_from_scratch() -> None:
     import random
 
-    from loaderscope.state import FetchOrder
+    from loaderscope.model.state import FetchOrder
 
     rng = random.Random(7)
     s, kept = LoaderState(), FetchOrder()

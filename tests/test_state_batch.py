@@ -19,11 +19,11 @@ from torch.utils.data import Dataset
 
 from loaderscope import sim
 from loaderscope.contract.rules import RULES
-from loaderscope.diagnosis import diagnosis
 from loaderscope.events import expand
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.state import _INLINED, _INLINED_RULES, LoaderState, summary
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.scenarios.catalog import all_scenarios
-from loaderscope.state import _INLINED, _INLINED_RULES, LoaderState, summary
 from tests.test_ingest_reference import Frames
 
 

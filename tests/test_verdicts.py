@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from loaderscope import InstrumentedDataLoader
-from loaderscope.diagnosis import diagnosis
-from loaderscope.diagnosis import findings as findings_of
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.diagnosis import findings as findings_of
+from loaderscope.model.state import reduce, summary
+from loaderscope.model.wording import JS_PATH, render_js, say
 from loaderscope.runner import Collector, run_real
-from loaderscope.state import reduce, summary
-from loaderscope.wording import JS_PATH, render_js, say
 from tests.conftest import TORCH_DEATH_ERRORS
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
@@ -149,7 +149,7 @@ def test_plurals_read_right() -> None:
 
 def test_the_pages_wording_module_is_generated_from_the_table() -> None:
     assert JS_PATH.read_text(encoding="utf-8") == render_js(), \
-        "frontend/js/wording.gen.js is out of date: run python -m loaderscope.wording --write"
+        "frontend/js/wording.gen.js is out of date: run python -m loaderscope.model.wording --write"
 
 
 def test_the_terminal_summary_uses_the_tables_words(capsys: Any, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
-from loaderscope import conformance
+from loaderscope.model import conformance
 from loaderscope.probe.loader import distributed_identity, job_id
 from loaderscope.trace import read_trace
 from tests.conftest import free_port, wait_for
@@ -93,7 +93,7 @@ def test_epochs_stay_exact_when_the_old_iterator_dies_after_the_next_iter(persis
     assert len(first) == len(second) == 8
     assert epoch_ends(events) == [(0, 8, False), (1, 8, False)]
     assert conformance.check(events) == []
-    from loaderscope.state import LoaderState
+    from loaderscope.model.state import LoaderState
 
     state = LoaderState()
     yields_seen = 0

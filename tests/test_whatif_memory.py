@@ -23,10 +23,10 @@ import pytest
 from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
+from loaderscope.model.state import reduce, summary
 from loaderscope.runner import Collector
 from loaderscope.sim import trace_sweep
 from loaderscope.sim.footprint import gb, over_text
-from loaderscope.state import reduce, summary
 from loaderscope.trace import write_trace
 from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 from tests.conftest import wait_for

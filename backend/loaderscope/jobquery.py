@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from loaderscope.ranks import MAX_SHARD_LENGTH, TIE_S, shard_report, shard_text
+from loaderscope.model.ranks import MAX_SHARD_LENGTH, TIE_S, shard_report, shard_text
 
 if TYPE_CHECKING:
     import duckdb

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from loaderscope.diagnosis import findings
 from loaderscope.events import Kind
-from loaderscope.state import LoaderState, reduce, summary
+from loaderscope.model.diagnosis import findings
+from loaderscope.model.state import LoaderState, reduce, summary
 
 ORDER_LIMIT = 24  # task ids of the first epoch shown in arrival and in yield order
 STORY_LIMIT = 6  # steps of the reordering story

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from loaderscope.events import Event
+from loaderscope.model.state import LoaderState, summary
 from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.scenarios.workload import Workload
-from loaderscope.state import LoaderState, summary
 
 if TYPE_CHECKING:  # the probe imports torch; the runner imports it when a loader is built
     from loaderscope.probe.recorder import EventSink, Sink

@@ -1,4 +1,4 @@
-// Generated from backend/loaderscope/wording.py by `python -m loaderscope.wording --write`: edit the table there.
+// Generated from backend/loaderscope/model/wording.py by `python -m loaderscope.model.wording --write`: edit the table there.
 
 export const WORDS = Object.freeze({
   "label.input_bound": "training loop waiting",

@@ -1,4 +1,4 @@
-// advice.js must word the advice as backend/loaderscope/advicetext.py's advice_text does: the same
+// advice.js must word the advice as backend/loaderscope/model/advicetext.py's advice_text does: the same
 // Advice in, the same sentence out, numbers rounded as Python rounds them.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -34,7 +34,7 @@ const CASES = [
 
 test('advice.js says what advice_text says, case by case', { skip: needsPython }, () => {
   const said = python(
-    'import json, sys\nfrom loaderscope.advicetext import advice_text\n'
+    'import json, sys\nfrom loaderscope.model.advicetext import advice_text\n'
     + 'print(json.dumps([advice_text(a) for a in json.load(sys.stdin)]))',
     { input: JSON.stringify(CASES) });
   assert.deepEqual(CASES.map(adviceText), said);
@@ -47,7 +47,7 @@ test('advice.js words a real advice as advice_text does', { skip: needsPython },
   // gets this JSON. A workload of its own, with its batches given: no torch to import.
   const [given, text] = python(
     'import json\nfrom loaderscope.scenarios.workload import Workload\nfrom loaderscope.settings import LoaderSettings\n'
-    + 'from loaderscope.sim import simulate\nfrom loaderscope.advicetext import advice_text\nfrom loaderscope.sim.advice import advise\n'
+    + 'from loaderscope.sim import simulate\nfrom loaderscope.model.advicetext import advice_text\nfrom loaderscope.sim.advice import advise\n'
     + 'loader = Workload(LoaderSettings(batch_size=8, num_workers=1), "map", 64, lambda index, worker: 0.004,\n'
     + '                  lambda: None, step_cost=0.002)\n'
     + 'batches = [[list(range(i, i + 8)) for i in range(0, 64, 8)]]\n'

@@ -1,4 +1,4 @@
-// compare.js must agree with backend/loaderscope/compare.py: the same events in, the same
+// compare.js must agree with backend/loaderscope/model/compare.py: the same events in, the same
 // comparison out (settings, metrics, histograms on shared edges, diagnosis changes).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -65,7 +65,7 @@ test('a state with its run_start compares like the events it came from', () => {
   assert.equal(sideOf(a, 'x').start?.kind, 'run_start');
 });
 
-test('agrees with backend/loaderscope/compare.py on the same events', { skip: needsPython }, () => {
+test('agrees with backend/loaderscope/model/compare.py on the same events', { skip: needsPython }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'ls-compare-'));
   // the simulator's runs: a straggler that is gone in B, and a num_workers change
   const sims = python(`
@@ -89,7 +89,7 @@ print(json.dumps({"straggler": [sim("straggler", num_workers=4, slow_worker=1), 
   writeFileSync(file, JSON.stringify(cases));
   const py = python(`
 import json, sys
-from loaderscope.compare import compare
+from loaderscope.model.compare import compare
 cases = json.load(open(sys.argv[1]))
 print(json.dumps({name: compare(a, b, labels=(name + " A", name + " B")) for name, (a, b) in cases.items()}))`, file);
   for (const [name, [a, b]] of Object.entries(cases)) agree(compareRuns(a, b, [`${name} A`, `${name} B`]), py[name], name);

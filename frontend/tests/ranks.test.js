@@ -1,4 +1,4 @@
-// Ranks side by side: shard digests written by backend/loaderscope/ranks.py decode here to the same
+// Ranks side by side: shard digests written by backend/loaderscope/model/ranks.py decode here to the same
 // report, and the slowest rank per step agrees with slowest_per_step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,7 +13,7 @@ const py = (script, input) => python(script, { input });
 test('shard digests from ranks.py: disjoint and complete, or overlapping and missing', { skip: needsPython }, async () => {
   const cases = py(`
 import json
-from loaderscope.ranks import encode_shard, shard_report
+from loaderscope.model.ranks import encode_shard, shard_report
 out = []
 for shards in ([range(0, 100, 2), range(1, 100, 2)], [range(0, 60), range(50, 90)]):
     ends = {r: {"shard": encode_shard(s, 100)} for r, s in enumerate(shards)}
@@ -34,7 +34,7 @@ test("DistributedSampler's padding is named padding, not overlap, in the same wo
   const cases = py(`
 import json
 from torch.utils.data import DistributedSampler
-from loaderscope.ranks import encode_shard, shard_report, shard_text
+from loaderscope.model.ranks import encode_shard, shard_report, shard_text
 out = []
 def shards(length, ranks):
     return [list(DistributedSampler(range(length), num_replicas=ranks, rank=r, seed=3)) for r in range(ranks)]
@@ -55,7 +55,7 @@ print(json.dumps(out))`);
 });
 
 test('a digest of the wrong length is refused', { skip: needsPython }, async () => {
-  const { digest } = py('import json; from loaderscope.ranks import encode_shard; print(json.dumps({"digest": encode_shard([1, 2], 10)}))');
+  const { digest } = py('import json; from loaderscope.model.ranks import encode_shard; print(json.dumps({"digest": encode_shard([1, 2], 10)}))');
   assert.equal((await decodeShard(digest, 10))[1], 1);
   await assert.rejects(decodeShard(digest, 11), /holds 10 counts for a dataset of 11/);
 });
@@ -98,7 +98,7 @@ test('slowest rank per step agrees with ranks.slowest_per_step', { skip: needsPy
   };
   const expected = py(`
 import json, sys
-from loaderscope.ranks import slowest_per_step
+from loaderscope.model.ranks import slowest_per_step
 runs = {int(k): v for k, v in json.load(sys.stdin).items()}
 print(json.dumps(slowest_per_step(runs)))`, JSON.stringify(runs));
   const { steps } = allSteps(new Map(Object.entries(runs).map(([r, ev]) => [Number(r), deliveries(ev)])));
@@ -188,7 +188,7 @@ from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import rank_figures
 from loaderscope.sim.run import simulate_ranks
-from loaderscope.state import LoaderState, summary
+from loaderscope.model.state import LoaderState, summary
 out = []
 for size in (24, 504):
     plan = resolve("uniform", {"num_workers": 2, "dataset_size": size, "step_ms": 5})

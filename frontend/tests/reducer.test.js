@@ -1,4 +1,4 @@
-// The browser's reducer must agree with backend/loaderscope/state.py: a worked example
+// The browser's reducer must agree with backend/loaderscope/model/state.py: a worked example
 // step by step, protocol invariants over synthetic runs, and the Python reducer and diagnosis
 // themselves on the same streams (python.js finds the interpreter).
 import { test } from 'node:test';
@@ -209,7 +209,7 @@ function straggling() {
   return synthesize({ num_workers: 4, batches: 40, cost: (idx, w) => (w === 1 ? 0.06 : 0.02) + noise() });
 }
 
-test('agrees with backend/loaderscope/state.py on the same events', { skip: needsPython }, () => {
+test('agrees with backend/loaderscope/model/state.py on the same events', { skip: needsPython }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'ls-reducer-'));
   const cases = {
     seed: SEED,
@@ -244,8 +244,8 @@ test('agrees with backend/loaderscope/state.py on the same events', { skip: need
     writeFileSync(file, JSON.stringify(events));
     const script = `
 import json, sys
-from loaderscope.state import reduce, summary
-from loaderscope.diagnosis import diagnosis
+from loaderscope.model.state import reduce, summary
+from loaderscope.model.diagnosis import diagnosis
 s = reduce(json.load(open(sys.argv[1])))
 out = {f: getattr(s, f) for f in ${JSON.stringify(fields)}}
 out["buffer"] = s.buffer; out["result_queue"] = s.result_queue

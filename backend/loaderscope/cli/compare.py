@@ -21,10 +21,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from loaderscope.cli.errors import UsageError
-from loaderscope.cli.summary import mb
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
-from loaderscope.compare import compare
-from loaderscope.state import reduce, summary
+from loaderscope.cli.summary import mb
+from loaderscope.model.compare import compare
+from loaderscope.model.state import reduce, summary
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/manager.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)

@@ -23,11 +23,11 @@ from loaderscope.cli.show import add_show_command
 from loaderscope.cli.summary import print_report
 from loaderscope.doctor.cli import add_doctor_command
 from loaderscope.events import Event
+from loaderscope.model.state import LoaderState
+from loaderscope.model.wording import say
 from loaderscope.record import add_record_command
 from loaderscope.report import run_report
-from loaderscope.state import LoaderState
 from loaderscope.version import __version__
-from loaderscope.wording import say
 
 if TYPE_CHECKING:  # the scenarios load inside the subcommands that use them: `loaderscope --help` stays quick
     from loaderscope.scenarios.catalog import Scenario
@@ -239,7 +239,7 @@ def find_scenario(name: str) -> Scenario:
 
 def print_advice(events: list[Event]) -> None:
     """The advice on num_workers, as the page and ``sim --from-trace`` give it (``sim.advice``)."""
-    from loaderscope.advicetext import advice_text
+    from loaderscope.model.advicetext import advice_text
     from loaderscope.sim.advice import advise
 
     console.print("\n[bold]Advice on num_workers[/] (the simulator, fitted to this run)")
@@ -315,7 +315,7 @@ def print_fit(events: list[Event], plan: Plan | None, fmt: str = "table",
     only the table's data.
     """
     from loaderscope import sim
-    from loaderscope.advicetext import advice_text
+    from loaderscope.model.advicetext import advice_text
     from loaderscope.sim.advice import advise, untrusted
 
     try:

@@ -19,8 +19,8 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
+from loaderscope.model.wording import say
 from loaderscope.report import RunReport
-from loaderscope.wording import say
 
 # Characters a terminal acts on (an escape sequence, a carriage return) in text read from a trace,
 # which another user may have written into a shared logdir: shown as their \x.. codes, never sent raw.

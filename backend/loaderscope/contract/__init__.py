@@ -12,5 +12,5 @@ from the Structs, ``state.py`` follows the rules, ``settings.py`` types the sett
 table's column map of ``contract/columns.py``), ``frontend/js/types.gen.js`` (the page's event types,
 ``contract/jsdoc.py``), ``docs/reference/events.md`` (``contract/reference.py``) and
 ``docs/events.schema.json``. CI runs ``--check``; ``contract/generated.py`` is that command, shared
-with ``loaderscope.wording``. This package imports nothing of loaderscope's outside itself.
+with ``loaderscope.model.wording``. This package imports nothing of loaderscope's outside itself.
 """

@@ -1,5 +1,5 @@
 """The ``--write | --check`` command of a generated file: written once for ``python -m
-loaderscope.contract`` and ``python -m loaderscope.wording``. ``--check`` exits 1 naming each file that
+loaderscope.contract`` and ``python -m loaderscope.model.wording``. ``--check`` exits 1 naming each file that
 differs from what its source renders (CI runs it), ``--write`` rewrites them.
 """
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from loaderscope.events import BATCH_ROW
+from loaderscope.model.ranks import MAX_SHARD_LENGTH, encode_shard
 from loaderscope.probe.batchinfo import describe, is_pinned, sizes
 from loaderscope.probe.faults import report
 from loaderscope.probe.liveness import Liveness, StuckRule
@@ -37,7 +38,6 @@ from loaderscope.probe.pinning import PinTap
 from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.worker import RingReader, is_stop
-from loaderscope.ranks import MAX_SHARD_LENGTH, encode_shard
 
 ExceptionWrapper = private("torch._utils:ExceptionWrapper")
 pin_memory = private("torch.utils.data._utils.pin_memory:pin_memory")

@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from loaderscope.advicetext import Advice, Status, rate_text
 from loaderscope.events import Event
+from loaderscope.model.advicetext import Advice, Status, rate_text
+from loaderscope.model.state import reduce, summary
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.footprint import over_text
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS, TRACE_KEYS, choose, trace_sweep
-from loaderscope.state import reduce, summary
 
 # The replay of the recorded setting must come this close to the recorded batches/s to advise.
 TRUST = 0.10

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loaderscope.memory import MAIN, MemoryModel
-from loaderscope.state import reduce
+from loaderscope.model.memory import MAIN, MemoryModel
+from loaderscope.model.state import reduce
 
 SAID_SHARE = 0.01  # the batches in flight are named in a sentence from this share of the memory on
 MEMORY_KEYS = ("memory", "memory_worker", "memory_in_flight", "memory_available", "memory_fits")  # what ``annotate`` adds to a row

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderscope.events import Event
-from loaderscope.ranks import TIE_S
+from loaderscope.model.ranks import TIE_S
+from loaderscope.model.state import LoaderState, summary
 from loaderscope.sim.costs import TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
-from loaderscope.state import LoaderState, summary
 
 
 def distributed_shard(length: int, world_size: int, rank: int, *, drop_last: bool = False) -> list[int]:

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from loaderscope.events import MAX_INDICES, Event, Kind
-from loaderscope.ranks import encode_shard
+from loaderscope.model.ranks import encode_shard
+from loaderscope.model.state import reduce, summary
 from loaderscope.scenarios.workload import SamplerOrder, Workload
 from loaderscope.sim.costs import CostModel, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
 from loaderscope.sim.job import JobRun, batched, distributed_shard, simulate_job
-from loaderscope.state import reduce, summary
 
 # A run this long holds ~1 GB of events; beyond it the run ends with reason "stopped".
 DEFAULT_MAX_EVENTS = 2_000_000

@@ -25,6 +25,8 @@ from pydantic import ValidationError
 
 from loaderscope.contract.replay import TRACE_KEYS as TRACE_KEYS  # what a sweep of a trace may change
 from loaderscope.events import Event
+from loaderscope.model.state import reduce, summary
+from loaderscope.model.wording import say
 from loaderscope.problems import ParamError, Problem
 from loaderscope.scenarios.workload import Workload
 from loaderscope.settings import LoaderSettings, check
@@ -32,8 +34,6 @@ from loaderscope.sim.costs import CostModel
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.footprint import MEMORY_KEYS, annotate, footprint, gb, over_texts
 from loaderscope.sim.run import simulate
-from loaderscope.state import reduce, summary
-from loaderscope.wording import say
 
 if TYPE_CHECKING:
     from loaderscope.scenarios.plan import Plan

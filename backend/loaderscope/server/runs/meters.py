@@ -22,8 +22,8 @@ from typing import Any, cast
 
 from loaderscope.contract.rules import WorkerStatus
 from loaderscope.events import Kind
-from loaderscope.memory import MAIN, MemoryModel
-from loaderscope.state import LoaderState, Worker
+from loaderscope.model.memory import MAIN, MemoryModel
+from loaderscope.model.state import LoaderState, Worker
 
 # Fetch times in seconds: 0.5 ms (a tensor slice) to a minute (a stuck read is past the last bound).
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -22,11 +22,11 @@ import msgspec
 import orjson
 
 from loaderscope.events import Event
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.state import FetchOrder, LoaderState, summary
 from loaderscope.server.budgets import (MAX_EVENT_BYTES, MEMORY_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view,
                                            trim_open_tasks)
-from loaderscope.diagnosis import diagnosis
 from loaderscope.server.runs.meters import Meters
-from loaderscope.state import FetchOrder, LoaderState, summary
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)
 # A live run's statistics are brought up to date at most this often: a dashboard polling many runs

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loaderscope.diagnosis import diagnosis
 from loaderscope.events import Kind
-from loaderscope.state import LoaderState, reduce, summary
+from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.state import LoaderState, reduce, summary
 
 BINS = 24  # histogram bins over the common range: enough for a shape, few enough to read per worker
 

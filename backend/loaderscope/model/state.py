@@ -23,8 +23,8 @@ import numpy.typing as npt
 from loaderscope.contract.loader import TORCH_PREFETCH_FACTOR
 from loaderscope.contract.rules import RULES, Rule, Where, WorkerStatus
 from loaderscope.events import Kind, RunStatus
-from loaderscope.memory import MemoryModel
-from loaderscope.memory import summary as memory_summary
+from loaderscope.model.memory import MemoryModel
+from loaderscope.model.memory import summary as memory_summary
 
 MAX_KEPT = 1000  # notes, errors and violations kept in memory per run
 

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from loaderscope.wording import say
+from loaderscope.model.wording import say
 
 
 def encode_shard(indices: Iterable[int], length: int) -> str:

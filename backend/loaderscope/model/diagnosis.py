@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderscope.events import Kind
-from loaderscope.state import LoaderState, summary, user_frame
-from loaderscope.wording import say
+from loaderscope.model.state import LoaderState, summary, user_frame
+from loaderscope.model.wording import say
 
 @dataclass(frozen=True)
 class Finding:

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from loaderscope.state import LoaderState
+from loaderscope.model.state import LoaderState
 
 
 def check(events: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -3,8 +3,8 @@
 The diagnosis (``diagnosis.py``, its mirror ``frontend/js/diagnosis.js``), the shard check
 (``ranks.py``, ``frontend/js/ranks.js``) and the CLI's summary take their sentences from here, so that
 the same situation reads the same everywhere. The page reads ``frontend/js/wording.gen.js``, generated
-from this table by ``python -m loaderscope.wording --write`` (``--check``, which tests/test_contract.py runs, fails
-when it drifts).
+from this table by ``python -m loaderscope.model.wording --write`` (``--check``, which
+tests/test_contract.py runs, fails when it drifts).
 
 A template's ``{name}`` fields are filled with values the caller has already formatted (Python's
 number formatting, which ``diagnosis.js`` reproduces). An entry with ``one``/``other`` forms is chosen
@@ -156,11 +156,11 @@ export function say(key, values = {}) {
 def render_js() -> str:
     """``frontend/js/wording.gen.js``: the table and ``say`` for the page."""
     table = json.dumps(WORDS, ensure_ascii=False, indent=2)
-    return ("// Generated from backend/loaderscope/wording.py by `python -m loaderscope.wording --write`: "
+    return ("// Generated from backend/loaderscope/model/wording.py by `python -m loaderscope.model.wording --write`: "
             "edit the table there.\n\n"
             f"export const WORDS = Object.freeze({table});\n{_JS_SAY}")
 
 
 if __name__ == "__main__":
-    sys.exit(generated.main(sys.argv[1:], {JS_PATH: render_js}, "backend/loaderscope/wording.py",
-                            "python -m loaderscope.wording --write"))
+    sys.exit(generated.main(sys.argv[1:], {JS_PATH: render_js}, "backend/loaderscope/model/wording.py",
+                            "python -m loaderscope.model.wording --write"))
