@@ -1,6 +1,6 @@
 // The advice on num_workers for a run (GET /api/runs/{id}/advice, backend/loaderscope/sim/advice.py):
 // the smallest worker count at which the simulator fitted to the run says the training loop is fed.
-// Its sentence word for word as backend/loaderscope/advicetext.py's advice_text says it, with Python's
+// Its sentence word for word as backend/loaderscope/model/advicetext.py's advice_text says it, with Python's
 // number formatting (frontend/tests/advice.test.js compares the two on the same advice).
 
 import { pyFixed } from './diagnosis.js';

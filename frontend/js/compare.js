@@ -1,6 +1,6 @@
 // Compare two runs: the settings that differ, throughput and the training loop's waiting share,
 // per-worker fetch-time histograms over one set of bin edges, and how the diagnosis changed. A
-// mirror of backend/loaderscope/compare.py (frontend/tests/compare.test.js runs both on the same
+// mirror of backend/loaderscope/model/compare.py (frontend/tests/compare.test.js runs both on the same
 // events and checks they agree). Pure: no DOM.
 
 import { binCounts, logEdges } from './bins.js';

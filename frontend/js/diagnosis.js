@@ -1,5 +1,5 @@
 // The diagnosis: what a loader's state means, in plain words, most important first. A sentence-by-
-// sentence mirror of backend/loaderscope/diagnosis.py, with Python's number formatting, so the page
+// sentence mirror of backend/loaderscope/model/diagnosis.py, with Python's number formatting, so the page
 // and the API say the same (frontend/tests/reducer.test.js compares them on the same streams).
 
 import { summary, userFrame } from './reducer.js';

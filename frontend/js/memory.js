@@ -1,5 +1,5 @@
 // What the reducer keeps of `memory` samples, compactly: a name-by-name mirror of
-// backend/loaderscope/memory.py (frontend/tests/reducer.test.js compares the two on the same streams).
+// backend/loaderscope/model/memory.py (frontend/tests/reducer.test.js compares the two on the same streams).
 // Per process the latest figures and the high-water marks, its copy-on-read growth, its RSS at each
 // epoch's end; for the run the host's headroom, /dev/shm, the bytes of batches in flight and a
 // decimated series for the page.

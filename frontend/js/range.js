@@ -3,7 +3,7 @@
 // difference. Fetches finished in the range per worker (count, p50, p95 as `summary`'s workers
 // rows take them), batches handed to the training loop and its wait, results parked and the
 // reorder cost, events. Pure: tests/test_browser_views.py computes the same from the events with
-// loaderscope.state and compares.
+// loaderscope.model.state and compares.
 
 import { restore } from './player.js';
 import { pyRound } from './reducer.js';

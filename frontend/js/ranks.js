@@ -1,4 +1,4 @@
-// Many ranks, one job (mirrors backend/loaderscope/ranks.py): which rank is slowest to deliver
+// Many ranks, one job (mirrors backend/loaderscope/model/ranks.py): which rank is slowest to deliver
 // each step, and whether the ranks' sample shards overlap or miss indices. Each rank's probe
 // reports at every epoch end how often it read each dataset index: base64(zlib(one byte per
 // index)), decoded here with the browser's own DecompressionStream('deflate') (zlib framing).

@@ -1,5 +1,5 @@
 // The loader-state model: events in, what the DataLoader looks like out.
-// A line-by-line mirror of backend/loaderscope/state.py (same field names, same rules), so the
+// A line-by-line mirror of backend/loaderscope/model/state.py (same field names, same rules), so the
 // page, the CLI and the API agree. Each kind's effect is a transition rule of the contract
 // (RULES in contract.gen.js, from backend/loaderscope/contract/rules.py): its table-shaped part is
 // interpreted below as in state.py, and the rest is the rule's own code, one function per rule. Pure: no DOM, no I/O, no clock. Keep the two in step
