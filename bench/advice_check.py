@@ -9,7 +9,7 @@ Each loop is recorded at its own num_workers under ``loaderscope record`` and ad
 side by side, at the count the advice names, at the count the old arithmetic named (the median fetch
 over the step, rounded up: what the diagnosis said before the advice), and at the recorded count
 again; the table shows the simulator's prediction for each count (its row of the advice) beside the
-batches/s the real run measured (``state.summary``'s, as for the recording). The load average is
+batches/s the real run measured (``stats.summary``'s, as for the recording). The load average is
 printed before and after: the machine is shared, and a run's pace is as noisy as it is.
 """
 
@@ -30,7 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from loaderscope.model.advicetext import advice_text
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.sim.advice import advise
 from loaderscope.trace import read_trace
 

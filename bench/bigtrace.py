@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 import orjson  # noqa: E402
 
 from loaderscope.columnar import PART_GLOB, ROW_GROUP_EVENTS, ParquetTraceWriter  # noqa: E402
-from loaderscope.model.state import LoaderState, summary  # noqa: E402
+from loaderscope.model.state import LoaderState  # noqa: E402
+from loaderscope.model.stats import summary  # noqa: E402
 from loaderscope.scenarios.catalog import get  # noqa: E402
 from loaderscope.sim.costs import CostModel, TaskCosts  # noqa: E402
 from loaderscope.sim.engine import Simulator  # noqa: E402

@@ -13,7 +13,7 @@ workers, bench/train_eval.py with an eval loader between epochs, bench/train_acc
 optimizer every 4 batches, bench/train_zip.py iterating two loaders zipped, train_cnn.py as a 2-rank
 torchrun DDP job). Every loader a case recorded is then fitted and replayed at its recorded setting, exactly
 as ``loaderscope sim --from-trace`` does (``sim.recorded_check``), and the table prints recorded and
-predicted batches/s (``state.summary``'s definition for both) with the error, and the advice on
+predicted batches/s (``stats.summary``'s definition for both) with the error, and the advice on
 num_workers the run gets (``sim.advice.advise``: its status and count). The load average
 is printed before and after: the machine is shared, and the recordings are as noisy as it is;
 the prediction is fitted from the same recording, so its error measures the model, not the noise.

@@ -21,7 +21,7 @@ compact rows: the part of the server's work that the event schema decides).
 
 Where the server's time goes: the same frames through the ingest route's own ``take`` in this process
 (into a run whose log writes a trace file), and each of its stages alone: ``decode_message``, the
-store's ``encode_each`` and the reducer (``LoaderState.apply_all`` over each frame, as the store runs it, and
+store's ``encode_each`` and the reducer (``fastpath.apply_all`` over each frame, as the store runs it, and
 ``apply`` event at a time); beside them the floors of any
 per-event design in Python: one call per event, and one dict per event (a copy of each parsed event).
 
@@ -53,7 +53,9 @@ from torch.utils.data import Dataset
 
 from loaderscope.events import decode_frame, decode_message, encode_frame
 from loaderscope.model.diagnosis import diagnosis
-from loaderscope.model.state import FetchOrder, LoaderState, summary
+from loaderscope.model.fastpath import apply_all
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import FetchOrder, summary
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.server.runs.manager import Run
 from loaderscope.server.runs.spill import TraceSpill
@@ -159,7 +161,7 @@ def stage_costs(frames: list[bytes], events: int, directory: Path) -> dict[str, 
     def reduce() -> None:
         state = LoaderState()
         for part in decoded:
-            state.apply_all(part)
+            apply_all(state, part)
 
     def reduce_each() -> None:
         state = LoaderState()
@@ -178,7 +180,7 @@ def stage_costs(frames: list[bytes], events: int, directory: Path) -> dict[str, 
                 each(lambda data: collections.deque(decode_message(data, slice_events=SLICE_EVENTS), maxlen=0), frames),
                 events),
             "encode_each: the stored lines": cpu_of(each(encode_each, decoded), events),
-            "LoaderState.apply_all: the reducer, a frame at once (the store's)": cpu_of(reduce, events),
+            "fastpath.apply_all: the reducer, a frame at once (the store's)": cpu_of(reduce, events),
             "LoaderState.apply: the reducer, event at a time": cpu_of(reduce_each, events),
             "floor: one dict per event (a copy)": cpu_of(each(lambda part: [dict(e) for e in part], decoded), events),
             "floor: one call per event": cpu_of(each(lambda part: [noop(e) for e in part], decoded), events)}

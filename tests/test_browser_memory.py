@@ -1,6 +1,6 @@
 """The page's memory card on a real copy-on-read run: a script whose dataset keeps its metadata in a list
 of Python strings is recorded into a logdir and opened from a real dashboard in chromium; the card gives
-each process's figures as ``state.summary`` gives them for the same events, and the diagnosis names
+each process's figures as ``stats.summary`` gives them for the same events, and the diagnosis names
 copy-on-read. The timeline's memory lanes draw the same samples: hovering one gives that sample's figures,
 and a run without memory samples has no memory lanes."""
 

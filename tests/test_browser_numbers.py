@@ -2,7 +2,7 @@
 
 A real training loop (a peek before each epoch, real workers) is recorded into a logdir and opened
 from a real dashboard in chromium: the rate counter, the epoch counter, the run picker, the timeline's
-epoch lines and the diagnosis give the figures ``state.summary`` gives for the same events; stepping
+epoch lines and the diagnosis give the figures ``stats.summary`` gives for the same events; stepping
 event by event never moves the clock backwards, though the trace's own times do; the diagnosis at an
 early playhead says it is too early to tell.
 """
@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.trace import read_trace
 from tests.conftest import wait_for
 from tests.test_browser import WAIT_MS, Page, applied, browser, drawn, page  # noqa: F401 (fixtures)

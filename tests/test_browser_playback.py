@@ -154,7 +154,8 @@ def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: 
     """A trace whose loader pins (simulated with a pin cost): the pin thread and its row, MB/s, and the
     same diagnosis as the Python reducer computes for the same file."""
     from loaderscope.model.diagnosis import diagnosis
-    from loaderscope.model.state import reduce, summary
+    from loaderscope.model.state import reduce
+    from loaderscope.model.stats import summary
 
     events = sim_events("uniform", {"num_workers": 3, "batch_size": 8, "dataset_size": 240, "sample_ms": 2,
                                     "pin_memory": True}, pin_ms_per_mb=40, sample_bytes=100_000)
@@ -311,7 +312,8 @@ def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_p
     """A gpu_step run recorded on an H100 (frontend/tests/fixtures): the pin thread is active, MB/s is
     the recorded one, and the consumer box splits a batch's time into copy and compute."""
     from loaderscope import trace
-    from loaderscope.model.state import reduce, summary
+    from loaderscope.model.state import reduce
+    from loaderscope.model.stats import summary
 
     fixture = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "gpu_step_h100.jsonl"
     _, events = trace.read_trace(fixture)

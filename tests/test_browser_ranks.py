@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from loaderscope import sim
-from loaderscope.model.state import LoaderState, summary
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import summary
 from loaderscope.scenarios.catalog import get
 from loaderscope.trace import read_trace, write_trace
 from tests.conftest import wait_for

@@ -22,7 +22,8 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import pytest
 
-from loaderscope.model.state import _percentile, reduce
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import _percentile
 from tests.conftest import wait_for
 from tests.test_browser import WAIT_MS, Page, browser, drawn  # noqa: F401 (fixtures)
 from tests.test_browser_first_minutes import CONTRAST, FRAMES, NO_SIDEWAYS, shoot

@@ -15,7 +15,8 @@ from rich.console import Console
 from loaderscope.cli.compare import add_compare_command
 from loaderscope.cli.errors import UsageError
 from loaderscope.model.compare import compare, counts, diagnosis_diff, log_edges, normalise
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.runner import Collector, run_real
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate

@@ -11,7 +11,7 @@ from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.model.diagnosis import diagnosis
-from loaderscope.model.state import summary
+from loaderscope.model.stats import summary
 from loaderscope.runner import Collector, run_real
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.model.diagnosis import diagnosis
-from loaderscope.model.state import summary, user_frame
+from loaderscope.model.stats import summary, user_frame
 from loaderscope.runner import Collector, run_real
 from tests.conftest import TORCH_DEATH_ERRORS, wait_for
 

@@ -1,4 +1,4 @@
-"""The job table by SQL (``jobquery``) agrees with the Python definitions: ``state.summary``,
+"""The job table by SQL (``jobquery``) agrees with the Python definitions: ``stats.summary``,
 ``sim.job.rank_figures``, ``ranks.slowest_per_step``, ``ranks.shard_report`` and the page's
 slowest worker; on simulated jobs, on a real torchrun job recorded into a logdir, as JSON lines
 and as Parquet."""
@@ -17,7 +17,8 @@ import pytest
 
 from loaderscope.jobquery import JobQueryError, job_table, shard_text_of, trace_files
 from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
-from loaderscope.model.state import LoaderState, summary
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import summary
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import JobRun, rank_figures

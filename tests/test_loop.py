@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from loaderscope.model.diagnosis import findings
-from loaderscope.model.state import LoaderState, reduce, summary
+from loaderscope.model.state import LoaderState, reduce
+from loaderscope.model.stats import summary
 from loaderscope.runner import Collector, run_real
 from loaderscope.trace import read_trace
 

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.model.diagnosis import findings
-from loaderscope.model.state import summary
+from loaderscope.model.stats import summary
 from loaderscope.runner import Collector
 from tests.conftest import TORCH_DEATH_ERRORS, wait_for
 

@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from torch.utils.data import DataLoader, Dataset
 
 import loaderscope
-from loaderscope.model.state import LoaderState, reduce, summary
+from loaderscope.model.state import LoaderState, reduce
+from loaderscope.model.stats import summary
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.runs import meters
 from loaderscope.server.runs.manager import RunManager
@@ -327,7 +328,7 @@ def wide_run(variant: int) -> list[dict[str, Any]]:
 
 
 def expected_series(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """What /metrics should say of a run of these events: from state.summary()."""
+    """What /metrics should say of a run of these events: from stats.summary()."""
     state = reduce(events)
     stats = summary(state)
     stuck_or_dead = sorted(w["worker"] for w in stats["workers"] if w["status"] in ("stuck", "died"))

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from loaderscope.model.diagnosis import findings
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.report import first_epoch_orders
 from loaderscope.trace import read_trace
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.runner import Collector, run_real
 from loaderscope.scenarios.catalog import get
 from loaderscope.sim import CostModel, machinery, simulate

@@ -3,7 +3,7 @@
 A real DataLoader with real worker processes feeds a real model (forward, backward, optimizer step)
 and an eval pass runs on a second loader between epochs, as in most training scripts. The run is
 recorded by ``watch()``; the cost model is fitted to that recording and replayed at the recorded
-setting. Both batches/s are ``state.summary``'s, so the replay must come within 10% of the
+setting. Both batches/s are ``stats.summary``'s, so the replay must come within 10% of the
 recording whatever the machine's load: it is fitted from the same run, so this checks the model
 (what it charges for the step, the eval gap, the workers' boot, the main process's next()), not
 the machine. The bench (bench/fit_accuracy.py) prints the figure across scenarios and loops.

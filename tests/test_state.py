@@ -9,7 +9,8 @@ import pytest
 from loaderscope.contract.rules import Where, WorkerStatus
 from loaderscope.model.conformance import check
 from loaderscope.model.diagnosis import diagnosis
-from loaderscope.model.state import LoaderState, reduce, summary
+from loaderscope.model.state import LoaderState, reduce
+from loaderscope.model.stats import summary
 
 
 def stream(*steps: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,7 +94,7 @@ def test_unknown_kinds_are_kept_and_summary_and_diagnosis_speak() -> None:
 
 
 def test_a_straggler_is_named_only_on_enough_fetches_and_a_robust_gap() -> None:
-    from loaderscope.model.state import stragglers
+    from loaderscope.model.stats import stragglers
 
     def state(times: dict[int, list[float]]) -> LoaderState:
         s = LoaderState()
@@ -116,7 +117,7 @@ def test_a_straggler_is_named_only_on_enough_fetches_and_a_robust_gap() -> None:
 def test_statistics_kept_between_summaries_equal_those_computed_from_scratch() -> None:
     import random
 
-    from loaderscope.model.state import FetchOrder
+    from loaderscope.model.stats import FetchOrder
 
     rng = random.Random(7)
     s, kept = LoaderState(), FetchOrder()

@@ -1,4 +1,4 @@
-"""The reducer's frame-at-once path (``LoaderState.apply_all``, what the store runs per frame) against
+"""The reducer's frame-at-once path (``fastpath.apply_all``, what the store runs per frame) against
 its event-at-a-time path (``LoaderState.apply``): after every frame the state, the summary and the
 diagnosis must be the same, for simulated runs of every scenario, a real DataLoader's run, and random
 streams (broken ones included, where a rule raises or the protocol is violated)."""
@@ -21,7 +21,9 @@ from loaderscope import sim
 from loaderscope.contract.rules import RULES
 from loaderscope.events import expand
 from loaderscope.model.diagnosis import diagnosis
-from loaderscope.model.state import _INLINED, _INLINED_RULES, LoaderState, summary
+from loaderscope.model.fastpath import _INLINED, _INLINED_RULES, apply_all
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import summary
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.scenarios.catalog import all_scenarios
 from tests.test_ingest_reference import Frames
@@ -46,7 +48,7 @@ def at_once(frames: list[list[dict[str, Any]]]) -> tuple[LoaderState, list[str]]
         problems.append(f"{event.get('seq')}: {type(exc).__name__}: {exc}")
 
     for frame in frames:
-        state.apply_all(frame, failed)
+        apply_all(state, frame, failed)
     return state, problems
 
 

@@ -17,7 +17,8 @@ import torch
 from loaderscope import InstrumentedDataLoader
 from loaderscope.model.diagnosis import diagnosis
 from loaderscope.model.diagnosis import findings as findings_of
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.model.wording import JS_PATH, render_js, say
 from loaderscope.runner import Collector, run_real
 from tests.conftest import TORCH_DEATH_ERRORS

@@ -23,7 +23,8 @@ import pytest
 from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.runner import Collector
 from loaderscope.sim import trace_sweep
 from loaderscope.sim.footprint import gb, over_text
@@ -37,7 +38,7 @@ FIXTURE = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "memor
 
 
 def recorded_peak(events: list[dict[str, Any]]) -> int:
-    """The memory the run's processes held at their most: their PSS summed (state.summary)."""
+    """The memory the run's processes held at their most: their PSS summed (stats.summary)."""
     memory = summary(reduce(events))["memory"]
     assert memory is not None
     return int(memory["total_high"])

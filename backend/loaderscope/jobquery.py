@@ -1,8 +1,8 @@
 """A whole job's table from its traces, by SQL on an embedded DuckDB: every loader's ranks and their
 figures without replaying any rank's events in Python.
 
-The SQL is the definitions of ``state.summary`` (batches/s, the share of time waiting for data),
-the page's ``ranks.slowestWorker`` with ``state.worker_stats``' p95, and ``ranks.slowest_per_step``,
+The SQL is the definitions of ``stats.summary`` (batches/s, the share of time waiting for data),
+the page's ``ranks.slowestWorker`` with ``stats.worker_stats``' p95, and ``ranks.slowest_per_step``,
 written as window functions over one table ``events`` (a row per event, columns named as the event's
 top-level fields, plus ``file``: its run, as a number). Only the reading is DuckDB's (``read_json`` /
 ``read_parquet``); the queries are standard SQL, so the same text runs on Spark SQL or Trino over the

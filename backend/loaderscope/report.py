@@ -2,7 +2,7 @@
 
 ``run_report`` is one run as ``loaderscope show --json`` gives it (docs/DESIGN.md §14), and as
 ``loaderscope run`` and ``show`` print it (``cli/summary.py``): who the run is, its settings,
-``state.summary``'s numbers, the findings with their cause codes, and the first epoch's reordering.
+``stats.summary``'s numbers, the findings with their cause codes, and the first epoch's reordering.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any, TypedDict
 
 from loaderscope.events import Kind
 from loaderscope.model.diagnosis import findings
-from loaderscope.model.state import LoaderState, reduce, summary
+from loaderscope.model.state import LoaderState, reduce
+from loaderscope.model.stats import summary
 
 ORDER_LIMIT = 24  # task ids of the first epoch shown in arrival and in yield order
 STORY_LIMIT = 6  # steps of the reordering story
@@ -52,7 +53,7 @@ class RunReport(TypedDict):
     identity: Identity
     settings: dict[str, Any]  # ``run_start.config``: the DataLoader's settings as torch resolved them
     params: dict[str, Any] | None  # a scenario's parameters; null for the user's own loader
-    summary: dict[str, Any]  # ``state.summary()``, every key (docs/DESIGN.md §3)
+    summary: dict[str, Any]  # ``stats.summary()``, every key (docs/DESIGN.md §3)
     findings: list[FindingJSON]
     reordering: Reordering
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from loaderscope.events import Event
-from loaderscope.model.state import LoaderState, summary
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import summary
 from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.scenarios.workload import Workload
 

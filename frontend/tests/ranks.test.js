@@ -188,7 +188,8 @@ from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import rank_figures
 from loaderscope.sim.run import simulate_ranks
-from loaderscope.model.state import LoaderState, summary
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import summary
 out = []
 for size in (24, 504):
     plan = resolve("uniform", {"num_workers": 2, "dataset_size": size, "step_ms": 5})

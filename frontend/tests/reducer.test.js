@@ -244,7 +244,8 @@ test('agrees with backend/loaderscope/model/state.py on the same events', { skip
     writeFileSync(file, JSON.stringify(events));
     const script = `
 import json, sys
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.model.diagnosis import diagnosis
 s = reduce(json.load(open(sys.argv[1])))
 out = {f: getattr(s, f) for f in ${JSON.stringify(fields)}}

@@ -39,7 +39,8 @@ function streamEndingIn(kind) {
 const kinds = Object.keys(rules);
 const script = `
 import json, sys
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 out = {}
 for kind, events in json.load(sys.stdin).items():
     s = reduce(events)

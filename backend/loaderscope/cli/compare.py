@@ -24,7 +24,8 @@ from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.cli.summary import mb
 from loaderscope.model.compare import compare
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/manager.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
@@ -242,7 +243,7 @@ def print_diagnosis(diff: dict[str, Any], console: Console) -> None:
 
 
 def memory_of(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """A run's memory figures (``state.summary``'s, as ``loaderscope show`` prints them), None without samples."""
+    """A run's memory figures (``stats.summary``'s, as ``loaderscope show`` prints them), None without samples."""
     memory: dict[str, Any] | None = summary(reduce(events))["memory"]
     return memory
 

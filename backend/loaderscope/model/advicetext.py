@@ -4,7 +4,7 @@
 what-if panel shows; ``advice_text`` says it in one sentence (``frontend/js/advice.js`` word for word).
 They live in the core, below the simulator that makes the advice, so that the diagnosis can word an
 advice it is given. The numbers it names come from ``sim.sweep``: a count "within 2% of the fastest"
-is ``SATURATION`` (98%), "after each epoch's first batch" is ``state.summary``'s ``input_bound_steady``.
+is ``SATURATION`` (98%), "after each epoch's first batch" is ``stats.summary``'s ``input_bound_steady``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from typing import Any
 
 from loaderscope.events import Kind
 from loaderscope.model.diagnosis import diagnosis
-from loaderscope.model.state import LoaderState, reduce, summary
+from loaderscope.model.state import LoaderState, reduce
+from loaderscope.model.stats import summary
 
 BINS = 24  # histogram bins over the common range: enough for a shape, few enough to read per worker
 

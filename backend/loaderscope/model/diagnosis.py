@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderscope.events import Kind
-from loaderscope.model.state import LoaderState, summary, user_frame
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import summary, user_frame
 from loaderscope.model.wording import say
 
 @dataclass(frozen=True)

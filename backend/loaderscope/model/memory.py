@@ -230,7 +230,7 @@ def proc_summary(proc: Proc) -> dict[str, Any]:
 
 
 def summary(m: MemoryModel) -> dict[str, Any] | None:
-    """The memory figures of ``state.summary`` (None before the first sample)."""
+    """The memory figures of ``stats.summary`` (None before the first sample)."""
     if not m.samples:
         return None
     rate, span = trend(m)

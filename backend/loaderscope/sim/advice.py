@@ -7,7 +7,7 @@ of ``WORKER_COUNTS``, the other settings as recorded (``trace_sweep``), and choo
 sweep's recommendation does (``sweep.choose``): the smallest count whose batches/s is within
 ``SATURATION`` (98%) of the best swept. The loop is *fed* there when the training loop waits inside
 ``next()`` at most ``FED_SHARE`` (10%) of its time in the epochs, each epoch's first wait left out
-(``state.summary``'s ``input_bound_steady``: that batch waits for the pipeline to fill however many
+(``stats.summary``'s ``input_bound_steady``: that batch waits for the pipeline to fill however many
 workers fill it). ``loaderscope run``, ``loaderscope sim --from-trace``, ``GET /api/runs/{id}/advice``
 and the page's what-if panel all show this one answer (``advicetext.Advice``); ``advicetext.advice_text``
 words it, and ``frontend/js/advice.js`` words it the same.
@@ -26,7 +26,8 @@ from typing import Any
 
 from loaderscope.events import Event
 from loaderscope.model.advicetext import Advice, Status, rate_text
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.sim.fit import fit_from_trace
 from loaderscope.sim.footprint import over_text
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS, TRACE_KEYS, choose, trace_sweep

@@ -18,7 +18,8 @@ from typing import Any
 
 from loaderscope.events import Event
 from loaderscope.model.ranks import TIE_S
-from loaderscope.model.state import LoaderState, summary
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import summary
 from loaderscope.sim.costs import TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator
 

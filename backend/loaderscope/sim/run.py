@@ -14,7 +14,8 @@ from typing import Any
 
 from loaderscope.events import MAX_INDICES, Event, Kind
 from loaderscope.model.ranks import encode_shard
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.scenarios.workload import SamplerOrder, Workload
 from loaderscope.sim.costs import CostModel, TaskCosts
 from loaderscope.sim.engine import SimConfig, Simulator

@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from loaderscope.contract.replay import TRACE_KEYS as TRACE_KEYS  # what a sweep of a trace may change
 from loaderscope.events import Event
-from loaderscope.model.state import reduce, summary
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
 from loaderscope.model.wording import say
 from loaderscope.problems import ParamError, Problem
 from loaderscope.scenarios.workload import Workload
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from loaderscope.scenarios.plan import Plan
 
 # The consumer counts as fed when it waits inside next() at most this share of its time in the
-# epochs, each epoch's first wait left out (state.summary's input_bound_steady): that batch always
+# epochs, each epoch's first wait left out (stats.summary's input_bound_steady): that batch always
 # waits for the pipeline to fill, however many workers fill it.
 FED_SHARE = 0.10
 # The recommendation is the smallest worker count whose throughput is within this of the best.
@@ -214,7 +215,7 @@ def recorded_check(events: Sequence[Event], plan: Plan | None = None,
                    costs: CostModel | None = None) -> dict[str, Any]:
     """The fit's own check: batches/s recorded and predicted at the setting the trace recorded.
 
-    Both are ``state.summary``'s batches/s (batches over the time from the loader's first event
+    Both are ``stats.summary``'s batches/s (batches over the time from the loader's first event
     to its last batch, the loop's steps and its gaps between epochs included), so they compare.
     ``plan``: the scenario a scenario's trace recorded (replayed as that scenario, as ``sim`` does);
     ``costs``: the model ``fit_from_trace(events)`` returned, if the caller has it already.

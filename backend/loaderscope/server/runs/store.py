@@ -23,7 +23,9 @@ import orjson
 
 from loaderscope.events import Event
 from loaderscope.model.diagnosis import diagnosis
-from loaderscope.model.state import FetchOrder, LoaderState, summary
+from loaderscope.model.fastpath import apply_all
+from loaderscope.model.state import LoaderState
+from loaderscope.model.stats import FetchOrder, summary
 from loaderscope.server.budgets import (MAX_EVENT_BYTES, MEMORY_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view,
                                            trim_open_tasks)
 from loaderscope.server.runs.meters import Meters
@@ -119,7 +121,7 @@ class EventLog:
                     _, lines[position], views[position] = self._fit(events[position], line)
         metered = not self.parked  # a parked log's slim state has no statistics: its meters stay as they were
         touched = self.meters.touched(self.state, views) if metered else None
-        self.state.apply_all(views, self._note_problem)  # a surprising event is kept, and the problem noted
+        apply_all(self.state, views, self._note_problem)  # a surprising event is kept, and the problem noted
         if metered:
             self.meters.update(self.state, touched)
         if "run_end" in map(dict.get, events, repeat("kind")):
