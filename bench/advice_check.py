@@ -33,7 +33,7 @@ from loaderscope.model.advicetext import advice_text
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from loaderscope.sim.advice import advise
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

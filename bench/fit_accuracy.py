@@ -36,7 +36,7 @@ from rich.table import Table
 from loaderscope.cli.main import trace_plan
 from loaderscope.sim import recorded_check
 from loaderscope.sim.advice import advise
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

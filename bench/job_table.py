@@ -1,4 +1,4 @@
-"""The job table of a 1,024-rank job by DuckDB (``loaderscope.jobquery``): time and peak memory.
+"""The job table of a 1,024-rank job by DuckDB (``loaderscope.traces.jobquery``): time and peak memory.
 
     .venv/bin/python bench/job_table.py                       # 1,024 ranks x 8 workers x 200 steps, 3 repeats
     .venv/bin/python bench/job_table.py --ranks 64 --steps 50 --repeat 2    # a smoke run
@@ -8,7 +8,7 @@ The job is simulated once (``sim.run.simulate_ranks``, rank 731 with 2.5x slower
 writes them (``jsonl/``), each epoch_end with its shard digest as a real DDP job's probe writes it (a
 cached directory without them, from before the simulator wrote them, is simulated afresh; whether
 every rank has them is printed), then rewritten as loaderscope's Parquet traces (``probe/``: a directory of
-parts per rank, by ``columnar.ParquetTraceWriter``, as ``record --format parquet`` writes them). Each
+parts per rank, by ``parquet.ParquetTraceWriter``, as ``record --format parquet`` writes them). Each
 repeat runs ``job_table`` in a fresh process (cold: its own DuckDB, nothing cached but the OS's page
 cache) and reports its wall time, its CPU time (all threads), how that CPU time split over the
 process's threads (the busiest thread's share: on two idle cores the wall time is about the busiest
@@ -39,8 +39,8 @@ def simulate(root: Path, ranks: int, steps: int) -> None:
     from loaderscope.scenarios.plan import resolve
     from loaderscope.sim import CostModel
     from loaderscope.sim.run import simulate_ranks
-    from loaderscope.trace import write_trace
-    from loaderscope.tracepaths import trace_path
+    from loaderscope.traces.jsonl import write_trace
+    from loaderscope.traces.paths import trace_path
 
     # the scenario's dataset holds at most 100,000 samples: the steps are spread over enough epochs
     epochs = -(-ranks * steps * BATCH // MAX_SAMPLES)
@@ -66,7 +66,7 @@ def has_digests(root: Path) -> bool:
 
 
 def to_parquet(root: Path) -> None:
-    from loaderscope.trace import read_trace, write_trace
+    from loaderscope.traces.jsonl import read_trace, write_trace
 
     for path in sorted((root / "jsonl").rglob("*.trace.jsonl")):
         head, events = read_trace(path)
@@ -79,7 +79,7 @@ def to_parquet(root: Path) -> None:
 # pool is gone once the table is made, so it is sampled every 20 ms, its last sample kept per thread).
 MEASURE = """
 import os, sys, threading, time
-from loaderscope.jobquery import job_table
+from loaderscope.traces.jobquery import job_table
 tick, seen, done = os.sysconf("SC_CLK_TCK"), {}, threading.Event()
 def sample():
     me = threading.get_native_id()

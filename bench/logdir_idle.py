@@ -31,7 +31,7 @@ import httpx
 
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
-from loaderscope.trace import TraceWriter
+from loaderscope.traces.jsonl import TraceWriter
 
 TOKEN = "bench-logdir-idle-token-0123456789"
 URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/\?token=")

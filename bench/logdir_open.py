@@ -5,7 +5,7 @@
 Writes FILES traces of about EVENTS events each (a simulated run, one file per rank of 8-rank
 jobs, a quarter of them cut off without run_end), then:
 
-1. parses every event of every file (``trace.read_trace`` + the reducer): what a dashboard that
+1. parses every event of every file (``jsonl.read_trace`` + the reducer): what a dashboard that
    indexed by reading would pay;
 2. starts ``loaderscope serve --logdir`` with no sidecars (cold) and times until ``GET /api/runs``
    lists every file, with the server's own index time;
@@ -34,7 +34,7 @@ import httpx
 from loaderscope.model.state import LoaderState
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
-from loaderscope.trace import TraceWriter, read_trace
+from loaderscope.traces.jsonl import TraceWriter, read_trace
 
 TOKEN = "bench-logdir-token-0123456789"
 URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/\?token=")

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import loaderscope
-from loaderscope import columnar
-from loaderscope.traceheader import header
+from loaderscope.traces import parquet as columnar
+from loaderscope.traces.header import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.live import launch  # noqa: E402

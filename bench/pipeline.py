@@ -38,7 +38,7 @@ from websockets.sync.client import ClientConnection, connect
 from loaderscope import sim
 from loaderscope.events import COMMON_FIELDS, ROW_FIELDS, encode_frame, to_json
 from loaderscope.scenarios.catalog import get
-from loaderscope.trace import chrome_json
+from loaderscope.traces.jsonl import chrome_json
 
 FRAME = 1000
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -9,7 +9,7 @@
 2. a simulated run (the ``uniform`` scenario, 2 workers, BATCHES batches) written in both formats;
 3. for the simulated run's events, REPEATS times: the writer's CPU time (``time.process_time``, the
    writer thread's whole cost: encode, write, close) per event, and the read time of
-   ``trace.read_trace`` per event, for both formats;
+   ``jsonl.read_trace`` per event, for both formats;
 4. the real recording's events rewritten in 1,200-event parts (2 s of it) at zstd levels 1, 3
    (``columnar.COMPRESSION_LEVEL``), 9 and 19: bytes per event and the writer's CPU per event.
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from loaderscope.cli.main import execute
 from loaderscope.scenarios.plan import resolve
-from loaderscope.trace import read_trace, write_trace
+from loaderscope.traces.jsonl import read_trace, write_trace
 
 SCRIPT = textwrap.dedent('''
     import sys, time, torch
@@ -82,7 +82,7 @@ def footer_bytes(path: Path) -> int:
 
 def levels(events: list[dict[str, Any]]) -> None:
     """The events in 1,200-event parts at each zstd level: bytes and the writer's CPU per event."""
-    from loaderscope import columnar
+    from loaderscope.traces import parquet as columnar
 
     meta = {columnar.METADATA_KEY: b"{}"}
     print(f"zstd levels, {len(events)} recorded events in parts of 1,200: bytes/event, writer CPU µs/event")

@@ -36,8 +36,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from loaderscope.trace import TraceWriter
-from loaderscope.tracepaths import trace_path
+from loaderscope.traces.jsonl import TraceWriter
+from loaderscope.traces.paths import trace_path
 
 STUCK_EVERY = 5.0  # seconds between worker_stuck reports (probe/liveness.py REFRESH_SECONDS)
 

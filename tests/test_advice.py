@@ -23,7 +23,7 @@ from loaderscope.model.advicetext import Advice, advice_text
 from loaderscope.sim import fit_from_trace, trace_sweep
 from loaderscope.sim.advice import TRUST, WORKER_COUNTS, advise, affordable
 from loaderscope.sim.sweep import SATURATION, choose
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 from tests.conftest import wait_for
 from tests.live import LiveServer
 from tests.test_record import environment

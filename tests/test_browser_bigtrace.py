@@ -137,7 +137,7 @@ PARQUET_AND_REFERENCE = """async ({ text }) => {
 
 def parquet_trace(tmp_path: Path, text: str) -> list[Path]:
     """The events of a JSON-lines trace as a Parquet trace of several parts; its part files."""
-    from loaderscope.columnar import ParquetTraceWriter
+    from loaderscope.traces.parquet import ParquetTraceWriter
 
     lines = text.splitlines()
     head = json.loads(lines[0])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope import trace
+from loaderscope.traces import jsonl as trace
 from tests.test_browser import WAIT_MS, Page, applied, browser, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope.trace import TraceWriter
+from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
 from tests.test_browser import WAIT_MS, VIEWPORT, browser  # noqa: F401 (fixture)
 from tests.test_server_logdir import real_run

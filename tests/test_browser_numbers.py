@@ -19,7 +19,7 @@ import pytest
 
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 from tests.conftest import wait_for
 from tests.test_browser import WAIT_MS, Page, applied, browser, drawn, page  # noqa: F401 (fixtures)
 from tests.test_browser_playback import shoot

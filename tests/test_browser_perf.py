@@ -138,7 +138,8 @@ INTERACT = """async () => {
 
 def million_event_trace(path: Any) -> int:
     """A simulated run of 1,000,000 events (8 workers, pin thread on), written as a trace file."""
-    from loaderscope import sim, trace
+    from loaderscope import sim
+    from loaderscope.traces import jsonl as trace
     from loaderscope.scenarios.catalog import get
     from loaderscope.sim.costs import CostModel
 

@@ -145,7 +145,7 @@ def sim_events(scenario: str, params: dict[str, Any], **costs: Any) -> list[dict
 
 
 def write(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
-    from loaderscope import trace
+    from loaderscope.traces import jsonl as trace
 
     return trace.write_trace(path, events, run=events[0]["run"], scenario=events[0].get("scenario"), mode="sim", **meta)
 
@@ -311,7 +311,7 @@ def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tm
 def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
     """A gpu_step run recorded on an H100 (frontend/tests/fixtures): the pin thread is active, MB/s is
     the recorded one, and the consumer box splits a batch's time into copy and compute."""
-    from loaderscope import trace
+    from loaderscope.traces import jsonl as trace
     from loaderscope.model.state import reduce
     from loaderscope.model.stats import summary
 

@@ -12,7 +12,7 @@ from loaderscope import sim
 from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary
 from loaderscope.scenarios.catalog import get
-from loaderscope.trace import read_trace, write_trace
+from loaderscope.traces.jsonl import read_trace, write_trace
 from tests.conftest import wait_for
 from tests.test_browser import WAIT_MS, VIEWPORT, browser  # noqa: F401 (fixture)
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 
 
 def loaderscope(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -114,7 +114,7 @@ def test_sim_prints_csv_and_json(tmp_path: Path) -> None:
 def test_compare_prints_csv_and_json(tmp_path: Path) -> None:
     from loaderscope import sim
     from loaderscope.scenarios.catalog import get
-    from loaderscope.trace import write_trace
+    from loaderscope.traces.jsonl import write_trace
 
     for workers, out in ((1, "a.jsonl"), (3, "b.jsonl")):
         params = {"num_workers": workers, "dataset_size": 24}

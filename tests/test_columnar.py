@@ -1,4 +1,4 @@
-"""Parquet traces (columnar.py, ``loaderscope[columnar]``): the same events come back as from JSON lines,
+"""Parquet traces (traces/parquet.py, ``loaderscope[columnar]``): the same events come back as from JSON lines,
 for real recordings of a multiprocess DataLoader and for every simulated scenario; a SIGKILLed recording
 leaves a readable prefix marked truncated; ``export`` converts both ways; a bad format is named."""
 
@@ -16,12 +16,12 @@ pytest.importorskip("pyarrow")  # the columnar extra; scripts/test.sh installs i
 
 import pyarrow.parquet as pq
 
-from loaderscope import columnar
+from loaderscope.traces import parquet as columnar
 from loaderscope.contract.events import COMMON_FIELDS, STRUCTS
 from loaderscope.events import Kind
 from loaderscope.model import conformance
 from loaderscope.scenarios.catalog import all_scenarios
-from loaderscope.trace import TraceError, chosen_format, read_trace, read_trace_tolerant, write_trace
+from loaderscope.traces.jsonl import TraceError, chosen_format, read_trace, read_trace_tolerant, write_trace
 
 from tests.conftest import wait_for
 from tests.test_record import PYTHON, environment, kill_recorded, record_argv, script, yields
@@ -251,7 +251,7 @@ def test_a_trace_of_the_previous_writer_reads_the_same_and_tables_the_same(tmp_p
     before ``wall_start``, ``host`` and ``pid`` had columns (they were in ``extra``), and by today's:
     the same events, and the same job table (its clock read from ``extra`` in the old one)."""
     pytest.importorskip("duckdb")
-    from loaderscope.jobquery import table_of
+    from loaderscope.traces.jobquery import table_of
 
     old, new = FIXTURES / "gpu_step_h100.v1.trace.parquet", FIXTURES / "gpu_step_h100.trace.parquet"
     assert all("wall_start" not in pq.ParquetFile(part).schema_arrow.names for part in old.glob("part-*.parquet"))

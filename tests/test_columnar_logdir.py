@@ -1,4 +1,4 @@
-"""``serve --logdir`` with Parquet traces (columnar.py): listed beside JSON-lines ones, opened, followed
+"""``serve --logdir`` with Parquet traces (traces/parquet.py): listed beside JSON-lines ones, opened, followed
 part by part as a producer writes them, and shown truncated when the producer was killed; a part over
 the server's budgets, dropped by another local user, refused from its footer. Real server, real
 websocket client, real events of a real DataLoader (tests/test_server_logdir.py's ``recorded``)."""
@@ -18,10 +18,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loaderscope import columnar
-from loaderscope.columnar import ParquetTraceWriter
+from loaderscope.traces import parquet as columnar
+from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.server.budgets import PARQUET_PART_ROWS
-from loaderscope.traceheader import header
+from loaderscope.traces.header import header
 from tests.conftest import wait_for
 from tests.test_logdir_safety import as_other_user, needs_root, team_logdir  # noqa: F401 (a fixture)
 from tests.test_server_logdir import BATCHES, read_until, recorded, runs, write  # noqa: F401 (a fixture)

@@ -22,9 +22,9 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from loaderscope import columnar
+from loaderscope.traces import parquet as columnar
 from loaderscope.model import conformance
-from loaderscope.trace import read_trace_tolerant
+from loaderscope.traces.jsonl import read_trace_tolerant
 from tests.conftest import wait_for
 from tests.test_logdir_safety import OTHER, as_other_user, needs_root
 from tests.test_record import environment, yields

@@ -20,7 +20,7 @@ from loaderscope.model.stats import summary
 from loaderscope.runner import Collector, run_real
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import simulate
-from loaderscope.trace import write_trace
+from loaderscope.traces.jsonl import write_trace
 
 REAL = {"dataset_size": 24, "batch_size": 2, "sample_ms": 4}
 

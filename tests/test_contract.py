@@ -94,7 +94,8 @@ def test_every_field_a_real_probe_sends_is_declared(tmp_path: Path, monkeypatch:
     from torch.utils.data import DataLoader, TensorDataset
 
     import loaderscope
-    from loaderscope import events, trace
+    from loaderscope import events
+    from loaderscope.traces import jsonl as trace
 
     with loaderscope.watch(DataLoader(TensorDataset(torch.arange(32.0)), batch_size=4, num_workers=2),
                            logdir=tmp_path) as loader:

@@ -176,7 +176,7 @@ def test_a_watched_loaders_events_are_declared(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_doctor_snapshots_events_are_declared(hung: Any, tmp_path: Path) -> None:  # noqa: F811
-    from loaderscope.trace import read_trace
+    from loaderscope.traces.jsonl import read_trace
     from tests.test_doctor import SLEEPS, doctor
 
     h = hung(SLEEPS)

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from loaderscope.columnar import ParquetTraceWriter
+from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.run import simulate_ranks
-from loaderscope.tracepaths import trace_path
+from loaderscope.traces.paths import trace_path
 
 duckdb = pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")

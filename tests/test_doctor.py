@@ -23,7 +23,7 @@ from loaderscope.doctor import model, verdict
 from loaderscope.doctor.sample import EXIT_NO_LOADER, EXIT_NO_PROCESS, EXIT_NOT_PYTHON, children, py_spy
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 from tests.conftest import wait_for
 
 HEAD = '''\

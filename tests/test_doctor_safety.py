@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from loaderscope.doctor.sample import EXIT_NO_LOADER
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 from tests.conftest import wait_for
 from tests.test_doctor import reading
 

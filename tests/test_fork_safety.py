@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderscope.trace import read_trace_tolerant
+from loaderscope.traces.jsonl import read_trace_tolerant
 
 from tests.live import LiveServer
 from tests.test_record import PYTHON, TRAIN, environment, script

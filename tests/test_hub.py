@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 

@@ -111,7 +111,7 @@ def test_cycles_are_found(edges: dict[str, set[str]], expected: list[list[str]])
 def test_lazy_and_type_checking_imports_are_arrows(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loaderscope.model.state import X\n"
-                      "def f():\n    from loaderscope import events\n    import loaderscope.trace\n")
+                      "def f():\n    from loaderscope import events\n    import loaderscope.traces.jsonl\n")
     known = modules()
     assert set(imported("loaderscope.m", source, known)) - {""} == {"loaderscope.model.state", "loaderscope.events",
-                                                                  "loaderscope.trace"}
+                                                                  "loaderscope.traces.jsonl"}

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from loaderscope.columnar import ParquetTraceWriter
+from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.run import simulate_ranks
-from loaderscope.trace import write_trace
-from loaderscope.tracepaths import trace_path
+from loaderscope.traces.jsonl import write_trace
+from loaderscope.traces.paths import trace_path
 from tests.conftest import wait_for
 
 pytest.importorskip("duckdb")

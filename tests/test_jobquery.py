@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loaderscope.jobquery import JobQueryError, job_table, shard_text_of, trace_files
+from loaderscope.traces.jobquery import JobQueryError, job_table, shard_text_of, trace_files
 from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary
@@ -23,8 +23,8 @@ from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import JobRun, rank_figures
 from loaderscope.sim.run import simulate_ranks
-from loaderscope.trace import read_trace, write_trace
-from loaderscope.tracepaths import trace_path
+from loaderscope.traces.jsonl import read_trace, write_trace
+from loaderscope.traces.paths import trace_path
 from tests.conftest import wait_for
 
 duckdb = pytest.importorskip("duckdb")
@@ -186,9 +186,9 @@ def test_a_job_of_mixed_files_torn_and_lacking_columns_gives_the_same_table(tmp_
 
 
 def as_loaderscope_parquet(source: Path, target: Path) -> Any:
-    """The job table of ``source``'s traces written as loaderscope's Parquet traces (columnar.py): a
+    """The job table of ``source``'s traces written as loaderscope's Parquet traces (traces/parquet.py): a
     directory of parts per run, the loosely typed fields (``wall_start``, ``shard``) in ``extra``."""
-    from loaderscope.columnar import ParquetTraceWriter
+    from loaderscope.traces.parquet import ParquetTraceWriter
 
     for number, path in enumerate(sorted(source.rglob("*.trace.jsonl"))):
         head, events = read_trace(path)

@@ -20,7 +20,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import loaderscope
-from loaderscope.trace import HEARTBEAT_EVERY, TraceWriter
+from loaderscope.traces.jsonl import HEARTBEAT_EVERY, TraceWriter
 from tests.conftest import wait_for
 from tests.test_watch import Squares
 from tests.test_server_logdir import BATCHES, real_run, recorded, runs, write  # noqa: F401 (recorded: a fixture)

@@ -19,7 +19,7 @@ import pytest
 from loaderscope.server.logdir.index import MAX_INDEX_BYTES, quick_index
 from loaderscope.server.logdir.storage import FsspecStorage, storage_for
 from loaderscope.server.logdir.tracefile import TraceFile
-from loaderscope.trace import MAX_LINE_BYTES
+from loaderscope.traces.jsonl import MAX_LINE_BYTES
 
 pytest.importorskip("aiohttp")
 HEADER = orjson.dumps({"format": "loaderscope-trace", "version": 1, "run": "r"}) + b"\n"

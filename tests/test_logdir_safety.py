@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from loaderscope.server.logdir.index import SIDECAR_VERSION
-from loaderscope.trace import TraceWriter, write_trace
+from loaderscope.traces.jsonl import TraceWriter, write_trace
 from tests.conftest import wait_for
 from tests.test_server_ingest import batches
 from tests.test_server_logdir import BATCHES, recorded, runs, write  # noqa: F401 (recorded is a fixture)

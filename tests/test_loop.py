@@ -21,7 +21,7 @@ from loaderscope.model.diagnosis import findings
 from loaderscope.model.state import LoaderState, reduce
 from loaderscope.model.stats import summary
 from loaderscope.runner import Collector, run_real
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 
 LOOPS = r'''
 import json, sys, threading, queue, time

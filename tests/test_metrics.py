@@ -123,7 +123,7 @@ def test_a_watched_loaders_series_agree_with_the_run_api(start_server: Any) -> N
 def test_a_copy_on_read_runs_memory_is_exported_as_its_summary_gives_it(start_server: Any, tmp_path: Path) -> None:
     """A real recording (frontend/tests/fixtures/make_memory.py: 600,000 strings, 2 workers) from a logdir:
     the workers' USS, the pages they copied, the processes' PSS and the headroom, as the summary has them."""
-    from loaderscope.trace import TraceWriter
+    from loaderscope.traces.jsonl import TraceWriter
 
     fixture = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "memory_copy_on_read.jsonl"
     events = [{k: v for k, v in orjson.loads(line).items() if k not in ("seq", "run")}
@@ -175,7 +175,7 @@ def recorded_loader() -> list[dict[str, Any]]:
 
 def write_rank(path: Path, events: list[dict[str, Any]], rank: int, *, age: float = 0.0) -> None:
     """Rank ``rank`` of a 4-rank job, as ``loaderscope record`` writes it; last written ``age`` s ago."""
-    from loaderscope.trace import TraceWriter
+    from loaderscope.traces.jsonl import TraceWriter
 
     start = {**events[0], "job": "job-7", "world_size": 4, "rank": rank, "name": "train_loader"}
     with TraceWriter(path, "producer", mode="real") as writer:
@@ -229,7 +229,7 @@ def test_a_live_logdir_run_is_read_for_its_numbers_without_its_events_then_keeps
     from loaderscope.server.budgets import MEMORY_BYTES
     from loaderscope.server.logdir.follow import METERED_BYTES, Logdir
     from loaderscope.server.logdir.storage import storage_for
-    from loaderscope.trace import TraceWriter
+    from loaderscope.traces.jsonl import TraceWriter
 
     events = recorded_loader()
     logs = tmp_path / "logs"

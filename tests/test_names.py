@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import loaderscope
 from loaderscope.model import conformance
-from loaderscope.trace import read_trace
-from loaderscope.tracepaths import safe_name
+from loaderscope.traces.jsonl import read_trace
+from loaderscope.traces.paths import safe_name
 from tests import stacks
 
 PYTHON = sys.executable

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from loaderscope.model import conformance
-from loaderscope.trace import TraceError, read_trace, read_trace_tolerant
+from loaderscope.traces.jsonl import TraceError, read_trace, read_trace_tolerant
 
 from tests.conftest import wait_for
 

@@ -273,7 +273,7 @@ def test_after_a_logdir_dashboard_restarts_only_the_runs_secret_resumes_it(start
 
 
 def test_a_parked_store_holds_no_event_answers_from_its_file_and_comes_back_whole(tmp_path: Path) -> None:
-    from loaderscope import trace
+    from loaderscope.traces import jsonl as trace
     from loaderscope.server.runs.spill import TraceSpill
     from loaderscope.server.runs.store import EventLog
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 
 from loaderscope.events import REQUIRED
-from loaderscope.trace import write_trace
+from loaderscope.traces.jsonl import write_trace
 from websockets.sync.client import connect
 
 from tests.conftest import LiveServer, launch, wait_for

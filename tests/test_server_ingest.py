@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.server.web.dashboard import checked_trace
-from loaderscope.trace import read_trace, write_trace
+from loaderscope.traces.jsonl import read_trace, write_trace
 from tests.conftest import LiveServer, launch
 
 

@@ -1,7 +1,7 @@
 """``serve --logdir DIR``: every trace under DIR listed, growing ones followed live, kept across restarts.
 
 The traces are real: events of a real (in-process) DataLoader recorded once per module through
-``InstrumentedDataLoader(sink=...)``, written with ``trace.TraceWriter`` the way a producer on
+``InstrumentedDataLoader(sink=...)``, written with ``jsonl.TraceWriter`` the way a producer on
 another node appends to a shared filesystem: line by line, flushed, possibly cut off mid-line.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 
-from loaderscope.trace import TraceWriter
+from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
 from tests.live import LiveServer, _wait_healthy, launch
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from loaderscope.trace import TraceWriter
+from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
 from tests.live import LiveServer
 from tests.test_server_logdir import real_run

@@ -16,7 +16,7 @@ from loaderscope.server.security.logs import RedactToken, redact
 from loaderscope.server.security.guard import Policy, checked_token, host_name, needs_token, without_token
 from loaderscope.server.runs.spill import INDEX_EVERY, TraceSpill
 from loaderscope.server.runs.store import EventLog, Gap
-from loaderscope.trace import header, read_trace
+from loaderscope.traces.jsonl import header, read_trace
 
 
 def events(n: int, start_t: float = 0.0) -> list[dict]:

@@ -23,7 +23,7 @@ from loaderscope.scenarios.params import CommonParams
 from loaderscope.scenarios.plan import resolve
 from loaderscope.settings import LoaderSettings, check, max_tasks, table
 from loaderscope.sim import replay_grid, simulate
-from loaderscope.trace import write_trace
+from loaderscope.traces.jsonl import write_trace
 
 
 def test_the_defaults_are_torchs() -> None:

@@ -20,7 +20,7 @@ from loaderscope.model.diagnosis import findings
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from loaderscope.report import first_epoch_orders
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 
 PYTHON = sys.executable
 SECTIONS = ("Settings", "Throughput", "Waiting", "Workers", "Reordering", "Diagnosis")

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import loaderscope
 from loaderscope.model import conformance
 from loaderscope.probe.loader import ProbeMixin
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 from tests import stacks
 
 # nothing comes from the hub: every dataset here is built in memory

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 import loaderscope
 from loaderscope.model import conformance
 from loaderscope.probe.loader import distributed_identity, job_id
-from loaderscope.trace import read_trace
+from loaderscope.traces.jsonl import read_trace
 from tests.conftest import free_port, wait_for
 
 

@@ -28,7 +28,7 @@ from loaderscope.model.stats import summary
 from loaderscope.runner import Collector
 from loaderscope.sim import trace_sweep
 from loaderscope.sim.footprint import gb, over_text
-from loaderscope.trace import write_trace
+from loaderscope.traces.jsonl import write_trace
 from tests.test_browser import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
 from tests.conftest import wait_for
 from tests.test_memory import next_sample

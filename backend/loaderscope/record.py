@@ -22,8 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderscope.trace import FORMAT_ENV, FORMATS, SUFFIXES, chosen_format
-from loaderscope.tracepaths import JOB_ENV, RECORD_JOB_ENV, job_name
+from loaderscope.traces.jsonl import FORMAT_ENV, FORMATS, SUFFIXES, chosen_format
+from loaderscope.traces.paths import JOB_ENV, RECORD_JOB_ENV, job_name
 
 DEFAULT_LOGDIR = "loaderscope-runs"
 STARTUP_HOOK = "loaderscope_auto.pth"
@@ -93,7 +93,7 @@ def record(command: list[str], *, logdir: str | None = None, url: str | None = N
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RecordError(f"cannot create {root} ({exc.strerror or exc}): pass a writable --logdir") from None
-    # The job is named where the ranks run (tracepaths.this_job): a launcher's id is only in their
+    # The job is named where the ranks run (paths.this_job): a launcher's id is only in their
     # environment (torchrun sets it in each worker's), and it is what every node's ranks share. This
     # process names it only when told to (--job), and offers a name for a command no launcher names.
     env = {**os.environ, "LOADERSCOPE_RECORD": "1", "LOADERSCOPE_LOGDIR": str(root), FORMAT_ENV: fmt,

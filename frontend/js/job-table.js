@@ -1,5 +1,5 @@
 // A logdir job's table as GET /api/jobs/{job}/table gives it (DuckDB over the traces,
-// backend/loaderscope/jobquery.py): a row per loader of each rank (a job is ranks × loaders: an
+// backend/loaderscope/traces/jobquery.py): a row per loader of each rank (a job is ranks × loaders: an
 // ignite job's train and val loaders are two loaders of each rank, never more ranks), no rank opened
 // to draw it. The table is virtual: rows have one height, a spacer gives the scroll its length, and
 // only the rows in view are in the page, so a 1,024-rank job costs what a screenful does. A click on

@@ -25,8 +25,8 @@ import { invalidReason } from './schema.js';
 /** @typedef {import('./vendor/hyparquet/metadata.js').ColumnMetaData} ColumnMetaData */
 /** @typedef {import('./vendor/hyparquet/thrift.js').DataReader} DataReader */
 
-export const HEADER_KEY = 'loaderscope-trace'; // the key-value metadata holding the header (columnar.py)
-/** A part file of a trace directory, as columnar.py names them (in event order). */
+export const HEADER_KEY = 'loaderscope-trace'; // the key-value metadata holding the header (traces/parquet.py)
+/** A part file of a trace directory, as traces/parquet.py names them (in event order). */
 export const PART_NAME = /^part-\d+\.parquet$/;
 const FIRST = ['seq', 't', 'run', 'rank', 'kind']; // the fields a JSON line carries first, in its order
 const NOT_FIELDS = new Set(['extra', 'int_fields']); // columns that are not fields of the event

@@ -1,6 +1,6 @@
 // Reading a ◆ trace file (JSON Lines: a header, then one event per line) in the browser, as data:
 // JSON.parse only, every event checked against the schema, a size limit, and messages that name
-// the file and the line, like backend/loaderscope/trace.py. Feed it bytes as they are read.
+// the file and the line, like backend/loaderscope/traces/jsonl.py. Feed it bytes as they are read.
 
 import { invalidReason } from './schema.js';
 import { EventTable } from './event-table.js';

@@ -1,6 +1,6 @@
 // A Parquet trace gives the page the events its JSON lines give, row for row, in every layout a
 // writer may choose; anything else is refused by name. The fixtures are a real recording
-// (fixtures/gpu_step_h100.jsonl) written by loaderscope/columnar.py and by pyarrow other ways
+// (fixtures/gpu_step_h100.jsonl) written by loaderscope/traces/parquet.py and by pyarrow other ways
 // (fixtures/make_parquet.py).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

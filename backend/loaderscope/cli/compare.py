@@ -81,7 +81,7 @@ def comparison_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def load_run(ref: str, url: str | None) -> list[dict[str, Any]]:
     """The events of a trace file, or of a run id on the dashboard."""
-    from loaderscope.trace import TraceError, read_trace
+    from loaderscope.traces.jsonl import TraceError, read_trace
 
     path = Path(ref)
     if path.exists() or not RUN_ID.match(ref):

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
-from loaderscope.jobquery import JobBudget, JobQueryError, JobTable, job_table, shard_text_of
+from loaderscope.traces.jobquery import JobBudget, JobQueryError, JobTable, job_table, shard_text_of
 
 
 def add_job_command(subparsers: Any) -> None:

@@ -149,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_job(plan, args)
     events, state, error = execute(plan, args.mode, cost_model(args.costs))
     out = Path(args.out or f"{plan.name}.trace.jsonl")
-    from loaderscope.trace import write_trace
+    from loaderscope.traces.jsonl import write_trace
 
     write_trace(out, events, state.run, scenario=plan.name, mode=args.mode, params=plan.values())
     print_report(run_report(events, state=state), console)
@@ -180,8 +180,8 @@ def run_job(plan: Plan, args: argparse.Namespace) -> int:
     from loaderscope.runner import new_run_id
     from loaderscope.sim import CostModel
     from loaderscope.sim.run import simulate_ranks
-    from loaderscope.trace import write_trace
-    from loaderscope.tracepaths import trace_path
+    from loaderscope.traces.jsonl import write_trace
+    from loaderscope.traces.paths import trace_path
 
     if args.mode != "sim":
         raise UsageError("--ranks simulates a data-parallel job: add --mode sim (to watch a real job, run it with "
@@ -259,7 +259,7 @@ def sweep_grid(specs: Sequence[str], allowed: Sequence[str]) -> dict[str, list[A
 
 
 def read_events(path: str) -> list[Event]:
-    from loaderscope.trace import TraceError, read_trace
+    from loaderscope.traces.jsonl import TraceError, read_trace
 
     try:
         return read_trace(path)[1]
@@ -370,8 +370,8 @@ def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table",
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from loaderscope.trace import TraceError, chrome_json, columnar_available, read_trace_tolerant, write_trace
-    from loaderscope.traceheader import meta_of
+    from loaderscope.traces.jsonl import TraceError, chrome_json, columnar_available, read_trace_tolerant, write_trace
+    from loaderscope.traces.header import meta_of
 
     fmt = args.format or export_format(args.output)
     output = Path(args.output)

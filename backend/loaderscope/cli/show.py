@@ -20,7 +20,7 @@ from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import stdout_console, to_json
 from loaderscope.cli.summary import bullets, plain, print_report
 from loaderscope.report import RunReport, run_report
-from loaderscope.trace import SUFFIXES, TraceError, read_trace_tolerant
+from loaderscope.traces.jsonl import SUFFIXES, TraceError, read_trace_tolerant
 
 TRACE_SUFFIXES = tuple(SUFFIXES.values())  # what the dashboard lists from a logdir (a Parquet trace: a directory)
 UNREADABLE_EXIT = 1

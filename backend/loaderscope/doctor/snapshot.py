@@ -16,7 +16,7 @@ from typing import Any
 from loaderscope.doctor.model import Picture, plain
 from loaderscope.doctor.verdict import Verdict
 from loaderscope.events import Event, Kind, to_json
-from loaderscope.trace import header
+from loaderscope.traces.jsonl import header
 
 _HOLDING = ("fetching", "collate", "lock", "stopped", "put")
 

@@ -24,7 +24,7 @@ from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.memory import watch_memory
 from loaderscope.probe.protocol import followable
 from loaderscope.probe.recorder import Recorder, Sink
-from loaderscope.tracepaths import launcher_job
+from loaderscope.traces.paths import launcher_job
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -149,7 +149,7 @@ def distributed_identity() -> tuple[int, int]:
 
 
 def job_id(world_size: int) -> str | None:
-    """What the ranks of one job share: the launcher's run id (``tracepaths.launcher_job``), else the
+    """What the ranks of one job share: the launcher's run id (``paths.launcher_job``), else the
     rendezvous address."""
     env = os.environ
     named = launcher_job()

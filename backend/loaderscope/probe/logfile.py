@@ -4,9 +4,9 @@ Jobs on a cluster cannot reach a dashboard, and they get killed; so each run goe
 complete up to its last second whatever happens to the process: written per probe frame, flushed
 to the OS at once (a killed process loses nothing written) and synced to the disk at least every
 second (a shared filesystem shows it to other nodes). The file is the ordinary trace format
-(``trace.py``: header line, then one event per line); a file without ``run_end`` or with a torn last
-line is a truncated trace, which ``trace.read_trace_tolerant`` reads. With ``$LOADERSCOPE_FORMAT=parquet``
-(``record --format parquet``) the run is a Parquet trace instead (``columnar.py``): a closed part file
+(``traces/jsonl.py``: header line, then one event per line); a file without ``run_end`` or with a torn last
+line is a truncated trace, which ``jsonl.read_trace_tolerant`` reads. With ``$LOADERSCOPE_FORMAT=parquet``
+(``record --format parquet``) the run is a Parquet trace instead (``traces/parquet.py``): a closed part file
 every few seconds, so a killed process loses the events since its last part.
 
 Nothing here may slow or break training. The probe thread only appends to a bounded queue; a
@@ -16,7 +16,7 @@ events are dropped and counted. A disk error (full, read-only, permission) is sa
 file and the fix, and ends this run's file there; training goes on.
 
 A logdir may be a team's, which other users can write: the trace is made new or not at all, never
-through a link (``safefiles.py``); a name someone else took is left alone and the trace goes beside it
+through a link (``traces/safefiles.py``); a name someone else took is left alone and the trace goes beside it
 under a random suffix, said once. The heartbeat touches the file the writer holds, never a name.
 """
 
@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from loaderscope.events import Event, expand
-from loaderscope.tracepaths import safe_name, trace_path
+from loaderscope.traces.paths import safe_name, trace_path
 from loaderscope.probe.faults import report
-from loaderscope.trace import HEARTBEAT_EVERY, SUFFIXES, TraceWriter, chosen_format, open_writer, with_format
+from loaderscope.traces.jsonl import HEARTBEAT_EVERY, SUFFIXES, TraceWriter, chosen_format, open_writer, with_format
 
 if TYPE_CHECKING:
-    from loaderscope.columnar import ParquetTraceWriter
+    from loaderscope.traces.parquet import ParquetTraceWriter
 
 BUFFER_EVENTS = 200_000  # as transport.BUFFER_EVENTS: what may wait for a slow disk
 SYNC_EVERY = 1.0  # seconds between fsyncs while events come
@@ -238,7 +238,7 @@ def _fresh(path: Path, fmt: str) -> Path:
 def _import_parquet_writing() -> None:
     """In the thread that will fork the loader's workers, never in the writer thread (see the function)."""
     try:
-        from loaderscope.columnar import import_what_writing_imports
+        from loaderscope.traces.parquet import import_what_writing_imports
         import_what_writing_imports()
     except Exception as exc:  # noqa: BLE001 (the writer thread meets it again, and says it)
         report("trace file", exc)

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 from loaderscope.events import Event
 from loaderscope.discovery import find_dashboard
 from loaderscope.probe.faults import report
-from loaderscope.tracepaths import running_command, this_job
+from loaderscope.traces.paths import running_command, this_job
 from loaderscope.probe.logfile import Fanout, LogfileSink
 from loaderscope.probe.loader import ProbeMixin, failure
 from loaderscope.probe.names import caller_frame, claim, loader_name, place, rebuilding

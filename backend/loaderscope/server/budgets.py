@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from loaderscope.events import COMMON_FIELDS, REQUIRED, Event
-from loaderscope.jobquery import JobBudget
+from loaderscope.traces.jobquery import JobBudget
 
 # One stored event, encoded: 100 KB stacks pass whole; a line stays under trace.MAX_LINE_BYTES (1 MiB),
 # so every trace the server writes can be read back.
@@ -26,9 +26,9 @@ MAX_OPEN_TASKS = 65_536  # dispatched, unfinished tasks the reducer tracks per r
 PAGE_BYTES = 4 * 1024 * 1024  # events per REST page, encoded; the page says where to continue
 VIEWER_FRAME_BYTES = 1024 * 1024  # events per websocket message to a viewer
 MAX_BODY_BYTES = 256 * 1024  # request bodies (a run or a sweep needs a few hundred bytes)
-# One part of a Parquet trace in a logdir (columnar.py), checked against its footer before a row is
+# One part of a Parquet trace in a logdir (traces/parquet.py), checked against its footer before a row is
 # decoded: a few hundred KB of zstd can hold millions of alike rows, gigabytes once decoded. The
-# writer's parts hold at most 65,536 events (columnar.ROW_GROUP_EVENTS), ~2 MB of columns.
+# writer's parts hold at most 65,536 events (parquet.ROW_GROUP_EVENTS), ~2 MB of columns.
 PARQUET_PART_ROWS = 131_072
 PARQUET_PART_BYTES = 32 * 1024 * 1024  # the file, and its columns decoded (the footer's sizes)
 PARQUET_FOOTER_BYTES = 1024 * 1024  # parsed whole before any check (the writer's: 2-6 KB)

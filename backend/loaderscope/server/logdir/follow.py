@@ -46,7 +46,7 @@ from loaderscope.server.processes.process import SECRET_HEADER
 from loaderscope.server.runs.manager import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
 from loaderscope.server.runs.spill import TraceSpill, header_of
 from loaderscope.server.runs.store import EventLog
-from loaderscope.trace import HEARTBEAT_EVERY, TraceError
+from loaderscope.traces.jsonl import HEARTBEAT_EVERY, TraceError
 
 TRACE_SUFFIX = ".trace.jsonl"
 CHUNK_BYTES = 2 << 20  # read per step while catching up: ~15k events, ~50 ms of the event loop

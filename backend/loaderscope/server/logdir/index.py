@@ -26,7 +26,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from loaderscope.events import EventError, recording_of, validate
 from loaderscope.server.logdir.storage import Entry, Storage
-from loaderscope.trace import MAX_LINE_BYTES, MAX_TRACE_BYTES, TraceError, check_header
+from loaderscope.traces.jsonl import MAX_LINE_BYTES, MAX_TRACE_BYTES, TraceError, check_header
 
 SIDECAR_FORMAT = "loaderscope-index"
 SIDECAR_VERSION = 2  # 2: an index says its run's recording

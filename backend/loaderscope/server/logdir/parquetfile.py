@@ -1,4 +1,4 @@
-"""Parquet traces in a logdir (``columnar.py``): a directory ``NAME.trace.parquet/`` of part files,
+"""Parquet traces in a logdir (``traces/parquet.py``): a directory ``NAME.trace.parquet/`` of part files,
 listed and followed as one run, as ``tracefile.TraceFile`` follows a JSON-lines file.
 
 Its writer renames each part into place whole, so a part seen is a part complete: following the
@@ -22,7 +22,7 @@ from loaderscope.server.budgets import PARQUET_FOOTER_BYTES, PARQUET_PART_BYTES,
 from loaderscope.server.logdir.index import Index, take_last, take_run_start
 from loaderscope.server.logdir.storage import Entry, Storage
 from loaderscope.server.logdir.tracefile import TraceFile
-from loaderscope.trace import SUFFIXES, TraceError, columnar_available
+from loaderscope.traces.jsonl import SUFFIXES, TraceError, columnar_available
 
 PARQUET_SUFFIX = SUFFIXES["parquet"]
 NEEDS_PYARROW = "is a Parquet trace: listing it needs pyarrow (pip install 'loaderscope[columnar]' where the dashboard runs)"
@@ -69,7 +69,7 @@ def read_part(storage: Storage, path: str, only: slice | None = None) -> tuple[d
         OSError: it cannot be read.
         TraceError: it is not a trace's part, or it is over a budget (then nothing of it was decoded).
     """
-    from loaderscope.columnar import read_part as read
+    from loaderscope.traces.parquet import read_part as read
 
     return read(_part_file(storage, path), path, only=only, max_rows=PARQUET_PART_ROWS,
                 max_bytes=PARQUET_PART_BYTES)
@@ -77,7 +77,7 @@ def read_part(storage: Storage, path: str, only: slice | None = None) -> tuple[d
 
 def count_yields(storage: Storage, path: str) -> int:
     """The batches of a part, from its ``kind`` column alone. Raises OSError, TraceError."""
-    from loaderscope.columnar import count_kind
+    from loaderscope.traces.parquet import count_kind
 
     return count_kind(_part_file(storage, path), "yield", path, max_rows=PARQUET_PART_ROWS,
                       max_bytes=PARQUET_PART_BYTES)
@@ -86,7 +86,7 @@ def count_yields(storage: Storage, path: str) -> int:
 def _part_file(storage: Storage, path: str) -> IO[bytes]:
     """A part's bytes in memory (its footer is read from the end, its columns from anywhere), read to at
     most ``PARQUET_PART_BYTES``, its footer at most ``PARQUET_FOOTER_BYTES``. Raises OSError, TraceError."""
-    from loaderscope.columnar import over_budget
+    from loaderscope.traces.parquet import over_budget
 
     with storage.open(path) as f:
         data = f.read(PARQUET_PART_BYTES + 1)

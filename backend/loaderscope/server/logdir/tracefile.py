@@ -19,7 +19,7 @@ import orjson
 
 from loaderscope.events import Event, EventError, validate
 from loaderscope.server.logdir.storage import Storage
-from loaderscope.trace import MAX_LINE_BYTES, TraceError, check_header
+from loaderscope.traces.jsonl import MAX_LINE_BYTES, TraceError, check_header
 
 INDEX_EVERY = 256  # one byte offset remembered per this many events (as TraceSpill)
 MAX_PROBLEMS = 20  # damaged lines named per file; more are counted

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from loaderscope import trace
+from loaderscope.traces import jsonl as trace
 from loaderscope.events import MAX_NUMBER, Event, Kind, RunStatus, recording_of
 from loaderscope.scenarios.plan import Plan
 from loaderscope.server.config import ServerConfig

@@ -1,8 +1,8 @@
 """A run's trace file on disk: every event appended as it arrives, readable back by seq.
 
-The format is the ◆ trace format of ``loaderscope.trace`` (JSON Lines): a header line
+The format is the ◆ trace format of ``loaderscope.traces.jsonl`` (JSON Lines): a header line
 ``{"format": "loaderscope-trace", "version": 1, "run": ..., ...}`` then one event per line, in seq
-order from 0; ``trace.read_trace`` reads it. What this adds to ``trace.TraceWriter``: an offset
+order from 0; ``jsonl.read_trace`` reads it. What this adds to ``jsonl.TraceWriter``: an offset
 index, so the store can read any seq range back while the run goes on. Writing everything (not
 only what memory evicts) keeps the file a complete record at all times, so the store can drop old
 events from memory and still answer for them.
@@ -54,7 +54,7 @@ class TraceSpill:
     """
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
-        """``header`` is the first line as ``loaderscope.trace.header()`` makes it.
+        """``header`` is the first line as ``loaderscope.traces.jsonl.header()`` makes it.
 
         The file is created with the first event, not before: a producer that connects and leaves
         without sending one leaves no header-only file behind (in a logdir, every file is a run).

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from loaderscope import trace
+from loaderscope.traces import jsonl as trace
 from loaderscope.events import MAX_NUMBER
 from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.problems import ParamError, UnknownScenario

@@ -20,7 +20,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from loaderscope.jobquery import JobQueryError, table_of
+from loaderscope.traces.jobquery import JobQueryError, table_of
 from loaderscope.server.budgets import JOB_TABLE
 from loaderscope.server.web.api import manager_of
 

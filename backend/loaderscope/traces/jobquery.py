@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     import duckdb
 
 TRACE_SUFFIXES = (".trace.jsonl", ".parquet")  # a Parquet file of another writer, or a part of ours
-PARQUET_TRACE = ".trace.parquet"  # columnar.py: a loaderscope Parquet trace, a directory of parts
-PART_NAME = re.compile(r"part-[0-9]+\.parquet")  # columnar.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
+PARQUET_TRACE = ".trace.parquet"  # traces/parquet.py: a loaderscope Parquet trace, a directory of parts
+PART_NAME = re.compile(r"part-[0-9]+\.parquet")  # parquet.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
 GLOB_CHARACTERS = re.compile(r"[*?\[\]{}]")  # what DuckDB's and fsspec's globs expand
 KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end", "loop")
 # Files open at once while the traces are read into ``events``: their descriptors are closed after
@@ -465,7 +465,7 @@ class _Opener:
 
     def _parts(self, path: str, directory: int, run: int) -> list[_Read]:
         """A loaderscope Parquet trace's parts, each opened by its name in the directory's descriptor and
-        never through a link (a part is a file its writer renamed into place, columnar.py)."""
+        never through a link (a part is a file its writer renamed into place, traces/parquet.py)."""
         names = sorted(name for name in os.listdir(directory) if PART_NAME.fullmatch(name))
         if not names:
             raise Unreadable(f"{path}: a directory without trace parts (part-N.parquet); a Parquet trace whose "
@@ -868,7 +868,7 @@ def table_of(paths: Sequence[str], fs: Any = None, *, within: str | None = None,
         deadline.done.set()
 
 
-RANK_IN_NAME = re.compile(r"-rank([0-9]+)-")  # tracepaths.trace_path's names: the rank of a trace unread
+RANK_IN_NAME = re.compile(r"-rank([0-9]+)-")  # paths.trace_path's names: the rank of a trace unread
 
 
 def _damage(paths: Sequence[str], unreadable: list[dict[str, Any]], health: list[dict[str, Any]]) -> list[dict[str, Any]]:

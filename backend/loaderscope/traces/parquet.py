@@ -6,7 +6,7 @@ order. Each part is a closed, complete Parquet file: a Parquet file is unreadabl
 so a writer killed mid-run must never leave the only copy of its events in an open file. Parts are
 written under a random dot name and renamed into place (``os.replace``, atomic), so every
 ``part-*.parquet`` an engine sees is whole; the writer makes them through its directory's descriptor
-and never follows a link (``safefiles.py``: a team logdir is writable by others). A killed writer
+and never follows a link (``traces/safefiles.py``: a team logdir is writable by others). A killed writer
 leaves the parts it closed, a readable prefix, which ``read_parquet_trace`` marks truncated (no
 ``run_end`` at its end, as for JSON lines). Engines read the directory as one dataset:
 ``read_parquet('NAME.trace.parquet/*.parquet')`` in DuckDB, the directory's path in Spark, Trino or
@@ -18,7 +18,7 @@ an integer field is the smallest int that holds its bounds, a number (``int | fl
 null where an event lacks the field. What has no column of its own (lists, objects, a field typed
 differently in two kinds, an unknown kind's fields) goes to the JSON text column ``extra``, and so
 does the original of a value that a column would change (an integer in a float64 column), so that
-the same events come back. The trace header (``trace.header``) is each part's key-value metadata,
+the same events come back. The trace header (``jsonl.header``) is each part's key-value metadata,
 under the key ``loaderscope-trace``, as JSON.
 """
 
@@ -42,8 +42,8 @@ import pyarrow.parquet as pq
 
 from loaderscope.contract.events import COMMON_FIELDS, KINDS, MAX_NUMBER
 from loaderscope.events import Event, EventError, validate
-from loaderscope.safefiles import open_directory, replace_whole, touch
-from loaderscope.traceheader import FORMAT, TraceError, check_header, header
+from loaderscope.traces.header import FORMAT, TraceError, check_header, header
+from loaderscope.traces.safefiles import open_directory, replace_whole, touch
 
 SUFFIX = ".trace.parquet"
 PART_GLOB = "part-*.parquet"
@@ -254,7 +254,7 @@ def _source(part: Path | IO[bytes], name: str | None) -> str:
 
 
 def read_parquet_trace(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[Event], bool]:
-    """Header, events and whether the trace is truncated (``trace.read_trace_tolerant`` for Parquet).
+    """Header, events and whether the trace is truncated (``jsonl.read_trace_tolerant`` for Parquet).
 
     A writer that was killed, or is still writing, leaves the parts it closed and maybe a dot file
     it never renamed: the events of the closed parts come back, marked truncated.
@@ -287,7 +287,7 @@ def _part_seconds() -> float:
 
 
 def parsed_parquet_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any] | Event]:
-    """The header, then every event, part by part (``trace.parse_lines`` for Parquet)."""
+    """The header, then every event, part by part (``jsonl.parse_lines`` for Parquet)."""
     found = parts(path)
     if not found or not found[0].exists():
         raise TraceError(f"{path}: no {PART_GLOB} part in it (not a Parquet trace, or nothing written yet)")
@@ -350,7 +350,7 @@ class ParquetTraceWriter:
     """A Parquet trace written as it comes: a closed part file every ``ROW_GROUP_EVENTS`` events or
     ``PART_SECONDS`` seconds (``write`` checks), and the rest at ``flush``/``close``.
 
-    Same interface as ``trace.TraceWriter``, so the probe's writer thread takes either.
+    Same interface as ``jsonl.TraceWriter``, so the probe's writer thread takes either.
     """
 
     def __init__(self, path: str | Path, run: str, *, exclusive: bool = False, row_group_events: int | None = None,

@@ -1,8 +1,8 @@
 """◆ Trace files (JSON Lines with a versioned header) and the Chrome trace-event export.
 
-The first line is the header (``traceheader.py``: the format and its version). Traces are parsed as
+The first line is the header (``traces/header.py``: the format and its version). Traces are parsed as
 data (orjson), never unpickled, with size limits. The readers and ``open_writer`` also take the
-columnar format (``columnar.py``, Parquet; the ``loaderscope[columnar]`` extra), chosen by the path.
+columnar format (``traces/parquet.py``, Parquet; the ``loaderscope[columnar]`` extra), chosen by the path.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from loaderscope.events import Event, EventError, to_json, validate
-from loaderscope.safefiles import create_file, touch
-from loaderscope.traceheader import FORMAT, TraceError, check_header, header
+from loaderscope.traces.header import FORMAT, TraceError, check_header, header
+from loaderscope.traces.safefiles import create_file, touch
 
 if TYPE_CHECKING:
-    from loaderscope.columnar import ParquetTraceWriter
+    from loaderscope.traces.parquet import ParquetTraceWriter
 
 __all__ = ["FORMAT", "FORMATS", "FORMAT_ENV", "SUFFIXES", "TraceError", "TraceWriter", "check_header", "chosen_format", "header", "open_writer",
            "is_parquet_path", "parse_lines", "parsed_trace", "read_trace", "read_trace_tolerant", "write_trace"]
@@ -75,10 +75,10 @@ def open_writer(path: str | Path, run: str, fmt: str = "jsonl", *, exclusive: bo
     """A writer of ``fmt`` (``FORMATS``); both have ``write``, ``flush``, ``sync``, ``touch`` and ``close``.
 
     ``exclusive``: the trace must be new (FileExistsError when anything has its name), as a run's own
-    trace in a logdir is; else a file there is replaced. Neither writes through a link (``safefiles``).
+    trace in a logdir is; else a file there is replaced. Neither writes through a link (``traces/safefiles.py``).
     """
     if fmt == "parquet":
-        from loaderscope.columnar import ParquetTraceWriter
+        from loaderscope.traces.parquet import ParquetTraceWriter
         return ParquetTraceWriter(path, run, exclusive=exclusive, **meta)
     return TraceWriter(path, run, exclusive=exclusive, **meta)
 
@@ -162,7 +162,7 @@ def parsed_trace(path: str | Path) -> Iterator[dict[str, Any] | Event]:
     if is_parquet_path(path):
         if not columnar_available():
             raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow (pip install 'loaderscope[columnar]')")
-        from loaderscope.columnar import parsed_parquet_trace
+        from loaderscope.traces.parquet import parsed_parquet_trace
         yield from parsed_parquet_trace(path)
         return
     with Path(path).open("rb") as file:
@@ -181,13 +181,13 @@ def read_trace_tolerant(path: str | Path) -> tuple[dict[str, Any], list[Event], 
     A process that was killed, or is still running, leaves a trace without ``run_end`` whose last
     line may be torn (a write cut short). That is no error here: the events up to the torn line are
     returned with ``truncated=True``. Damage anywhere else raises TraceError naming the line, as in
-    ``read_trace``. A Parquet trace (``columnar.read_parquet_trace``) is read the same way.
+    ``read_trace``. A Parquet trace (``parquet.read_parquet_trace``) is read the same way.
     """
     path = Path(path)
     if is_parquet_path(path):
         if not columnar_available():
             raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow (pip install 'loaderscope[columnar]')")
-        from loaderscope.columnar import read_parquet_trace
+        from loaderscope.traces.parquet import read_parquet_trace
         return read_parquet_trace(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
