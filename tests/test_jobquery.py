@@ -15,10 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from loaderscope.traces.jobquery import JobQueryError, job_table, shard_text_of, trace_files
-from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
+from loaderscope.traces.jobbudget import JobQueryError
+from loaderscope.traces.jobfiles import trace_files
+from loaderscope.traces.jobquery import job_table
+from loaderscope.traces.jobtable import shard_text_of
 from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary
+from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import JobRun, rank_figures

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from loaderscope.traces.jobquery import JobBudget, JobQueryError, job_table
+from loaderscope.traces.jobbudget import JobBudget, JobQueryError
+from loaderscope.traces.jobquery import job_table
 from loaderscope.model.ranks import MAX_SHARD_LENGTH
 from tests.conftest import wait_for
 from tests.test_logdir_safety import REQUEST_LIMIT, as_other_user, needs_root, team_logdir, trace_bytes  # noqa: F401

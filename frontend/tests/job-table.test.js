@@ -42,7 +42,7 @@ test('each loader is named as `loaderscope job` names it: its slowest rank, or w
   const printed = python(`
 import json, sys
 from loaderscope.cli.job import sentences
-from loaderscope.traces.jobquery import JobTable
+from loaderscope.traces.jobtable import JobTable
 from rich.text import Text
 out = []
 for loaders in json.load(sys.stdin):

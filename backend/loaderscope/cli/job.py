@@ -13,7 +13,9 @@ from rich.table import Table
 
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
-from loaderscope.traces.jobquery import JobBudget, JobQueryError, JobTable, job_table, shard_text_of
+from loaderscope.traces.jobbudget import JobBudget, JobQueryError
+from loaderscope.traces.jobquery import job_table
+from loaderscope.traces.jobtable import JobTable, shard_text_of
 
 
 def add_job_command(subparsers: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from loaderscope.events import COMMON_FIELDS, REQUIRED, Event
-from loaderscope.traces.jobquery import JobBudget
+from loaderscope.traces.jobbudget import JobBudget
 
 # One stored event, encoded: 100 KB stacks pass whole; a line stays under trace.MAX_LINE_BYTES (1 MiB),
 # so every trace the server writes can be read back.

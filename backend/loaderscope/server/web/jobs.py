@@ -20,7 +20,8 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from loaderscope.traces.jobquery import JobQueryError, table_of
+from loaderscope.traces.jobbudget import JobQueryError
+from loaderscope.traces.jobquery import table_of
 from loaderscope.server.budgets import JOB_TABLE
 from loaderscope.server.web.api import manager_of
 
