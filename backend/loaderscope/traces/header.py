@@ -3,7 +3,8 @@
 Like ``torch.save``'s magic number and protocol version (torch/serialization.py, ``_legacy_save``:
 ``MAGIC_NUMBER`` and ``PROTOCOL_VERSION``), it names the format and its version, so a reader refuses
 other files with a clear message instead of misreading them. JSON-lines traces (``traces/jsonl.py``) keep it
-as their first line, Parquet traces (``traces/parquet.py``) in their key-value metadata.
+as their first line, Parquet traces (``traces/parquet.py``) in their key-value metadata. A module of its own
+so that both formats check it and neither imports the other for it.
 """
 
 from __future__ import annotations

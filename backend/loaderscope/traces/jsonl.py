@@ -3,6 +3,9 @@
 The first line is the header (``traces/header.py``: the format and its version). Traces are parsed as
 data (orjson), never unpickled, with size limits. The readers and ``open_writer`` also take the
 columnar format (``traces/parquet.py``, Parquet; the ``loaderscope[columnar]`` extra), chosen by the path.
+
+Named for the format it holds, as ``parquet.py`` is for the other: JSON lines is what every producer
+writes unless told otherwise, so the readers that pick either format by the path live here too.
 """
 
 from __future__ import annotations

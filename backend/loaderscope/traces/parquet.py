@@ -20,6 +20,8 @@ differently in two kinds, an unknown kind's fields) goes to the JSON text column
 does the original of a value that a column would change (an integer in a float64 column), so that
 the same events come back. The trace header (``jsonl.header``) is each part's key-value metadata,
 under the key ``loaderscope-trace``, as JSON.
+
+Named for its format, beside ``jsonl.py``; the extra that brings pyarrow keeps the name ``columnar``.
 """
 
 from __future__ import annotations

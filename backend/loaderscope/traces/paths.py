@@ -2,7 +2,7 @@
 
 Naming, shared by the probe's file sink (``probe/logfile.py``), ``watch()`` and ``loaderscope
 record`` (which names the job before the command starts): torch-free, so that the command line and
-the server import none of the probe.
+the server import none of the probe. ``paths.py``: the names of trace files only; nothing here opens one.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ creates (``O_NOFOLLOW``), never waits on what is not a regular file (``O_NONBLOC
 writes a file that must appear whole under a random temporary name created ``O_EXCL`` and renames it
 into place through the directory's descriptor (``os.replace`` replaces a link there, never follows
 it), and from then on acts on what it made only through the descriptor it holds (``os.utime(fd)``),
-never by its name again.
+never by its name again. In ``traces/`` because the two trace writers are all that use it.
 """
 
 from __future__ import annotations
