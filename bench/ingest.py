@@ -57,7 +57,7 @@ from loaderscope.model.fastpath import apply_all
 from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import FetchOrder, summary
 from loaderscope.probe.loader import InstrumentedDataLoader
-from loaderscope.server.runs.manager import Run
+from loaderscope.server.runs.run import Run
 from loaderscope.server.runs.spill import TraceSpill
 from loaderscope.server.runs.store import EventLog, encode_each
 from loaderscope.server.web.ingest import SLICE_EVENTS, take

@@ -21,7 +21,8 @@ from typing import Any
 
 from loaderscope.server.web import metrics
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.runs.manager import Run, RunManager
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.runs.run import Run
 
 
 def feed(run: Run, workers: int, fetches: int, first: int) -> None:

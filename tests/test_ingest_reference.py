@@ -23,7 +23,7 @@ from loaderscope.events import Event, expand, validate
 from loaderscope.model.state import LoaderState
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.server.budgets import MAX_EVENT_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view
-from loaderscope.server.runs.manager import Run
+from loaderscope.server.runs.run import Run
 from loaderscope.server.runs.spill import TraceSpill
 from loaderscope.server.runs.store import EventLog, encode_each
 from loaderscope.server.web.ingest import take

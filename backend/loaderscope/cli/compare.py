@@ -27,7 +27,7 @@ from loaderscope.model.compare import compare
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 
-RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/manager.py)
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/producers.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
 TIMEOUT = 30.0
 SPARK = " ▁▂▃▄▅▆▇█"

@@ -43,7 +43,9 @@ from loaderscope.server.logdir.tracefile import TraceFile
 from loaderscope.server.logdir.watches import Change, Watches, watched_directories
 from loaderscope.server.budgets import MEMORY_BYTES
 from loaderscope.server.processes.process import SECRET_HEADER
-from loaderscope.server.runs.manager import OWNER_FIELD, RUN_ID, Run, RunManager, RunRefused, owner_digest
+from loaderscope.server.runs.manager import OWNER_FIELD, RunManager, owner_digest
+from loaderscope.server.runs.producers import RUN_ID
+from loaderscope.server.runs.run import Run, RunRefused
 from loaderscope.server.runs.spill import TraceSpill, header_of
 from loaderscope.server.runs.store import EventLog
 from loaderscope.traces.jsonl import HEARTBEAT_EVERY, TraceError

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 TOKEN_ENV = "LOADERSCOPE_TOKEN"
-SECRET_ENV = "LOADERSCOPE_RUN_SECRET"  # the run's proof of ownership (server/runs/manager.py), for the run process
+SECRET_ENV = "LOADERSCOPE_RUN_SECRET"  # the run's proof of ownership (server/runs/producers.py), for the run process
 SECRET_HEADER = "X-Loaderscope-Run-Secret"  # how a producer shows it: a header, as access logs show queries
 
 

@@ -21,7 +21,8 @@ from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.problems import ParamError, UnknownScenario
 from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.server.budgets import PAGE_BYTES
-from loaderscope.server.runs.manager import Run, RunManager, RunRefused
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.runs.run import Run, RunRefused
 from loaderscope.server.runs.store import EventLog, Gap, Spill
 from loaderscope.server.web.errors import field_problems, readable, type_problems
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS

@@ -21,7 +21,8 @@ from loaderscope import proof
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.logdir.follow import Logdir
 from loaderscope.server.logdir.storage import storage_for
-from loaderscope.server.runs.manager import RunManager, RunRefused
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.runs.run import RunRefused
 from loaderscope.server.security.bodylimit import BodyLimit
 from loaderscope.server.security.guard import Guard, Policy
 from loaderscope.server.web import api, ingest, jobs, metrics, runlist, stream, whatif

@@ -35,7 +35,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from loaderscope.events import MAX_FRAME_BYTES, MAX_NUMBER, EventError, decode_message
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.processes.process import SECRET_HEADER
-from loaderscope.server.runs.manager import Run, RunManager, RunRefused
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.runs.run import Run, RunRefused
 from loaderscope.server.runs.spill import TraceSpill
 
 MAX_ERROR_TEXT = 4000

@@ -30,7 +30,8 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import ProcessCollector
 
 from loaderscope.events import RunStatus
-from loaderscope.server.runs.manager import Run, RunManager
+from loaderscope.server.runs.manager import RunManager
+from loaderscope.server.runs.run import Run
 from loaderscope.server.runs.meters import BUCKETS, MAX_NAMED, STATES, Reading
 
 # Runs with series of their own; the others are counted (loaderscope_runs_unexported). Twice the
