@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 import loaderscope
-from loaderscope.probe import adopt, faults, iterators, liveness, recorder, stacks, worker
+from loaderscope.probe import adopt, faults, iterators, liveness, recorder, singleprocess, stacks, worker
 
 
 class Squares(Dataset[torch.Tensor]):
@@ -123,7 +123,7 @@ def test_failing_bookkeeping_in_the_main_process(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_an_adoption_that_fails_falls_back_to_torch(num_workers: int, monkeypatch: pytest.MonkeyPatch,
                                                     capfd: pytest.CaptureFixture[str]) -> None:
-    mixin = iterators.MultiProcessProbe if num_workers else iterators.SingleProcessProbe
+    mixin = iterators.MultiProcessProbe if num_workers else singleprocess.SingleProcessProbe
     monkeypatch.setattr(mixin, "_probe_attach", boom)
     got, events = watched_epochs(num_workers)
     assert_same_training(got, num_workers)

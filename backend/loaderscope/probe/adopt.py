@@ -24,11 +24,11 @@ from typing import Any
 import torch.multiprocessing
 
 from loaderscope.probe.faults import report
-from loaderscope.probe.iterators import (EpochCounter, IteratorProbe, MultiProcessProbe, SingleProcessProbe,
-                                         TorchSingleProcessProbe, tap_dispatch)
+from loaderscope.probe.iterators import EpochCounter, IteratorProbe, MultiProcessProbe, tap_dispatch
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
+from loaderscope.probe.singleprocess import SingleProcessProbe, TorchSingleProcessProbe
 from loaderscope.probe.stacks import new_dump_path
 from loaderscope.probe.worker import Ring, RingReader, probed_worker_loop, worker_loop_args
 
