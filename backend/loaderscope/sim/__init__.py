@@ -8,8 +8,9 @@ a scenario's builder or on torch: a workload's sampler order comes from the work
 """
 
 from loaderscope.sim.costs import CostModel, Death, SampleDist, Stall, TaskCosts
-from loaderscope.sim.engine import SimConfig, Simulator
+from loaderscope.sim.engine import Simulator
 from loaderscope.sim.fit import describe_fit, fit_from_trace, machinery
+from loaderscope.sim.records import SimConfig
 from loaderscope.sim.run import simulate
 from loaderscope.sim.sweep import (TRACE_KEYS, Variant, format_table, memory_notes, recommend, recorded_check,
                                    replay_grid, simulate_variants, sweep, trace_sweep, variants)

@@ -20,12 +20,11 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from loaderscope.events import Event, Kind, clip_indices
-from loaderscope.settings import LoaderSettings
 from loaderscope.sim.costs import TaskCosts
+from loaderscope.sim.records import Info, Result, SimConfig, Task, Worker
 
 # Steps closer than this in virtual time count as simultaneous: float sums of equal costs differ in
 # the last bit, and simultaneity is then settled by the rule in ``Simulator._at``, not by rounding noise.
@@ -35,69 +34,6 @@ FIRST_PID = 1000  # simulated workers get pids from here on, in spawn order (rep
 # The same frame shape as a real worker's stack (probe/stacks.py), so every consumer reads it alike.
 SIMULATED_STACK = [{"file": "<simulated>", "line": 0, "function": "Dataset.__getitem__",
                     "code": "(simulated stall: the cost model's stall for this task)", "user": True}]
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """The DataLoader being simulated (``loader``: the same record the real loader is built from), and
-    the order its sampler produces.
-
-    ``batches[e]`` lists the sample indices of each batch of epoch ``e`` (map-style datasets);
-    ``shard_sizes[w]`` is how many samples worker ``w`` of an iterable dataset yields (with
-    ``num_workers=0``: one shard, the whole stream). ``config`` is copied into ``run_start``.
-    """
-
-    loader: LoaderSettings
-    dataset_kind: Literal["map", "iterable"] = "map"
-    epochs: int = 1
-    batches: Sequence[Sequence[Sequence[Any]]] = ()
-    shard_sizes: Sequence[int] = ()
-    run_id: str = "sim"
-    rank: int = 0  # this loader's rank in a data-parallel job (``sim.job``)
-    scenario: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
-    extra_start: dict[str, Any] = field(default_factory=dict)  # more run_start fields (params, ...)
-
-
-@dataclass
-class _Result:
-    """What a worker puts on the result queue: ``(idx, data)`` or ``_IterableDatasetStopIteration``."""
-
-    epoch: int
-    idx: int
-    worker: int
-    nbytes: int
-    stop: bool = False
-
-
-@dataclass
-class _Task:
-    epoch: int
-    idx: int
-    samples: Sequence[Any]  # what the cost model charges for (sample indices; None for iterables)
-
-
-@dataclass
-class _Worker:
-    """One worker process: its index queue and ``_worker_loop`` flags."""
-
-    wid: int
-    pid: int
-    queue: deque[_Task | None] = field(default_factory=deque)  # None: the "exit" sentinel
-    alive: bool = True
-    ready: bool = False
-    current: _Task | None = None
-    iteration_end: bool = False  # iterable exhausted: later tasks are dropped unfetched
-    shard_pos: int = 0  # next sample of its iterable shard
-    feeder_from: float | None = None  # when its result queue's feeder thread runs (started by the first put)
-
-
-@dataclass
-class _Info:
-    """An entry of torch's ``_task_info``: (worker,) or, once fetched out of order, (worker, data)."""
-
-    worker: int
-    data: _Result | None = None
 
 
 class Simulator:
@@ -133,7 +69,7 @@ class Simulator:
         self._out: list[Event] = []
         self._seq = 0
         self._pids = itertools.count(FIRST_PID)
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._fetch_times: list[float] = []
         self._stats = {"batches": 0, "skipped": 0, "parked": 0, "buffer_high": 0, "consumer_wait": 0.0}
         self._epoch = -1
@@ -213,7 +149,7 @@ class Simulator:
         """``iter(loader)``: a new iterator that starts its workers, or ``_reset`` of the persistent one."""
         self._epoch = epoch
         if self.cfg.loader.num_workers == 0:
-            self._workers = [_Worker(0, 0, alive=False)]  # the main process is the fetcher
+            self._workers = [Worker(0, 0, alive=False)]  # the main process is the fetcher
             self._epoch_reset()
         elif not self._workers or not self.cfg.loader.persistent_workers:
             self._spawn_workers()
@@ -223,7 +159,7 @@ class Simulator:
 
     def _spawn_workers(self) -> None:
         """torch's iterator starts its workers one after another, then primes them (``_reset``)."""
-        self._workers = [_Worker(w, next(self._pids)) for w in range(self.cfg.loader.num_workers)]
+        self._workers = [Worker(w, next(self._pids)) for w in range(self.cfg.loader.num_workers)]
         for worker in self._workers:
             self._at(self.now + (worker.wid + 1) * self.costs.spawn, self._worker_spawned, worker)
         self._at(self.now + self.cfg.loader.num_workers * self.costs.spawn, self._epoch_reset)
@@ -290,15 +226,15 @@ class Simulator:
         n = self.cfg.loader.num_workers
         self._send_idx = 0
         self._rcvd_idx = 0
-        self._task_info: dict[int, _Info] = {}
+        self._task_info: dict[int, Info] = {}
         self._tasks_outstanding = 0
         self._workers_status = [True] * n
         self._active = n
         self._workers_num_tasks = [0] * n
         self._cycle = 0  # itertools.cycle(range(num_workers)), reset to worker 0 every epoch
         self._batch_pos = 0  # the sampler iterator
-        self._data_queue: deque[_Result] = deque()  # result queue, after the pin thread if any
-        self._pin_queue: deque[_Result] = deque()
+        self._data_queue: deque[Result] = deque()  # result queue, after the pin thread if any
+        self._pin_queue: deque[Result] = deque()
         self._pin_busy = False
         self._parked = 0  # results waiting in _task_info (the reorder buffer)
         self._blocked = False  # main process waiting in _get_data
@@ -328,13 +264,13 @@ class Simulator:
         if worker is None:
             return  # torch drops the index it took from the sampler here, as we do
         idx = self._send_idx
-        self._task_info[idx] = _Info(worker)
+        self._task_info[idx] = Info(worker)
         self._workers_num_tasks[worker] += 1
         self._tasks_outstanding += 1
         self._send_idx += 1
         shown, n = clip_indices(index if isinstance(index, list) else list(index))
         self._emit(Kind.DISPATCH, idx=idx, worker=worker, epoch=self._epoch, indices=shown, n=n)
-        self._workers[worker].queue.append(_Task(self._epoch, idx, index))
+        self._workers[worker].queue.append(Task(self._epoch, idx, index))
         self._worker_kick(self._workers[worker])
 
     def _pick_worker(self, max_tasks: int) -> int | None:
@@ -378,7 +314,7 @@ class Simulator:
             if self._take_result(result):
                 return
 
-    def _got(self, result: _Result) -> None:
+    def _got(self, result: Result) -> None:
         if not self._take_result(result):
             self._next_data()
 
@@ -395,7 +331,7 @@ class Simulator:
             self._rcvd_idx += 1
         return False
 
-    def _take_result(self, result: _Result) -> bool:
+    def _take_result(self, result: Result) -> bool:
         """One ``_get_data()`` that succeeded; True when it produced the batch for this ``next()``."""
         self._tasks_outstanding -= 1
         self._emit(Kind.ARRIVE, idx=result.idx, worker=result.worker, epoch=result.epoch)
@@ -416,7 +352,7 @@ class Simulator:
         self._process_data(result, from_buffer=False)
         return True
 
-    def _park(self, result: _Result) -> None:
+    def _park(self, result: Result) -> None:
         self._stats["parked"] += 1
         self._parked += 1
         self._stats["buffer_high"] = max(self._stats["buffer_high"], self._parked)
@@ -432,7 +368,7 @@ class Simulator:
             worker.queue.append(None)
             self._worker_kick(worker)
 
-    def _process_data(self, result: _Result, *, from_buffer: bool) -> None:
+    def _process_data(self, result: Result, *, from_buffer: bool) -> None:
         self._workers_num_tasks[result.worker] -= 1
         self._try_put_index()
         self._yield(result.idx, result.worker, from_buffer)
@@ -455,7 +391,7 @@ class Simulator:
         if self.cfg.loader.timeout > 0:
             self._at(self.now + self.cfg.loader.timeout, self._timed_out, self._wait_token)
 
-    def _deliver(self, result: _Result) -> None:
+    def _deliver(self, result: Result) -> None:
         """A result lands on the queue the main process reads; wake it if it waits there."""
         self._data_queue.append(result)
         if self._blocked:
@@ -470,17 +406,17 @@ class Simulator:
 
     # --- worker processes: _worker_loop ------------------------------------------------------------
 
-    def _worker_spawned(self, worker: _Worker) -> None:
+    def _worker_spawned(self, worker: Worker) -> None:
         self._emit(Kind.WORKER_START, worker=worker.wid, pid=worker.pid)
         self._at(self.now + self.costs.startup_of(worker.wid), self._worker_ready, worker, worker=worker.wid)
 
-    def _worker_ready(self, worker: _Worker) -> None:
+    def _worker_ready(self, worker: Worker) -> None:
         """Booted: the worker's loop starts reading its index queue."""
         if worker.alive:  # else it was shut down before it finished starting
             worker.ready = True
             self._worker_kick(worker)
 
-    def _worker_kick(self, worker: _Worker) -> None:
+    def _worker_kick(self, worker: Worker) -> None:
         """The worker takes the next task from its index queue, if it is free to."""
         while worker.alive and worker.ready and worker.current is None and worker.queue:
             task = worker.queue.popleft()
@@ -492,7 +428,7 @@ class Simulator:
                 continue  # torch drops it unfetched; the main process skips it later
             self._start_fetch(worker, task)
 
-    def _start_fetch(self, worker: _Worker, task: _Task) -> None:
+    def _start_fetch(self, worker: Worker, task: Task) -> None:
         samples, stop = self._samples_for(worker, task)
         dt = self.costs.fetch(samples, worker.wid) + self.costs.stall(task.epoch, task.idx)
         worker.current = task
@@ -503,10 +439,10 @@ class Simulator:
             return
         self._watch_stuck(worker, task, dt)
         nbytes = 0 if stop else self.costs.nbytes(len(samples))
-        result = _Result(task.epoch, task.idx, worker.wid, nbytes, stop)
+        result = Result(task.epoch, task.idx, worker.wid, nbytes, stop)
         self._at(self.now + dt, self._fetch_done, worker, result, dt, worker=worker.wid)
 
-    def _samples_for(self, worker: _Worker, task: _Task) -> tuple[Sequence[Any], bool]:
+    def _samples_for(self, worker: Worker, task: Task) -> tuple[Sequence[Any], bool]:
         """The samples a fetch produces, and whether it ends the worker's iterable shard.
 
         Iterable fetchers pull up to ``batch_size`` samples; an empty pull (or a short one with
@@ -525,7 +461,7 @@ class Simulator:
             worker.iteration_end = True
         return samples, stop
 
-    def _watch_stuck(self, worker: _Worker, task: _Task, dt: float) -> None:
+    def _watch_stuck(self, worker: Worker, task: Task, dt: float) -> None:
         if dt <= self.costs.stuck_after:
             return  # the threshold is at least stuck_after: only long fetches need the median
         median = statistics.median(self._fetch_times) if self._fetch_times else 0.0
@@ -533,12 +469,12 @@ class Simulator:
         if dt > threshold:
             self._at(self.now + threshold, self._worker_stuck, worker, task, threshold, worker=worker.wid)
 
-    def _worker_stuck(self, worker: _Worker, task: _Task, elapsed: float) -> None:
+    def _worker_stuck(self, worker: Worker, task: Task, elapsed: float) -> None:
         if worker.current is task:
             self._emit(Kind.WORKER_STUCK, worker=worker.wid, idx=task.idx, epoch=task.epoch, elapsed=elapsed,
                        stack=SIMULATED_STACK)
 
-    def _fetch_done(self, worker: _Worker, result: _Result, dt: float) -> None:
+    def _fetch_done(self, worker: Worker, result: Result, dt: float) -> None:
         busy = self.costs.task_overhead > 0  # putting the result, taking the next index
         if not busy:
             worker.current = None
@@ -560,11 +496,11 @@ class Simulator:
         else:
             self._worker_kick(worker)
 
-    def _worker_free(self, worker: _Worker) -> None:
+    def _worker_free(self, worker: Worker) -> None:
         worker.current = None
         self._worker_kick(worker)
 
-    def _result_queued(self, result: _Result) -> None:
+    def _result_queued(self, result: Result) -> None:
         """The result can be taken off the worker result queue: by the pin thread, if any, else by main."""
         if self.costs.pin_active:
             self._pin_queue.append(result)
@@ -572,7 +508,7 @@ class Simulator:
         else:
             self._deliver(result)
 
-    def _worker_died(self, worker: _Worker, task: _Task) -> None:
+    def _worker_died(self, worker: Worker, task: Task) -> None:
         # torch's SIGCHLD handler raises in the main process as soon as the worker is gone.
         worker.alive = False
         self._emit(Kind.WORKER_DIED, worker=worker.wid, pid=worker.pid, exitcode=-9, signal="SIGKILL",
@@ -593,7 +529,7 @@ class Simulator:
             dt = self.costs.pin(result.nbytes)
             self._at(self.now + dt, self._pin_done, result, dt)
 
-    def _pin_done(self, result: _Result, dt: float) -> None:
+    def _pin_done(self, result: Result, dt: float) -> None:
         self._pin_busy = False
         self._emit(Kind.PIN_END, idx=result.idx, worker=result.worker, epoch=result.epoch, dt=dt,
                    nbytes=result.nbytes, pinned=True)
@@ -609,7 +545,7 @@ class Simulator:
             return
         idx = self._send_idx
         self._send_idx += 1
-        task = _Task(self._epoch, idx, index)
+        task = Task(self._epoch, idx, index)
         shown, n = clip_indices(index if isinstance(index, list) else list(index))
         self._emit(Kind.DISPATCH, idx=idx, worker=0, epoch=self._epoch, indices=shown, n=n)
         worker = self._workers[0]
@@ -619,9 +555,9 @@ class Simulator:
         self._emit(Kind.FETCH_START, idx=idx, worker=0, epoch=self._epoch, n=len(index))
         self._watch_stuck(worker, task, dt)
         nbytes = 0 if stop else self.costs.nbytes(len(samples))
-        self._at(self.now + dt, self._single_fetched, _Result(self._epoch, idx, 0, nbytes, stop), dt)
+        self._at(self.now + dt, self._single_fetched, Result(self._epoch, idx, 0, nbytes, stop), dt)
 
-    def _single_fetched(self, result: _Result, dt: float) -> None:
+    def _single_fetched(self, result: Result, dt: float) -> None:
         self._workers[0].current = None
         self._fetch_times.append(dt)
         fields = {"stop": True} if result.stop else {}
@@ -638,7 +574,7 @@ class Simulator:
         else:
             self._single_pinned(result, None)
 
-    def _single_pinned(self, result: _Result, dt: float | None) -> None:
+    def _single_pinned(self, result: Result, dt: float | None) -> None:
         """In the main process, pinning happens inside ``next()``, before the batch is handed over."""
         if dt is not None:
             self._emit(Kind.PIN_END, idx=result.idx, worker=0, epoch=result.epoch, dt=dt, nbytes=result.nbytes,

@@ -21,7 +21,8 @@ from loaderscope.model.ranks import TIE_S
 from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary
 from loaderscope.sim.costs import TaskCosts
-from loaderscope.sim.engine import SimConfig, Simulator
+from loaderscope.sim.engine import Simulator
+from loaderscope.sim.records import SimConfig
 
 
 def distributed_shard(length: int, world_size: int, rank: int, *, drop_last: bool = False) -> list[int]:

@@ -18,7 +18,8 @@ from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from loaderscope.scenarios.workload import SamplerOrder, Workload
 from loaderscope.sim.costs import CostModel, TaskCosts
-from loaderscope.sim.engine import SimConfig, Simulator
+from loaderscope.sim.engine import Simulator
+from loaderscope.sim.records import SimConfig
 from loaderscope.sim.job import JobRun, batched, distributed_shard, simulate_job
 
 # A run this long holds ~1 GB of events; beyond it the run ends with reason "stopped".
