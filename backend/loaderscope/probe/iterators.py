@@ -25,6 +25,7 @@ import traceback
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from loaderscope.model.ranks import MAX_SHARD_LENGTH, encode_shard
 from loaderscope.probe.faults import report
 from loaderscope.probe.liveness import Liveness, StuckRule
 from loaderscope.probe.loopclock import LOOP, loop_step
