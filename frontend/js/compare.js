@@ -4,7 +4,8 @@
 // events and checks they agree). Pure: no DOM.
 
 import { binCounts, logEdges } from './bins.js';
-import { reduce, summary } from './reducer.js';
+import { reduce } from './reducer.js';
+import { summary } from './stats.js';
 import { diagnosis } from './diagnosis.js';
 
 export const BINS = 24;

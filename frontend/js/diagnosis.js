@@ -2,7 +2,7 @@
 // sentence mirror of backend/loaderscope/model/diagnosis.py, with Python's number formatting, so the page
 // and the API say the same (frontend/tests/reducer.test.js compares them on the same streams).
 
-import { summary, userFrame } from './reducer.js';
+import { summary, userFrame } from './stats.js';
 import { say } from './wording.gen.js';
 
 /** @typedef {import('./reducer.js').LoaderState} LoaderState */

@@ -4,7 +4,7 @@
 // its TimelineStore. The selected track is shown in the pipeline picture; in the timeline, side by
 // side on one clock, every rank of a small job, or the selected and the slowest rank of a large one.
 
-import { stragglers } from './reducer.js';
+import { stragglers } from './stats.js';
 import { diagnosis } from './diagnosis.js';
 import { Track } from './track.js';
 import { TimelineStore } from './timeline-store.js';

@@ -1,7 +1,7 @@
 // DOM panels that change a few times a second: counters, notes, event log, diagnosis, worker detail.
 // Each render compares with what it wrote last, so an unchanged panel costs nothing.
 
-import { batchesPerS, inputBound, userFrame } from './reducer.js';
+import { batchesPerS, inputBound, userFrame } from './stats.js';
 import { fmtDuration, upperBound } from './timeline-store.js';
 import { fmtIndices } from './pipeline-view.js';
 import { pinStage, pinRate } from './pin.js';

@@ -4,6 +4,7 @@
 // taken every `every` events as they are loaded, and a seek restores the nearest snapshot before i
 // and re-applies at most `every` events. Pure: no DOM, no clock.
 
+import { applyRow } from './fastpath.js';
 import { LoaderState } from './reducer.js';
 import { EventTable } from './event-table.js';
 
@@ -124,12 +125,12 @@ export class Player {
 
   /**
    * Apply the row already stored at n as applyRow does, reading a packed row from the table's
-   * columns (LoaderState.applyRow): no event is built.
+   * columns (fastpath.js applyRow): no event is built.
    * @param {number} n
    */
   applyStored(n) {
     this.before(n);
-    this.full.applyRow(this.table, n);
+    applyRow(this.full, this.table, n);
     if (this.following) this.cursor = n + 1;
   }
 
@@ -174,7 +175,7 @@ export class Player {
       at = k * this.every;
     }
     this.replayed += i - at;
-    for (; at < i; at++) state.applyRow(this.table, at);
+    for (; at < i; at++) applyRow(state, this.table, at);
     this.view = state;
     this.cursor = i;
     return i;

@@ -6,7 +6,8 @@
 // loaderscope.model.state and compares.
 
 import { restore } from './player.js';
-import { pyRound } from './reducer.js';
+import { applyRow } from './fastpath.js';
+import { pyRound } from './stats.js';
 
 /**
  * @typedef {{worker: number, fetches: number, p50: number|null, p95: number|null}} WorkerFigures
@@ -28,7 +29,7 @@ export function stateAt(p, i) {
   if (i >= p.length) return p.full;
   const k = Math.floor(i / p.every);
   const s = restore(p.snapshots[k], p.full);
-  for (let at = k * p.every; at < i; at++) s.applyRow(p.table, at);
+  for (let at = k * p.every; at < i; at++) applyRow(s, p.table, at);
   return s;
 }
 

@@ -8,7 +8,7 @@
 
 import { JobSteps, rankRate, shardReport, shardText, slowestWorker } from './ranks.js';
 import { fmtDuration } from './timeline-store.js';
-import { inputBound } from './reducer.js';
+import { inputBound } from './stats.js';
 import { ENDED } from './schema.js';
 import { JobTableView, openLoader } from './job-table.js';
 

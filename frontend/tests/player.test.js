@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { Player } from '../js/player.js';
 import { Track } from '../js/track.js';
 import { EventTable } from '../js/event-table.js';
-import { reduce, summary, MAX_KEPT } from '../js/reducer.js';
+import { reduce, MAX_KEPT } from '../js/reducer.js';
+import { summary } from '../js/stats.js';
 import { synthesize } from '../dev/synth.js';
 
 function fingerprint(s) {

@@ -5,7 +5,8 @@
 // on both sides, and compares the state. tests/test_rules.py runs the same from the Python side.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { reduce, summary } from '../js/reducer.js';
+import { reduce } from '../js/reducer.js';
+import { summary } from '../js/stats.js';
 import { KINDS, RULES } from '../js/contract.gen.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';

@@ -6,7 +6,7 @@ import { Track } from '../js/track.js';
 import { synthesize } from '../dev/synth.js';
 import { EventTable } from '../js/event-table.js';
 import { TraceReader } from '../js/trace-file.js';
-import { summary } from '../js/reducer.js';
+import { summary } from '../js/stats.js';
 import { readFileSync } from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
