@@ -7,16 +7,18 @@
 // and label after they, or the run, ended; search hits are outlined. A run with memory samples gets
 // a memory lane under each sampled worker, one for the main process and one for the host's headroom
 // (memory.js's series: each sample holds until the next).
+// Its input is timeline-input.js, what it draws over the rows timeline-marks.js, a row's spans
+// timeline-paint.js.
 
-import { PALETTE, taskColor, taskHue } from './colors.js';
-import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from './timeline-store.js';
-import { fmtIndices } from './pipeline-view.js';
+import { PALETTE, taskColor } from './colors.js';
+import { fitWindow, zoomWindow, panWindow, ticks } from './timeline-store.js';
 import { fillLabel, clearLabels, fitText } from './canvas-text.js';
-import { MAIN, headroomScale, pointAt, procAt, rssScale } from './memory.js';
+import { MAIN, headroomScale, procAt, rssScale } from './memory.js';
 import { mb } from './memory-view.js';
+import { AXIS, FONT, GUTTER, LABEL_PX, drawRow } from './timeline-paint.js';
+import { bindInput, hoverTip } from './timeline-input.js';
+import { drawAlarms, drawEpochs, drawFuture, drawHits, drawMarks, drawPlayhead, drawSelection } from './timeline-marks.js';
 
-export const GUTTER = 112;
-export const AXIS = 22;
 const CONSUMER_H = 22;
 const PIN_H = 16;
 const GROUP_H = 16;
@@ -46,10 +48,7 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
  * @typedef {{worker: number|null, t0: number, t1: number}} Outline a search hit: a worker's (null: the consumer's) span, on the primary clock
  * @typedef {{x: number, y: number, w: number, h: number}} Box
  */
-const LABEL_PX = 11; // every text the timeline draws is at least this size
-const FONT = `${LABEL_PX}px system-ui, sans-serif`;
 const BOLD = `600 ${LABEL_PX}px system-ui, sans-serif`;
-const MIN_DRAG_PX = 3; // a Shift+drag shorter than this is a click, not a selection
 
 export class TimelineView {
   /** @param {HTMLElement} host @param {import('./timeline-store.js').TimelineStore} store */
@@ -109,7 +108,7 @@ export class TimelineView {
     this.hits = [];
     /** @type {Box[]} labels placed in the plot in this draw: one that would overlap them is left out */
     this.placed = [];
-    this.bind();
+    bindInput(this);
   }
 
   /** The selected rank's track: its clock is the view's clock (offset 0). */
@@ -211,93 +210,6 @@ export class TimelineView {
     this.invalidate();
   }
 
-  bind() {
-    const c = this.canvas;
-    c.addEventListener('wheel', (ev) => {
-      ev.preventDefault();
-      const rect = c.getBoundingClientRect();
-      const x = ev.clientX - rect.left;
-      if (x < GUTTER) return;
-      const factor = Math.exp((ev.deltaY || ev.deltaX) * 0.0015);
-      this.setView(zoomWindow(this.view, this.timeAt(x), factor));
-    }, { passive: false });
-    /** @type {{kind: 'scrub'} | {kind: 'select', x: number, t: number} | {kind: 'pan', x: number, view: TimeWindow, moved: boolean} | null} */
-    let drag = null;
-    c.addEventListener('pointerdown', (ev) => {
-      const rect = c.getBoundingClientRect();
-      const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
-      c.setPointerCapture(ev.pointerId);
-      if (y < AXIS && x >= GUTTER && this.onSeek) {
-        drag = { kind: 'scrub' };
-        this.onSeek(this.timeAt(x));
-        return;
-      }
-      // Shift+drag selects a range of time, as in Perfetto; a plain drag pans
-      if (ev.shiftKey && x >= GUTTER) {
-        drag = { kind: 'select', x: ev.clientX, t: this.timeAt(x) };
-        return;
-      }
-      drag = { kind: 'pan', x: ev.clientX, view: { ...this.view }, moved: false };
-    });
-    c.addEventListener('pointermove', (ev) => {
-      const rect = c.getBoundingClientRect();
-      if (drag?.kind === 'scrub') {
-        this.onSeek?.(this.timeAt(Math.max(GUTTER, ev.clientX - rect.left)));
-        return;
-      }
-      if (drag?.kind === 'select') {
-        if (Math.abs(ev.clientX - drag.x) >= MIN_DRAG_PX) {
-          const t = this.timeAt(Math.max(GUTTER, ev.clientX - rect.left));
-          this.select({ t0: Math.min(drag.t, t), t1: Math.max(drag.t, t) }, false);
-        }
-        return;
-      }
-      if (drag) {
-        const dx = ev.clientX - drag.x;
-        if (Math.abs(dx) > 2) {
-          drag.moved = true;
-          const dt = -(dx / ((this.geo?.width ?? this.width) - GUTTER)) * (drag.view.t1 - drag.view.t0);
-          this.setView(panWindow(drag.view, dt), false);
-        }
-        return;
-      }
-      this.hover = { x: ev.clientX - rect.left, y: ev.clientY - rect.top };
-      c.style.cursor = this.hover.y < AXIS && this.onSeek ? 'col-resize' : 'crosshair';
-      this.invalidate();
-    });
-    c.addEventListener('pointerup', (ev) => {
-      const done = drag;
-      drag = null;
-      if (done?.kind === 'select') {
-        // a Shift+click clears the selection; a Shift+drag made one, said once it ends
-        if (Math.abs(ev.clientX - done.x) < MIN_DRAG_PX) this.select(null);
-        else this.onSelect?.(this.selection);
-        return;
-      }
-      if (done?.kind === 'pan' && done.moved) this.onView?.(this.view);
-      if (done?.kind !== 'pan' || done.moved || !this.onSpanClick || !this.geo) return;
-      const rect = c.getBoundingClientRect();
-      const span = this.spanAt(ev.clientX - rect.left, ev.clientY - rect.top);
-      if (span) this.onSpanClick(span);
-    });
-    c.addEventListener('pointerleave', () => { this.hover = null; this.tip.hidden = true; this.invalidate(); });
-    c.addEventListener('dblclick', (ev) => {
-      const rect = c.getBoundingClientRect();
-      if (ev.clientY - rect.top >= AXIS) this.fit(true);
-    });
-  }
-
-  /** The fetch span under canvas point (x, y), or null. @param {number} x @param {number} y @returns {SpanHit|null} */
-  spanAt(x, y) {
-    const g = this.geo;
-    const row = g?.rows.find((r) => y >= r.y && y < r.y + r.h);
-    if (!g || !row || row.kind !== 'worker' || x < GUTTER) return null;
-    const col = row.track.store.workers.get(row.wid);
-    const t = this.timeAt(x) - row.track.offset;
-    const i = col ? nearest(col, t, (2 / (g.width - GUTTER)) * (this.view.t1 - this.view.t0)) : -1;
-    return !col || i < 0 ? null : { track: row.track, worker: row.wid, idx: col.idx[i], epoch: col.epoch[i] };
-  }
-
   /** Fit the whole run again and follow it. @param {boolean} [user] the user asked (the URL forgets the zoom) */
   fit(user = false) {
     this.follow = true;
@@ -380,17 +292,17 @@ export class TimelineView {
       else if (row.kind === 'memory' || row.kind === 'headroom') this.drawMemoryRow(frame, row);
       else aggregated = this.drawConsumerRow(frame, row) || aggregated;
     });
-    this.drawAlarms(frame);
-    this.drawHits(frame);
-    this.drawEpochs(frame);
-    this.drawFuture(frame);
-    this.drawSelection(frame);
+    drawAlarms(this, frame);
+    drawHits(this, frame);
+    drawEpochs(this, frame);
+    drawFuture(this, frame);
+    drawSelection(this, frame);
     ctx.restore();
-    this.drawMarks(frame);
-    this.drawPlayhead(frame);
+    drawMarks(this, frame);
+    drawPlayhead(this, frame);
     this.mode = aggregated ? 'aggregated' : 'spans';
     this.canvas.dataset.mode = this.mode;
-    this.hoverTip(g, frame.nowT);
+    hoverTip(this, g, frame.nowT);
     this.lastFrameMs = performance.now() - start;
     return true;
   }
@@ -626,182 +538,6 @@ export class TimelineView {
     ctx.restore();
     return aggregated;
   }
-
-  /** Epoch boundaries: dashed lines with the epoch's number (a peek's says "peek"). @param {DrawFrame} frame */
-  drawEpochs({ ctx, g, t0, t1, X }) {
-    ctx.strokeStyle = PALETTE.epochLine;
-    ctx.setLineDash([3, 3]);
-    ctx.font = FONT;
-    for (const ep of this.store.epochs) {
-      if (ep.t < t0 || ep.t > t1) continue;
-      const x = Math.round(X(ep.t)) + 0.5;
-      ctx.beginPath();
-      ctx.moveTo(x, AXIS);
-      ctx.lineTo(x, g.height);
-      ctx.stroke();
-      const text = ep.peek ? 'peek' : `epoch ${ep.epoch}`;
-      const w = ctx.measureText(text).width;
-      // on a band of the row's own colour, so that the words read over the spans under them
-      if (x + 3 + w > g.width || !this.place({ x: x + 2, y: AXIS + 1, w: w + 2, h: LABEL_PX + 1 })) continue;
-      ctx.fillStyle = PALETTE.rowA;
-      ctx.fillRect(x + 1, AXIS + 1, w + 4, LABEL_PX + 2);
-      ctx.fillStyle = PALETTE.epochInk;
-      fillLabel(ctx, text, x + 3, AXIS + 11);
-    }
-    ctx.setLineDash([]);
-  }
-
-  /**
-   * Fetches a finding was about, once they ended (a running one is drawn as open): a red outline
-   * from the fetch's start to its end, and the finding's words at its moment.
-   * @param {DrawFrame} frame
-   */
-  drawAlarms({ ctx, g, t0, t1 }) {
-    for (const row of g.rows) {
-      if (row.kind !== 'worker') continue;
-      const tr = row.track, off = tr.offset;
-      for (const a of tr.store.alarms) {
-        if (a.worker !== row.wid || a.end === null || a.end + off < t0 || a.start + off > t1) continue;
-        const x0 = Math.max(GUTTER, this.X(a.start + off)), x1 = Math.min(g.width, this.X(a.end + off));
-        ctx.strokeStyle = PALETTE.stuck;
-        ctx.lineWidth = 2;
-        ctx.strokeRect(x0 + 1, row.y + 1, Math.max(1, x1 - x0 - 2), row.h - 2);
-        ctx.lineWidth = 1;
-        const word = a.kind === 'died' ? 'DIED' : 'STUCK';
-        const at = Math.max(x0 + 4, Math.min(this.X(a.t + off), x1 - 40));
-        this.spanLabel(ctx, `${word} · task ${a.idx}`, at, g.width, row.y, row.h);
-      }
-    }
-  }
-
-  /** Search hits: an outline around each span found. @param {DrawFrame} frame */
-  drawHits({ ctx, g, t0, t1 }) {
-    if (!this.hits.length) return;
-    const primary = this.primary;
-    ctx.strokeStyle = PALETTE.hit;
-    ctx.lineWidth = 2;
-    for (const hit of this.hits) {
-      if (hit.t1 < t0 || hit.t0 > t1) continue;
-      const row = g.rows.find((r) => r.track === primary && (hit.worker === null ? r.kind === 'consumer' : r.kind === 'worker' && r.wid === hit.worker));
-      if (!row) continue;
-      const x0 = Math.max(GUTTER, this.X(hit.t0)), x1 = Math.min(g.width, this.X(hit.t1));
-      ctx.strokeRect(x0 - 1, row.y, Math.max(3, x1 - x0 + 2), row.h);
-    }
-    ctx.lineWidth = 1;
-  }
-
-  /** The selected range: a tinted band with edges. @param {DrawFrame} frame */
-  drawSelection({ ctx, g, X }) {
-    const sel = this.selection;
-    if (!sel) return;
-    const x0 = Math.max(GUTTER, X(sel.t0)), x1 = Math.min(g.width, X(sel.t1));
-    if (x1 < GUTTER || x0 > g.width) return;
-    ctx.fillStyle = PALETTE.selection;
-    ctx.fillRect(x0, AXIS, Math.max(1, x1 - x0), g.height - AXIS);
-    ctx.fillStyle = PALETTE.accent;
-    if (X(sel.t0) >= GUTTER) ctx.fillRect(Math.round(x0) - 1, AXIS, 2, g.height - AXIS);
-    if (X(sel.t1) <= g.width) ctx.fillRect(Math.round(x1) - 1, AXIS, 2, g.height - AXIS);
-  }
-
-  /** The future, when the playhead is behind the end: dimmed. @param {DrawFrame} frame */
-  drawFuture({ ctx, g, X }) {
-    if (this.playhead === null) return;
-    const px = X(this.playhead);
-    if (px >= g.width) return;
-    ctx.fillStyle = PALETTE.future;
-    ctx.fillRect(Math.max(GUTTER, px), AXIS, g.width - Math.max(GUTTER, px), g.height - AXIS);
-  }
-
-  /** Markers on the axis: stuck, died, errors, timeouts. @param {DrawFrame} frame */
-  drawMarks({ ctx, t0, t1, X }) {
-    ctx.fillStyle = PALETTE.stuck;
-    for (const tr of this.tracks) {
-      for (const m of tr.store.marks) {
-        const t = m.t + tr.offset;
-        if (t < t0 || t > t1) continue;
-        const x = X(t);
-        ctx.beginPath();
-        ctx.moveTo(x, AXIS);
-        ctx.lineTo(x - 4, AXIS - 6);
-        ctx.lineTo(x + 4, AXIS - 6);
-        ctx.fill();
-      }
-    }
-  }
-
-  /** The playhead: a line through every row and a handle on the axis. @param {DrawFrame} frame */
-  drawPlayhead({ ctx, g, X }) {
-    if (this.playhead === null) return;
-    const px = X(this.playhead);
-    if (px < GUTTER || px > g.width) return;
-    ctx.fillStyle = PALETTE.accent;
-    ctx.fillRect(Math.round(px) - 1, 2, 2, g.height - 2);
-    ctx.beginPath();
-    ctx.moveTo(px - 6, 0);
-    ctx.lineTo(px + 6, 0);
-    ctx.lineTo(px, 9);
-    ctx.fill();
-  }
-
-  /** @param {Geometry} g @param {number} nowT */
-  hoverTip(g, nowT) {
-    const h = this.hover;
-    if (!h || h.x < GUTTER) { this.tip.hidden = true; return; }
-    let text = '';
-    if (h.y < AXIS) {
-      text = this.onSeek ? `click or drag here to move the playhead\n${fmtDuration(this.timeAt(h.x))}` : '';
-    }
-    const row = g.rows.find((r) => h.y >= r.y && h.y < r.y + r.h);
-    if (row && row.kind !== 'group') {
-      const tr = row.track;
-      const t = this.timeAt(h.x) - tr.offset;
-      const slack = (2 / (g.width - GUTTER)) * (this.view.t1 - this.view.t0);
-      const store = tr.store;
-      const rank = this.tracks.length > 1 ? `${tr.label} · ` : '';
-      if (row.kind === 'worker') {
-        const col = store.workers.get(row.wid);
-        const open = store.open.get(row.wid);
-        const i = col ? nearest(col, t, slack) : -1;
-        const who = `${rank}${row.label}`;
-        if (col && i >= 0) {
-          const samples = store.samplesAt(col.ref2[i]);
-          const end = store.eventAt(col.ref[i]);
-          text = `task ${col.idx[i]} (epoch ${col.epoch[i]}) · ${who}\nfetch took ${fmtDuration(col.end[i] - col.start[i])}` +
-            `\nsamples ${fmtIndices(samples?.indices, samples?.n) || '?'}${end?.nbytes ? `\n${end.nbytes} bytes` : ''}`;
-        } else if (open && t >= open.start) {
-          const samples = store.samplesAt(open.dref);
-          text = `task ${open.idx} · ${who}\nstill fetching: ${fmtDuration((tr === this.primary ? nowT : store.tmax) - open.start)} so far\nsamples ${fmtIndices(samples?.indices, samples?.n) || '?'}`;
-        } else {
-          text = `${who} idle at ${fmtDuration(t)}`;
-        }
-      } else if (row.kind === 'memory' || row.kind === 'headroom' || row.kind === 'scale') {
-        text = memoryTip(row, t, rank);
-      } else if (row.kind === 'pin') {
-        const i = row.pin.mode === 'active' ? nearest(store.pin, t, slack) : -1;
-        if (i >= 0) {
-          const e = store.eventAt(store.pin.ref[i]);
-          const mb = e?.nbytes ? e.nbytes / 1e6 : null;
-          const dt = store.pin.end[i] - store.pin.start[i];
-          text = `${rank}task ${store.pin.idx[i]} pinned in ${fmtDuration(dt)}` +
-            (mb !== null ? `\n${mb.toFixed(2)} MB${dt > 0 ? ` at ${(mb / dt).toFixed(0)} MB/s` : ''}` : '') +
-            (e?.pinned === false ? '\nNOT pinned (a custom batch type needs pin_memory())' : '');
-        } else text = row.pin.mode === 'active' ? `${rank}pin thread idle` : `${rank}${row.pin.why}`;
-      } else {
-        const col = store.consumer;
-        const i = nearest(col, t, slack * 2);
-        if (i >= 0) {
-          const e = store.eventAt(col.ref[i]);
-          text = `${rank}batch ${col.idx[i]} handed to the training loop at ${fmtDuration(col.end[i])}\nconsumer waited ${fmtDuration(col.end[i] - col.start[i])} for it${e?.from_buffer ? '\n(it was already in the reorder buffer)' : ''}`;
-        } else text = `${rank}consumer busy training (not waiting)`;
-      }
-    }
-    if (!text) { this.tip.hidden = true; return; }
-    this.tip.textContent = text;
-    this.tip.hidden = false;
-    const left = Math.min(h.x + 14, g.width - 260);
-    this.tip.style.left = `${left}px`;
-    this.tip.style.top = `${h.y + 14}px`;
-  }
 }
 
 /** @type {WeakMap<import('./memory.js').MemoryModel, {samples: number, rss: number, headroom: number}>} */
@@ -837,139 +573,6 @@ function memoryRows(rows, track, memory, y) {
     y += MEMORY_H;
   }
   return y + 6;
-}
-
-/**
- * A memory lane's hover: the sample in force at t (the last one at or before it) and when it was taken.
- * @param {Row & {kind: 'memory' | 'headroom' | 'scale'}} row @param {number} t on the row's clock @param {string} rank
- */
-function memoryTip(row, t, rank) {
-  if (row.kind === 'scale') return `${rank}memory lanes: each process's USS (private) and shared memory, in MB (10^6 bytes)`;
-  const series = row.memory.series, i = pointAt(series, t);
-  const who = row.kind === 'headroom' ? 'host headroom' : row.key === MAIN ? 'main process' : `worker ${row.key}`;
-  const at = `${rank}${who} at ${fmtDuration(t)}`;
-  if (row.kind === 'headroom') {
-    const room = i >= 0 ? series[i][1] : null;
-    return room === null ? `${at}: no sample` : `${at}\nheadroom ${mb(room)} MB\nsampled at ${fmtDuration(series[i][0])}`;
-  }
-  const p = procAt(series, i, row.key);
-  return p === null ? `${at}: no sample`
-    : `${at}\nUSS ${mb(p.uss)} MB · shared ${mb(p.shared)} MB · RSS ${mb(p.rss)} MB\nsampled at ${fmtDuration(p.t)}`;
-}
-
-/** The span under t (within slack), or -1. @param {SpanColumn} col @param {number} t @param {number} slack */
-function nearest(col, t, slack) {
-  let i = col.at(t);
-  if (i >= 0) return i;
-  i = col.at(t + slack);
-  if (i >= 0) return i;
-  return col.at(t - slack);
-}
-
-/**
- * How a row's spans are coloured: one colour for all, or each its task's colour at a lightness.
- * @typedef {{fixed: string} | {lightness: number}} Paint
- */
-
-const DENSE_SPANS = 48; // more spans than this in a row: their hues are rounded and drawn a colour at a time
-const HUE_STEP = 10; // degrees; golden-angle neighbours stay far apart after rounding
-/** @type {Map<string, string>} */
-const roundedColors = new Map();
-
-/** A task's colour with its hue rounded to HUE_STEP: a few dozen colours for any number of tasks. @param {number} idx @param {number} lightness */
-function roundedColor(idx, lightness) {
-  const hue = (Math.round(taskHue(idx) / HUE_STEP) * HUE_STEP) % 360;
-  const key = `${hue}:${lightness}`;
-  let color = roundedColors.get(key);
-  if (color === undefined) roundedColors.set(key, (color = `hsl(${hue} 70% ${lightness}%)`));
-  return color;
-}
-
-/**
- * Draw one row; returns true when it had to aggregate (too many spans to draw one by one).
- * Level of detail: spans are culled to the view (`visible`); a sub-pixel span in a pixel column
- * that already has one is left out; a dense row is drawn a colour at a time; an aggregated row is
- * one rectangle per run of equal columns. In software rendering a fill costs about 0.7 µs and a
- * change of fill colour about 2 µs, so with many thin rows the calls, not the arithmetic, are
- * what a frame costs.
- * @param {CanvasRenderingContext2D} ctx @param {SpanColumn} col @param {number} t0 @param {number} t1
- * @param {(t: number) => number} X @param {number} y @param {number} h @param {number} plotW
- * @param {Paint} paint @param {string} aggColor @param {boolean} [zeroTicks]
- */
-export function drawRow(ctx, col, t0, t1, X, y, h, plotW, paint, aggColor, zeroTicks = false) {
-  const [i0, i1] = col.visible(t0, t1);
-  if (i1 - i0 <= plotW / 3) {
-    drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks);
-    return false;
-  }
-  drawOccupancy(ctx, col.occupancy(t0, t1, Math.max(1, Math.floor(plotW / 2))), X(t0), y, h, plotW, aggColor);
-  return true;
-}
-
-/**
- * Spans one by one, grouped by colour (a dense row's hues rounded), then the dark edges that part
- * neighbouring spans wider than 3 px.
- * @param {CanvasRenderingContext2D} ctx @param {SpanColumn} col @param {number} i0 @param {number} i1
- * @param {(t: number) => number} X @param {number} y @param {number} h @param {Paint} paint @param {boolean} zeroTicks
- */
-function drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks) {
-  const dense = i1 - i0 > DENSE_SPANS;
-  /** @type {Map<string, number[]>} colour -> x, width, x, width, ... */
-  const groups = new Map();
-  /** @type {number[]} */
-  const edges = [];
-  let lastTick = -Infinity;
-  for (let i = i0; i < i1; i++) {
-    const x0 = X(col.start[i]), x1 = X(col.end[i]);
-    const w = x1 - x0;
-    if (w < 1 && !zeroTicks && Math.round(x1) === lastTick) continue;
-    const color = 'fixed' in paint ? paint.fixed
-      : dense ? roundedColor(col.idx[i], paint.lightness) : taskColor(col.idx[i], paint.lightness);
-    let rects = groups.get(color);
-    if (rects === undefined) groups.set(color, (rects = []));
-    if (w >= 1) rects.push(x0, w);
-    if (zeroTicks || w < 1) {
-      rects.push(x1 - 0.5, 1);
-      lastTick = Math.round(x1);
-    }
-    if (!zeroTicks && w > 3) edges.push(x1 - 1, 1);
-  }
-  for (const [color, rects] of groups) fillRects(ctx, color, rects, y, h);
-  fillRects(ctx, PALETTE.spanEdge, edges, y, h);
-}
-
-/**
- * @param {CanvasRenderingContext2D} ctx @param {string} color
- * @param {number[]} rects x, width, x, width, ... all from y to y + h @param {number} y @param {number} h
- */
-function fillRects(ctx, color, rects, y, h) {
-  if (!rects.length) return;
-  ctx.fillStyle = color;
-  for (let k = 0; k < rects.length; k += 2) ctx.fillRect(rects[k], y, rects[k + 1], h);
-}
-
-/**
- * How busy each column was, as bars from the row's floor: the busy share is rounded to the row's
- * whole pixels (all a bar can show), so neighbouring columns alike make one rectangle.
- * @param {CanvasRenderingContext2D} ctx @param {Float32Array} occ @param {number} x0 @param {number} y
- * @param {number} h @param {number} plotW @param {string} color
- */
-function drawOccupancy(ctx, occ, x0, y, h, plotW, color) {
-  const bw = plotW / occ.length;
-  const level = (/** @type {number} */ v) => (v > 0 ? Math.max(1, Math.round(h * v)) : 0);
-  ctx.fillStyle = color;
-  let k = 0;
-  while (k < occ.length) {
-    const px = level(occ[k]);
-    let end = k + 1;
-    while (end < occ.length && level(occ[end]) === px) end++;
-    if (px > 0) {
-      ctx.globalAlpha = 0.25 + (0.75 * px) / h;
-      ctx.fillRect(x0 + k * bw, y + h - px, Math.ceil((end - k) * bw), px);
-    }
-    k = end;
-  }
-  ctx.globalAlpha = 1;
 }
 
 /** @param {number} v @param {number} step */

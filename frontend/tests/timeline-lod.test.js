@@ -2,7 +2,7 @@
 // every span is still drawn, with far fewer colour changes and fills than one call per span.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { drawRow } from '../js/timeline-view.js';
+import { drawRow } from '../js/timeline-paint.js';
 import { SpanColumn } from '../js/timeline-store.js';
 
 function recorder() {
