@@ -24,17 +24,17 @@ import { FindingsView, findingsOf } from './findings-view.js';
 import { pinStage } from './pin.js';
 import { TraceOpener } from './trace-open.js';
 import { ENDED } from './schema.js';
-import { TORCH_PREFETCH_FACTOR } from './contract.gen.js';
 import { RanksView, timelineRanks } from './ranks-view.js';
 import { Scheduler } from './scheduler.js';
 import { Playback } from './playback.js';
 import { ThemeSwitch } from './theme.js';
-import { UrlWriter, parseView } from './url-state.js';
+import { UrlWriter } from './url-state.js';
 import { Keys } from './keys.js';
 import { SearchView } from './search-view.js';
 import { RangeView } from './range-view.js';
 import { NarrowLayout } from './narrow.js';
-import { noteText } from './panels.js';
+import { applyView, goTo, highlight, markLanes, restorePlayhead, searchable, syncUrl, viewParams } from './app-view.js';
+import { startDemo } from './app-demo.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
@@ -51,7 +51,7 @@ const LIVE_SLOW_PANEL_MS = 1000; // the same while following a stream: the socke
  *   load: import('./trace-open.js').LoadPerf|null}} Perf
  */
 
-class App {
+export class App {
   constructor() {
     this.scheduler = new Scheduler();
     this.scheduler.onFrame((wall) => this.frame(wall));
@@ -94,7 +94,7 @@ class App {
     });
     this.findings = new FindingsView((n) => this.showFinding(n));
     this.theme = new ThemeSwitch(() => this.themeChanged());
-    this.url = new UrlWriter(() => this.viewParams());
+    this.url = new UrlWriter(() => viewParams(this));
     this.urlKey = ''; // the view last written to (or read from) the URL, the playhead aside
     this.urlAt = -1; // the playhead last written
     this.pushNext = false; // the next URL write is a new history entry (a jump, not a step)
@@ -108,9 +108,9 @@ class App {
     this.hitWorkers = new Set();
     this.searchedAt = -1; // events there were when the search last ran
     this.searchView = new SearchView({
-      run: () => this.searchable(),
-      highlight: (hits) => this.highlight(hits),
-      go: (hit) => this.goTo(hit),
+      run: () => searchable(this),
+      highlight: (hits) => highlight(this, hits),
+      go: (hit) => goTo(this, hit),
     });
     this.rangeView = new RangeView({
       zoom: () => { if (this.timeline.selection) this.timeline.setView(this.timeline.selection); },
@@ -307,7 +307,7 @@ class App {
   /** @param {number} start the frame's wall clock (performance.now()) */
   frame(start) {
     const applied = this.applyQueued(start);
-    this.restorePlayhead();
+    restorePlayhead(this);
     this.playback.advance(start);
     const wall = performance.now();
     const clock = this.clock(wall);
@@ -394,8 +394,8 @@ class App {
     this.inspector.render();
     this.findings.render(this.track);
     this.rangeView.render(p, this.timeline.selection);
-    this.markLanes();
-    this.syncUrl();
+    markLanes(this);
+    syncUrl(this);
     const wall = performance.now();
     const slowMs = this.isFollowingStream() ? LIVE_SLOW_PANEL_MS : SLOW_PANEL_MS;
     if (wall - this.lastSlowPanels > slowMs) {
@@ -445,142 +445,6 @@ class App {
     this.renderPanels();
     const card = n.kind === 'consumer_stuck' ? $('consumer-card') : $('worker-card');
     if (!card.hidden) card.scrollIntoView({ block: 'nearest' });
-  }
-
-  // --- the view in the URL, search, lanes ---------------------------------------------------------
-
-  /** The view as the URL holds it (url-state.js). @returns {import('./url-state.js').ViewParams} */
-  viewParams() {
-    /** @type {import('./url-state.js').ViewParams} */
-    const v = {};
-    const p = this.player;
-    if (this.pendingAt !== null) v.at = this.pendingAt;
-    else if (p.length && !p.following) v.at = p.cursor;
-    if (!this.timeline.follow) v.view = [this.timeline.view.t0, this.timeline.view.t1];
-    if (this.cards.selected !== null) v.worker = this.cards.selected;
-    if (this.selectedBatch) v.batch = this.selectedBatch;
-    const sel = this.timeline.selection;
-    if (sel) v.range = [sel.t0, sel.t1];
-    const pair = this.compare.pair();
-    if (pair) v.compare = pair;
-    if (this.theme.chosen) v.theme = this.theme.chosen;
-    return v;
-  }
-
-  /**
-   * Write the view to the URL when it changed: a new history entry for a deliberate change (zoom,
-   * selection, worker, batch, compare, theme, a jump), the current one replaced as the playhead
-   * moves on (playing, stepping, scrubbing). UrlWriter spaces the writes out.
-   */
-  syncUrl() {
-    if (this.server.demo) return;
-    const v = this.viewParams();
-    const { at, ...rest } = v;
-    const key = JSON.stringify(rest);
-    const playhead = at ?? -1;
-    if (key === this.urlKey && playhead === this.urlAt) return;
-    const push = key !== this.urlKey || this.pushNext;
-    this.urlKey = key;
-    this.urlAt = playhead;
-    this.pushNext = false;
-    this.url.changed(push);
-  }
-
-  /** Show the view the URL names (a load, Back, Forward): the run itself is ServerRun's. */
-  applyView() {
-    const v = parseView(location.search);
-    if (v.theme || this.theme.chosen) this.theme.choose(v.theme ?? this.theme.stored(), false);
-    if (v.view) this.timeline.setView({ t0: v.view[0], t1: v.view[1] }, false);
-    else this.timeline.fit();
-    this.timeline.select(v.range ? { t0: v.range[0], t1: v.range[1] } : null, false);
-    this.cards.selected = v.worker ?? null;
-    this.selectedBatch = v.batch ?? null;
-    this.highlight(this.searchHits);
-    if (v.at !== undefined) this.pendingAt = v.at;
-    else if (this.player.length && !this.player.following) this.playback.toEnd();
-    const pair = v.compare;
-    if (pair && JSON.stringify(pair) !== JSON.stringify(this.compare.pair())) this.compare.open(`run:${pair[0]}`, `run:${pair[1]}`);
-    else if (!pair && this.compare.isOpen) this.compare.close();
-    const { at, ...rest } = v;
-    this.urlKey = JSON.stringify(rest);
-    this.urlAt = at ?? -1;
-    this.lastPanels = 0;
-    this.wake();
-  }
-
-  /** The URL's playhead, once its events are here (all of them, for a run that ended with fewer). */
-  restorePlayhead() {
-    const at = this.pendingAt;
-    const p = this.player;
-    if (at === null || !p.length || (p.length < at && !this.allShown())) return;
-    this.pendingAt = null;
-    this.playback.moveTo(Math.min(at, p.length), true, true);
-  }
-
-  /** What search looks through: the selected rank's spans, events and notes, the job's ranks. */
-  searchable() {
-    const tr = this.track;
-    this.searchedAt = tr.player.length;
-    return {
-      store: tr.store, table: tr.player.table, rank: tr.rank, ranks: this.tracks.map((t) => t.rank),
-      notes: tr.noteItems.map((n) => ({ text: noteText(n), t: typeof n.t === 'number' ? n.t : tr.player.clockAt(n._row ?? 0),
-        row: n._row ?? 0, worker: typeof n.worker === 'number' ? n.worker : null })),
-    };
-  }
-
-  /** Outline the hits in the timeline, ring their tasks in the picture, mark their workers' lanes; and the selected batch. @param {import('./search.js').Hit[]} hits */
-  highlight(hits) {
-    this.searchHits = hits;
-    const spans = hits.flatMap((h) => h.spans);
-    const tasks = new Set(hits.flatMap((h) => h.tasks));
-    const batch = this.selectedBatch;
-    if (batch) {
-      tasks.add(batch.join(':'));
-      for (const [worker, col] of this.store.workers) {
-        for (let i = 0; i < col.n; i++) if (col.idx[i] === batch[1] && col.epoch[i] === batch[0]) spans.push({ worker, t0: col.start[i], t1: col.end[i] });
-      }
-    }
-    this.timeline.outline(spans);
-    this.pipeline.highlight = tasks;
-    this.hitWorkers = new Set(hits.filter((h) => h.kind === 'worker').map((h) => /** @type {number} */ (h.worker)));
-    this.lastPanels = 0;
-    this.wake();
-  }
-
-  /** A search hit was chosen: move the playhead there (a new history entry), select what it names. @param {import('./search.js').Hit} hit */
-  goTo(hit) {
-    if (hit.kind === 'rank' && hit.rank !== undefined) {
-      const i = this.tracks.findIndex((t) => t.rank === hit.rank);
-      if (i >= 0) this.selectTrack(i);
-      return;
-    }
-    this.pushNext = true;
-    if (hit.worker !== undefined) this.cards.selected = hit.worker;
-    if (hit.epoch !== undefined && hit.idx !== undefined) this.selectedBatch = [hit.epoch, hit.idx];
-    if (hit.row !== undefined) this.playback.moveTo(hit.row, true, true);
-    else if (hit.t !== null) this.playback.seekTime(hit.t);
-    const span = hit.spans[0];
-    const view = this.timeline.view;
-    if (span && !this.timeline.follow && (span.t1 < view.t0 || span.t0 > view.t1)) {
-      const half = (view.t1 - view.t0) / 2;
-      this.timeline.setView({ t0: span.t0 - half, t1: span.t0 + half });
-    }
-    this.highlight(this.searchHits);
-  }
-
-  /** Lanes: a search hit's, and a worker that had a finding (kept after the run or its fetch ended). */
-  markLanes() {
-    const alarms = this.store.alarms;
-    for (const lane of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll('[data-testid=worker-lane]'))) {
-      const wid = Number(lane.dataset.worker);
-      lane.classList.toggle('hit', this.hitWorkers.has(wid));
-      const a = alarms.findLast((x) => x.worker === wid && x.t <= this.player.time);
-      const live = lane.dataset.status === 'stuck' || lane.dataset.status === 'died';
-      const mark = a && !live ? `${a.kind === 'died' ? 'died' : 'was stuck'} at ${a.t.toFixed(1)} s · task ${a.idx}` : '';
-      if ((lane.dataset.finding ?? '') !== mark) {
-        if (mark) lane.dataset.finding = mark; else delete lane.dataset.finding;
-      }
-    }
   }
 
   /** The theme changed: every canvas draws again in its colours. */
@@ -677,51 +541,14 @@ class App {
     this.searchView.bind();
     this.rangeView.bind();
     this.narrow.bind();
-    window.addEventListener('popstate', () => this.applyView());
-  }
-
-  /** `/?demo=synth&workers=8&rate=2000`: feed synthetic events, no server needed (development, measurements). */
-  /** @param {URLSearchParams} params */
-  async startDemo(params) {
-    this.server.demo = true;
-    let synthesize;
-    try {
-      ({ synthesize } = await import('../dev/synth.js'));
-    } catch {
-      // frontend/dev is a development tool and stays out of the wheel
-      $('connection').textContent = '?demo=synth needs a source checkout (frontend/dev is not installed)';
-      return;
-    }
-    const workers = Number(params.get('workers') ?? 4);
-    const rate = Number(params.get('rate') ?? 0); // events per second; 0 = follow the virtual clock
-    const batches = Number(params.get('batches') ?? 400);
-    const events = synthesize({ num_workers: workers, batches, prefetch_factor: Number(params.get('prefetch') ?? TORCH_PREFETCH_FACTOR), step: Number(params.get('step') ?? 0.004), pin_ms: Number(params.get('pin') ?? 0), cost: (idx) => (0.02 + 0.03 * ((workers - (idx % workers)) / workers)) * Number(params.get('slow') ?? 1) });
-    this.reset([new Track({ rank: 0, label: 'demo', source: 'demo' })]);
-    this.server.runId = 'demo';
-    renderDiagnosis($('diagnosis'), [], 'offline demo: the diagnosis comes from the server');
-    $('connection').textContent = `demo · ${events.length} events`;
-    let i = 0;
-    const t0 = performance.now();
-    const pump = () => {
-      const elapsed = (performance.now() - t0) / 1000;
-      const until = rate ? Math.floor(elapsed * rate) : events.findIndex((e) => e.t > elapsed);
-      const stop = until < 0 ? events.length : Math.min(events.length, until);
-      if (stop > i) {
-        const q = this.track.queue;
-        for (let k = i; k < stop; k++) q.push(events[k]);
-        i = stop;
-        this.wake();
-      }
-      if (i < events.length) setTimeout(pump, 8);
-    };
-    pump();
+    window.addEventListener('popstate', () => applyView(this));
   }
 
   async init() {
     this.bindControls();
     const params = new URL(location.href).searchParams;
     if (params.get('demo')) {
-      this.startDemo(params);
+      startDemo(this, params);
       return;
     }
     this.runForm.load();
@@ -730,7 +557,7 @@ class App {
     const id = params.get('run');
     if (id) this.server.open(id, { push: false });
     else renderDiagnosis($('diagnosis'), [], 'start a run, pick one above, or drop a trace file on the page');
-    this.applyView();
+    applyView(this);
     this.status.render();
     this.wake(); // draw the empty picture: the parts are named before any run starts
   }
