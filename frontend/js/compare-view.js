@@ -7,7 +7,8 @@
 
 import { compareRuns } from './compare.js';
 import { Track } from './track.js';
-import { TimelineStore, fmtDuration } from './timeline-store.js';
+import { TimelineStore } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 import { TimelineView } from './timeline-view.js';
 import { pinStage } from './pin.js';
 import { PALETTE } from './colors.js';

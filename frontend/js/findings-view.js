@@ -2,7 +2,7 @@
 // training loop stuck) that seeks to its moment and reopens the worker's card, and marks on the
 // time slider for those moments and for every result parked in the reorder buffer.
 
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const FINDING_KINDS = new Set(['worker_stuck', 'worker_died', 'consumer_stuck', 'error', 'timeout', 'doctor_verdict']);

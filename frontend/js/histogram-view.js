@@ -4,7 +4,7 @@
 
 import { binCounts, logEdges } from './bins.js';
 import { PALETTE } from './colors.js';
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 import { fillLabel, clearLabels, fitText } from './canvas-text.js';
 
 export const BINS = 28;

@@ -3,7 +3,7 @@
 // rather than passed through shared memory. "Sample values" asks the live workers for values.
 
 import { structureItems } from './panels.js';
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 

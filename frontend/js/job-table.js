@@ -5,7 +5,7 @@
 // only the rows in view are in the page, so a 1,024-rank job costs what a screenful does. A click on
 // a row opens that rank's live picture.
 
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 
 export const ROW_PX = 22; // every row's height: the window of rows follows from the scroll offset
 const OVERSCAN = 4; // rows drawn past each edge, so a fast scroll shows no blank strip

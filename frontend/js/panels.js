@@ -2,7 +2,8 @@
 // Each render compares with what it wrote last, so an unchanged panel costs nothing.
 
 import { batchesPerS, inputBound, userFrame } from './stats.js';
-import { fmtDuration, upperBound } from './timeline-store.js';
+import { upperBound } from './span-column.js';
+import { fmtDuration } from './time-window.js';
 import { fmtIndices } from './pipeline-view.js';
 import { pinStage, pinRate } from './pin.js';
 
@@ -11,7 +12,7 @@ import { pinStage, pinRate } from './pin.js';
 
 /**
  * Batches per second over the last `span` seconds before tNow (from the consumer row's yield times).
- * @param {import('./timeline-store.js').SpanColumn} consumer @param {number} tNow @param {number} [span]
+ * @param {import('./span-column.js').SpanColumn} consumer @param {number} tNow @param {number} [span]
  */
 export function recentRate(consumer, tNow, span = 2) {
   const n = upperBound(consumer.end, consumer.n, tNow); // yields up to now (the playhead may be behind)

@@ -4,7 +4,7 @@
 
 import { queueCapacity, gridCapacity, HEADER } from './layout.js';
 import { Where, WorkerStatus } from './reducer.js';
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 
 /** @typedef {import('./reducer.js').LoaderState} LoaderState */
 /** @typedef {{lane: HTMLElement, status: HTMLElement, fetch: HTMLElement, more: HTMLElement}} LaneParts */

@@ -2,7 +2,7 @@
 // seek by time or by event, follow a live run again; the bar under the picture and its keys. The
 // selected rank's player leads; the other ranks are put at the same moment of the shared clock.
 
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 /** Focused, these act on Space (and Enter) themselves: a button's Space presses that button, never Play. */

@@ -4,7 +4,7 @@
 // figures are kept as data attributes too (the tests compare them with Python's).
 
 import { rangeFigures } from './range.js';
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 

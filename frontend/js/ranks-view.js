@@ -7,7 +7,7 @@
 // from GET /api/jobs/{job}/table, and a rank's live picture only once its row is clicked.
 
 import { JobSteps, rankRate, shardReport, shardText, slowestWorker } from './ranks.js';
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 import { inputBound } from './stats.js';
 import { ENDED } from './schema.js';
 import { JobTableView, openLoader } from './job-table.js';

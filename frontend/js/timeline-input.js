@@ -3,7 +3,7 @@
 // The keys that zoom and pan are keys.js's (through TimelineView.zoomBy / panBy).
 
 import { AXIS, GUTTER, MIN_DRAG_PX } from './timeline-paint.js';
-import { zoomWindow, panWindow, fmtDuration } from './timeline-store.js';
+import { zoomWindow, panWindow, fmtDuration } from './time-window.js';
 import { fmtIndices } from './pipeline-view.js';
 import { MAIN, pointAt, procAt } from './memory.js';
 import { mb } from './memory-view.js';

@@ -15,7 +15,7 @@ export const MIN_DRAG_PX = 3; // a Shift+drag shorter than this is a click, not 
  * @typedef {{fixed: string} | {lightness: number}} Paint
  */
 
-/** @typedef {import('./timeline-store.js').SpanColumn} SpanColumn */
+/** @typedef {import('./span-column.js').SpanColumn} SpanColumn */
 
 const DENSE_SPANS = 48; // more spans than this in a row: their hues are rounded and drawn a colour at a time
 const HUE_STEP = 10; // degrees; golden-angle neighbours stay far apart after rounding

@@ -11,7 +11,7 @@
 // timeline-paint.js.
 
 import { PALETTE, taskColor } from './colors.js';
-import { fitWindow, zoomWindow, panWindow, ticks } from './timeline-store.js';
+import { fitWindow, zoomWindow, panWindow, ticks } from './time-window.js';
 import { fillLabel, clearLabels, fitText } from './canvas-text.js';
 import { MAIN, headroomScale, procAt, rssScale } from './memory.js';
 import { mb } from './memory-view.js';
@@ -43,8 +43,8 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
  * @typedef {{ctx: CanvasRenderingContext2D, g: Geometry, t0: number, t1: number, X: (t: number) => number,
  *   plotW: number, nowT: number}} DrawFrame what one draw() hands each part
  * @typedef {{track: Track, worker: number, idx: number, epoch: number}} SpanHit a clicked fetch span
- * @typedef {import('./timeline-store.js').SpanColumn} SpanColumn
- * @typedef {import('./timeline-store.js').TimeWindow} TimeWindow
+ * @typedef {import('./span-column.js').SpanColumn} SpanColumn
+ * @typedef {import('./time-window.js').TimeWindow} TimeWindow
  * @typedef {{worker: number|null, t0: number, t1: number}} Outline a search hit: a worker's (null: the consumer's) span, on the primary clock
  * @typedef {{x: number, y: number, w: number, h: number}} Box
  */

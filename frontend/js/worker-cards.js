@@ -5,7 +5,7 @@
 // has ended (and the playhead is at its end), the banner keeps its findings, each a link to its moment.
 
 import { workerDetail, stackItems, alarms } from './panels.js';
-import { fmtDuration } from './timeline-store.js';
+import { fmtDuration } from './time-window.js';
 import { findingText } from './findings-view.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));

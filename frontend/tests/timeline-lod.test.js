@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { drawRow } from '../js/timeline-paint.js';
-import { SpanColumn } from '../js/timeline-store.js';
+import { SpanColumn } from '../js/span-column.js';
 
 function recorder() {
   const calls = { styles: 0, rects: [] };

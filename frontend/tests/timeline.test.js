@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SlotMap, SpanColumn, TimelineStore, fitWindow, zoomWindow, panWindow, ticks, fmtDuration, lowerBound, upperBound } from '../js/timeline-store.js';
+import { SlotMap, TimelineStore } from '../js/timeline-store.js';
+import { SpanColumn, lowerBound, upperBound } from '../js/span-column.js';
+import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from '../js/time-window.js';
 import { synthesize } from '../dev/synth.js';
 import { EventTable } from '../js/event-table.js';
 
