@@ -28,7 +28,7 @@ import { RanksView, timelineRanks } from './ranks-view.js';
 import { Scheduler } from './scheduler.js';
 import { Playback } from './playback.js';
 import { ThemeSwitch } from './theme.js';
-import { UrlWriter } from './url-state.js';
+import { UrlWriter } from './url-writer.js';
 import { Keys } from './keys.js';
 import { SearchView } from './search-view.js';
 import { RangeView } from './range-view.js';

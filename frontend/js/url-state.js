@@ -1,11 +1,7 @@
 // The URL is the view: the run, the playhead, the zoom window, the selected worker, batch and
 // range, the compare pair and an explicit theme are query parameters (DESIGN §21 ◆), so that a
 // reload or a shared link shows the same view, and Back and Forward move between views. Parsing and
-// formatting are pure (`parseView`, `viewSearch`); `UrlWriter` writes the address bar at most every
-// WRITE_MS: a deliberate change (a zoom, a selection, a worker, a search jump) adds a history entry,
-// the playhead moving as it plays only replaces the current one.
-
-const WRITE_MS = 300; // a burst of changes (a wheel zoom, a drag, playing) becomes one write
+// formatting, here, are pure (`parseView`, `viewSearch`); url-writer.js writes the address bar.
 
 /** The view parameters, in the order the address shows them (`run` is ServerRun's). */
 export const VIEW_KEYS = /** @type {const} */ (['at', 'view', 'worker', 'batch', 'range', 'compare', 'theme']);
@@ -86,45 +82,4 @@ export function viewSearch(v, search) {
 export function withoutRunView(url) {
   for (const k of RUN_VIEW_KEYS) url.searchParams.delete(k);
   return url;
-}
-
-/** Writes the page's view into the address bar, a burst of changes at a time. */
-export class UrlWriter {
-  /** @param {() => ViewParams} read the view now */
-  constructor(read) {
-    this.read = read;
-    /** @type {ReturnType<typeof setTimeout>|undefined} */
-    this.timer = undefined;
-    this.push = false; // a deliberate change is among those waiting: a new history entry
-    this.paused = 0; // while the page applies a view from the URL, its own changes are not written
-  }
-
-  /**
-   * The view changed; written within WRITE_MS.
-   * @param {boolean} push a deliberate change (a new history entry), else the entry is replaced
-   */
-  changed(push) {
-    if (this.paused) return;
-    this.push ||= push;
-    if (this.timer === undefined) this.timer = setTimeout(() => this.flush(), WRITE_MS);
-  }
-
-  /** Write now what is waiting. */
-  flush() {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    const push = this.push;
-    this.push = false;
-    const search = viewSearch(this.read(), location.search);
-    if (search === location.search) return;
-    const url = `${location.pathname}${search}${location.hash}`;
-    if (push) history.pushState(history.state, '', url);
-    else history.replaceState(history.state, '', url);
-  }
-
-  /** Apply a view read from the URL without writing it back. @param {() => void} apply */
-  quietly(apply) {
-    this.paused += 1;
-    try { apply(); } finally { this.paused -= 1; }
-  }
 }
