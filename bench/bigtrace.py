@@ -196,8 +196,8 @@ const pieces = []; // as a worker's stream gives them
 for (let p = 0; p < bytes.length; p += 65536) pieces.push(new Uint8Array(bytes.subarray(p, p + 65536)));
 const cpu = (f) => { const c0 = process.cpuUsage(); const n = f(); const c = process.cpuUsage(c0); return (c.user + c.system) / n; };
 const code = await Promise.all(roots.map(async (root) => ({
-  root, ...(await import(`${root}/frontend/js/trace-file.js`)), ...(await import(`${root}/frontend/js/event-table.js`)),
-  ...(await import(`${root}/frontend/js/track.js`)) })));
+  root, ...(await import(`${root}/frontend/js/views/trace-file.js`)), ...(await import(`${root}/frontend/js/model/event-table.js`)),
+  ...(await import(`${root}/frontend/js/model/track.js`)) })));
 function parse({ TraceReader, EventTable }) {
   const batches = [];
   let rows = new EventTable(1 << 16);
@@ -244,8 +244,8 @@ def cpu_per_event(path: Path, mb: int, rounds: int, roots: list[Path]) -> None:
 # Reads the file on a probe input through the page's parsing workers with nothing applied on the
 # page's thread: how long parsing alone takes in chromium.
 PARSE_ONLY = """async (parsers) => {
-  const { readTraceFileInWorkers } = await import('/js/trace-file.js');
-  const { readParquetTraceInWorkers } = await import('/js/parquet-trace.js');
+  const { readTraceFileInWorkers } = await import('/js/views/trace-file.js');
+  const { readParquetTraceInWorkers } = await import('/js/views/parquet-trace.js');
   const files = [...document.querySelector('#probe-input').files];
   const t0 = performance.now();
   let events = 0;

@@ -1,11 +1,11 @@
-// What a row of the page's event table costs (frontend/js/event-table.js): ns per event to pack it
+// What a row of the page's event table costs (frontend/js/model/event-table.js): ns per event to pack it
 // from an object (push, pushValid), from a trace line's bytes (pushLine), to rebuild it (get) and to
 // read a field of it the way the reducer does (EventTable.field). The events are frontend/dev/synth.js's
 // (the frequent kinds of a 4-worker run). CPU time, median of ROUNDS rounds, each over every event.
 //
 //   node bench/event_table.js [batches]   (default 50000 batches, about 250,000 events)
 
-import { EventTable } from '../frontend/js/event-table.js';
+import { EventTable } from '../frontend/js/model/event-table.js';
 import { synthesize } from '../frontend/dev/synth.js';
 
 const ROUNDS = 7;

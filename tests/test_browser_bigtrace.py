@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 # Reads `text` as a file both ways and returns what each gave (events, or the error and the count before it).
 BOTH_WAYS = """async ({ text, segmentBytes }) => {
-  const { readTraceFile, readTraceFileInWorkers } = await import('/js/trace-file.js');
+  const { readTraceFile, readTraceFileInWorkers } = await import('/js/views/trace-file.js');
   const file = new File([text], 'small.trace.jsonl');
   const run = async (read, options) => {
     const events = [];
@@ -85,9 +85,9 @@ def test_a_damaged_line_in_a_later_segment_stops_there_with_its_file_line(page: 
 # Reads `text` into a Track each way: the reference (one thread, JSON.parse, each event applied
 # alone) and the page's (workers' columns, batches appended); what the page shows of each track.
 TRACKS_BOTH_WAYS = """async ({ text, segmentBytes }) => {
-  const { readTraceFile, readTraceFileInWorkers } = await import('/js/trace-file.js');
-  const { Track } = await import('/js/track.js');
-  const { summary } = await import('/js/reducer.js');
+  const { readTraceFile, readTraceFileInWorkers } = await import('/js/views/trace-file.js');
+  const { Track } = await import('/js/model/track.js');
+  const { summary } = await import('/js/model/reducer.js');
   const file = new File([text], 'small.trace.jsonl');
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
   const fast = new Track({ rank: 0, label: 'fast', source: 'file' });
@@ -117,10 +117,10 @@ def test_a_trace_opened_the_fast_way_shows_what_the_reference_way_shows(page: Pa
 # Reads a Parquet trace's parts (the page's file input holds them) into a Track through the workers,
 # and the same events' JSON lines the reference way; what the page shows of each.
 PARQUET_AND_REFERENCE = """async ({ text }) => {
-  const { readTraceFile } = await import('/js/trace-file.js');
-  const { readParquetTraceInWorkers } = await import('/js/parquet-trace.js');
-  const { Track } = await import('/js/track.js');
-  const { summary } = await import('/js/reducer.js');
+  const { readTraceFile } = await import('/js/views/trace-file.js');
+  const { readParquetTraceInWorkers } = await import('/js/views/parquet-trace.js');
+  const { Track } = await import('/js/model/track.js');
+  const { summary } = await import('/js/model/reducer.js');
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
   const parquet = new Track({ rank: 0, label: 'parquet', source: 'file' });
   await readTraceFile(new File([text], 'small.trace.jsonl'), { onHeader: () => {}, onEvent: (e) => reference.ingest(e), sliceMs: 1e9 });

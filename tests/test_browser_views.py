@@ -366,7 +366,7 @@ def test_a_reload_restores_the_view_and_back_goes_to_the_one_before(server: Any,
 # from the pixels (the box's most common colour is the background, the pixel farthest from it the ink),
 # and whether two labels of one canvas overlap.
 CANVAS_TEXT = """async () => {
-  const { labelsOf } = await import('/js/canvas-text.js');
+  const { labelsOf } = await import('/js/views/canvas-text.js');
   const lum = (r, g, b) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
     return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
   const ratio = (a, b) => (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
@@ -401,7 +401,7 @@ CANVAS_TEXT = """async () => {
 
 
 def canvas_text(pg: Any) -> list[dict[str, Any]]:
-    pg.evaluate("""async () => { const { labels } = await import('/js/canvas-text.js'); labels.on = true;
+    pg.evaluate("""async () => { const { labels } = await import('/js/views/canvas-text.js'); labels.on = true;
       const a = window.loaderscope; a.timeline.invalidate(); a.hist.invalidate(); a.lastSlowPanels = 0; a.lastPanels = 0; a.wake(); }""")
     pg.evaluate(FRAMES, 3)
     drawn(pg)

@@ -42,7 +42,7 @@ def test_a_stale_file_fails_the_check_with_the_command_that_fixes_it(name: str, 
 
 def test_the_generated_files_are_the_ones_ci_checks() -> None:
     assert {path.relative_to(ROOT).as_posix() for path in generate.OUTPUTS} == {
-        "frontend/js/contract.gen.js", "frontend/js/types.gen.js", "docs/reference/events.md",
+        "frontend/js/model/contract.gen.js", "frontend/js/model/types.gen.js", "docs/reference/events.md",
         "docs/events.schema.json"}
 
 

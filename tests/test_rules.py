@@ -32,7 +32,7 @@ SCALARS = ["send_idx", "rcvd_idx", "outstanding", "outstanding_high", "batches",
            "epoch_failed", "result_queue", "buffer", "violations",
            *sorted({name for rule in RULES.values() for name in rule.counts})]
 NODE = """
-import { reduce } from './frontend/js/reducer.js';
+import { reduce } from './frontend/js/model/reducer.js';
 import { readFileSync } from 'node:fs';
 const out = {};
 for (const [kind, events] of Object.entries(JSON.parse(readFileSync(0, 'utf8')))) {

@@ -150,7 +150,7 @@ def test_plurals_read_right() -> None:
 
 def test_the_pages_wording_module_is_generated_from_the_table() -> None:
     assert JS_PATH.read_text(encoding="utf-8") == render_js(), \
-        "frontend/js/wording.gen.js is out of date: run python -m loaderscope.model.wording --write"
+        "frontend/js/model/wording.gen.js is out of date: run python -m loaderscope.model.wording --write"
 
 
 def test_the_terminal_summary_uses_the_tables_words(capsys: Any, tmp_path: Path) -> None:

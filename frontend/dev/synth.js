@@ -2,9 +2,9 @@
 // page without a server (`/?demo=synth`), and for the node tests. It emits schema-v1 events on a
 // virtual clock. The real simulator lives in backend/loaderscope/sim/; this is only a fixture.
 
-import { TORCH_PREFETCH_FACTOR } from '../js/contract.gen.js';
+import { TORCH_PREFETCH_FACTOR } from '../js/model/contract.gen.js';
 
-/** @typedef {import('../js/types.js').LoaderEvent} LoaderEvent */
+/** @typedef {import('../js/model/types.js').LoaderEvent} LoaderEvent */
 /** @typedef {{idx: number, w: number}} Result a fetched batch: its task and worker */
 /**
  * What happens next on the virtual clock (`n` orders equal times): a fetch is done, a batch is

@@ -2,11 +2,11 @@
 // Advice in, the same sentence out, numbers rounded as Python rounds them.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { adviceText } from '../js/advice.js';
+import { adviceText } from '../js/model/advice.js';
 import { needsPython, python } from './python.js';
 
-/** @returns {import('../js/advice.js').Advice} */
-function advice(/** @type {Partial<import('../js/advice.js').Advice>} */ o) {
+/** @returns {import('../js/model/advice.js').Advice} */
+function advice(/** @type {Partial<import('../js/model/advice.js').Advice>} */ o) {
   return {
     status: 'keep_up', workers: 3, batches_per_s: 41.25, waiting: 0.045, recorded_workers: 1,
     recorded_batches_per_s: 14.5, replayed_batches_per_s: 14.75, error: 0.0172, setting: { num_workers: 1 },

@@ -6,9 +6,9 @@ import { spawnSync } from 'node:child_process';
 import { writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BINS, compareRuns, diagnosisDiff, normalise, sideOf } from '../js/compare.js';
-import { binCounts, logEdges } from '../js/bins.js';
-import { reduce } from '../js/reducer.js';
+import { BINS, compareRuns, diagnosisDiff, normalise, sideOf } from '../js/model/compare.js';
+import { binCounts, logEdges } from '../js/model/bins.js';
+import { reduce } from '../js/model/reducer.js';
 import { synthesize } from '../dev/synth.js';
 import { PY, ROOT, needsPython } from './python.js';
 

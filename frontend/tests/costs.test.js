@@ -2,8 +2,8 @@
 // simulator accepts it (checked against loaderscope.sim.CostModel).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { COST_FIELDS, costsFromForm, costField } from '../js/costs.js';
-import { fieldsFromSchema, readValue } from '../js/form.js';
+import { COST_FIELDS, costsFromForm, costField } from '../js/model/costs.js';
+import { fieldsFromSchema, readValue } from '../js/views/form.js';
 import { python, needsPython } from './python.js';
 
 const defaults = () => Object.fromEntries(fieldsFromSchema(COST_FIELDS).map((f) => [f.name, f.default ?? null]));

@@ -2,10 +2,10 @@
 // frequent kinds, and keeps anything unusual whole.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EventTable } from '../js/event-table.js';
+import { EventTable } from '../js/model/event-table.js';
 import { synthesize } from '../dev/synth.js';
-import { invalidReason } from '../js/schema.js';
-import { COLUMNS, COMMON_FIELDS, FREQUENT, KINDS } from '../js/contract.gen.js';
+import { invalidReason } from '../js/model/schema.js';
+import { COLUMNS, COMMON_FIELDS, FREQUENT, KINDS } from '../js/model/contract.gen.js';
 
 function strip(e) {
   const out = {};
@@ -179,7 +179,7 @@ test('pushLine takes a line only where JSON.parse and pushValid take it, with th
 // way into the table and back out of get(): packed when the column map has a column for every field
 // it carries, else kept whole, and equal either way. A field added to the contract is in this test
 // without an edit here: a place that forgets it drops it or writes it over another field.
-/** A value of a contract field's type, different for each field (k). @param {import('../js/event-table.js').FieldRule} rule @param {number} k */
+/** A value of a contract field's type, different for each field (k). @param {import('../js/model/event-table.js').FieldRule} rule @param {number} k */
 function sample(rule, k) {
   switch (rule.type) {
     case 'int': return Math.min(rule.max ?? 1000, 3 + k);

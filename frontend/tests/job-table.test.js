@@ -2,7 +2,7 @@
 // in a job of two, and the slowest rank of each loader named in the words `loaderscope job` prints (cli/job.py).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { visibleRows, openLoader, sentences, sortedRows, ROW_PX } from '../js/job-table.js';
+import { visibleRows, openLoader, sentences, sortedRows, ROW_PX } from '../js/views/job-table.js';
 import { python, needsPython } from './python.js';
 
 /** @param {number} rank @param {number} slowest_steps @param {number|null} worst_lag @param {string} [loader] */

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import {
   pipelineLayout, queueSlot, queueCapacity, fetchSlot, resultSlot, bufferSlot, consumerSlot, gridCapacity,
   overlaps, inside, HEADER, MIN_WIDTH, tokenSize, pinSlot, pinnedSlot, handSlot, pipelineHeight, RCVD_TEXT,
-} from '../js/layout.js';
+} from '../js/model/layout.js';
 
 const SIZES = [[1000, 360], [1400, 420], [1920, 700], [MIN_WIDTH, 300]];
 
@@ -78,7 +78,7 @@ test('with a pin column (active or disabled) nothing overlaps and the index queu
 });
 
 test('many workers (17..64): compact rows, two columns past 32, nothing overlaps, tokens fit', async () => {
-  const { pipelineHeight, laneGrid, COMPACT_ROW } = await import('../js/layout.js');
+  const { pipelineHeight, laneGrid, COMPACT_ROW } = await import('../js/model/layout.js');
   for (const width of [MIN_WIDTH, 1100, 1440]) {
     for (const lanes of [16, 17, 24, 32, 33, 48, 63, 64]) {
       for (const pin of ['none', 'active']) {
@@ -116,7 +116,7 @@ test('the batch next() holds has a lane of its own under rcvd_idx, clear of its 
 });
 
 test('a window narrower than the minimum gets slim columns at full size (no scaling) down to NARROW_MIN', async () => {
-  const { NARROW_MIN, NARROW_MIN_PIN } = await import('../js/layout.js');
+  const { NARROW_MIN, NARROW_MIN_PIN } = await import('../js/model/layout.js');
   for (const pin of ['none', 'active', 'disabled']) {
     for (const width of [pin === 'none' ? NARROW_MIN : NARROW_MIN_PIN, 778, 900]) {
       for (const lanes of [1, 4, 8]) {

@@ -5,8 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { reduce } from '../js/reducer.js';
-import { MAIN, headroom, headroomScale, pointAt, procAt, rssScale } from '../js/memory.js';
+import { reduce } from '../js/model/reducer.js';
+import { MAIN, headroom, headroomScale, pointAt, procAt, rssScale } from '../js/model/memory.js';
 
 const events = readFileSync(fileURLToPath(new URL('fixtures/memory_copy_on_read.jsonl', import.meta.url)), 'utf8')
   .split('\n').filter(Boolean).map((line) => JSON.parse(line));

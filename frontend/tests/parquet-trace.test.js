@@ -7,10 +7,10 @@ import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { EventTable } from '../js/event-table.js';
-import { countRows, indicesOnly, PART_NAME, partIntoTable, readPart, zstdReady } from '../js/parquet-trace.js';
-import { TraceError } from '../js/trace-file.js';
-import { groupTraces } from '../js/trace-open.js';
+import { EventTable } from '../js/model/event-table.js';
+import { countRows, indicesOnly, PART_NAME, partIntoTable, readPart, zstdReady } from '../js/views/parquet-trace.js';
+import { TraceError } from '../js/views/trace-file.js';
+import { groupTraces } from '../js/views/trace-open.js';
 
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');
 const LINES = readFileSync(join(FIXTURES, 'gpu_step_h100.jsonl'), 'utf8').split('\n').filter((l) => l.trim());

@@ -2,11 +2,11 @@
 // way the cursor got there (forward, back, jumps across snapshots); steps move by event or batch.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Player } from '../js/player.js';
-import { Track } from '../js/track.js';
-import { EventTable } from '../js/event-table.js';
-import { reduce, MAX_KEPT } from '../js/reducer.js';
-import { summary } from '../js/stats.js';
+import { Player } from '../js/model/player.js';
+import { Track } from '../js/model/track.js';
+import { EventTable } from '../js/model/event-table.js';
+import { reduce, MAX_KEPT } from '../js/model/reducer.js';
+import { summary } from '../js/model/stats.js';
 import { synthesize } from '../dev/synth.js';
 
 function fingerprint(s) {

@@ -2,9 +2,9 @@
 // report, and the slowest rank per step agrees with slowest_per_step.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { shardReport, shardText, decodeShard, JobSteps, slowestWorker, rankRate } from '../js/ranks.js';
-import { reduce } from '../js/reducer.js';
-import { perRank, timelineRanks } from '../js/ranks-view.js';
+import { shardReport, shardText, decodeShard, JobSteps, slowestWorker, rankRate } from '../js/model/ranks.js';
+import { reduce } from '../js/model/reducer.js';
+import { perRank, timelineRanks } from '../js/views/ranks-view.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';
 

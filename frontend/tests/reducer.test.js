@@ -6,11 +6,11 @@ import assert from 'node:assert/strict';
 import { writeFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { INLINED } from '../js/fastpath.js';
-import { LoaderState, reduce, Where, WorkerStatus } from '../js/reducer.js';
-import { summary, pyRound, median, userFrame } from '../js/stats.js';
-import { diagnosis, pyFixed } from '../js/diagnosis.js';
-import { invalidReason } from '../js/schema.js';
+import { INLINED } from '../js/model/fastpath.js';
+import { LoaderState, reduce, Where, WorkerStatus } from '../js/model/reducer.js';
+import { summary, pyRound, median, userFrame } from '../js/model/stats.js';
+import { diagnosis, pyFixed } from '../js/model/diagnosis.js';
+import { invalidReason } from '../js/model/schema.js';
 import { synthesize } from '../dev/synth.js';
 import { ROOT, python, needsPython } from './python.js';
 

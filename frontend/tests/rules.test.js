@@ -5,9 +5,9 @@
 // on both sides, and compares the state. tests/test_rules.py runs the same from the Python side.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { reduce } from '../js/reducer.js';
-import { summary } from '../js/stats.js';
-import { KINDS, RULES } from '../js/contract.gen.js';
+import { reduce } from '../js/model/reducer.js';
+import { summary } from '../js/model/stats.js';
+import { KINDS, RULES } from '../js/model/contract.gen.js';
 import { synthesize } from '../dev/synth.js';
 import { python, needsPython } from './python.js';
 

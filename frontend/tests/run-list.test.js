@@ -2,7 +2,7 @@
 // the runs started, a job's loaders grouped by name and rank.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { pickerGroups, runText, runName, clockText } from '../js/run-list.js';
+import { pickerGroups, runText, runName, clockText } from '../js/model/run-list.js';
 
 const T = Date.UTC(2026, 10, 26, 12, 0, 0) / 1000;
 const at = (s) => clockText(T + s, T);

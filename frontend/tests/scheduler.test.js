@@ -2,7 +2,7 @@
 // panels: a throttled redraw is pending until the frame it asked for has run.
 import { test, mock } from 'node:test';
 import assert from 'node:assert/strict';
-import { Scheduler } from '../js/scheduler.js';
+import { Scheduler } from '../js/views/scheduler.js';
 
 test('a throttled redraw stays pending from later() until its frame has run', () => {
   mock.timers.enable({ apis: ['setTimeout'] });

@@ -3,7 +3,7 @@
 // kind or status only one side knows fails here, not on a user's page; `--check` catches a stale file).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { REQUIRED, KNOWN_KINDS, RunStatus, ENDED, MAX_NUMBER, invalidReason } from '../js/schema.js';
+import { REQUIRED, KNOWN_KINDS, RunStatus, ENDED, MAX_NUMBER, invalidReason } from '../js/model/schema.js';
 import { python, needsPython } from './python.js';
 
 const PY_SCHEMA = `

@@ -1,7 +1,7 @@
 // The stream client against fake transports: nothing missing, nothing twice, gaps reported.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { RunStream, normalizePage } from '../js/stream.js';
+import { RunStream, normalizePage } from '../js/views/stream.js';
 
 const ev = (seq, kind = 'dispatch') => ({ seq, t: seq / 100, run: 'r', rank: 0, kind, idx: seq, worker: 0 });
 const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => ev(a + i));

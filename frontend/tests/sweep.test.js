@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { niceMax, parseValues, sweepErrorField, sweepRequest, sweepSeries } from '../js/sweep.js';
+import { niceMax, parseValues, sweepErrorField, sweepRequest, sweepSeries } from '../js/model/sweep.js';
 
 test('values: numbers, booleans, strings; empty and repeated refused', () => {
   assert.deepEqual(parseValues('1, 2,4 8').values, [1, 2, 4, 8]);

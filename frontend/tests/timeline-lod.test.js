@@ -2,8 +2,8 @@
 // every span is still drawn, with far fewer colour changes and fills than one call per span.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { drawRow } from '../js/timeline-paint.js';
-import { SpanColumn } from '../js/span-column.js';
+import { drawRow } from '../js/views/timeline-paint.js';
+import { SpanColumn } from '../js/model/span-column.js';
 
 function recorder() {
   const calls = { styles: 0, rects: [] };

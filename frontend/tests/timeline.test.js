@@ -1,10 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SlotMap, TimelineStore } from '../js/timeline-store.js';
-import { SpanColumn, lowerBound, upperBound } from '../js/span-column.js';
-import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from '../js/time-window.js';
+import { SlotMap, TimelineStore } from '../js/model/timeline-store.js';
+import { SpanColumn, lowerBound, upperBound } from '../js/model/span-column.js';
+import { fitWindow, zoomWindow, panWindow, ticks, fmtDuration } from '../js/model/time-window.js';
 import { synthesize } from '../dev/synth.js';
-import { EventTable } from '../js/event-table.js';
+import { EventTable } from '../js/model/event-table.js';
 
 function column(spans) {
   const c = new SpanColumn(2);

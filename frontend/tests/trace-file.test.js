@@ -1,7 +1,7 @@
 // Trace files are read as data, in pieces of any size, and anything else is refused by name.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { TraceReader, TraceError, readTraceFile } from '../js/trace-file.js';
+import { TraceReader, TraceError, readTraceFile } from '../js/views/trace-file.js';
 import { synthesize } from '../dev/synth.js';
 
 const HEADER = JSON.stringify({ format: 'loaderscope-trace', version: 1, run: 'r', created: 0, loaderscope: '0.1.0' });

@@ -2,11 +2,11 @@
 // each epoch's delivery times on the wall clock, and the shard digests of epoch ends.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Track } from '../js/track.js';
+import { Track } from '../js/model/track.js';
 import { synthesize } from '../dev/synth.js';
-import { EventTable } from '../js/event-table.js';
-import { TraceReader } from '../js/trace-file.js';
-import { summary } from '../js/stats.js';
+import { EventTable } from '../js/model/event-table.js';
+import { TraceReader } from '../js/views/trace-file.js';
+import { summary } from '../js/model/stats.js';
 import { readFileSync } from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';

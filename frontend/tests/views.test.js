@@ -3,12 +3,12 @@
 // page (tests/test_browser_views.py); these pin their rules.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseView, viewSearch, withoutRunView } from '../js/url-state.js';
-import { parseQuery, search } from '../js/search.js';
-import { rangeFigures, stateAt } from '../js/range.js';
-import { previousRun } from '../js/run-list.js';
-import { Track } from '../js/track.js';
-import { reduce } from '../js/reducer.js';
+import { parseView, viewSearch, withoutRunView } from '../js/model/url-state.js';
+import { parseQuery, search } from '../js/model/search.js';
+import { rangeFigures, stateAt } from '../js/model/range.js';
+import { previousRun } from '../js/model/run-list.js';
+import { Track } from '../js/model/track.js';
+import { reduce } from '../js/model/reducer.js';
 import { synthesize } from '../dev/synth.js';
 
 test('a view survives its URL: every parameter, and the run and others kept as they were', () => {

@@ -8,8 +8,8 @@ defaults, the bounds a request may ask for); ``contract/replay.py`` what a repla
 may change. Everything else reads them: ``loaderscope.events`` validates frames with decoders built
 from the Structs, ``state.py`` follows the rules, ``settings.py`` types the settings, and
 ``python -m loaderscope.contract --write`` generates from them what the page and the docs read
-(``contract/generate.py``'s ``OUTPUTS``): ``frontend/js/contract.gen.js`` (the tables, with the event
-table's column map of ``contract/columns.py``), ``frontend/js/types.gen.js`` (the page's event types,
+(``contract/generate.py``'s ``OUTPUTS``): ``frontend/js/model/contract.gen.js`` (the tables, with the event
+table's column map of ``contract/columns.py``), ``frontend/js/model/types.gen.js`` (the page's event types,
 ``contract/jsdoc.py``), ``docs/reference/events.md`` (``contract/reference.py``) and
 ``docs/events.schema.json``. CI runs ``--check``; ``contract/generated.py`` is that command, shared
 with ``loaderscope.model.wording``. This package imports nothing of loaderscope's outside itself.

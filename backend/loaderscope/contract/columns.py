@@ -1,5 +1,5 @@
 """Which column of the page's event table holds each field of each frequent kind, derived from the
-kinds' Structs (``COLUMNS`` in ``contract.gen.js``; ``frontend/js/event-table.js`` stores and reads
+kinds' Structs (``COLUMNS`` in ``contract.gen.js``; ``frontend/js/model/event-table.js`` stores and reads
 rows by it).
 
 The table keeps a frequent kind's row in typed arrays of a fixed width, so that ten million events
@@ -69,7 +69,7 @@ def column_map(kinds: Mapping[str, Mapping[str, Field]]) -> dict[str, dict[str, 
             if required := [kind for kind in holders if kinds[kind][name].required]:
                 raise ColumnError(
                     f"frequent kind {required[0]}: its required field '{name}' has no column left in the event "
-                    f"table (frontend/js/event-table.js): make it optional (a row that carries it is then kept "
+                    f"table (frontend/js/model/event-table.js): make it optional (a row that carries it is then kept "
                     f"whole) or give the table a column for it")
             continue
         for kind in holders:

@@ -1,6 +1,6 @@
-"""The page's event types, written from the contract as JSDoc (``frontend/js/types.gen.js``): the
+"""The page's event types, written from the contract as JSDoc (``frontend/js/model/types.gen.js``): the
 common fields, each known kind's own fields, the fields the reducers add to notes, and the nested
-shapes (``contract/shapes.py``). ``frontend/js/types.js`` builds the page's event unions on them, and
+shapes (``contract/shapes.py``). ``frontend/js/model/types.js`` builds the page's event unions on them, and
 ``tsc --checkJs`` checks the page against them, so a field's type is the one the validator checks.
 """
 
@@ -99,7 +99,7 @@ def _map(name: str, about: str, entries: Mapping[str, str]) -> str:
 
 
 def render() -> str:
-    """The typedefs of ``frontend/js/types.gen.js`` (generate.py adds its header)."""
+    """The typedefs of ``frontend/js/model/types.gen.js`` (generate.py adds its header)."""
     parts: list[str] = []
     for shape in shapes.SHAPES:
         name = shape.__name__

@@ -90,7 +90,7 @@ def render() -> str:
            "## Common fields", "", *_fields(events.Common), "",
            "## Kinds", "",
            f"The frequent kinds ({', '.join(f'`{k}`' for k in events.FREQUENT)}) are kept in the page's typed "
-           f"columns (`frontend/js/event-table.js`): each field in the column `contract/columns.py` gives it; an "
+           f"columns (`frontend/js/model/event-table.js`): each field in the column `contract/columns.py` gives it; an "
            f"event carrying a field without a column is kept whole, as it came.", ""]
     for kind, cls in events.STRUCTS.items():
         extra = [line for line in (_frequent_row(kind),) if line]

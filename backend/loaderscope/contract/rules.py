@@ -1,6 +1,6 @@
 """The reducers' transition rules: what each kind of event does to the loader-state model, as data.
 
-``state.py`` and its mirror ``frontend/js/reducer.js`` interpret the same ``RULES`` (the page reads
+``state.py`` and its mirror ``frontend/js/model/reducer.js`` interpret the same ``RULES`` (the page reads
 them from ``contract.gen.js``). A rule's table-shaped effects are applied in this order, before the
 rule's own code:
 

@@ -136,7 +136,7 @@ def say(key: str, **values: Any) -> str:
     return _FIELD.sub(lambda m: str(values[m.group(1)]), template)
 
 
-JS_PATH = generated.ROOT / "frontend" / "js" / "wording.gen.js"
+JS_PATH = generated.ROOT / "frontend" / "js" / "model" / "wording.gen.js"
 
 _JS_SAY = """
 const FIELD = /\\{(\\w+)\\}/g;

@@ -10,7 +10,7 @@ sweep's recommendation does (``sweep.choose``): the smallest count whose batches
 (``stats.summary``'s ``input_bound_steady``: that batch waits for the pipeline to fill however many
 workers fill it). ``loaderscope run``, ``loaderscope sim --from-trace``, ``GET /api/runs/{id}/advice``
 and the page's what-if panel all show this one answer (``advicetext.Advice``); ``advicetext.advice_text``
-words it, and ``frontend/js/advice.js`` words it the same.
+words it, and ``frontend/js/model/advice.js`` words it the same.
 
 The cost is bounded as a sweep's is: each replay simulates about as many events as the run holds,
 and the replays together stay within ``MAX_SWEEP_EVENTS`` (a run of 10,000 batches: 12 replays of

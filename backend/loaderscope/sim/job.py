@@ -132,7 +132,7 @@ def rank_figures(job: JobRun) -> list[dict[str, Any]]:
     it delivered last with its worst lag.
 
     A rank's rate is ``summary``'s ``batches_per_s`` (its batches over its time from its first event to
-    its last batch), the one definition the page's job table uses too (``frontend/js/ranks.js``
+    its last batch), the one definition the page's job table uses too (``frontend/js/model/ranks.js``
     ``rankRate``): read from the rank's own events, not from whatever its ``run_end`` carries.
     """
     figures = []
