@@ -87,7 +87,7 @@ def test_a_damaged_line_in_a_later_segment_stops_there_with_its_file_line(page: 
 TRACKS_BOTH_WAYS = """async ({ text, segmentBytes }) => {
   const { readTraceFile, readTraceFileInWorkers } = await import('/js/views/trace-file.js');
   const { Track } = await import('/js/model/track.js');
-  const { summary } = await import('/js/model/reducer.js');
+  const { summary } = await import('/js/model/stats.js');
   const file = new File([text], 'small.trace.jsonl');
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
   const fast = new Track({ rank: 0, label: 'fast', source: 'file' });
@@ -120,7 +120,7 @@ PARQUET_AND_REFERENCE = """async ({ text }) => {
   const { readTraceFile } = await import('/js/views/trace-file.js');
   const { readParquetTraceInWorkers } = await import('/js/views/parquet-trace.js');
   const { Track } = await import('/js/model/track.js');
-  const { summary } = await import('/js/model/reducer.js');
+  const { summary } = await import('/js/model/stats.js');
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
   const parquet = new Track({ rank: 0, label: 'parquet', source: 'file' });
   await readTraceFile(new File([text], 'small.trace.jsonl'), { onHeader: () => {}, onEvent: (e) => reference.ingest(e), sliceMs: 1e9 });

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.browser
 
 # The state of the page at its cursor, and the reducer run afresh over the events before it.
 SAME_STATE = """async () => {
-  const { reduce, summary } = await import('/js/model/reducer.js');
+  const { reduce } = await import('/js/model/reducer.js');
+  const { summary } = await import('/js/model/stats.js');
   const app = window.loaderscope, p = app.player;
   const events = []; for (let i = 0; i < p.cursor; i++) events.push(p.event(i));
   const fp = (s) => JSON.stringify({ seq: s.seq, send: s.send_idx, rcvd: s.rcvd_idx, rq: s.result_queue,
