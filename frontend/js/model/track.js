@@ -30,7 +30,7 @@ export class Track {
     /** @type {import('./types.js').Note[]} notable events and stream notes, each with `_row` (events loaded before it) */
     this.noteItems = [];
     this.violationsShown = 0;
-    /** @type {import('../views/stream.js').RunStream|null} */
+    /** @type {{close: () => void}|null} the run's live connection (views/stream.js's RunStream), closed with the track */
     this.stream = null;
     /** @type {Partial<import('./types.js').RunDetail>|null} what the server says of the run (brief, detail, status messages) */
     this.runInfo = null;
