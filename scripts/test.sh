@@ -45,6 +45,7 @@ beside node-tests node --test frontend/tests/        # the page's tests, and its
 beside tsc-page npx --no-install tsc -p tsconfig.json           # the page's JSDoc types
 beside tsc-worker npx --no-install tsc -p tsconfig.worker.json  # ... and its worker's
 beside tsc-model npx --no-install tsc -p tsconfig.model.json    # ... and its pure model (frontend/js/model/) without the DOM
+beside biome npx --no-install biome ci --linter-enabled=false frontend  # biome.json: the page's JS format, 120 columns
 # mypy.ini: strict over the whole package. Its cache is kept per user, not per checkout: a fresh clone
 # then re-checks only what differs (mypy compares each file's hash), ~2 s instead of ~40 s of a core.
 beside mypy env MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/loaderscope/mypy" "$PYTHON" -m mypy
