@@ -197,12 +197,12 @@ for (let p = 0; p < bytes.length; p += 65536) pieces.push(new Uint8Array(bytes.s
 const cpu = (f) => { const c0 = process.cpuUsage(); const n = f(); const c = process.cpuUsage(c0); return (c.user + c.system) / n; };
 const code = await Promise.all(roots.map(async (root) => ({
   root, ...(await import(`${root}/frontend/js/views/trace-file.js`)), ...(await import(`${root}/frontend/js/model/event-table.js`)),
-  ...(await import(`${root}/frontend/js/model/track.js`)) })));
-function parse({ TraceReader, EventTable }) {
+  ...(await import(`${root}/frontend/js/model/track.js`)), ...(await import(`${root}/frontend/js/model/table-lines.js`)) })));
+function parse({ TraceReader, EventTable, pushLine }) {
   const batches = [];
   let rows = new EventTable(1 << 16);
   const reader = new TraceReader({ source: 'bench', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
-    acceptLine: rows.pushLine ? (text, start, end) => rows.pushLine(text, start, end) : undefined });
+    acceptLine: (text, start, end) => pushLine(rows, text, start, end) });
   for (const piece of pieces) {
     reader.push(piece);
     if (rows.length >= 1 << 16) { batches.push(rows); rows = new EventTable(1 << 16); }

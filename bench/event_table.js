@@ -6,6 +6,7 @@
 //   node bench/event_table.js [batches]   (default 50000 batches, about 250,000 events)
 
 import { EventTable } from '../frontend/js/model/event-table.js';
+import { pushLine } from '../frontend/js/model/table-lines.js';
 import { synthesize } from '../frontend/dev/synth.js';
 
 const ROUNDS = 7;
@@ -42,13 +43,13 @@ const cases = {
   pushValid: () => { const t = new EventTable(events.length); for (const e of events) t.pushValid(e); },
   pushLine: () => {
     const t = new EventTable(events.length);
-    for (let k = 0; k < starts.length; k++) t.pushLine(text, starts[k], text.length);
+    for (let k = 0; k < starts.length; k++) pushLine(t, text, starts[k], text.length);
   },
   get: () => { for (let i = 0; i < full.length; i++) sink += full.get(i).seq; },
   field: () => { for (let i = 0; i < full.length; i++) sink += (dt(full, i) ?? 0) + (wait(full, i) ?? 0); },
 };
 const lines = new EventTable(events.length);
-for (let k = 0; k < starts.length; k++) lines.pushLine(text, starts[k], text.length);
+for (let k = 0; k < starts.length; k++) pushLine(lines, text, starts[k], text.length);
 console.log(`${events.length} events, ${full.packed} packed (${lines.packed} from lines); CPU ns per event, median of ${ROUNDS}`);
 for (const [name, work] of Object.entries(cases)) console.log(`${name.padEnd(10)} ${time(work).toFixed(1)}`);
 if (Number.isNaN(sink)) console.log(sink);

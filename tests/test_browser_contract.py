@@ -57,7 +57,7 @@ def test_a_declared_field_of_fetch_end_shows_in_the_event_log_of_a_served_run(se
 
 def test_a_declared_field_of_fetch_end_shows_in_the_event_log_of_a_trace_file(server: Any, page: Page,  # noqa: F811
                                                                               tmp_path: Path) -> None:
-    """A trace file's lines go straight into the columns (EventTable.pushLine), where a field without its
+    """A trace file's lines go straight into the columns (table-lines.js's pushLine), where a field without its
     own place was written over `dt`."""
     run = server.start_run("iterable_shards", mode="sim", **PARAMS)
     server.wait_status(run["id"])

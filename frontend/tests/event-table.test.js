@@ -3,6 +3,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventTable } from '../js/model/event-table.js';
+import { pushLine } from '../js/model/table-lines.js';
+import { pushColumns } from '../js/model/table-columns.js';
 import { synthesize } from '../dev/synth.js';
 import { invalidReason } from '../js/model/schema.js';
 import { COLUMNS, COMMON_FIELDS, FREQUENT, KINDS } from '../js/model/contract.gen.js';
@@ -156,7 +158,7 @@ test('pushLine takes a line only where JSON.parse and pushValid take it, with th
   for (const line of lines) {
     const end = start + new TextEncoder().encode(line).length;
     const before = fast.length;
-    const lineEnd = fast.pushLine(bytes, start, bytes.length);
+    const lineEnd = pushLine(fast, bytes, start, bytes.length);
     if (lineEnd >= 0) {
       assert.equal(lineEnd, end, 'where the line ends');
       if (line === written[taken]) taken += 1;
@@ -241,14 +243,14 @@ test('every declared field of every frequent kind comes back from push, pushLine
   let start = 0;
   for (const e of events) {
     pushed.push(e);
-    const end = read.pushLine(bytes, start, bytes.length);
+    const end = pushLine(read, bytes, start, bytes.length);
     if (end < 0) read.push(e); // what the trace reader does with a line pushLine leaves
     assert.equal(end >= 0, fits(e), `pushLine packs it exactly when every field has a column: ${JSON.stringify(e)}`);
     start = end >= 0 ? end + 1 : bytes.indexOf(10, start) + 1;
   }
   const columns = new EventTable(2);
   const [common, fields, extra, extraOf] = asColumns(events);
-  columns.pushColumns(events.length, common, fields, extra, extraOf, (r) => columns.push(events[r]));
+  pushColumns(columns, events.length, common, fields, extra, extraOf, (r) => columns.push(events[r]));
   for (const [way, table] of [['push', pushed], ['pushLine', read], ['pushColumns', columns]]) {
     assert.equal(table.length, events.length, way);
     events.forEach((e, i) => {

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { Track } from '../js/model/track.js';
 import { synthesize } from '../dev/synth.js';
 import { EventTable } from '../js/model/event-table.js';
+import { pushLine } from '../js/model/table-lines.js';
 import { TraceReader } from '../js/views/trace-file.js';
 import { summary } from '../js/model/stats.js';
 import { readFileSync } from 'node:fs';
@@ -43,7 +44,7 @@ function bothWays(text, batch, every) {
   let rows = new EventTable(batch);
   let lines = 0;
   const quick = new TraceReader({ source: 't', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
-    acceptLine: (b, s, e) => { const end = rows.pushLine(b, s, e); if (end >= 0) lines += 1; return end; } });
+    acceptLine: (b, s, e) => { const end = pushLine(rows, b, s, e); if (end >= 0) lines += 1; return end; } });
   const bytes = new TextEncoder().encode(text);
   for (let p = 0; p < bytes.length; p += 4096) {
     slow.push(bytes.subarray(p, p + 4096));

@@ -9,11 +9,7 @@
 
 // The column layout is event-columns.js, the line reader line-scan.js.
 
-import {
-  BOOL_READ, CODE, COLUMNS, F, FALSE, HEAD, HOT, INDICES_READ, LINE_KEYS, MAP, NUMBER_SLOTS, OBJECT, OWN, RANK, READS,
-  REQUIRED, RUN, SEQ, SLOT_BY_NAME, T, TRUE, V, WORKER_OPTIONAL, isInt, kindCode, literal, schemaValid, slotOf, within,
-} from './event-columns.js';
-import { BRACE, COMMA, LINE, LineScan, NEWLINE, QUOTE } from './line-scan.js';
+import { BOOL_READ, CODE, COLUMNS, F, HOT, INDICES_READ, LINE_KEYS, MAP, NUMBER_SLOTS, OBJECT, OWN, READS, REQUIRED, V, WORKER_OPTIONAL, isInt, schemaValid, slotOf, within } from './event-columns.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 /** @typedef {import('./event-columns.js').LineKeys} LineKeys */
@@ -185,167 +181,6 @@ export class EventTable {
     return true;
   }
 
-  /** The packed rows' run as pushLine finds it in a line: its JSON text and closing quote. @returns {Literal} */
-  runText() {
-    let text = this.runLiteral;
-    if (text === null || text.run !== this.run) this.runLiteral = text = { run: this.run, ...literal(`${JSON.stringify(this.run).slice(1, -1)}"`) };
-    return text;
-  }
-
-  /**
-   * Append the event whose line starts at bytes[start] (a trace's UTF-8, read no further than `end`)
-   * straight into the columns, if it is written the way loaderscope writes the frequent kinds:
-   * `{"seq":…,"t":…,"run":"…","rank":…,"kind":"…"` then the kind's fields (those with a column) in
-   * any order, each once, no spaces, no string escapes, no exponents, and the line ends right after
-   * its `}` (a newline, or the end of `bytes`). Returns where the line ends; -1, and nothing appended, for any
-   * other line: the caller parses it with JSON.parse and pushValid()/push() as before. What it takes
-   * is exactly what JSON.parse and pushValid() would take, with the same values (JSON.parse was half
-   * of a worker's time; reading bytes, not decoded text, spares the decoding and a string per line;
-   * and finding the line's end as it reads spares a search for it). Nothing it reads can span a
-   * newline, so it never reads past its own line.
-   * @param {Uint8Array} bytes @param {number} start @param {number} end
-   */
-  pushLine(bytes, start, end) {
-    const line = LINE.reset(bytes, start, end);
-    let seq = NaN, t = NaN, rank = NaN, code = OBJECT;
-    /** @type {string|null} */
-    let run = null;
-    for (let h = 0; h < HEAD.length; h++) {
-      const { field, text: head } = HEAD[h];
-      if (!line.lit(head)) return -1;
-      switch (field) {
-        case SEQ: seq = line.num(); break;
-        case T: t = line.num(); break;
-        case RANK: rank = line.num(); break;
-        case RUN:
-          run = this.run === undefined ? line.plainString() : line.isString(this.runText()) ? this.run : null;
-          if (!line.byte(QUOTE)) return -1;
-          break;
-        default:
-          code = line.kindCode();
-      }
-    }
-    if (!Number.isInteger(seq) || !within(seq) || !within(t) || run === null || !Number.isInteger(rank) || !within(rank)) return -1;
-    if (code === OBJECT) return -1;
-    if (this.run !== undefined && rank !== this.rank) return -1;
-    const i = this.n;
-    if (i === this.kind.length) this.alloc(Math.max(16, this.kind.length * 2));
-    const keys = LINE_KEYS[code];
-    let seen = 0;
-    let flags = 0;
-    while (flags >= 0 && line.pos < end && line.bytes[line.pos] === COMMA) {
-      const k = line.key(keys.literals);
-      if (k < 0 || seen & (1 << k)) return -1;
-      seen |= 1 << k;
-      flags = this.lineValue(line, keys.slots[k], i, flags);
-    }
-    if (flags < 0 || !line.byte(BRACE) || (bytes[line.pos] !== NEWLINE && line.pos !== bytes.length)) return -1;
-    return this.commit(code, seq, t, run, rank, seen, flags) ? line.pos : -1;
-  }
-
-  /**
-   * Append `n` rows given column by column (a Parquet trace's part: parquet-trace.js): a frequent
-   * kind's row straight into the columns, taking exactly what pushValid() takes of the event it
-   * makes (and no null, which pushValid() leaves to push()), with the same values; any other row by
-   * `other(r)`, which must append that one row (push() or pushValid() its event). Each column is
-   * checked in one pass over its rows: a row at a time was twice the cost.
-   * @param {number} n @param {{seq?: ValueColumn, t?: ValueColumn, run?: ValueColumn, rank?: ValueColumn, kind?: ValueColumn}} common
-   * @param {ValueColumn[]} fields the other columns that hold values
-   * @param {Uint8Array|null} hasExtra which rows have fields without a column, `extraOf(r)` gives them
-   * @param {(r: number) => Record<string, unknown>|null} extraOf
-   * @param {(r: number) => void} other
-   */
-  pushColumns(n, common, fields, hasExtra, extraOf, other) {
-    const n0 = this.n;
-    if (n0 + n > this.kind.length) this.alloc(Math.max(n0 + n, this.kind.length * 2));
-    const code = new Uint8Array(n); // 0: the row goes to other()
-    const kind = common.kind;
-    if (kind?.ids) {
-      const codes = kind.dict.map(kindCode);
-      for (let r = 0; r < n; r++) if (kind.present[r]) code[r] = codes[kind.ids[r]];
-    }
-    const { seq, t, rank, run } = common;
-    if (!seq?.num || !t?.num || !rank?.num || !run?.ids) { // no common columns to read: every row as an event
-      for (let r = 0; r < n; r++) other(r);
-      return;
-    }
-    for (let r = 0; r < n; r++) {
-      if (!code[r]) continue;
-      const s = seq.num[r], time = t.num[r], k = rank.num[r];
-      if (!seq.present[r] || !t.present[r] || !rank.present[r] || !run.present[r] || !Number.isInteger(s) || !within(s)
-        || !within(time) || !Number.isInteger(k) || !within(k)) code[r] = OBJECT;
-      this.seq[n0 + r] = s;
-      this.t[n0 + r] = time;
-      this.flags[n0 + r] = 0;
-    }
-    const seen = new Int32Array(n);
-    for (const col of fields) this.columnValues(col, n, n0, code, seen);
-    for (let r = 0; r < n; r++) {
-      const c = code[r];
-      if (c && this.restOfRow(c, n0 + r, run.dict[run.ids[r]], rank.num[r], seen[r], hasExtra?.[r] ? extraOf(r) : null)) continue;
-      other(r);
-    }
-  }
-
-  /**
-   * One column's values into rows n0 + r of the columns, for the rows of a frequent kind (code[r]);
-   * a row whose kind has no such field, or whose value does not fit, gets code 0.
-   * @param {ValueColumn} col @param {number} n @param {number} n0 @param {Uint8Array} code @param {Int32Array} seen
-   */
-  columnValues(col, n, n0, code, seen) {
-    const bits = Int8Array.from(LINE_KEYS, (keys) => keys.bits.get(col.name) ?? -1);
-    const { present, num, ids, bool, dict } = col;
-    const slot = SLOT_BY_NAME.get(col.name) ?? V.A; // a field goes to the same place whatever its kind (V.A: none, bits are -1)
-    if (!num || slot === V.BOOL || slot === V.INDICES) { // strings, booleans: as putValue() puts them
-      for (let r = 0; r < n; r++) {
-        const c = code[r];
-        if (!c || !present[r]) continue;
-        const k = bits[c];
-        const flags = k < 0 ? -1 : this.putValue(slot, num ? num[r] : ids ? dict[ids[r]] : bool?.[r] === 1, n0 + r, this.flags[n0 + r]);
-        if (flags < 0) { code[r] = OBJECT; continue; }
-        seen[r] |= 1 << k;
-        this.flags[n0 + r] = flags;
-      }
-      return;
-    }
-    // numbers: the checks and the column of putValue(), without a call per row
-    const [name, bit, integer] = NUMBER_SLOTS[slot];
-    const dest = this[name];
-    const flags = this.flags;
-    for (let r = 0; r < n; r++) {
-      const c = code[r];
-      if (!c || !present[r]) continue;
-      const k = bits[c];
-      const v = num[r];
-      if (k < 0 || !(integer ? isInt(v) : within(v))) { code[r] = OBJECT; continue; }
-      seen[r] |= 1 << k;
-      dest[n0 + r] = v;
-      flags[n0 + r] |= bit;
-    }
-  }
-
-  /**
-   * Row i (its columns' values in place) checked against the table's run and rank, given its
-   * `extra` fields, and counted: false, and nothing counted, when it does not fit.
-   * @param {number} code @param {number} i @param {string} run @param {number} rank @param {number} seen
-   * @param {Record<string, unknown>|null} extra
-   */
-  restOfRow(code, i, run, rank, seen, extra) {
-    if (this.run !== undefined && (run !== this.run || rank !== this.rank)) return false;
-    let flags = this.flags[i];
-    if (extra) {
-      const keys = LINE_KEYS[code];
-      for (const name in extra) {
-        const k = keys.bits.get(name);
-        if (k === undefined || seen & (1 << k)) return false;
-        seen |= 1 << k;
-        flags = this.putValue(keys.slots[k], extra[name], i, flags);
-        if (flags < 0) return false;
-      }
-    }
-    return this.commit(code, this.seq[i], this.t[i], run, rank, seen, flags);
-  }
-
   /**
    * End row n (its fields in the columns): if it carries its kind's required fields, count it and
    * return true; else false, and the row is not counted.
@@ -366,27 +201,6 @@ export class EventTable {
     this.n += 1;
     this.packed += 1;
     return true;
-  }
-
-  /**
-   * The value of a field of a pushLine line into row i's columns, as pack() puts it: the flags with
-   * its bit added, or -1 when the value does not fit.
-   * @param {LineScan} line @param {number} slot where the field goes (V) @param {number} i @param {number} flags
-   */
-  lineValue(line, slot, i, flags) {
-    switch (slot) {
-      case V.INDICES: {
-        const count = line.intList(this);
-        if (count < 0) return -1;
-        this.b[i] = this.poolN;
-        this.c[i] = count;
-        return flags | F.INDICES;
-      }
-      case V.BOOL:
-        if (line.lit(TRUE)) return flags | F.TRUE;
-        return line.lit(FALSE) ? flags | F.FALSE : -1;
-      default: return this.putValue(slot, line.num(), i, flags);
-    }
   }
 
   /**

@@ -1,4 +1,4 @@
-// The byte-level cursor EventTable.pushLine reads a trace line with: JSON's grammar for what a
+// The byte-level cursor table-lines.js's pushLine reads a trace line with: JSON's grammar for what a
 // frequent kind's line holds (numbers, plain strings, literals, index lists), no more. Pure.
 
 import { HOT, isInt, literal } from './event-columns.js';
@@ -14,7 +14,7 @@ export const BRACE = 125;
 // each hot kind's name closed by its quote, as pushLine finds it after `"kind":"`
 const KIND_NAMES = HOT.map((kind) => literal(`${kind}"`));
 
-/** A cursor over one line's UTF-8 bytes for EventTable.pushLine: JSON's grammar for what it reads, no more. */
+/** A cursor over one line's UTF-8 bytes for table-lines.js's pushLine: JSON's grammar for what it reads, no more. */
 export class LineScan {
   constructor() {
     /** @type {Uint8Array} */

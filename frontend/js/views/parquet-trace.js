@@ -2,7 +2,7 @@
 // `export -o X.trace.parquet` write it) in the browser: a directory of part files, each a whole
 // Parquet file of one row group, with the trace's header in its key-value metadata. A parsing
 // worker (trace-worker.js) decodes a part's columns into typed arrays, one slot per row, and hands
-// them to EventTable.pushColumns: the frequent kinds' rows go straight into its columns; any other
+// them to table-columns.js's pushColumns: the frequent kinds' rows go straight into its columns; any other
 // row is rebuilt as the event it was written from (its columns' values, a null being a field the
 // event lacked, and the JSON of its `extra` column) and checked against the schema as a JSON line is.
 //
@@ -16,6 +16,7 @@
 import { parquetMetadata } from '../vendor/hyparquet/metadata.js';
 import { checkHeader, MAX_TRACE_EVENTS, readSegments, TraceError } from './trace-file.js';
 import { invalidReason } from '../model/schema.js';
+import { pushColumns } from '../model/table-columns.js';
 import { emptyColumn, readChunk, unsupported, zstdReady } from './parquet-pages.js';
 
 export { zstdReady };
@@ -129,7 +130,7 @@ export function partIntoTable(buffer, source, table) {
 
 /**
  * The rows of `part` into `table`, in order: a frequent kind's row straight into its columns
- * (EventTable.pushColumns, no object), any other row as the event it was written from, to
+ * (table-columns.js's pushColumns, no object), any other row as the event it was written from, to
  * `other(e, row)` (the caller checks it against the schema and keeps it, as a parsed JSON line).
  * Throws TraceError for a row whose `extra` is not a JSON object.
  * @param {Part} part @param {string} source @param {EventTable} table
@@ -139,7 +140,7 @@ export function intoTable(part, source, table, other) {
   const rows = new PartRows(part, source);
   const { seq, t, run, rank, kind } = rows;
   const extra = rows.extra?.ids ? rows.extra.present : null;
-  table.pushColumns(part.rows, { seq, t, run, rank, kind }, rows.fields, extra, (r) => rows.extraOf(r), (r) => other(rows.event(r), r));
+  pushColumns(table, part.rows, { seq, t, run, rank, kind }, rows.fields, extra, (r) => rows.extraOf(r), (r) => other(rows.event(r), r));
 }
 
 /** A value of `col` at row r, or undefined where it is null (or there is no such column). @param {Column|undefined} col @param {number} r */

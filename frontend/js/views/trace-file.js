@@ -74,7 +74,7 @@ export class TraceReader {
    * true), so that it is not checked twice; what it refuses is checked and goes to `onEvent`.
    * `acceptLine(bytes, start, end)` may likewise take the event line starting at `start` from its
    * UTF-8 bytes before they are decoded and parsed, when it reads them exactly as JSON.parse and the
-   * schema would (EventTable.pushLine): it returns where the line ends (a newline, or the end of `bytes`), or -1.
+   * schema would (table-lines.js's pushLine): it returns where the line ends (a newline, or the end of `bytes`), or -1.
    */
   constructor({ source, onHeader, onEvent, header = true, accept = () => false, acceptLine = () => -1 }) {
     this.source = source;

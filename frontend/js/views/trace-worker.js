@@ -1,6 +1,6 @@
 // A Web Worker that parses segments of a trace file off the page's main thread: it parses and
 // checks every line (TraceReader; the frequent kinds read from their bytes straight into the
-// columns by EventTable.pushLine, the rest decoded and read by JSON.parse) and packs the events
+// columns by table-lines.js's pushLine, the rest decoded and read by JSON.parse) and packs the events
 // into EventTable columns, which it hands to the page in batches without copying (transferred
 // buffers). The page only copies each batch's columns into its own table and applies each event,
 // so parsing and applying run side by side.
@@ -12,6 +12,7 @@
 
 import { TraceReader, TraceError } from './trace-file.js';
 import { EventTable } from '../model/event-table.js';
+import { pushLine } from '../model/table-lines.js';
 import { partIntoTable, zstdReady } from './parquet-trace.js';
 
 const BATCH = 1 << 16; // rows per message: ~3.5 MB of columns, tens of ms to apply
@@ -74,7 +75,7 @@ async function read({ blob, segment, source, header, part }, partBytes) {
     header,
     onHeader: (h) => self.postMessage({ type: 'header', header: h }),
     onEvent: (e) => rows.push(e),
-    acceptLine: (bytes, start, end) => rows.pushLine(bytes, start, end),
+    acceptLine: (bytes, start, end) => pushLine(rows, bytes, start, end),
     accept: (e) => rows.pushValid(e),
   });
   try {
