@@ -7,12 +7,12 @@ import { LINE_KEYS, NUMBER_SLOTS, OBJECT, SLOT_BY_NAME, V, isInt, kindCode, with
 /** @typedef {import('./event-table.js').ValueColumn} ValueColumn */
 
 /**
- * @param {EventTable} table
  * Append `n` rows given column by column (a Parquet trace's part: parquet-trace.js): a frequent
  * kind's row straight into the columns, taking exactly what pushValid() takes of the event it
  * makes (and no null, which pushValid() leaves to push()), with the same values; any other row by
  * `other(r)`, which must append that one row (push() or pushValid() its event). Each column is
  * checked in one pass over its rows: a row at a time was twice the cost.
+ * @param {EventTable} table
  * @param {number} n @param {{seq?: ValueColumn, t?: ValueColumn, run?: ValueColumn, rank?: ValueColumn, kind?: ValueColumn}} common
  * @param {ValueColumn[]} fields the other columns that hold values
  * @param {Uint8Array|null} hasExtra which rows have fields without a column, `extraOf(r)` gives them
@@ -52,9 +52,9 @@ export function pushColumns(table, n, common, fields, hasExtra, extraOf, other) 
 }
 
 /**
- * @param {EventTable} table
  * One column's values into rows n0 + r of the columns, for the rows of a frequent kind (code[r]);
  * a row whose kind has no such field, or whose value does not fit, gets code 0.
+ * @param {EventTable} table
  * @param {ValueColumn} col @param {number} n @param {number} n0 @param {Uint8Array} code @param {Int32Array} seen
  */
 export function columnValues(table, col, n, n0, code, seen) {
@@ -90,9 +90,9 @@ export function columnValues(table, col, n, n0, code, seen) {
 }
 
 /**
- * @param {EventTable} table
  * Row i (its columns' values in place) checked against the table's run and rank, given its
  * `extra` fields, and counted: false, and nothing counted, when it does not fit.
+ * @param {EventTable} table
  * @param {number} code @param {number} i @param {string} run @param {number} rank @param {number} seen
  * @param {Record<string, unknown>|null} extra
  */

@@ -15,7 +15,6 @@ export function runText(table) {
 }
 
 /**
- * @param {EventTable} table
  * Append the event whose line starts at bytes[start] (a trace's UTF-8, read no further than `end`)
  * straight into the columns, if it is written the way loaderscope writes the frequent kinds:
  * `{"seq":…,"t":…,"run":"…","rank":…,"kind":"…"` then the kind's fields (those with a column) in
@@ -26,6 +25,7 @@ export function runText(table) {
  * of a worker's time; reading bytes, not decoded text, spares the decoding and a string per line;
  * and finding the line's end as it reads spares a search for it). Nothing it reads can span a
  * newline, so it never reads past its own line.
+ * @param {EventTable} table
  * @param {Uint8Array} bytes @param {number} start @param {number} end
  */
 export function pushLine(table, bytes, start, end) {
@@ -67,9 +67,9 @@ export function pushLine(table, bytes, start, end) {
 }
 
 /**
- * @param {EventTable} table
  * The value of a field of a pushLine line into row i's columns, as pack() puts it: the flags with
  * its bit added, or -1 when the value does not fit.
+ * @param {EventTable} table
  * @param {LineScan} line @param {number} slot where the field goes (V) @param {number} i @param {number} flags
  */
 export function lineValue(table, line, slot, i, flags) {

@@ -4,6 +4,7 @@
 
 import { parseView } from '../model/url-state.js';
 import { noteText } from './panels.js';
+import { selectTrack } from './app-ranks.js';
 
 /** @typedef {import('./main.js').App} App */
 
@@ -26,10 +27,10 @@ export function viewParams(app) {
 }
 
 /**
- * @param {App} app
  * Write the view to the URL when it changed: a new history entry for a deliberate change (zoom,
  * selection, worker, batch, compare, theme, a jump), the current one replaced as the playhead
  * moves on (playing, stepping, scrubbing). UrlWriter spaces the writes out.
+ * @param {App} app
  */
 export function syncUrl(app) {
   if (app.server.demo) return;
@@ -110,7 +111,7 @@ export function highlight(app, hits) {
 export function goTo(app, hit) {
   if (hit.kind === 'rank' && hit.rank !== undefined) {
     const i = app.tracks.findIndex((t) => t.rank === hit.rank);
-    if (i >= 0) app.selectTrack(i);
+    if (i >= 0) selectTrack(app, i);
     return;
   }
   app.pushNext = true;

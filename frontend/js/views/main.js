@@ -4,8 +4,6 @@
 // its TimelineStore. The selected track is shown in the pipeline picture; in the timeline, side by
 // side on one clock, every rank of a small job, or the selected and the slowest rank of a large one.
 
-import { stragglers } from '../model/stats.js';
-import { diagnosis } from '../model/diagnosis.js';
 import { Track } from '../model/track.js';
 import { TimelineStore } from '../model/timeline-store.js';
 import { PipelineView } from './pipeline-view.js';
@@ -19,12 +17,12 @@ import { Counters, Notes, EventLog, renderDiagnosis } from './panels.js';
 import { MemoryCard } from './memory-view.js';
 import { WorkerCards } from './worker-cards.js';
 import { InspectorView } from './inspector-view.js';
-import { StatusBar, paceDiagnosis } from './status-bar.js';
+import { StatusBar } from './status-bar.js';
 import { FindingsView, findingsOf } from './findings-view.js';
-import { pinStage } from '../model/pin.js';
+
 import { TraceOpener } from './trace-open.js';
 import { ENDED } from '../model/schema.js';
-import { RanksView, timelineRanks } from './ranks-view.js';
+import { RanksView } from './ranks-view.js';
 import { Scheduler } from './scheduler.js';
 import { Playback } from './playback.js';
 import { ThemeSwitch } from './theme.js';
@@ -33,15 +31,15 @@ import { Keys } from './keys.js';
 import { SearchView } from './search-view.js';
 import { RangeView } from './range-view.js';
 import { NarrowLayout } from './narrow.js';
-import { applyView, goTo, highlight, markLanes, restorePlayhead, searchable, syncUrl, viewParams } from './app-view.js';
+import { applyView, goTo, highlight, restorePlayhead, searchable, viewParams } from './app-view.js';
 import { startDemo } from './app-demo.js';
+import { renderDiagnosisNow, renderPanels } from './app-panels.js';
+import { selectRun, selectTrack, syncTimelineTracks } from './app-ranks.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const APPLY_BUDGET_MS = 8; // per frame; the rest of a large backlog waits for the next frame
 const PANEL_MS = 200; // DOM panels refresh at most 5 times a second
-const SLOW_PANEL_MS = 400; // histograms, ranks, diagnosis at the playhead
 const PACED_MS = 250; // the longest a paced view (timeline, the picture's words) waits for its redraw
-const LIVE_SLOW_PANEL_MS = 1000; // the same while following a stream: the socket and the picture come first
 
 /**
  * The page's frame measurements (`window.loaderscope.perf`; tests and bench read them): frames,
@@ -63,7 +61,7 @@ export class App {
     this.hist = new HistogramView($('hist'));
     this.sweep = new SweepPanel(() => this.runForm.sweepSource(), () => this.realRun());
     this.compare = new CompareView(() => this.tracks, () => this.runId, () => this.wake());
-    this.ranksView = new RanksView($('ranks'), (i) => this.selectTrack(i), () => this.wake(), (row) => this.server.openRow(row));
+    this.ranksView = new RanksView($('ranks'), (i) => selectTrack(this, i), () => this.wake(), (row) => this.server.openRow(row));
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
@@ -145,12 +143,12 @@ export class App {
       runTime: () => this.clock(performance.now()).now,
       stopPlaying: () => this.playback.stop(),
       playFromStart: () => this.playback.playFromStart(),
-      diagnosisChanged: () => { this.diagKey = ''; this.renderDiagnosisNow(); },
+      diagnosisChanged: () => { this.diagKey = ''; renderDiagnosisNow(this); },
       unknown: (message) => renderDiagnosis($('diagnosis'), [], message),
       statusChanged: () => { this.status.render(); this.sweep.runChanged(); },
       resumed: () => { this.lastEventWall = performance.now(); },
       wake: () => this.wake(),
-      selectRun: (id, push) => this.selectRun(id, push),
+      selectRun: (id, push) => selectRun(this, id, push),
       jobTable: (answer, runId) => this.ranksView.showJob(answer, runId),
     });
     this.files = new TraceOpener(this.perf, (o) => this.openFiles(o));
@@ -234,7 +232,7 @@ export class App {
     this.selectedBatch = null;
     this.pendingAt = null;
     this.searchView.clear();
-    this.syncTimelineTracks();
+    syncTimelineTracks(this);
   }
 
   // --- frames -------------------------------------------------------------------------------------
@@ -313,7 +311,7 @@ export class App {
     const clock = this.clock(wall);
     const moving = this.pipeline.draw(this.state, clock);
     const t2 = performance.now();
-    this.syncTimelineTracks();
+    syncTimelineTracks(this);
     const p = this.player;
     this.timeline.playhead = p.length && (!p.following || !this.isLiveRun()) ? p.time : null;
     this.timeline.draw(clock);
@@ -323,7 +321,7 @@ export class App {
     this.playback.render({ hidden: !!this.demo });
     if (wall - this.lastPanels > PANEL_MS || (applied && this.backlog() === 0 && wall - this.lastPanels > 50)) {
       this.lastPanels = wall;
-      this.renderPanels();
+      renderPanels(this);
     } else this.scheduler.later(PANEL_MS);
     const ms = performance.now() - start;
     const perf = this.perf;
@@ -377,72 +375,12 @@ export class App {
     return n;
   }
 
-  // --- panels ---------------------------------------------------------------------------------------
-
-  renderPanels() {
-    const state = this.state;
-    const p = this.player;
-    this.counters.render(state, this.store, p.cursor, this.isLiveRun() && p.following);
-    this.memory.render(state);
-    const notes = this.track.noteItems;
-    let k = notes.length;
-    while (k > 0 && (notes[k - 1]._row ?? 0) > p.cursor) k -= 1;
-    this.notes.render(k === notes.length ? notes : notes.slice(0, k));
-    this.log.render((i) => p.event(i), p.cursor, p.length);
-    this.status.render();
-    this.cards.render();
-    this.inspector.render();
-    this.findings.render(this.track);
-    this.rangeView.render(p, this.timeline.selection);
-    markLanes(this);
-    syncUrl(this);
-    const wall = performance.now();
-    const slowMs = this.isFollowingStream() ? LIVE_SLOW_PANEL_MS : SLOW_PANEL_MS;
-    if (wall - this.lastSlowPanels > slowMs) {
-      this.lastSlowPanels = wall;
-      this.renderSlowPanels();
-    } else this.scheduler.later(slowMs);
-    const fm = this.perf.frameMs;
-    if (fm.length) {
-      const avg = fm.reduce((a, b) => a + b, 0) / fm.length;
-      $('perf').textContent = `frame ${avg.toFixed(1)} ms avg · ${Math.max(...fm).toFixed(1)} max · ${this.timeline.mode}`;
-    }
-  }
-
-  /** Histograms, ranks and the diagnosis at the playhead: heavier, a few times a second. */
-  renderSlowPanels() {
-    const state = this.state;
-    const slow = new Set(stragglers(state).map((s) => s.worker));
-    const anyFetch = [...state.workers.values()].some((w) => w.fetch_times.length);
-    $('hist-wrap').hidden = !anyFetch;
-    if (anyFetch) this.hist.draw(state, slow, state.config.num_workers === 0);
-    this.renderRanks();
-    this.renderDiagnosisNow();
-    if (this.searchHits.length && this.player.length !== this.searchedAt) this.searchView.refresh();
-  }
-
-  renderDiagnosisNow() {
-    const p = this.player;
-    const scope = $('diagnosis-scope');
-    if (this.track.source === 'server' && this.server.serverDiagnosis && (p.following || p.cursor === p.length)) {
-      renderDiagnosis($('diagnosis'), paceDiagnosis(this.server.serverDiagnosis, this.status.pace()), 'no findings yet');
-      scope.textContent = this.complete() ? '(whole run)' : '(live)';
-      return;
-    }
-    if (!p.length) return;
-    const key = `${this.track.rank}:${p.cursor}:${p.length}`;
-    if (key === this.diagKey) return;
-    this.diagKey = key;
-    renderDiagnosis($('diagnosis'), paceDiagnosis(diagnosis(this.state), this.status.pace()), 'no findings yet');
-    scope.textContent = p.cursor === p.length ? (this.complete() ? '(whole run)' : '(so far)') : `(at event ${p.cursor})`;
-  }
-
   /** A finding was clicked: go to its moment, open its worker's card and bring it into view. @param {import('../model/types.js').Note} n */
   showFinding(n) {
     this.playback.moveTo(n._row ?? 0, true, true);
     if (n.worker !== undefined && n.worker !== null) this.cards.selected = n.worker;
     this.lastPanels = 0;
-    this.renderPanels();
+    renderPanels(this);
     const card = n.kind === 'consumer_stuck' ? $('consumer-card') : $('worker-card');
     if (!card.hidden) card.scrollIntoView({ block: 'nearest' });
   }
@@ -458,67 +396,7 @@ export class App {
     this.wake();
   }
 
-  // --- ranks ----------------------------------------------------------------------------------------
-
-  /**
-   * The timeline's rows: every rank of a small job; past TIMELINE_ALL_RANKS ranks only the selected
-   * one and the rank most often last to deliver a step (64 ranks of 8 workers would be 512 lanes).
-   */
-  syncTimelineTracks() {
-    const primary = this.track;
-    const base = primary.wall0;
-    const multi = this.tracks.length > 1;
-    for (const tr of this.tracks) tr.offset = multi && base && tr.wall0 ? tr.wall0 - base : 0;
-    const shown = timelineRanks(this.tracks, primary, this.ranksView.mostOftenLast()).map((tr) => ({
-      store: tr.store,
-      label: multi ? `rank ${tr.rank}${tr.source === 'file' ? ` · ${tr.label}` : ''}` : '',
-      offset: tr.offset,
-      inProcess: tr.player.full.config.num_workers === 0,
-      pin: pinStage(tr.player.full),
-      slow: multi ? tr.slow : undefined,
-      primary: tr === primary,
-      memory: tr.player.full.memory,
-    }));
-    // the timeline gets new rows only when they change: new rows redraw it at once, which would
-    // undo its live pacing if done every frame
-    // (the stores and the slow-step lists are the same objects as they grow: compared by identity)
-    const key = shown.map((t) => `${t.label}:${t.offset}:${t.inProcess}:${JSON.stringify(t.pin)}:${t.primary}`).join('|');
-    const objects = shown.flatMap((t) => [t.store, t.slow, t.memory]);
-    if (key === this.timelineKey && objects.every((o, i) => o === this.timelineObjects[i])) return;
-    this.timelineKey = key;
-    this.timelineObjects = objects;
-    this.timeline.setTracks(shown);
-  }
-
-  /** Show the rank of the open job whose run is `id`; false when no open rank is that run. @param {string} id @param {boolean} [push] */
-  selectRun(id, push = true) {
-    const i = this.tracks.findIndex((tr) => tr.runId === id);
-    if (i < 0) return false;
-    this.selectTrack(i, push);
-    return true;
-  }
-
-  /** @param {number} i the rank's index in `tracks` @param {boolean} [push] a history entry */
-  selectTrack(i, push = true) {
-    if (!this.tracks[i] || this.tracks[i] === this.track) return;
-    this.track = this.tracks[i];
-    this.server.select(this.track, push);
-    this.pipeline.invalidate();
-    this.cards.selected = null;
-    this.diagKey = '';
-    this.hist.invalidate();
-    this.notes.render([]);
-    this.timeline.invalidate();
-    this.lastPanels = 0;
-    this.lastSlowPanels = 0;
-    this.ranksView.invalidate();
-    this.searchView.refresh();
-    this.wake();
-  }
-
-  renderRanks() {
-    this.ranksView.render(this.tracks, this.track);
-  }
+  // --- trace files, controls, start ---------------------------------------------------------------
 
   /** @param {import('./trace-open.js').Opened} o trace files read: they replace the open run */
   openFiles({ tracks, events, ms }) {

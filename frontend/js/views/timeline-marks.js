@@ -33,9 +33,9 @@ export function drawEpochs(view, { ctx, g, t0, t1, X }) {
 }
 
 /**
- * @param {TimelineView} view
  * Fetches a finding was about, once they ended (a running one is drawn as open): a red outline
  * from the fetch's start to its end, and the finding's words at its moment.
+ * @param {TimelineView} view
  * @param {DrawFrame} frame
  */
 export function drawAlarms(view, { ctx, g, t0, t1 }) {
