@@ -34,18 +34,34 @@ function agree(js, py, path = '') {
 }
 
 test('normalise blanks numbers but keeps worker ids, as compare.py does', () => {
-  assert.equal(normalise('straggler: worker 1 fetches 3.1× slower (median 80 ms vs 20 ms)'),
-    'straggler: worker 1 fetches #× slower (median # ms vs # ms)');
-  assert.equal(normalise('worker 2 (pid 12821) died by exit code -9; cuda:0, h2d 1,750 MB/s; 2 worker(s)'),
-    'worker 2 (pid #) died by exit code #; cuda:#, h2d # MB/s; # worker(s)');
+  assert.equal(
+    normalise('straggler: worker 1 fetches 3.1× slower (median 80 ms vs 20 ms)'),
+    'straggler: worker 1 fetches #× slower (median # ms vs # ms)',
+  );
+  assert.equal(
+    normalise('worker 2 (pid 12821) died by exit code -9; cuda:0, h2d 1,750 MB/s; 2 worker(s)'),
+    'worker 2 (pid #) died by exit code #; cuda:#, h2d # MB/s; # worker(s)',
+  );
 });
 
 test('diagnosisDiff pairs equal findings, then same topics, and leaves the rest to one side', () => {
-  const a = ['straggler: worker 1 fetches 3.0× slower', 'reorder cost: 12 results', 'training waited for data 90%; loading'];
-  const b = ['training waited for data 5%; the step', 'reorder cost: 3 results', 'straggler: worker 2 fetches 2.0× slower'];
+  const a = [
+    'straggler: worker 1 fetches 3.0× slower',
+    'reorder cost: 12 results',
+    'training waited for data 90%; loading',
+  ];
+  const b = [
+    'training waited for data 5%; the step',
+    'reorder cost: 3 results',
+    'straggler: worker 2 fetches 2.0× slower',
+  ];
   assert.deepEqual(diagnosisDiff(a, b), {
-    only_a: [a[0]], only_b: [b[2]],
-    both: [{ a: a[1], b: b[1], changed: true }, { a: a[2], b: b[0], changed: true }],
+    only_a: [a[0]],
+    only_b: [b[2]],
+    both: [
+      { a: a[1], b: b[1], changed: true },
+      { a: a[2], b: b[0], changed: true },
+    ],
   });
 });
 
@@ -54,12 +70,18 @@ test('histogram edges are shared and every fetch is counted', () => {
   const b = synthesize({ num_workers: 4, batches: 20, cost: (idx) => 0.01 + 0.002 * (idx % 4) });
   const { histograms } = compareRuns(a, b);
   assert.equal(histograms.edges.length, 25);
-  for (const side of ['a', 'b']) for (const w of histograms[side]) assert.equal(w.counts.reduce((x, y) => x + y, 0), w.tasks);
+  for (const side of ['a', 'b'])
+    for (const w of histograms[side])
+      assert.equal(
+        w.counts.reduce((x, y) => x + y, 0),
+        w.tasks,
+      );
   assert.deepEqual(binCounts([1e-7, 5], logEdges(0.01, 0.1, BINS)), [1, ...new Array(BINS - 2).fill(0), 1]);
 });
 
 test('a state with its run_start compares like the events it came from', () => {
-  const a = synthesize({ num_workers: 2, batches: 12 }), b = synthesize({ num_workers: 3, batches: 12 });
+  const a = synthesize({ num_workers: 2, batches: 12 }),
+    b = synthesize({ num_workers: 3, batches: 12 });
   const fromState = compareRuns({ state: reduce(a), start: a[0] }, { state: reduce(b), start: b[0] });
   assert.deepEqual(fromState, compareRuns(a, b));
   assert.equal(sideOf(a, 'x').start?.kind, 'run_start');
@@ -78,20 +100,36 @@ def sim(name, **p):
 print(json.dumps({"straggler": [sim("straggler", num_workers=4, slow_worker=1), sim("straggler", num_workers=4, slow_factor=1)],
                   "workers": [sim("uniform", num_workers=1), sim("uniform", num_workers=2, prefetch_factor=4)]}))`);
   const h100 = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8')
-    .split('\n').slice(1).filter(Boolean).map((l) => JSON.parse(l));
+    .split('\n')
+    .slice(1)
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
   const cases = {
     ...sims,
-    synth: [synthesize({ num_workers: 2, batches: 30 }), synthesize({ num_workers: 4, batches: 30, pin_ms: 3, in_order: false })],
-    slow: [synthesize({ num_workers: 3, batches: 24, cost: (idx) => (idx % 3 === 2 ? 0.08 : 0.02) }), synthesize({ num_workers: 0, batches: 8 })],
+    synth: [
+      synthesize({ num_workers: 2, batches: 30 }),
+      synthesize({ num_workers: 4, batches: 30, pin_ms: 3, in_order: false }),
+    ],
+    slow: [
+      synthesize({ num_workers: 3, batches: 24, cost: (idx) => (idx % 3 === 2 ? 0.08 : 0.02) }),
+      synthesize({ num_workers: 0, batches: 8 }),
+    ],
     h100: [h100, synthesize({ num_workers: 2, batches: 10, step: 0.01 })],
   };
   const file = join(dir, 'cases.json');
   writeFileSync(file, JSON.stringify(cases));
-  const py = python(`
+  const py = python(
+    `
 import json, sys
 from loaderscope.model.compare import compare
 cases = json.load(open(sys.argv[1]))
-print(json.dumps({name: compare(a, b, labels=(name + " A", name + " B")) for name, (a, b) in cases.items()}))`, file);
-  for (const [name, [a, b]] of Object.entries(cases)) agree(compareRuns(a, b, [`${name} A`, `${name} B`]), py[name], name);
-  assert.ok(py.straggler.diagnosis.only_a.some((t) => t.startsWith('straggler: worker 1 ')), 'the straggler is gone in B');
+print(json.dumps({name: compare(a, b, labels=(name + " A", name + " B")) for name, (a, b) in cases.items()}))`,
+    file,
+  );
+  for (const [name, [a, b]] of Object.entries(cases))
+    agree(compareRuns(a, b, [`${name} A`, `${name} B`]), py[name], name);
+  assert.ok(
+    py.straggler.diagnosis.only_a.some((t) => t.startsWith('straggler: worker 1 ')),
+    'the straggler is gone in B',
+  );
 });

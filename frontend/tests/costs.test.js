@@ -10,12 +10,35 @@ const defaults = () => Object.fromEntries(fieldsFromSchema(COST_FIELDS).map((f) 
 
 test('defaults send nothing; changes are nested as CostModel wants them', () => {
   assert.equal(costsFromForm(defaults()), null);
-  const v = { ...defaults(), pin_ms_per_mb: 20, sample_bytes: 100000, slow_worker: 1, slow_factor: 4, stall_task: 3, stall_seconds: 2, die_task: 7, sample_dist: 'lognormal', sample_mean_ms: 4, sample_sd_ms: 2 };
+  const v = {
+    ...defaults(),
+    pin_ms_per_mb: 20,
+    sample_bytes: 100000,
+    slow_worker: 1,
+    slow_factor: 4,
+    stall_task: 3,
+    stall_seconds: 2,
+    die_task: 7,
+    sample_dist: 'lognormal',
+    sample_mean_ms: 4,
+    sample_sd_ms: 2,
+  };
   assert.deepEqual(costsFromForm(v), {
-    pin_ms_per_mb: 20, sample_bytes: 100000, worker_factor: { 1: 4 }, stalls: [{ task: 3, seconds: 2 }], die: { task: 7 },
+    pin_ms_per_mb: 20,
+    sample_bytes: 100000,
+    worker_factor: { 1: 4 },
+    stalls: [{ task: 3, seconds: 2 }],
+    die: { task: 7 },
     sample: { dist: 'lognormal', mean_ms: 4, sd_ms: 2 },
   });
-  assert.equal(readValue(fieldsFromSchema(COST_FIELDS).find((f) => f.name === 'step_ms'), '').value, null, 'empty means the scenario\'s');
+  assert.equal(
+    readValue(
+      fieldsFromSchema(COST_FIELDS).find((f) => f.name === 'step_ms'),
+      '',
+    ).value,
+    null,
+    "empty means the scenario's",
+  );
 });
 
 test('server problems find their field', () => {
@@ -27,8 +50,22 @@ test('server problems find their field', () => {
 });
 
 test('CostModel accepts what the form sends', { skip: needsPython }, () => {
-  const v = { ...defaults(), pin_ms_per_mb: 20, slow_worker: 1, slow_factor: 4, stall_task: 3, stall_seconds: 2, die_task: 7, sample_dist: 'normal', sample_mean_ms: 4, sample_sd_ms: 1, step_ms: 3 };
-  const model = python('import json,sys; from loaderscope.sim import CostModel; print(CostModel.model_validate(json.loads(sys.argv[1])).model_dump_json())',
-    { args: [JSON.stringify(costsFromForm(v))] });
+  const v = {
+    ...defaults(),
+    pin_ms_per_mb: 20,
+    slow_worker: 1,
+    slow_factor: 4,
+    stall_task: 3,
+    stall_seconds: 2,
+    die_task: 7,
+    sample_dist: 'normal',
+    sample_mean_ms: 4,
+    sample_sd_ms: 1,
+    step_ms: 3,
+  };
+  const model = python(
+    'import json,sys; from loaderscope.sim import CostModel; print(CostModel.model_validate(json.loads(sys.argv[1])).model_dump_json())',
+    { args: [JSON.stringify(costsFromForm(v))] },
+  );
   assert.equal(model.pin_ms_per_mb, 20);
 });

@@ -60,7 +60,8 @@ test('rows handed over as parts (a worker to the page) come back equal, and the 
   assert.equal(new Set(buffers).size, buffers.length, 'every column has its own buffer to transfer');
   const copy = EventTable.fromParts(structuredClone(parts, { transfer: buffers }));
   assert.equal(copy.length, events.length + 1);
-  for (let i = 0; i < copy.length; i++) assert.deepEqual(strip(copy.get(i)), strip(i < events.length ? events[i] : odd));
+  for (let i = 0; i < copy.length; i++)
+    assert.deepEqual(strip(copy.get(i)), strip(i < events.length ? events[i] : odd));
   copy.push({ ...events[5], seq: 1000 });
   assert.deepEqual(strip(copy.get(copy.length - 1)), strip({ ...events[5], seq: 1000 }));
   const empty = EventTable.fromParts(new EventTable().toParts());
@@ -86,7 +87,7 @@ test('reserve makes room once, keeping the rows', () => {
   assert.equal(table.kind.length, 1000, 'never shrinks');
 });
 
-test('append copies other tables\' rows column by column: indices, kept objects, recycled buffers', () => {
+test("append copies other tables' rows column by column: indices, kept objects, recycled buffers", () => {
   const events = synthesize({ num_workers: 2, batches: 20, pin_ms: 1 }).map((e, i) => ({ ...e, seq: i }));
   events.splice(30, 0, { seq: 30.5, t: 1, run: 'synth', rank: 0, kind: 'gpu_sync', x: [1] }); // kept whole
   const target = new EventTable(2);
@@ -112,11 +113,31 @@ test('append copies other tables\' rows column by column: indices, kept objects,
 
 test('pushValid takes only what the schema takes, and gives it back equal', () => {
   const events = synthesize({ num_workers: 3, batches: 20, pin_ms: 1 });
-  const hot = events.filter((e) => ['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end'].includes(e.kind));
+  const hot = events.filter((e) =>
+    ['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end'].includes(
+      e.kind,
+    ),
+  );
   const broken = [
-    { seq: 1.5 }, { seq: 2 ** 54 }, { t: Infinity }, { t: 2 ** 60 }, { t: '1' }, { rank: 0.5 }, { rank: 'r' },
-    { worker: undefined }, { worker: null }, { idx: 2 ** 40 }, { n: 2 ** 60 }, { dt: 1e300 }, { wait: -(2 ** 54) },
-    { nbytes: 2 ** 60 }, { pickled: 1e308 }, { waiting_for: 1.5 }, { indices: 'x' }, { epoch: null }, { extra: 1 },
+    { seq: 1.5 },
+    { seq: 2 ** 54 },
+    { t: Infinity },
+    { t: 2 ** 60 },
+    { t: '1' },
+    { rank: 0.5 },
+    { rank: 'r' },
+    { worker: undefined },
+    { worker: null },
+    { idx: 2 ** 40 },
+    { n: 2 ** 60 },
+    { dt: 1e300 },
+    { wait: -(2 ** 54) },
+    { nbytes: 2 ** 60 },
+    { pickled: 1e308 },
+    { waiting_for: 1.5 },
+    { indices: 'x' },
+    { epoch: null },
+    { extra: 1 },
   ];
   const variants = [...hot, ...hot.slice(0, 40).flatMap((e) => broken.map((b) => ({ ...e, ...b })))];
   const table = new EventTable(2);
@@ -128,33 +149,65 @@ test('pushValid takes only what the schema takes, and gives it back equal', () =
       assert.deepEqual(strip(table.get(before)), strip(e));
     } else assert.equal(table.length, before, 'nothing appended');
   }
-  assert.ok(hot.every((e) => invalidReason(e) !== null || new EventTable().pushValid(e)), 'every valid hot event of a run is taken');
+  assert.ok(
+    hot.every((e) => invalidReason(e) !== null || new EventTable().pushValid(e)),
+    'every valid hot event of a run is taken',
+  );
 });
 
 test('pushLine takes a line only where JSON.parse and pushValid take it, with the same values, and finds its end', () => {
   const events = synthesize({ num_workers: 3, batches: 30, pin_ms: 1 }).map((e, i) => ({ ...e, seq: i }));
-  const hot = events.filter((e) => e.kind in { dispatch: 1, fetch_start: 1, fetch_end: 1, arrive: 1, buffer: 1, yield: 1, skip: 1, pin_start: 1, pin_end: 1 });
+  const hot = events.filter(
+    (e) =>
+      e.kind in
+      { dispatch: 1, fetch_start: 1, fetch_end: 1, arrive: 1, buffer: 1, yield: 1, skip: 1, pin_start: 1, pin_end: 1 },
+  );
   const written = hot.map((e) => JSON.stringify(e));
   // text that JSON reads the same or differently, numbers at the edges, the run changing
   const edits = [
-    (s) => s.replace('"t":', '"t": '), (s) => s.replace(/"idx":(\d+)/, '"idx":$1.0'), (s) => s.replace(/"idx":(\d+)/, '"idx":0$1'),
-    (s) => s.replace(/"t":([\d.]+)/, '"t":$1e0'), (s) => s.replace(/"t":([\d.]+)/, '"t":-$1'), (s) => s.replace(/"t":[\d.]+/, '"t":-0'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":0.1000000000000000055511151231257827'), (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740993'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740992.5'), (s) => s.replace(/"t":[\d.]+/, '"t":1.'), (s) => s.replace(/"t":[\d.]+/, '"t":-'),
-    (s) => s.replace(/"t":[\d.]+/, `"t":1${'0'.repeat(400)}`), (s) => s.replace(/"seq":\d+/, '"seq":1.5'), (s) => s.replace(/"seq":\d+/, '"seq":9007199254740994'),
-    (s) => s.replace(/"rank":\d+/, '"rank":null'), (s) => s.replace('"run":"synth"', '"run":"syn\\u0074h"'), (s) => s.replace('"run":"synth"', '"run":"other"'), (s) => s.replace('"run":"synth"', '"run":"s\u00e9nth"'),
+    (s) => s.replace('"t":', '"t": '),
+    (s) => s.replace(/"idx":(\d+)/, '"idx":$1.0'),
+    (s) => s.replace(/"idx":(\d+)/, '"idx":0$1'),
+    (s) => s.replace(/"t":([\d.]+)/, '"t":$1e0'),
+    (s) => s.replace(/"t":([\d.]+)/, '"t":-$1'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":-0'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":0.1000000000000000055511151231257827'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740993'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740992.5'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":1.'),
+    (s) => s.replace(/"t":[\d.]+/, '"t":-'),
+    (s) => s.replace(/"t":[\d.]+/, `"t":1${'0'.repeat(400)}`),
+    (s) => s.replace(/"seq":\d+/, '"seq":1.5'),
+    (s) => s.replace(/"seq":\d+/, '"seq":9007199254740994'),
+    (s) => s.replace(/"rank":\d+/, '"rank":null'),
+    (s) => s.replace('"run":"synth"', '"run":"syn\\u0074h"'),
+    (s) => s.replace('"run":"synth"', '"run":"other"'),
+    (s) => s.replace('"run":"synth"', '"run":"s\u00e9nth"'),
     (s) => s.replace('"run":"synth"', '"run":"s\u00e9nth"').replace(/}$/, ',"note":"\u00e9"}'),
-    (s) => s.replace('"run":"synth"', '"run":"synth","run":"synth"'), (s) => s.replace(/,"worker":\d+/, ''), (s) => s.replace(/"worker":\d+/, '"worker":2147483648'),
-    (s) => s.replace(/"epoch":\d+/, '"epoch":null'), (s) => s.replace('[', '[ '), (s) => s.replace(/\[\d+/, '[2147483648'), (s) => s.replace(/\[\d+/, '[]'),
-    (s) => s.replace(/"n":\d+/, '"n":1e400'), (s) => s.replace('"wait":', '"wait":1,"wait":'), (s) => s.replace('true', 'tru'), (s) => s.replace('false', 'null'),
-    (s) => s.replace(/}$/, ',"extra":1}'), (s) => s.replace(/}$/, '} '), (s) => s.replace(/}$/, '}\r'), (s) => s.slice(0, -1),
-    (s) => s.replace(/"dt":[\d.e-]+/, '"dt":0.07807500000035361'), (s) => s.replace(/"dt":[\d.e-]+/, '"dt":123456789.123456789'),
+    (s) => s.replace('"run":"synth"', '"run":"synth","run":"synth"'),
+    (s) => s.replace(/,"worker":\d+/, ''),
+    (s) => s.replace(/"worker":\d+/, '"worker":2147483648'),
+    (s) => s.replace(/"epoch":\d+/, '"epoch":null'),
+    (s) => s.replace('[', '[ '),
+    (s) => s.replace(/\[\d+/, '[2147483648'),
+    (s) => s.replace(/\[\d+/, '[]'),
+    (s) => s.replace(/"n":\d+/, '"n":1e400'),
+    (s) => s.replace('"wait":', '"wait":1,"wait":'),
+    (s) => s.replace('true', 'tru'),
+    (s) => s.replace('false', 'null'),
+    (s) => s.replace(/}$/, ',"extra":1}'),
+    (s) => s.replace(/}$/, '} '),
+    (s) => s.replace(/}$/, '}\r'),
+    (s) => s.slice(0, -1),
+    (s) => s.replace(/"dt":[\d.e-]+/, '"dt":0.07807500000035361'),
+    (s) => s.replace(/"dt":[\d.e-]+/, '"dt":123456789.123456789'),
   ];
   const lines = [...written, ...written.slice(0, 60).flatMap((s) => edits.map((edit) => edit(s)))];
   const bytes = new TextEncoder().encode(lines.join('\n') + '\n');
   const fast = new EventTable(2);
   const slow = new EventTable(2);
-  let start = 0, taken = 0;
+  let start = 0,
+    taken = 0;
   for (const line of lines) {
     const end = start + new TextEncoder().encode(line).length;
     const before = fast.length;
@@ -184,13 +237,20 @@ test('pushLine takes a line only where JSON.parse and pushValid take it, with th
 /** A value of a contract field's type, different for each field (k). @param {import('../js/model/event-table.js').FieldRule} rule @param {number} k */
 function sample(rule, k) {
   switch (rule.type) {
-    case 'int': return Math.min(rule.max ?? 1000, 3 + k);
-    case 'number': return 0.25 + k;
-    case 'bool': return k % 2 === 0;
-    case 'string': return `s${k}`;
-    case 'array': return [5 + k, 1, 2];
-    case 'object': return { k };
-    default: return `any${k}`;
+    case 'int':
+      return Math.min(rule.max ?? 1000, 3 + k);
+    case 'number':
+      return 0.25 + k;
+    case 'bool':
+      return k % 2 === 0;
+    case 'string':
+      return `s${k}`;
+    case 'array':
+      return [5 + k, 1, 2];
+    case 'object':
+      return { k };
+    default:
+      return `any${k}`;
   }
 }
 
@@ -200,9 +260,13 @@ function everyDeclaredField() {
   for (const kind of FREQUENT) {
     const own = Object.entries(KINDS[kind]).map(([name, rule], k) => [name, rule, sample(rule, k)]);
     const required = Object.fromEntries(own.filter(([, rule]) => rule.required).map(([name, , v]) => [name, v]));
-    const variants = [required, ...own.filter(([, rule]) => !rule.required).map(([name, , v]) => ({ ...required, [name]: v })),
-      Object.fromEntries(own.map(([name, , v]) => [name, v]))];
-    for (const fields of variants) out.push({ seq: out.length, t: 0.5 + out.length, run: 'r', rank: 0, kind, ...fields });
+    const variants = [
+      required,
+      ...own.filter(([, rule]) => !rule.required).map(([name, , v]) => ({ ...required, [name]: v })),
+      Object.fromEntries(own.map(([name, , v]) => [name, v])),
+    ];
+    for (const fields of variants)
+      out.push({ seq: out.length, t: 0.5 + out.length, run: 'r', rank: 0, kind, ...fields });
   }
   return out;
 }
@@ -225,7 +289,11 @@ function asColumns(events) {
       if (typeof v === 'number') (col.num ??= new Float64Array(n))[r] = v;
       else if (typeof v === 'string') (col.ids ??= new Int32Array(n))[r] = col.dict.push(v) - 1;
       else if (typeof v === 'boolean') (col.bool ??= new Uint8Array(n))[r] = v ? 1 : 0;
-      else { extras[r][name] = v; extra[r] = 1; return; }
+      else {
+        extras[r][name] = v;
+        extra[r] = 1;
+        return;
+      }
       col.present[r] = 1;
     });
     cols[name] = col;
@@ -236,7 +304,10 @@ function asColumns(events) {
 
 test('every declared field of every frequent kind comes back from push, pushLine and pushColumns as it went in', () => {
   const events = everyDeclaredField();
-  assert.ok(events.some((e) => e.kind === 'fetch_end' && 'stop' in e), 'fetch_end.stop is declared (the simulator sends it)');
+  assert.ok(
+    events.some((e) => e.kind === 'fetch_end' && 'stop' in e),
+    'fetch_end.stop is declared (the simulator sends it)',
+  );
   const pushed = new EventTable(2);
   const read = new EventTable(2);
   const bytes = new TextEncoder().encode(events.map((e) => JSON.stringify(e)).join('\n'));
@@ -251,13 +322,22 @@ test('every declared field of every frequent kind comes back from push, pushLine
   const columns = new EventTable(2);
   const [common, fields, extra, extraOf] = asColumns(events);
   pushColumns(columns, events.length, common, fields, extra, extraOf, (r) => columns.push(events[r]));
-  for (const [way, table] of [['push', pushed], ['pushLine', read], ['pushColumns', columns]]) {
+  for (const [way, table] of [
+    ['push', pushed],
+    ['pushLine', read],
+    ['pushColumns', columns],
+  ]) {
     assert.equal(table.length, events.length, way);
     events.forEach((e, i) => {
       assert.deepEqual(strip(table.get(i)), e, `${way}: ${JSON.stringify(e)}`);
-      assert.equal(table.isObject(i), !fits(e), `${way} packs it exactly when every field has a column: ${JSON.stringify(e)}`);
+      assert.equal(
+        table.isObject(i),
+        !fits(e),
+        `${way} packs it exactly when every field has a column: ${JSON.stringify(e)}`,
+      );
       for (const name of Object.keys(e)) {
-        if (!table.isObject(i)) assert.deepEqual(EventTable.field(e.kind, name)(table, i), e[name], `${way}: field(${e.kind}, ${name})`);
+        if (!table.isObject(i))
+          assert.deepEqual(EventTable.field(e.kind, name)(table, i), e[name], `${way}: field(${e.kind}, ${name})`);
       }
     });
   }

@@ -9,7 +9,9 @@ import { reduce } from '../js/model/reducer.js';
 import { MAIN, headroom, headroomScale, pointAt, procAt, rssScale } from '../js/model/memory.js';
 
 const events = readFileSync(fileURLToPath(new URL('fixtures/memory_copy_on_read.jsonl', import.meta.url)), 'utf8')
-  .split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  .split('\n')
+  .filter(Boolean)
+  .map((line) => JSON.parse(line));
 const samples = events.filter((e) => e.kind === 'memory');
 const series = reduce(events).memory.series;
 

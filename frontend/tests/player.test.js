@@ -11,9 +11,20 @@ import { synthesize } from '../dev/synth.js';
 
 function fingerprint(s) {
   return JSON.stringify({
-    seq: s.seq, t: s.t, send: s.send_idx, rcvd: s.rcvd_idx, out: s.outstanding, rq: s.result_queue, buf: s.buffer,
-    tasks: [...s.tasks.values()], workers: [...s.workers.values()].map((w) => ({ ...w, stuck: !!w.stuck })),
-    sum: summary(s), yields: s.yield_order.length, notes: s.notes.length, epoch: s.epoch, status: s.status,
+    seq: s.seq,
+    t: s.t,
+    send: s.send_idx,
+    rcvd: s.rcvd_idx,
+    out: s.outstanding,
+    rq: s.result_queue,
+    buf: s.buffer,
+    tasks: [...s.tasks.values()],
+    workers: [...s.workers.values()].map((w) => ({ ...w, stuck: !!w.stuck })),
+    sum: summary(s),
+    yields: s.yield_order.length,
+    notes: s.notes.length,
+    epoch: s.epoch,
+    status: s.status,
   });
 }
 
@@ -106,7 +117,9 @@ test('a snapshot holds no list that grows with the run: a 10M-event trace takes 
   // a long trace quadratic (step_gaps: 17M numbers copied into the snapshots of a 1M-event trace)
   const events = synthesize({ num_workers: 1, prefetch_factor: 1, batches: 2600, step: 0.0001 });
   const p = load(events, 512);
-  const longest = Math.max(...p.snapshots.flatMap((s) => Object.values(s.values).map((v) => (Array.isArray(v) ? v.length : 0))));
+  const longest = Math.max(
+    ...p.snapshots.flatMap((s) => Object.values(s.values).map((v) => (Array.isArray(v) ? v.length : 0))),
+  );
   assert.ok(longest <= 2 * MAX_KEPT, `a snapshot copies a list of ${longest} items`);
   p.seek(events.length - 7);
   assert.equal(fingerprint(p.state), fingerprint(reduce(events.slice(0, events.length - 7))));
@@ -114,8 +127,19 @@ test('a snapshot holds no list that grows with the run: a 10M-event trace takes 
 
 test('a track given batches of rows ends where one given each event ends, timeline and notes too', () => {
   const events = synthesize({ num_workers: 3, batches: 80, epochs: 2, pin_ms: 2 });
-  events.splice(100, 0, { seq: 0, t: events[99].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 0, idx: 30, elapsed: 11 });
-  events.forEach((e, i) => { e.seq = i; });
+  events.splice(100, 0, {
+    seq: 0,
+    t: events[99].t,
+    run: 'synth',
+    rank: 0,
+    kind: 'worker_stuck',
+    worker: 0,
+    idx: 30,
+    elapsed: 11,
+  });
+  events.forEach((e, i) => {
+    e.seq = i;
+  });
   const one = new Track({ rank: 0, label: 'one', source: 'file' });
   const bulk = new Track({ rank: 0, label: 'bulk', source: 'file' });
   one.player.every = bulk.player.every = 64;
@@ -130,7 +154,12 @@ test('a track given batches of rows ends where one given each event ends, timeli
   assert.deepEqual(bulk.noteItems, one.noteItems);
   assert.deepEqual([...bulk.yields], [...one.yields]);
   assert.deepEqual(bulk.parkedRows, one.parkedRows);
-  const spans = (tr) => [...tr.store.workers.values(), tr.store.consumer, tr.store.pin].map((c) => [...c.ref.subarray(0, c.n), ...c.ref2.subarray(0, c.n), ...c.end.subarray(0, c.n)]);
+  const spans = (tr) =>
+    [...tr.store.workers.values(), tr.store.consumer, tr.store.pin].map((c) => [
+      ...c.ref.subarray(0, c.n),
+      ...c.ref2.subarray(0, c.n),
+      ...c.end.subarray(0, c.n),
+    ]);
   assert.deepEqual(spans(bulk), spans(one));
   for (const i of [0, 63, 64, 500, events.length - 1]) {
     bulk.player.seek(i);

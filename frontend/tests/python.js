@@ -24,7 +24,10 @@ export const needsPython = existsSync(PY) || required ? false : `no Python at ${
 export function python(script, { args = [], input } = {}) {
   assert.ok(existsSync(PY), `no Python interpreter at ${PY}: set $PYTHON (scripts/test.sh does)`);
   const r = spawnSync(PY, ['-c', script, ...args], {
-    input, encoding: 'utf8', cwd: ROOT, env: { ...process.env, PYTHONPATH: join(ROOT, 'backend') },
+    input,
+    encoding: 'utf8',
+    cwd: ROOT,
+    env: { ...process.env, PYTHONPATH: join(ROOT, 'backend') },
   });
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout);

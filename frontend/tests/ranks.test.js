@@ -10,7 +10,9 @@ import { python, needsPython } from './python.js';
 
 const py = (script, input) => python(script, { input });
 
-test('shard digests from ranks.py: disjoint and complete, or overlapping and missing', { skip: needsPython }, async () => {
+test('shard digests from ranks.py: disjoint and complete, or overlapping and missing', {
+  skip: needsPython,
+}, async () => {
   const cases = py(`
 import json
 from loaderscope.model.ranks import encode_shard, shard_report
@@ -21,14 +23,19 @@ for shards in ([range(0, 100, 2), range(1, 100, 2)], [range(0, 60), range(50, 90
 print(json.dumps(out))`);
   for (const { ends, report } of cases) {
     const js = await shardReport(ends, 100);
-    assert.deepEqual(js, { ...report, per_rank: Object.fromEntries(Object.entries(report.per_rank).map(([k, v]) => [k, v])) });
+    assert.deepEqual(js, {
+      ...report,
+      per_rank: Object.fromEntries(Object.entries(report.per_rank).map(([k, v]) => [k, v])),
+    });
   }
   assert.equal(cases[0].report.disjoint && cases[0].report.complete, true);
   assert.equal(cases[1].report.overlap, 10);
   assert.equal(cases[1].report.missing, 10);
 });
 
-test("DistributedSampler's padding is named padding, not overlap, in the same words as ranks.py", { skip: needsPython }, async () => {
+test("DistributedSampler's padding is named padding, not overlap, in the same words as ranks.py", {
+  skip: needsPython,
+}, async () => {
   // torch's own DistributedSampler: 11 samples over 3 ranks pads one index, 10 over 4 two; a rank that
   // reads an index of another, with nothing to pad, is overlap
   const cases = py(`
@@ -49,19 +56,37 @@ print(json.dumps(out))`);
     assert.deepEqual(js, report);
     assert.equal(shardText(1, js), text);
   }
-  assert.deepEqual(cases.map((c) => [c.report.padding, c.report.overlap]), [[1, 0], [2, 0], [0, 0], [0, 1], [0, 2]]);
-  assert.match(cases[0].text, /^epoch 1 shards: padding: 1 index read twice, as DistributedSampler pads ranks to equal length/);
+  assert.deepEqual(
+    cases.map((c) => [c.report.padding, c.report.overlap]),
+    [
+      [1, 0],
+      [2, 0],
+      [0, 0],
+      [0, 1],
+      [0, 2],
+    ],
+  );
+  assert.match(
+    cases[0].text,
+    /^epoch 1 shards: padding: 1 index read twice, as DistributedSampler pads ranks to equal length/,
+  );
   assert.match(cases[3].text, /OVERLAP: 1 index read by more than one rank \(e\.g\. 4\)/);
 });
 
 test('a digest of the wrong length is refused', { skip: needsPython }, async () => {
-  const { digest } = py('import json; from loaderscope.model.ranks import encode_shard; print(json.dumps({"digest": encode_shard([1, 2], 10)}))');
+  const { digest } = py(
+    'import json; from loaderscope.model.ranks import encode_shard; print(json.dumps({"digest": encode_shard([1, 2], 10)}))',
+  );
   assert.equal((await decodeShard(digest, 10))[1], 1);
   await assert.rejects(decodeShard(digest, 11), /holds 10 counts for a dataset of 11/);
 });
 
-test('a digest is never inflated past its length, nor a length past the limit taken', { skip: needsPython }, async () => {
-  const { bomb } = py('import base64, json, zlib; print(json.dumps({"bomb": base64.b64encode(zlib.compress(bytes(50_000_000), 9)).decode()}))');
+test('a digest is never inflated past its length, nor a length past the limit taken', {
+  skip: needsPython,
+}, async () => {
+  const { bomb } = py(
+    'import base64, json, zlib; print(json.dumps({"bomb": base64.b64encode(zlib.compress(bytes(50_000_000), 9)).decode()}))',
+  );
   await assert.rejects(decodeShard(bomb, 100), /holds more than 100 counts for a dataset of 100/);
   await assert.rejects(decodeShard(bomb, 2 ** 40), /at most 134217728 are checked/);
 });
@@ -73,7 +98,8 @@ function fakeTrack(rank, times, upto = times.length, wall0 = 100) {
 
 /** A rank's delivery times of epoch 0 from its events, on the wall clock (wall_start + t), as Track keeps them. */
 function deliveries(events) {
-  let wall0 = 0, epoch = -1;
+  let wall0 = 0,
+    epoch = -1;
   const times = [];
   for (const e of events) {
     if (e.kind === 'run_start') wall0 = e.wall_start ?? 0;
@@ -94,13 +120,24 @@ function allSteps(times) {
 test('slowest rank per step agrees with ranks.slowest_per_step', { skip: needsPython }, () => {
   const runs = {
     0: synthesize({ num_workers: 2, batches: 12, rank: 0, job: 'j', world_size: 2, wall_start: 100 }),
-    1: synthesize({ num_workers: 2, batches: 12, rank: 1, job: 'j', world_size: 2, wall_start: 100.004, cost: (i) => 0.01 + (i % 3) * 0.01 }),
+    1: synthesize({
+      num_workers: 2,
+      batches: 12,
+      rank: 1,
+      job: 'j',
+      world_size: 2,
+      wall_start: 100.004,
+      cost: (i) => 0.01 + (i % 3) * 0.01,
+    }),
   };
-  const expected = py(`
+  const expected = py(
+    `
 import json, sys
 from loaderscope.model.ranks import slowest_per_step
 runs = {int(k): v for k, v in json.load(sys.stdin).items()}
-print(json.dumps(slowest_per_step(runs)))`, JSON.stringify(runs));
+print(json.dumps(slowest_per_step(runs)))`,
+    JSON.stringify(runs),
+  );
   const { steps } = allSteps(new Map(Object.entries(runs).map(([r, ev]) => [Number(r), deliveries(ev)])));
   const got = steps.recent;
   assert.equal(got.length, expected.length);
@@ -108,21 +145,28 @@ print(json.dumps(slowest_per_step(runs)))`, JSON.stringify(runs));
     assert.equal(s.rank, expected[i].rank, `step ${i}`);
     assert.ok(Math.abs(s.lag - expected[i].lag) < 1e-9);
   });
-  assert.equal([...steps.counts.values()].reduce((a, c) => a + c.steps, 0), got.filter((s) => s.rank !== null).length);
+  assert.equal(
+    [...steps.counts.values()].reduce((a, c) => a + c.steps, 0),
+    got.filter((s) => s.rank !== null).length,
+  );
 });
 
 test('JobSteps, fed as deliveries arrive, finds the same slowest rank per step as when given them all at once', () => {
   let seed = 7;
-  const rnd = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+  const rnd = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
   const times = new Map();
   for (let rank = 0; rank < 12; rank++) {
     let t = 100;
-    times.set(rank, Array.from({ length: 200 }, () => (t += 0.01 + rnd() * 0.005 * (rank === 5 ? 3 : 1))));
+    times.set(
+      rank,
+      Array.from({ length: 200 }, () => (t += 0.01 + rnd() * 0.005 * (rank === 5 ? 3 : 1))),
+    );
   }
   const whole = allSteps(times).steps;
   const steps = new JobSteps();
   const tracks = [...times].map(([rank, list]) => fakeTrack(rank, list, 0));
-  for (let upto = 0; upto <= 200; upto += 37) { // arrivals in uneven slices, one rank ahead of the others
+  for (let upto = 0; upto <= 200; upto += 37) {
+    // arrivals in uneven slices, one rank ahead of the others
     tracks.forEach((tr, k) => tr.yields.set(0, times.get(tr.rank).slice(0, Math.min(200, upto + (k === 3 ? 20 : 0)))));
     steps.update(tracks);
   }
@@ -141,7 +185,8 @@ test('JobSteps, fed as deliveries arrive, finds the same slowest rank per step a
 
 test('a rank found later restarts the count over the new set of ranks', () => {
   const steps = new JobSteps();
-  const a = fakeTrack(0, [1, 2, 3]), b = fakeTrack(1, [1.5, 2.5, 3.5]);
+  const a = fakeTrack(0, [1, 2, 3]),
+    b = fakeTrack(1, [1.5, 2.5, 3.5]);
   steps.update([a, b]);
   assert.equal(steps.counts.get(1).steps, 3);
   steps.update([a, b, fakeTrack(2, [2, 3, 4])]);
@@ -163,23 +208,38 @@ test('the timeline draws every rank of a small job, the selected and the slowest
   const small = [0, 1, 2].map((rank) => ({ rank }));
   assert.equal(timelineRanks(small, small[1], 2).length, 3);
   const job = Array.from({ length: 64 }, (_, rank) => ({ rank }));
-  assert.deepEqual(timelineRanks(job, job[9], 37).map((t) => t.rank), [9, 37]);
-  assert.deepEqual(timelineRanks(job, job[9], null).map((t) => t.rank), [9]);
+  assert.deepEqual(
+    timelineRanks(job, job[9], 37).map((t) => t.rank),
+    [9, 37],
+  );
+  assert.deepEqual(
+    timelineRanks(job, job[9], null).map((t) => t.rank),
+    [9],
+  );
 });
 
 test('a step every rank delivered together names no rank (as ranks.slowest_per_step)', () => {
   const t0 = 1.7e9; // wall_start + t: equal times differ by rounding only
-  const times = new Map([[0, [t0 + 1, t0 + 2]], [1, [t0 + 1 + 1e-7, t0 + 2.5]]]);
+  const times = new Map([
+    [0, [t0 + 1, t0 + 2]],
+    [1, [t0 + 1 + 1e-7, t0 + 2.5]],
+  ]);
   const steps = new JobSteps();
   const tracks = [...times].map(([rank, list]) => fakeTrack(rank, list, list.length, t0));
   steps.update(tracks);
   assert.equal(steps.total, 2);
   assert.deepEqual([...steps.counts.keys()], [1]);
-  assert.deepEqual(steps.recent.map((s) => s.rank), [null, 1]);
-  assert.deepEqual(tracks.map((tr) => tr.slow.length), [0, 1]);
+  assert.deepEqual(
+    steps.recent.map((s) => s.rank),
+    [null, 1],
+  );
+  assert.deepEqual(
+    tracks.map((tr) => tr.slow.length),
+    [0, 1],
+  );
 });
 
-test('a rank\'s batches/s is the one `loaderscope run --ranks` prints, ended or live', { skip: needsPython }, () => {
+test("a rank's batches/s is the one `loaderscope run --ranks` prints, ended or live", { skip: needsPython }, () => {
   // a 3-step job (the page's last-2-s rate read 0.0 once it ended) and a 63-step one (42.0 against
   // the terminal's figure); rank 1 is slow. Each rank also cut halfway, as a live page holds it.
   const jobs = py(`
@@ -207,13 +267,20 @@ print(json.dumps(out))`);
     events.forEach((rankEvents, rank) => {
       const shown = rankRate(reduce(rankEvents));
       assert.ok(figures[rank].batches_per_s > 0);
-      assert.ok(Math.abs(shown - figures[rank].batches_per_s) < 1e-9, `rank ${rank}: page ${shown}, terminal ${figures[rank].batches_per_s}`);
+      assert.ok(
+        Math.abs(shown - figures[rank].batches_per_s) < 1e-9,
+        `rank ${rank}: page ${shown}, terminal ${figures[rank].batches_per_s}`,
+      );
       assert.equal(shown.toFixed(1), figures[rank].batches_per_s.toFixed(1));
       const live = rankRate(reduce(rankEvents.slice(0, Math.floor(rankEvents.length / 2))));
       assert.ok(Math.abs(live - halves[rank]) < 1e-9, `rank ${rank} halfway: page ${live}, Python ${halves[rank]}`);
     });
   }
-  assert.deepEqual(jobs.map((j) => j.figures[0].batches), [3, 63], 'jobs of 3 and 63 steps');
+  assert.deepEqual(
+    jobs.map((j) => j.figures[0].batches),
+    [3, 63],
+    'jobs of 3 and 63 steps',
+  );
 });
 
 test("a shard line's samples per rank stay one short line at 1,024 ranks", () => {

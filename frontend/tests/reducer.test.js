@@ -29,10 +29,10 @@ const SEED = stream([
   ...[0, 1, 2, 3].map((w) => [0.0, 'worker_start', { worker: w, pid: 100 + w }]),
   ...[0, 1, 2, 3].map((i) => [0.01, 'dispatch', { idx: i, worker: i, indices: [2 * i, 2 * i + 1] }]),
   ...[0, 1, 2, 3].map((i) => [0.02, 'fetch_start', { idx: i, worker: i }]),
-  [0.10, 'fetch_end', { idx: 1, worker: 1, dt: 0.08 }],
+  [0.1, 'fetch_end', { idx: 1, worker: 1, dt: 0.08 }],
   [0.11, 'arrive', { idx: 1, worker: 1 }],
   [0.11, 'buffer', { idx: 1, worker: 1, waiting_for: 0 }],
-  [0.20, 'fetch_end', { idx: 0, worker: 0, dt: 0.18 }],
+  [0.2, 'fetch_end', { idx: 0, worker: 0, dt: 0.18 }],
   [0.21, 'arrive', { idx: 0, worker: 0 }],
   [0.21, 'yield', { idx: 0, wait: 0.2, from_buffer: false }],
   [0.21, 'dispatch', { idx: 4, worker: 0, indices: [8, 9] }],
@@ -88,7 +88,10 @@ test('seed example: task 0 arrives, is yielded; task 1 leaves the buffer next; c
   assert.equal(s.rcvd_idx, 2);
   assert.equal(s.send_idx, 6);
   assert.deepEqual(s.buffer, []);
-  assert.deepEqual(s.yield_order, [[0, 0], [0, 1]]);
+  assert.deepEqual(s.yield_order, [
+    [0, 0],
+    [0, 1],
+  ]);
   assert.equal(s.batches, 2);
   assert.deepEqual(s.violations, []);
 });
@@ -98,12 +101,20 @@ test('epoch_start resets task numbering, keeps statistics', () => {
   const s = reduce(events);
   assert.equal(s.epochs_done, 3);
   assert.equal(s.batches, 21);
-  assert.deepEqual(s.yield_order.slice(0, 8).map(([, i]) => i), [0, 1, 2, 3, 4, 5, 6, 0]);
+  assert.deepEqual(
+    s.yield_order.slice(0, 8).map(([, i]) => i),
+    [0, 1, 2, 3, 4, 5, 6, 0],
+  );
   assert.deepEqual(s.violations, []);
 });
 
 test('unknown kinds are kept as notes, not dropped', () => {
-  const s = reduce(stream([[0, 'run_start', { mode: 'sim', config: CONFIG }], [0.1, 'gpu_sync', { x: 1 }]]));
+  const s = reduce(
+    stream([
+      [0, 'run_start', { mode: 'sim', config: CONFIG }],
+      [0.1, 'gpu_sync', { x: 1 }],
+    ]),
+  );
   assert.equal(s.notes.length, 1);
   assert.equal(s.notes[0].kind, 'gpu_sync');
 });
@@ -128,7 +139,10 @@ test('invariants hold on synthetic runs; out-of-order arrival is parked', () => 
         assert.ok(s.outstanding <= s.window, 'window bound');
       }
       assert.deepEqual(s.violations, [], `W=${W} pf=${pf}`);
-      assert.deepEqual(s.yield_order.map(([, i]) => i), [...Array(40).keys()]);
+      assert.deepEqual(
+        s.yield_order.map(([, i]) => i),
+        [...Array(40).keys()],
+      );
       if (W > 1) assert.ok(s.buffer_high > 0, 'out_of_order parks results');
     }
   }
@@ -139,17 +153,22 @@ test('in_order=False yields in arrival order without violations', () => {
   assert.deepEqual(s.violations, []);
   assert.equal(s.batches, 16);
   assert.equal(s.buffer_high, 0);
-  assert.notDeepEqual(s.yield_order.map(([, i]) => i), [...Array(16).keys()]);
+  assert.notDeepEqual(
+    s.yield_order.map(([, i]) => i),
+    [...Array(16).keys()],
+  );
 });
 
 test('violations are reported like state.py does', () => {
-  const s = reduce(stream([
-    [0, 'run_start', { mode: 'sim', config: { ...CONFIG, num_workers: 1 } }],
-    [0, 'epoch_start', { epoch: 0 }],
-    [0, 'dispatch', { idx: 1, worker: 0 }],
-    [0, 'yield', { idx: 1, wait: 0 }],
-    [0, 'arrive', { idx: 9, worker: 0 }],
-  ]));
+  const s = reduce(
+    stream([
+      [0, 'run_start', { mode: 'sim', config: { ...CONFIG, num_workers: 1 } }],
+      [0, 'epoch_start', { epoch: 0 }],
+      [0, 'dispatch', { idx: 1, worker: 0 }],
+      [0, 'yield', { idx: 1, wait: 0 }],
+      [0, 'arrive', { idx: 9, worker: 0 }],
+    ]),
+  );
   assert.equal(s.violations.length, 4);
   assert.match(s.violations[0], /dispatch of task 1 but send_idx is 0/);
 });
@@ -168,14 +187,43 @@ function troubled() {
   const at = events.findIndex((e) => e.kind === 'fetch_start' && e.idx === 4);
   const t = events[at].t;
   const extra = [
-    { kind: 'worker_stuck', worker: events[at].worker, pid: 1001, idx: 4, pos: 1, sample: 17, elapsed: 12.5, threshold: 10, stack: STACK },
-    { kind: 'consumer_stuck', elapsed: 11.25, threshold: 10, waiting_for: 4, held_by: events[at].worker, has_data: false, stack: STACK.slice(0, 2) },
-    { kind: 'timeout', seconds: 1.5, workers: [{ worker: 0, idx: 4, pos: 0, sample: 16, elapsed: 1.25 }, { worker: 1 }] },
+    {
+      kind: 'worker_stuck',
+      worker: events[at].worker,
+      pid: 1001,
+      idx: 4,
+      pos: 1,
+      sample: 17,
+      elapsed: 12.5,
+      threshold: 10,
+      stack: STACK,
+    },
+    {
+      kind: 'consumer_stuck',
+      elapsed: 11.25,
+      threshold: 10,
+      waiting_for: 4,
+      held_by: events[at].worker,
+      has_data: false,
+      stack: STACK.slice(0, 2),
+    },
+    {
+      kind: 'timeout',
+      seconds: 1.5,
+      workers: [{ worker: 0, idx: 4, pos: 0, sample: 16, elapsed: 1.25 }, { worker: 1 }],
+    },
     { kind: 'batch_info', idx: 4, worker: 0, structure: { type: 'Tensor' }, pickle_s: 0.002 },
     { kind: 'step', batch: 3, h2d: 0.0015, compute: 0.004, h2d_pageable: 0.003, device: 'cuda:0' },
     { kind: 'step', batch: 4, h2d: 0.0025, compute: 0.004, h2d_pageable: 0.005, device: 'cuda:0' },
     { kind: 'worker_died', worker: 2, pid: 1002, exitcode: -9, signal: 'SIGKILL', idx: 5, pos: 0, sample: 20 },
-    { kind: 'error', idx: 6, worker: 0, type: 'OSError', message: 'unable to write to file </torch_1>', traceback: 'Bus error' },
+    {
+      kind: 'error',
+      idx: 6,
+      worker: 0,
+      type: 'OSError',
+      message: 'unable to write to file </torch_1>',
+      traceback: 'Bus error',
+    },
     { kind: 'gpu_sync', x: 1 },
   ].map((e) => ({ t, run: 'synth', rank: 0, ...e }));
   const out = [...events.slice(0, at + 1), ...extra, ...events.slice(at + 1)];
@@ -189,13 +237,16 @@ function troubled() {
 function lookedAt() {
   const events = synthesize({ num_workers: 2, batches: 6, epochs: 3, step: 0.01 });
   const out = [];
-  let epoch = 0, yields = 0, shift = 0;
+  let epoch = 0,
+    yields = 0,
+    shift = 0;
   for (const e of events) {
     if (e.kind === 'epoch_start') {
       epoch = e.epoch;
       yields = 0;
       if (epoch === 2) shift += 2;
-      if (epoch > 0) out.push(...[0, 1].map((w) => ({ ...e, kind: 'worker_start', worker: w, pid: 2000 + 10 * epoch + w })));
+      if (epoch > 0)
+        out.push(...[0, 1].map((w) => ({ ...e, kind: 'worker_start', worker: w, pid: 2000 + 10 * epoch + w })));
     }
     if (e.kind === 'yield') yields += 1;
     if (epoch === 0 && e.kind === 'epoch_end') out.push({ ...e, abandoned: true, batches: 1 });
@@ -224,23 +275,70 @@ test('agrees with backend/loaderscope/model/state.py on the same events', { skip
     looked_at: lookedAt(),
     straggling: straggling(),
     // long enough to trim yield_order, broken enough to hit the cap on violations and notes
-    bounded: [...synthesize({ num_workers: 1, prefetch_factor: 1, batches: 2600, step: 0.0001 }).slice(0, -1),
-      ...Array.from({ length: 1100 }, (_, i) => ({ seq: 0, t: 99, run: 'synth', rank: 0, kind: 'arrive', idx: 90000 + i, worker: 0 })),
-      ...Array.from({ length: 1100 }, () => ({ seq: 0, t: 99, run: 'synth', rank: 0, kind: 'mystery' }))]
-      .map((e, i) => ({ ...e, seq: i })),
+    bounded: [
+      ...synthesize({ num_workers: 1, prefetch_factor: 1, batches: 2600, step: 0.0001 }).slice(0, -1),
+      ...Array.from({ length: 1100 }, (_, i) => ({
+        seq: 0,
+        t: 99,
+        run: 'synth',
+        rank: 0,
+        kind: 'arrive',
+        idx: 90000 + i,
+        worker: 0,
+      })),
+      ...Array.from({ length: 1100 }, () => ({ seq: 0, t: 99, run: 'synth', rank: 0, kind: 'mystery' })),
+    ].map((e, i) => ({ ...e, seq: i })),
     // a real gpu_step run on an H100: pin thread on, pinned vs pageable copies timed per step
     h100: readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8')
-      .split('\n').slice(1).filter(Boolean).map((l) => JSON.parse(l)),
+      .split('\n')
+      .slice(1)
+      .filter(Boolean)
+      .map((l) => JSON.parse(l)),
     // real runs with memory samples (fixtures/make_memory.py): copy-on-read, a leak, batches in flight, SIGKILL
-    ...Object.fromEntries(['copy_on_read', 'leak', 'in_flight', 'killed'].map((name) => [`memory_${name}`,
-      readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', `memory_${name}.jsonl`), 'utf8')
-        .split('\n').filter(Boolean).map((l) => JSON.parse(l))])),
+    ...Object.fromEntries(
+      ['copy_on_read', 'leak', 'in_flight', 'killed'].map((name) => [
+        `memory_${name}`,
+        readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', `memory_${name}.jsonl`), 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => JSON.parse(l)),
+      ]),
+    ),
   };
-  const fields = ['send_idx', 'rcvd_idx', 'outstanding', 'batches', 'epochs_done', 'out_of_order', 'buffer_high',
-    'outstanding_high', 'consumer_wait', 'head_of_line_wait', 'skipped', 'seq', 'epoch', 'status',
-    'pin_bytes', 'pin_time', 'pin_wait', 'unpinned', 'fetched_bytes', 'pickled_bytes', 'startup_wait', 'epoch_batches',
-    'steps', 'step_h2d', 'step_compute', 'step_h2d_pageable', 'step_device', 'step_total', 'peeks', 'peek_batches',
-    'peek_wait', 'peek_starts'];
+  const fields = [
+    'send_idx',
+    'rcvd_idx',
+    'outstanding',
+    'batches',
+    'epochs_done',
+    'out_of_order',
+    'buffer_high',
+    'outstanding_high',
+    'consumer_wait',
+    'head_of_line_wait',
+    'skipped',
+    'seq',
+    'epoch',
+    'status',
+    'pin_bytes',
+    'pin_time',
+    'pin_wait',
+    'unpinned',
+    'fetched_bytes',
+    'pickled_bytes',
+    'startup_wait',
+    'epoch_batches',
+    'steps',
+    'step_h2d',
+    'step_compute',
+    'step_h2d_pageable',
+    'step_device',
+    'step_total',
+    'peeks',
+    'peek_batches',
+    'peek_wait',
+    'peek_starts',
+  ];
   for (const [name, events] of Object.entries(cases)) {
     const file = join(dir, `${name}.json`);
     writeFileSync(file, JSON.stringify(events));
@@ -265,7 +363,8 @@ print(json.dumps(out))`;
     const py = python(script, { args: [file] });
     const js = reduce(events);
     for (const f of fields) {
-      if (typeof py[f] === 'number' && !Number.isInteger(py[f])) assert.ok(Math.abs(py[f] - js[f]) < 1e-9, `${name}.${f}`);
+      if (typeof py[f] === 'number' && !Number.isInteger(py[f]))
+        assert.ok(Math.abs(py[f] - js[f]) < 1e-9, `${name}.${f}`);
       else assert.deepEqual(js[f], py[f], `${name}.${f}`);
     }
     assert.deepEqual(js.buffer, py.buffer, `${name}.buffer`);
@@ -274,13 +373,26 @@ print(json.dumps(out))`;
     assert.deepEqual(js.violations, py.violations);
     assert.equal(js.window, py.window);
     assert.deepEqual(Object.fromEntries([...js.workers.values()].map((w) => [String(w.id), w.queue])), py.queues);
-    assert.deepEqual(Object.fromEntries([...js.workers.values()].map((w) => [String(w.id), w.status])), py.statuses, `${name} statuses`);
-    assert.deepEqual(Object.fromEntries([...js.tasks.values()].map((t) => [String(t.idx), t.where])), py.where, `${name} where`);
-    assert.deepEqual(js.notes.map((n) => n.kind), py.notes, `${name} notes`);
+    assert.deepEqual(
+      Object.fromEntries([...js.workers.values()].map((w) => [String(w.id), w.status])),
+      py.statuses,
+      `${name} statuses`,
+    );
+    assert.deepEqual(
+      Object.fromEntries([...js.tasks.values()].map((t) => [String(t.idx), t.where])),
+      py.where,
+      `${name} where`,
+    );
+    assert.deepEqual(
+      js.notes.map((n) => n.kind),
+      py.notes,
+      `${name} notes`,
+    );
     assert.equal(js.batch_samples.length, py.batch_samples);
     const sum = summary(js);
     for (const [k, v] of Object.entries(py.summary)) {
-      if (typeof v === 'number') assert.ok(Math.abs(v - sum[k]) < 1e-9 * Math.max(1, Math.abs(v)), `${name} summary.${k}: ${sum[k]} vs ${v}`);
+      if (typeof v === 'number')
+        assert.ok(Math.abs(v - sum[k]) < 1e-9 * Math.max(1, Math.abs(v)), `${name} summary.${k}: ${sum[k]} vs ${v}`);
       else if (k === 'consumer_split' && v) {
         for (const [rk, rv] of Object.entries(v)) {
           if (typeof rv === 'number') assert.ok(Math.abs(rv - sum[k][rk]) < 1e-12, `${name} consumer_split.${rk}`);
@@ -374,17 +486,27 @@ test('summary matches state.py formulas', () => {
 // (fetch events never move a task backwards; a task is queued once). Passes once both are fixed.
 test('a real pinned trace leaves nothing on the result queue', () => {
   const events = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8')
-    .split('\n').slice(1).filter(Boolean).map((l) => JSON.parse(l));
+    .split('\n')
+    .slice(1)
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
   const s = reduce(events);
   assert.deepEqual(s.result_queue, []);
   for (let i = 0; i < events.length; i++) {
     const st = reduce(events.slice(0, i + 1));
-    assert.equal(new Set(st.result_queue).size, st.result_queue.length, `a task is on the result queue once (event ${i})`);
+    assert.equal(
+      new Set(st.result_queue).size,
+      st.result_queue.length,
+      `a task is on the result queue once (event ${i})`,
+    );
   }
 });
 
 test('every frequent kind is applied from the columns by applyInlined: its rule is the one it was written for', () => {
   // A rule changed in contract/rules.py sends its kind back to the compiled steps (correct, slower):
   // change applyInlined and INLINED_RULES with it. track.test.js checks the rows it applies agree.
-  assert.deepEqual(INLINED.slice(1), INLINED.slice(1).map(() => true));
+  assert.deepEqual(
+    INLINED.slice(1),
+    INLINED.slice(1).map(() => true),
+  );
 });

@@ -16,10 +16,33 @@ const SAMPLE = { int: 1, number: 0.25, string: 'x', bool: true, object: { num_wo
 /** @type {Record<string, {counts?: Record<string, number|string>}>} */
 const rules = RULES;
 // the state's scalars, and every counter a rule's row bumps
-const FIELDS = [...new Set(['send_idx', 'rcvd_idx', 'outstanding', 'batches', 'epochs_done', 'out_of_order', 'buffer_high',
-  'consumer_wait', 'skipped', 'epoch', 'status', 'pin_bytes', 'fetched_bytes', 'steps', 'peeks', 'epoch_failed', 'starts',
-  'result_queue', 'buffer', 'outstanding_high', 'startup_wait', 'epoch_batches',
-  ...Object.values(rules).flatMap((r) => Object.keys(r.counts ?? {}))])];
+const FIELDS = [
+  ...new Set([
+    'send_idx',
+    'rcvd_idx',
+    'outstanding',
+    'batches',
+    'epochs_done',
+    'out_of_order',
+    'buffer_high',
+    'consumer_wait',
+    'skipped',
+    'epoch',
+    'status',
+    'pin_bytes',
+    'fetched_bytes',
+    'steps',
+    'peeks',
+    'epoch_failed',
+    'starts',
+    'result_queue',
+    'buffer',
+    'outstanding_high',
+    'startup_wait',
+    'epoch_batches',
+    ...Object.values(rules).flatMap((r) => Object.keys(r.counts ?? {})),
+  ]),
+];
 
 /** The run's first events up to the middle, then one `kind` event with its required fields, aimed at a live task. */
 function streamEndingIn(kind) {
@@ -58,7 +81,10 @@ const streams = Object.fromEntries(kinds.map((kind) => [kind, streamEndingIn(kin
 const py = needsPython ? null : python(script, { input: JSON.stringify(streams) });
 
 test('every kind of the contract has its rule', () => {
-  assert.deepEqual(Object.keys(KINDS).filter((k) => !(k in rules)), ['doctor_verdict']); // shown as a note, as unknown kinds are
+  assert.deepEqual(
+    Object.keys(KINDS).filter((k) => !(k in rules)),
+    ['doctor_verdict'],
+  ); // shown as a note, as unknown kinds are
 });
 
 for (const kind of kinds) {
@@ -68,12 +94,25 @@ for (const kind of kinds) {
     const state = /** @type {Record<string, unknown>} */ (/** @type {unknown} */ (s));
     for (const f of FIELDS) {
       const got = state[f];
-      if (typeof want[f] === 'number' && !Number.isInteger(want[f])) assert.ok(Math.abs(want[f] - Number(got)) < 1e-9, `${kind}: ${f}`);
+      if (typeof want[f] === 'number' && !Number.isInteger(want[f]))
+        assert.ok(Math.abs(want[f] - Number(got)) < 1e-9, `${kind}: ${f}`);
       else assert.deepEqual(got, want[f], `${kind}: ${f}`);
     }
-    assert.deepEqual(Object.fromEntries([...s.tasks.values()].map((t) => [String(t.idx), t.where])), want.where, `${kind}: where`);
-    assert.deepEqual(Object.fromEntries([...s.workers.values()].map((w) => [String(w.id), [w.status, w.queue, w.current]])), want.workers, `${kind}: workers`);
-    assert.deepEqual(s.notes.map((n) => n.kind), want.notes, `${kind}: notes`);
+    assert.deepEqual(
+      Object.fromEntries([...s.tasks.values()].map((t) => [String(t.idx), t.where])),
+      want.where,
+      `${kind}: where`,
+    );
+    assert.deepEqual(
+      Object.fromEntries([...s.workers.values()].map((w) => [String(w.id), [w.status, w.queue, w.current]])),
+      want.workers,
+      `${kind}: workers`,
+    );
+    assert.deepEqual(
+      s.notes.map((n) => n.kind),
+      want.notes,
+      `${kind}: notes`,
+    );
     assert.equal(s.errors.length, want.errors, `${kind}: errors`);
     assert.deepEqual(s.violations, want.violations, `${kind}: violations`);
     assert.equal(summary(s).batches, want.summary_batches, `${kind}: summary`);

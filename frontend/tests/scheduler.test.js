@@ -11,7 +11,9 @@ test('a throttled redraw stays pending from later() until its frame has run', ()
     const frames = [];
     const s = new Scheduler((cb) => frames.push(cb));
     let drawn = 0;
-    s.onFrame(() => { drawn += 1; });
+    s.onFrame(() => {
+      drawn += 1;
+    });
     s.later(100);
     assert.equal(s.pending, true);
     mock.timers.tick(110); // the timer fired and asked for a frame; the frame has not come yet

@@ -14,7 +14,14 @@ function harness(store = range(0, 99)) {
   const timers = [];
   const s = new RunStream({
     openSocket(after) {
-      const ws = { after, closed: false, close() { this.closed = true; this.onclose?.(); } };
+      const ws = {
+        after,
+        closed: false,
+        close() {
+          this.closed = true;
+          this.onclose?.();
+        },
+      };
       sockets.push(ws);
       return ws;
     },
@@ -126,6 +133,9 @@ test('messages, their characters and resyncs are counted (what bench/pipeline.py
   h.send({ type: 'resync', from: 10, to: 19 });
   await tick();
   assert.equal(h.s.messages, 2);
-  assert.equal(h.s.chars, JSON.stringify(range(0, 9)).length + JSON.stringify({ type: 'resync', from: 10, to: 19 }).length);
+  assert.equal(
+    h.s.chars,
+    JSON.stringify(range(0, 9)).length + JSON.stringify({ type: 'resync', from: 10, to: 19 }).length,
+  );
   assert.equal(h.s.resyncs, 1);
 });

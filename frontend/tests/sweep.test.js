@@ -12,10 +12,21 @@ test('values: numbers, booleans, strings; empty and repeated refused', () => {
 test('request: grid of one or two keys, bounded to 36 combinations', () => {
   const r = sweepRequest({ scenario: 'uniform', params: { dataset_size: 96 }, key: 'num_workers', values: '1,2,4' });
   assert.deepEqual(r.body, { scenario: 'uniform', params: { dataset_size: 96 }, grid: { num_workers: [1, 2, 4] } });
-  const two = sweepRequest({ scenario: 'u', params: {}, costs: { a: 1 }, key: 'num_workers', values: '1,2', key2: 'batch_size', values2: '8,16' });
+  const two = sweepRequest({
+    scenario: 'u',
+    params: {},
+    costs: { a: 1 },
+    key: 'num_workers',
+    values: '1,2',
+    key2: 'batch_size',
+    values2: '8,16',
+  });
   assert.deepEqual(two.body.grid, { num_workers: [1, 2], batch_size: [8, 16] });
   assert.deepEqual(two.body.costs, { a: 1 });
-  assert.ok(sweepRequest({ scenario: 'u', params: {}, key: 'a', values: '1,2,3,4,5,6,7', key2: 'b', values2: '1,2,3,4,5,6' }).errors.values2);
+  assert.ok(
+    sweepRequest({ scenario: 'u', params: {}, key: 'a', values: '1,2,3,4,5,6,7', key2: 'b', values2: '1,2,3,4,5,6' })
+      .errors.values2,
+  );
   assert.ok(sweepRequest({ scenario: 'u', params: {}, key: 'a', values: '1', key2: 'a', values2: '2' }).errors.key2);
   assert.ok(sweepRequest({ scenario: 'u', params: {}, key: '', values: '1' }).errors.key);
 });
@@ -36,8 +47,14 @@ test('series: one per value of the second key, points in the order sent', () => 
   ];
   const { xs, series } = sweepSeries(rows, 'num_workers', 'batch_size', [1, 4]);
   assert.deepEqual(xs, ['1', '4']);
-  assert.deepEqual(series.map((s) => s.label), ['batch_size=8', 'batch_size=16']);
-  assert.deepEqual(series[0].points.map((p) => p.batches_per_s), [10, 30]);
+  assert.deepEqual(
+    series.map((s) => s.label),
+    ['batch_size=8', 'batch_size=16'],
+  );
+  assert.deepEqual(
+    series[0].points.map((p) => p.batches_per_s),
+    [10, 30],
+  );
   assert.equal(sweepSeries(rows.slice(0, 2), 'num_workers', '', null).series.length, 1);
   assert.equal(niceMax(37), 50);
   assert.equal(niceMax(0), 1);

@@ -9,9 +9,16 @@ function recorder() {
   const calls = { styles: 0, rects: [] };
   const ctx = {
     globalAlpha: 1,
-    set fillStyle(v) { calls.styles += 1; this.style = v; },
-    get fillStyle() { return this.style; },
-    fillRect(x, y, w, h) { calls.rects.push({ x, y, w, h, style: this.style }); },
+    set fillStyle(v) {
+      calls.styles += 1;
+      this.style = v;
+    },
+    get fillStyle() {
+      return this.style;
+    },
+    fillRect(x, y, w, h) {
+      calls.rects.push({ x, y, w, h, style: this.style });
+    },
   };
   return { ctx, calls };
 }
@@ -49,7 +56,18 @@ test('sub-pixel spans in one pixel column make one tick', () => {
 test('an aggregated row is one rectangle per run of equally busy columns', () => {
   const { ctx, calls } = recorder();
   // 5,000 spans back to back over 10 s: every column fully busy
-  const aggregated = drawRow(ctx, column(5000, 0.002), 0, 10, (t) => 100 + t * 120, 0, 8, 1200, { lightness: 58 }, '#00f');
+  const aggregated = drawRow(
+    ctx,
+    column(5000, 0.002),
+    0,
+    10,
+    (t) => 100 + t * 120,
+    0,
+    8,
+    1200,
+    { lightness: 58 },
+    '#00f',
+  );
   assert.equal(aggregated, true);
   assert.equal(calls.rects.length, 1);
   assert.deepEqual({ x: calls.rects[0].x, w: calls.rects[0].w, h: calls.rects[0].h }, { x: 100, w: 1200, h: 8 });

@@ -20,7 +20,12 @@ test('binary searches', () => {
 });
 
 test('visible() returns exactly the spans intersecting the window', () => {
-  const c = column([[0, 1], [2, 3], [4, 5], [6, 7]]);
+  const c = column([
+    [0, 1],
+    [2, 3],
+    [4, 5],
+    [6, 7],
+  ]);
   assert.deepEqual(c.visible(1.5, 4.5), [1, 3]);
   assert.deepEqual(c.visible(0.5, 0.6), [0, 1]);
   assert.deepEqual(c.visible(7.5, 9), [4, 4]);
@@ -28,7 +33,11 @@ test('visible() returns exactly the spans intersecting the window', () => {
 });
 
 test('busy() and occupancy() measure covered time, clipped at the edges', () => {
-  const c = column([[0, 1], [2, 3], [4, 5]]);
+  const c = column([
+    [0, 1],
+    [2, 3],
+    [4, 5],
+  ]);
   assert.equal(c.busy(0, 5), 3);
   assert.equal(c.busy(0.5, 2.5), 1);
   assert.equal(c.busy(2.2, 2.7), 0.5);
@@ -41,19 +50,28 @@ test('occupancy over many spans equals the brute-force sum', () => {
   let t = 0;
   const spans = [];
   for (let i = 0; i < 5000; i++) {
-    const gap = (i * 7919) % 13 / 1000, dur = ((i * 104729) % 17 + 1) / 1000;
+    const gap = ((i * 7919) % 13) / 1000,
+      dur = (((i * 104729) % 17) + 1) / 1000;
     spans.push([t + gap, t + gap + dur]);
     c.push(t + gap, t + gap + dur, i, 0);
     t += gap + dur;
   }
-  for (const [a, b] of [[0, t], [0.1, 0.37], [3.3, 3.31]]) {
+  for (const [a, b] of [
+    [0, t],
+    [0.1, 0.37],
+    [3.3, 3.31],
+  ]) {
     const brute = spans.reduce((s, [x, y]) => s + Math.max(0, Math.min(y, b) - Math.max(x, a)), 0);
     assert.ok(Math.abs(c.busy(a, b) - brute) < 1e-9, `busy(${a}, ${b})`);
   }
 });
 
 test('out-of-order starts are inserted in order; at() finds the span under a time', () => {
-  const c = column([[0, 1], [4, 5], [2, 3]]);
+  const c = column([
+    [0, 1],
+    [4, 5],
+    [2, 3],
+  ]);
   assert.deepEqual([...c.start.slice(0, 3)], [0, 2, 4]);
   assert.equal(c.busy(0, 10), 3);
   assert.equal(c.at(2.5), 1);
@@ -71,13 +89,14 @@ test('the store builds one fetch row per worker and a consumer row from the even
   let fetches = 0;
   for (const col of store.workers.values()) {
     fetches += col.n;
-    for (let i = 1; i < col.n; i++) assert.ok(col.start[i] >= col.end[i - 1] - 1e-12, 'a worker fetches one task at a time');
+    for (let i = 1; i < col.n; i++)
+      assert.ok(col.start[i] >= col.end[i - 1] - 1e-12, 'a worker fetches one task at a time');
   }
   assert.equal(fetches, 20);
   assert.equal(store.consumer.n, 20);
   assert.equal(store.open.size, 0);
   const col = store.workers.get(1);
-  assert.deepEqual(store.samplesAt(col.ref2[0]).indices, [4, 5, 6, 7], 'a span knows its task\'s samples');
+  assert.deepEqual(store.samplesAt(col.ref2[0]).indices, [4, 5, 6, 7], "a span knows its task's samples");
   assert.equal(store.eventAt(col.ref[0]).kind, 'fetch_end');
   assert.equal(store.pin.n, 20, 'one pin span per batch');
   for (let i = 1; i < store.pin.n; i++) assert.ok(store.pin.start[i] >= store.pin.end[i - 1] - 1e-12, 'one pin thread');
@@ -94,7 +113,13 @@ test('a running fetch stays open until its fetch_end', () => {
 
 test('a million-event trace stays cheap to store and to query', () => {
   const store = new TimelineStore();
-  const events = synthesize({ num_workers: 32, prefetch_factor: 2, batches: 1_000_000 / 6, cost: (i, w) => 0.01 + (w % 3) * 0.002, step: 0.0001 });
+  const events = synthesize({
+    num_workers: 32,
+    prefetch_factor: 2,
+    batches: 1_000_000 / 6,
+    cost: (i, w) => 0.01 + (w % 3) * 0.002,
+    step: 0.0001,
+  });
   const t0 = performance.now();
   for (const e of events) store.apply(e);
   const ingest = performance.now() - t0;
@@ -108,9 +133,14 @@ test('a million-event trace stays cheap to store and to query', () => {
   for (const col of store.workers.values()) {
     const occ = col.occupancy(a, b, 1200);
     assert.equal(occ.length, 1200);
-    assert.ok([...occ].some((v) => v > 0), 'every worker row shows work');
+    assert.ok(
+      [...occ].some((v) => v > 0),
+      'every worker row shows work',
+    );
   }
-  console.log(`# ${events.length} events: ingest ${ingest.toFixed(0)} ms, occupancy of 32 rows × 1200 px ${query.toFixed(1)} ms`);
+  console.log(
+    `# ${events.length} events: ingest ${ingest.toFixed(0)} ms, occupancy of 32 rows × 1200 px ${query.toFixed(1)} ms`,
+  );
 });
 
 test('window math: fit, zoom around a point, pan, ticks, durations', () => {
@@ -131,7 +161,7 @@ test('window math: fit, zoom around a point, pan, ticks, durations', () => {
   assert.equal(fmtDuration(1.5), '1.50 s');
 });
 
-test('a recorded run\'s timeline starts at the loader\'s first event, not at the clock\'s zero', () => {
+test("a recorded run's timeline starts at the loader's first event, not at the clock's zero", () => {
   // the probe's clock starts when the loader is built; its first iter() came 8.7 s later
   const store = new TimelineStore();
   store.apply({ seq: 0, t: 8.7, kind: 'run_start', config: { num_workers: 1 } });
@@ -148,15 +178,22 @@ test('a recorded run\'s timeline starts at the loader\'s first event, not at the
 
 test('occupancy() galloping from slice to slice gives what busy() gives for each slice alone', () => {
   let seed = 7;
-  const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+  const random = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
   const c = new SpanColumn(4);
   let t = 0;
-  for (let i = 0; i < 5000; i++) { // gaps and spans of every size, a few zero-length
+  for (let i = 0; i < 5000; i++) {
+    // gaps and spans of every size, a few zero-length
     const start = t + (random() < 0.3 ? random() * 0.05 : 0);
     t = start + (random() < 0.05 ? 0 : random() * random() * 0.02);
     c.push(start, t, i, 0);
   }
-  for (const [t0, t1, buckets] of [[-1, t + 1, 600], [0, t, 7], [t * 0.4, t * 0.41, 300], [t * 0.2, t * 0.9, 1], [t + 1, t + 2, 50]]) {
+  for (const [t0, t1, buckets] of [
+    [-1, t + 1, 600],
+    [0, t, 7],
+    [t * 0.4, t * 0.41, 300],
+    [t * 0.2, t * 0.9, 1],
+    [t + 1, t + 2, 50],
+  ]) {
     const w = (t1 - t0) / buckets;
     const each = Float32Array.from({ length: buckets }, (_, k) => Math.min(1, c.busy(t0 + k * w, t0 + k * w + w) / w));
     assert.deepEqual(c.occupancy(t0, t1, buckets), each, `[${t0}, ${t1}) in ${buckets}`);
@@ -169,9 +206,15 @@ test('occupancy() galloping from slice to slice gives what busy() gives for each
     g = start + Math.floor(random() * 4) / 8;
     grid.push(start, g, i, 0);
   }
-  for (const [t0, t1, buckets] of [[0, g, g * 8], [0, g, g * 4], [1, g - 1, (g - 2) * 2]]) {
+  for (const [t0, t1, buckets] of [
+    [0, g, g * 8],
+    [0, g, g * 4],
+    [1, g - 1, (g - 2) * 2],
+  ]) {
     const w = (t1 - t0) / buckets;
-    const each = Float32Array.from({ length: buckets }, (_, k) => Math.min(1, grid.busy(t0 + k * w, t0 + k * w + w) / w));
+    const each = Float32Array.from({ length: buckets }, (_, k) =>
+      Math.min(1, grid.busy(t0 + k * w, t0 + k * w + w) / w),
+    );
     assert.deepEqual(grid.occupancy(t0, t1, buckets), each, `grid [${t0}, ${t1}) in ${buckets}`);
   }
   assert.deepEqual(new SpanColumn().occupancy(0, 1, 3), new Float32Array(3));
@@ -181,15 +224,25 @@ test('SlotMap answers as a Map does, keys that share a slot and negative keys in
   const map = new Map();
   const slots = new SlotMap();
   let seed = 7;
-  const random = (n) => { seed = (seed * 1103515245 + 12345) % 2 ** 31; return seed % n; };
+  const random = (n) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
   // keys a few slots' worth apart (SLOTS = 4096): most collide with a live one
   const keys = [-3, -1, 0, 1, 2, 4095, 4096, 4097, 8192, 12288, 2 ** 31 - 1, -4096];
   for (let step = 0; step < 20000; step++) {
     const key = keys[random(keys.length)];
     const op = random(10);
-    if (op < 4) { map.set(key, step); slots.set(key, step); }
-    else if (op < 8) { map.delete(key); slots.delete(key); }
-    else if (op === 8 && random(100) === 0) { map.clear(); slots.clear(); }
+    if (op < 4) {
+      map.set(key, step);
+      slots.set(key, step);
+    } else if (op < 8) {
+      map.delete(key);
+      slots.delete(key);
+    } else if (op === 8 && random(100) === 0) {
+      map.clear();
+      slots.clear();
+    }
     for (const k of keys) assert.equal(slots.get(k), map.get(k), `key ${k} at step ${step}`);
     assert.equal(slots.size, map.size);
   }

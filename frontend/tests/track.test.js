@@ -17,9 +17,21 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 test('notes carry their row; yields are kept per epoch on the wall clock', () => {
   const tr = new Track({ rank: 1, label: 'rank 1', source: 'file' });
   const events = synthesize({ num_workers: 2, batches: 5, epochs: 2, job: 'j', world_size: 2, wall_start: 50 });
-  events.splice(20, 0, { seq: 0, t: events[19].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 0, idx: 1, elapsed: 11 });
+  events.splice(20, 0, {
+    seq: 0,
+    t: events[19].t,
+    run: 'synth',
+    rank: 0,
+    kind: 'worker_stuck',
+    worker: 0,
+    idx: 1,
+    elapsed: 11,
+  });
   events.push({ seq: 0, t: 9, run: 'synth', rank: 0, kind: 'mystery' });
-  events.forEach((e, i) => { e.seq = i; tr.ingest(e); });
+  events.forEach((e, i) => {
+    e.seq = i;
+    tr.ingest(e);
+  });
   assert.equal(tr.wall0, 50);
   assert.deepEqual([...tr.yields.keys()], [0, 1]);
   assert.equal(tr.yields.get(0).length, 5);
@@ -43,13 +55,25 @@ function bothWays(text, batch, every) {
   const slow = new TraceReader({ source: 't', onHeader: () => {}, onEvent: (e) => reference.ingest(e) });
   let rows = new EventTable(batch);
   let lines = 0;
-  const quick = new TraceReader({ source: 't', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
-    acceptLine: (b, s, e) => { const end = pushLine(rows, b, s, e); if (end >= 0) lines += 1; return end; } });
+  const quick = new TraceReader({
+    source: 't',
+    onHeader: () => {},
+    onEvent: (e) => rows.push(e),
+    accept: (e) => rows.pushValid(e),
+    acceptLine: (b, s, e) => {
+      const end = pushLine(rows, b, s, e);
+      if (end >= 0) lines += 1;
+      return end;
+    },
+  });
   const bytes = new TextEncoder().encode(text);
   for (let p = 0; p < bytes.length; p += 4096) {
     slow.push(bytes.subarray(p, p + 4096));
     quick.push(bytes.subarray(p, p + 4096));
-    if (rows.length >= batch) { fast.ingestRows(rows); rows = new EventTable(batch); }
+    if (rows.length >= batch) {
+      fast.ingestRows(rows);
+      rows = new EventTable(batch);
+    }
   }
   slow.end();
   quick.end();
@@ -81,10 +105,16 @@ function assertSame(fast, reference) {
 test('a trace read the fast way (lines into columns, batches applied from the columns) shows what the reference way shows', () => {
   for (const inOrder of [false, true]) {
     const events = synthesize({ num_workers: 3, batches: 120, epochs: 2, pin_ms: 2, in_order: inOrder });
-    events.splice(300, 0, { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 1, idx: 40, elapsed: 12 },
+    events.splice(
+      300,
+      0,
+      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 1, idx: 40, elapsed: 12 },
       { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'yield', idx: 41, wait: 1e-7, note: 'an extra field' },
-      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'skip', worker: 1, idx: 43 }); // torch drops a task (an iterable's worker ran out)
-    events.forEach((e, i) => { e.seq = i; });
+      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'skip', worker: 1, idx: 43 },
+    ); // torch drops a task (an iterable's worker ran out)
+    events.forEach((e, i) => {
+      e.seq = i;
+    });
     const text = `${JSON.stringify({ format: 'loaderscope-trace', version: 1, run: 'synth' })}\n${events.map((e) => JSON.stringify(e)).join('\n')}\n`;
     const { reference, fast, lines } = bothWays(text, 64, 256);
     assert.ok(lines > events.length * 0.9, `most lines go straight into columns (${lines} of ${events.length})`);
@@ -96,7 +126,11 @@ test('a trace read the fast way (lines into columns, batches applied from the co
 
 test('a real recorded trace (a pinned 4-worker run on an H100) applied from the columns agrees with each event applied alone', () => {
   const text = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8');
-  for (const [batch, every] of [[64, 32], [1000, 4096], [7, 5]]) {
+  for (const [batch, every] of [
+    [64, 32],
+    [1000, 4096],
+    [7, 5],
+  ]) {
     const { reference, fast, lines } = bothWays(text, batch, every);
     assert.ok(lines > 400, `packed rows (${lines})`);
     assertSame(fast, reference);

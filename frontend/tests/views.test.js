@@ -12,13 +12,25 @@ import { reduce } from '../js/model/reducer.js';
 import { synthesize } from '../dev/synth.js';
 
 test('a view survives its URL: every parameter, and the run and others kept as they were', () => {
-  const v = { at: 1234, view: [0.5, 2.25], worker: 3, batch: [1, 17], range: [1, 1.5], compare: ['abc', 'def'], theme: 'light' };
+  const v = {
+    at: 1234,
+    view: [0.5, 2.25],
+    worker: 3,
+    batch: [1, 17],
+    range: [1, 1.5],
+    compare: ['abc', 'def'],
+    theme: 'light',
+  };
   const s = viewSearch(v, '?run=abc&token=secret&other=1');
   assert.equal(s, '?run=abc&other=1&at=1234&view=0.5,2.25&worker=3&batch=1.17&range=1,1.5&compare=abc,def&theme=light');
   assert.deepEqual(parseView(s), v);
   assert.equal(viewSearch({}, s), '?run=abc&other=1', 'an empty view leaves no parameter of its own');
   const url = withoutRunView(new URL(`http://x/${s}`));
-  assert.deepEqual([...url.searchParams.keys()], ['run', 'other', 'compare', 'theme'], "another run: the old run's view goes");
+  assert.deepEqual(
+    [...url.searchParams.keys()],
+    ['run', 'other', 'compare', 'theme'],
+    "another run: the old run's view goes",
+  );
 });
 
 test('a parameter that does not parse is left out, never an error', () => {
@@ -42,7 +54,10 @@ test('queries: task, sample, worker, rank by prefix; a bare number asks for all;
 function run(o = {}) {
   const tr = new Track({ rank: 0, label: 'rank 0', source: 'file' });
   const events = synthesize({ num_workers: 3, batches: 30, ...o });
-  events.forEach((e, i) => { e.seq = i; tr.ingest(e); });
+  events.forEach((e, i) => {
+    e.seq = i;
+    tr.ingest(e);
+  });
   return { tr, events };
 }
 
@@ -61,9 +76,22 @@ test('search finds a task where it was fetched, and a sample in the task that he
   const [sample] = search(where, 'sample 40');
   assert.equal(sample.idx, held.idx);
   assert.match(sample.text, new RegExp(`^sample index 40 \\(\\d+ of \\d+\\) in task ${held.idx} `));
-  assert.deepEqual(search(where, 'worker 2').map((h) => h.kind), ['worker']);
-  assert.deepEqual(search(where, 'rank 0').map((h) => h.kind), ['rank'], 'asked by name: the one rank too');
-  assert.deepEqual(search(where, '0').map((h) => h.kind).filter((k) => k === 'rank'), [], 'a bare number: a rank only in a job');
+  assert.deepEqual(
+    search(where, 'worker 2').map((h) => h.kind),
+    ['worker'],
+  );
+  assert.deepEqual(
+    search(where, 'rank 0').map((h) => h.kind),
+    ['rank'],
+    'asked by name: the one rank too',
+  );
+  assert.deepEqual(
+    search(where, '0')
+      .map((h) => h.kind)
+      .filter((k) => k === 'rank'),
+    [],
+    'a bare number: a rank only in a job',
+  );
   const [finding] = search(where, 'STUCK ON');
   assert.deepEqual([finding.kind, finding.row, finding.worker], ['finding', 20, 1]);
   assert.deepEqual(search(where, 'task 999'), []);
@@ -72,10 +100,12 @@ test('search finds a task where it was fetched, and a sample in the task that he
 test("a range's figures are the difference of the states at its ends, as Python's reduce gives them", () => {
   const { tr, events } = run({ batches: 60 });
   const p = tr.player;
-  const t0 = events[40].t, t1 = events[200].t;
+  const t0 = events[40].t,
+    t1 = events[200].t;
   const f = rangeFigures(p, t0, t1);
   assert.ok(f.from > 0 && f.to > f.from && f.to < p.length);
-  const a = reduce(events.slice(0, f.from)), b = reduce(events.slice(0, f.to));
+  const a = reduce(events.slice(0, f.from)),
+    b = reduce(events.slice(0, f.to));
   assert.equal(f.events, f.to - f.from);
   assert.equal(f.batches, b.batches - a.batches);
   assert.equal(f.wait, b.consumer_wait - a.consumer_wait);

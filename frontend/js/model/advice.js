@@ -29,16 +29,21 @@ export const adviceWarns = (a) => a.status !== 'keep_up';
  */
 export function adviceText(a) {
   if (a.status === 'off' || a.status === 'none') return `no advice on num_workers: ${a.reason}`;
-  const workers = a.workers, r = rate(a.batches_per_s || 0);
+  const workers = a.workers,
+    r = rate(a.batches_per_s || 0);
   const waiting = `the training loop waiting ${percent(a.waiting || 0)} of the time after each epoch's first batch`;
-  const recorded = `against ${rate(a.recorded_batches_per_s || 0)} batches/s recorded with `
-    + `num_workers=${a.recorded_workers} (its replay of that setting: `
-    + `${rate(a.replayed_batches_per_s || 0)}, ${signedPercent(a.error || 0)})`;
-  const said = a.status === 'keep_up' ? `num_workers=${workers} would keep up: ${r} batches/s, ${waiting}, ${recorded}`
-    : a.status === 'more' ? `even num_workers=${workers} would not keep up: ${r} batches/s and still rising, `
-      + `${waiting}, ${recorded}; it would take more workers than it tried, or cheaper samples`
-    : `num_workers=${workers} comes within 2% of the fastest count it tried: ${r} `
-      + `batches/s, ${waiting}, ${recorded}; more workers would not make it faster`;
+  const recorded =
+    `against ${rate(a.recorded_batches_per_s || 0)} batches/s recorded with ` +
+    `num_workers=${a.recorded_workers} (its replay of that setting: ` +
+    `${rate(a.replayed_batches_per_s || 0)}, ${signedPercent(a.error || 0)})`;
+  const said =
+    a.status === 'keep_up'
+      ? `num_workers=${workers} would keep up: ${r} batches/s, ${waiting}, ${recorded}`
+      : a.status === 'more'
+        ? `even num_workers=${workers} would not keep up: ${r} batches/s and still rising, ` +
+          `${waiting}, ${recorded}; it would take more workers than it tried, or cheaper samples`
+        : `num_workers=${workers} comes within 2% of the fastest count it tried: ${r} ` +
+          `batches/s, ${waiting}, ${recorded}; more workers would not make it faster`;
   const memory = a.memory ? `; but it would not fit in memory: ${a.memory}` : '';
   return `the simulator fitted to this run predicts ${said}, giving each process a core of its own${memory}`;
 }

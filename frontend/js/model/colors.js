@@ -5,7 +5,7 @@ const GOLDEN = 137.508;
 
 /** @param {number} idx task id @returns {number} hue in degrees */
 export function taskHue(idx) {
-  return ((idx * GOLDEN) % 360 + 360) % 360;
+  return (((idx * GOLDEN) % 360) + 360) % 360;
 }
 
 /** Fill color of a task token. @param {number} idx @param {number} [lightness] */

@@ -54,8 +54,10 @@ export function sideOf(source, label) {
  * @returns {Comparison}
  */
 export function compareRuns(a, b, labels = ['A', 'B']) {
-  const sa = sideOf(a, labels[0]), sb = sideOf(b, labels[1]);
-  const statsA = summary(sa.state), statsB = summary(sb.state);
+  const sa = sideOf(a, labels[0]),
+    sb = sideOf(b, labels[1]);
+  const statsA = summary(sa.state),
+    statsB = summary(sb.state);
   return {
     runs: [describe(sa, statsA), describe(sb, statsB)],
     settings: settingsDiff(sa, sb),
@@ -69,8 +71,14 @@ export function compareRuns(a, b, labels = ['A', 'B']) {
 function describe(run, stats) {
   const s = run.state;
   return {
-    label: run.label, run: s.run, mode: s.mode, scenario: run.start?.scenario ?? null,
-    name: s.meta.name, rank: s.meta.rank, job: s.meta.job, status: stats.status,
+    label: run.label,
+    run: s.run,
+    mode: s.mode,
+    scenario: run.start?.scenario ?? null,
+    name: s.meta.name,
+    rank: s.meta.rank,
+    job: s.meta.job,
+    status: stats.status,
   };
 }
 
@@ -87,8 +95,10 @@ function same(x, y) {
   if (x === y) return true;
   if (typeof x !== 'object' || typeof y !== 'object' || x === null || y === null) return false;
   if (Array.isArray(x) !== Array.isArray(y)) return false;
-  const ox = /** @type {Record<string, unknown>} */ (x), oy = /** @type {Record<string, unknown>} */ (y);
-  const kx = Object.keys(ox), ky = Object.keys(oy);
+  const ox = /** @type {Record<string, unknown>} */ (x),
+    oy = /** @type {Record<string, unknown>} */ (y);
+  const kx = Object.keys(ox),
+    ky = Object.keys(oy);
   return kx.length === ky.length && kx.every((k) => k in oy && same(ox[k], oy[k]));
 }
 
@@ -99,7 +109,8 @@ function sortedKeys(keys) {
 
 /** @param {Side} a @param {Side} b */
 export function settingsDiff(a, b) {
-  const sa = settingsOf(a), sb = settingsOf(b);
+  const sa = settingsOf(a),
+    sb = settingsOf(b);
   const keys = sortedKeys([...new Set([...Object.keys(sa), ...Object.keys(sb)])]);
   const at = (/** @type {Record<string, unknown>} */ o, /** @type {string} */ k) => o[k] ?? null; // a missing key reads as None
   return {
@@ -111,26 +122,37 @@ export function settingsDiff(a, b) {
 /** @param {Record<string, any>} a @param {Record<string, any>} b @returns {Metric[]} */
 export function metrics(a, b) {
   return METRICS.map(([key, label, unit]) => {
-    const va = Number(a[key] || 0), vb = Number(b[key] || 0);
+    const va = Number(a[key] || 0),
+      vb = Number(b[key] || 0);
     return { key, label, unit, a: va, b: vb, delta: vb - va, ratio: va ? vb / va : null };
   });
 }
 
 /** Per-worker fetch-time histograms of both runs over one set of edges. @param {LoaderState} a @param {LoaderState} b */
 export function histograms(a, b) {
-  let lo = Infinity, hi = -Infinity;
+  let lo = Infinity,
+    hi = -Infinity;
   for (const s of [a, b]) {
-    for (const w of s.workers.values()) for (const dt of w.fetch_times) { lo = Math.min(lo, dt); hi = Math.max(hi, dt); }
+    for (const w of s.workers.values())
+      for (const dt of w.fetch_times) {
+        lo = Math.min(lo, dt);
+        hi = Math.max(hi, dt);
+      }
   }
   const edges = Number.isFinite(lo) ? logEdges(lo, hi, BINS) : [];
   /** @param {LoaderState} s @returns {HistRow[]} */
   const rows = (s) => {
     const stats = new Map(summary(s).workers.map((w) => [w.worker, w]));
-    return [...s.workers.values()].sort((x, y) => x.id - y.id).map((w) => ({
-      worker: w.id, in_process: !s.config.num_workers, tasks: w.fetch_times.length,
-      p50: stats.get(w.id)?.fetch_p50 ?? 0, p95: stats.get(w.id)?.fetch_p95 ?? 0, // summary() has every worker
-      counts: edges.length ? binCounts(w.fetch_times, edges) : [],
-    }));
+    return [...s.workers.values()]
+      .sort((x, y) => x.id - y.id)
+      .map((w) => ({
+        worker: w.id,
+        in_process: !s.config.num_workers,
+        tasks: w.fetch_times.length,
+        p50: stats.get(w.id)?.fetch_p50 ?? 0,
+        p95: stats.get(w.id)?.fetch_p95 ?? 0, // summary() has every worker
+        counts: edges.length ? binCounts(w.fetch_times, edges) : [],
+      }));
   };
   return { edges, a: rows(a), b: rows(b) };
 }
@@ -140,7 +162,8 @@ export function normalise(finding) {
   return finding.replace(NUMBER, '#');
 }
 
-const topic = (/** @type {string} */ finding) => normalise(finding).split(/\s+/).filter(Boolean).slice(0, TOPIC_WORDS).join(' ');
+const topic = (/** @type {string} */ finding) =>
+  normalise(finding).split(/\s+/).filter(Boolean).slice(0, TOPIC_WORDS).join(' ');
 
 /**
  * Match findings with equal key, in order.
@@ -148,7 +171,9 @@ const topic = (/** @type {string} */ finding) => normalise(finding).split(/\s+/)
  * @returns {[{a: string, b: string}[], string[], string[]]} the pairs, then what is left of each side
  */
 function pair(left, right, key) {
-  const pairs = [], unmatched = [], rest = [...right];
+  const pairs = [],
+    unmatched = [],
+    rest = [...right];
   for (const text of left) {
     const k = rest.findIndex((other) => key(other) === key(text));
     if (k < 0) unmatched.push(text);

@@ -29,7 +29,9 @@ export function slotOf(kind, name) {
 // A field has one column in every frequent kind (columns.py), so a column of values by name (a
 // Parquet part's) goes to one slot whatever its rows' kinds.
 /** @type {Map<string, number>} */
-export const SLOT_BY_NAME = new Map(HOT.flatMap((kind) => Object.keys(MAP[kind]).map((name) => [name, slotOf(kind, name)])));
+export const SLOT_BY_NAME = new Map(
+  HOT.flatMap((kind) => Object.keys(MAP[kind]).map((name) => [name, slotOf(kind, name)])),
+);
 
 // Each kind code's fields that have a column, by their k: pushLine's keys (as bytes), their slots,
 // and a bit mask of those the row must carry (the contract's required fields; worker is checked on
@@ -37,14 +39,23 @@ export const SLOT_BY_NAME = new Map(HOT.flatMap((kind) => Object.keys(MAP[kind])
 // pack() looks every key of an event up in `keys` (k, or -1 for a common field).
 /** @typedef {{names: string[], slots: number[], literals: Literal[], bits: Map<string, number>, keys: Map<string, number>, required: number}} LineKeys */
 /** @type {LineKeys[]} */
-export const LINE_KEYS = [{ names: [], slots: [], literals: [], bits: new Map(), keys: new Map(), required: 0 }, ...HOT.map((kind) => {
-  const names = Object.keys(MAP[kind]);
-  let required = 0;
-  for (const [k, name] of names.entries()) if (OWN[kind][name].required && name !== 'worker') required |= 1 << k;
-  const bits = new Map(names.map((name, k) => [name, k]));
-  return { names, slots: names.map((name) => slotOf(kind, name)), literals: names.map((name) => literal(`,"${name}":`)),
-    bits, keys: new Map([...COMMON_FIELDS.map((name) => /** @type {[string, number]} */ ([name, -1])), ...bits]), required };
-})];
+export const LINE_KEYS = [
+  { names: [], slots: [], literals: [], bits: new Map(), keys: new Map(), required: 0 },
+  ...HOT.map((kind) => {
+    const names = Object.keys(MAP[kind]);
+    let required = 0;
+    for (const [k, name] of names.entries()) if (OWN[kind][name].required && name !== 'worker') required |= 1 << k;
+    const bits = new Map(names.map((name, k) => [name, k]));
+    return {
+      names,
+      slots: names.map((name) => slotOf(kind, name)),
+      literals: names.map((name) => literal(`,"${name}":`)),
+      bits,
+      keys: new Map([...COMMON_FIELDS.map((name) => /** @type {[string, number]} */ ([name, -1])), ...bits]),
+      required,
+    };
+  }),
+];
 
 /** A hot kind's code (1, 2, ...), or OBJECT (0) for any other kind. @param {unknown} kind */
 export function kindCode(kind) {
@@ -55,25 +66,38 @@ export function kindCode(kind) {
 export const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH: 128 };
 /** @type {Record<number, ['idx'|'worker'|'epoch'|'a'|'b'|'c', number, boolean]>} a number slot's column, flag and whether an int (as putValue()) */
 export const NUMBER_SLOTS = {
-  [V.IDX]: ['idx', 0, true], [V.WORKER]: ['worker', F.WORKER, true], [V.EPOCH]: ['epoch', F.EPOCH, true],
-  [V.A]: ['a', F.A, false], [V.B]: ['b', F.B, false], [V.C]: ['c', F.C, false],
-  [V.INT_A]: ['a', F.A, true], [V.INT_B]: ['b', F.B, true], [V.INT_C]: ['c', F.C, true],
+  [V.IDX]: ['idx', 0, true],
+  [V.WORKER]: ['worker', F.WORKER, true],
+  [V.EPOCH]: ['epoch', F.EPOCH, true],
+  [V.A]: ['a', F.A, false],
+  [V.B]: ['b', F.B, false],
+  [V.C]: ['c', F.C, false],
+  [V.INT_A]: ['a', F.A, true],
+  [V.INT_B]: ['b', F.B, true],
+  [V.INT_C]: ['c', F.C, true],
 };
 const INT_MAX = 2 ** 31 - 1;
 
 // What get() reads for each kind code: each field but idx (set first), its column and presence flag.
-export const BOOL_READ = 'bool', INDICES_READ = 'indices';
+export const BOOL_READ = 'bool',
+  INDICES_READ = 'indices';
 /** @typedef {'worker'|'epoch'|'a'|'b'|'c'} NumberColumn */
 /** @type {Array<{names: string[], columns: Array<NumberColumn|'bool'|'indices'>, bits: number[]}>} */
 export const READS = LINE_KEYS.map(({ names, slots }) => {
-  const read = names.map((name, k) => {
-    const slot = slots[k];
-    if (slot === V.BOOL) return { name, column: BOOL_READ, bit: F.TRUE | F.FALSE };
-    if (slot === V.INDICES) return { name, column: INDICES_READ, bit: F.INDICES };
-    const [column, bit] = NUMBER_SLOTS[slot];
-    return { name, column, bit };
-  }).filter((r) => r.column !== 'idx');
-  return { names: read.map((r) => r.name), columns: /** @type {any} */ (read.map((r) => r.column)), bits: read.map((r) => r.bit) };
+  const read = names
+    .map((name, k) => {
+      const slot = slots[k];
+      if (slot === V.BOOL) return { name, column: BOOL_READ, bit: F.TRUE | F.FALSE };
+      if (slot === V.INDICES) return { name, column: INDICES_READ, bit: F.INDICES };
+      const [column, bit] = NUMBER_SLOTS[slot];
+      return { name, column, bit };
+    })
+    .filter((r) => r.column !== 'idx');
+  return {
+    names: read.map((r) => r.name),
+    columns: /** @type {any} */ (read.map((r) => r.column)),
+    bits: read.map((r) => r.bit),
+  };
 });
 
 // The typed columns, in the order toParts() hands them over.
@@ -89,13 +113,18 @@ const WORKERLESS = new Set(HOT.filter((kind) => !OWN[kind].worker.required));
 export const REQUIRED = Int32Array.from(LINE_KEYS, (keys) => keys.required);
 export const WORKER_OPTIONAL = Uint8Array.from([0, ...HOT.map((kind) => (WORKERLESS.has(kind) ? 1 : 0))]);
 /** @type {string[]} */
-const BOUNDED = [...new Set(HOT.flatMap((kind) => Object.keys(OWN[kind]).filter((name) => OWN[kind][name].type === 'number')))];
+const BOUNDED = [
+  ...new Set(HOT.flatMap((kind) => Object.keys(OWN[kind]).filter((name) => OWN[kind][name].type === 'number'))),
+];
 // The common fields, which a line of the trace writer carries first, in the contract's order: the
 // text pushLine expects before each one's value (a string's opening quote included).
 export const [SEQ, T, RUN, RANK, KIND] = [0, 1, 2, 3, 4];
 /** @type {Record<string, number>} */
 const HEAD_FIELD = { seq: SEQ, t: T, run: RUN, rank: RANK, kind: KIND };
-export const HEAD = COMMON_FIELDS.map((name, i) => ({ field: HEAD_FIELD[name], text: literal(`${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}`) }));
+export const HEAD = COMMON_FIELDS.map((name, i) => ({
+  field: HEAD_FIELD[name],
+  text: literal(`${i ? ',' : '{'}"${name}":${name === 'run' || name === 'kind' ? '"' : ''}`),
+}));
 export const TRUE = literal('true');
 export const FALSE = literal('false');
 /** @param {unknown} v @returns {v is number} */
@@ -115,7 +144,6 @@ export function schemaValid(e) {
 
 /** @param {unknown} v @returns {v is number} */
 export const isInt = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -INT_MAX && v <= INT_MAX;
-
 
 /**
  * Text pushLine expects, as UTF-8 bytes and as little-endian 32-bit words: comparing a word at a

@@ -9,7 +9,27 @@
 
 // The column layout is event-columns.js, the line reader line-scan.js.
 
-import { BOOL_READ, CODE, COLUMNS, F, HOT, INDICES_READ, LINE_KEYS, MAP, NUMBER_SLOTS, OBJECT, OWN, READS, REQUIRED, V, WORKER_OPTIONAL, isInt, schemaValid, slotOf, within } from './event-columns.js';
+import {
+  BOOL_READ,
+  CODE,
+  COLUMNS,
+  F,
+  HOT,
+  INDICES_READ,
+  LINE_KEYS,
+  MAP,
+  NUMBER_SLOTS,
+  OBJECT,
+  OWN,
+  READS,
+  REQUIRED,
+  V,
+  WORKER_OPTIONAL,
+  isInt,
+  schemaValid,
+  slotOf,
+  within,
+} from './event-columns.js';
 
 /** @typedef {import('./types.js').LoaderEvent} LoaderEvent */
 /** @typedef {import('./event-columns.js').LineKeys} LineKeys */
@@ -90,7 +110,15 @@ export class EventTable {
     /** @type {TableParts['cols']} */
     const cols = {};
     for (const key of COLUMNS) cols[key] = this[key];
-    return { n: this.n, cols, objects: [...this.objects], pool: this.pool, poolN: this.poolN, run: this.run, rank: this.rank };
+    return {
+      n: this.n,
+      cols,
+      objects: [...this.objects],
+      pool: this.pool,
+      poolN: this.poolN,
+      run: this.run,
+      rank: this.rank,
+    };
   }
 
   /** The buffers of `parts` that postMessage can transfer rather than copy. @param {TableParts} parts */
@@ -145,10 +173,13 @@ export class EventTable {
    */
   append(other) {
     if (other.packed > 0) {
-      if (this.packed === 0) { this.run = other.run; this.rank = other.rank; }
-      else if (other.run !== this.run || other.rank !== this.rank) return false;
+      if (this.packed === 0) {
+        this.run = other.run;
+        this.rank = other.rank;
+      } else if (other.run !== this.run || other.rank !== this.rank) return false;
     }
-    const n = this.n, k = other.n;
+    const n = this.n,
+      k = other.n;
     if (n + k > this.kind.length) this.alloc(Math.max(n + k, this.kind.length * 2));
     for (const key of COLUMNS) this[key].set(other[key].subarray(0, k), n);
     const base = this.poolN;
@@ -156,7 +187,8 @@ export class EventTable {
     this.pool.set(other.pool.subarray(0, other.poolN), base);
     this.poolN += other.poolN;
     // a dispatch's indices offset points into `other`'s pool; an object row's flags are stale bytes
-    if (base) for (let i = n; i < n + k; i++) if (this.kind[i] !== OBJECT && this.flags[i] & F.INDICES) this.b[i] += base;
+    if (base)
+      for (let i = n; i < n + k; i++) if (this.kind[i] !== OBJECT && this.flags[i] & F.INDICES) this.b[i] += base;
     for (const [j, e] of other.objects) this.objects.set(n + j, e);
     this.n += k;
     this.packed += other.packed;
@@ -190,7 +222,10 @@ export class EventTable {
   commit(code, seq, t, run, rank, seen, flags) {
     const required = REQUIRED[code];
     if ((seen & required) !== required || !(flags & F.WORKER || WORKER_OPTIONAL[code])) return false;
-    if (this.run === undefined) { this.run = run; this.rank = rank; }
+    if (this.run === undefined) {
+      this.run = run;
+      this.rank = rank;
+    }
     const i = this.n;
     this.kind[i] = code;
     this.flags[i] = flags;
@@ -218,16 +253,44 @@ export class EventTable {
         this.c[i] = v.length;
         return flags | F.INDICES;
       }
-      case V.BOOL: return v === true ? flags | F.TRUE : v === false ? flags | F.FALSE : -1;
-      case V.IDX: if (!isInt(v)) return -1; this.idx[i] = v; return flags;
-      case V.WORKER: if (!isInt(v)) return -1; this.worker[i] = v; return flags | F.WORKER;
-      case V.EPOCH: if (!isInt(v)) return -1; this.epoch[i] = v; return flags | F.EPOCH;
-      case V.A: if (!within(v)) return -1; this.a[i] = v; return flags | F.A;
-      case V.B: if (!within(v)) return -1; this.b[i] = v; return flags | F.B;
-      case V.C: if (!within(v)) return -1; this.c[i] = v; return flags | F.C;
-      case V.INT_A: if (!isInt(v)) return -1; this.a[i] = v; return flags | F.A;
-      case V.INT_B: if (!isInt(v)) return -1; this.b[i] = v; return flags | F.B;
-      default: if (!isInt(v)) return -1; this.c[i] = v; return flags | F.C;
+      case V.BOOL:
+        return v === true ? flags | F.TRUE : v === false ? flags | F.FALSE : -1;
+      case V.IDX:
+        if (!isInt(v)) return -1;
+        this.idx[i] = v;
+        return flags;
+      case V.WORKER:
+        if (!isInt(v)) return -1;
+        this.worker[i] = v;
+        return flags | F.WORKER;
+      case V.EPOCH:
+        if (!isInt(v)) return -1;
+        this.epoch[i] = v;
+        return flags | F.EPOCH;
+      case V.A:
+        if (!within(v)) return -1;
+        this.a[i] = v;
+        return flags | F.A;
+      case V.B:
+        if (!within(v)) return -1;
+        this.b[i] = v;
+        return flags | F.B;
+      case V.C:
+        if (!within(v)) return -1;
+        this.c[i] = v;
+        return flags | F.C;
+      case V.INT_A:
+        if (!isInt(v)) return -1;
+        this.a[i] = v;
+        return flags | F.A;
+      case V.INT_B:
+        if (!isInt(v)) return -1;
+        this.b[i] = v;
+        return flags | F.B;
+      default:
+        if (!isInt(v)) return -1;
+        this.c[i] = v;
+        return flags | F.C;
     }
   }
 
@@ -239,11 +302,15 @@ export class EventTable {
   pack(i, e) {
     const code = CODE.get(e.kind);
     if (code === undefined || typeof e.t !== 'number') return false;
-    if (this.run === undefined) { this.run = e.run; this.rank = e.rank; }
+    if (this.run === undefined) {
+      this.run = e.run;
+      this.rank = e.rank;
+    }
     if (e.run !== this.run || e.rank !== this.rank) return false;
     const { keys, slots } = LINE_KEYS[code];
     const fields = /** @type {Record<string, unknown>} */ (e);
-    let flags = 0, seen = 0;
+    let flags = 0,
+      seen = 0;
     for (const name in fields) {
       const k = keys.get(name);
       if (k === undefined) return false;
@@ -298,7 +365,8 @@ export class EventTable {
       const bit = bits[k];
       if (!(flags & bit)) continue;
       const column = columns[k];
-      fields[names[k]] = column === BOOL_READ ? (flags & F.TRUE) !== 0 : column === INDICES_READ ? this.indicesOf(i) : this[column][i];
+      fields[names[k]] =
+        column === BOOL_READ ? (flags & F.TRUE) !== 0 : column === INDICES_READ ? this.indicesOf(i) : this[column][i];
     }
     return e;
   }
@@ -316,15 +384,24 @@ export class EventTable {
     const bool = (tb, i) => (tb.flags[i] & F.TRUE ? true : tb.flags[i] & F.FALSE ? false : undefined);
     if (!MAP[kind]) throw new Error(`EventTable.field: ${kind} is not a packed kind`);
     switch (name) {
-      case 'seq': return (tb, i) => tb.seq[i];
-      case 't': return (tb, i) => tb.t[i];
-      case 'run': return (tb) => tb.run;
-      case 'rank': return (tb) => tb.rank;
-      case 'kind': return () => kind;
-      case 'idx': return (tb, i) => tb.idx[i];
-      case 'worker': return (tb, i) => (tb.flags[i] & F.WORKER ? tb.worker[i] : undefined);
-      case 'epoch': return (tb, i) => (tb.flags[i] & F.EPOCH ? tb.epoch[i] : undefined);
-      default: break;
+      case 'seq':
+        return (tb, i) => tb.seq[i];
+      case 't':
+        return (tb, i) => tb.t[i];
+      case 'run':
+        return (tb) => tb.run;
+      case 'rank':
+        return (tb) => tb.rank;
+      case 'kind':
+        return () => kind;
+      case 'idx':
+        return (tb, i) => tb.idx[i];
+      case 'worker':
+        return (tb, i) => (tb.flags[i] & F.WORKER ? tb.worker[i] : undefined);
+      case 'epoch':
+        return (tb, i) => (tb.flags[i] & F.EPOCH ? tb.epoch[i] : undefined);
+      default:
+        break;
     }
     if (!(name in MAP[kind])) return () => undefined;
     const slot = slotOf(kind, name);
@@ -344,7 +421,9 @@ export class EventTable {
   indicesOf(i) {
     if (this.kind[i] === OBJECT) return this.kept(i).indices ?? null;
     if (!(this.flags[i] & F.INDICES)) return null;
-    const off = this.b[i], n = this.c[i], pool = this.pool;
+    const off = this.b[i],
+      n = this.c[i],
+      pool = this.pool;
     const out = new Array(n); // a loop, not Array.from(subarray): no view nor iterator per dispatch
     for (let k = 0; k < n; k++) out[k] = pool[off + k];
     return out;
@@ -352,10 +431,12 @@ export class EventTable {
 
   /** First row with t > time (binary search; t is close to sorted in seq order). @param {number} time */
   rowAfterTime(time) {
-    let lo = 0, hi = this.n;
+    let lo = 0,
+      hi = this.n;
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      if (this.t[mid] <= time) lo = mid + 1; else hi = mid;
+      if (this.t[mid] <= time) lo = mid + 1;
+      else hi = mid;
     }
     return lo;
   }

@@ -36,8 +36,17 @@ export function applyRow(s, table, i) {
  * code 0, a row kept whole, goes through STEPS). The same rules, read from the columns.
  * @type {Array<[boolean, Effect[]]>}
  */
-const COLUMN_STEPS = [[false, []], ...FREQUENT.map((kind) => compile(kind, ALL_RULES[kind], (name) => EventTable.field(kind, name),
-  (table, i) => table.get(i)))];
+const COLUMN_STEPS = [
+  [false, []],
+  ...FREQUENT.map((kind) =>
+    compile(
+      kind,
+      ALL_RULES[kind],
+      (name) => EventTable.field(kind, name),
+      (table, i) => table.get(i),
+    ),
+  ),
+];
 
 // --- the frequent kinds' rows, their effects written out in one switch --------------------------
 
@@ -48,7 +57,11 @@ const COLUMN_STEPS = [[false, []], ...FREQUENT.map((kind) => compile(kind, ALL_R
 /** @type {Record<string, Omit<Rule, 'says'>>} */
 const INLINED_RULES = {
   dispatch: { enters: 'worker_queue', counts: { outstanding: 1 } },
-  fetch_start: { worker: WorkerStatus.FETCHING, moves: { from: [Where.INDEX_QUEUE], to: Where.FETCHING }, leaves: 'worker_queue' },
+  fetch_start: {
+    worker: WorkerStatus.FETCHING,
+    moves: { from: [Where.INDEX_QUEUE], to: Where.FETCHING },
+    leaves: 'worker_queue',
+  },
   fetch_end: { counts: { fetched_bytes: 'nbytes', pickled_bytes: 'pickled' } },
   arrive: { needs_task: true, counts: { outstanding: -1 } },
   buffer: { needs_task: true, moves: { from: [], to: Where.BUFFER }, enters: 'buffer', counts: { out_of_order: 1 } },
@@ -59,21 +72,42 @@ const INLINED_RULES = {
 };
 
 /** A rule as plain data with its keys in order, to compare two. @param {object} rule @returns {string} */
-const ruleText = (rule) => JSON.stringify(rule, (key, value) => (value && typeof value === 'object' && !Array.isArray(value)
-  ? Object.fromEntries(Object.entries(value).filter(([k]) => k !== 'says').sort(([a], [b]) => (a < b ? -1 : 1))) : value));
+const ruleText = (rule) =>
+  JSON.stringify(rule, (key, value) =>
+    value && typeof value === 'object' && !Array.isArray(value)
+      ? Object.fromEntries(
+          Object.entries(value)
+            .filter(([k]) => k !== 'says')
+            .sort(([a], [b]) => (a < b ? -1 : 1)),
+        )
+      : value,
+  );
 
 /** By kind code: whether applyInlined applies that kind's rows. */
-export const INLINED = [false, ...FREQUENT.map((kind) => kind in INLINED_RULES && ruleText(ALL_RULES[kind]) === ruleText(INLINED_RULES[kind]))];
+export const INLINED = [
+  false,
+  ...FREQUENT.map((kind) => kind in INLINED_RULES && ruleText(ALL_RULES[kind]) === ruleText(INLINED_RULES[kind])),
+];
 
 const CODE_OF = Object.fromEntries(FREQUENT.map((kind, k) => [kind, k + 1]));
 /** @param {string} kind @returns {Effect} the kind's own code (HOT_CODE) over the columns */
 const hotOverColumns = (kind) => HOT_CODE[kind]((name) => EventTable.field(kind, name));
 const [DISPATCH, FETCH_START, FETCH_END, ARRIVE, BUFFER, YIELD, SKIP, PIN_START, PIN_END] = [
-  hotOverColumns('dispatch'), hotOverColumns('fetch_start'), hotOverColumns('fetch_end'), hotOverColumns('arrive'),
-  hotOverColumns('buffer'), hotOverColumns('yield'), hotOverColumns('skip'), hotOverColumns('pin_start'), hotOverColumns('pin_end')];
+  hotOverColumns('dispatch'),
+  hotOverColumns('fetch_start'),
+  hotOverColumns('fetch_end'),
+  hotOverColumns('arrive'),
+  hotOverColumns('buffer'),
+  hotOverColumns('yield'),
+  hotOverColumns('skip'),
+  hotOverColumns('pin_start'),
+  hotOverColumns('pin_end'),
+];
 const WORKER_OF = EventTable.field('dispatch', 'worker');
-const NBYTES_OF = EventTable.field('fetch_end', 'nbytes'), PICKLED_OF = EventTable.field('fetch_end', 'pickled');
-const PIN_NBYTES_OF = EventTable.field('pin_end', 'nbytes'), PIN_DT_OF = EventTable.field('pin_end', 'dt');
+const NBYTES_OF = EventTable.field('fetch_end', 'nbytes'),
+  PICKLED_OF = EventTable.field('fetch_end', 'pickled');
+const PIN_NBYTES_OF = EventTable.field('pin_end', 'nbytes'),
+  PIN_DT_OF = EventTable.field('pin_end', 'dt');
 
 /**
  * Row i of `table`, a packed row of kind `code`, applied as its compiled steps would: INLINED_RULES'

@@ -19,8 +19,19 @@ export const MAX_KEPT = 1000; // notes, errors and violations kept per run (stat
  */
 export function newTask(idx, worker, indices, n, dispatched, epoch) {
   return {
-    idx, worker, indices, n, dispatched, where: Where.INDEX_QUEUE, fetch_start: null, fetch_end: null,
-    pin_start: null, pin_end: null, arrived: null, nbytes: null, epoch,
+    idx,
+    worker,
+    indices,
+    n,
+    dispatched,
+    where: Where.INDEX_QUEUE,
+    fetch_start: null,
+    fetch_end: null,
+    pin_start: null,
+    pin_end: null,
+    arrived: null,
+    nbytes: null,
+    epoch,
   };
 }
 
@@ -50,20 +61,29 @@ export function remove(list, value) {
 /** @type {Record<string, (field: Fields) => Effect>} */
 export const HOT_CODE = {
   dispatch(field) {
-    const idxOf = field('idx'), workerOf = field('worker'), indicesOf = field('indices'), nOf = field('n');
+    const idxOf = field('idx'),
+      workerOf = field('worker'),
+      indicesOf = field('indices'),
+      nOf = field('n');
     return (s, e, i) => {
       const idx = idxOf(e, i);
-      if (idx !== s.send_idx) s.keep(s.violations, `seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
+      if (idx !== s.send_idx)
+        s.keep(s.violations, `seq ${s.seq}: dispatch of task ${idx} but send_idx is ${s.send_idx}`);
       const indices = indicesOf(e, i) ?? null;
-      s.tasks.set(idx, newTask(idx, workerOf(e, i), indices, nOf(e, i) ?? (indices ? indices.length : 0), s.t, s.epoch));
+      s.tasks.set(
+        idx,
+        newTask(idx, workerOf(e, i), indices, nOf(e, i) ?? (indices ? indices.length : 0), s.t, s.epoch),
+      );
       s.send_idx = idx + 1;
       s.outstanding_high = Math.max(s.outstanding_high, s.outstanding);
-      if (s.outstanding > s.window) s.keep(s.violations, `seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
+      if (s.outstanding > s.window)
+        s.keep(s.violations, `seq ${s.seq}: ${s.outstanding} tasks outstanding, window is ${s.window}`);
     };
   },
 
   fetch_start(field) {
-    const idxOf = field('idx'), workerOf = field('worker');
+    const idxOf = field('idx'),
+      workerOf = field('worker');
     return (s, e, i) => {
       const idx = idxOf(e, i);
       const w = s.worker(workerOf(e, i));
@@ -75,9 +95,13 @@ export const HOT_CODE = {
   },
 
   fetch_end(field) {
-    const idxOf = field('idx'), workerOf = field('worker'), dtOf = field('dt'), nbytesOf = field('nbytes');
+    const idxOf = field('idx'),
+      workerOf = field('worker'),
+      dtOf = field('dt'),
+      nbytesOf = field('nbytes');
     return (s, e, i) => {
-      const idx = idxOf(e, i), nbytes = nbytesOf(e, i);
+      const idx = idxOf(e, i),
+        nbytes = nbytesOf(e, i);
       const task = s.tasks.get(idx);
       const w = s.worker(workerOf(e, i));
       let dt = dtOf(e, i) ?? null;
@@ -89,7 +113,8 @@ export const HOT_CODE = {
       w.nbytes += nbytes || 0;
       if (task !== undefined) w.samples += task.n;
       const episode = s.stuck_notes.get(w.id);
-      if (episode !== undefined && episode[0].idx === idx) { // a stuck fetch that ended after all
+      if (episode !== undefined && episode[0].idx === idx) {
+        // a stuck fetch that ended after all
         s.stuck_notes.delete(w.id);
         for (const note of episode) {
           note.recovered = dt ?? s.t - Number(note.t) + Number(note.elapsed);
@@ -126,22 +151,29 @@ export const HOT_CODE = {
   },
 
   yield(field) {
-    const idxOf = field('idx'), waitOf = field('wait'), fromBufferOf = field('from_buffer');
+    const idxOf = field('idx'),
+      waitOf = field('wait'),
+      fromBufferOf = field('from_buffer');
     return (s, e, i) => {
-      const idx = idxOf(e, i), wait = waitOf(e, i);
+      const idx = idxOf(e, i),
+        wait = waitOf(e, i);
       const task = s.tasks.get(idx);
-      if (task === undefined || task.arrived === null) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} that has not arrived`);
+      if (task === undefined || task.arrived === null)
+        s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} that has not arrived`);
       const inOrder = s.config.in_order ?? true;
-      if (inOrder && idx !== s.rcvd_idx) s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
+      if (inOrder && idx !== s.rcvd_idx)
+        s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
       if (wait > 0 && !fromBufferOf(e, i) && s.buffer.length) s.head_of_line_wait += parkedWait(s, wait);
-      if (wait > 0 && task !== undefined && task.pin_start !== null) { // how much of the wait was pinning
+      if (wait > 0 && task !== undefined && task.pin_start !== null) {
+        // how much of the wait was pinning
         s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
       }
       if (s.first_next_t === null) s.first_next_t = s.t - wait;
       if (s.epoch_batches === 0) s.startup_wait += wait;
       const others = s.pending_others;
       s.pending_others = 0;
-      if (s.epoch_yield_t !== null) { // the step: the gap since the last batch, less other loaders' next()
+      if (s.epoch_yield_t !== null) {
+        // the step: the gap since the last batch, less other loaders' next()
         const gap = Math.max(0, s.t - wait - s.epoch_yield_t - others);
         s.step_gaps.push(gap);
         s.step_total += gap;
@@ -154,7 +186,8 @@ export const HOT_CODE = {
         s.between_others += others;
       }
       s.pending_steps = s.pending_h2d = s.pending_compute = s.pending_h2d_pageable = 0;
-      if (s.consumer_note !== null) { // the loop was stuck in next(), and this batch ended the wait
+      if (s.consumer_note !== null) {
+        // the loop was stuck in next(), and this batch ended the wait
         s.consumer_note.recovered = wait;
         s.consumer_note = null;
       }
@@ -193,7 +226,8 @@ export const HOT_CODE = {
   },
 
   pin_end(field) {
-    const idxOf = field('idx'), pinnedOf = field('pinned');
+    const idxOf = field('idx'),
+      pinnedOf = field('pinned');
     return (s, e, i) => {
       if (pinnedOf(e, i) === false) s.unpinned += 1;
       const task = s.tasks.get(idxOf(e, i));

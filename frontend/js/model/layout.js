@@ -85,7 +85,9 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const grid = laneGrid(lanes);
   const rows = grid.rows;
   const laneGap = grid.compact ? COMPACT_GAP : areaH / n > 30 ? 6 : areaH / n > 16 ? 3 : 1;
-  const laneH = grid.compact ? Math.min(COMPACT_ROW, (areaH - laneGap * (rows - 1)) / rows) : Math.min(56, (areaH - laneGap * (n - 1)) / n);
+  const laneH = grid.compact
+    ? Math.min(COMPACT_ROW, (areaH - laneGap * (rows - 1)) / rows)
+    : Math.min(56, (areaH - laneGap * (n - 1)) / n);
   const lanesH = laneH * rows + laneGap * (rows - 1);
   const token = tokenSize(laneH, Math.max(digits, 1));
 
@@ -100,7 +102,9 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const result = { x, y: top, w: COL.result, h: areaH };
   x += COL.result;
   /** @type {Rect|null} */
-  let pinCol = null, pinThread = null, pinned = null;
+  let pinCol = null,
+    pinThread = null,
+    pinned = null;
   if (hasPin) {
     x += GAP.toPin;
     pinCol = { x, y: top, w: COL.pin, h: areaH };
@@ -125,11 +129,13 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const labelW = grid.compact ? COMPACT_LABEL_W : slim ? SLIM_LABEL_W : LABEL_W;
   const fetchW = grid.compact
     ? Math.min(clamp(Math.round((colW - labelW) * 0.6), 110, FETCH_W[1]), Math.max(colW - labelW - 18, 0)) // narrow page: the queue keeps a slot
-    : slim ? clamp(Math.round(lanesW - labelW - 10 - 2 * (token.w + 3)), SLIM_FETCH_W[0], SLIM_FETCH_W[1]) // two queue slots if they fit
+    : slim
+      ? clamp(Math.round(lanesW - labelW - 10 - 2 * (token.w + 3)), SLIM_FETCH_W[0], SLIM_FETCH_W[1]) // two queue slots if they fit
       : clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
   for (let i = 0; i < n; i++) {
     // two columns: the first half of the workers on the left, top to bottom, then the right
-    const col = Math.floor(i / rows), row = i % rows;
+    const col = Math.floor(i / rows),
+      row = i % rows;
     const x0 = lanesX + col * (colW + COL_GAP);
     const y = top + row * (laneH + laneGap);
     const rect = { x: x0, y, w: colW, h: laneH };
@@ -146,14 +152,53 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const bypassY = top + 12;
   // slim columns: the same titles, shortened where they would run into the next column's
   const titles = [
-    slim ? { x: samplerCol.x, text: 'main process', hint: '' } : { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
+    slim
+      ? { x: samplerCol.x, text: 'main process', hint: '' }
+      : { x: samplerCol.x, text: 'sampler → dispatcher', hint: 'main process' },
     { x: lanesX, text: workersTitle(lanes, inProcess), hint: 'index queue (waiting) · fetching now' },
     { x: result.x, text: slim ? 'results' : 'result queue', hint: slim ? 'oldest first' : 'oldest on top' },
-    ...(pinCol ? [{ x: pinCol.x, text: 'pin memory', hint: pin === 'active' ? (slim ? 'thread → queue' : 'thread → pinned queue') : 'turned off' }] : []),
+    ...(pinCol
+      ? [
+          {
+            x: pinCol.x,
+            text: 'pin memory',
+            hint: pin === 'active' ? (slim ? 'thread → queue' : 'thread → pinned queue') : 'turned off',
+          },
+        ]
+      : []),
     { x: buffer.x, text: 'reorder buffer', hint: slim ? '_task_info' : '_task_info, holding data' },
     { x: consumer.x, text: 'training loop', hint: 'next(iter(loader))' },
   ];
-  return { width: W, slim, bufferHeader: slim ? HEADER.bufferSlim : HEADER.buffer, height, top, areaH, bypassY, laneH, laneGap, lanesH, compact: grid.compact, laneCols: grid.cols, laneRows: rows, lanesX, lanesW, token, sampler, dispatcher, lanes: laneRects, result, pin, pinCol, pinThread, pinned, buffer, rcvdCursor, consumer: consumerBox, titles };
+  return {
+    width: W,
+    slim,
+    bufferHeader: slim ? HEADER.bufferSlim : HEADER.buffer,
+    height,
+    top,
+    areaH,
+    bypassY,
+    laneH,
+    laneGap,
+    lanesH,
+    compact: grid.compact,
+    laneCols: grid.cols,
+    laneRows: rows,
+    lanesX,
+    lanesW,
+    token,
+    sampler,
+    dispatcher,
+    lanes: laneRects,
+    result,
+    pin,
+    pinCol,
+    pinThread,
+    pinned,
+    buffer,
+    rcvdCursor,
+    consumer: consumerBox,
+    titles,
+  };
 }
 
 /** @param {number} lanes @param {boolean} inProcess */
@@ -208,17 +253,30 @@ export function gridCapacity(r, t, header = 0) {
 }
 
 /** Header heights inside the boxes (room for "waiting for task N" and similar). */
-export const HEADER = { result: 8, buffer: 70, bufferSlim: 104, consumer: 60, consumerSteps: 118, pinThread: 30, pinned: 18 };
+export const HEADER = {
+  result: 8,
+  buffer: 70,
+  bufferSlim: 104,
+  consumer: 60,
+  consumerSteps: 118,
+  pinThread: 30,
+  pinned: 18,
+};
 
 /** The result queue reads top to bottom in arrival order (oldest on top, taken first). */
-export const resultSlot = (/** @type {Layout} */ L, /** @type {number} */ k) => gridSlot(L.result, L.token, k, HEADER.result, true);
+export const resultSlot = (/** @type {Layout} */ L, /** @type {number} */ k) =>
+  gridSlot(L.result, L.token, k, HEADER.result, true);
 /** The reorder buffer's tokens sit under its text, which wraps to more lines in a slim column. */
-export const bufferSlot = (/** @type {Layout} */ L, /** @type {number} */ k) => gridSlot(L.buffer, L.token, k, L.bufferHeader ?? HEADER.buffer);
+export const bufferSlot = (/** @type {Layout} */ L, /** @type {number} */ k) =>
+  gridSlot(L.buffer, L.token, k, L.bufferHeader ?? HEADER.buffer);
 /** The consumer's history; its header grows when the training step reports timings (step events). */
-export const consumerSlot = (/** @type {Layout} */ L, /** @type {number} */ k, steps = false) => gridSlot(L.consumer, L.token, k, steps ? HEADER.consumerSteps : HEADER.consumer);
+export const consumerSlot = (/** @type {Layout} */ L, /** @type {number} */ k, steps = false) =>
+  gridSlot(L.consumer, L.token, k, steps ? HEADER.consumerSteps : HEADER.consumer);
 /** The task the pin thread copies now (one at a time), and the pinned queue, oldest on top. */
-export const pinSlot = (/** @type {Layout} */ L) => (L.pinThread ? { x: L.pinThread.x + 8, y: L.pinThread.y + HEADER.pinThread + 6 } : null);
-export const pinnedSlot = (/** @type {Layout} */ L, /** @type {number} */ k) => (L.pinned ? gridSlot(L.pinned, L.token, k, HEADER.pinned, true) : null);
+export const pinSlot = (/** @type {Layout} */ L) =>
+  L.pinThread ? { x: L.pinThread.x + 8, y: L.pinThread.y + HEADER.pinThread + 6 } : null;
+export const pinnedSlot = (/** @type {Layout} */ L, /** @type {number} */ k) =>
+  L.pinned ? gridSlot(L.pinned, L.token, k, HEADER.pinned, true) : null;
 
 /** The batch next() has taken and is about to hand out: the lane under rcvd_idx's text. */
 /** @param {Layout} L @returns {Point} */

@@ -9,7 +9,16 @@ import { HOT, isInt, literal } from './event-columns.js';
 // 10**k for k <= 22: exact doubles, so an integer below 2**53 divided by one is rounded once, the
 // way JSON.parse rounds the decimal it came from (Clinger's fast path).
 const POW10 = Array.from({ length: 23 }, (_, k) => Number(`1e${k}`));
-export const D0 = 48, D9 = 57, MINUS = 45, DOT = 46, QUOTE = 34, BACKSLASH = 92, COMMA = 44, OPEN = 91, CLOSE = 93, NEWLINE = 10;
+export const D0 = 48,
+  D9 = 57,
+  MINUS = 45,
+  DOT = 46,
+  QUOTE = 34,
+  BACKSLASH = 92,
+  COMMA = 44,
+  OPEN = 91,
+  CLOSE = 93,
+  NEWLINE = 10;
 export const BRACE = 125;
 // each hot kind's name closed by its quote, as pushLine finds it after `"kind":"`
 const KIND_NAMES = HOT.map((kind) => literal(`${kind}"`));
@@ -37,7 +46,9 @@ export class LineScan {
 
   /** Whether the line continues with `s` (not stepped over). @param {Literal} s */
   at(s) {
-    const { bytes: text, words } = s, pos = this.pos, n = text.length;
+    const { bytes: text, words } = s,
+      pos = this.pos,
+      n = text.length;
     if (pos + n > this.end) return false;
     const view = this.view;
     for (let k = 0; k < words.length; k++) if (view.getUint32(pos + 4 * k, true) !== words[k]) return false;
@@ -62,7 +73,9 @@ export class LineScan {
 
   /** A JSON number's value (as JSON.parse gives it), or NaN where there is none. */
   num() {
-    const bytes = this.bytes, start = this.pos, end = this.end;
+    const bytes = this.bytes,
+      start = this.pos,
+      end = this.end;
     let p = start;
     if (bytes[p] === MINUS) p += 1;
     const first = p;
@@ -93,7 +106,8 @@ export class LineScan {
 
   /** The characters up to the next quote when they are printable ASCII without escapes, else null. */
   plainString() {
-    const bytes = this.bytes, start = this.pos;
+    const bytes = this.bytes,
+      start = this.pos;
     let p = start;
     for (let c = bytes[p]; p < this.end && c !== QUOTE; c = bytes[++p]) {
       if (c < 32 || c > 126 || c === BACKSLASH) return null;

@@ -22,14 +22,38 @@ const HOST_FIELDS = ['available', 'total', 'cgroup_limit', 'cgroup_usage', 'shm_
  * @returns {Host}
  */
 function emptyHost() {
-  return { available: null, total: null, cgroup_limit: null, cgroup_usage: null, shm_used: null, shm_total: null, pinned: null };
+  return {
+    available: null,
+    total: null,
+    cgroup_limit: null,
+    cgroup_usage: null,
+    shm_used: null,
+    shm_total: null,
+    pinned: null,
+  };
 }
 
 /** @param {number} key @param {number} pid @returns {Proc} */
 function newProc(key, pid) {
   return {
-    key, pid, t: 0, uss: null, pss: null, rss: 0, shared: null, swap: null, high_uss: 0, high_pss: 0, high_rss: 0,
-    high_t: 0, base_uss: null, base_shared: null, base_samples: 0, grown: 0, copied: 0, copied_samples: 0,
+    key,
+    pid,
+    t: 0,
+    uss: null,
+    pss: null,
+    rss: 0,
+    shared: null,
+    swap: null,
+    high_uss: 0,
+    high_pss: 0,
+    high_rss: 0,
+    high_t: 0,
+    base_uss: null,
+    base_shared: null,
+    base_samples: 0,
+    grown: 0,
+    copied: 0,
+    copied_samples: 0,
     epoch_rss: [],
   };
 }
@@ -41,7 +65,13 @@ function int(v) {
 
 /** @param {any} item */
 function readable(item) {
-  return item !== null && typeof item === 'object' && !Array.isArray(item) && int(item.pid) !== null && int(item.rss) !== null;
+  return (
+    item !== null &&
+    typeof item === 'object' &&
+    !Array.isArray(item) &&
+    int(item.pid) !== null &&
+    int(item.rss) !== null
+  );
 }
 
 /** @param {any} item */
@@ -54,7 +84,12 @@ function keyOf(item) {
 export function headroom(e) {
   const room = [];
   if (e.available !== undefined && e.available !== null) room.push(e.available);
-  if (e.cgroup_limit !== undefined && e.cgroup_limit !== null && e.cgroup_usage !== undefined && e.cgroup_usage !== null) {
+  if (
+    e.cgroup_limit !== undefined &&
+    e.cgroup_limit !== null &&
+    e.cgroup_usage !== undefined &&
+    e.cgroup_usage !== null
+  ) {
     room.push(Math.max(0, e.cgroup_limit - e.cgroup_usage));
   }
   return room.length ? Math.min(...room) : null;
@@ -155,7 +190,8 @@ export class MemoryModel {
     if (proc === undefined) {
       proc = newProc(key, item.pid);
       this.procs.set(key, proc);
-    } else if (proc.pid !== item.pid) { // the worker's next process: its own base, its own epochs
+    } else if (proc.pid !== item.pid) {
+      // the worker's next process: its own base, its own epochs
       proc.pid = item.pid;
       proc.base_uss = proc.base_shared = null;
       proc.epoch_rss = [];
@@ -183,7 +219,8 @@ export class MemoryModel {
       this.headroom_low = this.headroom;
       this.headroom_low_t = this.t;
     }
-    const used = e.shm_used, size = e.shm_total;
+    const used = e.shm_used,
+      size = e.shm_total;
     if (used !== undefined && used !== null && size !== undefined && size !== null) {
       this.shm_high = Math.max(this.shm_high, used);
       const free = size - used;
@@ -194,10 +231,16 @@ export class MemoryModel {
   /** Every stride-th sample joins the series; a full series keeps every other point, stride doubled. @param {any[]} sampled */
   point(sampled) {
     if ((this.samples - 1) % this.stride) return;
-    this.series.push([this.t, this.headroom, this.in_flight, this.total_pss, sampled.map((item) => {
-      const p = /** @type {Proc} */ (this.procs.get(keyOf(item)));
-      return /** @type {[number, number|null, number|null, number]} */ ([p.key, p.uss, p.shared, p.rss]);
-    })]);
+    this.series.push([
+      this.t,
+      this.headroom,
+      this.in_flight,
+      this.total_pss,
+      sampled.map((item) => {
+        const p = /** @type {Proc} */ (this.procs.get(keyOf(item)));
+        return /** @type {[number, number|null, number|null, number]} */ ([p.key, p.uss, p.shared, p.rss]);
+      }),
+    ]);
     if (this.series.length >= MAX_POINTS) {
       this.series = this.series.filter((_, i) => i % 2 === 0);
       this.stride *= 2;
@@ -214,8 +257,12 @@ export class MemoryModel {
     const proc = this.procs.get(worker);
     if (proc === undefined || (pid !== undefined && pid !== null && pid !== proc.pid)) return null;
     return {
-      t: proc.t, rss: proc.rss, uss: proc.uss, headroom: this.headroom,
-      available: this.host.available ?? null, cgroup_limit: this.host.cgroup_limit ?? null,
+      t: proc.t,
+      rss: proc.rss,
+      uss: proc.uss,
+      headroom: this.headroom,
+      available: this.host.available ?? null,
+      cgroup_limit: this.host.cgroup_limit ?? null,
     };
   }
 }
@@ -224,7 +271,8 @@ export class MemoryModel {
 export function leakPerEpoch(proc) {
   const marks = proc.epoch_rss;
   if (marks.length < 3 || marks.some((b, i) => i > 0 && b[1] <= marks[i - 1][1])) return null;
-  const first = marks[0], last = marks[marks.length - 1];
+  const first = marks[0],
+    last = marks[marks.length - 1];
   return (last[1] - first[1]) / (last[0] - first[0]);
 }
 
@@ -242,9 +290,21 @@ export function trend(m) {
 function procSummary(proc) {
   const marks = proc.epoch_rss;
   return {
-    worker: proc.key === MAIN ? null : proc.key, pid: proc.pid, t: proc.t, uss: proc.uss, pss: proc.pss, rss: proc.rss,
-    shared: proc.shared, swap: proc.swap, high_uss: proc.high_uss, high_pss: proc.high_pss, high_rss: proc.high_rss,
-    high_t: proc.high_t, grown: proc.grown, copied: proc.copied, copied_samples: proc.copied_samples,
+    worker: proc.key === MAIN ? null : proc.key,
+    pid: proc.pid,
+    t: proc.t,
+    uss: proc.uss,
+    pss: proc.pss,
+    rss: proc.rss,
+    shared: proc.shared,
+    swap: proc.swap,
+    high_uss: proc.high_uss,
+    high_pss: proc.high_pss,
+    high_rss: proc.high_rss,
+    high_t: proc.high_t,
+    grown: proc.grown,
+    copied: proc.copied,
+    copied_samples: proc.copied_samples,
     epochs: marks.length ? marks[marks.length - 1][0] - marks[0][0] : 0,
     epoch_first: marks.length ? marks[0][1] : null,
     epoch_last: marks.length ? marks[marks.length - 1][1] : null,
@@ -258,16 +318,31 @@ export function memorySummary(m) {
   const [rate, span] = trend(m);
   const main = m.procs.get(MAIN);
   return {
-    source: m.source, samples: m.samples, t: m.t, cost: m.cost,
+    source: m.source,
+    samples: m.samples,
+    t: m.t,
+    cost: m.cost,
     main: main !== undefined ? procSummary(main) : null,
-    workers: [...m.procs.entries()].filter(([key]) => key !== MAIN).sort((a, b) => a[0] - b[0]).map(([, p]) => procSummary(p)),
+    workers: [...m.procs.entries()]
+      .filter(([key]) => key !== MAIN)
+      .sort((a, b) => a[0] - b[0])
+      .map(([, p]) => procSummary(p)),
     ...m.host,
-    headroom: m.headroom, headroom_low: m.headroom_low, headroom_low_t: m.headroom_low_t,
-    shm_high: m.shm_high, shm_free_low: m.shm_free_low,
-    total_pss: m.total_pss, total_high: m.total_high, total_high_t: m.total_high_t,
-    in_flight: m.in_flight, in_flight_high: m.in_flight_high, in_flight_high_t: m.in_flight_high_t,
-    in_flight_batches: m.in_flight_batches, in_flight_pss: m.in_flight_pss,
-    growth_per_s: rate, trend_span: span,
+    headroom: m.headroom,
+    headroom_low: m.headroom_low,
+    headroom_low_t: m.headroom_low_t,
+    shm_high: m.shm_high,
+    shm_free_low: m.shm_free_low,
+    total_pss: m.total_pss,
+    total_high: m.total_high,
+    total_high_t: m.total_high_t,
+    in_flight: m.in_flight,
+    in_flight_high: m.in_flight_high,
+    in_flight_high_t: m.in_flight_high_t,
+    in_flight_batches: m.in_flight_batches,
+    in_flight_pss: m.in_flight_pss,
+    growth_per_s: rate,
+    trend_span: span,
     headroom_s: rate !== null && rate > 0 && m.headroom !== null ? m.headroom / rate : null,
   };
 }
@@ -277,10 +352,12 @@ export function memorySummary(m) {
  * @param {MemoryModel['series']} series @param {number} t
  */
 export function pointAt(series, t) {
-  let lo = 0, hi = series.length;
+  let lo = 0,
+    hi = series.length;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (series[mid][0] <= t) lo = mid + 1; else hi = mid;
+    if (series[mid][0] <= t) lo = mid + 1;
+    else hi = mid;
   }
   return lo - 1;
 }

@@ -39,8 +39,16 @@ const fields = (s) => /** @type {Record<string, unknown>} */ (/** @type {unknown
 export function snapshot(s) {
   const order = s.yield_order;
   /** @type {Snapshot} */
-  const snap = { values: {}, lens: {}, workers: [], tasks: [], result_queue: [...s.result_queue], buffer: [...s.buffer],
-    yieldEpochs: new Float64Array(order.length), yieldTasks: new Float64Array(order.length) };
+  const snap = {
+    values: {},
+    lens: {},
+    workers: [],
+    tasks: [],
+    result_queue: [...s.result_queue],
+    buffer: [...s.buffer],
+    yieldEpochs: new Float64Array(order.length),
+    yieldTasks: new Float64Array(order.length),
+  };
   for (let k = 0; k < order.length; k++) [snap.yieldEpochs[k], snap.yieldTasks[k]] = order[k];
   const byName = fields(s);
   for (const [k, v] of Object.entries(byName)) {
@@ -49,7 +57,8 @@ export function snapshot(s) {
     else snap.values[k] = Array.isArray(v) ? [...v] : v; // an unknown list: copied, to be safe
   }
   for (const t of s.tasks.values()) snap.tasks.push({ ...t });
-  for (const w of s.workers.values()) snap.workers.push({ ...w, queue: [...w.queue], fetch_times: null, fetchN: w.fetch_times.length });
+  for (const w of s.workers.values())
+    snap.workers.push({ ...w, queue: [...w.queue], fetch_times: null, fetchN: w.fetch_times.length });
   return snap;
 }
 
@@ -59,7 +68,8 @@ export function snapshot(s) {
  */
 export function restore(snap, full) {
   const s = new LoaderState();
-  const into = fields(s), from = fields(full);
+  const into = fields(s),
+    from = fields(full);
   for (const [k, v] of Object.entries(snap.values)) into[k] = Array.isArray(v) ? [...v] : v;
   for (const [k, n] of Object.entries(snap.lens)) into[k] = /** @type {unknown[]} */ (from[k]).slice(0, n);
   for (const t of snap.tasks) s.tasks.set(t.idx, { ...t });
@@ -70,7 +80,10 @@ export function restore(snap, full) {
   }
   s.result_queue = [...snap.result_queue];
   s.buffer = [...snap.buffer];
-  s.yield_order = Array.from(snap.yieldEpochs, (epoch, k) => /** @type {[number, number]} */ ([epoch, snap.yieldTasks[k]]));
+  s.yield_order = Array.from(
+    snap.yieldEpochs,
+    (epoch, k) => /** @type {[number, number]} */ ([epoch, snap.yieldTasks[k]]),
+  );
   return s;
 }
 
@@ -168,7 +181,9 @@ export class Player {
     this.following = false;
     let state = this.view;
     let at = this.cursor;
-    if (state === null) { at = n; }
+    if (state === null) {
+      at = n;
+    }
     if (state === null || i < at || i - at > this.every) {
       const k = Math.floor(i / this.every);
       state = restore(this.snapshots[k], this.full);
@@ -238,9 +253,12 @@ export class Player {
   /** Cursor position after every event the run's clock reached by `time`. @param {number} time */
   rowAt(time) {
     let k = 0; // the last block whose clock at its start is at most `time`
-    for (let lo = 0, hi = this.peaks.length - 1; lo <= hi;) {
+    for (let lo = 0, hi = this.peaks.length - 1; lo <= hi; ) {
       const mid = (lo + hi) >> 1;
-      if ((this.peaks[mid] ?? -Infinity) <= time) { k = mid; lo = mid + 1; } else hi = mid - 1;
+      if ((this.peaks[mid] ?? -Infinity) <= time) {
+        k = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
     }
     let latest = this.peaks[k] ?? -Infinity;
     const n = this.table.length;

@@ -48,7 +48,8 @@ export function rangeRows(p, t0, t1) {
  */
 export function rangeFigures(p, t0, t1) {
   const { from, to } = rangeRows(p, t0, t1);
-  const a = stateAt(p, from), b = stateAt(p, to);
+  const a = stateAt(p, from),
+    b = stateAt(p, to);
   /** @type {WorkerFigures[]} */
   const workers = [];
   for (const w of [...b.workers.values()].sort((x, y) => x.id - y.id)) {
@@ -57,7 +58,12 @@ export function rangeFigures(p, t0, t1) {
     workers.push({ worker: w.id, fetches: times.length, p50: percentile(times, 0.5), p95: percentile(times, 0.95) });
   }
   return {
-    from, to, t0, t1, events: to - from, workers,
+    from,
+    to,
+    t0,
+    t1,
+    events: to - from,
+    workers,
     batches: b.batches - a.batches,
     wait: b.consumer_wait - a.consumer_wait,
     parked: b.out_of_order - a.out_of_order,

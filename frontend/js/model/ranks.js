@@ -64,15 +64,19 @@ export function isPadding(reads, length, twice, missing) {
  */
 export async function shardReport(epochEnds, length, sample = 10) {
   /** @type {Array<[number, {shard?: string|null}]>} */
-  const entries = (epochEnds instanceof Map ? [...epochEnds] : Object.entries(epochEnds).map(([r, e]) => /** @type {[number, {shard?: string|null}]} */ ([Number(r), e])))
-    .sort((a, b) => a[0] - b[0]);
+  const entries = (
+    epochEnds instanceof Map
+      ? [...epochEnds]
+      : Object.entries(epochEnds).map(([r, e]) => /** @type {[number, {shard?: string|null}]} */ ([Number(r), e]))
+  ).sort((a, b) => a[0] - b[0]);
   const total = new Uint16Array(length);
   /** @type {Record<number, number>} */
   const perRank = {};
   const reads = [];
   for (const [rank, event] of entries) {
     const counts = await decodeShard(event.shard ?? '', length);
-    let read = 0, all = 0;
+    let read = 0,
+      all = 0;
     for (let i = 0; i < length; i++) {
       if (counts[i]) read += 1;
       all += counts[i];
@@ -83,12 +87,20 @@ export async function shardReport(epochEnds, length, sample = 10) {
   }
   /** @type {number[]} */
   let overlap = [];
-  let nOverlap = 0, nMissing = 0, twice = 0;
+  let nOverlap = 0,
+    nMissing = 0,
+    twice = 0;
   const missing = [];
   for (let i = 0; i < length; i++) {
-    if (total[i] > 1) { nOverlap += 1; if (overlap.length < sample) overlap.push(i); }
+    if (total[i] > 1) {
+      nOverlap += 1;
+      if (overlap.length < sample) overlap.push(i);
+    }
     if (total[i] === 2) twice += 1;
-    if (total[i] === 0) { nMissing += 1; if (missing.length < sample) missing.push(i); }
+    if (total[i] === 0) {
+      nMissing += 1;
+      if (missing.length < sample) missing.push(i);
+    }
   }
   /** @type {number[]} */
   let padding = [];
@@ -118,9 +130,13 @@ export async function shardReport(epochEnds, length, sample = 10) {
 /** One epoch's shard check in words (ranks.shard_text). @param {number} epoch @param {ShardReport} r */
 export function shardText(epoch, r) {
   const indices = (/** @type {number} */ n) => say('n.indices_read', { n });
-  const verdict = r.overlap ? say('shards.overlap', { indices: indices(r.overlap), sample: r.overlap_sample.join(', ') })
-    : r.padding ? say('shards.padding', { indices: indices(r.padding) }) : say('shards.disjoint');
-  const coverage = r.complete ? say('shards.complete')
+  const verdict = r.overlap
+    ? say('shards.overlap', { indices: indices(r.overlap), sample: r.overlap_sample.join(', ') })
+    : r.padding
+      ? say('shards.padding', { indices: indices(r.padding) })
+      : say('shards.disjoint');
+  const coverage = r.complete
+    ? say('shards.complete')
     : say('shards.missing', { indices: indices(r.missing), sample: r.missing_sample.join(', ') });
   return say('shards', { epoch, verdict, coverage });
 }
@@ -176,7 +192,8 @@ export class JobSteps {
       let steps = Infinity;
       for (const l of lists) steps = Math.min(steps, l.length);
       for (let step = this.done.get(ep) ?? 0; step < steps; step++) {
-        let last = 0, min = Infinity;
+        let last = 0,
+          min = Infinity;
         for (let k = 0; k < lists.length; k++) {
           const t = lists[k][step];
           if (t > lists[last][step]) last = k;

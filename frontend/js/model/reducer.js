@@ -43,8 +43,19 @@ export const MAX_BATCH_SAMPLES = 64;
 /** @param {number} id @returns {Worker} */
 export function newWorker(id) {
   return {
-    id, pid: null, status: WorkerStatus.STARTING, current: null, queue: [], fetch_times: [], busy: 0, nbytes: 0,
-    exitcode: null, signal: null, samples: 0, stuck: null, died: null,
+    id,
+    pid: null,
+    status: WorkerStatus.STARTING,
+    current: null,
+    queue: [],
+    fetch_times: [],
+    busy: 0,
+    nbytes: 0,
+    exitcode: null,
+    signal: null,
+    samples: 0,
+    stuck: null,
+    died: null,
   };
 }
 
@@ -220,7 +231,10 @@ function runStart(s, e) {
   s.scenario = e.scenario ?? '';
   s.config = { ...e.config };
   s.meta = {
-    rank: e.rank ?? 0, job: e.job ?? null, world_size: e.world_size ?? 1, wall_start: e.wall_start ?? null,
+    rank: e.rank ?? 0,
+    job: e.job ?? null,
+    world_size: e.world_size ?? 1,
+    wall_start: e.wall_start ?? null,
     name: e.name ?? null,
   };
   s.status = RunStatus.RUNNING;
@@ -261,8 +275,13 @@ export const PEEK_BATCHES = 3; // an iterator abandoned with fewer batches than 
 /** @param {{batches?: number|null, abandoned?: boolean|null}} e @param {number|null} [batchesPerEpoch] */
 export function isPeek(e, batchesPerEpoch) {
   const b = e.batches;
-  return Boolean(e.abandoned) && typeof b === 'number' && Number.isInteger(b) && b < PEEK_BATCHES &&
-    (batchesPerEpoch === undefined || batchesPerEpoch === null || b < batchesPerEpoch);
+  return (
+    Boolean(e.abandoned) &&
+    typeof b === 'number' &&
+    Number.isInteger(b) &&
+    b < PEEK_BATCHES &&
+    (batchesPerEpoch === undefined || batchesPerEpoch === null || b < batchesPerEpoch)
+  );
 }
 
 /** @param {LoaderState} s @param {EventOf<'epoch_end'>} e */
@@ -370,7 +389,8 @@ const IN_FLIGHT = [Where.RESULT_QUEUE, Where.PINNING, Where.BUFFER]; // fetched,
 
 /** @param {LoaderState} s @param {EventOf<'memory'>} e */
 function memory(s, e) {
-  let bytes = 0, batches = 0;
+  let bytes = 0,
+    batches = 0;
   for (const task of s.tasks.values()) {
     if (IN_FLIGHT.includes(task.where) && task.nbytes !== null) {
       bytes += task.nbytes;
@@ -416,21 +436,46 @@ function queueOf(s, worker, name) {
 // shared by every rule is a megamorphic store, a thirteenth of applying a big trace.
 /** @type {Record<string, (s: LoaderState, v: number) => void>} */
 const ADD = {
-  outstanding: (s, v) => { s.outstanding += v; },
-  fetched_bytes: (s, v) => { s.fetched_bytes += v; },
-  pickled_bytes: (s, v) => { s.pickled_bytes += v; },
-  pin_bytes: (s, v) => { s.pin_bytes += v; },
-  pin_time: (s, v) => { s.pin_time += v; },
-  out_of_order: (s, v) => { s.out_of_order += v; },
-  batches: (s, v) => { s.batches += v; },
-  consumer_wait: (s, v) => { s.consumer_wait += v; },
-  epoch_wait: (s, v) => { s.epoch_wait += v; },
-  skipped: (s, v) => { s.skipped += v; },
+  outstanding: (s, v) => {
+    s.outstanding += v;
+  },
+  fetched_bytes: (s, v) => {
+    s.fetched_bytes += v;
+  },
+  pickled_bytes: (s, v) => {
+    s.pickled_bytes += v;
+  },
+  pin_bytes: (s, v) => {
+    s.pin_bytes += v;
+  },
+  pin_time: (s, v) => {
+    s.pin_time += v;
+  },
+  out_of_order: (s, v) => {
+    s.out_of_order += v;
+  },
+  batches: (s, v) => {
+    s.batches += v;
+  },
+  consumer_wait: (s, v) => {
+    s.consumer_wait += v;
+  },
+  epoch_wait: (s, v) => {
+    s.epoch_wait += v;
+  },
+  skipped: (s, v) => {
+    s.skipped += v;
+  },
 };
 
 /** @param {string} name @returns {(s: LoaderState, v: number) => void} */
 function adder(name) {
-  return ADD[name] ?? ((s, v) => { /** @type {Record<string, number>} */ (/** @type {unknown} */ (s))[name] += v; });
+  return (
+    ADD[name] ??
+    ((s, v) => {
+      /** @type {Record<string, number>} */ (/** @type {unknown} */ (s))[name] += v;
+    })
+  );
 }
 
 /** @param {Record<string, number|string>} counts @param {Fields} field @returns {Effect[]} */
@@ -450,20 +495,37 @@ function count(counts, field) {
  */
 export function compile(kind, rule, field, whole) {
   const { worker, moves, enters, leaves, counts } = rule;
-  const idxOf = field('idx'), workerOf = field('worker');
+  const idxOf = field('idx'),
+    workerOf = field('worker');
   const hot = HOT_CODE[kind];
   /** @type {(Effect|false|undefined)[]} */
   const effects = [
-    worker !== undefined && ((s, e, i) => { s.worker(workerOf(e, i)).status = worker; }),
-    moves !== undefined && ((s, e, i) => {
-      const task = s.tasks.get(idxOf(e, i) ?? -1);
-      if (task !== undefined && (!moves.from.length || moves.from.includes(task.where))) task.where = moves.to;
-    }),
-    enters !== undefined && ((s, e, i) => { queueOf(s, workerOf(e, i), enters).push(idxOf(e, i)); }),
-    leaves !== undefined && ((s, e, i) => { remove(queueOf(s, workerOf(e, i), leaves), idxOf(e, i)); }),
+    worker !== undefined &&
+      ((s, e, i) => {
+        s.worker(workerOf(e, i)).status = worker;
+      }),
+    moves !== undefined &&
+      ((s, e, i) => {
+        const task = s.tasks.get(idxOf(e, i) ?? -1);
+        if (task !== undefined && (!moves.from.length || moves.from.includes(task.where))) task.where = moves.to;
+      }),
+    enters !== undefined &&
+      ((s, e, i) => {
+        queueOf(s, workerOf(e, i), enters).push(idxOf(e, i));
+      }),
+    leaves !== undefined &&
+      ((s, e, i) => {
+        remove(queueOf(s, workerOf(e, i), leaves), idxOf(e, i));
+      }),
     ...(counts !== undefined ? count(counts, field) : []),
-    rule.fails && ((s) => { s.epoch_failed = true; }),
-    rule.keeps && ((s, e, i) => { s.keep(s.notes, whole(e, i)); }),
+    rule.fails &&
+      ((s) => {
+        s.epoch_failed = true;
+      }),
+    rule.keeps &&
+      ((s, e, i) => {
+        s.keep(s.notes, whole(e, i));
+      }),
     hot ? hot(field) : /** @type {Effect|undefined} */ (CODE[/** @type {import('./types.js').Kind} */ (kind)]),
   ];
   return [Boolean(rule.needs_task), /** @type {Effect[]} */ (effects.filter(Boolean))];
@@ -472,8 +534,17 @@ export function compile(kind, rule, field, whole) {
 export const ALL_RULES = /** @type {Record<string, Rule>} */ (RULES);
 
 /** Each kind's steps over an event. @type {Map<string, [boolean, Effect[]]>} */
-const STEPS = new Map(Object.entries(ALL_RULES).map(([kind, rule]) =>
-  [kind, compile(kind, rule, (name) => (e) => e[name], (e) => e)]));
+const STEPS = new Map(
+  Object.entries(ALL_RULES).map(([kind, rule]) => [
+    kind,
+    compile(
+      kind,
+      rule,
+      (name) => (e) => e[name],
+      (e) => e,
+    ),
+  ]),
+);
 
 /** The state after every event up to and including untilSeq (all of them by default). */
 /** @param {Iterable<LoaderEvent>} events @param {number|null} [untilSeq] */

@@ -81,8 +81,12 @@ export function pickerGroups(runs, now = Date.now() / 1000) {
     if (placed.has(r.job)) continue;
     placed.add(r.job);
     const names = [...new Set(job.map(runName))]; // in the order they first started
-    const ordered = [...job].sort((a, b) => names.indexOf(runName(a)) - names.indexOf(runName(b))
-      || (a.rank ?? 0) - (b.rank ?? 0) || startOf(a) - startOf(b));
+    const ordered = [...job].sort(
+      (a, b) =>
+        names.indexOf(runName(a)) - names.indexOf(runName(b)) ||
+        (a.rank ?? 0) - (b.rank ?? 0) ||
+        startOf(a) - startOf(b),
+    );
     const ranks = new Set(job.map((x) => x.rank ?? 0)).size;
     const what = `${plural(loaderCount(job, names.length), 'loader')}${ranks > 1 ? ` × ${ranks} ranks` : ''}`;
     groups.push({
@@ -101,7 +105,9 @@ export function pickerGroups(runs, now = Date.now() / 1000) {
  */
 export function previousRun(runs, id) {
   const me = runs.find((r) => r.id === id);
-  const others = [...runs].filter((r) => r.id !== id).sort((a, b) => startOf(b) - startOf(a) || b.id.localeCompare(a.id));
+  const others = [...runs]
+    .filter((r) => r.id !== id)
+    .sort((a, b) => startOf(b) - startOf(a) || b.id.localeCompare(a.id));
   if (!me) return others[0]?.id ?? null;
   const before = others.filter((r) => startOf(r) < startOf(me) || (startOf(r) === startOf(me) && r.id < me.id));
   const same = before.find((r) => runName(r) === runName(me) && (r.rank ?? 0) === (me.rank ?? 0));

@@ -2,7 +2,15 @@
 // incoming JSON against them before use. Pure: no DOM, no I/O. Unknown kinds pass validation (they
 // are shown, never dropped).
 
-import { COMMON_FIELDS, ENDED as ENDED_STATUSES, KINDS, LIMITS, NAMED, REQUIRED as REQUIRED_FIELDS, RUN_STATUS } from './contract.gen.js';
+import {
+  COMMON_FIELDS,
+  ENDED as ENDED_STATUSES,
+  KINDS,
+  LIMITS,
+  NAMED,
+  REQUIRED as REQUIRED_FIELDS,
+  RUN_STATUS,
+} from './contract.gen.js';
 
 /** Fields each kind must carry beyond the common ones. */
 export const REQUIRED = REQUIRED_FIELDS;
@@ -32,7 +40,14 @@ const FITS = {
   any: () => true,
 };
 /** @type {Record<string, string>} */
-const NOUN = { int: 'an integer', number: 'a number', string: 'a string', bool: 'true or false', object: 'an object', array: 'a list' };
+const NOUN = {
+  int: 'an integer',
+  number: 'a number',
+  string: 'a string',
+  bool: 'true or false',
+  object: 'an object',
+  array: 'a list',
+};
 const COMMON = new Set(COMMON_FIELDS);
 
 /**
@@ -57,7 +72,8 @@ function ruleOf(kind, name) {
  * @returns {string|null}
  */
 export function invalidReason(e) {
-  if (e === null || typeof e !== 'object' || Array.isArray(e)) return `an event must be a JSON object, got ${Array.isArray(e) ? 'array' : typeof e}`;
+  if (e === null || typeof e !== 'object' || Array.isArray(e))
+    return `an event must be a JSON object, got ${Array.isArray(e) ? 'array' : typeof e}`;
   const ev = /** @type {Record<string, unknown>} */ (e);
   const kind = ev.kind;
   if (typeof kind !== 'string' || !kind) return "an event needs a non-empty string 'kind'";
@@ -67,7 +83,8 @@ export function invalidReason(e) {
     if (!(name in ev)) return `${kind} event is missing its '${name}' field`;
   }
   for (const [name, v] of Object.entries(ev)) {
-    if (typeof v === 'number' && !(Math.abs(v) <= MAX_NUMBER)) return `${kind} event: '${name}' must be a finite number within +-2**53, got ${JSON.stringify(v)}`;
+    if (typeof v === 'number' && !(Math.abs(v) <= MAX_NUMBER))
+      return `${kind} event: '${name}' must be a finite number within +-2**53, got ${JSON.stringify(v)}`;
     const { rule, nullable } = ruleOf(kind, name);
     if (rule === null || v === undefined) continue;
     if (v === null) {
@@ -76,7 +93,8 @@ export function invalidReason(e) {
     }
     if (!FITS[rule.type](v)) return `${kind} event: '${name}' must be ${NOUN[rule.type]}, got ${JSON.stringify(v)}`;
     const n = /** @type {number} */ (v);
-    if (rule.min !== undefined && rule.max !== undefined && !(n >= rule.min && n <= rule.max)) return `${kind} event: '${name}' must be from ${rule.min} to ${rule.max}, got ${n}`;
+    if (rule.min !== undefined && rule.max !== undefined && !(n >= rule.min && n <= rule.max))
+      return `${kind} event: '${name}' must be from ${rule.min} to ${rule.max}, got ${n}`;
   }
   return null;
 }

@@ -70,9 +70,14 @@ function taskHits(store, idx, kind, why) {
  */
 function fetchHit(kind, why, worker, epoch, idx, t0, t1, running = false) {
   return {
-    kind, worker, epoch, idx, t: t0,
+    kind,
+    worker,
+    epoch,
+    idx,
+    t: t0,
     text: `${why}task ${idx} · epoch ${epoch} · worker ${worker} · ${running ? 'still fetching' : `fetched in ${fmtMs(t1 - t0)}`}`,
-    spans: [{ worker, t0, t1 }], tasks: [`${epoch}:${idx}`],
+    spans: [{ worker, t0, t1 }],
+    tasks: [`${epoch}:${idx}`],
   };
 }
 
@@ -95,7 +100,17 @@ function sampleHits(store, table, sample) {
       const indices = table.indicesOf(row);
       const pos = indices ? indices.indexOf(sample) : -1;
       if (pos < 0) continue;
-      hits.push(fetchHit('sample', `sample index ${sample} (${pos + 1} of ${indices?.length}) in `, worker, col.epoch[i], col.idx[i], col.start[i], col.end[i]));
+      hits.push(
+        fetchHit(
+          'sample',
+          `sample index ${sample} (${pos + 1} of ${indices?.length}) in `,
+          worker,
+          col.epoch[i],
+          col.idx[i],
+          col.start[i],
+          col.end[i],
+        ),
+      );
     }
   }
   return hits.sort((a, b) => (a.t ?? 0) - (b.t ?? 0));
@@ -119,17 +134,39 @@ export function search(run, input) {
     if (q.kinds.has('sample')) hits.push(...sampleHits(run.store, run.table, n));
     if (q.kinds.has('worker') && run.store.workers.has(n)) {
       const col = run.store.workers.get(n);
-      hits.push({ kind: 'worker', worker: n, t: null, text: `worker ${n} · ${col?.n ?? 0} fetches`, spans: [], tasks: [] });
+      hits.push({
+        kind: 'worker',
+        worker: n,
+        t: null,
+        text: `worker ${n} · ${col?.n ?? 0} fetches`,
+        spans: [],
+        tasks: [],
+      });
     }
     if (q.kinds.has('rank') && run.ranks.includes(n) && (run.ranks.length > 1 || q.kinds.size === 1)) {
-      hits.push({ kind: 'rank', rank: n, t: null, text: `rank ${n}${n === run.rank ? ' (shown)' : ''}`, spans: [], tasks: [] });
+      hits.push({
+        kind: 'rank',
+        rank: n,
+        t: null,
+        text: `rank ${n}${n === run.rank ? ' (shown)' : ''}`,
+        spans: [],
+        tasks: [],
+      });
     }
   }
   if (q.text.length >= 2) {
     for (const note of run.notes) {
       if (!note.text.toLowerCase().includes(q.text)) continue;
       const worker = typeof note.worker === 'number' ? note.worker : undefined;
-      hits.push({ kind: 'finding', text: note.text, t: note.t, row: note.row, ...(worker === undefined ? {} : { worker }), spans: [], tasks: [] });
+      hits.push({
+        kind: 'finding',
+        text: note.text,
+        t: note.t,
+        row: note.row,
+        ...(worker === undefined ? {} : { worker }),
+        spans: [],
+        tasks: [],
+      });
     }
   }
   return hits;

@@ -43,7 +43,8 @@ export class SpanColumn {
     let i = this.n;
     if (i > 0 && start < this.start[i - 1]) {
       i = upperBound(this.start, this.n, start);
-      for (const key of /** @type {const} */ (['start', 'end', 'idx', 'epoch', 'ref', 'ref2'])) this[key].copyWithin(i + 1, i, this.n);
+      for (const key of /** @type {const} */ (['start', 'end', 'idx', 'epoch', 'ref', 'ref2']))
+        this[key].copyWithin(i + 1, i, this.n);
     }
     this.start[i] = start;
     this.end[i] = end;
@@ -91,9 +92,11 @@ export class SpanColumn {
     const out = new Float32Array(buckets);
     const w = (t1 - t0) / buckets;
     if (w <= 0 || this.n === 0) return out;
-    let i = 0, j = 0;
+    let i = 0,
+      j = 0;
     for (let k = 0; k < buckets; k++) {
-      const a = t0 + k * w, b = a + w;
+      const a = t0 + k * w,
+        b = a + w;
       i = gallop(this.end, this.n, a, i, true);
       j = gallop(this.start, this.n, b, j, false);
       out[k] = Math.min(1, this.covered(a, b, i, j) / w);
@@ -114,7 +117,9 @@ export class SpanColumn {
  * @param {ArrayLike<number>} arr @param {number} n @param {number} v @param {number} from @param {boolean} upper
  */
 export function gallop(arr, n, v, from, upper) {
-  let lo = from, hi = from, step = 1;
+  let lo = from,
+    hi = from,
+    step = 1;
   while (hi < n && (upper ? arr[hi] <= v : arr[hi] < v)) {
     lo = hi + 1;
     hi += step;
@@ -123,27 +128,32 @@ export function gallop(arr, n, v, from, upper) {
   if (hi > n) hi = n;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (upper ? arr[mid] <= v : arr[mid] < v) lo = mid + 1; else hi = mid;
+    if (upper ? arr[mid] <= v : arr[mid] < v) lo = mid + 1;
+    else hi = mid;
   }
   return lo;
 }
 
 /** First i in [0, n) with arr[i] >= v (n if none). @param {ArrayLike<number>} arr @param {number} n @param {number} v */
 export function lowerBound(arr, n, v) {
-  let lo = 0, hi = n;
+  let lo = 0,
+    hi = n;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (arr[mid] < v) lo = mid + 1; else hi = mid;
+    if (arr[mid] < v) lo = mid + 1;
+    else hi = mid;
   }
   return lo;
 }
 
 /** First i in [0, n) with arr[i] > v (n if none). @param {ArrayLike<number>} arr @param {number} n @param {number} v */
 export function upperBound(arr, n, v) {
-  let lo = 0, hi = n;
+  let lo = 0,
+    hi = n;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (arr[mid] <= v) lo = mid + 1; else hi = mid;
+    if (arr[mid] <= v) lo = mid + 1;
+    else hi = mid;
   }
   return lo;
 }

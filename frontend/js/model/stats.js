@@ -81,7 +81,11 @@ export function stragglers(s) {
   const lists = [...s.workers.values()].map((w) => w.fetch_times);
   const lens = lists.map((l) => l.length);
   const cached = STRAGGLERS.get(s);
-  if (cached && cached.lists.every((l, i) => l === lists[i] && cached.lens[i] === lens[i]) && cached.lists.length === lists.length) {
+  if (
+    cached &&
+    cached.lists.every((l, i) => l === lists[i] && cached.lens[i] === lens[i]) &&
+    cached.lists.length === lists.length
+  ) {
     return cached.found.map((f) => ({ ...f }));
   }
   const found = findStragglers(s);
@@ -101,7 +105,10 @@ function findStragglers(s) {
   }
   const all = new Float64Array([...done.values()].reduce((n, a) => n + a.length, 0));
   let at = 0;
-  for (const times of done.values()) { all.set(times, at); at += times.length; }
+  for (const times of done.values()) {
+    all.set(times, at);
+    at += times.length;
+  }
   all.sort();
   const found = [];
   for (const [wid, times] of done) {
@@ -121,7 +128,8 @@ function findStragglers(s) {
 /** @param {Float64Array} all @param {Float64Array} some */
 function without(all, some) {
   const out = new Float64Array(all.length - some.length);
-  let j = 0, k = 0;
+  let j = 0,
+    k = 0;
   for (let i = 0; i < all.length; i++) {
     if (j < some.length && all[i] === some[j]) j += 1;
     else out[k++] = all[i];
@@ -141,8 +149,12 @@ function consumerSplit(s) {
   if (!s.steps) return null;
   const per = 1 / s.steps;
   return {
-    device: s.step_device, wait: s.consumer_wait / Math.max(s.batches, 1), step: meanStep(s), h2d: s.step_h2d * per,
-    compute: s.step_compute * per, h2d_pageable: s.step_h2d_pageable * per || null,
+    device: s.step_device,
+    wait: s.consumer_wait / Math.max(s.batches, 1),
+    step: meanStep(s),
+    h2d: s.step_h2d * per,
+    compute: s.step_compute * per,
+    h2d_pageable: s.step_h2d_pageable * per || null,
   };
 }
 
@@ -174,7 +186,8 @@ export function batchesPerS(s) {
 export function summary(s, { workers = true } = {}) {
   const wall = (s.last_yield_t || s.t) - (s.first_t || 0);
   const inEpochs = epochWall(s);
-  const steadyWait = s.consumer_wait - s.startup_wait, steadyWall = inEpochs - s.startup_wait;
+  const steadyWait = s.consumer_wait - s.startup_wait,
+    steadyWall = inEpochs - s.startup_wait;
   const fetches = [];
   for (const w of s.workers.values()) for (const dt of w.fetch_times) fetches.push(dt);
   const nw = s.config.num_workers || 0;

@@ -20,9 +20,13 @@ export const MAX_COMBINATIONS = 36;
  * @returns {{values?: SweepValue[], error?: string}}
  */
 export function parseValues(text) {
-  const parts = String(text ?? '').split(/[\s,;]+/).filter(Boolean);
+  const parts = String(text ?? '')
+    .split(/[\s,;]+/)
+    .filter(Boolean);
   if (!parts.length) return { error: 'give one or more values, e.g. 1,2,4,8' };
-  const values = parts.map((p) => (/^-?(\d+\.?\d*|\.\d+)(e-?\d+)?$/i.test(p) ? Number(p) : p === 'true' ? true : p === 'false' ? false : p));
+  const values = parts.map((p) =>
+    /^-?(\d+\.?\d*|\.\d+)(e-?\d+)?$/i.test(p) ? Number(p) : p === 'true' ? true : p === 'false' ? false : p,
+  );
   if (new Set(values.map(String)).size !== values.length) return { error: 'each value once' };
   return { values };
 }
@@ -86,7 +90,12 @@ export function sweepSeries(rows, key, key2, xs) {
     let points = groups.get(g);
     if (points === undefined) groups.set(g, (points = []));
     const i = order.indexOf(String(r[key]));
-    points.push({ i: i < 0 ? order.length : i, x: r[key], batches_per_s: Number(r.batches_per_s) || 0, input_bound: Number(r.input_bound) || 0 });
+    points.push({
+      i: i < 0 ? order.length : i,
+      x: r[key],
+      batches_per_s: Number(r.batches_per_s) || 0,
+      input_bound: Number(r.input_bound) || 0,
+    });
   }
   const series = [...groups.entries()].map(([label, points]) => ({ label, points: points.sort((p, q) => p.i - q.i) }));
   return { xs: order, series };

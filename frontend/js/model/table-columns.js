@@ -29,15 +29,28 @@ export function pushColumns(table, n, common, fields, hasExtra, extraOf, other) 
     for (let r = 0; r < n; r++) if (kind.present[r]) code[r] = codes[kind.ids[r]];
   }
   const { seq, t, rank, run } = common;
-  if (!seq?.num || !t?.num || !rank?.num || !run?.ids) { // no common columns to read: every row as an event
+  if (!seq?.num || !t?.num || !rank?.num || !run?.ids) {
+    // no common columns to read: every row as an event
     for (let r = 0; r < n; r++) other(r);
     return;
   }
   for (let r = 0; r < n; r++) {
     if (!code[r]) continue;
-    const s = seq.num[r], time = t.num[r], k = rank.num[r];
-    if (!seq.present[r] || !t.present[r] || !rank.present[r] || !run.present[r] || !Number.isInteger(s) || !within(s)
-      || !within(time) || !Number.isInteger(k) || !within(k)) code[r] = OBJECT;
+    const s = seq.num[r],
+      time = t.num[r],
+      k = rank.num[r];
+    if (
+      !seq.present[r] ||
+      !t.present[r] ||
+      !rank.present[r] ||
+      !run.present[r] ||
+      !Number.isInteger(s) ||
+      !within(s) ||
+      !within(time) ||
+      !Number.isInteger(k) ||
+      !within(k)
+    )
+      code[r] = OBJECT;
     table.seq[n0 + r] = s;
     table.t[n0 + r] = time;
     table.flags[n0 + r] = 0;
@@ -46,7 +59,8 @@ export function pushColumns(table, n, common, fields, hasExtra, extraOf, other) 
   for (const col of fields) columnValues(table, col, n, n0, code, seen);
   for (let r = 0; r < n; r++) {
     const c = code[r];
-    if (c && restOfRow(table, c, n0 + r, run.dict[run.ids[r]], rank.num[r], seen[r], hasExtra?.[r] ? extraOf(r) : null)) continue;
+    if (c && restOfRow(table, c, n0 + r, run.dict[run.ids[r]], rank.num[r], seen[r], hasExtra?.[r] ? extraOf(r) : null))
+      continue;
     other(r);
   }
 }
@@ -61,13 +75,20 @@ export function columnValues(table, col, n, n0, code, seen) {
   const bits = Int8Array.from(LINE_KEYS, (keys) => keys.bits.get(col.name) ?? -1);
   const { present, num, ids, bool, dict } = col;
   const slot = SLOT_BY_NAME.get(col.name) ?? V.A; // a field goes to the same place whatever its kind (V.A: none, bits are -1)
-  if (!num || slot === V.BOOL || slot === V.INDICES) { // strings, booleans: as putValue() puts them
+  if (!num || slot === V.BOOL || slot === V.INDICES) {
+    // strings, booleans: as putValue() puts them
     for (let r = 0; r < n; r++) {
       const c = code[r];
       if (!c || !present[r]) continue;
       const k = bits[c];
-      const flags = k < 0 ? -1 : table.putValue(slot, num ? num[r] : ids ? dict[ids[r]] : bool?.[r] === 1, n0 + r, table.flags[n0 + r]);
-      if (flags < 0) { code[r] = OBJECT; continue; }
+      const flags =
+        k < 0
+          ? -1
+          : table.putValue(slot, num ? num[r] : ids ? dict[ids[r]] : bool?.[r] === 1, n0 + r, table.flags[n0 + r]);
+      if (flags < 0) {
+        code[r] = OBJECT;
+        continue;
+      }
       seen[r] |= 1 << k;
       table.flags[n0 + r] = flags;
     }
@@ -82,7 +103,10 @@ export function columnValues(table, col, n, n0, code, seen) {
     if (!c || !present[r]) continue;
     const k = bits[c];
     const v = num[r];
-    if (k < 0 || !(integer ? isInt(v) : within(v))) { code[r] = OBJECT; continue; }
+    if (k < 0 || !(integer ? isInt(v) : within(v))) {
+      code[r] = OBJECT;
+      continue;
+    }
     seen[r] |= 1 << k;
     dest[n0 + r] = v;
     flags[n0 + r] |= bit;

@@ -10,7 +10,8 @@ import { BRACE, COMMA, LINE, LineScan, NEWLINE, QUOTE } from './line-scan.js';
 /** The packed rows' run as pushLine finds it in a line: its JSON text and closing quote. @returns {Literal} @param {EventTable} table */
 export function runText(table) {
   let text = table.runLiteral;
-  if (text === null || text.run !== table.run) table.runLiteral = text = { run: table.run, ...literal(`${JSON.stringify(table.run).slice(1, -1)}"`) };
+  if (text === null || text.run !== table.run)
+    table.runLiteral = text = { run: table.run, ...literal(`${JSON.stringify(table.run).slice(1, -1)}"`) };
   return text;
 }
 
@@ -30,16 +31,25 @@ export function runText(table) {
  */
 export function pushLine(table, bytes, start, end) {
   const line = LINE.reset(bytes, start, end);
-  let seq = NaN, t = NaN, rank = NaN, code = OBJECT;
+  let seq = NaN,
+    t = NaN,
+    rank = NaN,
+    code = OBJECT;
   /** @type {string|null} */
   let run = null;
   for (let h = 0; h < HEAD.length; h++) {
     const { field, text: head } = HEAD[h];
     if (!line.lit(head)) return -1;
     switch (field) {
-      case SEQ: seq = line.num(); break;
-      case T: t = line.num(); break;
-      case RANK: rank = line.num(); break;
+      case SEQ:
+        seq = line.num();
+        break;
+      case T:
+        t = line.num();
+        break;
+      case RANK:
+        rank = line.num();
+        break;
       case RUN:
         run = table.run === undefined ? line.plainString() : line.isString(runText(table)) ? table.run : null;
         if (!line.byte(QUOTE)) return -1;
@@ -48,7 +58,8 @@ export function pushLine(table, bytes, start, end) {
         code = line.kindCode();
     }
   }
-  if (!Number.isInteger(seq) || !within(seq) || !within(t) || run === null || !Number.isInteger(rank) || !within(rank)) return -1;
+  if (!Number.isInteger(seq) || !within(seq) || !within(t) || run === null || !Number.isInteger(rank) || !within(rank))
+    return -1;
   if (code === OBJECT) return -1;
   if (table.run !== undefined && rank !== table.rank) return -1;
   const i = table.n;
@@ -84,6 +95,7 @@ export function lineValue(table, line, slot, i, flags) {
     case V.BOOL:
       if (line.lit(TRUE)) return flags | F.TRUE;
       return line.lit(FALSE) ? flags | F.FALSE : -1;
-    default: return table.putValue(slot, line.num(), i, flags);
+    default:
+      return table.putValue(slot, line.num(), i, flags);
   }
 }

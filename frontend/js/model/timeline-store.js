@@ -183,20 +183,35 @@ export class TimelineStore {
           if (open?.idx === e.idx) open.stuck = true;
           this.alarm('stuck', e.worker, e.idx, t, open?.idx === e.idx ? open.start : t - (+e.elapsed || 0));
         }
-        this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} stuck on task ${e.idx} for ${(+e.elapsed).toFixed(1)} s` });
+        this.marks.push({
+          t,
+          kind: e.kind,
+          worker: e.worker,
+          text: `worker ${e.worker} stuck on task ${e.idx} for ${(+e.elapsed).toFixed(1)} s`,
+        });
         break;
       case 'worker_died':
-        this.marks.push({ t, kind: e.kind, worker: e.worker, text: `worker ${e.worker} died (${e.signal || `exit code ${e.exitcode}`})` });
+        this.marks.push({
+          t,
+          kind: e.kind,
+          worker: e.worker,
+          text: `worker ${e.worker} died (${e.signal || `exit code ${e.exitcode}`})`,
+        });
         {
           const open = this.open.get(e.worker);
           const idx = e.idx ?? open?.idx ?? null;
-          if (idx !== null) this.alarm('died', e.worker, idx, t, open?.idx === idx ? open.start : t - (+(e.elapsed ?? 0) || 0), t);
+          if (idx !== null)
+            this.alarm('died', e.worker, idx, t, open?.idx === idx ? open.start : t - (+(e.elapsed ?? 0) || 0), t);
         }
         this.open.delete(e.worker);
         break;
       case 'consumer_stuck':
         this.consumerOpen = { start: t - (+e.elapsed || 0), idx: e.waiting_for ?? -1 };
-        this.marks.push({ t, kind: e.kind, text: `the training loop waited ${(+e.elapsed).toFixed(1)} s for task ${e.waiting_for}` });
+        this.marks.push({
+          t,
+          kind: e.kind,
+          text: `the training loop waited ${(+e.elapsed).toFixed(1)} s for task ${e.waiting_for}`,
+        });
         break;
       case 'error':
         this.marks.push({ t, kind: e.kind, worker: e.worker ?? undefined, text: `${e.type}: ${e.message}` });

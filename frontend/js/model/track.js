@@ -71,7 +71,8 @@ export class Track {
   ingestRows(rows) {
     const from = this.player.length;
     const table = this.player.table;
-    if (!table.append(rows)) { // another run's rows: each is kept whole
+    if (!table.append(rows)) {
+      // another run's rows: each is kept whole
       for (let i = 0; i < rows.length; i++) this.ingest(rows.get(i));
       return;
     }
@@ -103,12 +104,13 @@ export class Track {
     else if (kind === 'yield') this.delivered(e.t);
     else if (kind === 'run_start') {
       this.wall0 = e.wall_start ?? 0;
-      if (this.source === 'server' && typeof e.rank === 'number' && Number.isInteger(e.rank)) { // a run is one rank: say which
+      if (this.source === 'server' && typeof e.rank === 'number' && Number.isInteger(e.rank)) {
+        // a run is one rank: say which
         this.rank = e.rank;
         this.label = `rank ${e.rank}`;
       }
-    }
-    else if (kind === 'epoch_end' && typeof e.shard === 'string' && typeof e.epoch === 'number') this.epochEnds.set(e.epoch, e);
+    } else if (kind === 'epoch_end' && typeof e.shard === 'string' && typeof e.epoch === 'number')
+      this.epochEnds.set(e.epoch, e);
     else if (kind === 'run_end') this.complete = true;
     this.kept(e.t ?? 0, row);
   }
@@ -145,4 +147,3 @@ export class Track {
     return this.player.state;
   }
 }
-

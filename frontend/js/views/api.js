@@ -13,7 +13,10 @@ export class ApiError extends Error {
  * An answer's JSON object by its keys (null for anything else): error bodies are read defensively.
  * @param {unknown} body @returns {Record<string, unknown>|null}
  */
-const keyed = (body) => (body !== null && typeof body === 'object' && !Array.isArray(body) ? /** @type {Record<string, unknown>} */ (body) : null);
+const keyed = (body) =>
+  body !== null && typeof body === 'object' && !Array.isArray(body)
+    ? /** @type {Record<string, unknown>} */ (body)
+    : null;
 
 /** A readable message from FastAPI-style error bodies ({detail: str | [{loc, msg}]}). @param {unknown} body */
 export function errorText(body) {
@@ -23,7 +26,14 @@ export function errorText(body) {
   if (!b) return '';
   const d = b.detail ?? b.message ?? b.error;
   if (typeof d === 'string') return d;
-  if (Array.isArray(d)) return d.map((x) => (typeof x === 'string' ? x : `${(x.loc || []).filter((/** @type {unknown} */ p) => p !== 'body' && p !== 'params').join('.')}: ${x.msg}`)).join('; ');
+  if (Array.isArray(d))
+    return d
+      .map((x) =>
+        typeof x === 'string'
+          ? x
+          : `${(x.loc || []).filter((/** @type {unknown} */ p) => p !== 'body' && p !== 'params').join('.')}: ${x.msg}`,
+      )
+      .join('; ');
   const dk = keyed(d);
   if (dk) return String(dk.message || dk.msg || JSON.stringify(dk));
   return '';
@@ -68,10 +78,12 @@ export function fieldErrors(body) {
   return list.flatMap((x) => {
     const p = keyed(x);
     if (p === null || typeof p.field !== 'string') return [];
-    return [{
-      field: p.field.replace(/^(body\.)?params\./, ''),
-      message: `${p.message ?? 'invalid value'}${p.allowed ? `; allowed: ${p.allowed}` : ''}`,
-    }];
+    return [
+      {
+        field: p.field.replace(/^(body\.)?params\./, ''),
+        message: `${p.message ?? 'invalid value'}${p.allowed ? `; allowed: ${p.allowed}` : ''}`,
+      },
+    ];
   });
 }
 
@@ -91,7 +103,11 @@ async function call(method, path, body) {
   let data = null;
   const text = await res.text();
   if (text) {
-    try { data = JSON.parse(text); } catch { data = text; }
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = text;
+    }
   }
   if (!res.ok) throw new ApiError(res.status, data);
   return data;
@@ -113,7 +129,8 @@ export const api = {
    * @param {string} scenario @param {string} mode @param {Record<string, unknown>} params
    * @param {Record<string, unknown>|null} [costs] @returns {Promise<RunDetail>}
    */
-  start: (scenario, mode, params, costs = null) => call('POST', '/api/runs', costs ? { scenario, mode, params, costs } : { scenario, mode, params }),
+  start: (scenario, mode, params, costs = null) =>
+    call('POST', '/api/runs', costs ? { scenario, mode, params, costs } : { scenario, mode, params }),
   /** @param {string} id @param {{action?: string, delay?: number}} body @returns {Promise<RunBrief>} */
   control: (id, body) => call('POST', `/api/runs/${encodeURIComponent(id)}/control`, body),
   /** @param {string} id @param {number} after @param {number} limit @returns {Promise<import('../model/types.js').EventsPage>} */

@@ -24,7 +24,14 @@ export async function startDemo(app, params) {
   const workers = Number(params.get('workers') ?? 4);
   const rate = Number(params.get('rate') ?? 0); // events per second; 0 = follow the virtual clock
   const batches = Number(params.get('batches') ?? 400);
-  const events = synthesize({ num_workers: workers, batches, prefetch_factor: Number(params.get('prefetch') ?? TORCH_PREFETCH_FACTOR), step: Number(params.get('step') ?? 0.004), pin_ms: Number(params.get('pin') ?? 0), cost: (idx) => (0.02 + 0.03 * ((workers - (idx % workers)) / workers)) * Number(params.get('slow') ?? 1) });
+  const events = synthesize({
+    num_workers: workers,
+    batches,
+    prefetch_factor: Number(params.get('prefetch') ?? TORCH_PREFETCH_FACTOR),
+    step: Number(params.get('step') ?? 0.004),
+    pin_ms: Number(params.get('pin') ?? 0),
+    cost: (idx) => (0.02 + 0.03 * ((workers - (idx % workers)) / workers)) * Number(params.get('slow') ?? 1),
+  });
   app.reset([new Track({ rank: 0, label: 'demo', source: 'demo' })]);
   app.server.runId = 'demo';
   renderDiagnosis($('diagnosis'), [], 'offline demo: the diagnosis comes from the server');

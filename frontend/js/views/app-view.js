@@ -59,7 +59,8 @@ export function applyView(app) {
   if (v.at !== undefined) app.pendingAt = v.at;
   else if (app.player.length && !app.player.following) app.playback.toEnd();
   const pair = v.compare;
-  if (pair && JSON.stringify(pair) !== JSON.stringify(app.compare.pair())) app.compare.open(`run:${pair[0]}`, `run:${pair[1]}`);
+  if (pair && JSON.stringify(pair) !== JSON.stringify(app.compare.pair()))
+    app.compare.open(`run:${pair[0]}`, `run:${pair[1]}`);
   else if (!pair && app.compare.isOpen) app.compare.close();
   const { at, ...rest } = v;
   app.urlKey = JSON.stringify(rest);
@@ -82,9 +83,16 @@ export function searchable(app) {
   const tr = app.track;
   app.searchedAt = tr.player.length;
   return {
-    store: tr.store, table: tr.player.table, rank: tr.rank, ranks: app.tracks.map((t) => t.rank),
-    notes: tr.noteItems.map((n) => ({ text: noteText(n), t: typeof n.t === 'number' ? n.t : tr.player.clockAt(n._row ?? 0),
-      row: n._row ?? 0, worker: typeof n.worker === 'number' ? n.worker : null })),
+    store: tr.store,
+    table: tr.player.table,
+    rank: tr.rank,
+    ranks: app.tracks.map((t) => t.rank),
+    notes: tr.noteItems.map((n) => ({
+      text: noteText(n),
+      t: typeof n.t === 'number' ? n.t : tr.player.clockAt(n._row ?? 0),
+      row: n._row ?? 0,
+      worker: typeof n.worker === 'number' ? n.worker : null,
+    })),
   };
 }
 
@@ -97,7 +105,9 @@ export function highlight(app, hits) {
   if (batch) {
     tasks.add(batch.join(':'));
     for (const [worker, col] of app.store.workers) {
-      for (let i = 0; i < col.n; i++) if (col.idx[i] === batch[1] && col.epoch[i] === batch[0]) spans.push({ worker, t0: col.start[i], t1: col.end[i] });
+      for (let i = 0; i < col.n; i++)
+        if (col.idx[i] === batch[1] && col.epoch[i] === batch[0])
+          spans.push({ worker, t0: col.start[i], t1: col.end[i] });
     }
   }
   app.timeline.outline(spans);
@@ -138,7 +148,8 @@ export function markLanes(app) {
     const live = lane.dataset.status === 'stuck' || lane.dataset.status === 'died';
     const mark = a && !live ? `${a.kind === 'died' ? 'died' : 'was stuck'} at ${a.t.toFixed(1)} s · task ${a.idx}` : '';
     if ((lane.dataset.finding ?? '') !== mark) {
-      if (mark) lane.dataset.finding = mark; else delete lane.dataset.finding;
+      if (mark) lane.dataset.finding = mark;
+      else delete lane.dataset.finding;
     }
   }
 }

@@ -34,8 +34,14 @@ export function fillLabel(ctx, text, x, y) {
   const px = Number(/(\d+(?:\.\d+)?)px/.exec(ctx.font)?.[1] ?? 0);
   const list = drawn.get(ctx.canvas) ?? [];
   drawn.set(ctx.canvas, list);
-  list.push({ text, x: x - m.actualBoundingBoxLeft, y: y - m.actualBoundingBoxAscent,
-    w: m.actualBoundingBoxLeft + m.actualBoundingBoxRight, h: m.actualBoundingBoxAscent + m.actualBoundingBoxDescent, px });
+  list.push({
+    text,
+    x: x - m.actualBoundingBoxLeft,
+    y: y - m.actualBoundingBoxAscent,
+    w: m.actualBoundingBoxLeft + m.actualBoundingBoxRight,
+    h: m.actualBoundingBoxAscent + m.actualBoundingBoxDescent,
+    px,
+  });
 }
 
 /**
@@ -44,10 +50,12 @@ export function fillLabel(ctx, text, x, y) {
  */
 export function fitText(ctx, text, width) {
   if (ctx.measureText(text).width <= width) return text;
-  let lo = 0, hi = text.length;
+  let lo = 0,
+    hi = text.length;
   while (lo < hi) {
     const mid = (lo + hi + 1) >> 1;
-    if (ctx.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid; else hi = mid - 1;
+    if (ctx.measureText(`${text.slice(0, mid)}…`).width <= width) lo = mid;
+    else hi = mid - 1;
   }
   return lo ? `${text.slice(0, lo)}…` : '';
 }

@@ -34,7 +34,11 @@ function el(tag, attrs = {}, kids = []) {
 
 /** A value as the table shows it: JSON for objects (a space after each comma, where it may wrap), a dash for none. @param {unknown} v */
 function shown(v) {
-  return v === null || v === undefined ? '—' : typeof v === 'object' ? JSON.stringify(v).replace(/,/g, ', ') : String(v);
+  return v === null || v === undefined
+    ? '—'
+    : typeof v === 'object'
+      ? JSON.stringify(v).replace(/,/g, ', ')
+      : String(v);
 }
 
 /** A setting's cell: an object may wrap after its commas, anything else stays on one line. @param {unknown} v */
@@ -107,10 +111,20 @@ export class CompareView {
       this.changed();
       this.load();
     });
-    $('compare-a').addEventListener('change', () => { this.changed(); this.load(); });
-    $('compare-b').addEventListener('change', () => { this.changed(); this.load(); });
-    window.addEventListener('keydown', (ev) => { if (ev.key === 'Escape' && !$('compare').hidden) this.close(); });
-    window.addEventListener('resize', () => { if (this.result) this.drawHistograms(this.result); });
+    $('compare-a').addEventListener('change', () => {
+      this.changed();
+      this.load();
+    });
+    $('compare-b').addEventListener('change', () => {
+      this.changed();
+      this.load();
+    });
+    window.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Escape' && !$('compare').hidden) this.close();
+    });
+    window.addEventListener('resize', () => {
+      if (this.result) this.drawHistograms(this.result);
+    });
   }
 
   /** Draw the canvases again (another theme). */
@@ -125,7 +139,8 @@ export class CompareView {
 
   /** The two server runs shown, for the URL; null when closed or when a side is a trace file. @returns {[string, string]|null} */
   pair() {
-    const a = pick('compare-a').value, b = pick('compare-b').value;
+    const a = pick('compare-a').value,
+      b = pick('compare-b').value;
     if (!this.isOpen || !a.startsWith('run:') || !b.startsWith('run:')) return null;
     return [a.slice(4), b.slice(4)];
   }
@@ -145,7 +160,10 @@ export class CompareView {
     const previous = defaultA?.startsWith('run:') ? previousRun(runs, defaultA.slice(4)) : null;
     const defaultB = previous ? `run:${previous}` : values.find((v) => v !== defaultA);
     /** @type {Array<[string, string|undefined, string|undefined]>} */
-    const pickers = [['compare-a', a, defaultA], ['compare-b', b, defaultB]];
+    const pickers = [
+      ['compare-a', a, defaultA],
+      ['compare-b', b, defaultB],
+    ];
     for (const [id, want, fallback] of pickers) {
       $(id).replaceChildren(...options.map((o) => new Option(o.text, o.value)));
       pick(id).value = want && values.includes(want) ? want : (fallback ?? '');
@@ -170,11 +188,18 @@ export class CompareView {
     });
     /** @type {import('../model/types.js').RunBrief[]} */
     let runs = [];
-    try { runs = await api.runs(); } catch { /* a page opened from files alone has no server runs to offer */ }
+    try {
+      runs = await api.runs();
+    } catch {
+      /* a page opened from files alone has no server runs to offer */
+    }
     if (!Array.isArray(runs)) runs = [];
     for (const r of [...runs].reverse()) {
       const rank = (r.world_size ?? 1) > 1 ? ` · rank ${r.rank}` : '';
-      out.push({ value: `run:${r.id}`, text: `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}${rank} · ${r.status ?? ''} · ${r.id}` });
+      out.push({
+        value: `run:${r.id}`,
+        text: `${r.scenario ?? r.name ?? 'run'} · ${r.mode ?? ''}${rank} · ${r.status ?? ''} · ${r.id}`,
+      });
     }
     return { options: out, runs };
   }
@@ -188,7 +213,8 @@ export class CompareView {
 
   /** Read both runs and show them; a run that cannot be read is said in place of the comparison. */
   async load() {
-    const a = pick('compare-a').value, b = pick('compare-b').value;
+    const a = pick('compare-a').value,
+      b = pick('compare-b').value;
     const status = $('compare-status');
     const root = $('compare');
     root.dataset.ready = 'false';
@@ -207,8 +233,14 @@ export class CompareView {
     }
     if (pick('compare-a').value !== a || pick('compare-b').value !== b) return; // picked again meanwhile
     this.shown = tracks;
-    const labels = /** @type {[string, string]} */ ([pick('compare-a').selectedOptions[0].text, pick('compare-b').selectedOptions[0].text]);
-    const [ta, tb] = tracks.map((tr) => ({ state: tr.player.full, start: tr.player.length ? tr.player.event(0) : null }));
+    const labels = /** @type {[string, string]} */ ([
+      pick('compare-a').selectedOptions[0].text,
+      pick('compare-b').selectedOptions[0].text,
+    ]);
+    const [ta, tb] = tracks.map((tr) => ({
+      state: tr.player.full,
+      start: tr.player.length ? tr.player.event(0) : null,
+    }));
     this.result = compareRuns(ta, tb, labels);
     status.textContent = '';
     $('compare-body').hidden = false;
@@ -220,8 +252,11 @@ export class CompareView {
   render(r) {
     this.shown.forEach((tr, i) => {
       const side = i ? 'b' : 'a';
-      $(`compare-head-${side}`).replaceChildren(el('b', {}, [side.toUpperCase()]), ` ${title(tr)}`,
-        el('span', { class: 'muted' }, [` · ${tr.player.full.run || tr.label}`]));
+      $(`compare-head-${side}`).replaceChildren(
+        el('b', {}, [side.toUpperCase()]),
+        ` ${title(tr)}`,
+        el('span', { class: 'muted' }, [` · ${tr.player.full.run || tr.label}`]),
+      );
     });
     this.renderSettings(r.settings);
     this.renderMetrics(r.metrics);
@@ -232,21 +267,38 @@ export class CompareView {
 
   /** @param {Comparison['settings']} s */
   renderSettings(s) {
-    const rows = s.changed.map((c) => el('tr', { 'data-testid': 'compare-setting', 'data-key': c.key },
-      [el('th', {}, [c.key]), settingCell(c.a), settingCell(c.b)]));
+    const rows = s.changed.map((c) =>
+      el('tr', { 'data-testid': 'compare-setting', 'data-key': c.key }, [
+        el('th', {}, [c.key]),
+        settingCell(c.a),
+        settingCell(c.b),
+      ]),
+    );
     const head = el('tr', {}, [el('th', {}, ['setting']), el('th', {}, ['A']), el('th', {}, ['B'])]);
-    $('compare-settings').replaceChildren(...(rows.length ? [head, ...rows]
-      : [el('tr', {}, [el('td', {}, ['the two runs have the same settings'])])]));
+    $('compare-settings').replaceChildren(
+      ...(rows.length ? [head, ...rows] : [el('tr', {}, [el('td', {}, ['the two runs have the same settings'])])]),
+    );
     $('compare-same').textContent = `${s.same.length} other settings are the same`;
   }
 
   /** @param {Comparison['metrics']} metrics */
   renderMetrics(metrics) {
-    const head = el('tr', {}, ['measure', 'A', 'B', 'B vs A'].map((t) => el('th', { scope: 'col' }, [t])));
-    $('compare-metrics').replaceChildren(head, ...metrics.map((m) => el('tr',
-      { 'data-testid': 'compare-metric', 'data-key': m.key, 'data-a': String(m.a), 'data-b': String(m.b) },
-      [el('th', {}, [m.label]), el('td', {}, [fmtMetric(m.a, m.unit)]), el('td', {}, [fmtMetric(m.b, m.unit)]),
-        el('td', { class: better(m) }, [fmtChange(m)])])));
+    const head = el(
+      'tr',
+      {},
+      ['measure', 'A', 'B', 'B vs A'].map((t) => el('th', { scope: 'col' }, [t])),
+    );
+    $('compare-metrics').replaceChildren(
+      head,
+      ...metrics.map((m) =>
+        el('tr', { 'data-testid': 'compare-metric', 'data-key': m.key, 'data-a': String(m.a), 'data-b': String(m.b) }, [
+          el('th', {}, [m.label]),
+          el('td', {}, [fmtMetric(m.a, m.unit)]),
+          el('td', {}, [fmtMetric(m.b, m.unit)]),
+          el('td', { class: better(m) }, [fmtChange(m)]),
+        ]),
+      ),
+    );
   }
 
   /** One canvas per run, a small chart per worker, all on the comparison's common edges. @param {Comparison} r */
@@ -265,28 +317,48 @@ export class CompareView {
 
   /** Both runs in one timeline, each from 0 s of its own run (its run_start). */
   renderTimelines() {
-    this.timeline.setTracks(this.shown.map((tr, i) => ({
-      // without its epoch markers: the view draws the first track's at that run's times, which would
-      // be wrong for B and would write "epoch 0" over A's name
-      store: Object.create(tr.store, { epochs: { value: [] } }),
-      label: `${i ? 'B' : 'A'} · ${title(tr)}`,
-      offset: -(tr.player.length ? tr.player.event(0).t : 0),
-      inProcess: tr.player.full.config.num_workers === 0,
-      pin: pinStage(tr.player.full),
-    })));
+    this.timeline.setTracks(
+      this.shown.map((tr, i) => ({
+        // without its epoch markers: the view draws the first track's at that run's times, which would
+        // be wrong for B and would write "epoch 0" over A's name
+        store: Object.create(tr.store, { epochs: { value: [] } }),
+        label: `${i ? 'B' : 'A'} · ${title(tr)}`,
+        offset: -(tr.player.length ? tr.player.event(0).t : 0),
+        inProcess: tr.player.full.config.num_workers === 0,
+        pin: pinStage(tr.player.full),
+      })),
+    );
     this.timeline.fit();
   }
 
   /** @param {Comparison['diagnosis']} d */
   renderDiagnosis(d) {
     /** @param {string} id @param {string[]} texts @param {string} none */
-    const list = (id, texts, none) => $(id).replaceChildren(...(texts.length ? texts.map((t) => el('li', {}, [t]))
-      : [el('li', { class: 'muted' }, [none])]));
+    const list = (id, texts, none) =>
+      $(id).replaceChildren(
+        ...(texts.length ? texts.map((t) => el('li', {}, [t])) : [el('li', { class: 'muted' }, [none])]),
+      );
     list('compare-only-a', d.only_a, 'nothing');
     list('compare-only-b', d.only_b, 'nothing');
-    $('compare-both').replaceChildren(...(d.both.length ? d.both.map((p) => el('li', { 'data-changed': String(p.changed) },
-      p.changed ? [el('span', { class: 'tag' }, ['A']), ` ${p.a}`, el('br'), el('span', { class: 'tag' }, ['B']), ` ${p.b}`] : [p.a]))
-      : [el('li', { class: 'muted' }, ['nothing'])]));
+    $('compare-both').replaceChildren(
+      ...(d.both.length
+        ? d.both.map((p) =>
+            el(
+              'li',
+              { 'data-changed': String(p.changed) },
+              p.changed
+                ? [
+                    el('span', { class: 'tag' }, ['A']),
+                    ` ${p.a}`,
+                    el('br'),
+                    el('span', { class: 'tag' }, ['B']),
+                    ` ${p.b}`,
+                  ]
+                : [p.a],
+            ),
+          )
+        : [el('li', { class: 'muted' }, ['nothing'])]),
+    );
   }
 }
 
@@ -304,7 +376,8 @@ function better(m) {
 function drawHistogramRows(canvas, rows, edges) {
   const width = Math.max(canvas.parentElement?.clientWidth ?? 300, 240);
   const cols = Math.max(1, Math.min(rows.length, Math.floor(width / 240)));
-  const cellW = width / cols, cellH = 78;
+  const cellW = width / cols,
+    cellH = 78;
   const height = Math.ceil(rows.length / cols) * cellH + 4;
   const dpr = window.devicePixelRatio || 1;
   canvas.width = Math.round(width * dpr);
@@ -317,10 +390,13 @@ function drawHistogramRows(canvas, rows, edges) {
   clearLabels(ctx);
   if (!edges.length) return;
   const bins = edges.length - 1;
-  const a = Math.log(edges[0]), span = Math.log(edges[bins]) - a;
+  const a = Math.log(edges[0]),
+    span = Math.log(edges[bins]) - a;
   rows.forEach((w, i) => {
-    const x0 = (i % cols) * cellW + 4, y0 = Math.floor(i / cols) * cellH + 2;
-    const pw = cellW - 14, ph = cellH - 32;
+    const x0 = (i % cols) * cellW + 4,
+      y0 = Math.floor(i / cols) * cellH + 2;
+    const pw = cellW - 14,
+      ph = cellH - 32;
     const max = Math.max(1, ...w.counts);
     ctx.fillStyle = PALETTE.plotBg;
     ctx.fillRect(x0, y0 + 16, pw, ph);
@@ -335,9 +411,21 @@ function drawHistogramRows(canvas, rows, edges) {
       ctx.fillStyle = PALETTE.ink;
       ctx.fillRect(x0 + ((Math.log(w.p50) - a) / span) * pw - 0.5, y0 + 14, 1.5, ph + 4);
     }
-    chartLabels(ctx, { name: w.in_process ? 'main process' : `worker ${w.worker}`, slow: false, x0, y0, pw, nameY: 11,
+    chartLabels(ctx, {
+      name: w.in_process ? 'main process' : `worker ${w.worker}`,
+      slow: false,
+      x0,
+      y0,
+      pw,
+      nameY: 11,
       stat: w.tasks ? `${w.tasks} fetches · p50 ${fmtDuration(w.p50)} · p95 ${fmtDuration(w.p95)}` : 'no fetch',
-      axisY: 16 + ph + 12, lo: edges[0], hi: edges[bins] });
+      axisY: 16 + ph + 12,
+      lo: edges[0],
+      hi: edges[bins],
+    });
   });
-  canvas.setAttribute('aria-label', rows.map((w) => `worker ${w.worker}: ${w.tasks} fetches, p50 ${fmtDuration(w.p50)}`).join('; '));
+  canvas.setAttribute(
+    'aria-label',
+    rows.map((w) => `worker ${w.worker}: ${w.tasks} fetches, p50 ${fmtDuration(w.p50)}`).join('; '),
+  );
 }

@@ -14,12 +14,18 @@ const MAX_PARK_MARKS = 300; // marks on the time slider for parked results, thin
 export function findingText(n) {
   const who = n.worker !== undefined && n.worker !== null ? `worker ${n.worker}` : 'the training loop';
   switch (n.kind) {
-    case 'worker_stuck': return `${who} stuck on task ${n.idx ?? '?'}`;
-    case 'worker_died': return `${who} died${n.signal ? ` (${n.signal})` : n.exitcode != null ? ` (exit ${n.exitcode})` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
-    case 'consumer_stuck': return `training loop stuck in next(), waiting for task ${n.waiting_for ?? '?'}`;
-    case 'timeout': return `timeout= expired after ${n.seconds ?? '?'} s`;
-    case 'doctor_verdict': return `doctor: ${n.text}`;
-    default: return `error${n.worker != null ? ` in ${who}` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
+    case 'worker_stuck':
+      return `${who} stuck on task ${n.idx ?? '?'}`;
+    case 'worker_died':
+      return `${who} died${n.signal ? ` (${n.signal})` : n.exitcode != null ? ` (exit ${n.exitcode})` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
+    case 'consumer_stuck':
+      return `training loop stuck in next(), waiting for task ${n.waiting_for ?? '?'}`;
+    case 'timeout':
+      return `timeout= expired after ${n.seconds ?? '?'} s`;
+    case 'doctor_verdict':
+      return `doctor: ${n.text}`;
+    default:
+      return `error${n.worker != null ? ` in ${who}` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
   }
 }
 
@@ -58,25 +64,28 @@ export class FindingsView {
     if (this.findingsKey === key) return;
     this.findingsKey = key;
     $('findings-box').hidden = !items.length;
-    $('findings').replaceChildren(...items.map((n) => {
-      const li = document.createElement('li');
-      const b = document.createElement('button');
-      b.type = 'button';
-      b.dataset.kind = n.kind ?? '';
-      if (n.worker !== undefined && n.worker !== null) b.dataset.worker = String(n.worker);
-      b.textContent = `▶ ${fmtDuration(n.t ?? 0)} · ${findingText(n)}`;
-      b.title = 'go to this moment and show the worker, its task and its stack';
-      b.addEventListener('click', () => this.onShow(n));
-      li.append(b);
-      return li;
-    }));
+    $('findings').replaceChildren(
+      ...items.map((n) => {
+        const li = document.createElement('li');
+        const b = document.createElement('button');
+        b.type = 'button';
+        b.dataset.kind = n.kind ?? '';
+        if (n.worker !== undefined && n.worker !== null) b.dataset.worker = String(n.worker);
+        b.textContent = `▶ ${fmtDuration(n.t ?? 0)} · ${findingText(n)}`;
+        b.title = 'go to this moment and show the worker, its task and its stack';
+        b.addEventListener('click', () => this.onShow(n));
+        li.append(b);
+        return li;
+      }),
+    );
   }
 
   /** Marks on the time slider: stuck, died, error, timeout, and where results were parked. @param {import('../model/track.js').Track} tr @param {Note[]} found */
   renderMarks(tr, found) {
     const p = tr.player;
     if (!p.length) return;
-    const t0 = p.table.t[0], t1 = p.table.t[p.length - 1];
+    const t0 = p.table.t[0],
+      t1 = p.table.t[p.length - 1];
     const key = `${tr.rank}:${found.length}:${tr.parked.length}:${Math.round((t1 - t0) * 20)}`;
     if (this.marksKey === key) return;
     this.marksKey = key;
@@ -92,9 +101,11 @@ export class FindingsView {
     const parked = tr.parked;
     const every = Math.max(1, Math.ceil(parked.length / MAX_PARK_MARKS));
     const marks = [];
-    for (let k = 0; k < parked.length; k += every) marks.push(mark(parked[k], 'parked', 'a result parked in the reorder buffer'));
+    for (let k = 0; k < parked.length; k += every)
+      marks.push(mark(parked[k], 'parked', 'a result parked in the reorder buffer'));
     for (const n of found) {
-      const cls = n.kind === 'worker_died' ? 'died' : n.kind === 'timeout' ? 'timeout' : n.kind === 'error' ? 'error' : 'stuck';
+      const cls =
+        n.kind === 'worker_died' ? 'died' : n.kind === 'timeout' ? 'timeout' : n.kind === 'error' ? 'error' : 'stuck';
       marks.push(mark(n.t ?? t0, cls, n.kind ?? ''));
     }
     const box = $('pb-marks');

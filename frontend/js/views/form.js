@@ -24,10 +24,15 @@ export function fieldsFromSchema(properties) {
       p = { ...real[0], ...p, anyOf: undefined, oneOf: undefined };
     }
     /** @type {Field['kind']} */
-    const kind = Array.isArray(p.enum) ? 'enum'
-      : p.type === 'integer' ? 'int'
-        : p.type === 'number' ? 'number'
-          : p.type === 'boolean' ? 'bool' : 'string';
+    const kind = Array.isArray(p.enum)
+      ? 'enum'
+      : p.type === 'integer'
+        ? 'int'
+        : p.type === 'number'
+          ? 'number'
+          : p.type === 'boolean'
+            ? 'bool'
+            : 'string';
     const min = p.minimum ?? (p.exclusiveMinimum !== undefined ? p.exclusiveMinimum : undefined);
     const max = p.maximum ?? (p.exclusiveMaximum !== undefined ? p.exclusiveMaximum : undefined);
     return {

@@ -43,8 +43,13 @@ export class HistogramView {
     const key = `${width}:${counts.join(',')}:${[...slow].join(',')}:${state.epoch}:${PALETTE.bg}`;
     if (key === this.key) return false;
     this.key = key;
-    let lo = Infinity, hi = 0;
-    for (const w of workers) for (const v of w.fetch_times) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    let lo = Infinity,
+      hi = 0;
+    for (const w of workers)
+      for (const v of w.fetch_times) {
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
     const n = workers.length;
     const cols = Math.max(1, Math.min(n, Math.floor(width / CELL_MIN_W)));
     const cellW = width / cols;
@@ -70,10 +75,13 @@ export class HistogramView {
       return true;
     }
     const edges = logEdges(lo, hi, BINS);
-    const a = Math.log(edges[0]), span = Math.log(edges[BINS]) - a;
+    const a = Math.log(edges[0]),
+      span = Math.log(edges[BINS]) - a;
     workers.forEach((w, i) => {
-      const x0 = (i % cols) * cellW + 6, y0 = Math.floor(i / cols) * cellH + 4;
-      const pw = cellW - 14, ph = cellH - 30;
+      const x0 = (i % cols) * cellW + 6,
+        y0 = Math.floor(i / cols) * cellH + 4;
+      const pw = cellW - 14,
+        ph = cellH - 30;
       const c = binCounts(w.fetch_times, edges);
       let max = 0;
       for (const v of c) max = Math.max(max, v);
@@ -87,15 +95,29 @@ export class HistogramView {
         ctx.fillRect(x0 + k * bw + 0.5, y0 + 14 + ph - h, Math.max(1, bw - 1), h);
       }
       const sorted = Float64Array.from(w.fetch_times).sort();
-      const p50 = quantile(sorted, 0.5), p95 = quantile(sorted, 0.95);
+      const p50 = quantile(sorted, 0.5),
+        p95 = quantile(sorted, 0.95);
       if (sorted.length) {
         const mx = x0 + ((Math.log(p50) - a) / span) * pw;
         ctx.fillStyle = PALETTE.ink;
         ctx.fillRect(mx - 0.5, y0 + 12, 1.5, ph + 4);
       }
       const name = inProcess ? 'main process' : `worker ${w.id}`;
-      const stat = sorted.length ? `${sorted.length} · p50 ${fmtDuration(p50)} · p95 ${fmtDuration(p95)}` : 'no fetch yet';
-      chartLabels(ctx, { name, stat, slow: slow.has(w.id), x0, y0, pw, nameY: 10, axisY: 14 + ph + 12, lo: edges[0], hi: edges[BINS] });
+      const stat = sorted.length
+        ? `${sorted.length} · p50 ${fmtDuration(p50)} · p95 ${fmtDuration(p95)}`
+        : 'no fetch yet';
+      chartLabels(ctx, {
+        name,
+        stat,
+        slow: slow.has(w.id),
+        x0,
+        y0,
+        pw,
+        nameY: 10,
+        axisY: 14 + ph + 12,
+        lo: edges[0],
+        hi: edges[BINS],
+      });
       summary.push(`${name}: ${stat}`);
     });
     this.canvas.setAttribute('aria-label', `fetch time histograms: ${summary.join('; ')}`);
@@ -121,7 +143,8 @@ export function chartLabels(ctx, { name, stat, slow, x0, y0, pw, nameY, axisY, l
   ctx.fillStyle = PALETTE.dim;
   const figures = fitText(ctx, stat, pw - nameW - 10);
   if (figures) fillLabel(ctx, figures, x0 + nameW + 10, y0 + nameY);
-  const left = fmtDuration(lo), right = fmtDuration(hi);
+  const left = fmtDuration(lo),
+    right = fmtDuration(hi);
   fillLabel(ctx, left, x0, y0 + axisY);
   const rw = ctx.measureText(right).width;
   if (ctx.measureText(left).width + 8 + rw <= pw) fillLabel(ctx, right, x0 + pw - rw, y0 + axisY);

@@ -34,7 +34,10 @@ export class InspectorView {
       $('inspector-note').textContent = 'asked: the next batch of each worker will be listed here with its values';
       this.host.askValues();
     });
-    $('inspector-pick').addEventListener('change', () => { $('inspector-note').textContent = ''; this.render(); });
+    $('inspector-pick').addEventListener('change', () => {
+      $('inspector-note').textContent = '';
+      this.render();
+    });
   }
 
   /** Another run or rank: nothing of the old one's batches stays. */
@@ -60,8 +63,11 @@ export class InspectorView {
       note.textContent = '';
       this.key = '';
     } else {
-      note.textContent = `task ${idx} (worker ${worker}, epoch ${epoch}) was not among the batches the probe described; `
-        + (samples.length ? 'pick one of those above' : 'this run has no batch descriptions (the simulator and older traces have none)');
+      note.textContent =
+        `task ${idx} (worker ${worker}, epoch ${epoch}) was not among the batches the probe described; ` +
+        (samples.length
+          ? 'pick one of those above'
+          : 'this run has no batch descriptions (the simulator and older traces have none)');
     }
     $('inspector-card').hidden = false;
     this.render();
@@ -84,9 +90,16 @@ export class InspectorView {
     const pick = /** @type {HTMLSelectElement} */ ($('inspector-pick'));
     if (pick.options.length !== samples.length) {
       const chosen = pick.value;
-      pick.replaceChildren(...samples.map((b, i) => new Option(
-        `batch ${b.idx} · worker ${b.worker} · epoch ${b.epoch}${b.pickle_bytes ? ` · ${b.pickle_bytes} B pickled` : ''}`
-        + (b.values ? ' · with values' : ''), String(i))));
+      pick.replaceChildren(
+        ...samples.map(
+          (b, i) =>
+            new Option(
+              `batch ${b.idx} · worker ${b.worker} · epoch ${b.epoch}${b.pickle_bytes ? ` · ${b.pickle_bytes} B pickled` : ''}` +
+                (b.values ? ' · with values' : ''),
+              String(i),
+            ),
+        ),
+      );
       pick.value = chosen || '0';
       $('inspector-count').textContent = `(${samples.length} sampled)`;
       this.key = '';
@@ -100,12 +113,16 @@ export class InspectorView {
     ul.append(structureItems(b.structure));
     const facts = [];
     if (full.fetched_bytes) {
-      facts.push(`the run so far: ${fmtBytes(full.fetched_bytes)} fetched, ${fmtBytes(full.pickled_bytes)} of it pickled `
-        + `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared memory instead)`);
+      facts.push(
+        `the run so far: ${fmtBytes(full.fetched_bytes)} fetched, ${fmtBytes(full.pickled_bytes)} of it pickled ` +
+          `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared memory instead)`,
+      );
     }
     if (b.pickle_bytes !== undefined && b.pickle_bytes !== null) {
-      facts.push(`this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s != null ? ` in ${fmtDuration(b.pickle_s)}` : ''}`
-        + ' (for tensors only the handles of their shared memory)');
+      facts.push(
+        `this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s != null ? ` in ${fmtDuration(b.pickle_s)}` : ''}` +
+          ' (for tensors only the handles of their shared memory)',
+      );
     }
     const p = document.createElement('p');
     p.className = 'desc';

@@ -47,7 +47,7 @@ export function visibleRows(scrollTop, viewPx, count, rowPx = ROW_PX) {
  */
 export function openLoader(answer, runId) {
   const mine = answer.ranks.find((r) => r.dashboard_run != null && r.dashboard_run === runId);
-  return mine ? mine.loader : answer.loaders[0]?.loader ?? null;
+  return mine ? mine.loader : (answer.loaders[0]?.loader ?? null);
 }
 
 /** @param {number} n @param {string} noun */
@@ -65,8 +65,10 @@ export function slowestSentence(loader) {
     if (loader.ranks === 1) return `${counts}: one rank waits for no other`;
     return `${counts}: no rank was last to deliver a step (every step's batches came within 1 µs of each other)`;
   }
-  return `rank ${top.rank} is the slowest: last to deliver ${top.steps} of ${top.of} steps, `
-    + `up to ${((top.worst_lag ?? 0) * 1000).toFixed(1)} ms after the first rank; ranks step together, so it sets the pace`;
+  return (
+    `rank ${top.rank} is the slowest: last to deliver ${top.steps} of ${top.of} steps, ` +
+    `up to ${((top.worst_lag ?? 0) * 1000).toFixed(1)} ms after the first rank; ranks step together, so it sets the pace`
+  );
 }
 
 /**
@@ -76,7 +78,8 @@ export function slowestSentence(loader) {
  */
 export function sentences(loaders) {
   return loaders.map((l) => ({
-    loader: l.loader, rank: l.slowest ? l.slowest.rank : null,
+    loader: l.loader,
+    rank: l.slowest ? l.slowest.rank : null,
     text: `${loaders.length > 1 ? `${l.loader}: ` : ''}${slowestSentence(l)}`,
   }));
 }
@@ -86,14 +89,64 @@ const orNone = (v) => (v === null ? -Infinity : v);
 
 /** @type {{label:string, key:string, title:string, text:(r:JobRow, steps:number) => string, value:(r:JobRow) => number|string}[]} */
 const COLUMNS = [
-  { label: 'loader', key: 'loader', title: 'the loader: its name as its run_start gave it (a job is ranks × loaders: each loader’s figures are its own)', text: (r) => r.loader, value: (r) => r.loader },
-  { label: 'rank', key: 'rank', title: 'the rank; click a row to open its live picture', text: (r) => `rank ${r.rank}`, value: (r) => r.rank },
-  { label: 'batches', key: 'batches', title: 'batches the rank handed out', text: (r) => String(r.batches), value: (r) => r.batches },
-  { label: 'batches/s', key: 'batches_per_s', title: 'batches over the rank’s time from its first event to its last batch', text: (r) => r.batches_per_s.toFixed(1), value: (r) => r.batches_per_s },
-  { label: 'waiting for data', key: 'input_bound', title: 'share of the run the training loop waited for a batch', text: (r) => `${(r.input_bound * 100).toFixed(0)}%`, value: (r) => r.input_bound },
-  { label: 'slowest worker', key: 'slowest_worker_mean', title: 'the worker with the longest mean fetch (sorted by that mean)', text: (r) => (r.slowest_worker === null ? '–' : `worker ${r.slowest_worker}`), value: (r) => orNone(r.slowest_worker_mean) },
-  { label: 'its p95', key: 'slowest_worker_p95', title: 'that worker’s 95th percentile fetch time', text: (r) => (r.slowest_worker_p95 === null ? '–' : fmtDuration(r.slowest_worker_p95)), value: (r) => orNone(r.slowest_worker_p95) },
-  { label: 'last in', key: 'slowest_steps', title: 'steps this rank delivered last of all ranks, and its worst lag', text: (r, steps) => `${r.slowest_steps} of ${steps} steps${r.worst_lag === null ? '' : ` · worst ${fmtDuration(r.worst_lag)}`}`, value: (r) => r.slowest_steps },
+  {
+    label: 'loader',
+    key: 'loader',
+    title:
+      'the loader: its name as its run_start gave it (a job is ranks × loaders: each loader’s figures are its own)',
+    text: (r) => r.loader,
+    value: (r) => r.loader,
+  },
+  {
+    label: 'rank',
+    key: 'rank',
+    title: 'the rank; click a row to open its live picture',
+    text: (r) => `rank ${r.rank}`,
+    value: (r) => r.rank,
+  },
+  {
+    label: 'batches',
+    key: 'batches',
+    title: 'batches the rank handed out',
+    text: (r) => String(r.batches),
+    value: (r) => r.batches,
+  },
+  {
+    label: 'batches/s',
+    key: 'batches_per_s',
+    title: 'batches over the rank’s time from its first event to its last batch',
+    text: (r) => r.batches_per_s.toFixed(1),
+    value: (r) => r.batches_per_s,
+  },
+  {
+    label: 'waiting for data',
+    key: 'input_bound',
+    title: 'share of the run the training loop waited for a batch',
+    text: (r) => `${(r.input_bound * 100).toFixed(0)}%`,
+    value: (r) => r.input_bound,
+  },
+  {
+    label: 'slowest worker',
+    key: 'slowest_worker_mean',
+    title: 'the worker with the longest mean fetch (sorted by that mean)',
+    text: (r) => (r.slowest_worker === null ? '–' : `worker ${r.slowest_worker}`),
+    value: (r) => orNone(r.slowest_worker_mean),
+  },
+  {
+    label: 'its p95',
+    key: 'slowest_worker_p95',
+    title: 'that worker’s 95th percentile fetch time',
+    text: (r) => (r.slowest_worker_p95 === null ? '–' : fmtDuration(r.slowest_worker_p95)),
+    value: (r) => orNone(r.slowest_worker_p95),
+  },
+  {
+    label: 'last in',
+    key: 'slowest_steps',
+    title: 'steps this rank delivered last of all ranks, and its worst lag',
+    text: (r, steps) =>
+      `${r.slowest_steps} of ${steps} steps${r.worst_lag === null ? '' : ` · worst ${fmtDuration(r.worst_lag)}`}`,
+    value: (r) => r.slowest_steps,
+  },
 ];
 
 /** @param {number|string} a @param {number|string} b */
@@ -107,8 +160,9 @@ const compare = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
 export function sortedRows(rows, key, descending) {
   const column = COLUMNS.find((c) => c.key === key) ?? COLUMNS[1];
   const sign = descending ? -1 : 1;
-  return [...rows].sort((a, b) => sign * compare(column.value(a), column.value(b)) || a.rank - b.rank
-    || compare(a.loader, b.loader));
+  return [...rows].sort(
+    (a, b) => sign * compare(column.value(a), column.value(b)) || a.rank - b.rank || compare(a.loader, b.loader),
+  );
 }
 
 export class JobTableView {
@@ -199,20 +253,23 @@ export class JobTableView {
     const lines = sentences(answer.loaders);
     const mine = lines.find((l) => l.loader === loader) ?? null;
     this.slowest = mine ? mine.rank : null;
-    this.sentence.replaceChildren(...lines.map((l) => {
-      const line = el('div', '');
-      line.dataset.loader = l.loader;
-      line.dataset.rank = l.rank === null ? '' : String(l.rank);
-      line.textContent = l.text;
-      return line;
-    }));
+    this.sentence.replaceChildren(
+      ...lines.map((l) => {
+        const line = el('div', '');
+        line.dataset.loader = l.loader;
+        line.dataset.rank = l.rank === null ? '' : String(l.rank);
+        line.textContent = l.text;
+        return line;
+      }),
+    );
     this.sentence.dataset.rank = this.slowest === null ? '' : String(this.slowest);
     const notices = answer.notices ?? [];
     this.damage.replaceChildren(...notices.map((text) => Object.assign(el('div', ''), { textContent: text })));
     this.damage.hidden = !notices.length;
     const ranks = new Set(answer.ranks.map((r) => r.rank)).size;
-    this.sentence.title = `job ${answer.job}: ${counted(ranks, 'rank')} × ${counted(answer.loaders.length, 'loader')}, `
-      + "from the traces in the dashboard's logdir";
+    this.sentence.title =
+      `job ${answer.job}: ${counted(ranks, 'rank')} × ${counted(answer.loaders.length, 'loader')}, ` +
+      "from the traces in the dashboard's logdir";
     this.spacer.style.height = `${answer.ranks.length * ROW_PX}px`;
     this.drawn = '';
     this.draw();
@@ -228,7 +285,11 @@ export class JobTableView {
 
   /** Put in the page the rows in view, and only those. */
   draw() {
-    const { first, last } = visibleRows(this.scroller.scrollTop, this.scroller.clientHeight || 10 * ROW_PX, this.rows.length);
+    const { first, last } = visibleRows(
+      this.scroller.scrollTop,
+      this.scroller.clientHeight || 10 * ROW_PX,
+      this.rows.length,
+    );
     const key = `${first}:${last}`;
     if (key === this.drawn) return;
     this.drawn = key;

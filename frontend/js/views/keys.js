@@ -60,12 +60,14 @@ export class Keys {
       const tr = document.createElement('tr');
       const th = document.createElement('th');
       th.scope = 'row';
-      th.append(...key.split(' ').map((k) => {
-        if (k === '/' || k === '+' || k === 'or') return ` ${k} `;
-        const kbd = document.createElement('kbd');
-        kbd.textContent = k;
-        return kbd;
-      }));
+      th.append(
+        ...key.split(' ').map((k) => {
+          if (k === '/' || k === '+' || k === 'or') return ` ${k} `;
+          const kbd = document.createElement('kbd');
+          kbd.textContent = k;
+          return kbd;
+        }),
+      );
       const td = document.createElement('td');
       td.textContent = what;
       tr.append(th, td);
@@ -88,12 +90,25 @@ export class Keys {
     const tl = this.host.timeline;
     const key = ev.key.length === 1 ? ev.key.toLowerCase() : ev.key;
     switch (key) {
-      case 'w': case 'ArrowUp': tl.zoomBy(ZOOM); break;
-      case 's': case 'ArrowDown': tl.zoomBy(1 / ZOOM); break;
-      case 'a': case 'ArrowLeft': tl.panBy(-PAN); break;
-      case 'd': case 'ArrowRight': tl.panBy(PAN); break;
+      case 'w':
+      case 'ArrowUp':
+        tl.zoomBy(ZOOM);
+        break;
+      case 's':
+      case 'ArrowDown':
+        tl.zoomBy(1 / ZOOM);
+        break;
+      case 'a':
+      case 'ArrowLeft':
+        tl.panBy(-PAN);
+        break;
+      case 'd':
+      case 'ArrowRight':
+        tl.panBy(PAN);
+        break;
       case 'f':
-        if (tl.selection) tl.setView(tl.selection); else tl.fit(true);
+        if (tl.selection) tl.setView(tl.selection);
+        else tl.fit(true);
         break;
       case 'Enter': {
         const sel = tl.selection;
@@ -114,7 +129,8 @@ export class Keys {
   /** @param {KeyboardEvent} ev */
   pageKey(ev) {
     const t = /** @type {HTMLElement|null} */ (ev.target instanceof HTMLElement ? ev.target : null);
-    const typing = !!t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
+    const typing =
+      !!t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
     if ((ev.key === 'k' || ev.key === 'K') && (ev.ctrlKey || ev.metaKey)) {
       ev.preventDefault();
       this.host.focusSearch();
@@ -127,7 +143,13 @@ export class Keys {
     } else if (ev.key === '?') {
       ev.preventDefault();
       this.toggleHelp();
-    } else if ((ev.key === 'Enter' || ev.key === ' ') && t && t.tabIndex >= 0 && t.hasAttribute('tabindex') && !t.matches(NATIVE)) {
+    } else if (
+      (ev.key === 'Enter' || ev.key === ' ') &&
+      t &&
+      t.tabIndex >= 0 &&
+      t.hasAttribute('tabindex') &&
+      !t.matches(NATIVE)
+    ) {
       // a lane, a rank's row, a sort header: focusable elements that act on a click act on Enter too
       ev.preventDefault();
       ev.stopPropagation();

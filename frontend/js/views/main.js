@@ -59,9 +59,21 @@ export class App {
     this.notes = new Notes($('notes'), $('notes-count'));
     this.log = new EventLog($('event-log'), $('events-count'));
     this.hist = new HistogramView($('hist'));
-    this.sweep = new SweepPanel(() => this.runForm.sweepSource(), () => this.realRun());
-    this.compare = new CompareView(() => this.tracks, () => this.runId, () => this.wake());
-    this.ranksView = new RanksView($('ranks'), (i) => selectTrack(this, i), () => this.wake(), (row) => this.server.openRow(row));
+    this.sweep = new SweepPanel(
+      () => this.runForm.sweepSource(),
+      () => this.realRun(),
+    );
+    this.compare = new CompareView(
+      () => this.tracks,
+      () => this.runId,
+      () => this.wake(),
+    );
+    this.ranksView = new RanksView(
+      $('ranks'),
+      (i) => selectTrack(this, i),
+      () => this.wake(),
+      (row) => this.server.openRow(row),
+    );
     this.timeline = new TimelineView($('timeline'), new TimelineStore());
     this.lastPanels = 0;
     this.lastSlowPanels = 0;
@@ -74,8 +86,10 @@ export class App {
       state: () => this.state,
       now: () => this.clock(performance.now()).now,
       rankLabel: () => (this.tracks.length > 1 ? this.track.label : ''),
-      verdict: () => (this.player.full.mode === 'doctor'
-        ? this.track.noteItems.findLast((n) => n.kind === 'doctor_verdict') ?? null : null),
+      verdict: () =>
+        this.player.full.mode === 'doctor'
+          ? (this.track.noteItems.findLast((n) => n.kind === 'doctor_verdict') ?? null)
+          : null,
       past: () => (this.complete() && this.player.cursor === this.player.length ? findingsOf(this.track) : []),
       show: (n) => this.showFinding(n),
     });
@@ -111,12 +125,23 @@ export class App {
       go: (hit) => goTo(this, hit),
     });
     this.rangeView = new RangeView({
-      zoom: () => { if (this.timeline.selection) this.timeline.setView(this.timeline.selection); },
+      zoom: () => {
+        if (this.timeline.selection) this.timeline.setView(this.timeline.selection);
+      },
       clear: () => this.timeline.select(null),
     });
     this.narrow = new NarrowLayout();
     /** @type {Perf} */
-    this.perf = { frames: 0, frameMs: [], applied: 0, maxFrameMs: 0, lastFrameMs: 0, longFrames: 0, split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 }, load: null };
+    this.perf = {
+      frames: 0,
+      frameMs: [],
+      applied: 0,
+      maxFrameMs: 0,
+      lastFrameMs: 0,
+      longFrames: 0,
+      split: { apply: 0, pipeline: 0, timeline: 0, panels: 0 },
+      load: null,
+    };
     this.runForm = new RunForm({
       started: (id, mode) => {
         this.server.open(id, { autoplay: mode === 'sim' });
@@ -143,10 +168,18 @@ export class App {
       runTime: () => this.clock(performance.now()).now,
       stopPlaying: () => this.playback.stop(),
       playFromStart: () => this.playback.playFromStart(),
-      diagnosisChanged: () => { this.diagKey = ''; renderDiagnosisNow(this); },
+      diagnosisChanged: () => {
+        this.diagKey = '';
+        renderDiagnosisNow(this);
+      },
       unknown: (message) => renderDiagnosis($('diagnosis'), [], message),
-      statusChanged: () => { this.status.render(); this.sweep.runChanged(); },
-      resumed: () => { this.lastEventWall = performance.now(); },
+      statusChanged: () => {
+        this.status.render();
+        this.sweep.runChanged();
+      },
+      resumed: () => {
+        this.lastEventWall = performance.now();
+      },
       wake: () => this.wake(),
       selectRun: (id, push) => selectRun(this, id, push),
       jobTable: (answer, runId) => this.ranksView.showJob(answer, runId),
@@ -157,7 +190,11 @@ export class App {
     this.track = /** @type {Track} */ (/** @type {unknown} */ (null));
     this.diagKey = ''; // the diagnosis drawn last: rank, cursor, events
     this.reset();
-    this.pipeline.onLaneClick = (wid) => { this.cards.select(wid); this.lastPanels = 0; this.wake(); };
+    this.pipeline.onLaneClick = (wid) => {
+      this.cards.select(wid);
+      this.lastPanels = 0;
+      this.wake();
+    };
     this.timeline.onInvalidate = () => this.wake();
     this.timeline.onSeek = (t) => this.playback.seekTime(t);
     this.timeline.onSpanClick = (span) => {
@@ -166,50 +203,105 @@ export class App {
       this.inspector.inspect(span);
       this.wake();
     };
-    this.timeline.onSelect = () => { this.lastPanels = 0; this.wake(); };
+    this.timeline.onSelect = () => {
+      this.lastPanels = 0;
+      this.wake();
+    };
     this.keys = new Keys({
       timeline: this.timeline,
       focusSearch: () => this.searchView.focus(),
-      seekTime: (t) => { this.pushNext = true; this.playback.seekTime(t); },
+      seekTime: (t) => {
+        this.pushNext = true;
+        this.playback.seekTime(t);
+      },
       clearSelection: () => this.timeline.select(null),
     });
-    window.addEventListener('resize', () => { this.hist.invalidate(); this.wake(); });
+    window.addEventListener('resize', () => {
+      this.hist.invalidate();
+      this.wake();
+    });
     Object.assign(window, { loaderscope: this }); // for scripts and tests: state, perf, timeline, player
   }
 
   // --- what tests and scripts read ------------------------------------------------------------------
 
-  get state() { return this.track.player.state; }
-  get store() { return this.track.store; }
-  get player() { return this.track.player; }
-  get stream() { return this.track.stream; }
-  get queue() { return this.track.queue; }
-  get queueHead() { return this.track.queueHead; }
-  get eventCount() { return this.track.player.length; }
-  get runInfo() { return this.track.runInfo; }
-  set runInfo(v) { this.track.runInfo = v; }
-  get playing() { return this.playback.playing; }
-  get speed() { return this.playback.speed; }
+  get state() {
+    return this.track.player.state;
+  }
+  get store() {
+    return this.track.store;
+  }
+  get player() {
+    return this.track.player;
+  }
+  get stream() {
+    return this.track.stream;
+  }
+  get queue() {
+    return this.track.queue;
+  }
+  get queueHead() {
+    return this.track.queueHead;
+  }
+  get eventCount() {
+    return this.track.player.length;
+  }
+  get runInfo() {
+    return this.track.runInfo;
+  }
+  set runInfo(v) {
+    this.track.runInfo = v;
+  }
+  get playing() {
+    return this.playback.playing;
+  }
+  get speed() {
+    return this.playback.speed;
+  }
   /** @param {number} i @param {boolean} [pause] @param {boolean} [snap] */
-  moveTo(i, pause = true, snap = false) { this.playback.moveTo(i, pause, snap); }
-  play() { this.playback.play(); }
-  pause() { this.playback.pause(); }
-  get runId() { return this.server.runId; }
+  moveTo(i, pause = true, snap = false) {
+    this.playback.moveTo(i, pause, snap);
+  }
+  play() {
+    this.playback.play();
+  }
+  pause() {
+    this.playback.pause();
+  }
+  get runId() {
+    return this.server.runId;
+  }
 
   /** The open run when it is a real loader's with fetches to fit (what-if replays it), else null. */
   realRun() {
     const info = this.track?.runInfo;
     if (!this.runId || !info || info.mode !== 'real' || !((info.batches ?? 0) > 0)) return null;
-    return { id: this.runId, label: info.name || info.scenario || this.runId, ended: ENDED.has(info.status),
-      config: info.config ?? {} };
+    return {
+      id: this.runId,
+      label: info.name || info.scenario || this.runId,
+      ended: ENDED.has(info.status),
+      config: info.config ?? {},
+    };
   }
-  get demo() { return this.server.demo; }
-  get offline() { return this.server.offline; }
-  get unknownRun() { return this.server.unknownRun; }
+  get demo() {
+    return this.server.demo;
+  }
+  get offline() {
+    return this.server.offline;
+  }
+  get unknownRun() {
+    return this.server.unknownRun;
+  }
   /** @param {string} id @param {{push?: boolean, autoplay?: boolean}} [o] */
-  openRun(id, o) { this.server.open(id, o); }
-  get form() { return this.runForm.form; }
-  get selectedWorker() { return this.cards.selected; }
+  openRun(id, o) {
+    this.server.open(id, o);
+  }
+  get form() {
+    return this.runForm.form;
+  }
+  get selectedWorker() {
+    return this.cards.selected;
+  }
 
   /** @param {Track[]|null} [tracks] the open run's ranks (none: an empty page) */
   reset(tracks = null) {
@@ -262,8 +354,14 @@ export class App {
   isLiveRun() {
     const tr = this.track;
     const s = tr.player.full;
-    return tr.source === 'server' && s.mode === 'real' && !this.complete() && s.status !== 'pending'
-      && !this.offline && !this.unknownRun;
+    return (
+      tr.source === 'server' &&
+      s.mode === 'real' &&
+      !this.complete() &&
+      s.status !== 'pending' &&
+      !this.offline &&
+      !this.unknownRun
+    );
   }
 
   /** Watching the newest events of a live real run (not scrubbed back). */
@@ -402,7 +500,8 @@ export class App {
   openFiles({ tracks, events, ms }) {
     this.reset(tracks);
     this.server.close();
-    $('connection').textContent = `${tracks.length > 1 ? `${tracks.length} traces` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
+    $('connection').textContent =
+      `${tracks.length > 1 ? `${tracks.length} traces` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
     $('connection').dataset.state = 'file';
     this.wake();
   }
@@ -442,4 +541,3 @@ export class App {
 }
 
 new App().init();
-

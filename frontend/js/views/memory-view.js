@@ -19,8 +19,13 @@ export function memoryFigures(model) {
   if (m === null) return null;
   const procs = m.main ? [m.main, ...m.workers] : m.workers;
   // the pid goes in the process cell's tooltip: six columns overflow the side panel at 1024 px
-  const rows = procs.map((p) => [p.worker === null ? 'main' : `worker ${p.worker}`, mb(p.uss), mb(p.shared),
-    mb(p.rss), mb(p.high_rss)]);
+  const rows = procs.map((p) => [
+    p.worker === null ? 'main' : `worker ${p.worker}`,
+    mb(p.uss),
+    mb(p.shared),
+    mb(p.rss),
+    mb(p.high_rss),
+  ]);
   const pids = procs.map((p) => p.pid);
   const lines = [`${m.samples} sample${m.samples === 1 ? '' : 's'} (${m.source ?? '?'}); MB = 10^6 bytes`];
   if (m.headroom !== null) {
@@ -63,7 +68,9 @@ export class MemoryCard {
       for (const cell of row) tr.insertCell().textContent = cell;
       tr.cells[0].title = `pid ${figures.pids[i]}`;
     });
-    const notes = figures.lines.map((text) => Object.assign(document.createElement('p'), { className: 'desc', textContent: text }));
+    const notes = figures.lines.map((text) =>
+      Object.assign(document.createElement('p'), { className: 'desc', textContent: text }),
+    );
     this.body.replaceChildren(table, ...notes);
   }
 }

@@ -115,14 +115,24 @@ export class Counters {
     const win = state.window;
     this.set('outstanding', `${state.outstanding} / ${win}`, state.outstanding >= win && state.batches ? 'warn' : '');
     this.set('buffer', `${state.buffer.length} (${state.buffer_high})`, state.buffer.length ? 'warn' : '');
-    this.set('wait', state.batches ? `${(s.input_bound * 100).toFixed(0)}%` : '–', s.input_bound > 0.5 ? 'bad' : s.input_bound > 0.2 ? 'warn' : '');
+    this.set(
+      'wait',
+      state.batches ? `${(s.input_bound * 100).toFixed(0)}%` : '–',
+      s.input_bound > 0.5 ? 'bad' : s.input_bound > 0.2 ? 'warn' : '',
+    );
     const pin = pinStage(state);
     const mbs = pinRate(state);
     const noRun = state.status === 'pending' && state.config.num_workers === undefined;
     if (noRun) this.set('pin', '–');
-    else this.set('pin', pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short, pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '');
+    else
+      this.set(
+        'pin',
+        pin.mode === 'active' ? (mbs === null ? '–' : mbs >= 100 ? mbs.toFixed(0) : mbs.toFixed(1)) : pin.short,
+        pin.mode === 'disabled' ? 'off' : state.unpinned ? 'warn' : '',
+      );
     const pinCell = this.cells.get('pin');
-    if (pinCell) pinCell.el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
+    if (pinCell)
+      pinCell.el.title = pin.why + (state.pin_bytes ? ` · ${(state.pin_bytes / 1e6).toFixed(1)} MB pinned` : '');
     // epochs of training begun, peeks left out (an iterator left after a look at a batch or two)
     this.set('epoch', `${state.epochs_done + (state.epoch_open ? 1 : 0)} · ${compact(eventCount)}`);
   }
@@ -133,12 +143,16 @@ const NOTE_TEXT = {
   gap: (n) => `events ${n.from}–${n.to} are missing: ${n.reason || 'the server no longer holds them'}`,
   invalid: (n) => `ignored an invalid event: ${n.reason}`,
   bad: (n) => String(n.reason),
-  worker_stuck: (n) => `worker ${n.worker} stuck on task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''} for ${Number(n.elapsed).toFixed(1)} s${frameText(userFrame(n.stack))}`,
-  worker_died: (n) => `worker ${n.worker} (pid ${n.pid ?? '?'}) died: ${n.signal || `exit code ${n.exitcode}`}${n.idx !== undefined && n.idx !== null ? ` holding task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''}` : ''}`,
-  consumer_stuck: (n) => `the training loop has waited ${Number(n.elapsed).toFixed(1)} s inside next() for task ${n.waiting_for ?? '?'}${n.held_by !== undefined && n.held_by !== null ? ` (worker ${n.held_by} holds it${n.has_data ? ', its data is ready' : ''})` : ''}`,
+  worker_stuck: (n) =>
+    `worker ${n.worker} stuck on task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''} for ${Number(n.elapsed).toFixed(1)} s${frameText(userFrame(n.stack))}`,
+  worker_died: (n) =>
+    `worker ${n.worker} (pid ${n.pid ?? '?'}) died: ${n.signal || `exit code ${n.exitcode}`}${n.idx !== undefined && n.idx !== null ? ` holding task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''}` : ''}`,
+  consumer_stuck: (n) =>
+    `the training loop has waited ${Number(n.elapsed).toFixed(1)} s inside next() for task ${n.waiting_for ?? '?'}${n.held_by !== undefined && n.held_by !== null ? ` (worker ${n.held_by} holds it${n.has_data ? ', its data is ready' : ''})` : ''}`,
   timeout: (n) => `timeout: no batch within ${n.seconds} s${timeoutWorkers(n)}`,
   batch_info: (n) => `batch ${n.idx} of worker ${n.worker} described for the inspector`,
-  error: (n) => `${n.type}: ${n.message}${n.idx !== undefined && n.idx !== null ? ` (task ${n.idx}, worker ${n.worker})` : ''}`,
+  error: (n) =>
+    `${n.type}: ${n.message}${n.idx !== undefined && n.idx !== null ? ` (task ${n.idx}, worker ${n.worker})` : ''}`,
   violation: (n) => `protocol: ${n.text}`,
   doctor_verdict: (n) => `doctor: ${n.text}${n.advice ? `. What to do: ${n.advice}` : ''}`,
 };
@@ -176,13 +190,16 @@ export class Notes {
   /** @param {Note[]} items in order of arrival */
   render(items) {
     if (items.length === this.shown) return;
-    if (items.length < this.shown) { this.list.replaceChildren(); this.shown = 0; }
+    if (items.length < this.shown) {
+      this.list.replaceChildren();
+      this.shown = 0;
+    }
     const frag = document.createDocumentFragment();
     for (let i = this.shown; i < Math.min(items.length, 500); i++) {
       const n = items[i];
       const li = document.createElement('li');
       const kind = n.kind ?? n.type;
-      li.className = n.unknown ? 'unknown' : kind ?? '';
+      li.className = n.unknown ? 'unknown' : (kind ?? '');
       li.textContent = (typeof n.t === 'number' ? `${fmtDuration(n.t)}  ` : '') + noteText(n);
       if (n.unknown) li.textContent = `unknown event kind "${n.kind}": ${noteText(n)}`;
       frag.append(li);
@@ -220,19 +237,37 @@ export class EventLog {
     for (let i = Math.max(0, cursor - 60); i < cursor; i++) lines.push(eventLine(eventAt(i)));
     this.pre.textContent = lines.join('\n');
     // to the newest line at the next frame's start, when the layout is already done
-    if (this.stick) requestAnimationFrame(() => { this.pre.scrollTop = this.pre.scrollHeight; });
+    if (this.stick)
+      requestAnimationFrame(() => {
+        this.pre.scrollTop = this.pre.scrollHeight;
+      });
     this.countEl.textContent = cursor === total ? `(${total})` : `(${cursor} of ${total})`;
   }
 }
 
-const SKIP_FIELDS = new Set(['seq', 't', 'run', 'rank', 'kind', 'indices', 'stack', 'traceback', 'config', 'stats', 'structure', 'params']);
+const SKIP_FIELDS = new Set([
+  'seq',
+  't',
+  'run',
+  'rank',
+  'kind',
+  'indices',
+  'stack',
+  'traceback',
+  'config',
+  'stats',
+  'structure',
+  'params',
+]);
 
 /** @param {import('../model/types.js').LoaderEvent} e */
 export function eventLine(e) {
   const parts = [];
   for (const [k, v] of Object.entries(e)) {
     if (SKIP_FIELDS.has(k)) continue;
-    parts.push(`${k}=${typeof v === 'number' && !Number.isInteger(v) ? v.toFixed(4) : typeof v === 'object' ? JSON.stringify(v) : v}`);
+    parts.push(
+      `${k}=${typeof v === 'number' && !Number.isInteger(v) ? v.toFixed(4) : typeof v === 'object' ? JSON.stringify(v) : v}`,
+    );
   }
   if (e.indices) parts.push(`indices=${fmtIndices(e.indices, e.n)}`);
   return `#${e.seq} ${(+e.t).toFixed(4)} ${e.kind} ${parts.join(' ')}`;
@@ -244,13 +279,15 @@ export function renderDiagnosis(ul, lines, fallback) {
   const key = items.join('\n');
   if (ul.dataset.key === key) return;
   ul.dataset.key = key;
-  ul.replaceChildren(...items.map((text, i) => {
-    const li = document.createElement('li');
-    li.textContent = String(text);
-    if (!Array.isArray(lines) || !lines.length) li.className = 'muted';
-    else if (i === 0 && /error|died|stuck|timeout/.test(String(text))) li.className = 'error';
-    return li;
-  }));
+  ul.replaceChildren(
+    ...items.map((text, i) => {
+      const li = document.createElement('li');
+      li.textContent = String(text);
+      if (!Array.isArray(lines) || !lines.length) li.className = 'muted';
+      else if (i === 0 && /error|died|stuck|timeout/.test(String(text))) li.className = 'error';
+      return li;
+    }),
+  );
 }
 
 /** A worker's numbers and its current task, as text. @param {LoaderState} state @param {number} wid @param {number} [now] */
@@ -258,20 +295,29 @@ export function workerDetail(state, wid, now = state.t) {
   const w = state.workers.get(wid);
   if (!w) return '';
   const times = Float64Array.from(w.fetch_times).sort();
-  const pct = (/** @type {number} */ q) => (times.length ? times[Math.min(times.length - 1, Math.round(q * (times.length - 1)))] : NaN);
+  const pct = (/** @type {number} */ q) =>
+    times.length ? times[Math.min(times.length - 1, Math.round(q * (times.length - 1)))] : NaN;
   const lines = [];
   const task = w.current !== null ? state.tasks.get(w.current) : undefined;
   if (w.status === 'stuck' && w.stuck) {
     const s = w.stuck;
     const running = task && task.idx === s.idx && task.fetch_start !== null ? now - task.fetch_start : +s.elapsed;
     const sample = sampleText(s, state);
-    lines.push(`STUCK on task ${s.idx}${sample ? `, ${sample}` : ''}`, `for ${running.toFixed(1)} s (reported stuck after ${(+(s.threshold ?? 0)).toFixed(1)} s)`, '');
+    lines.push(
+      `STUCK on task ${s.idx}${sample ? `, ${sample}` : ''}`,
+      `for ${running.toFixed(1)} s (reported stuck after ${(+(s.threshold ?? 0)).toFixed(1)} s)`,
+      '',
+    );
   }
   if (w.status === 'died') {
     const d = w.died;
     const sample = sampleText(d, state);
     lines.push(`DIED: ${w.signal ? `killed by ${w.signal}` : `exit code ${w.exitcode}`}`);
-    if (d && d.idx !== undefined && d.idx !== null) lines.push(`while fetching task ${d.idx}${sample ? `, ${sample}` : ''}`, `samples ${fmtIndices(d.indices, 0) || '?'}`);
+    if (d && d.idx !== undefined && d.idx !== null)
+      lines.push(
+        `while fetching task ${d.idx}${sample ? `, ${sample}` : ''}`,
+        `samples ${fmtIndices(d.indices, 0) || '?'}`,
+      );
     if (w.signal === 'SIGKILL') lines.push("(SIGKILL is what the kernel's OOM killer sends: check memory)");
     if (w.signal === 'SIGBUS') lines.push('(SIGBUS: /dev/shm is probably full)');
     lines.push('');
@@ -347,25 +393,40 @@ export function alarms(state, now = state.t) {
   for (const w of state.workers.values()) {
     if (w.status !== 'died') continue;
     const d = w.died;
-    const held = d && d.idx !== undefined && d.idx !== null ? ` while fetching task ${d.idx}${d.sample !== undefined && d.sample !== null ? `, ${sampleText(d, state)}` : ''}` : '';
-    out.push({ worker: w.id, text: `worker ${w.id} died (${w.signal ? `killed by ${w.signal}` : `exit code ${w.exitcode}`})${held}` });
+    const held =
+      d && d.idx !== undefined && d.idx !== null
+        ? ` while fetching task ${d.idx}${d.sample !== undefined && d.sample !== null ? `, ${sampleText(d, state)}` : ''}`
+        : '';
+    out.push({
+      worker: w.id,
+      text: `worker ${w.id} died (${w.signal ? `killed by ${w.signal}` : `exit code ${w.exitcode}`})${held}`,
+    });
   }
   for (const w of state.workers.values()) {
     if (w.status === 'stuck' && w.stuck) {
       const sample = sampleText(w.stuck, state);
       const f = userFrame(w.stuck.stack);
-      out.push({ worker: w.id, text: `worker ${w.id} is stuck on task ${w.stuck.idx}${sample ? `, ${sample}` : ''}${f ? ` at ${String(f.file).split('/').pop()}:${f.line}` : ''} — its stack is on the right` });
+      out.push({
+        worker: w.id,
+        text: `worker ${w.id} is stuck on task ${w.stuck.idx}${sample ? `, ${sample}` : ''}${f ? ` at ${String(f.file).split('/').pop()}:${f.line}` : ''} — its stack is on the right`,
+      });
     }
   }
   const c = state.consumer_stuck;
   if (c && state.status === 'running') {
     const waited = +c.elapsed + Math.max(0, now - c.t);
-    out.push({ worker: c.held_by ?? null, text: `the training loop has waited ${waited.toFixed(1)} s inside next()${c.waiting_for !== undefined && c.waiting_for !== null ? ` for task ${c.waiting_for}` : ''}${c.held_by !== undefined && c.held_by !== null ? `, held by worker ${c.held_by}` : ''}` });
+    out.push({
+      worker: c.held_by ?? null,
+      text: `the training loop has waited ${waited.toFixed(1)} s inside next()${c.waiting_for !== undefined && c.waiting_for !== null ? ` for task ${c.waiting_for}` : ''}${c.held_by !== undefined && c.held_by !== null ? `, held by worker ${c.held_by}` : ''}`,
+    });
   }
   if (state.timeout) out.push({ worker: null, text: noteText(state.timeout) });
   if (state.errors.length) {
     const e = state.errors[state.errors.length - 1];
-    out.push({ worker: e.worker ?? null, text: `${e.type}: ${String(e.message).split('\n')[0]}${e.idx !== undefined && e.idx !== null ? ` (task ${e.idx}, worker ${e.worker})` : ''}` });
+    out.push({
+      worker: e.worker ?? null,
+      text: `${e.type}: ${String(e.message).split('\n')[0]}${e.idx !== undefined && e.idx !== null ? ` (task ${e.idx}, worker ${e.worker})` : ''}`,
+    });
   }
   return out;
 }

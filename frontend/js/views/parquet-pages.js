@@ -54,8 +54,12 @@ class Scratch {
 }
 
 // a page's definition levels, dictionary ids, numbers and booleans
-const scratch = { levels: new Scratch(Uint8Array), ids: new Scratch(Int32Array), nums: new Scratch(Float64Array),
-  bits: new Scratch(Uint8Array) };
+const scratch = {
+  levels: new Scratch(Uint8Array),
+  ids: new Scratch(Int32Array),
+  nums: new Scratch(Float64Array),
+  bits: new Scratch(Uint8Array),
+};
 
 /** Give `col` its arrays (at its first value). @param {Column} col */
 function allocate(col) {
@@ -69,7 +73,9 @@ function allocate(col) {
 
 /** @param {string} source @param {string} what */
 export function unsupported(source, what) {
-  return new TraceError(`${source} uses ${what}, which the page does not read: open the trace with \`loaderscope serve --open\` (it reads any Parquet), or write it again with \`loaderscope export -o X.trace.parquet\``);
+  return new TraceError(
+    `${source} uses ${what}, which the page does not read: open the trace with \`loaderscope serve --open\` (it reads any Parquet), or write it again with \`loaderscope export -o X.trace.parquet\``,
+  );
 }
 
 /**
@@ -196,7 +202,8 @@ function pageValues(page, pos, encoding, type, n, col, dict, source) {
     return out;
   }
   if (encoding === ENC.BYTE_STREAM_SPLIT && col.num) return byteStreamSplit(page, pos, type, n);
-  if (encoding === ENC.DELTA_BINARY_PACKED && col.num && (type === 'INT32' || type === 'INT64')) return deltaBinaryPacked(page, pos, n);
+  if (encoding === ENC.DELTA_BINARY_PACKED && col.num && (type === 'INT32' || type === 'INT64'))
+    return deltaBinaryPacked(page, pos, n);
   throw unsupported(source, `encoding ${encoding} in column '${col.name}'`);
 }
 
@@ -239,15 +246,18 @@ function rleHybrid(bytes, pos, end, width, out) {
   let k = 0;
   while (k < n && pos < end) {
     let header = 0;
-    for (let shift = 0; ; shift += 7) { // a ULEB128 varint
+    for (let shift = 0; ; shift += 7) {
+      // a ULEB128 varint
       const b = bytes[pos++];
       header |= (b & 0x7f) << shift;
       if (!(b & 0x80)) break;
     }
-    if (header & 1) { // (header >> 1) groups of 8 bit-packed values, LSB first
+    if (header & 1) {
+      // (header >> 1) groups of 8 bit-packed values, LSB first
       const values = (header >>> 1) * 8;
       const last = Math.min(n, k + values);
-      if (width === 1) { // definition levels: a byte holds 8
+      if (width === 1) {
+        // definition levels: a byte holds 8
         for (let q = pos; k < last; q++) {
           const b = bytes[q];
           for (let j = 0; j < 8 && k < last; j++) {
@@ -266,7 +276,8 @@ function rleHybrid(bytes, pos, end, width, out) {
         }
       }
       pos += (values * width) >>> 3;
-    } else { // a run: (header >> 1) times one value of valueBytes bytes
+    } else {
+      // a run: (header >> 1) times one value of valueBytes bytes
       let value = 0;
       for (let b = 0; b < valueBytes; b++) value |= bytes[pos++] << (8 * b);
       const run = Math.min(header >>> 1, n - k);
@@ -294,7 +305,8 @@ function plain(page, pos, type, n, col, kept) {
     const bytewise = latin1.decode(page.subarray(pos));
     for (let k = 0; k < n; k++) {
       const len = view.getUint32(p, true);
-      const start = p + 4, end = start + len;
+      const start = p + 4,
+        end = start + len;
       let high = 0;
       for (let q = start; q < end; q++) high |= page[q];
       col.dict.push(high < 0x80 ? bytewise.slice(start - pos, end - pos) : utf8.decode(page.subarray(start, end)));
@@ -310,11 +322,24 @@ function plain(page, pos, type, n, col, kept) {
   const out = kept ? new Float64Array(n) : scratch.nums.take(n);
   for (let k = 0; k < n; k++) {
     switch (type) {
-      case 'INT32': out[k] = view.getInt32(p, true); p += 4; break;
-      case 'INT64': out[k] = int64(view, p); p += 8; break;
-      case 'FLOAT': out[k] = view.getFloat32(p, true); p += 4; break;
-      case 'DOUBLE': out[k] = view.getFloat64(p, true); p += 8; break;
-      default: throw new TraceError(`column '${col.name}': Parquet type ${type}, which no trace column has`);
+      case 'INT32':
+        out[k] = view.getInt32(p, true);
+        p += 4;
+        break;
+      case 'INT64':
+        out[k] = int64(view, p);
+        p += 8;
+        break;
+      case 'FLOAT':
+        out[k] = view.getFloat32(p, true);
+        p += 4;
+        break;
+      case 'DOUBLE':
+        out[k] = view.getFloat64(p, true);
+        p += 8;
+        break;
+      default:
+        throw new TraceError(`column '${col.name}': Parquet type ${type}, which no trace column has`);
     }
   }
   return out;
@@ -342,8 +367,14 @@ function byteStreamSplit(page, pos, type, n) {
   const out = scratch.nums.take(n);
   for (let k = 0; k < n; k++) {
     for (let b = 0; b < width; b++) value[b] = page[pos + b * n + k];
-    out[k] = type === 'DOUBLE' ? v.getFloat64(0, true) : type === 'FLOAT' ? v.getFloat32(0, true)
-      : type === 'INT32' ? v.getInt32(0, true) : int64(v, 0);
+    out[k] =
+      type === 'DOUBLE'
+        ? v.getFloat64(0, true)
+        : type === 'FLOAT'
+          ? v.getFloat32(0, true)
+          : type === 'INT32'
+            ? v.getInt32(0, true)
+            : int64(v, 0);
   }
   return out;
 }
@@ -372,7 +403,8 @@ function deltaBinaryPacked(bytes, p, n) {
     for (let m = 0; m < miniblocks && k < n; m++) {
       const width = widths[m];
       const last = Math.min(n, k + perMini);
-      if (width === 0) { // every delta the minimum (seq: 1, a constant column: 0)
+      if (width === 0) {
+        // every delta the minimum (seq: 1, a constant column: 0)
         for (; k < last; k++) out[k] = value += minDelta;
       } else if (width <= 24) {
         const mask = (1 << width) - 1;
@@ -382,11 +414,15 @@ function deltaBinaryPacked(bytes, p, n) {
           out[k] = value += minDelta + (word & mask);
         }
       } else {
-        if (width > 45) throw new TraceError(`a DELTA_BINARY_PACKED miniblock of ${width}-bit deltas, past the integers a trace holds (2**53)`);
+        if (width > 45)
+          throw new TraceError(
+            `a DELTA_BINARY_PACKED miniblock of ${width}-bit deltas, past the integers a trace holds (2**53)`,
+          );
         for (let bit = pos.p * 8; k < last; k++) {
           let delta = 0;
-          for (let got = 0; got < width;) {
-            const off = bit & 7, take = Math.min(8 - off, width - got);
+          for (let got = 0; got < width; ) {
+            const off = bit & 7,
+              take = Math.min(8 - off, width - got);
             delta += ((bytes[bit >>> 3] >>> off) & ((1 << take) - 1)) * POW2[got];
             got += take;
             bit += take;

@@ -49,10 +49,15 @@ export function readPart(buffer, source) {
   try {
     meta = parquetMetadata(buffer, { geoparquet: false });
   } catch (err) {
-    throw new TraceError(`${source} is not a Parquet file (${err instanceof Error ? err.message : err}): a Parquet trace is a directory NAME.trace.parquet of part files`);
+    throw new TraceError(
+      `${source} is not a Parquet file (${err instanceof Error ? err.message : err}): a Parquet trace is a directory NAME.trace.parquet of part files`,
+    );
   }
   const text = meta.key_value_metadata?.find((kv) => kv.key === HEADER_KEY)?.value;
-  if (text === undefined) throw new TraceError(`${source} is a Parquet file without a loaderscope header ('${HEADER_KEY}' in its key-value metadata): not a loaderscope trace`);
+  if (text === undefined)
+    throw new TraceError(
+      `${source} is a Parquet file without a loaderscope header ('${HEADER_KEY}' in its key-value metadata): not a loaderscope trace`,
+    );
   const header = checkHeader(text, source);
   const leaves = meta.schema.filter((el) => el.type !== undefined);
   if (leaves.length !== meta.schema.length - 1) throw unsupported(source, 'nested columns');
@@ -86,7 +91,10 @@ export async function countRows(parts, source) {
 async function partRows(part, source) {
   const tail = new DataView(await part.slice(Math.max(0, part.size - 8)).arrayBuffer());
   const length = tail.byteLength === 8 ? tail.getUint32(0, true) : -1;
-  if (length < 0 || length > part.size - 12) throw new TraceError(`${source}/${part.name} is not a Parquet file: a Parquet trace is a directory NAME.trace.parquet of part files`);
+  if (length < 0 || length > part.size - 12)
+    throw new TraceError(
+      `${source}/${part.name} is not a Parquet file: a Parquet trace is a directory NAME.trace.parquet of part files`,
+    );
   const footer = await part.slice(part.size - 8 - length).arrayBuffer();
   try {
     return Number(parquetMetadata(footer, { geoparquet: false }).num_rows);
@@ -105,7 +113,10 @@ async function partRows(part, source) {
 export async function readParquetTraceInWorkers(parts, source, o) {
   // The footers' count sizes the page's table once. It is read beside the parts, not before them
   // (150 footers took 0.3 s); a damaged part is said by the worker that reads it.
-  countRows(parts, source).then((events) => o.onCount?.(Math.min(events, MAX_TRACE_EVENTS)), () => {});
+  countRows(parts, source).then(
+    (events) => o.onCount?.(Math.min(events, MAX_TRACE_EVENTS)),
+    () => {},
+  );
   let start = 0;
   const pieces = parts.map((blob) => ({ blob, start: (start += blob.size) - blob.size, part: blob.name }));
   return readSegments(pieces, start, source, 'event', o);
@@ -140,7 +151,15 @@ export function intoTable(part, source, table, other) {
   const rows = new PartRows(part, source);
   const { seq, t, run, rank, kind } = rows;
   const extra = rows.extra?.ids ? rows.extra.present : null;
-  pushColumns(table, part.rows, { seq, t, run, rank, kind }, rows.fields, extra, (r) => rows.extraOf(r), (r) => other(rows.event(r), r));
+  pushColumns(
+    table,
+    part.rows,
+    { seq, t, run, rank, kind },
+    rows.fields,
+    extra,
+    (r) => rows.extraOf(r),
+    (r) => other(rows.event(r), r),
+  );
 }
 
 /** A value of `col` at row r, or undefined where it is null (or there is no such column). @param {Column|undefined} col @param {number} r */
@@ -200,12 +219,18 @@ export function indicesOnly(text) {
   if (!text.startsWith(INDICES) || !text.endsWith(']}')) return null;
   /** @type {number[]} */
   const out = [];
-  let v = 0, digits = 0;
+  let v = 0,
+    digits = 0;
   for (let i = INDICES.length, end = text.length - 2; i < end; i++) {
     const c = text.charCodeAt(i);
-    if (c >= 48 && c <= 57 && digits < 9 && !(digits === 1 && v === 0)) { v = v * 10 + c - 48; digits += 1; }
-    else if (c === 44 && digits) { out.push(v); v = 0; digits = 0; }
-    else return null; // a sign, a leading zero, a space, a long number: JSON.parse decides
+    if (c >= 48 && c <= 57 && digits < 9 && !(digits === 1 && v === 0)) {
+      v = v * 10 + c - 48;
+      digits += 1;
+    } else if (c === 44 && digits) {
+      out.push(v);
+      v = 0;
+      digits = 0;
+    } else return null; // a sign, a leading zero, a space, a long number: JSON.parse decides
   }
   if (digits) out.push(v);
   else if (out.length) return null; // a trailing comma

@@ -90,10 +90,17 @@ export class PipelineOverlay {
       s.textContent = t.hint;
       el.append(b, s);
     }
-    const sampler = mk('box-label sampler-label', L.sampler, `<b>sampler</b><span class="hint">${L.slim ? 'index batches' : 'batches of sample indices'}</span><div class="sampler-kind"></div>`);
+    const sampler = mk(
+      'box-label sampler-label',
+      L.sampler,
+      `<b>sampler</b><span class="hint">${L.slim ? 'index batches' : 'batches of sample indices'}</span><div class="sampler-kind"></div>`,
+    );
     this.samplerKind = sampler.querySelector('.sampler-kind');
-    mk('box-label dispatcher-label', L.dispatcher,
-      `<b>dispatcher</b><span class="hint">${L.slim ? 'round-robin' : 'round-robin to workers'}</span><div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>`);
+    mk(
+      'box-label dispatcher-label',
+      L.dispatcher,
+      `<b>dispatcher</b><span class="hint">${L.slim ? 'round-robin' : 'round-robin to workers'}</span><div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>`,
+    );
     this.sendEl = this.el.querySelector('[data-testid="cursor-send"]');
     this.laneEls = ids.map((id, i) => {
       const lane = mk(L.compact ? 'lane compact' : 'lane', L.lanes[i].rect);
@@ -112,7 +119,12 @@ export class PipelineOverlay {
       const fetch = document.createElement('div');
       fetch.className = 'lane-fetch';
       const f = L.lanes[i].fetch;
-      this.place(fetch, { x: f.x - L.lanes[i].rect.x + L.token.w + (L.compact ? 8 : 12), y: 0, w: f.w - L.token.w - (L.compact ? 10 : 16), h: f.h });
+      this.place(fetch, {
+        x: f.x - L.lanes[i].rect.x + L.token.w + (L.compact ? 8 : 12),
+        y: 0,
+        w: f.w - L.token.w - (L.compact ? 10 : 16),
+        h: f.h,
+      });
       const more = document.createElement('div');
       more.className = 'lane-more';
       const q = L.lanes[i].queue;
@@ -125,7 +137,11 @@ export class PipelineOverlay {
     this.pinEl = this.pinNow = this.pinnedEl = null;
     if (L.pin === 'active') {
       // a slim column has no room for "pin thread" on one line (a token sits under its title)
-      const el = mk('box-label pin-label', L.pinThread, `<b>${L.slim ? 'pinning' : 'pin thread'}</b><div class="pin-now"></div>`);
+      const el = mk(
+        'box-label pin-label',
+        L.pinThread,
+        `<b>${L.slim ? 'pinning' : 'pin thread'}</b><div class="pin-now"></div>`,
+      );
       if (L.slim) el.title = 'the pin thread';
       el.setAttribute('data-testid', 'pin-stage');
       el.dataset.state = 'active';
@@ -133,7 +149,11 @@ export class PipelineOverlay {
       this.pinNow = el.querySelector('.pin-now');
       this.pinnedEl = mk('box-label pinned-label', L.pinned && { ...L.pinned, h: 16 });
     } else if (L.pin === 'disabled') {
-      const el = mk('box-label pin-label pin-disabled', L.pinCol, '<b>pin thread</b><div class="pin-off">off</div><div class="pin-why"></div>');
+      const el = mk(
+        'box-label pin-label pin-disabled',
+        L.pinCol,
+        '<b>pin thread</b><div class="pin-off">off</div><div class="pin-why"></div>',
+      );
       el.setAttribute('data-testid', 'pin-stage');
       el.dataset.state = 'disabled';
       el.title = pin.why;
@@ -141,13 +161,25 @@ export class PipelineOverlay {
       if (why) why.textContent = pin.box;
       this.pinEl = el;
     }
-    this.bufferEl = mk('box-label buffer-label', L.buffer, '<div class="buffer-head"></div><div class="buffer-sub"></div>');
+    this.bufferEl = mk(
+      'box-label buffer-label',
+      L.buffer,
+      '<div class="buffer-head"></div><div class="buffer-sub"></div>',
+    );
     this.bufferEl.setAttribute('data-testid', 'reorder-buffer');
     this.bufferHead = this.bufferEl.querySelector('.buffer-head');
     this.bufferSub = this.bufferEl.querySelector('.buffer-sub');
-    mk('box-label rcvd-label', L.rcvdCursor, '<div class="cursor">rcvd_idx <span class="cursor-value" data-testid="cursor-rcvd">0</span></div><span class="hint">next batch to hand out</span>');
+    mk(
+      'box-label rcvd-label',
+      L.rcvdCursor,
+      '<div class="cursor">rcvd_idx <span class="cursor-value" data-testid="cursor-rcvd">0</span></div><span class="hint">next batch to hand out</span>',
+    );
     this.rcvdEl = this.el.querySelector('[data-testid="cursor-rcvd"]');
-    this.consumerEl = mk('box-label consumer-label', L.consumer, '<b>consumer</b><div class="consumer-stat"></div><div class="consumer-sub"></div>');
+    this.consumerEl = mk(
+      'box-label consumer-label',
+      L.consumer,
+      '<b>consumer</b><div class="consumer-stat"></div><div class="consumer-sub"></div>',
+    );
     this.consumerStat = this.consumerEl.querySelector('.consumer-stat');
     this.consumerSub = this.consumerEl.querySelector('.consumer-sub');
   }
@@ -174,7 +206,10 @@ export class PipelineOverlay {
     this.setText(this.sendEl, String(state.send_idx));
     this.setText(this.rcvdEl, String(state.rcvd_idx));
     const c = state.config;
-    this.setText(this.samplerKind, [c.sampler, c.batch_size ? `batch_size ${c.batch_size}` : ''].filter(Boolean).join(' · '));
+    this.setText(
+      this.samplerKind,
+      [c.sampler, c.batch_size ? `batch_size ${c.batch_size}` : ''].filter(Boolean).join(' · '),
+    );
     this.updateLanes(state, clock);
     this.updateQueues(state, clock);
     this.updateBuffer(state);
@@ -196,7 +231,8 @@ export class PipelineOverlay {
       let s = status;
       if (status === WorkerStatus.DIED) s = `DIED · ${w.signal || `exit ${w.exitcode}`}`;
       else if (status === WorkerStatus.STUCK) s = 'STUCK';
-      if (L.compact) { // thin row: the status word only when it matters; the rest in the tooltip
+      if (L.compact) {
+        // thin row: the status word only when it matters; the rest in the tooltip
         this.setText(el.status, '');
         this.setAttr(el.lane, 'title', `worker ${wid} · ${s} · ${done} fetched · ${w.queue.length} queued`);
       } else this.setText(el.status, `${s}${L.laneH < 50 ? ' · ' : '\n'}${done} fetched`);
@@ -208,7 +244,7 @@ export class PipelineOverlay {
       if (one && status === WorkerStatus.DIED) {
         const d = w.died;
         const held = d && d.idx !== undefined && d.idx !== null ? `held task ${d.idx}` : 'held no task';
-        this.setText(el.fetch, `DIED · ${held.replace("held task", "task")} · ${w.signal || `exit ${w.exitcode}`}`);
+        this.setText(el.fetch, `DIED · ${held.replace('held task', 'task')} · ${w.signal || `exit ${w.exitcode}`}`);
         this.setAttr(el.lane, 'data-elapsed', '');
       } else if (status === WorkerStatus.DIED) {
         const d = w.died;
@@ -224,7 +260,10 @@ export class PipelineOverlay {
         const elapsed = task.fetch_start !== null ? Math.max(0, clock.now - task.fetch_start) : 0;
         let second = status === WorkerStatus.STUCK && w.stuck ? sampleLine(w.stuck, state) : '';
         if (second && L.laneH >= 40) second = second.replace(' (', '\n('); // three short lines fit a tall lane
-        this.setText(el.fetch, `${alarm}task ${task.idx} · ${fmtElapsed(elapsed)}${sep}${second || clip(fmtIndices(task.indices, task.n), 34)}`);
+        this.setText(
+          el.fetch,
+          `${alarm}task ${task.idx} · ${fmtElapsed(elapsed)}${sep}${second || clip(fmtIndices(task.indices, task.n), 34)}`,
+        );
         this.setAttr(el.lane, 'data-elapsed', elapsed.toFixed(2));
       } else {
         this.setText(el.fetch, '');
@@ -240,14 +279,18 @@ export class PipelineOverlay {
     const L = this.L;
     if (!L) return;
     const queued = liveResultQueue(state);
-    let unpinned = queued.length, pinnedN = 0;
+    let unpinned = queued.length,
+      pinnedN = 0;
     if (L.pin === 'active') {
       pinnedN = queued.filter((i) => state.tasks.get(i)?.pin_end != null).length;
       unpinned -= pinnedN;
       /** @type {import('../model/reducer.js').Task|null} */
       let now = null;
       for (const task of state.tasks.values()) if (task.where === Where.PINNING) now = task;
-      this.setText(this.pinNow, now ? `task ${now.idx} · ${fmtElapsed(Math.max(0, clock.now - (now.pin_start ?? clock.now)))}` : 'idle');
+      this.setText(
+        this.pinNow,
+        now ? `task ${now.idx} · ${fmtElapsed(Math.max(0, clock.now - (now.pin_start ?? clock.now)))}` : 'idle',
+      );
       this.setAttr(this.pinEl, 'data-current', now ? now.idx : '');
       const over = L.pinned ? pinnedN - gridCapacity(L.pinned, L.token, HEADER.pinned) : 0;
       this.setText(this.pinnedEl, `${pinnedN} pinned${over > 0 ? ` (+${over})` : ''}`);
@@ -271,7 +314,10 @@ export class PipelineOverlay {
       this.setText(this.bufferSub, head ? describeWhere(head) : '');
     } else {
       this.setText(this.bufferHead, 'empty');
-      this.setText(this.bufferSub, state.buffer_high ? `high-water ${state.buffer_high}` : 'results that arrive early wait here');
+      this.setText(
+        this.bufferSub,
+        state.buffer_high ? `high-water ${state.buffer_high}` : 'results that arrive early wait here',
+      );
     }
   }
 
@@ -281,12 +327,14 @@ export class PipelineOverlay {
     const lastWait = state.batches ? lastConsumerWait(state) : null;
     let sub = lastWait === null ? '' : `waited ${fmtDuration(state.consumer_wait)}`;
     let title = 'time the training loop spent inside next() waiting for data';
-    if (state.steps) { // the training step reported its own timings (step events): where a batch's time goes
+    if (state.steps) {
+      // the training step reported its own timings (step events): where a batch's time goes
       const per = 1 / state.steps;
       sub += `\nbatch: copy ${fmtDuration(state.step_h2d * per)}\ncompute ${fmtDuration(state.step_compute * per)}`;
       if (state.step_h2d_pageable) sub += `\nunpinned ${fmtDuration(state.step_h2d_pageable * per)}`;
-      title = `per batch, averaged over ${state.steps} steps: host-to-device copy to ${state.step_device ?? 'the device'}, `
-        + 'the model step, and the same batch copied from pageable (unpinned) memory for comparison';
+      title =
+        `per batch, averaged over ${state.steps} steps: host-to-device copy to ${state.step_device ?? 'the device'}, ` +
+        'the model step, and the same batch copied from pageable (unpinned) memory for comparison';
     }
     this.setText(this.consumerSub, sub);
     if (this.consumerEl && this.consumerEl.title !== title) this.consumerEl.title = title;
@@ -324,12 +372,18 @@ function sampleLine(report, state) {
 /** @param {import('../model/reducer.js').Task} task */
 function describeWhere(task) {
   switch (task.where) {
-    case Where.INDEX_QUEUE: return `it is still queued at worker ${task.worker}`;
-    case Where.FETCHING: return `worker ${task.worker} is still fetching it`;
-    case Where.RESULT_QUEUE: return task.pin_end !== null ? 'it is pinned, about to be taken' : 'it is on the result queue, not yet taken';
-    case Where.PINNING: return 'the pin thread is copying it';
-    case Where.FAILED: return `it failed in worker ${task.worker}`;
-    default: return '';
+    case Where.INDEX_QUEUE:
+      return `it is still queued at worker ${task.worker}`;
+    case Where.FETCHING:
+      return `worker ${task.worker} is still fetching it`;
+    case Where.RESULT_QUEUE:
+      return task.pin_end !== null ? 'it is pinned, about to be taken' : 'it is on the result queue, not yet taken';
+    case Where.PINNING:
+      return 'the pin thread is copying it';
+    case Where.FAILED:
+      return `it failed in worker ${task.worker}`;
+    default:
+      return '';
   }
 }
 

@@ -15,7 +15,14 @@ import { fillLabel } from './canvas-text.js';
 export function paintBackground(ctx, L, state, ids, bufferFull) {
   box(ctx, L.sampler, PALETTE.panel, PALETTE.panelEdge);
   box(ctx, L.dispatcher, PALETTE.panel, PALETTE.panelEdge);
-  arrow(ctx, L.sampler.x + L.sampler.w / 2, L.sampler.y + L.sampler.h, L.sampler.x + L.sampler.w / 2, L.dispatcher.y, PALETTE.faint);
+  arrow(
+    ctx,
+    L.sampler.x + L.sampler.w / 2,
+    L.sampler.y + L.sampler.h,
+    L.sampler.x + L.sampler.w / 2,
+    L.dispatcher.y,
+    PALETTE.faint,
+  );
   L.lanes.forEach((lane, i) => {
     const w = state.workers.get(ids[i]);
     const status = w ? w.status : WorkerStatus.STARTING;
@@ -24,26 +31,80 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
     box(ctx, lane.rect, tint, alarm ? PALETTE.stuck : PALETTE.panelEdge);
     box(ctx, lane.fetch, alarm ? PALETTE.alarmFetch : PALETTE.fetchBox, alarm ? PALETTE.stuck : PALETTE.fetchEdge);
     if (L.laneCols > 1) return; // two columns: one arrow in and out of the whole grid, not 64 crossing ones
-    arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, PALETTE.arrow, 1);
-    arrow(ctx, lane.rect.x + lane.rect.w, lane.rect.y + lane.rect.h / 2, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 30 + i * 2), PALETTE.arrow);
+    arrow(
+      ctx,
+      L.dispatcher.x + L.dispatcher.w,
+      L.dispatcher.y + L.dispatcher.h / 2,
+      lane.rect.x - 1,
+      lane.rect.y + lane.rect.h / 2,
+      PALETTE.arrow,
+      1,
+    );
+    arrow(
+      ctx,
+      lane.rect.x + lane.rect.w,
+      lane.rect.y + lane.rect.h / 2,
+      L.result.x - 2,
+      L.result.y + Math.min(L.result.h / 2, 30 + i * 2),
+      PALETTE.arrow,
+    );
   });
   if (L.laneCols > 1) {
     const midY = L.top + L.lanesH / 2;
-    arrow(ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, L.lanesX - 1, midY, PALETTE.arrow, 1.4);
-    arrow(ctx, L.lanesX + L.lanesW, midY, L.result.x - 2, L.result.y + Math.min(L.result.h / 2, 60), PALETTE.arrow, 1.4);
+    arrow(
+      ctx,
+      L.dispatcher.x + L.dispatcher.w,
+      L.dispatcher.y + L.dispatcher.h / 2,
+      L.lanesX - 1,
+      midY,
+      PALETTE.arrow,
+      1.4,
+    );
+    arrow(
+      ctx,
+      L.lanesX + L.lanesW,
+      midY,
+      L.result.x - 2,
+      L.result.y + Math.min(L.result.h / 2, 60),
+      PALETTE.arrow,
+      1.4,
+    );
   }
   box(ctx, L.result, PALETTE.panel, PALETTE.panelEdge);
   const resultMidY = L.buffer.y + 24;
-  if (L.pin === 'active' && L.pinThread && L.pinned) { // layout.js gives an active pin stage its boxes
+  if (L.pin === 'active' && L.pinThread && L.pinned) {
+    // layout.js gives an active pin stage its boxes
     box(ctx, L.pinThread, PALETTE.pinBox, PALETTE.pinEdge);
     box(ctx, L.pinned, PALETTE.panel, PALETTE.panelEdge);
-    arrow(ctx, L.result.x + L.result.w, L.pinThread.y + 22, L.pinThread.x - 2, L.pinThread.y + 22, PALETTE.pinEdge, 1.4);
-    arrow(ctx, L.pinThread.x + L.pinThread.w / 2, L.pinThread.y + L.pinThread.h, L.pinned.x + L.pinned.w / 2, L.pinned.y - 1, PALETTE.pinEdge, 1.2);
+    arrow(
+      ctx,
+      L.result.x + L.result.w,
+      L.pinThread.y + 22,
+      L.pinThread.x - 2,
+      L.pinThread.y + 22,
+      PALETTE.pinEdge,
+      1.4,
+    );
+    arrow(
+      ctx,
+      L.pinThread.x + L.pinThread.w / 2,
+      L.pinThread.y + L.pinThread.h,
+      L.pinned.x + L.pinned.w / 2,
+      L.pinned.y - 1,
+      PALETTE.pinEdge,
+      1.2,
+    );
   } else if (L.pin === 'disabled' && L.pinCol) {
     hatch(ctx, L.pinCol);
     arrow(ctx, L.result.x + L.result.w, resultMidY, L.pinCol.x + L.pinCol.w + 2, resultMidY, PALETTE.arrowDim, 1);
   }
-  box(ctx, L.buffer, bufferFull ? PALETTE.bufferFull : PALETTE.panel, bufferFull ? PALETTE.buffer : PALETTE.panelEdge, bufferFull ? 2 : 1);
+  box(
+    ctx,
+    L.buffer,
+    bufferFull ? PALETTE.bufferFull : PALETTE.panel,
+    bufferFull ? PALETTE.buffer : PALETTE.panelEdge,
+    bufferFull ? 2 : 1,
+  );
   box(ctx, L.consumer, PALETTE.panel, PALETTE.panelEdge);
   // result queue -> straight on when it is the task rcvd_idx wants; -> reorder buffer when early
   const midY = L.buffer.y + 24;
@@ -59,7 +120,15 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
   ctx.lineTo(L.buffer.x + L.buffer.w - 10, L.bypassY);
   ctx.stroke();
   arrow(ctx, L.buffer.x + L.buffer.w - 10, L.bypassY, L.rcvdCursor.x - 2, inY - 5, PALETTE.arrowDim, 1.4);
-  arrow(ctx, L.buffer.x + L.buffer.w, L.buffer.y + 24, L.rcvdCursor.x - 2, inY + 5, bufferFull ? PALETTE.buffer : PALETTE.arrowDim, 1.4);
+  arrow(
+    ctx,
+    L.buffer.x + L.buffer.w,
+    L.buffer.y + 24,
+    L.rcvdCursor.x - 2,
+    inY + 5,
+    bufferFull ? PALETTE.buffer : PALETTE.arrowDim,
+    1.4,
+  );
   ctx.fillStyle = PALETTE.dim;
   ctx.font = '11px system-ui, sans-serif';
   fillLabel(ctx, L.slim ? 'in order' : 'in order: straight on', L.buffer.x + 4, L.bypassY - 4);

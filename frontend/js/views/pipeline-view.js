@@ -4,8 +4,19 @@
 
 import { PALETTE, taskColor } from '../model/colors.js';
 import {
-  pipelineLayout, queueSlot, fetchSlot, resultSlot, bufferSlot, consumerSlot, handSlot,
-  gridCapacity, dispatchPoint, HEADER, pinSlot, pinnedSlot, pipelineHeight,
+  pipelineLayout,
+  queueSlot,
+  fetchSlot,
+  resultSlot,
+  bufferSlot,
+  consumerSlot,
+  handSlot,
+  gridCapacity,
+  dispatchPoint,
+  HEADER,
+  pinSlot,
+  pinnedSlot,
+  pipelineHeight,
 } from '../model/layout.js';
 import { pinStage } from '../model/pin.js';
 import { Where, WorkerStatus } from '../model/reducer.js';
@@ -150,13 +161,16 @@ export class PipelineView {
       });
       if (w.current !== null && state.tasks.has(w.current)) out.set(key(w.current), fetchSlot(L, lane));
     }
-    let kr = 0, kp = 0, kpin = 0;
+    let kr = 0,
+      kp = 0,
+      kpin = 0;
     const pinning = L.pin === 'active';
     for (const idx of liveResultQueue(state)) {
       const task = state.tasks.get(idx);
       const pinned = pinning && task !== undefined && task.pin_end !== null;
       const p = pinned ? pinnedSlot(L, kp++) : resultSlot(L, kr++);
-      if (p) out.set(key(idx), p); else hidden.add(key(idx));
+      if (p) out.set(key(idx), p);
+      else hidden.add(key(idx));
     }
     if (pinning) {
       for (const task of state.tasks.values()) {
@@ -170,15 +184,18 @@ export class PipelineView {
     const parked = [...state.buffer].sort((a, b) => a - b);
     parked.forEach((idx, k) => {
       const p = bufferSlot(L, k);
-      if (p) out.set(key(idx), p); else hidden.add(key(idx));
+      if (p) out.set(key(idx), p);
+      else hidden.add(key(idx));
     });
     for (const task of state.tasks.values()) {
       const k = key(task.idx);
       if (out.has(k) || hidden.has(k)) continue;
       const lane = this.laneOf.get(task.worker) ?? 0;
       if (task.where === Where.FAILED) out.set(k, fetchSlot(L, lane));
-      else if (task.arrived !== null) out.set(k, handSlot(L)); // taken by next(), about to be handed out: its own lane
-      else if (task.where === Where.INDEX_QUEUE) hidden.add(k); // beyond the visible queue
+      else if (task.arrived !== null)
+        out.set(k, handSlot(L)); // taken by next(), about to be handed out: its own lane
+      else if (task.where === Where.INDEX_QUEUE)
+        hidden.add(k); // beyond the visible queue
       else out.set(k, fetchSlot(L, lane));
     }
     return { out, hidden, parked };
@@ -192,7 +209,8 @@ export class PipelineView {
    */
   draw(state, clock) {
     this.ensureLayout(state);
-    const L = this.layout, ctx = this.ctx;
+    const L = this.layout,
+      ctx = this.ctx;
     const dtMs = this.lastDraw ? Math.min(100, clock.wall - this.lastDraw) : 16;
     this.lastDraw = clock.wall;
     const { out, hidden, parked } = this.targets(state);
@@ -260,14 +278,23 @@ export class PipelineView {
     for (const tok of this.tokens.values()) if (tok.dying) flying += 1;
     for (const [key, tok] of this.tokens) {
       if (out.has(key)) continue;
-      if (hidden.has(key)) { this.tokens.delete(key); continue; }
+      if (hidden.has(key)) {
+        this.tokens.delete(key);
+        continue;
+      }
       if (!tok.dying) {
         // released: fly to the consumer and fade; at high rates only a few fly, the rest just go
-        if (flying >= MAX_FLYING || !newYields.has(key)) { this.tokens.delete(key); continue; }
+        if (flying >= MAX_FLYING || !newYields.has(key)) {
+          this.tokens.delete(key);
+          continue;
+        }
         flying += 1;
         tok.dying = wall;
         const c = consumerSlot(L, 0);
-        if (c) { tok.tx = c.x; tok.ty = c.y; }
+        if (c) {
+          tok.tx = c.x;
+          tok.ty = c.y;
+        }
       }
       tok.alpha = 1 - (wall - tok.dying) / FADE_MS;
       if (tok.alpha <= 0) this.tokens.delete(key);
@@ -276,7 +303,10 @@ export class PipelineView {
       this.snapNext = false;
       for (const [key, tok] of this.tokens) {
         if (!out.has(key)) this.tokens.delete(key);
-        else if (tok.tx !== undefined && tok.ty !== undefined) { tok.x = tok.tx; tok.y = tok.ty; }
+        else if (tok.tx !== undefined && tok.ty !== undefined) {
+          tok.x = tok.tx;
+          tok.y = tok.ty;
+        }
       }
     }
     return this.stepTokens(dtMs);
@@ -288,7 +318,8 @@ export class PipelineView {
     let moving = false;
     for (const tok of this.tokens.values()) {
       if (tok.tx === undefined || tok.ty === undefined) continue;
-      const dx = tok.tx - tok.x, dy = tok.ty - tok.y;
+      const dx = tok.tx - tok.x,
+        dy = tok.ty - tok.y;
       const dist = Math.hypot(dx, dy);
       if (dist > 0.5) {
         const step = Math.min(dist, Math.max(dist * k, MIN_SPEED * dtMs));
@@ -309,7 +340,16 @@ export class PipelineView {
     const L = this.layout;
     const last = state.tasks.get(state.send_idx - 1);
     const lane = last ? L.lanes[this.laneOf.get(last.worker) ?? -1] : undefined;
-    if (lane) arrow(this.ctx, L.dispatcher.x + L.dispatcher.w, L.dispatcher.y + L.dispatcher.h / 2, lane.rect.x - 1, lane.rect.y + lane.rect.h / 2, PALETTE.accent, 1.6);
+    if (lane)
+      arrow(
+        this.ctx,
+        L.dispatcher.x + L.dispatcher.w,
+        L.dispatcher.y + L.dispatcher.h / 2,
+        lane.rect.x - 1,
+        lane.rect.y + lane.rect.h / 2,
+        PALETTE.accent,
+        1.6,
+      );
   }
 
   /**
@@ -342,8 +382,11 @@ export class PipelineView {
 
   /** The index stream in the sampler: the newest dispatched tasks' sample indices. @param {LoaderState} state */
   drawSamplerIndices(state) {
-    const L = this.layout, ctx = this.ctx;
-    const recent = [...state.tasks.values()].sort((a, b) => b.idx - a.idx).slice(0, Math.max(1, Math.floor((L.sampler.h - 70) / 16)));
+    const L = this.layout,
+      ctx = this.ctx;
+    const recent = [...state.tasks.values()]
+      .sort((a, b) => b.idx - a.idx)
+      .slice(0, Math.max(1, Math.floor((L.sampler.h - 70) / 16)));
     ctx.font = '11px ui-monospace, SFMono-Regular, Menlo, monospace';
     recent.reverse().forEach((task, i) => {
       const y = L.sampler.y + 50 + i * 16;
@@ -356,12 +399,22 @@ export class PipelineView {
 
   /** Every token where it is now; parked ones with an amber rim, failed ones red. @param {LoaderState} state @param {Set<number>} parked */
   drawTokens(state, parked) {
-    const L = this.layout, ctx = this.ctx;
+    const L = this.layout,
+      ctx = this.ctx;
     for (const [key, tok] of this.tokens) {
       const task = state.tasks.get(tok.idx);
       const live = task !== undefined && key === `${state.epoch}:${tok.idx}`;
       ctx.globalAlpha = Math.max(0, Math.min(1, tok.alpha));
-      drawToken(ctx, tok.x, tok.y, L.token.w, L.token.h, tok.idx, !!(live && parked.has(tok.idx)), !!(live && task.where === Where.FAILED));
+      drawToken(
+        ctx,
+        tok.x,
+        tok.y,
+        L.token.w,
+        L.token.h,
+        tok.idx,
+        !!(live && parked.has(tok.idx)),
+        !!(live && task.where === Where.FAILED),
+      );
       if (this.highlight.size && this.highlight.has(key)) this.ring(tok.x, tok.y);
     }
     ctx.globalAlpha = 1;
@@ -369,7 +422,8 @@ export class PipelineView {
 
   /** A found task's ring: a solid outline around its token. @param {number} x @param {number} y */
   ring(x, y) {
-    const ctx = this.ctx, t = this.layout.token;
+    const ctx = this.ctx,
+      t = this.layout.token;
     ctx.globalAlpha = 1;
     ctx.strokeStyle = PALETTE.hit;
     ctx.lineWidth = 2;
@@ -392,7 +446,8 @@ export class PipelineView {
       this.ringSince = wall;
     }
     const pulsing = wall - this.ringSince < RING_PULSE_MS;
-    const ctx = this.ctx, t = this.layout.token;
+    const ctx = this.ctx,
+      t = this.layout.token;
     ctx.strokeStyle = PALETTE.buffer;
     ctx.globalAlpha = pulsing ? 0.6 + 0.4 * Math.sin(wall / 180) : 1;
     ctx.lineWidth = 2;
@@ -406,7 +461,8 @@ export class PipelineView {
 
   /** The consumer's history: the latest batches handed to the training loop, newest first, fading. @param {LoaderState} state */
   drawConsumerHistory(state) {
-    const L = this.layout, ctx = this.ctx;
+    const L = this.layout,
+      ctx = this.ctx;
     const steps = state.steps > 0;
     const cap = gridCapacity(L.consumer, L.token, steps ? HEADER.consumerSteps : HEADER.consumer);
     const tail = state.yield_order.slice(-cap).reverse();
@@ -424,7 +480,13 @@ export class PipelineView {
   settled() {
     for (const tok of this.tokens.values()) {
       if (tok.dying) continue;
-      if (tok.tx === undefined || tok.ty === undefined || Math.abs(tok.tx - tok.x) > 0.5 || Math.abs(tok.ty - tok.y) > 0.5) return false;
+      if (
+        tok.tx === undefined ||
+        tok.ty === undefined ||
+        Math.abs(tok.tx - tok.x) > 0.5 ||
+        Math.abs(tok.ty - tok.y) > 0.5
+      )
+        return false;
     }
     return true;
   }

@@ -6,7 +6,8 @@ import { fmtDuration } from '../model/time-window.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 /** Focused, these act on Space (and Enter) themselves: a button's Space presses that button, never Play. */
-const OWN_SPACE = 'button, a[href], summary, select, input, textarea, [role="button"], [role="option"], [tabindex]:not(canvas)';
+const OWN_SPACE =
+  'button, a[href], summary, select, input, textarea, [role="button"], [role="option"], [tabindex]:not(canvas)';
 const SNAP_EVENTS = 48; // a jump over more events than this puts tokens in place instead of flying
 
 /**
@@ -141,14 +142,15 @@ export class Playback {
    */
   key(ev) {
     const t = /** @type {HTMLElement} */ (ev.target);
-    const typing = t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
+    const typing =
+      t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA' || t.isContentEditable);
     if (typing && t.id !== 'pb-scrub') return; // the scrubber takes the playback keys too
     if (ev.key === ' ' && t instanceof Element && t.id !== 'pb-scrub' && t.matches(OWN_SPACE)) return;
     if (!this.player.length || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const p = this.player;
-    if (ev.key === ' ') (this.playing ? this.pause() : this.play());
-    else if (ev.key === 'ArrowRight') (ev.shiftKey ? this.stepBatch(1) : this.moveTo(p.cursor + 1));
-    else if (ev.key === 'ArrowLeft') (ev.shiftKey ? this.stepBatch(-1) : this.moveTo(p.cursor - 1));
+    if (ev.key === ' ') this.playing ? this.pause() : this.play();
+    else if (ev.key === 'ArrowRight') ev.shiftKey ? this.stepBatch(1) : this.moveTo(p.cursor + 1);
+    else if (ev.key === 'ArrowLeft') ev.shiftKey ? this.stepBatch(-1) : this.moveTo(p.cursor - 1);
     else if (ev.key === 'Home') this.moveTo(0, true, true);
     else if (ev.key === 'End') this.toEnd();
     else return;
@@ -163,9 +165,15 @@ export class Playback {
     $('pb-event-back').addEventListener('click', () => this.moveTo(this.player.cursor - 1));
     $('pb-batch').addEventListener('click', () => this.stepBatch(1));
     $('pb-batch-back').addEventListener('click', () => this.stepBatch(-1));
-    $('pb-speed').addEventListener('change', (ev) => { this.speed = Number(/** @type {HTMLSelectElement} */ (ev.target).value) || 1; });
-    $('pb-time').addEventListener('input', (ev) => this.seekTime(Number(/** @type {HTMLInputElement} */ (ev.target).value)));
-    $('pb-scrub').addEventListener('input', (ev) => this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value), true, true));
+    $('pb-speed').addEventListener('change', (ev) => {
+      this.speed = Number(/** @type {HTMLSelectElement} */ (ev.target).value) || 1;
+    });
+    $('pb-time').addEventListener('input', (ev) =>
+      this.seekTime(Number(/** @type {HTMLInputElement} */ (ev.target).value)),
+    );
+    $('pb-scrub').addEventListener('input', (ev) =>
+      this.moveTo(Number(/** @type {HTMLInputElement} */ (ev.target).value), true, true),
+    );
     window.addEventListener('keydown', (ev) => this.key(ev));
   }
 
@@ -181,7 +189,8 @@ export class Playback {
     if (!show) return;
     this.renderSliders();
     const live = this.host.isLiveRun() && p.following;
-    const where = live ? `live · ${p.length.toLocaleString('en')} events · following the run (scrub back to replay)`
+    const where = live
+      ? `live · ${p.length.toLocaleString('en')} events · following the run (scrub back to replay)`
       : `event ${p.cursor.toLocaleString('en')} of ${p.length.toLocaleString('en')} · ${fmtDuration(p.time)} · batch ${p.state.batches}${this.host.complete() ? '' : ' · still loading'}`;
     const el = $('pb-where');
     if (el.textContent !== where) el.textContent = where;
@@ -193,10 +202,12 @@ export class Playback {
     /** @type {HTMLButtonElement} */ ($('pb-batch')).disabled = live;
     // beside a live run's own Pause (the real loader's), this one says it pauses the replay
     const liveRun = this.host.isLiveRun();
-    const label = this.playing ? (liveRun ? '❚❚ Pause replay' : '❚❚ Pause') : (liveRun ? '▶ Replay' : '▶ Play');
+    const label = this.playing ? (liveRun ? '❚❚ Pause replay' : '❚❚ Pause') : liveRun ? '▶ Replay' : '▶ Play';
     if (play.textContent !== label) play.textContent = label;
     play.dataset.playing = String(this.playing);
-    /** @type {HTMLButtonElement} */ ($('pb-end')).title = this.host.isLiveRun() ? 'follow the live run again (End)' : 'to the last event (End)';
+    /** @type {HTMLButtonElement} */ ($('pb-end')).title = this.host.isLiveRun()
+      ? 'follow the live run again (End)'
+      : 'to the last event (End)';
   }
 
   /** The event slider and the time slider; one being dragged is left alone. */
@@ -206,7 +217,8 @@ export class Playback {
     if (scrub.max !== String(p.length)) scrub.max = String(p.length);
     if (scrub.value !== String(p.cursor) && document.activeElement !== scrub) scrub.value = String(p.cursor);
     const time = /** @type {HTMLInputElement} */ ($('pb-time'));
-    const t0 = p.table.t[0] ?? 0, t1 = p.length ? p.table.t[p.length - 1] : 0;
+    const t0 = p.table.t[0] ?? 0,
+      t1 = p.length ? p.table.t[p.length - 1] : 0;
     if (time.min !== String(t0)) time.min = String(t0);
     if (time.max !== String(t1)) time.max = String(t1);
     const tv = String(p.cursor >= p.length ? t1 : p.time);

@@ -53,10 +53,18 @@ export class RangeView {
     const f = rangeFigures(player, sel.t0, sel.t1);
     this.figures = f;
     box.hidden = false;
-    Object.assign(box.dataset, { from: String(f.from), to: String(f.to), events: String(f.events), batches: String(f.batches),
-      wait: String(f.wait), parked: String(f.parked), parkedCost: String(f.parkedCost) });
-    $('range-title').textContent = `${fmtDuration(f.t0)} – ${fmtDuration(f.t1)} (${fmtDuration(f.t1 - f.t0)}) · `
-      + `${plural(f.events, 'event')} (${f.from.toLocaleString('en')}–${f.to.toLocaleString('en')})`;
+    Object.assign(box.dataset, {
+      from: String(f.from),
+      to: String(f.to),
+      events: String(f.events),
+      batches: String(f.batches),
+      wait: String(f.wait),
+      parked: String(f.parked),
+      parkedCost: String(f.parkedCost),
+    });
+    $('range-title').textContent =
+      `${fmtDuration(f.t0)} – ${fmtDuration(f.t1)} (${fmtDuration(f.t1 - f.t0)}) · ` +
+      `${plural(f.events, 'event')} (${f.from.toLocaleString('en')}–${f.to.toLocaleString('en')})`;
     const head = el('tr');
     for (const h of ['worker', 'fetches finished', 'median', 'p95']) {
       const th = el('th', h);
@@ -64,21 +72,31 @@ export class RangeView {
       head.append(th);
     }
     const rows = f.workers.map((w) => {
-      const tr = el('tr', '', { testid: 'range-worker', worker: String(w.worker), fetches: String(w.fetches),
-        p50: String(w.p50 ?? ''), p95: String(w.p95 ?? '') });
+      const tr = el('tr', '', {
+        testid: 'range-worker',
+        worker: String(w.worker),
+        fetches: String(w.fetches),
+        p50: String(w.p50 ?? ''),
+        p95: String(w.p95 ?? ''),
+      });
       const th = el('th', `worker ${w.worker}`);
       th.setAttribute('scope', 'row');
-      tr.append(th, el('td', String(w.fetches)), el('td', w.p50 === null ? '–' : fmtDuration(w.p50)),
-        el('td', w.p95 === null ? '–' : fmtDuration(w.p95)));
+      tr.append(
+        th,
+        el('td', String(w.fetches)),
+        el('td', w.p50 === null ? '–' : fmtDuration(w.p50)),
+        el('td', w.p95 === null ? '–' : fmtDuration(w.p95)),
+      );
       return tr;
     });
     $('range-workers').replaceChildren(head, ...rows);
     const mean = f.batches ? ` (${fmtDuration(f.wait / f.batches)} a batch)` : '';
-    $('range-loop').textContent = `training loop: ${plural(f.batches, 'batch', 'batches')} handed over, `
-      + `${fmtDuration(f.wait)} waiting inside next()${mean}`;
+    $('range-loop').textContent =
+      `training loop: ${plural(f.batches, 'batch', 'batches')} handed over, ` +
+      `${fmtDuration(f.wait)} waiting inside next()${mean}`;
     $('range-parked').textContent = f.parked
-      ? `reorder buffer: ${plural(f.parked, 'result')} parked out of order, costing ${fmtDuration(f.parkedCost)} of waiting `
-        + '(the part of the waits after a later result had arrived)'
+      ? `reorder buffer: ${plural(f.parked, 'result')} parked out of order, costing ${fmtDuration(f.parkedCost)} of waiting ` +
+        '(the part of the waits after a later result had arrived)'
       : `reorder buffer: no result parked${f.parkedCost ? `; ${fmtDuration(f.parkedCost)} of waiting behind results parked before` : ''}`;
   }
 }

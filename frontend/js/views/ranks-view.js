@@ -20,12 +20,54 @@ const EVEN = 1.05;
  * @type {{key:string, label:string, title:string, text:(r:RankRow) => string, sort:(r:RankRow) => number}[]}
  */
 const COLUMNS = [
-  { key: 'rank', label: 'rank', title: 'the rank; click a row to drill into its workers', text: (r) => `rank ${r.rank}${r.selected ? ' · shown' : ''}`, sort: (r) => r.rank },
-  { key: 'batches', label: 'batches', title: 'batches handed out so far', text: (r) => String(r.batches), sort: (r) => r.batches },
-  { key: 'rate', label: 'batches/s', title: 'batches over the rank’s time from its first event to its last batch (as `loaderscope run --ranks` prints it)', text: (r) => r.rate.toFixed(1), sort: (r) => r.rate },
-  { key: 'wait', label: 'waited', title: 'share of the run the training loop waited for a batch', text: (r) => `${(r.wait * 100).toFixed(0)}%`, sort: (r) => r.wait },
-  { key: 'worker', label: 'slowest worker', title: 'the worker with the longest mean fetch, against the median of the rank’s workers', text: (r) => (!r.worker ? '–' : r.worker.ratio < EVEN ? 'none: workers even' : `worker ${r.worker.worker} · ${r.worker.ratio.toFixed(2)}× median`), sort: (r) => r.worker?.ratio ?? 0 },
-  { key: 'slow', label: 'last to deliver', title: 'steps this rank delivered last of all ranks (the others waited for it), and its worst lag', text: (r) => r.slowText, sort: (r) => r.slowSteps },
+  {
+    key: 'rank',
+    label: 'rank',
+    title: 'the rank; click a row to drill into its workers',
+    text: (r) => `rank ${r.rank}${r.selected ? ' · shown' : ''}`,
+    sort: (r) => r.rank,
+  },
+  {
+    key: 'batches',
+    label: 'batches',
+    title: 'batches handed out so far',
+    text: (r) => String(r.batches),
+    sort: (r) => r.batches,
+  },
+  {
+    key: 'rate',
+    label: 'batches/s',
+    title:
+      'batches over the rank’s time from its first event to its last batch (as `loaderscope run --ranks` prints it)',
+    text: (r) => r.rate.toFixed(1),
+    sort: (r) => r.rate,
+  },
+  {
+    key: 'wait',
+    label: 'waited',
+    title: 'share of the run the training loop waited for a batch',
+    text: (r) => `${(r.wait * 100).toFixed(0)}%`,
+    sort: (r) => r.wait,
+  },
+  {
+    key: 'worker',
+    label: 'slowest worker',
+    title: 'the worker with the longest mean fetch, against the median of the rank’s workers',
+    text: (r) =>
+      !r.worker
+        ? '–'
+        : r.worker.ratio < EVEN
+          ? 'none: workers even'
+          : `worker ${r.worker.worker} · ${r.worker.ratio.toFixed(2)}× median`,
+    sort: (r) => r.worker?.ratio ?? 0,
+  },
+  {
+    key: 'slow',
+    label: 'last to deliver',
+    title: 'steps this rank delivered last of all ranks (the others waited for it), and its worst lag',
+    text: (r) => r.slowText,
+    sort: (r) => r.slowSteps,
+  },
 ];
 
 /** @typedef {{i:number, rank:number, selected:boolean, batches:number, rate:number, wait:number,
@@ -130,14 +172,20 @@ export class RanksView {
     const ranks = new Set(answer.ranks.map((r) => r.rank)).size;
     const loaders = answer.loaders.length;
     const steps = answer.loaders.length === 1 ? ` · ${answer.loaders[0].steps} steps` : '';
-    this.head.textContent = `job ${answer.job} · ${ranks} rank${ranks === 1 ? '' : 's'}`
-      + `${loaders > 1 ? ` × ${loaders} loaders (${answer.loaders.map((l) => l.loader).join(', ')})` : ''}${steps}, `
-      + 'from the traces in the dashboard’s logdir — click a row to open its live picture';
+    this.head.textContent =
+      `job ${answer.job} · ${ranks} rank${ranks === 1 ? '' : 's'}` +
+      `${loaders > 1 ? ` × ${loaders} loaders (${answer.loaders.map((l) => l.loader).join(', ')})` : ''}${steps}, ` +
+      'from the traces in the dashboard’s logdir — click a row to open its live picture';
     const named = loaders > 1 ? (/** @type {string} */ l) => `${l}: ` : () => '';
-    const shards = [...answer.shards].sort((a, b) => (a.loader < b.loader ? -1 : a.loader > b.loader ? 1 : a.epoch - b.epoch));
-    if (shards.length) this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report, named(c.loader))));
-    else this.shardBox.textContent = 'sample shards: not checked — no epoch of this job has a shard digest from every rank '
-      + '(a loader reports one at each epoch’s end when it has a DistributedSampler or runs in an initialized process group)';
+    const shards = [...answer.shards].sort((a, b) =>
+      a.loader < b.loader ? -1 : a.loader > b.loader ? 1 : a.epoch - b.epoch,
+    );
+    if (shards.length)
+      this.shardBox.replaceChildren(...shards.map((c) => shardLine(c.epoch, c.report, named(c.loader))));
+    else
+      this.shardBox.textContent =
+        'sample shards: not checked — no epoch of this job has a shard digest from every rank ' +
+        '(a loader reports one at each epoch’s end when it has a DistributedSampler or runs in an initialized process group)';
     this.host.replaceChildren(this.head, this.jobView.root, this.shardBox);
     this.host.hidden = false;
     this.jobView.show(answer, loader);
@@ -154,16 +202,23 @@ export class RanksView {
 
   /** @param {import('../model/track.js').Track[]} tracks @param {import('../model/track.js').Track} selected */
   render(tracks, selected) {
-    if (this.jobView) { this.jobView.select(selected.rank); return; }
-    if (tracks.length < 2) { this.host.hidden = true; return; }
+    if (this.jobView) {
+      this.jobView.select(selected.rank);
+      return;
+    }
+    if (tracks.length < 2) {
+      this.host.hidden = true;
+      return;
+    }
     this.host.hidden = false;
     this.shown = [tracks, selected];
     if (this.steps.update(tracks)) this.onChange(); // the timeline's choice of ranks may change
     this.checkShards(tracks);
     const rows = tracks.map((tr, i) => this.rowOf(tr, i, tr === selected));
-    this.head.textContent = `job ${selected.player.full.meta.job ?? '(files)'} · ${tracks.length} ranks · `
-      + `${this.steps.total} steps every rank delivered — click a rank to drill into its workers`
-      + (tracks.length > 4 ? ' (the timeline shows the rank you pick and the one most often last)' : '');
+    this.head.textContent =
+      `job ${selected.player.full.meta.job ?? '(files)'} · ${tracks.length} ranks · ` +
+      `${this.steps.total} steps every rank delivered — click a rank to drill into its workers` +
+      (tracks.length > 4 ? ' (the timeline shows the rank you pick and the one most often last)' : '');
     this.renderStrip();
     this.renderRows(rows);
     this.renderShards(tracks);
@@ -175,13 +230,18 @@ export class RanksView {
     const c = this.steps.counts.get(tr.rank);
     const total = this.steps.total;
     return {
-      i, rank: tr.rank, selected, file: tr.source === 'file' ? tr.label : '',
+      i,
+      rank: tr.rank,
+      selected,
+      file: tr.source === 'file' ? tr.label : '',
       batches: s.batches,
       rate: rankRate(s),
       wait: inputBound(s),
       worker: slowestWorker(s.workers.values()),
       slowSteps: c ? c.steps : 0,
-      slowText: total ? `slowest in ${c ? c.steps : 0} of ${total}${c ? ` · worst ${fmtDuration(c.worst)}` : ''}` : 'no step yet',
+      slowText: total
+        ? `slowest in ${c ? c.steps : 0} of ${total}${c ? ` · worst ${fmtDuration(c.worst)}` : ''}`
+        : 'no step yet',
       workers: [...s.workers.values()].sort((a, b) => a.id - b.id).map((w) => w.status),
     };
   }
@@ -196,7 +256,8 @@ export class RanksView {
     if (order !== this.order) {
       this.order = order;
       this.body.replaceChildren(...rows.flatMap((r) => this.rows.get(r.rank)?.row ?? [])); // writeRow made each
-      for (const th of this.headCells) th.dataset.sorted = th.dataset.key === this.sortKey ? (this.descending ? 'desc' : 'asc') : '';
+      for (const th of this.headCells)
+        th.dataset.sorted = th.dataset.key === this.sortKey ? (this.descending ? 'desc' : 'asc') : '';
     }
     const leader = this.mostOftenLast();
     for (const [rank, { row }] of this.rows) row.classList.toggle('last', rank === leader);
@@ -235,8 +296,13 @@ export class RanksView {
   /** The rank most often the last to deliver a step (null before the first step). */
   mostOftenLast() {
     if (this.jobView) return this.jobView.slowest;
-    let best = null, most = 0;
-    for (const [rank, c] of this.steps.counts) if (c.steps > most) { most = c.steps; best = rank; }
+    let best = null,
+      most = 0;
+    for (const [rank, c] of this.steps.counts)
+      if (c.steps > most) {
+        most = c.steps;
+        best = rank;
+      }
     return best;
   }
 
@@ -247,21 +313,28 @@ export class RanksView {
     const key = last ? `${this.steps.total}` : '';
     if (key === this.stripKey) return;
     this.stripKey = key;
-    if (!last) { this.strip.textContent = 'slowest rank per step: named once every rank has delivered a step'; return; }
+    if (!last) {
+      this.strip.textContent = 'slowest rank per step: named once every rank has delivered a step';
+      return;
+    }
     const worst = Math.max(...recent.map((s) => s.lag)) || 1;
     const cells = recent.map((s) => {
       const cell = el('span', 'step');
       cell.textContent = s.rank === null ? '=' : String(s.rank);
-      cell.title = s.rank === null ? `epoch ${s.epoch}, step ${s.step}: every rank delivered together`
-        : `epoch ${s.epoch}, step ${s.step}: rank ${s.rank}, ${fmtDuration(s.lag)} after the first rank`;
+      cell.title =
+        s.rank === null
+          ? `epoch ${s.epoch}, step ${s.step}: every rank delivered together`
+          : `epoch ${s.epoch}, step ${s.step}: rank ${s.rank}, ${fmtDuration(s.lag)} after the first rank`;
       cell.style.setProperty('--late', (s.lag / worst).toFixed(2));
       return cell;
     });
     const line = el('b', 'step-last');
     line.setAttribute('data-testid', 'slowest-rank');
     line.dataset.rank = last.rank === null ? '' : String(last.rank);
-    line.textContent = last.rank === null ? `step ${last.step} (epoch ${last.epoch}): every rank delivered together`
-      : `step ${last.step} (epoch ${last.epoch}): rank ${last.rank} last, ${fmtDuration(last.lag)} after the first`;
+    line.textContent =
+      last.rank === null
+        ? `step ${last.step} (epoch ${last.epoch}): every rank delivered together`
+        : `step ${last.step} (epoch ${last.epoch}): rank ${last.rank} last, ${fmtDuration(last.lag)} after the first`;
     const label = el('span', 'step-label');
     label.textContent = 'slowest rank, recent steps:';
     this.strip.replaceChildren(label, ...cells, line);
@@ -273,11 +346,22 @@ export class RanksView {
       if (this.shards.has(ep)) continue;
       /** @type {Map<number, import('../model/types.js').LoaderEvent>} */
       const ends = new Map();
-      for (const tr of tracks) { const end = tr.epochEnds.get(ep); if (end) ends.set(tr.rank, end); } // shardEpochs: every rank has it
+      for (const tr of tracks) {
+        const end = tr.epochEnds.get(ep);
+        if (end) ends.set(tr.rank, end);
+      } // shardEpochs: every rank has it
       this.shards.set(ep, null);
       shardReport(ends, tracks[0].epochEnds.get(ep)?.shard_length ?? 0).then(
-        (r) => { this.shards.set(ep, r); this.shardKey = ''; this.onChange(); },
-        (err) => { this.shards.set(ep, { error: String(err?.message ?? err) }); this.shardKey = ''; this.onChange(); },
+        (r) => {
+          this.shards.set(ep, r);
+          this.shardKey = '';
+          this.onChange();
+        },
+        (err) => {
+          this.shards.set(ep, { error: String(err?.message ?? err) });
+          this.shardKey = '';
+          this.onChange();
+        },
       );
     }
   }
@@ -296,7 +380,8 @@ export class RanksView {
     this.shardKey = key;
     const box = this.shardBox;
     if (!epochs.length) {
-      box.textContent = ended ? uncheckedShards(tracks)
+      box.textContent = ended
+        ? uncheckedShards(tracks)
         : 'sample shards: checked when every rank has ended an epoch (runs with a DistributedSampler report what each rank read)';
       return;
     }
@@ -308,12 +393,16 @@ export class RanksView {
 function uncheckedShards(tracks) {
   const reported = tracks.filter((tr) => tr.epochEnds.size).map((tr) => tr.rank);
   if (!reported.length) {
-    return 'sample shards: not checked — no rank reported which samples it read (a loader reports them at each epoch’s end '
-      + 'when it has a DistributedSampler or runs in an initialized process group)';
+    return (
+      'sample shards: not checked — no rank reported which samples it read (a loader reports them at each epoch’s end ' +
+      'when it has a DistributedSampler or runs in an initialized process group)'
+    );
   }
   const silent = tracks.filter((tr) => !tr.epochEnds.size).map((tr) => tr.rank);
-  return `sample shards: not checked — no epoch was reported by every rank (rank${reported.length > 1 ? 's' : ''} `
-    + `${reported.join(', ')} reported theirs${silent.length ? `; rank${silent.length > 1 ? 's' : ''} ${silent.join(', ')} none` : ''})`;
+  return (
+    `sample shards: not checked — no epoch was reported by every rank (rank${reported.length > 1 ? 's' : ''} ` +
+    `${reported.join(', ')} reported theirs${silent.length ? `; rank${silent.length > 1 ? 's' : ''} ${silent.join(', ')} none` : ''})`
+  );
 }
 
 /**
@@ -339,10 +428,13 @@ function shardLine(ep, r, loader = '') {
  * @param {Record<number, number>} perRank
  */
 export function perRank(perRank) {
-  const entries = Object.entries(perRank).map(([rank, n]) => [Number(rank), n]).sort((a, b) => a[0] - b[0]);
+  const entries = Object.entries(perRank)
+    .map(([rank, n]) => [Number(rank), n])
+    .sort((a, b) => a[0] - b[0]);
   if (entries.length <= 16) return `${entries.map(([rank, n]) => `rank ${rank}: ${n}`).join(', ')} samples`;
   const counts = entries.map(([, n]) => n);
-  const low = Math.min(...counts), high = Math.max(...counts);
+  const low = Math.min(...counts),
+    high = Math.max(...counts);
   if (low === high) return `every one of ${entries.length} ranks: ${low} samples`;
   const fewest = entries.find(([, n]) => n === low);
   return `${low}–${high} samples a rank over ${entries.length} ranks, fewest rank ${fewest ? fewest[0] : '?'}`;

@@ -29,7 +29,8 @@ export class RunForm {
   bind() {
     $('new-run').addEventListener('submit', (ev) => this.submit(ev));
     $('scenario').addEventListener('change', () => this.showScenario());
-    for (const r of document.querySelectorAll('input[name="mode"]')) r.addEventListener('change', () => this.showMode());
+    for (const r of document.querySelectorAll('input[name="mode"]'))
+      r.addEventListener('change', () => this.showMode());
   }
 
   async load() {
@@ -83,7 +84,8 @@ export class RunForm {
   showMode() {
     const sim = /** @type {HTMLInputElement} */ ($('mode-sim')).checked;
     $('costs-box').hidden = !sim;
-    if (sim && !this.costForm) this.costForm = renderForm($('costs'), fieldsFromSchema(COST_FIELDS), { prefix: 'cost-' });
+    if (sim && !this.costForm)
+      this.costForm = renderForm($('costs'), fieldsFromSchema(COST_FIELDS), { prefix: 'cost-' });
     $('mode-desc').textContent = sim
       ? 'The simulator runs the same protocol on a virtual clock in seconds, then plays it here: pause, step one event or one batch, scrub along the timeline, at any speed.'
       : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from the top bar.';
@@ -93,7 +95,8 @@ export class RunForm {
   async submit(ev) {
     ev.preventDefault();
     const name = /** @type {HTMLSelectElement} */ ($('scenario')).value;
-    const mode = /** @type {HTMLInputElement} */ (document.querySelector('input[name="mode"]:checked'))?.value ?? 'real';
+    const mode =
+      /** @type {HTMLInputElement} */ (document.querySelector('input[name="mode"]:checked'))?.value ?? 'real';
     const errBox = $('form-error');
     errBox.hidden = true;
     if (!this.form) return;
@@ -129,7 +132,8 @@ export class RunForm {
     } catch (err) {
       const body = err instanceof ApiError ? err.body : null;
       // each problem next to its field; what names no field of the form goes under the button
-      let placed = 0, placedCosts = 0;
+      let placed = 0,
+        placedCosts = 0;
       for (const p of body ? fieldErrors(body) : []) {
         const cost = costField(p.field);
         if (cost && this.costForm?.showError(cost, p.message)) placedCosts += 1;

@@ -39,7 +39,11 @@ export class Scheduler {
    */
   later(ms) {
     if (this.timer) return;
-    this.timer = setTimeout(() => { this.timer = null; this.due = true; this.wake(); }, ms + 10);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.due = true;
+      this.wake();
+    }, ms + 10);
   }
 
   /**

@@ -40,8 +40,14 @@ export class SearchView {
       this.timer = setTimeout(() => this.run(), TYPE_MS);
     });
     this.input.addEventListener('keydown', (ev) => this.key(ev));
-    this.input.addEventListener('blur', () => { setTimeout(() => { if (document.activeElement !== this.input) this.list.hidden = true; }, 150); });
-    this.input.addEventListener('focus', () => { if (this.hits.length) this.list.hidden = false; });
+    this.input.addEventListener('blur', () => {
+      setTimeout(() => {
+        if (document.activeElement !== this.input) this.list.hidden = true;
+      }, 150);
+    });
+    this.input.addEventListener('focus', () => {
+      if (this.hits.length) this.list.hidden = false;
+    });
   }
 
   focus() {
@@ -93,7 +99,11 @@ export class SearchView {
   render() {
     const q = this.input.value.trim();
     const n = this.hits.length;
-    $('search-count').textContent = !q ? '' : n ? `${this.active + 1} of ${n}${n > SHOWN ? ` (${SHOWN} listed, all outlined)` : ''}` : 'no match';
+    $('search-count').textContent = !q
+      ? ''
+      : n
+        ? `${this.active + 1} of ${n}${n > SHOWN ? ` (${SHOWN} listed, all outlined)` : ''}`
+        : 'no match';
     this.input.setAttribute('aria-activedescendant', n ? `search-hit-${this.active}` : '');
     this.input.setAttribute('aria-expanded', String(n > 0));
     const items = this.hits.slice(0, SHOWN).map((hit, i) => {

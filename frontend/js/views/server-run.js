@@ -82,10 +82,13 @@ export class ServerRun {
     $('btn-resume').addEventListener('click', () => this.control({ action: 'resume' }));
     $('btn-step').addEventListener('click', () => this.control({ action: 'step' }));
     $('btn-stop').addEventListener('click', () => this.control({ action: 'stop' }));
-    $('speed').addEventListener('change', (ev) => this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }));
+    $('speed').addEventListener('change', (ev) =>
+      this.control({ delay: Number(/** @type {HTMLSelectElement} */ (ev.target).value) }),
+    );
     window.addEventListener('popstate', () => {
       const id = new URL(location.href).searchParams.get('run');
-      if (id && id !== this.runId && !this.host.selectRun(id, false) && !this.openJobRun(id, false)) this.open(id, { push: false });
+      if (id && id !== this.runId && !this.host.selectRun(id, false) && !this.openJobRun(id, false))
+        this.open(id, { push: false });
     });
   }
 
@@ -149,11 +152,21 @@ export class ServerRun {
         this.arrived(tr, events);
         this.host.wake();
       },
-      onNote: (n) => { tr.note(n); this.host.wake(); },
-      onConnection: (s) => { if (tr === this.host.track()) this.connectionChanged(tr, s); },
+      onNote: (n) => {
+        tr.note(n);
+        this.host.wake();
+      },
+      onConnection: (s) => {
+        if (tr === this.host.track()) this.connectionChanged(tr, s);
+      },
       onRunStatus: (m) => {
         if (typeof m.status === 'string') {
-          tr.runInfo = { ...(tr.runInfo ?? {}), status: m.status, paused: m.paused === true, ...(typeof m.delay === 'number' ? { delay: m.delay } : {}) };
+          tr.runInfo = {
+            ...(tr.runInfo ?? {}),
+            status: m.status,
+            paused: m.paused === true,
+            ...(typeof m.delay === 'number' ? { delay: m.delay } : {}),
+          };
         }
         if (m.type === 'end') {
           tr.complete = true;
@@ -228,7 +241,9 @@ export class ServerRun {
     let runs;
     try {
       runs = await api.runs();
-    } catch { return; }
+    } catch {
+      return;
+    }
     this.showRuns(Array.isArray(runs) ? runs : []);
   }
 
@@ -243,10 +258,16 @@ export class ServerRun {
     socket.onmessage = (m) => {
       delay = 1000;
       let msg;
-      try { msg = JSON.parse(m.data); } catch { return; }
+      try {
+        msg = JSON.parse(m.data);
+      } catch {
+        return;
+      }
       if (msg?.type === 'runs' && Array.isArray(msg.runs)) this.showRuns(msg.runs);
     };
-    socket.onclose = () => { if (!this.demo) setTimeout(() => this.followRuns(Math.min(delay * 2, 10_000)), delay); };
+    socket.onclose = () => {
+      if (!this.demo) setTimeout(() => this.followRuns(Math.min(delay * 2, 10_000)), delay);
+    };
   }
 
   /** @param {import('../model/run-list.js').RunBrief[]} runs */
@@ -259,7 +280,10 @@ export class ServerRun {
     const opts = [new Option('— choose a run —', '')];
     for (const g of pickerGroups(runs)) {
       const options = g.options.map((o) => new Option(o.text, o.id));
-      if (g.label === null) { opts.push(...options); continue; }
+      if (g.label === null) {
+        opts.push(...options);
+        continue;
+      }
       const group = document.createElement('optgroup');
       group.label = g.label;
       group.append(...options);
@@ -300,13 +324,18 @@ export class ServerRun {
         if (this.host.tracks() !== tracks) return; // another run was opened meanwhile
         // each row names its run on this dashboard: the open loader's rows are its ranks
         this.jobLoader = openLoader(answer, id);
-        this.jobRuns = new Map(answer.ranks.filter((r) => r.loader === this.jobLoader && r.dashboard_run)
-          .map((r) => [r.rank, /** @type {string} */ (r.dashboard_run)]));
+        this.jobRuns = new Map(
+          answer.ranks
+            .filter((r) => r.loader === this.jobLoader && r.dashboard_run)
+            .map((r) => [r.rank, /** @type {string} */ (r.dashboard_run)]),
+        );
         this.host.jobTable(answer, id);
         this.host.wake();
         return;
       }
-    } catch { /* no table: the ranks are opened as they are found, as for a live job */ }
+    } catch {
+      /* no table: the ranks are opened as they are found, as for a live job */
+    }
     if (this.host.tracks() === tracks) this.discoverRanks(job, want, name);
   }
 
@@ -331,8 +360,10 @@ export class ServerRun {
   openRank(rank, push = true) {
     const id = this.jobRuns.get(rank);
     if (id === undefined) {
-      return `rank ${rank} has no run on this dashboard: its trace is in the job's table but no longer in the `
-        + "logdir's run list (moved or deleted since); reload the page to see the job as it is now";
+      return (
+        `rank ${rank} has no run on this dashboard: its trace is in the job's table but no longer in the ` +
+        "logdir's run list (moved or deleted since); reload the page to see the job as it is now"
+      );
     }
     if (this.host.selectRun(id, push)) return null;
     const tracks = this.host.tracks();
@@ -347,7 +378,11 @@ export class ServerRun {
    * @param {string} id @param {boolean} [push]
    */
   openJobRun(id, push = true) {
-    for (const [rank, run] of this.jobRuns) if (run === id) { this.openRank(rank, push); return true; }
+    for (const [rank, run] of this.jobRuns)
+      if (run === id) {
+        this.openRank(rank, push);
+        return true;
+      }
     return false;
   }
 
@@ -360,7 +395,11 @@ export class ServerRun {
     this.ranksLooked = Date.now();
     /** @type {import('../model/types.js').RunBrief[]} */
     let runs;
-    try { runs = await api.runs(); } catch { return; }
+    try {
+      runs = await api.runs();
+    } catch {
+      return;
+    }
     if (!Array.isArray(runs)) runs = [];
     const tracks = this.host.tracks();
     // the listing carries each run's job and rank (run_start's, or a logdir file's index): no run is
@@ -377,7 +416,9 @@ export class ServerRun {
       // again soon, then less often (a rank that starts late is found within POLL_MS * 2)
       this.rankLooks += 1;
       const delay = Math.min(POLL_MS * 2, 250 * 2 ** (this.rankLooks - 1));
-      setTimeout(() => { if (this.host.track().player.full.meta.job === job) this.discoverRanks(job, want, name); }, delay);
+      setTimeout(() => {
+        if (this.host.track().player.full.meta.job === job) this.discoverRanks(job, want, name);
+      }, delay);
     }
     this.host.wake();
   }
@@ -413,14 +454,17 @@ export class ServerRun {
   /** The full-width notice: connection lost (view frozen), or a server that does not know the run. */
   showNotice() {
     const box = $('conn-notice');
-    let main = '', sub = '';
+    let main = '',
+      sub = '';
     if (this.unknownRun) {
       main = `the dashboard server does not know run ${this.runId} (it was restarted without it)`;
-      sub = `what arrived before, ${this.host.track().player.length.toLocaleString('en')} events, is still here: play, step and scrub it; `
-        + 'start a new run or pick one above to go on';
+      sub =
+        `what arrived before, ${this.host.track().player.length.toLocaleString('en')} events, is still here: play, step and scrub it; ` +
+        'start a new run or pick one above to go on';
     } else if (this.offline) {
       main = `lost connection to the dashboard server — view frozen at event ${this.offline.row.toLocaleString('en')}`;
-      sub = 'retrying every few seconds; the run may still be going on the server. Pause, Step and Stop are off until it is back.';
+      sub =
+        'retrying every few seconds; the run may still be going on the server. Pause, Step and Stop are off until it is back.';
     }
     const key = `${main}|${sub}`;
     if (box.dataset.key === key) return;

@@ -23,10 +23,15 @@ function fmtPace(s) {
 export function paceDiagnosis(lines, delay) {
   if (!(delay > 0) || !Array.isArray(lines)) return lines;
   const pace = `the dashboard's pace (one batch per ${fmtPace(delay)}, added so that you can follow the run; not a training step)`;
-  return lines.map((line) => String(line)
-    .replace(/the training step is the bottleneck \(([\d.]+) ms per batch, ([\d.]+) batches\/s\)/,
-      (_, ms, rate) => `the training loop is held to ${pace}: ${ms} ms per batch, ${rate} batches/s; loading keeps up with it`)
-    .replace(/the step alone would consume/, 'that pace alone would consume'));
+  return lines.map((line) =>
+    String(line)
+      .replace(
+        /the training step is the bottleneck \(([\d.]+) ms per batch, ([\d.]+) batches\/s\)/,
+        (_, ms, rate) =>
+          `the training loop is held to ${pace}: ${ms} ms per batch, ${rate} batches/s; loading keeps up with it`,
+      )
+      .replace(/the step alone would consume/, 'that pace alone would consume'),
+  );
 }
 
 /**
@@ -61,8 +66,11 @@ export class StatusBar {
     if (el.textContent !== label) {
       el.textContent = label;
       el.dataset.status = label === status ? status : 'silent';
-      el.title = label === status ? '' : 'the producer is connected but has sent nothing for this long while the run '
-        + 'should be running: a training script stuck outside the loader, or a hung process';
+      el.title =
+        label === status
+          ? ''
+          : 'the producer is connected but has sent nothing for this long while the run ' +
+            'should be running: a training script stuck outside the loader, or a hung process';
     }
     $('pipeline-empty').hidden = tr.source !== 'none';
     this.renderControls(tr, status);
@@ -78,8 +86,9 @@ export class StatusBar {
     el.dataset.n = String(lost);
     el.hidden = !lost;
     el.textContent = `⚠ ${lost} events lost`;
-    el.title = `${lost} events were dropped by the producer (a watch()ed script whose buffer to the dashboard was full) `
-      + 'before they reached the dashboard; the picture and the statistics miss them';
+    el.title =
+      `${lost} events were dropped by the producer (a watch()ed script whose buffer to the dashboard was full) ` +
+      'before they reached the dashboard; the picture and the statistics miss them';
   }
 
   /** "silent 42 s": a running run whose producer has sent nothing for a while (the server says so). */
@@ -106,17 +115,26 @@ export class StatusBar {
   renderControls(tr, status) {
     const full = tr.player.full;
     const server = this.host.server();
-    const realLive = tr.source === 'server' && (full.mode === 'real' || full.mode === '') && !ENDED.has(status)
-      && !server.offline && !server.unknownRun;
+    const realLive =
+      tr.source === 'server' &&
+      (full.mode === 'real' || full.mode === '') &&
+      !ENDED.has(status) &&
+      !server.offline &&
+      !server.unknownRun;
     // a logdir file's producer takes no controls from here (the server answers 409); a doctor snapshot
     // is a frozen picture: nothing to pause, step or start there
     const snapshot = full.mode === 'doctor';
-    $('live-controls').hidden = !(tr.source === 'server' && full.mode !== 'sim' && full.mode !== 'replay')
-      || tr.runInfo?.origin === 'logdir' || server.demo || snapshot;
+    $('live-controls').hidden =
+      !(tr.source === 'server' && full.mode !== 'sim' && full.mode !== 'replay') ||
+      tr.runInfo?.origin === 'logdir' ||
+      server.demo ||
+      snapshot;
     $('new-run-card').hidden = snapshot;
     const off = !realLive || server.demo;
     const paused = status === 'paused';
-    const set = (/** @type {string} */ id, /** @type {boolean} */ disabled) => { /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled; };
+    const set = (/** @type {string} */ id, /** @type {boolean} */ disabled) => {
+      /** @type {HTMLButtonElement} */ ($(id)).disabled = disabled;
+    };
     set('btn-pause', off || paused);
     set('btn-resume', off || !paused);
     set('btn-step', off);
@@ -133,12 +151,22 @@ export class StatusBar {
     const ranks = this.host.ranks();
     // a doctor snapshot knows the workers, not the batch size or prefetch factor: it says none
     const workers = c.num_workers ? say('n.workers', { n: c.num_workers }) : 'in-process (num_workers=0)';
-    const settings = c.batch_size !== undefined
-      ? `${workers} · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}`
-      : workers;
-    const title = tr.source !== 'none' ? [source, name, full.mode || tr.runInfo?.mode || '',
-      c.num_workers !== undefined ? settings : '',
-      ranks > 1 ? `${ranks} ranks` : ''].filter(Boolean).join(' · ') : '';
+    const settings =
+      c.batch_size !== undefined
+        ? `${workers} · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}`
+        : workers;
+    const title =
+      tr.source !== 'none'
+        ? [
+            source,
+            name,
+            full.mode || tr.runInfo?.mode || '',
+            c.num_workers !== undefined ? settings : '',
+            ranks > 1 ? `${ranks} ranks` : '',
+          ]
+            .filter(Boolean)
+            .join(' · ')
+        : '';
     const badge = $('doctor-badge'); // a `loaderscope doctor --out` snapshot: what the samples saw, frozen
     badge.hidden = full.mode !== 'doctor';
     const verdict = tr.noteItems.findLast((n) => n.kind === 'doctor_verdict');
@@ -164,13 +192,16 @@ export class StatusBar {
     if (el.textContent !== text) {
       el.textContent = text;
       el.hidden = !d;
-      el.title = d ? `the dashboard holds the training loop ${fmtPace(d)} per batch so that a person can follow the run; `
-        + 'it is not your training step and the diagnosis does not count it as one' : '';
+      el.title = d
+        ? `the dashboard holds the training loop ${fmtPace(d)} per batch so that a person can follow the run; ` +
+          'it is not your training step and the diagnosis does not count it as one'
+        : '';
     }
     const speed = /** @type {HTMLSelectElement} */ ($('speed'));
     const want = String(d);
     if (speed.value !== want && document.activeElement !== speed) {
-      if (![...speed.options].some((o) => o.value === want)) speed.append(new Option(`${fmtPace(d)}/batch (demo)`, want));
+      if (![...speed.options].some((o) => o.value === want))
+        speed.append(new Option(`${fmtPace(d)}/batch (demo)`, want));
       speed.value = want;
     }
     this.renderCaption(d);
@@ -187,8 +218,9 @@ export class StatusBar {
     box.hidden = !show;
     if (!show) return;
     const text = document.createElement('span');
-    text.textContent = 'Watch the reorder buffer: every few batches one task is held up, later tasks overtake it, and their '
-      + 'results wait there (amber) until rcvd_idx reaches it. It keeps happening all run long.';
+    text.textContent =
+      'Watch the reorder buffer: every few batches one task is held up, later tasks overtake it, and their ' +
+      'results wait there (amber) until rcvd_idx reaches it. It keeps happening all run long.';
     const go = document.createElement('button');
     go.type = 'button';
     go.id = 'btn-first-parked';

@@ -194,7 +194,10 @@ export class RunStream {
             continue;
           }
           const e = /** @type {LoaderEvent} */ (raw); // invalidReason found nothing wrong
-          if (e.seq <= this.lastSeq) { this.duplicates += 1; continue; }
+          if (e.seq <= this.lastSeq) {
+            this.duplicates += 1;
+            continue;
+          }
           if (e.seq > this.lastSeq + 1) {
             this.note({ type: 'gap', from: this.lastSeq + 1, to: e.seq - 1, reason: 'missing from the REST answer' });
           }

@@ -52,7 +52,6 @@ function gb(n) {
   return n >= 1e9 ? `${(n / 1e9).toFixed(1)} GB` : `${(n / 1e6).toFixed(0)} MB`;
 }
 
-
 export class SweepPanel {
   /**
    * @param {() => ({scenario:string, params:Record<string, any>|null, costs?:object|null})} source
@@ -79,17 +78,25 @@ export class SweepPanel {
     /** @type {Shown|null} the sweep shown */
     $('sweep-chart-host').append(this.canvas);
     this.last = null;
-    $('sweep-form').addEventListener('submit', (/** @type {SubmitEvent} */ ev) => { ev.preventDefault(); this.run(); });
+    $('sweep-form').addEventListener('submit', (/** @type {SubmitEvent} */ ev) => {
+      ev.preventDefault();
+      this.run();
+    });
     $('sweep-key').addEventListener('change', () => this.keyChanged('key'));
     $('sweep-key2').addEventListener('change', () => this.keyChanged('key2'));
     $('sweep-step').addEventListener('input', () => this.stepChanged());
     $('sweep-target').addEventListener('change', () => this.targetChanged());
-    for (const f of FIELDS) $(`sweep-${f}`).addEventListener('input', () => { this.userChose = true; });
+    for (const f of FIELDS)
+      $(`sweep-${f}`).addEventListener('input', () => {
+        this.userChose = true;
+      });
     window.addEventListener('resize', () => this.redraw());
   }
 
   /** Whether the sweep replays the open run's own loader (else it simulates the form's scenario). */
-  get onRun() { return $('sweep-target').value === 'run' && this.openRun() !== null; }
+  get onRun() {
+    return $('sweep-target').value === 'run' && this.openRun() !== null;
+  }
 
   /**
    * The open run or its status changed: a real run newly opened starts the panel on its own loader
@@ -102,7 +109,10 @@ export class SweepPanel {
     option.textContent = run ? `this run's own loader (${run.label})` : "this run's own loader (open a real run)";
     if (run === null) {
       this.viewed = '';
-      if ($('sweep-target').value === 'run') { $('sweep-target').value = 'scenario'; this.targetChanged(); }
+      if ($('sweep-target').value === 'run') {
+        $('sweep-target').value = 'scenario';
+        this.targetChanged();
+      }
       return;
     }
     if (run.id !== this.viewed) {
@@ -131,12 +141,23 @@ export class SweepPanel {
     el.hidden = run === null;
     if (run === null) return;
     const a = this.advice;
-    const setting = a ? a.setting : Object.fromEntries(Object.keys(TRACE_SETTINGS).filter((k) => k in run.config).sort()
-      .map((k) => [k, run.config[k]]));
-    const settings = Object.entries(setting).map(([k, v]) => `${k}=${v}`).join(', ');
-    const step = a && typeof a.step_ms === 'number'
-      ? `; its training step ${fmt(a.step_ms, 1)} ms per batch, fitted to its events`
-      : run.ended ? '' : '; its advice on num_workers comes when the run ends';
+    const setting = a
+      ? a.setting
+      : Object.fromEntries(
+          Object.keys(TRACE_SETTINGS)
+            .filter((k) => k in run.config)
+            .sort()
+            .map((k) => [k, run.config[k]]),
+        );
+    const settings = Object.entries(setting)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(', ');
+    const step =
+      a && typeof a.step_ms === 'number'
+        ? `; its training step ${fmt(a.step_ms, 1)} ms per batch, fitted to its events`
+        : run.ended
+          ? ''
+          : '; its advice on num_workers comes when the run ends';
     // a run whose settings are not read yet names none, rather than an empty list
     el.textContent = `this run's own loader (${run.label})${settings ? `, as recorded: ${settings}` : ''}${step}`;
   }
@@ -149,8 +170,11 @@ export class SweepPanel {
     let data;
     try {
       const res = await fetch(`/api/runs/${encodeURIComponent(id)}/advice`, { credentials: 'same-origin' });
-      if (res.status === 429 && tries > 1) { // another sweep holds the slot: ask again when it may have ended
-        await new Promise((wait) => { setTimeout(wait, ADVICE_RETRY_MS); });
+      if (res.status === 429 && tries > 1) {
+        // another sweep holds the slot: ask again when it may have ended
+        await new Promise((wait) => {
+          setTimeout(wait, ADVICE_RETRY_MS);
+        });
         if (id === this.viewed) await this.askAdvice(id, tries - 1);
         return;
       }
@@ -170,7 +194,8 @@ export class SweepPanel {
   /** @param {unknown} err */
   showOwnError(err) {
     const b = err instanceof ApiError ? err.body : null;
-    $('sweep-error').textContent = `no advice on num_workers for this run: ${b ? errorText(b) : err instanceof Error ? err.message : String(err)}`;
+    $('sweep-error').textContent =
+      `no advice on num_workers for this run: ${b ? errorText(b) : err instanceof Error ? err.message : String(err)}`;
     $('sweep-error').hidden = false;
   }
 
@@ -179,7 +204,8 @@ export class SweepPanel {
     const run = this.openRun();
     if (run === null) return;
     const xs = a.rows.map((r) => /** @type {number} */ (r.num_workers));
-    if (!xs.length) { // nothing was replayed: the reason is all there is
+    if (!xs.length) {
+      // nothing was replayed: the reason is all there is
       $('sweep-result').hidden = false;
       $('sweep-rec').textContent = `Recommendation: ${adviceText(a)}`;
       $('sweep-rec').classList.add('warn');
@@ -189,9 +215,18 @@ export class SweepPanel {
     $('sweep-key2').value = '';
     this.keyChanged('key2');
     $('sweep-values').value = xs.join(',');
-    $('sweep-status').textContent = `${run.label}: the advice's ${xs.length} replay${xs.length === 1 ? '' : 's'} of its own loader`;
-    this.last = { rows: a.rows, recommendation: adviceText(a), key: 'num_workers', key2: '', xs, scenario: run.label,
-      stepMs: null, warn: adviceWarns(a) };
+    $('sweep-status').textContent =
+      `${run.label}: the advice's ${xs.length} replay${xs.length === 1 ? '' : 's'} of its own loader`;
+    this.last = {
+      rows: a.rows,
+      recommendation: adviceText(a),
+      key: 'num_workers',
+      key2: '',
+      xs,
+      scenario: run.label,
+      stepMs: null,
+      warn: adviceWarns(a),
+    };
     this.show(this.last);
   }
 
@@ -203,12 +238,18 @@ export class SweepPanel {
     if (!keepScenario) this.scenarioFields = fields;
     if (this.onRun) fields = RUN_FIELDS;
     const usable = fields.filter((f) => f.kind !== 'string');
-    const pick = $('sweep-key'), pick2 = $('sweep-key2');
-    const old = pick.value, old2 = pick2.value;
+    const pick = $('sweep-key'),
+      pick2 = $('sweep-key2');
+    const old = pick.value,
+      old2 = pick2.value;
     pick.replaceChildren(...usable.map((f) => new Option(f.name, f.name)));
     pick2.replaceChildren(new Option('— nothing else —', ''), ...usable.map((f) => new Option(f.name, f.name)));
     this.fields = usable;
-    pick.value = usable.some((f) => f.name === old) ? old : usable.some((f) => f.name === 'num_workers') ? 'num_workers' : (usable[0]?.name ?? '');
+    pick.value = usable.some((f) => f.name === old)
+      ? old
+      : usable.some((f) => f.name === 'num_workers')
+        ? 'num_workers'
+        : (usable[0]?.name ?? '');
     pick2.value = usable.some((f) => f.name === old2) ? old2 : '';
     if (pick.value !== old) this.keyChanged('key');
     this.keyChanged('key2', pick2.value === old2);
@@ -229,11 +270,12 @@ export class SweepPanel {
     const sweptStep = $('sweep-key').value === 'step_ms' || $('sweep-key2').value === 'step_ms';
     $('sweep-step-label').hidden = this.stepDefault === null || this.stepDefault === undefined || sweptStep;
     if (this.stepDefault === 0 && !sweptStep) {
-      why.textContent = v !== '' && Number(v) > 0
-        ? `This scenario has no training step (step_ms = 0): with nothing to do between batches the training loop always waits, `
-          + `whatever the loader does, so the waiting line would be flat at ~100 %. The sweep assumes a ${v} ms step instead; `
-          + 'put your own step time here, or 0 to sweep the scenario as it is.'
-        : 'step_ms = 0: the training loop does nothing between batches, so it waits ~100 % of the time at every value: expect a flat line.';
+      why.textContent =
+        v !== '' && Number(v) > 0
+          ? `This scenario has no training step (step_ms = 0): with nothing to do between batches the training loop always waits, ` +
+            `whatever the loader does, so the waiting line would be flat at ~100 %. The sweep assumes a ${v} ms step instead; ` +
+            'put your own step time here, or 0 to sweep the scenario as it is.'
+          : 'step_ms = 0: the training loop does nothing between batches, so it waits ~100 % of the time at every value: expect a flat line.';
       why.hidden = false;
     } else why.hidden = true;
   }
@@ -246,7 +288,16 @@ export class SweepPanel {
     input.disabled = !key;
     if (keep && input.value) return;
     const f = (this.fields ?? []).find((x) => x.name === key);
-    input.value = !key ? '' : DEFAULTS[key] ?? (f?.kind === 'bool' ? 'false,true' : f?.kind === 'enum' ? (f.options ?? []).join(',') : f?.default !== undefined && f.default !== null ? String(f.default) : '');
+    input.value = !key
+      ? ''
+      : (DEFAULTS[key] ??
+        (f?.kind === 'bool'
+          ? 'false,true'
+          : f?.kind === 'enum'
+            ? (f.options ?? []).join(',')
+            : f?.default !== undefined && f.default !== null
+              ? String(f.default)
+              : ''));
     const range = f ? rangeText(/** @type {import('./form.js').Field} */ (f)) : '';
     input.placeholder = key ? `e.g. 1,2,4${range ? ` (${range})` : ''}` : ''; // the bounds the server checks
   }
@@ -273,11 +324,13 @@ export class SweepPanel {
     if (this.onRun) return this.runOnOpenRun();
     const src = this.source();
     if (!src.params) {
-      $('sweep-error').textContent = 'a parameter under "Start a run" is not valid; fix it there first (the sweep starts from those values)';
+      $('sweep-error').textContent =
+        'a parameter under "Start a run" is not valid; fix it there first (the sweep starts from those values)';
       $('sweep-error').hidden = false;
       return;
     }
-    const key = $('sweep-key').value, key2 = $('sweep-key2').value;
+    const key = $('sweep-key').value,
+      key2 = $('sweep-key2').value;
     const stepText = $('sweep-step').value.trim();
     let params = src.params;
     if (stepText !== '' && key !== 'step_ms' && key2 !== 'step_ms' && this.stepDefault !== null) {
@@ -289,42 +342,60 @@ export class SweepPanel {
       }
       params = { ...params, step_ms: ms };
     }
-    const { body, errors } = sweepRequest({ scenario: src.scenario, params, costs: src.costs, key, values: $('sweep-values').value, key2, values2: $('sweep-values2').value });
+    const { body, errors } = sweepRequest({
+      scenario: src.scenario,
+      params,
+      costs: src.costs,
+      key,
+      values: $('sweep-values').value,
+      key2,
+      values2: $('sweep-values2').value,
+    });
     if (!body) {
       for (const [f, m] of Object.entries(errors)) this.showError(f, m);
       return;
     }
     const n = Object.values(body.grid).reduce((m, v) => m * v.length, 1);
-    await this.post('/api/sweeps', body, `simulating ${n} run${n === 1 ? '' : 's'} of ${src.scenario}…`,
-      (data) => {
-        $('sweep-status').textContent = `${src.scenario}: ${n} simulated run${n === 1 ? '' : 's'}`;
-        this.last = { ...data, key, key2, xs: body.grid[key], scenario: src.scenario, stepMs: params.step_ms ?? 0 };
-        this.show(this.last);
-      });
+    await this.post('/api/sweeps', body, `simulating ${n} run${n === 1 ? '' : 's'} of ${src.scenario}…`, (data) => {
+      $('sweep-status').textContent = `${src.scenario}: ${n} simulated run${n === 1 ? '' : 's'}`;
+      this.last = { ...data, key, key2, xs: body.grid[key], scenario: src.scenario, stepMs: params.step_ms ?? 0 };
+      this.show(this.last);
+    });
   }
 
   /** The open run's own loader, replayed with costs fitted to its fetches, over the chosen values. */
   async runOnOpenRun() {
     // what the user asked for is read now: the advice, landing while this waits, must not replace it
     this.userChose = true;
-    const key = $('sweep-key').value, key2 = $('sweep-key2').value;
-    const { body, errors } = sweepRequest({ scenario: '', params: {}, key, values: $('sweep-values').value, key2, values2: $('sweep-values2').value });
+    const key = $('sweep-key').value,
+      key2 = $('sweep-key2').value;
+    const { body, errors } = sweepRequest({
+      scenario: '',
+      params: {},
+      key,
+      values: $('sweep-values').value,
+      key2,
+      values2: $('sweep-values2').value,
+    });
     if (!body) {
       for (const [f, m] of Object.entries(errors)) this.showError(f, m);
       return;
     }
-    $('sweep-status').textContent = 'waiting for this run\'s advice: the server replays one sweep at a time…';
+    $('sweep-status').textContent = "waiting for this run's advice: the server replays one sweep at a time…";
     await this.advicePending;
     const run = this.openRun();
     if (run === null) return;
     const n = Object.values(body.grid).reduce((m, v) => m * v.length, 1);
-    await this.post(`/api/runs/${encodeURIComponent(run.id)}/sweeps`, { grid: body.grid },
+    await this.post(
+      `/api/runs/${encodeURIComponent(run.id)}/sweeps`,
+      { grid: body.grid },
       `replaying ${run.label}'s loader ${n} time${n === 1 ? '' : 's'} with costs fitted to its fetches…`,
       (data) => {
         $('sweep-status').textContent = `${run.label}: ${n} replay${n === 1 ? '' : 's'} of its own loader`;
         this.last = { ...data, key, key2, xs: body.grid[key], scenario: run.label, stepMs: null };
         this.show(this.last);
-      });
+      },
+    );
   }
 
   /**
@@ -333,15 +404,25 @@ export class SweepPanel {
    * @param {(data: {rows: import('../model/sweep.js').SweepRow[], recommendation?: string|null}) => void} done
    */
   async post(url, body, progress, done) {
-    const key = $('sweep-key').value, key2 = $('sweep-key2').value;
+    const key = $('sweep-key').value,
+      key2 = $('sweep-key2').value;
     const button = $('btn-sweep');
     button.disabled = true;
     $('sweep-status').textContent = progress;
     try {
-      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), credentials: 'same-origin' });
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        credentials: 'same-origin',
+      });
       const text = await res.text();
       let data = null;
-      try { data = text ? JSON.parse(text) : null; } catch { data = text; }
+      try {
+        data = text ? JSON.parse(text) : null;
+      } catch {
+        data = text;
+      }
       if (!res.ok) throw new ApiError(res.status, data);
       done(data);
     } catch (err) {
@@ -350,12 +431,25 @@ export class SweepPanel {
       let placed = 0;
       for (const p of Array.isArray(b?.errors) ? b.errors : []) {
         const f = sweepErrorField(p.field, key, key2);
-        if (f) { this.showError(f, `${p.message}${p.allowed ? `; allowed: ${p.allowed}` : ''}`); placed += 1; }
+        if (f) {
+          this.showError(f, `${p.message}${p.allowed ? `; allowed: ${p.allowed}` : ''}`);
+          placed += 1;
+        }
       }
       if (!placed) {
-        const extra = b ? fieldErrors(b).map((p) => `${p.field}: ${p.message}`).join('; ') : '';
-        const why = err instanceof ApiError && err.status === 429 ? 'another sweep is running; try again in a moment'
-          : (b ? errorText(b) : err instanceof Error ? err.message : String(err));
+        const extra = b
+          ? fieldErrors(b)
+              .map((p) => `${p.field}: ${p.message}`)
+              .join('; ')
+          : '';
+        const why =
+          err instanceof ApiError && err.status === 429
+            ? 'another sweep is running; try again in a moment'
+            : b
+              ? errorText(b)
+              : err instanceof Error
+                ? err.message
+                : String(err);
         $('sweep-error').textContent = extra && !why.includes(extra) ? `${why} (${extra})` : why || String(err);
         $('sweep-error').hidden = false;
       }
@@ -369,7 +463,10 @@ export class SweepPanel {
     $('sweep-result').hidden = false;
     $('sweep-rec').textContent = result.recommendation ? `Recommendation: ${result.recommendation}` : '';
     $('sweep-rec').hidden = !result.recommendation;
-    $('sweep-rec').classList.toggle('warn', result.warn ?? /starved|not help|no recommendation/.test(result.recommendation ?? ''));
+    $('sweep-rec').classList.toggle(
+      'warn',
+      result.warn ?? /starved|not help|no recommendation/.test(result.recommendation ?? ''),
+    );
     const notes = result.memory ?? [];
     $('sweep-memory').textContent = notes.map((n) => `Memory: ${n}`).join('\n');
     $('sweep-memory').hidden = !notes.length;
@@ -382,18 +479,23 @@ export class SweepPanel {
   flat({ rows, key, stepMs }) {
     const el = $('sweep-flat');
     const waits = (rows ?? []).map((r) => r.input_bound).filter((v) => typeof v === 'number');
-    const lo = Math.min(...waits), hi = Math.max(...waits);
+    const lo = Math.min(...waits),
+      hi = Math.max(...waits);
     let text = '';
     if (waits.length > 1 && hi - lo < 0.03) {
-      if (stepMs === null) { // a run's own loader: its training step is what the run measured
+      if (stepMs === null) {
+        // a run's own loader: its training step is what the run measured
         text = `The waiting line is flat: ${key} does not change how long this run's training loop waits over the values tried.`;
       } else if (lo > 0.9) {
-        text = `The waiting line is flat near 100 %: the training loop spends ${stepMs ? `only ${stepMs} ms` : 'no time'} per batch, `
-          + `so it waits for data at every ${key} tried. Give it a realistic training step (the box above) to see where loading stops being the bottleneck.`;
+        text =
+          `The waiting line is flat near 100 %: the training loop spends ${stepMs ? `only ${stepMs} ms` : 'no time'} per batch, ` +
+          `so it waits for data at every ${key} tried. Give it a realistic training step (the box above) to see where loading stops being the bottleneck.`;
       } else if (hi < 0.05) {
-        text = `The waiting line is flat near 0 %: the training step${stepMs ? ` (${stepMs} ms)` : ''} is slower than loading at every ${key} tried, `
-          + `so the loader is not the bottleneck and ${key} does not matter here.`;
-      } else text = `The waiting line is flat: ${key} does not change how long the training loop waits over the values tried.`;
+        text =
+          `The waiting line is flat near 0 %: the training step${stepMs ? ` (${stepMs} ms)` : ''} is slower than loading at every ${key} tried, ` +
+          `so the loader is not the bottleneck and ${key} does not matter here.`;
+      } else
+        text = `The waiting line is flat: ${key} does not change how long the training loop waits over the values tried.`;
     }
     el.textContent = text;
     el.hidden = !text;
@@ -401,14 +503,25 @@ export class SweepPanel {
 
   /** @param {Shown} shown */
   table({ rows, key, key2 }) {
-    const cols = [[key, key], ...(key2 ? [[key2, key2]] : []),
-      ['batches_per_s', 'batches/s'], ['input_bound', 'training loop waiting'],
-      ['input_bound_steady', say('label.input_bound_steady')], ['worker_util', 'workers busy'],
-      ['buffer_high', 'reorder buffer max'], ['wall', 'simulated time'], ['batches', 'batches'],
-      ...(typeof rows[0]?.memory === 'number' ? [['memory', 'memory']] : [])]; // a recorded run's memory samples
+    const cols = [
+      [key, key],
+      ...(key2 ? [[key2, key2]] : []),
+      ['batches_per_s', 'batches/s'],
+      ['input_bound', 'training loop waiting'],
+      ['input_bound_steady', say('label.input_bound_steady')],
+      ['worker_util', 'workers busy'],
+      ['buffer_high', 'reorder buffer max'],
+      ['wall', 'simulated time'],
+      ['batches', 'batches'],
+      ...(typeof rows[0]?.memory === 'number' ? [['memory', 'memory']] : []),
+    ]; // a recorded run's memory samples
     const best = Math.max(...rows.map((r) => Number(r.batches_per_s) || 0));
     const head = document.createElement('tr');
-    for (const [, label] of cols) { const th = document.createElement('th'); th.textContent = label; head.append(th); }
+    for (const [, label] of cols) {
+      const th = document.createElement('th');
+      th.textContent = label;
+      head.append(th);
+    }
     const body = rows.map((r) => {
       const tr = document.createElement('tr');
       tr.dataset.testid = 'sweep-row';
@@ -417,15 +530,16 @@ export class SweepPanel {
       for (const [k] of cols) {
         const td = document.createElement('td');
         const v = r[k];
-        if (k === 'input_bound' || k === 'input_bound_steady' || k === 'worker_util') td.textContent = typeof v === 'number' ? `${(v * 100).toFixed(0)} %` : '–';
+        if (k === 'input_bound' || k === 'input_bound_steady' || k === 'worker_util')
+          td.textContent = typeof v === 'number' ? `${(v * 100).toFixed(0)} %` : '–';
         else if (k === 'wall') td.textContent = typeof v === 'number' ? `${fmt(v)} s` : '–';
         else if (k === 'memory') {
           td.textContent = typeof v === 'number' ? `${gb(v)}${r.memory_fits === false ? ' (over)' : ''}` : '–';
           if (r.memory_fits === false) td.className = 'bad';
-        }
-        else td.textContent = v === undefined || v === null ? '–' : fmt(v, k === 'batches_per_s' ? 1 : 2);
+        } else td.textContent = v === undefined || v === null ? '–' : fmt(v, k === 'batches_per_s' ? 1 : 2);
         if (k.startsWith('input_bound') && typeof v === 'number' && v > 0.2) td.className = 'bad';
-        if (k === 'batches' && r.status && !['done', 'finished', 'ok'].includes(r.status)) td.textContent += ` (${r.status})`;
+        if (k === 'batches' && r.status && !['done', 'finished', 'ok'].includes(r.status))
+          td.textContent += ` (${r.status})`;
         tr.append(td);
       }
       return tr;

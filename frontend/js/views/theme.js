@@ -27,7 +27,9 @@ export class ThemeSwitch {
     try {
       const v = localStorage.getItem(STORE_KEY);
       return isTheme(v) ? v : null;
-    } catch { return null; }
+    } catch {
+      return null;
+    }
   }
 
   /** The theme shown now. @returns {Theme} */
@@ -48,15 +50,19 @@ export class ThemeSwitch {
     this.chosen = theme;
     if (remember) {
       try {
-        if (theme) localStorage.setItem(STORE_KEY, theme); else localStorage.removeItem(STORE_KEY);
-      } catch { /* not remembered: storage is off */ }
+        if (theme) localStorage.setItem(STORE_KEY, theme);
+        else localStorage.removeItem(STORE_KEY);
+      } catch {
+        /* not remembered: storage is off */
+      }
     }
     this.apply();
   }
 
   apply() {
     const root = document.documentElement;
-    if (this.chosen) root.dataset.theme = this.chosen; else delete root.dataset.theme;
+    if (this.chosen) root.dataset.theme = this.chosen;
+    else delete root.dataset.theme;
     const theme = this.effective;
     usePalette(theme);
     const button = $('btn-theme');

@@ -18,19 +18,24 @@ import { mb } from './memory-view.js';
 /** @param {TimelineView} view */
 export function bindInput(view) {
   const c = view.canvas;
-  c.addEventListener('wheel', (ev) => {
-    ev.preventDefault();
-    const rect = c.getBoundingClientRect();
-    const x = ev.clientX - rect.left;
-    if (x < GUTTER) return;
-    const factor = Math.exp((ev.deltaY || ev.deltaX) * 0.0015);
-    view.setView(zoomWindow(view.view, view.timeAt(x), factor));
-  }, { passive: false });
+  c.addEventListener(
+    'wheel',
+    (ev) => {
+      ev.preventDefault();
+      const rect = c.getBoundingClientRect();
+      const x = ev.clientX - rect.left;
+      if (x < GUTTER) return;
+      const factor = Math.exp((ev.deltaY || ev.deltaX) * 0.0015);
+      view.setView(zoomWindow(view.view, view.timeAt(x), factor));
+    },
+    { passive: false },
+  );
   /** @type {{kind: 'scrub'} | {kind: 'select', x: number, t: number} | {kind: 'pan', x: number, view: TimeWindow, moved: boolean} | null} */
   let drag = null;
   c.addEventListener('pointerdown', (ev) => {
     const rect = c.getBoundingClientRect();
-    const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+    const x = ev.clientX - rect.left,
+      y = ev.clientY - rect.top;
     c.setPointerCapture(ev.pointerId);
     if (y < AXIS && x >= GUTTER && view.onSeek) {
       drag = { kind: 'scrub' };
@@ -85,7 +90,11 @@ export function bindInput(view) {
     const span = spanAt(view, ev.clientX - rect.left, ev.clientY - rect.top);
     if (span) view.onSpanClick(span);
   });
-  c.addEventListener('pointerleave', () => { view.hover = null; view.tip.hidden = true; view.invalidate(); });
+  c.addEventListener('pointerleave', () => {
+    view.hover = null;
+    view.tip.hidden = true;
+    view.invalidate();
+  });
   c.addEventListener('dblclick', (ev) => {
     const rect = c.getBoundingClientRect();
     if (ev.clientY - rect.top >= AXIS) view.fit(true);
@@ -106,7 +115,10 @@ export function spanAt(view, x, y) {
 /** @param {TimelineView} view @param {Geometry} g @param {number} nowT */
 export function hoverTip(view, g, nowT) {
   const h = view.hover;
-  if (!h || h.x < GUTTER) { view.tip.hidden = true; return; }
+  if (!h || h.x < GUTTER) {
+    view.tip.hidden = true;
+    return;
+  }
   let text = '';
   if (h.y < AXIS) {
     text = view.onSeek ? `click or drag here to move the playhead\n${fmtDuration(view.timeAt(h.x))}` : '';
@@ -126,7 +138,8 @@ export function hoverTip(view, g, nowT) {
       if (col && i >= 0) {
         const samples = store.samplesAt(col.ref2[i]);
         const end = store.eventAt(col.ref[i]);
-        text = `task ${col.idx[i]} (epoch ${col.epoch[i]}) · ${who}\nfetch took ${fmtDuration(col.end[i] - col.start[i])}` +
+        text =
+          `task ${col.idx[i]} (epoch ${col.epoch[i]}) · ${who}\nfetch took ${fmtDuration(col.end[i] - col.start[i])}` +
           `\nsamples ${fmtIndices(samples?.indices, samples?.n) || '?'}${end?.nbytes ? `\n${end.nbytes} bytes` : ''}`;
       } else if (open && t >= open.start) {
         const samples = store.samplesAt(open.dref);
@@ -142,7 +155,8 @@ export function hoverTip(view, g, nowT) {
         const e = store.eventAt(store.pin.ref[i]);
         const mb = e?.nbytes ? e.nbytes / 1e6 : null;
         const dt = store.pin.end[i] - store.pin.start[i];
-        text = `${rank}task ${store.pin.idx[i]} pinned in ${fmtDuration(dt)}` +
+        text =
+          `${rank}task ${store.pin.idx[i]} pinned in ${fmtDuration(dt)}` +
           (mb !== null ? `\n${mb.toFixed(2)} MB${dt > 0 ? ` at ${(mb / dt).toFixed(0)} MB/s` : ''}` : '') +
           (e?.pinned === false ? '\nNOT pinned (a custom batch type needs pin_memory())' : '');
       } else text = row.pin.mode === 'active' ? `${rank}pin thread idle` : `${rank}${row.pin.why}`;
@@ -155,7 +169,10 @@ export function hoverTip(view, g, nowT) {
       } else text = `${rank}consumer busy training (not waiting)`;
     }
   }
-  if (!text) { view.tip.hidden = true; return; }
+  if (!text) {
+    view.tip.hidden = true;
+    return;
+  }
   view.tip.textContent = text;
   view.tip.hidden = false;
   const left = Math.min(h.x + 14, g.width - 260);
@@ -168,16 +185,21 @@ export function hoverTip(view, g, nowT) {
  * @param {Row & {kind: 'memory' | 'headroom' | 'scale'}} row @param {number} t on the row's clock @param {string} rank
  */
 function memoryTip(row, t, rank) {
-  if (row.kind === 'scale') return `${rank}memory lanes: each process's USS (private) and shared memory, in MB (10^6 bytes)`;
-  const series = row.memory.series, i = pointAt(series, t);
+  if (row.kind === 'scale')
+    return `${rank}memory lanes: each process's USS (private) and shared memory, in MB (10^6 bytes)`;
+  const series = row.memory.series,
+    i = pointAt(series, t);
   const who = row.kind === 'headroom' ? 'host headroom' : row.key === MAIN ? 'main process' : `worker ${row.key}`;
   const at = `${rank}${who} at ${fmtDuration(t)}`;
   if (row.kind === 'headroom') {
     const room = i >= 0 ? series[i][1] : null;
-    return room === null ? `${at}: no sample` : `${at}\nheadroom ${mb(room)} MB\nsampled at ${fmtDuration(series[i][0])}`;
+    return room === null
+      ? `${at}: no sample`
+      : `${at}\nheadroom ${mb(room)} MB\nsampled at ${fmtDuration(series[i][0])}`;
   }
   const p = procAt(series, i, row.key);
-  return p === null ? `${at}: no sample`
+  return p === null
+    ? `${at}: no sample`
     : `${at}\nUSS ${mb(p.uss)} MB · shared ${mb(p.shared)} MB · RSS ${mb(p.rss)} MB\nsampled at ${fmtDuration(p.t)}`;
 }
 

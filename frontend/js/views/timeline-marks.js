@@ -41,10 +41,12 @@ export function drawEpochs(view, { ctx, g, t0, t1, X }) {
 export function drawAlarms(view, { ctx, g, t0, t1 }) {
   for (const row of g.rows) {
     if (row.kind !== 'worker') continue;
-    const tr = row.track, off = tr.offset;
+    const tr = row.track,
+      off = tr.offset;
     for (const a of tr.store.alarms) {
       if (a.worker !== row.wid || a.end === null || a.end + off < t0 || a.start + off > t1) continue;
-      const x0 = Math.max(GUTTER, view.X(a.start + off)), x1 = Math.min(g.width, view.X(a.end + off));
+      const x0 = Math.max(GUTTER, view.X(a.start + off)),
+        x1 = Math.min(g.width, view.X(a.end + off));
       ctx.strokeStyle = PALETTE.stuck;
       ctx.lineWidth = 2;
       ctx.strokeRect(x0 + 1, row.y + 1, Math.max(1, x1 - x0 - 2), row.h - 2);
@@ -64,9 +66,14 @@ export function drawHits(view, { ctx, g, t0, t1 }) {
   ctx.lineWidth = 2;
   for (const hit of view.hits) {
     if (hit.t1 < t0 || hit.t0 > t1) continue;
-    const row = g.rows.find((r) => r.track === primary && (hit.worker === null ? r.kind === 'consumer' : r.kind === 'worker' && r.wid === hit.worker));
+    const row = g.rows.find(
+      (r) =>
+        r.track === primary &&
+        (hit.worker === null ? r.kind === 'consumer' : r.kind === 'worker' && r.wid === hit.worker),
+    );
     if (!row) continue;
-    const x0 = Math.max(GUTTER, view.X(hit.t0)), x1 = Math.min(g.width, view.X(hit.t1));
+    const x0 = Math.max(GUTTER, view.X(hit.t0)),
+      x1 = Math.min(g.width, view.X(hit.t1));
     ctx.strokeRect(x0 - 1, row.y, Math.max(3, x1 - x0 + 2), row.h);
   }
   ctx.lineWidth = 1;
@@ -76,7 +83,8 @@ export function drawHits(view, { ctx, g, t0, t1 }) {
 export function drawSelection(view, { ctx, g, X }) {
   const sel = view.selection;
   if (!sel) return;
-  const x0 = Math.max(GUTTER, X(sel.t0)), x1 = Math.min(g.width, X(sel.t1));
+  const x0 = Math.max(GUTTER, X(sel.t0)),
+    x1 = Math.min(g.width, X(sel.t1));
   if (x1 < GUTTER || x0 > g.width) return;
   ctx.fillStyle = PALETTE.selection;
   ctx.fillRect(x0, AXIS, Math.max(1, x1 - x0), g.height - AXIS);

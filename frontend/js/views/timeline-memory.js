@@ -74,13 +74,17 @@ export function drawMemoryScale(view, { ctx, g }, row) {
  */
 export function drawMemoryRow(view, frame, row) {
   const { ctx, g } = frame;
-  const tr = row.track, off = tr.offset, series = row.memory.series;
+  const tr = row.track,
+    off = tr.offset,
+    series = row.memory.series;
   view.rowFrame(frame, row, PALETTE.rowA, PALETTE.dim, FONT, row.h / 2 + 4);
   const top = row.kind === 'memory' ? scales(row.memory).rss : scales(row.memory).headroom;
   const end = Math.max(tr.store.tmax, row.memory.t);
-  const h = row.h - 2, floor = row.y + row.h - 1;
+  const h = row.h - 2,
+    floor = row.y + row.h - 1;
   for (let i = 0; i < series.length && top > 0; i++) {
-    const x0 = view.X(series[i][0] + off), x1 = view.X((series[i + 1]?.[0] ?? end) + off);
+    const x0 = view.X(series[i][0] + off),
+      x1 = view.X((series[i + 1]?.[0] ?? end) + off);
     if (x1 < GUTTER || x0 > g.width) continue;
     const w = Math.max(1, x1 - x0);
     if (row.kind === 'headroom') {
@@ -92,8 +96,10 @@ export function drawMemoryRow(view, frame, row) {
     }
     const p = procAt(series, i, row.key);
     if (p === null) continue;
-    const uss = p.uss, rss = p.rss;
-    if (uss === null) { // psutil without USS: the RSS alone, as a line at its level
+    const uss = p.uss,
+      rss = p.rss;
+    if (uss === null) {
+      // psutil without USS: the RSS alone, as a line at its level
       ctx.fillStyle = PALETTE.dim;
       ctx.fillRect(x0, floor - (h * rss) / top, w, 1);
       continue;

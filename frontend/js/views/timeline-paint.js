@@ -66,11 +66,16 @@ function drawSpans(ctx, col, i0, i1, X, y, h, paint, zeroTicks) {
   const edges = [];
   let lastTick = -Infinity;
   for (let i = i0; i < i1; i++) {
-    const x0 = X(col.start[i]), x1 = X(col.end[i]);
+    const x0 = X(col.start[i]),
+      x1 = X(col.end[i]);
     const w = x1 - x0;
     if (w < 1 && !zeroTicks && Math.round(x1) === lastTick) continue;
-    const color = 'fixed' in paint ? paint.fixed
-      : dense ? roundedColor(col.idx[i], paint.lightness) : taskColor(col.idx[i], paint.lightness);
+    const color =
+      'fixed' in paint
+        ? paint.fixed
+        : dense
+          ? roundedColor(col.idx[i], paint.lightness)
+          : taskColor(col.idx[i], paint.lightness);
     let rects = groups.get(color);
     if (rects === undefined) groups.set(color, (rects = []));
     if (w >= 1) rects.push(x0, w);

@@ -17,7 +17,15 @@ import { fillLabel, clearLabels, fitText } from './canvas-text.js';
 import { AXIS, FONT, GUTTER, LABEL_PX, drawRow } from './timeline-paint.js';
 import { bindInput, hoverTip } from './timeline-input.js';
 import { GROUP_H, MEMORY_H, drawMemoryRow, drawMemoryScale, memoryRows } from './timeline-memory.js';
-import { drawAlarms, drawEpochs, drawFuture, drawHits, drawMarks, drawPlayhead, drawSelection } from './timeline-marks.js';
+import {
+  drawAlarms,
+  drawEpochs,
+  drawFuture,
+  drawHits,
+  drawMarks,
+  drawPlayhead,
+  drawSelection,
+} from './timeline-marks.js';
 
 const CONSUMER_H = 22;
 const PIN_H = 16;
@@ -58,8 +66,11 @@ export class TimelineView {
     this.canvas.tabIndex = 0;
     this.canvas.setAttribute('role', 'application');
     this.canvas.setAttribute('aria-roledescription', 'timeline');
-    this.canvas.setAttribute('aria-label', 'timeline of fetches per worker, pinning and consumer waits; '
-      + 'W and S zoom, A and D pan, Shift+drag selects a time range, click the time axis to move the playhead; ? lists the keys');
+    this.canvas.setAttribute(
+      'aria-label',
+      'timeline of fetches per worker, pinning and consumer waits; ' +
+        'W and S zoom, A and D pan, Shift+drag selects a time range, click the time axis to move the playhead; ? lists the keys',
+    );
     this.tip = document.createElement('div');
     this.tip.className = 'tooltip';
     this.tip.hidden = true;
@@ -140,7 +151,13 @@ export class TimelineView {
     let y = AXIS;
     for (const tr of this.tracks) {
       if (multi) {
-        rows.push({ kind: 'group', track: tr, y, h: GROUP_H, label: tr.primary ? `${tr.label}  (shown above)` : tr.label });
+        rows.push({
+          kind: 'group',
+          track: tr,
+          y,
+          h: GROUP_H,
+          label: tr.primary ? `${tr.label}  (shown above)` : tr.label,
+        });
         y += GROUP_H;
       }
       const ids = [...tr.store.workers.keys()].sort((a, b) => a - b);
@@ -223,7 +240,8 @@ export class TimelineView {
 
   /** The whole loaded run, on the first track's clock. @param {number} now */
   fitView(now) {
-    let t0 = Infinity, t1 = -Infinity;
+    let t0 = Infinity,
+      t1 = -Infinity;
     for (const tr of this.tracks) {
       const w = fitWindow(tr.store, tr === this.primary ? now : tr.store.tmax);
       t0 = Math.min(t0, w.t0 + tr.offset);
@@ -250,9 +268,15 @@ export class TimelineView {
     const store = this.store;
     const liveOpen = (store.open.size || store.consumerOpen) && clock.live;
     if (this.follow) this.view = this.fitView(liveOpen ? clock.now : store.tmax);
-    const versions = this.tracks.map((tr) => `${tr.store.version}:${tr.memory?.samples ?? 0}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`).join(',');
-    const key = `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}:${PALETTE.bg}`
-      + `:${this.selection?.t0}:${this.selection?.t1}:${this.hits.length ? this.hits.length + ':' + this.hits[0].t0 : ''}:${this.store.alarms.length}`;
+    const versions = this.tracks
+      .map(
+        (tr) =>
+          `${tr.store.version}:${tr.memory?.samples ?? 0}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`,
+      )
+      .join(',');
+    const key =
+      `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}:${PALETTE.bg}` +
+      `:${this.selection?.t0}:${this.selection?.t1}:${this.hits.length ? this.hits.length + ':' + this.hits[0].t0 : ''}:${this.store.alarms.length}`;
     if (key === this.drawn) return false;
     this.drawn = key;
     this.lastDrawWall = wall;
@@ -369,7 +393,8 @@ export class TimelineView {
   openSpan({ ctx, g, nowT }, tr, start, y, h, o) {
     const Xo = (/** @type {number} */ t) => this.X(t + tr.offset);
     const end = tr === this.primary ? nowT : tr.store.tmax;
-    const x0 = Math.max(GUTTER, Xo(start)), x1 = Math.min(g.width, Xo(Math.max(end, start)));
+    const x0 = Math.max(GUTTER, Xo(start)),
+      x1 = Math.min(g.width, Xo(Math.max(end, start)));
     ctx.fillStyle = o.fill;
     ctx.globalAlpha = o.alpha;
     ctx.fillRect(x0, y, Math.max(1, x1 - x0), h);
@@ -403,7 +428,8 @@ export class TimelineView {
   /** Whether `box` is clear of the labels placed so far; if so, it is placed. @param {Box} box */
   place(box) {
     const taken = this.placed;
-    if (taken.some((b) => box.x < b.x + b.w + 2 && b.x < box.x + box.w + 2 && box.y < b.y + b.h && b.y < box.y + box.h)) return false;
+    if (taken.some((b) => box.x < b.x + b.w + 2 && b.x < box.x + box.w + 2 && box.y < b.y + b.h && b.y < box.y + box.h))
+      return false;
     taken.push(box);
     return true;
   }
@@ -411,7 +437,8 @@ export class TimelineView {
   /** A worker's fetches, and the fetch in progress (outlined red when stuck). @param {DrawFrame} frame @param {Row & {kind: 'worker'}} row @param {number} r */
   drawWorkerRow(frame, row, r) {
     const { ctx, t0, t1, plotW } = frame;
-    const tr = row.track, off = tr.offset;
+    const tr = row.track,
+      off = tr.offset;
     const col = tr.store.workers.get(row.wid);
     // thin rows (many workers): a name on every few rows, the rest by hover, so names never collide
     const every = Math.ceil((LABEL_PX + 2) / row.h);
@@ -419,12 +446,28 @@ export class TimelineView {
     this.rowFrame(frame, row, r % 2 ? PALETTE.rowB : PALETTE.rowA, PALETTE.dim, FONT, row.h / 2 + 4, named);
     let aggregated = false;
     const pad = row.h > 10 ? 2 : 1;
-    if (col) aggregated = drawRow(ctx, col, t0 - off, t1 - off, (t) => this.X(t + off), row.y + pad, row.h - 2 * pad, plotW, { lightness: 58 }, PALETTE.fetch);
+    if (col)
+      aggregated = drawRow(
+        ctx,
+        col,
+        t0 - off,
+        t1 - off,
+        (t) => this.X(t + off),
+        row.y + pad,
+        row.h - 2 * pad,
+        plotW,
+        { lightness: 58 },
+        PALETTE.fetch,
+      );
     const open = tr.store.open.get(row.wid);
     if (col && open && open.start + off <= t1) {
       this.openSpan(frame, tr, open.start, row.y + pad, row.h - 2 * pad, {
-        fill: taskColor(open.idx), alpha: 0.45, stroke: open.stuck ? PALETTE.stuck : taskColor(open.idx),
-        lineWidth: open.stuck ? 2 : 1, inset: 0.5, minWidth: 60,
+        fill: taskColor(open.idx),
+        alpha: 0.45,
+        stroke: open.stuck ? PALETTE.stuck : taskColor(open.idx),
+        lineWidth: open.stuck ? 2 : 1,
+        inset: 0.5,
+        minWidth: 60,
         text: open.stuck && row.h >= 12 ? `STUCK · task ${open.idx}` : '',
       });
     }
@@ -435,11 +478,24 @@ export class TimelineView {
   /** The pin thread's copies; hatched with the reason when pinning is off. @param {DrawFrame} frame @param {Row & {kind: 'pin'}} row */
   drawPinRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
-    const tr = row.track, off = tr.offset, pin = row.pin;
+    const tr = row.track,
+      off = tr.offset,
+      pin = row.pin;
     this.rowFrame(frame, row, PALETTE.pinRowBg, PALETTE.pinInk, FONT, 12);
     let aggregated = false;
     if (pin.mode === 'active') {
-      aggregated = drawRow(ctx, tr.store.pin, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 2, row.h - 4, plotW, { lightness: 45 }, PALETTE.pin);
+      aggregated = drawRow(
+        ctx,
+        tr.store.pin,
+        t0 - off,
+        t1 - off,
+        (t) => this.X(t + off),
+        row.y + 2,
+        row.h - 4,
+        plotW,
+        { lightness: 45 },
+        PALETTE.pin,
+      );
     } else {
       ctx.fillStyle = PALETTE.hatch;
       for (let x = GUTTER - row.h; x < g.width; x += 10) {
@@ -461,13 +517,31 @@ export class TimelineView {
   /** The training loop's waits in next(), an unfinished wait (stuck), and the slowest-rank ticks. @param {DrawFrame} frame @param {Row} row */
   drawConsumerRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
-    const tr = row.track, off = tr.offset;
+    const tr = row.track,
+      off = tr.offset;
     this.rowFrame(frame, row, PALETTE.consumerRowBg, PALETTE.ink, FONT, 14);
-    const aggregated = drawRow(ctx, tr.store.consumer, t0 - off, t1 - off, (t) => this.X(t + off), row.y + 3, row.h - 6, plotW, { fixed: PALETTE.wait }, PALETTE.wait, true);
+    const aggregated = drawRow(
+      ctx,
+      tr.store.consumer,
+      t0 - off,
+      t1 - off,
+      (t) => this.X(t + off),
+      row.y + 3,
+      row.h - 6,
+      plotW,
+      { fixed: PALETTE.wait },
+      PALETTE.wait,
+      true,
+    );
     const waiting = tr.store.consumerOpen;
     if (waiting) {
       this.openSpan(frame, tr, waiting.start, row.y + 3, row.h - 6, {
-        fill: PALETTE.wait, alpha: 0.35, stroke: PALETTE.stuck, lineWidth: 2, inset: 1, minWidth: 120,
+        fill: PALETTE.wait,
+        alpha: 0.35,
+        stroke: PALETTE.stuck,
+        lineWidth: 2,
+        inset: 1,
+        minWidth: 120,
         text: `STUCK in next() · waiting for task ${waiting.idx}`,
       });
     }

@@ -49,12 +49,17 @@ export function checkHeader(line, source) {
   } catch {
     throw new TraceError(`${source} is not a loaderscope trace: its first line is not JSON`);
   }
-  const h = head !== null && typeof head === 'object' && !Array.isArray(head) ? /** @type {TraceHeader} */ (head) : null;
+  const h =
+    head !== null && typeof head === 'object' && !Array.isArray(head) ? /** @type {TraceHeader} */ (head) : null;
   if (h === null || h.format !== FORMAT) {
-    throw new TraceError(`${source} is not a loaderscope trace: the first line must be a header {"format": "${FORMAT}", "version": ${VERSION}, ...}`);
+    throw new TraceError(
+      `${source} is not a loaderscope trace: the first line must be a header {"format": "${FORMAT}", "version": ${VERSION}, ...}`,
+    );
   }
   if (h.version !== VERSION) {
-    throw new TraceError(`${source} is a version ${JSON.stringify(h.version)} trace; this loaderscope reads version ${VERSION}: open it with the loaderscope that wrote it (${h.loaderscope ?? 'unknown'})`);
+    throw new TraceError(
+      `${source} is a version ${JSON.stringify(h.version)} trace; this loaderscope reads version ${VERSION}: open it with the loaderscope that wrote it (${h.loaderscope ?? 'unknown'})`,
+    );
   }
   return h;
 }
@@ -101,7 +106,8 @@ export class TraceReader {
       const nl = bytes.indexOf(NEWLINE);
       if (nl < 0) {
         this.carry = concat(this.carry, bytes);
-        if (this.carry.length > MAX_LINE_BYTES) throw this.damaged(this.line + 1, `longer than ${MAX_LINE_BYTES} bytes`);
+        if (this.carry.length > MAX_LINE_BYTES)
+          throw this.damaged(this.line + 1, `longer than ${MAX_LINE_BYTES} bytes`);
         return;
       }
       const line = concat(this.carry, bytes.subarray(0, nl));
@@ -111,7 +117,8 @@ export class TraceReader {
     const last = bytes.lastIndexOf(NEWLINE); // the lines before it are whole
     while (pos <= last) {
       // acceptLine finds the end of a line it takes; only another line is searched for its end
-      const taken = this.line > 0 || !this.withHeader ? this.acceptLine(bytes, pos, Math.min(last, pos + MAX_LINE_BYTES)) : -1;
+      const taken =
+        this.line > 0 || !this.withHeader ? this.acceptLine(bytes, pos, Math.min(last, pos + MAX_LINE_BYTES)) : -1;
       if (taken >= 0) {
         this.line += 1;
         this.events += 1;
@@ -129,7 +136,8 @@ export class TraceReader {
   /** Refuse at once a file whose first bytes cannot begin a header. @param {Uint8Array} bytes */
   checkStart(bytes) {
     const first = this.decoder.decode(concat(this.carry.subarray(0, 64), bytes.subarray(0, 64))).trimStart();
-    if (first && first[0] !== '{' && first[0] !== '[') throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not JSON`);
+    if (first && first[0] !== '{' && first[0] !== '[')
+      throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not JSON`);
     if (this.carry.length + bytes.length > MAX_LINE_BYTES && bytes.indexOf(NEWLINE) < 0) {
       throw new TraceError(`${this.source} is not a loaderscope trace: its first line is not a header`);
     }
@@ -139,7 +147,8 @@ export class TraceReader {
   end() {
     if (this.decoder.decode(this.carry).trim()) this.take(this.carry, 0, this.carry.length); // a blank last line is no line
     this.carry = new Uint8Array(0);
-    if (this.line === 0 && this.withHeader) throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
+    if (this.line === 0 && this.withHeader)
+      throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
   }
 
   /**
@@ -223,7 +232,9 @@ function checkSize(file) {
   const source = file.name || 'the file';
   if (file.size > MAX_TRACE_BYTES) {
     const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(0);
-    throw new TraceError(`${source} is ${mib(file.size)} MiB, more than the ${mib(MAX_TRACE_BYTES)} MiB a page opens; open it with \`loaderscope serve --open FILE\` or split the run`);
+    throw new TraceError(
+      `${source} is ${mib(file.size)} MiB, more than the ${mib(MAX_TRACE_BYTES)} MiB a page opens; open it with \`loaderscope serve --open FILE\` or split the run`,
+    );
   }
   return source;
 }
@@ -282,8 +293,18 @@ export async function readTraceFileInWorkers(file, { segmentBytes = SEGMENT_BYTE
  * @param {ReadOptions} o
  * @returns {Promise<{header: TraceHeader|null, events: number}>}
  */
-export async function readSegments(pieces, total, source, noun, { onHeader, onEvent, onRows, onProgress, workers = 2 }) {
-  const take = onRows ?? ((/** @type {EventTable} */ rows) => { for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i)); });
+export async function readSegments(
+  pieces,
+  total,
+  source,
+  noun,
+  { onHeader, onEvent, onRows, onProgress, workers = 2 },
+) {
+  const take =
+    onRows ??
+    ((/** @type {EventTable} */ rows) => {
+      for (let i = 0; i < rows.length; i++) onEvent?.(rows.get(i));
+    });
   /**
    * A segment of the trace: where it starts, the batches its worker sent and the page has not
    * applied yet, and how the worker ended it (null: still reading).
@@ -292,8 +313,10 @@ export async function readSegments(pieces, total, source, noun, { onHeader, onEv
    */
   /** @type {Segment[]} */
   const segments = pieces.map(({ start }) => ({ start, queue: [], last: null }));
-  const pool = Array.from({ length: Math.min(workers, segments.length) },
-    () => new Worker(new URL('./trace-worker.js', import.meta.url), { type: 'module' }));
+  const pool = Array.from(
+    { length: Math.min(workers, segments.length) },
+    () => new Worker(new URL('./trace-worker.js', import.meta.url), { type: 'module' }),
+  );
   try {
     return await new Promise((resolve, reject) => {
       let current = 0; // the segment being applied
@@ -313,18 +336,28 @@ export async function readSegments(pieces, total, source, noun, { onHeader, onEv
             const { parts, bytes, worker } = batch;
             const rows = EventTable.fromParts(parts);
             if (events + rows.length > MAX_TRACE_EVENTS) {
-              reject(new TraceError(`${source} holds more than the ${MAX_TRACE_EVENTS.toLocaleString('en')} events a page opens: its first ${events.toLocaleString('en')} are shown; open it whole with \`loaderscope serve --open\``));
+              reject(
+                new TraceError(
+                  `${source} holds more than the ${MAX_TRACE_EVENTS.toLocaleString('en')} events a page opens: its first ${events.toLocaleString('en')} are shown; open it whole with \`loaderscope serve --open\``,
+                ),
+              );
               return;
             }
             take(rows);
             events += rows.length;
             worker.postMessage({ type: 'ack', parts }, EventTable.transfers(parts)); // its buffers, to refill
             onProgress?.(seg.start + bytes, total);
-            if (performance.now() - t0 > APPLY_SLICE_MS) { later(); return; }
+            if (performance.now() - t0 > APPLY_SLICE_MS) {
+              later();
+              return;
+            }
             continue;
           }
           if (seg.last === null) return; // wait for its worker
-          if (seg.last.type !== 'done') { reject(failure(seg.last, lines, source, noun)); return; }
+          if (seg.last.type !== 'done') {
+            reject(failure(seg.last, lines, source, noun));
+            return;
+          }
           lines += seg.last.lines;
           current += 1;
         }
@@ -332,9 +365,18 @@ export async function readSegments(pieces, total, source, noun, { onHeader, onEv
         resolve({ header, events });
       };
       const step = () => {
-        try { apply(); } catch (err) { reject(err); }
+        try {
+          apply();
+        } catch (err) {
+          reject(err);
+        }
       };
-      const later = () => { if (!scheduled) { scheduled = true; setTimeout(step, 0); } };
+      const later = () => {
+        if (!scheduled) {
+          scheduled = true;
+          setTimeout(step, 0);
+        }
+      };
       pool.forEach((worker) => {
         worker.onmessage = (/** @type {MessageEvent<WorkerReply>} */ { data }) => {
           if (data.type === 'header') onHeader((header = data.header));
@@ -344,7 +386,9 @@ export async function readSegments(pieces, total, source, noun, { onHeader, onEv
         };
         worker.onerror = (ev) => reject(new Error(`the trace reader failed: ${ev.message}`));
       });
-      pieces.forEach(({ blob, part }, k) => pool[k % pool.length].postMessage({ blob, segment: k, source, header: k === 0, part }));
+      pieces.forEach(({ blob, part }, k) =>
+        pool[k % pool.length].postMessage({ blob, segment: k, source, header: k === 0, part }),
+      );
     });
   } finally {
     for (const worker of pool) worker.terminate();

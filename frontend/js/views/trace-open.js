@@ -9,7 +9,8 @@ import { PART_NAME, readParquetTraceInWorkers } from './parquet-trace.js';
 // Web Workers that parse a file's segments side by side: one core is left to the page's thread,
 // which applies the events (as costly as parsing them). `?parsers=N` in the page's address
 // overrides it, for benchmarks.
-const PARSERS = Number(new URLSearchParams(globalThis.location?.search).get('parsers')) ||
+const PARSERS =
+  Number(new URLSearchParams(globalThis.location?.search).get('parsers')) ||
   Math.max(1, Math.min(3, (globalThis.navigator?.hardwareConcurrency ?? 2) - 1));
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -67,7 +68,8 @@ async function droppedFiles(data) {
   for (const entry of /** @type {FileSystemEntry[]} */ (entries)) {
     if (entry.isDirectory) {
       for (const child of await directoryEntries(/** @type {FileSystemDirectoryEntry} */ (entry))) {
-        if (child.isFile) files.push({ file: await fileOf(/** @type {FileSystemFileEntry} */ (child)), dir: entry.name });
+        if (child.isFile)
+          files.push({ file: await fileOf(/** @type {FileSystemFileEntry} */ (child)), dir: entry.name });
       }
     } else if (entry.isFile) {
       files.push({ file: await fileOf(/** @type {FileSystemFileEntry} */ (entry)) });
@@ -81,7 +83,8 @@ async function directoryEntries(dir) {
   const reader = dir.createReader();
   /** @type {FileSystemEntry[]} */
   const all = [];
-  for (;;) { // readEntries gives at most 100 at a time
+  for (;;) {
+    // readEntries gives at most 100 at a time
     const batch = await new Promise((resolve, reject) => reader.readEntries(resolve, reject));
     if (!batch.length) return all;
     all.push(...batch);
@@ -107,9 +110,13 @@ export class TraceOpener {
     $('btn-open').addEventListener('click', () => $('file-input').click());
     $('file-input').addEventListener('change', (ev) => {
       const input = /** @type {HTMLInputElement} */ (ev.target);
-      this.open([...input.files ?? []].map((file) => ({ file }))).finally(() => { input.value = ''; });
+      this.open([...(input.files ?? [])].map((file) => ({ file }))).finally(() => {
+        input.value = '';
+      });
     });
-    $('file-error-close').addEventListener('click', () => { $('file-error').hidden = true; });
+    $('file-error-close').addEventListener('click', () => {
+      $('file-error').hidden = true;
+    });
     // dragenter/dragleave fire for every child crossed: count them so the overlay does not flicker
     let depth = 0;
     const drop = $('drop');
@@ -118,8 +125,13 @@ export class TraceOpener {
       depth += 1;
       drop.hidden = false;
     });
-    window.addEventListener('dragleave', () => { depth = Math.max(0, depth - 1); if (!depth) drop.hidden = true; });
-    window.addEventListener('dragover', (ev) => { if (ev.dataTransfer?.types?.includes('Files')) ev.preventDefault(); });
+    window.addEventListener('dragleave', () => {
+      depth = Math.max(0, depth - 1);
+      if (!depth) drop.hidden = true;
+    });
+    window.addEventListener('dragover', (ev) => {
+      if (ev.dataTransfer?.types?.includes('Files')) ev.preventDefault();
+    });
     window.addEventListener('drop', (ev) => {
       ev.preventDefault();
       depth = 0;
@@ -174,7 +186,10 @@ export class TraceOpener {
           if (trace.name === PICKED_PARTS && typeof h.run === 'string') tr.label = `${h.run}.trace.parquet`;
         },
         onRows: (rows) => tr.ingestRows(rows),
-        onCount: (events) => { reserved = true; tr.player.table.reserve(events); },
+        onCount: (events) => {
+          reserved = true;
+          tr.player.table.reserve(events);
+        },
         onProgress: (done) => {
           if (!reserved && done < trace.size) reserved = reserveRows(tr, done, trace.size);
           const frac = total ? (before + done) / total : 1;
@@ -187,7 +202,11 @@ export class TraceOpener {
         else if (trace.file) await readTraceFileInWorkers(trace.file, options);
       } catch (err) {
         if (!(err instanceof TraceError)) throw err;
-        if (!tr.player.length) { errors.push(err.message); before += trace.size; continue; }
+        if (!tr.player.length) {
+          errors.push(err.message);
+          before += trace.size;
+          continue;
+        }
         tr.fileError = err.message; // keep what came before the damage, and say where it is
         tr.note({ type: 'bad', reason: err.message });
       }
@@ -208,7 +227,7 @@ export class TraceOpener {
 function reserveRows(tr, bytesRead, fileBytes) {
   const rows = tr.player.length;
   if (!rows || !bytesRead) return false;
-  tr.player.table.reserve(Math.ceil((rows * fileBytes / bytesRead) * 1.03));
+  tr.player.table.reserve(Math.ceil(((rows * fileBytes) / bytesRead) * 1.03));
   return true;
 }
 
@@ -216,7 +235,12 @@ function reserveRows(tr, bytesRead, fileBytes) {
 function rankTracks(tracks) {
   for (const tr of tracks) {
     const meta = tr.player.full.meta;
-    if (tracks.length > 1 && Number.isInteger(meta.rank) && !tracks.some((o) => o !== tr && o.player.full.meta.rank === meta.rank)) tr.rank = meta.rank;
+    if (
+      tracks.length > 1 &&
+      Number.isInteger(meta.rank) &&
+      !tracks.some((o) => o !== tr && o.player.full.meta.rank === meta.rank)
+    )
+      tr.rank = meta.rank;
   }
   tracks.sort((a, b) => a.rank - b.rank);
 }

@@ -33,7 +33,9 @@ const begun = [];
 /** @type {import('../model/event-table.js').TableParts[]} batches' buffers the page handed back, to be filled again */
 const spare = [];
 
-self.onmessage = (/** @type {MessageEvent<import('./trace-file.js').SegmentJob | import('./trace-file.js').BatchAck>} */ { data }) => {
+self.onmessage = (
+  /** @type {MessageEvent<import('./trace-file.js').SegmentJob | import('./trace-file.js').BatchAck>} */ { data },
+) => {
   if (data.type === 'ack') {
     spare.push(data.parts);
     credit += 1;
@@ -43,10 +45,19 @@ self.onmessage = (/** @type {MessageEvent<import('./trace-file.js').SegmentJob |
     const job = begun.length;
     /** @type {() => void} */
     let begin = () => {};
-    begun.push(new Promise((resolve) => { begin = resolve; }));
-    const bytes = data.part === undefined ? null
-      : (reading = Promise.all([reading, begun[job - READ_AHEAD]]).then(() => data.blob.arrayBuffer()));
-    work = work.then(() => { begin(); return read(data, /** @type {Promise<ArrayBuffer>|null} */ (bytes)); });
+    begun.push(
+      new Promise((resolve) => {
+        begin = resolve;
+      }),
+    );
+    const bytes =
+      data.part === undefined
+        ? null
+        : (reading = Promise.all([reading, begun[job - READ_AHEAD]]).then(() => data.blob.arrayBuffer()));
+    work = work.then(() => {
+      begin();
+      return read(data, /** @type {Promise<ArrayBuffer>|null} */ (bytes));
+    });
   }
 };
 
@@ -64,7 +75,10 @@ async function read({ blob, segment, source, header, part }, partBytes) {
   let bytes = 0;
   const send = async () => {
     if (!rows.length) return;
-    while (credit === 0) await new Promise((r) => { wake = () => r(undefined); });
+    while (credit === 0)
+      await new Promise((r) => {
+        wake = () => r(undefined);
+      });
     credit -= 1;
     const parts = rows.toParts();
     self.postMessage({ type: 'rows', segment, parts, bytes }, EventTable.transfers(parts));
@@ -79,7 +93,8 @@ async function read({ blob, segment, source, header, part }, partBytes) {
     accept: (e) => rows.pushValid(e),
   });
   try {
-    if (part !== undefined && partBytes !== null) { // both or neither: the job is a part file
+    if (part !== undefined && partBytes !== null) {
+      // both or neither: the job is a part file
       await readParquetPart(await partBytes, source, part, header, rows);
       bytes = blob.size;
       await send();
@@ -102,7 +117,12 @@ async function read({ blob, segment, source, header, part }, partBytes) {
   } catch (err) {
     await send(); // what came before the damage is shown
     const trace = err instanceof TraceError;
-    self.postMessage({ type: trace ? 'error' : 'failed', segment, message: trace ? err.message : String(err instanceof Error ? err.stack ?? err : err), at: trace ? err.at : null });
+    self.postMessage({
+      type: trace ? 'error' : 'failed',
+      segment,
+      message: trace ? err.message : String(err instanceof Error ? (err.stack ?? err) : err),
+      at: trace ? err.at : null,
+    });
   }
 }
 

@@ -45,6 +45,10 @@ export class UrlWriter {
   /** Apply a view read from the URL without writing it back. @param {() => void} apply */
   quietly(apply) {
     this.paused += 1;
-    try { apply(); } finally { this.paused -= 1; }
+    try {
+      apply();
+    } finally {
+      this.paused -= 1;
+    }
   }
 }

@@ -64,37 +64,41 @@ export class WorkerCards {
     if (banner.dataset.key === key) return;
     banner.dataset.key = key;
     banner.hidden = !items.length;
-    banner.replaceChildren(...items.map((a) => {
-      const div = document.createElement('div');
-      div.textContent = a.text;
-      if (a.testid) div.dataset.testid = a.testid;
-      const finding = a.finding;
-      if (finding) {
-        div.className = 'alarm-link';
-        div.tabIndex = 0;
-        div.setAttribute('role', 'button');
-        div.addEventListener('click', () => this.host.show(finding));
-      } else if (a.worker !== null) {
-        div.className = 'alarm-link';
-        div.tabIndex = 0;
-        div.setAttribute('role', 'button');
-        div.addEventListener('click', () => this.select(a.worker));
-      }
-      return div;
-    }));
+    banner.replaceChildren(
+      ...items.map((a) => {
+        const div = document.createElement('div');
+        div.textContent = a.text;
+        if (a.testid) div.dataset.testid = a.testid;
+        const finding = a.finding;
+        if (finding) {
+          div.className = 'alarm-link';
+          div.tabIndex = 0;
+          div.setAttribute('role', 'button');
+          div.addEventListener('click', () => this.host.show(finding));
+        } else if (a.worker !== null) {
+          div.className = 'alarm-link';
+          div.tabIndex = 0;
+          div.setAttribute('role', 'button');
+          div.addEventListener('click', () => this.select(a.worker));
+        }
+        return div;
+      }),
+    );
     // a stuck or dead worker opens its own card, so its stack is on screen without a click
     const first = items.find((a) => a.worker !== null && !a.finding);
     const current = this.selected === null ? undefined : state.workers.get(this.selected);
     if (first && (!current || (current.status !== 'stuck' && current.status !== 'died'))) this.selected = first.worker;
   }
 
-
   /** The selected worker's card: status, task, and its stack with the user's frame marked. */
   renderWorker() {
     const state = this.host.state();
     const card = $('worker-card');
     const w = this.selected === null ? undefined : state.workers.get(this.selected);
-    if (!w) { card.hidden = true; return; }
+    if (!w) {
+      card.hidden = true;
+      return;
+    }
     card.hidden = false;
     card.dataset.status = w.status;
     const title = state.config.num_workers === 0 ? 'main process' : `worker ${this.selected}`;
@@ -111,7 +115,9 @@ export class WorkerCards {
       list.hidden = !stuck?.stack;
       const head = $('stack-head');
       head.hidden = !stuck?.stack;
-      head.textContent = stuck ? `its Python stack, read from the live worker (pid ${stuck.pid ?? w.pid ?? '?'}) ${fmtDuration(stuck.elapsed)} into the fetch; outermost call first, your code highlighted:` : '';
+      head.textContent = stuck
+        ? `its Python stack, read from the live worker (pid ${stuck.pid ?? w.pid ?? '?'}) ${fmtDuration(stuck.elapsed)} into the fetch; outermost call first, your code highlighted:`
+        : '';
       const here = /** @type {HTMLElement|null} */ (list.querySelector('.here'));
       if (here) list.scrollTop = Math.max(0, here.offsetTop - list.offsetTop - list.clientHeight / 2);
     }
@@ -128,7 +134,9 @@ export class WorkerCards {
     const waited = +c.elapsed + (state.status === 'running' ? Math.max(0, now - c.t) : 0);
     const lines = [
       `waiting ${waited.toFixed(1)} s for task ${c.waiting_for ?? '?'}`,
-      c.held_by !== undefined && c.held_by !== null ? `held by worker ${c.held_by}${c.has_data ? ' (its result is ready)' : ' (still fetching it)'}` : '',
+      c.held_by !== undefined && c.held_by !== null
+        ? `held by worker ${c.held_by}${c.has_data ? ' (its result is ready)' : ' (still fetching it)'}`
+        : '',
       `reported stuck after ${(+(c.threshold ?? 0)).toFixed(1)} s`,
     ].filter(Boolean);
     const text = lines.join('\n');
@@ -148,11 +156,14 @@ export class WorkerCards {
  * @returns {{worker: number|null, text: string, testid: string, finding: import('../model/types.js').Note}[]}
  */
 function pastLines(found) {
-  return found.filter((n) => n.kind !== 'doctor_verdict').map((n) => ({
-    worker: typeof n.worker === 'number' ? n.worker : null,
-    text: `this run had: ${findingText(n)} at ${fmtDuration(n.t ?? 0)} — show that moment`,
-    testid: 'past-finding', finding: n,
-  }));
+  return found
+    .filter((n) => n.kind !== 'doctor_verdict')
+    .map((n) => ({
+      worker: typeof n.worker === 'number' ? n.worker : null,
+      text: `this run had: ${findingText(n)} at ${fmtDuration(n.t ?? 0)} — show that moment`,
+      testid: 'past-finding',
+      finding: n,
+    }));
 }
 
 /**
