@@ -1,7 +1,7 @@
 """The advice on num_workers as data and as one sentence: what ``sim.advice.advise`` answers, worded.
 
 ``Advice`` is what ``sim.advice.advise`` returns, ``GET /api/runs/{id}/advice`` answers and the page's
-what-if panel shows; ``advice_text`` says it in one sentence (``frontend/js/advice.js`` word for word).
+what-if panel shows; ``advice_text`` says it in one sentence (``frontend/js/model/advice.js`` word for word).
 They live in the core, below the simulator that makes the advice, so that the diagnosis can word an
 advice it is given. The numbers it names come from ``sim.sweep``: a count "within 2% of the fastest"
 is ``SATURATION`` (98%), "after each epoch's first batch" is ``stats.summary``'s ``input_bound_steady``.
@@ -53,7 +53,7 @@ def rate_text(batches_per_s: float) -> str:
 
 
 def advice_text(advice: Advice) -> str:
-    """The advice as one sentence (the terminal's; ``frontend/js/advice.js`` says the same).
+    """The advice as one sentence (the terminal's; ``frontend/js/model/advice.js`` says the same).
 
     It says whose prediction it is and what the simulator leaves out: it gives each process a core of
     its own, so where the workers' and the main process's own work compete for fewer cores, more

@@ -6,7 +6,7 @@ returns plain data: the settings that differ, throughput and the training loop's
 per-worker fetch-time histograms on one common scale, and how the diagnosis changed.
 
 Pure (no I/O): ``loaderscope compare`` (``cli/compare.py``) and the page's compare view
-(``frontend/js/compare.js`` mirrors this module; a node test checks that they agree) present it.
+(``frontend/js/model/compare.js`` mirrors this module; a node test checks that they agree) present it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The diagnosis: what a loader's state means, in plain words, most important first.
 
 Kept apart from the reducer (``state.py``) so that the rules of the protocol and the English that
-explains a run can change independently; ``frontend/js/diagnosis.js`` mirrors it sentence by
+explains a run can change independently; ``frontend/js/model/diagnosis.js`` mirrors it sentence by
 sentence (frontend/tests/reducer.test.js compares the two on the same streams).
 """
 

@@ -3,7 +3,7 @@ high-water marks, where copy-on-read is measured from, its RSS at each epoch's e
 host's headroom, /dev/shm, the bytes of batches in flight and a decimated series for the page.
 
 Pure (no I/O). ``state.py`` feeds it each sample with what only the reducer knows (the bytes in
-flight, how many samples each worker has fetched) and each epoch's end; ``frontend/js/memory.js``
+flight, how many samples each worker has fetched) and each epoch's end; ``frontend/js/model/memory.js``
 mirrors it name by name, and the agreement tests compare the two (docs/DESIGN.md §3, "Memory").
 """
 
