@@ -1,8 +1,8 @@
 """One wording table for the verdicts, shared by the terminal and the page.
 
-The diagnosis (``diagnosis.py``, its mirror ``frontend/js/diagnosis.js``), the shard check
-(``ranks.py``, ``frontend/js/ranks.js``) and the CLI's summary take their sentences from here, so that
-the same situation reads the same everywhere. The page reads ``frontend/js/wording.gen.js``, generated
+The diagnosis (``diagnosis.py``, its mirror ``frontend/js/model/diagnosis.js``), the shard check
+(``ranks.py``, ``frontend/js/model/ranks.js``) and the CLI's summary take their sentences from here, so that
+the same situation reads the same everywhere. The page reads ``frontend/js/model/wording.gen.js``, generated
 from this table by ``python -m loaderscope.model.wording --write`` (``--check``, which
 tests/test_contract.py runs, fails when it drifts).
 
@@ -154,7 +154,7 @@ export function say(key, values = {}) {
 
 
 def render_js() -> str:
-    """``frontend/js/wording.gen.js``: the table and ``say`` for the page."""
+    """``frontend/js/model/wording.gen.js``: the table and ``say`` for the page."""
     table = json.dumps(WORDS, ensure_ascii=False, indent=2)
     return ("// Generated from backend/loaderscope/model/wording.py by `python -m loaderscope.model.wording --write`: "
             "edit the table there.\n\n"

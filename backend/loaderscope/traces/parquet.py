@@ -108,7 +108,7 @@ _BOUND: dict[str, int] = {name: next((b for t, b in _INTS if t == typed), 2**63)
 # How each column is encoded. The int64 columns (seq, idx, epoch, ...) take DELTA_BINARY_PACKED: a
 # dictionary of seq (a new value each row) overflows and falls back to PLAIN, 8 bytes a row that zstd
 # then works through; deltas of 1 pack to nothing. A simulated 1M-event trace: 2.4 bytes an event
-# instead of 7.0, and a third of the zstd work for the page that reads it (frontend/js/parquet-trace.js).
+# instead of 7.0, and a third of the zstd work for the page that reads it (frontend/js/views/parquet-trace.js).
 # The clock's floats (t, and the durations measured on it) are new in nearly every row: a dictionary of
 # them is the values again plus an index each (t cost 8.4 bytes an event of a real recording), so they
 # take BYTE_STREAM_SPLIT straight away (each byte of the float in a stream of its own: the exponent's
