@@ -1,0 +1,183 @@
+"""The page's memory card on a real copy-on-read run: a script whose dataset keeps its metadata in a list
+of Python strings is recorded into a logdir and opened from a real dashboard in chromium; the card gives
+each process's figures as ``stats.summary`` gives them for the same events, and the diagnosis names
+copy-on-read. The timeline's memory lanes draw the same samples: hovering one gives that sample's figures,
+and a run without memory samples has no memory lanes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loaderscope.model.state import reduce
+from tests.conftest import wait_for
+from tests.browser.test_live_run import Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.test_number_labels import opened
+from tests.browser.test_playback import shoot
+from tests.browser.test_views import canvas_text
+
+pytestmark = pytest.mark.browser
+
+STRINGS = r'''
+import sys
+from torch.utils.data import DataLoader, Dataset
+from loaderscope import watch
+
+class Paths(Dataset):
+    def __init__(self):
+        self.items = [f"/data/shard-{i % 997:04d}/sample-{i:08d}.jpg" for i in range(600_000)]
+    def __len__(self):
+        return len(self.items)
+    def __getitem__(self, i):
+        return len(self.items[i])
+
+train = watch(DataLoader(Paths(), batch_size=4000, num_workers=2, shuffle=True, persistent_workers=True),
+              logdir=sys.argv[1], name="train")
+for epoch in range(2):  # the second epoch's samples see what the first one copied
+    for batch in train:
+        pass
+'''
+
+
+QUIET = r'''
+import sys
+from torch.utils.data import DataLoader
+from loaderscope import watch
+
+train = watch(DataLoader(list(range(512)), batch_size=16, num_workers=2), logdir=sys.argv[1], name="train")
+for batch in train:
+    pass
+'''
+
+
+def record(root: Path, source: str, **env: str) -> Path:
+    script, logdir = root / "script.py", root / "runs"
+    script.write_text(source)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(script), str(logdir)], env=base | env, check=True, timeout=240,
+                   capture_output=True)
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record(tmp_path_factory.mktemp("memory"), STRINGS)
+
+
+def mb(value: int | None) -> str:
+    return "–" if value is None else f"{value / 1e6:.1f}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_memory_card_gives_each_process_and_the_diagnosis_names_copy_on_read(
+        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:  # noqa: F811
+    pg = page.page
+    _, _, stats, _ = opened(start_server, pg, recorded)
+    memory = stats["memory"]
+    procs = [memory["main"], *memory["workers"]]
+    card = pg.locator('[data-testid="memory-card"]')
+    card.wait_for(state="visible")
+    rows = [[cell.strip() for cell in row.split("\t")] for row in
+            card.locator("tbody tr").evaluate_all("rows => rows.map((r) => r.innerText)")]
+    assert rows == [["main" if p["worker"] is None else f"worker {p['worker']}", mb(p["uss"]),
+                     mb(p["shared"]), mb(p["rss"]), mb(p["high_rss"])] for p in procs], rows
+    titles = card.locator("tbody tr td:first-child").evaluate_all("cells => cells.map((c) => c.title)")
+    assert titles == [f"pid {p['pid']}" for p in procs]  # the pid in the tooltip: the panel has no room for it
+    text = card.inner_text()
+    assert f"host headroom {mb(memory['headroom'])} MB now, {mb(memory['headroom_low'])} MB at the lowest" in text
+    diagnosis = pg.locator("#diagnosis").inner_text()
+    assert "copy-on-read: the workers' private memory (USS) grew" in diagnosis, diagnosis
+    shoot(pg, tmp_path, "memory_copy_on_read")
+
+
+# The timeline's rows as drawn: kind, worker key (memory lanes), top and height, and the canvas's box.
+ROWS = """() => { const tl = window.loaderscope.timeline; const box = tl.canvas.getBoundingClientRect();
+  return { left: box.left, top: box.top, rows: tl.geo.rows.map((r) => ({ kind: r.kind, key: r.key ?? null, wid: r.wid ?? null,
+    y: r.y, h: r.h })) }; }"""
+
+
+def memory_rows(pg: Any) -> list[dict[str, Any]]:
+    return [r for r in pg.evaluate(ROWS)["rows"] if r["kind"] in ("memory", "headroom", "scale")]
+
+
+def hover(pg: Any, row: dict[str, Any], t: float) -> str:
+    """The timeline's tooltip with the pointer on ``row`` at run time ``t``."""
+    pg.evaluate("() => window.loaderscope.timeline.canvas.scrollIntoView({block: 'center'})")
+    box = pg.evaluate(ROWS)
+    x = pg.evaluate("(t) => window.loaderscope.timeline.X(t)", t)
+    pg.mouse.move(box["left"] + x, box["top"] + row["y"] + row["h"] / 2)
+    tip = pg.locator("#timeline .tooltip")
+    wait_for(lambda: tip.is_visible() and "sampled at" in tip.inner_text(),
+             what=f"a memory lane's tooltip, not {tip.inner_text()!r}")
+    return str(tip.inner_text())
+
+
+def seconds(t: float) -> str:
+    """A run time as the page's fmtDuration writes it, from 1 ms to a minute."""
+    assert 1e-3 <= t < 60, t
+    return f"{t * 1e3:.{2 if t < 0.01 else 1}f} ms" if t < 1 else f"{t:.2f} s"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_timelines_memory_lanes_hover_the_samples_figures_legibly_in_both_themes(
+        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:  # noqa: F811
+    pg = page.page
+    pg.set_viewport_size({"width": 800, "height": 900})
+    _, _, stats, events = opened(start_server, pg, recorded)
+    series = reduce(events).memory.series
+    assert len(series) >= 2, series  # samples are paced by their cost: a busy machine takes fewer
+    rows = memory_rows(pg)
+    lanes = {r["key"]: r for r in rows if r["kind"] == "memory"}
+    assert sorted(lanes) == [-1, *[w["worker"] for w in stats["memory"]["workers"]]], rows
+    headroom = next(r for r in rows if r["kind"] == "headroom")
+    for i in sorted({0, len(series) // 2 - 1, len(series) - 2}):  # between two samples: the earlier one holds
+        t = (series[i][0] + series[i + 1][0]) / 2
+        for key, lane in lanes.items():
+            sampled = next((p for p in series[i][4] if p[0] == key), None)
+            if sampled is None:  # a process this sample did not read (a worker not started yet, or gone)
+                continue
+            _, uss, shared, rss = sampled
+            who = "main process" if key == -1 else f"worker {key}"
+            text = hover(pg, lane, t)
+            assert text.startswith(f"{who} at "), text
+            assert f"USS {mb(uss)} MB · shared {mb(shared)} MB · RSS {mb(rss)} MB" in text, (text, series[i])
+            assert f"sampled at {seconds(series[i][0])}" in text, text
+        text = hover(pg, headroom, t)
+        assert f"headroom {mb(series[i][1])} MB\nsampled at {seconds(series[i][0])}" in text, text
+    # the last sample's figures are the summary's
+    last = stats["memory"]["workers"][0]
+    text = hover(pg, lanes[last["worker"]], series[-1][0] + 1e-4)
+    assert f"USS {mb(last['uss'])} MB · shared {mb(last['shared'])} MB · RSS {mb(last['rss'])} MB" in text, text
+    pg.mouse.move(0, 0)
+    for scheme in ("light", "dark"):
+        if pg.evaluate("() => window.loaderscope.theme.effective") != scheme:
+            pg.click("#btn-theme")
+        labels = [lab for lab in canvas_text(pg) if lab["canvas"] == "timeline-canvas"]
+        texts = [lab["text"] for lab in labels]
+        assert "main memory" in texts and "host headroom" in texts, texts
+        assert any(t.startswith("memory lanes 0 to ") for t in texts), texts
+        bad = [lab for lab in labels if lab["px"] < 11 or lab["ratio"] < 4.5 or lab["overlaps"]]
+        assert not bad, (scheme, bad)
+        pg.evaluate("() => window.loaderscope.timeline.canvas.scrollIntoView({block: 'center'})")
+        shoot(pg, tmp_path, f"memory_lanes_{scheme}_800")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_memory_lanes_come_with_memory_samples_only(start_server: Any, page: Page, recorded: Path,  # noqa: F811
+                                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    pg = page.page
+    opened(start_server, pg, recorded)
+    assert [r["kind"] for r in memory_rows(pg)] == ["memory", "memory", "scale", "memory", "headroom"]
+    quiet = record(tmp_path_factory.mktemp("quiet"), QUIET, LOADERSCOPE_MEMORY="0")
+    _, _, stats, events = opened(start_server, pg, quiet)
+    assert stats["memory"] is None and not any(e["kind"] == "memory" for e in events)
+    kinds = [r["kind"] for r in pg.evaluate(ROWS)["rows"]]
+    assert kinds.count("worker") == 2 and not memory_rows(pg), kinds
