@@ -8,14 +8,14 @@ chromium (headless, software rendering) opens it through the page's real file in
 
 - the open time (the page's own ``perf.load.ms``: file read, decoded, applied, drawn), and the
   95th percentile and longest gap between animation frames meanwhile (is the page responsive?);
-- pan and zoom frames per second (the same wheel-and-drag script as tests/test_browser_perf.py),
+- pan and zoom frames per second (the same wheel-and-drag script as tests/browser/test_frame_time.py),
   what each part of a frame took on average (``frame_apply_ms``, ``frame_pipeline_ms``,
   ``frame_timeline_ms``, ``frame_panels_ms``: main.js ``frame()``'s split) and the time of a seek
   to a random point;
 - the page's JS heap after a forced garbage collection (CDP ``Runtime.getHeapUsage``), and that
   heap divided by the number of events.
 
-Each figure is printed as one JSON line. Not part of the test suite (tests/test_browser_bigtrace.py
+Each figure is printed as one JSON line. Not part of the test suite (tests/browser/test_big_traces.py
 runs the 1M case as a perf-marked test).
 
 ``--parse-only`` times only the parsing workers in chromium (the page's thread takes the rows and
@@ -140,8 +140,8 @@ GAPS = """() => { const g = window.bigtraceGaps = { ms: [], stop: false }; let l
 
 def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) -> dict[str, Any]:
     """Open ``path`` in a fresh page through its file input; the open time, pan/zoom figures and heap."""
-    from tests.test_browser import VIEWPORT
-    from tests.test_browser_perf import INTERACT
+    from tests.browser.test_live_run import VIEWPORT
+    from tests.browser.test_frame_time import INTERACT
 
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
@@ -310,7 +310,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from tests.live import launch
-    from tests.test_browser import ARGS, CHROMIUM
+    from tests.browser.test_live_run import ARGS, CHROMIUM
 
     paths = {}
     for n in args.events:

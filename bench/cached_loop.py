@@ -1,4 +1,4 @@
-"""A training loop over a dataset that caches what it read, for bench/advice_check.py and tests/test_advice.py.
+"""A training loop over a dataset that caches what it read, for bench/advice_check.py and tests/server/test_advice.py.
 
 Each sample takes ``cold`` seconds the first time a worker reads it and ``warm`` seconds after (the
 worker's own cache: with persistent workers, every epoch after the first reads warm), and the step

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/flood.py            # 20 s of flood, a table of figures
     .venv/bin/python bench/flood.py --quick    # 5 s
-    .venv/bin/python bench/flood.py --json     # the figures as JSON (tests/test_server_hardening_soak.py)
+    .venv/bin/python bench/flood.py --json     # the figures as JSON (tests/server/test_flood_soak.py)
     .venv/bin/python bench/flood.py --attack heads   # instead: half-sent request heads, no token (slowloris)
     .venv/bin/python bench/flood.py --attack pings   # instead: pings on an ingest socket, pongs never read
 

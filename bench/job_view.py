@@ -4,7 +4,7 @@
     .venv/bin/python bench/job_view.py --dir DIR --seconds 4 --repeat 3
 
 Serves ``--dir``'s traces with ``serve(logdir=...)`` (``tests.live.launch``: its own process), opens
-rank 0 in headless chromium (Debian's, software rendering: tests/test_browser.py's flags), waits for
+rank 0 in headless chromium (Debian's, software rendering: tests/browser/test_live_run.py's flags), waits for
 the job's table (``GET /api/jobs/{job}/table``, every rank, no rank's stream but the open one's), then
 scrolls it with ``page.mouse.wheel`` for ``--seconds`` while ``requestAnimationFrame`` counts the
 frames the page drew. Printed per repeat: frames per second, the longest frame, the rows in the page
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.live import launch  # noqa: E402
-from tests.test_browser import ARGS, CHROMIUM, VIEWPORT  # noqa: E402
+from tests.browser.test_live_run import ARGS, CHROMIUM, VIEWPORT  # noqa: E402
 
 # Scroll by wheel each frame and count the frames: the page's own rAF loop draws whatever it draws.
 SCROLL = """async ([seconds]) => {

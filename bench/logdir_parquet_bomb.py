@@ -6,7 +6,7 @@
 Starts a dashboard on a logdir holding one real run, then copies in a Parquet trace whose one part
 is ROWS copies of a real ``yield`` event (zstd: a few hundred KB), and reports the server's peak
 resident memory (``VmHWM``) before and after, how long until the run list shows the trace, and what
-it says of it. Not part of the test suite (tests/test_columnar_logdir.py checks the refusal).
+it says of it. Not part of the test suite (tests/server/test_logdir_columnar.py checks the refusal).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from loaderscope.traces.header import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.live import launch  # noqa: E402
-from tests.test_server_logdir import real_run, runs, write  # noqa: E402
+from tests.server.test_logdir import real_run, runs, write  # noqa: E402
 
 
 def bomb(directory: Path, event: dict[str, Any], rows: int) -> Path:

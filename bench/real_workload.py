@@ -5,7 +5,7 @@
 
 The workload is what an image classifier's input pipeline does (what torchvision's ImageFolder with
 Resize/RandomCrop/RandomHorizontalFlip/ToTensor/Normalize does; torchvision itself does not import
-beside this CPU torch, see tests/test_stack_vision.py): real JPEG files written to a temporary folder
+beside this CPU torch, see tests/stacks/test_torchvision.py): real JPEG files written to a temporary folder
 with Pillow, decoded by Pillow's libjpeg in the workers, resized, cropped, flipped and normalised
 with torch, collated into batches of 32x3x112x112 floats that cross to the main process through
 shared memory.

@@ -15,7 +15,7 @@ PY=${PYTHON:-python3}
 # oldest: PyPI's torch 2.4.1 is a CUDA build that imports only with its nvidia-* wheels (about 2.5 GB,
 # minutes the first time; then pip's cache); numpy 1.26 is the package's own floor beside it.
 # newest: torch 2.14.1 and torchvision 0.29.1 lie on this machine's disk and import together, so
-# tests/test_stack_vision.py runs torchvision's real ImageFolder.
+# tests/stacks/test_torchvision.py runs torchvision's real ImageFolder.
 declare -A TORCH=([oldest]="torch==2.4.1 numpy==1.26.*" [newest]="torch==2.14.1 torchvision==0.29.1")
 # What must import there: the vision test skips without torchvision, and a run that compared nothing must fail.
 declare -A IMPORTS=([oldest]="torch" [newest]="torch, torchvision")
@@ -23,22 +23,22 @@ declare -A IMPORTS=([oldest]="torch" [newest]="torch, torchvision")
 # injection, a real image pipeline; then the probe against vanilla torch on the scenarios that make
 # each transition of _task_info (park, skip, in_order=False, persistent workers, samplers), watch()'s
 # lifecycle and `loaderscope record` (config_names needs accelerate, which these venvs leave out).
-WHOLE=(tests/test_torch_protocol.py tests/test_faults.py tests/test_stack_vision.py)
+WHOLE=(tests/probe/test_torch_protocol.py tests/probe/test_fault_isolation.py tests/stacks/test_torchvision.py)
 # --quick: that torch has every private name the probe follows and does what it says of in_order=False;
 # the probe against vanilla torch where results arrive in order (uniform), are parked (out_of_order)
 # and where workers persist across epochs; torchvision's real ImageFolder where torchvision imports.
 QUICK=(
-  tests/test_torch_protocol.py::test_this_torch_has_every_name_the_probe_follows
-  tests/test_torch_protocol.py::test_in_order_false_gets_exactly_what_this_torch_says
-  "tests/test_probe.py::test_scenario_is_conformant_and_matches_vanilla[uniform-4]"
-  "tests/test_probe.py::test_scenario_is_conformant_and_matches_vanilla[out_of_order-4]"
-  "tests/test_probe.py::test_scenario_is_conformant_and_matches_vanilla[persistent_epochs-1]"
-  tests/test_stack_vision.py::test_torchvision_image_folder
+  tests/probe/test_torch_protocol.py::test_this_torch_has_every_name_the_probe_follows
+  tests/probe/test_torch_protocol.py::test_in_order_false_gets_exactly_what_this_torch_says
+  "tests/probe/test_instrumented_loader.py::test_scenario_is_conformant_and_matches_vanilla[uniform-4]"
+  "tests/probe/test_instrumented_loader.py::test_scenario_is_conformant_and_matches_vanilla[out_of_order-4]"
+  "tests/probe/test_instrumented_loader.py::test_scenario_is_conformant_and_matches_vanilla[persistent_epochs-1]"
+  tests/stacks/test_torchvision.py::test_torchvision_image_folder
 )
 declare -A PICK=(
-  [tests/test_probe.py]="not (conformant or config_names) or uniform or out_of_order or iterable_shards or persistent_epochs or samplers"
-  [tests/test_watch_lifecycle.py]="dropped or breaks_early or old_iterator or re_created"
-  [tests/test_record.py]="conformant_trace or warnings_keep or spawned_workers"
+  [tests/probe/test_instrumented_loader.py]="not (conformant or config_names) or uniform or out_of_order or iterable_shards or persistent_epochs or samplers"
+  [tests/probe/test_watch_lifecycle.py]="dropped or breaks_early or old_iterator or re_created"
+  [tests/probe/test_record.py]="conformant_trace or warnings_keep or spawned_workers"
 )
 
 # What each venv gets beside torch; with the pins and pyproject.toml, it makes the stamp (an edit

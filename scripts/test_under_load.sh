@@ -3,7 +3,7 @@
 # jobs sharing the cores would. The tests wait on conditions, not on time, so they must pass here too.
 #
 #   bash scripts/test_under_load.sh                           # the README's test command (scripts/test.sh)
-#   bash scripts/test_under_load.sh -n 2 tests/test_watch.py  # pytest alone, with these arguments
+#   bash scripts/test_under_load.sh -n 2 tests/probe/test_watch.py  # pytest alone, with these arguments
 #   BURNERS=4 bash scripts/test_under_load.sh -n 2 -m "browser and not perf"  # more load (a -m replaces the default "not perf")
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -129,7 +129,7 @@ def fresh_loader_names() -> None:
 
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[Any]:
-    """Debian's chromium through Playwright, launched once per process (tests/test_browser.py's ``browser``)."""
+    """Debian's chromium through Playwright, launched once per process (tests/browser/test_live_run.py's ``browser``)."""
     from tests.browser.test_live_run import ARGS, CHROMIUM
 
     playwright = pytest.importorskip("playwright.sync_api")

@@ -10,7 +10,7 @@ path and header ``loaderscope record`` writes): its ``run_start`` (job, rank, wo
 arrive, yield), flushed at once; ``--history N`` batches of each rank first, at once (a job the
 dashboard finds already running). Rank ``--stuck`` instead starts one fetch and never ends it: it
 writes ``worker_stuck`` for that worker every 5 s, as the probe's liveness thread re-reports it.
-The events are the real probe's kinds and fields (tests/test_sim_helpers.py's simulator writes the
+The events are the real probe's kinds and fields (tests/core/sim_helpers.py's simulator writes the
 same), so the dashboard's reducer and meters take them as any rank's. ``--ready FILE`` is created
 once every rank's file has its first events. Runs until SIGTERM or SIGINT, then leaves the files
 as they are (no ``run_end``: the ranks are still "running" for the seconds the dashboard waits).
@@ -22,7 +22,7 @@ as they are (no ``run_end``: the ranks are still "running" for the seconds the d
 whose worker 1 hangs in its fourth batch forever (``stuck``: the probe calls it stuck after 0.5 s), or
 that steps every 0.2 s until it is killed (``steady``).
 
-Used by tests/test_metrics_fleet.py and bench/metrics_fleet.py.
+Used by tests/server/test_metrics_fleet.py and bench/metrics_fleet.py.
 """
 
 from __future__ import annotations

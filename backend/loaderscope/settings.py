@@ -11,7 +11,7 @@ Each field's type carries the bounds a request may ask for (``NumWorkers`` ... `
 scenarios' parameters use the same types, so the command line, ``POST /api/runs``, ``POST /api/sweeps``
 and ``POST /api/runs/{id}/sweeps`` refuse a value in the same words (``check``). A recorded loader
 is a fact, not a request: ``from_config`` takes whatever torch accepted. ``table()`` is the bounds
-as plain data. Pure: no torch (``tests/test_settings.py`` checks the defaults against torch itself).
+as plain data. Pure: no torch (``tests/core/test_settings.py`` checks the defaults against torch itself).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 // backend/loaderscope/contract/rules.py): the page's reducer and state.py apply the same rule to the
 // same prior state. Each test reduces a synthetic run cut mid-epoch, then one event of the rule's kind
 // aimed at a live task and its worker, made from the contract's own description of the kind's fields,
-// on both sides, and compares the state. tests/test_rules.py runs the same from the Python side.
+// on both sides, and compares the state. tests/core/test_rules.py runs the same from the Python side.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { reduce } from '../js/model/reducer.js';

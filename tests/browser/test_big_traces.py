@@ -11,7 +11,7 @@ trace (``LOADERSCOPE_BIGTRACE_EVENTS`` picks other sizes, e.g. ``1000000,1000000
 page's file input and prints the open time, pan/zoom frame rate and heap; ``bench/bigtrace.py`` is
 the same as a script::
 
-    .venv/bin/python -m pytest -m perf tests/test_browser_bigtrace.py -s
+    .venv/bin/python -m pytest -m perf tests/browser/test_big_traces.py -s
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ These are benchmarks, and benchmarks are never timed assertions in CI: every tes
 ``perf`` marker, which the default run excludes (``-m "not perf"`` in pyproject's ``addopts``).
 Run them on purpose with::
 
-    .venv/bin/python -m pytest -m perf tests/test_browser_perf.py
+    .venv/bin/python -m pytest -m perf tests/browser/test_frame_time.py
 """
 
 from __future__ import annotations

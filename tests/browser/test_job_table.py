@@ -144,7 +144,7 @@ def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_serv
 @pytest.mark.timeout(600)
 def test_a_job_of_train_and_val_loaders_is_two_ranks_with_a_loader_column(
         browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
-    """A real 2-rank job whose ranks each iterate a train and a val loader of one name (tests/test_job_loaders.py):
+    """A real 2-rank job whose ranks each iterate a train and a val loader of one name (tests/server/test_job_ranks_by_loaders.py):
     the page says 2 ranks × 2 loaders, a row per loader of each rank with its own loader's steps, a sentence per
     loader; a row of the other loader opens that loader's run and its ranks."""
     logs = recorded_job(tmp_path / "ig", "ig", 2)

@@ -1,6 +1,6 @@
 """The page on a logdir trace that another node is still writing: the batch count rises as the file grows.
 
-Debian's chromium via Playwright (tests/test_browser.py's fixture). The screenshot (mid-growth) lands in
+Debian's chromium via Playwright (tests/browser/test_live_run.py's fixture). The screenshot (mid-growth) lands in
 the test's tmp dir.
 """
 

@@ -1,7 +1,7 @@
 """The run picker in a real browser: an open page lists runs as they start, with no reload
 and no click, each loader by name, rank, epochs, batches and start time, a job's loaders grouped.
 
-Debian's chromium via Playwright (tests/test_browser.py's fixture); the screenshot lands in the
+Debian's chromium via Playwright (tests/browser/test_live_run.py's fixture); the screenshot lands in the
 test's tmp dir.
 """
 

@@ -1,7 +1,7 @@
 """The what-if sweep of a recorded run gives each setting's memory, and marks those that would not fit.
 
 Real recordings: the copy-on-read run of frontend/tests/fixtures/make_memory.py (a list of Python strings
-read by two persistent workers, as tests/test_memory.py records it) swept through ``loaderscope sim
+read by two persistent workers, as tests/probe/test_memory_samples.py records it) swept through ``loaderscope sim
 --from-trace``, and a fresh loader whose workers each hold a fortieth of the host's free memory, swept
 through ``POST /api/runs/{id}/sweeps`` on a real dashboard: 64 such workers cannot fit. The estimate of
 the recorded setting must come within 10% of the memory the run held at its most (its processes' PSS).

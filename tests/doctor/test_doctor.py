@@ -542,7 +542,7 @@ def test_model_reads_a_lock_wait_in_a_forked_worker() -> None:
 
 
 def test_torchs_own_seeding_import_held_at_fork_is_named_in_numpy() -> None:
-    """The hang loaderscope's own writer thread once caused (tests/test_fork_safety.py): torch's worker
+    """The hang loaderscope's own writer thread once caused (tests/probe/test_fork_safety.py): torch's worker
     loop seeds numpy.random, whose import another thread of the main process had begun at fork."""
     importing = _f("_lock_unlock_module", "<frozen importlib._bootstrap>", 224)
     importing["locals"] = [{"name": "name", "repr": '"numpy.random"'}]  # py-spy's repr of the str argument

@@ -1,6 +1,6 @@
 """doctor's headline never contradicts its details: real hangs it once named wrongly while its own
 detail lines showed the truth (issue 35). Each is a real DataLoader in a process started without
-loaderscope, read by the real command (py-spy over ptrace), as in test_doctor.py."""
+loaderscope, read by the real command (py-spy over ptrace), as in tests/doctor/test_doctor.py."""
 
 from __future__ import annotations
 

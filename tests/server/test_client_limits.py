@@ -62,7 +62,7 @@ def test_a_frame_at_the_cap_is_applied_in_slices_while_health_answers(hard: Live
                 assert http.get("/api/health").status_code == 200
                 seen.append(http.get(f"/api/runs/{run_id}").json()["events"])
     assert any(2 < n < 300_002 for n in seen), "the frame was applied in one step"
-    # one past the cap is refused with 1009: tests/test_server_ingest.py, HOSTILE "oversized"
+    # one past the cap is refused with 1009: tests/server/test_ingest.py, HOSTILE "oversized"
 
 
 # --- bytes, not events -----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 val loader, both built by one helper under one name (as ignite's ``auto_dataloader`` builds them), is 2
 ranks of 2 loaders in ``loaderscope job`` (its table and ``--json``) and ``GET /api/jobs/{job}/table``:
 never 4 ranks, never two loaders' steps added together; and one process with two such loaders has no
-slowest rank. (The page's view of the same job: tests/test_browser_jobtable.py.)
+slowest rank. (The page's view of the same job: tests/browser/test_job_table.py.)
 """
 
 from __future__ import annotations

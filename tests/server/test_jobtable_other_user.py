@@ -3,7 +3,7 @@ can write: what they put there never makes it read a file the scan refused or on
 directory, block, decode a digest past its length, or read, hold or take more than its budget; each
 refusal names the file, the budget and the variable that raises it.
 
-The other user is real: as root (CI), ``setpriv --reuid 4242`` runs their commands (tests/test_logdir_safety.py).
+The other user is real: as root (CI), ``setpriv --reuid 4242`` runs their commands (tests/server/test_logdir_other_user.py).
 The victim's job is two ranks of a real DataLoader's events (``tests.server.test_logdir.recorded``).
 """
 

@@ -1,7 +1,7 @@
 """``serve --logdir`` with Parquet traces (traces/parquet.py): listed beside JSON-lines ones, opened, followed
 part by part as a producer writes them, and shown truncated when the producer was killed; a part over
 the server's budgets, dropped by another local user, refused from its footer. Real server, real
-websocket client, real events of a real DataLoader (tests/test_server_logdir.py's ``recorded``)."""
+websocket client, real events of a real DataLoader (tests/server/test_logdir.py's ``recorded``)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def test_the_what_if_panel_sweeps_a_watched_loader(server: Any) -> None:
     assert [r["num_workers"] for r in rows] == [1, 2, 4] and body["source"] == "run"
     # Whether 4 workers beat 1 on 24 batches depends on what starting them cost on this machine at
     # that moment (under load, more than the batches gain), and a 24-batch run is as noisy as the
-    # machine (the accuracy on real loops: tests/test_sim_fit_real.py, bench/fit_accuracy.py). What
+    # machine (the accuracy on real loops: tests/probe/test_sim_fit_real.py, bench/fit_accuracy.py). What
     # holds: the answer compares its replay of the recorded setting (1 worker) with the batches/s
     # the page shows for the run, and says which costs it fitted.
     recorded = body["fit"]["recorded"]

@@ -1,4 +1,4 @@
-"""Shared checks for the tests against real training stacks (tests/test_stack_*.py).
+"""Shared checks for the tests against real training stacks (tests/stacks/test_*.py).
 
 Each stack test runs a real library twice, vanilla and watched (``loaderscope.watch(loader,
 sink=events)``), and asserts the watched run is the vanilla run plus a trace:

@@ -6,7 +6,7 @@ Each known kind is a msgspec ``Struct`` below: its fields, their types and limit
 decodes and validates a frame against them in one pass, and ``contract/generate.py`` writes from them
 the page's tables, its event column map and its types, and the reference (docs/reference/events.md).
 Adding a field is one edit here, the producer that sends it, and ``python -m loaderscope.contract
---write``; tests/test_contract_producers.py fails on a field a producer sends that is not here.
+--write``; tests/probe/test_contract_producers.py fails on a field a producer sends that is not here.
 
 Consumers ignore unknown fields and show unknown kinds rather than dropping them, so the schema can
 grow without a version bump; such events are checked by the rules by field name (``NAMED``) and the

@@ -16,7 +16,7 @@ rule's own code:
 
 What is not table-shaped (cursors, conditional moves, statistics that read the event's times) stays
 in each reducer's code for the rule, named after it. Adding a rule: a row here, its code (if any) in
-both reducers, ``python -m loaderscope.contract --write``; the agreement tests (tests/test_rules.py,
+both reducers, ``python -m loaderscope.contract --write``; the agreement tests (tests/core/test_rules.py,
 frontend/tests/rules.test.js) run one case per row.
 """
 

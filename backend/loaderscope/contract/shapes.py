@@ -5,7 +5,7 @@ The validator takes these fields loosely (``list[Any]``, ``dict[str, Any]``: a f
 may lack a line, a scenario adds its own config keys), so a value of another shape is kept and
 shown rather than refused. A field names its shape with ``doc(..., js="Frame[]")``
 (``contract/events.py``); ``contract/jsdoc.py`` writes each shape as a JSDoc typedef, and
-``tests/test_contract_producers.py`` checks that what the producers nest has only these fields.
+``tests/probe/test_contract_producers.py`` checks that what the producers nest has only these fields.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ class LoaderState:
     @property
     def window(self) -> int:
         """Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process), a missing
-        prefetch_factor being torch's 2: ``settings.max_tasks``, which tests/test_settings.py holds this to
+        prefetch_factor being torch's 2: ``settings.max_tasks``, which tests/core/test_settings.py holds this to
         (the reducer does not import pydantic for it)."""
         workers = self.config.get("num_workers", 0) or 0
         return (self.config.get("prefetch_factor") or TORCH_PREFETCH_FACTOR) * workers if workers else 1

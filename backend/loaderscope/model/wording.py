@@ -4,7 +4,7 @@ The diagnosis (``diagnosis.py``, its mirror ``frontend/js/model/diagnosis.js``),
 (``ranks.py``, ``frontend/js/model/ranks.js``) and the CLI's summary take their sentences from here, so that
 the same situation reads the same everywhere. The page reads ``frontend/js/model/wording.gen.js``, generated
 from this table by ``python -m loaderscope.model.wording --write`` (``--check``, which
-tests/test_contract.py runs, fails when it drifts).
+tests/core/test_contract_generated.py runs, fails when it drifts).
 
 A template's ``{name}`` fields are filled with values the caller has already formatted (Python's
 number formatting, which ``diagnosis.js`` reproduces). An entry with ``one``/``other`` forms is chosen

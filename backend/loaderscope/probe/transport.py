@@ -31,7 +31,7 @@ would be refused again, for ever, with every frame after it waiting behind it. T
 
 from __future__ import annotations
 
-# The sender thread must import nothing (a worker forked mid-import hangs: tests/test_fork_safety.py);
+# The sender thread must import nothing (a worker forked mid-import hangs: tests/probe/test_fork_safety.py);
 # socket encodes a host name with the idna codec, which its first connect would import.
 import encodings.idna  # noqa: F401
 import socket

@@ -334,7 +334,7 @@ def import_what_writing_imports() -> None:
     """Write a small part to memory, so that what pyarrow imports on its first use is imported now,
     in the calling thread.
 
-    The probe's writer thread must import nothing (tests/test_fork_safety.py): pyarrow's first
+    The probe's writer thread must import nothing (tests/probe/test_fork_safety.py): pyarrow's first
     ``pa.array`` imports pandas, which imports ``numpy.random``; a DataLoader worker forked while
     another thread is half-way through that import finds the module locked forever, and torch's
     worker loop imports ``numpy.random`` to seed itself, so the worker hangs, and training with it.

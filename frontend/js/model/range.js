@@ -2,7 +2,7 @@
 // first event and after its last (the reducer's, so the same rules as everywhere), and their
 // difference. Fetches finished in the range per worker (count, p50, p95 as `summary`'s workers
 // rows take them), batches handed to the training loop and its wait, results parked and the
-// reorder cost, events. Pure: tests/test_browser_views.py computes the same from the events with
+// reorder cost, events. Pure: tests/browser/test_views.py computes the same from the events with
 // loaderscope.model.state and compares.
 
 import { restore } from './player.js';

@@ -35,7 +35,7 @@ from loaderscope.server.runs.run import Run
 from loaderscope.server.runs.meters import BUCKETS, MAX_NAMED, STATES, Reading
 
 # Runs with series of their own; the others are counted (loaderscope_runs_unexported). Twice the
-# 1,024 ranks tests/test_metrics_fleet.py runs with a real Prometheus: 2,048 runs of MAX_SERIES is
+# 1,024 ranks tests/server/test_metrics_fleet.py runs with a real Prometheus: 2,048 runs of MAX_SERIES is
 # 98,304 series, ~0.2 s of CPU to write on the 2-core VM (bench/metrics_fleet.py).
 MAX_RUNS = 2048
 # A run that has not changed for this long (ended, or its producer lost) has no series any more: its
