@@ -140,7 +140,7 @@ GAPS = """() => { const g = window.bigtraceGaps = { ms: [], stop: false }; let l
 
 def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) -> dict[str, Any]:
     """Open ``path`` in a fresh page through its file input; the open time, pan/zoom figures and heap."""
-    from tests.browser.test_live_run import VIEWPORT
+    from tests.browser.pages import VIEWPORT
     from tests.browser.test_frame_time import INTERACT
 
     context = browser.new_context(viewport=VIEWPORT)
@@ -310,7 +310,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from tests.live import launch
-    from tests.browser.test_live_run import ARGS, CHROMIUM
+    from tests.browser.pages import ARGS, CHROMIUM
 
     paths = {}
     for n in args.events:

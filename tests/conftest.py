@@ -128,20 +128,6 @@ def fresh_loader_names() -> None:
 
 
 @pytest.fixture(scope="session")
-def chromium() -> Iterator[Any]:
-    """Debian's chromium through Playwright, launched once per process (tests/browser/test_live_run.py's ``browser``)."""
-    from tests.browser.test_live_run import ARGS, CHROMIUM
-
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One dashboard for the whole session (shared by server and browser tests).
 
@@ -152,6 +138,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     live = launch(tmp_path_factory.mktemp("server"), stop_grace=1.0, kill_grace=1.0)
     yield live
     live.stop()
+
+
+@pytest.fixture
+def hung(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``hung(SCRIPT, **options)`` starts a training script that hangs (tests/doctor/hangs.py's ``Hung``: the
+    doctor's tests, and the browser's and the contract's that read a hang); each ends, with its workers,
+    when the test ends."""
+    from tests.doctor.hangs import Hung
+
+    started: list[Hung] = []
+
+    def start(source: str, **kw: Any) -> Hung:
+        h = Hung(tmp_path, source, **kw)
+        started.append(h)
+        return h
+
+    yield start
+    for h in started:
+        h.end()
 
 
 @pytest.fixture

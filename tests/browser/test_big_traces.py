@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_live_run import Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import Page
 
 pytestmark = pytest.mark.browser
 

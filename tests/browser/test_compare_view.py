@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from loaderscope.model.compare import compare
-from tests.browser.test_live_run import WAIT_MS, FRAMES, Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, FRAMES, Page
 
 pytestmark = pytest.mark.browser
 

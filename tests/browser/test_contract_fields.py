@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from loaderscope.traces import jsonl as trace
-from tests.browser.test_live_run import WAIT_MS, Page, applied, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page, applied
 
 pytestmark = pytest.mark.browser
 

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.conftest import wait_for
-from tests.browser.test_live_run import WAIT_MS, Page, browser, drawn, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page, drawn
 
 pytestmark = pytest.mark.browser
 

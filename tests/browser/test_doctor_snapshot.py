@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_live_run import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page
 from tests.browser.test_forensics_view import shoot
-from tests.doctor.test_doctor import SLEEPS, doctor, hung  # noqa: F401 (fixture)
+from tests.doctor.hangs import SLEEPS, doctor
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

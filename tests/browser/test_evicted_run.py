@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.browser.test_live_run import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page
 from tests.server.test_eviction import _leave, _listed
 from tests.server.test_ingest import batches, frames
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_live_run import WAIT_MS, Page, browser, page, start_from_form  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page, start_from_form
 
 pytestmark = pytest.mark.browser
 

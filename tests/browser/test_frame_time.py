@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_live_run import ARGS, CHROMIUM, VIEWPORT, browser  # noqa: F401 (fixture)
+from tests.browser.pages import ARGS, CHROMIUM, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.perf]
 

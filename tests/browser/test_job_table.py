@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_for
-from tests.browser.test_live_run import VIEWPORT, WAIT_MS, browser  # noqa: F401 (fixture)
+from tests.browser.pages import VIEWPORT, WAIT_MS
 from tests.server.test_job_ranks_by_loaders import recorded_job
 from tests.server.test_jobquery import simulated_job
 

@@ -14,7 +14,7 @@ from loaderscope.model.stats import summary
 from loaderscope.scenarios.catalog import get
 from loaderscope.traces.jsonl import read_trace, write_trace
 from tests.conftest import wait_for
-from tests.browser.test_live_run import WAIT_MS, VIEWPORT, browser  # noqa: F401 (fixture)
+from tests.browser.pages import WAIT_MS, VIEWPORT
 
 pytestmark = pytest.mark.browser
 

@@ -9,107 +9,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.browser.pages import WAIT_MS, Page, applied, rcvd, settle, start_from_form
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-VIEWPORT = {"width": 1440, "height": 900}
-WAIT_MS = 60_000  # the cap on a wait for the page's state (not a pace: a busy machine needs it)
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: Any) -> Any:
-    """The process's one chromium (tests/conftest.py); the browser modules import this name."""
-    return chromium
-
-
-class Page:
-    """A page plus the errors it logged: a test fails on any uncaught page error."""
-
-    def __init__(self, browser: Any, color_scheme: str = "dark") -> None:
-        # the page follows the browser's theme; these tests see the dark one, which the README's
-        # screenshots show (tests/browser/test_views.py checks both)
-        self.context = browser.new_context(viewport=VIEWPORT, color_scheme=color_scheme)
-        # Playwright's own waits (a click, a locator) are waits on state: on a busy machine they may
-        # take longer than its 30 s default, and a cap only matters when the state never comes.
-        self.context.set_default_timeout(WAIT_MS)
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
-        self.page.on("console", self._console)
-        self.expected_status: set[int] = set()
-
-    def _console(self, message: Any) -> None:
-        # chromium logs every non-2xx fetch; a test that provokes one says which status it expects
-        if message.type == "error" and not any(f"status of {s}" in message.text for s in self.expected_status):
-            self.errors.append(f"console: {message.text}")
-
-    def close(self) -> None:
-        self.context.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Page]:
-    p = Page(browser)
-    yield p
-    p.close()
-    assert not p.errors, "\n".join(p.errors)
-
-
-# The page has drawn everything it was sent: no events queued, no worker fetching, every token landed.
-SETTLED = """() => { const a = window.loaderscope;
-  return a.queue.length === a.queueHead && [...a.state.workers.values()].every((w) => w.status !== 'fetching')
-    && a.pipeline.settled() && [...a.pipeline.tokens.values()].every((t) => !t.dying); }"""
-# Resolves after `n` animation frames.
-FRAMES = "(n) => new Promise((done) => { const f = () => (--n > 0 ? requestAnimationFrame(f) : done()); requestAnimationFrame(f); })"
-# The picture's tokens have landed and no panel refresh is waiting for its turn (they are throttled).
-DRAWN = "() => window.loaderscope.pipeline.settled() && !window.loaderscope.scheduler.pending"
-
-
-def settle(page: Any, timeout: float = WAIT_MS) -> None:
-    page.wait_for_function(SETTLED, timeout=timeout)
-
-
-def applied(page: Any, run: dict[str, Any], timeout: float = WAIT_MS) -> None:
-    """Wait until the page has received and applied every event of the ended ``run``.
-
-    The stream's cursor reaches the last seq before the page applies what it queued (a frame at a
-    time, within a budget): on a busy machine, well before.
-    """
-    page.wait_for_function(f"""() => {{ const a = window.loaderscope;
-      return a.stream.lastSeq === {run['last_seq']} && a.queue.length === a.queueHead; }}""", timeout=timeout)
-
-
-def drawn(page: Any, timeout: float = WAIT_MS) -> None:
-    """Wait until the page shows its current state: what a screenshot should catch."""
-    page.evaluate(FRAMES, 2)  # the frame that the last action asked for has run
-    page.wait_for_function(DRAWN, timeout=timeout)
-
-
-def rcvd(page: Any) -> int:
-    return int(page.text_content('[data-testid="cursor-rcvd"]') or -1)
-
-
-def start_from_form(page: Any, scenario: str, **params: Any) -> str:
-    """Choose a scenario, fill parameters, press Start; returns the run id from the address bar."""
-    page.wait_for_selector(f'#scenario option[value="{scenario}"]', state="attached", timeout=WAIT_MS)
-    page.select_option("#scenario", scenario)
-    if params:
-        page.click("#params-box summary")
-        for name, value in params.items():
-            page.fill(f"#param-{name}", str(value))
-    page.click("#btn-start")
-    page.wait_for_url(lambda url: "run=" in url, timeout=WAIT_MS)
-    return page.url.split("run=", 1)[1].split("&", 1)[0]
 
 
 @pytest.mark.slow

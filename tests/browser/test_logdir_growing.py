@@ -13,7 +13,7 @@ import pytest
 
 from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
-from tests.browser.test_live_run import WAIT_MS, VIEWPORT, browser  # noqa: F401 (fixture)
+from tests.browser.pages import WAIT_MS, VIEWPORT
 from tests.server.test_logdir import real_run
 
 pytestmark = pytest.mark.browser

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_live_run import WAIT_MS, FRAMES, Page, applied, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, FRAMES, Page, applied
 
 pytestmark = pytest.mark.browser
 

@@ -16,7 +16,7 @@ import pytest
 
 from loaderscope.model.state import reduce
 from tests.conftest import wait_for
-from tests.browser.test_live_run import Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import Page
 from tests.browser.test_number_labels import opened
 from tests.browser.test_playback import shoot
 from tests.browser.test_views import canvas_text

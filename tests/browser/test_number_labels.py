@@ -21,7 +21,7 @@ from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from loaderscope.traces.jsonl import read_trace
 from tests.conftest import wait_for
-from tests.browser.test_live_run import WAIT_MS, Page, applied, browser, drawn, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page, applied, drawn
 from tests.browser.test_playback import shoot
 
 pytestmark = pytest.mark.browser

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_live_run import WAIT_MS, FRAMES, Page, browser, drawn, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, FRAMES, Page, drawn
 
 pytestmark = pytest.mark.browser
 

@@ -14,7 +14,7 @@ import pytest
 
 from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
-from tests.browser.test_live_run import VIEWPORT, browser  # noqa: F401 (fixture)
+from tests.browser.pages import VIEWPORT
 from tests.server.test_logdir import real_run
 
 pytestmark = pytest.mark.browser

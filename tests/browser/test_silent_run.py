@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.browser.test_live_run import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page
 
 pytestmark = pytest.mark.browser
 

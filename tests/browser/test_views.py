@@ -25,9 +25,8 @@ import pytest
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import _percentile
 from tests.conftest import wait_for
-from tests.browser.test_live_run import WAIT_MS, Page, browser, drawn  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page, drawn
 from tests.browser.test_demo_and_layout import CONTRAST, FRAMES, NO_SIDEWAYS, shoot
-from tests.doctor.test_doctor import hung  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.browser
 
@@ -607,7 +606,7 @@ def test_axe_finds_nothing_on_the_run_page_job_view_and_compare(server: Any, sta
 @pytest.mark.timeout(300)
 def test_axe_finds_nothing_in_a_doctor_snapshot(hung: Any, view_page: Any, tmp_path: Path) -> None:
     from tests.live import launch
-    from tests.doctor.test_doctor import SLEEPS, doctor
+    from tests.doctor.hangs import SLEEPS, doctor
 
     h = hung(SLEEPS)
     h.wait()

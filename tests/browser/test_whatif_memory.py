@@ -29,7 +29,7 @@ from loaderscope.runner import Collector
 from loaderscope.sim import trace_sweep
 from loaderscope.sim.footprint import gb, over_text
 from loaderscope.traces.jsonl import write_trace
-from tests.browser.test_live_run import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page
 from tests.conftest import wait_for
 from tests.probe.test_memory_samples import next_sample
 from tests.probe.test_record import environment

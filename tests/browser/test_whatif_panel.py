@@ -13,7 +13,7 @@ import pytest
 
 from loaderscope.model.advicetext import advice_text
 from tests.server.test_advice import STARVED, recorded
-from tests.browser.test_live_run import WAIT_MS, Page, browser, page  # noqa: F401 (fixtures)
+from tests.browser.pages import WAIT_MS, Page
 
 pytestmark = pytest.mark.browser
 

@@ -18,8 +18,8 @@ import pytest
 from loaderscope.doctor import model, verdict
 from loaderscope.doctor.sample import EXIT_NO_PROCESS
 from tests.conftest import wait_for
-from tests.doctor.test_doctor import HEAD, LOADER_PY, SLEEPS, WAITING, _f, _recording, _thread, _worker, assert_where, \
-    doctor, hung, reading  # noqa: F401 (fixture)
+from tests.doctor.dumps import LOADER_PY, WAITING, _f, _recording, _thread, _worker
+from tests.doctor.hangs import HEAD, SLEEPS, assert_where, doctor, reading
 
 # The prefetcher pattern: a thread iterates the loader and fills a queue the training loop reads.
 PREFETCHER = HEAD + '''

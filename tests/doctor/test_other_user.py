@@ -27,7 +27,7 @@ import pytest
 from loaderscope.doctor.sample import EXIT_NO_LOADER
 from loaderscope.traces.jsonl import read_trace
 from tests.conftest import wait_for
-from tests.doctor.test_doctor import reading
+from tests.doctor.hangs import reading
 
 OTHER = 4242
 PYTHON = "/usr/bin/python3"

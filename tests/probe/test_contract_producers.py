@@ -23,7 +23,6 @@ from loaderscope.sim.costs import CostModel, Death, Stall
 from loaderscope.sim.run import simulate, simulate_ranks
 from tests.conftest import TORCH_DEATH_ERRORS
 from tests.stacks.checks import Events
-from tests.doctor.test_doctor import hung  # noqa: F401 (fixture)
 
 SHAPES = {shape.__name__: mi.type_info(shape) for shape in shapes.SHAPES if shape.__name__ not in shapes.OPEN}
 
@@ -177,7 +176,7 @@ def test_a_watched_loaders_events_are_declared(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_a_doctor_snapshots_events_are_declared(hung: Any, tmp_path: Path) -> None:  # noqa: F811
     from loaderscope.traces.jsonl import read_trace
-    from tests.doctor.test_doctor import SLEEPS, doctor
+    from tests.doctor.hangs import SLEEPS, doctor
 
     h = hung(SLEEPS)
     h.wait()
