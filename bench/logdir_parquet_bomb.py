@@ -29,7 +29,7 @@ from loaderscope.traces.header import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.live import launch  # noqa: E402
-from tests.server.test_logdir import real_run, runs, write  # noqa: E402
+from tests.logdirs import real_run, runs, write  # noqa: E402
 
 
 def bomb(directory: Path, event: dict[str, Any], rows: int) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.pages import ARGS, CHROMIUM, VIEWPORT
+from tests.browser.pages import VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.perf]
 

@@ -14,8 +14,7 @@ import pytest
 from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
 from tests.browser.pages import WAIT_MS, VIEWPORT
-from tests.server.test_logdir import real_run
-
+from tests.logdirs import real_run
 pytestmark = pytest.mark.browser
 
 BATCHES = 60

@@ -15,8 +15,7 @@ import pytest
 from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
 from tests.browser.pages import VIEWPORT
-from tests.server.test_logdir import real_run
-
+from tests.logdirs import real_run
 pytestmark = pytest.mark.browser
 
 PICKER = """() => [...document.querySelectorAll('#run-picker option')].filter(o => o.value)

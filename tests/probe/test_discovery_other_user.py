@@ -33,7 +33,7 @@ from loaderscope.cli.main import build_parser, token_values_joined
 from loaderscope.probe.transport import StreamSink
 from loaderscope.proof import new_token
 from tests.conftest import LiveServer, wait_for
-from tests.probe.test_dashboard_discovery import SCRIPT, _free_port, _script, _state_file, user  # noqa: F401 (fixture)
+from tests.probe.dashboards import _free_port, _script, _state_file
 
 OTHER_UID = 4242
 # The other user's program: it takes every connection, records what arrives and answers every

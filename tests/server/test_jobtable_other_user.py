@@ -25,8 +25,8 @@ from loaderscope.traces.jobbudget import JobBudget, JobQueryError
 from loaderscope.traces.jobquery import job_table
 from loaderscope.model.ranks import MAX_SHARD_LENGTH
 from tests.conftest import wait_for
-from tests.server.test_logdir_other_user import REQUEST_LIMIT, as_other_user, needs_root, team_logdir, trace_bytes  # noqa: F401
-from tests.server.test_logdir import as_rank, recorded, runs, write  # noqa: F401 (recorded is a fixture)
+from tests.logdirs import as_rank, runs, trace_bytes, write
+from tests.other_user import REQUEST_LIMIT, as_other_user, needs_root
 
 pytest.importorskip("duckdb")
 

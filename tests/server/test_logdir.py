@@ -7,7 +7,6 @@ another node appends to a shared filesystem: line by line, flushed, possibly cut
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
@@ -25,67 +24,9 @@ import pytest
 from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
 from tests.live import LiveServer, _wait_healthy, launch
+from tests.logdirs import BATCHES, as_rank, read_until, runs, write
 
-BATCHES = 12
 STANDIN = "import tests.remote_standin"  # registers standin://, a remote store for the server process
-
-
-def real_run(samples: int, num_workers: int) -> list[dict[str, Any]]:
-    """The events of one real run of batches of 4 (run_start .. run_end), through the probe's sink."""
-    import torch
-
-    from loaderscope import InstrumentedDataLoader
-
-    events: list[dict[str, Any]] = []
-    loader = InstrumentedDataLoader(torch.arange(float(samples)), batch_size=4, num_workers=num_workers,
-                                    sink=events.extend)
-    for _ in loader:
-        pass
-    loader.close()
-    assert events[0]["kind"] == "run_start" and events[-1]["kind"] == "run_end"
-    return events
-
-
-@pytest.fixture(scope="module")
-def recorded() -> list[dict[str, Any]]:
-    """One real 12-batch in-process run."""
-    return real_run(4 * BATCHES, num_workers=0)
-
-
-def as_rank(events: list[dict[str, Any]], rank: int, job: str | None, world_size: int = 1) -> list[dict[str, Any]]:
-    """The run as rank ``rank`` of ``job`` reported it."""
-    out = copy.deepcopy(events)
-    for event in out:
-        event["rank"] = rank
-    out[0].update(job=job, world_size=world_size, rank=rank)
-    return out
-
-
-def write(path: Path, events: list[dict[str, Any]], *, torn: bytes = b"") -> Path:
-    with TraceWriter(path, "producer-run", mode="real") as writer:
-        writer.write(events)
-    if torn:
-        with path.open("ab") as f:
-            f.write(torn)
-    return path
-
-
-def runs(server: LiveServer) -> dict[str, dict[str, Any]]:
-    """GET /api/runs by the file's path under the logdir (logdir runs only)."""
-    with server.client() as http:
-        listed = http.get("/api/runs").json()
-    return {r["path"]: r for r in listed if r["origin"] == "logdir"}
-
-
-def read_until(ws: Any, done: Callable[[list[dict[str, Any]], list[dict[str, Any]]], bool],
-               timeout: float = 30) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    events: list[dict[str, Any]] = []
-    metas: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while not done(events, metas):
-        message = orjson.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic())))
-        (events.extend if isinstance(message, list) else metas.append)(message)
-    return events, metas
 
 
 def test_lists_every_trace_recursively_with_ranks_grouped_and_bad_files_named(

@@ -23,8 +23,8 @@ from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.server.budgets import PARQUET_PART_ROWS
 from loaderscope.traces.header import header
 from tests.conftest import wait_for
-from tests.server.test_logdir_other_user import as_other_user, needs_root, team_logdir  # noqa: F401 (a fixture)
-from tests.server.test_logdir import BATCHES, read_until, recorded, runs, write  # noqa: F401 (a fixture)
+from tests.logdirs import BATCHES, read_until, runs, write
+from tests.other_user import as_other_user, needs_root
 
 
 def parquet(path: Path, events: list[dict[str, Any]], *, per_part: int = 7) -> Path:

@@ -23,7 +23,7 @@ import loaderscope
 from loaderscope.traces.jsonl import HEARTBEAT_EVERY, TraceWriter
 from tests.conftest import wait_for
 from tests.probe.test_watch import Squares
-from tests.server.test_logdir import BATCHES, real_run, recorded, runs, write  # noqa: F401 (recorded: a fixture)
+from tests.logdirs import BATCHES, real_run, runs, write
 
 WRITERS = 6
 FILES_PER_WRITER = 4

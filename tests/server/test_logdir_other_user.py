@@ -9,10 +9,6 @@ user who can write the team logdir. The traces are a real DataLoader's events
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +16,11 @@ import orjson
 import pytest
 
 from loaderscope.server.logdir.index import SIDECAR_VERSION
-from loaderscope.traces.jsonl import TraceWriter, write_trace
+from loaderscope.traces.jsonl import write_trace
 from tests.conftest import wait_for
 from tests.server.test_ingest import batches
-from tests.server.test_logdir import BATCHES, recorded, runs, write  # noqa: F401 (recorded is a fixture)
-
-OTHER = 4242
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                reason="playing another local user needs root and setpriv")
-REQUEST_LIMIT = 20  # seconds: longer is a hang (today a read of an unreadable run waits 60 s; http clients give up at 30)
-
-
-def as_other_user(*argv: str, stdin: bytes | None = None) -> None:
-    """Run ``argv`` as uid/gid 4242 with no supplementary groups."""
-    subprocess.run(["setpriv", f"--reuid={OTHER}", f"--regid={OTHER}", "--clear-groups", *argv],
-                   input=stdin, check=True, capture_output=True)
-
-
-@pytest.fixture
-def team_logdir() -> Iterator[Path]:
-    """A logdir that every local user can write (no sticky bit: a team directory), outside pytest's
-    private tmp (which the other user cannot reach)."""
-    path = Path(tempfile.mkdtemp(prefix="loaderscope-team-"))
-    path.chmod(0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def trace_bytes(tmp_path: Path, events: list[dict[str, Any]]) -> bytes:
-    return write(tmp_path / "made.trace.jsonl", events).read_bytes()
-
+from tests.logdirs import BATCHES, runs, trace_bytes, write
+from tests.other_user import REQUEST_LIMIT, as_other_user, needs_root
 
 def named(logdir: Path, spelling: str) -> str:
     """``--logdir`` as the user gives it: a path, or a ``file://`` URL (the same directory, and the same
