@@ -11,7 +11,7 @@ import pytest
 
 from tests.browser.pages import WAIT_MS, Page
 from tests.server.test_eviction import _leave, _listed
-from tests.server.test_ingest import batches, frames
+from tests.server.producers import batches, frames
 
 pytestmark = pytest.mark.browser
 

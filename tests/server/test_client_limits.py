@@ -25,7 +25,7 @@ from loaderscope.server.runs import store
 from loaderscope.server.runs.store import SUMMARY_SHARE, EventLog
 from loaderscope.server.security.logs import redact
 from tests.conftest import LiveServer, launch, wait_for
-from tests.server.test_ingest import batches, closed_with, frames, produce, wait_events
+from tests.server.producers import batches, closed_with, frames, produce, wait_events
 
 START = [{"kind": "run_start", "t": 0.0, "mode": "real", "config": {"num_workers": 1}},
          {"kind": "epoch_start", "t": 0.0, "epoch": 0}]

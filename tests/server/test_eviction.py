@@ -22,8 +22,8 @@ from websockets.sync.client import connect
 import loaderscope
 from loaderscope.server.web.ingest import loopback_uid
 from tests.conftest import wait_for
-from tests.server.test_ingest import batches as loader_events
-from tests.server.test_ingest import closed_with, frames
+from tests.server.producers import batches as loader_events
+from tests.server.producers import closed_with, frames
 from tests.probe.test_watch import Squares
 
 

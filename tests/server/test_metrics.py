@@ -31,7 +31,7 @@ from loaderscope.server.runs.store import EventLog
 from loaderscope.server.web import metrics
 from loaderscope.sim import CostModel, Death, Stall
 from tests.conftest import wait_for
-from tests.server.test_ingest import frames, produce
+from tests.server.producers import frames, produce
 from tests.core.sim_helpers import make_config, run_core
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]

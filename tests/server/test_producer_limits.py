@@ -25,7 +25,7 @@ from loaderscope.traces.jsonl import write_trace
 from websockets.sync.client import connect
 
 from tests.conftest import LiveServer, launch, wait_for
-from tests.server.test_ingest import batches, closed_with, frames, produce
+from tests.server.producers import batches, closed_with, frames, produce
 
 
 @pytest.fixture(scope="module")
