@@ -32,7 +32,7 @@ from loaderscope.traces.jsonl import write_trace
 from tests.browser.pages import WAIT_MS, Page
 from tests.conftest import wait_for
 from tests.probe.test_memory_samples import next_sample
-from tests.probe.test_record import environment
+from tests.recording import environment
 
 FIXTURE = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "memory_copy_on_read.jsonl"
 

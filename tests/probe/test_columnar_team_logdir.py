@@ -27,7 +27,7 @@ from loaderscope.model import conformance
 from loaderscope.traces.jsonl import read_trace_tolerant
 from tests.conftest import wait_for
 from tests.other_user import OTHER, as_other_user, needs_root
-from tests.probe.test_record import environment, yields
+from tests.recording import environment, yields
 
 # The victim's training: two epochs of a real DataLoader, each run's trace under the logdir. It waits on
 # its stdin where the other user acts: before the loader exists ("ready"), and between the epochs.

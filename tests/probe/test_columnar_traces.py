@@ -24,7 +24,7 @@ from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.traces.jsonl import TraceError, chosen_format, read_trace, read_trace_tolerant, write_trace
 
 from tests.conftest import wait_for
-from tests.probe.test_record import PYTHON, environment, kill_recorded, record_argv, script, yields
+from tests.recording import PYTHON, environment, kill_recorded, record_argv, script, yields
 
 LOADERSCOPE = [PYTHON, "-m", "loaderscope.cli"]
 

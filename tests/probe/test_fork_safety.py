@@ -21,7 +21,7 @@ import pytest
 from loaderscope.traces.jsonl import read_trace_tolerant
 
 from tests.live import LiveServer
-from tests.probe.test_record import PYTHON, TRAIN, environment, script
+from tests.recording import PYTHON, TRAIN, environment, script
 
 # Each test runs real jobs (Python processes importing torch, workers forked each epoch, a live dashboard's
 # close receipt): 5-30 s here, and in CI under load one outran pytest's 120 s. The jobs' own timeouts

@@ -3,17 +3,13 @@ a script that never imports loaderscope; its traces read back from the logdir.""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,112 +17,9 @@ from loaderscope.model import conformance
 from loaderscope.traces.jsonl import TraceError, read_trace, read_trace_tolerant
 
 from tests.conftest import wait_for
-
-PYTHON = sys.executable
-TORCHRUN = str(Path(sys.executable).parent / "torchrun")
-FILE_NAME = re.compile(r"(?P<name>[\w.:-]+)-(?P<loader>\w+)-rank(?P<rank>\d+)-pid(?P<pid>\d+)-(?P<run>\w+)\.trace\.jsonl")
-JOB_NAME = re.compile(r"(?P<command>[\w.-]+)-\d{8}-\d{6}-[0-9a-f]{4}")
-
-# The user's script: it knows nothing of loaderscope. It prints how many batches it consumed.
-TRAIN = '''
-import os, sys, time
-import torch
-from torch.utils.data import DataLoader, Dataset
-
-class Squares(Dataset):
-    def __len__(self):
-        return 48
-
-    def __getitem__(self, index):
-        return torch.tensor([index, index * index])
-
-def main(workers=0, epochs=2, context=None, then="exit0", slow=0.0):
-    loader = DataLoader(Squares(), batch_size=4, num_workers=int(workers), multiprocessing_context=context)
-    consumed = 0
-    for epoch in range(int(epochs)):
-        for batch in loader:
-            consumed += 1
-            print(f"consumed {consumed} pid {os.getpid()}", flush=True)
-            time.sleep(float(slow))  # the workload's own pace, so a test can interrupt it mid-run
-            if then == "raise" and consumed == 5:
-                raise ValueError("bad batch")
-    print(f"consumed {consumed} in all", flush=True)
-    sys.exit(3 if then == "exit3" else 0)
-
-if __name__ == "__main__":
-    main(**dict(arg.split("=", 1) for arg in sys.argv[1:]))
-'''
-
-DISTRIBUTED = '''
-import os
-import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-dist.init_process_group("gloo")
-data = TensorDataset(torch.arange(64))
-loader = DataLoader(data, batch_size=4, num_workers=1, sampler=DistributedSampler(data, shuffle=False))
-consumed = sum(1 for _ in loader)
-print(f"rank {dist.get_rank()} consumed {consumed} in all", flush=True)
-print(f"run id {os.environ['TORCHELASTIC_RUN_ID']}", flush=True)
-dist.destroy_process_group()
-'''
-
-NO_TORCH = 'import sys; print("torch imported:", "torch" in sys.modules)'
-
-
-def torch_accelerator() -> bool:
-    import torch
-
-    accelerator = getattr(torch, "accelerator", None)  # from torch 2.6 on; torch 2.4 pins only for CUDA
-    return bool(accelerator.is_available()) if accelerator is not None else torch.cuda.is_available()
-
-
-def pin_warns() -> bool:
-    """torch warns of pin_memory without an accelerator from torch 2.6 on (torch.accelerator); 2.4 says nothing."""
-    import torch
-
-    return hasattr(torch, "accelerator")
-
-
-def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")}
-    return env | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def record_argv(logdir: Path, *command: str) -> list[str]:
-    return [PYTHON, "-m", "loaderscope.record", "--logdir", str(logdir), "--", *command]
-
-
-def record(tmp_path: Path, *command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(record_argv(tmp_path / "runs", *command), cwd=tmp_path, env=environment(),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def script(tmp_path: Path, text: str = TRAIN, name: str = "train.py") -> str:
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
-
-
-def traces(logdir: Path) -> list[Path]:
-    return sorted(logdir.rglob("*.trace.jsonl"))
-
-
-def consumed(output: str) -> list[int]:
-    return [int(n) for n in re.findall(r"consumed (\d+) in all", output)]
-
-
-def yields(events: list[dict[str, Any]]) -> int:
-    return sum(1 for e in events if e["kind"] == "yield")
-
-
-def only_trace(logdir: Path) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
-    found = traces(logdir)
-    assert len(found) == 1, found
-    head, events = read_trace(found[0])
-    assert conformance.check(events) == []
-    return found[0], head, events
+from tests.recording import (
+    DISTRIBUTED, FILE_NAME, JOB_NAME, NO_TORCH, PYTHON, TORCHRUN, TRAIN, consumed, environment, kill_recorded, only_trace,
+    pin_warns, record, record_argv, script, torch_accelerator, traces, yields)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -210,20 +103,6 @@ def test_ctrl_c_reaches_the_command_and_record_exits_as_a_shell_reports_it(tmp_p
     assert conformance.check(events) == []
     assert truncated or events[-1]["reason"] == "stopped"
     assert yields(events) == int(re.findall(r"consumed (\d+)", out)[-1])
-
-
-def kill_recorded(process: subprocess.Popen[str], pid: int) -> str:
-    """SIGKILL the recorded command ``pid`` as a cluster kills a job, wait for record (``process``, started in a
-    session of its own) to exit, then kill what is left of its process group; returns record's stderr.
-
-    A DataLoader worker still setting up when its parent dies takes init for its parent, and torch's
-    watchdog (torch/utils/data/_utils/worker.py, ``ManagerWatchdog``) then never sees the parent go: left
-    alive, it holds record's pipes open, and reading them to their end would wait for ever."""
-    os.kill(pid, signal.SIGKILL)
-    process.wait(60)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    return process.communicate(timeout=60)[1]
 
 
 def test_a_killed_process_leaves_a_readable_truncated_trace(tmp_path: Path) -> None:

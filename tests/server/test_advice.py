@@ -26,7 +26,7 @@ from loaderscope.sim.sweep import SATURATION, choose
 from loaderscope.traces.jsonl import read_trace
 from tests.conftest import wait_for
 from tests.live import LiveServer
-from tests.probe.test_record import environment
+from tests.recording import environment
 
 PYTHON = sys.executable
 LOOP = Path(__file__).resolve().parents[1] / "bench" / "cached_loop.py"
