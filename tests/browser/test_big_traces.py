@@ -28,7 +28,7 @@ from tests.browser.pages import Page
 
 pytestmark = pytest.mark.browser
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 # Reads `text` as a file both ways and returns what each gave (events, or the error and the count before it).
 BOTH_WAYS = """async ({ text, segmentBytes }) => {

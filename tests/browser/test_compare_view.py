@@ -18,7 +18,7 @@ from tests.browser.pages import WAIT_MS, FRAMES, Page
 
 pytestmark = pytest.mark.browser
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def events_of(server: Any, run_id: str) -> list[dict[str, Any]]:

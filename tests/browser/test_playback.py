@@ -280,7 +280,7 @@ def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tm
     import sys
     import uuid
 
-    example = Path(__file__).parents[1] / "examples" / "train_cnn.py"
+    example = Path(__file__).parents[2] / "examples" / "train_cnn.py"
     job = f"job-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "LOADERSCOPE_URL": server.page_url, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-id", job,
@@ -316,7 +316,7 @@ def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_p
     from loaderscope.model.state import reduce
     from loaderscope.model.stats import summary
 
-    fixture = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "gpu_step_h100.jsonl"
+    fixture = Path(__file__).parents[2] / "frontend" / "tests" / "fixtures" / "gpu_step_h100.jsonl"
     _, events = trace.read_trace(fixture)
     expected = summary(reduce(events))
     pg = page.page

@@ -30,7 +30,7 @@ from tests.browser.test_demo_and_layout import CONTRAST, FRAMES, NO_SIDEWAYS, sh
 
 pytestmark = pytest.mark.browser
 
-AXE = Path(__file__).parents[1] / "node_modules" / "axe-core" / "axe.min.js"
+AXE = Path(__file__).parents[2] / "node_modules" / "axe-core" / "axe.min.js"
 PLOT_X = 112  # timeline-view.js GUTTER: where the plot starts
 
 

@@ -34,7 +34,7 @@ from tests.conftest import wait_for
 from tests.probe.test_memory_samples import next_sample
 from tests.recording import environment
 
-FIXTURE = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "memory_copy_on_read.jsonl"
+FIXTURE = Path(__file__).parents[2] / "frontend" / "tests" / "fixtures" / "memory_copy_on_read.jsonl"
 
 
 def recorded_peak(events: list[dict[str, Any]]) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from loaderscope.traces.jsonl import read_trace
 
-EXAMPLES = Path(__file__).parents[1] / "examples"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def test_run_a_hub_entry_from_the_command_line(tmp_path: Path) -> None:

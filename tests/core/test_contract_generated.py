@@ -12,7 +12,7 @@ from loaderscope.contract import columns, generate, generated
 from loaderscope.contract.columns import ColumnError, Field, column_map
 from loaderscope.contract.events import REQUIRED, STRUCTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("module", ["loaderscope.contract", "loaderscope.model.wording"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "loaderscope"
+PACKAGE = Path(__file__).resolve().parents[2] / "backend" / "loaderscope"
 
 
 def modules() -> dict[str, Path]:

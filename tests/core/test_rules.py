@@ -24,7 +24,7 @@ from loaderscope.contract.rules import RULES, Rule
 from loaderscope.model.state import LoaderState, reduce
 from loaderscope.scenarios.catalog import get
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE: dict[str, Any] = {"int": 1, "number": 0.25, "string": "x", "bool": True, "object": {"num_workers": 2},
                           "array": [], "any": 1}
 SCALARS = ["send_idx", "rcvd_idx", "outstanding", "outstanding_high", "batches", "epoch_batches", "epochs_done",

@@ -243,7 +243,7 @@ def test_watch_writes_a_parquet_logdir_trace_when_asked(tmp_path: Path) -> None:
     assert yields(events) == 10 and conformance.check(events) == []
 
 
-FIXTURES = Path(__file__).resolve().parents[1] / "frontend" / "tests" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "frontend" / "tests" / "fixtures"
 
 
 def test_a_trace_of_the_previous_writer_reads_the_same_and_tables_the_same(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from loaderscope.model.ranks import shard_report, slowest_per_step
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "train_cnn.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "train_cnn.py"
 
 
 def _events(server: Any, run_id: str) -> list[dict[str, Any]]:

@@ -142,7 +142,7 @@ def test_a_worker_dying_inside_torchs_shutdown_is_named() -> None:
     # "Exception ignored in __del__", as without loaderscope), and pytest's hook for that exception
     # would keep the iterator alive for loader.close() to find, which a user's process does not.
     out = subprocess.run([sys.executable, "-c", BREAK_AFTER_ONE_BATCH], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).parent.parent, check=True).stdout
+                         cwd=Path(__file__).parents[2], check=True).stdout
     collector = Collector()
     collector(orjson.loads(out))
     died = _events(collector, "worker_died")

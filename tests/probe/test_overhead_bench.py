@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "overhead.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "overhead.py"
 
 
 @pytest.mark.slow

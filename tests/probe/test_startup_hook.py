@@ -20,7 +20,7 @@ import pytest
 
 import loaderscope_hook
 
-BACKEND = Path(__file__).resolve().parents[1] / "backend"
+BACKEND = Path(__file__).resolve().parents[2] / "backend"
 PROBE = """
 import json, site, sys
 site.addsitedir(sys.argv[1])

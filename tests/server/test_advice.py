@@ -29,7 +29,7 @@ from tests.live import LiveServer
 from tests.recording import environment
 
 PYTHON = sys.executable
-LOOP = Path(__file__).resolve().parents[1] / "bench" / "cached_loop.py"
+LOOP = Path(__file__).resolve().parents[2] / "bench" / "cached_loop.py"
 # One worker feeding a step nine times shorter than a batch's fetch (4 samples of 9 ms against 4 ms):
 # the old arithmetic, median fetch / step, said about 9 workers would keep up.
 STARVED = ("workers=1", "samples=48", "batch=4", "cold=0.009", "step=0.004")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RSS_BUDGET_MB = 1024  # the server's whole footprint under the flood; it held ~135 MB in the bench
 
 

@@ -28,7 +28,7 @@ from loaderscope.traces.paths import trace_path
 duckdb = pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
 
-DESIGN = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
+DESIGN = Path(__file__).resolve().parents[2] / "docs" / "DESIGN.md"
 RANKS, SLOW = 4, 2
 
 

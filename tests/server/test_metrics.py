@@ -72,7 +72,7 @@ def test_a_copy_on_read_runs_memory_is_exported_as_its_summary_gives_it(start_se
     the workers' USS, the pages they copied, the processes' PSS and the headroom, as the summary has them."""
     from loaderscope.traces.jsonl import TraceWriter
 
-    fixture = Path(__file__).parents[1] / "frontend" / "tests" / "fixtures" / "memory_copy_on_read.jsonl"
+    fixture = Path(__file__).parents[2] / "frontend" / "tests" / "fixtures" / "memory_copy_on_read.jsonl"
     events = [{k: v for k, v in orjson.loads(line).items() if k not in ("seq", "run")}
               for line in fixture.read_text().splitlines()]
     logs = tmp_path / "logs"

@@ -31,7 +31,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.server.test_metrics_prometheus import Prometheus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "loaderscope-job.json"
 # The default run follows 256 ranks, beside the rest of the suite on 2 cores; the scale is
 # LOADERSCOPE_FLEET_RANKS=1024 (passed there at load 11-14, 3-4 minutes; bench/metrics_fleet.py measures it).

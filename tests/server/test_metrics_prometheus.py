@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "prometheus"
 RULES = DEPLOY / "loaderscope.rules.yml"
 INTERVAL = "2s"  # scrapes and rule evaluations: short, but a scrape of a busy test box fits in it
