@@ -1,6 +1,6 @@
 // The view in the URL (url-state.js), search (search.js), a range's figures (range.js) and the run
 // compare opens beside the viewed one (run-list.js previousRun). The browser tests drive them in the
-// page (tests/browser/test_views.py); these pin their rules.
+// page (tests/browser/test_views.py, test_views_themes_and_axe.py); these pin their rules.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseView, viewSearch, withoutRunView } from '../js/model/url-state.js';

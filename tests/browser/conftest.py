@@ -36,3 +36,21 @@ def page(browser: Any) -> Iterator[Page]:
     yield p
     p.close()
     assert not p.errors, "\n".join(p.errors)
+
+
+@pytest.fixture
+def view_page(browser: Any) -> Any:
+    """A page factory: ``open(scheme, width, height)``; every page's errors fail the test."""
+    pages: list[Page] = []
+
+    def open_page(scheme: str = "dark", width: int = 1440, height: int = 900) -> Any:
+        p = Page(browser, color_scheme=scheme)
+        p.page.set_viewport_size({"width": width, "height": height})
+        pages.append(p)
+        return p.page
+
+    yield open_page
+    errors = [e for p in pages for e in p.errors]
+    for p in pages:
+        p.close()
+    assert not errors, "\n".join(errors)

@@ -17,7 +17,7 @@ class Page:
 
     def __init__(self, browser: Any, color_scheme: str = "dark") -> None:
         # the page follows the browser's theme; these tests see the dark one, which the README's
-        # screenshots show (tests/browser/test_views.py checks both)
+        # screenshots show (tests/browser/test_views_themes_and_axe.py checks both)
         self.context = browser.new_context(viewport=VIEWPORT, color_scheme=color_scheme)
         # Playwright's own waits (a click, a locator) are waits on state: on a busy machine they may
         # take longer than its 30 s default, and a cap only matters when the state never comes.

@@ -12,7 +12,7 @@ from tests.browser.pages import WAIT_MS, Page
 pytestmark = pytest.mark.browser
 
 
-def test_values_of_a_batch_come_only_when_asked(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_values_of_a_batch_come_only_when_asked(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     # Values are asked of a running loader: the run must outlast a page loading on a busy machine
     # (600 samples ended in 1.5 s, before the page showed the button); it is stopped at the end.

@@ -196,7 +196,7 @@ def test_the_open_button_takes_a_parquet_traces_parts_as_one_run(page: Page, ser
 @pytest.mark.perf
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any, fmt: str) -> None:  # noqa: F811
+def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any, fmt: str) -> None:
     from bigtrace import open_trace, parquet_path, trace_path
 
     sizes = [int(n) for n in os.environ.get("LOADERSCOPE_BIGTRACE_EVENTS", "1000000").split(",")]

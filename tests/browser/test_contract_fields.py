@@ -45,7 +45,7 @@ def _shows_the_stop(pg: Any, events: list[dict[str, Any]]) -> None:
     assert pg.evaluate(f"() => window.loaderscope.player.table.isObject({row})") is False, "kept in the columns"
 
 
-def test_a_declared_field_of_fetch_end_shows_in_the_event_log_of_a_served_run(server: Any, page: Page) -> None:  # noqa: F811
+def test_a_declared_field_of_fetch_end_shows_in_the_event_log_of_a_served_run(server: Any, page: Page) -> None:
     run = server.start_run("iterable_shards", mode="sim", **PARAMS)
     ended = server.wait_status(run["id"])
     events = _events(server, run["id"])
@@ -55,7 +55,7 @@ def test_a_declared_field_of_fetch_end_shows_in_the_event_log_of_a_served_run(se
     _shows_the_stop(pg, events)
 
 
-def test_a_declared_field_of_fetch_end_shows_in_the_event_log_of_a_trace_file(server: Any, page: Page,  # noqa: F811
+def test_a_declared_field_of_fetch_end_shows_in_the_event_log_of_a_trace_file(server: Any, page: Page,
                                                                               tmp_path: Path) -> None:
     """A trace file's lines go straight into the columns (table-lines.js's pushLine), where a field without its
     own place was written over `dt`."""

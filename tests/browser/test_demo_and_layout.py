@@ -7,8 +7,6 @@ fixed sleep. Screenshots land in the test's tmp dir; ``LOADERSCOPE_SHOTS=dir`` c
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -17,31 +15,18 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.browser.pages import WAIT_MS, Page, drawn
+from tests.browser.views import CONTRAST, FRAMES, NO_SIDEWAYS, shoot
 
 pytestmark = pytest.mark.browser
 
 
-def shoot(pg: Any, tmp_path: Path, name: str, full_page: bool = False) -> None:
-    path = tmp_path / f"{name}.png"
-    pg.screenshot(path=str(path), full_page=full_page)
-    out = os.environ.get("LOADERSCOPE_SHOTS")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(out) / path.name)
-
-
-# Resolves after n animation frames: "time passed on the page" without a wall-clock sleep.
-FRAMES = """(n) => new Promise((done) => { let k = 0; const tick = () => (++k >= n ? done() : requestAnimationFrame(tick));
-  requestAnimationFrame(tick); })"""
-
-# What a frozen view shows: the clock the picture draws with, and every fetching lane's elapsed time.
 CLOCKS = """() => { const a = window.loaderscope;
   return { now: a.clock(performance.now()).now,
     elapsed: [...document.querySelectorAll('[data-testid=worker-lane]')].map((l) => l.dataset.elapsed ?? '') }; }"""
 
 
 @pytest.mark.slow
-def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     page.expected_status.add(404)  # the new server does not know the run: said so, by a 404
     first = start_server()
@@ -93,7 +78,7 @@ def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page
 
 
 @pytest.mark.slow
-def test_reconnect_resumes_the_run(start_server: Any, page: Page) -> None:  # noqa: F811
+def test_reconnect_resumes_the_run(start_server: Any, page: Page) -> None:
     """A dropped socket (the server still there): the notice comes and goes, events resume after the last seq."""
     pg = page.page
     srv = start_server()
@@ -115,49 +100,6 @@ def test_reconnect_resumes_the_run(start_server: Any, page: Page) -> None:  # no
 
 # Every visible text: its computed size, and its contrast against the background it is drawn on
 # (the nearest ancestor with a background, alpha composited over the ones below).
-CONTRAST = """() => {
-  const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return [0, 0, 0, 0];
-    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
-  const over = (top, under) => { const a = top[3]; return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)).concat(1); };
-  const lum = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
-    return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
-  const background = (el) => { const layers = [];
-    for (let e = el; e; e = e.parentElement) { const b = parse(getComputedStyle(e).backgroundColor);
-      if (b[3] > 0) { layers.push(b); if (b[3] >= 1) break; } }
-    let c = [11, 16, 22, 1]; for (let i = layers.length - 1; i >= 0; i--) c = over(layers[i], c); return c; };
-  const opacity = (el) => { let o = 1; for (let e = el; e; e = e.parentElement) o *= Number(getComputedStyle(e).opacity); return o; };
-  const scale = (el) => { let s = 1; for (let e = el; e; e = e.parentElement) { const t = getComputedStyle(e).transform;
-    const m = t && t !== 'none' && t.match(/matrix\\(([^,]+)/); if (m) s *= Number(m[1]); } return s; };
-  const bad = []; let checked = 0;
-  const all = document.querySelectorAll('body *');
-  for (const el of all) {
-    if (['SCRIPT', 'STYLE', 'OPTION', 'OPTGROUP', 'CANVAS'].includes(el.tagName)) continue;
-    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())
-      || (['SELECT', 'BUTTON'].includes(el.tagName) && el.textContent.trim())
-      || (el.tagName === 'INPUT' && ['text', 'number', ''].includes(el.type) && (el.value || el.placeholder));
-    if (!own) continue;
-    if (el.closest('[hidden]') || el.closest(':disabled') || el.getClientRects().length === 0) continue;
-    const cs = getComputedStyle(el);
-    if (cs.visibility !== 'visible' || opacity(el) < 0.99) continue;
-    const r = el.getBoundingClientRect();
-    if (r.width < 1 || r.height < 1) continue;
-    checked += 1;
-    const size = parseFloat(cs.fontSize) * scale(el);
-    const bg = background(el);
-    const fg = over(parse(cs.color), bg);
-    const L1 = lum(fg), L2 = lum(bg);
-    const ratio = (Math.max(L1, L2) + 0.05) / (Math.min(L1, L2) + 0.05);
-    if (size < 11 - 0.01 || ratio < 4.5) {
-      bad.push({ text: (el.textContent || el.value || '').trim().slice(0, 50), tag: el.tagName, id: el.id, cls: String(el.className),
-        size: Math.round(size * 10) / 10, ratio: Math.round(ratio * 100) / 100, color: cs.color });
-    }
-  }
-  return { checked, bad };
-}"""
-
-NO_SIDEWAYS = "() => document.documentElement.scrollWidth <= window.innerWidth"
-
-
 def open_finished_run(server: Any, pg: Any, scenario: str = "out_of_order", mode: str = "sim", **params: Any) -> dict[str, Any]:
     run = server.start_run(scenario, mode, **params)
     server.wait_status(run["id"])
@@ -167,7 +109,7 @@ def open_finished_run(server: Any, pg: Any, scenario: str = "out_of_order", mode
 
 
 @pytest.mark.parametrize("size", [(800, 900), (1024, 700), (1440, 900), (1920, 1080)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_fits_the_window_and_every_text_is_legible(server: Any, page: Page, tmp_path: Path, size: tuple[int, int]) -> None:  # noqa: F811
+def test_fits_the_window_and_every_text_is_legible(server: Any, page: Page, tmp_path: Path, size: tuple[int, int]) -> None:
     pg = page.page
     width, height = size
     pg.set_viewport_size({"width": width, "height": height})
@@ -202,7 +144,7 @@ def test_fits_the_window_and_every_text_is_legible(server: Any, page: Page, tmp_
     assert not result["bad"], result["bad"][:12]  # every text >= 11 px and >= 4.5:1, at 800 px too
 
 
-def test_inspector_and_panels_reset_when_the_run_changes(server: Any, page: Page) -> None:  # noqa: F811
+def test_inspector_and_panels_reset_when_the_run_changes(server: Any, page: Page) -> None:
     pg = page.page
     real = server.start_run("uniform", num_workers=2, dataset_size=64, sample_ms=2.0)
     server.wait_status(real["id"])
@@ -221,7 +163,7 @@ def test_inspector_and_panels_reset_when_the_run_changes(server: Any, page: Page
     assert pg.evaluate("() => window.loaderscope.selectedWorker") is None
 
 
-def test_findings_stay_after_the_run_ends(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_findings_stay_after_the_run_ends(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     run = server.start_run("stuck_worker", num_workers=2, dataset_size=48, stuck_index=13, stuck_seconds=3.0, stuck_after=1.0)
     pg.goto(f"{server.page_url}&run={run['id']}")
@@ -245,7 +187,7 @@ def test_findings_stay_after_the_run_ends(server: Any, page: Page, tmp_path: Pat
     shoot(pg, tmp_path, "finding_reopened", full_page=True)
 
 
-def test_time_slider_seeks_by_time(server: Any, page: Page) -> None:  # noqa: F811
+def test_time_slider_seeks_by_time(server: Any, page: Page) -> None:
     pg = page.page
     open_finished_run(server, pg, num_workers=4, dataset_size=96)
     end = pg.evaluate("() => window.loaderscope.player.table.t[window.loaderscope.player.length - 1]")
@@ -257,7 +199,7 @@ def test_time_slider_seeks_by_time(server: Any, page: Page) -> None:  # noqa: F8
 
 
 @pytest.mark.slow
-def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     srv = start_server(demo="out_of_order", demo_params={"dataset_size": 200, "sample_ms": 15, "hold_every": 5},
                        demo_delay=0.15)
@@ -283,7 +225,7 @@ def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp
     assert pg.evaluate("() => window.loaderscope.state.buffer.length") > 0
 
 
-def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_path: Path) -> None:
     """The widest picture (a pin column) in the narrowest window, seeked to a moment with fetches,
     parked results and the pin thread busy: slim columns at full size, every text legible."""
     from tests.browser.test_playback import sim_events, write
@@ -310,7 +252,7 @@ def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_pa
     assert not result["bad"], result["bad"][:12]
 
 
-def test_start_and_diagnosis_in_the_first_screen_of_a_real_run_at_1024x700(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_start_and_diagnosis_in_the_first_screen_of_a_real_run_at_1024x700(server: Any, page: Page, tmp_path: Path) -> None:
     """A real run also opens the batch inspector in the side panel: it goes under the diagnosis, so
     Start and the Diagnosis heading stay in a 1024x700 window without scrolling."""
     pg = page.page

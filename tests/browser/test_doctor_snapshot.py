@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.mark.timeout(300)
-def test_a_snapshot_opens_as_a_frozen_picture(hung: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_a_snapshot_opens_as_a_frozen_picture(hung: Any, page: Page, tmp_path: Path) -> None:
     from tests.live import launch
 
     h = hung(SLEEPS)

@@ -16,7 +16,7 @@ from tests.server.producers import batches, frames
 pytestmark = pytest.mark.browser
 
 
-def test_a_run_on_disk_opens_whole_in_the_page(start_server: Any, page: Page) -> None:  # noqa: F811
+def test_a_run_on_disk_opens_whole_in_the_page(start_server: Any, page: Page) -> None:
     server = start_server(max_runs=1, reconnect_grace=600)
     sent = list(batches(300))
     _leave(server, "away", list(frames(iter(sent), 500)))

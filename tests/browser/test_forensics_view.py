@@ -27,7 +27,7 @@ def shoot(pg: Any, tmp_path: Path, name: str) -> Path:
 
 
 @pytest.mark.slow
-def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     pg.goto(server.page_url)
     # The checks below need the worker still stuck: its hang must outlast them on a busy machine too
@@ -75,7 +75,7 @@ def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_p
     assert "stuck on task" in notes
 
 
-def test_dead_worker_lane_names_signal_and_task(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_dead_worker_lane_names_signal_and_task(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     run = server.start_run("crash_worker", num_workers=2, sample_ms=5)
     pg.goto(f"{server.page_url}&run={run['id']}")
@@ -89,7 +89,7 @@ def test_dead_worker_lane_names_signal_and_task(server: Any, page: Page, tmp_pat
     shoot(pg, tmp_path, "crash_worker")
 
 
-def test_pin_stage_disabled_without_an_accelerator(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_pin_stage_disabled_without_an_accelerator(server: Any, page: Page, tmp_path: Path) -> None:
     """pin_memory=True on a machine without CUDA: the stage is drawn, marked off, and says why."""
     pg = page.page
     run = server.start_run("uniform", num_workers=2, dataset_size=32, sample_ms=2, pin_memory=True)

@@ -57,7 +57,7 @@ def measure(browser: Any, server: Any, workers: int, rate: int, seconds: float =
     return result
 
 
-def test_eight_workers_thousands_of_events(browser: Any, server: Any) -> None:  # noqa: F811
+def test_eight_workers_thousands_of_events(browser: Any, server: Any) -> None:
     r = measure(browser, server, workers=8, rate=3000)
     assert r["lanes"] == 8
     assert r["events_per_s"] > 2500, "the page keeps up with the stream"
@@ -65,7 +65,7 @@ def test_eight_workers_thousands_of_events(browser: Any, server: Any) -> None:  
     assert r["p50"] < 16, "half the frames fit in a 60 Hz budget"
 
 
-def test_thirty_two_workers_fifty_thousand_events(browser: Any, server: Any) -> None:  # noqa: F811
+def test_thirty_two_workers_fifty_thousand_events(browser: Any, server: Any) -> None:
     r = measure(browser, server, workers=32, rate=50_000)
     assert r["lanes"] == 32
     assert r["events_per_s"] > 40_000, "the page keeps up with the stream"
@@ -74,7 +74,7 @@ def test_thirty_two_workers_fifty_thousand_events(browser: Any, server: Any) -> 
 
 # --- live through a real server -----------------------------------------------------------------------
 
-def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browser: Any) -> None:  # noqa: F811
+def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browser: Any) -> None:
     """The issue's target: a producer sends 64 workers' events at 50,000/s over WS /ws/ingest, the
     page follows the run through the server, and stays under 1 s behind at 30 fps or more.
     ``bench/pipeline.py``'s own live run, with its own server, so the figures are the bench's."""
@@ -152,7 +152,7 @@ def million_event_trace(path: Any) -> int:
     return len(events)
 
 
-def test_million_event_trace_loads_and_pans(browser: Any, server: Any, tmp_path: Any) -> None:  # noqa: F811
+def test_million_event_trace_loads_and_pans(browser: Any, server: Any, tmp_path: Any) -> None:
     path = tmp_path / "million.trace.jsonl"
     count = million_event_trace(path)
     assert count >= 1_000_000

@@ -21,7 +21,7 @@ RANKS, SLOW = 40, 7
 
 @pytest.mark.slow
 def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_click(
-        browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+        browser: Any, start_server: Any, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     simulated_job(logs, "straggler", RANKS, {SLOW: 3.0})
     server = start_server(logdir=str(logs), logdir_poll=0.1)
@@ -108,7 +108,7 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
 
 
 @pytest.mark.slow
-def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_server: Any, tmp_path: Path) -> None:
     """A rank whose trace left the logdir's run list after the table was made (a race the server cannot
     close: the table and the list are read at different moments) is named, not silently ignored. The
     answer is the server's, with that one rank's run taken out on its way to the page."""
@@ -143,7 +143,7 @@ def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_serv
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_job_of_train_and_val_loaders_is_two_ranks_with_a_loader_column(
-        browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+        browser: Any, start_server: Any, tmp_path: Path) -> None:
     """A real 2-rank job whose ranks each iterate a train and a val loader of one name (tests/server/test_job_ranks_by_loaders.py):
     the page says 2 ranks × 2 loaders, a row per loader of each rank with its own loader's steps, a sentence per
     loader; a row of the other loader opens that loader's run and its ranks."""
@@ -192,7 +192,7 @@ def test_a_job_of_train_and_val_loaders_is_two_ranks_with_a_loader_column(
 
 @pytest.mark.slow
 def test_the_job_view_says_which_ranks_of_its_world_size_are_missing(
-        browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+        browser: Any, start_server: Any, tmp_path: Path) -> None:
     """A rank whose trace never reached the logdir: the table of the others says it lacks it, as
     `loaderscope job` does (jobquery.JobTable.notices)."""
     logs = tmp_path / "logs"

@@ -33,7 +33,7 @@ def _rank_traces(directory: Path, ranks: int) -> list[str]:
     return files
 
 
-def test_job_view_names_the_slowest_rank_and_drills_in(browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_job_view_names_the_slowest_rank_and_drills_in(browser: Any, start_server: Any, tmp_path: Path) -> None:
     ranks = 12
     live = start_server(traces=_rank_traces(tmp_path, ranks))
     with live.client() as http:
@@ -62,7 +62,7 @@ def test_job_view_names_the_slowest_rank_and_drills_in(browser: Any, start_serve
     page.close()
 
 
-def test_the_selected_rank_carries_diagnosis_picker_and_url(browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_the_selected_rank_carries_diagnosis_picker_and_url(browser: Any, start_server: Any, tmp_path: Path) -> None:
     """Clicking a rank's row moves everything that speaks of one rank onto it; the rates are the
     terminal's; an ended job without shard digests says the shards were not checked, and why."""
     files = _rank_traces(tmp_path, 3)

@@ -70,7 +70,7 @@ def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: 
     assert not errors, errors
 
 
-def test_a_recorded_runs_timeline_starts_at_its_loaders_first_event(browser: Any, start_server: Any,  # noqa: F811
+def test_a_recorded_runs_timeline_starts_at_its_loaders_first_event(browser: Any, start_server: Any,
                                                                      tmp_path: Path) -> None:
     """The probe's clock starts when the loader is built; a Trainer's first iter() comes seconds later.
     The timeline shows the loader's events, not 8.7 s of nothing before them."""

@@ -24,7 +24,7 @@ def overlap(a: dict[str, float], b: dict[str, float]) -> bool:
             and a["y"] < b["y"] + b["height"] - 0.5 and b["y"] < a["y"] + a["height"] - 0.5)
 
 
-def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     body = {"scenario": "uniform", "mode": "sim",
             "params": {"num_workers": 64, "dataset_size": 4000, "batch_size": 4},
@@ -91,7 +91,7 @@ PACED = """() => {
 }"""
 
 
-def test_following_a_stream_paces_the_timeline(server: Any, page: Page) -> None:  # noqa: F811
+def test_following_a_stream_paces_the_timeline(server: Any, page: Page) -> None:
     """Following a server stream, the timeline redraws a few times a second, not every
     frame, and says so (``deferred``) so that the page asks for the frame that draws it later."""
     page.page.goto(server.page_url)

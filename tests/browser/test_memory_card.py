@@ -19,7 +19,7 @@ from tests.conftest import wait_for
 from tests.browser.pages import Page
 from tests.browser.test_number_labels import opened
 from tests.browser.test_playback import shoot
-from tests.browser.test_views import canvas_text
+from tests.browser.views import canvas_text
 
 pytestmark = pytest.mark.browser
 
@@ -76,7 +76,7 @@ def mb(value: int | None) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_memory_card_gives_each_process_and_the_diagnosis_names_copy_on_read(
-        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:  # noqa: F811
+        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:
     pg = page.page
     _, _, stats, _ = opened(start_server, pg, recorded)
     memory = stats["memory"]
@@ -127,7 +127,7 @@ def seconds(t: float) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_timelines_memory_lanes_hover_the_samples_figures_legibly_in_both_themes(
-        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:  # noqa: F811
+        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:
     pg = page.page
     pg.set_viewport_size({"width": 800, "height": 900})
     _, _, stats, events = opened(start_server, pg, recorded)
@@ -171,7 +171,7 @@ def test_the_timelines_memory_lanes_hover_the_samples_figures_legibly_in_both_th
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_memory_lanes_come_with_memory_samples_only(start_server: Any, page: Page, recorded: Path,  # noqa: F811
+def test_memory_lanes_come_with_memory_samples_only(start_server: Any, page: Page, recorded: Path,
                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
     pg = page.page
     opened(start_server, pg, recorded)

@@ -80,7 +80,7 @@ def counter(pg: Any, key: str) -> tuple[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_pages_numbers_are_the_summarys_and_say_what_they_are(start_server: Any, page: Page,  # noqa: F811
+def test_the_pages_numbers_are_the_summarys_and_say_what_they_are(start_server: Any, page: Page,
                                                                   recorded: Path, tmp_path: Path) -> None:
     pg = page.page
     server, run, stats, events = opened(start_server, pg, recorded)
@@ -103,7 +103,7 @@ def test_the_pages_numbers_are_the_summarys_and_say_what_they_are(start_server: 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_stepping_never_moves_the_clock_backwards_and_an_early_playhead_is_too_early(
-        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:  # noqa: F811
+        start_server: Any, page: Page, recorded: Path, tmp_path: Path) -> None:
     pg = page.page
     _, _, _, events = opened(start_server, pg, recorded)
     times = [e["t"] for e in events]

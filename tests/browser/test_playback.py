@@ -46,7 +46,7 @@ def shoot(pg: Any, tmp_path: Path, name: str) -> None:
         shutil.copy(shot, Path(os.environ["LOADERSCOPE_SCREENSHOT_DIR"]) / shot.name)
 
 
-def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     pg.goto(server.page_url)
     pg.wait_for_selector('#scenario option[value="out_of_order"]', state="attached", timeout=WAIT_MS)
@@ -151,7 +151,7 @@ def write(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
     return trace.write_trace(path, events, run=events[0]["run"], scenario=events[0].get("scenario"), mode="sim", **meta)
 
 
-def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: Path) -> None:
     """A trace whose loader pins (simulated with a pin cost): the pin thread and its row, MB/s, and the
     same diagnosis as the Python reducer computes for the same file."""
     from loaderscope.model.diagnosis import diagnosis
@@ -194,7 +194,7 @@ DROP = """async ([name, text]) => {
 }"""
 
 
-def test_drop_a_trace_and_refuse_other_files(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_drop_a_trace_and_refuse_other_files(server: Any, page: Page, tmp_path: Path) -> None:
     events = sim_events("out_of_order", {"num_workers": 4, "dataset_size": 64})
     text = write(tmp_path / "ooo.trace.jsonl", events).read_text()
     pg = page.page
@@ -244,7 +244,7 @@ def rank_traces(tmp_path: Path, job: str, ranks: list[int]) -> list[Path]:
     return paths
 
 
-def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
     pg.goto(server.page_url)
     pg.set_input_files("#file-input", [str(p) for p in rank_traces(tmp_path, "jobA", [0, 1])])
@@ -273,7 +273,7 @@ def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: 
 
 
 @pytest.mark.slow
-def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tmp_path: Path) -> None:
     """Two real ranks (torchrun, gloo on CPU) watch() into the dashboard; opening one rank's run finds
     the other by its job and shows both, with disjoint and complete shards."""
     import subprocess
@@ -309,7 +309,7 @@ def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tm
     shoot(pg, tmp_path, "ranks_torchrun")
 
 
-def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_path: Path) -> None:
     """A gpu_step run recorded on an H100 (frontend/tests/fixtures): the pin thread is active, MB/s is
     the recorded one, and the consumer box splits a batch's time into copy and compute."""
     from loaderscope.traces import jsonl as trace
@@ -340,7 +340,7 @@ def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_p
     shoot(pg, tmp_path, "pin_active_h100")
 
 
-def test_simulate_with_a_cost_model_from_the_form(server: Any, page: Page, tmp_path: Path) -> None:  # noqa: F811
+def test_simulate_with_a_cost_model_from_the_form(server: Any, page: Page, tmp_path: Path) -> None:
     """The simulate toggle shows the cost model; a pin cost gives a simulated run an active pin stage,
     and a value the simulator refuses is named next to its field."""
     pg = page.page

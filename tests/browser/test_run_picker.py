@@ -31,7 +31,7 @@ def write(path: Path, name: str, rank: int, wall_start: float, samples: int) -> 
     writer.close()
 
 
-def test_the_picker_lists_new_runs_by_name_as_they_start(browser: Any, start_server: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_the_picker_lists_new_runs_by_name_as_they_start(browser: Any, start_server: Any, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     (logs / "train").mkdir(parents=True)
     server = start_server(logdir=str(logs), logdir_poll=0.1)

@@ -22,7 +22,7 @@ export function taskInk(idx) {
 /**
  * The canvases' colours, one set per theme (the page's own CSS has the same two themes as
  * light-dark() variables): text colours reach 4.5:1 on the backgrounds they are drawn on
- * (tests/browser/test_views.py measures it from the pixels).
+ * (tests/browser/test_views_themes_and_axe.py measures it from the pixels).
  * @typedef {typeof DARK} Palette
  */
 const DARK = {
