@@ -4,7 +4,7 @@ are applied, so that a scrape reads a few dozen numbers per run and never the ru
 Walking every worker of every run at each scrape, on the event loop, held it (and ``/api/health``)
 for 17–19 s with 128 runs of 4,096 workers. Here a frame costs what it touched: the workers its
 events name, or every worker of the run for a ``run_start`` or an ``epoch_start``, which set them all
-(``state._run_start``, ``state._epoch_start``). ``tests/server/test_metrics.py`` holds these readings equal,
+(``state._run_start``, ``state._epoch_start``). ``tests/server/test_metrics_exporter.py`` holds these readings equal,
 frame after frame, to the state's own workers. The fetch times are counted into the run's histogram
 buckets once, as they come. The numbers outlive the state: a run moved to disk (``EventLog.park``)
 keeps its meters and is exported as it was.
