@@ -10,6 +10,8 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -39,9 +41,12 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> Any:
     server.stop()
 
 
-def ingest(server: LiveServer, path: str = "/ws/ingest") -> tuple[Any, str]:
-    ws = server.connect(path)
-    return ws, orjson.loads(ws.recv(timeout=5))["run"]
+@contextmanager
+def ingest(server: LiveServer, path: str = "/ws/ingest") -> Iterator[tuple[Any, str]]:
+    """A producer's connection and the run the dashboard gave it, closed when the block ends (websockets
+    17.1 deprecates a connection used outside its ``with``)."""
+    with server.connect(path) as ws:
+        yield ws, orjson.loads(ws.recv(timeout=5))["run"]
 
 
 # --- one frame must not freeze everyone -----------------------------------------------------------
@@ -54,8 +59,7 @@ def test_a_frame_at_the_cap_is_applied_in_slices_while_health_answers(hard: Live
     assert 1_500_000 < len(frame) <= MAX_FRAME_BYTES
     seen: list[int] = []
     with hard.client() as http:
-        ws, run_id = ingest(hard)
-        with ws:
+        with ingest(hard) as (ws, run_id):
             ws.send(orjson.dumps(START))
             ws.send(frame)
             while not seen or seen[-1] < 300_002:  # the health route and the run answer mid-frame
@@ -71,8 +75,7 @@ def test_large_fields_are_cut_and_the_cut_recorded_while_100kb_events_stay_whole
     # 1.5 MB of frames: inside a frame, far past an event's budget
     big = [{"file": "deep.py", "line": n, "function": "f" * 60} for n in range(16_000)]
     medium = "y" * 100_000
-    ws, run_id = ingest(hard)
-    with ws:
+    with ingest(hard) as (ws, run_id):
         ws.send(orjson.dumps([*START, {"kind": "worker_stuck", "t": 1, "worker": 0, "idx": 0, "elapsed": 9,
                                        "stack": big},
                               {"kind": "note", "t": 1, "text": medium}]))
@@ -167,8 +170,7 @@ def test_a_costly_summary_is_brought_up_to_date_within_its_share_of_a_core(monke
 
 def test_pages_and_viewer_frames_are_cut_by_bytes_and_continue_by_cursor(hard: LiveServer) -> None:
     blob = "b" * 200_000
-    ws, run_id = ingest(hard)
-    with ws:
+    with ingest(hard) as (ws, run_id):
         ws.send(orjson.dumps(START))
         for _ in range(4):
             ws.send(orjson.dumps([{"kind": "blob", "t": 1, "data": blob} for _ in range(10)]))
@@ -205,8 +207,7 @@ def test_pages_and_viewer_frames_are_cut_by_bytes_and_continue_by_cursor(hard: L
     {"rows": [["yield", 1e308, 0, 0.0, False]], "seq": 0, "t0": -1e308},
 ])
 def test_out_of_range_numbers_close_with_1007_and_the_run_keeps_answering(hard: LiveServer, payload: Any) -> None:
-    ws, run_id = ingest(hard)
-    with ws, hard.connect(f"/ws/runs/{run_id}") as viewer:
+    with ingest(hard) as (ws, run_id), hard.connect(f"/ws/runs/{run_id}") as viewer:
         viewer.recv(timeout=5)
         ws.send(orjson.dumps(START))
         ws.send(orjson.dumps(payload))
@@ -219,8 +220,7 @@ def test_out_of_range_numbers_close_with_1007_and_the_run_keeps_answering(hard: 
 
 
 def test_huge_cursors_are_refused_not_500(hard: LiveServer) -> None:
-    ws, run_id = ingest(hard)
-    with ws:
+    with ingest(hard) as (ws, run_id):
         with hard.client() as http:
             for after in ("99999999999999999999", str(2**53 + 1), "-2"):
                 answer = http.get(f"/api/runs/{run_id}/events", params={"after": after})
@@ -268,8 +268,7 @@ def test_oversized_bodies_and_sweeps_are_refused_early(hard: LiveServer) -> None
 
 
 def test_chrome_exports_stream_and_several_can_run(hard: LiveServer) -> None:
-    ws, run_id = ingest(hard)
-    with ws:
+    with ingest(hard) as (ws, run_id):
         for payload in frames(batches(2000), 1000):
             ws.send(payload)
         ws.send(orjson.dumps([{"kind": "run_end", "t": 3, "reason": "done"}]))
@@ -293,27 +292,23 @@ def test_chrome_exports_stream_and_several_can_run(hard: LiveServer) -> None:
 # --- connections -----------------------------------------------------------------------------------
 
 def test_connection_caps_close_with_1013_and_a_reason(hard: LiveServer) -> None:
-    idle = [ingest(hard)[0] for _ in range(6)]  # max_producers
-    try:
+    with ExitStack() as idle:
+        for _ in range(6):  # max_producers
+            idle.enter_context(ingest(hard))
         with hard.connect("/ws/ingest") as refused:
             code, reason = closed_with(refused)
             assert code == 1013 and "producers" in reason
-    finally:
-        for ws in idle:
-            ws.close()
-    ws, run_id = ingest(hard)  # room again once they left
-    with ws:
-        viewers = [hard.connect(f"/ws/runs/{run_id}") for _ in range(2)]
-        with hard.connect(f"/ws/runs/{run_id}") as third:
-            code, reason = closed_with(third)
-            assert code == 1013 and "viewers" in reason
-        for viewer in viewers:
-            viewer.close()
+    with ingest(hard) as (ws, run_id):  # room again once they left
+        with ExitStack() as viewers:
+            for _ in range(2):
+                viewers.enter_context(hard.connect(f"/ws/runs/{run_id}"))
+            with hard.connect(f"/ws/runs/{run_id}") as third:
+                code, reason = closed_with(third)
+                assert code == 1013 and "viewers" in reason
 
 
 def test_a_silent_producer_shows_as_silent_with_its_age(hard: LiveServer) -> None:
-    ws, run_id = ingest(hard)
-    with ws:
+    with ingest(hard) as (ws, run_id):
         ws.send(orjson.dumps(START))
         run = wait_for(lambda: (r := hard.run(run_id))["silent"] and r, what="silent")
         assert run["status"] == "running" and run["last_event_age"] >= 0.5
@@ -323,8 +318,7 @@ def test_a_silent_producer_shows_as_silent_with_its_age(hard: LiveServer) -> Non
 
 def test_a_loader_between_epochs_is_not_called_silent(hard: LiveServer) -> None:
     """Between epochs a loader sends nothing (the script evaluates, checkpoints): that is no hang."""
-    ws, run_id = ingest(hard)
-    with ws:
+    with ingest(hard) as (ws, run_id):
         ws.send(orjson.dumps(START + [{"kind": "epoch_end", "t": 1, "epoch": 0}]))
         quiet = wait_for(lambda: (r := hard.run(run_id))["last_event_age"] and r["last_event_age"] > 1.0 and r,
                          what="a second of quiet after the epoch")
@@ -428,7 +422,8 @@ def test_refused_requests_and_handshakes_log_no_token_and_no_asgi_error(hard: Li
     assert httpx.get(f"{hard.url}/api/runs?%74oken={hard.token}").status_code == 200
     assert httpx.get(f"{hard.url}/api/runs?x={encoded}", headers={"host": "evil.example"}).status_code == 403
     with pytest.raises(Exception):  # noqa: B017 (refused before the handshake: any client error)
-        hard.connect(f"/ws/ingest?token=wrong-{encoded}", auth=False).close()
+        with hard.connect(f"/ws/ingest?token=wrong-{encoded}", auth=False):
+            pass
     # the refusal's last line: anything the handshake's handling logs comes before it
     wait_for(lambda: hard.output().count("connection rejected") > rejected, what="the refused handshake's log")
     log = hard.output()
