@@ -52,6 +52,10 @@ beside mypy env MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/loaderscope/mypy
 beside lint-imports .venv/bin/lint-imports          # .importlinter: no upward arrow between layers (DESIGN §1)
 beside contract "$PYTHON" -m loaderscope.contract --check  # every generated file (generate.OUTPUTS: the page's tables and types, docs/reference, the JSON Schema) matches the contract
 beside wheel "$PYTHON" scripts/check_wheel.py        # the wheel, installed without extras in a clean venv, used
+# Branch coverage of the pure core ([tool.coverage.run] in pyproject.toml) by its own tests, in one
+# process: a floor, the measured total rounded down to 5, that a change leaving core code untested fails.
+beside coverage env COVERAGE_FILE="$logs/coverage.data" "$PYTHON" -m pytest -p no:xdist -p no:cacheprovider -q \
+  tests/core --cov --cov-report=term --cov-fail-under=90
 # The oldest and newest supported torch (2.4.1, 2.14.1 + torchvision), each in a venv of its own, kept
 # per user and built once: the quick selection each time, every test with LOADERSCOPE_TORCH_VERSIONS=1.
 if [ "${LOADERSCOPE_TORCH_VERSIONS:-}" = 1 ]; then
