@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from loaderscope.trace import TraceWriter
+from loaderscope.traces.jsonl import TraceWriter
 
 if TYPE_CHECKING:
     from tests.live import LiveServer

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loaderscope import conformance
-from loaderscope.trace import read_trace
+from loaderscope.model import conformance
+from loaderscope.traces.jsonl import read_trace
 
 PYTHON = sys.executable
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")

@@ -21,7 +21,7 @@ from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.store import EventLog
 from loaderscope.server.web import metrics
 from loaderscope.sim import CostModel, Death, Stall
-from loaderscope.state import LoaderState
+from loaderscope.model.state import LoaderState
 from tests.server.series import Series, Uneven, of, one, parse
 from tests.core.sim_helpers import make_config, run_core
 

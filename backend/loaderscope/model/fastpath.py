@@ -2,7 +2,7 @@
 one loop, without a Python call per compiled step, and then their rule's own code from ``state.py``.
 
 The server's per-event path (``server/runs/store.py``). Mirrored by ``frontend/js/model/fastpath.js``
-(``applyInlined``); tests/test_state_batch.py holds it to ``LoaderState.apply``, event by event.
+(``applyInlined``); tests/core/test_state_apply_all.py holds it to ``LoaderState.apply``, event by event.
 """
 
 from __future__ import annotations
