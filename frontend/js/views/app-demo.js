@@ -1,5 +1,5 @@
 // `/?demo=synth`: the page fed synthetic events (dev/synth.js), no server needed: development and
-// tests/test_browser_perf.py's measurements. A function of the App (main.js).
+// tests/browser/test_frame_time.py's measurements. A function of the App (main.js).
 
 import { TORCH_PREFETCH_FACTOR } from '../model/contract.gen.js';
 import { Track } from '../model/track.js';
