@@ -66,7 +66,7 @@ class _Finder:
         if fullname != self.name:
             return None
         sys.meta_path.remove(self)  # once, and not found again by the search below
-        spec: "ModuleSpec | None" = None
+        spec: ModuleSpec | None = None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find is not None else None

@@ -43,15 +43,15 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
-from loaderscope.traces.parquet import PART_GLOB, ROW_GROUP_EVENTS, ParquetTraceWriter  # noqa: E402
 from loaderscope.model.state import LoaderState  # noqa: E402
 from loaderscope.model.stats import summary  # noqa: E402
 from loaderscope.scenarios.catalog import get  # noqa: E402
 from loaderscope.sim.costs import CostModel, TaskCosts  # noqa: E402
 from loaderscope.sim.engine import Simulator  # noqa: E402
 from loaderscope.sim.run import sim_config  # noqa: E402
-from loaderscope.traces.jsonl import TraceWriter  # noqa: E402
 from loaderscope.traces.header import meta_of  # noqa: E402
+from loaderscope.traces.jsonl import TraceWriter  # noqa: E402
+from loaderscope.traces.parquet import PART_GLOB, ROW_GROUP_EVENTS, ParquetTraceWriter  # noqa: E402
 
 CACHE = Path("/tmp/loaderscope-bigtrace")
 EVENTS_PER_SAMPLE = 7.2  # dispatch, fetch start/end, pin start/end, arrive, yield, a few parked
@@ -309,8 +309,8 @@ def main() -> None:
         return
     from playwright.sync_api import sync_playwright
 
-    from tests.live import launch
     from tests.browser.pages import ARGS, CHROMIUM
+    from tests.live import launch
 
     paths = {}
     for n in args.events:

@@ -38,15 +38,16 @@ import argparse
 import asyncio
 import collections
 import os
-import tempfile
-from pathlib import Path
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import torch
+from pipeline import FRAME, Server, events_for  # bench/pipeline.py: the same server under test
 from rich.console import Console
 from rich.table import Table
 from torch.utils.data import Dataset
@@ -61,7 +62,6 @@ from loaderscope.server.runs.run import Run
 from loaderscope.server.runs.spill import TraceSpill
 from loaderscope.server.runs.store import EventLog, encode_each
 from loaderscope.server.web.ingest import SLICE_EVENTS, take
-from pipeline import FRAME, Server, events_for  # bench/pipeline.py: the same server under test
 
 WORKERS = 4
 

@@ -42,10 +42,9 @@ from typing import Any
 
 import orjson
 import psutil
+from pipeline import CHROMIUM_ARGS, Server  # bench/pipeline.py: the same server start and CPU reading
 from rich.console import Console
 from rich.table import Table
-
-from pipeline import CHROMIUM_ARGS, Server  # bench/pipeline.py: the same server start and CPU reading
 
 WORKERS = 8
 BATCH = 4

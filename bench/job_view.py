@@ -27,8 +27,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.live import launch  # noqa: E402
 from tests.browser.pages import ARGS, CHROMIUM, VIEWPORT  # noqa: E402
+from tests.live import launch  # noqa: E402
 
 # Scroll by wheel each frame and count the frames: the page's own rAF loop draws whatever it draws.
 SCROLL = """async ([seconds]) => {

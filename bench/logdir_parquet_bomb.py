@@ -28,8 +28,8 @@ from loaderscope.traces import parquet as columnar
 from loaderscope.traces.header import header
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.live import launch  # noqa: E402
-from tests.logdirs import real_run, runs, write  # noqa: E402
+from tests.live import launch
+from tests.logdirs import real_run, runs, write
 
 
 def bomb(directory: Path, event: dict[str, Any], rows: int) -> Path:

@@ -29,8 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from pipeline import Server  # bench/pipeline.py: a dashboard in a child process
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,6 @@ from typing import Any
 
 import httpx
 import orjson
-
 from pipeline import Server  # bench/pipeline.py: a dashboard in a child process
 
 

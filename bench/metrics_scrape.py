@@ -19,10 +19,10 @@ import statistics
 import time
 from typing import Any
 
-from loaderscope.server.web import metrics
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.run import Run
+from loaderscope.server.web import metrics
 
 
 def feed(run: Run, workers: int, fetches: int, first: int) -> None:

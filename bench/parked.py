@@ -24,7 +24,7 @@ import orjson
 from websockets.sync.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.live import URL_LINE  # noqa: E402
+from tests.live import URL_LINE
 
 
 def rss_kib(pid: int) -> int:

@@ -18,10 +18,10 @@ import argparse
 import os
 import re
 import secrets
+import statistics
 import subprocess
 import sys
 import tempfile
-import statistics
 import threading
 import time
 from collections import Counter

@@ -38,9 +38,9 @@ from rich.table import Table
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import Transport, alternate  # noqa: E402
+from overhead import Transport, alternate
 
-import loaderscope  # noqa: E402
+import loaderscope
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 SIZE, CROP = 128, 112

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from train_cnn import CompressedImages  # noqa: E402
+from train_cnn import CompressedImages
 
 HEAD = 2048  # the wide head: ~4M parameters, whose momentum update is the heavy step
 

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from train_cnn import CompressedImages, model  # noqa: E402
+from train_cnn import CompressedImages, model
 
 
 def main() -> None:

@@ -24,8 +24,8 @@ import contextlib
 import http.client
 import os
 import re
-import stat
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile

@@ -20,11 +20,30 @@ import orjson
 from msgspec import Struct, UnsetType, ValidationError
 from msgspec.structs import asdict, astuple, fields
 
-from loaderscope.contract.events import (BATCH_EVENTS, BATCH_ROW, BATCH_ROW_FIELDS, COMMON_FIELDS, ENDED,
-                                         MAX_DEPTH, MAX_FRAME_BYTES, MAX_INDICES, MAX_NUMBER, MAX_ROWS, MAX_WORKERS,
-                                         NAMED, REQUIRED, ROW_FIELDS, SCHEMA_VERSION, STRUCTS, Int, Kind, RunStatus,
-                                         Seq, Time, UnknownKind)
-from loaderscope.contract.events import Event as KnownEvent
+from loaderscope.contract.events import (
+    BATCH_EVENTS,
+    BATCH_ROW,
+    BATCH_ROW_FIELDS,
+    COMMON_FIELDS,
+    ENDED,
+    MAX_DEPTH,
+    MAX_FRAME_BYTES,
+    MAX_INDICES,
+    MAX_NUMBER,
+    MAX_ROWS,
+    MAX_WORKERS,
+    NAMED,
+    REQUIRED,
+    ROW_FIELDS,
+    SCHEMA_VERSION,
+    STRUCTS,
+    Int,
+    Kind,
+    RunStatus,
+    Seq,
+    Time,
+    UnknownKind,
+)
 
 __all__ = ["BATCH_EVENTS", "BATCH_ROW", "COMMON_FIELDS", "ENDED", "MAX_DEPTH", "MAX_FRAME_BYTES", "MAX_INDICES",
            "MAX_NUMBER", "MAX_ROWS", "MAX_WORKERS", "REQUIRED", "ROW_FIELDS", "SCHEMA_VERSION", "Event", "EventError",

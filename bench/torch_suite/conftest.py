@@ -36,6 +36,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     import torch.utils.data
     import torch.utils.data.dataloader
+
     from loaderscope import InstrumentedDataLoader
 
     for where in (torch.utils.data, torch.utils.data.dataloader):

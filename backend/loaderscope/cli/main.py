@@ -60,8 +60,8 @@ def _literal(text: str) -> Any:
 
 def resolve(name: str, values: dict[str, Any]) -> Plan:
     """``scenarios.plan.resolve``, its ParamError shown as the dashboard shows it."""
-    from loaderscope.scenarios import plan
     from loaderscope.problems import ParamError
+    from loaderscope.scenarios import plan
 
     try:
         return plan.resolve(name, values)
@@ -228,8 +228,8 @@ def print_job(job: Any) -> None:
 
 
 def find_scenario(name: str) -> Scenario:
-    from loaderscope.scenarios import catalog
     from loaderscope.problems import UnknownScenario
+    from loaderscope.scenarios import catalog
 
     try:
         return catalog.get(name)
@@ -370,8 +370,8 @@ def print_sweep(rows_of: Callable[[], list[dict[str, Any]]], fmt: str = "table",
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from loaderscope.traces.jsonl import TraceError, chrome_json, columnar_available, read_trace_tolerant, write_trace
     from loaderscope.traces.header import meta_of
+    from loaderscope.traces.jsonl import TraceError, chrome_json, columnar_available, read_trace_tolerant, write_trace
 
     fmt = args.format or export_format(args.output)
     output = Path(args.output)

@@ -99,7 +99,7 @@ Scalar = Union[Int, Float, str, bool]
 Value = Union[Int, Float, str, bool, list[Any], dict[str, Any]]  # anything; nesting bounded by MAX_DEPTH
 # An absolute time in a compact row (t0 is subtracted): half the range, so that the difference is in it.
 Time = Annotated[float, Meta(ge=-MAX_NUMBER / 2, le=MAX_NUMBER / 2)]
-Indices = list[Union[Int, Float, str, bool, None]]  # flat: events.clip_indices makes them JSON scalars
+Indices = list[Int | Float | str | bool | None]  # flat: events.clip_indices makes them JSON scalars
 T = TypeVar("T")
 Maybe = Union[T, None, UnsetType]  # optional, and null allowed
 Absent = Union[T, UnsetType]  # optional, never null
@@ -466,10 +466,10 @@ NOTE_FIELDS: dict[str, dict[str, Any]] = {
     Kind.CONSUMER_STUCK.value: {"recovered": Annotated[Number, doc(
         "seconds the training loop waited in all, set when its yield came")]},
     Kind.WORKER_DIED.value: {
-        "indices": Annotated[Union[Indices, None], doc("the sample indices of the task it held")],
+        "indices": Annotated[Indices | None, doc("the sample indices of the task it held")],
         "memory": Annotated[dict[str, Any], doc("its last memory sample and the host's headroom then",
                                                 js="MemoryEvidence")]},
-    Kind.ERROR.value: {"indices": Annotated[Union[Indices, None], doc("the sample indices of the task that failed")]},
+    Kind.ERROR.value: {"indices": Annotated[Indices | None, doc("the sample indices of the task that failed")]},
 }
 
 # The frequent kinds: one or more per batch. The page keeps them in typed columns (event-table.js),

@@ -16,6 +16,7 @@ from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary, user_frame
 from loaderscope.model.wording import say
 
+
 @dataclass(frozen=True)
 class Finding:
     """One finding: ``code`` names its cause for scripts (``loaderscope show --json``), ``text`` says it."""

@@ -13,9 +13,19 @@ from typing import Any
 
 from loaderscope.contract.rules import RULES, Rule, Where, WorkerStatus
 from loaderscope.events import Kind
+
 # the rules' own code, which the loop calls after the effects it writes out
-from loaderscope.model.state import (LoaderState, _arrive, _buffer, _discard, _dispatch, _fetch_end, _fetch_start,
-                                     _skip, _yield)
+from loaderscope.model.state import (
+    LoaderState,
+    _arrive,
+    _buffer,
+    _discard,
+    _dispatch,
+    _fetch_end,
+    _fetch_start,
+    _skip,
+    _yield,
+)
 
 # The rows apply_all does in its own loop, as they were when it was written: a kind whose row in
 # contract/rules.py changes goes through its compiled steps until apply_all is changed with it.
@@ -88,7 +98,7 @@ def apply_all(s: LoaderState, events: Iterable[Mapping[str, Any]],
             else:  # skip
                 s.skipped += 1
                 _skip(s, e)
-        except Exception as exc:  # noqa: BLE001 (said to ``failed``)
+        except Exception as exc:  # said to ``failed``
             if failed is None:
                 raise
             failed(e, exc)

@@ -82,7 +82,7 @@ def _inflate_exactly(data: bytes, length: int) -> bytes | None:
         return None
     try:
         counts: bytes = libdeflate.zlib_decompress(data, length)  # a buffer of ``length`` bytes, never more
-    except Exception:  # noqa: BLE001 - deflate.DeflateError, or whatever a version of it raises: zlib says it
+    except Exception:  # deflate.DeflateError, or whatever a version of it raises: zlib says it
         return None
     return counts if len(counts) == length else None
 

@@ -17,7 +17,6 @@ import numpy.typing as npt
 from loaderscope.model.memory import summary as memory_summary
 from loaderscope.model.state import LoaderState
 
-
 STRAGGLER_FACTOR = 1.5  # a median fetch this many times the others' marks a straggler
 STRAGGLER_MIN_GAP = 0.005  # …and at least this many seconds slower: sub-millisecond noise is no straggler
 STRAGGLER_MIN_TASKS = 5  # fetches a worker (and the others, pooled) needs before it can be named

@@ -53,14 +53,14 @@ class _ProbedContext:
         self._on_result_queue = on_result_queue  # called with the first Queue made: the result queue
         self._on_worker = on_worker  # called with each worker's index queue and id, before it starts
 
-    def Queue(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+    def Queue(self, *args: Any, **kwargs: Any) -> Any:
         queue = self._context.Queue(*args, **kwargs)
         if self._on_result_queue is not None:
             callback, self._on_result_queue = self._on_result_queue, None
             callback(queue)
         return queue
 
-    def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:  # noqa: N802
+    def Process(self, *, target: Any, args: tuple[Any, ...], **kwargs: Any) -> Any:
         where = worker_loop_args(target)
         if where is None:  # not a DataLoader worker: leave it alone
             return self._context.Process(target=target, args=args, **kwargs)
@@ -209,7 +209,7 @@ def torch_frame(original: Callable[..., None], after: Callable[[Any, Any], None]
     source = "\n" * (code.co_firstlineno - 1) + (
         "def __init__(self, loader, *args, **kwargs): original(self, loader, *args, **kwargs); after(self, loader)")
     namespace: dict[str, Any] = {"__name__": original.__module__, "original": original, "after": after}
-    exec(compile(source, code.co_filename, "exec"), namespace)  # noqa: S102 (our own fixed source)
+    exec(compile(source, code.co_filename, "exec"), namespace)  # our own fixed source
     return functools.wraps(original)(namespace["__init__"])
 
 

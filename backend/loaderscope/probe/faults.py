@@ -62,7 +62,7 @@ def report_remote(where: str, type_name: str, message: str, note: Callable[..., 
             pass
 
 
-def guard(where: str, note: Callable[..., None] | None = None) -> "_Guard":
+def guard(where: str, note: Callable[..., None] | None = None) -> _Guard:
     """``with guard("recorder flush"):`` runs a block whose failure is reported, not raised."""
     return _Guard(where, note)
 

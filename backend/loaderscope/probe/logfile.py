@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from loaderscope.events import Event, expand
-from loaderscope.traces.paths import safe_name, trace_path
 from loaderscope.probe.faults import report
 from loaderscope.traces.jsonl import HEARTBEAT_EVERY, SUFFIXES, TraceWriter, chosen_format, open_writer, with_format
+from loaderscope.traces.paths import safe_name, trace_path
 
 if TYPE_CHECKING:
     from loaderscope.traces.parquet import ParquetTraceWriter
@@ -56,7 +56,7 @@ def _say(kind: str, message: str) -> None:
     _said.add(kind)
     try:
         print(message, file=sys.stderr, flush=True)
-    except Exception:  # noqa: BLE001 (a closed stderr at interpreter exit)
+    except Exception:  # a closed stderr at interpreter exit
         pass
 
 
@@ -240,7 +240,7 @@ def _import_parquet_writing() -> None:
     try:
         from loaderscope.traces.parquet import import_what_writing_imports
         import_what_writing_imports()
-    except Exception as exc:  # noqa: BLE001 (the writer thread meets it again, and says it)
+    except Exception as exc:  # the writer thread meets it again, and says it
         report("trace file", exc)
 
 

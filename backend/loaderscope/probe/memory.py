@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from loaderscope.probe.faults import report
-from loaderscope.procmem import Figures, find_cgroup, meminfo, shm, smaps_rollup
 from loaderscope.probe.recorder import Recorder
+from loaderscope.procmem import Figures, find_cgroup, meminfo, shm, smaps_rollup
 
 PERIOD = 0.25  # seconds between samples, at least
 COST_SHARE = 0.02  # the sampler's CPU, at most, as a share of one core

@@ -23,7 +23,6 @@ from loaderscope.probe.faults import report
 from loaderscope.probe.worker import RingReader
 
 
-
 class FrameSink(Protocol):
     """A sink that takes the probe's compact frames encoded, as they are, when ``takes_frames`` is true:
     a dashboard stream (``probe/transport.py``), a logdir file (``probe/logfile.py``), a run process's

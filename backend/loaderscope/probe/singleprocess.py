@@ -15,8 +15,14 @@ from torch import Tensor
 from loaderscope.events import BATCH_ROW
 from loaderscope.probe.batchinfo import describe, is_pinned, sizes
 from loaderscope.probe.faults import report
-from loaderscope.probe.iterators import (IteratorProbe, complete, main_exception_fields, monotonic, pin_memory,
-                                         watch_consumer)
+from loaderscope.probe.iterators import (
+    IteratorProbe,
+    complete,
+    main_exception_fields,
+    monotonic,
+    pin_memory,
+    watch_consumer,
+)
 from loaderscope.probe.loopclock import LOOP, loop_step
 
 

@@ -133,7 +133,7 @@ def _alive(pid: int) -> bool:
 
 def install_in_worker(dump_path: str) -> None:
     """Worker side: dump every thread's stack to ``dump_path`` on STACK_SIGNAL (never exits)."""
-    dump = open(dump_path, "a")  # noqa: SIM115  (kept open for the life of the worker)
+    dump = open(dump_path, "a")  # kept open for the life of the worker
     faulthandler.register(STACK_SIGNAL, file=dump, all_threads=True, chain=False)
 
 

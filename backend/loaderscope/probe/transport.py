@@ -167,7 +167,7 @@ class StreamSink:
             try:
                 if self._attempt(failing_since):
                     backoff, failing_since = BACKOFF_FIRST, time.monotonic()
-            except Exception:  # noqa: BLE001 (_attempt handles its failures; this guards the handlers)
+            except Exception:  # _attempt handles its failures; this guards the handlers
                 pass
             self.connected.clear()
             if not self._closing or self._one_more():
@@ -191,7 +191,7 @@ class StreamSink:
         except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError):
             if not self.connected.is_set():
                 self._check_unreachable(failing_since)
-        except Exception as exc:  # noqa: BLE001 (a bug or a strange answer must not end the uplink)
+        except Exception as exc:  # a bug or a strange answer must not end the uplink
             # websockets' sync client can trip over its own closing handshake when the dashboard's 1009
             # crosses our close (an AssertionError in send_context): the refusal, said when its frame is
             # dropped, is what happened
@@ -275,7 +275,7 @@ class StreamSink:
         self._said.add(kind)
         try:
             print(message, file=sys.stderr, flush=True)
-        except Exception:  # noqa: BLE001 (a closed stderr at interpreter exit)
+        except Exception:  # a closed stderr at interpreter exit
             pass
 
     def _address(self) -> tuple[str, dict[str, str]]:

@@ -27,15 +27,15 @@ from typing import Any, TypeVar
 
 from torch.utils.data import DataLoader
 
-from loaderscope.events import Event
 from loaderscope.discovery import find_dashboard
+from loaderscope.events import Event
 from loaderscope.probe.faults import report
-from loaderscope.traces.paths import running_command, this_job
-from loaderscope.probe.logfile import Fanout, LogfileSink
 from loaderscope.probe.loader import ProbeMixin, failure
+from loaderscope.probe.logfile import Fanout, LogfileSink
 from loaderscope.probe.names import caller_frame, claim, loader_name, place, rebuilding
 from loaderscope.probe.recorder import Recorder
 from loaderscope.probe.transport import StreamSink
+from loaderscope.traces.paths import running_command, this_job
 
 L = TypeVar("L")
 WRAPPER_DEPTH = 2  # how far inside a wrapper's attributes watch() looks for DataLoaders
@@ -365,7 +365,7 @@ def _hook_dataloader_init() -> None:
         return
 
     @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
             _rebuilds.built(self)
@@ -402,13 +402,13 @@ def _install_exit_hooks() -> None:
 
 def _noting_exit(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def exit(status: object = None, /) -> Any:  # noqa: A001
+    def exit(status: object = None, /) -> Any:
         try:
             _exit["code"] = status_code(status)
             handled = sys.exc_info()[1]
             if _exit["failure"] is None and _exit["code"] and isinstance(handled, Exception):
                 _exit["failure"] = handled
-        except Exception:  # noqa: BLE001 (exiting goes on whatever happens here)
+        except Exception:  # exiting goes on whatever happens here
             pass
         return original(status)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from loaderscope.scenarios import params as p
 from loaderscope.problems import ParamError, UnknownScenario
+from loaderscope.scenarios import params as p
 from loaderscope.scenarios.hub import PREFIX, HubEntry
 from loaderscope.scenarios.workload import Workload
 

@@ -12,8 +12,19 @@ from loaderscope.sim.engine import Simulator
 from loaderscope.sim.fit import describe_fit, fit_from_trace, machinery
 from loaderscope.sim.records import SimConfig
 from loaderscope.sim.run import simulate
-from loaderscope.sim.sweep import (TRACE_KEYS, Variant, format_table, memory_notes, recommend, recorded_check,
-                                   replay_grid, simulate_variants, sweep, trace_sweep, variants)
+from loaderscope.sim.sweep import (
+    TRACE_KEYS,
+                                   Variant,
+                                   format_table,
+                                   memory_notes,
+                                   recommend,
+                                   recorded_check,
+                                   replay_grid,
+                                   simulate_variants,
+                                   sweep,
+                                   trace_sweep,
+                                   variants,
+)
 
 __all__ = [
     "TRACE_KEYS",

@@ -19,8 +19,8 @@ from loaderscope.model.stats import summary
 from loaderscope.scenarios.workload import SamplerOrder, Workload
 from loaderscope.sim.costs import CostModel, TaskCosts
 from loaderscope.sim.engine import Simulator
-from loaderscope.sim.records import SimConfig
 from loaderscope.sim.job import JobRun, batched, distributed_shard, simulate_job
+from loaderscope.sim.records import SimConfig
 
 # A run this long holds ~1 GB of events; beyond it the run ends with reason "stopped".
 DEFAULT_MAX_EVENTS = 2_000_000

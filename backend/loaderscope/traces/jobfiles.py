@@ -15,7 +15,6 @@ from typing import Any
 
 from loaderscope.traces.jobbudget import JobBudget, JobQueryError, size_text
 
-
 TRACE_SUFFIXES = (".trace.jsonl", ".parquet")  # a Parquet file of another writer, or a part of ours
 PARQUET_TRACE = ".trace.parquet"  # traces/parquet.py: a loaderscope Parquet trace, a directory of parts
 PART_NAME = re.compile(r"part-[0-9]+\.parquet")  # parquet.PART_GLOB: the parts of a ``NAME.trace.parquet/`` directory
@@ -150,7 +149,7 @@ class Opener:
                 f.read(1)
         except JobQueryError:
             raise
-        except Exception as exc:  # noqa: BLE001 - each fsspec backend raises its own errors: one message
+        except Exception as exc:  # each fsspec backend raises its own errors: one message
             raise Unreadable(f"{path}: cannot be read ({exc}); fix its permissions or move it out of the "
                              "job's directory") from None
         self._count(path, int(info.get("size") or 0))

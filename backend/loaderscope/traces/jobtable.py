@@ -131,7 +131,7 @@ def shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]], bu
             spent += cost
             try:
                 report = shard_report(ends, length)
-            except Exception as exc:  # noqa: BLE001 - ValueError (decode_shard), TypeError (not text): said
+            except Exception as exc:  # ValueError (decode_shard), TypeError (not text): said
                 report = {"error": f"a shard digest cannot be decoded: {exc}"}
         yield {"job": job, "loader": loader, "epoch": epoch, "report": report}
 

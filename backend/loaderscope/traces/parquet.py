@@ -37,6 +37,7 @@ from typing import IO, Any, cast
 
 import msgspec.inspect as mi
 import orjson
+
 # pyarrow is the optional `columnar` extra, not a runtime dependency: this module is imported only
 # where trace.columnar_available() said it imports (else JSON lines are written and that is said once)
 import pyarrow as pa

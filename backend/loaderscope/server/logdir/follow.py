@@ -35,13 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loaderscope.server.budgets import MEMORY_BYTES
 from loaderscope.server.logdir.index import Index, load_sidecar, quick_index, save_sidecar
-from loaderscope.server.logdir.parquetfile import PARQUET_SUFFIX, ParquetTraceFile, grouped, is_part, parquet_index, \
-    trace_entry
+from loaderscope.server.logdir.parquetfile import (
+    PARQUET_SUFFIX,
+    ParquetTraceFile,
+    grouped,
+    is_part,
+    parquet_index,
+    trace_entry,
+)
 from loaderscope.server.logdir.storage import Entry, LocalStorage, Storage
 from loaderscope.server.logdir.tracefile import TraceFile
 from loaderscope.server.logdir.watches import Change, Watches, watched_directories
-from loaderscope.server.budgets import MEMORY_BYTES
 from loaderscope.server.processes.process import SECRET_HEADER
 from loaderscope.server.runs.manager import OWNER_FIELD, RunManager, owner_digest
 from loaderscope.server.runs.producers import RUN_ID
@@ -169,7 +175,7 @@ class Logdir:
                 and self.storage.kernel_watched():
             try:
                 await self._watch(self.storage)
-            except Exception as exc:  # noqa: BLE001 (no inotify instance left, say: polling still works)
+            except Exception as exc:  # no inotify instance left, say: polling still works
                 self._say(f"watching {self.root} for changes failed ({type(exc).__name__}: {exc}); polling it "
                           f"every {self.poll_every} s instead")
         while True:
@@ -269,7 +275,7 @@ class Logdir:
     async def _scan_said(self) -> None:
         try:
             await self.scan()
-        except Exception as exc:  # noqa: BLE001 (one bad scan must not end the polling for good)
+        except Exception as exc:  # one bad scan must not end the polling for good
             self._say(f"scanning {self.root} failed: {type(exc).__name__}: {exc}")
 
     async def scan(self) -> tuple[int, int]:

@@ -256,7 +256,7 @@ class FsspecStorage:
             return self._entry(self.fs.info(path))
         except FileNotFoundError:
             raise
-        except Exception as exc:  # noqa: BLE001 (backends raise their own errors: one kind for callers)
+        except Exception as exc:  # backends raise their own errors: one kind for callers
             raise OSError(f"{path}: {exc}") from exc
 
     def files(self, directory: str) -> list[Entry]:
@@ -265,7 +265,7 @@ class FsspecStorage:
             infos = self.fs.ls(directory, detail=True)
         except FileNotFoundError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise OSError(f"{directory}: {exc}") from exc
         return [self._entry(info) for info in infos if info.get("type", "file") == "file"]
 
@@ -274,7 +274,7 @@ class FsspecStorage:
             handle = self.fs.open(path, "rb", block_size=REMOTE_BLOCK)
         except FileNotFoundError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise OSError(f"{path}: {exc}") from exc
         return io.BufferedReader(_Remote(handle, path), REMOTE_BLOCK)
 
@@ -282,7 +282,7 @@ class FsspecStorage:
         try:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)  # object stores: nothing to make
             self.fs.pipe_file(path, data)  # one PUT: object stores replace objects whole
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise OSError(f"{path}: {exc}") from exc
 
     def sidecar_path(self, trace_path: str) -> str | None:
@@ -291,7 +291,7 @@ class FsspecStorage:
     def is_dir(self) -> bool:
         try:
             return bool(self.fs.isdir(self.root))
-        except Exception:  # noqa: BLE001 (an unreachable store: said by the listing)
+        except Exception:  # an unreachable store: said by the listing
             return False
 
     def relative(self, path: str) -> str:
@@ -342,7 +342,7 @@ class _Remote(io.RawIOBase):
             return method(*args)
         except OSError:
             raise
-        except Exception as exc:  # noqa: BLE001 (backends raise their own errors: one kind for callers)
+        except Exception as exc:  # backends raise their own errors: one kind for callers
             raise OSError(f"{self._path}: {exc}") from exc
 
 

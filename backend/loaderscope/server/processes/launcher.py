@@ -187,10 +187,10 @@ def preload() -> None:
     import torch  # noqa: F401
     import websockets.sync.client  # noqa: F401
 
-    import loaderscope.probe.loader  # noqa: F401
-    import loaderscope.runner  # noqa: F401
-    import loaderscope.scenarios.builders  # noqa: F401
-    import loaderscope.server.processes.runproc  # noqa: F401
+    import loaderscope.probe.loader
+    import loaderscope.runner
+    import loaderscope.scenarios.builders
+    import loaderscope.server.processes.runproc
     import loaderscope.sim  # noqa: F401
 
 
@@ -243,7 +243,7 @@ def _run_child(argv: list[str], log: str | None, secret: str | None) -> None:
         code = runproc.main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 (a child must never return into the launcher's loop)
+    except BaseException:  # a child must never return into the launcher's loop
         traceback.print_exc()
     finally:
         sys.stdout.flush()

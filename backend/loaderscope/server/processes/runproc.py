@@ -247,7 +247,7 @@ def stream_run(args: argparse.Namespace, ws: ClientConnection, held: list[dict[s
     code = 0
     try:
         run(args, uplink, control)
-    except BaseException as exc:  # noqa: BLE001 (report everything, then exit non-zero)
+    except BaseException as exc:  # report everything, then exit non-zero
         traceback.print_exc()
         uplink.meta({"type": "failed", "error": f"{type(exc).__name__}: {exc}"})
         code = 1

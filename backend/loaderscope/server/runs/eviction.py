@@ -18,7 +18,6 @@ from loaderscope.server.runs.run import Run, RunRefused
 from loaderscope.server.runs.spill import TraceSpill
 from loaderscope.server.runs.store import EventLog
 
-
 RESTORE_CHUNK = 2000  # events of a parked run's trace read back per step (decoded off the event loop)
 
 

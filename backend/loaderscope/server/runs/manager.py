@@ -98,7 +98,7 @@ class RunManager(ProducerControl):
         if run.source is not None and run.source.index.problem is None:  # an unreadable file: at once
             try:
                 await asyncio.wait_for(run.source.caught_up.wait(), LOAD_WAIT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass  # answer with what has been read so far
 
     def listed(self) -> list[Run]:
@@ -262,7 +262,7 @@ class RunManager(ProducerControl):
         await asyncio.to_thread(remove_stack_dirs, run.process.pid)
         try:
             await asyncio.wait_for(run.producer_gone.wait(), DRAIN_WAIT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         self._finish(run, code)
 
@@ -278,7 +278,7 @@ class RunManager(ProducerControl):
             if wait is not None:
                 try:
                     await asyncio.wait_for(asyncio.shield(run.exited.wait()), wait)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
 
     def _finish(self, run: Run, code: int | None, why: str | None = None) -> None:

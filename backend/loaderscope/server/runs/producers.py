@@ -14,7 +14,6 @@ from loaderscope.server.processes import process
 from loaderscope.server.runs.eviction import Eviction
 from loaderscope.server.runs.run import ControlChannel, LogdirLink, Run, RunRefused
 
-
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Controls queued for a run whose producer is away (the newest kept): a run on disk, or any disconnected
 # one, must not grow with every control a client sends it.
@@ -122,6 +121,6 @@ class ProducerControl:
             try:
                 await run.producer.send(message)
                 return
-            except Exception:  # noqa: BLE001 (a producer that just went away: its run ends on its own)
+            except Exception:  # a producer that just went away: its run ends on its own
                 pass
         run.pending_control = [*run.pending_control[1 - MAX_PENDING_CONTROLS:], message]

@@ -5,9 +5,9 @@ the protocols the rooms above fill in for it (``RunSource``, ``LogdirLink``, ``C
 from __future__ import annotations
 
 import asyncio
+import secrets
 import statistics
 import subprocess
-import secrets
 import time
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -19,7 +19,6 @@ import orjson
 from loaderscope.events import MAX_NUMBER, Event, Kind, RunStatus, recording_of
 from loaderscope.server.processes.launcher import LaunchedProcess
 from loaderscope.server.runs.store import EventLog
-
 
 LOG_TAIL_BYTES = 4096
 QUIET_STEPS = 16  # the recent steps a live loop's allowed quiet is judged by (Run.quiet_allowed)

@@ -26,8 +26,15 @@ from loaderscope.model.diagnosis import diagnosis
 from loaderscope.model.fastpath import apply_all
 from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import FetchOrder, summary
-from loaderscope.server.budgets import (MAX_EVENT_BYTES, MEMORY_BYTES, STATE_EVENT_BYTES, encode, fitted, state_view,
-                                           trim_open_tasks)
+from loaderscope.server.budgets import (
+    MAX_EVENT_BYTES,
+    MEMORY_BYTES,
+    STATE_EVENT_BYTES,
+    encode,
+    fitted,
+    state_view,
+    trim_open_tasks,
+)
 from loaderscope.server.runs.meters import Meters
 
 MAX_STATE_PROBLEMS = 20  # reducer failures remembered per run (they are counted beyond that)

@@ -105,7 +105,7 @@ class Policy:
         cookie = SimpleCookie()
         try:
             cookie.load(headers.get("cookie", ""))
-        except Exception:  # noqa: BLE001 (a malformed cookie header is the same as none)
+        except Exception:  # a malformed cookie header is the same as none
             return None
         morsel = cookie.get(self.cookie_name)
         return morsel.value if morsel is not None else None

@@ -15,10 +15,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from loaderscope.traces import jsonl as trace
 from loaderscope.events import MAX_NUMBER
-from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.problems import ParamError, UnknownScenario
+from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.server.budgets import PAGE_BYTES
 from loaderscope.server.runs.manager import RunManager
@@ -26,6 +25,7 @@ from loaderscope.server.runs.run import Run, RunRefused
 from loaderscope.server.runs.store import EventLog, Gap, Spill
 from loaderscope.server.web.errors import field_problems, readable, type_problems
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
+from loaderscope.traces import jsonl as trace
 from loaderscope.version import __version__
 
 if TYPE_CHECKING:

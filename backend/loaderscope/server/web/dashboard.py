@@ -183,7 +183,14 @@ def checked_token_env() -> str | None:
 
 def checked_trace(path: Path) -> Path:
     """Refuse, before starting, a file that is missing, too large or not a trace (its header says)."""
-    from loaderscope.traces.jsonl import MAX_LINE_BYTES, MAX_TRACE_BYTES, TraceError, check_header, is_parquet_path, parsed_trace
+    from loaderscope.traces.jsonl import (
+        MAX_LINE_BYTES,
+        MAX_TRACE_BYTES,
+        TraceError,
+        check_header,
+        is_parquet_path,
+        parsed_trace,
+    )
 
     if is_parquet_path(path):  # a Parquet trace: its first part's header
         try:

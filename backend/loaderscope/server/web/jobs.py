@@ -20,10 +20,10 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from loaderscope.traces.jobbudget import JobQueryError
-from loaderscope.traces.jobquery import table_of
 from loaderscope.server.budgets import JOB_TABLE
 from loaderscope.server.web.api import manager_of
+from loaderscope.traces.jobbudget import JobQueryError
+from loaderscope.traces.jobquery import table_of
 
 router = APIRouter(prefix="/api")
 _ONE_AT_A_TIME = asyncio.Lock()

@@ -31,8 +31,8 @@ from prometheus_client import ProcessCollector
 
 from loaderscope.events import RunStatus
 from loaderscope.server.runs.manager import RunManager
-from loaderscope.server.runs.run import Run
 from loaderscope.server.runs.meters import BUCKETS, MAX_NAMED, STATES, Reading
+from loaderscope.server.runs.run import Run
 
 # Runs with series of their own; the others are counted (loaderscope_runs_unexported). Twice the
 # 1,024 ranks tests/server/test_metrics_fleet.py runs with a real Prometheus: 2,048 runs of MAX_SERIES is

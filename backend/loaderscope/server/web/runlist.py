@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket
 
-from loaderscope.server.web.ingest import CLOSE_TRY_LATER, close_reason
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.run import Run
+from loaderscope.server.web.ingest import CLOSE_TRY_LATER, close_reason
 
 LIST_POLL = 0.5  # seconds between looks at the list: the logdir is scanned as often
 BATCHES_EVERY = 5.0  # seconds between lists sent only because batch counts moved

@@ -30,9 +30,9 @@ from starlette.websockets import WebSocket
 from loaderscope.events import MAX_NUMBER
 from loaderscope.server.budgets import VIEWER_FRAME_BYTES
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.web.ingest import CLOSE_TRY_LATER, close_reason
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.run import Run
+from loaderscope.server.web.ingest import CLOSE_TRY_LATER, close_reason
 
 MAX_VIEWER_MESSAGE = 64 * 1024
 

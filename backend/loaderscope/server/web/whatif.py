@@ -24,9 +24,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loaderscope.events import Event
+from loaderscope.server.runs.run import Run
 from loaderscope.server.web.api import MAX_SWEEP_RUNS, manager_of, read_events, rejected, sweep_slot, unprocessable
 from loaderscope.server.web.errors import type_problems
-from loaderscope.server.runs.run import Run
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
 
 router = APIRouter(prefix="/api")
