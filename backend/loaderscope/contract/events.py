@@ -92,17 +92,18 @@ ENDED: frozenset[RunStatus] = frozenset({RunStatus.DONE, RunStatus.STOPPED, RunS
 # A bool is an int to Python, but never a count or a time: msgspec keeps them apart.
 Int = Annotated[int, Meta(ge=-MAX_NUMBER, le=MAX_NUMBER)]
 Float = Annotated[float, Meta(ge=-MAX_NUMBER, le=MAX_NUMBER)]  # NaN and infinities fail the bounds
-Number = Union[Int, Float]
+Number = Int | Float
 Seq = Annotated[int, Meta(ge=0, le=MAX_NUMBER)]
 WorkerId = Annotated[int, Meta(ge=0, lt=MAX_WORKERS)]
-Scalar = Union[Int, Float, str, bool]
-Value = Union[Int, Float, str, bool, list[Any], dict[str, Any]]  # anything; nesting bounded by MAX_DEPTH
+Scalar = Int | Float | str | bool
+Value = Int | Float | str | bool | list[Any] | dict[str, Any]  # anything; nesting bounded by MAX_DEPTH
 # An absolute time in a compact row (t0 is subtracted): half the range, so that the difference is in it.
 Time = Annotated[float, Meta(ge=-MAX_NUMBER / 2, le=MAX_NUMBER / 2)]
 Indices = list[Int | Float | str | bool | None]  # flat: events.clip_indices makes them JSON scalars
 T = TypeVar("T")
-Maybe = Union[T, None, UnsetType]  # optional, and null allowed
-Absent = Union[T, UnsetType]  # optional, never null
+# Union[...], not T | ...: mypy takes a PEP 604 union of a TypeVar for no generic alias ("invalid as target")
+Maybe = Union[T, None, UnsetType]  # noqa: UP007  # optional, and null allowed
+Absent = Union[T, UnsetType]  # noqa: UP007  # optional, never null
 
 # Fields typed by their name wherever they appear, an unknown kind's too.
 NAMED: dict[str, Any] = {
@@ -495,8 +496,8 @@ ROW_FIELDS: dict[str, tuple[str, ...]] = {
 BATCH_ROW = "batch"
 BATCH_EVENTS = 5
 BATCH_ROW_FIELDS: dict[str, Any] = {"idx": Int, "next_started": Time, "fetch_started": Time,
-                                    "nbytes": Union[Number, None], "pickled": Union[Number, None],
-                                    "indices": Union[Indices, None]}
+                                    "nbytes": Number | None, "pickled": Number | None,
+                                    "indices": Indices | None}
 
 # --- derived: nothing below restates a field ------------------------------------------------------
 STRUCTS: dict[str, type[Event]] = {str(cls.__struct_config__.tag): cls for cls in KINDS}
