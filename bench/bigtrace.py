@@ -334,8 +334,9 @@ def main() -> None:
                         if prof:
                             prof.parent.mkdir(parents=True, exist_ok=True)
                         url = f"{servers[page].page_url}&parsers={parsers}"
-                        measure = (lambda: parse_only(browser, url, path, parsers)) if args.parse_only else (
-                            lambda: open_trace(browser, url, path, prof))
+                        # measure() is called just below, within the iteration
+                        measure = (lambda: parse_only(browser, url, path, parsers)) if args.parse_only else (  # noqa: B023
+                            lambda: open_trace(browser, url, path, prof))  # noqa: B023
                         r = {"page": page, "format": fmt, "parsers": parsers, **measure()}
                         results.append(r)
                         print(json.dumps({key: round(v, 2) if isinstance(v, float) else v for key, v in r.items()}),

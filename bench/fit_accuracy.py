@@ -136,7 +136,7 @@ def main() -> None:
     errors = []
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(args.refit or args.keep or scratch)
-        for number, case in enumerate(cases):
+        for case in cases:
             folder = root / f"{CASES.index(case):02d}"
             for path in sorted(folder.rglob("*.trace.jsonl")) if args.refit else record(case, folder):
                 name, workers, result, advised = check(path)

@@ -41,7 +41,8 @@ URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/\?token=(\S+)")
 def start_server(directory: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     token = secrets.token_urlsafe(24)
     log_path = directory / "server.log"
-    code = "from loaderscope.server.web.dashboard import serve; serve(port=0, data_dir=%r, log_level='warning')" % str(directory)
+    code = ("from loaderscope.server.web.dashboard import serve; "
+            f"serve(port=0, data_dir={str(directory)!r}, log_level='warning')")
     env = {**os.environ, "LOADERSCOPE_TOKEN": token, "XDG_RUNTIME_DIR": str(directory), "PYTHONUNBUFFERED": "1"}
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, env=env)

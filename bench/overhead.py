@@ -189,7 +189,7 @@ def alternate(vanilla: Any, probe: Any, *, rounds: int, segment: int, warmup: in
     v, p = sides["vanilla"], sides["probe"]
     for side in sides.values():
         del side.iterator
-    return Alternated(v, p, worker_cpu, [tv / tp for tv, tp in zip(v.seconds, p.seconds)], threads)
+    return Alternated(v, p, worker_cpu, [tv / tp for tv, tp in zip(v.seconds, p.seconds, strict=True)], threads)
 
 
 class MemoryOff(InstrumentedDataLoader[Any]):

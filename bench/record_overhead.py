@@ -92,7 +92,7 @@ def main() -> None:
     for column, what in ((0, "whole command"), (1, "training loop")):
         p = [t[column] for t in times["plain"]]
         r = [t[column] for t in times["recorded"]]
-        ratios = [b / a for a, b in zip(p, r)]
+        ratios = [b / a for a, b in zip(p, r, strict=True)]
         low, high = bootstrap_median(ratios)
         table.add_row(what, f"{statistics.median(p):.3f}", f"{statistics.median(r):.3f}",
                       f"{statistics.median(ratios):.3f} ({low:.3f}–{high:.3f})")

@@ -40,7 +40,7 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(args.epochs):
         held_out = 0.0
-        for (images, labels), (val_images, val_labels) in zip(train_loader, val_loader):
+        for (images, labels), (val_images, val_labels) in zip(train_loader, val_loader, strict=False):
             optimizer.zero_grad()
             loss_fn(net(images), labels).backward()
             optimizer.step()

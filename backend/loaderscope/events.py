@@ -233,7 +233,7 @@ def event_count(rows: list[Any]) -> int:
 
 
 def _event(keys: tuple[str, ...], values: Iterable[Any]) -> Event:
-    return dict(zip(keys, values))
+    return dict(zip(keys, values, strict=True))
 
 
 _KEYS = {kind: ("seq", "t", "run", "rank", "kind", *names) for kind, names in ROW_FIELDS.items()}
@@ -270,7 +270,7 @@ def expand(frame: Mapping[str, Any], *, validated: bool = False) -> list[Event]:
             kind = row[0]
             keys = _KEYS.get(kind)
             if keys is not None and len(row) == len(keys) - 3:  # [kind, t, values...] for the five common keys
-                event = dict(zip(keys, (number, row[1] - t0, run, rank, kind, *row[2:])))
+                event = dict(zip(keys, (number, row[1] - t0, run, rank, kind, *row[2:]), strict=True))
                 if kind == "dispatch":
                     event["indices"], event["n"] = clip_indices(event["indices"])
                 events.append(_checked(event, position) if validated else event)

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(HERE, "patch"))
 if importlib.util.find_spec("expecttest") is None:  # torch's test utilities need it; see stubs/
     sys.path.insert(0, os.path.join(HERE, "stubs"))
 
-import loaderscope_suite_patch
+import loaderscope_suite_patch  # noqa: E402 (in patch/, put on sys.path above, after a check)
 
 loaderscope_suite_patch.install()  # before pytest imports test_dataloader.py
 

@@ -55,14 +55,14 @@ def column_map(kinds: Mapping[str, Mapping[str, Field]]) -> dict[str, dict[str, 
         ColumnError: a kind without a required integer ``idx``, a field typed two ways by two kinds,
             or a required field that has no column left.
     """
-    for kind, fields in kinds.items():
-        idx = fields.get("idx")
+    for kind, own in kinds.items():
+        idx = own.get("idx")
         if idx is None or not idx.required or idx.type != "int":
             raise ColumnError(f"frequent kind {kind}: it needs a required integer 'idx' (the table's row key)")
     used: dict[str, set[str]] = {kind: set() for kind in kinds}
     out: dict[str, dict[str, str]] = {kind: {} for kind in kinds}
-    for name in dict.fromkeys(name for fields in kinds.values() for name in fields):
-        holders = [kind for kind, fields in kinds.items() if name in fields]
+    for name in dict.fromkeys(name for own in kinds.values() for name in own):
+        holders = [kind for kind, own in kinds.items() if name in own]
         column = _column(name, _one_type(name, [kinds[kind][name] for kind in holders], holders),
                          set().union(*(used[kind] for kind in holders)))
         if column is None:

@@ -177,7 +177,7 @@ def _job(args: argparse.Namespace) -> int:
     outs = {}
     if args.out:
         path = Path(args.out)
-        for rank, pid, p, v in ranks:
+        for rank, _pid, p, v in ranks:
             target = path.with_name(f"{path.stem.split('.')[0]}.rank{rank}{''.join(path.suffixes)}")
             outs[rank] = _write(target, p, v, rank=rank, job=line)
     if args.json:

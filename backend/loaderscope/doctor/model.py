@@ -365,19 +365,19 @@ def _feeder_writing(threads: list[dict[str, Any]]) -> bool:
 def training_place(frames: list[Frame]) -> tuple[str, str]:
     """Where the training thread is, in torch's terms, and the function that says so."""
     names = [(f["file"], short(f["function"]), f["function"]) for f in frames]
-    for file, name, full in names:
+    for file, name, _full in names:
         if file.endswith(_DATA + "dataloader.py") and name == "_shutdown_workers":
             return "shutdown", name
     for file, name, full in names:
         if file.endswith(_DATA + "dataloader.py") and name == "_next_data":
             return ("in_process" if "SingleProcess" in full else "next"), full
-    for file, name, full in names:
+    for file, name, _full in names:
         if file.endswith(_DATA + "_utils/pin_memory.py"):
             return "pin", name
-    for file, name, full in names:
+    for file, name, _full in names:
         if "torch/distributed/" in file and name in COLLECTIVES:
             return "collective", name
-    for file, name, full in names:
+    for file, name, _full in names:
         if "torch/autograd/" in file and name in ("backward", "_engine_run_backward", "grad"):
             return "backward", "backward"
     for file, name, full in names:

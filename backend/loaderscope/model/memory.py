@@ -199,7 +199,7 @@ def leak_per_epoch(proc: Proc) -> float | None:
     """The mean growth of a process's RSS per epoch when it grew at every epoch end noted since its first
     (at least three), else None."""
     marks = proc.epoch_rss
-    if len(marks) < 3 or any(b[1] <= a[1] for a, b in zip(marks, marks[1:])):
+    if len(marks) < 3 or any(b[1] <= a[1] for a, b in zip(marks, marks[1:], strict=False)):
         return None
     return (marks[-1][1] - marks[0][1]) / (marks[-1][0] - marks[0][0])
 

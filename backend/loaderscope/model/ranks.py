@@ -152,7 +152,7 @@ def shard_report(epoch_ends: Mapping[int, Mapping[str, Any]], length: int, sampl
             read += np.bincount(row, weights=times, minlength=len(group)).astype(np.int64)
             np.add.at(total, index, np.minimum(times, 3))
         np.minimum(total, 3, out=total)
-        per_rank.update(zip(group, found.tolist()))
+        per_rank.update(zip(group, found.tolist(), strict=True))
         reads += read.tolist()
     overlap, missing = _where(total, lambda part: part > 1, sample), _where(total, lambda part: part == 0, sample)
     twice = _where(total, lambda part: part == 2, 0)[0]

@@ -87,7 +87,8 @@ def loader_name(frame: FrameType | None, loader: Any = None, *, built: bool = Fa
     first_user: FrameType | None = None
     kept_by: FrameType | None = None  # the frame that keeps the loader, neither naming nor returning it
     last = frame
-    for frame in _frames(frame):
+    frames = _frames(frame)  # taken once, from the frame given: the loop then walks outwards
+    for frame in frames:
         last = frame
         if built and first_user is None and any(value is loader for value in frame.f_locals.values()):
             continue
@@ -145,7 +146,8 @@ def rebuilding(frame: FrameType | None, waiting: Sequence[Any]) -> Any:
     """The loader of ``waiting`` that the library code building a loader at ``frame`` holds in a local
     (accelerate's ``prepare_data_loader(dataloader)`` rebuilds the ``dataloader`` it was given); None
     when the user's own code builds it, or no frame below the user's code holds one."""
-    for frame in _frames(frame):
+    frames = _frames(frame)
+    for frame in frames:
         if not _is_library(frame.f_code.co_filename):
             return None
         for value in frame.f_locals.values():
@@ -236,7 +238,7 @@ def _returns(code: CodeType, local: str) -> bool:
     if key not in _returned:
         instructions = list(dis.get_instructions(code))
         _returned[key] = any(load.opname.startswith(("LOAD_FAST", "LOAD_NAME")) and load.argval == local
-                             and then.opname == "RETURN_VALUE" for load, then in zip(instructions, instructions[1:]))
+                             and then.opname == "RETURN_VALUE" for load, then in zip(instructions, instructions[1:], strict=False))
     return _returned[key]
 
 

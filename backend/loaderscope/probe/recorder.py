@@ -204,7 +204,6 @@ class Recorder:
         if rings:
             self.drain_all()
         with self._flush_lock:
-            pending = self.pending
             if self.sink is None:  # not started: what waits is kept for the sink to come
                 return
             records = self._take_pending()

@@ -382,7 +382,7 @@ def describe_fit(model: CostModel) -> list[dict[str, Any]]:
             value = value.model_dump()
         elif isinstance(value, dict):
             shown = (f"{f:.2f}x" if field == "worker_factor" else _number(f) for f in value.values())
-            text = ", ".join(f"worker {w} {f}" for w, f in zip(value, shown)) + f": {meaning}"
+            text = ", ".join(f"worker {w} {f}" for w, f in zip(value, shown, strict=True)) + f": {meaning}"
         else:
             text = f"{_number(value)} {meaning}"
         out.append({"field": field, "value": value, "text": text})

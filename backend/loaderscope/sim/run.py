@@ -167,7 +167,7 @@ def simulate_ranks(
         per_rank.append((cfg, TaskCosts(model, workload.sample_cost, workload.step_cost, random.Random(seed),
                                         pin_memory=settings.pin_memory)))
     run = simulate_job(per_rank, max_events=max_events)
-    for events, order in zip(run.events, orders):
+    for events, order in zip(run.events, orders, strict=True):
         add_shard_digests(events, order.batches, workload.length)
         if events and events[-1]["kind"] == Kind.RUN_END:
             events[-1]["stats"] = summary(reduce(events))

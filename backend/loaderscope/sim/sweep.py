@@ -86,7 +86,7 @@ def row_stats(events: Sequence[Event]) -> dict[str, Any]:
 
 def _combinations(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     keys = list(grid)
-    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*(grid[k] for k in keys))]
 
 
 def _variant(values: dict[str, Any], plan: Plan, costs: CostModel) -> Variant:

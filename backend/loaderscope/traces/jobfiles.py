@@ -111,8 +111,9 @@ class Opener:
         reads, size = [], 0
         for name in names:
             part = f"{path}/{name}"
-            fd = self._descriptor(part, lambda: os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                                        dir_fd=directory))
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+            # _descriptor calls the opener at once, within this iteration
+            fd = self._descriptor(part, lambda: os.open(name, flags, dir_fd=directory))  # noqa: B023
             info = os.fstat(fd)
             _regular(info.st_mode, part)
             size += info.st_size

@@ -199,7 +199,7 @@ def _allow_open_files(needed: int) -> None:
 def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict[str, Any]]:
     cursor = con.execute(sql)
     names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 def job_table(root: str, fs: Any = None, *, budget: JobBudget = JobBudget(), threads: int | None = None) -> JobTable:

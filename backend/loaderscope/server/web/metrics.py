@@ -231,18 +231,18 @@ _UNREAD = (None,) * (len(SCALARS) - 7)  # what a run's index does not say: every
 
 def _runs(w: _Writer, runs: list[RunReading]) -> None:
     """Every run family, a family at a time (its samples together, as both formats want them)."""
-    keys = [_labels(zip(RUN_LABELS, run.labels)) for run in runs]
+    keys = [_labels(zip(RUN_LABELS, run.labels, strict=True)) for run in runs]
     w.family("loaderscope_run_info", "gauge", "1 for each exported run, with how it was produced",
-             (("loaderscope_run_info", f"{key},{_labels(zip(('mode', 'origin', 'world_size'), run.info))}", 1)
-              for key, run in zip(keys, runs)))
+             (("loaderscope_run_info", f"{key},{_labels(zip(('mode', 'origin', 'world_size'), run.info, strict=True))}", 1)
+              for key, run in zip(keys, runs, strict=True)))
     w.family("loaderscope_run_status", "gauge", "1, labelled with the run's status (one series a run)",
              (("loaderscope_run_status", f"{key},{_labels([('status', run.status)])}", 1)
-              for key, run in zip(keys, runs)))
+              for key, run in zip(keys, runs, strict=True)))
     for at, (name, kind, text) in enumerate(SCALARS):
         sample = f"{name}_total" if kind == "counter" else name
-        w.family(name, kind, text, ((sample, key, v) for key, run in zip(keys, runs)
+        w.family(name, kind, text, ((sample, key, v) for key, run in zip(keys, runs, strict=True)
                                     if (v := run.values[at]) is not None))
-    metered = [(key, run.meters) for key, run in zip(keys, runs) if run.meters is not None]
+    metered = [(key, run.meters) for key, run in zip(keys, runs, strict=True) if run.meters is not None]
     w.family("loaderscope_workers", "gauge", "Workers by state (stuck: a fetch past the stuck threshold; died: "
              "killed or crashed)", (("loaderscope_workers", f'{key},state="{state}"', count) for key, m in metered
                                     for state, count in zip(STATES, m.workers, strict=True)))
