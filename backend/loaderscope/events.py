@@ -317,7 +317,8 @@ def _expand_typed(frame: _CompactFrame, start: int, stop: int, seq: int,
                 event = {"seq": seq, "t": 0, "run": run, "rank": rank, "kind": kind, **fields_of_row}
                 if kind == "dispatch":  # JSON scalars already: only cut to MAX_INDICES
                     indices = event["indices"]
-                    event["indices"], event["n"] = (None, 0) if indices is None else (indices[:MAX_INDICES], len(indices))
+                    event["indices"], event["n"] = ((None, 0) if indices is None
+                                                    else (indices[:MAX_INDICES], len(indices)))
                 events.append(event)
                 seq += 1
             elif cls is _BatchRow:

@@ -104,7 +104,8 @@ def first_epoch_orders(events: Sequence[Mapping[str, Any]], limit: int = ORDER_L
 
 
 def reordering_story(events: Sequence[Mapping[str, Any]], limit: int = STORY_LIMIT) -> list[str]:
-    """The first parked results, told step by step: parked by ``_task_info[idx] += (data,)`` and released by ``_task_info.pop(_rcvd_idx)`` in torch's ``_MultiProcessingDataLoaderIter._next_data``."""
+    """The first parked results, told step by step: parked by ``_task_info[idx] += (data,)`` and released by
+    ``_task_info.pop(_rcvd_idx)`` in torch's ``_MultiProcessingDataLoaderIter._next_data``."""
     lines: list[str] = []
     parked: dict[int, tuple[float, int, int]] = {}
     for e in events:

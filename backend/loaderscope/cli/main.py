@@ -79,14 +79,16 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     for scenario in all_scenarios():
         table.add_row(f"[bold]{scenario.name}[/]", scenario.description)
     console.print(table)
-    console.print("\nRun one: [bold]loaderscope run out_of_order[/]   parameters: [bold]loaderscope run NAME --help-params[/]")
+    console.print("\nRun one: [bold]loaderscope run out_of_order[/]   "
+                  "parameters: [bold]loaderscope run NAME --help-params[/]")
     return 0
 
 
 def print_params(scenario: Scenario) -> None:
     table = Table("parameter", "default", "allowed", "meaning", box=None, pad_edge=False)
     for name, spec in scenario.describe()["params"].items():
-        allowed = spec.get("enum") or (f"{spec['minimum']}…{spec['maximum']}" if "minimum" in spec else spec.get("type", ""))
+        allowed = spec.get("enum") or (f"{spec['minimum']}…{spec['maximum']}" if "minimum" in spec
+                                       else spec.get("type", ""))
         table.add_row(name, str(spec.get("default")), str(allowed), spec.get("description", ""))
     console.print(f"[bold]{scenario.name}[/]: {scenario.description}\n")
     console.print(table)
@@ -481,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a scenario parameter")
     run.add_argument("--out", help="trace file to write (default: SCENARIO.trace.jsonl)")
     run.add_argument("--help-params", action="store_true", help="list the scenario's parameters and exit")
-    run.add_argument("--costs", metavar="JSON", help="""simulator cost model for --mode sim, e.g. '{"worker_factor": {"0": 5}}'""")
+    run.add_argument("--costs", metavar="JSON",
+                     help="""simulator cost model for --mode sim, e.g. '{"worker_factor": {"0": 5}}'""")
     run.add_argument("--ranks", type=int, default=1, metavar="N",
                      help="with --mode sim: a data-parallel job of N ranks stepping together, each reading its "
                           "DistributedSampler shard; a trace per rank goes to --logdir")

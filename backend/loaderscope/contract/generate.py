@@ -99,5 +99,5 @@ def render_reference() -> str:
             f"Regenerate with `{COMMAND}`. -->\n\n{reference.render()}\n")
 
 
-OUTPUTS: dict[Path, Callable[[], str]] = {JS_PATH: render_js, TYPES_PATH: render_types, REFERENCE_PATH: render_reference,
-                                          SCHEMA_PATH: render_schema}
+OUTPUTS: dict[Path, Callable[[], str]] = {JS_PATH: render_js, TYPES_PATH: render_types,
+                                          REFERENCE_PATH: render_reference, SCHEMA_PATH: render_schema}

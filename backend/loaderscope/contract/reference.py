@@ -97,14 +97,16 @@ def render() -> str:
         out += [f"### `{kind}`", "", _cell(cls.__doc__ or ""), "", _rule(kind), *extra, "",
                 *_fields(cls, skip=events.COMMON_FIELDS, column=page_columns.get(kind)), ""]
     out += ["## Added by the reducers", "",
-            "Fields the reducers (`state.py`, `reducer.js`) add to the events they keep as notes; no producer sends them.",
+            "Fields the reducers (`state.py`, `reducer.js`) add to the events they keep as notes; "
+            "no producer sends them.",
             "", *_table(["kind", "field", "meaning"],
                         [[f"`{kind}`", f"`{name}`", _cell(_about(t))]
                          for kind, added in events.NOTE_FIELDS.items() for name, t in added.items()]), "",
             "## Compact rows", "",
             "What the probe sends for the per-batch kinds (docs/DESIGN.md §4): `[kind, t, values…]` in this order.", "",
             *_table(["row", "expands to"],
-                    [[f"`[\"{kind}\", t, {', '.join(names)}]`", f"`{kind}`"] for kind, names in events.ROW_FIELDS.items()]
+                    [[f"`[\"{kind}\", t, {', '.join(names)}]`", f"`{kind}`"]
+                     for kind, names in events.ROW_FIELDS.items()]
                     + [[f"`[\"{events.BATCH_ROW}\", t, {', '.join(events.BATCH_ROW_FIELDS)}]`",
                         f"{events.BATCH_EVENTS} events of one in-process batch"]]), "",
             "## Nested values", "",

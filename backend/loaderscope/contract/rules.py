@@ -97,7 +97,8 @@ RULES: dict[Kind, Rule] = {
                       moves=((), Where.BUFFER), enters="buffer", counts={"out_of_order": 1}),
     Kind.YIELD: Rule("next() returns the batch at rcvd_idx; rcvd_idx advances",
                      counts={"batches": 1, "consumer_wait": "wait", "epoch_wait": "wait"}),
-    Kind.SKIP: Rule("torch drops the task from _task_info (its worker's iterable dataset ran out); rcvd_idx moves past it",
+    Kind.SKIP: Rule("torch drops the task from _task_info (its worker's iterable dataset ran out); "
+                    "rcvd_idx moves past it",
                     counts={"skipped": 1}),
     Kind.WORKER_STUCK: Rule("a worker fetches one batch for too long", worker=WorkerStatus.STUCK, keeps=True),
     Kind.CONSUMER_STUCK: Rule("the training loop has waited in next() for too long", keeps=True),

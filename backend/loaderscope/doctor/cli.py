@@ -130,7 +130,8 @@ def memory_lines(p: model.Picture) -> list[str]:
     host = p.host
     if host:
         share = host["available"] / host["total"]
-        lines.append(f"  host: {host['available'] / 1e6:.1f} MB available of {host['total'] / 1e6:.1f} MB ({share:.0%})")
+        lines.append(f"  host: {host['available'] / 1e6:.1f} MB available of {host['total'] / 1e6:.1f} MB "
+                     f"({share:.0%})")
         if share < LOW_MEMORY:
             lines.append("  the host is nearly out of memory: a process that waits may be swapping, or about to "
                          "be killed by the OOM killer")
@@ -182,7 +183,8 @@ def _job(args: argparse.Namespace) -> int:
             outs[rank] = _write(target, p, v, rank=rank, job=line)
     if args.json:
         print(orjson.dumps({"job": args.job, "verdict": line, "advice": advice, "rank": culprit,
-                            "ranks": [snapshot.as_json(p, v) | {"rank": r, "snapshot": str(outs[r]) if r in outs else None}
+                            "ranks": [snapshot.as_json(p, v)
+                                      | {"rank": r, "snapshot": str(outs[r]) if r in outs else None}
                                       for r, _, p, v in ranks]}).decode())
         return 0
     print(f"loaderscope doctor: job under process {args.job}, {len(ranks)} ranks "

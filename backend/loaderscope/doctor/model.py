@@ -331,7 +331,8 @@ def worker_activity(frames: list[Frame], wchan: str | None) -> tuple[int | None,
         return None
     loop, inner = frames[at], frames[at + 1:]
     above = " ".join(f["file"] for f in frames[:at])
-    method = "forkserver" if "forkserver" in above else "spawn" if "spawn.py" in above else "fork" if "popen_fork" in above else None
+    method = ("forkserver" if "forkserver" in above else "spawn" if "spawn.py" in above
+              else "fork" if "popen_fork" in above else None)
     wid = int_or_none(loop["locals"].get("worker_id"))
     code = loop["code"] or ""
     stack = frames[at:]
@@ -357,7 +358,8 @@ def _feeder_writing(threads: list[dict[str, Any]]) -> bool:
     for t in threads:
         frames = frames_of(t)
         if any(_in(f, "multiprocessing/queues.py", "_feed") for f in frames) and \
-                any(f["file"].endswith("multiprocessing/connection.py") and "send" in short(f["function"]) for f in frames):
+                any(f["file"].endswith("multiprocessing/connection.py") and "send" in short(f["function"])
+                    for f in frames):
             return True
     return False
 
@@ -391,7 +393,8 @@ def _pinning(threads: list[dict[str, Any]]) -> list[Frame] | None:
     """The pin-memory thread's stack while it pins a batch (not while it waits on its queue)."""
     for t in threads:
         frames = frames_of(t)
-        loop = next((i for i, f in enumerate(frames) if _in(f, _DATA + "_utils/pin_memory.py", "_pin_memory_loop")), None)
+        loop = next((i for i, f in enumerate(frames) if _in(f, _DATA + "_utils/pin_memory.py", "_pin_memory_loop")),
+                    None)
         if loop is not None and "pin_memory(" in (frames[loop]["code"] or ""):
             return frames[loop:]
     return None
@@ -418,7 +421,8 @@ def _held(times: list[float], keys: list[Any]) -> tuple[float, bool]:
 
 
 def _cpu(samples: list[dict[str, Any]], pid: str, tck: float) -> float | None:
-    seen: list[tuple[float, int]] = [(s["t"], s["procs"][pid]["cpu"]) for s in samples if pid in s["procs"] and s["procs"][pid].get("cpu") is not None]
+    seen: list[tuple[float, int]] = [(s["t"], s["procs"][pid]["cpu"]) for s in samples
+                                     if pid in s["procs"] and s["procs"][pid].get("cpu") is not None]
     if len(seen) < 2 or seen[-1][0] <= seen[0][0]:
         return None
     return (seen[-1][1] - seen[0][1]) / tck / (seen[-1][0] - seen[0][0])
@@ -439,7 +443,8 @@ def _proc_activity(proc: dict[str, Any], pid: int) -> tuple[int | None, Activity
         act.lock = lock_wait(frames_of(main), [(str(t.get("thread_name") or t.get("os_thread_id")), frames_of(t))
                                                for t in others])
     if proc.get("state") in ("T", "t"):
-        act = Activity("stopped", act.task if act.state != "idle" else None, act.indices if act.state != "idle" else None,
+        busy = act.state != "idle"
+        act = Activity("stopped", act.task if busy else None, act.indices if busy else None,
                        act.sample, act.stack, act.writing)
     return wid, act, method
 
@@ -516,7 +521,8 @@ def build(rec: Recording) -> Picture:
     workers = _workers(rec, times)
     methods = {w.start_method for w in workers if w.start_method}
     moving = len(set(training.places_seen)) > 1 or any(len(set(w.tasks_seen)) > 1 for w in workers)
-    has_loader = bool(workers) or any(_has_loader((s["procs"].get(str(pid)) or {}).get("threads") or []) for s in samples)
+    has_loader = bool(workers) or any(_has_loader((s["procs"].get(str(pid)) or {}).get("threads") or [])
+                                      for s in samples)
     helper = any(f["file"].endswith(_HELPERS) for f in frames)
     pins = [_pinning((s["procs"].get(str(pid)) or {}).get("threads") or []) for s in samples]
     pinning = pins[-1] if all(pins) else None
@@ -555,7 +561,8 @@ def _workers(rec: Recording, times: list[float]) -> list[Worker]:
             elif p.get("state") in ("Z", "X") and (wid is not None or p.get("comm") == WORKER_COMM):
                 act = Activity("zombie")
             elif p.get("state") in ("T", "t") and history:
-                act = Activity("stopped", history[-1][1].task, history[-1][1].indices, history[-1][1].sample, history[-1][1].stack)
+                last = history[-1][1]
+                act = Activity("stopped", last.task, last.indices, last.sample, last.stack)
             else:
                 continue
             history.append((s["t"], act))

@@ -59,7 +59,8 @@ def proc_stat(pid: int, tid: int | None = None) -> dict[str, Any] | None:
     comm = raw[raw.index("(") + 1: raw.rindex(")")]
     fields = raw.rsplit(")", 1)[1].split()  # fields[0] is proc(5)'s field 3, state
     out: dict[str, Any] = {"state": fields[0], "ppid": int(fields[1]), "cpu": int(fields[11]) + int(fields[12]),
-                           "comm": comm, "flags": int(fields[6]), "start": int(fields[19]), "processor": int(fields[36])}
+                           "comm": comm, "flags": int(fields[6]), "start": int(fields[19]),
+                           "processor": int(fields[36])}
     if fields[0] in ("Z", "X") and len(fields) >= 50:
         out["exitcode"] = _exit_code(int(fields[-1]))
     return out
@@ -107,7 +108,8 @@ def environ(pid: int) -> dict[str, str]:
 def no_process(pid: int) -> DoctorError:
     st = proc_stat(pid)
     if st is not None and st["state"] in ("Z", "X"):
-        return DoctorError(EXIT_NO_PROCESS, f"process {pid} has exited ({_how(st)}); its parent has not collected it yet")
+        return DoctorError(EXIT_NO_PROCESS,
+                           f"process {pid} has exited ({_how(st)}); its parent has not collected it yet")
     return DoctorError(EXIT_NO_PROCESS, f"no process {pid} exists (it has ended, or the PID is wrong): "
                        "find the training process with `ps -ef | grep python` or `pgrep -af train`")
 
@@ -315,7 +317,8 @@ def asleep(pid: int, tid: int) -> float | None:
     finally:
         os.sched_setaffinity(0, allowed)
     again = proc_stat(pid, tid)
-    if now is None or again is None or again["state"] not in ("S", "D") or _exec_start(f"/proc/{pid}/task/{tid}/sched") != then:
+    if now is None or again is None or again["state"] not in ("S", "D") \
+            or _exec_start(f"/proc/{pid}/task/{tid}/sched") != then:
         return None  # it ran meanwhile
     return max(0.0, now - then)
 

@@ -36,8 +36,8 @@ def events(p: Picture, v: Verdict, rank: int = 0, job: str | None = None) -> lis
             late.append({"t": end, "kind": Kind.WORKER_DIED, "worker": w.worker, "pid": w.pid, "exitcode": w.exitcode})
         if act.state not in _HOLDING or act.task is None:
             continue
-        out.append({"t": max(0.0, round(end - w.held, 6)), "kind": Kind.FETCH_START, "idx": act.task, "worker": w.worker,
-                    "n": len(act.indices or [])})
+        out.append({"t": max(0.0, round(end - w.held, 6)), "kind": Kind.FETCH_START, "idx": act.task,
+                    "worker": w.worker, "n": len(act.indices or [])})
         if w.steady:
             stuck: Event = {"t": end, "kind": Kind.WORKER_STUCK, "worker": w.worker, "idx": act.task,
                             "elapsed": round(w.held, 6), "threshold": round(w.held, 6), "pid": w.pid,
@@ -52,8 +52,8 @@ def events(p: Picture, v: Verdict, rank: int = 0, job: str | None = None) -> lis
         out.append({"t": end, "kind": Kind.MEMORY, "source": "smaps_rollup", "procs": p.memory, **(p.host or {})})
     tr = p.training
     if tr.place in ("next", "in_process") and tr.steady:
-        late.append({"t": end, "kind": Kind.CONSUMER_STUCK, "elapsed": round(tr.held, 6), "threshold": round(tr.held, 6),
-                     "stack": plain(tr.stack),
+        late.append({"t": end, "kind": Kind.CONSUMER_STUCK, "elapsed": round(tr.held, 6),
+                     "threshold": round(tr.held, 6), "stack": plain(tr.stack),
                      "waiting_for": v.task if v.worker is not None else None, "held_by": v.worker})
     late.append({"t": end, "kind": Kind.DOCTOR_VERDICT, "text": v.text, "cause": v.cause, "advice": v.advice,
                  "worker": v.worker, "idx": v.task, "sample": v.sample, "indices": v.indices, "where": v.where,

@@ -164,7 +164,8 @@ def _where(stack: list[dict[str, Any]]) -> str:
 
 
 def _at(f: dict[str, Any]) -> str:
-    return f"{str(f['file']).rsplit('/', 1)[-1]}:{f['line'] if f['line'] is not None else '?'} in {short(f['function'])}"
+    line = f["line"] if f["line"] is not None else "?"
+    return f"{str(f['file']).rsplit('/', 1)[-1]}:{line} in {short(f['function'])}"
 
 
 def _sample(act: Activity) -> str:
@@ -240,7 +241,8 @@ def _lock_verdict(p: Picture, w: Worker) -> Verdict:
         return _about("self_deadlock", p, w, lock=lock, holds=holds, taken=f"{_at({**lw.at, 'line': lw.taken})}")
     if lw is not None and lw.at is not None and lw.holder == "thread":
         same = "" if lw.sure else "likely "
-        holder = f"; its thread \"{lw.thread}\" {same}holds it, inside `with {lw.lock}:` at {_at({**lw.at, 'line': lw.taken})}"
+        holder = (f"; its thread \"{lw.thread}\" {same}holds it, inside `with {lw.lock}:` "
+                  f"at {_at({**lw.at, 'line': lw.taken})}")
         find = f"look at what thread \"{lw.thread}\" does while it holds {lock} (`py-spy dump --pid {w.pid}`)"
         return _about("lock", p, w, lock=lock, holder=holder, find=find)
     if forked:
@@ -261,8 +263,10 @@ def describe_worker(w: Worker) -> str:
     doing = {"idle": "idle on its index queue", "fetching": f"fetching {_task(act)}{_sample(act)}",
              "collate": f"collating {_task(act)}", "init": "in worker_init_fn",
              "put": f"putting {_task(act)}'s result on the result queue",
-             "lock": f"{f'waiting to import {act.module}' if act.module else f'waiting for {_lock(act.lock)}'}, {_doing(act)}",
-             "starting": "starting", "stopped": "stopped (state T)", "zombie": f"exited ({_how(w.exitcode)}), not reaped"}
+             "lock": f"{f'waiting to import {act.module}' if act.module else f'waiting for {_lock(act.lock)}'}, "
+                     f"{_doing(act)}",
+             "starting": "starting", "stopped": "stopped (state T)",
+             "zombie": f"exited ({_how(w.exitcode)}), not reaped"}
     text = f"{_who(w)}: {doing.get(act.state, act.state)}"
     if act.state in ("fetching", "collate", "init", "lock", "stopped"):
         text += _where(act.stack)
@@ -301,8 +305,10 @@ def _name(detail: str) -> str:
 
 def _training_line(p: Picture) -> str:
     tr = p.training
-    places = {"next": "in next(), waiting for data (torch's _next_data)", "in_process": "loading in next() (num_workers=0)",
-              "shutdown": "in _shutdown_workers", "pin": "in pin_memory", "collective": f"in the collective {tr.detail}",
+    places = {"next": "in next(), waiting for data (torch's _next_data)",
+              "in_process": "loading in next() (num_workers=0)",
+              "shutdown": "in _shutdown_workers", "pin": "in pin_memory",
+              "collective": f"in the collective {tr.detail}",
               "backward": "in backward()", "starting": "starting the DataLoader",
               "step": f"in {_name(tr.detail)}, outside the DataLoader"}
     who = f"thread \"{tr.thread}\" (it iterates the DataLoader)" if tr.thread else "training thread"
@@ -424,7 +430,8 @@ def _uneven_ddp(waiting: list[Rank], backward: list[Rank]) -> tuple[str, str, in
     b, _, bp, _ = backward[0]
     evidence = bp.gradient_sync or f"$WORLD_SIZE is {bp.world_size}"
     more = "".join(f", rank {other}" for other, _, _, _ in backward[1:])
-    line = (f"DDP uneven inputs: rank {r} (pid {pid}) {out} and waits in {p.training.detail}{_where(p.training.stack)}, "
+    line = (f"DDP uneven inputs: rank {r} (pid {pid}) {out} and waits in "
+            f"{p.training.detail}{_where(p.training.stack)}, "
             f"while rank {b}{more} waits for it inside backward(){_where(bp.training.stack)}, likely in the gradient "
             f"all-reduce ({evidence}), which rank {r} no longer joins")
     return line, JOIN_ADVICE, r

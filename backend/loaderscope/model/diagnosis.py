@@ -88,7 +88,8 @@ def _note_finding(note: Mapping[str, Any]) -> tuple[str, str] | None:
         return "script_died", f"the script died of {note['error']['type']}: {note['error']['message']}"
     if kind == Kind.EPOCH_RESUME:
         return "epoch_resume", (f"epoch {note['epoch']} resumed from a checkpoint at batch {note['batch']} "
-                                f"(load_state_dict); {note.get('replayed', 0)} batch(es) were fetched again to restore it")
+                                f"(load_state_dict); {note.get('replayed', 0)} batch(es) were fetched again "
+                                "to restore it")
     if kind == Kind.PROBE_ERROR:
         return "probe_error", (f"loaderscope's probe failed in {note['where']} ({note['type']}: {note['message']}); "
                                "training went on, but this run may miss events")

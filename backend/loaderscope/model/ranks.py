@@ -99,7 +99,8 @@ def _libdeflate() -> Any:
 
 def _check_length(length: int) -> None:
     if not 0 <= length <= MAX_SHARD_LENGTH:
-        raise ValueError(f"a shard digest for a dataset of {length:,} samples: at most {MAX_SHARD_LENGTH:,} are checked")
+        raise ValueError(f"a shard digest for a dataset of {length:,} samples: "
+                         f"at most {MAX_SHARD_LENGTH:,} are checked")
 
 
 def is_padding(reads: Sequence[int], length: int, twice: int, missing: int) -> bool:

@@ -62,7 +62,8 @@ WORDS: dict[str, Entry] = {
     "why.error": "the dataset or collate_fn raised",
     "why.consumer_stuck": "the training loop was stuck in next()",
     "why.timeout": "timeout= expired",
-    "straggler": "straggler: worker {worker} fetches {factor}× slower than the others (median {median} ms vs {others} ms)",
+    "straggler": "straggler: worker {worker} fetches {factor}× slower than the others "
+                 "(median {median} ms vs {others} ms)",
     "reorder": "reorder cost: {results} arrived out of order and waited in the reorder buffer (high-water {high}); "
                "{hol} s of the loop's wait came after a later batch had arrived, which in_order=False would "
                "have handed over at once",
@@ -71,7 +72,8 @@ WORDS: dict[str, Entry] = {
     "split.step": " and spent {step} ms in its step",
     "peeks": "peeks: {iterators} left after at most {batches} (next(iter(loader)) before an epoch, say), "
              "not counted as epochs; cost: {starts}, {wait} s inside next()",
-    "unpinned": "{batches} left the pin thread without pinned tensors (a custom batch type needs a pin_memory() method)",
+    "unpinned": "{batches} left the pin thread without pinned tensors "
+                "(a custom batch type needs a pin_memory() method)",
     # memory (memory.py's figures, diagnosis.py's verdicts)
     "memory.copy_on_read": "copy-on-read: the workers' private memory (USS) grew {grown} MB in all ({per} MB per "
                            "worker) as they fetched {samples} samples, {copied} MB of it pages they had shared with "

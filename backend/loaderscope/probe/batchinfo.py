@@ -1,10 +1,10 @@
 """What a batch is made of and how it crosses from a worker to the main process.
 
 Tensors travel through shared memory (torch's multiprocessing reductions pickle only a handle,
-torch/multiprocessing/reductions.py registers ``reduce_tensor``/``reduce_storage`` with ``ForkingPickler``); everything else — numpy arrays, lists of numbers,
-strings — is pickled by value through the result queue's pipe. ``sizes`` tells the two apart
-cheaply for every batch; ``describe`` gives the full structure for the few batches the inspector
-samples, with a few values of small leaves, never the whole batch.
+torch/multiprocessing/reductions.py registers ``reduce_tensor``/``reduce_storage`` with ``ForkingPickler``);
+everything else — numpy arrays, lists of numbers, strings — is pickled by value through the result queue's pipe.
+``sizes`` tells the two apart cheaply for every batch; ``describe`` gives the full structure for the few batches
+the inspector samples, with a few values of small leaves, never the whole batch.
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def loader_config(loader: DataLoader[Any]) -> dict[str, Any]:
     workers = loader.num_workers
     return {
         "num_workers": workers,
-        "batch_size": loader.batch_size if loader.batch_size is not None else getattr(batch_sampler, "batch_size", None),
+        "batch_size": (loader.batch_size if loader.batch_size is not None
+                       else getattr(batch_sampler, "batch_size", None)),
         "prefetch_factor": loader.prefetch_factor if workers else None,
         "persistent_workers": loader.persistent_workers,
         "in_order": getattr(loader, "in_order", True),

@@ -238,7 +238,8 @@ def _returns(code: CodeType, local: str) -> bool:
     if key not in _returned:
         instructions = list(dis.get_instructions(code))
         _returned[key] = any(load.opname.startswith(("LOAD_FAST", "LOAD_NAME")) and load.argval == local
-                             and then.opname == "RETURN_VALUE" for load, then in zip(instructions, instructions[1:], strict=False))
+                             and then.opname == "RETURN_VALUE"
+                             for load, then in zip(instructions, instructions[1:], strict=False))
     return _returned[key]
 
 

@@ -27,7 +27,8 @@ STACK_SIGNAL = signal.SIGUSR1
 Frame = dict[str, Any]
 
 _LIBRARY_DIRS = tuple(
-    {str(Path(p).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts") if (p := sysconfig.get_paths().get(key))}
+    {str(Path(p).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")
+     if (p := sysconfig.get_paths().get(key))}
 )
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)", re.IGNORECASE)
 _FRAME_LINE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')

@@ -57,11 +57,12 @@ class StragglerCost:
 class DescendingRoundCost:
     """Within each round of ``num_workers`` tasks, earlier tasks are mostly slower than later ones.
 
-    With a sequential sampler and round-robin dispatch, later tasks finish first, so results reach
-    the main process out of order and wait in the reorder buffer (``_task_info[idx] += (data,)`` in torch's ``_MultiProcessingDataLoaderIter._next_data``), made to happen
-    every time. The slow slot rotates by one each round, so no single worker is the straggler; and
-    worker w pays a small extra (a fifth of a sample's base cost per sample, times w), so no two
-    workers ever finish at the same moment: which results get parked does not depend on jitter.
+    With a sequential sampler and round-robin dispatch, later tasks finish first, so results reach the main
+    process out of order and wait in the reorder buffer (``_task_info[idx] += (data,)`` in torch's
+    ``_MultiProcessingDataLoaderIter._next_data``), made to happen every time. The slow slot rotates by one each
+    round, so no single worker is the straggler; and worker w pays a small extra (a fifth of a sample's base
+    cost per sample, times w), so no two workers ever finish at the same moment: which results get parked does
+    not depend on jitter.
     """
 
     ms: float
@@ -126,7 +127,8 @@ def shard_bounds(length: int, num_workers: int, uneven: bool) -> list[tuple[int,
 
 
 class ShardedRange(IterableDataset[torch.Tensor]):
-    """The sharding pattern of torch's ``IterableDataset`` docstring (torch/utils/data/dataset.py): each worker takes its own slice via ``get_worker_info()``."""
+    """The sharding pattern of torch's ``IterableDataset`` docstring (torch/utils/data/dataset.py): each worker
+    takes its own slice via ``get_worker_info()``."""
 
     def __init__(self, length: int, cost: UniformCost, uneven: bool) -> None:
         self.length = length
@@ -148,7 +150,8 @@ class ShardedRange(IterableDataset[torch.Tensor]):
 
 
 class GroupSampler(Sampler[int]):
-    """mmdetection's aspect-ratio GroupSampler (mmdet/datasets/samplers/group_sampler.py), seeded per epoch for reproducibility.
+    """mmdetection's aspect-ratio GroupSampler (mmdet/datasets/samplers/group_sampler.py), seeded per epoch
+    for reproducibility.
 
     Indices of one group are shuffled and padded to a multiple of ``samples_per_gpu``; chunks are
     then permuted, so every batch (under a BatchSampler of the same size) holds one aspect ratio.
@@ -186,7 +189,8 @@ class GroupSampler(Sampler[int]):
 
 
 class LengthSortedBatchSampler(Sampler[list[int]]):
-    """A length-bucketing batch sampler (passed as ``batch_sampler=``): sort by length so each batch pads little, shuffle the batches."""
+    """A length-bucketing batch sampler (passed as ``batch_sampler=``): sort by length so each batch pads
+    little, shuffle the batches."""
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, drop_last: bool = False) -> None:
         self.lengths = list(lengths)

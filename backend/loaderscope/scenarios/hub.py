@@ -1,13 +1,13 @@
 """Scenarios from ``torch.hub`` entry points: a team's real dataset on the dashboard, no scenario code.
 
 ``loaderscope run --hub DIR:ENTRY`` (and ``serve --hub``) loads ``hubconf.py`` from DIR with
-``torch.hub.load(DIR, ENTRY, source="local", **kwargs)`` (torch/hub.py: ``load`` with ``source='local'`` calls ``_load_local``, which imports DIR/hubconf.py). The entry
-returns a Dataset, or a dict with ``dataset`` and optionally ``sampler``, ``batch_sampler`` and
-``collate_fn``. Only entries named on the command line by whoever started loaderscope can load:
-the page may pick among them, never name a path; its parameters are the loader's, typed and bounded.
-A run process gets the entry of its scenario on its own command line (``HubEntry.to_json``).
-No torch here: the builder (``builders.hub``) loads the entry when a run is built, and
-``catalog.hub_scenario`` makes the entry a scenario of the catalog.
+``torch.hub.load(DIR, ENTRY, source="local", **kwargs)`` (torch/hub.py: ``load`` with ``source='local'`` calls
+``_load_local``, which imports DIR/hubconf.py). The entry returns a Dataset, or a dict with ``dataset`` and
+optionally ``sampler``, ``batch_sampler`` and ``collate_fn``. Only entries named on the command line by whoever
+started loaderscope can load: the page may pick among them, never name a path; its parameters are the loader's,
+typed and bounded. A run process gets the entry of its scenario on its own command line (``HubEntry.to_json``).
+No torch here: the builder (``builders.hub``) loads the entry when a run is built, and ``catalog.hub_scenario``
+makes the entry a scenario of the catalog.
 """
 
 from __future__ import annotations

@@ -84,7 +84,8 @@ SamplerName = Literal[
 
 class SamplerParams(CommonParams):
     sampler: SamplerName = Field("random", description="which sampler feeds the batch sampler")
-    num_samples: int = Field(0, ge=0, le=100_000, description="samples drawn (random_replacement, weighted; 0: dataset size)")
+    num_samples: int = Field(0, ge=0, le=100_000,
+                             description="samples drawn (random_replacement, weighted; 0: dataset size)")
     world_size: int = Field(2, ge=1, le=64, description="ranks (distributed)")
     rank: int = Field(0, ge=0, le=63, description="this rank (distributed)")
 

@@ -17,8 +17,8 @@ MAX_ACTIVE_RUNS = 4  # run processes at once
 # Runs held in memory (besides logdir runs): past it an ended run is forgotten (its trace file stays) or a
 # disconnected one moves to disk (parked: listed, resumable), the source holding the most going first.
 MAX_RUNS = 200
-# Runs parked on disk, listed with their summary (~45 KiB of server RSS each, bench/parked.py): past it the source parking
-# the most loses its longest gone (delisted; its trace stays).
+# Runs parked on disk, listed with their summary (~45 KiB of server RSS each, bench/parked.py): past it the
+# source parking the most loses its longest gone (delisted; its trace stays).
 MAX_PARKED = 1000
 MAX_RUN_EVENTS = 50_000_000  # a producer sending more is cut off
 STOP_GRACE = 3.0  # seconds a run has to stop by itself before its process group gets SIGTERM

@@ -8,13 +8,13 @@ high, a worker's USS at its high with the copy-on-read growth in it, and the mea
 
     shared + main + num_workers × worker + prefetch_factor × num_workers × batch
 
-(the batches in flight never more than an epoch's batches). A worker with more samples to fetch than a recorded one (fewer workers) copies more at the recorded
-rate per sample fetched, up to the shared memory it has left to copy; one with fewer is charged as
-recorded: copy-on-read copies whole pages (a refcount write dirties the page an object lies in,
-``torch/utils/data/dataloader.py`` forks the workers), and fewer samples drawn at random across a
-list still touch about the same pages. The room is the loader's PSS plus the host's headroom at the
-tightest sample: what the loader's processes could have held then. Pure: no I/O; a run without
-memory samples has no footprint, and nothing is said about its memory.
+(the batches in flight never more than an epoch's batches). A worker with more samples to fetch than a recorded
+one (fewer workers) copies more at the recorded rate per sample fetched, up to the shared memory it has left to
+copy; one with fewer is charged as recorded: copy-on-read copies whole pages (a refcount write dirties the page
+an object lies in, ``torch/utils/data/dataloader.py`` forks the workers), and fewer samples drawn at random
+across a list still touch about the same pages. The room is the loader's PSS plus the host's headroom at the
+tightest sample: what the loader's processes could have held then. Pure: no I/O; a run without memory samples
+has no footprint, and nothing is said about its memory.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from loaderscope.model.memory import MAIN, MemoryModel
 from loaderscope.model.state import reduce
 
 SAID_SHARE = 0.01  # the batches in flight are named in a sentence from this share of the memory on
-MEMORY_KEYS = ("memory", "memory_worker", "memory_in_flight", "memory_available", "memory_fits")  # what ``annotate`` adds to a row
+# what ``annotate`` adds to a row
+MEMORY_KEYS = ("memory", "memory_worker", "memory_in_flight", "memory_available", "memory_fits")
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ def footprint(events: Sequence[Mapping[str, Any]]) -> Footprint | None:
         per_sample=copied / samples if samples > 0 else 0.0, samples=samples,
         room_to_copy=round(sum(max(0, (p.base_shared or 0) - p.copied) for p in workers) / len(workers))
         if workers else 0,
-        batch=sum(sizes) / len(sizes) if sizes else 0.0, batches=config.get("batches_per_epoch"), peak=m.total_high, available=_available(m))
+        batch=sum(sizes) / len(sizes) if sizes else 0.0, batches=config.get("batches_per_epoch"),
+        peak=m.total_high, available=_available(m))
 
 
 def _available(m: MemoryModel) -> int | None:
@@ -127,7 +129,8 @@ def over_text(row: Mapping[str, Any], swept: Sequence[str]) -> str | None:
               if row["memory_in_flight"] >= SAID_SHARE * row["memory"] else "")
     each = (f"{row['num_workers']} × {gb(row['memory_worker'])}" if "num_workers" in row
             else f"{gb(row['memory_worker'])} a worker")
-    return (f"{where}: about {each} for the workers ({gb(workers)} with the main process){flying}, more than the {gb(row['memory_available'])} available")
+    return (f"{where}: about {each} for the workers ({gb(workers)} with the main process){flying}, "
+            f"more than the {gb(row['memory_available'])} available")
 
 
 def over_texts(rows: Sequence[Mapping[str, Any]], swept: Sequence[str]) -> list[str]:

@@ -102,7 +102,8 @@ def _variant(values: dict[str, Any], plan: Plan, costs: CostModel) -> Variant:
         raise ParamError([Problem(key, values[key], f"cannot sweep {key}: not a parameter of {plan.name} nor a cost",
                                   ", ".join(sorted(param_keys | cost_keys))) for key in unknown])
     # A cost the model sets overrides the scenario's (step_ms): sweep it there too.
-    update = {k: v for k, v in values.items() if k in cost_keys and (k not in param_keys or k in costs.model_fields_set)}
+    update = {k: v for k, v in values.items()
+              if k in cost_keys and (k not in param_keys or k in costs.model_fields_set)}
     variant = plan.with_values({k: v for k, v in values.items() if k in param_keys})
     try:
         costs = CostModel.model_validate(costs.model_dump(exclude_unset=True) | update)

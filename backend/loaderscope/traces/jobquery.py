@@ -125,7 +125,8 @@ def _load(con: duckdb.DuckDBPyConnection, paths: Sequence[str], fs: Any, within:
     return unreadable
 
 
-def _insert_readable(con: duckdb.DuckDBPyConnection, reads: Sequence[Read], paths: Sequence[str]) -> list[dict[str, Any]]:
+def _insert_readable(con: duckdb.DuckDBPyConnection, reads: Sequence[Read],
+                     paths: Sequence[str]) -> list[dict[str, Any]]:
     """``_insert`` these files; when the batch cannot be read, each run's alone, and a Parquet trace's
     parts one by one up to the first that cannot be read (its events before it are the run's, as a
     killed writer's parts are): one damaged trace never costs the table the others. Returns the
@@ -184,7 +185,8 @@ def _insert(con: duckdb.DuckDBPyConnection, reads: Sequence[Read]) -> None:
     sources = ([json_source([r.at for r in by_source["json"]])] if by_source["json"] else []) + \
         ([parquet_source(con, [r.at for r in by_source["parquet"]])] if by_source["parquet"] else [])
     con.execute(f"INSERT INTO events SELECT {', '.join(map(kept, COLUMNS))}, f.file FROM ("
-                + " UNION ALL ".join(sources) + ") e JOIN files f ON f.source = e.source AND f.file_index = e.file_index")
+                + " UNION ALL ".join(sources)
+                + ") e JOIN files f ON f.source = e.source AND f.file_index = e.file_index")
 
 
 def _allow_open_files(needed: int) -> None:
@@ -255,5 +257,6 @@ def _query_error(exc: Exception, label: str, deadline: Deadline) -> JobQueryErro
     if deadline.passed():
         return deadline.error()
     if isinstance(exc, duckdb.OutOfMemoryException):
-        return JobQueryError(f"{label}: " + deadline.budget.refusal("memory_bytes", "reading the traces took more memory"))
+        return JobQueryError(f"{label}: "
+                             + deadline.budget.refusal("memory_bytes", "reading the traces took more memory"))
     return JobQueryError(f"{label}: the traces could not be queried: {exc}")

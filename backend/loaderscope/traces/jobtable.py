@@ -124,7 +124,8 @@ def shard_checks(rows: list[dict[str, Any]], ranks: Sequence[dict[str, Any]], bu
         cost = length * len(ends) if 0 <= length <= MAX_SHARD_LENGTH else 0  # a longer one is refused by its length
         report: dict[str, Any]
         if spent + cost > budget.shard_bytes:
-            report = {"error": budget.refusal("shard_bytes", f"its digests ({len(ends)} × {length:,} indices), with the "
+            report = {"error": budget.refusal("shard_bytes", f"its digests ({len(ends)} × {length:,} indices), "
+                                              "with the "
                                               f"checks before it, come to {size_text(spent + cost)} decoded",
                                               spent + cost)}
         else:
@@ -147,7 +148,8 @@ def shard_text_of(check: dict[str, Any]) -> str:
 RANK_IN_NAME = re.compile(r"-rank([0-9]+)-")  # paths.trace_path's names: the rank of a trace unread
 
 
-def damage(paths: Sequence[str], unreadable: list[dict[str, Any]], health: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def damage(paths: Sequence[str], unreadable: list[dict[str, Any]],
+           health: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What is wrong with each trace that has something wrong, in path order: ``unreadable`` (left out,
     or its parts from one on), ``empty`` (no event), ``no run_start`` (left out: its names and clock are
     missing), ``events missing`` (gaps in its seq numbers) or ``no run_end`` (still being written, or its
@@ -161,7 +163,8 @@ def damage(paths: Sequence[str], unreadable: list[dict[str, Any]], health: list[
         row = seen.get(run)
         named = {"trace": path, "rank": row["rank"] if row and row["tabled"] else _rank_in_name(path),
                  "job": row["job"] if row and row["tabled"] else None,
-                 "loader": row["loader"] if row and row["tabled"] else None, "rank_from_name": not (row and row["tabled"])}
+                 "loader": row["loader"] if row and row["tabled"] else None,
+                 "rank_from_name": not (row and row["tabled"])}
         if run in cut:
             found.append(named | {"problem": cut[run].get("problem", "unreadable"), "detail": cut[run]["detail"]})
         elif row is None or not row["events"]:

@@ -26,8 +26,9 @@ from loaderscope.traces.safefiles import create_file, touch
 if TYPE_CHECKING:
     from loaderscope.traces.parquet import ParquetTraceWriter
 
-__all__ = ["FORMAT", "FORMATS", "FORMAT_ENV", "SUFFIXES", "TraceError", "TraceWriter", "check_header", "chosen_format", "header", "open_writer",
-           "is_parquet_path", "parse_lines", "parsed_trace", "read_trace", "read_trace_tolerant", "write_trace"]
+__all__ = ["FORMAT", "FORMATS", "FORMAT_ENV", "SUFFIXES", "TraceError", "TraceWriter", "check_header", "chosen_format",
+           "header", "open_writer", "is_parquet_path", "parse_lines", "parsed_trace", "read_trace",
+           "read_trace_tolerant", "write_trace"]
 
 MAX_LINE_BYTES = 1 << 20
 MAX_TRACE_BYTES = 4 << 30
@@ -164,7 +165,8 @@ def parsed_trace(path: str | Path) -> Iterator[dict[str, Any] | Event]:
     """
     if is_parquet_path(path):
         if not columnar_available():
-            raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow (pip install 'loaderscope[columnar]')")
+            raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow "
+                             "(pip install 'loaderscope[columnar]')")
         from loaderscope.traces.parquet import parsed_parquet_trace
         yield from parsed_parquet_trace(path)
         return
@@ -189,7 +191,8 @@ def read_trace_tolerant(path: str | Path) -> tuple[dict[str, Any], list[Event], 
     path = Path(path)
     if is_parquet_path(path):
         if not columnar_available():
-            raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow (pip install 'loaderscope[columnar]')")
+            raise TraceError(f"{path} is a Parquet trace: reading it needs pyarrow "
+                             "(pip install 'loaderscope[columnar]')")
         from loaderscope.traces.parquet import read_parquet_trace
         return read_parquet_trace(path)
     if not path.is_file():

@@ -185,7 +185,8 @@ def part_header(file: pq.ParquetFile, source: str) -> dict[str, Any]:
     meta = file.schema_arrow.metadata or {}
     if METADATA_KEY not in meta:
         raise TraceError(f"{source} is a Parquet file but not a loaderscope trace: its key-value metadata has no "
-                         f"{METADATA_KEY.decode()!r} header (write one with `loaderscope export FILE -o NAME.trace.parquet`)")
+                         f"{METADATA_KEY.decode()!r} header "
+                         "(write one with `loaderscope export FILE -o NAME.trace.parquet`)")
     return check_header(meta[METADATA_KEY], source)
 
 
@@ -242,7 +243,8 @@ def check_part(file: pq.ParquetFile, source: str, max_rows: int | None, max_byte
     if max_rows is not None and meta.num_rows > max_rows:
         raise over_budget(source, f"holds {meta.num_rows:,} events, more than the {max_rows:,} a part may hold here")
     if max_bytes is not None and decoded > max_bytes:
-        raise over_budget(source, f"decodes to {decoded:,} bytes of columns, more than the {max_bytes:,} a part may here")
+        raise over_budget(source, f"decodes to {decoded:,} bytes of columns, "
+                                  f"more than the {max_bytes:,} a part may here")
 
 
 def over_budget(source: str, what: str) -> TraceError:

@@ -25,7 +25,8 @@ from loaderscope.server.logdir.tracefile import TraceFile
 from loaderscope.traces.jsonl import SUFFIXES, TraceError, columnar_available
 
 PARQUET_SUFFIX = SUFFIXES["parquet"]
-NEEDS_PYARROW = "is a Parquet trace: listing it needs pyarrow (pip install 'loaderscope[columnar]' where the dashboard runs)"
+NEEDS_PYARROW = ("is a Parquet trace: listing it needs pyarrow "
+                 "(pip install 'loaderscope[columnar]' where the dashboard runs)")
 
 
 def is_part(path: str) -> bool:
@@ -94,7 +95,8 @@ def _part_file(storage: Storage, path: str) -> IO[bytes]:
         raise over_budget(path, f"is over {PARQUET_PART_BYTES:,} bytes, more than a part may be here")
     footer = int.from_bytes(data[-8:-4], "little")  # Parquet ends: footer, its length (4 bytes LE), PAR1
     if footer > PARQUET_FOOTER_BYTES:
-        raise over_budget(path, f"has a footer of {footer:,} bytes, more than the {PARQUET_FOOTER_BYTES:,} a part's may have here")
+        raise over_budget(path, f"has a footer of {footer:,} bytes, "
+                                f"more than the {PARQUET_FOOTER_BYTES:,} a part's may have here")
     return io.BytesIO(data)
 
 

@@ -121,7 +121,8 @@ class EventLog:
             event["run"] = run_id
         lines = encode_each(events)
         views = events
-        if max(map(len, lines), default=0) > STATE_EVENT_BYTES:  # rare: a large event is cut for the store, the reducer, or both
+        # rare: a large event is cut for the store, the reducer, or both
+        if max(map(len, lines), default=0) > STATE_EVENT_BYTES:
             views = list(events)
             for position, line in enumerate(lines):
                 if len(line) > STATE_EVENT_BYTES:
@@ -225,7 +226,8 @@ class EventLog:
         log without a file), appending to ``spill`` (the trace reopened) from now on."""
         assert rebuilt.next_seq == self.next_seq, "the trace read back must hold every event"
         self.state, self._order, self.meters = rebuilt.state, rebuilt._order, rebuilt.meters
-        self._tail, self._tail_bytes, self._first_in_memory = rebuilt._tail, rebuilt._tail_bytes, rebuilt._first_in_memory
+        self._tail, self._tail_bytes = rebuilt._tail, rebuilt._tail_bytes
+        self._first_in_memory = rebuilt._first_in_memory
         self.state_problems, self.state_problem_count = rebuilt.state_problems, rebuilt.state_problem_count
         self.forgotten_tasks, self.ended = rebuilt.forgotten_tasks, rebuilt.ended
         self.spill, self._summary, self.parked = spill, None, False

@@ -3,8 +3,9 @@
 A local dashboard that starts processes is an attack surface: browsers apply neither same-origin
 nor CORS to websocket handshakes, and uvicorn/Starlette check neither ``Origin`` nor ``Host``
 (DNS rebinding). The model is Jupyter Server's ``check_origin``/``check_host`` plus a per-launch
-token (as Jupyter Server's check_origin/check_host and token). Checks run in one ASGI middleware, before any route, for HTTP and websockets:
-a rejected websocket is answered with an HTTP error before the handshake completes.
+token (as Jupyter Server's check_origin/check_host and token). Checks run in one ASGI middleware, before any
+route, for HTTP and websockets: a rejected websocket is answered with an HTTP error before the handshake
+completes.
 """
 
 from __future__ import annotations

@@ -256,8 +256,9 @@ def _within_budget(chosen: list[Variant]) -> list[Variant] | JSONResponse:
     total = sum(_events_of(variant) for variant in chosen)
     if total <= MAX_SWEEP_EVENTS:
         return chosen
-    return JSONResponse({"detail": f"this sweep would simulate about {total:,} events, more than the {MAX_SWEEP_EVENTS:,} "
-                         "one sweep may: sweep fewer combinations, a smaller dataset_size or fewer epochs"},
+    return JSONResponse({"detail": f"this sweep would simulate about {total:,} events, "
+                         f"more than the {MAX_SWEEP_EVENTS:,} one sweep may: sweep fewer combinations, "
+                         "a smaller dataset_size or fewer epochs"},
                         status_code=413)
 
 

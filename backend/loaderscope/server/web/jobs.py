@@ -42,7 +42,8 @@ def job_files(request: Request, job: str) -> tuple[dict[str, str], Any, str]:
     if logdir is None or not relative:
         return {}, None, ""
     if "://" not in str(logdir):
-        return {posixpath.join(str(logdir), path): run_id for path, run_id in sorted(relative.items())}, None, str(logdir)
+        local = {posixpath.join(str(logdir), path): run_id for path, run_id in sorted(relative.items())}
+        return local, None, str(logdir)
     import fsspec  # type: ignore[import-untyped]  # the optional remote extra; a URL logdir was only opened with it
 
     fs, root = fsspec.core.url_to_fs(str(logdir))

@@ -233,7 +233,8 @@ def _runs(w: _Writer, runs: list[RunReading]) -> None:
     """Every run family, a family at a time (its samples together, as both formats want them)."""
     keys = [_labels(zip(RUN_LABELS, run.labels, strict=True)) for run in runs]
     w.family("loaderscope_run_info", "gauge", "1 for each exported run, with how it was produced",
-             (("loaderscope_run_info", f"{key},{_labels(zip(('mode', 'origin', 'world_size'), run.info, strict=True))}", 1)
+             (("loaderscope_run_info",
+               f"{key},{_labels(zip(('mode', 'origin', 'world_size'), run.info, strict=True))}", 1)
               for key, run in zip(keys, runs, strict=True)))
     w.family("loaderscope_run_status", "gauge", "1, labelled with the run's status (one series a run)",
              (("loaderscope_run_status", f"{key},{_labels([('status', run.status)])}", 1)
