@@ -167,7 +167,8 @@ def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) 
     result = page.evaluate(INTERACT)
     # where the pan and zoom frames went: main.js frame()'s parts, in ms per frame
     split = page.evaluate("() => { const p = window.loaderscope.perf;"
-                          " return Object.fromEntries(Object.entries(p.split).map(([k, v]) => [k, v / Math.max(1, p.frames)])); }")
+                          " return Object.fromEntries(Object.entries(p.split)"
+                          ".map(([k, v]) => [k, v / Math.max(1, p.frames)])); }")
     context.close()
     if errors:
         raise RuntimeError(f"the page failed: {errors}")
@@ -194,15 +195,19 @@ const got = fs.readSync(fs.openSync(path, 'r'), buf, 0, buf.length);
 const bytes = buf.subarray(0, buf.subarray(0, got).lastIndexOf(10) + 1);
 const pieces = []; // as a worker's stream gives them
 for (let p = 0; p < bytes.length; p += 65536) pieces.push(new Uint8Array(bytes.subarray(p, p + 65536)));
-const cpu = (f) => { const c0 = process.cpuUsage(); const n = f(); const c = process.cpuUsage(c0); return (c.user + c.system) / n; };
+const cpu = (f) => {
+  const c0 = process.cpuUsage(); const n = f(); const c = process.cpuUsage(c0); return (c.user + c.system) / n;
+};
 const code = await Promise.all(roots.map(async (root) => ({
-  root, ...(await import(`${root}/frontend/js/views/trace-file.js`)), ...(await import(`${root}/frontend/js/model/event-table.js`)),
-  ...(await import(`${root}/frontend/js/model/track.js`)), ...(await import(`${root}/frontend/js/model/table-lines.js`)) })));
+  root, ...(await import(`${root}/frontend/js/views/trace-file.js`)),
+  ...(await import(`${root}/frontend/js/model/event-table.js`)),
+  ...(await import(`${root}/frontend/js/model/track.js`)),
+  ...(await import(`${root}/frontend/js/model/table-lines.js`)) })));
 function parse({ TraceReader, EventTable, pushLine }) {
   const batches = [];
   let rows = new EventTable(1 << 16);
-  const reader = new TraceReader({ source: 'bench', onHeader: () => {}, onEvent: (e) => rows.push(e), accept: (e) => rows.pushValid(e),
-    acceptLine: (text, start, end) => pushLine(rows, text, start, end) });
+  const reader = new TraceReader({ source: 'bench', onHeader: () => {}, onEvent: (e) => rows.push(e),
+    accept: (e) => rows.pushValid(e), acceptLine: (text, start, end) => pushLine(rows, text, start, end) });
   for (const piece of pieces) {
     reader.push(piece);
     if (rows.length >= 1 << 16) { batches.push(rows); rows = new EventTable(1 << 16); }
@@ -227,7 +232,10 @@ for (let r = 0; r < Number(rounds); r++) {
     out[k].apply.push(cpu(() => apply(c, batches)));
   });
 }
-const fmt = (a) => { a.sort((x, y) => x - y); return `${a[a.length >> 1].toFixed(3)} [${a[0].toFixed(3)}-${a.at(-1).toFixed(3)}]`; };
+const fmt = (a) => {
+  a.sort((x, y) => x - y);
+  return `${a[a.length >> 1].toFixed(3)} [${a[0].toFixed(3)}-${a.at(-1).toFixed(3)}]`;
+};
 code.forEach((c, k) => console.log(JSON.stringify({ checkout: c.root, mb: Number(mb), rounds: Number(rounds),
   parse_cpu_us_per_event: fmt(out[k].parse), apply_cpu_us_per_event: fmt(out[k].apply) })));
 """
@@ -251,7 +259,8 @@ PARSE_ONLY = """async (parsers) => {
   let events = 0;
   const o = { workers: parsers, onHeader: () => {}, onRows: (rows) => { events += rows.length; },
     onEvent: () => { events += 1; } }; // a checkout without onRows rebuilds each event
-  await (files[0].name.endsWith('.parquet') ? readParquetTraceInWorkers(files, 'parquet', o) : readTraceFileInWorkers(files[0], o));
+  await (files[0].name.endsWith('.parquet') ? readParquetTraceInWorkers(files, 'parquet', o)
+    : readTraceFileInWorkers(files[0], o));
   return { events, parse_only_s: (performance.now() - t0) / 1000 };
 }"""
 
@@ -276,7 +285,8 @@ def summarise(results: list[dict[str, Any]]) -> None:
         groups.setdefault((r["events"], r["format"], r["page"], r["parsers"]), []).append(r)
     for (events, fmt, page, parsers), rs in groups.items():
         line: dict[str, Any] = {"events": events, "format": fmt, "page": page, "parsers": parsers, "runs": len(rs)}
-        for key in ("open_s", "parse_only_s", "fps", "load_frame_p95_ms", "seek_ms", "heap_mb", "buffers_mb", "bytes_per_event"):
+        for key in ("open_s", "parse_only_s", "fps", "load_frame_p95_ms", "seek_ms", "heap_mb", "buffers_mb",
+                    "bytes_per_event"):
             values = sorted(r[key] for r in rs if r.get(key) is not None)
             if values:
                 line[key] = f"{statistics.median(values):.2f} [{values[0]:.2f}-{values[-1]:.2f}]"

@@ -216,7 +216,8 @@ def summary_costs(total: int) -> dict[str, list[float]]:
     return {"GET while events arrive (updated at most once a second)": calls,
             "one update while events arrive (a frame between updates)": updates,
             "GET on the finished run": [timed(detail) for _ in range(20)],
-            "from scratch (every fetch sorted again)": [timed(lambda: diagnosis(state, summary(state))) for _ in range(3)]}
+            "from scratch (every fetch sorted again)": [timed(lambda: diagnosis(state, summary(state)))
+                                                         for _ in range(3)]}
 
 
 def interval(values: list[float]) -> str:
@@ -264,7 +265,8 @@ def main() -> None:
         ratios = [c / f for c, f in zip(cost[way], floor[way], strict=True)]
         decoded = [d / f for d, f in zip(decode[way], floor[way], strict=True)]
         table.add_row(f"{way} ({len(frames)} frames)", f"{sum(map(len, frames)) / events:.0f}",
-                      interval(cost[way]), interval(floor[way]), interval(ratios), interval(decode[way]), interval(decoded))
+                      interval(cost[way]), interval(floor[way]), interval(ratios), interval(decode[way]),
+                      interval(decoded))
     console = Console(width=200)
     console.print(table)
     console.print(f"{events:,} events of a real {WORKERS}-worker run per way and repeat; {repeats} repeats, "
@@ -273,7 +275,8 @@ def main() -> None:
         table = Table("frames", f"{args.baseline}: server CPU µs/event", "its ratio to the floor",
                       "this server / that one", title="before/after: the same frames, the same repeats")
         for way in ways:
-            table.add_row(way, interval(before[way]), interval([b / f for b, f in zip(before[way], floor[way], strict=True)]),
+            table.add_row(way, interval(before[way]),
+                          interval([b / f for b, f in zip(before[way], floor[way], strict=True)]),
                           interval([c / b for c, b in zip(cost[way], before[way], strict=True)]))
         console.print(table)
     table = Table("in this process: CPU per event, as a ratio to orjson.loads of the same bytes",
@@ -282,7 +285,8 @@ def main() -> None:
         table.add_row(stage, *(interval(stages[way][stage]) for way in ways))
     console.print(table)
     summary_events = 50_000 if args.quick else args.summary_events
-    table = Table("GET /api/runs/{id}", "µs per call: median (min-max)", title=f"a run's summary at {summary_events:,} events")
+    table = Table("GET /api/runs/{id}", "µs per call: median (min-max)",
+                  title=f"a run's summary at {summary_events:,} events")
     for case, times in summary_costs(summary_events).items():
         table.add_row(case, interval(times))
     console.print(table)

@@ -6,8 +6,8 @@
 
 RANKS simulated ranks (tests/fleet.py, one process: each rank's trace written as the probe writes it,
 one batch's events every EVERY seconds after HISTORY at once, rank 0's worker 1 stuck) are followed by
-``loaderscope serve --logdir``; no page is open. Once every rank is listed running, prints the server's CPU (share of one
-core) and RSS over WINDOWS windows of WINDOW seconds without a scrape, then SCRAPES scrapes of
+``loaderscope serve --logdir``; no page is open. Once every rank is listed running, prints the server's CPU
+(share of one core) and RSS over WINDOWS windows of WINDOW seconds without a scrape, then SCRAPES scrapes of
 /metrics back to back (Prometheus's Accept header, OpenMetrics): each one's wall time and the server's
 CPU during it, the series and bytes, how many ranks and whether the stuck rank 0 has series. The
 server's RSS before the ranks came is printed too: the difference is what following them costs.

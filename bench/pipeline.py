@@ -170,7 +170,8 @@ FRAME_STATS = """() => { const app = window.loaderscope, fm = [...app.perf.frame
 # last frame: a frame callback registered after the page's own runs once it has drawn).
 PAGE_SETUP = """() => { const app = window.loaderscope, p = app.perf, s = app.stream;
   p.frames = 0; p.frameMs.length = 0; for (const k in p.split) p.split[k] = 0;
-  window._t0 = performance.now(); window._m0 = s.messages; window._c0 = s.chars; window._r0 = s.lastSeq + 1; window._s0 = s.resyncs; window._drawn = app.eventCount;
+  window._t0 = performance.now(); window._m0 = s.messages; window._c0 = s.chars; window._r0 = s.lastSeq + 1;
+  window._s0 = s.resyncs; window._drawn = app.eventCount;
   if (!window._hooked) { window._hooked = true; app.scheduler.onFrame(() => { window._drawn = app.eventCount; }); } }"""
 PAGE_COUNTS = "() => [window.loaderscope.stream.lastSeq + 1, window.loaderscope.eventCount, window._drawn]"
 STAGES = ("ingest", "deliver", "apply", "draw")
@@ -324,8 +325,8 @@ def spread(values: list[float], fmt: str) -> str:
 
 
 def growth_tables(results: dict[Row, list[dict[str, Any]]]) -> list[Table]:
-    costs = Table("tree", "workers", "live events/s", "server CPU per event", "page CPU per event", "page max lag", "page fps",
-                  "page frame p50 / p95", "events / bytes per message", "resyncs",
+    costs = Table("tree", "workers", "live events/s", "server CPU per event", "page CPU per event", "page max lag",
+                  "page fps", "page frame p50 / p95", "events / bytes per message", "resyncs",
                   title="cost growth: live runs with the page open (median [range] of the runs)")
     where = Table("tree", "workers", "live events/s", *(f"{stage} (mean / at max)" for stage in STAGES),
                   "frame: apply / pipeline / timeline / panels ms", "cores: " + " / ".join(ROLES),
@@ -333,16 +334,20 @@ def growth_tables(results: dict[Row, list[dict[str, Any]]]) -> list[Table]:
     for (tree, workers, rate), runs in results.items():
         cpu = [r["cpu_us"] for r in runs]
         page_us = [(r["cores"]["renderer"] + r["cores"]["gpu"]) / rate * 1e6 for r in runs]
-        costs.add_row(tree, str(workers), f"{rate:,}", f"{spread(cpu, '.1f')} µs ({statistics.median(cpu) * rate / 1e4:.0f}% of a core)",
+        costs.add_row(tree, str(workers), f"{rate:,}",
+                      f"{spread(cpu, '.1f')} µs ({statistics.median(cpu) * rate / 1e4:.0f}% of a core)",
                       f"{spread(page_us, '.1f')} µs",
                       spread([r["lag"] for r in runs], ".2f") + " s", spread([r["fps"] for r in runs], ".0f"),
-                      f"{statistics.median(r['p50'] for r in runs):.1f} / {statistics.median(r['p95'] for r in runs):.1f} ms",
+                      f"{statistics.median(r['p50'] for r in runs):.1f} / "
+                      f"{statistics.median(r['p95'] for r in runs):.1f} ms",
                       f"{statistics.median(r['events_per_message'] for r in runs):.0f} / "
                       f"{statistics.median(r['bytes_per_message'] for r in runs) / 1024:.0f} KiB",
                       spread([r["resyncs"] for r in runs], ".0f"))
-        split = " / ".join(f"{statistics.median(r['split'][k] for r in runs):.1f}" for k in ("apply", "pipeline", "timeline", "panels"))
-        where.add_row(tree, str(workers), f"{rate:,}", *(f"{statistics.median(r['mean'][s] for r in runs):.2f} / "
-                                                  f"{statistics.median(r['worst'][s] for r in runs):.2f}" for s in STAGES), split,
+        split = " / ".join(f"{statistics.median(r['split'][k] for r in runs):.1f}"
+                           for k in ("apply", "pipeline", "timeline", "panels"))
+        where.add_row(tree, str(workers), f"{rate:,}",
+                      *(f"{statistics.median(r['mean'][s] for r in runs):.2f} / "
+                        f"{statistics.median(r['worst'][s] for r in runs):.2f}" for s in STAGES), split,
                       " / ".join(f"{statistics.median(r['cores'][name] for r in runs):.2f}" for name in ROLES))
     return [costs, where]
 
@@ -351,7 +356,8 @@ def profile_tables(results: dict[Row, list[dict[str, Any]]]) -> list[Table]:
     tables = []
     for (tree, workers, rate), runs in results.items():
         table = Table("function", "self", "inclusive",
-                      title=f"page CPU profile, {tree}: {workers} workers at {rate:,}/s (share of the first run's samples)")
+                      title=f"page CPU profile, {tree}: {workers} workers at {rate:,}/s "
+                            "(share of the first run's samples)")
         for name, own, inclusive in runs[0]["hot"]:
             table.add_row(name, f"{own:.1%}", f"{inclusive:.1%}")
         tables.append(table)
@@ -391,7 +397,8 @@ def main() -> None:
             rows += [("ingest, frames of full events", f"{rate:,.0f} events/s, server CPU {cpu_us:.1f} µs per event"),
                      ("ingest, frames of compact rows (as the probe sends)",
                       f"{compact_rate:,.0f} events/s, server CPU {compact_cpu_us:.1f} µs per event")]
-            rows.append(("Python websocket viewer (replay of the run)", f"{viewer_rate(server, run, total):,.0f} events/s"))
+            rows.append(("Python websocket viewer (replay of the run)",
+                         f"{viewer_rate(server, run, total):,.0f} events/s"))
         if not args.no_page:
             with sync_playwright() as pw:
                 page = open_page(pw, server)

@@ -171,7 +171,8 @@ def installer(python: Path) -> list[str] | None:
         return None
     links = os.environ.get("PIP_FIND_LINKS") or subprocess.run(
         [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True).stdout
-    return [str(uv), "pip", "install", "-q", "--python", str(python), *(f"--find-links={link}" for link in links.split())]
+    return [str(uv), "pip", "install", "-q", "--python", str(python),
+            *(f"--find-links={link}" for link in links.split())]
 
 
 def make_venv(tmp: Path, wheel: Path, env: dict[str, str]) -> Path:

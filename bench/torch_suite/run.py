@@ -122,7 +122,8 @@ def report(results: dict[str, dict]) -> int:
         return 0
 
     vanilla, probed = results["vanilla"]["tests"], results["instrumented"]["tests"]
-    regressions = sorted(t for t, (o, _) in vanilla.items() if o == "passed" and probed.get(t, ("missing",))[0] != "passed")
+    regressions = sorted(t for t, (o, _) in vanilla.items()
+                         if o == "passed" and probed.get(t, ("missing",))[0] != "passed")
     print(f"Passes vanilla but not instrumented (must be empty): {len(regressions)}")
     for test in regressions:
         outcome, reason = probed.get(test, ("missing", "not run in the instrumented pass"))
