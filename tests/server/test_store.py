@@ -11,11 +11,11 @@ import pytest
 from pydantic import BaseModel, Field, ValidationError
 
 from loaderscope.server.config import ServerConfig
-from loaderscope.server.web.errors import field_problems, readable
-from loaderscope.server.security.logs import RedactToken, redact
-from loaderscope.server.security.guard import Policy, checked_token, host_name, needs_token, without_token
 from loaderscope.server.runs.spill import INDEX_EVERY, TraceSpill
 from loaderscope.server.runs.store import EventLog, Gap
+from loaderscope.server.security.guard import Policy, checked_token, host_name, needs_token, without_token
+from loaderscope.server.security.logs import RedactToken, redact
+from loaderscope.server.web.errors import field_problems, readable
 from loaderscope.traces.jsonl import header, read_trace
 
 
@@ -56,6 +56,7 @@ def test_store_memory_is_bounded_and_spill_answers_for_the_rest(tmp_path: Path) 
         assert gap is None
         assert seqs(lines) == list(range(start, start + 40))
     assert seqs(log.read(total - 5, 40)[0]) == list(range(total - 5, total))
+    log.close()
 
 
 def test_the_spill_is_a_trace_file_the_reader_accepts(tmp_path: Path) -> None:
@@ -186,7 +187,8 @@ def test_the_spill_file_is_created_with_the_first_event_and_resumed_where_its_li
     spill = TraceSpill(path, {"run": "r"})
     spill.flush()
     assert not path.exists()  # a producer that sends nothing leaves no file
-    assert spill.open().read() == b'{"run":"r"}\n' and spill.flushed_bytes == len(b'{"run":"r"}\n')
+    with spill.open() as held:
+        assert held.read() == b'{"run":"r"}\n' and spill.flushed_bytes == len(b'{"run":"r"}\n')
     spill.close()
     assert not path.exists()
     log = EventLog("r", memory_events=10, spill=TraceSpill(path, {"run": "r"}))
@@ -202,6 +204,7 @@ def test_the_spill_file_is_created_with_the_first_event_and_resumed_where_its_li
     log.flush()
     assert seqs(resumed.read(INDEX_EVERY, 20)) == list(range(INDEX_EVERY, INDEX_EVERY + 15))
     assert path.read_bytes().count(b"\n") == 1 + INDEX_EVERY + 15 and b'"kind": "yie' not in path.read_bytes()
+    log.close()
 
 
 def _offset_of(path: Path, seq: int) -> int:

@@ -11,6 +11,7 @@ the statistics, until ``unpark`` hands it a state read back from that file.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -260,7 +261,10 @@ class EventLog:
             action()
         except OSError as exc:
             self.spill_error = f"trace file stopped before seq {self.next_seq}: {exc}"
-            self.spill = None  # from now on first_held is the oldest event in memory
+            spill, self.spill = self.spill, None  # from now on first_held is the oldest event in memory
+            if spill is not None and action != spill.close:  # its descriptor is freed, not kept for the server's life
+                with contextlib.suppress(OSError):
+                    spill.close()
 
     def _evict(self) -> None:
         tail, popleft = self._tail, self._tail.popleft
