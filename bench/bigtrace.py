@@ -140,8 +140,7 @@ GAPS = """() => { const g = window.bigtraceGaps = { ms: [], stop: false }; let l
 
 def open_trace(browser: Any, url: str, path: Path, profile: Path | None = None) -> dict[str, Any]:
     """Open ``path`` in a fresh page through its file input; the open time, pan/zoom figures and heap."""
-    from tests.browser.pages import VIEWPORT
-    from tests.browser.test_frame_time import INTERACT
+    from tests.browser.pages import INTERACT, VIEWPORT
 
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()

@@ -1,5 +1,6 @@
 """What the tests of ``loaderscope record`` and ``$LOADERSCOPE_LOGDIR`` share: training scripts that never
-import loaderscope, the command and its environment, and the traces it leaves in the logdir."""
+import loaderscope, the command and its environment, and the traces it leaves in the logdir; and bench/cached_loop.py
+recorded while streamed to a dashboard (the advice tests, server and page)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderscope.model import conformance
 from loaderscope.traces.jsonl import read_trace
+from tests.conftest import wait_for
+
+if TYPE_CHECKING:
+    from tests.live import LiveServer
 
 PYTHON = sys.executable
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
-FILE_NAME = re.compile(r"(?P<name>[\w.:-]+)-(?P<loader>\w+)-rank(?P<rank>\d+)-pid(?P<pid>\d+)-(?P<run>\w+)\.trace\.jsonl")
+FILE_NAME = re.compile(
+    r"(?P<name>[\w.:-]+)-(?P<loader>\w+)-rank(?P<rank>\d+)-pid(?P<pid>\d+)-(?P<run>\w+)\.trace\.jsonl")
 JOB_NAME = re.compile(r"(?P<command>[\w.-]+)-\d{8}-\d{6}-[0-9a-f]{4}")
 
 # The user's script: it knows nothing of loaderscope. It prints how many batches it consumed.
@@ -134,3 +140,26 @@ def kill_recorded(process: subprocess.Popen[str], pid: int) -> str:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     return process.communicate(timeout=60)[1]
+
+
+LOOP = Path(__file__).resolve().parents[1] / "bench" / "cached_loop.py"
+
+
+# One worker feeding a step nine times shorter than a batch's fetch (4 samples of 9 ms against 4 ms):
+# the old arithmetic, median fetch / step, said about 9 workers would keep up.
+STARVED = ("workers=1", "samples=48", "batch=4", "cold=0.009", "step=0.004")
+
+
+def recorded(tmp_path: Path, server: LiveServer, *loop: str) -> tuple[Path, list[dict[str, Any]], str]:
+    """Run the loop under ``loaderscope record`` (streamed to ``server`` too); its trace, its events and
+    the id of the run the dashboard holds of it."""
+    argv = [PYTHON, "-m", "loaderscope.record", "--logdir", str(tmp_path / "runs"), "--url", server.page_url,
+            "--", PYTHON, str(LOOP), *loop]
+    done = subprocess.run(argv, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    [trace] = sorted((tmp_path / "runs").rglob("*.trace.jsonl"))
+    header, events = read_trace(trace)
+    with server.client() as http:
+        [run_id] = [run["id"] for run in http.get("/api/runs").json() if run["job"] == header["job"]]
+    wait_for(lambda: server.run(run_id)["status"] == "done", what="the streamed run to end")
+    return trace, events, run_id

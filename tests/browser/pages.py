@@ -1,8 +1,12 @@
 """What the browser tests share: Debian's chromium and its flags, the page with the errors it logged, and
-the waits on the page's state. Their fixtures (``chromium``, ``browser``, ``page``) are in conftest.py."""
+the waits on the page's state, a screenshot kept, and the pan/zoom/scrub run the frame-time test and
+bench/bigtrace.py time. Their fixtures (``chromium``, ``browser``, ``page``) are in conftest.py."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
@@ -82,3 +86,43 @@ def start_from_form(page: Any, scenario: str, **params: Any) -> str:
     page.click("#btn-start")
     page.wait_for_url(lambda url: "run=" in url, timeout=WAIT_MS)
     return page.url.split("run=", 1)[1].split("&", 1)[0]
+
+
+def shoot(pg: Any, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / f"{name}.png"
+    pg.screenshot(path=str(shot))
+    if os.environ.get("LOADERSCOPE_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(os.environ["LOADERSCOPE_SCREENSHOT_DIR"]) / shot.name)
+    return shot
+
+
+INTERACT = """async () => {
+  const app = window.loaderscope, c = document.querySelector('.timeline-canvas');
+  const r = c.getBoundingClientRect(), y = r.top + 60;
+  const frame = () => new Promise((done) => requestAnimationFrame(() => done()));
+  const p = app.perf; p.frameMs.length = 0; p.frames = 0; for (const k in p.split) p.split[k] = 0;
+  const t0 = performance.now(); const drawn = [];
+  for (let i = 0; i < 40; i++) {   // zoom in around the middle, one wheel step per frame
+    c.dispatchEvent(new WheelEvent('wheel', { deltaY: -120, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
+    await frame(); drawn.push(app.timeline.lastFrameMs);
+  }
+  c.dispatchEvent(new PointerEvent('pointerdown', { clientX: r.left + 700, clientY: y, pointerId: 1, bubbles: true }));
+  for (let i = 0; i < 60; i++) {   // drag to pan, one move per frame
+    c.dispatchEvent(new PointerEvent('pointermove', { clientX: r.left + 700 - i * 8, clientY: y, pointerId: 1, bubbles: true }));
+    await frame(); drawn.push(app.timeline.lastFrameMs);
+  }
+  c.dispatchEvent(new PointerEvent('pointerup', { clientX: r.left + 220, clientY: y, pointerId: 1, bubbles: true }));
+  for (let i = 0; i < 40; i++) {   // and all the way out again
+    c.dispatchEvent(new WheelEvent('wheel', { deltaY: 150, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
+    await frame(); drawn.push(app.timeline.lastFrameMs);
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  const fm = [...p.frameMs].sort((a, b) => a - b), dm = drawn.sort((a, b) => a - b);
+  // scrubbing: seek to 50 random points, each a restore plus at most 4096 re-applied events
+  const s0 = performance.now();
+  for (let i = 0; i < 50; i++) app.moveTo(Math.floor(((i * 7919) % 50) / 50 * app.player.length));
+  const seek = (performance.now() - s0) / 50;
+  return { fps: 140 / seconds, frames: p.frames, p50: fm[fm.length >> 1], p95: fm[Math.floor(fm.length * 0.95)],
+           max: fm[fm.length - 1], timeline_p95: dm[Math.floor(dm.length * 0.95)], seek_ms: seek, mode: app.timeline.mode,
+           heap_mb: performance.memory ? performance.memory.usedJSHeapSize / 1e6 : null };
+}"""

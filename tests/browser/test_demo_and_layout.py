@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.browser.pages import WAIT_MS, Page, drawn
-from tests.browser.views import CONTRAST, FRAMES, NO_SIDEWAYS, shoot
+from tests.browser.views import CONTRAST, FRAMES, NO_SIDEWAYS, shoot, sim_events, write
 
 pytestmark = pytest.mark.browser
 
@@ -228,8 +228,6 @@ def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp
 def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_path: Path) -> None:
     """The widest picture (a pin column) in the narrowest window, seeked to a moment with fetches,
     parked results and the pin thread busy: slim columns at full size, every text legible."""
-    from tests.browser.test_playback import sim_events, write
-
     events = sim_events("out_of_order", {"num_workers": 4, "batch_size": 4, "dataset_size": 96, "pin_memory": True},
                         pin_ms_per_mb=40, sample_bytes=100_000)
     path = write(tmp_path / "pinned.trace.jsonl", events)

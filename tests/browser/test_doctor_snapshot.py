@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.pages import WAIT_MS, Page
-from tests.browser.test_forensics_view import shoot
+from tests.browser.pages import WAIT_MS, Page, shoot
 from tests.doctor.hangs import SLEEPS, doctor
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

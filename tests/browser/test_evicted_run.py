@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.browser.pages import WAIT_MS, Page
-from tests.server.test_eviction import _leave, _listed
+from tests.server.producers import leave, runs_by_id
 from tests.server.producers import batches, frames
 
 pytestmark = pytest.mark.browser
@@ -19,9 +19,9 @@ pytestmark = pytest.mark.browser
 def test_a_run_on_disk_opens_whole_in_the_page(start_server: Any, page: Page) -> None:
     server = start_server(max_runs=1, reconnect_grace=600)
     sent = list(batches(300))
-    _leave(server, "away", list(frames(iter(sent), 500)))
-    _leave(server, "later", [orjson.dumps(list(batches(1)))])
-    assert _listed(server)["away"]["on_disk"]
+    leave(server, "away", list(frames(iter(sent), 500)))
+    leave(server, "later", [orjson.dumps(list(batches(1)))])
+    assert runs_by_id(server)["away"]["on_disk"]
     pg = page.page
     pg.goto(f"{server.page_url}&run=away")
     pg.wait_for_function(f"() => window.loaderscope.player.length === {len(sent)}", timeout=WAIT_MS)

@@ -6,24 +6,14 @@ tmp dir; ``LOADERSCOPE_SCREENSHOT_DIR=docs`` also copies them there (docs/stuck_
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.pages import WAIT_MS, Page, start_from_form
+from tests.browser.pages import WAIT_MS, Page, shoot, start_from_form
 
 pytestmark = pytest.mark.browser
-
-
-def shoot(pg: Any, tmp_path: Path, name: str) -> Path:
-    shot = tmp_path / f"{name}.png"
-    pg.screenshot(path=str(shot))
-    if os.environ.get("LOADERSCOPE_SCREENSHOT_DIR"):
-        shutil.copy(shot, Path(os.environ["LOADERSCOPE_SCREENSHOT_DIR"]) / shot.name)
-    return shot
 
 
 @pytest.mark.slow

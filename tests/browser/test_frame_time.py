@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.pages import VIEWPORT
+from tests.browser.pages import INTERACT, VIEWPORT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.perf]
 
@@ -103,37 +103,6 @@ def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browse
 
 
 # --- a million-event trace ----------------------------------------------------------------------------
-
-INTERACT = """async () => {
-  const app = window.loaderscope, c = document.querySelector('.timeline-canvas');
-  const r = c.getBoundingClientRect(), y = r.top + 60;
-  const frame = () => new Promise((done) => requestAnimationFrame(() => done()));
-  const p = app.perf; p.frameMs.length = 0; p.frames = 0; for (const k in p.split) p.split[k] = 0;
-  const t0 = performance.now(); const drawn = [];
-  for (let i = 0; i < 40; i++) {   // zoom in around the middle, one wheel step per frame
-    c.dispatchEvent(new WheelEvent('wheel', { deltaY: -120, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
-    await frame(); drawn.push(app.timeline.lastFrameMs);
-  }
-  c.dispatchEvent(new PointerEvent('pointerdown', { clientX: r.left + 700, clientY: y, pointerId: 1, bubbles: true }));
-  for (let i = 0; i < 60; i++) {   // drag to pan, one move per frame
-    c.dispatchEvent(new PointerEvent('pointermove', { clientX: r.left + 700 - i * 8, clientY: y, pointerId: 1, bubbles: true }));
-    await frame(); drawn.push(app.timeline.lastFrameMs);
-  }
-  c.dispatchEvent(new PointerEvent('pointerup', { clientX: r.left + 220, clientY: y, pointerId: 1, bubbles: true }));
-  for (let i = 0; i < 40; i++) {   // and all the way out again
-    c.dispatchEvent(new WheelEvent('wheel', { deltaY: 150, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
-    await frame(); drawn.push(app.timeline.lastFrameMs);
-  }
-  const seconds = (performance.now() - t0) / 1000;
-  const fm = [...p.frameMs].sort((a, b) => a - b), dm = drawn.sort((a, b) => a - b);
-  // scrubbing: seek to 50 random points, each a restore plus at most 4096 re-applied events
-  const s0 = performance.now();
-  for (let i = 0; i < 50; i++) app.moveTo(Math.floor(((i * 7919) % 50) / 50 * app.player.length));
-  const seek = (performance.now() - s0) / 50;
-  return { fps: 140 / seconds, frames: p.frames, p50: fm[fm.length >> 1], p95: fm[Math.floor(fm.length * 0.95)],
-           max: fm[fm.length - 1], timeline_p95: dm[Math.floor(dm.length * 0.95)], seek_ms: seek, mode: app.timeline.mode,
-           heap_mb: performance.memory ? performance.memory.usedJSHeapSize / 1e6 : null };
-}"""
 
 
 def million_event_trace(path: Any) -> int:

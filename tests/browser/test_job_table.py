@@ -11,8 +11,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.browser.pages import VIEWPORT, WAIT_MS
-from tests.server.test_job_ranks_by_loaders import recorded_job
-from tests.server.test_jobquery import simulated_job
+from tests.jobs import recorded_job, simulated_job
 
 pytestmark = pytest.mark.browser
 

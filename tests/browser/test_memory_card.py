@@ -17,9 +17,8 @@ import pytest
 from loaderscope.model.state import reduce
 from tests.conftest import wait_for
 from tests.browser.pages import Page
-from tests.browser.test_number_labels import opened
-from tests.browser.test_playback import shoot
-from tests.browser.views import canvas_text
+from tests.browser.pages import shoot
+from tests.browser.views import canvas_text, opened
 
 pytestmark = pytest.mark.browser
 

@@ -17,12 +17,9 @@ from typing import Any
 
 import pytest
 
-from loaderscope.model.state import reduce
-from loaderscope.model.stats import summary
-from loaderscope.traces.jsonl import read_trace
-from tests.conftest import wait_for
-from tests.browser.pages import WAIT_MS, Page, applied, drawn
-from tests.browser.test_playback import shoot
+from tests.browser.pages import WAIT_MS, Page
+from tests.browser.pages import shoot
+from tests.browser.views import opened
 
 pytestmark = pytest.mark.browser
 
@@ -56,21 +53,6 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, str(script), str(logdir)], env=env, check=True, timeout=240, capture_output=True)
     return logdir
-
-
-def opened(start_server: Any, pg: Any, logdir: Path) -> tuple[Any, dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-    """The run served from ``logdir`` and opened in the page, every event applied: the server, the run's
-    brief, the Python summary of its events, and the events."""
-    server = start_server(logdir=str(logdir))
-    with server.client() as http:
-        run = wait_for(lambda: next((r for r in http.get("/api/runs").json()
-                                     if r.get("name") == "train" and r["status"] == "done"), None),
-                       what="the recorded run listed")
-    _, events = read_trace(next(logdir.rglob("*.trace.jsonl")))
-    pg.goto(f"{server.page_url}&run={run['id']}")
-    applied(pg, run)
-    drawn(pg)
-    return server, run, summary(reduce(events)), events  # type: ignore[arg-type]
 
 
 def counter(pg: Any, key: str) -> tuple[str, str]:

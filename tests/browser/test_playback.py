@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.pages import WAIT_MS, FRAMES, Page, drawn
+from tests.browser.pages import WAIT_MS, FRAMES, Page, drawn, shoot
+from tests.browser.views import sim_events, write
 
 pytestmark = pytest.mark.browser
 
@@ -37,13 +37,6 @@ def position(pg: Any) -> dict[str, Any]:
     return pg.evaluate("() => { const a = window.loaderscope, p = a.player;"
                        " return {cursor: p.cursor, n: p.length, batches: a.state.batches, t: p.time, playing: a.playing,"
                        " last: p.cursor ? p.event(p.cursor - 1).kind : null}; }")
-
-
-def shoot(pg: Any, tmp_path: Path, name: str) -> None:
-    shot = tmp_path / f"{name}.png"
-    pg.screenshot(path=str(shot))
-    if os.environ.get("LOADERSCOPE_SCREENSHOT_DIR"):
-        shutil.copy(shot, Path(os.environ["LOADERSCOPE_SCREENSHOT_DIR"]) / shot.name)
 
 
 def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path: Path) -> None:
@@ -132,23 +125,6 @@ def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path:
 
 
 # --- trace files ---------------------------------------------------------------------------------
-
-
-def sim_events(scenario: str, params: dict[str, Any], **costs: Any) -> list[dict[str, Any]]:
-    from loaderscope import sim
-    from loaderscope.scenarios.catalog import get
-    from loaderscope.sim.costs import CostModel
-
-    sc = get(scenario)
-    validated = sc.params.model_validate(params)
-    return sim.simulate(sc.build(validated), run_id=f"{scenario}-trace", scenario=scenario,
-                        params=validated.model_dump(), costs=CostModel(**costs))
-
-
-def write(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
-    from loaderscope.traces import jsonl as trace
-
-    return trace.write_trace(path, events, run=events[0]["run"], scenario=events[0].get("scenario"), mode="sim", **meta)
 
 
 def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: Path) -> None:

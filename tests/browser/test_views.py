@@ -97,7 +97,7 @@ def test_timeline_keys_zoom_and_pan_and_every_part_acts_on_the_keyboard(server: 
 
 @pytest.mark.slow  # a simulated 4-rank job read from a logdir: ~20 s on a busy machine
 def test_a_job_tables_rows_and_sort_headers_act_on_the_keyboard(start_server: Any, view_page: Any, tmp_path: Path) -> None:
-    from tests.server.test_jobquery import simulated_job
+    from tests.jobs import simulated_job
 
     logs = tmp_path / "logs"
     simulated_job(logs, "straggler", 4, {2: 3.0})

@@ -196,7 +196,7 @@ def axe(pg: Any) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("scheme", ["dark", "light"])
 def test_axe_finds_nothing_on_the_run_page_job_view_and_compare(server: Any, start_server: Any, view_page: Any,
                                                                  tmp_path: Path, scheme: str) -> None:
-    from tests.server.test_jobquery import simulated_job
+    from tests.jobs import simulated_job
 
     a = stalled(server, 3)
     b = stalled(server, 4)

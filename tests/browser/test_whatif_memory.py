@@ -31,7 +31,7 @@ from loaderscope.sim.footprint import gb, over_text
 from loaderscope.traces.jsonl import write_trace
 from tests.browser.pages import WAIT_MS, Page
 from tests.conftest import wait_for
-from tests.probe.test_memory_samples import next_sample
+from tests.probe.memory import next_sample
 from tests.recording import environment
 
 FIXTURE = Path(__file__).parents[2] / "frontend" / "tests" / "fixtures" / "memory_copy_on_read.jsonl"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from loaderscope.model.advicetext import advice_text
-from tests.server.test_advice import STARVED, recorded
+from tests.recording import STARVED, recorded
 from tests.browser.pages import WAIT_MS, Page
 
 pytestmark = pytest.mark.browser

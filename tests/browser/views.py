@@ -1,5 +1,6 @@
 """What the tests of the page's views share: a run finished or stalled on the dashboard, its events over
-REST, the page opened on it, where the timeline's plot and view are, the labels its canvases drew, the text's contrast, and screenshots."""
+REST, the page opened on it, where the timeline's plot and view are, the labels its canvases drew, the text's contrast, and screenshots.
+Also a recorded logdir's run opened with its Python summary, and a simulated run written as a trace file."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests.browser.pages import WAIT_MS, drawn
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
+from loaderscope.traces.jsonl import read_trace
+from tests.browser.pages import WAIT_MS, applied, drawn
+from tests.conftest import wait_for
 
 PLOT_X = 112  # timeline-view.js GUTTER: where the plot starts
 
@@ -165,3 +170,35 @@ CONTRAST = """() => {
 }"""
 
 NO_SIDEWAYS = "() => document.documentElement.scrollWidth <= window.innerWidth"
+
+
+def opened(start_server: Any, pg: Any, logdir: Path) -> tuple[Any, dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The run served from ``logdir`` and opened in the page, every event applied: the server, the run's
+    brief, the Python summary of its events, and the events."""
+    server = start_server(logdir=str(logdir))
+    with server.client() as http:
+        run = wait_for(lambda: next((r for r in http.get("/api/runs").json()
+                                     if r.get("name") == "train" and r["status"] == "done"), None),
+                       what="the recorded run listed")
+    _, events = read_trace(next(logdir.rglob("*.trace.jsonl")))
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    applied(pg, run)
+    drawn(pg)
+    return server, run, summary(reduce(events)), events  # type: ignore[arg-type]
+
+
+def sim_events(scenario: str, params: dict[str, Any], **costs: Any) -> list[dict[str, Any]]:
+    from loaderscope import sim
+    from loaderscope.scenarios.catalog import get
+    from loaderscope.sim.costs import CostModel
+
+    sc = get(scenario)
+    validated = sc.params.model_validate(params)
+    return sim.simulate(sc.build(validated), run_id=f"{scenario}-trace", scenario=scenario,
+                        params=validated.model_dump(), costs=CostModel(**costs))
+
+
+def write(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
+    from loaderscope.traces import jsonl as trace
+
+    return trace.write_trace(path, events, run=events[0]["run"], scenario=events[0].get("scenario"), mode="sim", **meta)

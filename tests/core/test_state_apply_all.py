@@ -26,7 +26,7 @@ from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary
 from loaderscope.probe.loader import InstrumentedDataLoader
 from loaderscope.scenarios.catalog import all_scenarios
-from tests.server.test_ingest_fastpath import Frames
+from tests.frames import Frames
 
 
 def one_at_a_time(frames: list[list[dict[str, Any]]]) -> tuple[LoaderState, list[str]]:

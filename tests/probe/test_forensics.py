@@ -14,13 +14,14 @@ from typing import Any
 import orjson
 import pytest
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
 from loaderscope.model.diagnosis import diagnosis
 from loaderscope.model.stats import summary, user_frame
 from loaderscope.runner import Collector, run_real
 from tests.conftest import TORCH_DEATH_ERRORS, wait_for
+from tests.processes import alive
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 
@@ -99,35 +100,11 @@ def test_dead_worker_is_named_before_torch_raises(how: str, signal: str | None, 
     assert any("died by" in line and "task 5" in line for line in diagnosis(collector.state))
 
 
-class DiesInShutdown(Dataset[torch.Tensor]):
-    """Sample 1 waits inside its fetch until torch's shutdown tells the workers to stop (its
-    ``_worker_loop``'s ``done_event``), then exits with code 3: the worker dies after the probe's last
-    look before the shutdown, and only the shutdown sees it go (CI's failure of
-    test_a_dead_worker_leaves_no_throughput_verdict on a loaded box: a SIGKILLed worker that became a
-    zombie only after that look)."""
-
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        if index == 1 and get_worker_info() is not None:
-            _worker_loop_local("done_event").wait(60)
-            os._exit(3)
-        return torch.tensor([index])
-
-
-def _worker_loop_local(name: str) -> Any:
-    frame = sys._getframe()
-    while frame.f_code.co_name != "_worker_loop":
-        frame = frame.f_back
-    return frame.f_locals[name]
-
-
 BREAK_AFTER_ONE_BATCH = """
 import orjson
 from loaderscope import InstrumentedDataLoader
 from loaderscope.runner import Collector
-from tests.probe.test_forensics import DiesInShutdown
+from tests.probe.deaths import DiesInShutdown
 collector = Collector()
 loader = InstrumentedDataLoader(DiesInShutdown(), batch_size=1, num_workers=1, sink=collector)
 for batch in loader:  # batch 0 arrives while the worker already holds task 1
@@ -197,8 +174,6 @@ def test_workers_whose_parent_is_killed_while_they_set_up_end(tmp_path: Path) ->
     """torch's watchdog takes the parent's pid after a worker's set-up (``worker_init_fn`` included): a job
     killed during it leaves workers that wait for ever, holding memory and pipes (vanilla torch too). A
     watched loader's workers look at their parent from their first line, and end."""
-    from tests.server.test_runs import alive
-
     script = subprocess.Popen([sys.executable, "-c", KILLED_IN_SETUP, str(tmp_path)], start_new_session=True)
     try:
         wait_for(lambda: len(list(tmp_path.glob("worker*"))) == 2, what="both workers in their set-up")

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-import torch
 from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
@@ -23,28 +22,10 @@ from loaderscope.model.diagnosis import findings
 from loaderscope.model.stats import summary
 from loaderscope.runner import Collector
 from tests.conftest import TORCH_DEATH_ERRORS, wait_for
+from tests.probe.memory import Big, Hog, Leaky, N, Strings, next_sample, paths, samples
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="smaps_rollup is Linux's")]
-
-N = 600_000  # metadata strings: about 60 MB of Python objects
-
-
-def paths(n: int) -> list[str]:
-    return [f"/data/shard-{i % 997:04d}/sample-{i:08d}.jpg" for i in range(n)]
-
-
-class Strings(Dataset[int]):
-    """The copy-on-read case of pytorch/pytorch#13246: a list of Python strings read by index."""
-
-    def __init__(self) -> None:
-        self.items = paths(N)
-
-    def __len__(self) -> int:
-        return N
-
-    def __getitem__(self, i: int) -> int:
-        return len(self.items[i])
 
 
 class Packed(Strings):
@@ -52,17 +33,6 @@ class Packed(Strings):
 
     def __init__(self) -> None:
         self.items = np.array(paths(N))  # type: ignore[assignment]  # indexed the same way
-
-
-def samples(c: Collector) -> list[dict[str, Any]]:
-    return [e for e in list(c.events) if e["kind"] == "memory"]
-
-
-def next_sample(c: Collector) -> dict[str, Any]:
-    """A sample taken wholly after now: the second one to arrive from here."""
-    seen = len(samples(c))
-    wait_for(lambda: len(samples(c)) >= seen + 2, timeout=30)
-    return samples(c)[seen + 1]
 
 
 def codes(c: Collector) -> dict[str, str]:
@@ -119,20 +89,6 @@ def test_the_same_strings_in_numpy_are_not_copy_on_read() -> None:
             assert w["copied"] < 8 * 2**20, w
 
 
-class Leaky(Dataset[int]):
-    """A dataset that keeps 4 MiB per sample it reads, in the worker that read it: persistent workers keep it."""
-
-    def __init__(self) -> None:
-        self.kept: list[np.ndarray[Any, Any]] = []
-
-    def __len__(self) -> int:
-        return 4
-
-    def __getitem__(self, i: int) -> int:
-        self.kept.append(np.full(2**19, 1.0))  # one allocation of 4 MiB, every page written
-        return i
-
-
 def test_a_leak_in_persistent_workers_is_named_with_its_rate_per_epoch() -> None:
     c = Collector()
     loader = InstrumentedDataLoader(Leaky(), batch_size=1, num_workers=2, persistent_workers=True, sink=c)
@@ -152,16 +108,6 @@ def test_a_leak_in_persistent_workers_is_named_with_its_rate_per_epoch() -> None
         assert "persistent workers keep" in text
 
 
-class Big(Dataset[torch.Tensor]):
-    """128 MiB a sample: a batch of one is 128 MiB of shared memory in flight."""
-
-    def __len__(self) -> int:
-        return 12
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.full((32 * 2**20,), float(i))
-
-
 def test_batches_in_flight_are_named_when_they_hold_most_of_the_memory() -> None:
     c = Collector()
     loader = InstrumentedDataLoader(Big(), batch_size=1, num_workers=2, prefetch_factor=2, sink=c)
@@ -174,20 +120,6 @@ def test_batches_in_flight_are_named_when_they_hold_most_of_the_memory() -> None
     assert m["in_flight_high"] % (128 * 2**20) == 0 and m["in_flight_batches"] == m["in_flight_high"] // (128 * 2**20)
     assert f"held {m['in_flight_high'] / 1e6:.1f} MB at their peak" in said["in_flight"]
     assert "prefetch_factor × num_workers = 4 batches" in said["in_flight"]
-
-
-class Hog(Dataset[int]):
-    """Index 0 takes 300 MiB and waits: the test kills its worker there, as the OOM killer would."""
-
-    def __len__(self) -> int:
-        return 2
-
-    def __getitem__(self, i: int) -> int:
-        if i == 0:
-            held = bytearray(b"x" * (300 * 2**20))
-            threading.Event().wait(120)  # killed long before
-            return len(held)
-        return i
 
 
 def test_a_worker_killed_by_sigkill_is_said_with_its_last_memory() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,7 @@ import loaderscope
 from loaderscope import discovery as dashboard
 from loaderscope.events import MAX_FRAME_BYTES
 from tests.conftest import wait_for
-
-
-
-class Squares(Dataset[torch.Tensor]):
-    def __init__(self, length: int = 64, delay: float = 0.0) -> None:
-        self.length, self.delay = length, delay
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(self.delay)
-        return torch.tensor([index, index * index])
+from tests.squares import Squares
 
 
 class LibraryLoader(DataLoader[torch.Tensor]):

@@ -1,8 +1,10 @@
 """Synthetic producers for the server tests: schema-valid loader events, cut into frames, sent over
-WS /ws/ingest as a plain websocket client; and what a viewer or a closed connection then says."""
+WS /ws/ingest as a plain websocket client; and what a viewer or a closed connection then says. Also a
+producer that leaves without run_end, another local user's connection, and the runs listed by id."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -10,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from tests.conftest import wait_for
 
 if TYPE_CHECKING:
     from tests.live import LiveServer
@@ -84,3 +89,40 @@ def wait_events(server: LiveServer, run_id: str, count: int, timeout: float = 30
 
 
 # --- hostile producers ---------------------------------------------------------------------------
+
+
+OTHER_UID = 4242
+# Run as the other user: connect to the dashboard, hand the connected socket back over a Unix socket.
+CONNECT_AS = ("import socket, sys; back = socket.socket(fileno=int(sys.argv[1])); "
+              "conn = socket.create_connection(('127.0.0.1', int(sys.argv[2]))); "
+              "socket.send_fds(back, [b'x'], [conn.fileno()])")
+
+
+def connection_of_another_user(port: int) -> socket.socket:
+    """A TCP connection to 127.0.0.1:``port`` that uid 4242 opened: the kernel lists it as theirs."""
+    import subprocess
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        child = subprocess.Popen(["/usr/bin/python3", "-I", "-c", CONNECT_AS, str(theirs.fileno()), str(port)],
+                                 user=OTHER_UID, group=OTHER_UID, extra_groups=[], pass_fds=[theirs.fileno()],
+                                 cwd="/")
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        child.wait()
+    return socket.socket(fileno=fds[0])
+
+
+def leave(server: Any, run_id: str, payloads: list[bytes], sock: socket.socket | None = None) -> str:
+    """A producer that sends ``payloads`` on a new run and goes without run_end; returns its secret."""
+    with connect(f"{server.ws_url}/ws/ingest?run={run_id}", sock=sock, additional_headers=server.headers,
+                 open_timeout=60) as ws:
+        secret = orjson.loads(ws.recv(timeout=5))["secret"]
+        for payload in payloads:
+            ws.send(payload)
+    wait_for(lambda: server.run(run_id)["status"] == "disconnected", what=f"{run_id}'s producer gone")
+    return secret
+
+
+def runs_by_id(server: Any) -> dict[str, dict[str, Any]]:
+    with server.client() as http:
+        return {r["id"]: r for r in http.get("/api/runs").json()}

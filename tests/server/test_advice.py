@@ -24,34 +24,14 @@ from loaderscope.sim import fit_from_trace, trace_sweep
 from loaderscope.sim.advice import TRUST, WORKER_COUNTS, advise, affordable
 from loaderscope.sim.sweep import SATURATION, choose
 from loaderscope.traces.jsonl import read_trace
-from tests.conftest import wait_for
 from tests.live import LiveServer
-from tests.recording import environment
+from tests.recording import STARVED, environment, recorded
 
 PYTHON = sys.executable
-LOOP = Path(__file__).resolve().parents[2] / "bench" / "cached_loop.py"
-# One worker feeding a step nine times shorter than a batch's fetch (4 samples of 9 ms against 4 ms):
-# the old arithmetic, median fetch / step, said about 9 workers would keep up.
-STARVED = ("workers=1", "samples=48", "batch=4", "cold=0.009", "step=0.004")
 # Each sample 50 ms the first time a (persistent) worker reads it, 0.5 ms after, against a 50 ms step:
 # the loader is the bottleneck in the first epoch, the step in the second. The fit charges each sample
 # its mean over the epochs, so its replay overlaps a 25 ms fetch with the step in both: off by ~30%.
 COLD_CACHE = ("workers=1", "samples=24", "batch=2", "cold=0.05", "warm=0.0005", "step=0.05", "persistent=yes")
-
-
-def recorded(tmp_path: Path, server: LiveServer, *loop: str) -> tuple[Path, list[dict[str, Any]], str]:
-    """Run the loop under ``loaderscope record`` (streamed to ``server`` too); its trace, its events and
-    the id of the run the dashboard holds of it."""
-    argv = [PYTHON, "-m", "loaderscope.record", "--logdir", str(tmp_path / "runs"), "--url", server.page_url,
-            "--", PYTHON, str(LOOP), *loop]
-    done = subprocess.run(argv, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "done" in done.stdout, done.stderr
-    [trace] = sorted((tmp_path / "runs").rglob("*.trace.jsonl"))
-    header, events = read_trace(trace)
-    with server.client() as http:
-        [run_id] = [run["id"] for run in http.get("/api/runs").json() if run["job"] == header["job"]]
-    wait_for(lambda: server.run(run_id)["status"] == "done", what="the streamed run to end")
-    return trace, events, run_id
 
 
 def cli(*args: str, cwd: Path) -> str:

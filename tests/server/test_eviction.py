@@ -23,8 +23,8 @@ import loaderscope
 from loaderscope.server.web.ingest import loopback_uid
 from tests.conftest import wait_for
 from tests.server.producers import batches as loader_events
-from tests.server.producers import closed_with, frames
-from tests.probe.test_watch import Squares
+from tests.server.producers import closed_with, connection_of_another_user, frames, leave, runs_by_id
+from tests.squares import Squares
 
 
 def _run(server: Any, run_id: str) -> dict[str, Any] | None:
@@ -108,17 +108,6 @@ def test_a_loopback_producer_is_told_apart_by_the_uid_that_owns_its_connection()
 SECRET = "X-Loaderscope-Run-Secret"
 
 
-def _leave(server: Any, run_id: str, payloads: list[bytes], sock: socket.socket | None = None) -> str:
-    """A producer that sends ``payloads`` on a new run and goes without run_end; returns its secret."""
-    with connect(f"{server.ws_url}/ws/ingest?run={run_id}", sock=sock, additional_headers=server.headers,
-                 open_timeout=60) as ws:
-        secret = orjson.loads(ws.recv(timeout=5))["secret"]
-        for payload in payloads:
-            ws.send(payload)
-    wait_for(lambda: server.run(run_id)["status"] == "disconnected", what=f"{run_id}'s producer gone")
-    return secret
-
-
 def _come_back(server: Any, run_id: str, secret: str, payloads: tuple[bytes, ...] = ()) -> dict[str, Any]:
     """The run's producer reconnects with its secret, retrying while the dashboard says try later
     (1013: its trace is being read back), and sends ``payloads``; returns its hello."""
@@ -135,21 +124,16 @@ def _come_back(server: Any, run_id: str, secret: str, payloads: tuple[bytes, ...
     return wait_for(attempt, what=f"{run_id} taken back by its producer")
 
 
-def _listed(server: Any) -> dict[str, dict[str, Any]]:
-    with server.client() as http:
-        return {r["id"]: r for r in http.get("/api/runs").json()}
-
-
 def test_a_disconnected_run_moved_to_disk_stays_listed_readable_and_resumes_into_its_trace(
         start_server: Any) -> None:
     server = start_server(max_runs=2, reconnect_grace=600)
     sent = list(loader_events(40))
-    secret = _leave(server, "away", list(frames(iter(sent), 50)))
+    secret = leave(server, "away", list(frames(iter(sent), 50)))
     for n in range(2):  # the table is full: the longest gone moves to disk, it is not delisted
-        _leave(server, f"later{n}", [orjson.dumps(sent[:1])])
-    away = wait_for(lambda: (r := _listed(server).get("away")) and r["on_disk"] and r, what="away moved to disk")
+        leave(server, f"later{n}", [orjson.dumps(sent[:1])])
+    away = wait_for(lambda: (r := runs_by_id(server).get("away")) and r["on_disk"] and r, what="away moved to disk")
     assert away["status"] == "disconnected" and away["events"] == len(sent) and away["batches"] == 40
-    assert not _listed(server)["later1"]["on_disk"]
+    assert not runs_by_id(server)["later1"]["on_disk"]
     detail = server.run("away")
     assert detail["trace"] and detail["statistics"]["batches"] == 40 and detail["config"] == {"num_workers": 4}
     with server.client() as http:  # read from its trace file
@@ -173,9 +157,9 @@ def test_a_disconnected_run_moved_to_disk_stays_listed_readable_and_resumes_into
 
 def test_a_run_stopped_while_on_disk_ends_in_its_trace(start_server: Any) -> None:
     server = start_server(max_runs=1, reconnect_grace=600)
-    _leave(server, "away", [orjson.dumps(list(loader_events(3)))])
-    _leave(server, "later", [orjson.dumps(list(loader_events(1)))])
-    assert _listed(server)["away"]["on_disk"]
+    leave(server, "away", [orjson.dumps(list(loader_events(3)))])
+    leave(server, "later", [orjson.dumps(list(loader_events(1)))])
+    assert runs_by_id(server)["away"]["on_disk"]
     with server.client() as http:
         assert http.post("/api/runs/away/control", json={"action": "stop"}).status_code == 200
     assert server.wait_status("away")["status"] == "stopped"
@@ -185,9 +169,9 @@ def test_a_run_stopped_while_on_disk_ends_in_its_trace(start_server: Any) -> Non
 
 def test_a_run_whose_trace_is_gone_from_disk_starts_again_under_its_id(start_server: Any) -> None:
     server = start_server(max_runs=1, reconnect_grace=600)
-    secret = _leave(server, "away", [orjson.dumps(list(loader_events(3)))])
-    _leave(server, "later", [orjson.dumps(list(loader_events(1)))])
-    assert _listed(server)["away"]["on_disk"]
+    secret = leave(server, "away", [orjson.dumps(list(loader_events(3)))])
+    leave(server, "later", [orjson.dumps(list(loader_events(1)))])
+    assert runs_by_id(server)["away"]["on_disk"]
     (server.data_dir / "away.trace.jsonl").unlink()
     assert _come_back(server, "away", secret)["next_seq"] == 0  # it re-sends its first frame (§8)
     assert "cannot come back from its trace file" in server.output()
@@ -195,9 +179,9 @@ def test_a_run_whose_trace_is_gone_from_disk_starts_again_under_its_id(start_ser
 
 def test_a_memory_only_dashboard_forgets_disconnected_runs_rather_than_write_them(start_server: Any) -> None:
     server = start_server(max_runs=1, reconnect_grace=600, record=False)
-    _leave(server, "away", [orjson.dumps(list(loader_events(3)))])
-    _leave(server, "later", [orjson.dumps(list(loader_events(1)))])
-    assert list(_listed(server)) == ["later"]  # serve(record=False): nothing is written, so nothing moves to disk
+    leave(server, "away", [orjson.dumps(list(loader_events(3)))])
+    leave(server, "later", [orjson.dumps(list(loader_events(1)))])
+    assert list(runs_by_id(server)) == ["later"]  # serve(record=False): nothing is written, so nothing moves to disk
 
 
 def test_two_hundred_producers_that_send_one_event_and_leave_lock_nothing(start_server: Any) -> None:
@@ -208,7 +192,7 @@ def test_two_hundred_producers_that_send_one_event_and_leave_lock_nothing(start_
         with server.connect(f"/ws/ingest?run=drive-by{n}") as ws:
             assert orjson.loads(ws.recv(timeout=5))["type"] == "hello", f"producer {n} was refused"
             ws.send(orjson.dumps(list(loader_events(0))))
-    listed = wait_for(lambda: (r := _listed(server)) and sum(x["status"] == "disconnected" for x in r.values()) == 205
+    listed = wait_for(lambda: (r := runs_by_id(server)) and sum(x["status"] == "disconnected" for x in r.values()) == 205
                       and r, what="every drive-by producer gone")
     assert sum(r["on_disk"] for r in listed.values()) >= 5
     with server.connect("/ws/ingest?run=newcomer") as ws:
@@ -221,8 +205,6 @@ def test_two_hundred_producers_that_send_one_event_and_leave_lock_nothing(start_
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").is_file(),
                     reason="playing another local user needs root (to setuid a child) and /usr/bin/python3")
 def test_one_source_holds_at_most_its_quota_of_producers_and_another_user_still_gets_in(start_server: Any) -> None:
-    from tests.server.test_producer_limits import _connection_of_another_user
-
     server = start_server(max_producers=4, max_source_producers=2)
     with server.connect("/ws/ingest?run=mine0") as a, server.connect("/ws/ingest?run=mine1") as b:
         a.recv(timeout=5)
@@ -230,7 +212,7 @@ def test_one_source_holds_at_most_its_quota_of_producers_and_another_user_still_
         with server.connect("/ws/ingest?run=mine2") as c:
             code, reason = closed_with(c)
         assert code == 1013 and f"uid:{os.geteuid()} has 2 producers" in reason and "max_source_producers" in reason
-        theirs = _connection_of_another_user(server.port)
+        theirs = connection_of_another_user(server.port)
         with connect(f"{server.ws_url}/ws/ingest?run=theirs", sock=theirs, additional_headers=server.headers) as ws:
             assert orjson.loads(ws.recv(timeout=5))["run"] == "theirs"
     assert wait_for(lambda: server.run("mine1")["status"] == "disconnected")
@@ -241,13 +223,11 @@ def test_one_source_holds_at_most_its_quota_of_producers_and_another_user_still_
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").is_file(),
                     reason="playing another local user needs root (to setuid a child) and /usr/bin/python3")
 def test_one_users_drive_by_runs_on_disk_push_out_their_own_not_anothers(start_server: Any) -> None:
-    from tests.server.test_producer_limits import _connection_of_another_user
-
     server = start_server(max_runs=2, max_parked=2, reconnect_grace=600)
-    secret = _leave(server, "victim", [orjson.dumps(list(loader_events(2)))], sock=_connection_of_another_user(server.port))
+    secret = leave(server, "victim", [orjson.dumps(list(loader_events(2)))], sock=connection_of_another_user(server.port))
     for n in range(6):  # this user: one event each, then gone
-        _leave(server, f"flood{n}", [orjson.dumps(list(loader_events(0)))])
-    listed = _listed(server)
+        leave(server, f"flood{n}", [orjson.dumps(list(loader_events(0)))])
+    listed = runs_by_id(server)
     assert len(listed) == 4 and listed["victim"]["on_disk"]  # 2 in memory, 2 on disk: the flood's oldest went
     assert sorted(r for r in listed if listed[r]["on_disk"]) == ["flood3", "victim"]
     assert _come_back(server, "victim", secret)["next_seq"] == 2 + 10
@@ -257,12 +237,12 @@ def test_after_a_logdir_dashboard_restarts_only_the_runs_secret_resumes_it(start
     """The new dashboard holds no secret in memory: the trace's header keeps SHA-256 of it."""
     logdir = tmp_path / "logs"
     first = start_server(logdir=str(logdir))
-    secret = _leave(first, "kept", [orjson.dumps(list(loader_events(4)))])
+    secret = leave(first, "kept", [orjson.dumps(list(loader_events(4)))])
     header = orjson.loads((logdir / "kept.trace.jsonl").read_bytes().split(b"\n", 1)[0])
     assert secret not in str(header) and len(header["owner"]) == 64
     first.stop()
     second = start_server(logdir=str(logdir), port=first.port, token=first.token)
-    wait_for(lambda: "kept" in _listed(second), what="the run listed again from its file")
+    wait_for(lambda: "kept" in runs_by_id(second), what="the run listed again from its file")
     for guess in ({}, {SECRET: "not-the-secret"}):  # another token holder, in the producer's place
         with second.connect("/ws/ingest?run=kept", additional_headers=guess) as intruder:
             code, reason = closed_with(intruder)
@@ -299,7 +279,7 @@ def test_a_parked_store_holds_no_event_answers_from_its_file_and_comes_back_whol
 
 def test_controls_for_a_run_whose_producer_is_away_keep_only_the_newest(start_server: Any) -> None:
     server = start_server()
-    secret = _leave(server, "away", [orjson.dumps(list(loader_events(1)))])
+    secret = leave(server, "away", [orjson.dumps(list(loader_events(1)))])
     with server.client() as http:
         for n in range(40):
             assert http.post("/api/runs/away/control", json={"delay": n / 10}).status_code == 200

@@ -28,20 +28,9 @@ from loaderscope.server.runs.spill import TraceSpill
 from loaderscope.server.runs.store import EventLog, encode_each
 from loaderscope.server.web.ingest import take
 from tests.conftest import LiveServer, wait_for
+from tests.frames import Frames
 
 RUN = "reference"
-
-
-class Frames:
-    """A probe sink that keeps the compact frames the Recorder sends to a transport."""
-
-    takes_frames = True
-
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def frame(self, data: bytes, count: int) -> None:
-        self.frames.append(data)
 
 
 class Squares(Dataset[torch.Tensor]):

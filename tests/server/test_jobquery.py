@@ -24,11 +24,12 @@ from loaderscope.model.stats import summary
 from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
-from loaderscope.sim.job import JobRun, rank_figures
+from loaderscope.sim.job import rank_figures
 from loaderscope.sim.run import simulate_ranks
 from loaderscope.traces.jsonl import read_trace, write_trace
 from loaderscope.traces.paths import trace_path
 from tests.conftest import wait_for
+from tests.jobs import simulated_job
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -48,19 +49,6 @@ for epoch in range(2):
         pass
 dist.destroy_process_group()
 '''
-
-
-def simulated_job(logdir: Path, scenario: str, ranks: int, slow: dict[int, float],
-                  values: dict[str, Any] | None = None) -> JobRun:
-    """What ``loaderscope run SCENARIO --mode sim --ranks N --rank-factor R=F --logdir DIR`` writes."""
-    plan = resolve(scenario, values or {})
-    workload = plan.build()
-    fetchers = range(max(workload.settings.num_workers, 1))
-    costs = [CostModel(worker_factor={w: slow.get(rank, 1.0) for w in fetchers}) for rank in range(ranks)]
-    job = simulate_ranks(workload, job=f"sim-{scenario}", scenario=scenario, params=plan.values(), costs=costs)
-    for events in job.events:
-        write_trace(trace_path(logdir, events[0]), events, events[0]["run"], scenario=scenario, mode="sim")
-    return job
 
 
 def replayed(events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 import loaderscope
 from loaderscope.traces.jsonl import HEARTBEAT_EVERY, TraceWriter
 from tests.conftest import wait_for
-from tests.probe.test_watch import Squares
+from tests.squares import Squares
 from tests.logdirs import BATCHES, real_run, runs, write
 
 WRITERS = 6

@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from tests.conftest import wait_for
-from tests.server.test_metrics_prometheus import Prometheus
+from tests.server.prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "loaderscope-job.json"

@@ -7,27 +7,15 @@ scripts/test.sh installs the package when promtool is missing: nothing here is s
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy" / "prometheus"
-RULES = DEPLOY / "loaderscope.rules.yml"
-INTERVAL = "2s"  # scrapes and rule evaluations: short, but a scrape of a busy test box fits in it
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    assert found, f"{name} is not installed: `apt-get install -y prometheus` (scripts/test.sh does it)"
-    return found
+from tests.server.prometheus import DEPLOY, RULES, Prometheus, tool
 
 
 def test_promtool_checks_the_rules_and_the_example_config_and_passes_their_unit_tests(tmp_path: Path) -> None:
@@ -43,68 +31,6 @@ def test_promtool_checks_the_rules_and_the_example_config_and_passes_their_unit_
     config = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True,
                             text=True)
     assert config.returncode == 0, config.stdout + config.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Prometheus:
-    """``prometheus`` on a free loopback port, scraping one dashboard, with the repository's rules."""
-
-    def __init__(self, directory: Path, dashboard: Any, interval: str = INTERVAL) -> None:
-        directory.mkdir()
-        (directory / "token").write_text(dashboard.token)
-        (directory / "prometheus.yml").write_text(f"""
-global:
-  scrape_interval: {interval}
-  scrape_timeout: {interval}
-  evaluation_interval: {interval}
-rule_files: ["{RULES}"]
-scrape_configs:
-  - job_name: loaderscope
-    authorization: {{type: Bearer, credentials_file: "{directory / 'token'}"}}
-    static_configs: [{{targets: ["127.0.0.1:{dashboard.port}"]}}]
-""")
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = directory / "prometheus.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [tool("prometheus"), f"--config.file={directory / 'prometheus.yml'}",
-                 f"--storage.tsdb.path={directory / 'data'}", f"--web.listen-address={self.url[len('http://'):]}"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_for(self.ready, 60, "Prometheus to be ready")
-
-    def ready(self) -> bool:
-        assert self.process.poll() is None, self.log.read_text()
-        try:
-            return httpx.get(f"{self.url}/-/ready", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def api(self, path: str, **params: str) -> Any:
-        answer = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10).json()
-        assert answer["status"] == "success", answer
-        return answer["data"]
-
-    def query(self, promql: str) -> dict[str, float]:
-        """An instant query: each series' value, by the label the dashboard's series differ in."""
-        return {_key(r["metric"]): float(r["value"][1]) for r in self.api("query", query=promql)["result"]}
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def _key(metric: dict[str, str]) -> str:
-    return metric.get("worker") or metric.get("state") or metric.get("status") or ""
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from loaderscope.traces.jsonl import write_trace
 from websockets.sync.client import connect
 
 from tests.conftest import LiveServer, launch, wait_for
-from tests.server.producers import batches, closed_with, frames, produce
+from tests.server.producers import batches, closed_with, connection_of_another_user, frames, produce
 
 
 @pytest.fixture(scope="module")
@@ -165,33 +165,12 @@ def _hello_or_try_later(server: LiveServer, path: str, headers: dict[str, str], 
         return hello
 
 
-OTHER_UID = 4242
-# Run as the other user: connect to the dashboard, hand the connected socket back over a Unix socket.
-CONNECT_AS = ("import socket, sys; back = socket.socket(fileno=int(sys.argv[1])); "
-              "conn = socket.create_connection(('127.0.0.1', int(sys.argv[2]))); "
-              "socket.send_fds(back, [b'x'], [conn.fileno()])")
-
-
-def _connection_of_another_user(port: int) -> socket.socket:
-    """A TCP connection to 127.0.0.1:``port`` that uid 4242 opened: the kernel lists it as theirs."""
-    import subprocess
-
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        child = subprocess.Popen(["/usr/bin/python3", "-I", "-c", CONNECT_AS, str(theirs.fileno()), str(port)],
-                                 user=OTHER_UID, group=OTHER_UID, extra_groups=[], pass_fds=[theirs.fileno()],
-                                 cwd="/")
-        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
-        child.wait()
-    return socket.socket(fileno=fds[0])
-
-
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").is_file(),
                     reason="playing another local user needs root (to setuid a child) and /usr/bin/python3")
 def test_one_user_driving_by_pushes_out_its_own_runs_before_anothers(start_server: Any) -> None:
     """On loopback every producer has the same address: the source is the uid owning the connection."""
     server = start_server(max_runs=4, reconnect_grace=600)
-    elsewhere = _connection_of_another_user(server.port)
+    elsewhere = connection_of_another_user(server.port)
     with connect(f"{server.ws_url}/ws/ingest?run=victim", sock=elsewhere, additional_headers=server.headers) as ws:
         ws.recv(timeout=5)
         ws.send(orjson.dumps(HEADER))

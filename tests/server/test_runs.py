@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.processes import alive
 from tests.conftest import LiveServer, wait_for
 from loaderscope.server.processes.process import group_pids
 
@@ -45,14 +46,6 @@ def read_events(ws: Any, count: int, timeout: float = 60) -> list[dict]:
         if isinstance(message, list):
             events.extend(message)
     return events
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def worker_pids(server: LiveServer, run_id: str) -> list[int]:
