@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from loaderscope.model.compare import compare
-from tests.browser.pages import WAIT_MS, FRAMES, Page
+from tests.browser.pages import FRAMES, WAIT_MS, Page
 
 pytestmark = pytest.mark.browser
 

@@ -13,9 +13,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.conftest import wait_for
 from tests.browser.pages import WAIT_MS, Page, drawn
 from tests.browser.views import CONTRAST, FRAMES, NO_SIDEWAYS, shoot, sim_events, write
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
 

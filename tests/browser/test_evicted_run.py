@@ -10,8 +10,7 @@ import orjson
 import pytest
 
 from tests.browser.pages import WAIT_MS, Page
-from tests.server.producers import leave, runs_by_id
-from tests.server.producers import batches, frames
+from tests.server.producers import batches, frames, leave, runs_by_id
 
 pytestmark = pytest.mark.browser
 

@@ -108,9 +108,9 @@ def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browse
 def million_event_trace(path: Any) -> int:
     """A simulated run of 1,000,000 events (8 workers, pin thread on), written as a trace file."""
     from loaderscope import sim
-    from loaderscope.traces import jsonl as trace
     from loaderscope.scenarios.catalog import get
     from loaderscope.sim.costs import CostModel
+    from loaderscope.traces import jsonl as trace
 
     sc = get("uniform")
     params = sc.params.model_validate({"num_workers": 8, "batch_size": 1, "dataset_size": 100_000, "epochs": 2,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
 from tests.browser.pages import VIEWPORT, WAIT_MS
+from tests.conftest import wait_for
 from tests.jobs import recorded_job, simulated_job
 
 pytestmark = pytest.mark.browser

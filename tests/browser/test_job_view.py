@@ -13,8 +13,8 @@ from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary
 from loaderscope.scenarios.catalog import get
 from loaderscope.traces.jsonl import read_trace, write_trace
+from tests.browser.pages import VIEWPORT, WAIT_MS
 from tests.conftest import wait_for
-from tests.browser.pages import WAIT_MS, VIEWPORT
 
 pytestmark = pytest.mark.browser
 

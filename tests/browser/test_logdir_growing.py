@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from loaderscope.traces.jsonl import TraceWriter
+from tests.browser.pages import VIEWPORT, WAIT_MS
 from tests.conftest import wait_for
-from tests.browser.pages import WAIT_MS, VIEWPORT
 from tests.logdirs import real_run
+
 pytestmark = pytest.mark.browser
 
 BATCHES = 60

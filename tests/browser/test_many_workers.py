@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.pages import WAIT_MS, FRAMES, Page, applied
+from tests.browser.pages import FRAMES, WAIT_MS, Page, applied
 
 pytestmark = pytest.mark.browser
 

@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 
 from loaderscope.model.state import reduce
-from tests.conftest import wait_for
-from tests.browser.pages import Page
-from tests.browser.pages import shoot
+from tests.browser.pages import Page, shoot
 from tests.browser.views import canvas_text, opened
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
 

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.pages import WAIT_MS, Page
-from tests.browser.pages import shoot
+from tests.browser.pages import WAIT_MS, Page, shoot
 from tests.browser.views import opened
 
 pytestmark = pytest.mark.browser

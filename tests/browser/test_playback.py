@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.pages import WAIT_MS, FRAMES, Page, drawn, shoot
+from tests.browser.pages import FRAMES, WAIT_MS, Page, drawn, shoot
 from tests.browser.views import sim_events, write
 
 pytestmark = pytest.mark.browser
@@ -288,9 +288,9 @@ def test_ranks_of_a_torchrun_job_found_on_the_server(server: Any, page: Page, tm
 def test_real_h100_trace_pins_and_splits_the_step(server: Any, page: Page, tmp_path: Path) -> None:
     """A gpu_step run recorded on an H100 (frontend/tests/fixtures): the pin thread is active, MB/s is
     the recorded one, and the consumer box splits a batch's time into copy and compute."""
-    from loaderscope.traces import jsonl as trace
     from loaderscope.model.state import reduce
     from loaderscope.model.stats import summary
+    from loaderscope.traces import jsonl as trace
 
     fixture = Path(__file__).parents[2] / "frontend" / "tests" / "fixtures" / "gpu_step_h100.jsonl"
     _, events = trace.read_trace(fixture)

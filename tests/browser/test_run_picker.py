@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from loaderscope.traces.jsonl import TraceWriter
-from tests.conftest import wait_for
 from tests.browser.pages import VIEWPORT
+from tests.conftest import wait_for
 from tests.logdirs import real_run
+
 pytestmark = pytest.mark.browser
 
 PICKER = """() => [...document.querySelectorAll('#run-picker option')].filter(o => o.value)

@@ -17,9 +17,9 @@ import pytest
 
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import _percentile
-from tests.conftest import wait_for
 from tests.browser.pages import WAIT_MS, drawn
 from tests.browser.views import events_of, finished, open_run, plot_x, query, shoot, view
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
 from tests.browser.pages import WAIT_MS, drawn
 from tests.browser.views import CONTRAST, NO_SIDEWAYS, canvas_text, finished, open_run, query, shoot, stalled
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -228,8 +228,8 @@ def test_axe_finds_nothing_on_the_run_page_job_view_and_compare(server: Any, sta
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_axe_finds_nothing_in_a_doctor_snapshot(hung: Any, view_page: Any, tmp_path: Path) -> None:
-    from tests.live import launch
     from tests.doctor.hangs import SLEEPS, doctor
+    from tests.live import launch
 
     h = hung(SLEEPS)
     h.wait()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from loaderscope.model.advicetext import advice_text
-from tests.recording import STARVED, recorded
 from tests.browser.pages import WAIT_MS, Page
+from tests.recording import STARVED, recorded
 
 pytestmark = pytest.mark.browser
 

@@ -9,8 +9,17 @@ from typing import Any
 import orjson
 import pytest
 
-from loaderscope.events import (ROW_FIELDS, EventError, decode_frame, decode_message, encode_frame, event_count, expand,
-                                to_json, validate)
+from loaderscope.events import (
+    ROW_FIELDS,
+    EventError,
+    decode_frame,
+    decode_message,
+    encode_frame,
+    event_count,
+    expand,
+    to_json,
+    validate,
+)
 from loaderscope.traces.jsonl import TraceError, read_trace, to_chrome, write_trace
 
 GOOD = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 3, "worker": 1, "indices": [6, 7]}

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from loaderscope.scenarios.catalog import BUILT_INS, get
 from loaderscope.problems import ParamError, UnknownScenario
+from loaderscope.scenarios.catalog import BUILT_INS, get
 from loaderscope.scenarios.plan import resolve
 
 

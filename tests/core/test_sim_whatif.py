@@ -9,11 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from loaderscope.scenarios.catalog import get
 from loaderscope.problems import ParamError
+from loaderscope.scenarios.catalog import get
 from loaderscope.scenarios.plan import resolve
-from loaderscope.sim import (CostModel, describe_fit, fit_from_trace, format_table, machinery, recommend, recorded_check,
-                             simulate, sweep, trace_sweep)
+from loaderscope.sim import (
+    CostModel,
+    describe_fit,
+    fit_from_trace,
+    format_table,
+    machinery,
+    recommend,
+    recorded_check,
+    simulate,
+    sweep,
+    trace_sweep,
+)
 from tests.core.sim_helpers import problems
 
 

@@ -19,8 +19,23 @@ from loaderscope.doctor.sample import EXIT_NO_LOADER, EXIT_NO_PROCESS, EXIT_NOT_
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from loaderscope.traces.jsonl import read_trace
-from tests.doctor.hangs import BUSY, FORK_LOCK, HEAD, IMPORT_AT_FORK, IN_PROCESS, MOVING, NO_LOADER, NOT_READING, RECORDS, SLEEPS, \
-    SLOW_MODULE, STOPS, UNEVEN, assert_where, doctor
+from tests.doctor.hangs import (
+    BUSY,
+    FORK_LOCK,
+    HEAD,
+    IMPORT_AT_FORK,
+    IN_PROCESS,
+    MOVING,
+    NO_LOADER,
+    NOT_READING,
+    RECORDS,
+    SLEEPS,
+    SLOW_MODULE,
+    STOPS,
+    UNEVEN,
+    assert_where,
+    doctor,
+)
 
 
 @pytest.mark.slow

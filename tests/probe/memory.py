@@ -14,7 +14,6 @@ from torch.utils.data import Dataset
 from loaderscope.runner import Collector
 from tests.conftest import wait_for
 
-
 N = 600_000  # metadata strings: about 60 MB of Python objects
 
 

@@ -22,8 +22,8 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from loaderscope.traces import parquet as columnar
 from loaderscope.model import conformance
+from loaderscope.traces import parquet as columnar
 from loaderscope.traces.jsonl import read_trace_tolerant
 from tests.conftest import wait_for
 from tests.other_user import OTHER, as_other_user, needs_root

@@ -16,13 +16,12 @@ pytest.importorskip("pyarrow")  # the columnar extra; scripts/test.sh installs i
 
 import pyarrow.parquet as pq
 
-from loaderscope.traces import parquet as columnar
 from loaderscope.contract.events import COMMON_FIELDS, STRUCTS
 from loaderscope.events import Kind
 from loaderscope.model import conformance
 from loaderscope.scenarios.catalog import all_scenarios
+from loaderscope.traces import parquet as columnar
 from loaderscope.traces.jsonl import TraceError, chosen_format, read_trace, read_trace_tolerant, write_trace
-
 from tests.conftest import wait_for
 from tests.recording import PYTHON, environment, kill_recorded, record_argv, script, yields
 

@@ -174,7 +174,7 @@ def test_a_watched_loaders_events_are_declared(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_doctor_snapshots_events_are_declared(hung: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_a_doctor_snapshots_events_are_declared(hung: Any, tmp_path: Path) -> None:
     from loaderscope.traces.jsonl import read_trace
     from tests.doctor.hangs import SLEEPS, doctor
 

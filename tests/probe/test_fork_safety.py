@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from loaderscope.traces.jsonl import read_trace_tolerant
-
 from tests.live import LiveServer
 from tests.recording import PYTHON, TRAIN, environment, script
 

@@ -58,7 +58,7 @@ class Pair:
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.x, self.y = x, y
 
-    def pin_memory(self) -> "Pair":
+    def pin_memory(self) -> Pair:
         return Pair(self.x.pin_memory(), self.y.pin_memory())
 
 

@@ -15,11 +15,27 @@ import pytest
 
 from loaderscope.model import conformance
 from loaderscope.traces.jsonl import TraceError, read_trace, read_trace_tolerant
-
 from tests.conftest import wait_for
 from tests.recording import (
-    DISTRIBUTED, FILE_NAME, JOB_NAME, NO_TORCH, PYTHON, TORCHRUN, TRAIN, consumed, environment, kill_recorded, only_trace,
-    pin_warns, record, record_argv, script, torch_accelerator, traces, yields)
+    DISTRIBUTED,
+    FILE_NAME,
+    JOB_NAME,
+    NO_TORCH,
+    PYTHON,
+    TORCHRUN,
+    TRAIN,
+    consumed,
+    environment,
+    kill_recorded,
+    only_trace,
+    pin_warns,
+    record,
+    record_argv,
+    script,
+    torch_accelerator,
+    traces,
+    yields,
+)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

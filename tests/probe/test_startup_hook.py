@@ -16,9 +16,8 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import loaderscope_hook
+import pytest
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
 PROBE = """

@@ -13,7 +13,6 @@ import httpx
 
 from tests.conftest import wait_for
 
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from websockets.exceptions import ConnectionClosed
 
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.server.budgets import MAX_EVENT_BYTES, MAX_OPEN_TASKS, PAGE_BYTES, VIEWER_FRAME_BYTES

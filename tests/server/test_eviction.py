@@ -253,9 +253,9 @@ def test_after_a_logdir_dashboard_restarts_only_the_runs_secret_resumes_it(start
 
 
 def test_a_parked_store_holds_no_event_answers_from_its_file_and_comes_back_whole(tmp_path: Path) -> None:
-    from loaderscope.traces import jsonl as trace
     from loaderscope.server.runs.spill import TraceSpill
     from loaderscope.server.runs.store import EventLog
+    from loaderscope.traces import jsonl as trace
 
     def fresh_log(spill: TraceSpill | None) -> EventLog:
         return EventLog("r", memory_events=100_000, spill=spill)

@@ -23,7 +23,6 @@ from loaderscope.traces.jsonl import read_trace, write_trace
 from tests.conftest import LiveServer, launch
 from tests.server.producers import SECRETS, batches, closed_with, frames, next_frame, produce, wait_events
 
-
 HOSTILE = [
     pytest.param(b"{not json", 1007, "not valid JSON", id="malformed-json"),
     pytest.param(b"\xff\xfe garbage", 1007, "not valid JSON", id="binary-garbage"),
@@ -304,7 +303,7 @@ class CheckingViewer:
                         self._fetch(http, message["to"])
                     elif message["type"] == "end":
                         return
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+        except BaseException as exc:
             self.error = exc
 
     def _fetch(self, http: httpx.Client, to: int) -> None:

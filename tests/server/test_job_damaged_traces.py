@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.run import simulate_ranks
 from loaderscope.traces.jsonl import write_trace
+from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.traces.paths import trace_path
 from tests.conftest import wait_for
 

@@ -15,17 +15,17 @@ from typing import Any
 import httpx
 import pytest
 
-from loaderscope.traces.jobbudget import JobQueryError
-from loaderscope.traces.jobfiles import trace_files
-from loaderscope.traces.jobquery import job_table
-from loaderscope.traces.jobtable import shard_text_of
+from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.model.state import LoaderState
 from loaderscope.model.stats import summary
-from loaderscope.model.ranks import encode_shard, shard_report, slowest_per_step
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.job import rank_figures
 from loaderscope.sim.run import simulate_ranks
+from loaderscope.traces.jobbudget import JobQueryError
+from loaderscope.traces.jobfiles import trace_files
+from loaderscope.traces.jobquery import job_table
+from loaderscope.traces.jobtable import shard_text_of
 from loaderscope.traces.jsonl import read_trace, write_trace
 from loaderscope.traces.paths import trace_path
 from tests.conftest import wait_for

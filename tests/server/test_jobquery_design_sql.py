@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.scenarios.plan import resolve
 from loaderscope.sim import CostModel
 from loaderscope.sim.run import simulate_ranks
+from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.traces.paths import trace_path
 
 duckdb = pytest.importorskip("duckdb")

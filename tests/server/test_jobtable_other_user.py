@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from loaderscope.model.ranks import MAX_SHARD_LENGTH
 from loaderscope.traces.jobbudget import JobBudget, JobQueryError
 from loaderscope.traces.jobquery import job_table
-from loaderscope.model.ranks import MAX_SHARD_LENGTH
 from tests.conftest import wait_for
 from tests.logdirs import as_rank, runs, trace_bytes, write
 from tests.other_user import REQUEST_LIMIT, as_other_user, needs_root
@@ -34,7 +34,7 @@ JOB = "team-job"
 
 
 @pytest.fixture
-def victims_job(team_logdir: Path, recorded: list[dict[str, Any]]) -> Path:  # noqa: F811
+def victims_job(team_logdir: Path, recorded: list[dict[str, Any]]) -> Path:
     """The victim's own two ranks, in the team logdir."""
     for rank in (0, 1):
         write(team_logdir / JOB / f"rank{rank}.trace.jsonl", as_rank(recorded, rank, JOB, world_size=2))
@@ -42,7 +42,7 @@ def victims_job(team_logdir: Path, recorded: list[dict[str, Any]]) -> Path:  # n
 
 
 @pytest.fixture
-def secret(tmp_path: Path, recorded: list[dict[str, Any]]) -> Path:  # noqa: F811
+def secret(tmp_path: Path, recorded: list[dict[str, Any]]) -> Path:
     """The victim's private trace (0600 in a 0700 directory), outside the logdir: rank 7 of the job."""
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
@@ -64,8 +64,8 @@ def table(server: Any) -> Any:
 
 @needs_root
 def test_a_directory_named_like_a_glob_never_makes_the_table_read_what_the_scan_refused(
-        start_server: Any, tmp_path: Path, team_logdir: Path, victims_job: Path, secret: Path,  # noqa: F811
-        recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        start_server: Any, tmp_path: Path, team_logdir: Path, victims_job: Path, secret: Path,
+        recorded: list[dict[str, Any]]) -> None:
     # a trace of the victim's job in a directory named `**`, and beside it a link to her private trace
     # under the same file name: DuckDB's reader took `**/x.trace.jsonl` for a glob matching both
     plant(tmp_path, team_logdir / "**" / "x.trace.jsonl", as_rank(recorded, 5, JOB, world_size=2))
@@ -87,8 +87,8 @@ def test_a_directory_named_like_a_glob_never_makes_the_table_read_what_the_scan_
 
 @needs_root
 def test_a_trace_changed_after_it_was_listed_is_checked_again_when_the_table_reads_it(
-        start_server: Any, tmp_path: Path, team_logdir: Path, victims_job: Path, secret: Path,  # noqa: F811
-        recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        start_server: Any, tmp_path: Path, team_logdir: Path, victims_job: Path, secret: Path,
+        recorded: list[dict[str, Any]]) -> None:
     theirs = team_logdir / "theirs" / "a.trace.jsonl"
     plant(tmp_path, theirs, as_rank(recorded, 5, JOB, world_size=2))
     # the listing never looks again: the file keeps the index it had, as the job's rank 5
@@ -115,7 +115,7 @@ def test_a_trace_changed_after_it_was_listed_is_checked_again_when_the_table_rea
 
 @needs_root
 def test_a_trace_that_repeats_its_events_is_one_run_of_the_job(
-        tmp_path: Path, team_logdir: Path, victims_job: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        tmp_path: Path, team_logdir: Path, victims_job: Path, recorded: list[dict[str, Any]]) -> None:
     plant(tmp_path, team_logdir / "theirs" / "again.trace.jsonl", as_rank(recorded * 3, 5, JOB, world_size=2))
     ranks = job_table(str(team_logdir)).ranks  # its seq repeats: its first event was three rows
     assert sorted(row["rank"] for row in ranks) == [0, 1, 5], [row["rank"] for row in ranks]
@@ -137,7 +137,7 @@ def with_digest(events: list[dict[str, Any]], name: str, shard: str, length: int
 
 @needs_root
 def test_hostile_shard_digests_are_decoded_within_their_length_and_a_byte_per_index(
-        tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:
     length = 8_000_000
     planted = {  # each about 10 KB on disk
         "wide": digest_of(bytes(length)),  # a dataset of 8M samples, as it claims: checked, a byte per index
@@ -164,7 +164,7 @@ def test_hostile_shard_digests_are_decoded_within_their_length_and_a_byte_per_in
 
 @needs_root
 def test_the_shard_budget_says_which_checks_it_left_out_and_how_to_raise_it(
-        tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:
     for name in ("a", "b"):
         plant(tmp_path, team_logdir / JOB / f"{name}.trace.jsonl",
               with_digest(recorded, name, digest_of(bytes(600_000)), 600_000))
@@ -179,8 +179,8 @@ def test_the_shard_budget_says_which_checks_it_left_out_and_how_to_raise_it(
 
 @needs_root
 def test_a_trace_over_the_budget_is_refused_by_name_before_it_is_read(
-        start_server: Any, tmp_path: Path, team_logdir: Path, victims_job: Path,  # noqa: F811
-        recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        start_server: Any, tmp_path: Path, team_logdir: Path, victims_job: Path,
+        recorded: list[dict[str, Any]]) -> None:
     plant(tmp_path, team_logdir / "theirs" / "big.trace.jsonl", as_rank(recorded * 40, 5, JOB, world_size=2))
     server = start_server(logdir=str(team_logdir), logdir_poll=0.1,
                           env={"LOADERSCOPE_JOB_TABLE_TRACE_BYTES": "64KiB"})
@@ -194,7 +194,7 @@ def test_a_trace_over_the_budget_is_refused_by_name_before_it_is_read(
 
 
 def test_a_table_past_its_time_or_memory_is_stopped_and_says_which_budget(
-        tmp_path: Path, recorded: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        tmp_path: Path, recorded: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     for rank in (0, 1):
         write(tmp_path / JOB / f"rank{rank}.trace.jsonl", as_rank(recorded * 400, rank, JOB, world_size=2))
     monkeypatch.setenv("LOADERSCOPE_JOB_TABLE_SECONDS", "0.001")

@@ -18,10 +18,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loaderscope.traces import parquet as columnar
-from loaderscope.traces.parquet import ParquetTraceWriter
 from loaderscope.server.budgets import PARQUET_PART_ROWS
+from loaderscope.traces import parquet as columnar
 from loaderscope.traces.header import header
+from loaderscope.traces.parquet import ParquetTraceWriter
 from tests.conftest import wait_for
 from tests.logdirs import BATCHES, read_until, runs, write
 from tests.other_user import as_other_user, needs_root
@@ -35,7 +35,7 @@ def parquet(path: Path, events: list[dict[str, Any]], *, per_part: int = 7) -> P
 
 
 def test_a_parquet_trace_is_listed_and_opened_like_a_jsonl_one(
-        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
     logdir = tmp_path / "logs"
     parquet(logdir / "job" / "DataLoader-rank0-pid1-a.trace.parquet", recorded)
     write(logdir / "job" / "DataLoader-rank0-pid2-b.trace.jsonl", recorded)
@@ -60,7 +60,7 @@ def test_a_parquet_trace_is_listed_and_opened_like_a_jsonl_one(
 
 
 def test_a_growing_parquet_trace_reaches_a_viewer_part_by_part_then_ends(
-        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
     logdir = tmp_path / "logs"
     path = logdir / "node3" / "DataLoader-rank0-pid9-c.trace.parquet"
     server = start_server(logdir=str(logdir), logdir_poll=0.1)
@@ -81,7 +81,7 @@ def test_a_growing_parquet_trace_reaches_a_viewer_part_by_part_then_ends(
 
 
 def test_a_killed_parquet_writer_leaves_a_truncated_run(
-        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
     logdir = tmp_path / "logs"
     path = parquet(logdir / "killed.trace.parquet", recorded[:20])  # no run_end
     (path / ".part-000003.parquet.tmp").write_bytes(b"PAR1 and no footer")  # the part it was writing
@@ -97,7 +97,7 @@ def test_a_killed_parquet_writer_leaves_a_truncated_run(
 
 
 def test_serve_open_replays_a_parquet_trace(start_server: Any, tmp_path: Path,
-                                            recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+                                            recorded: list[dict[str, Any]]) -> None:
     path = parquet(tmp_path / "replay.trace.parquet", recorded)
     server = start_server(traces=[str(path)])
 
@@ -132,7 +132,7 @@ def peak_rss(pid: int) -> int:
 
 @needs_root
 def test_a_parquet_part_of_millions_of_rows_is_refused_at_indexing_with_its_reason(
-        start_server: Any, tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:  # noqa: F811
+        start_server: Any, tmp_path: Path, team_logdir: Path, recorded: list[dict[str, Any]]) -> None:
     """A 170 KB part of 2M rows was decoded whole at indexing (1.4 GB, 19 s); its footer says the row
     count first. Refused from it, listed with the reason; the dashboard serves the other runs."""
     write(team_logdir / "mine.trace.jsonl", recorded)

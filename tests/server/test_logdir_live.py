@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader
 import loaderscope
 from loaderscope.traces.jsonl import HEARTBEAT_EVERY, TraceWriter
 from tests.conftest import wait_for
-from tests.squares import Squares
 from tests.logdirs import BATCHES, real_run, runs, write
+from tests.squares import Squares
 
 WRITERS = 6
 FILES_PER_WRITER = 4

@@ -18,9 +18,10 @@ import pytest
 from loaderscope.server.logdir.index import SIDECAR_VERSION
 from loaderscope.traces.jsonl import write_trace
 from tests.conftest import wait_for
-from tests.server.producers import batches
 from tests.logdirs import BATCHES, runs, trace_bytes, write
 from tests.other_user import REQUEST_LIMIT, as_other_user, needs_root
+from tests.server.producers import batches
+
 
 def named(logdir: Path, spelling: str) -> str:
     """``--logdir`` as the user gives it: a path, or a ``file://`` URL (the same directory, and the same

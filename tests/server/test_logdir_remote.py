@@ -57,10 +57,10 @@ class Ranges(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         """Quiet."""
 
-    def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_HEAD(self) -> None:
         self.answer(body=False)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.answer(body=True)
 
     def answer(self, body: bool) -> None:

@@ -25,8 +25,9 @@ from loaderscope.server.runs import meters
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.web import metrics
 from tests.conftest import wait_for
-from tests.server.series import Uneven, listing, of, one, parse, per_worker, scrape
 from tests.server.producers import frames, produce
+from tests.server.series import Uneven, listing, of, one, parse, per_worker, scrape
+
 
 def test_a_watched_loaders_series_agree_with_the_run_api(start_server: Any) -> None:
     live = start_server()

@@ -15,15 +15,15 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
+from loaderscope.model.state import LoaderState
 from loaderscope.server.config import ServerConfig
 from loaderscope.server.runs import meters
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.store import EventLog
 from loaderscope.server.web import metrics
 from loaderscope.sim import CostModel, Death, Stall
-from loaderscope.model.state import LoaderState
-from tests.server.series import Series, Uneven, of, one, parse
 from tests.core.sim_helpers import make_config, run_core
+from tests.server.series import Series, Uneven, of, one, parse
 
 
 def _fetches(run: Any, workers: int, per_worker: int, *, start: int = 0, t: float = 0.0) -> None:

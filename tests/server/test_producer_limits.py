@@ -19,11 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from loaderscope.events import REQUIRED
 from loaderscope.traces.jsonl import write_trace
-from websockets.sync.client import connect
-
 from tests.conftest import LiveServer, launch, wait_for
 from tests.server.producers import batches, closed_with, connection_of_another_user, frames, produce
 

@@ -18,6 +18,8 @@ from loaderscope.traces.jsonl import TraceWriter
 from tests.conftest import wait_for
 from tests.live import LiveServer
 from tests.logdirs import real_run
+
+
 def lists(ws: Any, until: Any, timeout: float = 60) -> list[dict[str, Any]]:
     """Read pushed lists until one satisfies ``until``; returns it."""
     deadline = time.monotonic() + timeout

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.processes import alive
-from tests.conftest import LiveServer, wait_for
 from loaderscope.server.processes.process import group_pids
+from tests.conftest import LiveServer, wait_for
+from tests.processes import alive
 
 FAST = {"num_workers": 2, "batch_size": 2, "dataset_size": 24, "sample_ms": 5.0}
 

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 from tests.stacks import checks as stacks
 
 pytest.importorskip("torchdata.stateful_dataloader")
-from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 SAMPLES, BATCH = 40, 4  # 10 batches an epoch
 RESUME_AFTER = 3
