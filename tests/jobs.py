@@ -19,7 +19,7 @@ from loaderscope.traces.paths import trace_path
 PYTHON = sys.executable
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 EPOCHS, TRAIN, VAL = 2, 64, 16  # samples; batches of 4 over the ranks: 8 and 2 a rank per epoch in a 2-rank job
-SCRIPT = '''
+SCRIPT = f'''
 import os, sys, torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -34,9 +34,9 @@ def auto_dataloader(data):  # one helper builds both, and names them alike
     return watch(DataLoader(data, batch_size=4, num_workers=1, sampler=sampler), logdir=sys.argv[1],
                  name="auto_dataloader")
 
-train = auto_dataloader(TensorDataset(torch.arange(%(train)d.)))
-val = auto_dataloader(TensorDataset(torch.arange(%(val)d.)))
-for epoch in range(%(epochs)d):
+train = auto_dataloader(TensorDataset(torch.arange({TRAIN}.)))
+val = auto_dataloader(TensorDataset(torch.arange({VAL}.)))
+for epoch in range({EPOCHS}):
     if distributed:
         train.sampler.set_epoch(epoch)
     for _ in train:
@@ -47,7 +47,7 @@ train.close()
 val.close()
 if distributed:
     dist.destroy_process_group()
-''' % {"train": TRAIN, "val": VAL, "epochs": EPOCHS}
+'''
 
 
 def simulated_job(logdir: Path, scenario: str, ranks: int, slow: dict[int, float],

@@ -173,7 +173,7 @@ def first_difference(got: Any, want: Any, where: str = "") -> str | None:
     if isinstance(got, list) and isinstance(want, list):
         if len(got) != len(want):
             return f"{where}: {len(got)} items, not {len(want)}"
-        return next(filter(None, (first_difference(g, w, f"{where}[{i}]") for i, (g, w) in enumerate(zip(got, want)))),
+        return next(filter(None, (first_difference(g, w, f"{where}[{i}]") for i, (g, w) in enumerate(zip(got, want, strict=True)))),
                     None)
     return None if got == want else f"{where}: {got!r:.200} is not {want!r:.200}"
 

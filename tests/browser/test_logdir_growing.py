@@ -54,7 +54,7 @@ def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: 
         yields = [i for i, e in enumerate(rest) if e["kind"] == "yield"]
         cuts = [i + 1 for i in yields[STEP - 1::STEP]]
         cuts[-1] = len(rest)  # run_end and whatever follows the last batch go with it
-        for start, cut in zip([0, *cuts], cuts):
+        for start, cut in zip([0, *cuts], cuts, strict=False):
             writer.write(rest[start:cut])
             writer.flush()
             expected = seen[-1] + STEP

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +89,10 @@ def test_stepping_never_moves_the_clock_backwards_and_an_early_playhead_is_too_e
     pg = page.page
     _, _, _, events = opened(start_server, pg, recorded)
     times = [e["t"] for e in events]
-    assert any(b < a for a, b in zip(times, times[1:])), "a worker's events come after later ones"
+    assert any(b < a for a, b in pairwise(times)), "a worker's events come after later ones"
     clock = pg.evaluate("""() => { const p = window.loaderscope.player, seen = [];
       for (let i = 1; i <= p.length; i++) { p.seek(i); seen.push(p.time); } return seen; }""")
-    assert all(b >= a for a, b in zip(clock, clock[1:])), "the clock went backwards"
+    assert all(b >= a for a, b in pairwise(clock)), "the clock went backwards"
     assert clock[-1] == max(times)
     third = [i for i, e in enumerate(events) if e["kind"] == "yield"][2]
     pg.fill("#pb-scrub", str(third + 1))  # the event slider: the playhead just after the third batch

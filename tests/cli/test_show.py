@@ -98,7 +98,7 @@ def blocks(out: str) -> dict[str, str]:
     """The printed text of each run, by loader name: from its heading to the next run's."""
     starts = list(HEADING.finditer(out))
     ends = [m.start() for m in starts[1:]] + [len(out)]
-    return {m["name"]: out[m.start():end] for m, end in zip(starts, ends)}
+    return {m["name"]: out[m.start():end] for m, end in zip(starts, ends, strict=True)}
 
 
 def expected(path: Path) -> dict[str, Any]:

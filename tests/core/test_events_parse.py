@@ -71,10 +71,11 @@ EDGES = [0, 1, -1, 4095, 4096, 2**53, 2**53 + 1, -(2**53) - 1, 0.5, 1e300, float
          "3", [1], {"a": 1}]
 
 
-def outcome(check: Any) -> str:
-    """What a check gives: the events (repr), or the start of its error (where the frame adds its position)."""
+def outcome(check: Any, *args: Any) -> str:
+    """What a check gives (on ``args``): the events (repr), or the start of its error (where the frame adds its
+    position)."""
     try:
-        return repr(check())
+        return repr(check(*args))
     except EventError as exc:
         return str(exc).split(" (", 1)[0]
 
@@ -125,8 +126,8 @@ def test_the_one_pass_decoder_accepts_exactly_what_the_full_check_accepts() -> N
             event = GOOD | {name: edge}
             data = to_json([event])  # NaN and infinities as a producer's orjson writes them: null
             sent = orjson.loads(data)
-            assert outcome(lambda: decode_frame(data)) == outcome(lambda: [_explain(e) for e in sent]), (name, edge)
-            assert outcome(lambda: validate(dict(event))) == outcome(lambda: _explain(dict(event))), (name, edge)
+            assert outcome(decode_frame, data) == outcome(list, map(_explain, sent)), (name, edge)
+            assert outcome(validate, dict(event)) == outcome(_explain, dict(event)), (name, edge)
 
 
 def test_a_bad_event_is_named_by_its_place_in_the_frame() -> None:

@@ -193,7 +193,7 @@ def test_pin_stage_runs_between_result_queue_and_consumer() -> None:
     assert problems(events) == []
     starts, ends = _kind(events, "pin_start"), _kind(events, "pin_end")
     assert len(starts) == len(ends) == 4
-    assert [e["t"] - s["t"] for s, e in zip(starts, ends)] == pytest.approx([1.0] * 4)
+    assert [e["t"] - s["t"] for s, e in zip(starts, ends, strict=True)] == pytest.approx([1.0] * 4)
     assert not _kind(run_core(cfg, costs, pin_memory=False), "pin_start")
     assert not _kind(run_core(cfg), "pin_start")
 

@@ -43,7 +43,8 @@ def _kill_dashboards(directory: Path) -> None:
         _signal(pid, signal.SIGTERM)
     for pid in pids:
         try:
-            wait_for(lambda: not dashboard._running(pid), timeout=15, what=f"dashboard {pid} to stop")
+            wait_for(lambda: not dashboard._running(pid),  # noqa: B023 (called within the iteration)
+                     timeout=15, what=f"dashboard {pid} to stop")
         except AssertionError:
             _signal(pid, signal.SIGKILL)
 

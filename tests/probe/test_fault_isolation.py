@@ -58,7 +58,7 @@ def assert_same_training(got: list[list[torch.Tensor]], num_workers: int) -> Non
     expected = vanilla(num_workers)
     for epoch in got:
         assert len(epoch) == len(expected)
-        assert all(torch.equal(a, b) for a, b in zip(epoch, expected))
+        assert all(torch.equal(a, b) for a, b in zip(epoch, expected, strict=True))
 
 
 def said_once(capfd: pytest.CaptureFixture[str], where: str) -> None:
@@ -146,7 +146,7 @@ def test_a_stack_capture_that_fails_does_not_touch_the_stuck_worker(monkeypatch:
                                stuck_after=0.2)
     got = list(loader)
     loader.close()
-    assert all(torch.equal(a, b) for a, b in zip(got, vanilla(2)))
+    assert all(torch.equal(a, b) for a, b in zip(got, vanilla(2), strict=True))
     said_once(capfd, "liveness check")
 
 
@@ -173,7 +173,7 @@ def test_a_loader_class_it_does_not_know_runs_unobserved(capfd: pytest.CaptureFi
     loader = loaderscope.watch(OwnLoader(Squares(), batch_size=4), sink=events.extend)
     got = list(loader)
     loader.close()
-    assert all(torch.equal(a, b) for a, b in zip(got, vanilla(0))) and len(got) == 6
+    assert all(torch.equal(a, b) for a, b in zip(got, vanilla(0), strict=True)) and len(got) == 6
     said_once(capfd, "observing OwnIterator")
     assert noted(events, "observing OwnIterator")
 

@@ -42,8 +42,8 @@ def test_scenario_is_conformant_and_matches_vanilla(scenario: str, num_workers: 
     expected = _batches(build_loader(plan, DataLoader), plan.epochs)
 
     assert [len(epoch) for epoch in got] == [len(epoch) for epoch in expected]
-    for got_epoch, expected_epoch in zip(got, expected):
-        for a, b in zip(got_epoch, expected_epoch):
+    for got_epoch, expected_epoch in zip(got, expected, strict=True):
+        for a, b in zip(got_epoch, expected_epoch, strict=True):
             assert torch.equal(a, b)
     assert check(collector.events) == []
     yields = sum(1 for e in collector.events if e["kind"] == "yield")
@@ -288,7 +288,7 @@ def test_in_process_tensor_batches_give_each_batch_its_five_events_and_values_wh
     assert all(len(events) == 8 for events in per_batch.values())
     assert [e["indices"] for e in per_batch["dispatch"]] == [[2 * i, 2 * i + 1] for i in range(8)]
     assert {e["nbytes"] for e in per_batch["fetch_end"]} == {2 * 2 * 4}  # two rows of two float32
-    assert all(e["wait"] >= e2["dt"] >= 0 for e, e2 in zip(per_batch["yield"], per_batch["fetch_end"]))
+    assert all(e["wait"] >= e2["dt"] >= 0 for e, e2 in zip(per_batch["yield"], per_batch["fetch_end"], strict=True))
     asked = [b for b in collector.state.batch_samples if b.get("values")]
     assert [b["idx"] for b in asked] == [5], "the batch after the ask is described with its values"
 

@@ -81,7 +81,7 @@ def test_copy_on_read_is_named_for_a_list_of_strings_and_every_figure_is_psutils
 
 
 def test_the_same_strings_in_numpy_are_not_copy_on_read() -> None:
-    for c, it in idle_workers(Packed()):
+    for c, _it in idle_workers(Packed()):
         next_sample(c)
         said = codes(c)
         assert "copy_on_read" not in said, said

@@ -38,7 +38,7 @@ def test_watch_streams_a_library_loader_without_changing_what_it_yields(server: 
     assert isinstance(loader, LibraryLoader) and loader.describe() == "8 batches"
     with loader:
         got = [b.clone() for b in loader]
-    assert all(torch.equal(a, b) for a, b in zip(got, expected)) and len(got) == len(expected)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True)) and len(got) == len(expected)
     run_id = loader._probe_transport.run
     run = wait_for(lambda: next((r for r in _runs(server) if r["id"] == run_id and r["status"] == "done"), None))
     assert run["batches"] == 8 and run["dropped"] == 0
@@ -53,7 +53,7 @@ def test_training_survives_the_dashboard_dying(start_server: Any) -> None:
     batches = 0
     iterator = iter(loader)
     sink = loader._probe_transport  # opened at the first iter(): a loader never iterated leaves no run
-    for batch in iterator:
+    for _ in iterator:
         batches += 1
         if batches == 4:
             wait_for(lambda: sink.sent > 0)
@@ -84,7 +84,9 @@ def test_a_frame_the_dashboard_refuses_is_said_once_and_the_rest_goes_on(
                     loader._probe.note("note", text="x" * 3_000_000)
         assert got == [batch.tolist() for batch in DataLoader(Squares(48), batch_size=4)]
         run_id = loader._probe_transport.run
-        run = wait_for(lambda: (r := live.run(run_id))["status"] == "done" and r, what="the rest of the run")
+        run = wait_for(
+            lambda: (r := live.run(run_id))["status"] == "done" and r,  # noqa: B023 (called within the iteration)
+            what="the rest of the run")
         err = capfd.readouterr().err
         assert err.count(reason) == 1 and err.count("refused a frame of 1 event: ") == 1, err[-3000:]
         assert "did not reach" not in err and "failed" not in err

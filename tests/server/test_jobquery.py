@@ -170,7 +170,7 @@ def test_a_job_of_mixed_files_torn_and_lacking_columns_gives_the_same_table(tmp_
     files[2].unlink()
     mixed = job_table(str(tmp_path / "job"))
     assert len(mixed.ranks) == 4
-    for got, want in zip(mixed.ranks, whole.ranks):  # a fetch's end minus its start: dt to the last bits
+    for got, want in zip(mixed.ranks, whole.ranks, strict=True):  # a fetch's end minus its start: dt to the last bits
         assert {k: pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for k, v in got.items() if k != "file"} \
             == {k: v for k, v in want.items() if k != "file"}
     assert mixed.steps == whole.steps and mixed.shards == whole.shards and mixed.loaders()[0]["slowest"]["rank"] == 3

@@ -135,14 +135,14 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
 def assert_same(got: list[Any], expected: list[Any]) -> None:
     """The same batches in the same order (torch.equal on tensors, == on the rest)."""
     assert len(got) == len(expected), f"{len(got)} batches, vanilla gave {len(expected)}"
-    for i, (a, b) in enumerate(zip(got, expected)):
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
         assert same(a, b), f"batch {i} differs from vanilla's:\n{_short(a)}\nvs\n{_short(b)}"
 
 

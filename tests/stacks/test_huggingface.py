@@ -60,7 +60,7 @@ def test_hf_map_style_with_torch_format(num_workers: int) -> None:
     expected, got = stacks.compare(lambda: run(make, None), lambda: run(make, events))
     assert [len(epoch) for epoch in expected] == [ROWS // BATCH] * 2
     assert isinstance(expected[0][0]["features"], torch.Tensor)
-    for got_epoch, expected_epoch in zip(got, expected):
+    for got_epoch, expected_epoch in zip(got, expected, strict=True):
         stacks.assert_same(got_epoch, expected_epoch)
     stacks.assert_trace(events.only_run(), consumed=[ROWS // BATCH] * 2)
 
@@ -75,7 +75,7 @@ def test_hf_iterable_dataset_sharded_over_two_workers() -> None:
     expected, got = stacks.compare(lambda: run(make, None), lambda: run(make, events))
     ids = sorted(int(i) for batch in expected[0] for i in batch["id"])
     assert ids == list(range(ROWS))  # every row once, across both workers' shards
-    for got_epoch, expected_epoch in zip(got, expected):
+    for got_epoch, expected_epoch in zip(got, expected, strict=True):
         stacks.assert_same(got_epoch, expected_epoch)
     stacks.assert_trace(events.only_run(), consumed=[len(epoch) for epoch in got])
 
@@ -116,7 +116,7 @@ def test_accelerate_prepare_watched_after_or_before_records_as_vanilla_runs(
     events = stacks.Events()
     expected, got = stacks.compare(lambda: prepared_epochs(None, stacks.Events()),
                                    lambda: prepared_epochs(when, events))
-    for got_epoch, expected_epoch in zip(got, expected):
+    for got_epoch, expected_epoch in zip(got, expected, strict=True):
         stacks.assert_same(got_epoch, expected_epoch)
     run = events.only_run()  # the loader prepare() dropped, never iterated, left no run
     stacks.assert_trace(run, consumed=[10, 10])

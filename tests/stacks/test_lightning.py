@@ -118,7 +118,7 @@ def test_lightning_fit_validate_predict(persistent: bool) -> None:
     assert [len(epoch) for epoch in v_seen["train"]] == [TRAIN // BATCH] * 2
     for stage in v_seen:
         assert len(w_seen[stage]) == len(v_seen[stage]), stage
-        for got, expected in zip(w_seen[stage], v_seen[stage]):
+        for got, expected in zip(w_seen[stage], v_seen[stage], strict=True):
             stacks.assert_same(got, expected)
     stacks.assert_same(w_pred, v_pred)
 

@@ -52,7 +52,7 @@ def test_stateful_dataloader_full_epochs(num_workers: int) -> None:
 
     expected, got = stacks.compare(vanilla, watched)
     assert [len(epoch) for epoch in expected] == [10, 10]
-    for got_epoch, expected_epoch in zip(got, expected):
+    for got_epoch, expected_epoch in zip(got, expected, strict=True):
         stacks.assert_same(got_epoch, expected_epoch)
     stacks.assert_trace(events.only_run(), consumed=[10, 10])
 

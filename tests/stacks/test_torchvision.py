@@ -103,7 +103,7 @@ def _check(make_dataset: Any, num_workers: int) -> None:
     assert [len(epoch) for epoch in expected] == [batches] * 2
     assert expected[0][0][0].shape == (BATCH, 3, CROP, CROP)
     assert not stacks.same(expected[0], expected[1])  # shuffled and augmented anew each epoch
-    for got_epoch, expected_epoch in zip(got, expected):
+    for got_epoch, expected_epoch in zip(got, expected, strict=True):
         stacks.assert_same(got_epoch, expected_epoch)
     stacks.assert_trace(events.only_run(), consumed=[batches] * 2)
 

@@ -51,7 +51,7 @@ def check(expected: list[list[Any]], got: list[list[Any]], events: stacks.Events
     assert [len(epoch) for epoch in expected] == [SHARDS * PER_SHARD // BATCH] * 2
     labels = sorted(int(i) for batch in expected[0] for i in batch[1])
     assert labels == list(range(SHARDS * PER_SHARD))  # every sample once, across the workers' shards
-    for got_epoch, expected_epoch in zip(got, expected):
+    for got_epoch, expected_epoch in zip(got, expected, strict=True):
         stacks.assert_same(got_epoch, expected_epoch)
     stacks.assert_trace(events.only_run(), consumed=[len(epoch) for epoch in got])
 
