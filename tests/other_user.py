@@ -12,7 +12,8 @@ import pytest
 OTHER = 4242
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="playing another local user needs root and setpriv")
-REQUEST_LIMIT = 20  # seconds: longer is a hang (today a read of an unreadable run waits 60 s; http clients give up at 30)
+# seconds: longer is a hang (today a read of an unreadable run waits 60 s; http clients give up at 30)
+REQUEST_LIMIT = 20
 
 
 def as_other_user(*argv: str, stdin: bytes | None = None) -> None:

@@ -100,7 +100,8 @@ def test_a_compact_row_is_valid_exactly_when_its_expanded_event_is(kind: str) ->
 def test_a_compact_frame_with_odd_common_fields_is_validated_as_its_events_are() -> None:
     for common in ({"run": 3}, {"run": 2**60}, {"rank": 2**60}, {"rank": True}, {"seq": 2**53 - 1}, {"seq": 2**53},
                    {"t0": -(2**53)}, {"t0": 2**52 + 1}):
-        assert_validated_as_its_events({"run": "r", "rank": 0, "seq": 5, "t0": 0.0, "rows": [["arrive", 1.0, 0, 1]]} | common)
+        frame = {"run": "r", "rank": 0, "seq": 5, "t0": 0.0, "rows": [["arrive", 1.0, 0, 1]]}
+        assert_validated_as_its_events(frame | common)
 
 
 def test_rows_of_other_kinds_are_validated_as_their_events_are() -> None:
@@ -143,7 +144,8 @@ ARRIVE_ROWS = [["arrive", 1.0 + i, i, 0] for i in range(5)]
     [GOOD] * 5 + [GOOD | {"worker": None}],  # refused by the one-pass decoder: the full check
     [GOOD] * 5 + [DEEP_INFO],  # passed by it: only the depth is left to check
     {"seq": 0, "t0": 0.0, "rows": [*ARRIVE_ROWS, ["arrive", 9.0, "x", 0]]},  # compact, the full check
-    {"seq": 0, "t0": 0.0, "rows": [*ARRIVE_ROWS, ["batch_info", 9.0, {k: DEEP_INFO[k] for k in ("idx", "worker", "structure")}]]},
+    {"seq": 0, "t0": 0.0,
+     "rows": [*ARRIVE_ROWS, ["batch_info", 9.0, {k: DEEP_INFO[k] for k in ("idx", "worker", "structure")}]]},
 ], ids=["events-checked", "events-decoded", "rows-checked", "rows-decoded"])
 def test_the_events_before_a_bad_one_come_out_before_its_error(frame: Any) -> None:
     # slices of two events (two rows): the bad one is in the third, after one good event of its own

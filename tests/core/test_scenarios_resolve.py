@@ -33,7 +33,8 @@ def _problem(name: str, values: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize(("values", "expected"), [
     ({"num_workers": 99}, "num_workers=99: Input should be less than or equal to 64; allowed: an integer from 0 to 64"),
-    ({"num_workers": -1}, "num_workers=-1: Input should be greater than or equal to 0; allowed: an integer from 0 to 64"),
+    ({"num_workers": -1},
+     "num_workers=-1: Input should be greater than or equal to 0; allowed: an integer from 0 to 64"),
     ({"sample_ms": "fast"}, "sample_ms='fast': Input should be a valid number, unable to parse string as a number; "
                             "allowed: a number from 0 to 5000"),
     ({"in_order": "maybe"}, "in_order='maybe': Input should be a valid boolean, unable to interpret input; "

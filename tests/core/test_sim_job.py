@@ -27,7 +27,8 @@ def _yield_times(events: list[dict]) -> list[float]:
     return [e["t"] for e in events if e["kind"] == "yield"]
 
 
-@pytest.mark.parametrize(("length", "world", "drop_last"), [(10, 3, False), (10, 3, True), (64, 4, False), (7, 8, False)])
+@pytest.mark.parametrize(("length", "world", "drop_last"),
+                         [(10, 3, False), (10, 3, True), (64, 4, False), (7, 8, False)])
 def test_shards_are_torchs(length: int, world: int, drop_last: bool) -> None:
     for rank in range(world):
         sampler = torch.utils.data.DistributedSampler(range(length), num_replicas=world, rank=rank, shuffle=False,

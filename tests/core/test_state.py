@@ -124,7 +124,8 @@ def test_statistics_kept_between_summaries_equal_those_computed_from_scratch() -
     for step in range(40):  # fetches arrive between summaries; worker 2 turns slow, worker 3 joins late
         for wid in range(4 if step > 20 else 3):
             slow = 5 if wid == 2 and step > 10 else 1
-            s.worker(wid).fetch_times.extend(round(0.01 * slow * rng.uniform(0.8, 1.2), 4) for _ in range(rng.randint(0, 3)))
+            times = (round(0.01 * slow * rng.uniform(0.8, 1.2), 4) for _ in range(rng.randint(0, 3)))
+            s.worker(wid).fetch_times.extend(times)
         incremental, scratch = summary(s, kept), summary(s)
         assert incremental.pop("mean_task") == pytest.approx(scratch.pop("mean_task"), rel=1e-12)
         assert incremental.pop("ideal_batches_per_s") == pytest.approx(scratch.pop("ideal_batches_per_s"), rel=1e-12)

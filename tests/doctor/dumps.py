@@ -20,7 +20,8 @@ def _thread(tid: int, *frames: dict[str, Any], name: str = "MainThread") -> dict
 
 
 def _recording(main: list[dict[str, Any]], workers: dict[int, dict[str, Any]], times: int = 3) -> dict[str, Any]:
-    procs = {"100": {"state": "S", "cpu": 0, "comm": "python", "threads": main}} | {str(k): v for k, v in workers.items()}
+    procs = ({"100": {"state": "S", "cpu": 0, "comm": "python", "threads": main}}
+             | {str(k): v for k, v in workers.items()})
     return {"pid": 100, "clk_tck": 100, "samples": [{"t": i * 0.5, "procs": procs} for i in range(times)]}
 
 

@@ -235,15 +235,17 @@ def _bare_worker(state: str, code: str, wchan: str = "hrtimer_nanosleep", *inner
 
 
 def test_no_sentence_says_none() -> None:
-    fetch = _f("_MapDatasetFetcher.fetch", "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py", 54, "")
+    fetch = _f("_MapDatasetFetcher.fetch", "/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py",
+               54, "")
     user = _f("Data.__getitem__", "/home/me/data.py", 7, "with LOCK:")
     recordings = {
         "dead_worker": _recording(WAITING, {200: {"state": "Z", "cpu": 0, "comm": "pt_data_worker"}}),
         "stuck_sample": _recording(WAITING, {200: _bare_worker("S", "data = fetcher.fetch(index)", "pipe_read",
-                                                               _f("Data.__getitem__", "/home/me/data.py", 7, "f.read()"),
+                                                               _f("Data.__getitem__", "/home/me/data.py", 7,
+                                                                  "f.read()"),
                                                                fetch)}),
-        "fork_lock": _recording(WAITING, {200: _bare_worker("S", "data = fetcher.fetch(index)", "futex_wait_queue", user,
-                                                            fetch)}),
+        "fork_lock": _recording(WAITING, {200: _bare_worker("S", "data = fetcher.fetch(index)", "futex_wait_queue",
+                                                            user, fetch)}),
         "stopped": _recording(WAITING, {200: _bare_worker("T", "data = fetcher.fetch(index)", "do_signal_stop", user,
                                                           fetch)}),
         "collate": _recording(WAITING, {200: _bare_worker("S", "data = fetcher.fetch(index)", "pipe_read",

@@ -133,7 +133,8 @@ def doctor(*args: str, timeout: float = 120) -> tuple[int, dict[str, Any], str]:
 def victim_file(tmp_path: Path) -> tuple[Path, int]:
     """A file only root can read (a shadow file), and the line its secret is on."""
     victim = tmp_path / "shadow"
-    victim.write_text("\n".join(["root:x:0:", "daemon:*:19000:0:99999:7:::", SECRET, "bin:*:19000:0:99999:7:::"]) + "\n")
+    victim.write_text("\n".join(["root:x:0:", "daemon:*:19000:0:99999:7:::", SECRET, "bin:*:19000:0:99999:7:::"])
+                      + "\n")
     victim.chmod(0o600)
     return victim, 3
 

@@ -55,7 +55,8 @@ def test_a_zombie_worker_is_a_dead_worker_and_idle_workers_a_lost_task() -> None
 
 
 def test_a_collective_is_not_a_dataloader_problem() -> None:
-    main = [_thread(100, _f("all_reduce", "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 2800),
+    main = [_thread(100, _f("all_reduce", "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+                            2800),
                     _f("step", "/home/me/train.py", 40, "dist.all_reduce(loss)"))]
     v = verdict.decide(model.build(_recording(main, {})))
     assert v.cause == "collective" and v.text.startswith("not a DataLoader problem: this rank waits for another rank")
@@ -80,8 +81,9 @@ def test_the_job_names_the_rank_outside_the_collective() -> None:
     ranks = [(r, 100 + r, p, verdict.decide(p)) for r, p in ((0, model.build(_recording(waiting, {}))),
                                                             (1, model.build(loading)))]
     line, advice, culprit = verdict.decide_job(ranks)
-    assert culprit == 1 and line.startswith("rank 1 (pid 101) is not in the collective that rank(s) 0 wait in (barrier)")
+    assert culprit == 1
+    assert line.startswith("rank 1 (pid 101) is not in the collective that rank(s) 0 wait in (barrier)")
     assert "stuck: worker 1" in line and "data.py:7" in line and advice == ranks[1][3].advice
     both = [(r, pid, ranks[0][2], ranks[0][3]) for r, pid in ((0, 100), (1, 101))]
-    assert verdict.decide_job(both) == ("every rank waits in a collective (rank 0: barrier; rank 1: barrier): they wait "
-                                        "for each other or for a rank outside this job", None, None)
+    assert verdict.decide_job(both) == ("every rank waits in a collective (rank 0: barrier; rank 1: barrier): "
+                                        "they wait for each other or for a rank outside this job", None, None)

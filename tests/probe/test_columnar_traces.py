@@ -45,7 +45,8 @@ def record_as(fmt: str, logdir: Path, *command: str) -> list[str]:
 
 def recorded(tmp_path: Path, fmt: str, *args: str) -> list[Path]:
     logdir = tmp_path / f"runs-{fmt}"
-    done = subprocess.run(record_as(fmt, logdir, PYTHON, script(tmp_path), *args), cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=180)
+    done = subprocess.run(record_as(fmt, logdir, PYTHON, script(tmp_path), *args), cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     return sorted(logdir.rglob(f"*.trace.{fmt}"))
 
@@ -95,8 +96,10 @@ def test_columns_are_the_contracts_top_level_fields_and_rare_values_go_to_extra(
     assert {"idx", "worker", "epoch", "dt", "wait", "nbytes"} <= set(columnar.COLUMNS)
     assert "config" not in columnar.COLUMNS and "indices" not in columnar.COLUMNS  # nested: in extra
     odd = [
-        {"seq": 0, "t": 1, "run": "r", "rank": 0, "kind": "run_start", "mode": "real", "config": {"a": [1, {"b": None}]}},
-        {"seq": 1, "t": 2.5, "run": "r", "rank": 0, "kind": "fetch_end", "worker": 0, "idx": 0, "dt": 3, "nbytes": None},
+        {"seq": 0, "t": 1, "run": "r", "rank": 0, "kind": "run_start", "mode": "real",
+         "config": {"a": [1, {"b": None}]}},
+        {"seq": 1, "t": 2.5, "run": "r", "rank": 0, "kind": "fetch_end", "worker": 0, "idx": 0, "dt": 3,
+         "nbytes": None},
         {"seq": 2, "t": 2.75, "run": "r", "rank": 0, "kind": "step", "batch": "b", "pinned": True},  # pinned: two types
         {"seq": 3, "t": 3.0, "run": None, "rank": 0, "kind": "something_new", "worker": 4095, "who": ["x"]},
         {"seq": 4, "t": 2**52 + 0.5, "run": "r", "rank": -(2**53), "kind": "dispatch", "idx": 2**53, "worker": 1,

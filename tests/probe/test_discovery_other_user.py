@@ -121,7 +121,8 @@ def squat(tmp_path: Path) -> Iterator[Callable[[int], Squatter]]:
 def _serve(env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
     """``loaderscope serve --port 0`` as the user runs it; returns once it published itself."""
     process = subprocess.Popen([sys.executable, "-m", "loaderscope.cli", "serve", "--port", "0", "--no-browser",
-                                "--logdir", str(cwd / "runs")], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                "--logdir", str(cwd / "runs")], env=env, cwd=cwd,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = _state_file(env)
     wait_for(lambda: dashboard.read_state(state.parent) is not None or process.poll() is not None, timeout=60,
              what="serve to publish itself")

@@ -102,7 +102,8 @@ def test_a_broken_worker_ring_leaves_the_workers_running(part: str, monkeypatch:
     assert noted(events, where)
 
 
-def test_no_ring_at_all_starts_plain_workers(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+def test_no_ring_at_all_starts_plain_workers(monkeypatch: pytest.MonkeyPatch,
+                                             capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(adopt, "Ring", boom)
     got, events = watched_epochs(2)
     assert_same_training(got, 2)

@@ -141,7 +141,8 @@ def test_error_names_task_samples_and_traceback() -> None:
 
 def test_straggler_is_named_and_input_bound_is_judged() -> None:
     slow = Collector()
-    run_real("straggler", {"num_workers": 2, "dataset_size": 48, "sample_ms": 10, "slow_factor": 4}, slow)  # 10 ms: above a busy box's scheduling noise
+    # 10 ms a sample: above a busy box's scheduling noise
+    run_real("straggler", {"num_workers": 2, "dataset_size": 48, "sample_ms": 10, "slow_factor": 4}, slow)
     stats = summary(slow.state)
     assert [s["worker"] for s in stats["stragglers"]] == [0]
     assert stats["stragglers"][0]["factor"] > 2  # 4x by construction; fixed per-batch costs dilute it

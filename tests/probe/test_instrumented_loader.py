@@ -96,7 +96,8 @@ def test_a_dispatch_names_a_tuple_index_as_the_sampler_drew_it() -> None:
 
 
 @pytest.mark.skipif("in_order" not in inspect.signature(DataLoader.__init__).parameters,
-                    reason="in_order is a DataLoader argument from torch 2.6 on (tests/probe/test_torch_protocol.py covers 2.4)")
+                    reason="in_order is a DataLoader argument from torch 2.6 on "
+                           "(tests/probe/test_torch_protocol.py covers 2.4)")
 def test_in_order_false_yields_as_results_arrive() -> None:
     collector = Collector()
     run_real("out_of_order", {"dataset_size": 32, "sample_ms": 3, "in_order": False}, collector)

@@ -32,7 +32,8 @@ def test_the_job_table_bench_simulates_afresh_a_cache_without_shard_digests(tmp_
     assert first.returncode == 0, first.stdout + first.stderr
     assert "shard digests: every rank's epoch_end has one" in first.stdout, first.stdout
     for trace in (tmp_path / "job" / "jsonl").rglob("*.trace.jsonl"):  # as a cache from before the digests
-        trace.write_text("".join(line for line in trace.read_text().splitlines(keepends=True) if '"shard":' not in line))
+        lines = trace.read_text().splitlines(keepends=True)
+        trace.write_text("".join(line for line in lines if '"shard":' not in line))
     again = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "has no shard digests: simulated afresh" in again.stdout, again.stdout

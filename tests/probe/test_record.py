@@ -185,7 +185,9 @@ def test_two_torchrun_agents_are_one_job_named_by_their_rendezvous_id(tmp_path: 
     logdir, train = tmp_path / "runs", script(tmp_path, DISTRIBUTED)
     agent = [TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
              "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "job-4242", "--max-restarts", "0"]
-    env = environment() | {"GLOO_SOCKET_IFNAME": "lo"} | ({"LOADERSCOPE_LOGDIR": str(logdir)} if how == "logdir" else {})
+    env = environment() | {"GLOO_SOCKET_IFNAME": "lo"}
+    if how == "logdir":
+        env |= {"LOADERSCOPE_LOGDIR": str(logdir)}
     nodes = [subprocess.Popen((record_argv(logdir) if how == "record" else []) + [*agent, "--node-rank", str(node),
                                                                                   train],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -223,7 +225,8 @@ def test_the_launchers_id_names_the_job_unless_the_user_names_it(tmp_path: Path,
 
 
 def test_record_job_names_the_job_over_the_launchers(tmp_path: Path) -> None:
-    done = subprocess.run([PYTHON, "-m", "loaderscope.record", "--logdir", str(tmp_path / "runs"), "--job", "team-run-3",
+    done = subprocess.run([PYTHON, "-m", "loaderscope.record", "--logdir", str(tmp_path / "runs"),
+                           "--job", "team-run-3",
                            "--", PYTHON, script(tmp_path), "epochs=1"], cwd=tmp_path,
                           env=environment() | {"SLURM_JOB_ID": "81234"}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -65,7 +65,8 @@ def _boot_spread(events: list[dict[str, Any]]) -> float:
             epoch = event["epoch"]
         elif event["kind"] == "fetch_start":
             firsts.setdefault((epoch, event["worker"]), event["t"])
-    spreads = [max(t for (e, _), t in firsts.items() if e == epoch) - min(t for (e, _), t in firsts.items() if e == epoch)
+    spreads = [max(t for (e, _), t in firsts.items() if e == epoch)
+               - min(t for (e, _), t in firsts.items() if e == epoch)
                for epoch in {e for e, _ in firsts}]
     return max(spreads)
 

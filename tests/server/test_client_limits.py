@@ -261,7 +261,8 @@ def test_oversized_bodies_and_sweeps_are_refused_early(hard: LiveServer) -> None
         chunked = http.post("/api/sweeps", content=iter([huge[:200_000], huge[200_000:400_000]]),
                             headers={"content-type": "application/json"})
         assert chunked.status_code == 413
-        big = http.post("/api/sweeps", json={"scenario": "uniform", "params": {"dataset_size": 100_000, "batch_size": 1},
+        big = http.post("/api/sweeps", json={"scenario": "uniform",
+                                             "params": {"dataset_size": 100_000, "batch_size": 1},
                                              "grid": {"num_workers": [1, 2, 3, 4, 5]}})
         assert big.status_code == 413 and "events" in big.json()["detail"]
 

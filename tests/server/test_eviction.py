@@ -193,7 +193,8 @@ def test_two_hundred_producers_that_send_one_event_and_leave_lock_nothing(start_
         with server.connect(f"/ws/ingest?run=drive-by{n}") as ws:
             assert orjson.loads(ws.recv(timeout=5))["type"] == "hello", f"producer {n} was refused"
             ws.send(orjson.dumps(list(loader_events(0))))
-    listed = wait_for(lambda: (r := runs_by_id(server)) and sum(x["status"] == "disconnected" for x in r.values()) == 205
+    listed = wait_for(lambda: (r := runs_by_id(server))
+                      and sum(x["status"] == "disconnected" for x in r.values()) == 205
                       and r, what="every drive-by producer gone")
     assert sum(r["on_disk"] for r in listed.values()) >= 5
     with server.connect("/ws/ingest?run=newcomer") as ws:
@@ -225,7 +226,8 @@ def test_one_source_holds_at_most_its_quota_of_producers_and_another_user_still_
                     reason="playing another local user needs root (to setuid a child) and /usr/bin/python3")
 def test_one_users_drive_by_runs_on_disk_push_out_their_own_not_anothers(start_server: Any) -> None:
     server = start_server(max_runs=2, max_parked=2, reconnect_grace=600)
-    secret = leave(server, "victim", [orjson.dumps(list(loader_events(2)))], sock=connection_of_another_user(server.port))
+    theirs = connection_of_another_user(server.port)
+    secret = leave(server, "victim", [orjson.dumps(list(loader_events(2)))], sock=theirs)
     for n in range(6):  # this user: one event each, then gone
         leave(server, f"flood{n}", [orjson.dumps(list(loader_events(0)))])
     listed = runs_by_id(server)
@@ -287,4 +289,5 @@ def test_controls_for_a_run_whose_producer_is_away_keep_only_the_newest(start_se
     with server.connect("/ws/ingest?run=away", additional_headers={SECRET: secret}) as ws:
         hello = orjson.loads(ws.recv(timeout=5))
     assert hello["type"] == "hello"
-    assert hello["controls"] == [{"delay": n / 10} for n in range(24, 40)]  # had all 40 been kept, the oldest came first
+    # had all 40 been kept, the oldest came first
+    assert hello["controls"] == [{"delay": n / 10} for n in range(24, 40)]

@@ -45,8 +45,10 @@ def rare_frame(t: float) -> bytes:
     return orjson.dumps([
         {"kind": "custom_marker", "t": t, "rank": 0, "note": "kept, not refused"},
         {"kind": "yield", "t": t, "rank": 0, "idx": 10**6, "wait": 0.0, "extra": {"nested": [1, 2.5, None]}},
-        {"kind": "batch_info", "t": t, "rank": 0, "idx": 3, "worker": 0, "structure": {"text": "x" * (2 * STATE_EVENT_BYTES)}},
-        {"kind": "error", "t": t, "rank": 0, "type": "ValueError", "message": "big", "traceback": "y" * MAX_EVENT_BYTES},
+        {"kind": "batch_info", "t": t, "rank": 0, "idx": 3, "worker": 0,
+         "structure": {"text": "x" * (2 * STATE_EVENT_BYTES)}},
+        {"kind": "error", "t": t, "rank": 0, "type": "ValueError", "message": "big",
+         "traceback": "y" * MAX_EVENT_BYTES},
         {"kind": "custom_marker", "t": t, "rank": 0, "text": "z" * (2 * STATE_EVENT_BYTES)},
         {"kind": "run_end", "t": t, "rank": 0, "reason": "done"},
     ])
@@ -111,7 +113,8 @@ def test_the_store_holds_what_the_event_at_a_time_path_makes(recorded: dict[str,
     run = ingested(recorded[way], TraceSpill(tmp_path / "run.jsonl", header))
     held, gap = run.log.read(0, len(lines) + 1)
     assert gap is None and held == lines
-    assert (tmp_path / "run.jsonl").read_bytes() == orjson.dumps(header) + b"\n" + b"".join(line + b"\n" for line in lines)
+    written = orjson.dumps(header) + b"\n" + b"".join(line + b"\n" for line in lines)
+    assert (tmp_path / "run.jsonl").read_bytes() == written
     assert run.log.state == state
     assert run.log.cut_events == 1 and run.log.ended
     assert run.log.state_problems == []

@@ -248,7 +248,8 @@ def test_the_job_command_names_the_slow_rank_and_sorts_by_it(tmp_path: Path) -> 
     assert printed.returncode == 0, printed.stderr
     lines = printed.stdout.splitlines()
     assert lines[0].startswith("rank 1 is the slowest: last to deliver")
-    assert lines[1].split()[:2] == ["loader", "rank"] and lines[2].split()[:2] == ["(unnamed)", "1"]  # the slowest first
+    assert lines[1].split()[:2] == ["loader", "rank"]
+    assert lines[2].split()[:2] == ["(unnamed)", "1"]  # the slowest first
     as_json = subprocess.run([PYTHON, "-m", "loaderscope.cli", "job", str(tmp_path / "job"), "--json"],
                              capture_output=True, text=True, timeout=120)
     parsed = json.loads(as_json.stdout)

@@ -3,8 +3,9 @@ can write: what they put there never makes it read a file the scan refused or on
 directory, block, decode a digest past its length, or read, hold or take more than its budget; each
 refusal names the file, the budget and the variable that raises it.
 
-The other user is real: as root (CI), ``setpriv --reuid 4242`` runs their commands (tests/server/test_logdir_other_user.py).
-The victim's job is two ranks of a real DataLoader's events (``tests.server.test_logdir.recorded``).
+The other user is real: as root (CI), ``setpriv --reuid 4242`` runs their commands
+(tests/server/test_logdir_other_user.py).
+The victim's job is two ranks of a real DataLoader's events (``recorded``, tests/server/conftest.py).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def test_a_trace_that_repeats_its_events_is_one_run_of_the_job(
     plant(tmp_path, team_logdir / "theirs" / "again.trace.jsonl", as_rank(recorded * 3, 5, JOB, world_size=2))
     ranks = job_table(str(team_logdir)).ranks  # its seq repeats: its first event was three rows
     assert sorted(row["rank"] for row in ranks) == [0, 1, 5], [row["rank"] for row in ranks]
-    assert [row["batches"] for row in ranks if row["rank"] == 5] == [3 * len([e for e in recorded if e["kind"] == "yield"])]
+    yields = len([e for e in recorded if e["kind"] == "yield"])
+    assert [row["batches"] for row in ranks if row["rank"] == 5] == [3 * yields]
 
 
 def digest_of(counts: bytes) -> str:

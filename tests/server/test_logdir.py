@@ -33,7 +33,8 @@ def test_lists_every_trace_recursively_with_ranks_grouped_and_bad_files_named(
         start_server: Any, tmp_path: Path, recorded: list[dict[str, Any]]) -> None:
     logdir = tmp_path / "logs"
     for rank in (0, 1):
-        write(logdir / "job-7" / f"DataLoader-rank{rank}-pid{100 + rank}-a.trace.jsonl", as_rank(recorded, rank, "job-7", 2))
+        write(logdir / "job-7" / f"DataLoader-rank{rank}-pid{100 + rank}-a.trace.jsonl",
+              as_rank(recorded, rank, "job-7", 2))
     write(logdir / "solo" / "deep" / "DataLoader-rank0-pid5-b.trace.jsonl", recorded)
     (logdir / "junk").mkdir()
     (logdir / "junk" / "notes.trace.jsonl").write_text("just some notes\n")
@@ -99,7 +100,8 @@ def test_a_growing_file_reaches_a_connected_viewer_then_ends(
         more, metas = read_until(ws, lambda e, m: any(x["type"] == "end" for x in m))
     writer.close()
     assert [e["seq"] for e in seen + more] == list(range(len(recorded)))
-    assert more[-1]["kind"] == "run_end" and metas[-1] == {"type": "end", "status": "done", "last_seq": len(recorded) - 1}
+    assert more[-1]["kind"] == "run_end"
+    assert metas[-1] == {"type": "end", "status": "done", "last_seq": len(recorded) - 1}
     assert server.run(entry["id"])["statistics"]["batches"] == BATCHES
 
 

@@ -42,7 +42,8 @@ def test_a_parquet_trace_is_listed_and_opened_like_a_jsonl_one(
     server = start_server(logdir=str(logdir))
     listed = runs(server)
     assert set(listed) == {"job/DataLoader-rank0-pid1-a.trace.parquet", "job/DataLoader-rank0-pid2-b.trace.jsonl"}
-    columnar, lines = listed["job/DataLoader-rank0-pid1-a.trace.parquet"], listed["job/DataLoader-rank0-pid2-b.trace.jsonl"]
+    columnar = listed["job/DataLoader-rank0-pid1-a.trace.parquet"]
+    lines = listed["job/DataLoader-rank0-pid2-b.trace.jsonl"]
     assert columnar["status"] == lines["status"] == "done"
     assert columnar["batches"] == lines["batches"] == BATCHES and columnar["events"] == len(recorded)
     with server.client() as http:

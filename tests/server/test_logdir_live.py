@@ -171,7 +171,8 @@ def test_a_run_quiet_between_epochs_is_running_and_a_killed_one_truncated(start_
     silent_after = 15.0  # past the 5 s heartbeat, with room for a loaded machine
     server = start_server(logdir=str(logs), logdir_poll=0.1, silent_after=silent_after)
     # memory samples go on between epochs (they are events): off here, where the heartbeat is what is tested
-    script = subprocess.Popen([sys.executable, "-c", QUIET_BETWEEN_EPOCHS, str(logs)], stdout=subprocess.PIPE, text=True,
+    script = subprocess.Popen([sys.executable, "-c", QUIET_BETWEEN_EPOCHS, str(logs)], stdout=subprocess.PIPE,
+                              text=True,
                               env={**os.environ, "LOADERSCOPE_MEMORY": "0"})
     try:
         assert script.stdout is not None and script.stdout.readline() == "evaluating\n"
@@ -184,7 +185,8 @@ def test_a_run_quiet_between_epochs_is_running_and_a_killed_one_truncated(start_
 
             def quiet_past_silent_after() -> bool:
                 statuses = [r["status"] for r in http.get("/api/runs").json()]
-                assert statuses == ["running"], f"a live run, quiet for {time.monotonic() - quiet_since:.1f} s: {statuses}"
+                quiet = time.monotonic() - quiet_since
+                assert statuses == ["running"], f"a live run, quiet for {quiet:.1f} s: {statuses}"
                 return time.monotonic() - quiet_since > silent_after + HEARTBEAT_EVERY
 
             wait_for(quiet_past_silent_after, timeout=120, what="the run quiet past silent_after")

@@ -60,13 +60,15 @@ def test_a_runs_series_are_bounded_whatever_its_workers_and_name_its_stuck_and_d
     assert sum(("run", run.id) in labels for _, labels in _exported(manager)) == metrics.MAX_SERIES - meters.MAX_NAMED
     run.ingest([*({"kind": "dispatch", "t": 1.0, "idx": 100 + w, "worker": w} for w in (19, 2, 7, 11, 5, 3)),
                 *({"kind": "fetch_start", "t": 1.0, "idx": 100 + w, "worker": w} for w in (19, 2, 7, 11, 5, 3)),
-                *({"kind": "worker_stuck", "t": 12.0, "idx": 100 + w, "worker": w, "elapsed": 11.0} for w in (19, 7, 5)),
+                *({"kind": "worker_stuck", "t": 12.0, "idx": 100 + w, "worker": w, "elapsed": 11.0}
+                  for w in (19, 7, 5)),
                 *({"kind": "worker_died", "t": 13.0, "worker": w, "signal": "SIGKILL"} for w in (11, 2, 3))])
     series = _exported(manager)
     assert sum(("run", run.id) in labels for _, labels in series) == metrics.MAX_SERIES == 52  # docs/DESIGN.md §6
     named = {(dict(labels)["worker"], dict(labels)["state"]) for labels in of(series, "loaderscope_worker_state")}
     assert named == {("2", "died"), ("3", "died"), ("5", "stuck"), ("7", "stuck")}  # the lowest ids
-    assert one(series, "loaderscope_workers", state="stuck") == 3 and one(series, "loaderscope_workers", state="died") == 3
+    assert one(series, "loaderscope_workers", state="stuck") == 3
+    assert one(series, "loaderscope_workers", state="died") == 3
     assert one(series, "loaderscope_fetch_seconds_count") == 60
     assert one(series, "loaderscope_fetch_seconds_sum") == pytest.approx(3 * 0.0004 * sum(range(1, 21)))
 

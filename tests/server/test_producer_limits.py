@@ -49,11 +49,13 @@ def _deep(levels: int) -> Any:
 # Each of these once answered 500 on GET /api/runs/ID, cut the Chrome export off, made a status a
 # list, or dropped the producer without a close frame.
 OFF_SCHEMA = [
-    *(pytest.param({"kind": kind, "t": 1, "worker": None, **fields}, "'worker' must not be null", id=f"null-worker-{kind}")
+    *(pytest.param({"kind": kind, "t": 1, "worker": None, **fields}, "'worker' must not be null",
+                   id=f"null-worker-{kind}")
       for kind, fields in {"worker_start": {"pid": 1}, "worker_exit": {}, "dispatch": {"idx": 0},
                            "fetch_start": {"idx": 0}, "fetch_end": {"idx": 0}, "arrive": {"idx": 0},
                            "skip": {"idx": 0}, "worker_stuck": {"idx": 0, "elapsed": 1}, "worker_died": {}}.items()),
-    pytest.param({"kind": "error", "t": 1, "type": "ValueError", "message": {"text": "x"}}, "'message' must be a string",
+    pytest.param({"kind": "error", "t": 1, "type": "ValueError", "message": {"text": "x"}},
+                 "'message' must be a string",
                  id="error-message-object"),
     pytest.param({"kind": "dispatch", "t": 1, "idx": None, "worker": 0}, "'idx' must not be null", id="null-idx"),
     pytest.param({"kind": "epoch_end", "t": 1, "epoch": None}, "'epoch' must not be null", id="null-epoch"),
@@ -114,7 +116,8 @@ def test_a_sweep_over_budget_is_refused_from_the_index_before_any_event_is_read(
     logdir = tmp_path / "logs"
     logdir.mkdir()
     ended = [{"kind": "run_end", "t": 13.0, "reason": "done"}]
-    write_trace(logdir / "big.trace.jsonl", [{**e, "seq": n} for n, e in enumerate([*batches(12_000), *ended])], run="big")  # 60,003 events
+    events = [{**e, "seq": n} for n, e in enumerate([*batches(12_000), *ended])]  # 60,003 events
+    write_trace(logdir / "big.trace.jsonl", events, run="big")
     server = start_server(logdir=str(logdir))
     with server.client() as http:
         run = wait_for(lambda: next((r for r in http.get("/api/runs").json() if r.get("path") == "big.trace.jsonl"
