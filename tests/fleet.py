@@ -79,7 +79,7 @@ class Rank:
                     {"kind": "fetch_start", **task, "n": 8},
                     {"kind": "fetch_end", **task, "dt": round(dt, 6), "nbytes": 4096},
                     {"kind": "arrive", **task},
-                    {"kind": "yield", **task, "wait": round(self.random.uniform(0.0, 0.02), 6), "from_buffer": False}])
+                    {"kind": "yield", **task, "wait": round(self.random.uniform(0.0, 0.02), 6), "from_parked": False}])
 
     def hang(self) -> None:
         """Worker 1 starts a fetch it never ends."""

@@ -33,6 +33,7 @@ from loaderscope.contract.events import (
     MAX_ROWS,
     MAX_WORKERS,
     NAMED,
+    RENAMED_KINDS,
     REQUIRED,
     ROW_FIELDS,
     SCHEMA_VERSION,
@@ -43,6 +44,7 @@ from loaderscope.contract.events import (
     Seq,
     Time,
     UnknownKind,
+    renamed,
 )
 
 __all__ = ["BATCH_EVENTS", "BATCH_ROW", "COMMON_FIELDS", "ENDED", "MAX_DEPTH", "MAX_FRAME_BYTES", "MAX_INDICES",
@@ -150,6 +152,8 @@ def _explain(event: Any) -> Event:
     """The full check: the event back when it is valid, else an EventError saying why."""
     if not isinstance(event, dict):
         raise EventError(f"an event must be a JSON object, got {type(event).__name__}")
+    if renamed(event):  # an old trace's or an older probe's names (contract: RENAMED_KINDS): here, off the hot path
+        return validate(event)
     kind = event.get("kind")
     if not isinstance(kind, str) or not kind:
         raise EventError("an event needs a non-empty string 'kind'")
@@ -267,7 +271,7 @@ def expand(frame: Mapping[str, Any], *, validated: bool = False) -> list[Event]:
     number = seq
     for position, row in enumerate(rows):
         try:
-            kind = row[0]
+            kind = RENAMED_KINDS.get(row[0], row[0])  # an older probe's rows: positional, only the kind renamed
             keys = _KEYS.get(kind)
             if keys is not None and len(row) == len(keys) - 3:  # [kind, t, values...] for the five common keys
                 event = dict(zip(keys, (number, row[1] - t0, run, rank, kind, *row[2:]), strict=True))

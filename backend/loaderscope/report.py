@@ -112,12 +112,12 @@ def reordering_story(events: Sequence[Mapping[str, Any]], limit: int = STORY_LIM
         kind = e["kind"]
         if kind == "epoch_start" and e["epoch"] > 0:
             break
-        if kind == "buffer":
+        if kind == "parked":
             parked[e["idx"]] = (e["t"], e["worker"], e["waiting_for"])
             if len(lines) < limit:
                 lines.append(f"{e['t'] * 1000:8.1f} ms  task {e['idx']} arrived from worker {e['worker']} while "
                              f"rcvd_idx = {e['waiting_for']}: parked in _task_info")
-        elif kind == "yield" and e.get("from_buffer") and e["idx"] in parked and len(lines) < limit:
+        elif kind == "yield" and e.get("from_parked") and e["idx"] in parked and len(lines) < limit:
             since, _, waited_for = parked[e["idx"]]
             lines.append(f"{e['t'] * 1000:8.1f} ms  task {e['idx']} released from the buffer after "
                          f"{(e['t'] - since) * 1000:.1f} ms, once task {waited_for} had arrived")

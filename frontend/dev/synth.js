@@ -111,11 +111,11 @@ export function synthesize(o = {}) {
       queues[w].push(idx); outstanding++;
       startFetch(now, w);
     };
-    /** @param {number} now @param {number} idx @param {boolean} fromBuffer */
-    const release = (now, idx, fromBuffer) => {
+    /** @param {number} now @param {number} idx @param {boolean} fromParked */
+    const release = (now, idx, fromParked) => {
       const wait = waitingSince === null ? 0 : now - waitingSince;
       waitingSince = null;
-      emit(now, 'yield', { idx, wait, from_buffer: fromBuffer });
+      emit(now, 'yield', { idx, wait, from_parked: fromParked });
       yielded++;
       rcvd = idx + 1;
       put(now);
@@ -129,7 +129,7 @@ export function synthesize(o = {}) {
         emit(now, 'arrive', { idx, worker: w }); outstanding--;
         if (!inOrder || idx === rcvd) { release(now, idx, false); return; }
         parked.add(idx);
-        emit(now, 'buffer', { idx, worker: w, waiting_for: rcvd });
+        emit(now, 'parked', { idx, worker: w, waiting_for: rcvd });
       }
       if (waitingSince === null) waitingSince = now;
     };

@@ -19,7 +19,7 @@ test('round trip: every event comes back equal; hot kinds are packed', () => {
   const events = synthesize({ num_workers: 4, batches: 50, pin_ms: 2, epochs: 2 });
   const extra = [
     { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'fetch_end', idx: 1, worker: 0, dt: 0.5, nbytes: 32, pickled: 0 },
-    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'yield', idx: 1, wait: 0, from_buffer: true, worker: 2, epoch: 3 },
+    { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'yield', idx: 1, wait: 0, from_parked: true, worker: 2, epoch: 3 },
     { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'dispatch', idx: 1, worker: 0, indices: ['a', 'b'], n: 2 },
     { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'dispatch', idx: 1, worker: 0, indices: null, n: 0 },
     { seq: 0, t: 0, run: 'synth', rank: 0, kind: 'fetch_end', idx: 1, worker: 0, dt: 0.5, custom: 1 },
@@ -114,7 +114,7 @@ test("append copies other tables' rows column by column: indices, kept objects, 
 test('pushValid takes only what the schema takes, and gives it back equal', () => {
   const events = synthesize({ num_workers: 3, batches: 20, pin_ms: 1 });
   const hot = events.filter((e) =>
-    ['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'buffer', 'yield', 'skip', 'pin_start', 'pin_end'].includes(
+    ['dispatch', 'fetch_start', 'fetch_end', 'arrive', 'parked', 'yield', 'skip', 'pin_start', 'pin_end'].includes(
       e.kind,
     ),
   );
@@ -160,7 +160,7 @@ test('pushLine takes a line only where JSON.parse and pushValid take it, with th
   const hot = events.filter(
     (e) =>
       e.kind in
-      { dispatch: 1, fetch_start: 1, fetch_end: 1, arrive: 1, buffer: 1, yield: 1, skip: 1, pin_start: 1, pin_end: 1 },
+      { dispatch: 1, fetch_start: 1, fetch_end: 1, arrive: 1, parked: 1, yield: 1, skip: 1, pin_start: 1, pin_end: 1 },
   );
   const written = hot.map((e) => JSON.stringify(e));
   // text that JSON reads the same or differently, numbers at the edges, the run changing

@@ -10,13 +10,15 @@ import { fileURLToPath } from 'node:url';
 import { EventTable } from '../js/model/event-table.js';
 import { countRows, indicesOnly, PART_NAME, partIntoTable, readPart, zstdReady } from '../js/views/parquet-trace.js';
 import { TraceError } from '../js/views/trace-file.js';
+import { renamed } from '../js/model/schema.js';
 import { groupTraces } from '../js/views/trace-open.js';
 
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');
 const LINES = readFileSync(join(FIXTURES, 'gpu_step_h100.jsonl'), 'utf8')
   .split('\n')
   .filter((l) => l.trim());
-const EVENTS = LINES.slice(1).map((l) => JSON.parse(l));
+// the fixtures were written before the reorder event's rename: the page reads them with today's names
+const EVENTS = LINES.slice(1).map((l) => renamed(JSON.parse(l)));
 
 /** @param {string} path */
 function buffer(path) {
@@ -55,7 +57,7 @@ test('a trace written by loaderscope comes back event for event, the frequent ki
     'fetch_start',
     'fetch_end',
     'arrive',
-    'buffer',
+    'parked',
     'yield',
     'skip',
     'pin_start',

@@ -17,7 +17,7 @@ function fingerprint(s) {
     rcvd: s.rcvd_idx,
     out: s.outstanding,
     rq: s.result_queue,
-    buf: s.buffer,
+    buf: s.parked,
     tasks: [...s.tasks.values()],
     workers: [...s.workers.values()].map((w) => ({ ...w, stuck: !!w.stuck })),
     sum: summary(s),

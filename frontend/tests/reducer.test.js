@@ -31,12 +31,12 @@ const SEED = stream([
   ...[0, 1, 2, 3].map((i) => [0.02, 'fetch_start', { idx: i, worker: i }]),
   [0.1, 'fetch_end', { idx: 1, worker: 1, dt: 0.08 }],
   [0.11, 'arrive', { idx: 1, worker: 1 }],
-  [0.11, 'buffer', { idx: 1, worker: 1, waiting_for: 0 }],
+  [0.11, 'parked', { idx: 1, worker: 1, waiting_for: 0 }],
   [0.2, 'fetch_end', { idx: 0, worker: 0, dt: 0.18 }],
   [0.21, 'arrive', { idx: 0, worker: 0 }],
-  [0.21, 'yield', { idx: 0, wait: 0.2, from_buffer: false }],
+  [0.21, 'yield', { idx: 0, wait: 0.2, from_parked: false }],
   [0.21, 'dispatch', { idx: 4, worker: 0, indices: [8, 9] }],
-  [0.22, 'yield', { idx: 1, wait: 0.0, from_buffer: true }],
+  [0.22, 'yield', { idx: 1, wait: 0.0, from_parked: true }],
   [0.22, 'dispatch', { idx: 5, worker: 1, indices: [10, 11] }],
 ]);
 
@@ -68,26 +68,26 @@ test('seed example: task 1 finishes first and waits on the result queue', () => 
 });
 
 test('seed example: task 1 arrives out of order and is parked in the reorder buffer', () => {
-  const s = reduce(SEED, SEED[at((e) => e.kind === 'buffer')].seq);
+  const s = reduce(SEED, SEED[at((e) => e.kind === 'parked')].seq);
   assert.deepEqual(s.result_queue, []);
-  assert.deepEqual(s.buffer, [1]);
-  assert.equal(s.tasks.get(1).where, Where.BUFFER);
+  assert.deepEqual(s.parked, [1]);
+  assert.equal(s.tasks.get(1).where, Where.PARKED);
   assert.equal(s.rcvd_idx, 0);
   assert.equal(s.outstanding, 3);
-  assert.equal(s.buffer_high, 1);
+  assert.equal(s.parked_high, 1);
   assert.equal(s.out_of_order, 1);
 });
 
 test('seed example: task 0 arrives, is yielded; task 1 leaves the buffer next; cursors advance', () => {
   let s = reduce(SEED, SEED[at((e) => e.kind === 'yield' && e.idx === 0)].seq);
   assert.equal(s.rcvd_idx, 1);
-  assert.deepEqual(s.buffer, [1]);
+  assert.deepEqual(s.parked, [1]);
   // task 1 parked at 0.11 s: from then on in_order=False would have handed it over, 0.10 s of the 0.2 s wait
   assert.ok(Math.abs(s.head_of_line_wait - 0.1) < 1e-9, 'waited on the late head-of-line task while task 1 sat ready');
   s = reduce(SEED);
   assert.equal(s.rcvd_idx, 2);
   assert.equal(s.send_idx, 6);
-  assert.deepEqual(s.buffer, []);
+  assert.deepEqual(s.parked, []);
   assert.deepEqual(s.yield_order, [
     [0, 0],
     [0, 1],
@@ -143,7 +143,7 @@ test('invariants hold on synthetic runs; out-of-order arrival is parked', () => 
         s.yield_order.map(([, i]) => i),
         [...Array(40).keys()],
       );
-      if (W > 1) assert.ok(s.buffer_high > 0, 'out_of_order parks results');
+      if (W > 1) assert.ok(s.parked_high > 0, 'out_of_order parks results');
     }
   }
 });
@@ -152,7 +152,7 @@ test('in_order=False yields in arrival order without violations', () => {
   const s = reduce(synthesize({ num_workers: 4, batches: 16, in_order: false }));
   assert.deepEqual(s.violations, []);
   assert.equal(s.batches, 16);
-  assert.equal(s.buffer_high, 0);
+  assert.equal(s.parked_high, 0);
   assert.notDeepEqual(
     s.yield_order.map(([, i]) => i),
     [...Array(16).keys()],
@@ -312,7 +312,7 @@ test('agrees with backend/loaderscope/model/state.py on the same events', { skip
     'batches',
     'epochs_done',
     'out_of_order',
-    'buffer_high',
+    'parked_high',
     'outstanding_high',
     'consumer_wait',
     'head_of_line_wait',
@@ -349,7 +349,7 @@ from loaderscope.model.stats import summary
 from loaderscope.model.diagnosis import diagnosis
 s = reduce(json.load(open(sys.argv[1])))
 out = {f: getattr(s, f) for f in ${JSON.stringify(fields)}}
-out["buffer"] = s.buffer; out["result_queue"] = s.result_queue
+out["parked"] = s.parked; out["result_queue"] = s.result_queue
 out["yield_order"] = [list(p) for p in s.yield_order]; out["violations"] = s.violations
 out["queues"] = {str(w.id): w.queue for w in s.workers.values()}
 out["statuses"] = {str(w.id): str(w.status) for w in s.workers.values()}
@@ -367,7 +367,7 @@ print(json.dumps(out))`;
         assert.ok(Math.abs(py[f] - js[f]) < 1e-9, `${name}.${f}`);
       else assert.deepEqual(js[f], py[f], `${name}.${f}`);
     }
-    assert.deepEqual(js.buffer, py.buffer, `${name}.buffer`);
+    assert.deepEqual(js.parked, py.parked, `${name}.parked`);
     assert.deepEqual(js.result_queue, py.result_queue, `${name}.result_queue`);
     assert.deepEqual(js.yield_order, py.yield_order);
     assert.deepEqual(js.violations, py.violations);

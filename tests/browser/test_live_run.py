@@ -66,10 +66,10 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     applied(pg, final)
     assert rcvd(pg) == final["batches"] == 50
     state = pg.evaluate("({events: window.loaderscope.eventCount, violations: window.loaderscope.state.violations,"
-                        " high: window.loaderscope.state.buffer_high})")
+                        " high: window.loaderscope.state.parked_high})")
     assert state["events"] == final["events"]
     assert state["violations"] == []
-    assert state["high"] == final["statistics"]["buffer_high"]
+    assert state["high"] == final["statistics"]["parked_high"]
     assert pg.locator("#diagnosis li").count() >= 1
     settle(pg)  # released tokens finish their flight to the consumer
     pg.screenshot(path=str(tmp_path / "out_of_order_done.png"))

@@ -28,7 +28,7 @@ SAME_STATE = """async () => {
   const app = window.loaderscope, p = app.player;
   const events = []; for (let i = 0; i < p.cursor; i++) events.push(p.event(i));
   const fp = (s) => JSON.stringify({ seq: s.seq, send: s.send_idx, rcvd: s.rcvd_idx, rq: s.result_queue,
-    buf: s.buffer, tasks: [...s.tasks.values()], batches: s.batches, sum: summary(s, { workers: false }) });
+    buf: s.parked, tasks: [...s.tasks.values()], batches: s.batches, sum: summary(s, { workers: false }) });
   return { same: fp(app.state) === fp(reduce(events)), cursor: p.cursor, n: p.length };
 }"""
 

@@ -58,7 +58,7 @@ def test_an_in_process_batch_row_expands_to_its_five_events_in_order() -> None:
     assert dispatch["indices"] == [3, 4] and dispatch["n"] == start["n"] == 2 and dispatch["worker"] == 0
     assert start["t"] == pytest.approx(0.7) and end["t"] == arrive["t"] == released["t"] == pytest.approx(1.0)
     assert end["dt"] == pytest.approx(0.3) and released["wait"] == pytest.approx(0.4)
-    assert released["from_buffer"] is False and end["nbytes"] == 16
+    assert released["from_parked"] is False and end["nbytes"] == 16
 
 
 def test_a_short_batch_row_is_refused_by_position() -> None:
@@ -87,7 +87,7 @@ def assert_validated_as_its_events(frame: dict[str, Any]) -> None:
     assert outcome(lambda: decode_frame(to_json(frame))) == outcome(lambda: [validate(e) for e in expand(sent)]), frame
 
 
-@pytest.mark.parametrize("kind", ["dispatch", "fetch_start", "fetch_end", "arrive", "buffer", "yield", "skip"])
+@pytest.mark.parametrize("kind", ["dispatch", "fetch_start", "fetch_end", "arrive", "parked", "yield", "skip"])
 def test_a_compact_row_is_valid_exactly_when_its_expanded_event_is(kind: str) -> None:
     names = ROW_FIELDS[kind]
     for position in range(len(names) + 1):  # the row's t, then each field in turn
@@ -122,7 +122,7 @@ def _nested(levels: int) -> Any:
 def test_the_one_pass_decoder_accepts_exactly_what_the_full_check_accepts() -> None:
     from loaderscope.events import _explain
 
-    for name in [*GOOD, "from_buffer", "epoch", "elapsed", "note"]:
+    for name in [*GOOD, "from_parked", "epoch", "elapsed", "note"]:
         for edge in [*EDGES, "", "dispatch", _nested(70)]:
             event = GOOD | {name: edge}
             data = to_json([event])  # NaN and infinities as a producer's orjson writes them: null

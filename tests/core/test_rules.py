@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE: dict[str, Any] = {"int": 1, "number": 0.25, "string": "x", "bool": True, "object": {"num_workers": 2},
                           "array": [], "any": 1}
 SCALARS = ["send_idx", "rcvd_idx", "outstanding", "outstanding_high", "batches", "epoch_batches", "epochs_done",
-           "out_of_order", "buffer_high", "consumer_wait", "startup_wait", "skipped", "epoch", "status", "starts",
-           "epoch_failed", "result_queue", "buffer", "violations",
+           "out_of_order", "parked_high", "consumer_wait", "startup_wait", "skipped", "epoch", "status", "starts",
+           "epoch_failed", "result_queue", "parked", "violations",
            *sorted({name for rule in RULES.values() for name in rule.counts})]
 NODE = """
 import { reduce } from './frontend/js/model/reducer.js';
@@ -107,8 +107,8 @@ def test_the_rule_does_what_its_row_says_in_both_reducers(kind: Kind, rule: Rule
         assert after.tasks[task.idx].where == (to if not sources or task.where in sources else task.where)
     if rule.enters == "worker_queue":
         assert after.workers[event["worker"]].queue[-1] == event["idx"]
-    if rule.enters == "buffer":
-        assert after.buffer[-1] == event["idx"]
+    if rule.enters == "parked":
+        assert after.parked[-1] == event["idx"]
     if rule.leaves == "worker_queue":
         assert event["idx"] not in after.workers[event["worker"]].queue
     assert after.epoch_failed == (rule.fails or before.epoch_failed and kind != Kind.EPOCH_START)

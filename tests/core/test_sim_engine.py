@@ -34,13 +34,13 @@ def test_seed_001_batch_1_arrives_before_batch_0_and_waits_in_task_info() -> Non
     dispatches = [(e["idx"], e["worker"]) for e in _kind(events, "dispatch")]
     assert dispatches == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
-    first_park = _kind(events, "buffer")[0]
+    first_park = _kind(events, "parked")[0]
     assert (first_park["idx"], first_park["waiting_for"]) == (1, 0)
     state = reduce(events, until_seq=first_park["seq"])
-    assert (state.send_idx, state.rcvd_idx, state.buffer) == (4, 0, [1])
+    assert (state.send_idx, state.rcvd_idx, state.parked) == (4, 0, [1])
     assert sorted(state.tasks) == [0, 1, 2, 3]  # _task_info: 1 holds data, 0, 2, 3 are outstanding
 
-    yields = [(e["idx"], e["from_buffer"]) for e in _kind(events, "yield")]
+    yields = [(e["idx"], e["from_parked"]) for e in _kind(events, "yield")]
     assert yields == [(0, False), (1, True), (2, True), (3, True)]
     assert _kind(events, "yield")[0]["wait"] == pytest.approx(0.040)
 
@@ -48,10 +48,10 @@ def test_seed_001_batch_1_arrives_before_batch_0_and_waits_in_task_info() -> Non
 def test_out_of_order_scenario_parks_results_and_still_yields_in_order() -> None:
     events = _plan_events("out_of_order")
     assert problems(events) == []
-    parked = _kind(events, "buffer")
+    parked = _kind(events, "parked")
     assert parked and all(e["idx"] > e["waiting_for"] for e in parked)
     assert [e["idx"] for e in _kind(events, "yield")] == list(range(24))
-    assert any(e["from_buffer"] for e in _kind(events, "yield"))
+    assert any(e["from_parked"] for e in _kind(events, "yield"))
 
 
 # --- dispatch rules --------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def test_in_order_false_gives_the_task_to_a_worker_with_capacity() -> None:
     assert dispatches[4] == (4, 1)  # the cycle points at worker 0, but it holds 2 tasks already
     yields = [e["idx"] for e in _kind(events, "yield")]
     assert yields != sorted(yields) and sorted(yields) == list(range(12))
-    assert not _kind(events, "buffer")
+    assert not _kind(events, "parked")
 
 
 def test_in_order_true_keeps_round_robin_and_waits_for_the_slow_worker() -> None:
@@ -92,7 +92,7 @@ def test_in_order_true_keeps_round_robin_and_waits_for_the_slow_worker() -> None
     events = run_core(cfg, CostModel(worker_factor={0: 10.0}))
     assert [e["worker"] for e in _kind(events, "dispatch")] == [0, 1] * 6
     assert [e["idx"] for e in _kind(events, "yield")] == list(range(12))
-    assert _kind(events, "buffer")
+    assert _kind(events, "parked")
 
 
 # --- iterable datasets ------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ def test_format_table_shows_every_row_and_metric() -> None:
     for title in ("in_order", "batches/s", "training loop waiting", "buffer high", "worker util"):  # the page's words
         assert title in text
     assert "True" in text and "False" in text
-    assert [r["buffer_high"] for r in rows][1] == 0 < rows[0]["buffer_high"]
+    assert [r["parked_high"] for r in rows][1] == 0 < rows[0]["parked_high"]
 
 
 def test_fit_from_trace_recovers_the_costs_of_a_run() -> None:

@@ -26,12 +26,12 @@ EXAMPLE = stream(
     *[("fetch_start", {"idx": i, "worker": i}) for i in range(4)],
     ("fetch_end", {"idx": 1, "worker": 1, "dt": 0.02}),          # seq 10
     ("arrive", {"idx": 1, "worker": 1}),                          # 11
-    ("buffer", {"idx": 1, "worker": 1, "waiting_for": 0}),        # 12
+    ("parked", {"idx": 1, "worker": 1, "waiting_for": 0}),        # 12
     ("fetch_end", {"idx": 0, "worker": 0, "dt": 0.09}),           # 13
     ("arrive", {"idx": 0, "worker": 0}),                          # 14
-    ("yield", {"idx": 0, "wait": 0.12, "from_buffer": False}),    # 15
+    ("yield", {"idx": 0, "wait": 0.12, "from_parked": False}),    # 15
     ("dispatch", {"idx": 4, "worker": 0, "indices": [8, 9]}),     # 16
-    ("yield", {"idx": 1, "wait": 0.0, "from_buffer": True}),      # 17
+    ("yield", {"idx": 1, "wait": 0.0, "from_parked": True}),      # 17
 )
 
 
@@ -50,19 +50,19 @@ def test_fetching_then_result_queue() -> None:
 
 def test_task_1_is_parked_waiting_for_task_0() -> None:
     s = reduce(EXAMPLE, until_seq=12)
-    assert s.buffer == [1] and s.tasks[1].where == Where.BUFFER
+    assert s.parked == [1] and s.tasks[1].where == Where.PARKED
     assert s.rcvd_idx == 0 and s.result_queue == [] and s.outstanding == 3
-    assert s.buffer_high == 1 and s.out_of_order == 1
+    assert s.parked_high == 1 and s.out_of_order == 1
 
 
 def test_task_0_released_then_1_from_the_buffer() -> None:
     s = reduce(EXAMPLE, until_seq=15)
-    assert s.rcvd_idx == 1 and s.buffer == [1] and s.batches == 1
+    assert s.rcvd_idx == 1 and s.parked == [1] and s.batches == 1
     # the 0.12 s wait for task 0 began before any result was in; task 1 parked at 0.11 s, and from then
     # on in_order=False would have handed it over: 0.04 s of the wait is the reorder cost
     assert s.head_of_line_wait == pytest.approx(0.04)
     s = reduce(EXAMPLE)
-    assert (s.send_idx, s.rcvd_idx, s.buffer, s.batches) == (5, 2, [], 2)
+    assert (s.send_idx, s.rcvd_idx, s.parked, s.batches) == (5, 2, [], 2)
     assert s.yield_order == [(0, 0), (0, 1)]
     assert s.violations == [] and check(EXAMPLE) == []
 

@@ -100,7 +100,7 @@ def test_a_real_loaders_run_reduces_alike_a_frame_at_once() -> None:
     assert_same(events, random.Random(0))
 
 
-KINDS = ["dispatch", "fetch_start", "fetch_end", "arrive", "buffer", "yield", "skip", "pin_start", "pin_end",
+KINDS = ["dispatch", "fetch_start", "fetch_end", "arrive", "parked", "yield", "skip", "pin_start", "pin_end",
          "epoch_start", "worker_start", "error", "worker_died", "custom"]
 
 
@@ -117,7 +117,7 @@ def streams(draw: st.DrawFn) -> list[dict[str, Any]]:
         event.update(draw(st.fixed_dictionaries({}, optional={
             "wait": st.sampled_from([0.0, 0.003, -0.0]), "dt": st.sampled_from([None, 0.002]),
             "nbytes": st.sampled_from([None, 0, 12, 7.5]), "pickled": st.sampled_from([None, 3]),
-            "from_buffer": st.booleans(), "epoch": st.integers(0, 1), "pid": st.integers(1, 9),
+            "from_parked": st.booleans(), "epoch": st.integers(0, 1), "pid": st.integers(1, 9),
             "indices": st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3)), "n": st.integers(0, 3),
             "type": st.just("ValueError"), "message": st.just("boom"), "pinned": st.booleans()})))
         if draw(st.booleans()):

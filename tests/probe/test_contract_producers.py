@@ -123,7 +123,7 @@ def test_the_simulators_events_are_declared() -> None:
                          params=_params("samplers"), costs=[CostModel(), CostModel()])
     sent += [e for events in job.events for e in events]
     kinds = {str(e["kind"]) for e in sent}
-    assert {"worker_stuck", "worker_died", "error", "timeout", "pin_end", "skip", "buffer"} <= kinds, kinds
+    assert {"worker_stuck", "worker_died", "error", "timeout", "pin_end", "skip", "parked"} <= kinds, kinds
     assert undeclared(sent) == set()
 
 

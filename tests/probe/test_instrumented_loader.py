@@ -55,13 +55,13 @@ def test_scenario_is_conformant_and_matches_vanilla(scenario: str, num_workers: 
 def test_out_of_order_really_parks_results() -> None:
     collector = Collector()
     state = run_real("out_of_order", {"dataset_size": 32, "sample_ms": 3}, collector)
-    buffered = [e for e in collector.events if e["kind"] == "buffer"]
+    buffered = [e for e in collector.events if e["kind"] == "parked"]
     assert buffered, "no result was parked in the reorder buffer"
     # a parked task waits for an earlier one; it is released from the buffer, in order
     assert all(e["waiting_for"] < e["idx"] for e in buffered)
-    released = {e["idx"] for e in collector.events if e["kind"] == "yield" and e["from_buffer"]}
+    released = {e["idx"] for e in collector.events if e["kind"] == "yield" and e["from_parked"]}
     assert {e["idx"] for e in buffered} == released
-    assert state.buffer_high >= 1 and state.violations == []
+    assert state.parked_high >= 1 and state.violations == []
 
 
 def test_fetch_events_come_from_the_worker_before_arrival() -> None:
@@ -104,7 +104,7 @@ def test_in_order_false_yields_as_results_arrive() -> None:
     yields = [e["idx"] for e in collector.events if e["kind"] == "yield"]
     assert sorted(yields) == list(range(8))
     assert yields != sorted(yields), "in_order=False should release results as they arrive"
-    assert not any(e["kind"] == "buffer" for e in collector.events)
+    assert not any(e["kind"] == "parked" for e in collector.events)
     assert check(collector.events) == []
 
 

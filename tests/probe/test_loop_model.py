@@ -271,10 +271,10 @@ def test_the_reorder_cost_is_the_wait_after_a_later_batch_had_parked_not_the_who
             parked.clear()
         elif e["kind"] == "arrive":
             arrived[e["idx"]] = e["t"]
-        elif e["kind"] == "buffer":
+        elif e["kind"] == "parked":
             parked[e["idx"]] = arrived[e["idx"]]
         elif e["kind"] == "yield":
-            if e["wait"] > 0 and not e.get("from_buffer") and parked:
+            if e["wait"] > 0 and not e.get("from_parked") and parked:
                 bound += min(e["wait"], max(0.0, e["t"] - min(parked.values())))
             parked.pop(e["idx"], None)
     assert stats["head_of_line_wait"] == pytest.approx(bound)

@@ -44,15 +44,15 @@ def _sim(name: str, params: dict[str, Any], costs: CostModel | None = None) -> l
 
 def _protocol(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, ...]]]:
     """Dispatch (task → worker), yield order and parked tasks, per epoch."""
-    epoch, out = 0, {"dispatch": [], "yield": [], "buffer": []}
+    epoch, out = 0, {"dispatch": [], "yield": [], "parked": []}
     for event in events:
         if event["kind"] == "epoch_start":
             epoch = event["epoch"]
         elif event["kind"] == "dispatch":
             out["dispatch"].append((epoch, event["idx"], event["worker"]))
-        elif event["kind"] in ("yield", "buffer"):
+        elif event["kind"] in ("yield", "parked"):
             out[event["kind"]].append((epoch, event["idx"]))
-    out["buffer"].sort()
+    out["parked"].sort()
     return out
 
 
@@ -91,7 +91,7 @@ def machine() -> CostModel:
 
 def test_out_of_order_agrees_on_dispatch_yield_and_parking() -> None:
     sim = _protocol(_sim("out_of_order", OUT_OF_ORDER))
-    assert sim["buffer"], "nothing was parked: the scenario no longer shows reordering"
+    assert sim["parked"], "nothing was parked: the scenario no longer shows reordering"
     for _ in range(ATTEMPTS):
         events = _real("out_of_order", OUT_OF_ORDER)
         # Parking is decided by finishing times ROUND_UNIT apart; workers that boot further apart
@@ -103,7 +103,7 @@ def test_out_of_order_agrees_on_dispatch_yield_and_parking() -> None:
     real = _protocol(events)
     assert real["dispatch"] == sim["dispatch"]
     assert real["yield"] == sim["yield"]
-    assert real["buffer"] == sim["buffer"]
+    assert real["parked"] == sim["parked"]
 
 
 COMPARED = [

@@ -356,3 +356,43 @@ def test_soak_memory_stays_bounded(small: LiveServer, capsys: Any) -> None:
         print(f"\n  soak: {total} events; server RSS grew {growth_mib:.0f} MiB")
     # 2000 events in memory plus the reducer's per-batch statistics; holding every event would be ~100x that.
     assert growth_mib < 40 + total * 40 / 1024 / 1024
+
+
+def test_an_older_probes_reorder_events_are_taken_and_shown_parked(server: LiveServer) -> None:
+    """A probe from before the rename sends kind ``buffer`` and yield's ``from_buffer``, as whole events and
+    as compact rows (contract/events.py RENAMED_KINDS, RENAMED_FIELDS): taken, kept and shown as ``parked``."""
+    def pair(first: int, t: float) -> list[dict[str, Any]]:  # task first + 1 overtakes task first
+        later = first + 1
+        return [{"kind": "dispatch", "t": t, "idx": first, "worker": 0, "indices": [first]},
+                {"kind": "dispatch", "t": t, "idx": later, "worker": 1, "indices": [later]},
+                {"kind": "fetch_start", "t": t, "idx": first, "worker": 0},
+                {"kind": "fetch_start", "t": t, "idx": later, "worker": 1},
+                {"kind": "fetch_end", "t": t + 0.1, "idx": later, "worker": 1, "dt": 0.1, "nbytes": 8},
+                {"kind": "arrive", "t": t + 0.1, "idx": later, "worker": 1},
+                {"kind": "buffer", "t": t + 0.1, "idx": later, "worker": 1, "waiting_for": first},
+                {"kind": "fetch_end", "t": t + 0.2, "idx": first, "worker": 0, "dt": 0.2, "nbytes": 8},
+                {"kind": "arrive", "t": t + 0.2, "idx": first, "worker": 0},
+                {"kind": "yield", "t": t + 0.2, "idx": first, "wait": 0.2, "from_buffer": False},
+                {"kind": "yield", "t": t + 0.2, "idx": later, "wait": 0.0, "from_buffer": True}]
+
+    start = [{"kind": "run_start", "t": 0.0, "mode": "real", "config": {"num_workers": 2}},
+             {"kind": "epoch_start", "t": 0.0, "epoch": 0}]
+    whole = start + pair(0, 0.0)
+    order = {"dispatch": ("idx", "worker", "indices"), "fetch_start": ("worker", "idx"),
+             "fetch_end": ("worker", "idx", "dt", "nbytes"), "arrive": ("idx", "worker"),
+             "buffer": ("idx", "worker", "waiting_for"), "yield": ("idx", "wait", "from_buffer")}
+    rows = [[e["kind"], e["t"], *(e[name] for name in order[e["kind"]])] for e in pair(2, 1.0)]
+    for row in rows:  # the older probe's rows carried every ROW_FIELDS value: fetch_start's n, fetch_end's pickled
+        row.extend([1] if row[0] == "fetch_start" else [0] if row[0] == "fetch_end" else [])
+    with server.connect("/ws/ingest") as ws:
+        run_id = orjson.loads(ws.recv(timeout=5))["run"]
+        ws.send(orjson.dumps(whole))
+        ws.send(orjson.dumps({"rows": rows, "seq": len(whole), "t0": 0.0}))
+        assert wait_events(server, run_id, len(whole) + len(rows))["events"] == len(whole) + len(rows)
+    with server.client() as http:
+        events = http.get(f"/api/runs/{run_id}/events").json()["events"]
+    assert [e["idx"] for e in events if e["kind"] == "parked"] == [1, 3]
+    assert not any(e["kind"] == "buffer" or "from_buffer" in e for e in events)
+    assert [e["idx"] for e in events if e["kind"] == "yield" and e["from_parked"]] == [1, 3]
+    statistics = server.run(run_id)["statistics"]
+    assert (statistics["parked_high"], statistics["out_of_order"], statistics["violations"]) == (1, 2, [])

@@ -52,7 +52,7 @@ def test_a_watched_loaders_series_agree_with_the_run_api(start_server: Any) -> N
     assert wait == pytest.approx(stats["consumer_wait"], rel=1e-9)
     epoch = one(series, "loaderscope_epoch_seconds_total", **labels)
     assert epoch == pytest.approx(stats["epoch_wall"], rel=1e-9) and wait / epoch == pytest.approx(stats["input_bound"])
-    assert one(series, "loaderscope_reorder_buffer_high_tasks", **labels) == stats["buffer_high"] > 0
+    assert one(series, "loaderscope_reorder_buffer_high_tasks", **labels) == stats["parked_high"] > 0
     assert one(series, "loaderscope_prefetch_window_tasks", **labels) == stats["window"] == 6
     count = one(series, "loaderscope_fetch_seconds_count", **labels)
     assert count == sum(w["tasks"] for w in stats["workers"]) == 12

@@ -47,7 +47,7 @@ def the_run_api(dashboard: Any, run_id: str) -> dict[str, Any]:
     stats = detail["statistics"]
     return {"batches": detail["batches"], "events": detail["events"], "dropped": detail["dropped"],
             "wait": round(stats["consumer_wait"], 9), "epoch": round(stats["epoch_wall"], 9),
-            "buffer_high": stats["buffer_high"], "fetches": sum(w["tasks"] for w in stats["workers"]),
+            "parked_high": stats["parked_high"], "fetches": sum(w["tasks"] for w in stats["workers"]),
             "stuck": sum(w["status"] == "stuck" for w in stats["workers"]), "status": detail["status"]}
 
 
@@ -62,7 +62,7 @@ def scraped(prom: Prometheus, run_id: str) -> dict[str, Any]:
     return {"batches": scalar("loaderscope_batches_total"), "events": scalar("loaderscope_events_total"),
             "dropped": scalar("loaderscope_events_dropped_total"), "wait": None if wait is None else round(wait, 9),
             "epoch": None if epoch is None else round(epoch, 9),
-            "buffer_high": scalar("loaderscope_reorder_buffer_high_tasks"),
+            "parked_high": scalar("loaderscope_reorder_buffer_high_tasks"),
             "fetches": scalar("loaderscope_fetch_seconds_count"),
             "stuck": prom.query(f'loaderscope_workers{{run="{run_id}",state="stuck"}}').get("stuck"),
             "status": next(iter(statuses), None)}

@@ -70,7 +70,7 @@ def test_out_of_order_run_arrives_complete_and_in_seq_order(server: LiveServer) 
     assert metas[-1] == {"type": "end", "status": "done", "last_seq": len(events) - 1}
     yielded = [e["idx"] for e in events if e["kind"] == "yield"]
     assert yielded == list(range(12))  # 24 samples / batch 2, released in order
-    assert any(e["kind"] == "buffer" for e in events), "out_of_order should park results in the reorder buffer"
+    assert any(e["kind"] == "parked" for e in events), "out_of_order should park results in the reorder buffer"
     detail = server.run(run["id"])
     assert detail["status"] == "done" and detail["statistics"]["batches"] == 12
     assert detail["config"]["num_workers"] == 2 and detail["diagnosis"]

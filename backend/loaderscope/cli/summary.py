@@ -159,7 +159,7 @@ def print_reordering(report: RunReport, console: Console) -> None:
     """How many results waited in the reorder buffer, and the first epoch's orders and story."""
     stats, orders = report["summary"], report["reordering"]
     heading(console, "Reordering")
-    line(console, say("cli.reorder", results=say("n.results", n=stats["out_of_order"]), high=stats["buffer_high"],
+    line(console, say("cli.reorder", results=say("n.results", n=stats["out_of_order"]), high=stats["parked_high"],
                       high_out=stats["outstanding_high"], window=stats["window"]))
     arrivals, yields = orders["arrivals"], orders["yields"]
     if arrivals and arrivals == yields:

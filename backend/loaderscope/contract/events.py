@@ -56,7 +56,7 @@ class Kind(StrEnum):
     ARRIVE = "arrive"
     PIN_START = "pin_start"
     PIN_END = "pin_end"
-    BUFFER = "buffer"
+    PARKED = "parked"
     YIELD = "yield"
     SKIP = "skip"
     WORKER_STUCK = "worker_stuck"
@@ -277,7 +277,7 @@ class PinEnd(Event, tag=Kind.PIN_END.value):
         "whether the batch's first tensor is page-locked (null: it holds no tensor)")] = UNSET
 
 
-class Buffer(Event, tag=Kind.BUFFER.value):
+class Parked(Event, tag=Kind.PARKED.value):
     """The result arrived out of order: parked in ``_task_info`` until rcvd_idx reaches it."""
 
     idx: Annotated[Int, doc("the task")]
@@ -293,7 +293,7 @@ class Yield(Event, tag=Kind.YIELD.value):
     wait: Annotated[Number, doc("seconds the training loop spent inside next()")]
     worker: Annotated[Maybe[WorkerId], doc("S: the worker that fetched it")] = UNSET
     epoch: Annotated[Maybe[Int], doc("S: the epoch")] = UNSET
-    from_buffer: Annotated[Maybe[bool], doc("the batch had been parked in the reorder buffer")] = UNSET
+    from_parked: Annotated[Maybe[bool], doc("the batch had been parked in the reorder buffer")] = UNSET
 
 
 class Skip(Event, tag=Kind.SKIP.value):
@@ -455,7 +455,7 @@ class Memory(Event, tag=Kind.MEMORY.value):
 
 KINDS: tuple[type[Event], ...] = (
     RunStart, RunEnd, EpochStart, EpochEnd, EpochResume, WorkerStart, WorkerExit, Dispatch, FetchStart,
-    FetchEnd, Arrive, PinStart, PinEnd, Buffer, Yield, Skip, WorkerStuck, ConsumerStuck, WorkerDied, Error,
+    FetchEnd, Arrive, PinStart, PinEnd, Parked, Yield, Skip, WorkerStuck, ConsumerStuck, WorkerDied, Error,
     Timeout, BatchInfo, Step, ProbeError, DoctorVerdict, Loop, Memory,
 )
 
@@ -475,7 +475,7 @@ NOTE_FIELDS: dict[str, dict[str, Any]] = {
 
 # The frequent kinds: one or more per batch. The page keeps them in typed columns (event-table.js),
 # as many of their declared fields as it has columns for.
-FREQUENT = ("dispatch", "fetch_start", "fetch_end", "arrive", "buffer", "yield", "skip", "pin_start", "pin_end")
+FREQUENT = ("dispatch", "fetch_start", "fetch_end", "arrive", "parked", "yield", "skip", "pin_start", "pin_end")
 
 # Compact rows: what the probe sends for the per-batch kinds, ``[kind, t, field values...]`` in this
 # order (any other kind is ``[kind, t, {fields}]``). Building a dict per event costs the training
@@ -486,10 +486,34 @@ ROW_FIELDS: dict[str, tuple[str, ...]] = {
     "fetch_start": ("worker", "idx", "n"),
     "fetch_end": ("worker", "idx", "dt", "nbytes", "pickled"),
     "arrive": ("idx", "worker"),
-    "buffer": ("idx", "worker", "waiting_for"),
-    "yield": ("idx", "wait", "from_buffer"),
+    "parked": ("idx", "worker", "waiting_for"),
+    "yield": ("idx", "wait", "from_parked"),
     "skip": ("idx", "worker"),
 }
+# Names a kind or field had before: traces written then, and older probes, still carry them. Every
+# reader renames them as it takes an event in (events.validate; the page's trace readers), so the
+# reducers only know the new names. A trace's header keeps its version: no kind or field takes an old
+# name again, so the mapping is right for every trace, and a new version would lock the old ones out
+# (traces/header.py refuses any other).
+RENAMED_KINDS: dict[str, str] = {"buffer": "parked"}  # issue 37: the event says what the page says
+RENAMED_FIELDS: dict[str, dict[str, str]] = {"yield": {"from_buffer": "from_parked"}}
+
+
+def renamed(event: dict[str, Any]) -> bool:
+    """Give ``event`` (in place) the names of this schema for a kind or field it carries by an old
+    name (``RENAMED_KINDS``, ``RENAMED_FIELDS``); whether it had one."""
+    kind = event.get("kind")
+    if not isinstance(kind, str):
+        return False
+    new_kind = RENAMED_KINDS.get(kind)
+    if new_kind is not None:
+        event["kind"] = kind = new_kind
+    old = [(name, new) for name, new in RENAMED_FIELDS.get(kind, {}).items() if name in event]
+    for name, new in old:
+        event.setdefault(new, event.pop(name))
+    return new_kind is not None or bool(old)
+
+
 # One row for a whole in-process batch (num_workers=0): ``["batch", t, idx, next_started, fetch_started,
 # nbytes, pickled, indices]`` stands for dispatch, fetch_start, fetch_end, arrive and yield, which
 # happen back to back in the training thread; one row instead of five keeps tiny batches cheap.

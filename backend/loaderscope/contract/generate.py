@@ -49,6 +49,9 @@ SECTIONS: list[tuple[str, str, Callable[[], Any]]] = [
     ("COLUMNS", "the column of the page's event table that holds each field of each frequent kind "
      "(a row with a field not listed is kept whole)", columns.frequent),
     ("ROW_FIELDS", "a compact row's values after [kind, t]", lambda: events.ROW_FIELDS),
+    ("RENAMED_KINDS", "kinds by the names they had before: a reader renames them (schema.js's renamed)",
+     lambda: events.RENAMED_KINDS),
+    ("RENAMED_FIELDS", "each kind's fields by the names they had before", lambda: events.RENAMED_FIELDS),
     ("BATCH_ROW", "the compact row of a whole in-process batch, and how many events it stands for",
      lambda: {"kind": events.BATCH_ROW, "events": events.BATCH_EVENTS, "fields": list(events.BATCH_ROW_FIELDS)}),
     ("RUN_STATUS", "a run's status as the API and the reducer give it",

@@ -36,7 +36,7 @@ class Where(StrEnum):
     FETCHING = "fetching"  # the worker is running __getitem__/collate for it
     RESULT_QUEUE = "result_queue"  # fetched, on the shared result queue
     PINNING = "pinning"  # the pin-memory thread copies it to page-locked memory
-    BUFFER = "buffer"  # arrived out of order, parked in _task_info
+    PARKED = "parked"  # arrived out of order, parked in _task_info (the reorder buffer)
     YIELDED = "yielded"
     SKIPPED = "skipped"
     FAILED = "failed"
@@ -53,8 +53,8 @@ class WorkerStatus(StrEnum):
 
 # The queues a rule moves a batch's index through: the event's worker's index queue (torch's
 # _index_queues[w]) and the reorder buffer (the tasks parked in _task_info).
-Queue = Literal["worker_queue", "buffer"]
-QUEUES: tuple[Queue, ...] = ("worker_queue", "buffer")
+Queue = Literal["worker_queue", "parked"]
+QUEUES: tuple[Queue, ...] = ("worker_queue", "parked")
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ RULES: dict[Kind, Rule] = {
     Kind.PIN_START: Rule("the pin-memory thread takes the batch off the result queue"),
     Kind.PIN_END: Rule("the pin-memory thread puts the pinned batch on the data queue",
                        counts={"pin_bytes": "nbytes", "pin_time": "dt"}),
-    Kind.BUFFER: Rule("the batch arrived before rcvd_idx's: parked in _task_info", needs_task=True,
-                      moves=((), Where.BUFFER), enters="buffer", counts={"out_of_order": 1}),
+    Kind.PARKED: Rule("the batch arrived before rcvd_idx's: parked in _task_info", needs_task=True,
+                      moves=((), Where.PARKED), enters="parked", counts={"out_of_order": 1}),
     Kind.YIELD: Rule("next() returns the batch at rcvd_idx; rcvd_idx advances",
                      counts={"batches": 1, "consumer_wait": "wait", "epoch_wait": "wait"}),
     Kind.SKIP: Rule("torch drops the task from _task_info (its worker's iterable dataset ran out); "

@@ -305,7 +305,7 @@ def findings(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[Fin
                                               others=f"{slow['others'] * 1000:.0f}")))
     if stats["out_of_order"]:
         found.append(Finding("reorder", say("reorder", results=say("n.results", n=stats["out_of_order"]),
-                                            high=stats["buffer_high"], hol=f"{stats['head_of_line_wait']:.2f}")))
+                                            high=stats["parked_high"], hol=f"{stats['head_of_line_wait']:.2f}")))
     found += _transfer_findings(s, stats)
     found += _memory_findings(s, stats)
     return found

@@ -18,11 +18,11 @@ from loaderscope.events import Kind
 from loaderscope.model.state import (
     LoaderState,
     _arrive,
-    _buffer,
     _discard,
     _dispatch,
     _fetch_end,
     _fetch_start,
+    _parked,
     _skip,
     _yield,
 )
@@ -35,7 +35,7 @@ _INLINED_RULES = {
                            leaves="worker_queue"),
     Kind.FETCH_END: Rule("", counts={"fetched_bytes": "nbytes", "pickled_bytes": "pickled"}),
     Kind.ARRIVE: Rule("", needs_task=True, counts={"outstanding": -1}),
-    Kind.BUFFER: Rule("", needs_task=True, moves=((), Where.BUFFER), enters="buffer", counts={"out_of_order": 1}),
+    Kind.PARKED: Rule("", needs_task=True, moves=((), Where.PARKED), enters="parked", counts={"out_of_order": 1}),
     Kind.YIELD: Rule("", counts={"batches": 1, "consumer_wait": "wait", "epoch_wait": "wait"}),
     Kind.SKIP: Rule("", counts={"skipped": 1}),
 }
@@ -50,7 +50,7 @@ def apply_all(s: LoaderState, events: Iterable[Mapping[str, Any]],
     The server's per-event path: a frame's events without a Python call per effect. ``failed``
     gets an event whose rule raised, and the events after it are applied (without it, it raises).
     """
-    tasks, workers, buffer, counters = s.tasks, s.workers, s.buffer, s.__dict__
+    tasks, workers, parked, counters = s.tasks, s.workers, s.parked, s.__dict__
     for e in events:
         kind = e["kind"]
         try:
@@ -88,13 +88,13 @@ def apply_all(s: LoaderState, events: Iterable[Mapping[str, Any]],
                 if s.task(e) is not None:
                     s.outstanding -= 1
                     _arrive(s, e)
-            elif kind == "buffer":
+            elif kind == "parked":
                 task = s.task(e)
                 if task is not None:
-                    task.where = Where.BUFFER
-                    buffer.append(e["idx"])
+                    task.where = Where.PARKED
+                    parked.append(e["idx"])
                     s.out_of_order += 1
-                    _buffer(s, e)
+                    _parked(s, e)
             else:  # skip
                 s.skipped += 1
                 _skip(s, e)

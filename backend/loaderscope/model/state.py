@@ -76,13 +76,13 @@ class LoaderState:
     tasks: dict[int, Task] = field(default_factory=dict)  # live tasks of this epoch (not yet released)
     workers: dict[int, Worker] = field(default_factory=dict)
     result_queue: list[int] = field(default_factory=list)  # fetched, not yet taken by the main process
-    buffer: list[int] = field(default_factory=list)  # parked out of order, waiting for rcvd_idx
+    parked: list[int] = field(default_factory=list)  # the reorder buffer: out of order, waiting for rcvd_idx
     outstanding: int = 0  # dispatched, not yet arrived (torch's _tasks_outstanding)
     # statistics, run-wide
     batches: int = 0
     epochs_done: int = 0
     out_of_order: int = 0
-    buffer_high: int = 0
+    parked_high: int = 0
     outstanding_high: int = 0
     consumer_wait: float = 0.0
     startup_wait: float = 0.0  # waits for each epoch's first batch: worker start-up, priming
@@ -189,8 +189,8 @@ class LoaderState:
     def release(self, idx: int) -> None:
         """A task leaves the pipeline (yielded or skipped); rcvd_idx moves past released tasks."""
         self.tasks.pop(idx, None)
-        if idx in self.buffer:
-            self.buffer.remove(idx)
+        if idx in self.parked:
+            self.parked.remove(idx)
         while self.rcvd_idx < self.send_idx and self.rcvd_idx not in self.tasks:
             self.rcvd_idx += 1
 
@@ -228,7 +228,7 @@ def _epoch_start(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.stuck_notes.clear()
     s.tasks.clear()
     s.result_queue.clear()
-    s.buffer.clear()
+    s.parked.clear()
     for worker in s.workers.values():
         worker.queue.clear()
         worker.current = None
@@ -334,8 +334,8 @@ def _arrive(s: LoaderState, e: Mapping[str, Any]) -> None:
     task.arrived = s.t
 
 
-def _buffer(s: LoaderState, e: Mapping[str, Any]) -> None:
-    s.buffer_high = max(s.buffer_high, len(s.buffer))
+def _parked(s: LoaderState, e: Mapping[str, Any]) -> None:
+    s.parked_high = max(s.parked_high, len(s.parked))
 
 
 def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -346,7 +346,7 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
     in_order = s.config.get("in_order", True)
     if in_order and idx != s.rcvd_idx:
         s.keep(s.violations, f"seq {s.seq}: yield of task {idx} while rcvd_idx is {s.rcvd_idx}")
-    if wait > 0 and not e.get("from_buffer") and s.buffer:
+    if wait > 0 and not e.get("from_parked") and s.parked:
         s.head_of_line_wait += _parked_wait(s, wait)
     if wait > 0 and task is not None and task.pin_start is not None:  # how much of the wait was pinning
         s.pin_wait += max(0.0, min(s.t, task.pin_end or s.t) - max(s.t - wait, task.pin_start))
@@ -381,7 +381,7 @@ def _yield(s: LoaderState, e: Mapping[str, Any]) -> None:
 def _parked_wait(s: LoaderState, wait: float) -> float:
     """The reorder cost of one wait: the part of it after a later result had arrived and parked, which
     ``in_order=False`` would have handed over at once (torch/utils/data/dataloader.py, ``_next_data``)."""
-    arrived = [task.arrived for idx in s.buffer if (task := s.tasks.get(idx)) is not None and task.arrived is not None]
+    arrived = [task.arrived for idx in s.parked if (task := s.tasks.get(idx)) is not None and task.arrived is not None]
     return max(0.0, min(wait, s.t - min(arrived))) if arrived else 0.0
 
 
@@ -433,7 +433,7 @@ def _error(s: LoaderState, e: Mapping[str, Any]) -> None:
     s.keep(s.errors, error)
 
 
-IN_FLIGHT = (Where.RESULT_QUEUE, Where.PINNING, Where.BUFFER)  # fetched, not yet handed to the training loop
+IN_FLIGHT = (Where.RESULT_QUEUE, Where.PINNING, Where.PARKED)  # fetched, not yet handed to the training loop
 
 
 def _memory(s: LoaderState, e: Mapping[str, Any]) -> None:
@@ -482,7 +482,7 @@ _CODE: dict[Kind, Effect] = {
     Kind.FETCH_START: _fetch_start,
     Kind.FETCH_END: _fetch_end,
     Kind.ARRIVE: _arrive,
-    Kind.BUFFER: _buffer,
+    Kind.PARKED: _parked,
     Kind.YIELD: _yield,
     Kind.SKIP: _skip,
     Kind.WORKER_DIED: _worker_died,
@@ -518,18 +518,18 @@ def _enter(queue: str) -> Effect:
     def to_worker(s: LoaderState, e: Mapping[str, Any]) -> None:
         s.worker(e["worker"]).queue.append(e["idx"])
 
-    def to_buffer(s: LoaderState, e: Mapping[str, Any]) -> None:
-        s.buffer.append(e["idx"])
-    return to_worker if queue == "worker_queue" else to_buffer
+    def to_parked(s: LoaderState, e: Mapping[str, Any]) -> None:
+        s.parked.append(e["idx"])
+    return to_worker if queue == "worker_queue" else to_parked
 
 
 def _leave(queue: str) -> Effect:
     def from_worker(s: LoaderState, e: Mapping[str, Any]) -> None:
         _discard(s.worker(e["worker"]).queue, e["idx"])
 
-    def from_buffer(s: LoaderState, e: Mapping[str, Any]) -> None:
-        _discard(s.buffer, e["idx"])
-    return from_worker if queue == "worker_queue" else from_buffer
+    def from_parked(s: LoaderState, e: Mapping[str, Any]) -> None:
+        _discard(s.parked, e["idx"])
+    return from_worker if queue == "worker_queue" else from_parked
 
 
 def _discard(queue: list[int], idx: int) -> None:

@@ -199,7 +199,7 @@ def summary(s: LoaderState, order: FetchOrder | None = None) -> dict[str, Any]:
         "peek_wait": s.peek_wait,
         "peek_worker_starts": s.peek_starts,
         "out_of_order": s.out_of_order,
-        "buffer_high": s.buffer_high,
+        "parked_high": s.parked_high,
         "outstanding_high": s.outstanding_high,
         "window": s.window,
         "head_of_line_wait": s.head_of_line_wait,

@@ -120,9 +120,9 @@ class _TaskInfo(dict):  # type: ignore[type-arg]
             it = self.owner()
             if it is not None:
                 try:
-                    it._append(("buffer", monotonic(), idx, info[0], it._rcvd_idx))
+                    it._append(("parked", monotonic(), idx, info[0], it._rcvd_idx))
                 except Exception as exc:
-                    report("buffer record", exc)
+                    report("parked record", exc)
 
     def pop(self, idx: int, *default: Any) -> Any:
         info = dict.pop(self, idx, *default)

@@ -71,7 +71,7 @@ class Simulator:
         self._pids = itertools.count(FIRST_PID)
         self._workers: list[Worker] = []
         self._fetch_times: list[float] = []
-        self._stats = {"batches": 0, "skipped": 0, "parked": 0, "buffer_high": 0, "consumer_wait": 0.0}
+        self._stats = {"batches": 0, "skipped": 0, "parked": 0, "parked_high": 0, "consumer_wait": 0.0}
         self._epoch = -1
         self._reset_iterator_state()
         self._at(0.0, self._start_run)
@@ -302,7 +302,7 @@ class Simulator:
                 del self._task_info[self._rcvd_idx]
                 self._parked -= 1
                 self._rcvd_idx += 1
-                self._process_data(info.data, from_buffer=True)
+                self._process_data(info.data, from_parked=True)
                 return
             if not self._data_queue:
                 self._block()
@@ -342,21 +342,21 @@ class Simulator:
         if result.idx != self._rcvd_idx:
             if not self.cfg.loader.in_order:
                 del self._task_info[result.idx]
-                self._process_data(result, from_buffer=False)
+                self._process_data(result, from_parked=False)
                 return True
             self._task_info[result.idx].data = result
             self._park(result)
             return False
         del self._task_info[result.idx]
         self._rcvd_idx += 1
-        self._process_data(result, from_buffer=False)
+        self._process_data(result, from_parked=False)
         return True
 
     def _park(self, result: Result) -> None:
         self._stats["parked"] += 1
         self._parked += 1
-        self._stats["buffer_high"] = max(self._stats["buffer_high"], self._parked)
-        self._emit(Kind.BUFFER, idx=result.idx, worker=result.worker, epoch=result.epoch,
+        self._stats["parked_high"] = max(self._stats["parked_high"], self._parked)
+        self._emit(Kind.PARKED, idx=result.idx, worker=result.worker, epoch=result.epoch,
                    waiting_for=self._rcvd_idx)
 
     def _worker_exhausted(self, wid: int) -> None:
@@ -368,17 +368,17 @@ class Simulator:
             worker.queue.append(None)
             self._worker_kick(worker)
 
-    def _process_data(self, result: Result, *, from_buffer: bool) -> None:
+    def _process_data(self, result: Result, *, from_parked: bool) -> None:
         self._workers_num_tasks[result.worker] -= 1
         self._try_put_index()
-        self._yield(result.idx, result.worker, from_buffer)
+        self._yield(result.idx, result.worker, from_parked)
 
-    def _yield(self, idx: int, worker: int, from_buffer: bool) -> None:
+    def _yield(self, idx: int, worker: int, from_parked: bool) -> None:
         wait = self.now - self._called_at
         self._stats["batches"] += 1
         self._stats["consumer_wait"] += wait
         self._yielded_in_epoch += 1
-        self._emit(Kind.YIELD, idx=idx, worker=worker, epoch=self._epoch, wait=wait, from_buffer=from_buffer)
+        self._emit(Kind.YIELD, idx=idx, worker=worker, epoch=self._epoch, wait=wait, from_parked=from_parked)
         if self._barrier is not None:
             self._barrier(self)
         else:
@@ -583,4 +583,4 @@ class Simulator:
         if self.costs.get > 0:  # the sampler and the hand-over, in the main process too
             self._at(self.now + self.costs.get, self._yield, result.idx, 0, False)
         else:
-            self._yield(result.idx, 0, from_buffer=False)
+            self._yield(result.idx, 0, from_parked=False)

@@ -244,7 +244,7 @@ def _worker_side(tagged: list[tuple[int, Mapping[str, Any]]], workers: int,
                 if put > called:
                     first_lags[epoch].append(taken - put)
             opening.clear()
-            if not event.get("from_buffer") and key in steady and ended[key]["t"] < called:
+            if not event.get("from_parked") and key in steady and ended[key]["t"] < called:
                 gets.append(event["wait"])  # on the queue before next() was called
     fields: dict[str, float] = {}
     if firsts:

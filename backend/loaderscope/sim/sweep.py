@@ -54,7 +54,7 @@ ORDER_NEUTRAL = frozenset({
     "num_workers", "prefetch_factor", "persistent_workers", "in_order", "timeout", "pin_memory",
     "sample_ms", "step_ms", "slow_worker", "slow_factor",
 })
-METRICS = ("batches_per_s", "input_bound", "input_bound_steady", "buffer_high", "worker_util", "wall", "batches",
+METRICS = ("batches_per_s", "input_bound", "input_bound_steady", "parked_high", "worker_util", "wall", "batches",
            "status", *MEMORY_KEYS)
 
 
@@ -76,7 +76,7 @@ def row_stats(events: Sequence[Event]) -> dict[str, Any]:
         "batches_per_s": stats.get("batches_per_s", 0.0),
         "input_bound": stats.get("input_bound", 0.0),
         "input_bound_steady": stats.get("input_bound_steady", 0.0),
-        "buffer_high": stats.get("buffer_high", 0),
+        "parked_high": stats.get("parked_high", 0),
         "worker_util": util,
         "wall": stats.get("wall", 0.0),
         "batches": stats.get("batches", 0),
@@ -357,7 +357,7 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
         table.add_column(title, justify="right", no_wrap=True)  # a title cut over two lines reads as two
     for row in rows:
         table.add_row(*(str(row[k]) for k in keys), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
-                      f"{row['input_bound_steady']:.0%}", str(row["buffer_high"]), f"{row['worker_util']:.0%}",
+                      f"{row['input_bound_steady']:.0%}", str(row["parked_high"]), f"{row['worker_util']:.0%}",
                       str(row["status"]), *((memory_cell(row),) if memory else ()))
     out = io.StringIO()
     width = (12 if memory else 0) + sum(max(len(key), 8) + 3 for key in keys) + sum(len(title) + 3 for title in titles)

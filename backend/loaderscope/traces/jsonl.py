@@ -306,7 +306,7 @@ def chrome_chunks(events: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
                 dur = max(0.0, float(e["wait"]) * US)
                 append(f'{{"ph":"X","name":"wait for task {int(e["idx"])}","cat":"consumer","pid":{pid},'
                        f'"tid":{MAIN_TID},"ts":{ts - dur!r},"dur":{dur!r},'
-                       f'"args":{{"from_buffer":{"true" if e.get("from_buffer") else "false"}}}}}')
+                       f'"args":{{"from_parked":{"true" if e.get("from_parked") else "false"}}}}}')
             elif kind == "run_start":
                 label = f"rank {pid} ({e.get('scenario') or e.get('name') or 'loader'})"
                 append(f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"ts":0,"args":{{"name":{_j(label)}}}}}')

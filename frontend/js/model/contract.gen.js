@@ -529,7 +529,7 @@ export const KINDS = Object.freeze({
       "required": false
     }
   },
-  "buffer": {
+  "parked": {
     "idx": {
       "type": "int",
       "nullable": false,
@@ -588,7 +588,7 @@ export const KINDS = Object.freeze({
       "max": 9007199254740992,
       "required": false
     },
-    "from_buffer": {
+    "from_parked": {
       "type": "bool",
       "nullable": true,
       "required": false
@@ -1162,7 +1162,7 @@ export const REQUIRED = Object.freeze({
   "pin_end": [
     "idx"
   ],
-  "buffer": [
+  "parked": [
     "idx",
     "worker",
     "waiting_for"
@@ -1224,7 +1224,7 @@ export const FREQUENT = Object.freeze([
   "fetch_start",
   "fetch_end",
   "arrive",
-  "buffer",
+  "parked",
   "yield",
   "skip",
   "pin_start",
@@ -1260,7 +1260,7 @@ export const COLUMNS = Object.freeze({
     "worker": "worker",
     "epoch": "epoch"
   },
-  "buffer": {
+  "parked": {
     "idx": "idx",
     "worker": "worker",
     "epoch": "epoch",
@@ -1271,7 +1271,7 @@ export const COLUMNS = Object.freeze({
     "worker": "worker",
     "epoch": "epoch",
     "wait": "a",
-    "from_buffer": "bool"
+    "from_parked": "bool"
   },
   "skip": {
     "idx": "idx",
@@ -1316,7 +1316,7 @@ export const ROW_FIELDS = Object.freeze({
     "idx",
     "worker"
   ],
-  "buffer": [
+  "parked": [
     "idx",
     "worker",
     "waiting_for"
@@ -1324,12 +1324,24 @@ export const ROW_FIELDS = Object.freeze({
   "yield": [
     "idx",
     "wait",
-    "from_buffer"
+    "from_parked"
   ],
   "skip": [
     "idx",
     "worker"
   ]
+});
+
+/** Kinds by the names they had before: a reader renames them (schema.js's renamed). */
+export const RENAMED_KINDS = Object.freeze({
+  "buffer": "parked"
+});
+
+/** Each kind's fields by the names they had before. */
+export const RENAMED_FIELDS = Object.freeze({
+  "yield": {
+    "from_buffer": "from_parked"
+  }
 });
 
 /** The compact row of a whole in-process batch, and how many events it stands for. */
@@ -1443,7 +1455,7 @@ export const WHERE = Object.freeze({
   "FETCHING": "fetching",
   "RESULT_QUEUE": "result_queue",
   "PINNING": "pinning",
-  "BUFFER": "buffer",
+  "PARKED": "parked",
   "YIELDED": "yielded",
   "SKIPPED": "skipped",
   "FAILED": "failed"
@@ -1530,14 +1542,14 @@ export const RULES = Object.freeze({
       "pin_time": "dt"
     }
   },
-  "buffer": {
+  "parked": {
     "says": "the batch arrived before rcvd_idx's: parked in _task_info",
     "needs_task": true,
     "moves": {
       "from": [],
-      "to": "buffer"
+      "to": "parked"
     },
-    "enters": "buffer",
+    "enters": "parked",
     "counts": {
       "out_of_order": 1
     }

@@ -471,7 +471,7 @@ export function findings(s) {
       code: 'reorder',
       text: say('reorder', {
         results: say('n.results', { n: stats.out_of_order }),
-        high: stats.buffer_high,
+        high: stats.parked_high,
         hol: pyFixed(stats.head_of_line_wait, 2),
       }),
     });

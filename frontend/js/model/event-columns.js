@@ -2,7 +2,15 @@
 // generated map, COLUMNS in contract.gen.js), the presence flags, what get() reads back, the common
 // fields' line text pushLine expects, and the schema checks a packed row needs. Pure.
 
-import { COLUMNS as COLUMN_MAP, COMMON_FIELDS, FREQUENT, KINDS, LIMITS } from './contract.gen.js';
+import {
+  COLUMNS as COLUMN_MAP,
+  COMMON_FIELDS,
+  FREQUENT,
+  KINDS,
+  LIMITS,
+  RENAMED_FIELDS,
+  RENAMED_KINDS,
+} from './contract.gen.js';
 
 /** @typedef {{type: string, nullable: boolean, required: boolean, min?: number, max?: number}} FieldRule */
 /** @type {Record<string, Record<string, FieldRule>>} each kind's own fields (contract.gen.js) */
@@ -14,6 +22,12 @@ export const MAP = /** @type {any} */ (COLUMN_MAP);
 
 export const HOT = FREQUENT;
 export const CODE = new Map(HOT.map((k, i) => [k, i + 1]));
+/** @type {Array<[string, number]>} a frequent kind's name before a rename (RENAMED_KINDS), and its code: pushLine reads both */
+export const OLD_KIND_CODES = Object.entries(RENAMED_KINDS).flatMap(([old, now]) =>
+  CODE.has(now) ? [/** @type {[string, number]} */ ([old, /** @type {number} */ (CODE.get(now))])] : [],
+);
+/** @type {Record<string, Record<string, string>>} each kind's fields' names today, by the names they had before */
+const OLD_FIELDS = /** @type {any} */ (RENAMED_FIELDS);
 export const OBJECT = 0; // the row is a kept object
 
 // Where a field's value goes (putValue's slot): its column in the map, and for a float64 column
@@ -37,19 +51,24 @@ export const SLOT_BY_NAME = new Map(
 // and a bit mask of those the row must carry (the contract's required fields; worker is checked on
 // its own, see WORKERLESS). pushColumns takes the same names as strings (`bits`: each name's k), and
 // pack() looks every key of an event up in `keys` (k, or -1 for a common field).
-/** @typedef {{names: string[], slots: number[], literals: Literal[], bits: Map<string, number>, keys: Map<string, number>, required: number}} LineKeys */
+// A field's name before a rename (RENAMED_FIELDS) is one more literal, read into the same slot and
+// counted as the same field (`field`: each literal's k): an older trace's lines take the fast path too.
+/** @typedef {{names: string[], slots: number[], literals: Literal[], field: number[], bits: Map<string, number>, keys: Map<string, number>, required: number}} LineKeys */
 /** @type {LineKeys[]} */
 export const LINE_KEYS = [
-  { names: [], slots: [], literals: [], bits: new Map(), keys: new Map(), required: 0 },
+  { names: [], slots: [], literals: [], field: [], bits: new Map(), keys: new Map(), required: 0 },
   ...HOT.map((kind) => {
     const names = Object.keys(MAP[kind]);
     let required = 0;
     for (const [k, name] of names.entries()) if (OWN[kind][name].required && name !== 'worker') required |= 1 << k;
     const bits = new Map(names.map((name, k) => [name, k]));
+    const old = Object.entries(OLD_FIELDS[kind] ?? {}).filter(([, now]) => bits.has(now));
+    const field = [...names.keys(), ...old.map(([, now]) => /** @type {number} */ (bits.get(now)))];
     return {
       names,
-      slots: names.map((name) => slotOf(kind, name)),
-      literals: names.map((name) => literal(`,"${name}":`)),
+      slots: field.map((k) => slotOf(kind, names[k])),
+      literals: [...names, ...old.map(([name]) => name)].map((name) => literal(`,"${name}":`)),
+      field,
       bits,
       keys: new Map([...COMMON_FIELDS.map((name) => /** @type {[string, number]} */ ([name, -1])), ...bits]),
       required,

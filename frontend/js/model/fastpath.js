@@ -64,7 +64,7 @@ const INLINED_RULES = {
   },
   fetch_end: { counts: { fetched_bytes: 'nbytes', pickled_bytes: 'pickled' } },
   arrive: { needs_task: true, counts: { outstanding: -1 } },
-  buffer: { needs_task: true, moves: { from: [], to: Where.BUFFER }, enters: 'buffer', counts: { out_of_order: 1 } },
+  parked: { needs_task: true, moves: { from: [], to: Where.PARKED }, enters: 'parked', counts: { out_of_order: 1 } },
   yield: { counts: { batches: 1, consumer_wait: 'wait', epoch_wait: 'wait' } },
   skip: { counts: { skipped: 1 } },
   pin_start: {},
@@ -92,12 +92,12 @@ export const INLINED = [
 const CODE_OF = Object.fromEntries(FREQUENT.map((kind, k) => [kind, k + 1]));
 /** @param {string} kind @returns {Effect} the kind's own code (HOT_CODE) over the columns */
 const hotOverColumns = (kind) => HOT_CODE[kind]((name) => EventTable.field(kind, name));
-const [DISPATCH, FETCH_START, FETCH_END, ARRIVE, BUFFER, YIELD, SKIP, PIN_START, PIN_END] = [
+const [DISPATCH, FETCH_START, FETCH_END, ARRIVE, PARKED, YIELD, SKIP, PIN_START, PIN_END] = [
   hotOverColumns('dispatch'),
   hotOverColumns('fetch_start'),
   hotOverColumns('fetch_end'),
   hotOverColumns('arrive'),
-  hotOverColumns('buffer'),
+  hotOverColumns('parked'),
   hotOverColumns('yield'),
   hotOverColumns('skip'),
   hotOverColumns('pin_start'),
@@ -141,13 +141,13 @@ function applyInlined(s, table, i, code) {
       s.outstanding -= 1;
       ARRIVE(s, table, i);
       break;
-    case CODE_OF.buffer: {
-      const task = s.task('buffer', idx);
+    case CODE_OF.parked: {
+      const task = s.task('parked', idx);
       if (task === undefined) return;
-      task.where = Where.BUFFER;
-      s.buffer.push(idx);
+      task.where = Where.PARKED;
+      s.parked.push(idx);
       s.out_of_order += 1;
-      BUFFER(s, table, i);
+      PARKED(s, table, i);
       break;
     }
     case CODE_OF.yield: {

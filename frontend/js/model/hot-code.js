@@ -144,16 +144,16 @@ export const HOT_CODE = {
     };
   },
 
-  buffer() {
+  parked() {
     return (s) => {
-      s.buffer_high = Math.max(s.buffer_high, s.buffer.length);
+      s.parked_high = Math.max(s.parked_high, s.parked.length);
     };
   },
 
   yield(field) {
     const idxOf = field('idx'),
       waitOf = field('wait'),
-      fromBufferOf = field('from_buffer');
+      fromParkedOf = field('from_parked');
     return (s, e, i) => {
       const idx = idxOf(e, i),
         wait = waitOf(e, i);
@@ -163,7 +163,7 @@ export const HOT_CODE = {
       const inOrder = s.config.in_order ?? true;
       if (inOrder && idx !== s.rcvd_idx)
         s.keep(s.violations, `seq ${s.seq}: yield of task ${idx} while rcvd_idx is ${s.rcvd_idx}`);
-      if (wait > 0 && !fromBufferOf(e, i) && s.buffer.length) s.head_of_line_wait += parkedWait(s, wait);
+      if (wait > 0 && !fromParkedOf(e, i) && s.parked.length) s.head_of_line_wait += parkedWait(s, wait);
       if (wait > 0 && task !== undefined && task.pin_start !== null) {
         // how much of the wait was pinning
         s.pin_wait += Math.max(0, Math.min(s.t, task.pin_end || s.t) - Math.max(s.t - wait, task.pin_start));
@@ -247,7 +247,7 @@ export const HOT_CODE = {
  */
 function parkedWait(s, wait) {
   let first = Infinity;
-  for (const idx of s.buffer) {
+  for (const idx of s.parked) {
     const arrived = s.tasks.get(idx)?.arrived;
     if (arrived !== undefined && arrived !== null && arrived < first) first = arrived;
   }

@@ -1,7 +1,7 @@
 // The byte-level cursor table-lines.js's pushLine reads a trace line with: JSON's grammar for what a
 // frequent kind's line holds (numbers, plain strings, literals, index lists), no more. Pure.
 
-import { HOT, isInt, literal } from './event-columns.js';
+import { CODE, HOT, OLD_KIND_CODES, isInt, literal, OBJECT } from './event-columns.js';
 
 /** @typedef {import('./event-columns.js').Literal} Literal */
 /** @typedef {import('./event-table.js').EventTable} EventTable */
@@ -20,8 +20,13 @@ export const D0 = 48,
   CLOSE = 93,
   NEWLINE = 10;
 export const BRACE = 125;
-// each hot kind's name closed by its quote, as pushLine finds it after `"kind":"`
-const KIND_NAMES = HOT.map((kind) => literal(`${kind}"`));
+// each hot kind's name closed by its quote, as pushLine finds it after `"kind":"`, then the names
+// some had before a rename (an older trace's), and the code each stands for
+const KIND_NAMES = [...HOT, ...OLD_KIND_CODES.map(([old]) => old)].map((kind) => literal(`${kind}"`));
+const KIND_CODES = Int32Array.from([
+  ...HOT.map((kind) => /** @type {number} */ (CODE.get(kind))),
+  ...OLD_KIND_CODES.map(([, code]) => code),
+]);
 
 /** A cursor over one line's UTF-8 bytes for table-lines.js's pushLine: JSON's grammar for what it reads, no more. */
 export class LineScan {
@@ -131,7 +136,8 @@ export class LineScan {
 
   /** The code of the hot kind named next (its closing quote stepped over too), or OBJECT. */
   kindCode() {
-    return this.oneOf(KIND_NAMES, 0) + 1;
+    const k = this.oneOf(KIND_NAMES, 0);
+    return k < 0 ? OBJECT : KIND_CODES[k];
   }
 
   /** Which of `keys` (`,"name":`) comes next, stepped over (-1 for none). @param {Literal[]} keys */

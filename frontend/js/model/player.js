@@ -17,7 +17,7 @@ import { EventTable } from './event-table.js';
 const GROWING = new Set(['errors', 'notes', 'violations', 'batch_samples', 'step_gaps']);
 // Collections copied whole; every other field of LoaderState is a value (or an object the reducer
 // replaces rather than mutates: config, meta, the latest stuck/timeout events) and is shared.
-const COPIED = new Set(['tasks', 'workers', 'result_queue', 'buffer', 'yield_order']);
+const COPIED = new Set(['tasks', 'workers', 'result_queue', 'parked', 'yield_order']);
 
 /**
  * What a snapshot holds: the state's plain fields by name (`values`), the lengths of its growing
@@ -25,7 +25,7 @@ const COPIED = new Set(['tasks', 'workers', 'result_queue', 'buffer', 'yield_ord
  * and yield order (its epochs and its tasks, side by side).
  * @typedef {{values: Record<string, unknown>, lens: Record<string, number>, tasks: import('./reducer.js').Task[],
  *   workers: Array<Omit<import('./reducer.js').Worker, 'fetch_times'> & {fetch_times: null, fetchN: number}>,
- *   result_queue: number[], buffer: number[], yieldEpochs: Float64Array, yieldTasks: Float64Array}} Snapshot
+ *   result_queue: number[], parked: number[], yieldEpochs: Float64Array, yieldTasks: Float64Array}} Snapshot
  */
 
 /**
@@ -45,7 +45,7 @@ export function snapshot(s) {
     workers: [],
     tasks: [],
     result_queue: [...s.result_queue],
-    buffer: [...s.buffer],
+    parked: [...s.parked],
     yieldEpochs: new Float64Array(order.length),
     yieldTasks: new Float64Array(order.length),
   };
@@ -79,7 +79,7 @@ export function restore(snap, full) {
     s.workers.set(w.id, { ...rest, queue: [...w.queue], fetch_times: later ? later.fetch_times.slice(0, fetchN) : [] });
   }
   s.result_queue = [...snap.result_queue];
-  s.buffer = [...snap.buffer];
+  s.parked = [...snap.parked];
   s.yield_order = Array.from(
     snap.yieldEpochs,
     (epoch, k) => /** @type {[number, number]} */ ([epoch, snap.yieldTasks[k]]),

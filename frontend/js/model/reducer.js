@@ -83,13 +83,13 @@ export class LoaderState {
     /** @type {number[]} fetched, not yet taken by the main process */
     this.result_queue = [];
     /** @type {number[]} parked out of order, waiting for rcvd_idx */
-    this.buffer = [];
+    this.parked = [];
     this.outstanding = 0; // dispatched, not yet arrived (torch's _tasks_outstanding)
     // statistics, run-wide
     this.batches = 0;
     this.epochs_done = 0;
     this.out_of_order = 0;
-    this.buffer_high = 0;
+    this.parked_high = 0;
     this.outstanding_high = 0;
     this.consumer_wait = 0;
     this.startup_wait = 0; // waits for each epoch's first batch: worker start-up, priming
@@ -217,7 +217,7 @@ export class LoaderState {
   /** @param {number} idx */
   release(idx) {
     this.tasks.delete(idx);
-    remove(this.buffer, idx);
+    remove(this.parked, idx);
     while (this.rcvd_idx < this.send_idx && !this.tasks.has(this.rcvd_idx)) this.rcvd_idx += 1;
   }
 }
@@ -259,7 +259,7 @@ function epochStart(s, e) {
   s.stuck_notes.clear();
   s.tasks.clear();
   s.result_queue.length = 0;
-  s.buffer.length = 0;
+  s.parked.length = 0;
   for (const w of s.workers.values()) {
     w.queue.length = 0;
     w.current = null;
@@ -385,7 +385,7 @@ function timeout(s, e) {
 }
 
 /** @type {string[]} */
-const IN_FLIGHT = [Where.RESULT_QUEUE, Where.PINNING, Where.BUFFER]; // fetched, not yet handed to the loop
+const IN_FLIGHT = [Where.RESULT_QUEUE, Where.PINNING, Where.PARKED]; // fetched, not yet handed to the loop
 
 /** @param {LoaderState} s @param {EventOf<'memory'>} e */
 function memory(s, e) {
@@ -423,13 +423,13 @@ const CODE = {
 /**
  * @typedef {(s: LoaderState, e: any, i: number) => void} Effect an effect on an event (`e`) or on row `i` of a table (`e`)
  * @typedef {{says: string, needs_task?: boolean, worker?: string, moves?: {from: string[], to: string},
- *   enters?: 'worker_queue'|'buffer', leaves?: 'worker_queue'|'buffer', counts?: Record<string, number|string>,
+ *   enters?: 'worker_queue'|'parked', leaves?: 'worker_queue'|'parked', counts?: Record<string, number|string>,
  *   fails?: boolean, keeps?: boolean}} Rule
  */
 
-/** @param {LoaderState} s @param {number} worker @param {'worker_queue'|'buffer'} name */
+/** @param {LoaderState} s @param {number} worker @param {'worker_queue'|'parked'} name */
 function queueOf(s, worker, name) {
-  return name === 'worker_queue' ? s.worker(worker).queue : s.buffer;
+  return name === 'worker_queue' ? s.worker(worker).queue : s.parked;
 }
 
 // The counters the frequent kinds' rules bump, each by its own store: one generic `s[name] += v`

@@ -8,6 +8,8 @@ import {
   KINDS,
   LIMITS,
   NAMED,
+  RENAMED_FIELDS,
+  RENAMED_KINDS,
   REQUIRED as REQUIRED_FIELDS,
   RUN_STATUS,
 } from './contract.gen.js';
@@ -64,6 +66,40 @@ function ruleOf(kind, name) {
   /** @type {FieldRule|undefined} */
   const named = /** @type {any} */ (NAMED)[name];
   return { rule: named ?? null, nullable: !COMMON.has(name) };
+}
+
+/** @type {Map<string, string>} each kind's name today, by the name it had before */
+const KIND_RENAMES = new Map(Object.entries(RENAMED_KINDS));
+/** @type {Map<string, Map<string, string>>} each kind's fields' names today, by the names they had before */
+const FIELD_RENAMES = new Map(
+  Object.entries(RENAMED_FIELDS).map(([kind, names]) => [kind, new Map(Object.entries(names))]),
+);
+/** @type {Map<string, string>} a Parquet trace's columns: one per field name, whatever its kind */
+const COLUMN_RENAMES = new Map([...FIELD_RENAMES.values()].flatMap((names) => [...names]));
+
+/** A kind's name as this schema says it, for one it had before (RENAMED_KINDS). @param {string} kind */
+export const renamedKind = (kind) => KIND_RENAMES.get(kind) ?? kind;
+
+/** A Parquet trace's column, named as its field is now (RENAMED_FIELDS). @param {string} name */
+export const renamedColumn = (name) => COLUMN_RENAMES.get(name) ?? name;
+
+/**
+ * `e`, changed in place to this schema's names where it carries a kind or a field by an old name:
+ * the contract's RENAMED_KINDS and RENAMED_FIELDS, what traces and probes from before a rename say
+ * (events.py's validate renames them the same way). Anything else is left as it is.
+ * @template T @param {T} e @returns {T}
+ */
+export function renamed(e) {
+  if (e === null || typeof e !== 'object') return e;
+  const ev = /** @type {Record<string, unknown>} */ (e);
+  if (typeof ev.kind !== 'string') return e;
+  ev.kind = renamedKind(ev.kind);
+  for (const [old, now] of FIELD_RENAMES.get(/** @type {string} */ (ev.kind)) ?? []) {
+    if (!(old in ev)) continue;
+    if (!(now in ev)) ev[now] = ev[old];
+    delete ev[old];
+  }
+  return e;
 }
 
 /**

@@ -219,7 +219,7 @@ export function summary(s, { workers = true } = {}) {
     peek_wait: s.peek_wait,
     peek_worker_starts: s.peek_starts,
     out_of_order: s.out_of_order,
-    buffer_high: s.buffer_high,
+    parked_high: s.parked_high,
     outstanding_high: s.outstanding_high,
     window: s.window,
     head_of_line_wait: s.head_of_line_wait,

@@ -68,10 +68,12 @@ export function pushLine(table, bytes, start, end) {
   let seen = 0;
   let flags = 0;
   while (flags >= 0 && line.pos < end && line.bytes[line.pos] === COMMA) {
-    const k = line.key(keys.literals);
-    if (k < 0 || seen & (1 << k)) return -1;
+    const at = line.key(keys.literals);
+    if (at < 0) return -1;
+    const k = keys.field[at]; // a field's old name counts as the field
+    if (seen & (1 << k)) return -1;
     seen |= 1 << k;
-    flags = lineValue(table, line, keys.slots[k], i, flags);
+    flags = lineValue(table, line, keys.slots[at], i, flags);
   }
   if (flags < 0 || !line.byte(BRACE) || (bytes[line.pos] !== NEWLINE && line.pos !== bytes.length)) return -1;
   return table.commit(code, seq, t, run, rank, seen, flags) ? line.pos : -1;

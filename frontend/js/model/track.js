@@ -51,7 +51,7 @@ export class Track {
     this.parked = [];
     /** @type {number[]} the rows just after each of those (the state with the result parked) */
     this.parkedRows = [];
-    this.bufferLen = 0;
+    this.parkedLen = 0;
   }
 
   /** @param {LoaderEvent} e */
@@ -125,12 +125,12 @@ export class Track {
 
   /** The reorder buffer's parked results and the new violations, after row `row` (at time t). @param {number} t @param {number} row */
   kept(t, row) {
-    const buffered = this.player.full.buffer.length;
-    if (buffered > this.bufferLen) {
+    const parked = this.player.full.parked.length;
+    if (parked > this.parkedLen) {
       this.parked.push(t);
       this.parkedRows.push(row + 1);
     }
-    this.bufferLen = buffered;
+    this.parkedLen = parked;
     const v = this.player.full.violations;
     if (v.length > this.violationsShown) {
       for (const text of v.slice(this.violationsShown)) this.noteItems.push({ type: 'violation', text, _row: row + 1 });

@@ -239,8 +239,8 @@
  */
 
 /**
- * `buffer`: The result arrived out of order: parked in `_task_info` until rcvd_idx reaches it.
- * @typedef {object} BufferFields
+ * `parked`: The result arrived out of order: parked in `_task_info` until rcvd_idx reaches it.
+ * @typedef {object} ParkedFields
  * @property {number} idx the task
  * @property {number} worker the worker that fetched it
  * @property {number} waiting_for rcvd_idx at that moment: the task next() waits for
@@ -254,7 +254,7 @@
  * @property {number} wait seconds the training loop spent inside next()
  * @property {number|null} [worker] S: the worker that fetched it
  * @property {number|null} [epoch] S: the epoch
- * @property {boolean|null} [from_buffer] the batch had been parked in the reorder buffer
+ * @property {boolean|null} [from_parked] the batch had been parked in the reorder buffer
  */
 
 /**
@@ -422,7 +422,7 @@
  *   arrive: ArriveFields,
  *   pin_start: PinStartFields,
  *   pin_end: PinEndFields,
- *   buffer: BufferFields,
+ *   parked: ParkedFields,
  *   yield: YieldFields,
  *   skip: SkipFields,
  *   worker_stuck: WorkerStuckFields,

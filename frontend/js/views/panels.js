@@ -114,7 +114,7 @@ export class Counters {
     this.set('cursors', `${state.send_idx} / ${state.rcvd_idx}`);
     const win = state.window;
     this.set('outstanding', `${state.outstanding} / ${win}`, state.outstanding >= win && state.batches ? 'warn' : '');
-    this.set('buffer', `${state.buffer.length} (${state.buffer_high})`, state.buffer.length ? 'warn' : '');
+    this.set('buffer', `${state.parked.length} (${state.parked_high})`, state.parked.length ? 'warn' : '');
     this.set(
       'wait',
       state.batches ? `${(s.input_bound * 100).toFixed(0)}%` : '–',

@@ -15,7 +15,7 @@
 
 import { parquetMetadata } from '../vendor/hyparquet/metadata.js';
 import { checkHeader, MAX_TRACE_EVENTS, readSegments, TraceError } from './trace-file.js';
-import { invalidReason } from '../model/schema.js';
+import { invalidReason, renamed, renamedColumn, renamedKind } from '../model/schema.js';
 import { pushColumns } from '../model/table-columns.js';
 import { emptyColumn, readChunk, unsupported, zstdReady } from './parquet-pages.js';
 
@@ -64,7 +64,8 @@ export function readPart(buffer, source) {
   const rows = Number(meta.num_rows);
   const view = new DataView(buffer);
   /** @type {Column[]} */
-  const columns = leaves.map((leaf) => emptyColumn(leaf.name, leaf.type ?? '', rows));
+  // an older trace's columns and kinds by their old names (contract RENAMED_FIELDS, RENAMED_KINDS) read as today's
+  const columns = leaves.map((leaf) => emptyColumn(renamedColumn(leaf.name), leaf.type ?? '', rows));
   let row0 = 0;
   for (const group of meta.row_groups) {
     const n = Number(group.num_rows);
@@ -74,6 +75,8 @@ export function readPart(buffer, source) {
     });
     row0 += n;
   }
+  const kinds = columns.find((c) => c.name === 'kind')?.dict ?? [];
+  for (let k = 0; k < kinds.length; k++) if (typeof kinds[k] === 'string') kinds[k] = renamedKind(kinds[k]);
   return { header, rows, columns };
 }
 
@@ -130,7 +133,8 @@ export async function readParquetTraceInWorkers(parts, source, o) {
  */
 export function partIntoTable(buffer, source, table) {
   const part = readPart(buffer, source);
-  intoTable(part, source, table, (e, row) => {
+  intoTable(part, source, table, (raw, row) => {
+    const e = renamed(raw); // old names in its `extra` column
     if (table.pushValid(e)) return;
     const bad = invalidReason(e);
     if (bad !== null) throw new TraceError(`${source}, row ${row + 1}: ${bad}`, { line: row + 1, detail: bad });

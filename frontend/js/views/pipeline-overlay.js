@@ -302,21 +302,21 @@ export class PipelineOverlay {
   /** The reorder buffer: how many are parked and what rcvd_idx waits for. @param {LoaderState} state */
   updateBuffer(state) {
     const b = this.bufferEl;
-    this.setAttr(b, 'data-size', state.buffer.length);
-    this.setAttr(b, 'data-high', state.buffer_high);
-    this.setAttr(b, 'data-waiting-for', state.buffer.length ? state.rcvd_idx : '');
+    this.setAttr(b, 'data-size', state.parked.length);
+    this.setAttr(b, 'data-high', state.parked_high);
+    this.setAttr(b, 'data-waiting-for', state.parked.length ? state.rcvd_idx : '');
     const head = state.tasks.get(state.rcvd_idx);
-    if (state.buffer.length && head && head.where === Where.BUFFER) {
-      this.setText(this.bufferHead, `${state.buffer.length} parked`);
+    if (state.parked.length && head && head.where === Where.PARKED) {
+      this.setText(this.bufferHead, `${state.parked.length} parked`);
       this.setText(this.bufferSub, `task ${state.rcvd_idx} is here: the next next() takes it`);
-    } else if (state.buffer.length) {
-      this.setText(this.bufferHead, `${state.buffer.length} parked · waiting for task ${state.rcvd_idx}`);
+    } else if (state.parked.length) {
+      this.setText(this.bufferHead, `${state.parked.length} parked · waiting for task ${state.rcvd_idx}`);
       this.setText(this.bufferSub, head ? describeWhere(head) : '');
     } else {
       this.setText(this.bufferHead, 'empty');
       this.setText(
         this.bufferSub,
-        state.buffer_high ? `high-water ${state.buffer_high}` : 'results that arrive early wait here',
+        state.parked_high ? `high-water ${state.parked_high}` : 'results that arrive early wait here',
       );
     }
   }

@@ -181,7 +181,7 @@ export class PipelineView {
         kpin += 1;
       }
     }
-    const parked = [...state.buffer].sort((a, b) => a - b);
+    const parked = [...state.parked].sort((a, b) => a - b);
     parked.forEach((idx, k) => {
       const p = bufferSlot(L, k);
       if (p) out.set(key(idx), p);
@@ -215,7 +215,7 @@ export class PipelineView {
     this.lastDraw = clock.wall;
     const { out, hidden, parked } = this.targets(state);
     let moving = this.moveTokens(state, out, hidden, clock.wall, dtMs);
-    const bufferFull = state.buffer.length > 0;
+    const bufferFull = state.parked.length > 0;
     const statuses = this.ids.map((wid) => state.workers.get(wid)?.status ?? '').join(',');
     this.drawBackground(`${this.layoutKey}|${statuses}|${bufferFull}|${PALETTE.bg}`, state, bufferFull);
     ctx.clearRect(0, 0, L.width, L.height);
@@ -440,7 +440,7 @@ export class PipelineView {
     const head = state.tasks.get(state.rcvd_idx);
     const key = head ? `${state.epoch}:${head.idx}` : '';
     const tok = head ? this.tokens.get(key) : undefined;
-    if (!head || !tok || head.where === Where.BUFFER) return false;
+    if (!head || !tok || head.where === Where.PARKED) return false;
     if (key !== this.ringKey) {
       this.ringKey = key;
       this.ringSince = wall;

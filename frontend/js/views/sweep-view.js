@@ -510,7 +510,7 @@ export class SweepPanel {
       ['input_bound', 'training loop waiting'],
       ['input_bound_steady', say('label.input_bound_steady')],
       ['worker_util', 'workers busy'],
-      ['buffer_high', 'reorder buffer max'],
+      ['parked_high', 'reorder buffer max'],
       ['wall', 'simulated time'],
       ['batches', 'batches'],
       ...(typeof rows[0]?.memory === 'number' ? [['memory', 'memory']] : []),

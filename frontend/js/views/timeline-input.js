@@ -165,7 +165,7 @@ export function hoverTip(view, g, nowT) {
       const i = nearest(col, t, slack * 2);
       if (i >= 0) {
         const e = store.eventAt(col.ref[i]);
-        text = `${rank}batch ${col.idx[i]} handed to the training loop at ${fmtDuration(col.end[i])}\nconsumer waited ${fmtDuration(col.end[i] - col.start[i])} for it${e?.from_buffer ? '\n(it was already in the reorder buffer)' : ''}`;
+        text = `${rank}batch ${col.idx[i]} handed to the training loop at ${fmtDuration(col.end[i])}\nconsumer waited ${fmtDuration(col.end[i] - col.start[i])} for it${e?.from_parked ? '\n(it was already in the reorder buffer)' : ''}`;
       } else text = `${rank}consumer busy training (not waiting)`;
     }
   }

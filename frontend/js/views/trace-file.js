@@ -2,7 +2,7 @@
 // JSON.parse only, every event checked against the schema, a size limit, and messages that name
 // the file and the line, like backend/loaderscope/traces/jsonl.py. Feed it bytes as they are read.
 
-import { invalidReason } from '../model/schema.js';
+import { invalidReason, renamed } from '../model/schema.js';
 import { EventTable } from '../model/event-table.js';
 
 export const FORMAT = 'loaderscope-trace';
@@ -172,7 +172,7 @@ export class TraceReader {
     /** @type {unknown} */
     let e;
     try {
-      e = JSON.parse(line);
+      e = renamed(JSON.parse(line)); // a line of an older trace: its old names (contract RENAMED_KINDS)
     } catch {
       throw this.damaged(this.line, 'not valid JSON (a truncated or edited file?)');
     }

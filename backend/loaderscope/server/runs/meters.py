@@ -99,7 +99,7 @@ class Meters:
         reorder buffer, its high-water mark, then memory (``_memory``) (server/web/metrics.py's families,
         in that order)."""
         return (s.batches, s.epochs_done, s.consumer_wait, s.consumer_wait + s.step_total, s.worker_deaths,
-                s.timeouts, s.outstanding, s.window, len(s.result_queue), len(s.buffer), s.buffer_high,
+                s.timeouts, s.outstanding, s.window, len(s.result_queue), len(s.parked), s.parked_high,
                 *_memory(s.memory))
 
     def _count(self, worker: Worker) -> None:
