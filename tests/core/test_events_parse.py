@@ -21,6 +21,7 @@ from loaderscope.events import (
     validate,
 )
 from loaderscope.traces.jsonl import TraceError, read_trace, to_chrome, write_trace
+from tests.core.worked_example import EXAMPLE
 
 GOOD = {"seq": 0, "t": 0.5, "run": "r", "rank": 0, "kind": "dispatch", "idx": 3, "worker": 1, "indices": [6, 7]}
 
@@ -190,8 +191,6 @@ def test_bad_traces_are_refused_clearly(tmp_path: Path, content: bytes, message:
 
 
 def test_chrome_export_is_valid_trace_event_format() -> None:
-    from tests.core.test_state import EXAMPLE
-
     chrome = to_chrome(EXAMPLE)["traceEvents"]
     for event in chrome:
         assert {"ph", "ts", "pid", "tid"} <= event.keys()
