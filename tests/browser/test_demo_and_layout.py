@@ -85,8 +85,12 @@ def test_reconnect_resumes_the_run(start_server: Any, page: Page) -> None:
     run = srv.start_run("uniform", num_workers=2, dataset_size=1200, sample_ms=10.0)
     pg.goto(f"{srv.page_url}&run={run['id']}")
     pg.wait_for_function("() => window.loaderscope.player.length > 30", timeout=WAIT_MS)
-    # close the page's socket as a network hiccup would
-    pg.evaluate("() => window.loaderscope.stream.socket.close()")
+    # close the page's socket as a network hiccup would: an open one (on a loaded machine the page may be
+    # between two sockets already)
+    pg.wait_for_function("""() => { const socket = window.loaderscope.stream.socket;
+      if (!socket || socket.readyState !== WebSocket.OPEN) return false;
+      socket.close();
+      return true; }""", timeout=WAIT_MS)
     pg.wait_for_function("() => !document.getElementById('conn-notice').hidden || window.loaderscope.player.length > 0",
                          timeout=WAIT_MS)
     pg.wait_for_function("() => document.getElementById('conn-notice').hidden && window.loaderscope.offline === null",

@@ -128,6 +128,8 @@ def streams(draw: st.DrawFn) -> list[dict[str, Any]]:
     return events
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # 100 streams: ~50 s at load 10, three times that under coverage's tracer
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(), st.integers(0, 2**32))
 def test_random_streams_reduce_alike_a_frame_at_once(events: list[dict[str, Any]], seed: int) -> None:

@@ -40,16 +40,16 @@ def start(mode: str) -> subprocess.Popen[str]:
 
 
 def test_a_process_removes_its_stack_files_at_exit() -> None:
-    process = start("exit")
-    assert process.wait(60) == 0
+    with start("exit") as process:  # the context closes its stdout pipe
+        assert process.wait(60) == 0
     assert stack_dirs(process.pid) == []
 
 
 def test_the_stack_files_of_a_killed_process_are_removed_by_the_next_one() -> None:
-    process = start("hang")
-    assert len(stack_dirs(process.pid)) == 1 and len(list(stack_dirs(process.pid)[0].iterdir())) == 2
-    os.killpg(process.pid, signal.SIGKILL)  # no atexit: the directory stays behind
-    process.wait(30)
+    with start("hang") as process:
+        assert len(stack_dirs(process.pid)) == 1 and len(list(stack_dirs(process.pid)[0].iterdir())) == 2
+        os.killpg(process.pid, signal.SIGKILL)  # no atexit: the directory stays behind
+        process.wait(30)
     assert len(stack_dirs(process.pid)) == 1
     remove_stale_stack_dirs()  # what the next process that starts workers does first
     assert stack_dirs(process.pid) == []
