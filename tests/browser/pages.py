@@ -46,7 +46,8 @@ SETTLED = """() => { const a = window.loaderscope;
   return a.queue.length === a.queueHead && [...a.state.workers.values()].every((w) => w.status !== 'fetching')
     && a.pipeline.settled() && [...a.pipeline.tokens.values()].every((t) => !t.dying); }"""
 # Resolves after `n` animation frames.
-FRAMES = "(n) => new Promise((done) => { const f = () => (--n > 0 ? requestAnimationFrame(f) : done()); requestAnimationFrame(f); })"
+FRAMES = ("(n) => new Promise((done) => {"
+          " const f = () => (--n > 0 ? requestAnimationFrame(f) : done()); requestAnimationFrame(f); })")
 # The picture's tokens have landed and no panel refresh is waiting for its turn (they are throttled).
 DRAWN = "() => window.loaderscope.pipeline.settled() && !window.loaderscope.scheduler.pending"
 
@@ -103,17 +104,20 @@ INTERACT = """async () => {
   const p = app.perf; p.frameMs.length = 0; p.frames = 0; for (const k in p.split) p.split[k] = 0;
   const t0 = performance.now(); const drawn = [];
   for (let i = 0; i < 40; i++) {   // zoom in around the middle, one wheel step per frame
-    c.dispatchEvent(new WheelEvent('wheel', { deltaY: -120, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
+    c.dispatchEvent(new WheelEvent('wheel', { deltaY: -120, clientX: r.left + r.width * 0.6, clientY: y,
+                                              bubbles: true, cancelable: true }));
     await frame(); drawn.push(app.timeline.lastFrameMs);
   }
   c.dispatchEvent(new PointerEvent('pointerdown', { clientX: r.left + 700, clientY: y, pointerId: 1, bubbles: true }));
   for (let i = 0; i < 60; i++) {   // drag to pan, one move per frame
-    c.dispatchEvent(new PointerEvent('pointermove', { clientX: r.left + 700 - i * 8, clientY: y, pointerId: 1, bubbles: true }));
+    c.dispatchEvent(new PointerEvent('pointermove', { clientX: r.left + 700 - i * 8, clientY: y, pointerId: 1,
+                                                      bubbles: true }));
     await frame(); drawn.push(app.timeline.lastFrameMs);
   }
   c.dispatchEvent(new PointerEvent('pointerup', { clientX: r.left + 220, clientY: y, pointerId: 1, bubbles: true }));
   for (let i = 0; i < 40; i++) {   // and all the way out again
-    c.dispatchEvent(new WheelEvent('wheel', { deltaY: 150, clientX: r.left + r.width * 0.6, clientY: y, bubbles: true, cancelable: true }));
+    c.dispatchEvent(new WheelEvent('wheel', { deltaY: 150, clientX: r.left + r.width * 0.6, clientY: y,
+                                              bubbles: true, cancelable: true }));
     await frame(); drawn.push(app.timeline.lastFrameMs);
   }
   const seconds = (performance.now() - t0) / 1000;
@@ -123,6 +127,7 @@ INTERACT = """async () => {
   for (let i = 0; i < 50; i++) app.moveTo(Math.floor(((i * 7919) % 50) / 50 * app.player.length));
   const seek = (performance.now() - s0) / 50;
   return { fps: 140 / seconds, frames: p.frames, p50: fm[fm.length >> 1], p95: fm[Math.floor(fm.length * 0.95)],
-           max: fm[fm.length - 1], timeline_p95: dm[Math.floor(dm.length * 0.95)], seek_ms: seek, mode: app.timeline.mode,
+           max: fm[fm.length - 1], timeline_p95: dm[Math.floor(dm.length * 0.95)], seek_ms: seek,
+           mode: app.timeline.mode,
            heap_mb: performance.memory ? performance.memory.usedJSHeapSize / 1e6 : null };
 }"""

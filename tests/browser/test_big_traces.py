@@ -38,11 +38,13 @@ BOTH_WAYS = """async ({ text, segmentBytes }) => {
     const events = [];
     let header = null, error = null;
     try {
-      await read(file, { onHeader: (h) => { header = h; }, onEvent: (e) => events.push(JSON.stringify(e)), ...options });
+      await read(file, { onHeader: (h) => { header = h; }, onEvent: (e) => events.push(JSON.stringify(e)),
+                         ...options });
     } catch (err) { error = err.message; }
     return { header, events, error };
   };
-  return { main: await run(readTraceFile, { sliceMs: 1e9 }), workers: await run(readTraceFileInWorkers, { workers: 3, segmentBytes }) };
+  return { main: await run(readTraceFile, { sliceMs: 1e9 }),
+           workers: await run(readTraceFileInWorkers, { workers: 3, segmentBytes }) };
 }"""
 
 
@@ -92,10 +94,12 @@ TRACKS_BOTH_WAYS = """async ({ text, segmentBytes }) => {
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
   const fast = new Track({ rank: 0, label: 'fast', source: 'file' });
   await readTraceFile(file, { onHeader: () => {}, onEvent: (e) => reference.ingest(e), sliceMs: 1e9 });
-  await readTraceFileInWorkers(file, { workers: 3, segmentBytes, onHeader: () => {}, onRows: (rows) => fast.ingestRows(rows) });
+  await readTraceFileInWorkers(file, { workers: 3, segmentBytes, onHeader: () => {},
+                                       onRows: (rows) => fast.ingestRows(rows) });
   const shown = (tr) => {
     const spans = [...tr.store.workers.values(), tr.store.consumer, tr.store.pin]
-      .map((c) => [...c.start.subarray(0, c.n), ...c.end.subarray(0, c.n), ...c.ref.subarray(0, c.n), ...c.ref2.subarray(0, c.n)]);
+      .map((c) => [...c.start.subarray(0, c.n), ...c.end.subarray(0, c.n),
+                   ...c.ref.subarray(0, c.n), ...c.ref2.subarray(0, c.n)]);
     // each row as the page reads it (a column's bytes for a field a row lacks are not read)
     const rows = Array.from({ length: tr.player.length }, (_, i) => tr.player.event(i));
     return JSON.stringify({ n: tr.player.length, summary: summary(tr.state), violations: tr.state.violations,
@@ -123,13 +127,14 @@ PARQUET_AND_REFERENCE = """async ({ text }) => {
   const { summary } = await import('/js/model/stats.js');
   const reference = new Track({ rank: 0, label: 'reference', source: 'file' });
   const parquet = new Track({ rank: 0, label: 'parquet', source: 'file' });
-  await readTraceFile(new File([text], 'small.trace.jsonl'), { onHeader: () => {}, onEvent: (e) => reference.ingest(e), sliceMs: 1e9 });
+  await readTraceFile(new File([text], 'small.trace.jsonl'),
+                      { onHeader: () => {}, onEvent: (e) => reference.ingest(e), sliceMs: 1e9 });
   const parts = [...document.querySelector('#probe-input').files];
   let header = null;
   await readParquetTraceInWorkers(parts, 'small.trace.parquet', { workers: 2, onHeader: (h) => { header = h; },
     onRows: (rows) => parquet.ingestRows(rows) });
-  const shown = (tr) => JSON.stringify({ n: tr.player.length, summary: summary(tr.state), violations: tr.state.violations,
-    notes: tr.noteItems, yields: [...tr.yields], parked: tr.parkedRows,
+  const shown = (tr) => JSON.stringify({ n: tr.player.length, summary: summary(tr.state),
+    violations: tr.state.violations, notes: tr.noteItems, yields: [...tr.yields], parked: tr.parkedRows,
     rows: Array.from({ length: tr.player.length }, (_, i) => tr.player.event(i)) });
   return { header, parts: parts.length, reference: shown(reference), parquet: shown(parquet) };
 }"""
@@ -173,8 +178,8 @@ def first_difference(got: Any, want: Any, where: str = "") -> str | None:
     if isinstance(got, list) and isinstance(want, list):
         if len(got) != len(want):
             return f"{where}: {len(got)} items, not {len(want)}"
-        return next(filter(None, (first_difference(g, w, f"{where}[{i}]") for i, (g, w) in enumerate(zip(got, want, strict=True)))),
-                    None)
+        pairs = enumerate(zip(got, want, strict=True))
+        return next(filter(None, (first_difference(g, w, f"{where}[{i}]") for i, (g, w) in pairs)), None)
     return None if got == want else f"{where}: {got!r:.200} is not {want!r:.200}"
 
 
@@ -202,6 +207,7 @@ def test_big_trace_opens_pans_and_zooms(browser: Any, server: Any, fmt: str) -> 
     sizes = [int(n) for n in os.environ.get("LOADERSCOPE_BIGTRACE_EVENTS", "1000000").split(",")]
     for n in sizes:
         r = open_trace(browser, server.page_url, (parquet_path if fmt == "parquet" else trace_path)(n))
-        print(f"\nbig {fmt} trace {n}: " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}))
+        print(f"\nbig {fmt} trace {n}: "
+              + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}))
         assert r["events"] >= 0.97 * n
         assert r["fps"] >= 30, "pan and zoom at 30 frames a second or more"

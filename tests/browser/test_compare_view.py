@@ -35,8 +35,10 @@ def shown(pg: Any) -> dict[str, Any]:
       const texts = (id) => [...document.querySelectorAll(`#${id} li:not(.muted)`)].map((li) => li.textContent);
       return {
         metrics: [...document.querySelectorAll('[data-testid=compare-metric]')].map((r) => ({
-          key: r.dataset.key, a: Number(r.dataset.a), b: Number(r.dataset.b), cells: [...r.cells].map((c) => c.textContent)})),
-        settings: [...document.querySelectorAll('[data-testid=compare-setting]')].map((r) => [...r.cells].map((c) => c.textContent)),
+          key: r.dataset.key, a: Number(r.dataset.a), b: Number(r.dataset.b),
+          cells: [...r.cells].map((c) => c.textContent)})),
+        settings: [...document.querySelectorAll('[data-testid=compare-setting]')]
+          .map((r) => [...r.cells].map((c) => c.textContent)),
         hist: [...document.querySelectorAll('[data-testid=compare-hist]')].map((c) => JSON.parse(c.dataset.counts)),
         onlyA: texts('compare-only-a'), onlyB: texts('compare-only-b'),
         both: [...document.querySelectorAll('#compare-both li:not(.muted)')].map((li) => li.dataset.changed),
@@ -76,7 +78,8 @@ def test_compare_two_real_runs(server: Any, page: Page) -> None:
 
     # both timelines on one axis from 0 s: each run's first fetch lies near the left edge
     geo = pg.evaluate("() => { const tl = window.loaderscope.compare.timeline;"
-                      " return {t0: tl.view.t0, offsets: tl.tracks.map((t) => t.offset), labels: tl.tracks.map((t) => t.label)}; }")
+                      " return {t0: tl.view.t0, offsets: tl.tracks.map((t) => t.offset),"
+                      " labels: tl.tracks.map((t) => t.label)}; }")
     # The axis starts at the loaders' first events (after their run_start: spawning workers takes a
     # few tens of ms, more on a busy machine), not at 0 s of either process's clock.
     first = pg.evaluate("() => Math.min(...window.loaderscope.compare.timeline.tracks.map((t) =>"

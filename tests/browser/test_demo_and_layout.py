@@ -32,7 +32,8 @@ def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page
     first = start_server()
     run = first.start_run("uniform", num_workers=2, dataset_size=4000, sample_ms=10.0)
     pg.goto(f"{first.page_url}&run={run['id']}")
-    pg.wait_for_function("() => window.loaderscope.player.length > 60 && window.loaderscope.isLiveRun()", timeout=WAIT_MS)
+    pg.wait_for_function("() => window.loaderscope.player.length > 60 && window.loaderscope.isLiveRun()",
+                         timeout=WAIT_MS)
     pg.wait_for_function("() => !document.getElementById('btn-pause').disabled", timeout=WAIT_MS)
     assert pg.get_attribute("#conn-notice", "hidden") is not None  # nothing to say while connected
 
@@ -68,7 +69,8 @@ def test_lost_server_is_said_loudly_and_freezes_the_view(start_server: Any, page
     pg.click("#pb-batch")
     pg.wait_for_function("() => window.loaderscope.state.batches === 1", timeout=WAIT_MS)
     # the run list was refreshed from the new server: the unknown run is listed only as itself
-    pg.wait_for_function(f"() => [...document.querySelectorAll('#run-picker option')].some((o) => o.value === '{run['id']}')",
+    pg.wait_for_function("() => [...document.querySelectorAll('#run-picker option')]"
+                         f".some((o) => o.value === '{run['id']}')",
                          timeout=WAIT_MS)
     shoot(pg, tmp_path, "unknown_run")
     page.close()  # before its server goes: an open page logs each refused reconnect, later on a busy box
@@ -96,7 +98,8 @@ def test_reconnect_resumes_the_run(start_server: Any, page: Page) -> None:
     pg.wait_for_function("() => document.getElementById('conn-notice').hidden && window.loaderscope.offline === null",
                          timeout=WAIT_MS)
     srv.wait_status(run["id"])
-    pg.wait_for_function("() => ['done', 'stopped'].includes(document.getElementById('run-status').textContent)", timeout=WAIT_MS)
+    pg.wait_for_function("() => ['done', 'stopped'].includes(document.getElementById('run-status').textContent)",
+                         timeout=WAIT_MS)
     total = srv.run(run["id"])["events"]
     pg.wait_for_function(f"() => window.loaderscope.player.length === {total}", timeout=WAIT_MS)
     assert pg.evaluate("() => window.loaderscope.stream.duplicates") >= 0
@@ -104,7 +107,8 @@ def test_reconnect_resumes_the_run(start_server: Any, page: Page) -> None:
 
 # Every visible text: its computed size, and its contrast against the background it is drawn on
 # (the nearest ancestor with a background, alpha composited over the ones below).
-def open_finished_run(server: Any, pg: Any, scenario: str = "out_of_order", mode: str = "sim", **params: Any) -> dict[str, Any]:
+def open_finished_run(server: Any, pg: Any, scenario: str = "out_of_order", mode: str = "sim",
+                      **params: Any) -> dict[str, Any]:
     run = server.start_run(scenario, mode, **params)
     server.wait_status(run["id"])
     pg.goto(f"{server.page_url}&run={run['id']}")
@@ -113,7 +117,8 @@ def open_finished_run(server: Any, pg: Any, scenario: str = "out_of_order", mode
 
 
 @pytest.mark.parametrize("size", [(800, 900), (1024, 700), (1440, 900), (1920, 1080)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_fits_the_window_and_every_text_is_legible(server: Any, page: Page, tmp_path: Path, size: tuple[int, int]) -> None:
+def test_fits_the_window_and_every_text_is_legible(
+        server: Any, page: Page, tmp_path: Path, size: tuple[int, int]) -> None:
     pg = page.page
     width, height = size
     pg.set_viewport_size({"width": width, "height": height})
@@ -169,10 +174,12 @@ def test_inspector_and_panels_reset_when_the_run_changes(server: Any, page: Page
 
 def test_findings_stay_after_the_run_ends(server: Any, page: Page, tmp_path: Path) -> None:
     pg = page.page
-    run = server.start_run("stuck_worker", num_workers=2, dataset_size=48, stuck_index=13, stuck_seconds=3.0, stuck_after=1.0)
+    run = server.start_run("stuck_worker", num_workers=2, dataset_size=48,
+                           stuck_index=13, stuck_seconds=3.0, stuck_after=1.0)
     pg.goto(f"{server.page_url}&run={run['id']}")
     server.wait_status(run["id"], timeout=90)
-    pg.wait_for_function("() => window.loaderscope.complete() && window.loaderscope.player.cursor === window.loaderscope.player.length",
+    pg.wait_for_function("() => window.loaderscope.complete()"
+                         " && window.loaderscope.player.cursor === window.loaderscope.player.length",
                          timeout=WAIT_MS)
     finding = pg.locator("[data-testid=findings] button[data-kind=worker_stuck]").first
     finding.wait_for(state="visible", timeout=WAIT_MS)
@@ -222,7 +229,8 @@ def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp
     srv.wait_status(runs[0]["id"], timeout=90)
     pg.wait_for_function("() => window.loaderscope.complete() && document.querySelectorAll('#diagnosis li').length > 0",
                          timeout=WAIT_MS)
-    pg.wait_for_function("() => !document.getElementById('diagnosis').textContent.includes('training step is the bottleneck')",
+    pg.wait_for_function("() => !document.getElementById('diagnosis').textContent"
+                         ".includes('training step is the bottleneck')",
                          timeout=WAIT_MS)
     # the caption's button pauses at the first parked result
     pg.click("#btn-first-parked")
@@ -254,7 +262,8 @@ def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_pa
     assert not result["bad"], result["bad"][:12]
 
 
-def test_start_and_diagnosis_in_the_first_screen_of_a_real_run_at_1024x700(server: Any, page: Page, tmp_path: Path) -> None:
+def test_start_and_diagnosis_in_the_first_screen_of_a_real_run_at_1024x700(
+        server: Any, page: Page, tmp_path: Path) -> None:
     """A real run also opens the batch inspector in the side panel: it goes under the diagnosis, so
     Start and the Diagnosis heading stay in a 1024x700 window without scrolling."""
     pg = page.page

@@ -60,7 +60,8 @@ def test_stuck_worker_lane_stack_and_ticking_time(server: Any, page: Page, tmp_p
     # the fetch recovers: the lane leaves the stuck state and the run ends cleanly
     final = server.wait_status(run_id, timeout=60)
     assert final["status"] == "done"
-    pg.wait_for_function("() => !document.querySelector('[data-testid=worker-lane][data-status=stuck]')", timeout=WAIT_MS)
+    pg.wait_for_function("() => !document.querySelector('[data-testid=worker-lane][data-status=stuck]')",
+                         timeout=WAIT_MS)
     notes = pg.text_content("#notes") or ""
     assert "stuck on task" in notes
 
@@ -94,5 +95,6 @@ def test_pin_stage_disabled_without_an_accelerator(server: Any, page: Page, tmp_
     # the counters are refreshed with the slow panels, after the stage is drawn
     pg.wait_for_function("() => document.querySelector('[data-counter=\"pin\"] .v').textContent === 'disabled'",
                          timeout=WAIT_MS)
-    pg.wait_for_function("() => [...document.querySelectorAll('#diagnosis li')].some((li) => li.textContent.includes('turned pinning off'))",
+    pg.wait_for_function("() => [...document.querySelectorAll('#diagnosis li')]"
+                         ".some((li) => li.textContent.includes('turned pinning off'))",
                          timeout=WAIT_MS)

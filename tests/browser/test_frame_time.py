@@ -31,7 +31,8 @@ MEASURE = """() => {
           avg: fm.reduce((a, b) => a + b, 0) / fm.length, p50: fm[fm.length >> 1],
           p95: fm[Math.floor(fm.length * 0.95)], max: fm[fm.length - 1], mode: app.timeline.mode,
           lanes: document.querySelectorAll('[data-testid=worker-lane]').length,
-          split: Object.fromEntries(Object.entries(app.perf.split).map(([k, v]) => [k, +(v / app.perf.frames).toFixed(2)]))};
+          split: Object.fromEntries(Object.entries(app.perf.split)
+            .map(([k, v]) => [k, +(v / app.perf.frames).toFixed(2)]))};
 }"""
 
 
@@ -94,8 +95,9 @@ def test_sixty_four_workers_fifty_thousand_events_live_through_the_server(browse
     finally:
         context.close()
         server.stop()
-    print("\nlive 64 workers at 50,000/s: " + json.dumps({k: r[k] for k in ("lag", "fps", "p50", "p95", "cpu_us", "resyncs")}
-                                                        | {"stages": r["mean"], "cores": r["cores"]}, default=str))
+    print("\nlive 64 workers at 50,000/s: "
+          + json.dumps({k: r[k] for k in ("lag", "fps", "p50", "p95", "cpu_us", "resyncs")}
+                       | {"stages": r["mean"], "cores": r["cores"]}, default=str))
     assert not errors, errors
     assert lanes == 64
     assert r["lag"] < 1.0, "the page stays under a second behind the producer"
@@ -138,7 +140,8 @@ def test_million_event_trace_loads_and_pans(browser: Any, server: Any, tmp_path:
     result = page.evaluate(INTERACT)
     result["load_s"] = load["ms"] / 1000
     result["events"] = load["events"]
-    print("\nmillion-event trace: " + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}))
+    print("\nmillion-event trace: "
+          + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}))
     context.close()
     assert not errors, errors
     assert result["events"] == count

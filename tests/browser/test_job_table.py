@@ -45,7 +45,8 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
     sentence.wait_for(timeout=WAIT_MS)
     assert sentence.get_attribute("data-rank") == str(SLOW)
     assert (sentence.text_content() or "").startswith(
-        f"rank {SLOW} is the slowest: last to deliver {table['loaders'][0]['slowest']['steps']} of {len(table['steps'])} steps")
+        f"rank {SLOW} is the slowest: last to deliver {table['loaders'][0]['slowest']['steps']}"
+        f" of {len(table['steps'])} steps")
 
     shards = page.get_by_test_id("shards").text_content() or ""  # 40 ranks of 17 samples: 24 of 656 padded
     assert "epoch 0 shards: padding: 24 indices read twice" in shards and "complete ✓" in shards, shards
@@ -77,7 +78,8 @@ def test_a_logdir_jobs_table_scrolls_names_the_slow_rank_and_opens_a_rank_on_cli
     assert page.locator("#run-picker").input_value() == runs[SLOW]
     page.wait_for_function(f"() => window.loaderscope.player.length > 0 && window.loaderscope.state.batches === "
                            f"{figures[SLOW]['batches']}", timeout=WAIT_MS)
-    assert page.locator(f"[data-testid=job-row][data-rank='{SLOW}']").get_attribute("class") == "vrow rank-line last selected"
+    assert (page.locator(f"[data-testid=job-row][data-rank='{SLOW}']").get_attribute("class")
+            == "vrow rank-line last selected")
     wait_for(lambda: len([url for url in sockets if "/ws/runs/" in url]) == 2, what="the clicked rank's stream")
     assert runs[SLOW] in [url for url in sockets if "/ws/runs/" in url][1]
 
@@ -143,9 +145,10 @@ def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_serv
 @pytest.mark.timeout(600)
 def test_a_job_of_train_and_val_loaders_is_two_ranks_with_a_loader_column(
         browser: Any, start_server: Any, tmp_path: Path) -> None:
-    """A real 2-rank job whose ranks each iterate a train and a val loader of one name (tests/server/test_job_ranks_by_loaders.py):
-    the page says 2 ranks × 2 loaders, a row per loader of each rank with its own loader's steps, a sentence per
-    loader; a row of the other loader opens that loader's run and its ranks."""
+    """A real 2-rank job whose ranks each iterate a train and a val loader of one name
+    (tests/server/test_job_ranks_by_loaders.py): the page says 2 ranks × 2 loaders, a row per loader of each
+    rank with its own loader's steps, a sentence per loader; a row of the other loader opens that loader's run
+    and its ranks."""
     logs = recorded_job(tmp_path / "ig", "ig", 2)
     server = start_server(logdir=str(logs), logdir_poll=0.1)
     with server.client() as http:

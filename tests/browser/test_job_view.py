@@ -44,13 +44,15 @@ def test_job_view_names_the_slowest_rank_and_drills_in(browser: Any, start_serve
     rows = page.get_by_test_id("rank-card")
     rows.nth(ranks - 1).wait_for(timeout=WAIT_MS)
     assert rows.count() == ranks, "a row per rank"
-    page.wait_for_function("() => document.querySelector('[data-testid=slowest-rank]')?.textContent.includes('step 39')",
+    page.wait_for_function("() => document.querySelector('[data-testid=slowest-rank]')"
+                           "?.textContent.includes('step 39')",
                            timeout=WAIT_MS)
     assert page.get_by_test_id("slowest-rank").get_attribute("data-rank") == str(ranks - 1)
     last = page.locator(f"[data-testid=rank-card][data-rank='{ranks - 1}']")
     assert "slowest in 40 of 40" in (last.text_content() or "")
     # past a handful of ranks the timeline draws the rank shown and the slowest one, not all 12
-    page.wait_for_function(f"() => window.loaderscope.timeline.tracks.map(t => t.label).join() === 'rank 0,rank {ranks - 1}'")
+    page.wait_for_function("() => window.loaderscope.timeline.tracks.map(t => t.label).join()"
+                           f" === 'rank 0,rank {ranks - 1}'")
     page.get_by_test_id("job-table").locator("th", has_text="last to deliver").click()
     assert rows.first.get_attribute("data-rank") == str(ranks - 1), "sorted: the slowest rank first"
     last.click()

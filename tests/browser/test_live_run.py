@@ -61,7 +61,8 @@ def test_watch_out_of_order(server: Any, page: Page, tmp_path: Path) -> None:
     pg.click("#btn-resume")
     # the run ends; the page shows it, with everything the server has
     final = server.wait_status(run_id, timeout=90)
-    pg.wait_for_function(f"() => document.querySelector('[data-testid=run-status]').textContent === {final['status']!r}",
+    pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').textContent"
+                         f" === {final['status']!r}",
                          timeout=WAIT_MS)
     applied(pg, final)
     assert rcvd(pg) == final["batches"] == 50

@@ -38,7 +38,8 @@ def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: 
     writer.flush()
     server = start_server(logdir=str(tmp_path / "logs"), logdir_poll=0.1)
     with server.client() as http:
-        run = next(r for r in http.get("/api/runs").json() if r.get("path") == "node2/DataLoader-rank0-pid77-x.trace.jsonl")
+        run = next(r for r in http.get("/api/runs").json()
+                   if r.get("path") == "node2/DataLoader-rank0-pid77-x.trace.jsonl")
     assert run["status"] == "running"
 
     context = browser.new_context(viewport=VIEWPORT)
@@ -67,7 +68,8 @@ def test_the_page_animates_a_trace_file_as_it_grows(browser: Any, start_server: 
         page.screenshot(path=str(tmp_path / "logdir_done.png"))
     finally:
         context.close()
-    assert seen == list(range(10, BATCHES + 1, STEP)), f"the count should rise step by step as the file grows, saw {seen}"
+    assert seen == list(range(10, BATCHES + 1, STEP)), \
+        f"the count should rise step by step as the file grows, saw {seen}"
     assert not errors, errors
 
 

@@ -66,8 +66,10 @@ def test_64_workers_render_legibly(server: Any, page: Page, tmp_path: Path) -> N
     assert "DIED" in (dead.first.text_content() or "")
     assert "100" in (dead.first.text_content() or "")
     # the dead lane's name is drawn red, not in the ordinary ink
-    red = pg.evaluate("getComputedStyle(document.querySelector('[data-testid=worker-lane][data-status=died] .lane-label b')).color")
-    ink = pg.evaluate("getComputedStyle(document.querySelector('[data-testid=worker-lane][data-status=idle] .lane-label b,"
+    red = pg.evaluate("getComputedStyle(document.querySelector("
+                      "'[data-testid=worker-lane][data-status=died] .lane-label b')).color")
+    ink = pg.evaluate("getComputedStyle(document.querySelector("
+                      "'[data-testid=worker-lane][data-status=idle] .lane-label b,"
                       " [data-testid=worker-lane][data-status=fetching] .lane-label b')).color")
     assert red != ink
     shot = tmp_path / "workers64.png"

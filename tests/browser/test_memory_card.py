@@ -96,8 +96,8 @@ def test_the_memory_card_gives_each_process_and_the_diagnosis_names_copy_on_read
 
 # The timeline's rows as drawn: kind, worker key (memory lanes), top and height, and the canvas's box.
 ROWS = """() => { const tl = window.loaderscope.timeline; const box = tl.canvas.getBoundingClientRect();
-  return { left: box.left, top: box.top, rows: tl.geo.rows.map((r) => ({ kind: r.kind, key: r.key ?? null, wid: r.wid ?? null,
-    y: r.y, h: r.h })) }; }"""
+  return { left: box.left, top: box.top,
+    rows: tl.geo.rows.map((r) => ({ kind: r.kind, key: r.key ?? null, wid: r.wid ?? null, y: r.y, h: r.h })) }; }"""
 
 
 def memory_rows(pg: Any) -> list[dict[str, Any]]:

@@ -35,8 +35,8 @@ SAME_STATE = """async () => {
 
 def position(pg: Any) -> dict[str, Any]:
     return pg.evaluate("() => { const a = window.loaderscope, p = a.player;"
-                       " return {cursor: p.cursor, n: p.length, batches: a.state.batches, t: p.time, playing: a.playing,"
-                       " last: p.cursor ? p.event(p.cursor - 1).kind : null}; }")
+                       " return {cursor: p.cursor, n: p.length, batches: a.state.batches, t: p.time,"
+                       " playing: a.playing, last: p.cursor ? p.event(p.cursor - 1).kind : null}; }")
 
 
 def test_simulated_run_plays_steps_and_scrubs(server: Any, page: Page, tmp_path: Path) -> None:
@@ -157,7 +157,8 @@ def test_trace_file_with_an_active_pin_stage(server: Any, page: Page, tmp_path: 
     # mid-run, a batch sits in the pin thread: scrub to the first pin_start and look
     row = next(i for i, e in enumerate(events) if e["kind"] == "pin_start")
     pg.fill("#pb-scrub", str(row + 1))
-    pg.wait_for_function("() => document.querySelector('[data-testid=pin-stage]').dataset.current !== ''", timeout=WAIT_MS)
+    pg.wait_for_function("() => document.querySelector('[data-testid=pin-stage]').dataset.current !== ''",
+                         timeout=WAIT_MS)
     drawn(pg)
     shoot(pg, tmp_path, "pin_active")
 
@@ -177,7 +178,8 @@ def test_drop_a_trace_and_refuse_other_files(server: Any, page: Page, tmp_path: 
     pg.goto(server.page_url)
     pg.evaluate(DROP, ["ooo.trace.jsonl", text])
     pg.wait_for_function(f"() => window.loaderscope.player.length === {len(events)}", timeout=WAIT_MS)
-    pg.wait_for_function("() => document.querySelector('#run-title').textContent.includes('ooo.trace.jsonl')", timeout=WAIT_MS)
+    pg.wait_for_function("() => document.querySelector('#run-title').textContent.includes('ooo.trace.jsonl')",
+                         timeout=WAIT_MS)
     assert pg.text_content('[data-testid="cursor-rcvd"]') == "16"
     assert pg.locator('[data-testid="playback"]').is_visible()
     # not a trace: refused by name and reason, and what was open stays open
@@ -228,7 +230,8 @@ def test_ranks_side_by_side_with_shard_check(server: Any, page: Page, tmp_path: 
     cards.first.wait_for(timeout=WAIT_MS)
     assert cards.count() == 2
     shards = pg.locator('[data-testid="shards"] > div')
-    pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.disjoint", timeout=WAIT_MS)
+    pg.wait_for_function("() => document.querySelector('[data-testid=shards] > div')?.dataset.disjoint",
+                         timeout=WAIT_MS)
     assert shards.first.get_attribute("data-disjoint") == "true"
     assert shards.first.get_attribute("data-complete") == "true"
     assert "rank 0: 32, rank 1: 32" in (shards.first.text_content() or "")

@@ -53,7 +53,8 @@ def test_the_picker_lists_new_runs_by_name_as_they_start(browser: Any, start_ser
     runs = wait_for(lambda: len(listed()) == 3 and listed(), timeout=30, what="three runs listed without a reload")
     assert [r["text"].split(" · ")[:2] for r in runs] == [
         ["get_train_dataloader", "rank 0"], ["get_train_dataloader", "rank 1"], ["get_eval_dataloader", "rank 0"]]
-    assert {r["group"] for r in runs} == {runs[0]["group"]} and runs[0]["group"].startswith("job train · 2 loaders × 2 ranks")
+    assert {r["group"] for r in runs} == {runs[0]["group"]}
+    assert runs[0]["group"].startswith("job train · 2 loaders × 2 ranks")
     # the counts come from each file's index until a viewer opens it: batches now, epochs once read
     assert " · 10 batches · " in runs[0]["text"] and " · 2 batches · " in runs[2]["text"]
     page.select_option("#run-picker", runs[2]["id"])

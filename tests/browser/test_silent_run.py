@@ -39,7 +39,8 @@ def test_a_silent_producer_is_shown_as_silent_with_its_age(start_server: Any, pa
         talker = threading.Thread(target=speak)
         talker.start()
         try:
-            pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').dataset.status === 'running'",
+            pg.wait_for_function("() => document.querySelector('[data-testid=run-status]').dataset.status"
+                                 " === 'running'",
                                  timeout=WAIT_MS)
         finally:
             speaking.set()

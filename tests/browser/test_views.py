@@ -96,7 +96,8 @@ def test_timeline_keys_zoom_and_pan_and_every_part_acts_on_the_keyboard(server: 
 
 
 @pytest.mark.slow  # a simulated 4-rank job read from a logdir: ~20 s on a busy machine
-def test_a_job_tables_rows_and_sort_headers_act_on_the_keyboard(start_server: Any, view_page: Any, tmp_path: Path) -> None:
+def test_a_job_tables_rows_and_sort_headers_act_on_the_keyboard(
+        start_server: Any, view_page: Any, tmp_path: Path) -> None:
     from tests.jobs import simulated_job
 
     logs = tmp_path / "logs"
@@ -138,7 +139,8 @@ def test_search_finds_tasks_and_samples_and_moves_the_playhead(server: Any, view
     pg.keyboard.press("Enter")
     start = next(e for e in events if e["kind"] == "fetch_start" and e["idx"] == 17)
     moved = pg.evaluate("() => { const a = window.loaderscope; const t = a.state.tasks.get(17);"
-                        " return {time: a.player.time, worker: t && t.worker, fetching: t && t.fetch_start !== null}; }")
+                        " return {time: a.player.time, worker: t && t.worker,"
+                        " fetching: t && t.fetch_start !== null}; }")
     assert moved == {"time": start["t"], "worker": start["worker"], "fetching": True}
     wait_for(lambda: "at" in query(pg) and query(pg).get("batch") == ["0.17"], what="the jump in the URL")
     # a sample by its index: the task whose batch held it
@@ -179,13 +181,15 @@ def range_on_page(pg: Any) -> dict[str, Any]:
     return pg.evaluate("""() => { const r = document.getElementById('range'), d = r.dataset;
       const num = (v) => (v === '' ? null : Number(v));
       const workers = {}; for (const tr of r.querySelectorAll('[data-testid=range-worker]'))
-        workers[tr.dataset.worker] = { fetches: Number(tr.dataset.fetches), p50: num(tr.dataset.p50), p95: num(tr.dataset.p95) };
+        workers[tr.dataset.worker] = { fetches: Number(tr.dataset.fetches),
+                                       p50: num(tr.dataset.p50), p95: num(tr.dataset.p95) };
       return { from: Number(d.from), to: Number(d.to), events: Number(d.events), workers, batches: Number(d.batches),
         wait: Number(d.wait), parked: Number(d.parked), parked_cost: Number(d.parkedCost),
         sel: { ...window.loaderscope.timeline.selection } }; }""")
 
 
-def test_a_range_selections_summary_equals_the_same_figures_from_python(server: Any, view_page: Any, tmp_path: Path) -> None:
+def test_a_range_selections_summary_equals_the_same_figures_from_python(
+        server: Any, view_page: Any, tmp_path: Path) -> None:
     run = finished(server, num_workers=4, dataset_size=400)
     events = events_of(server, run["id"])
     pg = view_page()

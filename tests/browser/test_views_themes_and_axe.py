@@ -57,12 +57,13 @@ def test_both_themes_are_legible_canvas_text_included(server: Any, view_page: An
     assert not result["bad"], result["bad"][:12]
 
 
-def test_the_theme_follows_the_browser_and_the_toggle_is_remembered(server: Any, view_page: Any, tmp_path: Path) -> None:
+def test_the_theme_follows_the_browser_and_the_toggle_is_remembered(
+        server: Any, view_page: Any, tmp_path: Path) -> None:
     run = finished(server, num_workers=4, dataset_size=96)
     pg = view_page("light")
     open_run(pg, server, run["id"])
-    assert pg.evaluate("() => [window.loaderscope.theme.effective, document.documentElement.dataset.theme ?? null]") == \
-        ["light", None]
+    assert pg.evaluate("() => [window.loaderscope.theme.effective,"
+                       " document.documentElement.dataset.theme ?? null]") == ["light", None]
     # the canvases too: the timeline's first worker row is drawn on a light background
     box = pg.locator("#timeline .timeline-canvas").bounding_box()
     assert box is not None
@@ -87,7 +88,8 @@ def test_the_theme_follows_the_browser_and_the_toggle_is_remembered(server: Any,
 # --- 6. compare -------------------------------------------------------------------------------------
 
 
-def test_compare_opens_on_the_viewed_run_and_its_loaders_previous_run(server: Any, view_page: Any, tmp_path: Path) -> None:
+def test_compare_opens_on_the_viewed_run_and_its_loaders_previous_run(
+        server: Any, view_page: Any, tmp_path: Path) -> None:
     older = finished(server, "uniform", num_workers=2, dataset_size=64)
     finished(server, "out_of_order", num_workers=4, dataset_size=64)
     newer = finished(server, "uniform", num_workers=4, dataset_size=64)
@@ -133,7 +135,8 @@ def test_a_stuck_runs_findings_stay_in_sight_after_it_ends(server: Any, view_pag
     pg.keyboard.press("End")
     # the timeline keeps the stuck fetch's red mark and its words, the lane its mark, the banner the finding
     labels = canvas_text(pg)
-    assert any(re.fullmatch(r"STUCK · task \d+", lab["text"]) for lab in labels if lab["canvas"] == "timeline-canvas"), labels
+    assert any(re.fullmatch(r"STUCK · task \d+", lab["text"])
+               for lab in labels if lab["canvas"] == "timeline-canvas"), labels
     stuck = pg.evaluate("() => window.loaderscope.store.alarms.map((a) => ({...a}))")
     assert stuck and stuck[0]["kind"] == "stuck" and stuck[0]["end"] is not None
     lane = pg.locator(f"[data-testid=worker-lane][data-worker='{stuck[0]['worker']}']")
@@ -189,7 +192,8 @@ def axe(pg: Any) -> list[dict[str, Any]]:
     if not pg.evaluate("() => !!window.axe"):
         pg.evaluate(AXE.read_text())  # DevTools' evaluate: not the page's script-src, which is 'self' only
     result = pg.evaluate("() => axe.run(document, { resultTypes: ['violations'] })")
-    return [{"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"]][:5]} for v in result["violations"]]
+    return [{"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"]][:5]}
+            for v in result["violations"]]
 
 
 @pytest.mark.slow  # a simulated 4-rank job read from a logdir: ~20 s on a busy machine

@@ -1,6 +1,7 @@
 """What the tests of the page's views share: a run finished or stalled on the dashboard, its events over
-REST, the page opened on it, where the timeline's plot and view are, the labels its canvases drew, the text's contrast, and screenshots.
-Also a recorded logdir's run opened with its Python summary, and a simulated run written as a trace file."""
+REST, the page opened on it, where the timeline's plot and view are, the labels its canvases drew, the text's
+contrast, and screenshots. Also a recorded logdir's run opened with its Python summary, and a simulated run
+written as a trace file."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def plot_x(box: dict[str, float], share: float) -> float:
 # and whether two labels of one canvas overlap.
 CANVAS_TEXT = """async () => {
   const { labelsOf } = await import('/js/views/canvas-text.js');
-  const lum = (r, g, b) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+  const lum = (r, g, b) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
     return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
   const ratio = (a, b) => (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
   const out = [];
@@ -85,18 +87,23 @@ CANVAS_TEXT = """async () => {
     const name = canvas.className || canvas.id;
     labels.forEach((l, i) => {
       const x = Math.max(0, Math.floor((l.x - 1) * dpr)), y = Math.max(0, Math.floor((l.y - 1) * dpr));
-      const w = Math.min(canvas.width - x, Math.ceil((l.w + 2) * dpr)), h = Math.min(canvas.height - y, Math.ceil((l.h + 2) * dpr));
+      const w = Math.min(canvas.width - x, Math.ceil((l.w + 2) * dpr)),
+        h = Math.min(canvas.height - y, Math.ceil((l.h + 2) * dpr));
       if (w < 1 || h < 1) return;
       const px = ctx.getImageData(x, y, w, h).data;
       const page = getComputedStyle(document.body).backgroundColor.match(/\\d+/g).map(Number);
       const counts = new Map(); let bg = null, most = 0;
-      const rgb = (k) => { const a = px[k + 3] / 255; return [0, 1, 2].map((c) => Math.round(px[k + c] * a + page[c] * (1 - a))); };
-      for (let k = 0; k < px.length; k += 4) { const c = rgb(k).join(','); const n = (counts.get(c) || 0) + 1; counts.set(c, n);
+      const rgb = (k) => { const a = px[k + 3] / 255;
+        return [0, 1, 2].map((c) => Math.round(px[k + c] * a + page[c] * (1 - a))); };
+      for (let k = 0; k < px.length; k += 4) {
+        const c = rgb(k).join(','); const n = (counts.get(c) || 0) + 1; counts.set(c, n);
         if (n > most) { most = n; bg = c; } }
       const B = lum(...bg.split(',').map(Number));
       let best = 1;
       for (let k = 0; k < px.length; k += 4) best = Math.max(best, ratio(lum(...rgb(k)), B));
-      const overlaps = labels.slice(i + 1).filter((o) => l.x < o.x + o.w - 0.5 && o.x < l.x + l.w - 0.5 && l.y < o.y + o.h - 0.5 && o.y < l.y + l.h - 0.5)
+      const overlaps = labels.slice(i + 1)
+        .filter((o) => l.x < o.x + o.w - 0.5 && o.x < l.x + l.w - 0.5
+          && l.y < o.y + o.h - 0.5 && o.y < l.y + l.h - 0.5)
         .map((o) => o.text);
       out.push({ canvas: name, text: l.text, px: l.px, ratio: Math.round(best * 100) / 100, overlaps });
     });
@@ -107,7 +114,8 @@ CANVAS_TEXT = """async () => {
 
 def canvas_text(pg: Any) -> list[dict[str, Any]]:
     pg.evaluate("""async () => { const { labels } = await import('/js/views/canvas-text.js'); labels.on = true;
-      const a = window.loaderscope; a.timeline.invalidate(); a.hist.invalidate(); a.lastSlowPanels = 0; a.lastPanels = 0; a.wake(); }""")
+      const a = window.loaderscope; a.timeline.invalidate(); a.hist.invalidate();
+      a.lastSlowPanels = 0; a.lastPanels = 0; a.wake(); }""")
     pg.evaluate(FRAMES, 3)
     drawn(pg)
     return pg.evaluate(CANVAS_TEXT)
@@ -123,8 +131,8 @@ def shoot(pg: Any, tmp_path: Path, name: str, full_page: bool = False) -> None:
 
 
 # Resolves after n animation frames: "time passed on the page" without a wall-clock sleep.
-FRAMES = """(n) => new Promise((done) => { let k = 0; const tick = () => (++k >= n ? done() : requestAnimationFrame(tick));
-  requestAnimationFrame(tick); })"""
+FRAMES = """(n) => new Promise((done) => { let k = 0;
+  const tick = () => (++k >= n ? done() : requestAnimationFrame(tick)); requestAnimationFrame(tick); })"""
 
 # What a frozen view shows: the clock the picture draws with, and every fetching lane's elapsed time.
 
@@ -132,14 +140,16 @@ FRAMES = """(n) => new Promise((done) => { let k = 0; const tick = () => (++k >=
 CONTRAST = """() => {
   const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return [0, 0, 0, 0];
     const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
-  const over = (top, under) => { const a = top[3]; return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)).concat(1); };
+  const over = (top, under) => { const a = top[3];
+    return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)).concat(1); };
   const lum = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
     return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
   const background = (el) => { const layers = [];
     for (let e = el; e; e = e.parentElement) { const b = parse(getComputedStyle(e).backgroundColor);
       if (b[3] > 0) { layers.push(b); if (b[3] >= 1) break; } }
     let c = [11, 16, 22, 1]; for (let i = layers.length - 1; i >= 0; i--) c = over(layers[i], c); return c; };
-  const opacity = (el) => { let o = 1; for (let e = el; e; e = e.parentElement) o *= Number(getComputedStyle(e).opacity); return o; };
+  const opacity = (el) => { let o = 1;
+    for (let e = el; e; e = e.parentElement) o *= Number(getComputedStyle(e).opacity); return o; };
   const scale = (el) => { let s = 1; for (let e = el; e; e = e.parentElement) { const t = getComputedStyle(e).transform;
     const m = t && t !== 'none' && t.match(/matrix\\(([^,]+)/); if (m) s *= Number(m[1]); } return s; };
   const bad = []; let checked = 0;
@@ -162,7 +172,8 @@ CONTRAST = """() => {
     const L1 = lum(fg), L2 = lum(bg);
     const ratio = (Math.max(L1, L2) + 0.05) / (Math.min(L1, L2) + 0.05);
     if (size < 11 - 0.01 || ratio < 4.5) {
-      bad.push({ text: (el.textContent || el.value || '').trim().slice(0, 50), tag: el.tagName, id: el.id, cls: String(el.className),
+      bad.push({ text: (el.textContent || el.value || '').trim().slice(0, 50),
+        tag: el.tagName, id: el.id, cls: String(el.className),
         size: Math.round(size * 10) / 10, ratio: Math.round(ratio * 100) / 100, color: cs.color });
     }
   }
@@ -172,7 +183,8 @@ CONTRAST = """() => {
 NO_SIDEWAYS = "() => document.documentElement.scrollWidth <= window.innerWidth"
 
 
-def opened(start_server: Any, pg: Any, logdir: Path) -> tuple[Any, dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+def opened(
+        start_server: Any, pg: Any, logdir: Path) -> tuple[Any, dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
     """The run served from ``logdir`` and opened in the page, every event applied: the server, the run's
     brief, the Python summary of its events, and the events."""
     server = start_server(logdir=str(logdir))
