@@ -251,7 +251,9 @@ def test_pinned_run_mid_flight_is_legible_at_800(server: Any, page: Page, tmp_pa
     pg.locator('[data-testid="pin-stage"][data-state="active"]').wait_for(timeout=WAIT_MS)
     # the first moment with results parked in the reorder buffer
     row = pg.evaluate("""() => { const a = window.loaderscope;
-      for (let i = 1; i <= a.player.length; i++) { a.moveTo(i); if (a.state.parked.length >= 2) return i; } return -1; }""")
+      for (let i = 1; i <= a.player.length; i++) {
+        a.moveTo(i); if (a.state.parked.length >= 2) return i; }
+      return -1; }""")
     assert row > 0
     pg.wait_for_function("() => window.loaderscope.pipeline.settled()", timeout=WAIT_MS)
     drawn(pg)  # the panels show the state the page is at
