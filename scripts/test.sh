@@ -49,6 +49,7 @@ beside biome npx --no-install biome ci --linter-enabled=false frontend  # biome.
 # mypy.ini: strict over the whole package. Its cache is kept per user, not per checkout: a fresh clone
 # then re-checks only what differs (mypy compares each file's hash), ~2 s instead of ~40 s of a core.
 beside mypy env MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/loaderscope/mypy" "$PYTHON" -m mypy
+beside ruff .venv/bin/ruff check .                  # pyproject.toml [tool.ruff]: every Python file, 120 columns
 beside lint-imports .venv/bin/lint-imports          # .importlinter: no upward arrow between layers (DESIGN §1)
 beside contract "$PYTHON" -m loaderscope.contract --check  # every generated file (generate.OUTPUTS: the page's tables and types, docs/reference, the JSON Schema) matches the contract
 beside wheel "$PYTHON" scripts/check_wheel.py        # the wheel, installed without extras in a clean venv, used

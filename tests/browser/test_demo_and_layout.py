@@ -224,7 +224,8 @@ def test_demo_keeps_parking_and_says_its_pace(start_server: Any, page: Page, tmp
     pg.get_by_test_id("demo-caption").wait_for(state="visible", timeout=WAIT_MS)
     # results keep parking, not only in the first window: some park after 3 s of run time
     pg.wait_for_function("() => window.loaderscope.track.parked.some((t) => t > 3)", timeout=60_000)
-    pg.wait_for_function("() => document.querySelector('[data-testid=reorder-buffer]').dataset.size !== '0'", timeout=WAIT_MS)
+    pg.wait_for_function("() => document.querySelector('[data-testid=reorder-buffer]').dataset.size !== '0'",
+                         timeout=WAIT_MS)
     shoot(pg, tmp_path, "demo_parked")
     srv.wait_status(runs[0]["id"], timeout=90)
     pg.wait_for_function("() => window.loaderscope.complete() && document.querySelectorAll('#diagnosis li').length > 0",
