@@ -65,7 +65,16 @@ export function synthesize(o = {}) {
   let seq = 0, n = 0;
   /** @param {number} t @param {string} kind @param {Partial<LoaderEvent>} f */
   const emit = (t, kind, f) => out.push({ seq: seq++, t, run, rank, kind, ...f });
-  const config = { num_workers: W, batch_size: bs, prefetch_factor: W ? pf : null, in_order: inOrder, persistent_workers: false, batches_per_epoch: batches, pin_memory: pinS > 0, pin_memory_active: pinS > 0 };
+  const config = {
+    num_workers: W,
+    batch_size: bs,
+    prefetch_factor: W ? pf : null,
+    in_order: inOrder,
+    persistent_workers: false,
+    batches_per_epoch: batches,
+    pin_memory: pinS > 0,
+    pin_memory_active: pinS > 0,
+  };
   const extra = o.job ? { job: o.job, world_size: o.world_size ?? 1, wall_start: o.wall_start ?? 0 } : {};
   emit(0, 'run_start', { mode: 'sim', scenario: o.scenario ?? 'out_of_order', config, ...extra });
   const lanes = Math.max(W, 1);
@@ -140,7 +149,10 @@ export function synthesize(o = {}) {
       if (ev.type === 'done') {
         emit(t, 'fetch_end', { worker: ev.w, idx: ev.idx, dt: t - ev.start, nbytes: bs * 32 });
         busy[ev.w] = false;
-        if (pinS > 0) { pinQueue.push({ idx: ev.idx, w: ev.w }); pinKick(t); } else results.push({ idx: ev.idx, w: ev.w });
+        if (pinS > 0) {
+          pinQueue.push({ idx: ev.idx, w: ev.w });
+          pinKick(t);
+        } else results.push({ idx: ev.idx, w: ev.w });
         startFetch(t, ev.w);
         if (waitingSince !== null) consume(t);
       } else if (ev.type === 'pinned') {

@@ -74,8 +74,10 @@ test('advice.js words a real advice as advice_text does', { skip: needsPython },
   // a simulated run (4 ms per sample, a 2 ms step, one worker), advised by the Python core: the page
   // gets this JSON. A workload of its own, with its batches given: no torch to import.
   const [given, text] = python(
-    'import json\nfrom loaderscope.scenarios.workload import Workload\nfrom loaderscope.settings import LoaderSettings\n' +
-      'from loaderscope.sim import simulate\nfrom loaderscope.model.advicetext import advice_text\nfrom loaderscope.sim.advice import advise\n' +
+    'import json\nfrom loaderscope.scenarios.workload import Workload\n' +
+      'from loaderscope.settings import LoaderSettings\n' +
+      'from loaderscope.sim import simulate\nfrom loaderscope.model.advicetext import advice_text\n' +
+      'from loaderscope.sim.advice import advise\n' +
       'loader = Workload(LoaderSettings(batch_size=8, num_workers=1), "map", 64, lambda index, worker: 0.004,\n' +
       '                  lambda: None, step_cost=0.002)\n' +
       'batches = [[list(range(i, i + 8)) for i in range(0, 64, 8)]]\n' +

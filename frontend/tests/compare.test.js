@@ -97,7 +97,8 @@ from loaderscope.sim import simulate
 def sim(name, **p):
     plan = resolve(name, p)
     return simulate(plan.build(), run_id=name, scenario=name, params=plan.values())
-print(json.dumps({"straggler": [sim("straggler", num_workers=4, slow_worker=1), sim("straggler", num_workers=4, slow_factor=1)],
+print(json.dumps({"straggler": [sim("straggler", num_workers=4, slow_worker=1),
+                                sim("straggler", num_workers=4, slow_factor=1)],
                   "workers": [sim("uniform", num_workers=1), sim("uniform", num_workers=2, prefetch_factor=4)]}))`);
   const h100 = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8')
     .split('\n')

@@ -64,7 +64,8 @@ test('CostModel accepts what the form sends', { skip: needsPython }, () => {
     step_ms: 3,
   };
   const model = python(
-    'import json,sys; from loaderscope.sim import CostModel; print(CostModel.model_validate(json.loads(sys.argv[1])).model_dump_json())',
+    'import json,sys; from loaderscope.sim import CostModel; ' +
+      'print(CostModel.model_validate(json.loads(sys.argv[1])).model_dump_json())',
     { args: [JSON.stringify(costsFromForm(v))] },
   );
   assert.equal(model.pin_ms_per_mb, 20);

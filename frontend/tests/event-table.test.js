@@ -155,86 +155,103 @@ test('pushValid takes only what the schema takes, and gives it back equal', () =
   );
 });
 
-test('pushLine takes a line only where JSON.parse and pushValid take it, with the same values, and finds its end', () => {
-  const events = synthesize({ num_workers: 3, batches: 30, pin_ms: 1 }).map((e, i) => ({ ...e, seq: i }));
-  const hot = events.filter(
-    (e) =>
-      e.kind in
-      { dispatch: 1, fetch_start: 1, fetch_end: 1, arrive: 1, parked: 1, yield: 1, skip: 1, pin_start: 1, pin_end: 1 },
-  );
-  const written = hot.map((e) => JSON.stringify(e));
-  // text that JSON reads the same or differently, numbers at the edges, the run changing
-  const edits = [
-    (s) => s.replace('"t":', '"t": '),
-    (s) => s.replace(/"idx":(\d+)/, '"idx":$1.0'),
-    (s) => s.replace(/"idx":(\d+)/, '"idx":0$1'),
-    (s) => s.replace(/"t":([\d.]+)/, '"t":$1e0'),
-    (s) => s.replace(/"t":([\d.]+)/, '"t":-$1'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":-0'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":0.1000000000000000055511151231257827'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740993'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740992.5'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":1.'),
-    (s) => s.replace(/"t":[\d.]+/, '"t":-'),
-    (s) => s.replace(/"t":[\d.]+/, `"t":1${'0'.repeat(400)}`),
-    (s) => s.replace(/"seq":\d+/, '"seq":1.5'),
-    (s) => s.replace(/"seq":\d+/, '"seq":9007199254740994'),
-    (s) => s.replace(/"rank":\d+/, '"rank":null'),
-    (s) => s.replace('"run":"synth"', '"run":"syn\\u0074h"'),
-    (s) => s.replace('"run":"synth"', '"run":"other"'),
-    (s) => s.replace('"run":"synth"', '"run":"s\u00e9nth"'),
-    (s) => s.replace('"run":"synth"', '"run":"s\u00e9nth"').replace(/}$/, ',"note":"\u00e9"}'),
-    (s) => s.replace('"run":"synth"', '"run":"synth","run":"synth"'),
-    (s) => s.replace(/,"worker":\d+/, ''),
-    (s) => s.replace(/"worker":\d+/, '"worker":2147483648'),
-    (s) => s.replace(/"epoch":\d+/, '"epoch":null'),
-    (s) => s.replace('[', '[ '),
-    (s) => s.replace(/\[\d+/, '[2147483648'),
-    (s) => s.replace(/\[\d+/, '[]'),
-    (s) => s.replace(/"n":\d+/, '"n":1e400'),
-    (s) => s.replace('"wait":', '"wait":1,"wait":'),
-    (s) => s.replace('true', 'tru'),
-    (s) => s.replace('false', 'null'),
-    (s) => s.replace(/}$/, ',"extra":1}'),
-    (s) => s.replace(/}$/, '} '),
-    (s) => s.replace(/}$/, '}\r'),
-    (s) => s.slice(0, -1),
-    (s) => s.replace(/"dt":[\d.e-]+/, '"dt":0.07807500000035361'),
-    (s) => s.replace(/"dt":[\d.e-]+/, '"dt":123456789.123456789'),
-  ];
-  const lines = [...written, ...written.slice(0, 60).flatMap((s) => edits.map((edit) => edit(s)))];
-  const bytes = new TextEncoder().encode(lines.join('\n') + '\n');
-  const fast = new EventTable(2);
-  const slow = new EventTable(2);
-  let start = 0,
-    taken = 0;
-  for (const line of lines) {
-    const end = start + new TextEncoder().encode(line).length;
-    const before = fast.length;
-    const lineEnd = pushLine(fast, bytes, start, bytes.length);
-    if (lineEnd >= 0) {
-      assert.equal(lineEnd, end, 'where the line ends');
-      if (line === written[taken]) taken += 1;
-      const e = JSON.parse(line);
-      assert.ok(slow.pushValid(e), `taken by pushLine only: ${line}`);
-      const [a, b] = [fast.get(before), slow.get(slow.length - 1)];
-      assert.deepEqual(a, b, line);
-      assert.ok(Object.is(a.t, b.t), line);
-    } else {
-      assert.equal(fast.length, before, 'nothing appended');
+test(
+  'pushLine takes a line only where JSON.parse and pushValid take it, with the same values, and ' + 'finds its end',
+  () => {
+    const events = synthesize({ num_workers: 3, batches: 30, pin_ms: 1 }).map((e, i) => ({ ...e, seq: i }));
+    const hot = events.filter(
+      (e) =>
+        e.kind in
+        {
+          dispatch: 1,
+          fetch_start: 1,
+          fetch_end: 1,
+          arrive: 1,
+          parked: 1,
+          yield: 1,
+          skip: 1,
+          pin_start: 1,
+          pin_end: 1,
+        },
+    );
+    const written = hot.map((e) => JSON.stringify(e));
+    // text that JSON reads the same or differently, numbers at the edges, the run changing
+    const edits = [
+      (s) => s.replace('"t":', '"t": '),
+      (s) => s.replace(/"idx":(\d+)/, '"idx":$1.0'),
+      (s) => s.replace(/"idx":(\d+)/, '"idx":0$1'),
+      (s) => s.replace(/"t":([\d.]+)/, '"t":$1e0'),
+      (s) => s.replace(/"t":([\d.]+)/, '"t":-$1'),
+      (s) => s.replace(/"t":[\d.]+/, '"t":-0'),
+      (s) => s.replace(/"t":[\d.]+/, '"t":0.1000000000000000055511151231257827'),
+      (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740993'),
+      (s) => s.replace(/"t":[\d.]+/, '"t":9007199254740992.5'),
+      (s) => s.replace(/"t":[\d.]+/, '"t":1.'),
+      (s) => s.replace(/"t":[\d.]+/, '"t":-'),
+      (s) => s.replace(/"t":[\d.]+/, `"t":1${'0'.repeat(400)}`),
+      (s) => s.replace(/"seq":\d+/, '"seq":1.5'),
+      (s) => s.replace(/"seq":\d+/, '"seq":9007199254740994'),
+      (s) => s.replace(/"rank":\d+/, '"rank":null'),
+      (s) => s.replace('"run":"synth"', '"run":"syn\\u0074h"'),
+      (s) => s.replace('"run":"synth"', '"run":"other"'),
+      (s) => s.replace('"run":"synth"', '"run":"s\u00e9nth"'),
+      (s) => s.replace('"run":"synth"', '"run":"s\u00e9nth"').replace(/}$/, ',"note":"\u00e9"}'),
+      (s) => s.replace('"run":"synth"', '"run":"synth","run":"synth"'),
+      (s) => s.replace(/,"worker":\d+/, ''),
+      (s) => s.replace(/"worker":\d+/, '"worker":2147483648'),
+      (s) => s.replace(/"epoch":\d+/, '"epoch":null'),
+      (s) => s.replace('[', '[ '),
+      (s) => s.replace(/\[\d+/, '[2147483648'),
+      (s) => s.replace(/\[\d+/, '[]'),
+      (s) => s.replace(/"n":\d+/, '"n":1e400'),
+      (s) => s.replace('"wait":', '"wait":1,"wait":'),
+      (s) => s.replace('true', 'tru'),
+      (s) => s.replace('false', 'null'),
+      (s) => s.replace(/}$/, ',"extra":1}'),
+      (s) => s.replace(/}$/, '} '),
+      (s) => s.replace(/}$/, '}\r'),
+      (s) => s.slice(0, -1),
+      (s) => s.replace(/"dt":[\d.e-]+/, '"dt":0.07807500000035361'),
+      (s) => s.replace(/"dt":[\d.e-]+/, '"dt":123456789.123456789'),
+    ];
+    const lines = [...written, ...written.slice(0, 60).flatMap((s) => edits.map((edit) => edit(s)))];
+    const bytes = new TextEncoder().encode(lines.join('\n') + '\n');
+    const fast = new EventTable(2);
+    const slow = new EventTable(2);
+    let start = 0,
+      taken = 0;
+    for (const line of lines) {
+      const end = start + new TextEncoder().encode(line).length;
+      const before = fast.length;
+      const lineEnd = pushLine(fast, bytes, start, bytes.length);
+      if (lineEnd >= 0) {
+        assert.equal(lineEnd, end, 'where the line ends');
+        if (line === written[taken]) taken += 1;
+        const e = JSON.parse(line);
+        assert.ok(slow.pushValid(e), `taken by pushLine only: ${line}`);
+        const [a, b] = [fast.get(before), slow.get(slow.length - 1)];
+        assert.deepEqual(a, b, line);
+        assert.ok(Object.is(a.t, b.t), line);
+      } else {
+        assert.equal(fast.length, before, 'nothing appended');
+      }
+      start = end + 1;
     }
-    start = end + 1;
-  }
-  assert.equal(taken, written.length, 'every line as loaderscope writes it is read straight into the columns');
-  const d = hot.findLastIndex((e) => e.kind === 'dispatch' && e.indices);
-  assert.deepEqual(fast.indicesOf(d), hot[d].indices);
-});
+    assert.equal(taken, written.length, 'every line as loaderscope writes it is read straight into the columns');
+    const d = hot.findLastIndex((e) => e.kind === 'dispatch' && e.indices);
+    assert.deepEqual(fast.indicesOf(d), hot[d].indices);
+  },
+);
 
 // Every field the contract declares for a frequent kind, each alone and all together, through each
 // way into the table and back out of get(): packed when the column map has a column for every field
 // it carries, else kept whole, and equal either way. A field added to the contract is in this test
 // without an edit here: a place that forgets it drops it or writes it over another field.
-/** A value of a contract field's type, different for each field (k). @param {import('../js/model/event-table.js').FieldRule} rule @param {number} k */
+/**
+ * A value of a contract field's type, different for each field (k).
+ * @param {import('../js/model/event-table.js').FieldRule} rule
+ * @param {number} k
+ */
 function sample(rule, k) {
   switch (rule.type) {
     case 'int':

@@ -75,7 +75,8 @@ print(json.dumps(out))`);
 
 test('a digest of the wrong length is refused', { skip: needsPython }, async () => {
   const { digest } = py(
-    'import json; from loaderscope.model.ranks import encode_shard; print(json.dumps({"digest": encode_shard([1, 2], 10)}))',
+    'import json; from loaderscope.model.ranks import encode_shard; ' +
+      'print(json.dumps({"digest": encode_shard([1, 2], 10)}))',
   );
   assert.equal((await decodeShard(digest, 10))[1], 1);
   await assert.rejects(decodeShard(digest, 11), /holds 10 counts for a dataset of 11/);
@@ -85,7 +86,8 @@ test('a digest is never inflated past its length, nor a length past the limit ta
   skip: needsPython,
 }, async () => {
   const { bomb } = py(
-    'import base64, json, zlib; print(json.dumps({"bomb": base64.b64encode(zlib.compress(bytes(50_000_000), 9)).decode()}))',
+    'import base64, json, zlib; ' +
+      'print(json.dumps({"bomb": base64.b64encode(zlib.compress(bytes(50_000_000), 9)).decode()}))',
   );
   await assert.rejects(decodeShard(bomb, 100), /holds more than 100 counts for a dataset of 100/);
   await assert.rejects(decodeShard(bomb, 2 ** 40), /at most 134217728 are checked/);

@@ -102,37 +102,47 @@ function assertSame(fast, reference) {
   }
 }
 
-test('a trace read the fast way (lines into columns, batches applied from the columns) shows what the reference way shows', () => {
-  for (const inOrder of [false, true]) {
-    const events = synthesize({ num_workers: 3, batches: 120, epochs: 2, pin_ms: 2, in_order: inOrder });
-    events.splice(
-      300,
-      0,
-      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 1, idx: 40, elapsed: 12 },
-      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'yield', idx: 41, wait: 1e-7, note: 'an extra field' },
-      { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'skip', worker: 1, idx: 43 },
-    ); // torch drops a task (an iterable's worker ran out)
-    events.forEach((e, i) => {
-      e.seq = i;
-    });
-    const text = `${JSON.stringify({ format: 'loaderscope-trace', version: 1, run: 'synth' })}\n${events.map((e) => JSON.stringify(e)).join('\n')}\n`;
-    const { reference, fast, lines } = bothWays(text, 64, 256);
-    assert.ok(lines > events.length * 0.9, `most lines go straight into columns (${lines} of ${events.length})`);
-    assert.ok(fast.state.violations.length > 0, 'the stray yield breaks an invariant');
-    if (inOrder) assert.ok(fast.parkedRows.length > 0, 'results parked in the reorder buffer');
-    assertSame(fast, reference);
-  }
-});
+test(
+  'a trace read the fast way (lines into columns, batches applied from the columns) shows what the reference ' +
+    'way shows',
+  () => {
+    for (const inOrder of [false, true]) {
+      const events = synthesize({ num_workers: 3, batches: 120, epochs: 2, pin_ms: 2, in_order: inOrder });
+      events.splice(
+        300,
+        0,
+        { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'worker_stuck', worker: 1, idx: 40, elapsed: 12 },
+        { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'yield', idx: 41, wait: 1e-7, note: 'an extra field' },
+        { seq: 0, t: events[299].t, run: 'synth', rank: 0, kind: 'skip', worker: 1, idx: 43 },
+      ); // torch drops a task (an iterable's worker ran out)
+      events.forEach((e, i) => {
+        e.seq = i;
+      });
+      const text =
+        `${JSON.stringify({ format: 'loaderscope-trace', version: 1, run: 'synth' })}\n` +
+        `${events.map((e) => JSON.stringify(e)).join('\n')}\n`;
+      const { reference, fast, lines } = bothWays(text, 64, 256);
+      assert.ok(lines > events.length * 0.9, `most lines go straight into columns (${lines} of ${events.length})`);
+      assert.ok(fast.state.violations.length > 0, 'the stray yield breaks an invariant');
+      if (inOrder) assert.ok(fast.parkedRows.length > 0, 'results parked in the reorder buffer');
+      assertSame(fast, reference);
+    }
+  },
+);
 
-test('a real recorded trace (a pinned 4-worker run on an H100) applied from the columns agrees with each event applied alone', () => {
-  const text = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8');
-  for (const [batch, every] of [
-    [64, 32],
-    [1000, 4096],
-    [7, 5],
-  ]) {
-    const { reference, fast, lines } = bothWays(text, batch, every);
-    assert.ok(lines > 400, `packed rows (${lines})`);
-    assertSame(fast, reference);
-  }
-});
+test(
+  'a real recorded trace (a pinned 4-worker run on an H100) applied from the columns agrees with each event ' +
+    'applied alone',
+  () => {
+    const text = readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'gpu_step_h100.jsonl'), 'utf8');
+    for (const [batch, every] of [
+      [64, 32],
+      [1000, 4096],
+      [7, 5],
+    ]) {
+      const { reference, fast, lines } = bothWays(text, batch, every);
+      assert.ok(lines > 400, `packed rows (${lines})`);
+      assertSame(fast, reference);
+    }
+  },
+);

@@ -1,7 +1,12 @@
 // Log-scaled histogram bins for fetch times: the worker panel and the compare view share them.
 // Pure: no DOM.
 
-/** Log-spaced bin edges covering [lo, hi] seconds; a flat range is widened a little. @param {number} lo @param {number} hi @param {number} bins */
+/**
+ * Log-spaced bin edges covering [lo, hi] seconds; a flat range is widened a little.
+ * @param {number} lo
+ * @param {number} hi
+ * @param {number} bins
+ */
 export function logEdges(lo, hi, bins) {
   lo = Math.max(lo, 1e-6);
   hi = Math.max(hi, lo * 1.5);
@@ -10,7 +15,11 @@ export function logEdges(lo, hi, bins) {
   return Array.from({ length: bins + 1 }, (_, i) => Math.exp(a + ((b - a) * i) / bins));
 }
 
-/** How many values fall in each bin of `edges` (values outside go to the end bins). @param {Iterable<number>} values @param {number[]} edges */
+/**
+ * How many values fall in each bin of `edges` (values outside go to the end bins).
+ * @param {Iterable<number>} values
+ * @param {number[]} edges
+ */
 export function binCounts(values, edges) {
   const bins = edges.length - 1;
   const out = new Array(bins).fill(0);

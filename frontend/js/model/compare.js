@@ -90,7 +90,12 @@ function settingsOf(run) {
   return out;
 }
 
-/** Python's == on JSON values: equal structure, key order ignored. @param {unknown} x @param {unknown} y @returns {boolean} */
+/**
+ * Python's == on JSON values: equal structure, key order ignored.
+ * @param {unknown} x
+ * @param {unknown} y
+ * @returns {boolean}
+ */
 function same(x, y) {
   if (x === y) return true;
   if (typeof x !== 'object' || typeof y !== 'object' || x === null || y === null) return false;
@@ -112,7 +117,8 @@ export function settingsDiff(a, b) {
   const sa = settingsOf(a),
     sb = settingsOf(b);
   const keys = sortedKeys([...new Set([...Object.keys(sa), ...Object.keys(sb)])]);
-  const at = (/** @type {Record<string, unknown>} */ o, /** @type {string} */ k) => o[k] ?? null; // a missing key reads as None
+  // a missing key reads as None
+  const at = (/** @type {Record<string, unknown>} */ o, /** @type {string} */ k) => o[k] ?? null;
   return {
     changed: keys.filter((k) => !same(at(sa, k), at(sb, k))).map((k) => ({ key: k, a: at(sa, k), b: at(sb, k) })),
     same: keys.filter((k) => same(at(sa, k), at(sb, k))),
@@ -128,7 +134,11 @@ export function metrics(a, b) {
   });
 }
 
-/** Per-worker fetch-time histograms of both runs over one set of edges. @param {LoaderState} a @param {LoaderState} b */
+/**
+ * Per-worker fetch-time histograms of both runs over one set of edges.
+ * @param {LoaderState} a
+ * @param {LoaderState} b
+ */
 export function histograms(a, b) {
   let lo = Infinity,
     hi = -Infinity;

@@ -51,7 +51,8 @@ export const SHM_SIGNS = ['bus error', 'unable to write to file', 'no space left
  * @param {import('./types.js').LoaderEvent} note @returns {[string, string]|null}
  */
 export function noteFinding(note) {
-  const n = /** @type {import('./types.js').KnownEvent & {recovered?: number}} */ (note); // a known kind's required fields were checked
+  // a known kind's required fields were checked
+  const n = /** @type {import('./types.js').KnownEvent & {recovered?: number}} */ (note);
   const kind = n.kind;
   if (kind === 'worker_died') {
     const how = n.signal || `exit code ${pyStr(n.exitcode)}`;
@@ -118,7 +119,10 @@ export function noteFinding(note) {
   return null;
 }
 
-/** " past the 10.0 s threshold", when the producer said its threshold (diagnosis.py _past). @param {{threshold?: number|null}} n */
+/**
+ * " past the 10.0 s threshold", when the producer said its threshold (diagnosis.py _past).
+ * @param {{threshold?: number|null}} n
+ */
 function past(n) {
   return n.threshold !== undefined && n.threshold !== null ? ` past the ${f1(n.threshold)} s threshold` : '';
 }
@@ -152,8 +156,10 @@ function pyNum(v) {
   return String(v);
 }
 
-export const INPUT_BOUND = 0.2; // waiting (for data, or another loader) more than this share of the time is the bottleneck
-export const MIN_VERDICT_BATCHES = 8; // fewer batches tell nothing yet: the first ones are start-up and the pipeline filling
+// waiting (for data, or another loader) more than this share of the time is the bottleneck
+export const INPUT_BOUND = 0.2;
+// fewer batches tell nothing yet: the first ones are start-up and the pipeline filling
+export const MIN_VERDICT_BATCHES = 8;
 
 const ms = (/** @type {number} */ seconds) => f1(seconds * 1000);
 
@@ -254,7 +260,12 @@ export const PICKLE_HEAVY_BYTES = 1_000_000;
 
 /** @typedef {{code: string, text: string}} Finding a finding and its cause code (diagnosis.py Finding) */
 
-/** The verdict on what limits the loop, once there is enough to tell. @param {LoaderState} s @param {Stats} stats @returns {Finding[]} */
+/**
+ * The verdict on what limits the loop, once there is enough to tell.
+ * @param {LoaderState} s
+ * @param {Stats} stats
+ * @returns {Finding[]}
+ */
 function paceFindings(s, stats) {
   const why = failure(s, stats);
   if (why) return [{ code: 'no_verdict', text: say('no_verdict', { why }) }];
@@ -284,7 +295,9 @@ function errorFindings(s) {
     if (SHM_SIGNS.some((sign) => text.includes(sign))) {
       found.push({
         code: 'shm_full',
-        text: "shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call torch.multiprocessing.set_sharing_strategy('file_system')",
+        text:
+          'shared memory (/dev/shm) is exhausted: enlarge it (docker --shm-size) or call ' +
+          "torch.multiprocessing.set_sharing_strategy('file_system')",
       });
     }
   }
@@ -318,7 +331,12 @@ const SHM_LOW = 0.1;
 const IN_FLIGHT_SHARE = 0.5;
 const IN_FLIGHT_MIN = 64 * 2 ** 20;
 
-/** What the memory samples show (diagnosis.py _memory_findings). @param {LoaderState} s @param {Stats} stats @returns {Finding[]} */
+/**
+ * What the memory samples show (diagnosis.py _memory_findings).
+ * @param {LoaderState} s
+ * @param {Stats} stats
+ * @returns {Finding[]}
+ */
 function memoryFindings(s, stats) {
   const m = stats.memory;
   if (m === null) return [];
@@ -387,7 +405,12 @@ function memoryFindings(s, stats) {
   return found;
 }
 
-/** How batches cross from the workers and to the device. @param {LoaderState} s @param {Stats} stats @returns {Finding[]} */
+/**
+ * How batches cross from the workers and to the device.
+ * @param {LoaderState} s
+ * @param {Stats} stats
+ * @returns {Finding[]}
+ */
 function transferFindings(s, stats) {
   /** @type {Finding[]} */
   const found = [];
@@ -435,7 +458,8 @@ function transferFindings(s, stats) {
       found.push({
         code: 'pinned_pays',
         text:
-          `pinned memory pays: the same batch copied from pageable memory took ${pyFixed(split.h2d_pageable * 1000, 2)} ms, ` +
+          `pinned memory pays: the same batch copied from pageable ` +
+          `memory took ${pyFixed(split.h2d_pageable * 1000, 2)} ms, ` +
           `${f1(split.h2d_pageable / split.h2d)}× the pinned copy's ${pyFixed(split.h2d * 1000, 2)} ms`,
       });
     }
@@ -445,7 +469,11 @@ function transferFindings(s, stats) {
   return found;
 }
 
-/** Findings with their cause codes, most important first (diagnosis.py findings()). @param {LoaderState} s @returns {Finding[]} */
+/**
+ * Findings with their cause codes, most important first (diagnosis.py findings()).
+ * @param {LoaderState} s
+ * @returns {Finding[]}
+ */
 export function findings(s) {
   const stats = summary(s);
   const found = errorFindings(s);
@@ -481,7 +509,11 @@ export function findings(s) {
   return found;
 }
 
-/** Findings in plain words, most important first (diagnosis.py diagnosis()). @param {LoaderState} s @returns {string[]} */
+/**
+ * Findings in plain words, most important first (diagnosis.py diagnosis()).
+ * @param {LoaderState} s
+ * @returns {string[]}
+ */
 export function diagnosis(s) {
   return findings(s).map((f) => f.text);
 }

@@ -22,7 +22,10 @@ export const MAP = /** @type {any} */ (COLUMN_MAP);
 
 export const HOT = FREQUENT;
 export const CODE = new Map(HOT.map((k, i) => [k, i + 1]));
-/** @type {Array<[string, number]>} a frequent kind's name before a rename (RENAMED_KINDS), and its code: pushLine reads both */
+/**
+ * @type {Array<[string, number]>} a frequent kind's name before a rename (RENAMED_KINDS), and its code: pushLine reads
+ *   both
+ */
 export const OLD_KIND_CODES = Object.entries(RENAMED_KINDS).flatMap(([old, now]) =>
   CODE.has(now) ? [/** @type {[string, number]} */ ([old, /** @type {number} */ (CODE.get(now))])] : [],
 );
@@ -53,7 +56,10 @@ export const SLOT_BY_NAME = new Map(
 // pack() looks every key of an event up in `keys` (k, or -1 for a common field).
 // A field's name before a rename (RENAMED_FIELDS) is one more literal, read into the same slot and
 // counted as the same field (`field`: each literal's k): an older trace's lines take the fast path too.
-/** @typedef {{names: string[], slots: number[], literals: Literal[], field: number[], bits: Map<string, number>, keys: Map<string, number>, required: number}} LineKeys */
+/**
+ * @typedef {{names: string[], slots: number[], literals: Literal[], field: number[], bits: Map<string, number>,
+ *   keys: Map<string, number>, required: number}} LineKeys
+ */
 /** @type {LineKeys[]} */
 export const LINE_KEYS = [
   { names: [], slots: [], literals: [], field: [], bits: new Map(), keys: new Map(), required: 0 },
@@ -83,7 +89,10 @@ export function kindCode(kind) {
 
 // flags: which optional fields were present, and booleans
 export const F = { A: 1, B: 2, C: 4, TRUE: 8, FALSE: 16, WORKER: 32, INDICES: 64, EPOCH: 128 };
-/** @type {Record<number, ['idx'|'worker'|'epoch'|'a'|'b'|'c', number, boolean]>} a number slot's column, flag and whether an int (as putValue()) */
+/**
+ * @type {Record<number, ['idx'|'worker'|'epoch'|'a'|'b'|'c', number, boolean]>} a number slot's column, flag and
+ *   whether an int (as putValue())
+ */
 export const NUMBER_SLOTS = {
   [V.IDX]: ['idx', 0, true],
   [V.WORKER]: ['worker', F.WORKER, true],

@@ -45,7 +45,8 @@ import {
 /**
  * A table's rows as structured-cloneable parts (toParts): its typed columns by name, its kept objects
  * as [row, event] pairs, the sample-index pool and the run and rank of its packed rows.
- * @typedef {{n: number, cols: Record<string, Uint8Array<ArrayBuffer> | Int32Array<ArrayBuffer> | Float64Array<ArrayBuffer>>,
+ * @typedef {{n: number,
+ *   cols: Record<string, Uint8Array<ArrayBuffer> | Int32Array<ArrayBuffer> | Float64Array<ArrayBuffer>>,
  *   objects: Array<[number, LoaderEvent]>, pool: Int32Array<ArrayBuffer>, poolN: number, run: string|undefined,
  *   rank: number|undefined}} TableParts
  */
@@ -95,7 +96,10 @@ export class EventTable {
     return this.n;
   }
 
-  /** Room for `capacity` rows without growing (a file's size tells roughly how many will come). @param {number} capacity */
+  /**
+   * Room for `capacity` rows without growing (a file's size tells roughly how many will come).
+   * @param {number} capacity
+   */
   reserve(capacity) {
     if (capacity > this.kind.length) this.alloc(capacity);
   }
@@ -126,7 +130,10 @@ export class EventTable {
     return [...Object.values(parts.cols).map((c) => c.buffer), parts.pool.buffer];
   }
 
-  /** A table holding the rows `toParts()` gave (to read with get(); it can grow like any other). @param {TableParts} parts */
+  /**
+   * A table holding the rows `toParts()` gave (to read with get(); it can grow like any other).
+   * @param {TableParts} parts
+   */
   static fromParts(parts) {
     const table = new EventTable(1);
     Object.assign(table, parts.cols);
@@ -417,7 +424,11 @@ export class EventTable {
     return this.kind[i] === OBJECT;
   }
 
-  /** Sample indices of a dispatch row (null when it had none). @param {number} i @returns {import('./types.js').Indices|null} */
+  /**
+   * Sample indices of a dispatch row (null when it had none).
+   * @param {number} i
+   * @returns {import('./types.js').Indices|null}
+   */
   indicesOf(i) {
     if (this.kind[i] === OBJECT) return this.kept(i).indices ?? null;
     if (!(this.flags[i] & F.INDICES)) return null;

@@ -54,7 +54,8 @@ export function remove(list, value) {
 // batch, read from the columns with no event built) -------------------------------------------------
 
 /**
- * @typedef {(src: any, i: number) => any} Read a field of an event (`src`; `i` unused) or of row `i` of an EventTable (`src`)
+ * @typedef {(src: any, i: number) => any} Read a field of an event (`src`; `i` unused) or of row `i` of an EventTable
+ *   (`src`)
  * @typedef {(name: string) => Read} Fields the reader of each field, resolved once per rule
  */
 

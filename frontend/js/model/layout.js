@@ -19,7 +19,8 @@ const TITLE = 30; // column titles (and a hint line under them)
 const WIDE = { sampler: 132, result: 96, pin: 0, buffer: 150, consumer: 138 };
 // with the pin column, the columns right of the workers give up a little room so the index queues keep theirs
 const NARROW = { sampler: 132, result: 86, pin: 92, buffer: 136, consumer: 128 };
-const WIDE_GAP = { toLanes: 28, toResult: 26, toPin: 24, toBuffer: 32, toConsumer: 26 }; // toBuffer: room for "early" (11 px)
+// toBuffer: room for "early" (11 px)
+const WIDE_GAP = { toLanes: 28, toResult: 26, toPin: 24, toBuffer: 32, toConsumer: 26 };
 // a window narrower than MIN_WIDTH: the same columns, slimmer, with tighter gaps and lane labels,
 // so the picture keeps its text at full size down to NARROW_MIN (it is scaled only below that)
 const SLIM = { sampler: 112, result: 72, pin: 0, buffer: 108, consumer: 112 };
@@ -56,7 +57,10 @@ export function laneGrid(lanes) {
   return { compact, cols, rows: Math.ceil(n / cols) };
 }
 
-/** Canvas height for n lanes: ~44 px per lane up to a point, then thinner; compact rows past that. @param {number} lanes */
+/**
+ * Canvas height for n lanes: ~44 px per lane up to a point, then thinner; compact rows past that.
+ * @param {number} lanes
+ */
 export function pipelineHeight(lanes) {
   const g = laneGrid(lanes);
   if (g.compact) return Math.round(Math.max(660, M + TITLE + g.rows * (COMPACT_ROW + COMPACT_GAP) - COMPACT_GAP + M));
@@ -71,7 +75,8 @@ export function tokenSize(laneH, digits) {
 }
 
 /**
- * @param {{width:number, height:number, lanes:number, digits?:number, inProcess?:boolean, pin?:'none'|'active'|'disabled'}} o
+ * @param {{width:number, height:number, lanes:number, digits?:number, inProcess?:boolean,
+ *   pin?:'none'|'active'|'disabled'}} o
  */
 export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = false, pin = 'none' }) {
   const hasPin = pin !== 'none';
@@ -128,9 +133,11 @@ export function pipelineLayout({ width, height, lanes, digits = 2, inProcess = f
   const colW = (lanesW - COL_GAP * (grid.cols - 1)) / grid.cols;
   const labelW = grid.compact ? COMPACT_LABEL_W : slim ? SLIM_LABEL_W : LABEL_W;
   const fetchW = grid.compact
-    ? Math.min(clamp(Math.round((colW - labelW) * 0.6), 110, FETCH_W[1]), Math.max(colW - labelW - 18, 0)) // narrow page: the queue keeps a slot
+    ? // narrow page: the queue keeps a slot
+      Math.min(clamp(Math.round((colW - labelW) * 0.6), 110, FETCH_W[1]), Math.max(colW - labelW - 18, 0))
     : slim
-      ? clamp(Math.round(lanesW - labelW - 10 - 2 * (token.w + 3)), SLIM_FETCH_W[0], SLIM_FETCH_W[1]) // two queue slots if they fit
+      ? // two queue slots if they fit
+        clamp(Math.round(lanesW - labelW - 10 - 2 * (token.w + 3)), SLIM_FETCH_W[0], SLIM_FETCH_W[1])
       : clamp(Math.round((lanesW - LABEL_W) * 0.5), FETCH_W[0], FETCH_W[1]);
   for (let i = 0; i < n; i++) {
     // two columns: the first half of the workers on the left, top to bottom, then the right

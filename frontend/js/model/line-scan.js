@@ -102,7 +102,10 @@ export class LineScan {
     return bytes[start] === MINUS ? -v : v;
   }
 
-  /** True when the string that comes next, up to its closing quote, is `s` (its text and the quote). @param {Literal} s */
+  /**
+   * True when the string that comes next, up to its closing quote, is `s` (its text and the quote).
+   * @param {Literal} s
+   */
   isString(s) {
     if (!this.at(s)) return false;
     this.pos += s.bytes.length - 1; // its closing quote is stepped over by the caller
@@ -165,7 +168,12 @@ export class LineScan {
 
 export const LINE = new LineScan(); // one cursor for every line: a new one per line was a tenth of the parse in garbage
 
-/** bytes[start, end) as a string, each byte one character (the caller knows them to be ASCII). @param {Uint8Array} bytes @param {number} start @param {number} end */
+/**
+ * bytes[start, end) as a string, each byte one character (the caller knows them to be ASCII).
+ * @param {Uint8Array} bytes
+ * @param {number} start
+ * @param {number} end
+ */
 function ascii(bytes, start, end) {
   return String.fromCharCode.apply(null, /** @type {any} */ (bytes.subarray(start, end)));
 }

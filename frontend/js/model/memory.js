@@ -228,7 +228,10 @@ export class MemoryModel {
     }
   }
 
-  /** Every stride-th sample joins the series; a full series keeps every other point, stride doubled. @param {any[]} sampled */
+  /**
+   * Every stride-th sample joins the series; a full series keeps every other point, stride doubled.
+   * @param {any[]} sampled
+   */
   point(sampled) {
     if ((this.samples - 1) % this.stride) return;
     this.series.push([
@@ -247,12 +250,19 @@ export class MemoryModel {
     }
   }
 
-  /** `epochs` have ended: the next sample notes each process's RSS (with swap), what the epoch left. @param {number} epochs */
+  /**
+   * `epochs` have ended: the next sample notes each process's RSS (with swap), what the epoch left.
+   * @param {number} epochs
+   */
   epochEnd(epochs) {
     this.ended = epochs;
   }
 
-  /** A dead worker's last sample and the host's headroom in the latest sample. @param {number} worker @param {unknown} pid */
+  /**
+   * A dead worker's last sample and the host's headroom in the latest sample.
+   * @param {number} worker
+   * @param {unknown} pid
+   */
   evidence(worker, pid) {
     const proc = this.procs.get(worker);
     if (proc === undefined || (pid !== undefined && pid !== null && pid !== proc.pid)) return null;
@@ -267,7 +277,10 @@ export class MemoryModel {
   }
 }
 
-/** The mean growth of a process's RSS per epoch when it grew at every epoch end noted (at least three). @param {Proc} proc */
+/**
+ * The mean growth of a process's RSS per epoch when it grew at every epoch end noted (at least three).
+ * @param {Proc} proc
+ */
 export function leakPerEpoch(proc) {
   const marks = proc.epoch_rss;
   if (marks.length < 3 || marks.some((b, i) => i > 0 && b[1] <= marks[i - 1][1])) return null;
@@ -276,7 +289,10 @@ export function leakPerEpoch(proc) {
   return (last[1] - first[1]) / (last[0] - first[0]);
 }
 
-/** The loader's memory (PSS summed) per second over the second half of its sampled time, and the span sampled. @param {MemoryModel} m */
+/**
+ * The loader's memory (PSS summed) per second over the second half of its sampled time, and the span sampled.
+ * @param {MemoryModel} m
+ */
 export function trend(m) {
   if (!m.series.length) return /** @type {[number|null, number]} */ ([null, 0]);
   const firstT = m.series[0][0];
@@ -312,7 +328,10 @@ function procSummary(proc) {
   };
 }
 
-/** The memory figures of the reducer's summary (null before the first sample; memory.py summary). @param {MemoryModel} m */
+/**
+ * The memory figures of the reducer's summary (null before the first sample; memory.py summary).
+ * @param {MemoryModel} m
+ */
 export function memorySummary(m) {
   if (!m.samples) return null;
   const [rate, span] = trend(m);
@@ -373,7 +392,10 @@ export function procAt(series, i, key) {
   return item === undefined ? null : { t: point[0], uss: item[1], shared: item[2], rss: item[3] };
 }
 
-/** The scale of the timeline's memory lanes: the highest RSS of any process in the series (0: none). @param {MemoryModel['series']} series */
+/**
+ * The scale of the timeline's memory lanes: the highest RSS of any process in the series (0: none).
+ * @param {MemoryModel['series']} series
+ */
 export function rssScale(series) {
   let top = 0;
   for (const point of series) for (const item of point[4]) top = Math.max(top, item[3]);

@@ -42,7 +42,9 @@ export function pinStage(state) {
       mode: 'disabled',
       short: 'disabled',
       box: 'torch turned pinning off: no accelerator (no CUDA) on this machine',
-      why: 'pin_memory=True, but torch turned pinning off: this machine has no accelerator (no CUDA device), so no pin-memory thread runs and batches stay in pageable memory',
+      why:
+        'pin_memory=True, but torch turned pinning off: this machine has no accelerator (no CUDA device), so ' +
+        'no pin-memory thread runs and batches stay in pageable memory',
     };
   }
   // an older trace without pin_memory_active: say what we know

@@ -35,7 +35,11 @@ const COPIED = new Set(['tasks', 'workers', 'result_queue', 'parked', 'yield_ord
  */
 const fields = (s) => /** @type {Record<string, unknown>} */ (/** @type {unknown} */ (s));
 
-/** A copy of what `s` holds at this moment, sharing what never changes once written. @param {LoaderState} s @returns {Snapshot} */
+/**
+ * A copy of what `s` holds at this moment, sharing what never changes once written.
+ * @param {LoaderState} s
+ * @returns {Snapshot}
+ */
 export function snapshot(s) {
   const order = s.yield_order;
   /** @type {Snapshot} */
@@ -202,14 +206,22 @@ export class Player {
     this.seek(this.table.length);
   }
 
-  /** Row of the next event at or after `from` whose kind is `kind` (-1 if none). @param {number} from @param {string} kind */
+  /**
+   * Row of the next event at or after `from` whose kind is `kind` (-1 if none).
+   * @param {number} from
+   * @param {string} kind
+   */
   findNext(from, kind) {
     const t = this.table;
     for (let i = Math.max(0, from); i < t.length; i++) if (t.kindOf(i) === kind) return i;
     return -1;
   }
 
-  /** Row of the last event before `from` whose kind is `kind` (-1 if none). @param {number} from @param {string} kind */
+  /**
+   * Row of the last event before `from` whose kind is `kind` (-1 if none).
+   * @param {number} from
+   * @param {string} kind
+   */
   findPrev(from, kind) {
     const t = this.table;
     for (let i = Math.min(from, t.length) - 1; i >= 0; i--) if (t.kindOf(i) === kind) return i;

@@ -15,7 +15,11 @@ import { pyRound } from './stats.js';
  *   batches: number, wait: number, parked: number, parkedCost: number}} RangeFigures
  */
 
-/** Nearest rank on sorted values (halves to even), as state.py's `_percentile` and reducer.js's `percentile`. @param {Float64Array} sorted @param {number} q */
+/**
+ * Nearest rank on sorted values (halves to even), as state.py's `_percentile` and reducer.js's `percentile`.
+ * @param {Float64Array} sorted
+ * @param {number} q
+ */
 function percentile(sorted, q) {
   return sorted.length ? sorted[Math.min(sorted.length - 1, pyRound(q * (sorted.length - 1)))] : null;
 }

@@ -57,7 +57,8 @@ export function isPadding(reads, length, twice, missing) {
 /**
  * Overlap and coverage of one epoch's shards across ranks (ranks.shard_report); the indices that
  * DistributedSampler's padding explains are `padding`, not `overlap`.
- * @param {Map<number, {shard?: string|null}>|Record<number, {shard?: string|null}>} epochEnds rank -> epoch_end event (with shard)
+ * @param {Map<number, {shard?: string|null}>|Record<number, {shard?: string|null}>} epochEnds rank -> epoch_end event
+ *   (with shard)
  * @param {number} length dataset length
  * @param {number} [sample] indices named per list
  * @returns {Promise<ShardReport>}
@@ -123,8 +124,9 @@ export async function shardReport(epochEnds, length, sample = 10) {
 }
 
 /**
- * @typedef {{ranks: number[], per_rank: Record<number, number>, overlap: number, overlap_sample: number[], padding: number,
- *   padding_sample: number[], missing: number, missing_sample: number[], disjoint: boolean, complete: boolean}} ShardReport
+ * @typedef {{ranks: number[], per_rank: Record<number, number>, overlap: number, overlap_sample: number[],
+ *   padding: number, padding_sample: number[], missing: number, missing_sample: number[], disjoint: boolean,
+ *   complete: boolean}} ShardReport
  */
 
 /** One epoch's shard check in words (ranks.shard_text). @param {number} epoch @param {ShardReport} r */
@@ -166,7 +168,10 @@ export class JobSteps {
     this.total = 0;
     /** @type {Map<number, {steps:number, worst:number, total:number}>} rank -> how often it was last */
     this.counts = new Map();
-    /** @type {{epoch:number, step:number, rank:number|null, lag:number}[]} the newest steps, oldest first (rank null: delivered together) */
+    /**
+     * @type {{epoch:number, step:number, rank:number|null, lag:number}[]} the newest steps, oldest first (rank null:
+     *   delivered together)
+     */
     this.recent = [];
   }
 

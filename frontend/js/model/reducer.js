@@ -2,10 +2,10 @@
 // A line-by-line mirror of backend/loaderscope/model/state.py (same field names, same rules), so the
 // page, the CLI and the API agree. Each kind's effect is a transition rule of the contract
 // (RULES in contract.gen.js, from backend/loaderscope/contract/rules.py): its table-shaped part is
-// interpreted below as in state.py, and the rest is the rule's own code, one function per rule. Pure: no DOM, no I/O, no clock. Keep the two in step
-// (frontend/tests/reducer.test.js runs both on the same streams and compares). A big trace's packed
-// rows take the fast path (fastpath.js); the summary statistics are stats.js; the diagnosis in
-// words is diagnosis.js, as in Python.
+// interpreted below as in state.py, and the rest is the rule's own code, one function per rule. Pure: no DOM, no I/O,
+// no clock. Keep the two in step (frontend/tests/reducer.test.js runs both on the same streams and compares). A big
+// trace's packed rows take the fast path (fastpath.js); the summary statistics are stats.js; the diagnosis in words is
+// diagnosis.js, as in Python.
 //
 // Extras the page needs and state.py does not keep (never used by the statistics):
 // `scenario`, `meta` (run_start's rank/job/world_size/wall_start/name), `task.epoch`,
@@ -104,7 +104,9 @@ export class LoaderState {
     this.unpinned = 0; // batches that left the pin thread without pinned tensors
     this.fetched_bytes = 0;
     this.pickled_bytes = 0; // of which crossed the process boundary pickled, not in shared memory
-    /** @type {Array<EventOf<'batch_info'> & {epoch: number}>} structures for the inspector (at most MAX_BATCH_SAMPLES) */
+    /**
+     * @type {Array<EventOf<'batch_info'> & {epoch: number}>} structures for the inspector (at most MAX_BATCH_SAMPLES)
+     */
     this.batch_samples = [];
     // consumer steps that reported their timings (step events) between two batches of an epoch (state.py)
     this.steps = 0;
@@ -145,7 +147,10 @@ export class LoaderState {
     this.first_next_t = null;
     this.starts = 0; // worker start-ups since the last epoch_end
     this.worker_starts = 0; // worker start-ups in the whole run
-    /** @type {Map<number, Array<Record<string, unknown>>>} the latest worker_stuck notes of each worker, until they recover */
+    /**
+     * @type {Map<number, Array<Record<string, unknown>>>} the latest worker_stuck notes of each worker, until they
+     *   recover
+     */
     this.stuck_notes = new Map();
     /** @type {Record<string, unknown>|null} the consumer_stuck note, until a batch ends the wait */
     this.consumer_note = null;
@@ -165,7 +170,9 @@ export class LoaderState {
     this.timeout = null;
   }
 
-  /** Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process), torch's default when none is given. */
+  /**
+   * Most tasks torch keeps in flight: prefetch_factor × num_workers (1 in-process), torch's default when none is given.
+   */
   get window() {
     const workers = this.config.num_workers || 0;
     return workers ? (this.config.prefetch_factor || TORCH_PREFETCH_FACTOR) * workers : 1;
@@ -206,7 +213,12 @@ export class LoaderState {
     return w;
   }
 
-  /** The live task an event of `kind` names (a violation if none). @param {string} kind @param {number} idx @returns {Task|undefined} */
+  /**
+   * The live task an event of `kind` names (a violation if none).
+   * @param {string} kind
+   * @param {number} idx
+   * @returns {Task|undefined}
+   */
   task(kind, idx) {
     const task = this.tasks.get(idx);
     if (task === undefined) this.keep(this.violations, `seq ${this.seq}: ${kind} for unknown task ${idx}`);
@@ -328,7 +340,8 @@ function lastNote(s, e) {
 
 /** @param {LoaderState} s @param {EventOf<'worker_stuck'>} e */
 function workerStuck(s, e) {
-  s.worker(e.worker).stuck = e; // the page shows the latest stack on the stuck lane's card; state.py keeps it in notes only
+  // the page shows the latest stack on the stuck lane's card; state.py keeps it in notes only
+  s.worker(e.worker).stuck = e;
   const note = lastNote(s, e);
   if (note === null) return;
   let episode = s.stuck_notes.get(e.worker);
@@ -400,7 +413,10 @@ function memory(s, e) {
   s.memory.apply(e, [bytes, batches], new Map([...s.workers.values()].map((w) => [w.id, w.samples])));
 }
 
-/** The rare kinds' own code, over the event. @type {{[K in import('./types.js').Kind]?: (s: LoaderState, e: EventOf<K>) => void}} */
+/**
+ * The rare kinds' own code, over the event.
+ * @type {{[K in import('./types.js').Kind]?: (s: LoaderState, e: EventOf<K>) => void}}
+ */
 const CODE = {
   run_start: runStart,
   run_end: runEnd,
@@ -421,7 +437,8 @@ const CODE = {
 // --- the rules' table-shaped effects, compiled once into steps (contract/rules.py gives the order) ---
 
 /**
- * @typedef {(s: LoaderState, e: any, i: number) => void} Effect an effect on an event (`e`) or on row `i` of a table (`e`)
+ * @typedef {(s: LoaderState, e: any, i: number) => void} Effect an effect on an event (`e`) or on row `i` of a table
+ *   (`e`)
  * @typedef {{says: string, needs_task?: boolean, worker?: string, moves?: {from: string[], to: string},
  *   enters?: 'worker_queue'|'parked', leaves?: 'worker_queue'|'parked', counts?: Record<string, number|string>,
  *   fails?: boolean, keeps?: boolean}} Rule

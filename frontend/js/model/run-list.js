@@ -21,7 +21,11 @@ export function runName(/** @type {RunBrief} */ r) {
 
 const pad = (/** @type {number} */ n) => String(n).padStart(2, '0');
 
-/** Local wall-clock time of `seconds`; the date too when it is not the day of `now`. @param {number} seconds @param {number} [now] */
+/**
+ * Local wall-clock time of `seconds`; the date too when it is not the day of `now`.
+ * @param {number} seconds
+ * @param {number} [now]
+ */
 export function clockText(seconds, now = Date.now() / 1000) {
   const d = new Date(seconds * 1000);
   const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;

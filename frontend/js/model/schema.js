@@ -138,7 +138,8 @@ export function invalidReason(e) {
 /**
  * Classify one websocket message (already JSON-parsed).
  * @param {unknown} msg
- * @returns {{type:'frame', events:unknown[]} | {type:'meta', meta:Record<string, unknown>} | {type:'bad', reason:string}}
+ * @returns {{type:'frame', events:unknown[]} | {type:'meta', meta:Record<string, unknown>} | {type:'bad',
+ *   reason:string}}
  */
 export function classifyMessage(msg) {
   if (Array.isArray(msg)) return { type: 'frame', events: msg };

@@ -75,7 +75,9 @@ function fetchHit(kind, why, worker, epoch, idx, t0, t1, running = false) {
     epoch,
     idx,
     t: t0,
-    text: `${why}task ${idx} · epoch ${epoch} · worker ${worker} · ${running ? 'still fetching' : `fetched in ${fmtMs(t1 - t0)}`}`,
+    text:
+      `${why}task ${idx} · epoch ${epoch} · worker ${worker} · ` +
+      `${running ? 'still fetching' : `fetched in ${fmtMs(t1 - t0)}`}`,
     spans: [{ worker, t0, t1 }],
     tasks: [`${epoch}:${idx}`],
   };

@@ -73,7 +73,13 @@ export class SpanColumn {
     return this.covered(a, b, upperBound(this.end, this.n, a), lowerBound(this.start, this.n, b));
   }
 
-  /** busy(a, b) given its two searches' answers. @param {number} a @param {number} b @param {number} i @param {number} j */
+  /**
+   * busy(a, b) given its two searches' answers.
+   * @param {number} a
+   * @param {number} b
+   * @param {number} i
+   * @param {number} j
+   */
   covered(a, b, i, j) {
     if (j <= i) return 0;
     let sum = this.cum[j] - this.cum[i];
@@ -134,7 +140,12 @@ export function gallop(arr, n, v, from, upper) {
   return lo;
 }
 
-/** First i in [0, n) with arr[i] >= v (n if none). @param {ArrayLike<number>} arr @param {number} n @param {number} v */
+/**
+ * First i in [0, n) with arr[i] >= v (n if none).
+ * @param {ArrayLike<number>} arr
+ * @param {number} n
+ * @param {number} v
+ */
 export function lowerBound(arr, n, v) {
   let lo = 0,
     hi = n;

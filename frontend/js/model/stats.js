@@ -158,7 +158,10 @@ function consumerSplit(s) {
   };
 }
 
-/** The loop's time inside this loader's epochs: its wait here, in other loaders' next(), and its step. @param {LoaderState} s */
+/**
+ * The loop's time inside this loader's epochs: its wait here, in other loaders' next(), and its step.
+ * @param {LoaderState} s
+ */
 function epochWall(s) {
   return s.consumer_wait + s.other_wait + s.step_total;
 }
@@ -175,7 +178,10 @@ function meanStep(s) {
   return s.step_gaps.length ? s.step_total / s.step_gaps.length : null;
 }
 
-/** The one throughput every view shows: batches over the time inside this loader's epochs (state.py summary). @param {LoaderState} s */
+/**
+ * The one throughput every view shows: batches over the time inside this loader's epochs (state.py summary).
+ * @param {LoaderState} s
+ */
 export function batchesPerS(s) {
   const wall = epochWall(s);
   return wall > 0 ? s.batches / wall : 0;

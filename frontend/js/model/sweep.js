@@ -33,7 +33,8 @@ export function parseValues(text) {
 
 /**
  * The request body, or the problems per panel field (`key`, `values`, `key2`, `values2`).
- * @param {{scenario:string, params:object, costs?:object|null, key:string, values:string, key2?:string, values2?:string}} f
+ * @param {{scenario:string, params:object, costs?:object|null, key:string, values:string, key2?:string,
+ *   values2?:string}} f
  * @returns {{body?: SweepBody, errors: Record<string, string>}}
  */
 export function sweepRequest(f) {
@@ -78,7 +79,10 @@ export function sweepErrorField(field, key, key2) {
 /**
  * Rows → one series per value of the second key (or one series): points in the order of the first
  * key's values as sent, x = position of the value (categorical: 1, 2, 4, 8 are evenly spaced).
- * @param {SweepRow[]} rows @param {string} key @param {string|undefined|null} key2 @param {SweepValue[]|undefined|null} xs
+ * @param {SweepRow[]} rows
+ * @param {string} key
+ * @param {string|undefined|null} key2
+ * @param {SweepValue[]|undefined|null} xs
  * @returns {{xs: string[], series: {label: string, points: SweepPoint[]}[]}}
  */
 export function sweepSeries(rows, key, key2, xs) {
@@ -101,7 +105,9 @@ export function sweepSeries(rows, key, key2, xs) {
   return { xs: order, series };
 }
 
-/** @typedef {{i: number, x: unknown, batches_per_s: number, input_bound: number}} SweepPoint i: the x value's position */
+/**
+ * @typedef {{i: number, x: unknown, batches_per_s: number, input_bound: number}} SweepPoint i: the x value's position
+ */
 
 /** A chart axis ceiling: 1, 2, 2.5, 5 × 10^k at or above v. @param {number} v */
 export function niceMax(v) {

@@ -13,7 +13,8 @@ import { LINE_KEYS, NUMBER_SLOTS, OBJECT, SLOT_BY_NAME, V, isInt, kindCode, with
  * `other(r)`, which must append that one row (push() or pushValid() its event). Each column is
  * checked in one pass over its rows: a row at a time was twice the cost.
  * @param {EventTable} table
- * @param {number} n @param {{seq?: ValueColumn, t?: ValueColumn, run?: ValueColumn, rank?: ValueColumn, kind?: ValueColumn}} common
+ * @param {number} n
+ * @param {{seq?: ValueColumn, t?: ValueColumn, run?: ValueColumn, rank?: ValueColumn, kind?: ValueColumn}} common
  * @param {ValueColumn[]} fields the other columns that hold values
  * @param {Uint8Array|null} hasExtra which rows have fields without a column, `extraOf(r)` gives them
  * @param {(r: number) => Record<string, unknown>|null} extraOf
@@ -74,7 +75,8 @@ export function pushColumns(table, n, common, fields, hasExtra, extraOf, other) 
 export function columnValues(table, col, n, n0, code, seen) {
   const bits = Int8Array.from(LINE_KEYS, (keys) => keys.bits.get(col.name) ?? -1);
   const { present, num, ids, bool, dict } = col;
-  const slot = SLOT_BY_NAME.get(col.name) ?? V.A; // a field goes to the same place whatever its kind (V.A: none, bits are -1)
+  // a field goes to the same place whatever its kind (V.A: none, bits are -1)
+  const slot = SLOT_BY_NAME.get(col.name) ?? V.A;
   if (!num || slot === V.BOOL || slot === V.INDICES) {
     // strings, booleans: as putValue() puts them
     for (let r = 0; r < n; r++) {

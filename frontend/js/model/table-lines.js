@@ -7,7 +7,11 @@ import { BRACE, COMMA, LINE, LineScan, NEWLINE, QUOTE } from './line-scan.js';
 /** @typedef {import('./event-table.js').EventTable} EventTable */
 /** @typedef {import('./event-columns.js').Literal} Literal */
 
-/** The packed rows' run as pushLine finds it in a line: its JSON text and closing quote. @returns {Literal} @param {EventTable} table */
+/**
+ * The packed rows' run as pushLine finds it in a line: its JSON text and closing quote.
+ * @returns {Literal}
+ * @param {EventTable} table
+ */
 export function runText(table) {
   let text = table.runLiteral;
   if (text === null || text.run !== table.run)

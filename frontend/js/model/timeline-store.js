@@ -76,7 +76,8 @@ export class SlotMap {
 /**
  * A fetch a finding was about: stuck (its start, the first stuck note, its end once it ended), or
  * held by a worker that died (ended at the death).
- * @typedef {{kind: 'stuck'|'died', worker: number, idx: number, epoch: number, t: number, start: number, end: number|null}} Alarm
+ * @typedef {{kind: 'stuck'|'died', worker: number, idx: number, epoch: number, t: number, start: number,
+ *   end: number|null}} Alarm
  */
 
 /** Everything the timeline draws, fed by the same events as the reducer. */
@@ -94,7 +95,10 @@ export class TimelineStore {
     this.config = {};
     /** @type {{start:number, idx:number}|null} the training loop is stuck inside next() since start */
     this.consumerOpen = null;
-    /** @type {SlotMap<{start:number, idx:number, epoch:number, dref:number, stuck?:boolean}>} fetches still running, per worker */
+    /**
+     * @type {SlotMap<{start:number, idx:number, epoch:number, dref:number, stuck?:boolean}>} fetches still running, per
+     *   worker
+     */
     this.open = new SlotMap();
     /** @type {Array<{t:number, epoch:number, peek?:boolean}>} epoch starts; a peek's, once it ended as one */
     this.epochs = [];
@@ -283,7 +287,13 @@ export class TimelineStore {
     this.alarms.push({ kind, worker, idx, epoch: this.epoch, t, start, end });
   }
 
-  /** @param {number} t @param {number} worker @param {number} idx @param {number|null|undefined} dt @param {number} row */
+  /**
+   * @param {number} t
+   * @param {number} worker
+   * @param {number} idx
+   * @param {number|null|undefined} dt
+   * @param {number} row
+   */
   fetchEnd(t, worker, idx, dt, row) {
     const o = this.open.get(worker);
     const mine = o !== undefined && o.idx === idx;

@@ -27,12 +27,19 @@ export class Track {
     /** @type {LoaderEvent[]} events arrived and not yet applied, from queueHead on */
     this.queue = [];
     this.queueHead = 0;
-    /** @type {import('./types.js').Note[]} notable events and stream notes, each with `_row` (events loaded before it) */
+    /**
+     * @type {import('./types.js').Note[]} notable events and stream notes, each with `_row` (events loaded before it)
+     */
     this.noteItems = [];
     this.violationsShown = 0;
-    /** @type {{close: () => void}|null} the run's live connection (views/stream.js's RunStream), closed with the track */
+    /**
+     * @type {{close: () => void}|null} the run's live connection (views/stream.js's RunStream), closed with the track
+     */
     this.stream = null;
-    /** @type {Partial<import('./types.js').RunDetail>|null} what the server says of the run (brief, detail, status messages) */
+    /**
+     * @type {Partial<import('./types.js').RunDetail>|null} what the server says of the run (brief, detail, status
+     *   messages)
+     */
     this.runInfo = null;
     /** @type {Record<string, unknown>|null} a trace file's header line */
     this.header = null;
@@ -95,7 +102,11 @@ export class Track {
     this.kept(table.t[row], row);
   }
 
-  /** Everything kept beside the player about event `e`, just applied at `row`. @param {LoaderEvent} e @param {number} row */
+  /**
+   * Everything kept beside the player about event `e`, just applied at `row`.
+   * @param {LoaderEvent} e
+   * @param {number} row
+   */
   applied(e, row) {
     this.store.apply(e, row);
     const kind = e.kind;
@@ -123,7 +134,11 @@ export class Track {
     list.push(this.wall0 + t);
   }
 
-  /** The reorder buffer's parked results and the new violations, after row `row` (at time t). @param {number} t @param {number} row */
+  /**
+   * The reorder buffer's parked results and the new violations, after row `row` (at time t).
+   * @param {number} t
+   * @param {number} row
+   */
   kept(t, row) {
     const parked = this.player.full.parked.length;
     if (parked > this.parkedLen) {

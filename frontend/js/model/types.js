@@ -60,7 +60,9 @@
  * @typedef {NonNullable<KindFields['dispatch']['indices']>} Indices
  */
 
-/** @typedef {NoteFields[keyof NoteFields] extends infer U ? (U extends unknown ? keyof U : never) : never} NoteFieldName */
+/**
+ * @typedef {NoteFields[keyof NoteFields] extends infer U ? (U extends unknown ? keyof U : never) : never} NoteFieldName
+ */
 
 /**
  * A note the page lists (track.js noteItems): an event worth a line (stuck, died, error, …) with
@@ -84,7 +86,8 @@
  * A run as GET /api/runs/{id} gives it: its brief and what the server computed of it.
  * @typedef {RunBrief & {params?: Record<string, unknown>, config?: Record<string, unknown>,
  *   statistics?: Record<string, unknown>|null, diagnosis?: string[]|null, error?: string|null,
- *   exitcode?: number|null, pid?: number|null, trace?: boolean, trace_error?: string|null, log_tail?: string|null}} RunDetail
+ *   exitcode?: number|null, pid?: number|null, trace?: boolean, trace_error?: string|null, log_tail?:
+ *   string|null}} RunDetail
  */
 
 /**

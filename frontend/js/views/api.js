@@ -133,7 +133,12 @@ export const api = {
     call('POST', '/api/runs', costs ? { scenario, mode, params, costs } : { scenario, mode, params }),
   /** @param {string} id @param {{action?: string, delay?: number}} body @returns {Promise<RunBrief>} */
   control: (id, body) => call('POST', `/api/runs/${encodeURIComponent(id)}/control`, body),
-  /** @param {string} id @param {number} after @param {number} limit @returns {Promise<import('../model/types.js').EventsPage>} */
+  /**
+   * @param {string} id
+   * @param {number} after
+   * @param {number} limit
+   * @returns {Promise<import('../model/types.js').EventsPage>}
+   */
   events: (id, after, limit) => call('GET', `/api/runs/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`),
   /** @param {string} job a logdir job's id @returns {Promise<import('./job-table.js').JobAnswer>} */
   jobTable: (job) => call('GET', `/api/jobs/${encodeURIComponent(job)}/table`),

@@ -37,7 +37,12 @@ export function syncTimelineTracks(app) {
   app.timeline.setTracks(shown);
 }
 
-/** Show the rank of the open job whose run is `id`; false when no open rank is that run. @param {string} id @param {boolean} [push] @param {App} app */
+/**
+ * Show the rank of the open job whose run is `id`; false when no open rank is that run.
+ * @param {string} id
+ * @param {boolean} [push]
+ * @param {App} app
+ */
 export function selectRun(app, id, push = true) {
   const i = app.tracks.findIndex((tr) => tr.runId === id);
   if (i < 0) return false;

@@ -8,7 +8,11 @@ import { selectTrack } from './app-ranks.js';
 
 /** @typedef {import('./main.js').App} App */
 
-/** The view as the URL holds it (url-state.js). @param {App} app @returns {import('../model/url-state.js').ViewParams} */
+/**
+ * The view as the URL holds it (url-state.js).
+ * @param {App} app
+ * @returns {import('../model/url-state.js').ViewParams}
+ */
 export function viewParams(app) {
   /** @type {import('../model/url-state.js').ViewParams} */
   const v = {};
@@ -96,7 +100,11 @@ export function searchable(app) {
   };
 }
 
-/** Outline the hits in the timeline, ring their tasks in the picture, mark their workers' lanes; and the selected batch. @param {App} app @param {import('../model/search.js').Hit[]} hits*/
+/**
+ * Outline the hits in the timeline, ring their tasks in the picture, mark their workers' lanes; and the selected batch.
+ * @param {App} app
+ * @param {import('../model/search.js').Hit[]} hits
+ */
 export function highlight(app, hits) {
   app.searchHits = hits;
   const spans = hits.flatMap((h) => h.spans);
@@ -117,7 +125,11 @@ export function highlight(app, hits) {
   app.wake();
 }
 
-/** A search hit was chosen: move the playhead there (a new history entry), select what it names. @param {App} app @param {import('../model/search.js').Hit} hit*/
+/**
+ * A search hit was chosen: move the playhead there (a new history entry), select what it names.
+ * @param {App} app
+ * @param {import('../model/search.js').Hit} hit
+ */
 export function goTo(app, hit) {
   if (hit.kind === 'rank' && hit.rank !== undefined) {
     const i = app.tracks.findIndex((t) => t.rank === hit.rank);

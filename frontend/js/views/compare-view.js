@@ -24,7 +24,12 @@ const PAGE = 10000; // events per REST request: the route's maximum
 
 /** @typedef {import('../model/compare.js').Comparison} Comparison */
 
-/** An element with text and attributes. @param {string} tag @param {Record<string, string>} [attrs] @param {(Node|string)[]} [kids] */
+/**
+ * An element with text and attributes.
+ * @param {string} tag
+ * @param {Record<string, string>} [attrs]
+ * @param {(Node|string)[]} [kids]
+ */
 function el(tag, attrs = {}, kids = []) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
@@ -32,7 +37,10 @@ function el(tag, attrs = {}, kids = []) {
   return node;
 }
 
-/** A value as the table shows it: JSON for objects (a space after each comma, where it may wrap), a dash for none. @param {unknown} v */
+/**
+ * A value as the table shows it: JSON for objects (a space after each comma, where it may wrap), a dash for none.
+ * @param {unknown} v
+ */
 function shown(v) {
   return v === null || v === undefined
     ? '—'
@@ -54,7 +62,10 @@ export function fmtMetric(v, unit) {
   return v.toFixed(0);
 }
 
-/** B against A: percentage points for shares, a factor for the rest (as `loaderscope compare`). @param {import('../model/compare.js').Metric} row */
+/**
+ * B against A: percentage points for shares, a factor for the rest (as `loaderscope compare`).
+ * @param {import('../model/compare.js').Metric} row
+ */
 export function fmtChange(row) {
   if (row.unit === 'share') return `${row.delta >= 0 ? '+' : ''}${(row.delta * 100).toFixed(0)} pts`;
   return row.ratio === null ? '' : `×${row.ratio.toFixed(2)}`;
@@ -137,7 +148,10 @@ export class CompareView {
     return !$('compare').hidden;
   }
 
-  /** The two server runs shown, for the URL; null when closed or when a side is a trace file. @returns {[string, string]|null} */
+  /**
+   * The two server runs shown, for the URL; null when closed or when a side is a trace file.
+   * @returns {[string, string]|null}
+   */
   pair() {
     const a = pick('compare-a').value,
       b = pick('compare-b').value;
@@ -305,7 +319,8 @@ export class CompareView {
   drawHistograms(r) {
     const { edges } = r.histograms;
     $('compare-scale').textContent = edges.length
-      ? `one log scale for both runs: ${fmtDuration(edges[0])} … ${fmtDuration(edges[edges.length - 1])}; the tick marks the median`
+      ? `one log scale for both runs: ${fmtDuration(edges[0])} … ${fmtDuration(edges[edges.length - 1])}; ` +
+        `the tick marks the median`
       : 'no fetch finished in either run';
     for (const side of /** @type {const} */ (['a', 'b'])) {
       const canvas = /** @type {HTMLCanvasElement} */ ($(`compare-hist-${side}`));
@@ -362,7 +377,10 @@ export class CompareView {
   }
 }
 
-/** Whether B's change is good news (class ok) or bad (class bad): more throughput, less waiting. @param {import('../model/compare.js').Metric} m */
+/**
+ * Whether B's change is good news (class ok) or bad (class bad): more throughput, less waiting.
+ * @param {import('../model/compare.js').Metric} m
+ */
 function better(m) {
   const up = m.key === 'batches_per_s' ? 1 : m.unit === 'share' || m.key === 'startup_wait' ? -1 : 0;
   const sign = Math.sign(m.delta) * up;

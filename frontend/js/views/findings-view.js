@@ -17,7 +17,10 @@ export function findingText(n) {
     case 'worker_stuck':
       return `${who} stuck on task ${n.idx ?? '?'}`;
     case 'worker_died':
-      return `${who} died${n.signal ? ` (${n.signal})` : n.exitcode != null ? ` (exit ${n.exitcode})` : ''}${n.idx != null ? ` on task ${n.idx}` : ''}`;
+      return (
+        `${who} died${n.signal ? ` (${n.signal})` : n.exitcode != null ? ` (exit ${n.exitcode})` : ''}` +
+        `${n.idx != null ? ` on task ${n.idx}` : ''}`
+      );
     case 'consumer_stuck':
       return `training loop stuck in next(), waiting for task ${n.waiting_for ?? '?'}`;
     case 'timeout':
@@ -58,7 +61,11 @@ export class FindingsView {
     this.renderMarks(tr, found);
   }
 
-  /** Findings of the whole run (not cut at the playhead). @param {import('../model/track.js').Track} tr @param {Note[]} items */
+  /**
+   * Findings of the whole run (not cut at the playhead).
+   * @param {import('../model/track.js').Track} tr
+   * @param {Note[]} items
+   */
   renderFindings(tr, items) {
     const key = `${tr.rank}:${items.length}`;
     if (this.findingsKey === key) return;
@@ -80,7 +87,11 @@ export class FindingsView {
     );
   }
 
-  /** Marks on the time slider: stuck, died, error, timeout, and where results were parked. @param {import('../model/track.js').Track} tr @param {Note[]} found */
+  /**
+   * Marks on the time slider: stuck, died, error, timeout, and where results were parked.
+   * @param {import('../model/track.js').Track} tr
+   * @param {Note[]} found
+   */
   renderMarks(tr, found) {
     const p = tr.player;
     if (!p.length) return;

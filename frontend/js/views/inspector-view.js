@@ -94,7 +94,8 @@ export class InspectorView {
         ...samples.map(
           (b, i) =>
             new Option(
-              `batch ${b.idx} · worker ${b.worker} · epoch ${b.epoch}${b.pickle_bytes ? ` · ${b.pickle_bytes} B pickled` : ''}` +
+              `batch ${b.idx} · worker ${b.worker} · epoch ${b.epoch}` +
+                `${b.pickle_bytes ? ` · ${b.pickle_bytes} B pickled` : ''}` +
                 (b.values ? ' · with values' : ''),
               String(i),
             ),
@@ -115,12 +116,14 @@ export class InspectorView {
     if (full.fetched_bytes) {
       facts.push(
         `the run so far: ${fmtBytes(full.fetched_bytes)} fetched, ${fmtBytes(full.pickled_bytes)} of it pickled ` +
-          `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared memory instead)`,
+          `(${((full.pickled_bytes / full.fetched_bytes) * 100).toFixed(0)}%; tensors travel through shared ` +
+          `memory instead)`,
       );
     }
     if (b.pickle_bytes !== undefined && b.pickle_bytes !== null) {
       facts.push(
-        `this batch pickles to ${fmtBytes(b.pickle_bytes)}${b.pickle_s != null ? ` in ${fmtDuration(b.pickle_s)}` : ''}` +
+        `this batch pickles to ${fmtBytes(b.pickle_bytes)}` +
+          `${b.pickle_s != null ? ` in ${fmtDuration(b.pickle_s)}` : ''}` +
           ' (for tensors only the handles of their shared memory)',
       );
     }

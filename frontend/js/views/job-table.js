@@ -14,8 +14,10 @@ const OVERSCAN = 4; // rows drawn past each edge, so a fast scroll shows no blan
  * A row as the endpoint gives it: a loader of a rank (jobquery.RANKS_SQL, less the server's file path, plus
  * that run on this dashboard, null when none holds its trace). `loader`: the loader's name as its run_start
  * gave it, numbered (`name #2`) when one process had several of that name.
- * @typedef {{run:string|null, dashboard_run?:string|null, rank:number, loader:string, name:string|null, job:string|null,
- *   batches:number, batches_per_s:number, input_bound:number, slowest_worker:number|null, slowest_worker_mean:number|null,
+ * @typedef {{run:string|null, dashboard_run?:string|null, rank:number, loader:string, name:string|null,
+ *   job:string|null,
+ *   batches:number, batches_per_s:number, input_bound:number, slowest_worker:number|null,
+ *   slowest_worker_mean:number|null,
  *   slowest_worker_p95:number|null, slowest_steps:number, worst_lag:number|null}} JobRow
  */
 /**
@@ -25,7 +27,8 @@ const OVERSCAN = 4; // rows drawn past each edge, so a fast scroll shows no blan
  *   slowest:{rank:number, steps:number, of:number, worst_lag:number}|null, world_size?:number|null,
  *   missing_ranks?:number[]}} JobLoader
  * @typedef {{loader:string, epoch:number, report:import('../model/ranks.js').ShardReport|{error:string}}} ShardCheck
- * @typedef {{job:string, ranks:JobRow[], steps:{loader:string, epoch:number, step:number, rank:number|null, lag:number}[],
+ * @typedef {{job:string, ranks:JobRow[], steps:{loader:string, epoch:number, step:number, rank:number|null,
+ *   lag:number}[],
  *   shards:ShardCheck[], loaders:JobLoader[], notices?:string[]}} JobAnswer
  */
 
@@ -67,7 +70,8 @@ export function slowestSentence(loader) {
   }
   return (
     `rank ${top.rank} is the slowest: last to deliver ${top.steps} of ${top.of} steps, ` +
-    `up to ${((top.worst_lag ?? 0) * 1000).toFixed(1)} ms after the first rank; ranks step together, so it sets the pace`
+    `up to ${((top.worst_lag ?? 0) * 1000).toFixed(1)} ms after the first rank; ranks step together, so it ` +
+    `sets the pace`
   );
 }
 
@@ -87,7 +91,10 @@ export function sentences(loaders) {
 /** @param {number|null} v a figure, or none (sorted below every figure) */
 const orNone = (v) => (v === null ? -Infinity : v);
 
-/** @type {{label:string, key:string, title:string, text:(r:JobRow, steps:number) => string, value:(r:JobRow) => number|string}[]} */
+/**
+ * @type {{label:string, key:string, title:string, text:(r:JobRow, steps:number) => string,
+ *   value:(r:JobRow) => number|string}[]}
+ */
 const COLUMNS = [
   {
     label: 'loader',

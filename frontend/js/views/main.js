@@ -443,7 +443,10 @@ export class App {
     return n;
   }
 
-  /** Apply the queued events of every rank, for at most APPLY_BUDGET_MS. @param {number} start the frame's wall clock */
+  /**
+   * Apply the queued events of every rank, for at most APPLY_BUDGET_MS.
+   * @param {number} start the frame's wall clock
+   */
   applyQueued(start) {
     let n = 0;
     const tBefore = this.track.player.full.t;
@@ -473,7 +476,10 @@ export class App {
     return n;
   }
 
-  /** A finding was clicked: go to its moment, open its worker's card and bring it into view. @param {import('../model/types.js').Note} n */
+  /**
+   * A finding was clicked: go to its moment, open its worker's card and bring it into view.
+   * @param {import('../model/types.js').Note} n
+   */
   showFinding(n) {
     this.playback.moveTo(n._row ?? 0, true, true);
     if (n.worker !== undefined && n.worker !== null) this.cards.selected = n.worker;
@@ -501,7 +507,8 @@ export class App {
     this.reset(tracks);
     this.server.close();
     $('connection').textContent =
-      `${tracks.length > 1 ? `${tracks.length} traces` : tracks[0].label} · ${events.toLocaleString('en')} events · read in ${(ms / 1000).toFixed(1)} s`;
+      `${tracks.length > 1 ? `${tracks.length} traces` : tracks[0].label} · ${events.toLocaleString('en')}` +
+      ` events · read in ${(ms / 1000).toFixed(1)} s`;
     $('connection').dataset.state = 'file';
     this.wake();
   }

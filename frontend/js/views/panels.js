@@ -102,7 +102,9 @@ export class Counters {
   }
 
   /**
-   * @param {LoaderState} state @param {import('../model/timeline-store.js').TimelineStore} timeline @param {number} eventCount
+   * @param {LoaderState} state
+   * @param {import('../model/timeline-store.js').TimelineStore} timeline
+   * @param {number} eventCount
    * @param {boolean} live following a real run as it happens
    */
   render(state, timeline, eventCount, live) {
@@ -144,11 +146,21 @@ const NOTE_TEXT = {
   invalid: (n) => `ignored an invalid event: ${n.reason}`,
   bad: (n) => String(n.reason),
   worker_stuck: (n) =>
-    `worker ${n.worker} stuck on task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''} for ${Number(n.elapsed).toFixed(1)} s${frameText(userFrame(n.stack))}`,
+    `worker ${n.worker} stuck on task ${n.idx}` +
+    `${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''} for ` +
+    `${Number(n.elapsed).toFixed(1)} s${frameText(userFrame(n.stack))}`,
   worker_died: (n) =>
-    `worker ${n.worker} (pid ${n.pid ?? '?'}) died: ${n.signal || `exit code ${n.exitcode}`}${n.idx !== undefined && n.idx !== null ? ` holding task ${n.idx}${n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : ''}` : ''}`,
+    `worker ${n.worker} (pid ${n.pid ?? '?'}) died: ${n.signal || `exit code ${n.exitcode}`}` +
+    (n.idx !== undefined && n.idx !== null
+      ? ` holding task ${n.idx}` +
+        (n.sample !== undefined && n.sample !== null ? `, sample ${(n.pos ?? 0) + 1} (index ${n.sample})` : '')
+      : ''),
   consumer_stuck: (n) =>
-    `the training loop has waited ${Number(n.elapsed).toFixed(1)} s inside next() for task ${n.waiting_for ?? '?'}${n.held_by !== undefined && n.held_by !== null ? ` (worker ${n.held_by} holds it${n.has_data ? ', its data is ready' : ''})` : ''}`,
+    `the training loop has waited ${Number(n.elapsed).toFixed(1)} s inside next() ` +
+    `for task ${n.waiting_for ?? '?'}` +
+    (n.held_by !== undefined && n.held_by !== null
+      ? ` (worker ${n.held_by} holds it${n.has_data ? ', its data is ready' : ''})`
+      : ''),
   timeout: (n) => `timeout: no batch within ${n.seconds} s${timeoutWorkers(n)}`,
   batch_info: (n) => `batch ${n.idx} of worker ${n.worker} described for the inspector`,
   error: (n) =>
@@ -168,7 +180,13 @@ function timeoutWorkers(n) {
   const busy = (n.workers || []).filter((w) => w.idx !== undefined && w.idx !== null);
   if (!n.workers) return '';
   if (!busy.length) return '; every worker was idle';
-  return `; then: ${busy.map((w) => `worker ${w.worker} on task ${w.idx}${w.sample !== undefined && w.sample !== null ? ` (index ${w.sample})` : ''}${w.elapsed !== undefined ? ` for ${Number(w.elapsed).toFixed(1)} s` : ''}`).join(', ')}`;
+  const busyText = busy.map(
+    (w) =>
+      `worker ${w.worker} on task ${w.idx}` +
+      (w.sample !== undefined && w.sample !== null ? ` (index ${w.sample})` : '') +
+      (w.elapsed !== undefined ? ` for ${Number(w.elapsed).toFixed(1)} s` : ''),
+  );
+  return `; then: ${busyText.join(', ')}`;
 }
 
 /** @param {Note} n */
@@ -226,7 +244,8 @@ export class EventLog {
   }
 
   /**
-   * @param {(i:number) => import('../model/types.js').LoaderEvent} eventAt event by row @param {number} cursor rows [0, cursor) applied
+   * @param {(i:number) => import('../model/types.js').LoaderEvent} eventAt event by row
+   * @param {number} cursor rows [0, cursor) applied
    * @param {number} total rows loaded
    */
   render(eventAt, cursor, total) {
@@ -265,9 +284,9 @@ export function eventLine(e) {
   const parts = [];
   for (const [k, v] of Object.entries(e)) {
     if (SKIP_FIELDS.has(k)) continue;
-    parts.push(
-      `${k}=${typeof v === 'number' && !Number.isInteger(v) ? v.toFixed(4) : typeof v === 'object' ? JSON.stringify(v) : v}`,
-    );
+    const text =
+      typeof v === 'number' && !Number.isInteger(v) ? v.toFixed(4) : typeof v === 'object' ? JSON.stringify(v) : v;
+    parts.push(`${k}=${text}`);
   }
   if (e.indices) parts.push(`indices=${fmtIndices(e.indices, e.n)}`);
   return `#${e.seq} ${(+e.t).toFixed(4)} ${e.kind} ${parts.join(' ')}`;
@@ -290,7 +309,12 @@ export function renderDiagnosis(ul, lines, fallback) {
   );
 }
 
-/** A worker's numbers and its current task, as text. @param {LoaderState} state @param {number} wid @param {number} [now] */
+/**
+ * A worker's numbers and its current task, as text.
+ * @param {LoaderState} state
+ * @param {number} wid
+ * @param {number} [now]
+ */
 export function workerDetail(state, wid, now = state.t) {
   const w = state.workers.get(wid);
   if (!w) return '';
@@ -326,7 +350,8 @@ export function workerDetail(state, wid, now = state.t) {
     `status   ${w.status}${w.signal ? ` (${w.signal})` : ''}${w.exitcode !== null ? ` exit ${w.exitcode}` : ''}`,
     `pid      ${w.pid ?? '?'}`,
     `tasks    ${times.length} fetched`,
-    `fetch    p50 ${fmtDuration(pct(0.5))} · p95 ${fmtDuration(pct(0.95))} · max ${fmtDuration(times.length ? times[times.length - 1] : NaN)}`,
+    `fetch    p50 ${fmtDuration(pct(0.5))} · p95 ${fmtDuration(pct(0.95))} · max ` +
+      `${fmtDuration(times.length ? times[times.length - 1] : NaN)}`,
     `bytes    ${w.nbytes}`,
     `queue    ${w.queue.length ? w.queue.join(' ') : '(empty)'}`,
   );
@@ -352,7 +377,8 @@ export function stackItems(stack) {
     }
     const where = document.createElement('div');
     where.className = 'where';
-    where.textContent = `${shortPath(f.file ?? f.filename ?? '?')}:${f.line ?? f.lineno ?? '?'} in ${f.function ?? f.name ?? '?'}`;
+    const file = shortPath(f.file ?? f.filename ?? '?');
+    where.textContent = `${file}:${f.line ?? f.lineno ?? '?'} in ${f.function ?? f.name ?? '?'}`;
     where.title = String(f.file ?? '');
     li.append(where);
     if (f.code) {
@@ -377,7 +403,8 @@ export function stackItems(stack) {
 /**
  * A frame as the probe sends it, or as another producer names its fields (Python's `traceback`
  * names: filename, lineno, name), or a line of text.
- * @typedef {string | (Partial<import('../model/types.js').Frame> & {filename?: string, lineno?: number, name?: string})} StackFrame
+ * @typedef {string | (Partial<import('../model/types.js').Frame> & {filename?: string, lineno?: number,
+ *   name?: string})} StackFrame
  */
 
 /** @param {string} p */
@@ -395,7 +422,8 @@ export function alarms(state, now = state.t) {
     const d = w.died;
     const held =
       d && d.idx !== undefined && d.idx !== null
-        ? ` while fetching task ${d.idx}${d.sample !== undefined && d.sample !== null ? `, ${sampleText(d, state)}` : ''}`
+        ? ` while fetching task ${d.idx}` +
+          `${d.sample !== undefined && d.sample !== null ? `, ${sampleText(d, state)}` : ''}`
         : '';
     out.push({
       worker: w.id,
@@ -408,7 +436,9 @@ export function alarms(state, now = state.t) {
       const f = userFrame(w.stuck.stack);
       out.push({
         worker: w.id,
-        text: `worker ${w.id} is stuck on task ${w.stuck.idx}${sample ? `, ${sample}` : ''}${f ? ` at ${String(f.file).split('/').pop()}:${f.line}` : ''} — its stack is on the right`,
+        text:
+          `worker ${w.id} is stuck on task ${w.stuck.idx}${sample ? `, ${sample}` : ''}` +
+          `${f ? ` at ${String(f.file).split('/').pop()}:${f.line}` : ''} — its stack is on the right`,
       });
     }
   }
@@ -417,7 +447,10 @@ export function alarms(state, now = state.t) {
     const waited = +c.elapsed + Math.max(0, now - c.t);
     out.push({
       worker: c.held_by ?? null,
-      text: `the training loop has waited ${waited.toFixed(1)} s inside next()${c.waiting_for !== undefined && c.waiting_for !== null ? ` for task ${c.waiting_for}` : ''}${c.held_by !== undefined && c.held_by !== null ? `, held by worker ${c.held_by}` : ''}`,
+      text:
+        `the training loop has waited ${waited.toFixed(1)} s inside next()` +
+        `${c.waiting_for !== undefined && c.waiting_for !== null ? ` for task ${c.waiting_for}` : ''}` +
+        `${c.held_by !== undefined && c.held_by !== null ? `, held by worker ${c.held_by}` : ''}`,
     });
   }
   if (state.timeout) out.push({ worker: null, text: noteText(state.timeout) });
@@ -425,14 +458,20 @@ export function alarms(state, now = state.t) {
     const e = state.errors[state.errors.length - 1];
     out.push({
       worker: e.worker ?? null,
-      text: `${e.type}: ${String(e.message).split('\n')[0]}${e.idx !== undefined && e.idx !== null ? ` (task ${e.idx}, worker ${e.worker})` : ''}`,
+      text:
+        `${e.type}: ${String(e.message).split('\n')[0]}` +
+        `${e.idx !== undefined && e.idx !== null ? ` (task ${e.idx}, worker ${e.worker})` : ''}`,
     });
   }
   return out;
 }
 
 /** A sampled batch's structure (batch_info) as a nested list: types, shapes, dtypes, bytes, how it travelled. */
-/** @param {import('../model/types.js').BatchStructure|null|undefined} node @param {string} [name] @returns {HTMLElement} */
+/**
+ * @param {import('../model/types.js').BatchStructure|null|undefined} node
+ * @param {string} [name]
+ * @returns {HTMLElement}
+ */
 export function structureItems(node, name = 'batch') {
   const li = document.createElement('li');
   const head = document.createElement('span');

@@ -74,7 +74,8 @@ function allocate(col) {
 /** @param {string} source @param {string} what */
 export function unsupported(source, what) {
   return new TraceError(
-    `${source} uses ${what}, which the page does not read: open the trace with \`loaderscope serve --open\` (it reads any Parquet), or write it again with \`loaderscope export -o X.trace.parquet\``,
+    `${source} uses ${what}, which the page does not read: open the trace with \`loaderscope serve --open\` (it ` +
+      `reads any Parquet), or write it again with \`loaderscope export -o X.trace.parquet\``,
   );
 }
 
@@ -236,7 +237,11 @@ function u32(bytes, p) {
  * Parquet's RLE/bit-packed hybrid (levels, dictionary ids, RLE booleans) from bytes[pos, end)
  * into all of `out`: runs as fills, bit-packed groups of 8 values. Returns their sum (of definition
  * levels: how many rows hold a value).
- * @param {Uint8Array} bytes @param {number} pos @param {number} end @param {number} width @param {Uint8Array|Int32Array} out
+ * @param {Uint8Array} bytes
+ * @param {number} pos
+ * @param {number} end
+ * @param {number} width
+ * @param {Uint8Array|Int32Array} out
  */
 function rleHybrid(bytes, pos, end, width, out) {
   const n = out.length;

@@ -50,13 +50,15 @@ export function readPart(buffer, source) {
     meta = parquetMetadata(buffer, { geoparquet: false });
   } catch (err) {
     throw new TraceError(
-      `${source} is not a Parquet file (${err instanceof Error ? err.message : err}): a Parquet trace is a directory NAME.trace.parquet of part files`,
+      `${source} is not a Parquet file (${err instanceof Error ? err.message : err}): a Parquet trace is a ` +
+        `directory NAME.trace.parquet of part files`,
     );
   }
   const text = meta.key_value_metadata?.find((kv) => kv.key === HEADER_KEY)?.value;
   if (text === undefined)
     throw new TraceError(
-      `${source} is a Parquet file without a loaderscope header ('${HEADER_KEY}' in its key-value metadata): not a loaderscope trace`,
+      `${source} is a Parquet file without a loaderscope header ('${HEADER_KEY}' in its key-value metadata): not ` +
+        `a loaderscope trace`,
     );
   const header = checkHeader(text, source);
   const leaves = meta.schema.filter((el) => el.type !== undefined);
@@ -166,7 +168,11 @@ export function intoTable(part, source, table, other) {
   );
 }
 
-/** A value of `col` at row r, or undefined where it is null (or there is no such column). @param {Column|undefined} col @param {number} r */
+/**
+ * A value of `col` at row r, or undefined where it is null (or there is no such column).
+ * @param {Column|undefined} col
+ * @param {number} r
+ */
 function valueOf(col, r) {
   if (!col || !col.present[r]) return undefined;
   return col.num ? col.num[r] : col.ids ? col.dict[col.ids[r]] : col.bool?.[r] === 1;

@@ -93,13 +93,15 @@ export class PipelineOverlay {
     const sampler = mk(
       'box-label sampler-label',
       L.sampler,
-      `<b>sampler</b><span class="hint">${L.slim ? 'index batches' : 'batches of sample indices'}</span><div class="sampler-kind"></div>`,
+      `<b>sampler</b><span class="hint">${L.slim ? 'index batches' : 'batches of sample indices'}</span>` +
+        `<div class="sampler-kind"></div>`,
     );
     this.samplerKind = sampler.querySelector('.sampler-kind');
     mk(
       'box-label dispatcher-label',
       L.dispatcher,
-      `<b>dispatcher</b><span class="hint">${L.slim ? 'round-robin' : 'round-robin to workers'}</span><div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>`,
+      `<b>dispatcher</b><span class="hint">${L.slim ? 'round-robin' : 'round-robin to workers'}</span>` +
+        `<div class="cursor">send_idx <span class="cursor-value" data-testid="cursor-send">0</span></div>`,
     );
     this.sendEl = this.el.querySelector('[data-testid="cursor-send"]');
     this.laneEls = ids.map((id, i) => {
@@ -172,7 +174,8 @@ export class PipelineOverlay {
     mk(
       'box-label rcvd-label',
       L.rcvdCursor,
-      '<div class="cursor">rcvd_idx <span class="cursor-value" data-testid="cursor-rcvd">0</span></div><span class="hint">next batch to hand out</span>',
+      '<div class="cursor">rcvd_idx <span class="cursor-value" data-testid="cursor-rcvd">0</span></div>' +
+        '<span class="hint">next batch to hand out</span>',
     );
     this.rcvdEl = this.el.querySelector('[data-testid="cursor-rcvd"]');
     this.consumerEl = mk(
@@ -216,7 +219,11 @@ export class PipelineOverlay {
     this.updateConsumer(state);
   }
 
-  /** Each lane: status, fetched count, the task being fetched (elapsed, samples), queue overflow. @param {LoaderState} state @param {{now: number}} clock */
+  /**
+   * Each lane: status, fetched count, the task being fetched (elapsed, samples), queue overflow.
+   * @param {LoaderState} state
+   * @param {{now: number}} clock
+   */
   updateLanes(state, clock) {
     const L = this.L;
     if (!L) return;
@@ -262,7 +269,8 @@ export class PipelineOverlay {
         if (second && L.laneH >= 40) second = second.replace(' (', '\n('); // three short lines fit a tall lane
         this.setText(
           el.fetch,
-          `${alarm}task ${task.idx} · ${fmtElapsed(elapsed)}${sep}${second || clip(fmtIndices(task.indices, task.n), 34)}`,
+          `${alarm}task ${task.idx} · ${fmtElapsed(elapsed)}${sep}` +
+            `${second || clip(fmtIndices(task.indices, task.n), 34)}`,
         );
         this.setAttr(el.lane, 'data-elapsed', elapsed.toFixed(2));
       } else {
@@ -274,7 +282,11 @@ export class PipelineOverlay {
     });
   }
 
-  /** The result queue's count and, when the loader pins, the pin thread and the pinned queue. @param {LoaderState} state @param {{now: number}} clock */
+  /**
+   * The result queue's count and, when the loader pins, the pin thread and the pinned queue.
+   * @param {LoaderState} state
+   * @param {{now: number}} clock
+   */
   updateQueues(state, clock) {
     const L = this.L;
     if (!L) return;
@@ -321,7 +333,10 @@ export class PipelineOverlay {
     }
   }
 
-  /** The consumer: batches received, time waited, and the step's own timings when it reports them. @param {LoaderState} state */
+  /**
+   * The consumer: batches received, time waited, and the step's own timings when it reports them.
+   * @param {LoaderState} state
+   */
   updateConsumer(state) {
     this.setText(this.consumerStat, `${state.batches} batches received`);
     const lastWait = state.batches ? lastConsumerWait(state) : null;
@@ -392,7 +407,11 @@ function lastConsumerWait(state) {
   return state.consumer_wait;
 }
 
-/** Sample indices in a few characters: the first 8, and how many more. @param {import('../model/types.js').Indices|null|undefined} indices @param {number|null|undefined} n */
+/**
+ * Sample indices in a few characters: the first 8, and how many more.
+ * @param {import('../model/types.js').Indices|null|undefined} indices
+ * @param {number|null|undefined} n
+ */
 export function fmtIndices(indices, n) {
   if (!indices || !indices.length) return n ? `${n} samples` : '';
   const shown = indices.slice(0, 8).join(' ');

@@ -138,7 +138,11 @@ export function paintBackground(ctx, L, state, ids, bufferFull) {
 
 /** @typedef {import('../model/layout.js').Rect} Rect */
 
-/** A stage that exists but does not run: dashed outline over diagonal hatching. @param {CanvasRenderingContext2D} ctx @param {Rect} r */
+/**
+ * A stage that exists but does not run: dashed outline over diagonal hatching.
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {Rect} r
+ */
 export function hatch(ctx, r) {
   ctx.save();
   roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, 8);
@@ -162,7 +166,15 @@ export function hatch(ctx, r) {
   ctx.setLineDash([]);
 }
 
-/** A rounded rectangle's path. @param {CanvasRenderingContext2D} ctx @param {number} x @param {number} y @param {number} w @param {number} h @param {number} r corner radius */
+/**
+ * A rounded rectangle's path.
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {number} x
+ * @param {number} y
+ * @param {number} w
+ * @param {number} h
+ * @param {number} r corner radius
+ */
 export function roundRect(ctx, x, y, w, h, r) {
   ctx.beginPath();
   ctx.moveTo(x + r, y);
@@ -173,7 +185,14 @@ export function roundRect(ctx, x, y, w, h, r) {
   ctx.closePath();
 }
 
-/** A filled, outlined box. @param {CanvasRenderingContext2D} ctx @param {Rect} r @param {string} fill @param {string} stroke @param {number} [lw] */
+/**
+ * A filled, outlined box.
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {Rect} r
+ * @param {string} fill
+ * @param {string} stroke
+ * @param {number} [lw]
+ */
 export function box(ctx, r, fill, stroke, lw = 1) {
   roundRect(ctx, r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1, Math.min(8, r.h / 3));
   ctx.fillStyle = fill;

@@ -312,7 +312,10 @@ export class PipelineView {
     return this.stepTokens(dtMs);
   }
 
-  /** One frame of motion: ease out, but never slower than MIN_SPEED, so a token lands instead of creeping. @param {number} dtMs */
+  /**
+   * One frame of motion: ease out, but never slower than MIN_SPEED, so a token lands instead of creeping.
+   * @param {number} dtMs
+   */
   stepTokens(dtMs) {
     const k = 1 - Math.exp(-dtMs / EASE_MS);
     let moving = false;
@@ -397,7 +400,11 @@ export class PipelineView {
     });
   }
 
-  /** Every token where it is now; parked ones with an amber rim, failed ones red. @param {LoaderState} state @param {Set<number>} parked */
+  /**
+   * Every token where it is now; parked ones with an amber rim, failed ones red.
+   * @param {LoaderState} state
+   * @param {Set<number>} parked
+   */
   drawTokens(state, parked) {
     const L = this.layout,
       ctx = this.ctx;
@@ -459,7 +466,10 @@ export class PipelineView {
     return pulsing;
   }
 
-  /** The consumer's history: the latest batches handed to the training loop, newest first, fading. @param {LoaderState} state */
+  /**
+   * The consumer's history: the latest batches handed to the training loop, newest first, fading.
+   * @param {LoaderState} state
+   */
   drawConsumerHistory(state) {
     const L = this.layout,
       ctx = this.ctx;

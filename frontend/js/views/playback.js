@@ -191,7 +191,8 @@ export class Playback {
     const live = this.host.isLiveRun() && p.following;
     const where = live
       ? `live · ${p.length.toLocaleString('en')} events · following the run (scrub back to replay)`
-      : `event ${p.cursor.toLocaleString('en')} of ${p.length.toLocaleString('en')} · ${fmtDuration(p.time)} · batch ${p.state.batches}${this.host.complete() ? '' : ' · still loading'}`;
+      : `event ${p.cursor.toLocaleString('en')} of ${p.length.toLocaleString('en')} · ${fmtDuration(p.time)}` +
+        ` · batch ${p.state.batches}${this.host.complete() ? '' : ' · still loading'}`;
     const el = $('pb-where');
     if (el.textContent !== where) el.textContent = where;
     el.dataset.cursor = String(p.cursor);

@@ -95,8 +95,10 @@ export class RangeView {
       `training loop: ${plural(f.batches, 'batch', 'batches')} handed over, ` +
       `${fmtDuration(f.wait)} waiting inside next()${mean}`;
     $('range-parked').textContent = f.parked
-      ? `reorder buffer: ${plural(f.parked, 'result')} parked out of order, costing ${fmtDuration(f.parkedCost)} of waiting ` +
+      ? `reorder buffer: ${plural(f.parked, 'result')} parked out of order, ` +
+        `costing ${fmtDuration(f.parkedCost)} of waiting ` +
         '(the part of the waits after a later result had arrived)'
-      : `reorder buffer: no result parked${f.parkedCost ? `; ${fmtDuration(f.parkedCost)} of waiting behind results parked before` : ''}`;
+      : `reorder buffer: no result parked` +
+        `${f.parkedCost ? `; ${fmtDuration(f.parkedCost)} of waiting behind results parked before` : ''}`;
   }
 }

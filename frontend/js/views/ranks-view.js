@@ -185,7 +185,8 @@ export class RanksView {
     else
       this.shardBox.textContent =
         'sample shards: not checked — no epoch of this job has a shard digest from every rank ' +
-        '(a loader reports one at each epoch’s end when it has a DistributedSampler or runs in an initialized process group)';
+        '(a loader reports one at each epoch’s end when it has a DistributedSampler or runs in an initialized ' +
+        'process group)';
     this.host.replaceChildren(this.head, this.jobView.root, this.shardBox);
     this.host.hidden = false;
     this.jobView.show(answer, loader);
@@ -340,7 +341,10 @@ export class RanksView {
     this.strip.replaceChildren(label, ...cells, line);
   }
 
-  /** Start decoding the shard digests of each epoch every rank has reported (once, asynchronously). @param {Track[]} tracks */
+  /**
+   * Start decoding the shard digests of each epoch every rank has reported (once, asynchronously).
+   * @param {Track[]} tracks
+   */
   checkShards(tracks) {
     for (const ep of this.shardEpochs(tracks)) {
       if (this.shards.has(ep)) continue;
@@ -382,7 +386,8 @@ export class RanksView {
     if (!epochs.length) {
       box.textContent = ended
         ? uncheckedShards(tracks)
-        : 'sample shards: checked when every rank has ended an epoch (runs with a DistributedSampler report what each rank read)';
+        : 'sample shards: checked when every rank has ended an epoch (runs with a DistributedSampler report what ' +
+          'each rank read)';
       return;
     }
     box.replaceChildren(...epochs.map((ep) => shardLine(ep, this.shards.get(ep))));
@@ -394,20 +399,24 @@ function uncheckedShards(tracks) {
   const reported = tracks.filter((tr) => tr.epochEnds.size).map((tr) => tr.rank);
   if (!reported.length) {
     return (
-      'sample shards: not checked — no rank reported which samples it read (a loader reports them at each epoch’s end ' +
+      'sample shards: not checked — no rank reported which samples it read (a loader reports them at each ' +
+      'epoch’s end ' +
       'when it has a DistributedSampler or runs in an initialized process group)'
     );
   }
   const silent = tracks.filter((tr) => !tr.epochEnds.size).map((tr) => tr.rank);
   return (
     `sample shards: not checked — no epoch was reported by every rank (rank${reported.length > 1 ? 's' : ''} ` +
-    `${reported.join(', ')} reported theirs${silent.length ? `; rank${silent.length > 1 ? 's' : ''} ${silent.join(', ')} none` : ''})`
+    `${reported.join(', ')} reported theirs` +
+    `${silent.length ? `; rank${silent.length > 1 ? 's' : ''} ${silent.join(', ')} none` : ''})`
   );
 }
 
 /**
  * One epoch's shard check, as a line.
- * @param {number} ep @param {ShardCheck|undefined} r @param {string} [loader] the loader's name and a colon, in a job of several
+ * @param {number} ep
+ * @param {ShardCheck|undefined} r
+ * @param {string} [loader] the loader's name and a colon, in a job of several
  */
 function shardLine(ep, r, loader = '') {
   const div = el('div', '');

@@ -18,7 +18,10 @@ export class RunForm {
   constructor({ started, fieldsChanged }) {
     this.onStarted = started;
     this.onFields = fieldsChanged;
-    /** @type {import('../model/types.js').Scenario[]} the server's scenarios: name, title, description, params (a JSON schema) */
+    /**
+     * @type {import('../model/types.js').Scenario[]} the server's scenarios: name, title, description, params (a JSON
+     *   schema)
+     */
     this.scenarios = [];
     /** @type {ReturnType<typeof renderForm>|null} the parameter fields of the chosen scenario (renderForm's handle) */
     this.form = null;
@@ -87,8 +90,10 @@ export class RunForm {
     if (sim && !this.costForm)
       this.costForm = renderForm($('costs'), fieldsFromSchema(COST_FIELDS), { prefix: 'cost-' });
     $('mode-desc').textContent = sim
-      ? 'The simulator runs the same protocol on a virtual clock in seconds, then plays it here: pause, step one event or one batch, scrub along the timeline, at any speed.'
-      : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from the top bar.';
+      ? 'The simulator runs the same protocol on a virtual clock in seconds, then plays it here: pause, step one ' +
+        'event or one batch, scrub along the timeline, at any speed.'
+      : 'A real torch DataLoader with real worker processes, shown as it runs; pause, step and stop it from ' +
+        'the top bar.';
   }
 
   /** @param {SubmitEvent} ev */

@@ -1,6 +1,6 @@
 // The connection to a run on the dashboard server: its event streams (one per rank), the run's
-// summary and diagnosis (polled while it runs), a logdir job's table of ranks, the run list, the live controls, and what the page
-// says when the server goes away or forgets the run. Every network call starts here, from a stream
+// summary and diagnosis (polled while it runs), a logdir job's table of ranks, the run list, the live controls, and
+// what the page says when the server goes away or forgets the run. Every network call starts here, from a stream
 // callback, a timer or a click; never from the frame loop.
 
 import { Track } from '../model/track.js';
@@ -216,7 +216,11 @@ export class ServerRun {
     if (!ENDED.has(status) && id === this.runId) this.pollTimer = setTimeout(() => this.poll(), POLL_MS);
   }
 
-  /** A restarted server without this run: stop asking for it, keep what arrived as a trace. @param {Track} tr @param {string} id */
+  /**
+   * A restarted server without this run: stop asking for it, keep what arrived as a trace.
+   * @param {Track} tr
+   * @param {string} id
+   */
   notKnown(tr, id) {
     this.host.unknown(`run ${id} is not known to this server`);
     tr.runInfo = { status: 'unknown' };
@@ -459,12 +463,14 @@ export class ServerRun {
     if (this.unknownRun) {
       main = `the dashboard server does not know run ${this.runId} (it was restarted without it)`;
       sub =
-        `what arrived before, ${this.host.track().player.length.toLocaleString('en')} events, is still here: play, step and scrub it; ` +
+        `what arrived before, ${this.host.track().player.length.toLocaleString('en')} events, is still here: ` +
+        `play, step and scrub it; ` +
         'start a new run or pick one above to go on';
     } else if (this.offline) {
       main = `lost connection to the dashboard server — view frozen at event ${this.offline.row.toLocaleString('en')}`;
       sub =
-        'retrying every few seconds; the run may still be going on the server. Pause, Step and Stop are off until it is back.';
+        'retrying every few seconds; the run may still be going on the server. Pause, Step and Stop are off until ' +
+        'it is back.';
     }
     const key = `${main}|${sub}`;
     if (box.dataset.key === key) return;

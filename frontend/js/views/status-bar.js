@@ -22,7 +22,9 @@ function fmtPace(s) {
  */
 export function paceDiagnosis(lines, delay) {
   if (!(delay > 0) || !Array.isArray(lines)) return lines;
-  const pace = `the dashboard's pace (one batch per ${fmtPace(delay)}, added so that you can follow the run; not a training step)`;
+  const pace =
+    `the dashboard's pace (one batch per ${fmtPace(delay)}, added so that you can follow the run; not ` +
+    `a training step)`;
   return lines.map((line) =>
     String(line)
       .replace(
@@ -111,7 +113,11 @@ export class StatusBar {
     return status;
   }
 
-  /** Pause / Resume / Step / Stop / speed: shown for a real run on the server, enabled while it runs and is reachable. @param {Track} tr @param {string} status */
+  /**
+   * Pause / Resume / Step / Stop / speed: shown for a real run on the server, enabled while it runs and is reachable.
+   * @param {Track} tr
+   * @param {string} status
+   */
   renderControls(tr, status) {
     const full = tr.player.full;
     const server = this.host.server();
@@ -153,7 +159,8 @@ export class StatusBar {
     const workers = c.num_workers ? say('n.workers', { n: c.num_workers }) : 'in-process (num_workers=0)';
     const settings =
       c.batch_size !== undefined
-        ? `${workers} · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}`
+        ? `${workers} · batch ${c.batch_size} · prefetch ${c.prefetch_factor ?? '–'}` +
+          `${c.in_order === false ? ' · in_order=False' : ''}${c.pin_memory ? ' · pin_memory' : ''}`
         : workers;
     const title =
       tr.source !== 'none'

@@ -9,7 +9,10 @@ export const PAGE = 5000; // events per REST page when catching up
 /** @typedef {import('../model/types.js').LoaderEvent} LoaderEvent */
 /** @typedef {import('../model/types.js').Note} Note */
 
-/** @typedef {Pick<WebSocket, 'onopen' | 'onmessage' | 'onclose' | 'onerror' | 'close'>} SocketLike a WebSocket, or a test's fake */
+/**
+ * @typedef {Pick<WebSocket, 'onopen' | 'onmessage' | 'onclose' | 'onerror' | 'close'>} SocketLike a WebSocket, or a
+ *   test's fake
+ */
 
 /**
  * @typedef {object} StreamDeps
@@ -17,8 +20,10 @@ export const PAGE = 5000; // events per REST page when catching up
  * @property {(after:number, limit:number) => Promise<unknown>} fetchEvents REST: events with seq > after
  * @property {(events:LoaderEvent[]) => void} onEvents accepted events, in seq order, each seq once
  * @property {(note:Note) => void} [onNote] gaps, invalid events, bad messages
- * @property {(status:string) => void} [onConnection] 'connecting' | 'live' | 'catching up' | 'reconnecting' | 'ended' | 'closed'
- * @property {(meta:Record<string, unknown>) => void} [onRunStatus] hello / status / end messages: {status, paused, delay, ...}
+ * @property {(status:string) => void} [onConnection] 'connecting' | 'live' | 'catching up' | 'reconnecting' | 'ended' |
+ *   'closed'
+ * @property {(meta:Record<string, unknown>) => void} [onRunStatus] hello / status / end messages:
+ *   {status, paused, delay, ...}
  * @property {(fn:() => void, ms:number) => unknown} [setTimer]
  */
 

@@ -17,7 +17,11 @@ export function fmt(v, digits = 2) {
   return Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(digits);
 }
 
-/** Two small charts side by side: batches/s (higher is better), and the share of time the training loop waits. @param {SweepPanel} panel @param {Shown} shown */
+/**
+ * Two small charts side by side: batches/s (higher is better), and the share of time the training loop waits.
+ * @param {SweepPanel} panel
+ * @param {Shown} shown
+ */
 export function drawChart(panel, { rows, key, key2, xs }) {
   const { xs: order, series } = sweepSeries(rows, key, key2, xs);
   const host = $('sweep-chart-host');
@@ -128,7 +132,8 @@ export function drawChart(panel, { rows, key, key2, xs }) {
       rows
         .map(
           (r) =>
-            `${key}=${r[key]}${key2 ? ` ${key2}=${r[key2]}` : ''}: ${fmt(r.batches_per_s, 1)} batches/s, waiting ${Math.round(Number(r.input_bound) * 100)}%`,
+            `${key}=${r[key]}${key2 ? ` ${key2}=${r[key2]}` : ''}: ${fmt(r.batches_per_s, 1)} batches/s, waiting ` +
+            `${Math.round(Number(r.input_bound) * 100)}%`,
         )
         .join('; '),
   );

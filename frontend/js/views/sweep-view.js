@@ -199,7 +199,10 @@ export class SweepPanel {
     $('sweep-error').hidden = false;
   }
 
-  /** The advice and the replays it was chosen from, as a sweep of num_workers. @param {import('../model/advice.js').Advice} a */
+  /**
+   * The advice and the replays it was chosen from, as a sweep of num_workers.
+   * @param {import('../model/advice.js').Advice} a
+   */
   showAdvice(a) {
     const run = this.openRun();
     if (run === null) return;
@@ -272,15 +275,21 @@ export class SweepPanel {
     if (this.stepDefault === 0 && !sweptStep) {
       why.textContent =
         v !== '' && Number(v) > 0
-          ? `This scenario has no training step (step_ms = 0): with nothing to do between batches the training loop always waits, ` +
-            `whatever the loader does, so the waiting line would be flat at ~100 %. The sweep assumes a ${v} ms step instead; ` +
+          ? `This scenario has no training step (step_ms = 0): with nothing to do between batches the training ` +
+            `loop always waits, whatever the loader does, so the waiting line would be flat at ~100 %. ` +
+            `The sweep assumes a ${v} ms step instead; ` +
             'put your own step time here, or 0 to sweep the scenario as it is.'
-          : 'step_ms = 0: the training loop does nothing between batches, so it waits ~100 % of the time at every value: expect a flat line.';
+          : 'step_ms = 0: the training loop does nothing between batches, so it waits ~100 % of the time at every ' +
+            'value: expect a flat line.';
       why.hidden = false;
     } else why.hidden = true;
   }
 
-  /** A sensible default list of values for a newly picked parameter. @param {'key'|'key2'} which @param {boolean} [keep] */
+  /**
+   * A sensible default list of values for a newly picked parameter.
+   * @param {'key'|'key2'} which
+   * @param {boolean} [keep]
+   */
   keyChanged(which, keep = false) {
     if (this.fields) this.stepChanged();
     const key = $(`sweep-${which}`).value;
@@ -485,17 +494,24 @@ export class SweepPanel {
     if (waits.length > 1 && hi - lo < 0.03) {
       if (stepMs === null) {
         // a run's own loader: its training step is what the run measured
-        text = `The waiting line is flat: ${key} does not change how long this run's training loop waits over the values tried.`;
+        text =
+          `The waiting line is flat: ${key} does not change how long this run's training loop waits over the ` +
+          `values tried.`;
       } else if (lo > 0.9) {
         text =
-          `The waiting line is flat near 100 %: the training loop spends ${stepMs ? `only ${stepMs} ms` : 'no time'} per batch, ` +
-          `so it waits for data at every ${key} tried. Give it a realistic training step (the box above) to see where loading stops being the bottleneck.`;
+          `The waiting line is flat near 100 %: ` +
+          `the training loop spends ${stepMs ? `only ${stepMs} ms` : 'no time'} per batch, ` +
+          `so it waits for data at every ${key} tried. Give it a realistic training step (the box above) to see ` +
+          `where loading stops being the bottleneck.`;
       } else if (hi < 0.05) {
         text =
-          `The waiting line is flat near 0 %: the training step${stepMs ? ` (${stepMs} ms)` : ''} is slower than loading at every ${key} tried, ` +
+          `The waiting line is flat near 0 %: the training step${stepMs ? ` (${stepMs} ms)` : ''} is slower than ` +
+          `loading at every ${key} tried, ` +
           `so the loader is not the bottleneck and ${key} does not matter here.`;
       } else
-        text = `The waiting line is flat: ${key} does not change how long the training loop waits over the values tried.`;
+        text =
+          `The waiting line is flat: ${key} does not change how long the training loop waits over the ` +
+          `values tried.`;
     }
     el.textContent = text;
     el.hidden = !text;

@@ -30,7 +30,10 @@ export function bindInput(view) {
     },
     { passive: false },
   );
-  /** @type {{kind: 'scrub'} | {kind: 'select', x: number, t: number} | {kind: 'pan', x: number, view: TimeWindow, moved: boolean} | null} */
+  /**
+   * @type {{kind: 'scrub'} | {kind: 'select', x: number, t: number} | {kind: 'pan', x: number, view: TimeWindow,
+   *   moved: boolean} | null}
+   */
   let drag = null;
   c.addEventListener('pointerdown', (ev) => {
     const rect = c.getBoundingClientRect();
@@ -101,7 +104,13 @@ export function bindInput(view) {
   });
 }
 
-/** The fetch span under canvas point (x, y), or null. @param {TimelineView} view @param {number} x @param {number} y @returns {SpanHit|null} */
+/**
+ * The fetch span under canvas point (x, y), or null.
+ * @param {TimelineView} view
+ * @param {number} x
+ * @param {number} y
+ * @returns {SpanHit|null}
+ */
 export function spanAt(view, x, y) {
   const g = view.geo;
   const row = g?.rows.find((r) => y >= r.y && y < r.y + r.h);
@@ -143,7 +152,10 @@ export function hoverTip(view, g, nowT) {
           `\nsamples ${fmtIndices(samples?.indices, samples?.n) || '?'}${end?.nbytes ? `\n${end.nbytes} bytes` : ''}`;
       } else if (open && t >= open.start) {
         const samples = store.samplesAt(open.dref);
-        text = `task ${open.idx} · ${who}\nstill fetching: ${fmtDuration((tr === view.primary ? nowT : store.tmax) - open.start)} so far\nsamples ${fmtIndices(samples?.indices, samples?.n) || '?'}`;
+        text =
+          `task ${open.idx} · ${who}\nstill fetching: ` +
+          `${fmtDuration((tr === view.primary ? nowT : store.tmax) - open.start)} so far\nsamples ` +
+          `${fmtIndices(samples?.indices, samples?.n) || '?'}`;
       } else {
         text = `${who} idle at ${fmtDuration(t)}`;
       }
@@ -165,7 +177,10 @@ export function hoverTip(view, g, nowT) {
       const i = nearest(col, t, slack * 2);
       if (i >= 0) {
         const e = store.eventAt(col.ref[i]);
-        text = `${rank}batch ${col.idx[i]} handed to the training loop at ${fmtDuration(col.end[i])}\nconsumer waited ${fmtDuration(col.end[i] - col.start[i])} for it${e?.from_parked ? '\n(it was already in the reorder buffer)' : ''}`;
+        text =
+          `${rank}batch ${col.idx[i]} handed to the training loop at ${fmtDuration(col.end[i])}` +
+          `\nconsumer waited ${fmtDuration(col.end[i] - col.start[i])}` +
+          ` for it${e?.from_parked ? '\n(it was already in the reorder buffer)' : ''}`;
       } else text = `${rank}consumer busy training (not waiting)`;
     }
   }

@@ -8,7 +8,11 @@ import { AXIS, FONT, GUTTER, LABEL_PX } from './timeline-paint.js';
 /** @typedef {import('./timeline-view.js').TimelineView} TimelineView */
 /** @typedef {import('./timeline-view.js').DrawFrame} DrawFrame */
 
-/** Epoch boundaries: dashed lines with the epoch's number (a peek's says "peek"). @param {TimelineView} view @param {DrawFrame} frame */
+/**
+ * Epoch boundaries: dashed lines with the epoch's number (a peek's says "peek").
+ * @param {TimelineView} view
+ * @param {DrawFrame} frame
+ */
 export function drawEpochs(view, { ctx, g, t0, t1, X }) {
   ctx.strokeStyle = PALETTE.epochLine;
   ctx.setLineDash([3, 3]);
@@ -119,7 +123,11 @@ export function drawMarks(view, { ctx, t0, t1, X }) {
   }
 }
 
-/** The playhead: a line through every row and a handle on the axis. @param {TimelineView} view @param {DrawFrame} frame */
+/**
+ * The playhead: a line through every row and a handle on the axis.
+ * @param {TimelineView} view
+ * @param {DrawFrame} frame
+ */
 export function drawPlayhead(view, { ctx, g, X }) {
   if (view.playhead === null) return;
   const px = X(view.playhead);

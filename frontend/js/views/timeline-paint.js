@@ -22,7 +22,11 @@ const HUE_STEP = 10; // degrees; golden-angle neighbours stay far apart after ro
 /** @type {Map<string, string>} */
 const roundedColors = new Map();
 
-/** A task's colour with its hue rounded to HUE_STEP: a few dozen colours for any number of tasks. @param {number} idx @param {number} lightness */
+/**
+ * A task's colour with its hue rounded to HUE_STEP: a few dozen colours for any number of tasks.
+ * @param {number} idx
+ * @param {number} lightness
+ */
 function roundedColor(idx, lightness) {
   const hue = (Math.round(taskHue(idx) / HUE_STEP) * HUE_STEP) % 360;
   const key = `${hue}:${lightness}`;

@@ -32,7 +32,8 @@ const PIN_H = 16;
 // following live, 4 redraws a second at most: the view scrolls on, its spans need no more, and at
 // 64 workers on a busy machine a redraw costs 15-20 ms of the main thread that reads the socket
 const LIVE_REDRAW_MS = 250;
-const LIVE_SHARE = 8; // following live, a redraw waits at least this many times its own cost: it keeps to an eighth of the main thread
+// following live, a redraw waits at least this many times its own cost: it keeps to an eighth of the main thread
+const LIVE_SHARE = 8;
 
 /**
  * @typedef {{store: import('../model/timeline-store.js').TimelineStore, label: string, offset: number,
@@ -43,7 +44,8 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
  * @typedef {{track: Track, y: number, h: number, label: string}} RowBox
  * @typedef {RowBox & ({kind: 'worker', wid: number} | {kind: 'pin', pin: import('../model/pin.js').PinStage}
  *   | {kind: 'memory', key: number, memory: import('../model/memory.js').MemoryModel}
- *   | {kind: 'headroom', memory: import('../model/memory.js').MemoryModel} | {kind: 'scale', memory: import('../model/memory.js').MemoryModel}
+ *   | {kind: 'headroom', memory: import('../model/memory.js').MemoryModel} | {kind: 'scale',
+ *   memory: import('../model/memory.js').MemoryModel}
  *   | {kind: 'group' | 'consumer'})} Row
  * @typedef {{rows: Row[], rh: number, height: number, width: number}} Geometry
  * @typedef {{ctx: CanvasRenderingContext2D, g: Geometry, t0: number, t1: number, X: (t: number) => number,
@@ -51,7 +53,8 @@ const LIVE_SHARE = 8; // following live, a redraw waits at least this many times
  * @typedef {{track: Track, worker: number, idx: number, epoch: number}} SpanHit a clicked fetch span
  * @typedef {import('../model/span-column.js').SpanColumn} SpanColumn
  * @typedef {import('../model/time-window.js').TimeWindow} TimeWindow
- * @typedef {{worker: number|null, t0: number, t1: number}} Outline a search hit: a worker's (null: the consumer's) span, on the primary clock
+ * @typedef {{worker: number|null, t0: number, t1: number}} Outline a search hit: a worker's (null: the consumer's)
+ *   span, on the primary clock
  * @typedef {{x: number, y: number, w: number, h: number}} Box
  */
 const BOLD = `600 ${LABEL_PX}px system-ui, sans-serif`;
@@ -69,7 +72,8 @@ export class TimelineView {
     this.canvas.setAttribute(
       'aria-label',
       'timeline of fetches per worker, pinning and consumer waits; ' +
-        'W and S zoom, A and D pan, Shift+drag selects a time range, click the time axis to move the playhead; ? lists the keys',
+        'W and S zoom, A and D pan, Shift+drag selects a time range, click the time axis to move the playhead; ? ' +
+        'lists the keys',
     );
     this.tip = document.createElement('div');
     this.tip.className = 'tooltip';
@@ -190,7 +194,11 @@ export class TimelineView {
     return this.view.t0 + ((x - GUTTER) / (width - GUTTER)) * (this.view.t1 - this.view.t0);
   }
 
-  /** The window shown, fixed (no longer following the run); `user`: the user moved it. @param {TimeWindow} view @param {boolean} [user] */
+  /**
+   * The window shown, fixed (no longer following the run); `user`: the user moved it.
+   * @param {TimeWindow} view
+   * @param {boolean} [user]
+   */
   setView(view, user = true) {
     this.view = { t0: view.t0, t1: view.t1 };
     this.follow = false;
@@ -271,12 +279,15 @@ export class TimelineView {
     const versions = this.tracks
       .map(
         (tr) =>
-          `${tr.store.version}:${tr.memory?.samples ?? 0}:${tr.label}:${tr.offset}:${tr.pin?.mode}:${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`,
+          `${tr.store.version}:${tr.memory?.samples ?? 0}:${tr.label}:${tr.offset}:${tr.pin?.mode}:` +
+          `${tr.slow?.length ?? 0}:${tr.primary ? 1 : 0}`,
       )
       .join(',');
     const key =
-      `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}:${PALETTE.bg}` +
-      `:${this.selection?.t0}:${this.selection?.t1}:${this.hits.length ? this.hits.length + ':' + this.hits[0].t0 : ''}:${this.store.alarms.length}`;
+      `${versions}:${g.width}:${g.height}:${this.view.t0}:${this.view.t1}:${this.hover?.x}:${this.hover?.y}:` +
+      `${liveOpen ? clock.now.toFixed(2) : ''}:${this.playhead}:${PALETTE.bg}` +
+      `:${this.selection?.t0}:${this.selection?.t1}:` +
+      `${this.hits.length ? this.hits.length + ':' + this.hits[0].t0 : ''}:${this.store.alarms.length}`;
     if (key === this.drawn) return false;
     this.drawn = key;
     this.lastDrawWall = wall;
@@ -388,7 +399,8 @@ export class TimelineView {
    * A span with no end yet (a fetch in progress, a wait inside next()): drawn up to now, outlined,
    * and labelled when it is stuck and wide enough for the words.
    * @param {DrawFrame} frame @param {Track} tr @param {number} start @param {number} y @param {number} h
-   * @param {{fill: string, alpha: number, stroke: string, lineWidth: number, inset: number, minWidth: number, text: string}} o
+   * @param {{fill: string, alpha: number, stroke: string, lineWidth: number, inset: number, minWidth: number,
+   *   text: string}} o
    */
   openSpan({ ctx, g, nowT }, tr, start, y, h, o) {
     const Xo = (/** @type {number} */ t) => this.X(t + tr.offset);
@@ -434,7 +446,12 @@ export class TimelineView {
     return true;
   }
 
-  /** A worker's fetches, and the fetch in progress (outlined red when stuck). @param {DrawFrame} frame @param {Row & {kind: 'worker'}} row @param {number} r */
+  /**
+   * A worker's fetches, and the fetch in progress (outlined red when stuck).
+   * @param {DrawFrame} frame
+   * @param {Row & {kind: 'worker'}} row
+   * @param {number} r
+   */
   drawWorkerRow(frame, row, r) {
     const { ctx, t0, t1, plotW } = frame;
     const tr = row.track,
@@ -475,7 +492,11 @@ export class TimelineView {
     return aggregated;
   }
 
-  /** The pin thread's copies; hatched with the reason when pinning is off. @param {DrawFrame} frame @param {Row & {kind: 'pin'}} row */
+  /**
+   * The pin thread's copies; hatched with the reason when pinning is off.
+   * @param {DrawFrame} frame
+   * @param {Row & {kind: 'pin'}} row
+   */
   drawPinRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
     const tr = row.track,
@@ -514,7 +535,11 @@ export class TimelineView {
     return aggregated;
   }
 
-  /** The training loop's waits in next(), an unfinished wait (stuck), and the slowest-rank ticks. @param {DrawFrame} frame @param {Row} row */
+  /**
+   * The training loop's waits in next(), an unfinished wait (stuck), and the slowest-rank ticks.
+   * @param {DrawFrame} frame
+   * @param {Row} row
+   */
   drawConsumerRow(frame, row) {
     const { ctx, g, t0, t1, plotW } = frame;
     const tr = row.track,

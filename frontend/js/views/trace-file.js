@@ -32,7 +32,8 @@ export const MAX_TRACE_EVENTS = 16_000_000;
 export class TraceError extends Error {
   /**
    * @param {string} message
-   * @param {{line:number, detail:string}|null} [at] the damaged line (counted from the piece's start) and what is wrong with it
+   * @param {{line:number, detail:string}|null} [at] the damaged line (counted from the piece's start) and what is wrong
+   *   with it
    */
   constructor(message, at = null) {
     super(message);
@@ -40,7 +41,12 @@ export class TraceError extends Error {
   }
 }
 
-/** Check a trace's first line; returns the header. @param {string} line @param {string} source @returns {TraceHeader} */
+/**
+ * Check a trace's first line; returns the header.
+ * @param {string} line
+ * @param {string} source
+ * @returns {TraceHeader}
+ */
 export function checkHeader(line, source) {
   /** @type {unknown} */
   let head;
@@ -53,12 +59,14 @@ export function checkHeader(line, source) {
     head !== null && typeof head === 'object' && !Array.isArray(head) ? /** @type {TraceHeader} */ (head) : null;
   if (h === null || h.format !== FORMAT) {
     throw new TraceError(
-      `${source} is not a loaderscope trace: the first line must be a header {"format": "${FORMAT}", "version": ${VERSION}, ...}`,
+      `${source} is not a loaderscope trace: the first line must be a header ` +
+        `{"format": "${FORMAT}", "version": ${VERSION}, ...}`,
     );
   }
   if (h.version !== VERSION) {
     throw new TraceError(
-      `${source} is a version ${JSON.stringify(h.version)} trace; this loaderscope reads version ${VERSION}: open it with the loaderscope that wrote it (${h.loaderscope ?? 'unknown'})`,
+      `${source} is a version ${JSON.stringify(h.version)} trace; this loaderscope ` +
+        `reads version ${VERSION}: open it with the loaderscope that wrote it (${h.loaderscope ?? 'unknown'})`,
     );
   }
   return h;
@@ -73,7 +81,8 @@ const NEWLINE = 10;
  */
 export class TraceReader {
   /**
-   * @param {{source:string, onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, header?:boolean, accept?:(e:LoaderEvent)=>boolean, acceptLine?:(bytes:Uint8Array, start:number, end:number)=>number}} o
+   * @param {{source:string, onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, header?:boolean,
+   *   accept?:(e:LoaderEvent)=>boolean, acceptLine?:(bytes:Uint8Array, start:number, end:number)=>number}} o
    * `header: false` reads a later piece of a file (from a line start on): every line is an event.
    * `accept` may take an event it has checked itself as strictly as the schema does (returning
    * true), so that it is not checked twice; what it refuses is checked and goes to `onEvent`.
@@ -145,7 +154,8 @@ export class TraceReader {
 
   /** The file ended. */
   end() {
-    if (this.decoder.decode(this.carry).trim()) this.take(this.carry, 0, this.carry.length); // a blank last line is no line
+    // a blank last line is no line
+    if (this.decoder.decode(this.carry).trim()) this.take(this.carry, 0, this.carry.length);
     this.carry = new Uint8Array(0);
     if (this.line === 0 && this.withHeader)
       throw new TraceError(`${this.source} is empty: a trace starts with a header line`);
@@ -202,7 +212,8 @@ function concat(a, b) {
 /**
  * Read a File (or Blob) through a TraceReader, yielding to the page between slices.
  * @param {Blob & {name?:string}} file
- * @param {{onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, onProgress?:(done:number, total:number)=>void, sliceMs?:number}} o
+ * @param {{onHeader:(h:TraceHeader)=>void, onEvent:(e:LoaderEvent)=>void, onProgress?:(done:number,
+ *   total:number)=>void, sliceMs?:number}} o
  */
 export async function readTraceFile(file, { onHeader, onEvent, onProgress, sliceMs = 60 }) {
   const source = checkSize(file);
@@ -227,13 +238,17 @@ export async function readTraceFile(file, { onHeader, onEvent, onProgress, slice
   return { header: reader.header, events: reader.events };
 }
 
-/** The file's name for messages; refuses a file larger than the page holds before reading it. @param {{name?: string, size: number}} file */
+/**
+ * The file's name for messages; refuses a file larger than the page holds before reading it.
+ * @param {{name?: string, size: number}} file
+ */
 function checkSize(file) {
   const source = file.name || 'the file';
   if (file.size > MAX_TRACE_BYTES) {
     const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(0);
     throw new TraceError(
-      `${source} is ${mib(file.size)} MiB, more than the ${mib(MAX_TRACE_BYTES)} MiB a page opens; open it with \`loaderscope serve --open FILE\` or split the run`,
+      `${source} is ${mib(file.size)} MiB, more than the ${mib(MAX_TRACE_BYTES)} MiB a page opens; open it with ` +
+        `\`loaderscope serve --open FILE\` or split the run`,
     );
   }
   return source;
@@ -338,7 +353,9 @@ export async function readSegments(
             if (events + rows.length > MAX_TRACE_EVENTS) {
               reject(
                 new TraceError(
-                  `${source} holds more than the ${MAX_TRACE_EVENTS.toLocaleString('en')} events a page opens: its first ${events.toLocaleString('en')} are shown; open it whole with \`loaderscope serve --open\``,
+                  `${source} holds more than the ${MAX_TRACE_EVENTS.toLocaleString('en')} events a page opens: ` +
+                    `its first ${events.toLocaleString('en')} are shown; open it whole with ` +
+                    `\`loaderscope serve --open\``,
                 ),
               );
               return;
@@ -397,7 +414,10 @@ export async function readSegments(
 
 /**
  * The error a worker reported for a segment, its line (or event) counted from the trace's start.
- * @param {Exclude<SegmentEnd, {type: 'done'}>} last @param {number} linesBefore @param {string} source @param {string} noun
+ * @param {Exclude<SegmentEnd, {type: 'done'}>} last
+ * @param {number} linesBefore
+ * @param {string} source
+ * @param {string} noun
  */
 function failure(last, linesBefore, source, noun) {
   if (last.type === 'failed') return new Error(last.message);

@@ -98,7 +98,8 @@ function fileOf(entry) {
 
 export class TraceOpener {
   /**
-   * @param {{load: LoadPerf|null}} perf the page's measurements: the last load's ms, events, files and bytes go to `load`
+   * @param {{load: LoadPerf|null}} perf the page's measurements: the last load's ms, events, files and bytes go to
+   *   `load`
    * @param {(opened: Opened) => void} onOpened called when at least one file could be read
    */
   constructor(perf, onOpened) {
@@ -231,7 +232,10 @@ function reserveRows(tr, bytesRead, fileBytes) {
   return true;
 }
 
-/** Ranks from each run_start (files without one, or with a rank taken twice, keep their order). @param {Track[]} tracks */
+/**
+ * Ranks from each run_start (files without one, or with a rank taken twice, keep their order).
+ * @param {Track[]} tracks
+ */
 function rankTracks(tracks) {
   for (const tr of tracks) {
     const meta = tr.player.full.meta;

@@ -116,7 +116,9 @@ export class WorkerCards {
       const head = $('stack-head');
       head.hidden = !stuck?.stack;
       head.textContent = stuck
-        ? `its Python stack, read from the live worker (pid ${stuck.pid ?? w.pid ?? '?'}) ${fmtDuration(stuck.elapsed)} into the fetch; outermost call first, your code highlighted:`
+        ? `its Python stack, read from the live worker (pid ${stuck.pid ?? w.pid ?? '?'}) ` +
+          `${fmtDuration(stuck.elapsed)} into the fetch; outermost call ` +
+          `first, your code highlighted:`
         : '';
       const here = /** @type {HTMLElement|null} */ (list.querySelector('.here'));
       if (here) list.scrollTop = Math.max(0, here.offsetTop - list.offsetTop - list.clientHeight / 2);
