@@ -46,6 +46,7 @@ beside tsc-page npx --no-install tsc -p tsconfig.json           # the page's JSD
 beside tsc-worker npx --no-install tsc -p tsconfig.worker.json  # ... and its worker's
 beside tsc-model npx --no-install tsc -p tsconfig.model.json    # ... and its pure model (frontend/js/model/) without the DOM
 beside biome npx --no-install biome ci --linter-enabled=false frontend  # biome.json: the page's JS format, 120 columns
+beside js-lines bash scripts/js_line_length.sh    # ... and what Biome cannot break (comments, strings): no line over 120
 # mypy.ini: strict over the whole package. Its cache is kept per user, not per checkout: a fresh clone
 # then re-checks only what differs (mypy compares each file's hash), ~2 s instead of ~40 s of a core.
 beside mypy env MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/loaderscope/mypy" "$PYTHON" -m mypy
