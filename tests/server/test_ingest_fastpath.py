@@ -118,6 +118,7 @@ def test_the_store_holds_what_the_event_at_a_time_path_makes(recorded: dict[str,
     assert run.log.state == state
     assert run.log.cut_events == 1 and run.log.ended
     assert run.log.state_problems == []
+    run.log.close()
 
 
 def test_compact_and_full_frames_of_the_same_run_are_held_alike(recorded: dict[str, list[bytes]],
@@ -126,6 +127,8 @@ def test_compact_and_full_frames_of_the_same_run_are_held_alike(recorded: dict[s
     full = ingested(recorded["full"], TraceSpill(tmp_path / "full.jsonl", {}))
     assert compact.log.read(0, 10**6) == full.log.read(0, 10**6)
     assert compact.log.summary() == full.log.summary()
+    compact.log.close()
+    full.log.close()
 
 
 def test_a_frame_encoded_at_once_is_each_event_encoded_alone() -> None:
