@@ -278,6 +278,7 @@ def test_a_parked_store_holds_no_event_answers_from_its_file_and_comes_back_whol
     log.flush()
     assert not log.parked and log.summary()[0]["batches"] == 610
     assert [e["seq"] for e in trace.read_trace(tmp_path / "r.trace.jsonl")[1]] == list(range(len(sent) + 50))
+    log.close()
 
 
 def test_controls_for_a_run_whose_producer_is_away_keep_only_the_newest(start_server: Any) -> None:
