@@ -47,7 +47,7 @@ from loaderscope.traces.jobsql import (
 )
 from loaderscope.traces.jobtable import JobTable, count_last, damage, shard_checks
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: duckdb is the optional `job` extra, never imported at run time here
     import duckdb
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from loaderscope.model.ranks import TIE_S
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: duckdb is the optional `job` extra, never imported at run time here
     import duckdb
 
 

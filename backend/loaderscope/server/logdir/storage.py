@@ -114,7 +114,7 @@ def storage_for(logdir: str) -> Storage:
     try:
         # fsspec is the optional extra `remote` (pyproject.toml), not a runtime dependency: only URL
         # logdirs need it, and without it such a logdir is refused with the install command below
-        import fsspec  # type: ignore[import-untyped]
+        import fsspec  # type: ignore[import-untyped]  # optional: the `remote` extra
     except ImportError:
         raise ValueError(f"{logdir}: a remote logdir needs fsspec (pip install 'loaderscope[remote]' and the "
                          "protocol's package, e.g. s3fs or gcsfs)") from None
