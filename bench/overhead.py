@@ -40,7 +40,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from rich.console import Console
@@ -110,6 +110,15 @@ class Transport:
         self.thread.join()
 
 
+class Step(Protocol):
+    """A training step run on each batch of a segment (bench/gpu_train.py); ``settle`` ends the segment
+    once the work it queued is done (a GPU's queue), so that the segment's time holds it."""
+
+    def train(self, batch: Any) -> None: ...
+
+    def settle(self) -> None: ...
+
+
 @dataclass
 class Case:
     name: str
@@ -130,12 +139,21 @@ class Side:
     training: float = 0.0  # the thread calling next(), during this side's segments, flushes left out
     flushes: float = 0.0  # that thread's CPU in the flush at each segment's end: the probe thread's work
     batches: int = 0
+    waiting: float = 0.0  # seconds inside next(), with a training step only (bench/gpu_train.py)
 
-    def segment(self, batches: int) -> None:
+    def segment(self, batches: int, step: Step | None = None) -> None:
         flush = getattr(self.loader, "flush", None)
         cpu0, training0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
-        for _ in range(batches):
-            next(self.iterator)
+        if step is None:
+            for _ in range(batches):
+                next(self.iterator)
+        else:
+            for _ in range(batches):
+                asked = time.perf_counter()
+                batch = next(self.iterator)
+                self.waiting += time.perf_counter() - asked
+                step.train(batch)
+            step.settle()
         flushed = time.thread_time()
         if flush is not None:
             flush()
@@ -172,18 +190,22 @@ class Alternated:
         return bootstrap_median(self.ratios)
 
 
-def alternate(vanilla: Any, probe: Any, *, rounds: int, segment: int, warmup: int = 4) -> Alternated:
+def alternate(vanilla: Any, probe: Any, *, rounds: int, segment: int, warmup: int = 4,
+              step: Step | None = None) -> Alternated:
     """Keep both iterators alive and alternate ``rounds`` segments of ``segment`` batches (who goes
-    first alternating), after ``warmup`` batches each so workers run and pipelines are full."""
+    first alternating), after ``warmup`` batches each so workers run and pipelines are full; ``step``
+    trains on each batch."""
     sides = {"vanilla": Side(vanilla, iter(vanilla)), "probe": Side(probe, iter(probe))}
     for side in sides.values():
         for _ in range(warmup):
-            next(side.iterator)
+            batch = next(side.iterator)
+            if step is not None:
+                step.train(batch)
     workers0 = {name: side.worker_seconds() for name, side in sides.items()}
     threads0 = thread_cpu()
     for i in range(rounds):
         for name in ("vanilla", "probe") if i % 2 == 0 else ("probe", "vanilla"):
-            sides[name].segment(segment)
+            sides[name].segment(segment, step)
     threads = {name: seconds - threads0.get(name, 0.0) for name, seconds in thread_cpu().items()}
     worker_cpu = {name: side.worker_seconds() - workers0[name] for name, side in sides.items()}
     v, p = sides["vanilla"], sides["probe"]

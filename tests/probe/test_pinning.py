@@ -3,6 +3,7 @@ the rest check what a machine without an accelerator shows (pinning silently off
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -86,3 +87,28 @@ def test_custom_batch_type_with_its_own_pin_memory() -> None:
     ends = _kinds(collector, "pin_end")
     assert len(ends) == 4
     assert all(e["pinned"] is True for e in ends)  # found inside the custom type's attributes
+
+
+class SlowTensors(Dataset[torch.Tensor]):
+    """Samples that take a few ms each: a run that outlasts several memory-sample periods (probe/memory.py)."""
+
+    def __len__(self) -> int:
+        return 512
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.005)
+        return torch.full((3, 64, 64), float(index))
+
+
+@pytest.mark.cuda
+@cuda
+def test_memory_samples_carry_the_pinned_host_memory_torch_holds() -> None:
+    collector = Collector()
+    loader = InstrumentedDataLoader(SlowTensors(), batch_size=8, num_workers=2, pin_memory=True, sink=collector)
+    for batch in loader:
+        batch.to("cuda", non_blocking=True)
+    loader.close()
+    pinned = [e["pinned"] for e in _kinds(collector, "memory") if "pinned" in e]
+    peak = torch.cuda.host_memory_stats_as_nested_dict()["allocated_bytes"]["peak"]
+    assert pinned, "no memory sample carried the pinned bytes"
+    assert 8 * 3 * 64 * 64 * 4 <= max(pinned) <= peak  # at least one pinned batch; never more than torch held
