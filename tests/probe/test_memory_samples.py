@@ -20,6 +20,8 @@ from torch.utils.data import Dataset
 from loaderscope import InstrumentedDataLoader
 from loaderscope.model.diagnosis import findings
 from loaderscope.model.stats import summary
+from loaderscope.probe.memory import ENV, watch_memory
+from loaderscope.procmem import smaps_rollup
 from loaderscope.runner import Collector
 from tests.conftest import TORCH_DEATH_ERRORS, wait_for
 from tests.probe.memory import Big, Hog, Leaky, N, Strings, next_sample, paths, samples
@@ -152,3 +154,30 @@ def test_a_worker_killed_by_sigkill_is_said_with_its_last_memory() -> None:
     said_rss = float(text.split(" MB resident")[0].rsplit(" ", 1)[-1]) * 1e6
     close_to(int(said_rss), measured["rss"], "rss said")
     assert "the host had " in text and "the host had ? MB" not in text, text
+
+
+def test_where_psutil_is_the_source_the_event_says_so_and_its_figures_are_the_kernels(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The loader's own sampler (smaps_rollup, on Linux) off; psutil's, the source where /proc has no
+    # smaps_rollup, started on the loader's probe as the probe starts its own (watch_memory's source).
+    monkeypatch.setenv(ENV, "0")
+    c = Collector()
+    loader = InstrumentedDataLoader(Leaky(), batch_size=1, num_workers=2, persistent_workers=True, sink=c)
+    it = iter(loader)
+    for _ in it:
+        pass
+    assert not samples(c)
+    monkeypatch.setenv(ENV, "1")
+    assert watch_memory(loader._probe, source="psutil") is not None
+    sample = next_sample(c)
+    assert sample["source"] == "psutil" and summary(c.state)["memory"]["source"] == "psutil"
+    pids = [os.getpid(), *(w.pid for w in it._workers)]
+    ours = {p["pid"]: p for p in sample["procs"]}
+    assert sorted(ours) == sorted(pids), (ours, pids)
+    for pid in pids:  # the kernel's own sums, read apart from psutil
+        kernel = smaps_rollup(pid)
+        assert kernel is not None
+        for name in ("uss", "pss", "rss", "shared"):
+            close_to(ours[pid][name], kernel[name], f"{pid} {name}")
+    assert sample["available"] > 0 and sample["total"] >= sample["available"]
+    del it, loader
