@@ -30,7 +30,8 @@ def mark(text):
         f.write(text + "\\n")
 '''
 
-SLEEPS = HEAD + '''
+# A dataset whose sample 13 sleeps for an hour: the plainest hang, under more than one loop.
+SLEEPING_DATA = '''
 class Data(Dataset):
     def __len__(self):
         return 64
@@ -41,7 +42,9 @@ class Data(Dataset):
             time.sleep(3600)  # HANG
         return torch.tensor([i])
 
+'''
 
+SLEEPS = HEAD + SLEEPING_DATA + '''
 for batch in DataLoader(Data(), batch_size=4, num_workers=2):
     pass
 '''

@@ -18,24 +18,10 @@ from loaderscope.doctor import model, verdict
 from loaderscope.doctor.sample import EXIT_NO_PROCESS
 from tests.conftest import wait_for
 from tests.doctor.dumps import LOADER_PY, WAITING, _f, _recording, _thread, _worker
-from tests.doctor.hangs import HEAD, SLEEPS, assert_where, doctor, reading
+from tests.doctor.hangs import HEAD, SLEEPING_DATA, SLEEPS, assert_where, doctor, reading
 
 # The prefetcher pattern: a thread iterates the loader and fills a queue the training loop reads.
-PREFETCHER = HEAD + '''
-import queue
-
-
-class Data(Dataset):
-    def __len__(self):
-        return 64
-
-    def __getitem__(self, i):
-        if i == 13:
-            mark("hang")
-            time.sleep(3600)  # HANG
-        return torch.tensor([i])
-
-
+PREFETCHER = HEAD + "import queue\n" + SLEEPING_DATA + '''
 ready = queue.Queue(maxsize=2)
 
 
