@@ -22,6 +22,7 @@ from loaderscope.model import conformance
 from loaderscope.traces.jsonl import read_trace
 from loaderscope.traces.paths import safe_name
 from tests.stacks import checks as stacks
+from tests.stacks.tiny_trainer import PAIRS_AND_LINE
 
 PYTHON = sys.executable
 
@@ -183,28 +184,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer, TrainingArguments
 
 import loaderscope
-
-
-class Pairs(Dataset):
-    def __init__(self, n):
-        self.x = torch.linspace(-1, 1, n)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"x": self.x[i:i + 1], "labels": 2 * self.x[i:i + 1]}
-
-
-class Line(nn.Module):  # a model built here: nothing is downloaded
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(1, 1)
-
-    def forward(self, x, labels=None):
-        out = self.linear(x)
-        return {"loss": nn.functional.mse_loss(out, labels), "logits": out}
-
+''' + PAIRS_AND_LINE + '''
 
 class Finetune(Trainer):
     def get_train_dataloader(self):

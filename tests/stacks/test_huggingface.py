@@ -21,6 +21,7 @@ from loaderscope.model import conformance
 from loaderscope.probe.loader import ProbeMixin
 from loaderscope.traces.jsonl import read_trace
 from tests.stacks import checks as stacks
+from tests.stacks.tiny_trainer import PAIRS_AND_LINE
 
 # nothing comes from the hub: every dataset here is built in memory
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -206,28 +207,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments
-
-
-class Pairs(Dataset):
-    def __init__(self, n):
-        self.x = torch.linspace(-1, 1, n)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return {"x": self.x[i:i + 1], "labels": 2 * self.x[i:i + 1]}
-
-
-class Line(nn.Module):  # a model built here: nothing is downloaded
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(1, 1)
-
-    def forward(self, x, labels=None):
-        out = self.linear(x)
-        return {"loss": nn.functional.mse_loss(out, labels), "logits": out}
-
+''' + PAIRS_AND_LINE + '''
 
 torch.manual_seed(0)
 args = TrainingArguments(output_dir=sys.argv[1], per_device_train_batch_size=4, per_device_eval_batch_size=8,
