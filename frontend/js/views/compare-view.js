@@ -1,11 +1,14 @@
 // The compare view: two runs side by side (runs on this server, or trace files open in the page),
 // over the whole page. What it shows comes from compare.js (the mirror of compare.py): the settings
 // that differ, throughput and waiting, per-worker fetch-time histograms on one scale, and how the
-// diagnosis changed; plus both timelines on one time axis, each starting at 0 s of its own run.
+// diagnosis changed; each run's memory from memory-compare.js (compare-memory.js draws it); plus both
+// timelines on one time axis, each starting at 0 s of its own run.
 // It opens on the run being viewed as A and, as B, the previous run of the same loader; `/?compare=
 // ID_A,ID_B` opens it on two server runs (main.js reads and writes that parameter: `pair()`).
 
 import { compareRuns } from '../model/compare.js';
+import { compareMemory } from '../model/memory-compare.js';
+import { renderCompareMemory } from './compare-memory.js';
 import { Track } from '../model/track.js';
 import { TimelineStore } from '../model/timeline-store.js';
 import { fmtDuration } from '../model/time-window.js';
@@ -259,6 +262,7 @@ export class CompareView {
     status.textContent = '';
     $('compare-body').hidden = false;
     this.render(this.result);
+    renderCompareMemory(compareMemory(ta.state, tb.state));
     root.dataset.ready = 'true';
   }
 

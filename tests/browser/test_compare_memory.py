@@ -1,0 +1,202 @@
+"""The compare view's memory in chromium: two real recorded runs served from a logdir by a real dashboard,
+the same 600,000 metadata paths read by two workers, once as a list of Python strings (copy-on-read,
+pytorch/pytorch#13246) and once as one numpy array. The view gives each process's USS, PSS and RSS at its
+last sample and at its highs, and the host's rows, as ``stats.summary()['memory']`` gives them for the same
+events, and each run's memory verdicts as the run page words them: copy-on-read named for the strings, not
+for the array. A run without memory samples is said so. At 1440×900 and 800×700 nothing sticks out
+sideways and no number breaks; the screenshots go to the test's tmp dir (``LOADERSCOPE_SCREENSHOT_DIR``
+copies them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loaderscope.model.diagnosis import findings
+from loaderscope.model.state import reduce
+from loaderscope.model.stats import summary
+from tests.browser.pages import FRAMES, WAIT_MS, Page, shoot
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.browser
+
+# the same paths as tests/probe/memory.py's Strings; `array` keeps them in one numpy array of bytes
+SCRIPT = r'''
+import sys
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+from loaderscope import watch
+
+N = 600_000
+
+class Paths(Dataset):
+    def __init__(self, array):
+        items = [f"/data/shard-{i % 997:04d}/sample-{i:08d}.jpg" for i in range(N)]
+        self.items = np.array(items, dtype="S") if array else items
+    def __len__(self):
+        return N
+    def __getitem__(self, i):
+        return len(self.items[i])
+
+name = sys.argv[2]
+loader = DataLoader(Paths(name == "array"), batch_size=4000, num_workers=2, shuffle=True, persistent_workers=True)
+train = watch(loader, logdir=sys.argv[1], name=name)
+for epoch in range(2):  # the second epoch's samples see what the first one copied
+    for batch in train:
+        pass
+'''
+
+QUIET = r'''
+import sys
+from torch.utils.data import DataLoader
+from loaderscope import watch
+
+train = watch(DataLoader(list(range(512)), batch_size=16, num_workers=2), logdir=sys.argv[1], name="quiet")
+for batch in train:
+    pass
+'''
+
+# diagnosis.py's memory findings, as memory-compare.js picks them
+CODES = {"copy_on_read", "memory_leak", "headroom", "shm_low", "in_flight", "shm_full"}
+
+
+def record(root: Path, logdir: Path, source: str, *args: str, **env: str) -> None:
+    script = root / f"script-{len(list(root.glob('script-*')))}.py"
+    script.write_text(source)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(script), str(logdir), *args], env=base | env, check=True, timeout=240,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("compare-memory")
+    runs = root / "runs"
+    record(root, runs, SCRIPT, "strings")
+    record(root, runs, SCRIPT, "array")
+    record(root, runs, QUIET, LOADERSCOPE_MEMORY="0")
+    return runs
+
+
+def mb(value: int | None) -> str:
+    return "–" if value is None else f"{value / 1e6:.1f}"
+
+
+def events_of(server: Any, run_id: str) -> list[dict[str, Any]]:
+    """Every event of a finished run, through the REST route the page reads."""
+    with server.client() as http:
+        body = http.get(f"/api/runs/{run_id}/events", params={"after": -1, "limit": 10_000}).json()
+    assert body["events"][-1]["seq"] == body["last_seq"]
+    return list(body["events"])
+
+
+def runs_by_name(server: Any, names: set[str]) -> dict[str, str]:
+    """The ids of the finished runs called ``names``, once the dashboard lists them all."""
+    def listed() -> dict[str, str] | None:
+        with server.client() as http:
+            found = {r["name"]: r["id"] for r in http.get("/api/runs").json()
+                     if r.get("name") in names and r["status"] == "done"}
+        return found if found.keys() == names else None
+
+    ids: dict[str, str] = wait_for(listed, what=f"runs {names} listed")
+    return ids
+
+
+def expected(events: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[str]]:
+    """Python's memory summary and memory verdicts of a run."""
+    s = reduce(events)
+    return summary(s)["memory"], [f.text for f in findings(s) if f.code in CODES]
+
+
+def cells(memory: dict[str, Any] | None, name: str, at: str) -> list[str]:
+    """The three figures the view shows for process ``name`` of one run at ``at``: last sample or highest."""
+    procs = ([memory["main"]] if memory and memory["main"] else []) + (memory["workers"] if memory else [])
+    proc = next((p for p in procs if (p["worker"] is None and name == "main") or name == f"worker {p['worker']}"),
+                None)
+    if proc is None:
+        return ["–"] * 3
+    keys = ("uss", "pss", "rss") if at == "last" else ("high_uss", "high_pss", "high_rss")
+    return [mb(proc[k]) for k in keys]
+
+
+SHOWN = """() => ({
+  procs: [...document.querySelectorAll('[data-testid=compare-memory-proc]')].map((r) =>
+    ({ name: r.dataset.name, at: r.dataset.at, cells: [...r.querySelectorAll('td')].map((c) => c.textContent) })),
+  host: [...document.querySelectorAll('[data-testid=compare-memory-row]')].map((r) =>
+    ({ key: r.dataset.key, cells: [...r.querySelectorAll('td')].map((c) => c.textContent) })),
+  verdicts: [...document.querySelectorAll('[data-testid=compare-memory-verdicts]')].map((ul) =>
+    [...ul.querySelectorAll('li')].map((li) => ({ text: li.textContent, muted: li.classList.contains('muted') }))),
+  missing: document.getElementById('compare-memory-missing').hidden ? null
+    : document.getElementById('compare-memory-missing').textContent,
+})"""
+
+# Within the memory card: cells whose number is drawn on more than one line, and tables wider than the card
+BROKEN = """() => { const card = document.getElementById('compare-memory');
+  const split = [...card.querySelectorAll('td, th')].filter((c) => { const r = document.createRange();
+    r.selectNodeContents(c); return new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size > 1; });
+  const wide = [...card.querySelectorAll('table')].filter((t) =>
+    t.getBoundingClientRect().right > card.getBoundingClientRect().right + 0.5);
+  return { split: split.map((c) => c.textContent), wide: wide.map((t) => t.id),
+    sideways: document.getElementById('compare').scrollWidth - window.innerWidth }; }"""
+
+
+# the memory card at the top of the view, under the view's sticky bar
+SCROLL = """() => { const view = document.getElementById('compare');
+  view.scrollTop += document.getElementById('compare-memory').getBoundingClientRect().top
+    - view.querySelector('.compare-bar').getBoundingClientRect().bottom - 8; }"""
+
+
+def open_compare(pg: Any, server: Any, a: str, b: str) -> dict[str, Any]:
+    pg.goto(f"{server.page_url}&compare={a},{b}")
+    pg.wait_for_function("() => document.getElementById('compare').dataset.ready === 'true'", timeout=WAIT_MS)
+    shown: dict[str, Any] = pg.evaluate(SHOWN)
+    return shown
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_compare_shows_both_runs_memory_and_names_copy_on_read_for_the_strings_only(
+        start_server: Any, page: Page, logdir: Path, tmp_path: Path) -> None:
+    server = start_server(logdir=str(logdir))
+    ids = runs_by_name(server, {"strings", "array", "quiet"})
+    (mem_a, said_a), (mem_b, said_b) = (expected(events_of(server, ids[n])) for n in ("strings", "array"))
+    assert mem_a is not None and mem_b is not None
+    assert any(t.startswith("copy-on-read: ") for t in said_a), said_a  # the recordings show what they are for
+    assert not any(t.startswith("copy-on-read: ") for t in said_b), said_b
+
+    pg = page.page
+    shown = open_compare(pg, server, ids["strings"], ids["array"])
+    names = ["main", *(f"worker {w['worker']}" for w in mem_a["workers"])]
+    assert [(p["name"], p["at"]) for p in shown["procs"]] == [(n, at) for n in names for at in ("last", "high")]
+    for row in shown["procs"]:
+        want = cells(mem_a, row["name"], row["at"]) + cells(mem_b, row["name"], row["at"])
+        assert row["cells"] == want, (row, want)
+    for row in shown["host"]:
+        want = [mb(None if row["key"] == "shm_high" and not m["shm_total"] else m[row["key"]]) for m in (mem_a, mem_b)]
+        assert row["cells"] == want, (row, want)
+    assert [r["key"] for r in shown["host"]] == ["headroom", "headroom_low", "total_high", "in_flight_high",
+                                                  "shm_high"]
+    assert [[v["text"] for v in side] for side in shown["verdicts"]] == [said_a, said_b or ["no memory verdict"]]
+    assert shown["missing"] is None
+
+    for width, height in ((1440, 900), (800, 700)):
+        pg.set_viewport_size({"width": width, "height": height})
+        pg.evaluate(SCROLL)
+        pg.evaluate(FRAMES, 2)
+        layout = pg.evaluate(BROKEN)
+        assert layout == {"split": [], "wide": [], "sideways": 0}, (width, layout)
+        shoot(pg, tmp_path, f"compare_memory_{width}")
+
+    # a run recorded without memory samples: its side says so, the other keeps its figures
+    shown = open_compare(pg, server, ids["quiet"], ids["strings"])
+    assert shown["missing"] == "A has no memory samples: its column is empty"
+    assert all(row["cells"][:3] == ["–"] * 3 for row in shown["procs"])
+    assert [row["cells"][3:] for row in shown["procs"]] == [cells(mem_a, n, at) for n in names
+                                                             for at in ("last", "high")]
+    assert shown["verdicts"][0] == [{"text": "no memory samples", "muted": True}]
+    assert [v["text"] for v in shown["verdicts"][1]] == said_a
