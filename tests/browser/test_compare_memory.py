@@ -4,8 +4,8 @@ pytorch/pytorch#13246) and once as one numpy array. The view gives each process'
 last sample and at its highs, and the host's rows, as ``stats.summary()['memory']`` gives them for the same
 events, and each run's memory verdicts as the run page words them: copy-on-read named for the strings, not
 for the array. A run without memory samples is said so. At 1440×900 and 800×700 nothing sticks out
-sideways and no number breaks; the screenshots go to the test's tmp dir (``LOADERSCOPE_SCREENSHOT_DIR``
-copies them)."""
+sideways, no number breaks and axe-core finds nothing. The screenshots go to the test's tmp dir;
+``LOADERSCOPE_SCREENSHOT_DIR=docs`` also copies them there (docs/compare_memory_1440.png)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from loaderscope.model.diagnosis import findings
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from tests.browser.pages import FRAMES, WAIT_MS, Page, shoot
+from tests.browser.test_views_themes_and_axe import axe
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
@@ -83,6 +84,11 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return runs
 
 
+# a cap on one request, not a pace: a dashboard reading three fresh traces on a loaded 2-core box once took
+# longer than the client's 30 s default to answer
+READ_TIMEOUT = 120
+
+
 def mb(value: int | None) -> str:
     return "–" if value is None else f"{value / 1e6:.1f}"
 
@@ -90,7 +96,8 @@ def mb(value: int | None) -> str:
 def events_of(server: Any, run_id: str) -> list[dict[str, Any]]:
     """Every event of a finished run, through the REST route the page reads."""
     with server.client() as http:
-        body = http.get(f"/api/runs/{run_id}/events", params={"after": -1, "limit": 10_000}).json()
+        body = http.get(f"/api/runs/{run_id}/events", params={"after": -1, "limit": 10_000},
+                        timeout=READ_TIMEOUT).json()
     assert body["events"][-1]["seq"] == body["last_seq"]
     return list(body["events"])
 
@@ -99,7 +106,7 @@ def runs_by_name(server: Any, names: set[str]) -> dict[str, str]:
     """The ids of the finished runs called ``names``, once the dashboard lists them all."""
     def listed() -> dict[str, str] | None:
         with server.client() as http:
-            found = {r["name"]: r["id"] for r in http.get("/api/runs").json()
+            found = {r["name"]: r["id"] for r in http.get("/api/runs", timeout=READ_TIMEOUT).json()
                      if r.get("name") in names and r["status"] == "done"}
         return found if found.keys() == names else None
 
@@ -183,6 +190,7 @@ def test_compare_shows_both_runs_memory_and_names_copy_on_read_for_the_strings_o
                                                   "shm_high"]
     assert [[v["text"] for v in side] for side in shown["verdicts"]] == [said_a, said_b or ["no memory verdict"]]
     assert shown["missing"] is None
+    assert axe(pg) == []  # the two-row header, the row groups: read as tables by a screen reader
 
     for width, height in ((1440, 900), (800, 700)):
         pg.set_viewport_size({"width": width, "height": height})
