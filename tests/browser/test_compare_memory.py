@@ -5,7 +5,7 @@ last sample and at its highs, and the host's rows, as ``stats.summary()['memory'
 events, and each run's memory verdicts as the run page words them: copy-on-read named for the strings, not
 for the array. A run without memory samples is said so. At 1440×900 and 800×700 nothing sticks out
 sideways, no number breaks and axe-core finds nothing. The screenshots go to the test's tmp dir;
-``LOADERSCOPE_SCREENSHOT_DIR=docs`` also copies them there (docs/compare_memory_1440.png)."""
+``LOADERSCOPE_SCREENSHOT_DIR=dir`` also copies them there (compare_memory_1440.png is docs/compare_memory.png)."""
 
 from __future__ import annotations
 
