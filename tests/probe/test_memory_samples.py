@@ -80,7 +80,7 @@ def test_copy_on_read_is_named_for_a_list_of_strings_and_every_figure_is_psutils
         # sample may come after a batch or two), so at most the epoch's and most of it
         fetched = sum(w["copied_samples"] for w in workers)
         assert N // 2 < fetched <= N
-        assert f"as they fetched {fetched} samples" in said["copy_on_read"], said["copy_on_read"]
+        assert f"as they fetched {fetched:,} samples" in said["copy_on_read"], said["copy_on_read"]
         # what the workers hold privately now, measured by psutil, is what the verdict says they gained and more
         assert grown <= sum(theirs[w.pid].uss for w in it._workers)
         assert "np.frombuffer" in said["copy_on_read"]

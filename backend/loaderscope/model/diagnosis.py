@@ -129,7 +129,7 @@ def _memory_findings(s: LoaderState, stats: Mapping[str, Any]) -> Iterator[Findi
     if workers and copied >= COPY_MIN * len(workers):
         grown = sum(w["grown"] for w in workers)
         yield Finding("copy_on_read", say("memory.copy_on_read", grown=_mb(grown), per=_mb(grown / len(workers)),
-                                          samples=sum(w["copied_samples"] for w in workers), copied=_mb(copied)))
+                                          samples=f"{sum(w['copied_samples'] for w in workers):,}", copied=_mb(copied)))
     for proc in [m["main"], *workers] if m["main"] else workers:
         if proc["leak_per_epoch"] is not None and proc["leak_per_epoch"] >= LEAK_MIN:
             who = "the main process" if proc["worker"] is None else f"worker {proc['worker']}"

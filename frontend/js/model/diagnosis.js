@@ -350,7 +350,7 @@ function memoryFindings(s, stats) {
       text: say('memory.copy_on_read', {
         grown: mb(grown),
         per: mb(grown / workers.length),
-        samples: workers.reduce((sum, w) => sum + w.copied_samples, 0),
+        samples: workers.reduce((sum, w) => sum + w.copied_samples, 0).toLocaleString('en'), // Python's {:,}
         copied: mb(copied),
       }),
     });
