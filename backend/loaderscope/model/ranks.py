@@ -116,13 +116,13 @@ def is_padding(reads: Sequence[int], length: int, twice: int, missing: int) -> b
 def shard_report(epoch_ends: Mapping[int, Mapping[str, Any]], length: int, sample: int = 10) -> dict[str, Any]:
     """Overlap and coverage of one epoch's shards across ranks (``{rank: epoch_end event}``).
 
-    Indices that DistributedSampler's padding explains are ``padding``, not ``overlap``. The ranks'
-    digests are inflated (C) a group at a time into one array (``_BLOCK_BYTES``, or one rank's counts),
-    the indices they read found by numpy eight counts at a time (``_read``), and only those added into
-    the sum, a byte per index saturated at 3 (only 0, 1, 2 and more are told apart): a rank costs one
-    inflate and its share of one scan in C, nothing per index in Python and a few numpy calls per group
-    (per rank, they were most of the check), and the check holds a byte per index, one group's counts
-    and the places of a slice's reads.
+    Indices that DistributedSampler's padding explains are ``padding``, not ``overlap``. Each rank's
+    digest is inflated (C) and looked at whole by numpy: the indices it read (its nonzero counts), its
+    reads (their sum, only when one index was read twice), and its counts added into the sum, a byte per
+    index saturated at 3 (only 0, 1, 2 and more are told apart). A rank costs one inflate and a few
+    passes in C over its counts (a scan for the places of its reads cost more than the inflate), nothing
+    per index in Python; the check holds the sum and one rank's counts (and their capped copy, for a rank
+    that read an index more than 3 times).
 
     Raises:
         ValueError: a digest that cannot be decoded (``decode_shard``).
@@ -131,30 +131,21 @@ def shard_report(epoch_ends: Mapping[int, Mapping[str, Any]], length: int, sampl
 
     _check_length(length)
     total = np.zeros(length, dtype=np.uint8)
-    ranks = sorted(epoch_ends)
+    capped = np.empty(0, dtype=np.uint8)  # made for the first rank that read an index more than 3 times
     per_rank: dict[int, int] = {}
     reads: list[int] = []
-    at_once = max(1, min(_SATURATE_EVERY, len(ranks), _BLOCK_BYTES // max(length, 1)))
-    # one array for every group: each rank's counts are copied in as soon as they are inflated, so
-    # the memory they take is reused, rank after rank (fresh pages for each rank's counts cost more
-    # than inflating them)
-    counts = np.empty(at_once * length, dtype=np.uint8)
-    for first in range(0, len(ranks), at_once):
-        group = ranks[first:first + at_once]
-        for place, rank in enumerate(group):
-            counts[place * length:(place + 1) * length] = np.frombuffer(
-                decode_shard(epoch_ends[rank]["shard"], length), dtype=np.uint8)
-        block = counts[:len(group) * length]
-        found, read = np.zeros(len(group), dtype=np.int64), np.zeros(len(group), dtype=np.int64)
-        for start in range(0, len(block), _SLICE):  # a slice's reads are bounded, whatever the ranks read
-            places, times = _read(block[start:start + _SLICE])
-            row, index = np.divmod(places + start, length)
-            found += np.bincount(row, minlength=len(group))
-            read += np.bincount(row, weights=times, minlength=len(group)).astype(np.int64)
-            np.add.at(total, index, np.minimum(times, 3))
-        np.minimum(total, 3, out=total)
-        per_rank.update(zip(group, found.tolist(), strict=True))
-        reads += read.tolist()
+    for place, rank in enumerate(sorted(epoch_ends)):
+        counts = np.frombuffer(decode_shard(epoch_ends[rank]["shard"], length), dtype=np.uint8)
+        most = int(counts.max()) if length else 0
+        per_rank[rank] = found = int(np.count_nonzero(counts))
+        reads.append(found if most <= 1 else int(counts.sum(dtype=np.int64)))
+        if most > 3:
+            capped = capped if len(capped) == length else np.empty(length, dtype=np.uint8)
+            counts = np.minimum(counts, 3, out=capped)
+        np.add(total, counts, out=total)
+        if place % _SATURATE_EVERY == _SATURATE_EVERY - 1:
+            np.minimum(total, 3, out=total)
+    np.minimum(total, 3, out=total)
     overlap, missing = _where(total, lambda part: part > 1, sample), _where(total, lambda part: part == 0, sample)
     twice = _where(total, lambda part: part == 2, 0)[0]
     padded = overlap[0] == twice and is_padding(reads, length, twice, missing[0])
@@ -172,21 +163,7 @@ def shard_report(epoch_ends: Mapping[int, Mapping[str, Any]], length: int, sampl
     }
 
 
-def _read(counts: Any) -> tuple[Any, Any]:
-    """The indices a rank read (its nonzero counts), in order, and their counts. A rank of R reads about
-    1/R of the indices: the counts are scanned as 64-bit words (``flatnonzero`` on a uint8 array looks
-    at each byte: 3x slower), and only the words that hold a read are looked into."""
-    import numpy as np
-
-    whole = len(counts) // 8 * 8
-    words = np.flatnonzero(counts[:whole].view(np.uint64))
-    row, byte = np.nonzero(counts[:whole].reshape(-1, 8)[words])
-    places = np.concatenate((words[row] * 8 + byte, whole + np.flatnonzero(counts[whole:])))
-    return places, counts[places]
-
-
-_SLICE = 1 << 20  # indices looked at at once: no array of the dataset's length is made beside the sum
-_BLOCK_BYTES = 16 << 20  # ranks' counts decoded into one array
+_SLICE = 1 << 20  # indices of the sum looked at at once: no array of the dataset's length is made beside it
 _SATURATE_EVERY = 84  # ranks added into the byte sums between two saturations: 3 + 84 × 3 = 255
 
 
