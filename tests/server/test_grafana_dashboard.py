@@ -8,8 +8,8 @@ data-parallel (a gloo all-reduce each step), rank 1's loader the slow one, then 
 exports; every query is valid PromQL and answers with the series the job has, the slowest rank first.
 
 Grafana's JSON schema cannot be fetched here (no network), so this checks what the schema cannot: that
-the queries read the metrics as they are exported. 60-80 s on the 2-core VM at load 15-20, most of it
-four ranks importing torch and the dashboard starting.
+the queries read the metrics as they are exported. 60-80 s on the 2-core VM at load 15-20, 90-140 s
+with two `yes` beside it there: most of it four ranks importing torch and the dashboard starting.
 """
 
 from __future__ import annotations
