@@ -117,8 +117,9 @@ def test_a_leak_in_persistent_workers_is_named_with_its_rate_per_epoch() -> None
 def test_batches_in_flight_are_named_when_they_hold_most_of_the_memory() -> None:
     c = Collector()
     loader = InstrumentedDataLoader(Big(), batch_size=1, num_workers=2, prefetch_factor=2, sink=c)
-    for _ in loader:  # a slow step: the workers fill the window while it waits for the next samples
-        next_sample(c)
+    for step, _ in enumerate(loader):
+        if step == 0:  # a slow step: the workers fill the window (4 batches) while it waits for a sample of it
+            wait_for(lambda: c.state.memory.in_flight >= 4 * 128 * 2**20, what="a sample with the window full")
     said = codes(c)
     assert "in_flight" in said, said
     m = summary(c.state)["memory"]
