@@ -16,11 +16,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from websockets.frames import Frame, Opcode
 
 from loaderscope.events import MAX_FRAME_BYTES
 from loaderscope.server.web.dashboard import checked_trace
 from loaderscope.traces.jsonl import read_trace, write_trace
-from tests.conftest import LiveServer, launch
+from tests.conftest import LiveServer, launch, wait_for
 from tests.server.producers import SECRETS, batches, closed_with, frames, next_frame, produce, wait_events
 
 HOSTILE = [
@@ -67,6 +68,22 @@ def test_a_producer_refused_for_a_frame_too_big_is_told_why_before_the_socket_cl
                                                    f"of {MAX_FRAME_BYTES:,} bytes; send smaller frames")
     assert httpx.get(f"{live.url}/api/health").status_code == 200
     assert "Traceback" not in live.output()
+
+
+def test_the_frames_read_with_the_header_of_a_refused_one_are_kept(server: LiveServer) -> None:
+    """A frame and the head of one over the limit, in one read: websockets parses the first, then refuses the
+    second by its header's length. The first was dropped with it (uvicorn handles no event of a read that
+    ends in a parser error), so the producer, told by the next hello that the dashboard lacks it, took it
+    for the refused frame: the frame it then dropped held a yield, and the run ended a batch short."""
+    with server.connect("/ws/ingest") as producer:
+        run_id = orjson.loads(producer.recv(timeout=5))["run"]
+        kept = Frame(Opcode.BINARY, orjson.dumps(list(batches(2)))).serialize(mask=True)
+        # a binary frame's head: FIN, 64-bit length, then the mask; its payload never needs to come
+        head_of_too_big = bytes([0x82, 0x80 | 127]) + (MAX_FRAME_BYTES + 1).to_bytes(8, "big") + os.urandom(4)
+        producer.socket.sendall(kept + head_of_too_big)  # a few hundred bytes: one segment, one read
+        assert closed_with(producer)[0] == 1009
+    run = wait_for(lambda: (r := server.run(run_id))["status"] == "disconnected" and r, what="the producer gone")
+    assert run["events"] == 12 and run["batches"] == 2
 
 
 def test_unknown_kinds_are_kept_not_refused(server: LiveServer) -> None:
