@@ -25,7 +25,9 @@ from websockets.sync.client import ClientConnection, connect
 
 from loaderscope.events import ENDED
 
-STARTUP_TIMEOUT = 30.0
+# A cap on waiting for a dashboard to print its address and answer /api/health, no pace: a dead one is
+# seen at once (its exit). At load 18-20 on the 2-core box one took more than 30 s just to import FastAPI.
+STARTUP_TIMEOUT = 120.0
 URL_LINE = re.compile(r"loaderscope dashboard: (http://[^/\s]+)/\?token=(\S+)")
 
 
