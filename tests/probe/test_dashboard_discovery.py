@@ -142,8 +142,8 @@ def test_a_stale_state_file_is_replaced(user: dict[str, str]) -> None:
     assert dashboard.accepts(base, token)
 
 
-def test_a_published_dashboard_with_another_token_is_replaced(user: dict[str, str], start_server: Any) -> None:
-    live: LiveServer = start_server()
+def test_a_published_dashboard_with_another_token_is_replaced(user: dict[str, str], server: LiveServer) -> None:
+    live = server  # the session's: these tests only read its address and token
     directory = dashboard.private_dir()
     assert directory is not None
     dashboard.write_state(directory, dashboard.Published(live.url, "not-its-token-of-sufficient-length"))
@@ -151,9 +151,9 @@ def test_a_published_dashboard_with_another_token_is_replaced(user: dict[str, st
     assert base != live.url
 
 
-def test_a_published_dashboard_is_used(user: dict[str, str], start_server: Any,
+def test_a_published_dashboard_is_used(user: dict[str, str], server: LiveServer,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    live: LiveServer = start_server()
+    live = server
     assert dashboard.publish(live.url + "/", live.token)
     assert dashboard.find_dashboard(None) == (live.url, live.token)
     err = capsys.readouterr().err
@@ -166,10 +166,10 @@ def test_a_published_dashboard_is_used(user: dict[str, str], start_server: Any,
     assert not dashboard.publish("http://192.0.2.1:8000", live.token)  # only loopback dashboards
 
 
-def test_a_dashboard_whose_token_is_unknown_is_not_used(user: dict[str, str], start_server: Any,
+def test_a_dashboard_whose_token_is_unknown_is_not_used(user: dict[str, str], server: LiveServer,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    live: LiveServer = start_server()
+    live = server
     monkeypatch.setattr(dashboard, "DEFAULT_URL", live.url)  # "the dashboard on :8000", started by hand
     base, token = dashboard.find_dashboard(None)
     assert base != live.url and dashboard.accepts(base, token)
