@@ -21,6 +21,7 @@ def _events(server: Any, run_id: str) -> list[dict[str, Any]]:
         return http.get(f"/api/runs/{run_id}/events", params={"after": -1, "limit": 10_000}).json()["events"]
 
 
+@pytest.mark.timeout(300)  # torchrun's two ranks may take the subprocess's 180 s on a loaded box
 @pytest.mark.slow
 def test_two_ranks_report_disjoint_complete_shards(server: Any, tmp_path: Path) -> None:
     job = f"job-{uuid.uuid4().hex[:8]}"
