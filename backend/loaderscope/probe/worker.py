@@ -144,12 +144,18 @@ class _IndexQueueTap:
             # torch sends (idx, indices); torchdata's stateful workers (idx, (indices, snapshot))
             index, rest = (payload[0], payload[1:]) if type(payload) is tuple else (payload, None)
             now = monotonic()
-            _pack_task(ring.bytes, CUR_IDX * DOUBLE, idx, now, 0, -1, FETCHING)
-            if type(index) is list:
+            if type(index) is not list:
+                _pack_task(ring.bytes, CUR_IDX * DOUBLE, idx, now, 0, -1, FETCHING)
+                ring.write(CODE_START, idx, now, 1)
+            elif len(index) == 1:  # batch_size=1: its one sample is known now, and torch's task goes on as it is
+                sample = index[0]
+                _pack_task(ring.bytes, CUR_IDX * DOUBLE, idx, now, 0, sample if type(sample) is int else -1, FETCHING)
+                ring.write(CODE_START, idx, now, 1)
+            else:
+                _pack_task(ring.bytes, CUR_IDX * DOUBLE, idx, now, 0, -1, FETCHING)
                 ring.write(CODE_START, idx, now, len(index))
                 progress = _Progress(index)
                 return idx, progress if rest is None else (progress, *rest)
-            ring.write(CODE_START, idx, now, 1)
         return task
 
     def __getattr__(self, name: str) -> Any:
