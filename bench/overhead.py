@@ -63,10 +63,16 @@ def process_cpu(pid: int) -> float:
 
 
 def thread_cpu() -> dict[str, float]:
-    """CPU seconds so far of each of this process's Python threads but the main one, by name."""
+    """CPU seconds so far of this process's Python threads but the main one, summed by name: both
+    sides' transports have a thread named "sender", and with ``--baseline memory-off`` both have a probe
+    thread, so a dict keyed by name alone kept whichever came last (an idle one: 0.00 µs)."""
     main = threading.main_thread()
-    return {thread.name: time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-            for thread in threading.enumerate() if thread is not main and thread.ident is not None}
+    seconds: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread is not main and thread.ident is not None:
+            cpu = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            seconds[thread.name] = seconds.get(thread.name, 0.0) + cpu
+    return seconds
 
 
 class Tensors(Dataset[torch.Tensor]):
