@@ -182,6 +182,7 @@ def run_plan(plan: Plan, sink: Sink, *, control: Control | None = None, run_id: 
     try:
         reason = consume(loader, workload, control)
     finally:
+        loader._probe_shut_down()  # first: until the workers are gone, torch's SIGCHLD handler may raise anywhere
         loader.flush()  # so the summary in run_end sees every event before it
         loader.close(reason, summary(collector.state) if collector else {})
     return collector.state if collector else LoaderState()

@@ -187,3 +187,36 @@ def test_workers_whose_parent_is_killed_while_they_set_up_end(tmp_path: Path) ->
             os.killpg(script.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+class DiesAtClose(Dataset[torch.Tensor]):
+    """Sample 8 (worker 0's second task) waits until the main process has begun closing the loader,
+    then exits with status 3: a worker dying inside the shutdown's join."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 8:
+            wait_for(self.marker.exists, timeout=60, what="the loader's close")
+            os._exit(3)
+        return torch.tensor([index])
+
+
+def test_a_worker_dying_while_the_loader_closes_still_ends_the_run(tmp_path: Path) -> None:
+    # torch's SIGCHLD handler raises RuntimeError inside _shutdown_workers' join for such a worker; close()
+    # used to let it out before run_end, so the run never ended (seen under load in the death tests above)
+    marker = tmp_path / "closing"
+    collector = Collector()
+    loader = InstrumentedDataLoader(DiesAtClose(marker), batch_size=4, num_workers=2, sink=collector)
+    iterator = iter(loader)
+    next(iterator)
+    marker.touch()
+    loader.close()
+    died = _events(collector, "worker_died")
+    assert [(e["worker"], e["exitcode"]) for e in died] == [(0, 3)], died
+    assert collector.events[-1]["kind"] == "run_end", collector.events[-3:]
+    del iterator

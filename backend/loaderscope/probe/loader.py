@@ -273,6 +273,19 @@ class ProbeMixin(DataLoader[T_co]):
         for reader in list(self._probe.readers.values()):
             reader.ask_values()
 
+    def _probe_shut_down(self) -> None:
+        """Stop the workers of every iterator still alive (e.g. one a traceback still holds after an error).
+
+        Until then torch's SIGCHLD handler (torch/utils/data/_utils/signal_handling.py) raises wherever the
+        main thread is, for a worker that died; in the shutdown's join it raises after torch's own finally has
+        stopped the rest. The death is recorded, and vanilla torch meets it in the iterator's ``__del__``,
+        which swallows it: so does this, and the run can end."""
+        for iterator in list(self._probe_iterators):
+            try:
+                iterator._shutdown_workers()
+            except RuntimeError:
+                pass
+
     def close(self, reason: str = "done", stats: dict[str, Any] | None = None,
               error: dict[str, str] | None = None, exitcode: int | None = None) -> None:
         """End the run: shut persistent workers down, emit ``run_end``, flush, stop the probe thread.
@@ -281,8 +294,7 @@ class ProbeMixin(DataLoader[T_co]):
         if getattr(self, "_probe_closed", False) or "_probe" not in vars(self):
             return
         object.__setattr__(self, "_probe_closed", True)
-        for iterator in list(self._probe_iterators):  # e.g. one a traceback still holds after an error
-            iterator._shutdown_workers()
+        self._probe_shut_down()
         try:
             if self._probe_started:
                 self._probe.drain_all()  # the workers' last records belong before run_end
