@@ -109,8 +109,9 @@ def test_a_leak_in_persistent_workers_is_named_with_its_rate_per_epoch() -> None
     for worker in (0, 1):
         text = next(t for t in leaks if t.startswith(f"memory leak: worker {worker}'s"))
         rate = float(text.split(" MB per epoch")[0].rsplit(" ", 1)[-1])
-        # the leak, and what the worker's own allocations add (up to +2.9 MB an epoch seen under load 5)
-        assert 8.4 * 0.9 <= rate <= 8.4 * 1.5, text
+        # the leak, and what the worker's own allocations add (up to +2.9 MB an epoch seen under load 5); less where
+        # malloc gives a sample's 4 MiB pages a freed buffer left resident (RSS grew 6.8 MB an epoch in a CI run)
+        assert 8.4 * 0.75 <= rate <= 8.4 * 1.5, text
         assert "persistent workers keep" in text
 
 
