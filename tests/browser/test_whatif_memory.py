@@ -23,6 +23,7 @@ import pytest
 from torch.utils.data import Dataset
 
 from loaderscope import InstrumentedDataLoader
+from loaderscope.model.memory import MAIN
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from loaderscope.runner import Collector
@@ -94,6 +95,12 @@ class Holding(Dataset[int]):
         return i
 
 
+def both_holding(c: Collector, size: int) -> bool:
+    """Whether the last sample found each of the two workers holding ``size`` bytes of its own."""
+    workers = [p for key, p in c.state.memory.procs.items() if key != MAIN]
+    return len(workers) == 2 and all((p.uss or 0) >= size for p in workers)
+
+
 def available() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
@@ -108,8 +115,12 @@ def test_the_runs_sweep_marks_a_worker_count_that_would_not_fit(tmp_path: Path, 
     if size > 3 * 2**29:
         pytest.skip(f"the host has {available() / 2**30:.0f} GiB free: two workers would hold over 3 GiB")
     c = Collector()
-    for _ in InstrumentedDataLoader(Holding(size), batch_size=1, num_workers=2, sink=c):
+    dataset = Holding(size)
+    for i, _ in enumerate(InstrumentedDataLoader(dataset, batch_size=1, num_workers=2, sink=c)):
         next_sample(c)  # each batch waits for a sample: the workers are sampled holding their memory
+        if i == len(dataset) - 1:  # ... and, before they exit, in one sample both at once (a loaded box writes
+            # a worker's pages slowly and samples a 1 GiB process seconds apart: a CI run's peak missed one)
+            wait_for(lambda: both_holding(c, size), timeout=120, what="a sample of both workers holding their bytes")
     events = list(c.events)
     trace = write_trace(tmp_path / "holding.trace.jsonl", events, events[0]["run"])
     server = start_server(traces=[str(trace)])
