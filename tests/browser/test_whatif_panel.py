@@ -6,6 +6,7 @@ Not slow: a sweep of `uniform` over three worker counts on 96 samples simulates 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,10 @@ def test_what_if_replays_the_open_real_run_s_own_loader(server: Any, page: Page)
     pg.click("#btn-sweep")
     pg.wait_for_selector('[data-testid="sweep-chart"][data-points="3"]', timeout=WAIT_MS)
     assert "replay" in (pg.text_content("#sweep-status") or "")
-    assert "num_workers" in (pg.text_content('[data-testid="sweep-recommendation"]') or "")
+    said = pg.text_content('[data-testid="sweep-recommendation"]') or ""
+    # a recording a load spike cut replays off by more than 10%, and the panel then says so instead of advising
+    off = re.search(r"replay of the recorded setting is off by (\d+\.\d)%.*no recommendation", said)
+    assert "num_workers" in said or (off and float(off[1]) > 10), said
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg.locator("#sweep").scroll_into_view_if_needed()
     pg.locator("#sweep").screenshot(path=str(SHOTS / "sweep-run.png"))

@@ -32,7 +32,8 @@ def _events(collector: Collector, kind: str) -> list[dict[str, Any]]:
 
 def test_stuck_worker_is_found_with_its_stack_within_a_second() -> None:
     collector = Collector()
-    params = {"num_workers": 2, "stuck_after": 1.0, "stuck_seconds": 2.5, "dataset_size": 32, "sample_ms": 2}
+    # stuck for 5 s: a probe thread a loaded box holds back still looks while the fetch is stuck
+    params = {"num_workers": 2, "stuck_after": 1.0, "stuck_seconds": 5.0, "dataset_size": 32, "sample_ms": 2}
     run_real("stuck_worker", params, collector)
     stuck = _events(collector, "worker_stuck")
     assert stuck, "no worker_stuck event"
