@@ -150,3 +150,29 @@ def test_the_panel_starts_on_the_viewed_run_s_own_loader_with_its_advice(server:
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg.locator("#sweep").scroll_into_view_if_needed()
     pg.locator("#sweep").screenshot(path=str(SHOTS / "sweep-advice.png"))
+
+
+def test_a_sweep_pressed_while_the_servers_slot_is_held_waits_for_it(server: Any, page: Page) -> None:
+    """The server replays one sweep at a time (another page's, or a run's advice): a sweep asked for
+    meanwhile gets 429, and the panel asks again until the slot is free, instead of giving up."""
+    run = server.start_run("uniform", num_workers=1, dataset_size=64, sample_ms=4, step_ms=2)
+    server.wait_status(run["id"])
+    pg = page.page
+    page.expected_status.add(429)
+    refused: list[str] = []
+
+    def busy_once(route: Any) -> None:  # the first POST finds the slot held, as a 429 from the server says
+        if route.request.method == "POST" and not refused:
+            refused.append(route.request.url)
+            route.fulfill(status=429, content_type="application/json", body='{"detail": "a sweep is running"}')
+        else:
+            route.continue_()
+
+    pg.route("**/sweeps", busy_once)
+    pg.goto(f"{server.page_url}&run={run['id']}")
+    pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=WAIT_MS)
+    pg.select_option("#sweep-target", "run")
+    pg.fill("#sweep-values", "1,2")
+    pg.click("#btn-sweep")
+    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="2"]', timeout=WAIT_MS)
+    assert refused and pg.locator("#sweep-error").is_hidden()

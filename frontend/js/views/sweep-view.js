@@ -407,6 +407,16 @@ export class SweepPanel {
     );
   }
 
+  /** @param {string} url @param {object} body */
+  postOnce(url, body) {
+    return fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      credentials: 'same-origin',
+    });
+  }
+
   /**
    * POST a sweep, show its progress, hand the answer to `done` or place its errors by field.
    * @param {string} url @param {object} body @param {string} progress
@@ -419,12 +429,16 @@ export class SweepPanel {
     button.disabled = true;
     $('sweep-status').textContent = progress;
     try {
-      const res = await fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-        credentials: 'same-origin',
-      });
+      let res = await this.postOnce(url, body);
+      // another sweep (another page's, or a run's advice) holds the server's one slot: ask again, as askAdvice does
+      for (let tries = ADVICE_TRIES; res.status === 429 && tries > 1; tries -= 1) {
+        $('sweep-status').textContent = 'another sweep is running: this one starts when the server has a slot…';
+        await new Promise((wait) => {
+          setTimeout(wait, ADVICE_RETRY_MS);
+        });
+        $('sweep-status').textContent = progress;
+        res = await this.postOnce(url, body);
+      }
       const text = await res.text();
       let data = null;
       try {
