@@ -28,6 +28,7 @@ from itertools import accumulate
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import ProcessCollector
+from prometheus_client.metrics_core import Metric
 
 from loaderscope.events import RunStatus
 from loaderscope.server.runs.manager import RunManager
@@ -164,12 +165,15 @@ class Snapshot:
     viewers: int
     runs: list[RunReading]
     process: ProcessCollector
+    process_read: list[Metric] | None = None  # the process's figures, read at the first text(): one reading a scrape
 
     def text(self, openmetrics: bool = False) -> bytes:
         writer = _Writer(openmetrics)
         self._dashboard(writer)
         _runs(writer, self.runs)
-        for metric in self.process.collect():
+        if self.process_read is None:
+            self.process_read = list(self.process.collect())
+        for metric in self.process_read:
             writer.family(metric.name, metric.type, metric.documentation,
                           ((s.name, _labels(s.labels.items()), s.value) for s in metric.samples))
         return writer.done()
