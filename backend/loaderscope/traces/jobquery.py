@@ -131,7 +131,7 @@ def _insert_readable(con: duckdb.DuckDBPyConnection, reads: Sequence[Read],
     parts one by one up to the first that cannot be read (its events before it are the run's, as a
     killed writer's parts are): one damaged trace never costs the table the others. Returns the
     traces left out, or cut short, each with DuckDB's reason, told by the file's name."""
-    import duckdb  # the optional `job` extra: reached only once _duckdb() found it
+    duckdb = _duckdb()  # the optional `job` extra, imported in one place
 
     fatal = (duckdb.InterruptException, duckdb.OutOfMemoryException)
     try:
@@ -252,7 +252,7 @@ def table_of(paths: Sequence[str], fs: Any = None, *, within: str | None = None,
 
 
 def _query_error(exc: Exception, label: str, deadline: Deadline) -> JobQueryError:
-    import duckdb  # the optional `job` extra: reached only once _duckdb() found it
+    duckdb = _duckdb()  # the optional `job` extra, imported in one place
 
     if deadline.passed():
         return deadline.error()
