@@ -5,7 +5,8 @@
 
 Serves ``--dir``'s traces with ``serve(logdir=...)`` (``tests.live.launch``: its own process), opens
 rank 0 in headless chromium (Debian's, software rendering: tests/browser/test_live_run.py's flags), waits for
-the job's table (``GET /api/jobs/{job}/table``, every rank, no rank's stream but the open one's), then
+the job's table (``GET /api/jobs/{job}/table``, every rank, no rank's stream but the open one's; the
+same GET alone is timed twice before and once after, so the view's own share is the difference), then
 scrolls it with ``page.mouse.wheel`` for ``--seconds`` while ``requestAnimationFrame`` counts the
 frames the page drew. Printed per repeat: frames per second, the longest frame, the rows in the page
 at the end (only those in view should be), and the median and range over the repeats against 30 fps.
@@ -43,6 +44,13 @@ SCROLL = """async ([seconds]) => {
 }"""
 
 
+def table_seconds(url: str, headers: dict[str, str], job: str) -> float:
+    """The seconds the server takes to answer the job's table by itself (as the page asks for it)."""
+    began = time.perf_counter()
+    httpx.get(f"{url}/api/jobs/{job}/table", headers=headers, timeout=300).raise_for_status()
+    return time.perf_counter() - began
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "loaderscope-job-1024-200")
@@ -65,14 +73,25 @@ def main() -> None:
                 time.sleep(0.2)
             first = min(runs, key=lambda r: int(str(r["rank"])))
             print(f"{files} traces listed; cores: {os.cpu_count()}; load average {os.getloadavg()[0]:.1f}")
+            began = time.perf_counter()
+            httpx.get(f"{server.url}/api/runs", headers=headers, timeout=60).raise_for_status()
+            print(f"the run list (GET /api/runs, as the page asks for it first) in {time.perf_counter() - began:.2f} s")
+            tables = [table_seconds(server.url, headers, str(first["job"])) for _ in range(2)]
+            print(f"the job's table alone (GET /api/jobs/{{job}}/table), twice: "
+                  f"{', '.join(f'{t:.1f}' for t in tables)} s")
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
                 page = browser.new_page(viewport=VIEWPORT)
                 began = time.perf_counter()
                 page.goto(f"{server.page_url}&run={first['id']}")
                 page.get_by_test_id("job-slowest").wait_for(timeout=300_000)
-                print(f"the job's table in the page {time.perf_counter() - began:.1f} s after opening rank 0; "
+                shown = time.perf_counter() - began
+                print(f"the job's table in the page {shown:.1f} s after opening rank 0; "
                       f"named: {page.get_by_test_id('job-slowest').text_content()}")
+                tables.append(table_seconds(server.url, headers, str(first["job"])))
+                more = shown - statistics.median(tables)
+                print(f"the job's table alone again {tables[-1]:.1f} s: the view took {more:.1f} s more than the "
+                      "table alone (its median of 3); target: at most 2 s more")
                 scroller = page.get_by_test_id("job-vtable").locator(".vscroll")
                 box = scroller.bounding_box()
                 assert box is not None
