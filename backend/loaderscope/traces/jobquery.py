@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import resource
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from loaderscope.traces.jobsql import (
     HEALTH_SQL,
     PREPARED,
     RANKS_SQL,
+    RUN_RANKS_SQL,
     SHARDS_SQL,
     STEPS_SQL,
     WORLD_SQL,
@@ -235,20 +237,29 @@ def table_of(paths: Sequence[str], fs: Any = None, *, within: str | None = None,
             if job is not None:
                 con.execute("DELETE FROM runs WHERE job IS DISTINCT FROM $1", [job])
             deadline.check()
-            ranks = [row | {"file": paths[row["file"]]} for row in _rows(con, RANKS_SQL)]
-            steps = _rows(con, STEPS_SQL)
-            shard_rows = _rows(con, SHARDS_SQL)
-            damaged = damage(paths, unreadable, _rows(con, HEALTH_SQL))
-            worlds = {(row["job"], row["loader"]): row["world_size"] for row in _rows(con, WORLD_SQL)}
+            # the shard check (libdeflate's inflate and numpy, both without the GIL) runs beside the
+            # queries left, which DuckDB runs without it: on two cores the two take about the longer's time
+            with ThreadPoolExecutor(1, thread_name_prefix="loaderscope-shards") as pool:
+                shards = pool.submit(_checked, _rows(con, SHARDS_SQL), _rows(con, RUN_RANKS_SQL), budget, deadline)
+                ranks = [row | {"file": paths[row["file"]]} for row in _rows(con, RANKS_SQL)]
+                steps = _rows(con, STEPS_SQL)
+                damaged = damage(paths, unreadable, _rows(con, HEALTH_SQL))
+                worlds = {(row["job"], row["loader"]): row["world_size"] for row in _rows(con, WORLD_SQL)}
+                checks = shards.result()
         except duckdb.Error as exc:
             raise _query_error(exc, label, deadline) from None
         finally:
             deadline.con = None
             con.close()
         count_last(ranks, steps)
-        return JobTable(ranks, steps, list(shard_checks(shard_rows, ranks, budget, deadline)), damaged, worlds)
+        return JobTable(ranks, steps, checks, damaged, worlds)
     finally:
         deadline.done.set()
+
+
+def _checked(rows: list[dict[str, Any]], runs: list[dict[str, Any]], budget: JobBudget,
+             deadline: Deadline) -> list[dict[str, Any]]:
+    return list(shard_checks(rows, runs, budget, deadline))
 
 
 def _query_error(exc: Exception, label: str, deadline: Deadline) -> JobQueryError:

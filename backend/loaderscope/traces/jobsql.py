@@ -171,6 +171,8 @@ WHERE e.kind = 'epoch_end' AND e.shard IS NOT NULL
 ORDER BY r.job, r.loader, e.epoch, r.rank
 """
 
+# Each run's rank and loader: the ranks a shard check expects of each loader (RANKS_SQL's rows, sooner).
+RUN_RANKS_SQL = "SELECT job, loader, rank FROM runs"
 
 # Per trace read: its events, the seq numbers missing before or between them (lines a reader skipped,
 # or events the probe dropped), whether it has a run_start (the run's names and clock) and a run_end
