@@ -4,7 +4,7 @@ it inside a memory cgroup it made with a limit (``headroom``), or in a private m
 
 Run as ``python -m tests.probe.memory_host headroom CGROUP_DIR`` or ``... shm``; prints one JSON line:
 the findings (code: text), the run's memory summary, and what the run read itself, beside a sample at a
-quiet moment, to check the probe's figures against."""
+quiet moment (and one by a sampler whose per-process source is psutil), to check the probe's figures against."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from loaderscope import InstrumentedDataLoader
 from loaderscope.model.diagnosis import HEADROOM_SPAN, findings
 from loaderscope.model.stats import summary
+from loaderscope.probe.memory import MemorySampler
 from loaderscope.runner import Collector
 from tests.conftest import wait_for
 from tests.probe.memory import next_sample, samples
@@ -82,8 +83,10 @@ def headroom(group: Path) -> dict[str, Any]:
         name, _, value = line.partition(" ")
         if name == inactive:
             usage -= int(value)
+    # psutil as the per-process source (where /proc has no smaps_rollup) reads the same cgroup
+    by_psutil = MemorySampler(loader._probe, source="psutil").sample()
     return {"findings": said, "memory": memory, "sample": sample, "usage": usage,
-            "psutil": psutil.virtual_memory()._asdict()}
+            "psutil": psutil.virtual_memory()._asdict(), "by_psutil": by_psutil}
 
 
 def shm() -> dict[str, Any]:

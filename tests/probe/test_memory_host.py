@@ -84,6 +84,10 @@ def test_headroom_in_a_cgroup_is_the_cgroups_and_its_exhaustion_is_foretold() ->
     # the cgroup's figures: the limit this test set, the working set as the kernel counts it at a quiet moment
     assert sample["cgroup_limit"] == LIMIT, sample
     assert abs(sample["cgroup_usage"] - out["usage"]) <= 0.1 * out["usage"], (sample["cgroup_usage"], out["usage"])
+    # whatever reads the processes reads the cgroup: psutil as the source too
+    by_psutil = out["by_psutil"]
+    assert by_psutil["source"] == "psutil" and by_psutil["cgroup_limit"] == LIMIT, by_psutil
+    assert abs(by_psutil["cgroup_usage"] - out["usage"]) <= 0.1 * out["usage"], (by_psutil, out["usage"])
     # the host's figures are psutil's (read just after the sample; other processes on the host move it a little)
     assert abs(sample["available"] - out["psutil"]["available"]) <= 0.1 * out["psutil"]["available"]
     assert sample["total"] == out["psutil"]["total"]

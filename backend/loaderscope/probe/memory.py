@@ -98,7 +98,7 @@ class MemorySampler:
     def __init__(self, recorder: Recorder, source: str | None = None) -> None:
         self.recorder = recorder
         self.source, self.process, self.host = _backend(source)
-        self.cgroup = find_cgroup() if self.source == "smaps_rollup" else None
+        self.cgroup = find_cgroup()  # whatever reads the processes: the limit is the host's, read from /sys
         self.main = os.getpid()
         self.due = 0.0
         self.cost = 0.0  # CPU seconds the last sample took
