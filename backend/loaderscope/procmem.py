@@ -39,6 +39,26 @@ def smaps_rollup(pid: int) -> Figures | None:
             "shared": max(0, rss - private) * 1024, "swap": kb.get(b"Swap", 0) * 1024}
 
 
+def status(pid: int) -> Figures | None:
+    """One process's RSS and swap from ``/proc/PID/status`` (``VmRSS``, ``VmSwap``): the kernel's counters,
+    read without walking anything (24 µs of CPU on this project's box, where smaps_rollup takes 8 ms for a
+    process that imported torch; statm, 17 µs, has no swap). None when it has none to read (gone, or a
+    zombie: its status has no ``VmRSS``)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    kb: dict[bytes, int] = {}
+    for line in text.split(b"\n"):
+        if line.startswith(b"Vm"):
+            name, _, rest = line.partition(b":")
+            kb[name] = int(rest.split()[0])
+    if b"VmRSS" not in kb:
+        return None
+    return {"rss": kb[b"VmRSS"] * 1024, "swap": kb.get(b"VmSwap", 0) * 1024}
+
+
 def meminfo() -> tuple[int, int]:
     """The host's ``MemAvailable`` and ``MemTotal``, in bytes."""
     found: dict[bytes, int] = {}

@@ -13,6 +13,7 @@ import { diagnosis, pyFixed } from '../js/model/diagnosis.js';
 import { invalidReason } from '../js/model/schema.js';
 import { synthesize } from '../dev/synth.js';
 import { ROOT, python, needsPython } from './python.js';
+import { withLightSamples } from './memory-light.js';
 
 function stream(specs) {
   let seq = 0;
@@ -303,6 +304,13 @@ test('agrees with backend/loaderscope/model/state.py on the same events', { skip
           .filter(Boolean)
           .map((l) => JSON.parse(l)),
       ]),
+    ),
+    // the leak's run with a light sample (RSS and swap only, as the probe takes between full ones) after each
+    memory_light: withLightSamples(
+      readFileSync(join(ROOT, 'frontend', 'tests', 'fixtures', 'memory_leak.jsonl'), 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l)),
     ),
   };
   const fields = [

@@ -116,6 +116,16 @@ def hover(pg: Any, row: dict[str, Any], t: float) -> str:
     return str(tip.inner_text())
 
 
+def light_or_full(series: list[Any], i: int, key: int) -> str:
+    """What the hover says of process ``key`` at the series' point ``i``: a full sample's USS, shared and RSS, or a
+    light one's RSS with the USS and shared of the last full point before it."""
+    _, uss, shared, rss = next(p for p in series[i][4] if p[0] == key)
+    if uss is not None:
+        return f"USS {mb(uss)} MB · shared {mb(shared)} MB · RSS {mb(rss)} MB"
+    full = next(p for point in reversed(series[:i]) if point[3] is not None for p in point[4] if p[0] == key)
+    return f"RSS {mb(rss)} MB, sampled at {seconds(series[i][0])}\nUSS {mb(full[1])} MB · shared {mb(full[2])} MB"
+
+
 def seconds(t: float) -> str:
     """A run time as the page's fmtDuration writes it, from 1 ms to a minute."""
     assert 1e-3 <= t < 60, t
@@ -145,14 +155,17 @@ def test_the_timelines_memory_lanes_hover_the_samples_figures_legibly_in_both_th
             who = "main process" if key == -1 else f"worker {key}"
             text = hover(pg, lane, t)
             assert text.startswith(f"{who} at "), text
-            assert f"USS {mb(uss)} MB · shared {mb(shared)} MB · RSS {mb(rss)} MB" in text, (text, series[i])
+            assert light_or_full(series, i, key) in text, (text, series[i])
             assert f"sampled at {seconds(series[i][0])}" in text, text
         text = hover(pg, headroom, t)
         assert f"headroom {mb(series[i][1])} MB\nsampled at {seconds(series[i][0])}" in text, text
-    # the last sample's figures are the summary's
+    # the worker's last sample's figures are the summary's: its RSS, and the USS and shared of its last full one
+    # (a sample may come after the workers exited, of the main process alone)
     last = stats["memory"]["workers"][0]
-    text = hover(pg, lanes[last["worker"]], series[-1][0] + 1e-4)
-    assert f"USS {mb(last['uss'])} MB · shared {mb(last['shared'])} MB · RSS {mb(last['rss'])} MB" in text, text
+    at = max(point[0] for point in series if any(p[0] == last["worker"] for p in point[4]))
+    text = hover(pg, lanes[last["worker"]], at + 1e-4)
+    assert f"RSS {mb(last['rss'])} MB" in text and f"USS {mb(last['uss'])} MB · shared {mb(last['shared'])}" in text
+    assert any(point[3] is None for point in series), "light samples between the full ones"
     pg.mouse.move(0, 0)
     for scheme in ("light", "dark"):
         if pg.evaluate("() => window.loaderscope.theme.effective") != scheme:

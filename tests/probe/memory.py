@@ -38,11 +38,16 @@ def samples(c: Collector) -> list[dict[str, Any]]:
     return [e for e in list(c.events) if e["kind"] == "memory"]
 
 
+def full_samples(c: Collector) -> list[dict[str, Any]]:
+    """The samples with every figure (USS, PSS, shared), not the light ones (RSS and swap) between them."""
+    return [e for e in samples(c) if not e.get("light")]
+
+
 def next_sample(c: Collector) -> dict[str, Any]:
-    """A sample taken wholly after now: the second one to arrive from here."""
-    seen = len(samples(c))
-    wait_for(lambda: len(samples(c)) >= seen + 2, timeout=30)
-    return samples(c)[seen + 1]
+    """A full sample taken wholly after now: the second one to arrive from here."""
+    seen = len(full_samples(c))
+    wait_for(lambda: len(full_samples(c)) >= seen + 2, timeout=30)
+    return full_samples(c)[seen + 1]
 
 
 class Leaky(Dataset[int]):

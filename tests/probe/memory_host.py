@@ -25,7 +25,7 @@ from loaderscope.model.stats import summary
 from loaderscope.probe.memory import MemorySampler
 from loaderscope.runner import Collector
 from tests.conftest import wait_for
-from tests.probe.memory import next_sample, samples
+from tests.probe.memory import full_samples, next_sample
 
 warnings.filterwarnings("ignore", message=".*suggested max number of worker.*")
 GROWTH = 16 * 2**20  # what each sample read keeps, in the worker that read it
@@ -62,8 +62,8 @@ def foretold(c: Collector, loader: InstrumentedDataLoader[Any]) -> tuple[dict[st
     (each batch the loop takes has them fetch one more: the epoch's last four were fetched ahead)."""
     while True:
         for i, _ in enumerate(loader):
-            seen = len(samples(c))
-            wait_for(lambda: len(samples(c)) > seen, timeout=30)  # noqa: B023  # called within the iteration
+            seen = len(full_samples(c))
+            wait_for(lambda: len(full_samples(c)) > seen, timeout=30)  # noqa: B023  # called within the iteration
             stats = summary(c.state)
             if i == 3 and stats["epochs"] and stats["memory"]["trend_span"] > HEADROOM_SPAN + 1:
                 return {f.code: f.text for f in findings(c.state, stats)}, stats["memory"]

@@ -95,6 +95,35 @@ def test_the_same_strings_in_numpy_are_not_copy_on_read() -> None:
             assert w["copied"] < 8 * 2**20, w
 
 
+def between(c: Collector, first: dict[str, Any]) -> list[dict[str, Any]]:
+    """The samples after ``first`` up to the next full one, once that one has come (else none)."""
+    after = [e for e in samples(c) if e["t"] > first["t"]]
+    ended = next((i for i, e in enumerate(after) if not e.get("light")), None)
+    return after[:ended] if ended is not None else []
+
+
+def test_light_samples_come_between_full_ones_four_a_second_with_psutils_rss() -> None:
+    """Between two full samples (smaps_rollup, as often as 2% of a core allows: a few seconds apart here), light
+    ones of every process: RSS and swap from the kernel's counters, no USS, PSS or shared."""
+    for c, it in idle_workers(Leaky()):
+        pids = sorted([os.getpid(), *(w.pid for w in it._workers)])
+        first = next_sample(c)
+        wait_for(lambda: len(between(c, first)) >= 1, timeout=30,  # noqa: B023  # called within the iteration
+                 what="a full sample after light ones")
+        light = between(c, first)
+        assert all(e["light"] is True for e in light)
+        for e in light:
+            assert sorted(p["pid"] for p in e["procs"]) == pids, (e, pids)
+            for p in e["procs"]:
+                assert "uss" not in p and "pss" not in p and "shared" not in p and p["swap"] is not None, p
+        # the workers idle, the RSS holds still: the last light sample's is psutil's reading now
+        theirs = {pid: psutil.Process(pid).memory_info().rss for pid in pids}
+        for p in light[-1]["procs"]:
+            close_to(p["rss"], theirs[p["pid"]], f"{p['pid']} rss")
+        m = summary(c.state)["memory"]
+        assert m["samples"] > m["full_samples"] >= 2, m
+
+
 def test_a_leak_in_persistent_workers_is_named_with_its_rate_per_epoch() -> None:
     c = Collector()
     loader = InstrumentedDataLoader(Leaky(), batch_size=1, num_workers=2, persistent_workers=True, sink=c)
@@ -155,6 +184,11 @@ def test_a_worker_killed_by_sigkill_is_said_with_its_last_memory() -> None:
     assert "died by SIGKILL" in text and "its last memory sample" in text, text
     said_rss = float(text.split(" MB resident")[0].rsplit(" ", 1)[-1]) * 1e6
     close_to(int(said_rss), measured["rss"], "rss said")
+    # the figure said is the latest sample's of either kind (light ones come between full ones)
+    died = next(n for n in c.state.notes if n["kind"] == "worker_died")
+    last = [e for e in samples(c) if any(p.get("worker") == 0 for p in e["procs"])][-1]
+    assert died["memory"]["t"] == last["t"], (died["memory"], last)
+    assert died["memory"]["rss"] == next(p["rss"] for p in last["procs"] if p.get("worker") == 0)
     assert "the host had " in text and "the host had ? MB" not in text, text
 
 
@@ -182,4 +216,9 @@ def test_where_psutil_is_the_source_the_event_says_so_and_its_figures_are_the_ke
         for name in ("uss", "pss", "rss", "shared"):
             close_to(ours[pid][name], kernel[name], f"{pid} {name}")
     assert sample["available"] > 0 and sample["total"] >= sample["available"]
+    # between full samples, light ones: psutil's memory_info, the RSS alone
+    wait_for(lambda: any(e.get("light") for e in samples(c)), timeout=30, what="a light sample")
+    light = next(e for e in samples(c) if e.get("light"))
+    assert light["source"] == "psutil" and sorted(p["pid"] for p in light["procs"]) == sorted(pids), light
+    assert all(set(p) <= {"pid", "worker", "rss"} for p in light["procs"]), light
     del it, loader

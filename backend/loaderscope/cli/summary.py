@@ -137,7 +137,8 @@ def print_memory(memory: Mapping[str, Any] | None, console: Console) -> None:
     if memory is None:
         return
     heading(console, "Memory")
-    line(console, say("cli.memory", samples=say("n.samples", n=memory["samples"]), source=plain(memory["source"])))
+    line(console, say("cli.memory", samples=say("n.samples", n=memory["samples"]), source=plain(memory["source"]),
+                      full=memory["full_samples"]))
     table = Table("  process", "pid", "USS MB", "PSS MB", "RSS MB", "shared MB", "high RSS MB", "grew MB",
                   box=None, pad_edge=False)
     for proc in ([memory["main"]] if memory["main"] else []) + memory["workers"]:

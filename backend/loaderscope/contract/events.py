@@ -431,8 +431,8 @@ Bytes = Annotated[int, Meta(ge=0, le=MAX_NUMBER)]
 
 
 class Memory(Event, tag=Kind.MEMORY.value):
-    """P: the memory of the run's processes and the host's headroom, sampled a few times a second by the probe
-    thread (probe/memory.py; at least 0.25 s apart, further when a sample costs more than 2% of a core)."""
+    """P: the memory of the run's processes and the host's headroom, sampled four times a second by the probe
+    thread (probe/memory.py: 0.25 s apart; a full sample as often as 2% of a core allows, light ones between)."""
 
     source: Annotated[str, doc(
         "where the figures come from: `smaps_rollup` (Linux's /proc/PID/smaps_rollup) or `psutil` (elsewhere: "
@@ -450,6 +450,9 @@ class Memory(Event, tag=Kind.MEMORY.value):
     shm_total: Annotated[Maybe[Bytes], doc("/dev/shm's size, bytes")] = UNSET
     pinned: Annotated[Maybe[Bytes], doc(
         "pinned host memory torch's CUDA host allocator holds, where CUDA is initialized")] = UNSET
+    light: Annotated[Maybe[bool], doc(
+        "a light sample: each process's `rss` and `swap` only, the kernel's counters (/proc/PID/status; psutil: "
+        "`rss`), no `uss`, `pss` or `shared`; absent in a full sample")] = UNSET
     cost: Annotated[Maybe[Number], doc("CPU seconds this sample took the probe thread")] = UNSET
 
 

@@ -104,10 +104,11 @@ class MemoryProcess(Struct, kw_only=True):
     """One process of a ``memory`` sample (probe/memory.py): the main process (no ``worker``) or a worker."""
 
     pid: Annotated[int, doc("its process id")]
-    rss: Annotated[int, doc("resident bytes (smaps_rollup's Rss)")]
+    rss: Annotated[int, doc("resident bytes (smaps_rollup's Rss; a light sample's: /proc/PID/status's VmRSS)")]
     worker: Annotated[int | UnsetType, doc("the worker; absent for the main process")] = UNSET
     uss: Annotated[int | None | UnsetType, doc(
-        "unique bytes: pages no other process maps (Private_Clean + Private_Dirty + Private_Hugetlb)")] = UNSET
+        "unique bytes: pages no other process maps (Private_Clean + Private_Dirty + Private_Hugetlb); absent in a "
+        "light sample, as are `pss` and `shared`")] = UNSET
     pss: Annotated[int | None | UnsetType, doc(
         "proportional bytes: each resident page divided among the processes that map it (null: psutil gives "
         "none here)")] = UNSET

@@ -2,6 +2,10 @@
 high-water marks, where copy-on-read is measured from, its RSS at each epoch's end; for the run the
 host's headroom, /dev/shm, the bytes of batches in flight and a decimated series for the page.
 
+A light sample (``light``: each process's RSS and swap only) counts for what reads RSS: the latest RSS,
+its high-water mark, the epochs' RSS, the host's figures; USS, PSS and shared, copy-on-read, the PSS
+sum and its trend come from the full samples alone (a process keeps its last full figures).
+
 Pure (no I/O). ``state.py`` feeds it each sample with what only the reducer knows (the bytes in
 flight, how many samples each worker has fetched) and each epoch's end; ``frontend/js/model/memory.js``
 mirrors it name by name, and the agreement tests compare the two (docs/DESIGN.md §3, "Memory").
@@ -34,6 +38,7 @@ class Proc:
     high_pss: int = 0
     high_rss: int = 0
     high_t: float = 0.0  # when RSS was highest
+    full_t: float = 0.0  # when its USS, PSS and shared were read (its last full sample)
     # Copy-on-read is measured from this process's first sample: the probe samples a new worker at once
     # (probe/memory.py), before it has touched much of what it shares with the main process.
     base_uss: int | None = None
@@ -51,8 +56,10 @@ class MemoryModel:
     """The run's memory as its samples tell it."""
 
     samples: int = 0
+    full_samples: int = 0  # of them, full: USS, PSS and shared beside RSS
     source: str | None = None
     t: float = 0.0
+    full_t: float = 0.0  # the last full sample's time
     cost: float = 0.0  # CPU seconds the samples took the probe
     procs: dict[int, Proc] = field(default_factory=dict)
     host: dict[str, int | None] = field(default_factory=dict)  # the latest sample's host figures
@@ -69,13 +76,16 @@ class MemoryModel:
     in_flight_high_t: float = 0.0
     in_flight_batches: int = 0  # the batches in flight at the high-water mark
     in_flight_pss: int = 0  # the processes' PSS summed at that moment
-    # [t, headroom, in flight, total PSS, [[key, uss, shared, rss], ...]], every stride-th sample
+    # [t, headroom, in flight, total PSS, [[key, uss, shared, rss], ...]]: every stride-th full sample and
+    # every light_stride-th light one (total PSS, USS and shared null: a light point)
     series: list[list[Any]] = field(default_factory=list)
     stride: int = 1
+    light_stride: int = 1
     ended: int | None = None  # the epochs done at an epoch's end that no sample has followed yet
 
     def apply(self, e: Mapping[str, Any], in_flight: tuple[int, int], fetched: Mapping[int, int]) -> None:
         """One sample, with the bytes and batches in flight and each worker's samples fetched so far."""
+        full = not e.get("light")
         self.samples += 1
         self.source = e.get("source")
         self.t = e["t"]
@@ -83,38 +93,46 @@ class MemoryModel:
         total = 0
         sampled = [item for item in e["procs"] if _readable(item)]
         for item in sampled:
-            proc = self._proc(item)
+            proc = self._proc(item, full)
             total += proc.pss or 0
-            if proc.key != MAIN:
+            if full and proc.key != MAIN:
                 _copy_on_read(proc, fetched.get(proc.key, 0))
             if self.ended is not None:
                 if len(proc.epoch_rss) >= MAX_EPOCHS:
                     del proc.epoch_rss[1]
                 proc.epoch_rss.append([self.ended, proc.rss + (proc.swap or 0)])
         self.ended = None
-        self.total_pss = total
-        if total > self.total_high:
-            self.total_high, self.total_high_t = total, self.t
+        if full:
+            self.full_samples += 1
+            self.full_t = self.t
+            self.total_pss = total
+            if total > self.total_high:
+                self.total_high, self.total_high_t = total, self.t
         self._host(e)
         self.in_flight = in_flight[0]
         if in_flight[0] > self.in_flight_high:
             self.in_flight_high, self.in_flight_high_t = in_flight[0], self.t
-            self.in_flight_batches, self.in_flight_pss = in_flight[1], total
-        self._point(sampled)
+            self.in_flight_batches, self.in_flight_pss = in_flight[1], self.total_pss
+        self._point(sampled, full)
 
-    def _proc(self, item: Mapping[str, Any]) -> Proc:
+    def _proc(self, item: Mapping[str, Any], full: bool) -> Proc:
         key = _key(item)
         proc = self.procs.get(key)
         if proc is None:
             proc = self.procs[key] = Proc(key, item["pid"])
         elif proc.pid != item["pid"]:  # the worker's next process: its own base, its own epochs
             proc.pid, proc.base_uss, proc.base_shared = item["pid"], None, None
+            proc.uss = proc.pss = proc.shared = None  # the last process's, until this one's full sample
             proc.epoch_rss = []
         proc.t, proc.rss = self.t, item["rss"]
-        proc.uss, proc.pss, proc.shared, proc.swap = (_int(item.get("uss")), _int(item.get("pss")),
-                                                      _int(item.get("shared")), _int(item.get("swap")))
-        proc.high_uss = max(proc.high_uss, proc.uss or 0)
-        proc.high_pss = max(proc.high_pss, proc.pss or 0)
+        swap = _int(item.get("swap"))
+        if full or swap is not None:  # psutil's light sample has no swap: the full one's holds
+            proc.swap = swap
+        if full:
+            proc.uss, proc.pss, proc.shared = _int(item.get("uss")), _int(item.get("pss")), _int(item.get("shared"))
+            proc.full_t = self.t
+            proc.high_uss = max(proc.high_uss, proc.uss or 0)
+            proc.high_pss = max(proc.high_pss, proc.pss or 0)
         if proc.rss > proc.high_rss:
             proc.high_rss, proc.high_t = proc.rss, self.t
         return proc
@@ -130,15 +148,31 @@ class MemoryModel:
             free = size - used
             self.shm_free_low = free if self.shm_free_low is None else min(self.shm_free_low, free)
 
-    def _point(self, sampled: list[Mapping[str, Any]]) -> None:
-        """Every stride-th sample joins the series; a full series keeps every other point, stride doubled."""
-        if (self.samples - 1) % self.stride:
+    def _point(self, sampled: list[Mapping[str, Any]], full: bool) -> None:
+        """Every stride-th full sample and every light_stride-th light one join the series; a full series
+        keeps every other point of the kind it holds more of (the USS track keeps its full points), that
+        kind's stride doubled."""
+        count = self.full_samples if full else self.samples - self.full_samples
+        if (count - 1) % (self.stride if full else self.light_stride):
             return
-        self.series.append([self.t, self.headroom, self.in_flight, self.total_pss,
-                            [[p.key, p.uss, p.shared, p.rss] for item in sampled for p in [self.procs[_key(item)]]]])
+        procs = [self.procs[_key(item)] for item in sampled]
+        self.series.append([self.t, self.headroom, self.in_flight, self.total_pss if full else None,
+                            [[p.key, p.uss, p.shared, p.rss] if full else [p.key, None, None, p.rss] for p in procs]])
         if len(self.series) >= MAX_POINTS:
-            del self.series[1::2]
-            self.stride *= 2
+            lights = sum(1 for point in self.series if point[3] is None)
+            halve_full = lights * 2 <= len(self.series)
+            kind = [0, 0]  # the points of each kind seen so far: every second one of the halved kind goes
+            kept = []
+            for point in self.series:
+                of_full = point[3] is not None
+                kind[of_full] += 1
+                if of_full != halve_full or kind[of_full] % 2:
+                    kept.append(point)
+            self.series = kept
+            if halve_full:
+                self.stride *= 2
+            else:
+                self.light_stride *= 2
 
     def epoch_end(self, epochs: int) -> None:
         """``epochs`` have ended: the next sample notes each process's RSS (with swap), what the epoch left."""
@@ -206,22 +240,24 @@ def leak_per_epoch(proc: Proc) -> float | None:
 
 def trend(m: MemoryModel) -> tuple[float | None, float]:
     """The loader's memory (PSS summed) per second over the second half of its sampled time, and the
-    whole span sampled: a rate is extrapolated no further than the time it was seen over."""
-    if not m.series:
+    whole span sampled: a rate is extrapolated no further than the time it was seen over. Full samples
+    only: a light one has no PSS."""
+    full = [p for p in m.series if p[3] is not None]
+    if not full:
         return None, 0.0
-    first_t = m.series[0][0]
-    span = m.t - first_t
-    middle = next((p for p in m.series if p[0] >= first_t + span / 2), None)  # the latest sample may be left out
-    if middle is None or m.t - middle[0] <= 0:
+    first_t = full[0][0]
+    span = m.full_t - first_t
+    middle = next((p for p in full if p[0] >= first_t + span / 2), None)  # the latest sample may be left out
+    if middle is None or m.full_t - middle[0] <= 0:
         return None, span
-    return (m.total_pss - middle[3]) / (m.t - middle[0]), span
+    return (m.total_pss - middle[3]) / (m.full_t - middle[0]), span
 
 
 def proc_summary(proc: Proc) -> dict[str, Any]:
     return {"worker": None if proc.key == MAIN else proc.key, "pid": proc.pid, "t": proc.t, "uss": proc.uss,
             "pss": proc.pss, "rss": proc.rss, "shared": proc.shared, "swap": proc.swap, "high_uss": proc.high_uss,
-            "high_pss": proc.high_pss, "high_rss": proc.high_rss, "high_t": proc.high_t, "grown": proc.grown,
-            "copied": proc.copied,
+            "high_pss": proc.high_pss, "high_rss": proc.high_rss, "high_t": proc.high_t, "full_t": proc.full_t,
+            "grown": proc.grown, "copied": proc.copied,
             "copied_samples": proc.copied_samples,
             "epochs": proc.epoch_rss[-1][0] - proc.epoch_rss[0][0] if proc.epoch_rss else 0,
             "epoch_first": proc.epoch_rss[0][1] if proc.epoch_rss else None,
@@ -236,7 +272,7 @@ def summary(m: MemoryModel) -> dict[str, Any] | None:
     rate, span = trend(m)
     main = m.procs.get(MAIN)
     return {
-        "source": m.source, "samples": m.samples, "t": m.t, "cost": m.cost,
+        "source": m.source, "samples": m.samples, "full_samples": m.full_samples, "t": m.t, "cost": m.cost,
         "main": proc_summary(main) if main is not None else None,
         "workers": [proc_summary(p) for key, p in sorted(m.procs.items()) if key != MAIN],
         **m.host,

@@ -94,8 +94,8 @@ WORDS: dict[str, Entry] = {
                         "the training loop) while the loader's processes held {pss} MB (PSS): up to "
                         "prefetch_factor × num_workers = {window} batches wait fetched; lower prefetch_factor or "
                         "the batch size to hold less",
-    "memory.killed": "its last memory sample, {ago} s before, held {rss} MB resident ({uss} MB its own); the host "
-                     "had {headroom} MB left then",
+    "memory.killed": "its last memory sample, {ago} s before, held {rss} MB resident ({uss} MB its own when last "
+                     "read in full); the host had {headroom} MB left then",
     # the terminal's summary lines
     "cli.rate": "{batches} in {wall} s inside its epochs = {rate} batches/s",
     "cli.time": "where the loop's {wall} s inside this loader's epochs went:",
@@ -106,7 +106,8 @@ WORDS: dict[str, Entry] = {
     "cli.time.step_mean": "{step} ms per step (mean)",
     "cli.time.steady": "after start-up it waited {steady} of the time",
     "cli.time.outside": "between epochs: {outside} s, neither step nor wait{others}",
-    "cli.memory": "{samples} of the loader's processes ({source}); each process at its last sample, in MB "
+    "cli.memory": "{samples} of the loader's processes ({source}), {full} full and the others light (RSS "
+                  "alone); each process at its last sample, USS, PSS and shared at its last full one, in MB "
                   "(10^6 bytes):",
     "cli.memory.headroom": "host headroom {now} MB now, {low} MB at the lowest{cgroup}",
     "cli.memory.cgroup": " (the memory cgroup's limit: {limit} MB)",

@@ -72,8 +72,9 @@ def footprint(events: Sequence[Mapping[str, Any]]) -> Footprint | None:
 
 
 def _available(m: MemoryModel) -> int | None:
-    """The loader's PSS plus the headroom, at the sample where that was least (None: no headroom known)."""
-    room = [p[1] + p[3] for p in m.series if p[1] is not None]
+    """The loader's PSS plus the headroom, at the full sample where that was least (None: no headroom known;
+    a light sample has no PSS)."""
+    room = [p[1] + p[3] for p in m.series if p[1] is not None and p[3] is not None]
     if m.headroom is not None:
         room.append(m.headroom + m.total_pss)
     return min(room) if room else None

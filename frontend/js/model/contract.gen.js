@@ -1104,6 +1104,11 @@ export const KINDS = Object.freeze({
       "max": 9007199254740992,
       "required": false
     },
+    "light": {
+      "type": "bool",
+      "nullable": true,
+      "required": false
+    },
     "cost": {
       "type": "number",
       "nullable": true,

@@ -2,7 +2,8 @@
 // backend/loaderscope/model/memory.py (frontend/tests/reducer.test.js compares the two on the same streams).
 // Per process the latest figures and the high-water marks, its copy-on-read growth, its RSS at each
 // epoch's end; for the run the host's headroom, /dev/shm, the bytes of batches in flight and a
-// decimated series for the page.
+// decimated series for the page. A light sample (RSS and swap only) counts for what reads RSS; USS,
+// PSS, shared, copy-on-read and the PSS sum come from full samples alone.
 
 export const MAIN = -1; // the main process's key among the workers'
 const MAX_POINTS = 512; // the series: halved (every other point kept) when full
@@ -12,7 +13,7 @@ const HOST_FIELDS = ['available', 'total', 'cgroup_limit', 'cgroup_usage', 'shm_
 /**
  * @typedef {{key:number, pid:number, t:number, uss:number|null, pss:number|null, rss:number,
  *   shared:number|null, swap:number|null, high_uss:number, high_pss:number, high_rss:number, high_t:number,
- *   base_uss:number|null, base_shared:number|null, base_samples:number, grown:number, copied:number,
+ *   full_t:number, base_uss:number|null, base_shared:number|null, base_samples:number, grown:number, copied:number,
  *   copied_samples:number, epoch_rss:Array<[number, number]>}} Proc
  */
 
@@ -48,6 +49,7 @@ function newProc(key, pid) {
     high_pss: 0,
     high_rss: 0,
     high_t: 0,
+    full_t: 0,
     base_uss: null,
     base_shared: null,
     base_samples: 0,
@@ -115,9 +117,11 @@ function copyOnRead(proc, fetched) {
 export class MemoryModel {
   constructor() {
     this.samples = 0;
+    this.full_samples = 0;
     /** @type {string|null} */
     this.source = null;
     this.t = 0;
+    this.full_t = 0;
     this.cost = 0;
     /** @type {Map<number, Proc>} */
     this.procs = new Map();
@@ -139,9 +143,11 @@ export class MemoryModel {
     this.in_flight_high_t = 0;
     this.in_flight_batches = 0;
     this.in_flight_pss = 0;
-    /** @type {Array<[number, number|null, number, number, Array<[number, number|null, number|null, number]>]>} */
+    // a light point's PSS sum, USS and shared: null
+    /** @type {Array<[number, number|null, number, number|null, Array<[number, number|null, number|null, number]>]>} */
     this.series = [];
     this.stride = 1;
+    this.light_stride = 1;
     /** @type {number|null} the epochs done at an epoch's end that no sample has followed yet */
     this.ended = null;
   }
@@ -151,6 +157,7 @@ export class MemoryModel {
    * @param {any} e @param {[number, number]} inFlight @param {Map<number, number>} fetched
    */
   apply(e, inFlight, fetched) {
+    const full = !e.light;
     this.samples += 1;
     this.source = e.source ?? null;
     this.t = e.t;
@@ -158,19 +165,23 @@ export class MemoryModel {
     let total = 0;
     const sampled = (Array.isArray(e.procs) ? e.procs : []).filter(readable);
     for (const item of sampled) {
-      const proc = this.proc(item);
+      const proc = this.proc(item, full);
       total += proc.pss || 0;
-      if (proc.key !== MAIN) copyOnRead(proc, fetched.get(proc.key) ?? 0);
+      if (full && proc.key !== MAIN) copyOnRead(proc, fetched.get(proc.key) ?? 0);
       if (this.ended !== null) {
         if (proc.epoch_rss.length >= MAX_EPOCHS) proc.epoch_rss.splice(1, 1);
         proc.epoch_rss.push([this.ended, proc.rss + (proc.swap || 0)]);
       }
     }
     this.ended = null;
-    this.total_pss = total;
-    if (total > this.total_high) {
-      this.total_high = total;
-      this.total_high_t = this.t;
+    if (full) {
+      this.full_samples += 1;
+      this.full_t = this.t;
+      this.total_pss = total;
+      if (total > this.total_high) {
+        this.total_high = total;
+        this.total_high_t = this.t;
+      }
     }
     this.hostFigures(e);
     this.in_flight = inFlight[0];
@@ -178,13 +189,13 @@ export class MemoryModel {
       this.in_flight_high = inFlight[0];
       this.in_flight_high_t = this.t;
       this.in_flight_batches = inFlight[1];
-      this.in_flight_pss = total;
+      this.in_flight_pss = this.total_pss;
     }
-    this.point(sampled);
+    this.point(sampled, full);
   }
 
-  /** @param {any} item @returns {Proc} */
-  proc(item) {
+  /** @param {any} item @param {boolean} full @returns {Proc} */
+  proc(item, full) {
     const key = keyOf(item);
     let proc = this.procs.get(key);
     if (proc === undefined) {
@@ -194,16 +205,21 @@ export class MemoryModel {
       // the worker's next process: its own base, its own epochs
       proc.pid = item.pid;
       proc.base_uss = proc.base_shared = null;
+      proc.uss = proc.pss = proc.shared = null; // the last process's, until this one's full sample
       proc.epoch_rss = [];
     }
     proc.t = this.t;
     proc.rss = item.rss;
-    proc.uss = int(item.uss);
-    proc.pss = int(item.pss);
-    proc.shared = int(item.shared);
-    proc.swap = int(item.swap);
-    proc.high_uss = Math.max(proc.high_uss, proc.uss || 0);
-    proc.high_pss = Math.max(proc.high_pss, proc.pss || 0);
+    const swap = int(item.swap);
+    if (full || swap !== null) proc.swap = swap; // psutil's light sample has no swap: the full one's holds
+    if (full) {
+      proc.uss = int(item.uss);
+      proc.pss = int(item.pss);
+      proc.shared = int(item.shared);
+      proc.full_t = this.t;
+      proc.high_uss = Math.max(proc.high_uss, proc.uss || 0);
+      proc.high_pss = Math.max(proc.high_pss, proc.pss || 0);
+    }
     if (proc.rss > proc.high_rss) {
       proc.high_rss = proc.rss;
       proc.high_t = this.t;
@@ -229,24 +245,36 @@ export class MemoryModel {
   }
 
   /**
-   * Every stride-th sample joins the series; a full series keeps every other point, stride doubled.
-   * @param {any[]} sampled
+   * Every stride-th full sample and every light_stride-th light one join the series; a full series keeps
+   * every other point of the kind it holds more of, that kind's stride doubled.
+   * @param {any[]} sampled @param {boolean} full
    */
-  point(sampled) {
-    if ((this.samples - 1) % this.stride) return;
+  point(sampled, full) {
+    const count = full ? this.full_samples : this.samples - this.full_samples;
+    if ((count - 1) % (full ? this.stride : this.light_stride)) return;
     this.series.push([
       this.t,
       this.headroom,
       this.in_flight,
-      this.total_pss,
+      full ? this.total_pss : null,
       sampled.map((item) => {
         const p = /** @type {Proc} */ (this.procs.get(keyOf(item)));
-        return /** @type {[number, number|null, number|null, number]} */ ([p.key, p.uss, p.shared, p.rss]);
+        return /** @type {[number, number|null, number|null, number]} */ (
+          full ? [p.key, p.uss, p.shared, p.rss] : [p.key, null, null, p.rss]
+        );
       }),
     ]);
     if (this.series.length >= MAX_POINTS) {
-      this.series = this.series.filter((_, i) => i % 2 === 0);
-      this.stride *= 2;
+      const lights = this.series.filter((point) => point[3] === null).length;
+      const halveFull = lights * 2 <= this.series.length;
+      const kind = [0, 0]; // the points of each kind seen so far: every second one of the halved kind goes
+      this.series = this.series.filter((point) => {
+        const ofFull = point[3] !== null;
+        kind[+ofFull] += 1;
+        return ofFull !== halveFull || kind[+ofFull] % 2 === 1;
+      });
+      if (halveFull) this.stride *= 2;
+      else this.light_stride *= 2;
     }
   }
 
@@ -294,12 +322,14 @@ export function leakPerEpoch(proc) {
  * @param {MemoryModel} m
  */
 export function trend(m) {
-  if (!m.series.length) return /** @type {[number|null, number]} */ ([null, 0]);
-  const firstT = m.series[0][0];
-  const span = m.t - firstT;
-  const middle = m.series.find((p) => p[0] >= firstT + span / 2);
-  if (middle === undefined || m.t - middle[0] <= 0) return /** @type {[number|null, number]} */ ([null, span]);
-  return /** @type {[number|null, number]} */ ([(m.total_pss - middle[3]) / (m.t - middle[0]), span]);
+  const full = m.series.filter((p) => p[3] !== null); // a light point has no PSS
+  if (!full.length) return /** @type {[number|null, number]} */ ([null, 0]);
+  const firstT = full[0][0];
+  const span = m.full_t - firstT;
+  const middle = full.find((p) => p[0] >= firstT + span / 2);
+  if (middle === undefined || m.full_t - middle[0] <= 0) return /** @type {[number|null, number]} */ ([null, span]);
+  const pss = /** @type {number} */ (middle[3]);
+  return /** @type {[number|null, number]} */ ([(m.total_pss - pss) / (m.full_t - middle[0]), span]);
 }
 
 /** @param {Proc} proc */
@@ -318,6 +348,7 @@ function procSummary(proc) {
     high_pss: proc.high_pss,
     high_rss: proc.high_rss,
     high_t: proc.high_t,
+    full_t: proc.full_t,
     grown: proc.grown,
     copied: proc.copied,
     copied_samples: proc.copied_samples,
@@ -339,6 +370,7 @@ export function memorySummary(m) {
   return {
     source: m.source,
     samples: m.samples,
+    full_samples: m.full_samples,
     t: m.t,
     cost: m.cost,
     main: main !== undefined ? procSummary(main) : null,
@@ -407,4 +439,18 @@ export function headroomScale(series) {
   let top = 0;
   for (const point of series) top = Math.max(top, point[1] ?? 0);
   return top;
+}
+
+/**
+ * Process `key`'s figures in the last full point at or before `i` (null: none): what the USS track holds
+ * through light points, which have RSS alone.
+ * @param {MemoryModel['series']} series @param {number} i @param {number} key
+ */
+export function fullProcAt(series, i, key) {
+  for (let j = i; j >= 0; j--) {
+    if (series[j][3] === null) continue;
+    const p = procAt(series, j, key);
+    if (p !== null && p.uss !== null) return p;
+  }
+  return null;
 }

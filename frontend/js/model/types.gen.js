@@ -79,9 +79,9 @@
  * One process of a `memory` sample (probe/memory.py): the main process (no `worker`) or a worker.
  * @typedef {object} MemoryProcess
  * @property {number} pid its process id
- * @property {number} rss resident bytes (smaps_rollup's Rss)
+ * @property {number} rss resident bytes (smaps_rollup's Rss; a light sample's: /proc/PID/status's VmRSS)
  * @property {number} [worker] the worker; absent for the main process
- * @property {number|null} [uss] unique bytes: pages no other process maps (Private_Clean + Private_Dirty + Private_Hugetlb)
+ * @property {number|null} [uss] unique bytes: pages no other process maps (Private_Clean + Private_Dirty + Private_Hugetlb); absent in a light sample, as are `pss` and `shared`
  * @property {number|null} [pss] proportional bytes: each resident page divided among the processes that map it (null: psutil gives none here)
  * @property {number|null} [shared] resident bytes another process maps too (RSS less USS): a forked worker starts with its parent's pages shared, and copy-on-read makes them private
  * @property {number|null} [swap] bytes swapped out
@@ -390,9 +390,9 @@
  */
 
 /**
- * `memory`: P: the memory of the run's processes and the host's headroom, sampled a few times a second
- * by the probe thread (probe/memory.py; at least 0.25 s apart, further when a sample costs more than
- * 2% of a core).
+ * `memory`: P: the memory of the run's processes and the host's headroom, sampled four times a second
+ * by the probe thread (probe/memory.py: 0.25 s apart; a full sample as often as 2% of a core allows,
+ * light ones between).
  * @typedef {object} MemoryFields
  * @property {string} source where the figures come from: `smaps_rollup` (Linux's /proc/PID/smaps_rollup) or `psutil` (elsewhere: what psutil gives, PSS and swap only on Linux)
  * @property {MemoryProcess[]} procs the main process (no `worker`), then each worker of the current iterator with memory to read
@@ -403,6 +403,7 @@
  * @property {number|null} [shm_used] bytes used in /dev/shm, where torch's workers put tensors
  * @property {number|null} [shm_total] /dev/shm's size, bytes
  * @property {number|null} [pinned] pinned host memory torch's CUDA host allocator holds, where CUDA is initialized
+ * @property {boolean|null} [light] a light sample: each process's `rss` and `swap` only, the kernel's counters (/proc/PID/status; psutil: `rss`), no `uss`, `pss` or `shared`; absent in a full sample
  * @property {number|null} [cost] CPU seconds this sample took the probe thread
  */
 

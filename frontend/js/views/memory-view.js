@@ -27,7 +27,10 @@ export function memoryFigures(model) {
     mb(p.high_rss),
   ]);
   const pids = procs.map((p) => p.pid);
-  const lines = [`${m.samples} sample${m.samples === 1 ? '' : 's'} (${m.source ?? '?'}); MB = 10^6 bytes`];
+  const lines = [
+    `${m.samples} sample${m.samples === 1 ? '' : 's'} (${m.source ?? '?'}), ${m.full_samples} full; USS and ` +
+      "shared at each process's last full one, the others RSS alone; MB = 10^6 bytes",
+  ];
   if (m.headroom !== null) {
     const limit = m.cgroup_limit !== null ? ` (cgroup limit ${mb(m.cgroup_limit)} MB)` : '';
     lines.push(`host headroom ${mb(m.headroom)} MB now, ${mb(m.headroom_low)} MB at the lowest${limit}`);

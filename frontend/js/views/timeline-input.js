@@ -5,7 +5,7 @@
 import { AXIS, GUTTER, MIN_DRAG_PX } from './timeline-paint.js';
 import { zoomWindow, panWindow, fmtDuration } from '../model/time-window.js';
 import { fmtIndices } from './pipeline-view.js';
-import { MAIN, pointAt, procAt } from '../model/memory.js';
+import { MAIN, fullProcAt, pointAt, procAt } from '../model/memory.js';
 import { mb } from './memory-view.js';
 
 /** @typedef {import('./timeline-view.js').TimelineView} TimelineView */
@@ -213,9 +213,15 @@ function memoryTip(row, t, rank) {
       : `${at}\nheadroom ${mb(room)} MB\nsampled at ${fmtDuration(series[i][0])}`;
   }
   const p = procAt(series, i, row.key);
-  return p === null
-    ? `${at}: no sample`
-    : `${at}\nUSS ${mb(p.uss)} MB · shared ${mb(p.shared)} MB · RSS ${mb(p.rss)} MB\nsampled at ${fmtDuration(p.t)}`;
+  if (p === null) return `${at}: no sample`;
+  const full = p.uss === null ? fullProcAt(series, i, row.key) : null;
+  const when = `sampled at ${fmtDuration(p.t)}`;
+  if (full === null) return `${at}\nUSS ${mb(p.uss)} MB · shared ${mb(p.shared)} MB · RSS ${mb(p.rss)} MB\n${when}`;
+  // a light sample: RSS alone; USS and shared from the last full one
+  return (
+    `${at}\nRSS ${mb(p.rss)} MB, ${when}\n` +
+    `USS ${mb(full.uss)} MB · shared ${mb(full.shared)} MB at the last full sample, ${fmtDuration(full.t)}`
+  );
 }
 
 /** The span under t (within slack), or -1. @param {SpanColumn} col @param {number} t @param {number} slack */

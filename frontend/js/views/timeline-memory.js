@@ -69,7 +69,8 @@ export function drawMemoryScale(view, { ctx, g }, row) {
 /**
  * A process's memory (USS filled, shared stacked above it in a lighter tone, on the scale common to
  * the process lanes) or the host's headroom (on its own scale): each sample held until the next,
- * the last one to the end of the run.
+ * the last one to the end of the run. A light sample (RSS alone) draws its RSS as a line over the
+ * last full sample's USS and shared, which hold until the next full one.
  * @param {TimelineView} view @param {DrawFrame} frame @param {Row & {kind: 'memory' | 'headroom'}} row
  */
 export function drawMemoryRow(view, frame, row) {
@@ -82,7 +83,11 @@ export function drawMemoryRow(view, frame, row) {
   const end = Math.max(tr.store.tmax, row.memory.t);
   const h = row.h - 2,
     floor = row.y + row.h - 1;
+  /** @type {ReturnType<typeof procAt>} */
+  let full = null; // this lane's last full figures
   for (let i = 0; i < series.length && top > 0; i++) {
+    const p = row.kind === 'memory' ? procAt(series, i, row.key) : null;
+    if (p !== null && p.uss !== null) full = p;
     const x0 = view.X(series[i][0] + off),
       x1 = view.X((series[i + 1]?.[0] ?? end) + off);
     if (x1 < GUTTER || x0 > g.width) continue;
@@ -94,20 +99,18 @@ export function drawMemoryRow(view, frame, row) {
       ctx.fillRect(x0, floor - (h * room) / top, w, (h * room) / top);
       continue;
     }
-    const p = procAt(series, i, row.key);
     if (p === null) continue;
-    const uss = p.uss,
-      rss = p.rss;
-    if (uss === null) {
-      // psutil without USS: the RSS alone, as a line at its level
-      ctx.fillStyle = PALETTE.dim;
-      ctx.fillRect(x0, floor - (h * rss) / top, w, 1);
-      continue;
+    if (full !== null && full.uss !== null) {
+      ctx.fillStyle = PALETTE.memShared;
+      ctx.fillRect(x0, floor - (h * full.rss) / top, w, (h * (full.rss - full.uss)) / top);
+      ctx.fillStyle = PALETTE.memUss;
+      ctx.fillRect(x0, floor - (h * full.uss) / top, w, (h * full.uss) / top);
     }
-    ctx.fillStyle = PALETTE.memShared;
-    ctx.fillRect(x0, floor - (h * rss) / top, w, (h * (rss - uss)) / top);
-    ctx.fillStyle = PALETTE.memUss;
-    ctx.fillRect(x0, floor - (h * uss) / top, w, (h * uss) / top);
+    if (p.uss === null) {
+      // a light sample, or psutil without USS: the RSS, as a line at its level
+      ctx.fillStyle = PALETTE.dim;
+      ctx.fillRect(x0, floor - (h * p.rss) / top, w, 1);
+    }
   }
   ctx.restore();
 }

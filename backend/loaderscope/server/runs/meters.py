@@ -133,7 +133,8 @@ class Meters:
 def _memory(model: MemoryModel) -> tuple[float | None, ...]:
     """The run's memory as four numbers, whatever its workers (absent until its first sample): the
     workers' USS and of it the pages copied from the main process (copy-on-read), each at its last
-    sample, the loader's processes' PSS together, and the host's headroom."""
+    full sample, the loader's processes' PSS together (at the last full sample), and the host's headroom
+    (at the last sample, light or full)."""
     if not model.samples:
         return (None,) * 4
     workers = [proc for key, proc in model.procs.items() if key != MAIN]

@@ -222,7 +222,7 @@ SCALARS: tuple[tuple[str, str, str], ...] = (
     ("loaderscope_reorder_buffer_high_tasks", "gauge", "The reorder buffer's high-water mark"),
     # memory (meters._memory): absent until the probe's first memory sample
     ("loaderscope_workers_uss_bytes", "gauge", "The workers' unique memory (USS, smaps_rollup) together, each at "
-     "its last sample"),
+     "its last full sample"),
     ("loaderscope_workers_copied_bytes", "gauge", "Of the workers' USS growth, the pages they had shared with the "
      "main process and now hold privately: copy-on-read (pytorch/pytorch#13246)"),
     ("loaderscope_processes_pss_bytes", "gauge", "The loader's processes' proportional memory (PSS) together: what "
