@@ -4,6 +4,8 @@ Parquet; the command run as a user runs it (a subprocess, piped, or on a termina
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import pty
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from loaderscope.model.diagnosis import findings
+from loaderscope.model.diagnosis import MEMORY_CODES, findings
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
 from loaderscope.report import first_epoch_orders
@@ -316,3 +318,33 @@ def test_show_prints_each_process_memory_as_the_summary_has_it(jsonl_logdir: Pat
                                    f"{proc['rss'] / 1e6:.1f}", f"{proc['shared'] / 1e6:.1f}",
                                    f"{proc['high_rss'] / 1e6:.1f}"], (row, proc)
         assert f"host headroom {memory['headroom'] / 1e6:.1f} MB now" in section, section
+
+
+@pytest.mark.slow
+def test_compare_json_and_csv_give_each_runs_memory_as_show_json_does(jsonl_logdir: Path) -> None:
+    """`compare --format json|csv` holds both runs' memory figures and verdicts: the very figures and
+    memory findings `show --json` gives of each run (one summary, not a second computation)."""
+    found = traces(jsonl_logdir)
+    document = json.loads(show("runs", "--json", cwd=jsonl_logdir.parent).stdout)
+    shown = {run["identity"]["name"]: run for run in document["runs"]}
+    args = [str(found["train_loader"]), str(found["val_loader"])]
+    compared = subprocess.run([PYTHON, "-m", "loaderscope.cli", "compare", *args, "--format", "json"], cwd=jsonl_logdir,
+                              capture_output=True, text=True, timeout=120, env=environment())
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    memory = json.loads(compared.stdout)["memory"]
+    for side, name in (("a", "train_loader"), ("b", "val_loader")):
+        run = shown[name]
+        want = run["summary"]["memory"]
+        assert want is not None and want["source"] == "smaps_rollup" and len(want["workers"]) == 2, want
+        assert {k: v for k, v in memory[side].items() if k != "verdicts"} == want
+        assert memory[side]["verdicts"] == [f for f in run["findings"] if f["code"] in MEMORY_CODES]
+    table = subprocess.run([PYTHON, "-m", "loaderscope.cli", "compare", *args, "--format", "csv"], cwd=jsonl_logdir,
+                           capture_output=True, text=True, timeout=120, env=environment())
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(table.stdout)) if r["section"] == "memory"}
+    for side, name in (("a", "train_loader"), ("b", "val_loader")):
+        want = shown[name]["summary"]["memory"]
+        for proc in [want["main"], *want["workers"]]:
+            who = "main" if proc["worker"] is None else f"worker {proc['worker']}"
+            for key in ("uss", "pss", "rss", "shared", "high_uss", "high_pss", "high_rss"):
+                assert rows[f"{who} {key}"][side] == str(proc[key]), (who, key)
+        assert rows["headroom_low"][side] == str(want["headroom_low"])

@@ -23,9 +23,8 @@ from rich.table import Table
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.cli.summary import mb
-from loaderscope.model.compare import compare
+from loaderscope.model.compare import compare, run_memory
 from loaderscope.model.state import reduce
-from loaderscope.model.stats import summary
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/producers.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
@@ -55,15 +54,16 @@ def cmd_compare(args: argparse.Namespace, console: Console | None = None) -> int
     except CompareError as exc:
         raise UsageError(str(exc)) from None
     result = compare(events[0], events[1], labels=(args.a, args.b))
+    memory = [run_memory(reduce(e)) for e in events]
     out = console or stdout_console()
     fmt = getattr(args, "format", "table")
     if fmt == "json":
-        out.out(to_json(result), highlight=False)
+        out.out(to_json({**result, "memory": {"a": memory[0], "b": memory[1]}}), highlight=False)
     elif fmt == "csv":
-        out.out(to_csv(comparison_rows(result)), end="", highlight=False)
+        out.out(to_csv(comparison_rows(result) + memory_rows(memory)), end="", highlight=False)
     else:
         print_comparison(result, out)
-        print_memory_pair([memory_of(e) for e in events], out)
+        print_memory_pair(memory, out)
     return 0
 
 
@@ -74,6 +74,31 @@ def comparison_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     metrics = [{"section": "metric", "name": row["key"], "a": row["a"], "b": row["b"], "delta": row["delta"],
                 "ratio": row["ratio"]} for row in result["metrics"]]
     return settings + metrics
+
+
+PROC_FIGURES = ("uss", "pss", "rss", "shared", "high_uss", "high_pss", "high_rss")  # bytes, of each process
+RUN_FIGURES = ("headroom", "headroom_low", "total_high", "in_flight_high", "shm_high")  # bytes, of the run
+
+
+def _change(a: Any, b: Any) -> dict[str, Any]:
+    both = a is not None and b is not None
+    return {"a": a, "b": b, "delta": b - a if both else None, "ratio": b / a if both and a else None}
+
+
+def memory_rows(pair: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """``--format csv``'s memory: a row per figure of each process and of the run (section ``memory``,
+    bytes; empty for a run without it), then a row per memory verdict (``memory_verdict``, its code)."""
+    procs = [_procs(m) for m in pair]
+    rows = [{"section": "memory", "name": f"{name} {key}", **_change(*(p[name][key] if name in p else None
+                                                                        for p in procs))}
+            for name in _names(procs) for key in PROC_FIGURES]
+    rows += [{"section": "memory", "name": key, **_change(*(None if m is None else m[key] for m in pair))}
+             for key in RUN_FIGURES if any(m is not None for m in pair)]
+    for side, memory in zip("ab", pair, strict=True):
+        for verdict in memory["verdicts"] if memory else []:
+            rows.append({"section": "memory_verdict", "name": verdict["code"], "a": None, "b": None, "delta": None,
+                         "ratio": None} | {side: verdict["text"]})
+    return rows
 
 
 # --- finding the runs -------------------------------------------------------------------------------
@@ -242,12 +267,6 @@ def print_diagnosis(diff: dict[str, Any], console: Console) -> None:
         console.print("  no findings in either run")
 
 
-def memory_of(events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """A run's memory figures (``stats.summary``'s, as ``loaderscope show`` prints them), None without samples."""
-    memory: dict[str, Any] | None = summary(reduce(events))["memory"]
-    return memory
-
-
 def _procs(memory: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     if memory is None:
         return {}
@@ -255,20 +274,25 @@ def _procs(memory: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {"main" if p["worker"] is None else f"worker {p['worker']}": p for p in procs}
 
 
+def _names(procs: list[dict[str, dict[str, Any]]]) -> list[str]:
+    """The processes of either run: ``main`` first, then the workers by id."""
+    return sorted({*procs[0], *procs[1]}, key=lambda n: (n != "main", int(n.split()[-1]) if n != "main" else 0))
+
+
 def _figures(proc: dict[str, Any] | None) -> str:
     return "-" if proc is None else f"{mb(proc['uss'])} / {mb(proc['pss'])} / {mb(proc['rss'])}"
 
 
 def print_memory_pair(pair: list[dict[str, Any] | None], console: Console) -> None:
-    """Both runs' memory beside each other: each process at its last sample (USS / PSS / RSS), the processes'
-    PSS summed at its high, the host's headroom at the end and at its lowest. Nothing when neither sampled."""
+    """Both runs' memory (``run_memory``'s) beside each other: each process at its last sample (USS / PSS /
+    RSS), the processes' PSS summed at its high, the host's headroom at the end and at its lowest. Nothing when
+    neither sampled."""
     if all(m is None for m in pair):
         return
     console.print("\n[bold]Memory[/], MB (each process at its last sample)")
     table = Table("", "A", "B", box=None, pad_edge=False)
     procs = [_procs(m) for m in pair]
-    names = sorted({*procs[0], *procs[1]}, key=lambda n: (n != "main", int(n.split()[-1]) if n != "main" else 0))
-    for name in names:
+    for name in _names(procs):
         table.add_row(f"{name} USS / PSS / RSS", *(_figures(p.get(name)) for p in procs))
     for label, key in (("PSS summed, at its high", "total_high"), ("headroom at the end", "headroom"),
                        ("headroom at its lowest", "headroom_low"), ("batches in flight, at most", "in_flight_high")):

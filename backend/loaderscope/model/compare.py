@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderscope.events import Kind
-from loaderscope.model.diagnosis import diagnosis
+from loaderscope.model.diagnosis import diagnosis, memory_findings
 from loaderscope.model.state import LoaderState, reduce
 from loaderscope.model.stats import summary
 
@@ -71,6 +71,16 @@ def compare(a: Iterable[Mapping[str, Any]] | LoaderState, b: Iterable[Mapping[st
         "histograms": histograms(sa.state, sb.state),
         "diagnosis": diagnosis_diff(diagnosis(sa.state), diagnosis(sb.state)),
     }
+
+
+def run_memory(state: LoaderState) -> dict[str, Any] | None:
+    """A run's memory beside the comparison: ``summary()``'s ``memory`` (what ``loaderscope show --json``
+    gives), plus its memory verdicts as ``{code, text}``; None for a run without memory samples."""
+    stats = summary(state)
+    memory: dict[str, Any] | None = stats["memory"]
+    if memory is None:
+        return None
+    return {**memory, "verdicts": [{"code": f.code, "text": f.text} for f in memory_findings(state, stats)]}
 
 
 def describe(run: Side, stats: Mapping[str, Any]) -> dict[str, Any]:

@@ -311,6 +311,21 @@ def findings(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[Fin
     return found
 
 
+# The findings about memory: _memory_findings' codes and a full /dev/shm; a worker dead of one of
+# MEMORY_SIGNALS (the OOM killer's SIGKILL, with its last figures as evidence; a full /dev/shm's SIGBUS).
+MEMORY_CODES = frozenset({"copy_on_read", "memory_leak", "headroom", "shm_low", "in_flight", "shm_full"})
+MEMORY_SIGNALS = frozenset({"SIGKILL", "SIGBUS"})
+
+
+def memory_findings(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[Finding]:
+    """The memory verdicts, in ``findings()``' order and words: ``loaderscope compare``'s (the page's
+    ``memory-compare.js`` ``memoryVerdicts`` mirrors it)."""
+    killed = {said[1] for note in s.notes
+              if note.get("kind") == Kind.WORKER_DIED and note.get("signal") in MEMORY_SIGNALS
+              and (said := _safely(_note_finding, note))}
+    return [f for f in findings(s, stats) if f.code in MEMORY_CODES or (f.code == "worker_died" and f.text in killed)]
+
+
 def diagnosis(s: LoaderState, stats: Mapping[str, Any] | None = None) -> list[str]:
     """Findings in plain words, most important first (``stats``: ``summary(s)``, if the caller has it)."""
     return [finding.text for finding in findings(s, stats)]
