@@ -9,9 +9,6 @@ sideways, no number breaks and axe-core finds nothing. The screenshots go to the
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ import pytest
 from loaderscope.model.diagnosis import findings
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
+from tests.browser.memory_runs import QUIET, mb, record
 from tests.browser.pages import FRAMES, WAIT_MS, Page, shoot
 from tests.browser.test_views_themes_and_axe import axe
 from tests.conftest import wait_for
@@ -52,26 +50,8 @@ for epoch in range(2):  # the second epoch's samples see what the first one copi
         pass
 '''
 
-QUIET = r'''
-import sys
-from torch.utils.data import DataLoader
-from loaderscope import watch
-
-train = watch(DataLoader(list(range(512)), batch_size=16, num_workers=2), logdir=sys.argv[1], name="quiet")
-for batch in train:
-    pass
-'''
-
 # diagnosis.py's memory findings, as memory-compare.js picks them
 CODES = {"copy_on_read", "memory_leak", "headroom", "shm_low", "in_flight", "shm_full"}
-
-
-def record(root: Path, logdir: Path, source: str, *args: str, **env: str) -> None:
-    script = root / f"script-{len(list(root.glob('script-*')))}.py"
-    script.write_text(source)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(script), str(logdir), *args], env=base | env, check=True, timeout=240,
-                   capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -80,17 +60,13 @@ def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = root / "runs"
     record(root, runs, SCRIPT, "strings")
     record(root, runs, SCRIPT, "array")
-    record(root, runs, QUIET, LOADERSCOPE_MEMORY="0")
+    record(root, runs, QUIET, "quiet", LOADERSCOPE_MEMORY="0")
     return runs
 
 
 # a cap on one request, not a pace: a dashboard reading three fresh traces on a loaded 2-core box once took
 # longer than the client's 30 s default to answer
 READ_TIMEOUT = 120
-
-
-def mb(value: int | None) -> str:
-    return "–" if value is None else f"{value / 1e6:.1f}"
 
 
 def events_of(server: Any, run_id: str) -> list[dict[str, Any]]:
@@ -208,3 +184,4 @@ def test_compare_shows_both_runs_memory_and_names_copy_on_read_for_the_strings_o
                                                              for at in ("last", "high")]
     assert shown["verdicts"][0] == [{"text": "no memory samples", "muted": True}]
     assert [v["text"] for v in shown["verdicts"][1]] == said_a
+

@@ -6,18 +6,15 @@ and a run without memory samples has no memory lanes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loaderscope.model.state import reduce
+from tests.browser.memory_runs import QUIET, ROWS, RUN_TIMELINE, hover, mb, memory_rows, record, seconds
 from tests.browser.pages import Page, shoot
 from tests.browser.views import canvas_text, opened
-from tests.conftest import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -35,40 +32,22 @@ class Paths(Dataset):
         return len(self.items[i])
 
 train = watch(DataLoader(Paths(), batch_size=4000, num_workers=2, shuffle=True, persistent_workers=True),
-              logdir=sys.argv[1], name="train")
+              logdir=sys.argv[1], name=sys.argv[2])
 for epoch in range(2):  # the second epoch's samples see what the first one copied
     for batch in train:
         pass
 '''
 
 
-QUIET = r'''
-import sys
-from torch.utils.data import DataLoader
-from loaderscope import watch
-
-train = watch(DataLoader(list(range(512)), batch_size=16, num_workers=2), logdir=sys.argv[1], name="train")
-for batch in train:
-    pass
-'''
-
-
-def record(root: Path, source: str, **env: str) -> Path:
-    script, logdir = root / "script.py", root / "runs"
-    script.write_text(source)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(script), str(logdir)], env=base | env, check=True, timeout=240,
-                   capture_output=True)
-    return logdir
+def recorded_into(root: Path, source: str, **env: str) -> Path:
+    """``source``'s run (named train, as ``opened`` finds it) in ``root/runs``."""
+    record(root, root / "runs", source, "train", **env)
+    return root / "runs"
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return record(tmp_path_factory.mktemp("memory"), STRINGS)
-
-
-def mb(value: int | None) -> str:
-    return "–" if value is None else f"{value / 1e6:.1f}"
+    return recorded_into(tmp_path_factory.mktemp("memory"), STRINGS)
 
 
 @pytest.mark.slow
@@ -94,28 +73,6 @@ def test_the_memory_card_gives_each_process_and_the_diagnosis_names_copy_on_read
     shoot(pg, tmp_path, "memory_copy_on_read")
 
 
-# The timeline's rows as drawn: kind, worker key (memory lanes), top and height, and the canvas's box.
-ROWS = """() => { const tl = window.loaderscope.timeline; const box = tl.canvas.getBoundingClientRect();
-  return { left: box.left, top: box.top,
-    rows: tl.geo.rows.map((r) => ({ kind: r.kind, key: r.key ?? null, wid: r.wid ?? null, y: r.y, h: r.h })) }; }"""
-
-
-def memory_rows(pg: Any) -> list[dict[str, Any]]:
-    return [r for r in pg.evaluate(ROWS)["rows"] if r["kind"] in ("memory", "headroom", "scale")]
-
-
-def hover(pg: Any, row: dict[str, Any], t: float) -> str:
-    """The timeline's tooltip with the pointer on ``row`` at run time ``t``."""
-    pg.evaluate("() => window.loaderscope.timeline.canvas.scrollIntoView({block: 'center'})")
-    box = pg.evaluate(ROWS)
-    x = pg.evaluate("(t) => window.loaderscope.timeline.X(t)", t)
-    pg.mouse.move(box["left"] + x, box["top"] + row["y"] + row["h"] / 2)
-    tip = pg.locator("#timeline .tooltip")
-    wait_for(lambda: tip.is_visible() and "sampled at" in tip.inner_text(),
-             what=f"a memory lane's tooltip, not {tip.inner_text()!r}")
-    return str(tip.inner_text())
-
-
 def light_or_full(series: list[Any], i: int, key: int) -> str:
     """What the hover says of process ``key`` at the series' point ``i``: a full sample's USS, shared and RSS, or a
     light one's RSS with the USS and shared of the last full point before it."""
@@ -124,12 +81,6 @@ def light_or_full(series: list[Any], i: int, key: int) -> str:
         return f"USS {mb(uss)} MB · shared {mb(shared)} MB · RSS {mb(rss)} MB"
     full = next(p for point in reversed(series[:i]) if point[3] is not None for p in point[4] if p[0] == key)
     return f"RSS {mb(rss)} MB, sampled at {seconds(series[i][0])}\nUSS {mb(full[1])} MB · shared {mb(full[2])} MB"
-
-
-def seconds(t: float) -> str:
-    """A run time as the page's fmtDuration writes it, from 1 ms to a minute."""
-    assert 1e-3 <= t < 60, t
-    return f"{t * 1e3:.{2 if t < 0.01 else 1}f} ms" if t < 1 else f"{t:.2f} s"
 
 
 @pytest.mark.slow
@@ -187,8 +138,8 @@ def test_memory_lanes_come_with_memory_samples_only(start_server: Any, page: Pag
     pg = page.page
     opened(start_server, pg, recorded)
     assert [r["kind"] for r in memory_rows(pg)] == ["memory", "memory", "scale", "memory", "headroom"]
-    quiet = record(tmp_path_factory.mktemp("quiet"), QUIET, LOADERSCOPE_MEMORY="0")
+    quiet = recorded_into(tmp_path_factory.mktemp("quiet"), QUIET, LOADERSCOPE_MEMORY="0")
     _, _, stats, events = opened(start_server, pg, quiet)
     assert stats["memory"] is None and not any(e["kind"] == "memory" for e in events)
-    kinds = [r["kind"] for r in pg.evaluate(ROWS)["rows"]]
+    kinds = [r["kind"] for r in pg.evaluate(ROWS, RUN_TIMELINE)["rows"]]
     assert kinds.count("worker") == 2 and not memory_rows(pg), kinds
