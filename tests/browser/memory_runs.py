@@ -54,6 +54,7 @@ ROWS = """(name) => { const tl = name.split('.').reduce((o, k) => o[k], window);
     wid: r.wid ?? null, track: r.track.label, offset: r.track.offset, y: r.y, h: r.h })) }; }"""
 
 RUN_TIMELINE = "loaderscope.timeline"  # the run page's
+COMPARE_TIMELINE = "loaderscope.compare.timeline"  # the compare view's
 
 
 def memory_rows(pg: Any, timeline: str = RUN_TIMELINE) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@ the same 600,000 metadata paths read by two workers, once as a list of Python st
 pytorch/pytorch#13246) and once as one numpy array. The view gives each process's USS, PSS and RSS at its
 last sample and at its highs, and the host's rows, as ``stats.summary()['memory']`` gives them for the same
 events, and each run's memory verdicts as the run page words them: copy-on-read named for the strings, not
-for the array. A run without memory samples is said so. At 1440×900 and 800×700 nothing sticks out
+for the array. A run without memory samples is said so. Each run's timeline has the run page's memory lanes,
+drawn and hovered with the sample in force. At 1440×900 and 800×700 nothing sticks out
 sideways, no number breaks and axe-core finds nothing. The screenshots go to the test's tmp dir;
 ``LOADERSCOPE_SCREENSHOT_DIR=dir`` also copies them there (compare_memory_1440.png is docs/compare_memory.png)."""
 
@@ -17,7 +18,7 @@ import pytest
 from loaderscope.model.diagnosis import findings
 from loaderscope.model.state import reduce
 from loaderscope.model.stats import summary
-from tests.browser.memory_runs import QUIET, mb, record
+from tests.browser.memory_runs import COMPARE_TIMELINE, QUIET, hover, mb, memory_rows, record, seconds
 from tests.browser.pages import FRAMES, WAIT_MS, Page, shoot
 from tests.browser.test_views_themes_and_axe import axe
 from tests.conftest import wait_for
@@ -185,3 +186,63 @@ def test_compare_shows_both_runs_memory_and_names_copy_on_read_for_the_strings_o
     assert shown["verdicts"][0] == [{"text": "no memory samples", "muted": True}]
     assert [v["text"] for v in shown["verdicts"][1]] == said_a
 
+
+# Per memory lane of the compare view's timeline, its pixels right of the names in the theme's USS,
+# shared and headroom colours (colors.js PALETTE, the one the lanes are drawn with).
+LANE_PIXELS = """async () => { const { PALETTE } = await import('/js/model/colors.js');
+  const { GUTTER } = await import('/js/views/timeline-paint.js');
+  const tl = window.loaderscope.compare.timeline, c = tl.canvas, ctx = c.getContext('2d');
+  const k = c.width / c.getBoundingClientRect().width;
+  const count = (row, hex) => { const want = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+    const d = ctx.getImageData(Math.ceil(GUTTER * k), Math.floor(row.y * k), Math.floor(c.width - GUTTER * k),
+      Math.floor(row.h * k)).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (want.every((v, j) => Math.abs(d[i + j] - v) <= 4)) n++;
+    return n; };
+  return tl.geo.rows.filter((r) => r.kind === 'memory' || r.kind === 'headroom').map((r) => ({ kind: r.kind,
+    track: r.track.label, key: r.key ?? null, uss: count(r, PALETTE.memUss), shared: count(r, PALETTE.memShared),
+    headroom: count(r, PALETTE.headroom) })); }"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_compare_timeline_draws_each_runs_memory_lanes_and_hovers_their_samples(
+        start_server: Any, page: Page, logdir: Path, tmp_path: Path) -> None:
+    """Each run's timeline in the compare view has the run page's memory lanes: a lane under each worker
+    (USS solid, shared above it), the main process's and the host's headroom, hovered with the figures of
+    the sample in force, on that run's own clock."""
+    server = start_server(logdir=str(logdir))
+    ids = runs_by_name(server, {"strings", "array"})
+    series = {name: reduce(events_of(server, ids[name])).memory.series for name in ("strings", "array")}
+    pg = page.page
+    pg.set_viewport_size({"width": 1440, "height": 900})
+    open_compare(pg, server, ids["strings"], ids["array"])
+    pg.wait_for_function("() => window.loaderscope.compare.timeline.geo?.rows.some((r) => r.kind === 'memory')",
+                         timeout=WAIT_MS)
+    rows = memory_rows(pg, COMPARE_TIMELINE)
+    for side in ("A", "B"):
+        lanes = [r for r in rows if r["track"].startswith(f"{side} · ")]
+        assert [r["kind"] for r in lanes] == ["memory", "memory", "scale", "memory", "headroom"], rows
+        assert [r["key"] for r in lanes if r["kind"] == "memory"] == [0, 1, -1], lanes
+    drawn = pg.evaluate(LANE_PIXELS)
+    assert len(drawn) == 8, drawn
+    for lane in drawn:  # each lane is drawn from the run's first sample to its end, on the run's own scale
+        assert lane["headroom"] > 0 if lane["kind"] == "headroom" else lane["shared"] > 0, lane
+    # the strings' workers hold tens of MB of copied pages, solid USS; the array's 14 MB is under a pixel
+    assert all(lane["uss"] > 0 for lane in drawn if lane["track"].startswith("A · ") and lane["kind"] == "memory")
+
+    for side, name in (("A", "strings"), ("B", "array")):
+        points = series[name]
+        # samples are paced by their cost: a busy machine takes as few as two; the last pair with worker 0
+        i = max(i for i in range(len(points) - 1) if any(p[0] == 0 for p in points[i][4]))
+        t = (points[i][0] + points[i + 1][0]) / 2  # between two samples: the earlier one holds
+        _, uss, shared, rss = next(p for p in points[i][4] if p[0] == 0)
+        lane = next(r for r in rows if r["track"].startswith(f"{side} · ") and r["key"] == 0)
+        text = hover(pg, lane, t, COMPARE_TIMELINE)
+        assert text.startswith(f"{lane['track']} · worker 0 at "), text
+        assert f"USS {mb(uss)} MB · shared {mb(shared)} MB · RSS {mb(rss)} MB" in text, (text, points[i])
+        assert f"sampled at {seconds(points[i][0])}" in text, text
+    pg.mouse.move(0, 0)
+    pg.evaluate(f"() => {COMPARE_TIMELINE.replace('loaderscope', 'window.loaderscope')}.canvas"
+                ".scrollIntoView({block: 'center'})")
+    shoot(pg, tmp_path, "compare_memory_lanes_1440")

@@ -62,7 +62,8 @@ function procsOf(m) {
 }
 
 /**
- * The memory verdicts of a run, in the diagnosis's order and words (diagnosis.js findings()).
+ * The memory verdicts of a run, in the diagnosis's order and words (diagnosis.js findings()); the mirror
+ * of diagnosis.py's memory_findings, which `loaderscope compare --format json|csv` gives.
  * @param {import('./reducer.js').LoaderState} s
  */
 export function memoryVerdicts(s) {

@@ -345,6 +345,8 @@ export class CompareView {
         offset: -(tr.player.length ? tr.player.event(0).t : 0),
         inProcess: tr.player.full.config.num_workers === 0,
         pin: pinStage(tr.player.full),
+        // its memory lanes, as the run's own timeline draws them (timeline-memory.js), on its own scale
+        memory: tr.player.full.memory,
       })),
     );
     this.timeline.fit();
