@@ -63,6 +63,9 @@ def memory_rows(pg: Any, timeline: str = RUN_TIMELINE) -> list[dict[str, Any]]:
 
 def hover(pg: Any, row: dict[str, Any], t: float, timeline: str = RUN_TIMELINE) -> str:
     """The timeline's tooltip with the pointer on ``row`` at ``t`` on its run's clock."""
+    # off the canvas first: leaving it hides the tooltip at once, so the text waited for below is this
+    # row's, not the last hover's still shown until the next frame redraws it
+    pg.mouse.move(0, 0)
     pg.evaluate("(name) => name.split('.').reduce((o, k) => o[k], window).canvas.scrollIntoView({block: 'center'})",
                 timeline)
     box = pg.evaluate(ROWS, timeline)
