@@ -76,3 +76,13 @@ def hover(pg: Any, row: dict[str, Any], t: float, timeline: str = RUN_TIMELINE) 
     wait_for(lambda: tip.count() == 1 and "sampled at" in tip.inner_text(),
              what=f"a memory lane's tooltip, not {tip.all_inner_texts()!r}")
     return str(tip.inner_text())
+
+
+def light_or_full(series: list[Any], i: int, key: int) -> str:
+    """What the hover says of process ``key`` at the series' point ``i``: a full sample's USS, shared and RSS, or a
+    light one's RSS with the USS and shared of the last full point before it."""
+    _, uss, shared, rss = next(p for p in series[i][4] if p[0] == key)
+    if uss is not None:
+        return f"USS {mb(uss)} MB · shared {mb(shared)} MB · RSS {mb(rss)} MB"
+    full = next(p for point in reversed(series[:i]) if point[3] is not None for p in point[4] if p[0] == key)
+    return f"RSS {mb(rss)} MB, sampled at {seconds(series[i][0])}\nUSS {mb(full[1])} MB · shared {mb(full[2])} MB"

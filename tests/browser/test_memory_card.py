@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from loaderscope.model.state import reduce
-from tests.browser.memory_runs import QUIET, ROWS, RUN_TIMELINE, hover, mb, memory_rows, record, seconds
+from tests.browser.memory_runs import QUIET, ROWS, RUN_TIMELINE, hover, light_or_full, mb, memory_rows, record, seconds
 from tests.browser.pages import Page, shoot
 from tests.browser.views import canvas_text, opened
 
@@ -71,16 +71,6 @@ def test_the_memory_card_gives_each_process_and_the_diagnosis_names_copy_on_read
     diagnosis = pg.locator("#diagnosis").inner_text()
     assert "copy-on-read: the workers' private memory (USS) grew" in diagnosis, diagnosis
     shoot(pg, tmp_path, "memory_copy_on_read")
-
-
-def light_or_full(series: list[Any], i: int, key: int) -> str:
-    """What the hover says of process ``key`` at the series' point ``i``: a full sample's USS, shared and RSS, or a
-    light one's RSS with the USS and shared of the last full point before it."""
-    _, uss, shared, rss = next(p for p in series[i][4] if p[0] == key)
-    if uss is not None:
-        return f"USS {mb(uss)} MB · shared {mb(shared)} MB · RSS {mb(rss)} MB"
-    full = next(p for point in reversed(series[:i]) if point[3] is not None for p in point[4] if p[0] == key)
-    return f"RSS {mb(rss)} MB, sampled at {seconds(series[i][0])}\nUSS {mb(full[1])} MB · shared {mb(full[2])} MB"
 
 
 @pytest.mark.slow
