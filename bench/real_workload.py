@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/real_workload.py            # 30 alternating rounds of 20 batches per side
     .venv/bin/python bench/real_workload.py --quick    # a smoke run in seconds
+    .venv/bin/python bench/real_workload.py --baseline memory-off   # the memory sampling's own cost
 
 The workload is what an image classifier's input pipeline does (what torchvision's ImageFolder with
 Resize/RandomCrop/RandomHorizontalFlip/ToTensor/Normalize does; torchvision itself does not import
@@ -38,7 +39,7 @@ from rich.table import Table
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import Transport, alternate
+from overhead import MemoryOff, Transport, alternate
 
 import loaderscope
 
@@ -98,6 +99,9 @@ def main() -> None:
     parser.add_argument("--segment", type=int, default=20, help="batches per side per round")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--baseline", choices=["vanilla", "memory-off"], default="vanilla",
+                        help="what the watched loader is measured against: unwatched torch, or a watched loader "
+                             "that samples no memory (the memory sampling's own cost)")
     args = parser.parse_args()
     rounds, segment = (4, 5) if args.quick else (args.rounds, args.segment)
     warmup = 4
@@ -107,19 +111,27 @@ def main() -> None:
         samples = write_jpegs(Path(tmp), classes=4, per_class=32)
         kwargs: dict[str, Any] = {"batch_size": args.batch_size, "shuffle": True, "num_workers": args.workers}
         transport = FrameSink()
-        vanilla = DataLoader(JpegFolder(samples, length), generator=torch.Generator().manual_seed(0), **kwargs)
+        base_transport = FrameSink()
+        vanilla = DataLoader(JpegFolder(samples, length), generator=torch.Generator().manual_seed(0), **kwargs) \
+            if args.baseline == "vanilla" else \
+            MemoryOff(JpegFolder(samples, length), generator=torch.Generator().manual_seed(0), sink=base_transport,
+                      **kwargs)
         watched = loaderscope.watch(
             DataLoader(JpegFolder(samples, length), generator=torch.Generator().manual_seed(0), **kwargs),
             sink=transport)
         run = alternate(vanilla, watched, rounds=rounds, segment=segment, warmup=warmup)
         watched.close()
         transport.close()
+        if isinstance(vanilla, MemoryOff):
+            vanilla.close()
+        base_transport.close()
 
     v, w = run.vanilla, run.probe
     worker_cpu = {"vanilla": run.worker_cpu["vanilla"], "watched": run.worker_cpu["probe"]}
     low, high = run.interval
-    table = Table("workload", "batches per side", "vanilla batches/s", "watched batches/s",
-                  "ratio (median, 95% CI)", "watched CPU/batch: main", "workers", "vanilla CPU/batch", "events/batch")
+    base = "vanilla" if args.baseline == "vanilla" else "memory off"
+    table = Table("workload", "batches per side", f"{base} batches/s", "watched batches/s",
+                  "ratio (median, 95% CI)", "watched CPU/batch: main", "workers", f"{base} CPU/batch", "events/batch")
     table.add_row(
         f"JPEG {SIZE}px decode+augment, {args.workers} workers", f"{w.batches:,}",
         f"{v.batches / sum(v.seconds):,.1f}", f"{w.batches / sum(w.seconds):,.1f}",
@@ -131,7 +143,9 @@ def main() -> None:
     )
     console = Console(width=max(Console().width, 150))
     console.print(table)
-    console.print(f"ratio = vanilla seconds / watched seconds per round (1.0: no overhead); {rounds} alternating "
+    against = "unwatched torch" if args.baseline == "vanilla" else "watched without memory sampling"
+    console.print(f"baseline: {against}; ratio = baseline seconds / watched seconds per round (1.0: no overhead); "
+                  f"{rounds} alternating "
                   f"rounds of {segment} batches of {args.batch_size}x3x{CROP}x{CROP}; torch {torch.__version__}; "
                   f"{os.cpu_count()} CPUs; {torch.get_num_threads()} torch threads")
 
