@@ -23,8 +23,6 @@ from rich.table import Table
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.cli.summary import mb
-from loaderscope.model.compare import compare, run_memory
-from loaderscope.model.state import reduce
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the dashboard's run ids (server/runs/producers.py)
 PAGE = 10_000  # events per request: the route's maximum (api.MAX_EVENTS_PER_REQUEST)
@@ -53,6 +51,9 @@ def cmd_compare(args: argparse.Namespace, console: Console | None = None) -> int
         events = [load_run(ref, args.url) for ref in (args.a, args.b)]
     except CompareError as exc:
         raise UsageError(str(exc)) from None
+    from loaderscope.model.compare import compare, run_memory  # the models load when the command runs
+    from loaderscope.model.state import reduce
+
     result = compare(events[0], events[1], labels=(args.a, args.b))
     memory = [run_memory(reduce(e)) for e in events]
     out = console or stdout_console()

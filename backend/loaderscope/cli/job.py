@@ -5,7 +5,7 @@ lacks: the ranks its world size expects that it has not, and each trace unreadab
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,9 +13,9 @@ from rich.table import Table
 
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
-from loaderscope.traces.jobbudget import JobBudget, JobQueryError
-from loaderscope.traces.jobquery import job_table
-from loaderscope.traces.jobtable import JobTable, shard_text_of
+
+if TYPE_CHECKING:  # the query and its table load when the command runs: every other command starts without them
+    from loaderscope.traces.jobtable import JobTable
 
 
 def add_job_command(subparsers: Any) -> None:
@@ -30,6 +30,9 @@ def add_job_command(subparsers: Any) -> None:
 
 
 def load(root: str) -> JobTable:
+    from loaderscope.traces.jobbudget import JobBudget, JobQueryError
+    from loaderscope.traces.jobquery import job_table
+
     fs = None
     try:
         budget = JobBudget().from_environment()
@@ -62,6 +65,8 @@ def in_order(table: JobTable) -> list[dict[str, Any]]:
 
 
 def cmd_job(args: argparse.Namespace, console: Console | None = None) -> int:
+    from loaderscope.traces.jobtable import shard_text_of
+
     console = console or stdout_console()
     table = load(args.dir)
     rows = [{k: v for k, v in row.items() if k != "file"} | {"trace": row["file"]} for row in in_order(table)]

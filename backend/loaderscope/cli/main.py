@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -20,16 +19,16 @@ from loaderscope.cli.errors import UsageError
 from loaderscope.cli.job import add_job_command
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
 from loaderscope.cli.show import add_show_command
-from loaderscope.cli.summary import print_report
-from loaderscope.doctor.cli import add_doctor_command
-from loaderscope.events import Event
-from loaderscope.model.state import LoaderState
+from loaderscope.doctor.command import add_doctor_command
 from loaderscope.model.wording import say
 from loaderscope.record import add_record_command
-from loaderscope.report import run_report
 from loaderscope.version import __version__
 
-if TYPE_CHECKING:  # the scenarios load inside the subcommands that use them: `loaderscope --help` stays quick
+# The scenarios, the models and the reports load inside the subcommands that use them: every command starts
+# without the others' imports (`loaderscope job` without the models, `loaderscope --help` without any of them).
+if TYPE_CHECKING:
+    from loaderscope.events import Event
+    from loaderscope.model.state import LoaderState
     from loaderscope.scenarios.catalog import Scenario
     from loaderscope.scenarios.plan import Plan
 
@@ -154,6 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loaderscope.traces.jsonl import write_trace
 
     write_trace(out, events, state.run, scenario=plan.name, mode=args.mode, params=plan.values())
+    from loaderscope.cli.summary import print_report
+    from loaderscope.report import run_report
+
     print_report(run_report(events, state=state), console)
     if error:
         console.print(f"\n[bold red]the DataLoader raised[/] {escape(error)}")
@@ -270,6 +272,8 @@ def read_events(path: str) -> list[Event]:
 
 
 def cost_model(text: str | None) -> Any:
+    from pydantic import ValidationError
+
     from loaderscope.sim import CostModel
 
     if not text:

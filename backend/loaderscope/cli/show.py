@@ -12,15 +12,17 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rich.console import Console
 
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import stdout_console, to_json
 from loaderscope.cli.summary import bullets, plain, print_report
-from loaderscope.report import RunReport, run_report
 from loaderscope.traces.jsonl import SUFFIXES, TraceError, read_trace_tolerant
+
+if TYPE_CHECKING:  # reports are built when the command runs: every other command starts without the models
+    from loaderscope.report import RunReport
 
 TRACE_SUFFIXES = tuple(SUFFIXES.values())  # what the dashboard lists from a logdir (a Parquet trace: a directory)
 UNREADABLE_EXIT = 1
@@ -107,6 +109,8 @@ def shown(paths: list[Path]) -> ShowDocument:
 
 
 def load(path: Path) -> RunReport:
+    from loaderscope.report import run_report
+
     head, events, truncated = read_trace_tolerant(path)
     return run_report(events, head, file=str(path), truncated=truncated)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from rich.console import Console
@@ -20,7 +20,9 @@ from rich.padding import Padding
 from rich.table import Table
 
 from loaderscope.model.wording import say
-from loaderscope.report import RunReport
+
+if TYPE_CHECKING:  # a report is built by the command that prints it: importing this module builds nothing
+    from loaderscope.report import RunReport
 
 # Characters a terminal acts on (an escape sequence, a carriage return) in text read from a trace,
 # which another user may have written into a shared logdir: shown as their \x.. codes, never sent raw.

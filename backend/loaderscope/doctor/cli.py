@@ -19,26 +19,8 @@ from typing import Any
 import orjson
 
 from loaderscope.doctor import model, sample, snapshot, source, verdict
+from loaderscope.doctor.command import INTERVAL
 from loaderscope.doctor.sample import EXIT_NO_LOADER, DoctorError
-
-DEFAULT_DURATION = 2.0
-INTERVAL = 0.5
-
-
-def add_doctor_command(sub: Any) -> None:
-    p = sub.add_parser("doctor", help="say why a running training process is stuck (no setup needed)",
-                       description="Read a live training process with py-spy (it is never stopped, no code runs "
-                                   "in it) and say what its DataLoader is doing and why it is stuck.")
-    p.add_argument("pid", nargs="?", type=int, help="the training process (the one that iterates the DataLoader)")
-    p.add_argument("--job", type=int, metavar="PID", help="every rank under this parent (torchrun's agent, or the "
-                   "process that called torch.multiprocessing.spawn)")
-    p.add_argument("--duration", type=float, default=DEFAULT_DURATION, metavar="S",
-                   help=f"seconds to sample over (default {DEFAULT_DURATION}; samples every {INTERVAL} s, the last "
-                        "one beginning S s after the first ended)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--out", metavar="FILE", help="write a snapshot trace: `loaderscope serve --open FILE` shows it "
-                   "(with --job, one file per rank: FILE's name gets .rankN)")
-    p.set_defaults(func=cmd_doctor)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
