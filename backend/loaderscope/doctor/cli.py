@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 
 from loaderscope.doctor import model, sample, snapshot, source, verdict
-from loaderscope.doctor.command import INTERVAL
 from loaderscope.doctor.sample import EXIT_NO_LOADER, DoctorError
 
 
@@ -55,14 +54,14 @@ def _interrupted(signum: int, frame: Any) -> None:
     os._exit(130)
 
 
-def _read(pid: int, duration: float) -> model.Picture:
+def _read(pid: int, duration: float, interval: float) -> model.Picture:
     """The picture of ``pid``: sampled, then its frames' lines read as its own user."""
-    return model.build(source.quote(pid, sample.record(pid, duration, INTERVAL)))
+    return model.build(source.quote(pid, sample.record(pid, duration, interval)))
 
 
 def _one(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    picture = _read(args.pid, args.duration)
+    picture = _read(args.pid, args.duration, args.interval)
     found = verdict.decide(picture)
     took = time.monotonic() - started
     out = _write(args.out, picture, found) if args.out else None
@@ -140,7 +139,7 @@ def _job(args: argparse.Namespace) -> int:
 
     def look(pid: int) -> tuple[int, model.Recording] | None:
         try:
-            return pid, sample.record(pid, args.duration, INTERVAL)
+            return pid, sample.record(pid, args.duration, args.interval)
         except DoctorError as exc:
             if exc.code == sample.EXIT_NO_PERMISSION:
                 raise

@@ -1,5 +1,6 @@
 """The ``doctor`` subcommand's arguments: the command itself (``doctor/cli.py``, with py-spy's sampling and the
-verdicts) is imported only when it runs, so that every other ``loaderscope`` command starts without it."""
+verdicts) is imported only when it runs, so that every other ``loaderscope`` command starts without it. It takes
+what it needs of the arguments from ``args`` (the sampling interval too): it never imports this module back."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def add_doctor_command(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--out", metavar="FILE", help="write a snapshot trace: `loaderscope serve --open FILE` shows it "
                    "(with --job, one file per rank: FILE's name gets .rankN)")
-    p.set_defaults(func=run_doctor)
+    p.set_defaults(func=run_doctor, interval=INTERVAL)
 
 
 def run_doctor(args: argparse.Namespace) -> int:
