@@ -38,8 +38,7 @@ export function viewParams(app) {
  */
 export function syncUrl(app) {
   if (app.server.demo) return;
-  const v = viewParams(app);
-  const { at, ...rest } = v;
+  const { at, ...rest } = viewParams(app);
   const key = JSON.stringify(rest);
   const playhead = at ?? -1;
   if (key === app.urlKey && playhead === app.urlAt) return;
@@ -48,6 +47,18 @@ export function syncUrl(app) {
   app.urlAt = playhead;
   app.pushNext = false;
   app.url.changed(push);
+}
+
+/**
+ * The view the address bar holds now, as syncUrl compares it. A write reads the view when it happens, up to
+ * UrlWriter's WRITE_MS after the change that asked for it: a change in between (the compare view's runs picked,
+ * then the view closed) is in the URL, and closing it again must be written.
+ * @param {App} app @param {import('../model/url-state.js').ViewParams} v
+ */
+export function urlHolds(app, v) {
+  const { at, ...rest } = v;
+  app.urlKey = JSON.stringify(rest);
+  app.urlAt = at ?? -1;
 }
 
 /** Show the view the URL names (a load, Back, Forward): the run itself is ServerRun's. @param {App} app */
@@ -66,9 +77,7 @@ export function applyView(app) {
   if (pair && JSON.stringify(pair) !== JSON.stringify(app.compare.pair()))
     app.compare.open(`run:${pair[0]}`, `run:${pair[1]}`);
   else if (!pair && app.compare.isOpen) app.compare.close();
-  const { at, ...rest } = v;
-  app.urlKey = JSON.stringify(rest);
-  app.urlAt = at ?? -1;
+  urlHolds(app, v);
   app.lastPanels = 0;
   app.wake();
 }

@@ -31,7 +31,7 @@ import { Keys } from './keys.js';
 import { SearchView } from './search-view.js';
 import { RangeView } from './range-view.js';
 import { NarrowLayout } from './narrow.js';
-import { applyView, goTo, highlight, restorePlayhead, searchable, viewParams } from './app-view.js';
+import { applyView, goTo, highlight, restorePlayhead, searchable, urlHolds, viewParams } from './app-view.js';
 import { startDemo } from './app-demo.js';
 import { renderDiagnosisNow, renderPanels } from './app-panels.js';
 import { selectRun, selectTrack, syncTimelineTracks } from './app-ranks.js';
@@ -106,7 +106,10 @@ export class App {
     });
     this.findings = new FindingsView((n) => this.showFinding(n));
     this.theme = new ThemeSwitch(() => this.themeChanged());
-    this.url = new UrlWriter(() => viewParams(this));
+    this.url = new UrlWriter(
+      () => viewParams(this),
+      (v) => urlHolds(this, v),
+    );
     this.urlKey = ''; // the view last written to (or read from) the URL, the playhead aside
     this.urlAt = -1; // the playhead last written
     this.pushNext = false; // the next URL write is a new history entry (a jump, not a step)

@@ -10,9 +10,14 @@ const WRITE_MS = 300; // a burst of changes (a wheel zoom, a drag, playing) beco
 
 /** Writes the page's view into the address bar, a burst of changes at a time. */
 export class UrlWriter {
-  /** @param {() => ViewParams} read the view now */
-  constructor(read) {
+  /**
+   * @param {() => ViewParams} read the view now
+   * @param {(view: ViewParams) => void} wrote told the view a write put in the address bar: it reads the view as
+   *   it is at the write, which may be newer than the change that asked for it
+   */
+  constructor(read, wrote) {
     this.read = read;
+    this.wrote = wrote;
     /** @type {ReturnType<typeof setTimeout>|undefined} */
     this.timer = undefined;
     this.push = false; // a deliberate change is among those waiting: a new history entry
@@ -35,7 +40,9 @@ export class UrlWriter {
     this.timer = undefined;
     const push = this.push;
     this.push = false;
-    const search = viewSearch(this.read(), location.search);
+    const view = this.read();
+    this.wrote(view);
+    const search = viewSearch(view, location.search);
     if (search === location.search) return;
     const url = `${location.pathname}${search}${location.hash}`;
     if (push) history.pushState(history.state, '', url);
