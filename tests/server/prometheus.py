@@ -23,6 +23,20 @@ RULES = DEPLOY / "loaderscope.rules.yml"
 
 
 INTERVAL = "2s"  # scrapes and rule evaluations: short, but a scrape of a busy test box fits in it
+SHIPPED_HOLD = "1m"  # the `for:` of the rules a test waits to fire (stuck worker, lost rank)
+
+
+def held_rules(directory: Path, hold: str) -> Path:
+    """The repository's rules with each ``for: 1m`` held ``hold`` instead, written into ``directory``: a test
+    then waits for an alert's firing, not for a minute. Only those lines differ from the shipped file: every
+    expression, label and annotation Prometheus evaluates is the file's. promtool's unit tests
+    (deploy/prometheus/loaderscope.rules.test.yml, run by test_metrics_prometheus.py) check the minute itself."""
+    shipped, minute = RULES.read_text().splitlines(keepends=True), f"for: {SHIPPED_HOLD}"
+    assert sum(line.strip() == minute for line in shipped) >= 2, f"the stuck and lost rules should hold {minute}"
+    text = "".join(line.replace(minute, f"for: {hold}") if line.strip() == minute else line for line in shipped)
+    path = directory / RULES.name
+    path.write_text(text)
+    return path
 
 
 def tool(name: str) -> str:
@@ -39,17 +53,19 @@ def free_port() -> int:
 
 
 class Prometheus:
-    """``prometheus`` on a free loopback port, scraping one dashboard, with the repository's rules."""
+    """``prometheus`` on a free loopback port, scraping one dashboard, with the repository's rules (their
+    minute-long holds ``hold`` instead, when given: ``held_rules``)."""
 
-    def __init__(self, directory: Path, dashboard: Any, interval: str = INTERVAL) -> None:
+    def __init__(self, directory: Path, dashboard: Any, interval: str = INTERVAL, hold: str | None = None) -> None:
         directory.mkdir()
+        rules = RULES if hold is None else held_rules(directory, hold)
         (directory / "token").write_text(dashboard.token)
         (directory / "prometheus.yml").write_text(f"""
 global:
   scrape_interval: {interval}
   scrape_timeout: {interval}
   evaluation_interval: {interval}
-rule_files: ["{RULES}"]
+rule_files: ["{rules}"]
 scrape_configs:
   - job_name: loaderscope
     authorization: {{type: Bearer, credentials_file: "{directory / 'token'}"}}
