@@ -196,4 +196,4 @@ def test_a_run_quiet_between_epochs_is_running_and_a_killed_one_truncated(start_
                      what="the killed run truncated")
     finally:
         script.kill()
-        script.wait()
+        script.communicate()  # and closes its stdout: wait() left the pipe to warn when collected, in any test
