@@ -202,14 +202,13 @@ def test_an_import_half_done_at_fork_names_the_module_and_the_fix(hung: Any, tmp
 
 @pytest.mark.slow
 def test_a_doctored_process_finishes_with_the_same_batches(hung: Any) -> None:
-    plain = hung(RECORDS, name="plain.py")
-    plain_out = plain.proc.communicate(timeout=180)[0]
+    plain = hung(RECORDS, name="plain.py")  # beside the doctored one: each spends its 24 s asleep in its samples
     h = hung(RECORDS)
     h.wait()
     rc, out = doctor(str(h.proc.pid), "--duration", "1")
     assert rc == 0 and out["verdict"]["cause"] == "moving", out
     assert h.proc.poll() is None, "the script ended before doctor was done: make it longer"
-    doctored_out = h.proc.communicate(timeout=180)[0]
+    doctored_out, plain_out = h.proc.communicate(timeout=180)[0], plain.proc.communicate(timeout=180)[0]
     assert h.proc.returncode == plain.proc.returncode == 0
     assert doctored_out == plain_out and doctored_out.count(b"\n") == 240
 
