@@ -1,9 +1,13 @@
 """The browser tests' fixtures: one Debian chromium per process (``chromium``), shared by a module's
-tests (``browser``), and a fresh page per test that fails it on any page error (``page``)."""
+tests (``browser``), a fresh page per test that fails it on any page error (``page``), and recordings
+made once per run whatever worker asks (``made_once``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import fcntl
+import os
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +58,27 @@ def view_page(browser: Any) -> Any:
     for p in pages:
         p.close()
     assert not errors, "\n".join(errors)
+
+
+@pytest.fixture(scope="session")
+def made_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], None]], Path]:
+    """``made_once(NAME, make)``: a directory that ``make(directory)`` fills once per pytest run, by the first
+    pytest-xdist worker to ask; the others wait for it and read the same one. A module-scoped recording was
+    otherwise made again by each worker its tests went to (a minute of both cores for test_compare_memory.py's):
+    scripts/test.sh's ``--dist loadgroup`` cannot keep them on one worker, as xdist 3.8 names a test's group in
+    its ``_nodeid``, which pytest 9 no longer reads. Every worker's temporary directory is in the run's."""
+    base = tmp_path_factory.getbasetemp()
+    run = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+    def once(name: str, make: Callable[[Path], None]) -> Path:
+        directory = run / f"once-{name}"
+        with (run / f"once-{name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+            if not (run / f"once-{name}.made").exists():  # a worker that failed to make it left no mark
+                shutil.rmtree(directory, ignore_errors=True)
+                directory.mkdir()
+                make(directory)
+                (run / f"once-{name}.made").touch()
+        return directory
+
+    return once

@@ -55,14 +55,16 @@ for epoch in range(2):  # the second epoch's samples see what the first one copi
 CODES = {"copy_on_read", "memory_leak", "headroom", "shm_low", "in_flight", "shm_full"}
 
 
-@pytest.fixture(scope="module")
-def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("compare-memory")
+def record_three(root: Path) -> None:
     runs = root / "runs"
     record(root, runs, SCRIPT, "strings")
     record(root, runs, SCRIPT, "array")
     record(root, runs, QUIET, "quiet", LOADERSCOPE_MEMORY="0")
-    return runs
+
+
+@pytest.fixture(scope="module")
+def logdir(made_once: Any) -> Path:
+    return Path(made_once("compare-memory", record_three)) / "runs"
 
 
 # a cap on one request, not a pace: a dashboard reading three fresh traces on a loaded 2-core box once took

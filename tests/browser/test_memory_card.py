@@ -46,8 +46,8 @@ def recorded_into(root: Path, source: str, **env: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return recorded_into(tmp_path_factory.mktemp("memory"), STRINGS)
+def recorded(made_once: Any) -> Path:
+    return Path(made_once("memory-card", lambda root: recorded_into(root, STRINGS))) / "runs"
 
 
 @pytest.mark.slow

@@ -44,15 +44,18 @@ for epoch in range(2):
 '''
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A logdir holding one real run: two epochs, two peeks."""
-    root = tmp_path_factory.mktemp("numbers")
-    script, logdir = root / "peeking.py", root / "runs"
+def record_peeking(root: Path) -> None:
+    script = root / "peeking.py"
     script.write_text(PEEKING)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOADERSCOPE_")} | {"OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(script), str(logdir)], env=env, check=True, timeout=240, capture_output=True)
-    return logdir
+    subprocess.run([sys.executable, str(script), str(root / "runs")], env=env, check=True, timeout=240,
+                   capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def recorded(made_once: Any) -> Path:
+    """A logdir holding one real run: two epochs, two peeks."""
+    return Path(made_once("numbers", record_peeking)) / "runs"
 
 
 def counter(pg: Any, key: str) -> tuple[str, str]:
