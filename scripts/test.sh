@@ -70,7 +70,7 @@ failed=()
 # One pytest worker more than there are cores: a third of a worker's time is spent waiting (a browser,
 # a subprocess, a server), which the extra worker fills. Tests go out two at a time, the slow ones
 # first (tests/conftest.py), so that no long test starts last.
-"$PYTHON" -m pytest -n "$(($(nproc) + 1))" --dist loadgroup --maxschedchunk 2 "$@" || failed+=(pytest)
+"$PYTHON" -m pytest -n "$(($(nproc) + 1))" --dist load --maxschedchunk 2 "$@" || failed+=(pytest)
 wait
 for name in "${checks[@]}"; do
   rc=killed seconds='?'
