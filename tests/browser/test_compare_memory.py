@@ -205,6 +205,34 @@ LANE_PIXELS = """async () => { const { PALETTE } = await import('/js/model/color
     track: r.track.label, key: r.key ?? null, uss: count(r, PALETTE.memUss), shared: count(r, PALETTE.memShared),
     headroom: count(r, PALETTE.headroom) })); }"""
 
+# Per process lane of the compare view's timeline: its tallest column of USS and shared pixels, in device pixels,
+# with the lane's height and the canvas's device pixels per CSS pixel.
+LANE_HEIGHTS = """async () => { const { PALETTE } = await import('/js/model/colors.js');
+  const { GUTTER } = await import('/js/views/timeline-paint.js');
+  const tl = window.loaderscope.compare.timeline, c = tl.canvas, ctx = c.getContext('2d');
+  const k = c.width / c.getBoundingClientRect().width;
+  const rgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  const fills = [rgb(PALETTE.memUss), rgb(PALETTE.memShared)];
+  return tl.geo.rows.filter((r) => r.kind === 'memory').map((r) => {
+    const x0 = Math.ceil(GUTTER * k), y0 = Math.floor(r.y * k), w = Math.floor(c.width - x0), h = Math.floor(r.h * k);
+    const d = ctx.getImageData(x0, y0, w, h).data;
+    let tallest = 0;
+    for (let x = 0; x < w; x++) {
+      let n = 0;
+      for (let y = 0; y < h; y++) {
+        const i = (y * w + x) * 4;
+        if (fills.some((f) => f.every((v, j) => Math.abs(d[i + j] - v) <= 4))) n++;
+      }
+      tallest = Math.max(tallest, n);
+    }
+    return { track: r.track.label, key: r.key, tallest, h: r.h, k };
+  }); }"""
+
+
+def highest_full_rss(series: list[Any], key: int) -> int:
+    """The highest RSS of process ``key`` in the series' full points: how tall its lane's USS and shared stand."""
+    return max(p[3] for point in series if point[3] is not None for p in point[4] if p[0] == key)
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
@@ -212,7 +240,7 @@ def test_compare_timeline_draws_each_runs_memory_lanes_and_hovers_their_samples(
         start_server: Any, page: Page, logdir: Path, tmp_path: Path) -> None:
     """Each run's timeline in the compare view has the run page's memory lanes: a lane under each worker
     (USS solid, shared above it), the main process's and the host's headroom, hovered with the figures of
-    the sample in force, on that run's own clock."""
+    the sample in force, on that run's own clock, both runs' lanes on one scale."""
     server = start_server(logdir=str(logdir))
     ids = runs_by_name(server, {"strings", "array"})
     series = {name: reduce(events_of(server, ids[name])).memory.series for name in ("strings", "array")}
@@ -247,3 +275,21 @@ def test_compare_timeline_draws_each_runs_memory_lanes_and_hovers_their_samples(
     pg.evaluate(f"() => {COMPARE_TIMELINE.replace('loaderscope', 'window.loaderscope')}.canvas"
                 ".scrollIntoView({block: 'center'})")
     shoot(pg, tmp_path, "compare_memory_lanes_1440")
+
+    # Both runs on one scale, the highest RSS of either: each lane stands as tall as its own highest RSS on it.
+    # At 4 device pixels a CSS pixel a lane is 48 pixels tall, so B's lanes on A's scale (its main process at
+    # 290 of A's 335 MB) stand 3-6 pixels lower than on a scale of their own. The mouse passing redraws them.
+    pg.context.new_cdp_session(pg).send("Emulation.setDeviceMetricsOverride", {
+        "width": 1440, "height": 900, "deviceScaleFactor": 4, "mobile": False})
+    box = pg.evaluate(f"() => {COMPARE_TIMELINE.replace('loaderscope', 'window.loaderscope')}"
+                      ".canvas.getBoundingClientRect().toJSON()")
+    pg.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    pg.mouse.move(0, 0)
+    pg.wait_for_function(f"() => {{ const c = {COMPARE_TIMELINE.replace('loaderscope', 'window.loaderscope')}.canvas;"
+                         " return c.width === 4 * Math.round(c.getBoundingClientRect().width); }", timeout=WAIT_MS)
+    top = max(p[3] for name in series for point in series[name] for p in point[4])
+    for lane in pg.evaluate(LANE_HEIGHTS):
+        name = "strings" if lane["track"].startswith("A · ") else "array"
+        want = (lane["h"] - 2) * lane["k"] * highest_full_rss(series[name], lane["key"]) / top
+        # the pixels at the USS's top and the shared's, part covered, blend their colours: up to two fewer
+        assert want - 2.5 <= lane["tallest"] <= want + 1, (lane, want, top)

@@ -336,6 +336,7 @@ export class CompareView {
 
   /** Both runs in one timeline, each from 0 s of its own run (its run_start). */
   renderTimelines() {
+    const memories = this.shown.map((tr) => tr.player.full.memory);
     this.timeline.setTracks(
       this.shown.map((tr, i) => ({
         // without its epoch markers: the view draws the first track's at that run's times, which would
@@ -345,8 +346,10 @@ export class CompareView {
         offset: -(tr.player.length ? tr.player.event(0).t : 0),
         inProcess: tr.player.full.config.num_workers === 0,
         pin: pinStage(tr.player.full),
-        // its memory lanes, as the run's own timeline draws them (timeline-memory.js), on its own scale
+        // its memory lanes, as the run's own timeline draws them (timeline-memory.js), on one scale
+        // for both runs: a lane twice as tall holds twice the bytes
         memory: tr.player.full.memory,
+        memoryScaleWith: memories,
       })),
     );
     this.timeline.fit();

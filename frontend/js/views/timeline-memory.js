@@ -33,6 +33,23 @@ function scales(memory) {
 }
 
 /**
+ * The scales a track's memory lanes are drawn on: its own, or the largest of `track.memoryScaleWith`'s
+ * (the compare view puts both runs on one scale, so that their lanes' heights compare).
+ * @param {Track} track @param {import('../model/memory.js').MemoryModel} memory
+ */
+function laneScales(track, memory) {
+  const peers = track.memoryScaleWith ?? [memory];
+  let rss = 0,
+    headroom = 0;
+  for (const peer of peers) {
+    const top = scales(peer);
+    rss = Math.max(rss, top.rss);
+    headroom = Math.max(headroom, top.headroom);
+  }
+  return { rss, headroom };
+}
+
+/**
  * The memory lanes after a rank's consumer row: the scale, the main process's, the host's headroom.
  * @param {Row[]} rows @param {Track} track @param {import('../model/memory.js').MemoryModel} memory @param {number} y
  */
@@ -60,9 +77,10 @@ export function drawMemoryScale(view, { ctx, g }, row) {
   ctx.fillRect(0, row.y, g.width, row.h);
   ctx.fillStyle = PALETTE.ink;
   ctx.font = FONT;
-  const top = scales(row.memory);
+  const top = laneScales(row.track, row.memory);
   const room = row.memory.headroom_low !== null ? ` · headroom lane 0 to ${mb(top.headroom)} MB` : '';
-  const text = `memory lanes 0 to ${mb(top.rss)} MB: USS solid, shared pale above it, up to the RSS${room}`;
+  const shared = row.track.memoryScaleWith ? ' (one scale for every run shown)' : '';
+  const text = `memory lanes 0 to ${mb(top.rss)} MB${shared}: USS solid, shared pale above it, up to the RSS${room}`;
   fillLabel(ctx, fitText(ctx, text, g.width - 16), 8, row.y + 12);
 }
 
@@ -79,7 +97,8 @@ export function drawMemoryRow(view, frame, row) {
     off = tr.offset,
     series = row.memory.series;
   view.rowFrame(frame, row, PALETTE.rowA, PALETTE.dim, FONT, row.h / 2 + 4);
-  const top = row.kind === 'memory' ? scales(row.memory).rss : scales(row.memory).headroom;
+  const lanes = laneScales(tr, row.memory);
+  const top = row.kind === 'memory' ? lanes.rss : lanes.headroom;
   const end = Math.max(tr.store.tmax, row.memory.t);
   const h = row.h - 2,
     floor = row.y + row.h - 1;

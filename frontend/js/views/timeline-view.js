@@ -38,9 +38,11 @@ const LIVE_SHARE = 8;
 /**
  * @typedef {{store: import('../model/timeline-store.js').TimelineStore, label: string, offset: number,
  *   inProcess?: boolean, pin?: import('../model/pin.js').PinStage, slow?: number[], primary?: boolean,
- *   memory?: import('../model/memory.js').MemoryModel}} Track
+ *   memory?: import('../model/memory.js').MemoryModel,
+ *   memoryScaleWith?: import('../model/memory.js').MemoryModel[]}} Track
  * `offset` (s) is added to the track's run times to put several ranks on one clock; `primary`: the
- * selected rank's; `memory`: the run's memory samples (its lanes, when it has any).
+ * selected rank's; `memory`: the run's memory samples (its lanes, when it has any); `memoryScaleWith`:
+ * the samples whose largest figures set its lanes' scale (else its own).
  * @typedef {{track: Track, y: number, h: number, label: string}} RowBox
  * @typedef {RowBox & ({kind: 'worker', wid: number} | {kind: 'pin', pin: import('../model/pin.js').PinStage}
  *   | {kind: 'memory', key: number, memory: import('../model/memory.js').MemoryModel}
