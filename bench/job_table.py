@@ -14,13 +14,22 @@ cache) and reports its wall time, its CPU time (all threads), how that CPU time 
 process's threads (the busiest thread's share: on two idle cores the wall time is about the busiest
 thread's CPU) and its peak RSS (``VmHWM``: ``ru_maxrss`` keeps the peak of the bench process that
 forked it, which holds the simulated job), first on JSON lines, then on Parquet.
-Printed: median and range over the repeats, against the targets of 5 s and 1 GiB.
+Then the command itself, ``loaderscope job DIR`` (the venv's installed entry point, as a user runs it:
+the interpreter, the CLI's imports, the table, the printing of every row into a file), each repeat
+in a fresh process started by a small watcher (``WATCH``) that reports the command's wall time, its
+CPU time (all threads, ``os.wait4``), the busiest thread's share and its peak RSS (``ru_maxrss`` of
+the command alone: the watcher it forked from holds a few MiB); and ``--json`` once per format.
+Printed: median and range over the repeats against the targets of 5 s and 1 GiB, each with the
+load average at the time, and an estimate of the wall time on two idle cores: the larger of the
+busiest thread's CPU and half of all threads' CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -28,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 SLOW_RANK, SLOW_FACTOR = 731, 2.5
@@ -124,6 +134,87 @@ def report(label: str, runs: list[tuple[float, float, int | None, float, float]]
           f"slowest rank named: {sorted({r[2] for r in runs}, key=str)}")
 
 
+# Run in a small fresh process that starts the command and watches it: each of the command's threads'
+# CPU from /proc every 20 ms (the last sample kept per thread: DuckDB's pool is gone once the table is
+# made), then its own rusage from wait4 (its CPU, and its peak RSS: started from this few-MiB process,
+# not from the bench, whose simulated job ru_maxrss would count). The command's output goes to a file.
+WATCH = """
+import json, os, sys, time
+tick, seen = os.sysconf("SC_CLK_TCK"), {}
+out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+began = time.perf_counter()
+pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, out, 1)])
+while True:
+    done, status, usage = os.wait4(pid, os.WNOHANG)
+    if done:
+        break
+    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seen[task] = (int(fields[11]) + int(fields[12])) / tick
+    time.sleep(0.02)
+took = time.perf_counter() - began
+print(json.dumps({"seconds": took, "status": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime,
+                  "rss_mib": usage.ru_maxrss / 1024, "busiest": max(seen.values(), default=0.0)}))
+"""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One run of ``loaderscope job``: its wall and CPU seconds (all threads), its busiest thread's CPU
+    seconds, its peak RSS, the slowest rank it named and the load average when it ended."""
+
+    seconds: float
+    cpu: float
+    busiest: float
+    rss_mib: float
+    rank: int | None
+    load: float
+
+    @property
+    def idle_estimate(self) -> float:
+        """The wall time on two idle cores: no thread runs faster than one core, and all take two at most."""
+        return max(self.busiest, self.cpu / 2)
+
+
+def run_command(directory: Path, *options: str) -> Command:
+    """``loaderscope job DIR`` (the venv's entry point beside this interpreter) in a fresh process."""
+    command = str(Path(sys.executable).with_name("loaderscope"))
+    with tempfile.NamedTemporaryFile(suffix=".txt") as out:
+        watched = subprocess.run([sys.executable, "-c", WATCH, out.name, command, "job", str(directory), *options],
+                                 capture_output=True, text=True, check=True)
+        found = json.loads(watched.stdout)
+        text = Path(out.name).read_text()
+    if found["status"] != 0:
+        sys.exit(f"loaderscope job {directory} {' '.join(options)} exited {found['status']}: {watched.stderr[-2000:]}")
+    return Command(found["seconds"], found["cpu"], found["busiest"], found["rss_mib"], _named_rank(text, options),
+                   os.getloadavg()[0])
+
+
+def _named_rank(text: str, options: tuple[str, ...]) -> int | None:
+    if "--json" in options:
+        top = json.loads(text)["loaders"][0]["slowest"]
+        return top and int(top["rank"])
+    found = re.search(r"rank ([0-9]+) is the slowest", text)
+    return int(found.group(1)) if found else None
+
+
+def report_command(label: str, runs: list[Command]) -> None:
+    def spread(values: list[float], form: str) -> str:
+        return f"{statistics.median(values):{form}} ({min(values):{form}}-{max(values):{form}})"
+
+    times, estimate = [r.seconds for r in runs], [r.idle_estimate for r in runs]
+    print(f"{label}: {spread(times, '.2f')} s = {statistics.median(times) / 5:.2f} of the 5 s target at load "
+          f"{spread([r.load for r in runs], '.1f')}; CPU {spread([r.cpu for r in runs], '.2f')} s, the busiest "
+          f"thread {spread([r.busiest / r.cpu for r in runs], '.0%')} of it; on two idle cores about "
+          f"{spread(estimate, '.2f')} s; peak RSS {spread([r.rss_mib for r in runs], '.0f')} MiB = "
+          f"{statistics.median(r.rss_mib for r in runs) / 1024:.2f} of 1 GiB; "
+          f"slowest rank named: {sorted({r.rank for r in runs}, key=str)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=1024)
@@ -155,6 +246,9 @@ def main() -> None:
           f"this process's peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     for kind in ("jsonl", "probe"):
         report(kind, [measure(root / kind) for _ in range(args.repeat)])
+    for kind in ("jsonl", "probe"):
+        report_command(f"loaderscope job {kind}", [run_command(root / kind) for _ in range(args.repeat)])
+        report_command(f"loaderscope job --json {kind}", [run_command(root / kind, "--json")])
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
