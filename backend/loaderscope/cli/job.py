@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import add_format_option, stdout_console, to_csv, to_json
@@ -82,19 +83,42 @@ def cmd_job(args: argparse.Namespace, console: Console | None = None) -> int:
         console.print(f"[yellow]{escape(line)}[/]")
     steps = {(entry["job"], entry["loader"]): entry["steps"] for entry in table.loaders()}
     jobs = len({row["job"] for row in rows}) > 1
-    out = Table(*(["job"] if jobs else []), "loader", "rank", "batches", "batches/s", "waiting for data",
-                "slowest worker", "its p95", "last in", "worst lag", box=None, pad_edge=False)
-    for row in rows:
-        worker, p95, lag = row["slowest_worker"], row["slowest_worker_p95"], row["worst_lag"]
-        out.add_row(*([escape(str(row["job"]))] if jobs else []), escape(row["loader"]), str(row["rank"]),
-                    str(row["batches"]), f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}",
-                    "-" if worker is None else str(worker), "-" if p95 is None else f"{p95 * 1000:.1f} ms",
-                    f"{row['slowest_steps']} of {steps[(row['job'], row['loader'])]} steps",
-                    "-" if lag is None else f"{lag * 1000:.1f} ms")
-    console.print(out)
+    print_table(console, [*(["job"] if jobs else []), "loader", "rank", "batches", "batches/s", "waiting for data",
+                          "slowest worker", "its p95", "last in", "worst lag"],
+                [_cells(row, steps[(row["job"], row["loader"])], jobs) for row in rows])
     for check in table.shards:
         console.print(escape(_named(table, check) + shard_text_of(check)))
     return 0
+
+
+def _cells(row: dict[str, Any], steps: int, jobs: bool) -> list[str]:
+    worker, p95, lag = row["slowest_worker"], row["slowest_worker_p95"], row["worst_lag"]
+    return [*([str(row["job"])] if jobs else []), row["loader"], str(row["rank"]), str(row["batches"]),
+            f"{row['batches_per_s']:.1f}", f"{row['input_bound']:.0%}", "-" if worker is None else str(worker),
+            "-" if p95 is None else f"{p95 * 1000:.1f} ms", f"{row['slowest_steps']} of {steps} steps",
+            "-" if lag is None else f"{lag * 1000:.1f} ms"]
+
+
+def print_table(console: Console, headers: list[str], rows: list[list[str]]) -> None:
+    """The rows under their headers as rich's ``Table(box=None, pad_edge=False)`` prints them, made as
+    one text: rich lays out and renders each cell on its own, which took 1.5 s of a 1,024-rank job's
+    table (bench/job_table.py). Where rich would lay the table out otherwise (wider than the console:
+    it wraps cells; a cell of other than printable ASCII: its width is not its length), rich prints it."""
+    widths = [max(map(len, column)) for column in zip(headers, *rows, strict=True)]
+    if sum(widths) + 2 * (len(widths) - 1) > console.width or \
+            not all(cell.isascii() and cell.isprintable() for row in (headers, *rows) for cell in row):
+        out = Table(*headers, box=None, pad_edge=False)
+        for row in rows:
+            out.add_row(*map(escape, row))
+        console.print(out)
+        return
+    text = Text(end="\n")
+    for place, (header, width) in enumerate(zip(headers, widths, strict=True)):
+        # the header's cells and their padding, each its own span as rich's Table styles them
+        text.append_tokens([(" ", "table.header")] * (2 if place else 0) + [(header.ljust(width), "table.header")])
+    text.append("".join("\n" + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                        for row in rows))
+    console.print(text)
 
 
 def sentences(table: JobTable) -> list[str]:
