@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loaderscope.traces.jsonl import FORMAT_ENV, FORMATS, SUFFIXES, chosen_format
+from loaderscope.traces.formats import FORMAT_ENV, FORMATS, SUFFIXES
 from loaderscope.traces.paths import JOB_ENV, RECORD_JOB_ENV, job_name
 
 DEFAULT_LOGDIR = "loaderscope-runs"
@@ -83,6 +83,8 @@ def cmd_record(args: argparse.Namespace) -> int:
 def record(command: list[str], *, logdir: str | None = None, url: str | None = None,
            name: str | None = None, job: str | None = None, trace_format: str | None = None) -> int:
     """Run ``command`` recorded; its exit status. Raises RecordError when it cannot be recorded."""
+    from loaderscope.traces.jsonl import chosen_format  # here: every other command starts without the schema
+
     check_startup_hook()
     try:
         fmt = chosen_format(trace_format)

@@ -19,7 +19,7 @@ from rich.console import Console
 from loaderscope.cli.errors import UsageError
 from loaderscope.cli.output import stdout_console, to_json
 from loaderscope.cli.summary import bullets, plain, print_report
-from loaderscope.traces.jsonl import SUFFIXES, TraceError, read_trace_tolerant
+from loaderscope.traces.formats import SUFFIXES
 
 if TYPE_CHECKING:  # reports are built when the command runs: every other command starts without the models
     from loaderscope.report import RunReport
@@ -64,6 +64,8 @@ def cmd_show(args: argparse.Namespace, console: Console | None = None) -> int:
 
 def show(path: Path) -> ShowDocument:
     """The runs of a trace, or of every trace under a directory, in the order they are shown."""
+    from loaderscope.traces.jsonl import TraceError  # the readers load when the command runs
+
     if path.is_dir() and not path.name.endswith(SUFFIXES["parquet"]):
         return shown(trace_files(path))
     if not os.path.lexists(path):
@@ -96,6 +98,8 @@ def is_trace(name: str) -> bool:
 
 def shown(paths: list[Path]) -> ShowDocument:
     """Each trace read; those that cannot be read named with the reason, the rest in a stable order."""
+    from loaderscope.traces.jsonl import TraceError
+
     runs: list[RunReport] = []
     unreadable: list[Unreadable] = []
     for path in paths:
@@ -110,6 +114,7 @@ def shown(paths: list[Path]) -> ShowDocument:
 
 def load(path: Path) -> RunReport:
     from loaderscope.report import run_report
+    from loaderscope.traces.jsonl import read_trace_tolerant
 
     head, events, truncated = read_trace_tolerant(path)
     return run_report(events, head, file=str(path), truncated=truncated)

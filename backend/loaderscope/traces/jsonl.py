@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from loaderscope.events import Event, EventError, to_json, validate
+from loaderscope.traces.formats import FORMAT_ENV, FORMATS, SUFFIXES
 from loaderscope.traces.header import FORMAT, TraceError, check_header, header
 from loaderscope.traces.safefiles import create_file, touch
 
@@ -34,9 +35,6 @@ MAX_LINE_BYTES = 1 << 20
 MAX_TRACE_BYTES = 4 << 30
 
 
-FORMATS = ("jsonl", "parquet")
-FORMAT_ENV = "LOADERSCOPE_FORMAT"  # the format of the traces record, watch(logdir=) and the logdir write
-SUFFIXES = {"jsonl": ".trace.jsonl", "parquet": ".trace.parquet"}
 _noted: list[str] = []  # the fallback to JSON lines, once said
 
 
