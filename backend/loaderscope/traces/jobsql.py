@@ -14,9 +14,6 @@ if TYPE_CHECKING:  # types only: duckdb is the optional `job` extra, never impor
     import duckdb
 
 
-KINDS = ("run_start", "epoch_start", "fetch_start", "fetch_end", "yield", "epoch_end", "loop")
-
-
 # The event fields the queries read, with their SQL types; a trace without one reads it as NULL.
 COLUMNS: dict[str, str] = {
     "seq": "BIGINT", "t": "DOUBLE", "run": "VARCHAR", "rank": "BIGINT", "kind": "VARCHAR", "name": "VARCHAR",
@@ -25,17 +22,19 @@ COLUMNS: dict[str, str] = {
     "others": "DOUBLE", "world_size": "BIGINT",
 }
 
-# Tables the three queries share, made once per connection, in order: each event with its run's
-# segment (epoch_starts so far: state.py resets the epoch's pace at each) and that segment's epoch
-# (the latest epoch_start's: a run's epochs count up, probe/iterators.py), both from one window;
+# Tables the three queries share, made once per connection, in order: each event the figures read
+# inside an epoch (its fetches, yields and loop time, and the epoch_starts) with its run's segment
+# (epoch_starts so far: state.py resets the epoch's pace at each) and that segment's epoch (the latest
+# epoch_start's: a run's epochs count up, probe/iterators.py), both from one window, and only the
+# columns read of them (the window sorts what it carries: every column took twice the time);
 # each run's rank, loader and clock, one file per recording; its yields with the gap before each.
 PREPARED: tuple[tuple[str, str], ...] = (
     ("timeline", """
-SELECT e.*,
+SELECT file, seq, kind, t, wait, others, idx, worker, dt,
        SUM(CASE WHEN kind = 'epoch_start' THEN 1 ELSE 0 END) OVER w AS segment,
        MAX(CASE WHEN kind = 'epoch_start' THEN epoch END) OVER w AS current_epoch
-FROM events e
-WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end', 'loop')
+FROM events
+WHERE kind IN ('epoch_start', 'fetch_start', 'fetch_end', 'yield', 'loop')
 WINDOW w AS (PARTITION BY file ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """),
     # A recording (one probe: its host, pid and clock) may be in a logdir twice: a script that streams
@@ -57,8 +56,10 @@ FROM (
                                    ORDER BY n.events DESC, r.file) AS copy
     FROM (SELECT file, MAX(run) AS run, MAX(rank) AS rank, MAX(name) AS name, MAX(job) AS job,
                  MAX(host) AS host, MAX(pid) AS pid, MAX(wall_start) AS recorded, MAX(world_size) AS world_size
-          FROM timeline WHERE kind = 'run_start' GROUP BY file) r
-    JOIN (SELECT file, COUNT(*) AS events FROM timeline GROUP BY file) n ON n.file = r.file
+          FROM events WHERE kind = 'run_start' GROUP BY file) r
+    JOIN (SELECT file, COUNT(*) AS events FROM events
+          WHERE kind IN ('run_start', 'epoch_start', 'fetch_start', 'fetch_end', 'yield', 'epoch_end', 'loop')
+          GROUP BY file) n ON n.file = r.file
   ) c
   WHERE copy = 1 OR recorded IS NULL
 ) s
@@ -66,18 +67,15 @@ FROM (
     # Each yield with the gap before it and the loop's time in other loaders' next() since the run's
     # previous yield (its `loop` events: state.py's pending_others), so that the step is the gap less it.
     ("yields", """
+WITH b AS (SELECT file, seq, kind, t, wait, others, segment, current_epoch,
+                  COUNT(*) FILTER (WHERE kind = 'yield') OVER (PARTITION BY file ORDER BY seq
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS batch
+           FROM timeline WHERE kind IN ('yield', 'loop'))
 SELECT y.file, y.seq, y.t, y.wait, y.segment, y.current_epoch, y.gap, COALESCE(o.others, 0.0) AS others
 FROM (SELECT file, seq, t, wait, segment, current_epoch, batch,
              t - wait - LAG(t) OVER (PARTITION BY file, segment ORDER BY seq) AS gap
-      FROM (SELECT *, COUNT(*) FILTER (WHERE kind = 'yield') OVER (PARTITION BY file ORDER BY seq
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS batch
-            FROM timeline WHERE kind IN ('yield', 'loop')) b
-      WHERE kind = 'yield') y
-LEFT JOIN (SELECT file, batch, SUM(others) AS others
-           FROM (SELECT file, kind, others, COUNT(*) FILTER (WHERE kind = 'yield') OVER (PARTITION BY file ORDER BY seq
-                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS batch
-                 FROM timeline WHERE kind IN ('yield', 'loop')) l
-           WHERE kind = 'loop' GROUP BY file, batch) o
+      FROM b WHERE kind = 'yield') y
+LEFT JOIN (SELECT file, batch, SUM(others) AS others FROM b WHERE kind = 'loop' GROUP BY file, batch) o
   ON o.file = y.file AND o.batch = y.batch
 """),
 )
@@ -166,7 +164,7 @@ ORDER BY job, loader, epoch, step
 # Each rank's shard digest per epoch of each loader (the probe's epoch_end), decoded by ranks.shard_report.
 SHARDS_SQL = """
 SELECT r.job, r.loader, e.epoch, r.rank, e.shard, e.shard_length
-FROM timeline e JOIN runs r ON r.file = e.file
+FROM events e JOIN runs r ON r.file = e.file
 WHERE e.kind = 'epoch_end' AND e.shard IS NOT NULL
 ORDER BY r.job, r.loader, e.epoch, r.rank
 """
