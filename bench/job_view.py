@@ -6,7 +6,8 @@
 Serves ``--dir``'s traces with ``serve(logdir=...)`` (``tests.live.launch``: its own process), opens
 rank 0 in headless chromium (Debian's, software rendering: tests/browser/test_live_run.py's flags), waits for
 the job's table (``GET /api/jobs/{job}/table``, every rank, no rank's stream but the open one's; the
-same GET alone is timed twice before and once after, so the view's own share is the difference), then
+same GET alone is timed twice before and once after, so the view's own share is the difference; the
+page's own request is timed too, so the view's time splits into before, during and after it), then
 scrolls it with ``page.mouse.wheel`` for ``--seconds`` while ``requestAnimationFrame`` counts the
 frames the page drew. Printed per repeat: frames per second, the longest frame, the rows in the page
 at the end (only those in view should be), and the median and range over the repeats against 30 fps.
@@ -41,6 +42,14 @@ SCROLL = """async ([seconds]) => {
   });
   const gaps = times.slice(1).map((t, i) => t - times[i]);
   return { frames: times.length - 1, span: times[times.length - 1] - times[0], longest: Math.max(...gaps) };
+}"""
+
+
+# The page's own request for the job's table (Resource Timing): when it was asked for and answered, in
+# ms since the page's navigation began, so the view's time splits into before, during and after it.
+ASKED = """() => {
+  const entry = performance.getEntriesByType('resource').find((e) => e.name.includes('/api/jobs/'));
+  return entry ? { start: entry.startTime, end: entry.responseEnd, bytes: entry.encodedBodySize } : null;
 }"""
 
 
@@ -88,6 +97,12 @@ def main() -> None:
                 shown = time.perf_counter() - began
                 print(f"the job's table in the page {shown:.1f} s after opening rank 0; "
                       f"named: {page.get_by_test_id('job-slowest').text_content()}")
+                asked = page.evaluate(ASKED)
+                if asked is not None:
+                    print(f"in the page: it asked for the table {asked['start'] / 1000:.1f} s after opening rank 0, "
+                          f"the answer took {(asked['end'] - asked['start']) / 1000:.1f} s "
+                          f"({asked['bytes'] / 2**20:.1f} MiB), and the view drew it "
+                          f"{shown - asked['end'] / 1000:.1f} s after it came; load average {os.getloadavg()[0]:.1f}")
                 tables.append(table_seconds(server.url, headers, str(first["job"])))
                 more = shown - statistics.median(tables)
                 print(f"the job's table alone again {tables[-1]:.1f} s: the view took {more:.1f} s more than the "
