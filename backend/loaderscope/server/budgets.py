@@ -35,8 +35,10 @@ PARQUET_FOOTER_BYTES = 1024 * 1024  # parsed whole before any check (the writer'
 
 # One job table (GET /api/jobs/{job}/table, one at a time), each budget raised or lowered by its
 # $LOADERSCOPE_JOB_TABLE_* variable: less than the CLI's, a dashboard being shared and long-lived. A rank's
-# trace of 256 MiB is about an hour at 100 batches/s; a 1,024-rank job of 149 MiB held 390 MiB and took
-# 3-45 s (bench/job_table.py); past 120 s the query is interrupted and the slot freed for the next.
+# trace of 256 MiB is about an hour at 100 batches/s; a 1,024-rank job with shard digests (153 MiB of JSON
+# lines, 13 MiB as Parquet) peaked at 430-490 MiB of RSS and took 6-7.5 s of CPU: 8-12 s of wall at load 5-8 on
+# the 2-core VM, about 3-3.7 s on two idle cores (bench/job_table.py, 2026-11-29); past 120 s the query
+# is interrupted and the slot freed for the next.
 JOB_TABLE = JobBudget(trace_bytes=256 << 20, job_bytes=2 << 30, memory_bytes=1 << 30, seconds=120.0)
 
 _KEEP_WHOLE = frozenset(COMMON_FIELDS) | {"cut"}
