@@ -4,6 +4,7 @@ only when its row is clicked; a job of two loaders is its ranks × its loaders, 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,27 @@ from tests.jobs import recorded_job, simulated_job
 pytestmark = pytest.mark.browser
 
 RANKS, SLOW = 40, 7
+
+
+def test_a_logdir_jobs_table_is_asked_for_from_the_runs_info_not_its_stream(
+        browser: Any, start_server: Any, tmp_path: Path) -> None:
+    """The open rank's info names its job: the page asks for the table then, without waiting for its
+    stream to deliver the run_start (which took 0.4 s more on a loaded box, bench/job_view.py)."""
+    logs = tmp_path / "logs"
+    simulated_job(logs, "straggler", 3, {2: 3.0})
+    server = start_server(logdir=str(logs), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == 3, what="the job's 3 traces listed")
+        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+    page = browser.new_page(viewport=VIEWPORT)
+    # the rank's events never come: its websocket answered by no server, its pages of events refused
+    page.route_web_socket(re.compile(r".*/ws/runs/.+"), lambda ws: None)
+    page.route(re.compile(r".*/api/runs/[^/]+/events.*"), lambda route: route.abort())
+    page.goto(f"{server.page_url}&run={runs[0]}")
+    sentence = page.get_by_test_id("job-slowest")
+    sentence.wait_for(timeout=WAIT_MS)
+    assert sentence.get_attribute("data-rank") == "2"
+    assert page.evaluate("() => window.loaderscope.player.length") == 0, "no event of the rank arrived"
 
 
 @pytest.mark.slow

@@ -203,6 +203,10 @@ export class ServerRun {
       const info = await api.run(id);
       if (id !== this.runId) return;
       tr.runInfo = info;
+      // a logdir job's table is asked for once the run's info names its job (its trace's run_start, read
+      // as the run opened), not after its stream delivers that run_start: 0.4 s later on a loaded box
+      if (info.path && info.job && (info.world_size ?? 1) > 1 && !this.ranksLooked)
+        this.jobOrRanks(info.job, info.world_size ?? 1, info.name ?? null);
       this.serverDiagnosis = Array.isArray(info.diagnosis) ? info.diagnosis : null;
       this.host.diagnosisChanged();
       this.host.statusChanged();
