@@ -9,6 +9,7 @@ import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
@@ -16,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from loaderscope import proof
 from loaderscope.server.config import ServerConfig
@@ -96,6 +98,20 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
     return Guard(app, Policy(config))
 
 
+class _Page:
+    """The page's files. Loading the page to open a run (``/?run=ID``) that is a rank of a logdir job
+    starts the job's table (``jobs.warm``) while the page's modules load."""
+
+    def __init__(self, app: FastAPI, directory: Path) -> None:
+        self.app, self.files = app, StaticFiles(directory=directory, html=True)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/":
+            for run_id in parse_qs(scope["query_string"].decode("latin-1")).get("run", [])[:1]:
+                jobs.warm(self.app.state, run_id)
+        await self.files(scope, receive, send)
+
+
 def _proof(app: FastAPI, config: ServerConfig) -> None:
     @app.get(proof.PATH, include_in_schema=False)
     async def prove(nonce: str = "") -> JSONResponse:
@@ -121,7 +137,7 @@ def _websockets(app: FastAPI, manager: RunManager) -> None:
 
 def _page(app: FastAPI, directory: Path) -> None:
     if (directory / "index.html").is_file():
-        app.mount("/", StaticFiles(directory=directory, html=True), name="page")
+        app.mount("/", _Page(app, directory), name="page")
         return
 
     @app.get("/", include_in_schema=False)

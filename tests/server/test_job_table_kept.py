@@ -1,0 +1,73 @@
+"""A logdir job's table is made once per state of its files (``server/web/jobs.py``): loading the page to open
+one of its ranks (``/?run=ID``) starts it while the page's modules load, the page's own request then finds it
+made or being made, a request while the files are unchanged gets the same answer without a new query, and a
+changed trace has it made again. ``Server-Timing`` says which (``computed``, ``shared``, ``cached``)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loaderscope.scenarios.plan import resolve
+from loaderscope.sim import CostModel
+from loaderscope.sim.run import simulate_ranks
+from loaderscope.traces.jsonl import write_trace
+from loaderscope.traces.paths import trace_path
+from tests.conftest import wait_for
+
+pytest.importorskip("duckdb")
+
+RANKS = 4
+JOB = "sim-uniform"
+
+
+def simulated_job(logdir: Path) -> list[Path]:
+    """A simulated 4-rank job, a trace per rank as ``loaderscope run --ranks`` writes them."""
+    plan = resolve("uniform", {"dataset_size": 800, "batch_size": 4, "num_workers": 2, "epochs": 1})
+    job = simulate_ranks(plan.build(), job=JOB, scenario="uniform", params=plan.values(),
+                         costs=[CostModel() for _ in range(RANKS)])
+    paths = []
+    for events in job.events:
+        path = trace_path(logdir, events[0])
+        write_trace(path, events, events[0]["run"], scenario="uniform", mode="sim")
+        paths.append(path)
+    return paths
+
+
+def how(answer: httpx.Response) -> str:
+    """How the answer's table came: ``Server-Timing: jobtable;desc="...";dur=...``."""
+    found = re.fullmatch(r'jobtable;desc="(\w+)";dur=\d+', answer.headers.get("server-timing", ""))
+    assert found, answer.headers
+    return found.group(1)
+
+
+def test_a_ranks_page_load_starts_its_job_table_and_unchanged_files_keep_it(tmp_path: Path,
+                                                                             start_server: Any) -> None:
+    paths = simulated_job(tmp_path / "runs")
+    server = start_server(logdir=str(tmp_path / "runs"), logdir_poll=0.1)
+    with server.client() as http:
+        def listed() -> list[dict[str, Any]] | None:
+            runs = http.get("/api/runs").json()
+            return runs if len(runs) == RANKS else None
+
+        runs: list[dict[str, Any]] = wait_for(listed, what=f"the {RANKS} ranks listed")
+        rank0 = next(run["id"] for run in runs if run["rank"] == 0)
+        assert http.get("/", params={"run": rank0}).status_code == 200  # the page, loading to open rank 0
+
+        first = http.get(f"/api/jobs/{JOB}/table", timeout=120)
+        assert first.status_code == 200, first.text
+        assert how(first) in ("shared", "cached")  # started by the page's load, not by this request
+        assert sorted(row["rank"] for row in first.json()["ranks"]) == list(range(RANKS))
+
+        again = http.get(f"/api/jobs/{JOB}/table", timeout=120)
+        assert (how(again), again.content) == ("cached", first.content)
+
+        later = os.stat(paths[2]).st_mtime_ns + 10**9
+        os.utime(paths[2], ns=(later, later))  # a trace written to again: its table is made anew
+        changed = http.get(f"/api/jobs/{JOB}/table", timeout=120)
+        assert (how(changed), changed.json()["ranks"]) == ("computed", first.json()["ranks"])
