@@ -1,7 +1,8 @@
-"""A logdir job's table is made once per state of its files (``server/web/jobs.py``): loading the page to open
-one of its ranks (``/?run=ID``) starts it while the page's modules load, the page's own request then finds it
-made or being made, a request while the files are unchanged gets the same answer without a new query, and a
-changed trace has it made again. ``Server-Timing`` says which (``computed``, ``shared``, ``cached``)."""
+"""A logdir job's table is made once per state of its files (``server/web/jobs.py``): loading the page to
+open one of its ranks (``/?run=ID``, with the dashboard's token) starts it while the page's modules load, the
+page's own request then finds it made or being made, a request while the files are unchanged gets the same
+answer without a new query, and a changed trace has it made again. ``Server-Timing`` says which
+(``computed``, ``shared``, ``cached``)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,12 @@ def test_a_ranks_page_load_starts_its_job_table_and_unchanged_files_keep_it(tmp_
 
         runs: list[dict[str, Any]] = wait_for(listed, what=f"the {RANKS} ranks listed")
         rank0 = next(run["id"] for run in runs if run["rank"] == 0)
+        with httpx.Client(base_url=server.url) as stranger:  # the page needs no token; the table does
+            assert stranger.get("/", params={"run": rank0}).status_code == 200
+        unasked = http.get(f"/api/jobs/{JOB}/table", timeout=120)
+        assert how(unasked) == "computed"  # no table was started for a request without the token
+
+        paths[0].touch()  # a trace written to again: the table kept is not for the files as they are now
         assert http.get("/", params={"run": rank0}).status_code == 200  # the page, loading to open rank 0
 
         first = http.get(f"/api/jobs/{JOB}/table", timeout=120)

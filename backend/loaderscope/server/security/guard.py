@@ -111,6 +111,11 @@ class Policy:
         morsel = cookie.get(self.cookie_name)
         return morsel.value if morsel is not None else None
 
+    def holds_token(self, scope: Scope) -> bool:
+        """Whether a request carries the token, where none is needed (the page's files)."""
+        given = self.token_of(scope, _headers(scope))
+        return given is not None and self.valid(given)
+
     def set_cookie(self) -> str:
         """HttpOnly: page scripts never see it; SameSite=Strict: other sites' requests never carry it."""
         return f"{self.cookie_name}={self.token.decode()}; HttpOnly; SameSite=Strict; Path=/"

@@ -94,19 +94,21 @@ def create_app(config: ServerConfig, *, on_started: OnStarted | None = None,
     app.add_exception_handler(RunRefused, api.refused)
     _proof(app, config)
     _websockets(app, manager)
-    _page(app, config.frontend_dir or frontend_dir())
-    return Guard(app, Policy(config))
+    policy = Policy(config)
+    _page(app, config.frontend_dir or frontend_dir(), policy)
+    return Guard(app, policy)
 
 
 class _Page:
     """The page's files. Loading the page to open a run (``/?run=ID``) that is a rank of a logdir job
-    starts the job's table (``jobs.warm``) while the page's modules load."""
+    starts the job's table (``jobs.warm``) while the page's modules load: only for a request with the
+    token, as the table's own route needs (the page's files need none)."""
 
-    def __init__(self, app: FastAPI, directory: Path) -> None:
-        self.app, self.files = app, StaticFiles(directory=directory, html=True)
+    def __init__(self, app: FastAPI, directory: Path, policy: Policy) -> None:
+        self.app, self.policy, self.files = app, policy, StaticFiles(directory=directory, html=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/":
+        if scope["type"] == "http" and scope["path"] == "/" and self.policy.holds_token(dict(scope)):
             for run_id in parse_qs(scope["query_string"].decode("latin-1")).get("run", [])[:1]:
                 jobs.warm(self.app.state, run_id)
         await self.files(scope, receive, send)
@@ -135,9 +137,9 @@ def _websockets(app: FastAPI, manager: RunManager) -> None:
         await stream.stream(websocket, manager)
 
 
-def _page(app: FastAPI, directory: Path) -> None:
+def _page(app: FastAPI, directory: Path, policy: Policy) -> None:
     if (directory / "index.html").is_file():
-        app.mount("/", _Page(app, directory), name="page")
+        app.mount("/", _Page(app, directory, policy), name="page")
         return
 
     @app.get("/", include_in_schema=False)
