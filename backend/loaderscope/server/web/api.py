@@ -24,6 +24,7 @@ from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.run import Run, RunRefused
 from loaderscope.server.runs.store import EventLog, Gap, Spill
 from loaderscope.server.web.errors import field_problems, readable, type_problems
+from loaderscope.server.web.offloop import in_daemon_thread
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
 from loaderscope.traces import jsonl as trace
 from loaderscope.version import __version__
@@ -197,7 +198,7 @@ async def create_sweep(body: SweepRequest) -> Any:
         if not free:
             return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
         # builds torch samplers and simulates: CPU-bound, off the event loop
-        return await asyncio.to_thread(_sweep, checked)
+        return await in_daemon_thread(_sweep, checked)
 
 
 @contextlib.asynccontextmanager

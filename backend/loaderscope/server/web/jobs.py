@@ -33,6 +33,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from loaderscope.server.budgets import JOB_TABLE
+from loaderscope.server.web.offloop import in_daemon_thread
 from loaderscope.traces.jobbudget import JobQueryError
 from loaderscope.traces.jobquery import table_of
 
@@ -137,7 +138,7 @@ async def _make(job: str, paths: dict[str, str], fs: Any, root: str, logdir: str
     async with _ONE_AT_A_TIME:
         try:
             budget = JOB_TABLE.from_environment()
-            table = await asyncio.to_thread(table_of, list(paths), fs, within=logdir, job=job, budget=budget,
+            table = await in_daemon_thread(table_of, list(paths), fs, within=logdir, job=job, budget=budget,
                                             label=f"job {job}")
         except JobQueryError as exc:
             return 422, orjson.dumps({"detail": str(exc)})

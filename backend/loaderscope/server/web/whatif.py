@@ -14,7 +14,6 @@ like any viewer reads them.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import Any
 
@@ -27,6 +26,7 @@ from loaderscope.events import Event
 from loaderscope.server.runs.run import Run
 from loaderscope.server.web.api import MAX_SWEEP_RUNS, manager_of, read_events, rejected, sweep_slot, unprocessable
 from loaderscope.server.web.errors import type_problems
+from loaderscope.server.web.offloop import in_daemon_thread
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
 
 router = APIRouter(prefix="/api")
@@ -60,7 +60,7 @@ async def sweep_run(run_id: str, body: RunSweepRequest, request: Request) -> Any
         events = await all_events(manager, run)
         if (over := _over_budget(len(events), combinations)) is not None:  # a live run grew meanwhile
             return over
-        return await asyncio.to_thread(_sweep, events, grid)
+        return await in_daemon_thread(_sweep, events, grid)
 
 
 @router.get("/runs/{run_id}/advice", responses={404: {}, 429: {}})
@@ -79,7 +79,7 @@ async def run_advice(run_id: str, request: Request) -> Any:
         if not free:
             return JSONResponse({"detail": "a sweep is already running; try again when it ends"}, status_code=429)
         events = await all_events(manager, run)
-        answer = await asyncio.to_thread(advice.advise, events)
+        answer = await in_daemon_thread(advice.advise, events)
     if run.log.ended:  # nothing more will come: the same events give the same advice
         run.advice = (run.log.last_seq, dict(answer))
     return answer
@@ -123,7 +123,7 @@ async def all_events(manager: Any, run: Run) -> list[Event]:
     start = 0
     while start <= run.log.last_seq:
         lines, gap = await read_events(run.log, start, READ_PAGE)
-        events += await asyncio.to_thread(_decoded, lines)  # 2M events took 14 s: not on the event loop
+        events += await in_daemon_thread(_decoded, lines)  # 2M events took 14 s: not on the event loop
         start = (events[-1]["seq"] if lines else gap.last if gap else run.log.last_seq) + 1
     return events
 
