@@ -52,7 +52,8 @@ class _Table:
     took: float = 0.0  # seconds it took to make
 
 
-_TABLES: OrderedDict[str, _Table] = OrderedDict()
+# by logdir and job: two dashboards in one process (tests, a notebook) may serve two logdirs' jobs of one name
+_TABLES: OrderedDict[tuple[str, str], _Table] = OrderedDict()
 _WARMING: set[asyncio.Task[None]] = set()  # held until done: the loop keeps only weak references to tasks
 
 
@@ -115,19 +116,20 @@ async def _table(state: Any, job: str, paths: dict[str, str], fs: Any, root: str
     """The job's table: being made (shared: seconds old at most), made from files as they are now
     (cached), or started now (computed)."""
     signature = await asyncio.to_thread(_signature, paths, fs)
-    table = _TABLES.get(job)
+    key = (str(state.config.logdir), job)
+    table = _TABLES.get(key)
     if table is not None and not table.task.done():
         return table, "shared"
     if table is not None and signature is not None and table.signature == signature \
             and not table.task.cancelled() and table.task.exception() is None:
-        _TABLES.move_to_end(job)
+        _TABLES.move_to_end(key)
         return table, "cached"
     logdir = None if fs is not None else str(state.config.logdir)
     started = time.monotonic()
     table = _Table(signature, asyncio.get_running_loop().create_task(_make(job, paths, fs, root, logdir)))
     table.task.add_done_callback(lambda _: setattr(table, "took", time.monotonic() - started))
-    _TABLES[job] = table
-    _TABLES.move_to_end(job)
+    _TABLES[key] = table
+    _TABLES.move_to_end(key)
     while len(_TABLES) > KEPT and next(iter(_TABLES.values())).task.done():
         _TABLES.popitem(last=False)
     return table, "computed"
