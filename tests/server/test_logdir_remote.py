@@ -93,6 +93,7 @@ def store() -> Iterator[tuple[Store, FsspecStorage]]:
     yield server, storage
     server.shutdown()
     thread.join()
+    server.server_close()  # its listening socket: shutdown() only ends the loop
 
 
 def test_a_header_line_without_end_is_refused_after_a_megabyte_not_read_whole(store: Any) -> None:
