@@ -41,7 +41,7 @@ class JobBudget:
 
     trace_bytes: int = 1 << 30  # one run's trace (the most the dashboard itself writes: max_run_bytes)
     job_bytes: int = 4 << 30  # every trace of the table
-    memory_bytes: int = 2 << 30  # DuckDB's memory: a 1,024-rank job's table held 390 MiB (bench/job_table.py)
+    memory_bytes: int = 2 << 30  # DuckDB's memory: a 1,024-rank job's table peaked at 445-495 MiB (bench/job_table.py)
     shard_bytes: int = 1 << 30  # shard digests decoded, every check together
     seconds: float = 600.0
 
