@@ -15,6 +15,7 @@ from loaderscope.sim.job import JobRun
 from loaderscope.sim.run import simulate_ranks
 from loaderscope.traces.jsonl import write_trace
 from loaderscope.traces.paths import trace_path
+from tests.conftest import wait_for
 
 PYTHON = sys.executable
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -61,6 +62,17 @@ def simulated_job(logdir: Path, scenario: str, ranks: int, slow: dict[int, float
     for events in job.events:
         write_trace(trace_path(logdir, events[0]), events, events[0]["run"], scenario=scenario, mode="sim")
     return job
+
+
+def served_job(start_server: Any, logs: Path, ranks: int, slow: dict[int, float]) -> tuple[Any, dict[int, str]]:
+    """A simulated "straggler" job of ``ranks`` ranks written under ``logs``, a dashboard serving that logdir,
+    and each rank's run id on it once every trace is listed."""
+    simulated_job(logs, "straggler", ranks, slow)
+    server = start_server(logdir=str(logs), logdir_poll=0.1)
+    with server.client() as http:
+        wait_for(lambda: len(http.get("/api/runs").json()) == ranks, what=f"the job's {ranks} traces listed")
+        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+    return server, runs
 
 
 def recorded_job(directory: Path, job: str, ranks: int) -> Path:

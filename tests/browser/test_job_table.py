@@ -12,7 +12,7 @@ import pytest
 
 from tests.browser.pages import VIEWPORT, WAIT_MS
 from tests.conftest import wait_for
-from tests.jobs import recorded_job, simulated_job
+from tests.jobs import recorded_job, served_job, simulated_job
 
 pytestmark = pytest.mark.browser
 
@@ -23,12 +23,7 @@ def test_a_logdir_jobs_table_is_asked_for_from_the_runs_info_not_its_stream(
         browser: Any, start_server: Any, tmp_path: Path) -> None:
     """The open rank's info names its job: the page asks for the table then, without waiting for its
     stream to deliver the run_start (which took 0.4 s more on a loaded box, bench/job_view.py)."""
-    logs = tmp_path / "logs"
-    simulated_job(logs, "straggler", 3, {2: 3.0})
-    server = start_server(logdir=str(logs), logdir_poll=0.1)
-    with server.client() as http:
-        wait_for(lambda: len(http.get("/api/runs").json()) == 3, what="the job's 3 traces listed")
-        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+    server, runs = served_job(start_server, tmp_path / "logs", 3, {2: 3.0})
     page = browser.new_page(viewport=VIEWPORT)
     # the rank's events never come: its websocket answered by no server, its pages of events refused
     page.route_web_socket(re.compile(r".*/ws/runs/.+"), lambda ws: None)
@@ -135,12 +130,7 @@ def test_a_rank_without_a_run_on_the_dashboard_says_why(browser: Any, start_serv
     """A rank whose trace left the logdir's run list after the table was made (a race the server cannot
     close: the table and the list are read at different moments) is named, not silently ignored. The
     answer is the server's, with that one rank's run taken out on its way to the page."""
-    logs = tmp_path / "logs"
-    simulated_job(logs, "straggler", 4, {1: 3.0})
-    server = start_server(logdir=str(logs), logdir_poll=0.1)
-    with server.client() as http:
-        wait_for(lambda: len(http.get("/api/runs").json()) == 4, what="the job's 4 traces listed")
-        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+    server, runs = served_job(start_server, tmp_path / "logs", 4, {1: 3.0})
     page = browser.new_page(viewport=VIEWPORT)
 
     def without_rank_2(route: Any) -> None:

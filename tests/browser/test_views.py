@@ -98,14 +98,9 @@ def test_timeline_keys_zoom_and_pan_and_every_part_acts_on_the_keyboard(server: 
 @pytest.mark.slow  # a simulated 4-rank job read from a logdir: ~20 s on a busy machine
 def test_a_job_tables_rows_and_sort_headers_act_on_the_keyboard(
         start_server: Any, view_page: Any, tmp_path: Path) -> None:
-    from tests.jobs import simulated_job
+    from tests.jobs import served_job
 
-    logs = tmp_path / "logs"
-    simulated_job(logs, "straggler", 4, {2: 3.0})
-    server = start_server(logdir=str(logs), logdir_poll=0.1)
-    with server.client() as http:
-        wait_for(lambda: len(http.get("/api/runs").json()) == 4, what="the job's 4 traces listed")
-        runs = {r["rank"]: r["id"] for r in http.get("/api/runs").json()}
+    server, runs = served_job(start_server, tmp_path / "logs", 4, {2: 3.0})
     pg = view_page()
     pg.goto(f"{server.page_url}&run={runs[0]}")
     pg.get_by_test_id("job-slowest").wait_for(timeout=WAIT_MS)

@@ -14,30 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from loaderscope.scenarios.plan import resolve
-from loaderscope.sim import CostModel
-from loaderscope.sim.run import simulate_ranks
-from loaderscope.traces.jsonl import write_trace
-from loaderscope.traces.paths import trace_path
-from tests.conftest import wait_for
+from tests.jobs import served_job
 
 pytest.importorskip("duckdb")
 
 RANKS = 4
-JOB = "sim-uniform"
-
-
-def simulated_job(logdir: Path) -> list[Path]:
-    """A simulated 4-rank job, a trace per rank as ``loaderscope run --ranks`` writes them."""
-    plan = resolve("uniform", {"dataset_size": 800, "batch_size": 4, "num_workers": 2, "epochs": 1})
-    job = simulate_ranks(plan.build(), job=JOB, scenario="uniform", params=plan.values(),
-                         costs=[CostModel() for _ in range(RANKS)])
-    paths = []
-    for events in job.events:
-        path = trace_path(logdir, events[0])
-        write_trace(path, events, events[0]["run"], scenario="uniform", mode="sim")
-        paths.append(path)
-    return paths
+JOB = "sim-straggler"
 
 
 def how(answer: httpx.Response) -> str:
@@ -49,15 +31,10 @@ def how(answer: httpx.Response) -> str:
 
 def test_a_ranks_page_load_starts_its_job_table_and_unchanged_files_keep_it(tmp_path: Path,
                                                                              start_server: Any) -> None:
-    paths = simulated_job(tmp_path / "runs")
-    server = start_server(logdir=str(tmp_path / "runs"), logdir_poll=0.1)
+    server, runs = served_job(start_server, tmp_path / "runs", RANKS, {})
+    paths = sorted((tmp_path / "runs").rglob("*.trace.jsonl"))
+    rank0 = runs[0]
     with server.client() as http:
-        def listed() -> list[dict[str, Any]] | None:
-            runs = http.get("/api/runs").json()
-            return runs if len(runs) == RANKS else None
-
-        runs: list[dict[str, Any]] = wait_for(listed, what=f"the {RANKS} ranks listed")
-        rank0 = next(run["id"] for run in runs if run["rank"] == 0)
         with httpx.Client(base_url=server.url) as stranger:  # the page needs no token; the table does
             assert stranger.get("/", params={"run": rank0}).status_code == 200
         unasked = http.get(f"/api/jobs/{JOB}/table", timeout=120)
