@@ -13,7 +13,8 @@ import { reduce } from '../js/model/reducer.js';
 import { summary } from '../js/model/stats.js';
 import { pushLine } from '../js/model/table-lines.js';
 import { renamed } from '../js/model/schema.js';
-import { PART_NAME, partIntoTable, zstdReady } from '../js/views/parquet-trace.js';
+import { partIntoTable, zstdReady } from '../js/views/parquet-trace.js';
+import { PART_NAME } from '../js/views/trace-file.js';
 import { TraceReader } from '../js/views/trace-file.js';
 
 const FIXTURES = join(dirname(fileURLToPath(import.meta.url)), 'fixtures');

@@ -22,9 +22,13 @@ RANKS, SLOW = 40, 7
 def test_a_logdir_jobs_table_is_asked_for_from_the_runs_info_not_its_stream(
         browser: Any, start_server: Any, tmp_path: Path) -> None:
     """The open rank's info names its job: the page asks for the table then, without waiting for its
-    stream to deliver the run_start (which took 0.4 s more on a loaded box, bench/job_view.py)."""
+    stream to deliver the run_start (which took 0.4 s more on a loaded box, bench/job_view.py). On its
+    way it asks for nothing it does not need: the run list once (the rank's info has its logdir path),
+    and no module of the Parquet reader (they load when a Parquet trace is opened)."""
     server, runs = served_job(start_server, tmp_path / "logs", 3, {2: 3.0})
     page = browser.new_page(viewport=VIEWPORT)
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
     # the rank's events never come: its websocket answered by no server, its pages of events refused
     page.route_web_socket(re.compile(r".*/ws/runs/.+"), lambda ws: None)
     page.route(re.compile(r".*/api/runs/[^/]+/events.*"), lambda route: route.abort())
@@ -33,6 +37,8 @@ def test_a_logdir_jobs_table_is_asked_for_from_the_runs_info_not_its_stream(
     sentence.wait_for(timeout=WAIT_MS)
     assert sentence.get_attribute("data-rank") == "2"
     assert page.evaluate("() => window.loaderscope.player.length") == 0, "no event of the rank arrived"
+    assert [url for url in asked if url.endswith("/api/runs")] == [f"{server.url}/api/runs"]
+    assert not [url for url in asked if re.search(r"parquet|hyparquet|zstddec", url)]
 
 
 @pytest.mark.slow

@@ -26,8 +26,6 @@ export { zstdReady };
 /** @typedef {import('../model/event-table.js').EventTable} EventTable */
 
 export const HEADER_KEY = 'loaderscope-trace'; // the key-value metadata holding the header (traces/parquet.py)
-/** A part file of a trace directory, as traces/parquet.py names them (in event order). */
-export const PART_NAME = /^part-\d+\.parquet$/;
 const FIRST = ['seq', 't', 'run', 'rank', 'kind']; // the fields a JSON line carries first, in its order
 const NOT_FIELDS = new Set(['extra', 'int_fields']); // columns that are not fields of the event
 

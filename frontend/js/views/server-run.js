@@ -206,7 +206,7 @@ export class ServerRun {
       // a logdir job's table is asked for once the run's info names its job (its trace's run_start, read
       // as the run opened), not after its stream delivers that run_start: 0.4 s later on a loaded box
       if (info.path && info.job && (info.world_size ?? 1) > 1 && !this.ranksLooked)
-        this.jobOrRanks(info.job, info.world_size ?? 1, info.name ?? null);
+        this.jobOrRanks(info.job, info.world_size ?? 1, info.name ?? null, true);
       this.serverDiagnosis = Array.isArray(info.diagnosis) ? info.diagnosis : null;
       this.host.diagnosisChanged();
       this.host.statusChanged();
@@ -320,14 +320,16 @@ export class ServerRun {
    * stream opened until its row is clicked. Any other job (the open run has no logdir `path`, so
    * the server has no table of it; or a table it could not make: 422) opens its ranks as found.
    * @param {string} job @param {number} want the job's world size @param {string|null} name the loader's
+   * @param {boolean} logged the run's info has its logdir `path` already: the run list (a 1,024-rank
+   *   job's is 0.6 MB) is not asked for again to learn it
    */
-  async jobOrRanks(job, want, name) {
+  async jobOrRanks(job, want, name, logged = false) {
     this.ranksLooked = Date.now();
     const tracks = this.host.tracks();
     const id = this.runId;
     try {
-      const runs = await api.runs();
-      if (Array.isArray(runs) && runs.some((r) => r.id === id && r.path)) {
+      const runs = logged ? null : await api.runs();
+      if (logged || (Array.isArray(runs) && runs.some((r) => r.id === id && r.path))) {
         const answer = await api.jobTable(job);
         if (this.host.tracks() !== tracks) return; // another run was opened meanwhile
         // each row names its run on this dashboard: the open loader's rows are its ranks

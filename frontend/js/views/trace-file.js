@@ -11,6 +11,8 @@ export const MAX_LINE_BYTES = 1 << 20;
 export const MAX_TRACE_BYTES = 2 ** 31; // ~16M events, ~1.5 GB of page memory at ~95 bytes an event
 // what a page holds of any trace; a Parquet trace (2-20 bytes an event on disk) is bound by this, not its size
 export const MAX_TRACE_EVENTS = 16_000_000;
+/** A part file of a Parquet trace's directory, as traces/parquet.py names them (in event order). */
+export const PART_NAME = /^part-\d+\.parquet$/;
 
 /** @typedef {import('../model/types.js').LoaderEvent} LoaderEvent */
 /** @typedef {Record<string, unknown>} TraceHeader a trace's first line: {format, version, ...} */

@@ -3,8 +3,7 @@
 // finished run; the page is handed the tracks once every file is read.
 
 import { Track } from '../model/track.js';
-import { readTraceFileInWorkers, TraceError } from './trace-file.js';
-import { PART_NAME, readParquetTraceInWorkers } from './parquet-trace.js';
+import { PART_NAME, readTraceFileInWorkers, TraceError } from './trace-file.js';
 
 // Web Workers that parse a file's segments side by side: one core is left to the page's thread,
 // which applies the events (as costly as parsing them). `?parsers=N` in the page's address
@@ -12,6 +11,10 @@ import { PART_NAME, readParquetTraceInWorkers } from './parquet-trace.js';
 const PARSERS =
   Number(new URLSearchParams(globalThis.location?.search).get('parsers')) ||
   Math.max(1, Math.min(3, (globalThis.navigator?.hardwareConcurrency ?? 2) - 1));
+
+// The Parquet reader and its decoders (a dozen modules) load when a Parquet trace is first opened,
+// not with the page: a 1,024-rank job's view, opened on 2 cores, competes with its table for them.
+const parquetReader = () => import('./parquet-trace.js');
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
@@ -199,7 +202,7 @@ export class TraceOpener {
         },
       };
       try {
-        if (trace.parts) await readParquetTraceInWorkers(trace.parts, trace.name, options);
+        if (trace.parts) await (await parquetReader()).readParquetTraceInWorkers(trace.parts, trace.name, options);
         else if (trace.file) await readTraceFileInWorkers(trace.file, options);
       } catch (err) {
         if (!(err instanceof TraceError)) throw err;
