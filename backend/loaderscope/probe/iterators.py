@@ -302,9 +302,6 @@ class MultiProcessProbe:
             idx = result[0]
             info = self._task_info.get(idx) if type(idx) is int else None
             if info is not None:  # None: a resume marker or a stale result of an abandoned epoch
-                reader = self._readers.get(info[0])
-                if reader is not None:
-                    self._probe.drain_reader(reader)
                 self._append(("arrive", monotonic(), idx, info[0]))
                 self._arrived = None if is_stop(result[1]) else idx
         except Exception as exc:

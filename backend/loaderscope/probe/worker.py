@@ -34,7 +34,9 @@ WRITES, PID, MAIN_THREAD, WORKER, INSPECT, CUR_IDX, CUR_START, CUR_POS, CUR_SAMP
 HEADER = 10  # INSPECT: set by the main process to ask for the next batch's values
 INSPECT_BATCHES = 3  # batches per worker described in full for the inspector
 RECORD = 5  # code, idx, time, value, value2
-CAPACITY = 512  # records per worker; the main process drains on every arrival, so this never fills
+# records per worker (160 KB): the probe thread drains the rings every tick (50 ms), so this fills only
+# past 40,000 batches a second per worker, or a probe thread held off for 0.5 s at 4,000
+CAPACITY = 4096
 IDLE, FETCHING, EXHAUSTED = 0.0, 1.0, 2.0  # EXHAUSTED: an iterable shard ran out this epoch
 CODE_START, CODE_END = 1.0, 2.0
 DOUBLE = 8
@@ -297,12 +299,12 @@ class RingReader:
     def take(self) -> bytes | None:
         """The records written since the last take, copied as they lie in the ring (None: no new one).
 
-        The main process takes them on every arrival, which costs one copy; ``decode`` makes them
-        rows later, on the probe thread. Taking them right away is what keeps the ring from filling."""
+        The probe thread takes them at every tick (one copy) and ``decode`` makes them rows; taking
+        them every tick is what keeps the ring from filling."""
         read, written = self.read, int(self.ring.slots[WRITES])
         if read == written:
             return None
-        if written - read > CAPACITY:  # cannot happen in practice; counted, never silent
+        if written - read > CAPACITY:  # the probe thread was held off too long: counted, never silent
             self.lost += written - CAPACITY - read
             read = written - CAPACITY
         self.read = written
