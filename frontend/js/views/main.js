@@ -199,6 +199,7 @@ export class App {
       this.wake();
     };
     this.timeline.onInvalidate = () => this.wake();
+    this.pipeline.onInvalidate = () => this.wake();
     this.timeline.onSeek = (t) => this.playback.seekTime(t);
     this.timeline.onSpanClick = (span) => {
       if (this.tracks.length === 1) this.cards.selected = span.worker;

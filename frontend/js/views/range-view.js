@@ -4,6 +4,7 @@
 // figures are kept as data attributes too (the tests compare them with Python's).
 
 import { rangeFigures } from '../model/range.js';
+import { plural } from '../model/run-list.js';
 import { fmtDuration } from '../model/time-window.js';
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -17,9 +18,6 @@ function el(tag, text = '', data = {}) {
   for (const [k, v] of Object.entries(data)) node.dataset[k] = v;
   return node;
 }
-
-/** @param {number} n @param {string} one @param {string} [many] */
-const plural = (n, one, many = `${one}s`) => `${n.toLocaleString('en')} ${n === 1 ? one : many}`;
 
 export class RangeView {
   /** @param {{zoom: () => void, clear: () => void}} host zoom the timeline to the range; drop it */
