@@ -206,7 +206,7 @@ export class ServerRun {
       // a logdir job's table is asked for once the run's info names its job (its trace's run_start, read
       // as the run opened), not after its stream delivers that run_start: 0.4 s later on a loaded box
       if (info.path && info.job && (info.world_size ?? 1) > 1 && !this.ranksLooked)
-        this.jobOrRanks(info.job, info.world_size ?? 1, info.name ?? null, true);
+        this.jobOrRanks(info.job, info.world_size ?? 1, info.name ?? null);
       this.serverDiagnosis = Array.isArray(info.diagnosis) ? info.diagnosis : null;
       this.host.diagnosisChanged();
       this.host.statusChanged();
@@ -320,13 +320,14 @@ export class ServerRun {
    * stream opened until its row is clicked. Any other job (the open run has no logdir `path`, so
    * the server has no table of it; or a table it could not make: 422) opens its ranks as found.
    * @param {string} job @param {number} want the job's world size @param {string|null} name the loader's
-   * @param {boolean} logged the run's info has its logdir `path` already: the run list (a 1,024-rank
-   *   job's is 0.6 MB) is not asked for again to learn it
    */
-  async jobOrRanks(job, want, name, logged = false) {
+  async jobOrRanks(job, want, name) {
     this.ranksLooked = Date.now();
     const tracks = this.host.tracks();
     const id = this.runId;
+    // the run's info, once read, has its logdir `path`: the run list (a 1,024-rank job's is 0.5 MB) is
+    // asked for only when the info has not come yet (a run_start streamed first)
+    const logged = Boolean(this.host.track().runInfo?.path);
     try {
       const runs = logged ? null : await api.runs();
       if (logged || (Array.isArray(runs) && runs.some((r) => r.id === id && r.path))) {
