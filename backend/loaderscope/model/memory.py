@@ -206,6 +206,12 @@ def _readable(item: Any) -> bool:
     return isinstance(item, Mapping) and _int(item.get("pid")) is not None and _int(item.get("rss")) is not None
 
 
+def uss_pss(e: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
+    """Each process's (USS, PSS) in a full sample, by its key, where both were read."""
+    return {_key(item): (uss, pss) for item in e["procs"] if _readable(item)
+            if (uss := _int(item.get("uss"))) is not None and (pss := _int(item.get("pss"))) is not None}
+
+
 def headroom(e: Mapping[str, Any]) -> int | None:
     """What the host has left: the smaller of MemAvailable and the cgroup's limit less its working set."""
     room = [e["available"]] if e.get("available") is not None else []

@@ -1,9 +1,9 @@
 """What if, in bytes: a recorded run's memory at another ``num_workers`` and ``prefetch_factor``.
 
 From a run's ``memory`` samples (``memory.MemoryModel``, docs/DESIGN.md §3 and §10) and its batches'
-``fetch_end.nbytes``, ``footprint`` takes the parts a setting scales: the shared pages the processes
-hold between them (counted once: every process's PSS less its USS), the main process's USS at its
-high, a worker's USS at its high with the copy-on-read growth in it, and the mean batch's bytes.
+``fetch_end.nbytes``, ``footprint`` takes the parts a setting scales, in the sample where the processes
+held the most between them: the shared pages (counted once: every process's PSS less its USS), the main
+process's USS, a worker's USS with the copy-on-read growth in it; and the mean batch's bytes.
 ``estimate`` puts them together for a setting:
 
     shared + main + num_workers × worker + prefetch_factor × num_workers × batch
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loaderscope.model.memory import MAIN, MemoryModel
+from loaderscope.model.memory import MAIN, MemoryModel, uss_pss
 from loaderscope.model.state import reduce
 
 SAID_SHARE = 0.01  # the batches in flight are named in a sentence from this share of the memory on
@@ -37,8 +37,8 @@ class Footprint:
 
     recorded_workers: int
     shared: int  # the processes' shared pages, counted once
-    main: int  # the main process's USS at its high
-    worker: int  # a worker's USS at its high (the mean over workers), its copy-on-read growth in it
+    main: int  # the main process's USS at the peak
+    worker: int  # a worker's USS at the peak (the mean over workers), its copy-on-read growth in it
     per_sample: float  # the workers' copy-on-read per sample fetched
     samples: int  # the samples the workers fetched over that growth, together
     room_to_copy: int  # the shared memory a worker has left to copy (the mean)
@@ -58,17 +58,27 @@ def footprint(events: Sequence[Mapping[str, Any]]) -> Footprint | None:
         return None
     config = start.get("config", {})
     recorded = int(config.get("num_workers") or 0)
-    shared = sum((p.pss or 0) - (p.uss or 0) for p in m.procs.values())
+    at_peak = _at_peak(events, m)
+    peak_workers = [uss for key, (uss, _) in at_peak.items() if key != MAIN]
     copied, samples = sum(p.copied for p in workers), sum(p.copied_samples for p in workers)
     sizes = [e["nbytes"] for e in events if e["kind"] == "fetch_end" and isinstance(e.get("nbytes"), int)]
     return Footprint(
-        recorded_workers=recorded, shared=shared, main=main.high_uss,
-        worker=round(sum(p.high_uss for p in workers) / len(workers)) if workers else 0,
+        recorded_workers=recorded, shared=sum(pss - uss for uss, pss in at_peak.values()),
+        main=at_peak.get(MAIN, (main.uss, 0))[0],
+        worker=round(sum(peak_workers) / len(peak_workers)) if peak_workers else 0,
         per_sample=copied / samples if samples > 0 else 0.0, samples=samples,
         room_to_copy=round(sum(max(0, (p.base_shared or 0) - p.copied) for p in workers) / len(workers))
         if workers else 0,
         batch=sum(sizes) / len(sizes) if sizes else 0.0, batches=config.get("batches_per_epoch"),
         peak=m.total_high, available=_available(m))
+
+
+def _at_peak(events: Sequence[Mapping[str, Any]], m: MemoryModel) -> dict[int, tuple[int, int]]:
+    """Each process's (USS, PSS) in the full sample where their PSS summed was highest. The parts come from
+    that one sample, not from each process's own high: a main process sampled after its workers exit holds
+    privately the pages it had shared with them, and its high USS beside the shared pages counted them twice."""
+    peak = next((e for e in events if e["kind"] == "memory" and not e.get("light") and e["t"] == m.total_high_t), None)
+    return uss_pss(peak) if peak is not None else {}
 
 
 def _available(m: MemoryModel) -> int | None:
