@@ -24,7 +24,8 @@ def test_a_logdir_jobs_table_is_asked_for_from_the_runs_info_not_its_stream(
     """The open rank's info names its job: the page asks for the table then, without waiting for its
     stream to deliver the run_start (which took 0.4 s more on a loaded box, bench/job_view.py). On its
     way it asks for nothing it does not need: the run list once (the rank's info has its logdir path),
-    and no module of the Parquet reader (they load when a Parquet trace is opened)."""
+    and no module of the Parquet reader (they load when a Parquet trace is opened). The rank it is, its info
+    says too: its row of the table is marked from the first."""
     server, runs = served_job(start_server, tmp_path / "logs", 3, {2: 3.0})
     page = browser.new_page(viewport=VIEWPORT)
     asked: list[str] = []
@@ -32,11 +33,14 @@ def test_a_logdir_jobs_table_is_asked_for_from_the_runs_info_not_its_stream(
     # the rank's events never come: its websocket answered by no server, its pages of events refused
     page.route_web_socket(re.compile(r".*/ws/runs/.+"), lambda ws: None)
     page.route(re.compile(r".*/api/runs/[^/]+/events.*"), lambda route: route.abort())
-    page.goto(f"{server.page_url}&run={runs[0]}")
+    page.goto(f"{server.page_url}&run={runs[1]}")
     sentence = page.get_by_test_id("job-slowest")
     sentence.wait_for(timeout=WAIT_MS)
     assert sentence.get_attribute("data-rank") == "2"
     assert page.evaluate("() => window.loaderscope.player.length") == 0, "no event of the rank arrived"
+    # ... yet the open run is rank 1, as its info says: its row is the one marked (a CI run saw rank 0's)
+    assert page.evaluate("() => window.loaderscope.track.rank") == 1
+    assert page.locator("[data-testid=job-row].selected").get_attribute("data-rank") == "1"
     assert [url for url in asked if url.endswith("/api/runs")] == [f"{server.url}/api/runs"]
     assert not [url for url in asked if re.search(r"parquet|hyparquet|zstddec", url)]
 

@@ -102,6 +102,13 @@ export class Track {
     this.kept(table.t[row], row);
   }
 
+  /** A server run is one rank: say which (from its run_start, or its info before that). @param {number} rank */
+  rankIs(rank) {
+    if (this.source !== 'server') return;
+    this.rank = rank;
+    this.label = `rank ${rank}`;
+  }
+
   /**
    * Everything kept beside the player about event `e`, just applied at `row`.
    * @param {LoaderEvent} e
@@ -115,11 +122,7 @@ export class Track {
     else if (kind === 'yield') this.delivered(e.t);
     else if (kind === 'run_start') {
       this.wall0 = e.wall_start ?? 0;
-      if (this.source === 'server' && typeof e.rank === 'number' && Number.isInteger(e.rank)) {
-        // a run is one rank: say which
-        this.rank = e.rank;
-        this.label = `rank ${e.rank}`;
-      }
+      if (Number.isInteger(e.rank)) this.rankIs(/** @type {number} */ (e.rank));
     } else if (kind === 'epoch_end' && typeof e.shard === 'string' && typeof e.epoch === 'number')
       this.epochEnds.set(e.epoch, e);
     else if (kind === 'run_end') this.complete = true;

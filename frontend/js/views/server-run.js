@@ -203,6 +203,9 @@ export class ServerRun {
       const info = await api.run(id);
       if (id !== this.runId) return;
       tr.runInfo = info;
+      // a run is one rank: its info says which before its stream delivers the run_start (the job's table,
+      // asked for next, marks the open rank's row by it)
+      if (Number.isInteger(info.rank)) tr.rankIs(/** @type {number} */ (info.rank));
       // a logdir job's table is asked for once the run's info names its job (its trace's run_start, read
       // as the run opened), not after its stream delivers that run_start: 0.4 s later on a loaded box
       if (info.path && info.job && (info.world_size ?? 1) > 1 && !this.ranksLooked)
