@@ -66,3 +66,18 @@ def test_the_what_if_footprint_reads_the_full_samples_among_light_ones() -> None
     # the memory the loader could have had (its PSS plus the headroom, at its least): a light sample has no PSS,
     # so it is no point of that (the light copies here hold the same host figures)
     assert mixed.available == alone.available is not None
+
+
+def test_the_what_if_footprint_of_a_source_without_pss_takes_its_uss() -> None:
+    # psutil off Linux gives USS but no PSS: no shared pages are known, and the workers still count
+    run = recorded("copy_on_read")
+    for e in run:
+        if e["kind"] == "memory":
+            e["procs"] = [{k: v for k, v in p.items() if k != "pss"} for p in e["procs"]]
+    fp = footprint(run)
+    assert fp is not None and fp.shared == 0
+    peak = max((e for e in run if e["kind"] == "memory" and not e.get("light")),
+               key=lambda e: sum(p["uss"] for p in e["procs"]))
+    workers = [p["uss"] for p in peak["procs"] if p.get("worker") is not None]
+    assert fp.worker == round(sum(workers) / len(workers)) > 0
+    assert fp.main == next(p["uss"] for p in peak["procs"] if p.get("worker") is None)

@@ -207,9 +207,15 @@ def _readable(item: Any) -> bool:
 
 
 def uss_pss(e: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
-    """Each process's (USS, PSS) in a full sample, by its key, where both were read."""
-    return {_key(item): (uss, pss) for item in e["procs"] if _readable(item)
-            if (uss := _int(item.get("uss"))) is not None and (pss := _int(item.get("pss"))) is not None}
+    """Each process's (USS, PSS) in a full sample, by its key, where its USS was read; a source without PSS
+    (psutil off Linux) gives its USS there: no shared pages known."""
+    figures = {}
+    for item in e["procs"]:
+        uss = _int(item.get("uss")) if _readable(item) else None
+        if uss is not None:
+            pss = _int(item.get("pss"))
+            figures[_key(item)] = (uss, uss if pss is None else pss)
+    return figures
 
 
 def headroom(e: Mapping[str, Any]) -> int | None:

@@ -58,13 +58,14 @@ def footprint(events: Sequence[Mapping[str, Any]]) -> Footprint | None:
         return None
     config = start.get("config", {})
     recorded = int(config.get("num_workers") or 0)
-    at_peak = _at_peak(events, m)
-    peak_workers = [uss for key, (uss, _) in at_peak.items() if key != MAIN]
+    at_peak = _at_peak(events)
+    # a peak without workers in it (every worker exited holding nothing of its own): each one's last USS
+    peak_workers = [uss for key, (uss, _) in at_peak.items() if key != MAIN] or [p.uss or 0 for p in workers]
     copied, samples = sum(p.copied for p in workers), sum(p.copied_samples for p in workers)
     sizes = [e["nbytes"] for e in events if e["kind"] == "fetch_end" and isinstance(e.get("nbytes"), int)]
     return Footprint(
         recorded_workers=recorded, shared=sum(pss - uss for uss, pss in at_peak.values()),
-        main=at_peak.get(MAIN, (main.uss, 0))[0],
+        main=at_peak[MAIN][0] if MAIN in at_peak else main.uss,
         worker=round(sum(peak_workers) / len(peak_workers)) if peak_workers else 0,
         per_sample=copied / samples if samples > 0 else 0.0, samples=samples,
         room_to_copy=round(sum(max(0, (p.base_shared or 0) - p.copied) for p in workers) / len(workers))
@@ -73,12 +74,13 @@ def footprint(events: Sequence[Mapping[str, Any]]) -> Footprint | None:
         peak=m.total_high, available=_available(m))
 
 
-def _at_peak(events: Sequence[Mapping[str, Any]], m: MemoryModel) -> dict[int, tuple[int, int]]:
-    """Each process's (USS, PSS) in the full sample where their PSS summed was highest. The parts come from
-    that one sample, not from each process's own high: a main process sampled after its workers exit holds
-    privately the pages it had shared with them, and its high USS beside the shared pages counted them twice."""
-    peak = next((e for e in events if e["kind"] == "memory" and not e.get("light") and e["t"] == m.total_high_t), None)
-    return uss_pss(peak) if peak is not None else {}
+def _at_peak(events: Sequence[Mapping[str, Any]]) -> dict[int, tuple[int, int]]:
+    """Each process's (USS, PSS) in the full sample where their PSS summed was highest (the first such). The
+    parts come from that one sample, not from each process's own high: a main process sampled after its
+    workers exit holds privately the pages it had shared with them, and its high USS beside the shared pages
+    counted them twice."""
+    full = (uss_pss(e) for e in events if e["kind"] == "memory" and not e.get("light"))
+    return max(full, key=lambda procs: sum(pss for _, pss in procs.values()), default={})
 
 
 def _available(m: MemoryModel) -> int | None:
