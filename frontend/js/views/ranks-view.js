@@ -190,8 +190,6 @@ export class RanksView {
     this.host.replaceChildren(this.head, this.jobView.root, this.shardBox);
     this.host.hidden = false;
     this.jobView.show(answer, loader);
-    const open = answer.ranks.find((r) => r.dashboard_run != null && r.dashboard_run === runId);
-    if (open) this.jobView.select(open.rank); // marked from the first draw, not from the next frame's render
     this.onChange(); // the timeline's choice of ranks follows the slowest rank named
   }
 
