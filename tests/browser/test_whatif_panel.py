@@ -102,9 +102,13 @@ def test_the_users_own_sweep_is_not_replaced_by_advice_landing_after_it(server: 
     pg = page.page
     held: list[Any] = []
     pg.route("**/advice", lambda route: held.append(route))
-    pg.goto(f"{server.page_url}&run={run['id']}")
-    pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=WAIT_MS)
-    pg.wait_for_function("() => document.querySelector('#sweep-target').value === 'run'", timeout=WAIT_MS)
+    # the page asks for the advice once it knows the run ended: on a loaded CI box that came after a click
+    # the test made at once, and the sweep then had no advice to wait for
+    with pg.expect_request("**/advice", timeout=WAIT_MS):
+        pg.goto(f"{server.page_url}&run={run['id']}")
+        pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled",
+                             timeout=WAIT_MS)
+        pg.wait_for_function("() => document.querySelector('#sweep-target').value === 'run'", timeout=WAIT_MS)
     pg.fill("#sweep-values", "1,3")
     pg.click("#btn-sweep")
     pg.wait_for_function("() => document.querySelector('#sweep-status').textContent.includes('advice')",
