@@ -26,6 +26,8 @@ from typing import Any
 import loaderscope_hook  # ours, not a dependency: the top-level module the wheel ships beside the .pth
 from loaderscope_hook import TARGET
 
+from loaderscope.probe.faults import report, without_probe_frames
+
 _installed = False
 _building: set[int] = set()  # ids of loaders inside their __init__: only the outermost one watches
 
@@ -65,15 +67,18 @@ def _watching(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         key = id(self)
-        if key in _building:
-            init(self, *args, **kwargs)
-            return
+        outermost = key not in _building
         _building.add(key)
         try:
             init(self, *args, **kwargs)
+        except BaseException as exc:  # an argument torch refuses, said as torch says it
+            without_probe_frames(exc)
+            raise
         finally:
-            _building.discard(key)
-        _watch(self)
+            if outermost:
+                _building.discard(key)
+        if outermost:
+            _watch(self)
 
     return __init__
 
@@ -88,6 +93,4 @@ def _watch(loader: Any) -> None:
 
         auto_watch(loader)
     except Exception as exc:  # the user's loader works unwatched rather than not at all
-        from loaderscope.probe.faults import report
-
         report("record (watching a new DataLoader)", exc)

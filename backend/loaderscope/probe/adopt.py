@@ -24,7 +24,7 @@ from typing import Any
 import torch.multiprocessing
 
 from loaderscope.probe.faults import report
-from loaderscope.probe.iterators import EpochCounter, IteratorProbe, MultiProcessProbe, tap_dispatch
+from loaderscope.probe.iterators import EpochCounter, IteratorProbe, LengthWarningProbe, MultiProcessProbe, tap_dispatch
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.protocol import private
 from loaderscope.probe.recorder import Recorder
@@ -98,9 +98,20 @@ def _make_probed_class(cls: type, multi: bool) -> type | None:
         return None
     if not multi and not hasattr(cls, "_next_data"):
         return None
-    mixin = MultiProcessProbe if multi else TorchSingleProcessProbe if cls is _SingleProcessDataLoaderIter \
-        else SingleProcessProbe
+    if multi:
+        return _multi_process_variants(cls)
+    mixin = TorchSingleProcessProbe if cls is _SingleProcessDataLoaderIter else SingleProcessProbe
     return type(f"Probed{cls.__name__}", (mixin, cls), {"__module__": __name__})
+
+
+def _multi_process_variants(cls: type) -> type:
+    """The probed class, and its twin for epochs where torch may warn from ``__next__`` (``LengthWarningProbe``,
+    whose ``__next__`` is ``cls``'s own): an iterator moves between them at each ``_reset``."""
+    plain = type(f"Probed{cls.__name__}", (MultiProcessProbe, cls), {"__module__": __name__})
+    quiet = type(f"Probed{cls.__name__}", (LengthWarningProbe, cls), {"__module__": __name__,
+                                                                       "__next__": cls.__next__})  # type: ignore[attr-defined]
+    plain._probe_variants = quiet._probe_variants = (plain, quiet)  # type: ignore[attr-defined]
+    return plain
 
 
 class Adoption:

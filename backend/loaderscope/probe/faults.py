@@ -4,7 +4,8 @@ Every piece of the probe that runs inside the user's process (the iterators' boo
 recorder, the worker taps, stack capture, the transport) guards its own work with ``guard`` or an
 explicit ``except Exception`` that calls ``report``. torch's own exceptions are never caught here:
 the probe's code sits beside torch's calls, not around them, so what torch raises reaches the
-training loop unchanged. One of torch's can start inside the probe's code: its SIGCHLD handler
+training loop unchanged, but for the probe's frames, which each hook between the loop and torch cuts
+out of its traceback (``without_probe_frames``). One of torch's can start inside the probe's code: its SIGCHLD handler
 (``torch/utils/data/_utils/signal_handling.py``) raises "DataLoader worker ... is killed by signal"
 in the main thread wherever it happens to be. ``report`` and ``guard`` raise that one on.
 """
@@ -15,6 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 _reported: set[str] = set()
@@ -81,3 +83,40 @@ class _Guard:
             return False  # KeyboardInterrupt, SystemExit and torch's dead-worker error belong to the user
         report(self.where, exc, self.note)
         return True
+
+
+_OUR_MODULES = ("loaderscope", "loaderscope_hook")
+
+
+def without_probe_frames(exc: BaseException) -> None:
+    """Cut the probe's frames out of the traceback of ``exc`` and of every exception it chains, as it
+    leaves the probe for training: what the user reads names torch's frames and their own, as without
+    loaderscope. A frame is the probe's by its module (``__name__``), whatever path the package lies on.
+
+    A bare ``raise`` after this adds no frame back: the re-raise keeps the traceback it is given."""
+    try:
+        pending: list[BaseException | None] = [exc]
+        seen: set[int] = set()
+        while pending:
+            current = pending.pop()
+            if current is None or id(current) in seen:
+                continue
+            seen.add(id(current))
+            current.__traceback__ = _kept(current.__traceback__)
+            pending += [current.__cause__, current.__context__]
+    except Exception:  # a traceback that cannot be cut is left whole: what training raises never changes
+        pass
+
+
+def _kept(tb: TracebackType | None) -> TracebackType | None:
+    kept = []
+    entry = tb
+    while entry is not None:
+        if entry.tb_frame.f_globals.get("__name__", "").partition(".")[0] not in _OUR_MODULES:
+            kept.append(entry)
+        entry = entry.tb_next
+    if not kept:  # the probe's own exception: its frames are all there is to read
+        return tb
+    for outer, inner in zip(kept, [*kept[1:], None], strict=True):
+        outer.tb_next = inner
+    return kept[0]

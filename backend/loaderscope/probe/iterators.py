@@ -23,10 +23,11 @@ import sys
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from loaderscope.model.ranks import MAX_SHARD_LENGTH, encode_shard
-from loaderscope.probe.faults import report
+from loaderscope.probe.faults import report, without_probe_frames
 from loaderscope.probe.liveness import Liveness, StuckRule
 from loaderscope.probe.loopclock import LOOP, loop_step
 from loaderscope.probe.pinning import PinTap
@@ -290,7 +291,12 @@ class MultiProcessProbe:
             self._epochs.start(self)
         except Exception as exc:
             report("epoch start", exc, self._probe.note)
-        super()._reset(loader, first_iter, *args, **kwargs)  # type: ignore[misc]
+        try:
+            super()._reset(loader, first_iter, *args, **kwargs)  # type: ignore[misc]
+        except BaseException as exc:  # the user's sampler, or a worker that died at once
+            without_probe_frames(exc)
+            raise
+        self._follow_length_warning()  # torch's _reset reads the loader's len() afresh each epoch
 
     def _get_data(self) -> Any:
         try:
@@ -322,10 +328,18 @@ class MultiProcessProbe:
         return super()._process_data(data, *args)  # type: ignore[misc]
 
     def __next__(self) -> Any:
-        self._liveness.next_started = start = monotonic()
+        try:
+            return self._observed(super().__next__, monotonic())  # type: ignore[misc]
+        except BaseException as exc:  # StopIteration included: the outermost of the probe's frames cuts them
+            without_probe_frames(exc)
+            raise
+
+    def _observed(self, step: Callable[[], Any], start: float) -> Any:
+        """One ``next()``: ``step()`` (torch's ``__next__``, or its ``_next_data``), begun at ``start``."""
+        self._liveness.next_started = start
         before = LOOP.inside
         try:
-            data = super().__next__()  # type: ignore[misc]
+            data = step()
         except StopIteration:
             self._end_epoch(abandoned=False)
             raise
@@ -338,6 +352,16 @@ class MultiProcessProbe:
             self._append(("yield", now, released[0], now - start, released[2]))
         self._probe_yields += 1
         return data
+
+    def _follow_length_warning(self) -> None:
+        """Be the class whose ``__next__`` is the iterator's own while torch may warn from it (this epoch)."""
+        try:
+            plain, quiet = type(self)._probe_variants  # type: ignore[attr-defined]
+            wanted = quiet if getattr(self, "_IterableDataset_len_called", None) is not None else plain
+            if type(self) is not wanted:
+                self.__class__ = wanted
+        except Exception as exc:
+            report("length warning", exc, self._probe.note)
 
     def _end_epoch(self, abandoned: bool) -> None:
         try:
@@ -399,6 +423,9 @@ class MultiProcessProbe:
             self._before_shutdown()
         try:
             super()._shutdown_workers()  # type: ignore[misc]
+        except BaseException as exc:
+            without_probe_frames(exc)
+            raise
         finally:
             if first:
                 self._exited = True
@@ -443,3 +470,28 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+class LengthWarningProbe(MultiProcessProbe):
+    """A multi-process iterator in an epoch where torch may warn from its ``__next__``: ``len()`` was asked of a
+    loader over an IterableDataset, and torch warns (``stacklevel=2``) once the yields pass it. Its ``__next__``
+    is the iterator class's own (``adopt``), so that warning names the user's loop as without loaderscope. A
+    ``next()`` then runs from torch's first read in ``__next__`` (``record_function(self._profile_name)``) to
+    the end of its ``_next_data``: the profiler's exit after it, a few µs, is the loop's."""
+
+    @property
+    def _profile_name(self) -> str:
+        self._liveness.next_started = self.__dict__["_probe_began"] = monotonic()
+        return str(self.__dict__["_profile_name"])
+
+    @_profile_name.setter
+    def _profile_name(self, name: str) -> None:
+        self.__dict__["_profile_name"] = name
+
+    def _next_data(self) -> Any:
+        began = self.__dict__.pop("_probe_began", None)
+        try:
+            return self._observed(super()._next_data, monotonic() if began is None else began)  # type: ignore[misc]
+        except BaseException as exc:
+            without_probe_frames(exc)
+            raise

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Sampler
 
 from loaderscope.probe.adopt import Adoption, install_hook
-from loaderscope.probe.faults import report
+from loaderscope.probe.faults import report, without_probe_frames
 from loaderscope.probe.iterators import EpochCounter, MultiProcessProbe
 from loaderscope.probe.liveness import StuckRule
 from loaderscope.probe.memory import watch_memory
@@ -249,10 +249,14 @@ class ProbeMixin(DataLoader[T_co]):
         except Exception as exc:
             report("probe start", exc)
             ready = False
-        if not ready:
-            return super()._get_iterator()
-        with adoption:
-            iterator = super()._get_iterator()
+        try:
+            if not ready:
+                return super()._get_iterator()
+            with adoption:
+                iterator = super()._get_iterator()
+        except BaseException as exc:  # the user's sampler or worker_init_fn, an argument torch refuses
+            without_probe_frames(exc)
+            raise
         adoption.finish(iterator)
         if isinstance(iterator, MultiProcessProbe):
             self._probe_iterators.add(iterator)
@@ -375,4 +379,8 @@ class InstrumentedDataLoader(ProbeMixin[T_co]):
         meta = {"scenario": scenario, "params": params, "describe": describe or {}, "name": name,
                 "stuck_after": stuck_after}
         self._init_probe(sink, run_id=run_id, rank=rank, meta=meta)
-        super().__init__(*args, **kwargs)
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException as exc:  # an argument torch refuses, said as torch says it
+            without_probe_frames(exc)
+            raise

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from loaderscope.events import BATCH_ROW
 from loaderscope.probe.batchinfo import describe, is_pinned, sizes
-from loaderscope.probe.faults import report
+from loaderscope.probe.faults import report, without_probe_frames
 from loaderscope.probe.iterators import (
     IteratorProbe,
     complete,
@@ -104,8 +104,8 @@ class SingleProcessProbe:
         last[0] = None
         try:
             data = super()._next_data()  # type: ignore[misc]
-        except StopIteration:  # the sampler, or an iterable dataset, ran out
-            self._stopped(last)
+        except StopIteration as stop:  # the sampler, or an iterable dataset, ran out
+            self._stopped(stop, last)
             raise
         except BaseException as exc:
             self._failed(exc, last)
@@ -141,7 +141,8 @@ class SingleProcessProbe:
         probe.note_at("batch_info", fetched, idx=idx, worker=0, structure=describe(data, values=asked),
                       pickle_bytes=0, values=asked)
 
-    def _stopped(self, last: list[Any]) -> None:
+    def _stopped(self, stop: StopIteration, last: list[Any]) -> None:
+        without_probe_frames(stop)
         try:
             if last[0] is not None:  # an iterable dataset ran out inside this task
                 idx = self._probe_yields
@@ -152,6 +153,9 @@ class SingleProcessProbe:
             report("epoch end", exc, self._probe.note)
 
     def _failed(self, exc: BaseException, last: list[Any]) -> None:
+        """What ``next()`` raised (the user's dataset, sampler or collate_fn): recorded, and on its way to
+        the loop without the probe's frames."""
+        without_probe_frames(exc)
         if not isinstance(exc, Exception) or last[0] is None:
             return
         try:
@@ -206,8 +210,8 @@ class TorchSingleProcessProbe(SingleProcessProbe):
             fetched = monotonic()
             if pinned:
                 data = pin_memory(data, self._pin_memory_device)
-        except StopIteration:
-            self._stopped([index, started, started])
+        except StopIteration as stop:
+            self._stopped(stop, [index, started, started])
             raise
         except BaseException as exc:
             self._failed(exc, [index, started, started])

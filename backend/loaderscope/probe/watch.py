@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 
 from loaderscope.discovery import find_dashboard
 from loaderscope.events import Event
-from loaderscope.probe.faults import report
+from loaderscope.probe.faults import report, without_probe_frames
 from loaderscope.probe.loader import ProbeMixin, failure
 from loaderscope.probe.logfile import Fanout, LogfileSink
 from loaderscope.probe.names import caller_frame, claim, loader_name, place, rebuilding
@@ -366,7 +366,11 @@ def _hook_dataloader_init() -> None:
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
+        try:
+            original(self, *args, **kwargs)
+        except BaseException as exc:
+            without_probe_frames(exc)
+            raise
         try:
             _rebuilds.built(self)
         except Exception as exc:  # the new loader runs unwatched rather than not at all
