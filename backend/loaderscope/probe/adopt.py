@@ -108,8 +108,8 @@ def _multi_process_variants(cls: type) -> type:
     """The probed class, and its twin for epochs where torch may warn from ``__next__`` (``LengthWarningProbe``,
     whose ``__next__`` is ``cls``'s own): an iterator moves between them at each ``_reset``."""
     plain = type(f"Probed{cls.__name__}", (MultiProcessProbe, cls), {"__module__": __name__})
-    quiet = type(f"Probed{cls.__name__}", (LengthWarningProbe, cls), {"__module__": __name__,
-                                                                       "__next__": cls.__next__})  # type: ignore[attr-defined]
+    own_next = cls.__next__  # type: ignore[attr-defined]
+    quiet = type(f"Probed{cls.__name__}", (LengthWarningProbe, cls), {"__module__": __name__, "__next__": own_next})
     plain._probe_variants = quiet._probe_variants = (plain, quiet)  # type: ignore[attr-defined]
     return plain
 

@@ -5,9 +5,9 @@ recorder, the worker taps, stack capture, the transport) guards its own work wit
 explicit ``except Exception`` that calls ``report``. torch's own exceptions are never caught here:
 the probe's code sits beside torch's calls, not around them, so what torch raises reaches the
 training loop unchanged, but for the probe's frames, which each hook between the loop and torch cuts
-out of its traceback (``without_probe_frames``). One of torch's can start inside the probe's code: its SIGCHLD handler
-(``torch/utils/data/_utils/signal_handling.py``) raises "DataLoader worker ... is killed by signal"
-in the main thread wherever it happens to be. ``report`` and ``guard`` raise that one on.
+out of its traceback (``without_probe_frames``). One of torch's can start inside the probe's code:
+its SIGCHLD handler (``torch/utils/data/_utils/signal_handling.py``) raises "DataLoader worker ... is
+killed by signal" in the main thread wherever it happens to be. ``report`` and ``guard`` raise that one on.
 """
 
 from __future__ import annotations

@@ -482,7 +482,10 @@ class LengthWarningProbe(MultiProcessProbe):
     @property
     def _profile_name(self) -> str:
         self._liveness.next_started = self.__dict__["_probe_began"] = monotonic()
-        return str(self.__dict__["_profile_name"])
+        try:
+            return self.__dict__["_profile_name"]  # type: ignore[no-any-return]
+        except KeyError:  # as torch's iterator without it would say
+            raise AttributeError("_profile_name") from None
 
     @_profile_name.setter
     def _profile_name(self, name: str) -> None:
