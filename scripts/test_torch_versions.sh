@@ -20,10 +20,11 @@ declare -A TORCH=([oldest]="torch==2.4.1 numpy==1.26.*" [newest]="torch==2.14.1 
 # What must import there: the vision test skips without torchvision, and a run that compared nothing must fail.
 declare -A IMPORTS=([oldest]="torch" [newest]="torch, torchvision")
 # Every file here exercises torch's private protocol (probe/protocol.py): the check itself, the fault
-# injection, a real image pipeline; then the probe against vanilla torch on the scenarios that make
+# injection, a real image pipeline, tracebacks and warnings frame for frame against vanilla torch; then the probe against vanilla torch on the scenarios that make
 # each transition of _task_info (park, skip, in_order=False, persistent workers, samplers), watch()'s
 # lifecycle and `loaderscope record` (config_names needs accelerate, which these venvs leave out).
-WHOLE=(tests/probe/test_torch_protocol.py tests/probe/test_fault_isolation.py tests/stacks/test_torchvision.py)
+WHOLE=(tests/probe/test_torch_protocol.py tests/probe/test_fault_isolation.py tests/stacks/test_torchvision.py
+       tests/probe/test_tracebacks_and_warnings.py)
 # --quick: that torch has every private name the probe follows and does what it says of in_order=False;
 # the probe against vanilla torch where results arrive in order (uniform), are parked (out_of_order)
 # and where workers persist across epochs; torchvision's real ImageFolder where torchvision imports.
