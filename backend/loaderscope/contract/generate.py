@@ -6,6 +6,7 @@ lists contract.gen.js's tables by name; another part of the contract adds its ow
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -86,7 +87,18 @@ def render_schema() -> str:
     frame = list[Union[tuple(events.STRUCTS.values())]]  # type: ignore[misc,valid-type]  # noqa: UP007  # a union built from the table, which mypy cannot follow
     schema = {"$comment": f"Generated from backend/loaderscope/contract/events.py by `{COMMAND}`: do not edit.",
               "title": "a frame of loaderscope events (schema version 1)", **msgspec.json.schema(frame)}
-    return json.dumps(schema, indent=2) + "\n"
+    return json.dumps(_dedented(schema), indent=2) + "\n"
+
+
+def _dedented(node: Any) -> Any:
+    """The schema with each description's indentation taken out, as msgspec 0.23 does and 0.22 did not: the
+    checked-in file is the same whichever msgspec a fresh checkout installs."""
+    if isinstance(node, dict):
+        return {key: inspect.cleandoc(value) if key == "description" and isinstance(value, str) else _dedented(value)
+                for key, value in node.items()}
+    if isinstance(node, list):
+        return [_dedented(item) for item in node]
+    return node
 
 
 def render_types() -> str:
