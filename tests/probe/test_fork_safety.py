@@ -112,3 +112,47 @@ def test_a_stuck_dying_or_timed_out_worker_makes_no_loaderscope_thread_import(tm
     kinds = {event["kind"] for path in traces for event in read_trace_tolerant(path)[1]}
     assert len(traces) == 3 and {"worker_stuck", "worker_died", "timeout"} <= kinds, (kinds, done.stderr)
     assert not seen.exists(), f"imported by loaderscope's threads:\n{seen.read_text()}"
+
+
+# An iterator that is garbage in a reference cycle (torch's reraise leaves one after a worker's error) lives
+# on in every worker forked before the training process collects it; the worker's collector may get there
+# first, and torch's __del__ then shuts it down in the worker. The spy notes any of the probe's shutdown
+# bookkeeping (the parent's queues and files) done in a process other than the training process.
+INHERITED = '''
+import gc, os, sys
+from torch.utils.data import DataLoader
+from loaderscope import watch
+import loaderscope.probe.iterators as iterators
+
+TRAINING = os.getpid()
+for step in ("_before_shutdown", "_after_shutdown"):
+    def spy(self, _original=getattr(iterators.MultiProcessProbe, step), _step=step):
+        if os.getpid() != TRAINING:
+            print("in a worker:", _step, flush=True)
+        return _original(self)
+    setattr(iterators.MultiProcessProbe, step, spy)
+
+gc.disable()  # only the workers forked below collect the cycle
+first = watch(DataLoader(list(range(64)), batch_size=4, num_workers=2), sink=lambda events: None)
+it = iter(first)
+next(it)
+cycle = [it, None]
+cycle[1] = cycle
+del it, cycle
+
+def collect(worker):
+    gc.collect()
+
+second = watch(DataLoader(list(range(64)), batch_size=4, num_workers=2, worker_init_fn=collect),
+               sink=lambda events: None)
+print("batches", sum(1 for _ in second), flush=True)
+gc.enable()
+gc.collect()
+'''
+
+
+def test_a_worker_that_collects_an_inherited_iterator_leaves_its_bookkeeping_alone(tmp_path: Path) -> None:
+    done = subprocess.run([PYTHON, script(tmp_path, INHERITED, "inherited.py")], cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["batches 16"], done.stdout

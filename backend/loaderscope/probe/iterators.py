@@ -263,6 +263,7 @@ class MultiProcessProbe:
 
     def _probe_attach(self, given: IteratorProbe) -> None:
         self._probe = given.probe
+        self._probe_pid = os.getpid()
         self._append = given.probe.pending.append  # the hot path: rows of ``events.ROW_FIELDS``
         self._epochs = given.epochs
         self._readers = given.readers
@@ -418,7 +419,11 @@ class MultiProcessProbe:
         # there is nothing left to record, and the bookkeeping would only fail.
         # torch's SIGCHLD handler may raise inside the shutdown's join (a worker that died just then):
         # what the workers did is recorded all the same, and torch's exception goes on as it raised it.
-        first = not self._exited and getattr(self, "_workers", None) is not None and not sys.is_finalizing()
+        # A worker forked while this iterator was garbage in a cycle (torch's reraise leaves one) may collect
+        # it first, and torch's __del__ then runs this in the worker: the bookkeeping is the parent's (its
+        # queues, its stack files), and the worker read the parent's description queue and blocked for good.
+        first = not self._exited and getattr(self, "_workers", None) is not None and not sys.is_finalizing() \
+            and os.getpid() == self._probe_pid
         if first:
             self._before_shutdown()
         try:

@@ -61,6 +61,7 @@ class Liveness:
         self.next_started: float | None = None  # set while the consumer is inside next()
         self.ticks = 0
         self.inspect: Any = None  # the workers' batch descriptions (a SimpleQueue), if any
+        self._taking = threading.Lock()  # the probe thread's tick and the shutdown both read inspect
 
     def tick(self) -> None:
         """Every probe tick (50 ms): cheap checks first; the median only once something runs long."""
@@ -82,14 +83,19 @@ class Liveness:
         """Batch descriptions from the workers, and the failures of their taps (reported once)."""
         inspect = self.inspect
         try:
-            while inspect is not None and not inspect.empty():
-                item = inspect.get()
-                if "fault" in item:
-                    report_remote(item["fault"], item["type"], item["message"], self.recorder.note)
-                else:
-                    self.recorder.note("batch_info", **item)
+            # empty() then get() is one step: two readers could both see the last item, and one would block for good
+            with self._taking:
+                self._take_from(inspect)
         except OSError:  # the queue was closed under us (interpreter exit): descriptions are extras
             self.inspect = None
+
+    def _take_from(self, inspect: Any) -> None:
+        while inspect is not None and not inspect.empty():
+            item = inspect.get()
+            if "fault" in item:
+                report_remote(item["fault"], item["type"], item["message"], self.recorder.note)
+            else:
+                self.recorder.note("batch_info", **item)
 
     def _due(self, key: Any, now: float) -> bool:
         last = self._reported.get(key)
