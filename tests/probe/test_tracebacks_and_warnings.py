@@ -29,8 +29,10 @@ pytestmark = pytest.mark.timeout(300)
 # dataset, an iterable dataset, collate_fn, worker_init_fn, the sampler, an argument torch refuses, a
 # worker that dies, a timeout. Its line numbers are the same in every mode: `wrap` is the only difference.
 CASES = '''
-import json, os, sys, time, traceback, warnings
+import faulthandler, json, os, sys, time, traceback, warnings
 import torch
+
+faulthandler.dump_traceback_later(200, exit=True)  # a hang says where, before the test's timeout
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 MODE, LOGDIR = sys.argv[1], sys.argv[2]
