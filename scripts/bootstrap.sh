@@ -16,13 +16,14 @@ PY=${PYTHON:-python3}
 # Reinstall when pyproject.toml changed since the last install (new dependencies or test extras), or
 # when the startup hook `loaderscope record` needs is missing (a venv made before it existed).
 STAMP=.venv/.loaderscope-installed
-WANT=$(sha256sum pyproject.toml scripts/bootstrap.sh scripts/uv.sh | sha256sum | cut -d' ' -f1)
+WANT=$(sha256sum pyproject.toml scripts/bootstrap.sh scripts/uv.sh scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || [ "${1:-}" = "--force" ] \
    || ! ls .venv/lib/python*/site-packages/loaderscope_auto.pth >/dev/null 2>&1 \
    || ! .venv/bin/python -c "import torch, loaderscope, mypy" 2>/dev/null; then
   source scripts/uv.sh
   uv_install .venv "torch==2.13.0"
-  # mypy: scripts/test.sh type-checks the whole package (mypy.ini); a tool, not a dependency of the package
-  uv_install .venv -e ".[test]" "mypy>=1.10"
+  # mypy: scripts/test.sh type-checks the whole package (mypy.ini); a tool, not a dependency of the package.
+  # scripts/constraints.txt: the versions the last green CI ran with
+  uv_install .venv -e ".[test]" "mypy>=1.10" --constraint scripts/constraints.txt
   echo "$WANT" > "$STAMP"
 fi
