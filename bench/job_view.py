@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/job_view.py                    # the logdir bench/job_table.py simulated (jsonl/)
     .venv/bin/python bench/job_view.py --dir DIR --seconds 4 --repeat 3
+    .venv/bin/python bench/job_view.py --opens 20 --repeat 1     # how often the view holds its 2 s target
 
 Serves ``--dir``'s traces with ``serve(logdir=...)`` (``tests.live.launch``: its own process), opens
 rank 0 in headless chromium (Debian's, software rendering: tests/browser/test_live_run.py's flags), waits for
@@ -11,7 +12,9 @@ and before the page opens, a trace's modification time moves on, so the server m
 time, as for a job opened the first time (it keeps a table while the job's files are unchanged); the
 page's own request is timed too, so the view's time splits into before, during and after it), and
 ``loaderscope job`` on the same traces (``bench/job_table.py``'s ``run_command``, a fresh process, before
-and after the page: the issue's measure is the view's time against the command's), then
+and after the page: the issue's measure is the view's time against the command's; ``--opens N`` opens
+the view N times, each in a new browser context (nothing cached) between two runs of the command, and
+counts the opens within 2 s of the command), then
 scrolls it with ``page.mouse.wheel`` for ``--seconds`` while ``requestAnimationFrame`` counts the
 frames the page drew. Printed per repeat: frames per second, the longest frame, the rows in the page
 at the end (only those in view should be), and the median and range over the repeats against 30 fps.
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -78,11 +82,32 @@ def table_seconds(url: str, headers: dict[str, str], job: str, logdir: Path) -> 
     return time.perf_counter() - began
 
 
+def open_view(page: Any, page_url: str, first: dict[str, Any], logdir: Path) -> float:
+    """Open rank 0 as if for the first time (no table of the job made yet) and wait for the job's table
+    in the page: the seconds it took, with where they went printed."""
+    touch(logdir)
+    began = time.perf_counter()
+    page.goto(f"{page_url}&run={first['id']}")
+    page.get_by_test_id("job-slowest").wait_for(timeout=300_000)
+    shown = time.perf_counter() - began
+    print(f"the job's table in the page {shown:.1f} s after opening rank 0; "
+          f"named: {page.get_by_test_id('job-slowest').text_content()}")
+    asked = page.evaluate(ASKED)
+    if asked is not None:
+        print(f"in the page: it asked for the table {asked['start'] / 1000:.1f} s after opening rank 0, "
+              f"the answer took {(asked['end'] - asked['start']) / 1000:.1f} s "
+              f"({asked['bytes'] / 2**20:.1f} MiB; Server-Timing: {asked['how']}), and the view drew it "
+              f"{shown - asked['end'] / 1000:.1f} s after it came; load average {os.getloadavg()[0]:.1f}")
+    return float(shown)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "loaderscope-job-1024-200")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--opens", type=int, default=1, help="first opens of the job view, each between two "
+                        "runs of `loaderscope job`")
     args = parser.parse_args()
     logdir = args.dir / "jsonl"
     if not logdir.is_dir():
@@ -109,27 +134,24 @@ def main() -> None:
                   f"{', '.join(f'{t:.1f}' for t in tables)} s")
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-                page = browser.new_page(viewport=VIEWPORT)
-                touch(logdir)  # the page opens the job as if for the first time: no table made yet
-                began = time.perf_counter()
-                page.goto(f"{server.page_url}&run={first['id']}")
-                page.get_by_test_id("job-slowest").wait_for(timeout=300_000)
-                shown = time.perf_counter() - began
-                print(f"the job's table in the page {shown:.1f} s after opening rank 0; "
-                      f"named: {page.get_by_test_id('job-slowest').text_content()}")
-                asked = page.evaluate(ASKED)
-                if asked is not None:
-                    print(f"in the page: it asked for the table {asked['start'] / 1000:.1f} s after opening rank 0, "
-                          f"the answer took {(asked['end'] - asked['start']) / 1000:.1f} s "
-                          f"({asked['bytes'] / 2**20:.1f} MiB; Server-Timing: {asked['how']}), and the view drew it "
-                          f"{shown - asked['end'] / 1000:.1f} s after it came; load average {os.getloadavg()[0]:.1f}")
-                tables.append(table_seconds(server.url, headers, str(first["job"]), logdir))
-                commands.append(run_command(logdir).seconds)
-                print(f"the job's table alone again {tables[-1]:.1f} s: the view took "
-                      f"{shown - statistics.median(tables):.1f} s more than the table alone (its median of 3)")
-                print(f"`loaderscope job` took {commands[0]:.1f} and {commands[1]:.1f} s (before and after the page): "
-                      f"the view took {shown - statistics.mean(commands):.1f} s more than the command (their mean); "
-                      "target: at most 2 s more")
+                more: list[float] = []
+                for n in range(args.opens):
+                    context = browser.new_context(viewport=VIEWPORT)  # a first visit: nothing cached
+                    page = context.new_page()
+                    shown = open_view(page, server.page_url, first, logdir)
+                    tables.append(table_seconds(server.url, headers, str(first["job"]), logdir))
+                    commands.append(run_command(logdir).seconds)
+                    more.append(shown - statistics.mean(commands[-2:]))
+                    print(f"open {n}: the job's table alone {tables[-1]:.1f} s: the view took "
+                          f"{shown - statistics.median(tables):.1f} s more than the table alone (its median so far)")
+                    print(f"open {n}: `loaderscope job` took {commands[-2]:.1f} and {commands[-1]:.1f} s (before and "
+                          f"after the page): the view took {more[-1]:.1f} s more than the command (their mean); "
+                          "target: at most 2 s more")
+                    if n < args.opens - 1:
+                        context.close()
+                held = sum(1 for m in more if m <= 2.0)
+                print(f"the view within 2 s of the command in {held} of {len(more)} first opens "
+                      f"({min(more):.1f}-{max(more):.1f} s more); load average {os.getloadavg()[0]:.1f}")
                 scroller = page.get_by_test_id("job-vtable").locator(".vscroll")
                 box = scroller.bounding_box()
                 assert box is not None
