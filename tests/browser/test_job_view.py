@@ -55,6 +55,12 @@ def test_job_view_names_the_slowest_rank_and_drills_in(browser: Any, start_serve
                            f" === 'rank 0,rank {ranks - 1}'")
     page.get_by_test_id("job-table").locator("th", has_text="last to deliver").click()
     assert rows.first.get_attribute("data-rank") == str(ranks - 1), "sorted: the slowest rank first"
+    # rows that move keep the keyboard's focus: a click that does not take it sorts them again
+    last.focus()
+    page.get_by_test_id("job-table").locator("th", has_text="rank").first.dispatch_event("click")
+    assert rows.first.get_attribute("data-rank") == "0", "sorted by rank again"
+    assert page.evaluate("() => document.activeElement?.dataset.rank") == str(ranks - 1)
+    page.get_by_test_id("job-table").locator("th", has_text="last to deliver").click()
     last.click()
     page.wait_for_function(f"() => window.loaderscope.track.rank === {ranks - 1}")
     page.wait_for_function(f"() => document.querySelector(\"[data-testid=rank-card][data-rank='{ranks - 1}']\")"

@@ -113,6 +113,11 @@ def test_a_job_tables_rows_and_sort_headers_act_on_the_keyboard(
     row.focus()
     pg.keyboard.press("Enter")
     pg.wait_for_function("() => window.loaderscope.track.rank === 2", timeout=WAIT_MS)
+    # the opened rank's row is marked, and keeps the keyboard's focus: the next key acts from it
+    # (rows drawn anew when a rank was shown took it, and with it a second Enter's target)
+    opened = pg.locator("[data-testid=job-row][data-rank='2']")
+    assert "selected" in (opened.get_attribute("class") or "")
+    assert pg.evaluate("() => document.activeElement?.dataset.rank") == "2"
 
 
 # --- 2. search --------------------------------------------------------------------------------------

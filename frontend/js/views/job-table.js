@@ -286,8 +286,10 @@ export class JobTableView {
   select(rank) {
     if (rank === this.shown) return;
     this.shown = rank;
-    this.drawn = '';
-    this.draw();
+    // marked in place: rows drawn anew would take the keyboard's focus from the row just opened
+    for (const row of /** @type {HTMLElement[]} */ ([...this.spacer.children])) {
+      row.classList.toggle('selected', row.dataset.loader === this.loader && row.dataset.rank === String(rank));
+    }
   }
 
   /** Put in the page the rows in view, and only those. */
@@ -302,7 +304,12 @@ export class JobTableView {
     this.drawn = key;
     const out = [];
     for (let i = first; i < last; i++) out.push(this.rowElement(this.rows[i], i));
+    // the row that had the keyboard's focus keeps it in its new element, if it is still in view
+    const focused = /** @type {HTMLElement|null} */ (document.activeElement);
+    const had = focused && this.spacer.contains(focused) ? focused : null;
     this.spacer.replaceChildren(...out);
+    const same = had && out.find((r) => r.dataset.loader === had.dataset.loader && r.dataset.rank === had.dataset.rank);
+    same?.focus({ preventScroll: true });
   }
 
   /** @param {JobRow} r @param {number} i */

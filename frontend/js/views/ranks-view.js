@@ -256,7 +256,10 @@ export class RanksView {
     const order = rows.map((r) => r.rank).join(',');
     if (order !== this.order) {
       this.order = order;
+      // a row moved keeps the keyboard's focus (taking a node out of the page drops its focus)
+      const focused = /** @type {HTMLElement|null} */ (document.activeElement);
       this.body.replaceChildren(...rows.flatMap((r) => this.rows.get(r.rank)?.row ?? [])); // writeRow made each
+      if (focused && this.body.contains(focused)) focused.focus({ preventScroll: true });
       for (const th of this.headCells)
         th.dataset.sorted = th.dataset.key === this.sortKey ? (this.descending ? 'desc' : 'asc') : '';
     }
