@@ -50,15 +50,16 @@ if TYPE_CHECKING:
 TORCH_DEATH_ERRORS = (RuntimeError, ConnectionResetError, EOFError)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; returns that value. ``timeout`` caps a wait
-    on state, generous because a busy machine is slow to get there: it is no pace to keep."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition", every: float = 0.05) -> Any:
+    """Poll ``predicate`` every ``every`` seconds until it returns something truthy; returns that value.
+    ``timeout`` caps a wait on state, generous because a busy machine is slow to get there: it is no
+    pace to keep."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
 
 

@@ -30,7 +30,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port, wait_for
-from tests.server.prometheus import INTERVAL, Prometheus
+from tests.server.prometheus import INTERVAL, LOOK, Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "loaderscope-job.json"
@@ -222,7 +222,7 @@ def answered(prom: Prometheus, board: dict[str, Any], values: dict[str, str],
         return all(series or key[:2] in empty for key, series in answers.items())
 
     try:
-        wait_for(every_one, 60, "every panel's query to answer with series")
+        wait_for(every_one, 60, "every panel's query to answer with series", LOOK)
     except AssertionError as failed:
         silent = {key: targets[key] for key, series in answers.items() if not series and key[:2] not in empty}
         raise AssertionError(f"{failed}; no series for {silent}") from None
@@ -270,7 +270,7 @@ def test_each_query_of_the_dashboard_answers_from_a_real_prometheus_scraping_a_r
     ]
     for promql, holds in ready:
         try:
-            wait_for(lambda: holds(scalar(prom, promql)), 120, f"Prometheus to hold {promql}")  # noqa: B023
+            wait_for(lambda: holds(scalar(prom, promql)), 120, f"Prometheus to hold {promql}", LOOK)  # noqa: B023
         except AssertionError as failed:
             raise AssertionError(f"{failed}\n{job.output()}") from None
 
@@ -300,7 +300,8 @@ def test_each_query_of_the_dashboard_answers_from_a_real_prometheus_scraping_a_r
         assert set(waiting) == {"0", "1", "2", "3"} and 1 >= waiting["1"] > 2 * waiting["0"], waiting
 
     job.kill(0)  # rank 0's process dies: its stream ends without run_end (rank 1's all-reduce then fails)
-    wait_for(lambda: scalar(prom, 'loaderscope_producer_lost{rank="0"}') == 1, 60, "Prometheus to hold rank 0 lost")
+    wait_for(lambda: scalar(prom, 'loaderscope_producer_lost{rank="0"}') == 1, 60, "Prometheus to hold rank 0 lost",
+             LOOK)
     for values in choices:
         lost = answered(prom, board, values, set())
         assert value(lost, "stat", "Lost ranks") == 1

@@ -42,6 +42,9 @@ RANKS = int(os.environ.get("LOADERSCOPE_FLEET_RANKS", "256"))
 JOB = "fleet"
 INTERVAL = 10  # seconds between scrapes and rule evaluations, and a scrape's timeout
 EVERY = 5  # seconds between a simulated rank's batches
+# seconds between two looks at what Prometheus holds, which changes once a scrape or an evaluation (INTERVAL):
+# the test took 127 s of CPU looking every 50 ms, 107-110 s looking every second
+LOOK = 1.0
 # A killed rank is called truncated this long after its last write or heartbeat: the default. At 15 s,
 # one run of four (load 14) found the stuck rank's alert gone at one evaluation while job tables were
 # being built (not pinned down: a follow loop 15 s behind calls a live file truncated, and a scrape past
@@ -127,11 +130,11 @@ def test_a_real_prometheus_keeps_paging_for_the_stuck_rank_of_a_fleet_and_pages_
         fleet: tuple[Any, Prometheus, dict[str, subprocess.Popen[bytes]]]) -> None:
     dashboard, prom, ranks = fleet
     held = f'count(loaderscope_run_info{{training_job="{JOB}"}})'
-    wait_for(lambda: scalar(prom, held) == RANKS, 300, f"Prometheus to hold every one of the {RANKS} ranks")
+    wait_for(lambda: scalar(prom, held) == RANKS, 300, f"Prometheus to hold every one of the {RANKS} ranks", LOOK)
     assert scalar(prom, f'loaderscope_workers{{training_job="{JOB}",rank="0",state="stuck"}}') == 1
     ranks["steady"].send_signal(signal.SIGKILL)  # rank 1's process dies: no run_end, no more heartbeat
 
-    stuck = wait_for(lambda: alert(prom, "LoaderscopeWorkerStuck", "0"), 300, "the stuck rank's alert to fire")
+    stuck = wait_for(lambda: alert(prom, "LoaderscopeWorkerStuck", "0"), 300, "the stuck rank's alert to fire", LOOK)
     assert stuck["labels"]["training_job"] == JOB and stuck["labels"]["loader"] == "train"
 
     # The stuck rank's alert is watched from when it fires, while the killed rank's alert comes (its own
@@ -140,10 +143,11 @@ def test_a_real_prometheus_keeps_paging_for_the_stuck_rank_of_a_fleet_and_pages_
     tables, began = JobTables(dashboard), time.time()
     evaluations = Evaluations(prom)
     lost = wait_for(lambda: evaluations.watch() and alert(prom, "LoaderscopeRankLost", "1"), 300,
-                    "the killed rank's alert to fire")
+                    "the killed rank's alert to fire", LOOK)
     assert lost["annotations"]["summary"] == f"rank 1 of job {JOB} stopped without ending its run"
     assert alert(prom, "LoaderscopeRankLost", "0") is None  # the stuck rank lives: the probe reports it
-    wait_for(lambda: evaluations.watch() > FIRING_FOR, 3 * FIRING_FOR * INTERVAL, f"{FIRING_FOR} more evaluations")
+    wait_for(lambda: evaluations.watch() > FIRING_FOR, 3 * FIRING_FOR * INTERVAL, f"{FIRING_FOR} more evaluations",
+             LOOK)
     answers = tables.close()
     window = f"{int(time.time() - began) + 1}s"
     for evaluated, firing in evaluations.seen.items():  # the stuck rank's alert, as each evaluation left it

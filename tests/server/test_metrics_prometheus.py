@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_for
-from tests.server.prometheus import DEPLOY, RULES, Prometheus, tool
+from tests.server.prometheus import DEPLOY, LOOK, RULES, Prometheus, tool
 
 HOLD = "10s"  # five 2 s evaluations in a row
 
@@ -79,13 +79,13 @@ def test_prometheus_scrapes_a_stuck_worker_and_fires_the_stuck_rule(prometheus: 
     run_id = dashboard.start_run("stuck_worker", num_workers=2, stuck_after=0.5, stuck_seconds=600,
                                  dataset_size=32, sample_ms=2)["id"]
     wait_for(lambda: prom.query(f'loaderscope_workers{{run="{run_id}",state="stuck"}}').get("stuck") == 1, 90,
-             "Prometheus to hold the stuck worker")
+             "Prometheus to hold the stuck worker", LOOK)
 
     def stuck_alert() -> dict[str, Any] | None:
         return next((a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "LoaderscopeWorkerStuck"
                      and a["labels"]["run"] == run_id), None)
 
-    alert = wait_for(stuck_alert, 60, "the stuck-worker rule to hold")
+    alert = wait_for(stuck_alert, 60, "the stuck-worker rule to hold", LOOK)
     assert alert["labels"]["rank"] == "0" and "training_job" not in alert["labels"]  # empty: no label
     assert float(alert["value"]) == 1
 
@@ -100,7 +100,7 @@ def test_prometheus_scrapes_a_stuck_worker_and_fires_the_stuck_rule(prometheus: 
     assert rest["stuck"] == 1 and rest["status"] == "running" and rest["batches"] == 3
     assert rest["fetches"] >= 3 and rest["dropped"] == 0
     fired = wait_for(lambda: (a := stuck_alert()) is not None and a["state"] == "firing" and a, 150,
-                     f"the stuck-worker rule to fire, {HOLD} after it held")
+                     f"the stuck-worker rule to fire, {HOLD} after it held", LOOK)
     assert fired["annotations"]["summary"] == f"1 DataLoader worker(s) stuck on rank 0 of run {run_id}"
 
     with dashboard.client() as http:
@@ -109,12 +109,13 @@ def test_prometheus_scrapes_a_stuck_worker_and_fires_the_stuck_rule(prometheus: 
     ended = wait_for(lambda: (api := the_run_api(dashboard, run_id)) == scraped(prom, run_id) and api, 60,
                      "Prometheus and the run API to agree once the run ended")
     assert ended["status"] == "stopped" and ended["events"] > 0 and ended["batches"] == rest["batches"]
-    wait_for(lambda: stuck_alert() is None, 30, "the alert to go: an ended run's stuck worker is nobody's to page")
+    wait_for(lambda: stuck_alert() is None, 30, "the alert to go: an ended run's stuck worker is nobody's to page",
+             LOOK)
 
     groups = prom.api("rules")["groups"]
     assert [g["name"] for g in groups] == ["loaderscope"]
     rules = wait_for(lambda: len(ok := [r for g in prom.api("rules")["groups"] for r in g["rules"]
-                                         if r["health"] == "ok"]) == 9 and ok, 30, "every rule evaluated")
+                                         if r["health"] == "ok"]) == 9 and ok, 30, "every rule evaluated", LOOK)
     assert sorted(r["name"] for r in rules) == sorted(
         ["LoaderscopeWorkerStuck", "LoaderscopeRankLost", "LoaderscopeInputBound", "LoaderscopeWorkerDied",
          "LoaderscopeEventsDropped", "LoaderscopeRunSilent", "LoaderscopeRunsNotExported", "LoaderscopeCopyOnRead",
