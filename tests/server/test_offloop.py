@@ -1,4 +1,4 @@
-"""Slow work off the dashboard's event loop (``server/web/offloop.py``): its answer or its exception comes back to
+"""Slow work off the dashboard's event loop (``server/offloop.py``): its answer or its exception comes back to
 the awaiting request as ``asyncio.to_thread``'s would, and a dashboard that stops while it runs exits without
 waiting for it (``asyncio.to_thread``'s executor is joined at exit: Ctrl-C waited for a sweep to end)."""
 
@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from loaderscope.server.web.offloop import in_daemon_thread
+from loaderscope.server.offloop import in_daemon_thread
 
 # A request whose work never ends, cancelled as uvicorn cancels its requests when it stops; then the exit.
 STOPPING = """
 import asyncio, contextlib, threading
-from loaderscope.server.web.offloop import in_daemon_thread
+from loaderscope.server.offloop import in_daemon_thread
 never = threading.Event()
 
 async def main():

@@ -332,3 +332,27 @@ def test_the_inspector_asks_a_live_run_for_batch_values(server: LiveServer) -> N
         wait_for(lambda: asked(), what="a batch described with its values")
         assert asked()[0]["structure"]["values"]
         http.post(f"/api/runs/{run['id']}/control", json={"action": "stop"})
+
+
+# asyncio's default executor: the threads asyncio.to_thread shares (ThreadPoolExecutor's default size)
+DEFAULT_EXECUTOR_THREADS = min(32, (os.cpu_count() or 1) + 4)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DEFAULT_EXECUTOR_THREADS > 8, reason="as many live runs as this machine's default executor "
+                    "has threads would be too many processes for a test")
+def test_live_runs_past_the_default_executors_threads_leave_disk_reads_answering(start_server: Any) -> None:
+    """Each live run's process is waited on in a thread of its own. In asyncio's default executor (cores
+    + 4 threads) as many live runs took every thread, and every read that goes through it waited on them:
+    a finished run's trace was never sent."""
+    live = start_server(max_active_runs=DEFAULT_EXECUTOR_THREADS + 1)
+    # 5 s a sample in the main process: each run stays alive past the test, inside next(), with no worker
+    held = [live.start_run("uniform", num_workers=0, batch_size=1, dataset_size=64, sample_ms=5000.0)
+            for _ in range(DEFAULT_EXECUTOR_THREADS)]
+    for run in held:
+        wait_for(lambda: live.run(run["id"])["status"] == "running", 120, "every held run to be running")  # noqa: B023
+    done = live.start_run("uniform", **FAST)
+    live.wait_status(done["id"])
+    with live.client() as http:
+        trace = http.get(f"/api/runs/{done['id']}/trace", timeout=30)
+    assert trace.status_code == 200 and trace.text.count("\n") > 10

@@ -24,6 +24,7 @@ from typing import Any
 from loaderscope.events import Event, RunStatus
 from loaderscope.scenarios.plan import Plan
 from loaderscope.server.config import ServerConfig
+from loaderscope.server.offloop import in_daemon_thread
 from loaderscope.server.processes import process
 from loaderscope.server.processes.launcher import Launcher
 from loaderscope.server.runs.eviction import Eviction
@@ -255,7 +256,9 @@ class RunManager(ProducerControl):
 
     async def _watch_process(self, run: Run) -> None:
         assert run.process is not None
-        code = await asyncio.to_thread(run.process.wait)
+        # a thread of its own for the run's whole life: in asyncio's default executor (cores + 4 threads)
+        # a few live runs held every thread, and reads that go through it (a trace, a logdir) waited on them
+        code = await in_daemon_thread(run.process.wait)
         run.exitcode = code
         run.exited.set()
         process.kill_group(run.process.pid)  # workers the run process left behind

@@ -20,11 +20,11 @@ from loaderscope.problems import ParamError, UnknownScenario
 from loaderscope.scenarios.catalog import all_scenarios
 from loaderscope.scenarios.plan import Plan, resolve
 from loaderscope.server.budgets import PAGE_BYTES
+from loaderscope.server.offloop import in_daemon_thread
 from loaderscope.server.runs.manager import RunManager
 from loaderscope.server.runs.run import Run, RunRefused
 from loaderscope.server.runs.store import EventLog, Gap, Spill
 from loaderscope.server.web.errors import field_problems, readable, type_problems
-from loaderscope.server.web.offloop import in_daemon_thread
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
 from loaderscope.traces import jsonl as trace
 from loaderscope.version import __version__

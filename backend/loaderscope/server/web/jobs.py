@@ -33,7 +33,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from loaderscope.server.budgets import JOB_TABLE
-from loaderscope.server.web.offloop import in_daemon_thread
+from loaderscope.server.offloop import in_daemon_thread
 from loaderscope.traces.jobbudget import JobQueryError
 from loaderscope.traces.jobquery import table_of
 

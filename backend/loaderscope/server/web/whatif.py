@@ -23,10 +23,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from loaderscope.events import Event
+from loaderscope.server.offloop import in_daemon_thread
 from loaderscope.server.runs.run import Run
 from loaderscope.server.web.api import MAX_SWEEP_RUNS, manager_of, read_events, rejected, sweep_slot, unprocessable
 from loaderscope.server.web.errors import type_problems
-from loaderscope.server.web.offloop import in_daemon_thread
 from loaderscope.sim.sweep import MAX_SWEEP_EVENTS
 
 router = APIRouter(prefix="/api")
