@@ -173,10 +173,18 @@ def test_a_sweep_pressed_while_the_servers_slot_is_held_waits_for_it(server: Any
             route.continue_()
 
     pg.route("**/sweeps", busy_once)
+    asked: list[str] = []  # what the page asked of the server and what came back: said if the chart never comes
+    pg.on("request", lambda r: asked.append(f"{r.method} {r.url.split('/api/')[-1]}") if "/api/" in r.url else None)
+    pg.on("response", lambda r: asked.append(f"{r.status} {r.url.split('/api/')[-1]}") if "/api/" in r.url else None)
     pg.goto(f"{server.page_url}&run={run['id']}")
     pg.wait_for_function("() => !document.querySelector('#sweep-target option[value=run]').disabled", timeout=WAIT_MS)
     pg.select_option("#sweep-target", "run")
     pg.fill("#sweep-values", "1,2")
     pg.click("#btn-sweep")
-    pg.wait_for_selector('[data-testid="sweep-chart"][data-points="2"]', timeout=WAIT_MS)
+    try:
+        pg.wait_for_selector('[data-testid="sweep-chart"][data-points="2"]', timeout=WAIT_MS)
+    except Exception as failed:  # a flake seen twice under load: say where the panel was
+        status = pg.evaluate("() => [document.getElementById('sweep-status').textContent,"
+                             " document.getElementById('sweep-error').textContent]")
+        raise AssertionError(f"{failed}\npanel: {status}\nrequests: {asked}\nrefused: {refused}") from None
     assert refused and pg.locator("#sweep-error").is_hidden()
